@@ -1,0 +1,130 @@
+//===- MoeAttrs.cpp - Attributes of the moe dialect -----------------------===//
+//
+// Part of moe-compiler.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/MoeDialect.h"
+
+#include "mlir/IR/BuiltinTypes.h"
+#include "llvm/ADT/SmallString.h"
+
+#include <cmath>
+#include <limits>
+
+using namespace mlir;
+using namespace mlir::moe;
+
+//===----------------------------------------------------------------------===//
+// Field parsers
+//===----------------------------------------------------------------------===//
+
+FailureOr<bool> mlir::moe::parseBoolParameter(AsmParser &parser) {
+  if (succeeded(parser.parseOptionalKeyword("true")))
+    return true;
+  if (succeeded(parser.parseOptionalKeyword("false")))
+    return false;
+  return parser.emitError(parser.getCurrentLocation(),
+                          "expected 'true' or 'false'");
+}
+
+FailureOr<llvm::APFloat> mlir::moe::parseF64Parameter(AsmParser &parser) {
+  double value;
+  if (parser.parseFloat(value))
+    return failure();
+  return llvm::APFloat(value);
+}
+
+void mlir::moe::printF64Parameter(AsmPrinter &printer,
+                                  const llvm::APFloat &value) {
+  llvm::SmallString<32> text;
+  value.toString(text);
+  // Keep the literal a float literal when it prints as an integer.
+  if (text.find_first_of(".eEni") == llvm::StringRef::npos)
+    text += ".0";
+  printer << text;
+}
+
+//===----------------------------------------------------------------------===//
+// Verifiers
+//===----------------------------------------------------------------------===//
+
+/// Largest size accepted for any dimension of a layer: offsets and row maps
+/// are i32.
+static constexpr int64_t kMaxDim = std::numeric_limits<int32_t>::max();
+
+static LogicalResult
+checkSize(function_ref<InFlightDiagnostic()> emitError, StringRef name,
+          int64_t value) {
+  if (value <= 0 || value > kMaxDim)
+    return emitError() << "expected 0 < " << name << " <= " << kMaxDim
+                       << ", got " << value;
+  return success();
+}
+
+LogicalResult LayerConfigAttr::verify(
+    function_ref<InFlightDiagnostic()> emitError, int64_t hidden,
+    int64_t experts, int64_t topK, int64_t groups, int64_t topkGroups,
+    ScoringFunc scoring, GroupScore groupScore, bool scoreBias,
+    bool normTopkProb, llvm::APFloat routedScale, int64_t ffn,
+    int64_t sharedExperts, int64_t sharedFfn, bool sharedGate,
+    Activation activation, Type dtype) {
+  if (failed(checkSize(emitError, "hidden", hidden)) ||
+      failed(checkSize(emitError, "experts", experts)) ||
+      failed(checkSize(emitError, "ffn", ffn)))
+    return failure();
+  if (topK < 1 || topK > experts)
+    return emitError() << "expected 1 <= top_k <= experts (" << experts
+                       << "), got " << topK;
+  if (groups < 1 || groups > experts || experts % groups != 0)
+    return emitError() << "expected groups to divide experts (" << experts
+                       << "), got " << groups;
+  if (topkGroups < 1 || topkGroups > groups)
+    return emitError() << "expected 1 <= topk_groups <= groups (" << groups
+                       << "), got " << topkGroups;
+  int64_t perGroup = experts / groups;
+  if (topK > topkGroups * perGroup)
+    return emitError() << "expected top_k <= topk_groups * experts per group ("
+                       << topkGroups << " * " << perGroup << " = "
+                       << topkGroups * perGroup << "), got " << topK;
+  if (groups > 1 && groupScore == GroupScore::SumTop2 && perGroup < 2)
+    return emitError() << "expected at least 2 experts per group with "
+                          "group_score = sum_top2, got "
+                       << perGroup;
+  double scale = routedScale.convertToDouble();
+  if (!std::isfinite(scale) || scale <= 0.0)
+    return emitError() << "expected a finite routed_scale > 0, got " << scale;
+  if (sharedExperts < 0 || sharedExperts > kMaxDim)
+    return emitError() << "expected 0 <= shared_experts <= " << kMaxDim
+                       << ", got " << sharedExperts;
+  if (sharedExperts > 0) {
+    if (failed(checkSize(emitError, "shared_ffn", sharedFfn)))
+      return failure();
+    if (sharedExperts * sharedFfn > kMaxDim)
+      return emitError() << "expected shared_experts * shared_ffn <= "
+                         << kMaxDim << ", got " << sharedExperts * sharedFfn;
+  } else {
+    if (sharedFfn != 0)
+      return emitError() << "expected shared_ffn = 0 without shared experts, "
+                            "got "
+                         << sharedFfn;
+    if (sharedGate)
+      return emitError() << "expected shared_gate = false without shared "
+                            "experts";
+  }
+  if (!dtype || !(dtype.isF32() || dtype.isBF16() || dtype.isF16()))
+    return emitError() << "expected dtype to be f32, bf16 or f16, got "
+                       << dtype;
+  return success();
+}
+
+LogicalResult
+SmPartitionAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                        int64_t sms, int64_t comm) {
+  if (sms <= 0 || sms > 65536)
+    return emitError() << "expected 0 < sms <= 65536, got " << sms;
+  if (comm < 0 || comm >= sms)
+    return emitError() << "expected 0 <= comm < sms (" << sms << "), got "
+                       << comm;
+  return success();
+}

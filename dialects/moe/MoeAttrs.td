@@ -1,0 +1,192 @@
+//===- MoeAttrs.td - Attributes and enums of the moe dialect -*- tablegen -*-=//
+//
+// Part of moe-compiler.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_DIALECT_MOE_MOEATTRS_TD
+#define MOE_DIALECT_MOE_MOEATTRS_TD
+
+include "moe/MoeDialect.td"
+include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/EnumAttr.td"
+
+//===----------------------------------------------------------------------===//
+// Enums
+//===----------------------------------------------------------------------===//
+
+def Moe_ScoringFunc : I32EnumAttr<"ScoringFunc",
+    "function turning router logits into expert scores", [
+      I32EnumAttrCase<"Softmax", 0, "softmax">,
+      I32EnumAttrCase<"Sigmoid", 1, "sigmoid">
+    ]> {
+  let cppNamespace = "::mlir::moe";
+  let genSpecializedAttr = 0;
+}
+
+def Moe_GroupScore : I32EnumAttr<"GroupScore",
+    "how an expert group is scored for group-limited routing", [
+      I32EnumAttrCase<"Max", 0, "max">,
+      I32EnumAttrCase<"SumTop2", 1, "sum_top2">
+    ]> {
+  let cppNamespace = "::mlir::moe";
+  let genSpecializedAttr = 0;
+}
+
+def Moe_Activation : I32EnumAttr<"Activation",
+    "gated activation of the expert FFN", [
+      I32EnumAttrCase<"SwiGLU", 0, "swiglu">
+    ]> {
+  let cppNamespace = "::mlir::moe";
+  let genSpecializedAttr = 0;
+}
+
+def Moe_AllToAllKind : I32EnumAttr<"AllToAllKind",
+    "direction of an expert-parallel exchange", [
+      I32EnumAttrCase<"Dispatch", 0, "dispatch">,
+      I32EnumAttrCase<"Combine", 1, "combine">
+    ]> {
+  let cppNamespace = "::mlir::moe";
+  let genSpecializedAttr = 0;
+}
+
+class Moe_Attr<string name, string attrMnemonic, list<Trait> traits = []>
+    : AttrDef<Moe_Dialect, name, traits> {
+  let mnemonic = attrMnemonic;
+}
+
+def Moe_ScoringFuncAttr : EnumAttr<Moe_Dialect, Moe_ScoringFunc, "scoring">;
+def Moe_GroupScoreAttr : EnumAttr<Moe_Dialect, Moe_GroupScore, "group_score">;
+def Moe_AllToAllKindAttr
+    : EnumAttr<Moe_Dialect, Moe_AllToAllKind, "all_to_all_kind">;
+
+//===----------------------------------------------------------------------===//
+// Parameters
+//===----------------------------------------------------------------------===//
+
+class Moe_EnumParameter<EnumAttrInfo info, string default>
+    : EnumParameter<info> {
+  let defaultValue = default;
+}
+
+/// A `true`/`false` keyword.
+class Moe_BoolParameter<string desc, string default = "false">
+    : AttrParameter<"bool", desc> {
+  let parser = "::mlir::moe::parseBoolParameter($_parser)";
+  let printer = "$_printer << ($_self ? \"true\" : \"false\")";
+  let defaultValue = default;
+}
+
+/// A floating-point literal, kept as an IEEE double.
+class Moe_F64Parameter<string desc, string default>
+    : APFloatParameter<desc> {
+  let parser = "::mlir::moe::parseF64Parameter($_parser)";
+  let printer = "::mlir::moe::printF64Parameter($_printer, $_self)";
+  let defaultValue = "::llvm::APFloat(" # default # ")";
+}
+
+//===----------------------------------------------------------------------===//
+// #moe.layer_config
+//===----------------------------------------------------------------------===//
+
+def Moe_LayerConfigAttr : Moe_Attr<"LayerConfig", "layer_config"> {
+  let summary = "Shape and routing configuration of an MoE layer";
+  let description = [{
+    Everything that defines an MoE layer apart from its weights:
+
+    | parameter | meaning | default |
+    |---|---|---|
+    | `hidden` | model (hidden) size H | required |
+    | `experts` | routed experts E | required |
+    | `top_k` | experts per token k | required |
+    | `groups` | expert groups for group-limited routing | 1 |
+    | `topk_groups` | groups kept per token | 1 |
+    | `scoring` | `softmax` or `sigmoid` over the router logits | `softmax` |
+    | `group_score` | group rule: `max` score or `sum_top2` of its two best | `max` |
+    | `score_bias` | a score-correction bias is added for selection only | `false` |
+    | `norm_topk_prob` | the k weights are renormalized to sum to one | `false` |
+    | `routed_scale` | factor on the routed weights | `1.0` |
+    | `ffn` | intermediate size F of a routed expert | required |
+    | `shared_experts` | number of shared (dense) experts | 0 |
+    | `shared_ffn` | intermediate size of one shared expert | 0 |
+    | `shared_gate` | shared output scaled by sigmoid(x * g^T) (Qwen2-MoE) | `false` |
+    | `activation` | gated activation of the FFNs | `swiglu` |
+    | `dtype` | element type of activations and weights (f32, bf16, f16) | required |
+
+    Routing: scores are `scoring(x * Wr^T)` in f32. With `groups > 1`, each
+    group of `experts / groups` consecutive experts is scored by its best
+    (biased) score or the sum of its two best, the `topk_groups` best groups
+    are kept, and the top-k is taken over the experts of kept groups. The
+    bias, when present, is added for these selections only; the weights are
+    the unbiased scores of the selected experts, renormalized when
+    `norm_topk_prob`, then multiplied by `routed_scale`.
+
+    Example (DeepSeek-V3):
+
+    ```mlir
+    #moe.layer_config<hidden = 7168, experts = 256, top_k = 8, groups = 8,
+      topk_groups = 4, scoring = sigmoid, group_score = sum_top2,
+      score_bias = true, norm_topk_prob = true, routed_scale = 2.5,
+      ffn = 2048, shared_experts = 1, shared_ffn = 2048, dtype = bf16>
+    ```
+  }];
+  let parameters = (ins
+    "int64_t":$hidden,
+    "int64_t":$experts,
+    "int64_t":$top_k,
+    DefaultValuedParameter<"int64_t", "1">:$groups,
+    DefaultValuedParameter<"int64_t", "1">:$topk_groups,
+    Moe_EnumParameter<Moe_ScoringFunc, "::mlir::moe::ScoringFunc::Softmax">:$scoring,
+    Moe_EnumParameter<Moe_GroupScore, "::mlir::moe::GroupScore::Max">:$group_score,
+    Moe_BoolParameter<"selection-only score-correction bias">:$score_bias,
+    Moe_BoolParameter<"renormalize the top-k weights">:$norm_topk_prob,
+    Moe_F64Parameter<"factor on the routed weights", "1.0">:$routed_scale,
+    "int64_t":$ffn,
+    DefaultValuedParameter<"int64_t", "0">:$shared_experts,
+    DefaultValuedParameter<"int64_t", "0">:$shared_ffn,
+    Moe_BoolParameter<"sigmoid gate on the shared expert output">:$shared_gate,
+    Moe_EnumParameter<Moe_Activation, "::mlir::moe::Activation::SwiGLU">:$activation,
+    "::mlir::Type":$dtype
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// Experts in one group.
+    int64_t getExpertsPerGroup() const { return getExperts() / getGroups(); }
+    /// Intermediate size of all shared experts together (they act as one
+    /// dense FFN of this size).
+    int64_t getSharedFfnTotal() const {
+      return getSharedExperts() * getSharedFfn();
+    }
+    bool hasSharedExperts() const { return getSharedExperts() > 0; }
+    double getRoutedScaleValue() const {
+      return getRoutedScale().convertToDouble();
+    }
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// #moe.sm_partition
+//===----------------------------------------------------------------------===//
+
+def Moe_SmPartitionAttr : Moe_Attr<"SmPartition", "sm_partition"> {
+  let summary = "Split of the GPU's SMs between compute and communication";
+  let description = [{
+    `sms` is the number of SMs of the target GPU and `comm` how many of them
+    are reserved for communication (the all-to-all); the compute kernels'
+    persistent grids use the remaining `sms - comm`. DeepSeek-V3 trained with
+    `#moe.sm_partition<sms = 132, comm = 20>` on H800s. `0 <= comm < sms`.
+
+    The attribute appears as the `partition` of a `moe.layer`, or as the
+    discardable attribute `moe.sm_partition` on a function or module.
+  }];
+  let parameters = (ins "int64_t":$sms, "int64_t":$comm);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// SMs left to the compute kernels.
+    int64_t getComputeSms() const { return getSms() - getComm(); }
+  }];
+}
+
+#endif // MOE_DIALECT_MOE_MOEATTRS_TD

@@ -1,0 +1,44 @@
+//===- MoeDialect.cpp - The moe dialect -----------------------------------===//
+//
+// Part of moe-compiler.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/MoeDialect.h"
+#include "moe/MoeOps.h"
+
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+
+#include "moe/MoeDialect.cpp.inc"
+#include "moe/MoeEnums.cpp.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "moe/MoeAttrs.cpp.inc"
+
+void MoeDialect::initialize() {
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "moe/MoeAttrs.cpp.inc"
+      >();
+  addOperations<
+#define GET_OP_LIST
+#include "moe/MoeOps.cpp.inc"
+      >();
+}
+
+LogicalResult MoeDialect::verifyOperationAttribute(Operation *op,
+                                                   NamedAttribute attr) {
+  if (attr.getName() == getSmPartitionAttrName()) {
+    if (!isa<SmPartitionAttr>(attr.getValue()))
+      return op->emitError()
+             << "expected '" << getSmPartitionAttrName()
+             << "' to be a #moe.sm_partition attribute, got "
+             << attr.getValue();
+    return success();
+  }
+  return op->emitError() << "unknown moe dialect attribute '"
+                         << attr.getName().getValue() << "'";
+}

@@ -1,0 +1,524 @@
+//===- MoeOps.cpp - Operations of the moe dialect -------------------------===//
+//
+// Part of moe-compiler.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/MoeOps.h"
+#include "moe/Support/Routing.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/TypeUtilities.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::moe;
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+static constexpr int64_t kDynamic = ShapedType::kDynamic;
+
+/// Result types are compatible with the inferred ones when they have the
+/// same element type and shapes that agree wherever both are static.
+static bool areCompatibleTensorTypes(TypeRange lhs, TypeRange rhs) {
+  if (lhs.size() != rhs.size())
+    return false;
+  for (auto [l, r] : llvm::zip(lhs, rhs)) {
+    auto lt = dyn_cast<RankedTensorType>(l);
+    auto rt = dyn_cast<RankedTensorType>(r);
+    if (!lt || !rt)
+      return l == r;
+    if (lt.getElementType() != rt.getElementType() ||
+        failed(verifyCompatibleShape(lt, rt)))
+      return false;
+  }
+  return true;
+}
+
+static RankedTensorType getTensor(ArrayRef<int64_t> shape, Type elementType) {
+  return RankedTensorType::get(shape, elementType);
+}
+
+static RankedTensorType asRanked(Value value) {
+  return cast<RankedTensorType>(value.getType());
+}
+
+/// Returns `size` if it can be a tensor dimension, else a dynamic size (the
+/// verifier reports the bad value).
+static int64_t asDim(int64_t size) { return size >= 0 ? size : kDynamic; }
+
+/// Picks the static one of two sizes that must agree.
+static int64_t mergeDims(int64_t a, int64_t b) {
+  return ShapedType::isDynamic(a) ? b : a;
+}
+
+/// Checks that `type` has a static size in each of `dims`.
+static LogicalResult requireStaticDims(Operation *op, StringRef what,
+                                       RankedTensorType type,
+                                       ArrayRef<int64_t> dims) {
+  for (int64_t dim : dims)
+    if (type.isDynamicDim(dim))
+      return op->emitOpError()
+             << "expected " << what << " to have a static size in dim " << dim
+             << ", got " << type;
+  return success();
+}
+
+/// Checks dimension `dim` of `type` against an expected size; either may be
+/// dynamic, in which case nothing is checked.
+static LogicalResult expectDim(Operation *op, StringRef what,
+                               RankedTensorType type, int64_t dim,
+                               int64_t expected, StringRef meaning) {
+  int64_t actual = type.getDimSize(dim);
+  if (ShapedType::isDynamic(actual) || ShapedType::isDynamic(expected) ||
+      actual == expected)
+    return success();
+  return op->emitOpError() << "expected " << what << " dim " << dim << " ("
+                           << meaning << ") to be " << expected << ", got "
+                           << actual;
+}
+
+static LogicalResult expectElementType(Operation *op, StringRef what,
+                                       Type actual, Type expected) {
+  if (actual == expected)
+    return success();
+  return op->emitOpError() << "expected " << what << " element type "
+                           << expected << ", got " << actual;
+}
+
+/// Checks that `offsets` is a static `[experts + 1]` vector and returns the
+/// number of experts it describes.
+static FailureOr<int64_t> getExpertsFromOffsets(Operation *op,
+                                                RankedTensorType offsets) {
+  if (offsets.isDynamicDim(0) || offsets.getDimSize(0) < 2)
+    return op->emitOpError()
+           << "expected offsets of static size experts + 1 >= 2, got "
+           << offsets;
+  return offsets.getDimSize(0) - 1;
+}
+
+//===----------------------------------------------------------------------===//
+// LayerOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+LayerOp::inferReturnTypes(MLIRContext *, std::optional<Location>,
+                          Adaptor adaptor,
+                          SmallVectorImpl<Type> &inferredReturnTypes) {
+  inferredReturnTypes.push_back(adaptor.getInput().getType());
+  return success();
+}
+
+bool LayerOp::isCompatibleReturnTypes(TypeRange l, TypeRange r) {
+  return areCompatibleTensorTypes(l, r);
+}
+
+/// Checks an optional operand that must be present exactly when `required`.
+static LogicalResult checkPresence(Operation *op, Value value, bool required,
+                                   StringRef operand, StringRef condition) {
+  if (required && !value)
+    return op->emitOpError() << "expected a " << operand << " operand since "
+                             << condition;
+  if (!required && value)
+    return op->emitOpError() << "unexpected " << operand << " operand unless "
+                             << condition;
+  return success();
+}
+
+/// Checks that `value` has exactly the static shape `shape` and element
+/// type `elementType`.
+static LogicalResult expectShape(Operation *op, StringRef what, Value value,
+                                 ArrayRef<int64_t> shape, Type elementType) {
+  auto type = asRanked(value);
+  if (type.getShape() != shape) {
+    std::string expected;
+    llvm::raw_string_ostream os(expected);
+    llvm::interleave(shape, os, "x");
+    return op->emitOpError() << "expected " << what << " of shape ["
+                             << expected << "], got " << type;
+  }
+  return expectElementType(op, what, type.getElementType(), elementType);
+}
+
+LogicalResult LayerOp::verify() {
+  LayerConfigAttr config = getConfig();
+  Operation *op = getOperation();
+  int64_t h = config.getHidden(), e = config.getExperts(),
+          f = config.getFfn(), s = config.getSharedFfnTotal();
+  Type dtype = config.getDtype();
+
+  auto input = asRanked(getInput());
+  if (failed(expectDim(op, "input", input, 1, h, "hidden")))
+    return failure();
+  if (input.isDynamicDim(1))
+    return op->emitOpError() << "expected a static hidden size, got " << input;
+  if (failed(expectElementType(op, "input", input.getElementType(), dtype)))
+    return failure();
+
+  auto router = asRanked(getRouterWeight());
+  Type routerElt = router.getElementType();
+  if (routerElt != dtype && !routerElt.isF32())
+    return emitOpError() << "expected router weight element type f32 or "
+                         << dtype << ", got " << routerElt;
+  if (failed(expectShape(op, "router weight", getRouterWeight(), {e, h},
+                         routerElt)))
+    return failure();
+
+  if (failed(checkPresence(op, getScoreBias(), config.getScoreBias(),
+                           "score-correction bias", "score_bias = true")))
+    return failure();
+  if (getScoreBias() &&
+      failed(expectShape(op, "score-correction bias", getScoreBias(), {e},
+                         Float32Type::get(getContext()))))
+    return failure();
+
+  if (failed(expectShape(op, "gate weight", getGateWeight(), {e, f, h},
+                         dtype)) ||
+      failed(expectShape(op, "up weight", getUpWeight(), {e, f, h}, dtype)) ||
+      failed(expectShape(op, "down weight", getDownWeight(), {e, h, f},
+                         dtype)))
+    return failure();
+
+  if (failed(checkPresence(op, getSharedGateWeight(),
+                           config.hasSharedExperts(), "shared expert",
+                           "shared_experts > 0")))
+    return failure();
+  if (getSharedGateWeight() &&
+      (failed(expectShape(op, "shared gate weight", getSharedGateWeight(),
+                          {s, h}, dtype)) ||
+       failed(expectShape(op, "shared up weight", getSharedUpWeight(), {s, h},
+                          dtype)) ||
+       failed(expectShape(op, "shared down weight", getSharedDownWeight(),
+                          {h, s}, dtype))))
+    return failure();
+
+  if (failed(checkPresence(op, getSharedExpertGate(), config.getSharedGate(),
+                           "shared_gate", "shared_gate = true")))
+    return failure();
+  if (getSharedExpertGate() &&
+      failed(expectShape(op, "shared expert gate", getSharedExpertGate(),
+                         {1, h}, dtype)))
+    return failure();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// RouterOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+RouterOp::inferReturnTypes(MLIRContext *context, std::optional<Location>,
+                           Adaptor adaptor,
+                           SmallVectorImpl<Type> &inferredReturnTypes) {
+  auto input = cast<RankedTensorType>(adaptor.getInput().getType());
+  auto weight = cast<RankedTensorType>(adaptor.getWeight().getType());
+  inferredReturnTypes.push_back(
+      getTensor({input.getDimSize(0), weight.getDimSize(0)},
+                Float32Type::get(context)));
+  return success();
+}
+
+bool RouterOp::isCompatibleReturnTypes(TypeRange l, TypeRange r) {
+  return areCompatibleTensorTypes(l, r);
+}
+
+LogicalResult RouterOp::verify() {
+  Operation *op = getOperation();
+  auto input = asRanked(getInput());
+  auto weight = asRanked(getWeight());
+  if (failed(requireStaticDims(op, "the input", input, {1})) ||
+      failed(requireStaticDims(op, "the weight", weight, {0, 1})) ||
+      failed(expectDim(op, "weight", weight, 1, input.getDimSize(1),
+                       "hidden")))
+    return failure();
+  Type elt = weight.getElementType();
+  if (elt != input.getElementType() && !elt.isF32())
+    return emitOpError() << "expected weight element type f32 or "
+                         << input.getElementType() << ", got " << elt;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// TopKOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+TopKOp::inferReturnTypes(MLIRContext *context, std::optional<Location>,
+                         Adaptor adaptor,
+                         SmallVectorImpl<Type> &inferredReturnTypes) {
+  auto scores = cast<RankedTensorType>(adaptor.getScores().getType());
+  SmallVector<int64_t> shape = {scores.getDimSize(0),
+                                asDim(static_cast<int64_t>(adaptor.getK()))};
+  inferredReturnTypes.push_back(
+      getTensor(shape, IntegerType::get(context, 32)));
+  inferredReturnTypes.push_back(getTensor(shape, Float32Type::get(context)));
+  return success();
+}
+
+bool TopKOp::isCompatibleReturnTypes(TypeRange l, TypeRange r) {
+  return areCompatibleTensorTypes(l, r);
+}
+
+LogicalResult TopKOp::verify() {
+  Operation *op = getOperation();
+  auto scores = asRanked(getScores());
+  if (failed(requireStaticDims(op, "scores", scores, {1})))
+    return failure();
+  int64_t experts = scores.getDimSize(1);
+  if (getBias()) {
+    auto bias = asRanked(getBias());
+    if (failed(expectDim(op, "bias", bias, 0, experts, "experts")) ||
+        failed(requireStaticDims(op, "the bias", bias, {0})))
+      return failure();
+  }
+  auto k = static_cast<int64_t>(getK());
+  auto groups = static_cast<int64_t>(getGroups());
+  auto topkGroups = static_cast<int64_t>(getTopkGroups());
+  if (k < 1 || k > experts)
+    return emitOpError() << "expected 1 <= k <= experts (" << experts
+                         << "), got " << k;
+  if (groups < 1 || groups > experts || experts % groups != 0)
+    return emitOpError() << "expected groups to divide experts (" << experts
+                         << "), got " << groups;
+  if (topkGroups < 1 || topkGroups > groups)
+    return emitOpError() << "expected 1 <= topk_groups <= groups (" << groups
+                         << "), got " << topkGroups;
+  int64_t perGroup = experts / groups;
+  if (k > topkGroups * perGroup)
+    return emitOpError() << "expected k <= topk_groups * experts per group ("
+                         << topkGroups << " * " << perGroup << " = "
+                         << topkGroups * perGroup << "), got " << k;
+  if (groups > 1 && getGroupScore() == GroupScore::SumTop2 && perGroup < 2)
+    return emitOpError() << "expected at least 2 experts per group with "
+                            "group_score = sum_top2, got "
+                         << perGroup;
+  double scale = getScale().convertToDouble();
+  if (!std::isfinite(scale) || scale <= 0.0)
+    return emitOpError() << "expected a finite scale > 0, got " << scale;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// DispatchOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+DispatchOp::inferReturnTypes(MLIRContext *context, std::optional<Location>,
+                             Adaptor adaptor,
+                             SmallVectorImpl<Type> &inferredReturnTypes) {
+  auto input = cast<RankedTensorType>(adaptor.getInput().getType());
+  auto indices = cast<RankedTensorType>(adaptor.getIndices().getType());
+  auto experts = static_cast<int64_t>(adaptor.getExperts());
+  Type i32 = IntegerType::get(context, 32);
+  inferredReturnTypes.push_back(
+      getTensor({kDynamic, input.getDimSize(1)}, input.getElementType()));
+  inferredReturnTypes.push_back(
+      getTensor({experts >= 1 ? experts + 1 : kDynamic}, i32));
+  inferredReturnTypes.push_back(
+      getTensor({mergeDims(input.getDimSize(0), indices.getDimSize(0)),
+                 indices.getDimSize(1)},
+                i32));
+  return success();
+}
+
+bool DispatchOp::isCompatibleReturnTypes(TypeRange l, TypeRange r) {
+  return areCompatibleTensorTypes(l, r);
+}
+
+LogicalResult DispatchOp::verify() {
+  Operation *op = getOperation();
+  auto input = asRanked(getInput());
+  auto indices = asRanked(getIndices());
+  auto experts = static_cast<int64_t>(getExperts());
+  auto alignment = static_cast<int64_t>(getAlignment());
+  if (experts < 1 || experts > std::numeric_limits<int32_t>::max())
+    return emitOpError() << "expected 1 <= experts <= 2147483647, got "
+                         << experts;
+  if (!isPowerOfTwo(alignment) || alignment > (1 << 16))
+    return emitOpError()
+           << "expected alignment to be a power of two <= 65536, got "
+           << alignment;
+  if (failed(requireStaticDims(op, "the indices", indices, {1})) ||
+      failed(expectDim(op, "indices", indices, 0, input.getDimSize(0),
+                       "tokens")))
+    return failure();
+  int64_t k = indices.getDimSize(1);
+  if (k < 1 || k > experts)
+    return emitOpError() << "expected 1 <= experts per token <= experts ("
+                         << experts << "), got " << k;
+
+  int64_t tokens = mergeDims(input.getDimSize(0), indices.getDimSize(0));
+  int64_t rows = asRanked(getRows()).getDimSize(0);
+  if (ShapedType::isDynamic(tokens)) {
+    if (!ShapedType::isDynamic(rows))
+      return emitOpError() << "expected a dynamic row count with a dynamic "
+                              "token count, got "
+                           << rows;
+    return success();
+  }
+  std::optional<int64_t> bound =
+      paddedRowsUpperBound(tokens, k, experts, alignment);
+  if (!bound)
+    return emitOpError() << "padded row count for " << tokens << " tokens x "
+                         << k << " overflows";
+  if (!ShapedType::isDynamic(rows) && rows != *bound)
+    return emitOpError() << "expected " << *bound
+                         << " rows (the padded upper bound for " << tokens
+                         << " tokens x " << k << " over " << experts
+                         << " experts with alignment " << alignment
+                         << "), got " << rows;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// GroupedMatmulOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult GroupedMatmulOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location>, Adaptor adaptor,
+    SmallVectorImpl<Type> &inferredReturnTypes) {
+  auto input = cast<RankedTensorType>(adaptor.getInput().getType());
+  auto weight = cast<RankedTensorType>(adaptor.getWeight().getType());
+  inferredReturnTypes.push_back(getTensor(
+      {input.getDimSize(0), weight.getDimSize(1)}, input.getElementType()));
+  return success();
+}
+
+bool GroupedMatmulOp::isCompatibleReturnTypes(TypeRange l, TypeRange r) {
+  return areCompatibleTensorTypes(l, r);
+}
+
+LogicalResult GroupedMatmulOp::verify() {
+  Operation *op = getOperation();
+  auto input = asRanked(getInput());
+  auto weight = asRanked(getWeight());
+  if (failed(requireStaticDims(op, "the input", input, {1})) ||
+      failed(requireStaticDims(op, "the weight", weight, {0, 1, 2})) ||
+      failed(expectDim(op, "weight", weight, 2, input.getDimSize(1),
+                       "reduction size of the input")) ||
+      failed(expectElementType(op, "weight", weight.getElementType(),
+                               input.getElementType())))
+    return failure();
+  FailureOr<int64_t> experts =
+      getExpertsFromOffsets(op, asRanked(getOffsets()));
+  if (failed(experts))
+    return failure();
+  if (*experts != weight.getDimSize(0))
+    return emitOpError() << "expected offsets of size experts + 1 = "
+                         << weight.getDimSize(0) + 1 << ", got "
+                         << *experts + 1;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// CombineOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+CombineOp::inferReturnTypes(MLIRContext *, std::optional<Location>,
+                            Adaptor adaptor,
+                            SmallVectorImpl<Type> &inferredReturnTypes) {
+  auto rows = cast<RankedTensorType>(adaptor.getRows().getType());
+  auto rowMap = cast<RankedTensorType>(adaptor.getRowMap().getType());
+  auto weights = cast<RankedTensorType>(adaptor.getWeights().getType());
+  inferredReturnTypes.push_back(
+      getTensor({mergeDims(rowMap.getDimSize(0), weights.getDimSize(0)),
+                 rows.getDimSize(1)},
+                rows.getElementType()));
+  return success();
+}
+
+bool CombineOp::isCompatibleReturnTypes(TypeRange l, TypeRange r) {
+  return areCompatibleTensorTypes(l, r);
+}
+
+LogicalResult CombineOp::verify() {
+  Operation *op = getOperation();
+  auto rowMap = asRanked(getRowMap());
+  auto weights = asRanked(getWeights());
+  if (failed(requireStaticDims(op, "the row map", rowMap, {1})) ||
+      failed(requireStaticDims(op, "the rows", asRanked(getRows()), {1})))
+    return failure();
+  if (failed(verifyCompatibleShape(rowMap, weights)))
+    return emitOpError() << "expected row map and weights of the same shape, "
+                            "got "
+                         << rowMap << " and " << weights;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// SharedExpertOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult SharedExpertOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location>, Adaptor adaptor,
+    SmallVectorImpl<Type> &inferredReturnTypes) {
+  inferredReturnTypes.push_back(adaptor.getInput().getType());
+  return success();
+}
+
+bool SharedExpertOp::isCompatibleReturnTypes(TypeRange l, TypeRange r) {
+  return areCompatibleTensorTypes(l, r);
+}
+
+LogicalResult SharedExpertOp::verify() {
+  Operation *op = getOperation();
+  auto input = asRanked(getInput());
+  if (failed(requireStaticDims(op, "the input", input, {1})))
+    return failure();
+  auto gate = asRanked(getGateWeight());
+  if (failed(requireStaticDims(op, "the gate weight", gate, {0, 1})))
+    return failure();
+  int64_t h = input.getDimSize(1), s = gate.getDimSize(0);
+  Type elt = input.getElementType();
+  if (failed(expectShape(op, "gate weight", getGateWeight(), {s, h}, elt)) ||
+      failed(expectShape(op, "up weight", getUpWeight(), {s, h}, elt)) ||
+      failed(expectShape(op, "down weight", getDownWeight(), {h, s}, elt)))
+    return failure();
+  if (getExpertGate() &&
+      failed(expectShape(op, "expert gate", getExpertGate(), {1, h}, elt)))
+    return failure();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// AllToAllOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+AllToAllOp::inferReturnTypes(MLIRContext *, std::optional<Location>,
+                             Adaptor adaptor,
+                             SmallVectorImpl<Type> &inferredReturnTypes) {
+  auto input = cast<RankedTensorType>(adaptor.getInput().getType());
+  inferredReturnTypes.push_back(
+      getTensor({kDynamic, input.getDimSize(1)}, input.getElementType()));
+  inferredReturnTypes.push_back(adaptor.getOffsets().getType());
+  return success();
+}
+
+bool AllToAllOp::isCompatibleReturnTypes(TypeRange l, TypeRange r) {
+  return areCompatibleTensorTypes(l, r);
+}
+
+LogicalResult AllToAllOp::verify() {
+  Operation *op = getOperation();
+  if (failed(requireStaticDims(op, "the input", asRanked(getInput()), {1})))
+    return failure();
+  FailureOr<int64_t> experts =
+      getExpertsFromOffsets(op, asRanked(getOffsets()));
+  if (failed(experts))
+    return failure();
+  auto ep = static_cast<int64_t>(getEpSize());
+  if (ep < 1 || ep > *experts || *experts % ep != 0)
+    return emitOpError() << "expected ep_size to divide experts (" << *experts
+                         << "), got " << ep;
+  return success();
+}
+
+#define GET_OP_CLASSES
+#include "moe/MoeOps.cpp.inc"

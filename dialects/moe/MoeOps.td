@@ -1,0 +1,331 @@
+//===- MoeOps.td - Operations of the moe dialect -----------*- tablegen -*-===//
+//
+// Part of moe-compiler.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_DIALECT_MOE_MOEOPS_TD
+#define MOE_DIALECT_MOE_MOEOPS_TD
+
+include "moe/MoeDialect.td"
+include "moe/MoeAttrs.td"
+include "mlir/IR/CommonTypeConstraints.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+//===----------------------------------------------------------------------===//
+// Type constraints
+//===----------------------------------------------------------------------===//
+
+defvar Moe_ElementTypes = [F32, BF16, F16];
+def Moe_Activations : TensorRankOf<Moe_ElementTypes, [2]>;
+def Moe_ExpertWeights : TensorRankOf<Moe_ElementTypes, [3]>;
+def Moe_F32Matrix : TensorRankOf<[F32], [2]>;
+def Moe_F32Vector : TensorRankOf<[F32], [1]>;
+def Moe_I32Matrix : TensorRankOf<[I32], [2]>;
+def Moe_I32Vector : TensorRankOf<[I32], [1]>;
+
+/// Ops whose result types follow from their operands: the inferred types may
+/// be less static than the declared ones (a dynamic token count).
+class Moe_InferredOp<string mnemonic, list<Trait> traits = []>
+    : Moe_Op<mnemonic, !listconcat(traits,
+                                   [InferTypeOpAdaptorWithIsCompatible])>;
+
+//===----------------------------------------------------------------------===//
+// moe.layer
+//===----------------------------------------------------------------------===//
+
+def Moe_LayerOp : Moe_InferredOp<"layer", [Pure, AttrSizedOperandSegments]> {
+  let summary = "A whole Mixture-of-Experts layer";
+  let description = [{
+    `y = combine(experts(dispatch(x, topk(router(x))))) + shared(x)` as
+    defined by `config`. Operands, with T tokens, H = `hidden`,
+    E = `experts`, F = `ffn`, S = `shared_experts * shared_ffn`:
+
+    - `x`: `[T, H]` activations of element type `dtype`;
+    - `router(w)`: the router weight `[E, H]` (`dtype` or f32), and
+      `bias(b)`, the `[E]` f32 score-correction bias, present exactly when
+      `score_bias`;
+    - `experts(gate, up, down)`: `[E, F, H]`, `[E, F, H]`, `[E, H, F]`;
+    - `shared(gate, up, down)`: `[S, H]`, `[S, H]`, `[H, S]`, present
+      exactly when `shared_experts > 0`;
+    - `shared_gate(g)`: `[1, H]`, present exactly when `shared_gate`.
+
+    The result is `[T, H]` of element type `dtype`. `partition`, when
+    present, is the SM split the layer's kernels are compiled for.
+
+    ```mlir
+    %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd)
+           {config = #moe.layer_config<hidden = 64, experts = 8, top_k = 2,
+                                       ffn = 32, dtype = f32>}
+           : (tensor<?x64xf32>, tensor<8x64xf32>, tensor<8x32x64xf32>,
+              tensor<8x32x64xf32>, tensor<8x64x32xf32>) -> tensor<?x64xf32>
+    ```
+  }];
+  let arguments = (ins
+    Moe_Activations:$input,
+    TensorRankOf<Moe_ElementTypes, [2]>:$router_weight,
+    Optional<Moe_F32Vector>:$score_bias,
+    Moe_ExpertWeights:$gate_weight,
+    Moe_ExpertWeights:$up_weight,
+    Moe_ExpertWeights:$down_weight,
+    Optional<Moe_Activations>:$shared_gate_weight,
+    Optional<Moe_Activations>:$shared_up_weight,
+    Optional<Moe_Activations>:$shared_down_weight,
+    Optional<Moe_Activations>:$shared_expert_gate,
+    Moe_LayerConfigAttr:$config,
+    OptionalAttr<Moe_SmPartitionAttr>:$partition
+  );
+  let results = (outs Moe_Activations:$output);
+  let assemblyFormat = [{
+    $input `router` `(` $router_weight (`,` `bias` $score_bias^)? `)`
+    `experts` `(` $gate_weight `,` $up_weight `,` $down_weight `)`
+    (`shared` `(` $shared_gate_weight^ `,` $shared_up_weight `,`
+                  $shared_down_weight `)`)?
+    (`shared_gate` `(` $shared_expert_gate^ `)`)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Routing
+//===----------------------------------------------------------------------===//
+
+def Moe_RouterOp : Moe_InferredOp<"router", [Pure]> {
+  let summary = "Router scores of every token for every expert";
+  let description = [{
+    `scores[t, e] = scoring(sum_h x[t, h] * w[e, h])`, computed and returned
+    in f32. `scoring` is `softmax` (over the E experts of a token) or
+    `sigmoid` (elementwise).
+
+    ```mlir
+    %s = moe.router %x, %w {scoring = #moe.scoring<sigmoid>}
+           : tensor<?x64xbf16>, tensor<8x64xbf16> -> tensor<?x8xf32>
+    ```
+  }];
+  let arguments = (ins Moe_Activations:$input, Moe_Activations:$weight,
+                       Moe_ScoringFuncAttr:$scoring);
+  let results = (outs Moe_F32Matrix:$scores);
+  let assemblyFormat = [{
+    $input `,` $weight attr-dict `:` type($input) `,` type($weight)
+    `->` type($scores)
+  }];
+  let hasVerifier = 1;
+}
+
+def Moe_TopKOp : Moe_InferredOp<"topk", [Pure]> {
+  let summary = "Group-limited top-k expert selection";
+  let description = [{
+    Selects `k` distinct experts per token from `scores` `[T, E]` and returns
+    their ids `[T, k]` (i32, in descending order of biased score) and routing
+    weights `[T, k]` (f32).
+
+    Selection uses `scores + bias` when `bias` (`[E]`, f32) is given. With
+    `groups > 1`, the experts form `groups` groups of `E / groups`
+    consecutive experts; a group's score is its best selection score
+    (`group_score = max`) or the sum of its two best (`sum_top2`); only the
+    experts of the `topk_groups` best groups can be chosen. The weights are
+    the unbiased scores of the chosen experts, divided by their sum when
+    `normalize` is set, then multiplied by `scale`. Ties go to the lower
+    index.
+
+    ```mlir
+    %ids, %w = moe.topk %s bias(%b) {k = 8, groups = 8, topk_groups = 4,
+                 group_score = #moe.group_score<sum_top2>, normalize,
+                 scale = 2.5 : f64}
+               : tensor<?x256xf32>, tensor<256xf32>
+               -> tensor<?x8xi32>, tensor<?x8xf32>
+    ```
+  }];
+  let arguments = (ins
+    Moe_F32Matrix:$scores,
+    Optional<Moe_F32Vector>:$bias,
+    I64Attr:$k,
+    DefaultValuedAttr<I64Attr, "1">:$groups,
+    DefaultValuedAttr<I64Attr, "1">:$topk_groups,
+    DefaultValuedAttr<Moe_GroupScoreAttr, "::mlir::moe::GroupScore::Max">
+        :$group_score,
+    UnitAttr:$normalize,
+    DefaultValuedAttr<F64Attr, "1.0">:$scale
+  );
+  let results = (outs Moe_I32Matrix:$indices, Moe_F32Matrix:$weights);
+  let assemblyFormat = [{
+    $scores (`bias` `(` $bias^ `)`)? attr-dict `:` type($scores)
+    (`,` type($bias)^)? `->` type($indices) `,` type($weights)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Dispatch, expert compute, combine
+//===----------------------------------------------------------------------===//
+
+def Moe_DispatchOp : Moe_InferredOp<"dispatch", [Pure]> {
+  let summary = "Permute tokens into an expert-contiguous, padded buffer";
+  let description = [{
+    For `x` `[T, H]` and the selected expert ids `[T, k]`, writes every
+    (token, slot) pair's row of `x` into `rows`, grouped by expert in
+    ascending expert order and, within an expert, in ascending token order.
+    Each expert's segment starts at a multiple of `alignment` (a power of
+    two: the GEMM's M block) and its padding rows are zero.
+
+    - `offsets` `[E + 1]`: expert `e` owns rows `[offsets[e], offsets[e+1])`;
+      `offsets[0] = 0` and `offsets[E]` is the used row count.
+    - `row_map` `[T, k]`: the row of `rows` that holds token `t`'s copy for
+      its `j`-th expert.
+    - `rows` has a static upper bound of rows that depends only on T, k, E
+      and `alignment` (one row for each of min(E, T*k) experts, the rest in
+      whole blocks); with a static T the row count must equal it, otherwise
+      it is dynamic.
+
+    ```mlir
+    %rows, %offsets, %map = moe.dispatch %x, %ids {experts = 8, alignment = 128}
+        : tensor<?x64xf32>, tensor<?x2xi32>
+        -> tensor<?x64xf32>, tensor<9xi32>, tensor<?x2xi32>
+    ```
+  }];
+  let arguments = (ins Moe_Activations:$input, Moe_I32Matrix:$indices,
+                       I64Attr:$experts,
+                       DefaultValuedAttr<I64Attr, "128">:$alignment);
+  let results = (outs Moe_Activations:$rows, Moe_I32Vector:$offsets,
+                      Moe_I32Matrix:$row_map);
+  let assemblyFormat = [{
+    $input `,` $indices attr-dict `:` type($input) `,` type($indices)
+    `->` type($rows) `,` type($offsets) `,` type($row_map)
+  }];
+  let hasVerifier = 1;
+}
+
+def Moe_GroupedMatmulOp : Moe_InferredOp<"grouped_matmul", [Pure]> {
+  let summary = "Per-expert GEMM over an expert-contiguous buffer";
+  let description = [{
+    `out[r, n] = sum_k in[r, k] * w[e, n, k]` for every row `r` in
+    `[offsets[e], offsets[e+1])`; rows past `offsets[E]` are zero.
+    `w` is `[E, N, K]` (each expert's weight in (out, in) layout), `in`
+    `[R, K]`, `offsets` `[E + 1]` i32, the result `[R, N]`. Accumulation is
+    in f32; the result has the input's element type.
+
+    ```mlir
+    %h = moe.grouped_matmul %rows, %w, %offsets
+           : tensor<?x64xbf16>, tensor<8x32x64xbf16>, tensor<9xi32>
+           -> tensor<?x32xbf16>
+    ```
+  }];
+  let arguments = (ins Moe_Activations:$input, Moe_ExpertWeights:$weight,
+                       Moe_I32Vector:$offsets);
+  let results = (outs Moe_Activations:$output);
+  let assemblyFormat = [{
+    $input `,` $weight `,` $offsets attr-dict `:` type($input) `,`
+    type($weight) `,` type($offsets) `->` type($output)
+  }];
+  let hasVerifier = 1;
+}
+
+def Moe_SwiGLUOp : Moe_Op<"swiglu", [Pure, SameOperandsAndResultType]> {
+  let summary = "SwiGLU: silu(gate) * up, elementwise";
+  let description = [{
+    `out = gate * sigmoid(gate) * up`, elementwise over two tensors of the
+    same type (the gate and up projections of an FFN).
+
+    ```mlir
+    %a = moe.swiglu %g, %u : tensor<?x32xbf16>
+    ```
+  }];
+  let arguments = (ins Moe_Activations:$gate, Moe_Activations:$up);
+  let results = (outs Moe_Activations:$output);
+  let assemblyFormat = "$gate `,` $up attr-dict `:` type($output)";
+}
+
+def Moe_CombineOp : Moe_InferredOp<"combine", [Pure]> {
+  let summary = "Weighted un-permute of expert outputs back to tokens";
+  let description = [{
+    `y[t, h] = sum_j weights[t, j] * rows[row_map[t, j], h]`, accumulated in
+    f32; `rows` `[R, H]`, `row_map` and `weights` `[T, k]`, the result
+    `[T, H]` with the element type of `rows`.
+
+    ```mlir
+    %y = moe.combine %rows, %map, %w
+           : tensor<?x64xf32>, tensor<?x2xi32>, tensor<?x2xf32>
+           -> tensor<?x64xf32>
+    ```
+  }];
+  let arguments = (ins Moe_Activations:$rows, Moe_I32Matrix:$row_map,
+                       Moe_F32Matrix:$weights);
+  let results = (outs Moe_Activations:$output);
+  let assemblyFormat = [{
+    $rows `,` $row_map `,` $weights attr-dict `:` type($rows) `,`
+    type($row_map) `,` type($weights) `->` type($output)
+  }];
+  let hasVerifier = 1;
+}
+
+def Moe_SharedExpertOp : Moe_InferredOp<"shared_expert",
+                                        [Pure]> {
+  let summary = "The shared (dense) expert FFN every token goes through";
+  let description = [{
+    `y = down(silu(x * gate^T) * (x * up^T))` with `gate`, `up` `[S, H]` and
+    `down` `[H, S]`; with `gate(g)` (`[1, H]`, Qwen2-MoE's
+    `shared_expert_gate`) the result is multiplied per token by
+    `sigmoid(x * g^T)`. Several shared experts of size F act as one of size
+    `S = n * F`.
+
+    ```mlir
+    %s = moe.shared_expert %x, %g, %u, %d
+           : (tensor<?x64xf32>, tensor<32x64xf32>, tensor<32x64xf32>,
+              tensor<64x32xf32>) -> tensor<?x64xf32>
+    ```
+  }];
+  let arguments = (ins Moe_Activations:$input,
+                       Moe_Activations:$gate_weight,
+                       Moe_Activations:$up_weight,
+                       Moe_Activations:$down_weight,
+                       Optional<Moe_Activations>:$expert_gate);
+  let results = (outs Moe_Activations:$output);
+  let assemblyFormat = [{
+    $input `,` $gate_weight `,` $up_weight `,` $down_weight
+    (`gate` `(` $expert_gate^ `)`)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Expert parallelism
+//===----------------------------------------------------------------------===//
+
+def Moe_AllToAllOp : Moe_InferredOp<"all_to_all"> {
+  let summary = "Expert-parallel exchange of dispatched rows";
+  let description = [{
+    A collective over `ep_size` ranks; rank `r` owns the `E / ep_size`
+    consecutive experts starting at `r * E / ep_size`.
+
+    - `kind = dispatch`: `input` is this rank's dispatched buffer with
+      per-expert `offsets` `[E + 1]` (as produced by `moe.dispatch`). Every
+      expert segment is sent to its owner. `output` holds what this rank
+      received, ordered by (local expert, source rank), and `output_offsets`
+      `[E + 1]` delimits those `E` segments.
+    - `kind = combine`: the reverse exchange: `input` is laid out by (local
+      expert, source rank) and each segment goes back to its source rank,
+      which receives its rows in (expert) order again.
+
+    Segments keep their padding, so the alignment of the dispatched buffer
+    holds on the other side. The op communicates, so it is not `Pure`.
+
+    ```mlir
+    %recv, %recv_offsets = moe.all_to_all %rows, %offsets
+        {ep_size = 4, kind = #moe.all_to_all_kind<dispatch>}
+        : tensor<?x64xbf16>, tensor<17xi32> -> tensor<?x64xbf16>, tensor<17xi32>
+    ```
+  }];
+  let arguments = (ins Moe_Activations:$input, Moe_I32Vector:$offsets,
+                       I64Attr:$ep_size, Moe_AllToAllKindAttr:$kind);
+  let results = (outs Moe_Activations:$output, Moe_I32Vector:$output_offsets);
+  let assemblyFormat = [{
+    $input `,` $offsets attr-dict `:` type($input) `,` type($offsets) `->`
+    type($output) `,` type($output_offsets)
+  }];
+  let hasVerifier = 1;
+}
+
+#endif // MOE_DIALECT_MOE_MOEOPS_TD

@@ -1,0 +1,113 @@
+//===- DecomposeLayer.cpp - moe.layer to its primitives -------------------===//
+//
+// Part of moe-compiler.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Transforms/Passes.h"
+#include "moe/MoeOps.h"
+#include "moe/Support/Routing.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
+
+namespace mlir::moe {
+#define GEN_PASS_DEF_MOEDECOMPOSELAYER
+#include "moe/Transforms/Passes.h.inc"
+} // namespace mlir::moe
+
+using namespace mlir;
+using namespace mlir::moe;
+
+namespace {
+
+/// Emits the primitives of `layer` before it and returns the layer's output.
+Value decompose(OpBuilder &b, LayerOp layer, int64_t alignment) {
+  LayerConfigAttr config = layer.getConfig();
+  Location loc = layer.getLoc();
+  Value x = layer.getInput();
+
+  auto scoring = ScoringFuncAttr::get(b.getContext(), config.getScoring());
+  Value scores = RouterOp::create(b, loc, x, layer.getRouterWeight(), scoring);
+
+  auto topk = TopKOp::create(
+      b, loc, scores, layer.getScoreBias(), config.getTopK(),
+      config.getGroups(), config.getTopkGroups(), config.getGroupScore(),
+      config.getNormTopkProb(), config.getRoutedScale());
+
+  auto dispatch = DispatchOp::create(b, loc, x, topk.getIndices(),
+                                     config.getExperts(), alignment);
+  Value offsets = dispatch.getOffsets();
+  Value gate = GroupedMatmulOp::create(b, loc, dispatch.getRows(),
+                                       layer.getGateWeight(), offsets);
+  Value up = GroupedMatmulOp::create(b, loc, dispatch.getRows(),
+                                     layer.getUpWeight(), offsets);
+  Value act = SwiGLUOp::create(b, loc, gate, up);
+  Value down =
+      GroupedMatmulOp::create(b, loc, act, layer.getDownWeight(), offsets);
+  Value out = CombineOp::create(b, loc, down, dispatch.getRowMap(),
+                                topk.getWeights());
+
+  if (config.hasSharedExperts()) {
+    Value shared = SharedExpertOp::create(
+        b, loc, x, layer.getSharedGateWeight(), layer.getSharedUpWeight(),
+        layer.getSharedDownWeight(), layer.getSharedExpertGate());
+    out = arith::AddFOp::create(b, loc, out, shared);
+  }
+  // The layer may declare a more static result type than its input's.
+  if (out.getType() != layer.getType())
+    out = tensor::CastOp::create(b, loc, layer.getType(), out);
+  return out;
+}
+
+/// Records `partition` on the function (or, outside functions, the parent
+/// op) that holds `layer`.
+LogicalResult recordPartition(LayerOp layer, SmPartitionAttr partition) {
+  Operation *holder = layer->getParentOfType<FunctionOpInterface>();
+  if (!holder)
+    holder = layer->getParentOp();
+  if (!holder)
+    return layer.emitOpError() << "has a partition but no parent op to hold it";
+  StringRef name = MoeDialect::getSmPartitionAttrName();
+  if (auto existing = holder->getAttrOfType<SmPartitionAttr>(name)) {
+    if (existing != partition)
+      return layer.emitOpError()
+             << "partition " << partition << " conflicts with " << existing
+             << " of another layer in the same function";
+    return success();
+  }
+  holder->setAttr(name, partition);
+  return success();
+}
+
+struct MoeDecomposeLayer
+    : moe::impl::MoeDecomposeLayerBase<MoeDecomposeLayer> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    if (!isPowerOfTwo(alignment) || alignment > (1 << 16)) {
+      getOperation()->emitError()
+          << "moe-decompose-layer: expected alignment to be a power of two "
+             "<= 65536, got "
+          << alignment;
+      return signalPassFailure();
+    }
+    SmallVector<LayerOp> layers;
+    getOperation()->walk([&](LayerOp layer) { layers.push_back(layer); });
+    OpBuilder builder(&getContext());
+    for (LayerOp layer : layers) {
+      if (SmPartitionAttr partition = layer.getPartitionAttr())
+        if (failed(recordPartition(layer, partition)))
+          return signalPassFailure();
+      builder.setInsertionPoint(layer);
+      Value out = decompose(builder, layer, alignment);
+      layer.getOutput().replaceAllUsesWith(out);
+      layer.erase();
+    }
+  }
+};
+
+} // namespace

@@ -1,0 +1,29 @@
+# lit configuration of the moe-compiler lit tests.
+import os
+import shutil
+
+import lit.formats
+
+config.name = "moe-compiler"
+config.test_format = lit.formats.ShTest(execute_external=True)
+config.suffixes = [".mlir", ".test"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.moe_obj_root, "test")
+config.excludes = ["unittests", "Inputs", "CMakeLists.txt", "lit.cfg.py",
+                   "lit.site.cfg.py", "run-lit.py"]
+
+path = [config.moe_tools_dir, config.llvm_tools_dir]
+if config.cuda_bin_dir:
+    path.append(config.cuda_bin_dir)
+config.environment["PATH"] = os.pathsep.join(
+    path + [config.environment.get("PATH", os.environ.get("PATH", ""))])
+
+config.substitutions.append(("%moe_src_root", config.moe_src_root))
+config.substitutions.append(("%python", config.python_executable))
+
+# Features for gated tests.
+if shutil.which("ptxas", path=config.environment["PATH"]):
+    config.available_features.add("ptxas")
+# A GPU is present when the driver is: its device nodes exist.
+if os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0"):
+    config.available_features.add("cuda")
