@@ -29,6 +29,14 @@ FailureOr<bool> mlir::moe::parseBoolParameter(AsmParser &parser) {
 }
 
 FailureOr<llvm::APFloat> mlir::moe::parseF64Parameter(AsmParser &parser) {
+  // Accept integer literals too: `routed_scale = 16` means 16.0.
+  int64_t integer;
+  OptionalParseResult parsedInteger = parser.parseOptionalInteger(integer);
+  if (parsedInteger.has_value()) {
+    if (failed(*parsedInteger))
+      return failure();
+    return llvm::APFloat(static_cast<double>(integer));
+  }
   double value;
   if (parser.parseFloat(value))
     return failure();

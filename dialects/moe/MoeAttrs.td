@@ -55,10 +55,15 @@ class Moe_Attr<string name, string attrMnemonic, list<Trait> traits = []>
   let mnemonic = attrMnemonic;
 }
 
-def Moe_ScoringFuncAttr : EnumAttr<Moe_Dialect, Moe_ScoringFunc, "scoring">;
-def Moe_GroupScoreAttr : EnumAttr<Moe_Dialect, Moe_GroupScore, "group_score">;
-def Moe_AllToAllKindAttr
-    : EnumAttr<Moe_Dialect, Moe_AllToAllKind, "all_to_all_kind">;
+/// An enum attribute printed as `#moe.<mnemonic><value>`.
+class Moe_EnumAttr<EnumAttrInfo info, string mnemonic>
+    : EnumAttr<Moe_Dialect, info, mnemonic> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
+def Moe_ScoringFuncAttr : Moe_EnumAttr<Moe_ScoringFunc, "scoring">;
+def Moe_GroupScoreAttr : Moe_EnumAttr<Moe_GroupScore, "group_score">;
+def Moe_AllToAllKindAttr : Moe_EnumAttr<Moe_AllToAllKind, "all_to_all_kind">;
 
 //===----------------------------------------------------------------------===//
 // Parameters
@@ -66,6 +71,8 @@ def Moe_AllToAllKindAttr
 
 class Moe_EnumParameter<EnumAttrInfo info, string default>
     : EnumParameter<info> {
+  let parser = "::mlir::moe::parseEnumParameter<" # info.cppNamespace # "::"
+               # info.className # ">($_parser)";
   let defaultValue = default;
 }
 

@@ -21,6 +21,27 @@ namespace mlir::moe {
 FailureOr<bool> parseBoolParameter(AsmParser &parser);
 FailureOr<llvm::APFloat> parseF64Parameter(AsmParser &parser);
 void printF64Parameter(AsmPrinter &printer, const llvm::APFloat &value);
+
+/// Parses the keyword of an enum case, naming the valid ones on error. The
+/// cases of `EnumT` are numbered from 0 without gaps.
+template <typename EnumT>
+FailureOr<EnumT> parseEnumParameter(AsmParser &parser) {
+  SMLoc loc = parser.getCurrentLocation();
+  StringRef keyword;
+  if (failed(parser.parseOptionalKeyword(&keyword)))
+    keyword = "";
+  if (std::optional<EnumT> value = symbolizeEnum<EnumT>(keyword))
+    return *value;
+  std::string valid;
+  for (uint32_t i = 0;; ++i) {
+    StringRef name = stringifyEnum(static_cast<EnumT>(i));
+    if (name.empty())
+      break;
+    valid += (i ? ", " : "") + name.str();
+  }
+  return parser.emitError(loc) << "expected one of " << valid << ", got '"
+                               << keyword << "'";
+}
 } // namespace mlir::moe
 
 #define GET_ATTRDEF_CLASSES

@@ -23,21 +23,36 @@ using namespace mlir::moe;
 
 static constexpr int64_t kDynamic = ShapedType::kDynamic;
 
-/// Result types are compatible with the inferred ones when they have the
-/// same element type and shapes that agree wherever both are static.
+/// The InferTypeOpInterface check accepts any result types of the right
+/// count: the verifiers compare them with the inferred ones themselves
+/// (verifyResultTypes), which gives a message naming the result and the
+/// mismatch instead of the interface's generic one.
 static bool areCompatibleTensorTypes(TypeRange lhs, TypeRange rhs) {
-  if (lhs.size() != rhs.size())
-    return false;
-  for (auto [l, r] : llvm::zip(lhs, rhs)) {
-    auto lt = dyn_cast<RankedTensorType>(l);
-    auto rt = dyn_cast<RankedTensorType>(r);
-    if (!lt || !rt)
-      return l == r;
-    if (lt.getElementType() != rt.getElementType() ||
-        failed(verifyCompatibleShape(lt, rt)))
-      return false;
+  return lhs.size() == rhs.size();
+}
+
+/// Checks the results of `op` against the types inferred from its operands:
+/// same element type, and shapes that agree wherever both are static (the
+/// declared type may be more static, e.g. a static token count).
+template <typename OpT>
+static LogicalResult verifyResultTypes(OpT op) {
+  SmallVector<Type> inferred;
+  typename OpT::Adaptor adaptor(op);
+  if (failed(OpT::inferReturnTypes(op.getContext(), op.getLoc(), adaptor,
+                                   inferred)))
+    return op.emitOpError() << "could not infer its result types";
+  for (auto [index, pair] :
+       llvm::enumerate(llvm::zip(inferred, op->getResultTypes()))) {
+    auto [want, got] = pair;
+    auto wantTensor = cast<RankedTensorType>(want);
+    auto gotTensor = cast<RankedTensorType>(got);
+    if (wantTensor.getElementType() != gotTensor.getElementType() ||
+        failed(verifyCompatibleShape(wantTensor, gotTensor)))
+      return op.emitOpError()
+             << "expected result #" << index << " to be compatible with "
+             << want << " (inferred from the operands), got " << got;
   }
-  return true;
+  return success();
 }
 
 static RankedTensorType getTensor(ArrayRef<int64_t> shape, Type elementType) {
@@ -204,7 +219,7 @@ LogicalResult LayerOp::verify() {
       failed(expectShape(op, "shared expert gate", getSharedExpertGate(),
                          {1, h}, dtype)))
     return failure();
-  return success();
+  return verifyResultTypes(*this);
 }
 
 //===----------------------------------------------------------------------===//
@@ -240,7 +255,7 @@ LogicalResult RouterOp::verify() {
   if (elt != input.getElementType() && !elt.isF32())
     return emitOpError() << "expected weight element type f32 or "
                          << input.getElementType() << ", got " << elt;
-  return success();
+  return verifyResultTypes(*this);
 }
 
 //===----------------------------------------------------------------------===//
@@ -300,7 +315,7 @@ LogicalResult TopKOp::verify() {
   double scale = getScale().convertToDouble();
   if (!std::isfinite(scale) || scale <= 0.0)
     return emitOpError() << "expected a finite scale > 0, got " << scale;
-  return success();
+  return verifyResultTypes(*this);
 }
 
 //===----------------------------------------------------------------------===//
@@ -359,7 +374,7 @@ LogicalResult DispatchOp::verify() {
       return emitOpError() << "expected a dynamic row count with a dynamic "
                               "token count, got "
                            << rows;
-    return success();
+    return verifyResultTypes(*this);
   }
   std::optional<int64_t> bound =
       paddedRowsUpperBound(tokens, k, experts, alignment);
@@ -372,7 +387,7 @@ LogicalResult DispatchOp::verify() {
                          << " tokens x " << k << " over " << experts
                          << " experts with alignment " << alignment
                          << "), got " << rows;
-  return success();
+  return verifyResultTypes(*this);
 }
 
 //===----------------------------------------------------------------------===//
@@ -412,7 +427,7 @@ LogicalResult GroupedMatmulOp::verify() {
     return emitOpError() << "expected offsets of size experts + 1 = "
                          << weight.getDimSize(0) + 1 << ", got "
                          << *experts + 1;
-  return success();
+  return verifyResultTypes(*this);
 }
 
 //===----------------------------------------------------------------------===//
@@ -448,7 +463,7 @@ LogicalResult CombineOp::verify() {
     return emitOpError() << "expected row map and weights of the same shape, "
                             "got "
                          << rowMap << " and " << weights;
-  return success();
+  return verifyResultTypes(*this);
 }
 
 //===----------------------------------------------------------------------===//
@@ -483,7 +498,7 @@ LogicalResult SharedExpertOp::verify() {
   if (getExpertGate() &&
       failed(expectShape(op, "expert gate", getExpertGate(), {1, h}, elt)))
     return failure();
-  return success();
+  return verifyResultTypes(*this);
 }
 
 //===----------------------------------------------------------------------===//
@@ -517,7 +532,7 @@ LogicalResult AllToAllOp::verify() {
   if (ep < 1 || ep > *experts || *experts % ep != 0)
     return emitOpError() << "expected ep_size to divide experts (" << *experts
                          << "), got " << ep;
-  return success();
+  return verifyResultTypes(*this);
 }
 
 #define GET_OP_CLASSES

@@ -88,11 +88,12 @@ struct MoeDecomposeLayer
   using Base::Base;
 
   void runOnOperation() override {
-    if (!isPowerOfTwo(alignment) || alignment > (1 << 16)) {
-      getOperation()->emitError()
+    int64_t rowAlignment = alignment;
+    if (!isPowerOfTwo(rowAlignment) || rowAlignment > (1 << 16)) {
+      emitError(getOperation()->getLoc())
           << "moe-decompose-layer: expected alignment to be a power of two "
              "<= 65536, got "
-          << alignment;
+          << rowAlignment;
       return signalPassFailure();
     }
     SmallVector<LayerOp> layers;
@@ -103,7 +104,7 @@ struct MoeDecomposeLayer
         if (failed(recordPartition(layer, partition)))
           return signalPassFailure();
       builder.setInsertionPoint(layer);
-      Value out = decompose(builder, layer, alignment);
+      Value out = decompose(builder, layer, rowAlignment);
       layer.getOutput().replaceAllUsesWith(out);
       layer.erase();
     }

@@ -1,0 +1,735 @@
+// RUN: moe-opt %s -split-input-file -verify-diagnostics
+
+// One case per diagnostic of the moe dialect's attributes and verifiers.
+// expected-error @+1 {{expected 0 < hidden <= 2147483647, got 0}}
+func.func private @f() attributes {c = #moe.layer_config<hidden = 0, experts = 4, top_k = 1, ffn = 4, dtype = f32>}
+
+// -----
+
+// expected-error @+1 {{expected 0 < experts <= 2147483647, got -4}}
+func.func private @f() attributes {c = #moe.layer_config<hidden = 8, experts = -4, top_k = 1, ffn = 4, dtype = f32>}
+
+// -----
+
+// expected-error @+1 {{expected 0 < ffn <= 2147483647, got 4294967296}}
+func.func private @f() attributes {c = #moe.layer_config<hidden = 8, experts = 4, top_k = 1, ffn = 4294967296, dtype = f32>}
+
+// -----
+
+// expected-error @+1 {{expected 1 <= top_k <= experts (4), got 5}}
+func.func private @f() attributes {c = #moe.layer_config<hidden = 8, experts = 4, ffn = 4, dtype = f32, top_k = 5>}
+
+// -----
+
+// expected-error @+1 {{expected 1 <= top_k <= experts (4), got 0}}
+func.func private @f() attributes {c = #moe.layer_config<hidden = 8, experts = 4, ffn = 4, dtype = f32, top_k = 0>}
+
+// -----
+
+// expected-error @+1 {{expected groups to divide experts (4), got 3}}
+func.func private @f() attributes {c = #moe.layer_config<hidden = 8, experts = 4, ffn = 4, dtype = f32, top_k = 1, groups = 3>}
+
+// -----
+
+// expected-error @+1 {{expected 1 <= topk_groups <= groups (2), got 3}}
+func.func private @f() attributes {c = #moe.layer_config<hidden = 8, experts = 4, ffn = 4, dtype = f32, top_k = 1, groups = 2, topk_groups = 3>}
+
+// -----
+
+// expected-error @+1 {{expected top_k <= topk_groups * experts per group (1 * 2 = 2), got 3}}
+func.func private @f() attributes {c = #moe.layer_config<hidden = 8, experts = 4, ffn = 4, dtype = f32, top_k = 3, groups = 2, topk_groups = 1>}
+
+// -----
+
+// expected-error @+1 {{expected at least 2 experts per group with group_score = sum_top2, got 1}}
+func.func private @f() attributes {c = #moe.layer_config<hidden = 8, experts = 4, ffn = 4, dtype = f32, top_k = 1, groups = 4, topk_groups = 2, group_score = sum_top2>}
+
+// -----
+
+// expected-error @+1 {{expected a finite routed_scale > 0, got 0}}
+func.func private @f() attributes {c = #moe.layer_config<hidden = 8, experts = 4, ffn = 4, dtype = f32, top_k = 1, routed_scale = 0.0>}
+
+// -----
+
+// expected-error @+1 {{expected a finite routed_scale > 0, got -2}}
+func.func private @f() attributes {c = #moe.layer_config<hidden = 8, experts = 4, ffn = 4, dtype = f32, top_k = 1, routed_scale = -2>}
+
+// -----
+
+// expected-error @+1 {{expected 0 <= shared_experts <= 2147483647, got -1}}
+func.func private @f() attributes {c = #moe.layer_config<hidden = 8, experts = 4, ffn = 4, dtype = f32, top_k = 1, shared_experts = -1>}
+
+// -----
+
+// expected-error @+1 {{expected 0 < shared_ffn <= 2147483647, got 0}}
+func.func private @f() attributes {c = #moe.layer_config<hidden = 8, experts = 4, ffn = 4, dtype = f32, top_k = 1, shared_experts = 1>}
+
+// -----
+
+// expected-error @+1 {{expected shared_experts * shared_ffn <= 2147483647, got 4000000000}}
+func.func private @f() attributes {c = #moe.layer_config<hidden = 8, experts = 4, ffn = 4, dtype = f32, top_k = 1, shared_experts = 2, shared_ffn = 2000000000>}
+
+// -----
+
+// expected-error @+1 {{expected shared_ffn = 0 without shared experts, got 16}}
+func.func private @f() attributes {c = #moe.layer_config<hidden = 8, experts = 4, ffn = 4, dtype = f32, top_k = 1, shared_ffn = 16>}
+
+// -----
+
+// expected-error @+1 {{expected shared_gate = false without shared experts}}
+func.func private @f() attributes {c = #moe.layer_config<hidden = 8, experts = 4, ffn = 4, dtype = f32, top_k = 1, shared_gate = true>}
+
+// -----
+
+// expected-error @+1 {{expected dtype to be f32, bf16 or f16, got 'i8'}}
+func.func private @f() attributes {c = #moe.layer_config<hidden = 8, experts = 4, top_k = 1, ffn = 4, dtype = i8>}
+
+// -----
+
+// expected-error @+2 {{expected 'true' or 'false'}}
+// expected-error @+1 {{failed to parse Moe_LayerConfigAttr parameter 'score_bias' which is to be a `bool`}}
+func.func private @f() attributes {c = #moe.layer_config<hidden = 8, experts = 4, ffn = 4, dtype = f32, top_k = 1, score_bias = yes>}
+
+// -----
+
+// expected-error @+2 {{expected one of softmax, sigmoid, got 'relu'}}
+// expected-error @+1 {{failed to parse Moe_LayerConfigAttr parameter 'scoring' which is to be a `::mlir::moe::ScoringFunc`}}
+func.func private @f() attributes {c = #moe.layer_config<hidden = 8, experts = 4, ffn = 4, dtype = f32, top_k = 1, scoring = relu>}
+
+// -----
+
+// expected-error @+1 {{expected 0 < sms <= 65536, got 0}}
+func.func private @f() attributes {c = #moe.sm_partition<sms = 0, comm = 0>}
+
+// -----
+
+// expected-error @+1 {{expected 0 <= comm < sms (132), got 132}}
+func.func private @f() attributes {c = #moe.sm_partition<sms = 132, comm = 132>}
+
+// -----
+
+// expected-error @+1 {{expected 0 <= comm < sms (132), got -1}}
+func.func private @f() attributes {c = #moe.sm_partition<sms = 132, comm = -1>}
+
+// -----
+
+// expected-error @+1 {{expected 'moe.sm_partition' to be a #moe.sm_partition attribute, got 20 : i64}}
+func.func private @f() attributes {moe.sm_partition = 20 : i64}
+
+// -----
+
+// expected-error @+1 {{unknown moe dialect attribute 'moe.partition'}}
+func.func private @f() attributes {moe.partition = #moe.sm_partition<sms = 132, comm = 20>}
+
+// -----
+
+func.func @f(%x: tensor<?x16xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x4x8xf32>, %wu: tensor<4x4x8xf32>, %wd: tensor<4x8x4xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{expected input dim 1 (hidden) to be 8, got 16}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, dtype = f32>}
+       : (tensor<?x16xf32>, tensor<4x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x?xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x4x8xf32>, %wu: tensor<4x4x8xf32>, %wd: tensor<4x8x4xf32>) -> tensor<?x?xf32> {
+  // expected-error @+1 {{expected a static hidden size, got 'tensor<?x?xf32>'}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, dtype = f32>}
+       : (tensor<?x?xf32>, tensor<4x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>) -> tensor<?x?xf32>
+  return %y : tensor<?x?xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xbf16>, %wr: tensor<4x8xf32>, %wg: tensor<4x4x8xf32>, %wu: tensor<4x4x8xf32>, %wd: tensor<4x8x4xf32>) -> tensor<?x8xbf16> {
+  // expected-error @+1 {{expected input element type 'f32', got 'bf16'}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, dtype = f32>}
+       : (tensor<?x8xbf16>, tensor<4x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>) -> tensor<?x8xbf16>
+  return %y : tensor<?x8xbf16>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xbf16>, %wr: tensor<4x8xf16>, %wg: tensor<4x4x8xbf16>, %wu: tensor<4x4x8xbf16>, %wd: tensor<4x8x4xbf16>) -> tensor<?x8xbf16> {
+  // expected-error @+1 {{expected router weight element type f32 or 'bf16', got 'f16'}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, dtype = bf16>}
+       : (tensor<?x8xbf16>, tensor<4x8xf16>, tensor<4x4x8xbf16>, tensor<4x4x8xbf16>, tensor<4x8x4xbf16>) -> tensor<?x8xbf16>
+  return %y : tensor<?x8xbf16>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %wr: tensor<5x8xf32>, %wg: tensor<4x4x8xf32>, %wu: tensor<4x4x8xf32>, %wd: tensor<4x8x4xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{expected router weight of shape [4x8], got 'tensor<5x8xf32>'}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, dtype = f32>}
+       : (tensor<?x8xf32>, tensor<5x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x4x8xf32>, %wu: tensor<4x4x8xf32>, %wd: tensor<4x8x4xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{expected a score-correction bias operand since score_bias = true}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, dtype = f32, score_bias = true>}
+       : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>, %b: tensor<4xf32>, %wg: tensor<4x4x8xf32>, %wu: tensor<4x4x8xf32>, %wd: tensor<4x8x4xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{unexpected score-correction bias operand unless score_bias = true}}
+  %y = moe.layer %x router(%wr, bias %b) experts(%wg, %wu, %wd) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, dtype = f32>}
+       : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>, %b: tensor<8xf32>, %wg: tensor<4x4x8xf32>, %wu: tensor<4x4x8xf32>, %wd: tensor<4x8x4xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{expected score-correction bias of shape [4], got 'tensor<8xf32>'}}
+  %y = moe.layer %x router(%wr, bias %b) experts(%wg, %wu, %wd) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, dtype = f32, score_bias = true>}
+       : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x8x8xf32>, %wu: tensor<4x4x8xf32>, %wd: tensor<4x8x4xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{expected gate weight of shape [4x4x8], got 'tensor<4x8x8xf32>'}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, dtype = f32>}
+       : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x8x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x4x8xf32>, %wu: tensor<?x4x8xf32>, %wd: tensor<4x8x4xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{expected up weight of shape [4x4x8], got 'tensor<?x4x8xf32>'}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, dtype = f32>}
+       : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x4x8xf32>, tensor<?x4x8xf32>, tensor<4x8x4xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x4x8xf32>, %wu: tensor<4x4x8xf32>, %wd: tensor<4x4x8xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{expected down weight of shape [4x8x4], got 'tensor<4x4x8xf32>'}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, dtype = f32>}
+       : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x4x8xf16>, %wu: tensor<4x4x8xf32>, %wd: tensor<4x8x4xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{expected gate weight element type 'f32', got 'f16'}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, dtype = f32>}
+       : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x4x8xf16>, tensor<4x4x8xf32>, tensor<4x8x4xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x4x8xf32>, %wu: tensor<4x4x8xf32>, %wd: tensor<4x8x4xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{expected a shared expert operand since shared_experts > 0}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, dtype = f32, shared_experts = 1, shared_ffn = 4>}
+       : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x4x8xf32>, %wu: tensor<4x4x8xf32>, %wd: tensor<4x8x4xf32>, %sg: tensor<4x8xf32>, %su: tensor<4x8xf32>, %sd: tensor<8x4xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{unexpected shared expert operand unless shared_experts > 0}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) shared(%sg, %su, %sd) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, dtype = f32>}
+       : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<8x4xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x4x8xf32>, %wu: tensor<4x4x8xf32>, %wd: tensor<4x8x4xf32>, %sg: tensor<4x8xf32>, %su: tensor<8x8xf32>, %sd: tensor<8x8xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{expected shared gate weight of shape [8x8], got 'tensor<4x8xf32>'}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) shared(%sg, %su, %sd) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, dtype = f32, shared_experts = 2, shared_ffn = 4>}
+       : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>, tensor<4x8xf32>, tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x4x8xf32>, %wu: tensor<4x4x8xf32>, %wd: tensor<4x8x4xf32>, %sg: tensor<8x8xf32>, %su: tensor<8x4xf32>, %sd: tensor<8x8xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{expected shared up weight of shape [8x8], got 'tensor<8x4xf32>'}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) shared(%sg, %su, %sd) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, dtype = f32, shared_experts = 2, shared_ffn = 4>}
+       : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>, tensor<8x8xf32>, tensor<8x4xf32>, tensor<8x8xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x4x8xf32>, %wu: tensor<4x4x8xf32>, %wd: tensor<4x8x4xf32>, %sg: tensor<8x8xf32>, %su: tensor<8x8xf32>, %sd: tensor<8x16xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{expected shared down weight of shape [8x8], got 'tensor<8x16xf32>'}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) shared(%sg, %su, %sd) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, dtype = f32, shared_experts = 2, shared_ffn = 4>}
+       : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>, tensor<8x8xf32>, tensor<8x8xf32>, tensor<8x16xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x4x8xf32>, %wu: tensor<4x4x8xf32>, %wd: tensor<4x8x4xf32>, %sg: tensor<4x8xf32>, %su: tensor<4x8xf32>, %sd: tensor<8x4xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{expected a shared_gate operand since shared_gate = true}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) shared(%sg, %su, %sd) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, dtype = f32, shared_experts = 1, shared_ffn = 4, shared_gate = true>}
+       : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<8x4xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x4x8xf32>, %wu: tensor<4x4x8xf32>, %wd: tensor<4x8x4xf32>, %sg: tensor<4x8xf32>, %su: tensor<4x8xf32>, %sd: tensor<8x4xf32>, %g: tensor<1x8xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{unexpected shared_gate operand unless shared_gate = true}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) shared(%sg, %su, %sd) shared_gate(%g) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, dtype = f32, shared_experts = 1, shared_ffn = 4>}
+       : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<8x4xf32>, tensor<1x8xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x4x8xf32>, %wu: tensor<4x4x8xf32>, %wd: tensor<4x8x4xf32>, %sg: tensor<4x8xf32>, %su: tensor<4x8xf32>, %sd: tensor<8x4xf32>, %g: tensor<8x1xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{expected shared expert gate of shape [1x8], got 'tensor<8x1xf32>'}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) shared(%sg, %su, %sd) shared_gate(%g) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, dtype = f32, shared_experts = 1, shared_ffn = 4, shared_gate = true>}
+       : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<8x4xf32>, tensor<8x1xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x4x8xf32>, %wu: tensor<4x4x8xf32>, %wd: tensor<4x8x4xf32>) -> tensor<?x8xf16> {
+  // expected-error @+1 {{expected result #0 to be compatible with 'tensor<?x8xf32>' (inferred from the operands), got 'tensor<?x8xf16>'}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, dtype = f32>}
+       : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>) -> tensor<?x8xf16>
+  return %y : tensor<?x8xf16>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x?xf32>, %w: tensor<4x8xf32>) {
+  // expected-error @+1 {{expected the input to have a static size in dim 1, got 'tensor<?x?xf32>'}}
+  %s = moe.router %x, %w {scoring = #moe.scoring<softmax>} : tensor<?x?xf32>, tensor<4x8xf32> -> tensor<?x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %w: tensor<?x8xf32>) {
+  // expected-error @+1 {{expected the weight to have a static size in dim 0, got 'tensor<?x8xf32>'}}
+  %s = moe.router %x, %w {scoring = #moe.scoring<softmax>} : tensor<?x8xf32>, tensor<?x8xf32> -> tensor<?x?xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %w: tensor<4x16xf32>) {
+  // expected-error @+1 {{expected weight dim 1 (hidden) to be 8, got 16}}
+  %s = moe.router %x, %w {scoring = #moe.scoring<softmax>} : tensor<?x8xf32>, tensor<4x16xf32> -> tensor<?x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xbf16>, %w: tensor<4x8xf16>) {
+  // expected-error @+1 {{expected weight element type f32 or 'bf16', got 'f16'}}
+  %s = moe.router %x, %w {scoring = #moe.scoring<sigmoid>} : tensor<?x8xbf16>, tensor<4x8xf16> -> tensor<?x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %w: tensor<4x8xf32>) {
+  // expected-error @+1 {{expected result #0 to be compatible with 'tensor<?x4xf32>' (inferred from the operands), got 'tensor<?x5xf32>'}}
+  %s = moe.router %x, %w {scoring = #moe.scoring<softmax>} : tensor<?x8xf32>, tensor<4x8xf32> -> tensor<?x5xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %w: tensor<4x8xf32>) {
+  // expected-error @+1 {{'moe.router' op result #0 must be 2D tensor of 32-bit float values, but got 'tensor<?x4xbf16>'}}
+  %s = moe.router %x, %w {scoring = #moe.scoring<softmax>} : tensor<?x8xf32>, tensor<4x8xf32> -> tensor<?x4xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xi32>, %w: tensor<4x8xf32>) {
+  // expected-error @+1 {{'moe.router' op operand #0 must be 2D tensor of 32-bit float or bfloat16 type or 16-bit float values, but got 'tensor<?x8xi32>'}}
+  %s = moe.router %x, %w {scoring = #moe.scoring<softmax>} : tensor<?x8xi32>, tensor<4x8xf32> -> tensor<?x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%s: tensor<?x?xf32>) {
+  // expected-error @+1 {{expected scores to have a static size in dim 1, got 'tensor<?x?xf32>'}}
+  %i, %w = moe.topk %s {k = 2} : tensor<?x?xf32> -> tensor<?x2xi32>, tensor<?x2xf32>
+  return
+}
+
+// -----
+
+func.func @f(%s: tensor<?x8xf32>, %b: tensor<4xf32>) {
+  // expected-error @+1 {{expected bias dim 0 (experts) to be 8, got 4}}
+  %i, %w = moe.topk %s bias(%b) {k = 2} : tensor<?x8xf32>, tensor<4xf32> -> tensor<?x2xi32>, tensor<?x2xf32>
+  return
+}
+
+// -----
+
+func.func @f(%s: tensor<?x8xf32>, %b: tensor<?xf32>) {
+  // expected-error @+1 {{expected the bias to have a static size in dim 0, got 'tensor<?xf32>'}}
+  %i, %w = moe.topk %s bias(%b) {k = 2} : tensor<?x8xf32>, tensor<?xf32> -> tensor<?x2xi32>, tensor<?x2xf32>
+  return
+}
+
+// -----
+
+func.func @f(%s: tensor<?x8xf32>) {
+  // expected-error @+1 {{expected 1 <= k <= experts (8), got 9}}
+  %i, %w = moe.topk %s {k = 9} : tensor<?x8xf32> -> tensor<?x9xi32>, tensor<?x9xf32>
+  return
+}
+
+// -----
+
+func.func @f(%s: tensor<?x8xf32>) {
+  // expected-error @+1 {{expected 1 <= k <= experts (8), got 0}}
+  %i, %w = moe.topk %s {k = 0} : tensor<?x8xf32> -> tensor<?x0xi32>, tensor<?x0xf32>
+  return
+}
+
+// -----
+
+func.func @f(%s: tensor<?x8xf32>) {
+  // expected-error @+1 {{expected groups to divide experts (8), got 3}}
+  %i, %w = moe.topk %s {k = 2, groups = 3} : tensor<?x8xf32> -> tensor<?x2xi32>, tensor<?x2xf32>
+  return
+}
+
+// -----
+
+func.func @f(%s: tensor<?x8xf32>) {
+  // expected-error @+1 {{expected 1 <= topk_groups <= groups (4), got 0}}
+  %i, %w = moe.topk %s {k = 2, groups = 4, topk_groups = 0} : tensor<?x8xf32> -> tensor<?x2xi32>, tensor<?x2xf32>
+  return
+}
+
+// -----
+
+func.func @f(%s: tensor<?x8xf32>) {
+  // expected-error @+1 {{expected k <= topk_groups * experts per group (1 * 2 = 2), got 3}}
+  %i, %w = moe.topk %s {k = 3, groups = 4, topk_groups = 1} : tensor<?x8xf32> -> tensor<?x3xi32>, tensor<?x3xf32>
+  return
+}
+
+// -----
+
+func.func @f(%s: tensor<?x8xf32>) {
+  // expected-error @+1 {{expected at least 2 experts per group with group_score = sum_top2, got 1}}
+  %i, %w = moe.topk %s {k = 2, groups = 8, topk_groups = 2, group_score = #moe.group_score<sum_top2>} : tensor<?x8xf32> -> tensor<?x2xi32>, tensor<?x2xf32>
+  return
+}
+
+// -----
+
+func.func @f(%s: tensor<?x8xf32>) {
+  // expected-error @+1 {{expected a finite scale > 0, got -1}}
+  %i, %w = moe.topk %s {k = 2, scale = -1.0 : f64} : tensor<?x8xf32> -> tensor<?x2xi32>, tensor<?x2xf32>
+  return
+}
+
+// -----
+
+func.func @f(%s: tensor<?x8xf32>) {
+  // expected-error @+1 {{expected a finite scale > 0, got INF}}
+  %i, %w = moe.topk %s {k = 2, scale = 0x7FF0000000000000 : f64} : tensor<?x8xf32> -> tensor<?x2xi32>, tensor<?x2xf32>
+  return
+}
+
+// -----
+
+func.func @f(%s: tensor<?x8xf32>) {
+  // expected-error @+1 {{expected result #0 to be compatible with 'tensor<?x2xi32>' (inferred from the operands), got 'tensor<?x3xi32>'}}
+  %i, %w = moe.topk %s {k = 2} : tensor<?x8xf32> -> tensor<?x3xi32>, tensor<?x3xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x16xf32>, %i: tensor<?x2xi32>) {
+  // expected-error @+1 {{expected 1 <= experts <= 2147483647, got 0}}
+  %r, %o, %m = moe.dispatch %x, %i {experts = 0} : tensor<?x16xf32>, tensor<?x2xi32> -> tensor<?x16xf32>, tensor<?xi32>, tensor<?x2xi32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x16xf32>, %i: tensor<?x2xi32>) {
+  // expected-error @+1 {{expected alignment to be a power of two <= 65536, got 96}}
+  %r, %o, %m = moe.dispatch %x, %i {experts = 4, alignment = 96} : tensor<?x16xf32>, tensor<?x2xi32> -> tensor<?x16xf32>, tensor<5xi32>, tensor<?x2xi32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x16xf32>, %i: tensor<?x2xi32>) {
+  // expected-error @+1 {{expected alignment to be a power of two <= 65536, got 131072}}
+  %r, %o, %m = moe.dispatch %x, %i {experts = 4, alignment = 131072} : tensor<?x16xf32>, tensor<?x2xi32> -> tensor<?x16xf32>, tensor<5xi32>, tensor<?x2xi32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x16xf32>, %i: tensor<?x?xi32>) {
+  // expected-error @+1 {{expected the indices to have a static size in dim 1, got 'tensor<?x?xi32>'}}
+  %r, %o, %m = moe.dispatch %x, %i {experts = 4} : tensor<?x16xf32>, tensor<?x?xi32> -> tensor<?x16xf32>, tensor<5xi32>, tensor<?x?xi32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<5x16xf32>, %i: tensor<6x2xi32>) {
+  // expected-error @+1 {{expected indices dim 0 (tokens) to be 5, got 6}}
+  %r, %o, %m = moe.dispatch %x, %i {experts = 4} : tensor<5x16xf32>, tensor<6x2xi32> -> tensor<?x16xf32>, tensor<5xi32>, tensor<5x2xi32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x16xf32>, %i: tensor<?x5xi32>) {
+  // expected-error @+1 {{expected 1 <= experts per token <= experts (4), got 5}}
+  %r, %o, %m = moe.dispatch %x, %i {experts = 4} : tensor<?x16xf32>, tensor<?x5xi32> -> tensor<?x16xf32>, tensor<5xi32>, tensor<?x5xi32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x16xf32>, %i: tensor<?x2xi32>) {
+  // expected-error @+1 {{expected a dynamic row count with a dynamic token count, got 64}}
+  %r, %o, %m = moe.dispatch %x, %i {experts = 4} : tensor<?x16xf32>, tensor<?x2xi32> -> tensor<64x16xf32>, tensor<5xi32>, tensor<?x2xi32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<5x16xf32>, %i: tensor<5x2xi32>) {
+  // expected-error @+1 {{expected 32 rows (the padded upper bound for 5 tokens x 2 over 4 experts with alignment 8), got 40}}
+  %r, %o, %m = moe.dispatch %x, %i {experts = 4, alignment = 8} : tensor<5x16xf32>, tensor<5x2xi32> -> tensor<40x16xf32>, tensor<5xi32>, tensor<5x2xi32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4611686018427387904x16xf32>, %i: tensor<4611686018427387904x2xi32>) {
+  // expected-error @+1 {{padded row count for 4611686018427387904 tokens x 2 overflows}}
+  %r, %o, %m = moe.dispatch %x, %i {experts = 4} : tensor<4611686018427387904x16xf32>, tensor<4611686018427387904x2xi32> -> tensor<?x16xf32>, tensor<5xi32>, tensor<4611686018427387904x2xi32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x16xf32>, %i: tensor<?x2xi32>) {
+  // expected-error @+1 {{expected result #1 to be compatible with 'tensor<5xi32>' (inferred from the operands), got 'tensor<4xi32>'}}
+  %r, %o, %m = moe.dispatch %x, %i {experts = 4} : tensor<?x16xf32>, tensor<?x2xi32> -> tensor<?x16xf32>, tensor<4xi32>, tensor<?x2xi32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x?xf32>, %w: tensor<4x16x8xf32>, %o: tensor<5xi32>) {
+  // expected-error @+1 {{expected the input to have a static size in dim 1, got 'tensor<?x?xf32>'}}
+  %h = moe.grouped_matmul %x, %w, %o : tensor<?x?xf32>, tensor<4x16x8xf32>, tensor<5xi32> -> tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %w: tensor<4x16x?xf32>, %o: tensor<5xi32>) {
+  // expected-error @+1 {{expected the weight to have a static size in dim 2, got 'tensor<4x16x?xf32>'}}
+  %h = moe.grouped_matmul %x, %w, %o : tensor<?x8xf32>, tensor<4x16x?xf32>, tensor<5xi32> -> tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %w: tensor<4x16x4xf32>, %o: tensor<5xi32>) {
+  // expected-error @+1 {{expected weight dim 2 (reduction size of the input) to be 8, got 4}}
+  %h = moe.grouped_matmul %x, %w, %o : tensor<?x8xf32>, tensor<4x16x4xf32>, tensor<5xi32> -> tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %w: tensor<4x16x8xbf16>, %o: tensor<5xi32>) {
+  // expected-error @+1 {{expected weight element type 'f32', got 'bf16'}}
+  %h = moe.grouped_matmul %x, %w, %o : tensor<?x8xf32>, tensor<4x16x8xbf16>, tensor<5xi32> -> tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %w: tensor<4x16x8xf32>, %o: tensor<?xi32>) {
+  // expected-error @+1 {{expected offsets of static size experts + 1 >= 2, got 'tensor<?xi32>'}}
+  %h = moe.grouped_matmul %x, %w, %o : tensor<?x8xf32>, tensor<4x16x8xf32>, tensor<?xi32> -> tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %w: tensor<4x16x8xf32>, %o: tensor<1xi32>) {
+  // expected-error @+1 {{expected offsets of static size experts + 1 >= 2, got 'tensor<1xi32>'}}
+  %h = moe.grouped_matmul %x, %w, %o : tensor<?x8xf32>, tensor<4x16x8xf32>, tensor<1xi32> -> tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %w: tensor<4x16x8xf32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{expected offsets of size experts + 1 = 5, got 4}}
+  %h = moe.grouped_matmul %x, %w, %o : tensor<?x8xf32>, tensor<4x16x8xf32>, tensor<4xi32> -> tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @f(%g: tensor<?x8xf32>, %u: tensor<?x4xf32>) {
+  // expected-error @+1 {{'moe.swiglu' op requires the same type for all operands and results}}
+  %a = "moe.swiglu"(%g, %u) : (tensor<?x8xf32>, tensor<?x4xf32>) -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%r: tensor<?x16xf32>, %m: tensor<?x?xi32>, %w: tensor<?x2xf32>) {
+  // expected-error @+1 {{expected the row map to have a static size in dim 1, got 'tensor<?x?xi32>'}}
+  %y = moe.combine %r, %m, %w : tensor<?x16xf32>, tensor<?x?xi32>, tensor<?x2xf32> -> tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @f(%r: tensor<?x?xf32>, %m: tensor<?x2xi32>, %w: tensor<?x2xf32>) {
+  // expected-error @+1 {{expected the rows to have a static size in dim 1, got 'tensor<?x?xf32>'}}
+  %y = moe.combine %r, %m, %w : tensor<?x?xf32>, tensor<?x2xi32>, tensor<?x2xf32> -> tensor<?x?xf32>
+  return
+}
+
+// -----
+
+func.func @f(%r: tensor<?x16xf32>, %m: tensor<?x2xi32>, %w: tensor<?x3xf32>) {
+  // expected-error @+1 {{expected row map and weights of the same shape, got 'tensor<?x2xi32>' and 'tensor<?x3xf32>'}}
+  %y = moe.combine %r, %m, %w : tensor<?x16xf32>, tensor<?x2xi32>, tensor<?x3xf32> -> tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @f(%r: tensor<?x16xf32>, %m: tensor<7x2xi32>, %w: tensor<?x2xf32>) {
+  // expected-error @+1 {{expected result #0 to be compatible with 'tensor<7x16xf32>' (inferred from the operands), got 'tensor<8x16xf32>'}}
+  %y = moe.combine %r, %m, %w : tensor<?x16xf32>, tensor<7x2xi32>, tensor<?x2xf32> -> tensor<8x16xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x?xf32>, %g: tensor<4x8xf32>, %u: tensor<4x8xf32>, %d: tensor<8x4xf32>) {
+  // expected-error @+1 {{expected the input to have a static size in dim 1, got 'tensor<?x?xf32>'}}
+  %y = moe.shared_expert %x, %g, %u, %d : (tensor<?x?xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<8x4xf32>) -> tensor<?x?xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %g: tensor<?x8xf32>, %u: tensor<4x8xf32>, %d: tensor<8x4xf32>) {
+  // expected-error @+1 {{expected the gate weight to have a static size in dim 0, got 'tensor<?x8xf32>'}}
+  %y = moe.shared_expert %x, %g, %u, %d : (tensor<?x8xf32>, tensor<?x8xf32>, tensor<4x8xf32>, tensor<8x4xf32>) -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %g: tensor<4x16xf32>, %u: tensor<4x8xf32>, %d: tensor<8x4xf32>) {
+  // expected-error @+1 {{expected gate weight of shape [4x8], got 'tensor<4x16xf32>'}}
+  %y = moe.shared_expert %x, %g, %u, %d : (tensor<?x8xf32>, tensor<4x16xf32>, tensor<4x8xf32>, tensor<8x4xf32>) -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %g: tensor<4x8xf32>, %u: tensor<8x8xf32>, %d: tensor<8x4xf32>) {
+  // expected-error @+1 {{expected up weight of shape [4x8], got 'tensor<8x8xf32>'}}
+  %y = moe.shared_expert %x, %g, %u, %d : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<8x8xf32>, tensor<8x4xf32>) -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %g: tensor<4x8xf32>, %u: tensor<4x8xf32>, %d: tensor<4x8xf32>) {
+  // expected-error @+1 {{expected down weight of shape [8x4], got 'tensor<4x8xf32>'}}
+  %y = moe.shared_expert %x, %g, %u, %d : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %g: tensor<4x8xf32>, %u: tensor<4x8xbf16>, %d: tensor<8x4xf32>) {
+  // expected-error @+1 {{expected up weight element type 'f32', got 'bf16'}}
+  %y = moe.shared_expert %x, %g, %u, %d : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x8xbf16>, tensor<8x4xf32>) -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %g: tensor<4x8xf32>, %u: tensor<4x8xf32>, %d: tensor<8x4xf32>, %sg: tensor<2x8xf32>) {
+  // expected-error @+1 {{expected expert gate of shape [1x8], got 'tensor<2x8xf32>'}}
+  %y = moe.shared_expert %x, %g, %u, %d gate(%sg) : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<8x4xf32>, tensor<2x8xf32>) -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x?xf32>, %off: tensor<17xi32>) {
+  // expected-error @+1 {{expected the input to have a static size in dim 1, got 'tensor<?x?xf32>'}}
+  %r, %o = moe.all_to_all %x, %off {ep_size = 4, kind = #moe.all_to_all_kind<dispatch>} : tensor<?x?xf32>, tensor<17xi32> -> tensor<?x?xf32>, tensor<17xi32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %off: tensor<?xi32>) {
+  // expected-error @+1 {{expected offsets of static size experts + 1 >= 2, got 'tensor<?xi32>'}}
+  %r, %o = moe.all_to_all %x, %off {ep_size = 4, kind = #moe.all_to_all_kind<dispatch>} : tensor<?x8xf32>, tensor<?xi32> -> tensor<?x8xf32>, tensor<?xi32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %off: tensor<17xi32>) {
+  // expected-error @+1 {{expected ep_size to divide experts (16), got 3}}
+  %r, %o = moe.all_to_all %x, %off {ep_size = 3, kind = #moe.all_to_all_kind<combine>} : tensor<?x8xf32>, tensor<17xi32> -> tensor<?x8xf32>, tensor<17xi32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %off: tensor<17xi32>) {
+  // expected-error @+1 {{expected ep_size to divide experts (16), got 0}}
+  %r, %o = moe.all_to_all %x, %off {ep_size = 0, kind = #moe.all_to_all_kind<combine>} : tensor<?x8xf32>, tensor<17xi32> -> tensor<?x8xf32>, tensor<17xi32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %off: tensor<17xi32>) {
+  // expected-error @+1 {{expected ep_size to divide experts (16), got 32}}
+  %r, %o = moe.all_to_all %x, %off {ep_size = 32, kind = #moe.all_to_all_kind<combine>} : tensor<?x8xf32>, tensor<17xi32> -> tensor<?x8xf32>, tensor<17xi32>
+  return
+}

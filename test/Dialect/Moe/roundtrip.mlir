@@ -1,0 +1,128 @@
+// RUN: moe-opt %s | moe-opt | FileCheck %s
+// RUN: moe-opt %s --mlir-print-op-generic | moe-opt | FileCheck %s
+
+// CHECK-LABEL: func @layer_full
+// CHECK: moe.layer %{{[a-z0-9_]+}} router(%{{[a-z0-9_]+}}, bias %{{[a-z0-9_]+}}) experts(%{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}) shared(%{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}) shared_gate(%{{[a-z0-9_]+}})
+// CHECK-SAME: config = #moe.layer_config<hidden = 64, experts = 16, top_k = 4, groups = 4, topk_groups = 2, scoring = sigmoid, group_score = sum_top2, score_bias = true, norm_topk_prob = true, routed_scale = 2.5, ffn = 32, shared_experts = 2, shared_ffn = 8, shared_gate = true, dtype = bf16>
+// CHECK-SAME: partition = #moe.sm_partition<sms = 132, comm = 20>
+// CHECK-SAME: -> tensor<?x64xbf16>
+func.func @layer_full(%x: tensor<?x64xbf16>, %wr: tensor<16x64xf32>,
+                      %b: tensor<16xf32>, %wg: tensor<16x32x64xbf16>,
+                      %wu: tensor<16x32x64xbf16>, %wd: tensor<16x64x32xbf16>,
+                      %sg: tensor<16x64xbf16>, %su: tensor<16x64xbf16>,
+                      %sd: tensor<64x16xbf16>, %g: tensor<1x64xbf16>)
+    -> tensor<?x64xbf16> {
+  %y = moe.layer %x router(%wr, bias %b) experts(%wg, %wu, %wd)
+         shared(%sg, %su, %sd) shared_gate(%g)
+         {config = #moe.layer_config<hidden = 64, experts = 16, top_k = 4,
+             groups = 4, topk_groups = 2, scoring = sigmoid,
+             group_score = sum_top2, score_bias = true, norm_topk_prob = true,
+             routed_scale = 2.5, ffn = 32, shared_experts = 2, shared_ffn = 8,
+             shared_gate = true, dtype = bf16>,
+          partition = #moe.sm_partition<sms = 132, comm = 20>}
+       : (tensor<?x64xbf16>, tensor<16x64xf32>, tensor<16xf32>,
+          tensor<16x32x64xbf16>, tensor<16x32x64xbf16>, tensor<16x64x32xbf16>,
+          tensor<16x64xbf16>, tensor<16x64xbf16>, tensor<64x16xbf16>,
+          tensor<1x64xbf16>) -> tensor<?x64xbf16>
+  return %y : tensor<?x64xbf16>
+}
+
+// Parameters at their defaults are not printed; the fields may come in any
+// order; an integer routed_scale prints as a float literal.
+// CHECK-LABEL: func @layer_minimal
+// CHECK: moe.layer %{{[a-z0-9_]+}} router(%{{[a-z0-9_]+}}) experts(%{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 1, routed_scale = 16.0, ffn = 4, dtype = f32>}
+// CHECK-SAME: -> tensor<3x8xf32>
+func.func @layer_minimal(%x: tensor<3x8xf32>, %wr: tensor<4x8xf32>,
+                         %wg: tensor<4x4x8xf32>, %wu: tensor<4x4x8xf32>,
+                         %wd: tensor<4x8x4xf32>) -> tensor<3x8xf32> {
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd)
+         {config = #moe.layer_config<dtype = f32, ffn = 4, top_k = 1,
+             experts = 4, hidden = 8, routed_scale = 16, groups = 1,
+             score_bias = false>}
+       : (tensor<3x8xf32>, tensor<4x8xf32>, tensor<4x4x8xf32>,
+          tensor<4x4x8xf32>, tensor<4x8x4xf32>) -> tensor<3x8xf32>
+  return %y : tensor<3x8xf32>
+}
+
+// CHECK-LABEL: func @primitives
+func.func @primitives(%x: tensor<?x64xf16>, %wr: tensor<8x64xf16>,
+                      %b: tensor<8xf32>, %wg: tensor<8x32x64xf16>,
+                      %wd: tensor<8x64x32xf16>) -> tensor<?x64xf16> {
+  // CHECK: %[[S:.*]] = moe.router %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} {scoring = #moe.scoring<softmax>} : tensor<?x64xf16>, tensor<8x64xf16> -> tensor<?x8xf32>
+  %s = moe.router %x, %wr {scoring = #moe.scoring<softmax>}
+         : tensor<?x64xf16>, tensor<8x64xf16> -> tensor<?x8xf32>
+  // CHECK: %[[IDS:.*]], %[[W:.*]] = moe.topk %[[S]] bias(%{{[a-z0-9_]+}}) {group_score = #moe.group_score<sum_top2>, groups = 4 : i64, k = 2 : i64, normalize, scale = 2.500000e+00 : f64, topk_groups = 2 : i64} : tensor<?x8xf32>, tensor<8xf32> -> tensor<?x2xi32>, tensor<?x2xf32>
+  %ids, %w = moe.topk %s bias(%b) {k = 2, groups = 4, topk_groups = 2,
+               group_score = #moe.group_score<sum_top2>, normalize,
+               scale = 2.5 : f64}
+             : tensor<?x8xf32>, tensor<8xf32> -> tensor<?x2xi32>, tensor<?x2xf32>
+  // CHECK: %[[ROWS:.*]], %[[OFF:.*]], %[[MAP:.*]] = moe.dispatch %{{[a-z0-9_]+}}, %[[IDS]] {alignment = 64 : i64, experts = 8 : i64} : tensor<?x64xf16>, tensor<?x2xi32> -> tensor<?x64xf16>, tensor<9xi32>, tensor<?x2xi32>
+  %rows, %off, %map = moe.dispatch %x, %ids {experts = 8, alignment = 64}
+      : tensor<?x64xf16>, tensor<?x2xi32>
+      -> tensor<?x64xf16>, tensor<9xi32>, tensor<?x2xi32>
+  // CHECK: %[[H:.*]] = moe.grouped_matmul %[[ROWS]], %{{[a-z0-9_]+}}, %[[OFF]] : tensor<?x64xf16>, tensor<8x32x64xf16>, tensor<9xi32> -> tensor<?x32xf16>
+  %h = moe.grouped_matmul %rows, %wg, %off
+         : tensor<?x64xf16>, tensor<8x32x64xf16>, tensor<9xi32>
+         -> tensor<?x32xf16>
+  // CHECK: %[[A:.*]] = moe.swiglu %[[H]], %[[H]] : tensor<?x32xf16>
+  %a = moe.swiglu %h, %h : tensor<?x32xf16>
+  // CHECK: %[[D:.*]] = moe.grouped_matmul %[[A]]
+  %d = moe.grouped_matmul %a, %wd, %off
+         : tensor<?x32xf16>, tensor<8x64x32xf16>, tensor<9xi32>
+         -> tensor<?x64xf16>
+  // CHECK: %[[Y:.*]] = moe.combine %[[D]], %[[MAP]], %[[W]] : tensor<?x64xf16>, tensor<?x2xi32>, tensor<?x2xf32> -> tensor<?x64xf16>
+  %y = moe.combine %d, %map, %w
+         : tensor<?x64xf16>, tensor<?x2xi32>, tensor<?x2xf32> -> tensor<?x64xf16>
+  // CHECK: return %[[Y]]
+  return %y : tensor<?x64xf16>
+}
+
+// A static token count gives the dispatched buffer its static upper bound:
+// 5 tokens x 2 slots over 4 experts in blocks of 8 is at most 4 blocks.
+// CHECK-LABEL: func @dispatch_static
+// CHECK: moe.dispatch {{.*}} -> tensor<32x16xf32>, tensor<5xi32>, tensor<5x2xi32>
+func.func @dispatch_static(%x: tensor<5x16xf32>, %ids: tensor<5x2xi32>)
+    -> tensor<32x16xf32> {
+  %rows, %off, %map = moe.dispatch %x, %ids {experts = 4, alignment = 8}
+      : tensor<5x16xf32>, tensor<5x2xi32>
+      -> tensor<32x16xf32>, tensor<5xi32>, tensor<5x2xi32>
+  return %rows : tensor<32x16xf32>
+}
+
+// CHECK-LABEL: func @shared_expert
+// CHECK: moe.shared_expert %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : (tensor<?x64xf32>, tensor<48x64xf32>, tensor<48x64xf32>, tensor<64x48xf32>) -> tensor<?x64xf32>
+// CHECK: moe.shared_expert %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} gate(%{{[a-z0-9_]+}}) : (tensor<?x64xf32>, tensor<48x64xf32>, tensor<48x64xf32>, tensor<64x48xf32>, tensor<1x64xf32>) -> tensor<?x64xf32>
+func.func @shared_expert(%x: tensor<?x64xf32>, %g: tensor<48x64xf32>,
+                         %u: tensor<48x64xf32>, %d: tensor<64x48xf32>,
+                         %sg: tensor<1x64xf32>) -> tensor<?x64xf32> {
+  %a = moe.shared_expert %x, %g, %u, %d
+         : (tensor<?x64xf32>, tensor<48x64xf32>, tensor<48x64xf32>,
+            tensor<64x48xf32>) -> tensor<?x64xf32>
+  %b = moe.shared_expert %x, %g, %u, %d gate(%sg)
+         : (tensor<?x64xf32>, tensor<48x64xf32>, tensor<48x64xf32>,
+            tensor<64x48xf32>, tensor<1x64xf32>) -> tensor<?x64xf32>
+  %c = arith.addf %a, %b : tensor<?x64xf32>
+  return %c : tensor<?x64xf32>
+}
+
+// CHECK-LABEL: func @all_to_all
+// CHECK: moe.all_to_all %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} {ep_size = 4 : i64, kind = #moe.all_to_all_kind<dispatch>} : tensor<?x64xbf16>, tensor<17xi32> -> tensor<?x64xbf16>, tensor<17xi32>
+// CHECK: moe.all_to_all %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} {ep_size = 4 : i64, kind = #moe.all_to_all_kind<combine>}
+func.func @all_to_all(%rows: tensor<?x64xbf16>, %off: tensor<17xi32>)
+    -> tensor<?x64xbf16> {
+  %recv, %recv_off = moe.all_to_all %rows, %off
+      {ep_size = 4, kind = #moe.all_to_all_kind<dispatch>}
+      : tensor<?x64xbf16>, tensor<17xi32> -> tensor<?x64xbf16>, tensor<17xi32>
+  %back, %back_off = moe.all_to_all %recv, %recv_off
+      {ep_size = 4, kind = #moe.all_to_all_kind<combine>}
+      : tensor<?x64xbf16>, tensor<17xi32> -> tensor<?x64xbf16>, tensor<17xi32>
+  return %back : tensor<?x64xbf16>
+}
+
+// The partition can also sit on a function.
+// CHECK-LABEL: func @partitioned
+// CHECK-SAME: attributes {moe.sm_partition = #moe.sm_partition<sms = 78, comm = 0>}
+func.func @partitioned() attributes {
+    moe.sm_partition = #moe.sm_partition<sms = 78, comm = 0>} {
+  return
+}
