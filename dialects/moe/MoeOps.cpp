@@ -13,6 +13,7 @@
 #include "mlir/IR/TypeUtilities.h"
 
 #include <cmath>
+#include <limits>
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -333,7 +334,10 @@ DispatchOp::inferReturnTypes(MLIRContext *context, std::optional<Location>,
   inferredReturnTypes.push_back(
       getTensor({kDynamic, input.getDimSize(1)}, input.getElementType()));
   inferredReturnTypes.push_back(
-      getTensor({experts >= 1 ? experts + 1 : kDynamic}, i32));
+      getTensor({experts >= 1 && experts < std::numeric_limits<int32_t>::max()
+                     ? experts + 1
+                     : kDynamic},
+                i32));
   inferredReturnTypes.push_back(
       getTensor({mergeDims(input.getDimSize(0), indices.getDimSize(0)),
                  indices.getDimSize(1)},
