@@ -11,6 +11,10 @@ packages=(
   llvm-22-tools
   # Build tools and the test frameworks used by test/unittests.
   cmake ninja-build g++ python3 libgtest-dev
+  # The runtime reads JSON manifests and safetensors headers.
+  nlohmann-json3-dev
+  # Independent numerics reference of the integration tests.
+  python3-numpy
 )
 
 missing=()

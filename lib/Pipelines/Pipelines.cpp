@@ -5,8 +5,15 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/Pipelines/Pipelines.h"
+#include "moe/Conversion/Passes.h"
 #include "moe/Transforms/Passes.h"
 
+#include "mlir/Conversion/Passes.h"
+#include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
+#include "mlir/Dialect/Bufferization/Transforms/Passes.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/Passes.h"
+#include "mlir/Dialect/MemRef/Transforms/Passes.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
 
@@ -21,9 +28,43 @@ void moe::buildGraphPipeline(OpPassManager &pm,
   pm.addPass(createCSEPass());
 }
 
+void moe::buildHostPipeline(OpPassManager &pm,
+                            const HostPipelineOptions &options) {
+  GraphPipelineOptions graph;
+  graph.alignment = options.alignment;
+  buildGraphPipeline(pm, graph);
+  pm.addPass(createConvertMoeToHost());
+  pm.addPass(createConvertElementwiseToLinalgPass());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+
+  bufferization::OneShotBufferizePassOptions bufferize;
+  bufferize.bufferizeFunctionBoundaries = true;
+  pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
+  bufferization::BufferDeallocationPipelineOptions deallocation;
+  bufferization::buildBufferDeallocationPipeline(pm, deallocation);
+  pm.addPass(createConvertBufferizationToMemRefPass());
+
+  pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
+  pm.addPass(memref::createExpandStridedMetadataPass());
+  pm.addPass(createLowerAffinePass());
+  pm.addPass(createSCFToControlFlowPass());
+  pm.addPass(createConvertMathToLLVMPass());
+  pm.addPass(createArithToLLVMConversionPass());
+  pm.addPass(createConvertIndexToLLVMPass());
+  pm.addPass(createFinalizeMemRefToLLVMConversionPass());
+  pm.addPass(createConvertFuncToLLVMPass());
+  pm.addPass(createConvertControlFlowToLLVMPass());
+  pm.addPass(createReconcileUnrealizedCastsPass());
+}
+
 void moe::registerPipelines() {
   PassPipelineRegistration<GraphPipelineOptions>(
       "moe-graph-pipeline",
       "Decompose MoE layers into primitives, then canonicalize and CSE",
       buildGraphPipeline);
+  PassPipelineRegistration<HostPipelineOptions>(
+      "moe-host-pipeline",
+      "Lower MoE layers for the host target, down to the LLVM dialect",
+      buildHostPipeline);
 }

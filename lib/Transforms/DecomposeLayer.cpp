@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "moe/Transforms/DecomposeLayer.h"
 #include "moe/Transforms/Passes.h"
 #include "moe/MoeOps.h"
 #include "moe/Support/Routing.h"
@@ -22,10 +23,8 @@ namespace mlir::moe {
 using namespace mlir;
 using namespace mlir::moe;
 
-namespace {
-
-/// Emits the primitives of `layer` before it and returns the layer's output.
-Value decompose(OpBuilder &b, LayerOp layer, int64_t alignment) {
+DecomposedLayer mlir::moe::decomposeLayer(OpBuilder &b, LayerOp layer,
+                                          int64_t alignment) {
   LayerConfigAttr config = layer.getConfig();
   Location loc = layer.getLoc();
   Value x = layer.getInput();
@@ -60,8 +59,10 @@ Value decompose(OpBuilder &b, LayerOp layer, int64_t alignment) {
   // The layer may declare a more static result type than its input's.
   if (out.getType() != layer.getType())
     out = tensor::CastOp::create(b, loc, layer.getType(), out);
-  return out;
+  return {out, topk.getIndices(), topk.getWeights()};
 }
+
+namespace {
 
 /// Records `partition` on the function (or, outside functions, the parent
 /// op) that holds `layer`.
@@ -104,7 +105,7 @@ struct MoeDecomposeLayer
         if (failed(recordPartition(layer, partition)))
           return signalPassFailure();
       builder.setInsertionPoint(layer);
-      Value out = decompose(builder, layer, rowAlignment);
+      Value out = decomposeLayer(builder, layer, rowAlignment).output;
       layer.getOutput().replaceAllUsesWith(out);
       layer.erase();
     }

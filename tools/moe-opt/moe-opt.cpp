@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "moe/Conversion/Passes.h"
 #include "moe/MoeDialect.h"
 #include "moe/Pipelines/Pipelines.h"
 #include "moe/Transforms/Passes.h"
@@ -23,6 +24,7 @@ int main(int argc, char **argv) {
 
   mlir::registerAllPasses();
   mlir::moe::registerMoePasses();
+  mlir::moe::registerMoeConversionPasses();
   mlir::moe::registerPipelines();
 
   return mlir::asMainReturnCode(mlir::MlirOptMain(

@@ -27,6 +27,21 @@ struct GraphPipelineOptions
 void buildGraphPipeline(OpPassManager &pm,
                         const GraphPipelineOptions &options);
 
+/// Options of the host (CPU) pipeline.
+struct HostPipelineOptions : public PassPipelineOptions<HostPipelineOptions> {
+  PassOptions::Option<int64_t> alignment{
+      *this, "alignment",
+      llvm::cl::desc("Rows each expert's segment of the dispatched buffer is "
+                     "padded to (a power of two; 1 on the host wastes no "
+                     "work)"),
+      llvm::cl::init(1)};
+};
+
+/// moe ops (and the upstream ops around them, on tensors or memrefs) ->
+/// the LLVM dialect, through convert-moe-to-host, one-shot bufferization
+/// and buffer deallocation.
+void buildHostPipeline(OpPassManager &pm, const HostPipelineOptions &options);
+
 /// Registers every pipeline with the global registry (for moe-opt).
 void registerPipelines();
 

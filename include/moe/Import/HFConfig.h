@@ -1,0 +1,54 @@
+//===- HFConfig.h - Hugging Face config.json import -------------*- C++ -*-===//
+//
+// Part of moe-compiler. Maps each MoE family's config.json fields (through
+// an alias table per model_type) onto #moe.layer_config, builds the layer's
+// function, and names the layer's weights as the family's checkpoints do.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_IMPORT_HFCONFIG_H
+#define MOE_IMPORT_HFCONFIG_H
+
+#include "moe/MoeOps.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+
+#include <string>
+
+namespace mlir::moe {
+
+/// Weight-naming conventions of the supported families.
+enum class WeightNaming { DeepSeek, Mixtral, Qwen };
+
+std::optional<WeightNaming> parseWeightNaming(llvm::StringRef name);
+llvm::StringRef stringifyWeightNaming(WeightNaming naming);
+
+struct ImportedConfig {
+  std::string modelType;
+  WeightNaming naming;
+  LayerConfigAttr config;
+};
+
+/// Imports the MoE layer of a config.json. `dtype` is the compute element
+/// type (a config's torch_dtype is informational only). On failure returns
+/// std::nullopt and sets `error` to one line naming the file and the field.
+std::optional<ImportedConfig> importHFConfig(llvm::StringRef text,
+                                             llvm::StringRef fileName,
+                                             MLIRContext *context, Type dtype,
+                                             std::string &error);
+
+/// A module with `func.func @moe_layer(x, weights...) -> y` holding one
+/// moe.layer of `config` over `[?, hidden]` tokens.
+OwningOpRef<ModuleOp> buildLayerModule(MLIRContext *context,
+                                       LayerConfigAttr config,
+                                       SmPartitionAttr partition);
+
+/// The checkpoint name, relative to the MoE block, of the layer operand
+/// with role `role` (as in EntryArgument); stacked expert weights are
+/// patterns with "{i}".
+std::string hfWeightName(WeightNaming naming, llvm::StringRef role);
+
+} // namespace mlir::moe
+
+#endif // MOE_IMPORT_HFCONFIG_H

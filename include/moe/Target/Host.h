@@ -1,0 +1,70 @@
+//===- Host.h - The host (CPU) target ---------------------------*- C++ -*-===//
+//
+// Part of moe-compiler. From a moe.layer to a shared object the runtime can
+// dlopen: an entry function in destination-passing style, the host
+// pipeline, LLVM IR, an object file and a link by the system compiler.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_TARGET_HOST_H
+#define MOE_TARGET_HOST_H
+
+#include "moe/MoeOps.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace llvm {
+class LLVMContext;
+class Module;
+} // namespace llvm
+
+namespace mlir::moe {
+
+/// Name of the entry function built by buildHostEntry.
+constexpr llvm::StringLiteral kHostEntryName = "moe_forward";
+/// Name of the packed entry point, `void(void **descriptors)`, exported by
+/// the shared object.
+constexpr llvm::StringLiteral kHostPackedEntryName = "moe_forward_packed";
+
+/// One argument of the entry function, in order.
+struct EntryArgument {
+  enum class Kind { Input, Parameter, Output };
+  Kind kind;
+  /// "x", "y", "topk_ids", "topk_weights", or the layer operand's role
+  /// ("router_weight", "gate_weight", ...).
+  std::string role;
+  RankedTensorType type;
+};
+
+/// Builds a module holding `func.func @moe_forward` for `layer`: memref
+/// arguments x, every present weight operand, then the outputs y (f32),
+/// topk_ids (i32) and topk_weights (f32), all `[T, ...]` with dynamic T.
+/// The body is the layer decomposed into primitives.
+OwningOpRef<ModuleOp> buildHostEntry(LayerOp layer, int64_t alignment,
+                                     std::vector<EntryArgument> &arguments);
+
+/// Adds `void moe_forward_packed(void **argv)`, which calls the C interface
+/// of moe_forward with argv[0..numArguments).
+void addPackedEntry(ModuleOp llvmDialectModule, unsigned numArguments);
+
+/// Translates an LLVM-dialect module to LLVM IR for the host (or `cpu`, ""
+/// for the target's generic CPU, "native" for this machine's) and runs the
+/// O3 pipeline. Returns null after emitting an error.
+std::unique_ptr<llvm::Module> translateForHost(ModuleOp module,
+                                               llvm::LLVMContext &context,
+                                               llvm::StringRef cpu);
+
+/// Emits `module` as a position-independent object and links it into a
+/// shared object with the system C compiler (`cc`, or $MOE_HOST_CC).
+/// Returns false and sets `error` on failure.
+bool emitSharedObject(llvm::Module &module, llvm::StringRef cpu,
+                      std::vector<uint8_t> &sharedObject, std::string &error);
+
+} // namespace mlir::moe
+
+#endif // MOE_TARGET_HOST_H

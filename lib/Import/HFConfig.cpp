@@ -1,0 +1,350 @@
+//===- HFConfig.cpp - Hugging Face config.json import ---------------------===//
+//
+// Part of moe-compiler.
+//
+// Semantics per family (from each family's reference modeling code):
+// - deepseek_v3 (topk_method noaux_tc): sigmoid scores, a selection-only
+//   e_score_correction_bias, group score = sum of the group's top-2 biased
+//   scores, weights renormalized when top_k > 1 and norm_topk_prob, then
+//   times routed_scaling_factor.
+// - deepseek_v2: softmax scores; topk_method greedy (no groups) or
+//   group_limited_greedy (group score = max); weights renormalized when
+//   top_k > 1 and norm_topk_prob, otherwise times routed_scaling_factor.
+// - mixtral: softmax over all experts, top-k, renormalized.
+// - qwen2_moe / qwen3_moe: softmax, top-k, renormalized when
+//   norm_topk_prob; Qwen2-MoE adds a shared expert gated by
+//   sigmoid(shared_expert_gate(x)).
+// Shared experts of DeepSeek act as one dense FFN of n_shared_experts *
+// moe_intermediate_size.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Import/HFConfig.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/Diagnostics.h"
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/Regex.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+
+std::optional<WeightNaming> mlir::moe::parseWeightNaming(llvm::StringRef name) {
+  return llvm::StringSwitch<std::optional<WeightNaming>>(name)
+      .Case("deepseek", WeightNaming::DeepSeek)
+      .Case("mixtral", WeightNaming::Mixtral)
+      .Case("qwen", WeightNaming::Qwen)
+      .Default(std::nullopt);
+}
+
+llvm::StringRef mlir::moe::stringifyWeightNaming(WeightNaming naming) {
+  switch (naming) {
+  case WeightNaming::DeepSeek:
+    return "deepseek";
+  case WeightNaming::Mixtral:
+    return "mixtral";
+  case WeightNaming::Qwen:
+    return "qwen";
+  }
+  return "deepseek";
+}
+
+namespace {
+/// config.json names of the #moe.layer_config fields, per model_type.
+SmallVector<std::pair<llvm::StringRef, llvm::StringRef>>
+aliasesOf(llvm::StringRef modelType) {
+  if (modelType.starts_with("deepseek"))
+    return {{"hidden", "hidden_size"},
+            {"experts", "n_routed_experts"},
+            {"top_k", "num_experts_per_tok"},
+            {"groups", "n_group"},
+            {"topk_groups", "topk_group"},
+            {"ffn", "moe_intermediate_size"},
+            {"routed_scale", "routed_scaling_factor"},
+            {"shared_experts", "n_shared_experts"}};
+  if (modelType == "mixtral")
+    return {{"hidden", "hidden_size"},
+            {"experts", "num_local_experts"},
+            {"top_k", "num_experts_per_tok"},
+            {"ffn", "intermediate_size"}};
+  return {{"hidden", "hidden_size"},
+          {"experts", "num_experts"},
+          {"top_k", "num_experts_per_tok"},
+          {"ffn", "moe_intermediate_size"},
+          {"shared_ffn", "shared_expert_intermediate_size"}};
+}
+
+/// Reads fields of one config object, recording the first error.
+struct FieldReader {
+  const llvm::json::Object &object;
+  std::string prefix; // "config.json (model_type mixtral)"
+  std::string error;
+
+  bool failed() const { return !error.empty(); }
+
+  const llvm::json::Value *find(llvm::StringRef key, bool required) {
+    if (failed())
+      return nullptr;
+    const llvm::json::Value *value = object.get(key);
+    if ((!value || value->kind() == llvm::json::Value::Null) && required)
+      error = prefix + ": missing field '" + key.str() + "'";
+    if (value && value->kind() == llvm::json::Value::Null)
+      return nullptr;
+    return value;
+  }
+
+  int64_t integer(llvm::StringRef key, std::optional<int64_t> fallback = {}) {
+    const llvm::json::Value *value = find(key, !fallback);
+    if (!value)
+      return fallback.value_or(0);
+    std::optional<int64_t> v = value->getAsInteger();
+    if (!v) {
+      error = prefix + ": field '" + key.str() + "' must be an integer";
+      return 0;
+    }
+    return *v;
+  }
+
+  double number(llvm::StringRef key, std::optional<double> fallback = {}) {
+    const llvm::json::Value *value = find(key, !fallback);
+    if (!value)
+      return fallback.value_or(0.0);
+    std::optional<double> v = value->getAsNumber();
+    if (!v) {
+      error = prefix + ": field '" + key.str() + "' must be a number";
+      return 0.0;
+    }
+    return *v;
+  }
+
+  bool boolean(llvm::StringRef key, std::optional<bool> fallback = {}) {
+    const llvm::json::Value *value = find(key, !fallback);
+    if (!value)
+      return fallback.value_or(false);
+    std::optional<bool> v = value->getAsBoolean();
+    if (!v) {
+      error = prefix + ": field '" + key.str() + "' must be true or false";
+      return false;
+    }
+    return *v;
+  }
+
+  std::string string(llvm::StringRef key,
+                     std::optional<llvm::StringRef> fallback = {}) {
+    const llvm::json::Value *value = find(key, !fallback);
+    if (!value)
+      return fallback.value_or("").str();
+    std::optional<llvm::StringRef> v = value->getAsString();
+    if (!v) {
+      error = prefix + ": field '" + key.str() + "' must be a string";
+      return {};
+    }
+    return v->str();
+  }
+
+  /// A string field that must be one of `allowed`.
+  std::string oneOf(llvm::StringRef key, ArrayRef<llvm::StringRef> allowed,
+                    std::optional<llvm::StringRef> fallback = {}) {
+    std::string v = string(key, fallback);
+    if (failed() || llvm::is_contained(allowed, v))
+      return v;
+    error = prefix + ": field '" + key.str() + "' is '" + v + "', expected ";
+    for (size_t i = 0; i < allowed.size(); ++i)
+      error += (i ? (i + 1 == allowed.size() ? " or '" : ", '") : "'") +
+               allowed[i].str() + "'";
+    return v;
+  }
+};
+
+/// The #moe.layer_config fields before verification.
+struct Fields {
+  int64_t hidden = 0, experts = 0, topK = 0, groups = 1, topkGroups = 1;
+  ScoringFunc scoring = ScoringFunc::Softmax;
+  GroupScore groupScore = GroupScore::Max;
+  bool scoreBias = false, normalize = false, sharedGate = false;
+  double scale = 1.0;
+  int64_t ffn = 0, sharedExperts = 0, sharedFfn = 0;
+};
+} // namespace
+
+std::optional<ImportedConfig>
+mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
+                          MLIRContext *context, Type dtype,
+                          std::string &error) {
+  llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(text);
+  if (!parsed) {
+    error = fileName.str() + ": invalid JSON: " +
+            llvm::toString(parsed.takeError());
+    return std::nullopt;
+  }
+  const llvm::json::Object *root = parsed->getAsObject();
+  if (!root) {
+    error = fileName.str() + ": expected a JSON object";
+    return std::nullopt;
+  }
+  FieldReader top{*root, fileName.str(), {}};
+  static const llvm::StringRef kTypes[] = {"deepseek_v3", "deepseek_v2",
+                                           "mixtral", "qwen2_moe",
+                                           "qwen3_moe"};
+  std::string modelType = top.oneOf("model_type", kTypes);
+  if (top.failed()) {
+    error = top.error;
+    return std::nullopt;
+  }
+  FieldReader r{*root, fileName.str() + " (model_type " + modelType + ")", {}};
+  Fields f;
+  WeightNaming naming = WeightNaming::DeepSeek;
+  f.hidden = r.integer("hidden_size");
+
+  if (modelType == "deepseek_v3" || modelType == "deepseek_v2") {
+    bool v3 = modelType == "deepseek_v3";
+    f.experts = r.integer("n_routed_experts");
+    f.topK = r.integer("num_experts_per_tok");
+    f.ffn = r.integer("moe_intermediate_size");
+    f.groups = r.integer("n_group", 1);
+    f.topkGroups = r.integer("topk_group", 1);
+    f.sharedExperts = r.integer("n_shared_experts", 0);
+    f.sharedFfn = f.sharedExperts > 0 ? f.ffn : 0;
+    bool norm = r.boolean("norm_topk_prob", false);
+    double routedScale = r.number("routed_scaling_factor", 1.0);
+    if (v3) {
+      r.oneOf("topk_method", {"noaux_tc"}, "noaux_tc");
+      r.oneOf("scoring_func", {"sigmoid"}, "sigmoid");
+      f.scoring = ScoringFunc::Sigmoid;
+      f.scoreBias = true;
+      f.groupScore = GroupScore::SumTop2;
+      f.normalize = f.topK > 1 && norm;
+      f.scale = routedScale;
+    } else {
+      std::string method =
+          r.oneOf("topk_method", {"greedy", "group_limited_greedy"}, "greedy");
+      r.oneOf("scoring_func", {"softmax"}, "softmax");
+      if (method == "greedy")
+        f.groups = f.topkGroups = 1;
+      f.normalize = f.topK > 1 && norm;
+      f.scale = f.normalize ? 1.0 : routedScale;
+    }
+  } else if (modelType == "mixtral") {
+    naming = WeightNaming::Mixtral;
+    f.experts = r.integer("num_local_experts");
+    f.topK = r.integer("num_experts_per_tok");
+    f.ffn = r.integer("intermediate_size");
+    f.normalize = true;
+  } else { // qwen2_moe, qwen3_moe
+    naming = WeightNaming::Qwen;
+    f.experts = r.integer("num_experts");
+    f.topK = r.integer("num_experts_per_tok");
+    f.ffn = r.integer("moe_intermediate_size");
+    f.normalize = r.boolean("norm_topk_prob", modelType == "qwen3_moe");
+    if (modelType == "qwen2_moe") {
+      f.sharedFfn = r.integer("shared_expert_intermediate_size", 0);
+      f.sharedExperts = f.sharedFfn > 0 ? 1 : 0;
+      f.sharedGate = f.sharedExperts > 0;
+    }
+  }
+  if (r.failed()) {
+    error = r.error;
+    return std::nullopt;
+  }
+
+  // The attribute's verifier checks consistency; its message gets the file
+  // name in front and the config.json names of the fields it mentions.
+  std::string verifyError;
+  LayerConfigAttr config;
+  {
+    ScopedDiagnosticHandler capture(context, [&](Diagnostic &diag) {
+      verifyError = diag.str();
+      return success();
+    });
+    config = LayerConfigAttr::getChecked(
+      [&]() -> InFlightDiagnostic {
+        return mlir::emitError(UnknownLoc::get(context));
+      },
+      context, f.hidden, f.experts, f.topK, f.groups, f.topkGroups, f.scoring,
+      f.groupScore, f.scoreBias, f.normalize, llvm::APFloat(f.scale), f.ffn,
+      f.sharedExperts, f.sharedFfn, f.sharedGate, Activation::SwiGLU, dtype);
+  }
+  if (!config) {
+    error = r.prefix + ": inconsistent MoE configuration: " + verifyError;
+    std::string aliases;
+    for (auto [ours, theirs] : aliasesOf(modelType)) {
+      llvm::Regex word(("(^|[^a-z_])" + ours + "([^a-z_]|$)").str());
+      if (word.match(verifyError))
+        aliases += (aliases.empty() ? "" : ", ") + ours.str() + " is '" +
+                   theirs.str() + "'";
+    }
+    if (!aliases.empty())
+      error += " (" + aliases + ")";
+    return std::nullopt;
+  }
+  return ImportedConfig{modelType, naming, config};
+}
+
+OwningOpRef<ModuleOp> mlir::moe::buildLayerModule(MLIRContext *context,
+                                                  LayerConfigAttr config,
+                                                  SmPartitionAttr partition) {
+  context->loadDialect<func::FuncDialect, MoeDialect>();
+  OpBuilder b(context);
+  Location loc = b.getUnknownLoc();
+  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
+  int64_t h = config.getHidden(), e = config.getExperts(),
+          f = config.getFfn(), s = config.getSharedFfnTotal();
+  Type dt = config.getDtype();
+  auto t = [&](ArrayRef<int64_t> shape, Type elt) {
+    return RankedTensorType::get(shape, elt);
+  };
+  SmallVector<Type> types = {t({ShapedType::kDynamic, h}, dt), t({e, h}, dt)};
+  if (config.getScoreBias())
+    types.push_back(t({e}, b.getF32Type()));
+  types.append({t({e, f, h}, dt), t({e, f, h}, dt), t({e, h, f}, dt)});
+  if (config.hasSharedExperts())
+    types.append({t({s, h}, dt), t({s, h}, dt), t({h, s}, dt)});
+  if (config.getSharedGate())
+    types.push_back(t({1, h}, dt));
+
+  b.setInsertionPointToEnd(module->getBody());
+  auto func = func::FuncOp::create(b, loc, "moe_layer",
+                                   b.getFunctionType(types, {types[0]}));
+  Block *body = func.addEntryBlock();
+  b.setInsertionPointToStart(body);
+  unsigned next = 0;
+  auto arg = [&]() { return body->getArgument(next++); };
+  Value x = arg(), router = arg();
+  Value bias = config.getScoreBias() ? arg() : Value();
+  Value gate = arg(), up = arg(), down = arg();
+  Value sg, su, sd, sgate;
+  if (config.hasSharedExperts()) {
+    sg = arg();
+    su = arg();
+    sd = arg();
+  }
+  if (config.getSharedGate())
+    sgate = arg();
+  Value y = LayerOp::create(b, loc, x, router, bias, gate, up, down, sg, su,
+                            sd, sgate, config, partition);
+  func::ReturnOp::create(b, loc, y);
+  return module;
+}
+
+std::string mlir::moe::hfWeightName(WeightNaming naming,
+                                    llvm::StringRef role) {
+  bool mixtral = naming == WeightNaming::Mixtral;
+  std::string shared =
+      naming == WeightNaming::Qwen ? "shared_expert." : "shared_experts.";
+  return llvm::StringSwitch<std::string>(role)
+      .Case("router_weight", "gate.weight")
+      .Case("score_bias", "gate.e_score_correction_bias")
+      .Case("gate_weight", mixtral ? "experts.{i}.w1.weight"
+                                   : "experts.{i}.gate_proj.weight")
+      .Case("up_weight", mixtral ? "experts.{i}.w3.weight"
+                                 : "experts.{i}.up_proj.weight")
+      .Case("down_weight", mixtral ? "experts.{i}.w2.weight"
+                                   : "experts.{i}.down_proj.weight")
+      .Case("shared_gate_weight", shared + "gate_proj.weight")
+      .Case("shared_up_weight", shared + "up_proj.weight")
+      .Case("shared_down_weight", shared + "down_proj.weight")
+      .Case("shared_expert_gate", "shared_expert_gate.weight")
+      .Default(role.str());
+}

@@ -1,0 +1,283 @@
+//===- HostTarget.cpp - The host (CPU) target -----------------------------===//
+//
+// Part of moe-compiler.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Target/Host.h"
+#include "moe/Transforms/DecomposeLayer.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/ExecutionEngine/OptUtils.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Export.h"
+
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/IR/Module.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/raw_ostream.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/TargetParser/Host.h"
+#include "llvm/TargetParser/SubtargetFeature.h"
+#include "llvm/TargetParser/Triple.h"
+
+#include <cstdlib>
+
+using namespace mlir;
+using namespace mlir::moe;
+
+static MemRefType toMemRef(RankedTensorType type) {
+  return MemRefType::get(type.getShape(), type.getElementType());
+}
+
+OwningOpRef<ModuleOp> mlir::moe::buildHostEntry(
+    LayerOp layer, int64_t alignment, std::vector<EntryArgument> &arguments) {
+  MLIRContext *ctx = layer.getContext();
+  Location loc = layer.getLoc();
+  OpBuilder b(ctx);
+  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
+
+  // The layer's operands, in order, with their roles.
+  arguments.clear();
+  auto add = [&](EntryArgument::Kind kind, StringRef role, Value value) {
+    if (value)
+      arguments.push_back(
+          {kind, role.str(), cast<RankedTensorType>(value.getType())});
+  };
+  using Kind = EntryArgument::Kind;
+  add(Kind::Input, "x", layer.getInput());
+  add(Kind::Parameter, "router_weight", layer.getRouterWeight());
+  add(Kind::Parameter, "score_bias", layer.getScoreBias());
+  add(Kind::Parameter, "gate_weight", layer.getGateWeight());
+  add(Kind::Parameter, "up_weight", layer.getUpWeight());
+  add(Kind::Parameter, "down_weight", layer.getDownWeight());
+  add(Kind::Parameter, "shared_gate_weight", layer.getSharedGateWeight());
+  add(Kind::Parameter, "shared_up_weight", layer.getSharedUpWeight());
+  add(Kind::Parameter, "shared_down_weight", layer.getSharedDownWeight());
+  add(Kind::Parameter, "shared_expert_gate", layer.getSharedExpertGate());
+  unsigned numOperands = arguments.size();
+
+  LayerConfigAttr config = layer.getConfig();
+  int64_t k = config.getTopK();
+  int64_t dyn = ShapedType::kDynamic;
+  Type f32 = b.getF32Type();
+  arguments.push_back({Kind::Output, "y",
+                       RankedTensorType::get({dyn, config.getHidden()}, f32)});
+  arguments.push_back({Kind::Output, "topk_ids",
+                       RankedTensorType::get({dyn, k}, b.getI32Type())});
+  arguments.push_back(
+      {Kind::Output, "topk_weights", RankedTensorType::get({dyn, k}, f32)});
+
+  SmallVector<Type> argTypes;
+  for (const EntryArgument &arg : arguments)
+    argTypes.push_back(toMemRef(arg.type));
+  b.setInsertionPointToEnd(module->getBody());
+  auto func = func::FuncOp::create(b, loc, kHostEntryName,
+                                   b.getFunctionType(argTypes, {}));
+  func->setAttr("llvm.emit_c_interface", b.getUnitAttr());
+  Block *body = func.addEntryBlock();
+  b.setInsertionPointToStart(body);
+
+  // Operands as tensors; the layer's operands are replaced by them.
+  IRMapping mapping;
+  SmallVector<Value> layerOperands;
+  for (unsigned i = 0; i < numOperands; ++i) {
+    Value tensor = bufferization::ToTensorOp::create(
+        b, loc, arguments[i].type, body->getArgument(i), /*restrict=*/true);
+    layerOperands.push_back(tensor);
+  }
+  // Operands of the original layer in operand order: present ones only.
+  unsigned next = 0;
+  for (Value operand : layer->getOperands())
+    mapping.map(operand, layerOperands[next++]);
+  auto clone = cast<LayerOp>(b.clone(*layer, mapping));
+  // The entry's x is [T, H] with a dynamic T whatever the layer declared.
+  DecomposedLayer parts = decomposeLayer(b, clone, alignment);
+  clone.erase();
+
+  Value y = parts.output;
+  auto yType = cast<RankedTensorType>(y.getType());
+  if (!yType.getElementType().isF32()) {
+    auto f32Type = RankedTensorType::get(yType.getShape(), f32);
+    y = arith::ExtFOp::create(b, loc, f32Type, y);
+  }
+  Value outputs[] = {y, parts.indices, parts.weights};
+  for (unsigned i = 0; i < 3; ++i) {
+    auto op = bufferization::MaterializeInDestinationOp::create(
+        b, loc, outputs[i], body->getArgument(numOperands + i));
+    op.setRestrict(true);
+    op.setWritable(true);
+  }
+  func::ReturnOp::create(b, loc);
+  return module;
+}
+
+void mlir::moe::addPackedEntry(ModuleOp module, unsigned numArguments) {
+  MLIRContext *ctx = module.getContext();
+  Location loc = module.getLoc();
+  OpBuilder b(ctx);
+  b.setInsertionPointToEnd(module.getBody());
+  auto ptr = LLVM::LLVMPointerType::get(ctx);
+  auto voidType = LLVM::LLVMVoidType::get(ctx);
+  auto packed = LLVM::LLVMFuncOp::create(
+      b, loc, kHostPackedEntryName, LLVM::LLVMFunctionType::get(voidType, {ptr}));
+  Block *entry = packed.addEntryBlock(b);
+  b.setInsertionPointToStart(entry);
+  SmallVector<Value> args;
+  for (unsigned i = 0; i < numArguments; ++i) {
+    Value slot = LLVM::GEPOp::create(b, loc, ptr, ptr, entry->getArgument(0),
+                                     ArrayRef<LLVM::GEPArg>{static_cast<int32_t>(i)});
+    args.push_back(LLVM::LoadOp::create(b, loc, ptr, slot));
+  }
+  std::string callee = ("_mlir_ciface_" + kHostEntryName).str();
+  LLVM::CallOp::create(b, loc, TypeRange{}, callee, args);
+  LLVM::ReturnOp::create(b, loc, ValueRange{});
+}
+
+static const llvm::Target *lookupHostTarget(std::string &triple,
+                                            std::string &error) {
+  static bool initialized = [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    return true;
+  }();
+  (void)initialized;
+  triple = llvm::sys::getDefaultTargetTriple();
+  return llvm::TargetRegistry::lookupTarget(llvm::Triple(triple), error);
+}
+
+static std::unique_ptr<llvm::TargetMachine>
+createHostMachine(llvm::StringRef cpu, std::string &error) {
+  std::string triple;
+  const llvm::Target *target = lookupHostTarget(triple, error);
+  if (!target)
+    return nullptr;
+  std::string cpuName = cpu == "native" ? llvm::sys::getHostCPUName().str()
+                                        : cpu.str();
+  std::string features;
+  if (cpu == "native") {
+    llvm::SubtargetFeatures list;
+    for (auto &feature : llvm::sys::getHostCPUFeatures())
+      list.AddFeature(feature.first(), feature.second);
+    features = list.getString();
+  }
+  llvm::TargetOptions options;
+  std::unique_ptr<llvm::TargetMachine> machine(target->createTargetMachine(
+      llvm::Triple(triple), cpuName, features, options, llvm::Reloc::PIC_,
+      std::nullopt, llvm::CodeGenOptLevel::Aggressive));
+  if (!machine)
+    error = "cannot create a target machine for " + triple;
+  return machine;
+}
+
+std::unique_ptr<llvm::Module>
+mlir::moe::translateForHost(ModuleOp module, llvm::LLVMContext &context,
+                            llvm::StringRef cpu) {
+  registerBuiltinDialectTranslation(*module.getContext());
+  registerLLVMDialectTranslation(*module.getContext());
+  std::unique_ptr<llvm::Module> llvmModule =
+      translateModuleToLLVMIR(module, context, "moe_layer");
+  if (!llvmModule) {
+    module.emitError() << "translation to LLVM IR failed";
+    return nullptr;
+  }
+  std::string error;
+  std::unique_ptr<llvm::TargetMachine> machine = createHostMachine(cpu, error);
+  if (!machine) {
+    module.emitError() << error;
+    return nullptr;
+  }
+  llvmModule->setTargetTriple(machine->getTargetTriple());
+  llvmModule->setDataLayout(machine->createDataLayout());
+  auto optimize = makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0,
+                                            machine.get());
+  if (llvm::Error err = optimize(llvmModule.get())) {
+    module.emitError() << "LLVM optimization failed: "
+                       << llvm::toString(std::move(err));
+    return nullptr;
+  }
+  return llvmModule;
+}
+
+namespace {
+/// Removes the files it holds when it goes out of scope.
+struct TempFiles {
+  std::vector<std::string> paths;
+  ~TempFiles() {
+    for (const std::string &path : paths)
+      llvm::sys::fs::remove(path);
+  }
+};
+} // namespace
+
+bool mlir::moe::emitSharedObject(llvm::Module &module, llvm::StringRef cpu,
+                                 std::vector<uint8_t> &sharedObject,
+                                 std::string &error) {
+  std::unique_ptr<llvm::TargetMachine> machine = createHostMachine(cpu, error);
+  if (!machine)
+    return false;
+  TempFiles temps;
+  llvm::SmallString<128> objectPath, libraryPath;
+  int objectFd;
+  if (auto ec = llvm::sys::fs::createTemporaryFile("moe-layer", "o", objectFd,
+                                                   objectPath)) {
+    error = "cannot create a temporary object file: " + ec.message();
+    return false;
+  }
+  temps.paths.push_back(objectPath.str().str());
+  {
+    llvm::raw_fd_ostream os(objectFd, /*shouldClose=*/true);
+    llvm::legacy::PassManager passes;
+    if (machine->addPassesToEmitFile(passes, os, nullptr,
+                                     llvm::CodeGenFileType::ObjectFile)) {
+      error = "the host target cannot emit object files";
+      return false;
+    }
+    passes.run(module);
+  }
+  if (auto ec = llvm::sys::fs::createTemporaryFile("moe-layer", "so",
+                                                   libraryPath)) {
+    error = "cannot create a temporary file: " + ec.message();
+    return false;
+  }
+  temps.paths.push_back(libraryPath.str().str());
+
+  std::string compiler = "cc";
+  if (const char *env = std::getenv("MOE_HOST_CC"))
+    compiler = env;
+  llvm::ErrorOr<std::string> program = llvm::sys::findProgramByName(compiler);
+  if (!program) {
+    error = "cannot find the host C compiler '" + compiler +
+            "' to link the shared object (set MOE_HOST_CC)";
+    return false;
+  }
+  llvm::SmallVector<llvm::StringRef> args = {*program, "-shared", "-o",
+                                             libraryPath, objectPath, "-lm"};
+  std::string message;
+  int rc = llvm::sys::ExecuteAndWait(*program, args, std::nullopt, {}, 0, 0,
+                                     &message);
+  if (rc != 0) {
+    error = "linking the shared object with '" + *program + "' failed" +
+            (message.empty() ? "" : ": " + message);
+    return false;
+  }
+  auto buffer = llvm::MemoryBuffer::getFile(libraryPath);
+  if (!buffer) {
+    error = "cannot read the linked shared object: " +
+            buffer.getError().message();
+    return false;
+  }
+  sharedObject.assign((*buffer)->getBufferStart(), (*buffer)->getBufferEnd());
+  return true;
+}

@@ -1,0 +1,86 @@
+//===- Layer.h - A compiled MoE layer ready to run --------------*- C++ -*-===//
+//
+// Part of moe-compiler's runtime.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_RUNTIME_LAYER_H
+#define MOE_RUNTIME_LAYER_H
+
+#include "moe/runtime/Bundle.h"
+#include "moe/runtime/Safetensors.h"
+
+#include <memory>
+
+namespace moe::rt {
+
+/// What one forward pass produces.
+struct ForwardResult {
+  Tensor y;           // [T, hidden] f32
+  Tensor topkIds;     // [T, k] i32
+  Tensor topkWeights; // [T, k] f32
+};
+
+/// A device that runs a bundle's code.
+class Backend {
+public:
+  virtual ~Backend();
+  /// Runs the entry point on argument buffers in manifest order (inputs,
+  /// parameters, outputs), each with its shape.
+  virtual Status run(const std::vector<Tensor *> &arguments) = 0;
+};
+
+/// The host backend: the bundle's shared object, loaded with dlopen.
+Expected<std::unique_ptr<Backend>> createHostBackend(const Bundle &bundle);
+
+/// A bundle, its backend and its parameters.
+class Layer {
+public:
+  /// Loads a bundle and its code for `device` ("host"; "cuda" reports that
+  /// no CUDA backend is available here).
+  static Expected<std::unique_ptr<Layer>> load(const std::string &bundlePath,
+                                               const std::string &device);
+  static Expected<std::unique_ptr<Layer>> fromBundle(Bundle bundle,
+                                                     const std::string &device);
+
+  const Manifest &getManifest() const { return bundle.manifest; }
+
+  /// Binds every parameter from `file`, named `prefix + name` (stacked
+  /// expert weights one tensor per expert). Float tensors are converted to
+  /// the compute dtype; a missing tensor or a wrong shape or dtype is an
+  /// error naming it.
+  Status loadWeights(const SafetensorsFile &file, const std::string &prefix);
+  /// Fills every parameter with seeded uniform values in
+  /// [-1/sqrt(fan_in), 1/sqrt(fan_in)] (biases in [-0.1, 0.1]).
+  void randomWeights(uint64_t seed);
+  /// The bound parameters under their checkpoint names (stacked weights
+  /// split per expert), for writing a weights file.
+  std::map<std::string, Tensor> namedParameters() const;
+
+  /// Runs the layer on `x` [T, hidden] (f32, bf16 or f16).
+  Expected<ForwardResult> forward(const Tensor &x);
+
+private:
+  Layer() = default;
+  Bundle bundle;
+  std::unique_ptr<Backend> backend;
+  std::vector<Tensor> parameters; // manifest order
+  bool weightsBound = false;
+};
+
+/// Deterministic pseudo-random numbers (splitmix64), shared by tools and
+/// tests so that a seed means the same tensors everywhere.
+class Random {
+public:
+  explicit Random(uint64_t seed) : state(seed) {}
+  uint64_t next();
+  /// Uniform in [lo, hi).
+  float uniform(float lo, float hi);
+
+private:
+  uint64_t state;
+};
+
+} // namespace moe::rt
+
+#endif // MOE_RUNTIME_LAYER_H

@@ -1,0 +1,61 @@
+//===- Safetensors.h - safetensors reader and writer ------------*- C++ -*-===//
+//
+// Part of moe-compiler's runtime. The format: an 8-byte little-endian header
+// size N, N bytes of JSON mapping tensor names to {dtype, shape,
+// data_offsets} (offsets relative to the data section), then the data.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_RUNTIME_SAFETENSORS_H
+#define MOE_RUNTIME_SAFETENSORS_H
+
+#include "moe/runtime/Support.h"
+
+#include <map>
+#include <string>
+
+namespace moe::rt {
+
+/// One tensor's entry in a safetensors header.
+struct SafetensorsEntry {
+  DType dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0; // byte range in the data section
+};
+
+/// A parsed, validated safetensors file held in memory.
+class SafetensorsFile {
+public:
+  /// Reads and validates `path`: header size inside the file, JSON of the
+  /// expected form, supported dtypes, offsets inside the data section and
+  /// not overlapping, byte sizes matching dtype and shape.
+  static Expected<SafetensorsFile> open(const std::string &path);
+  /// The same on bytes already in memory; `name` appears in messages.
+  static Expected<SafetensorsFile> parse(std::vector<uint8_t> bytes,
+                                         const std::string &name);
+
+  bool contains(const std::string &tensor) const {
+    return entries.count(tensor) != 0;
+  }
+  const std::map<std::string, SafetensorsEntry> &getEntries() const {
+    return entries;
+  }
+  /// Copies one tensor out, or says it is missing.
+  Expected<Tensor> get(const std::string &tensor) const;
+  const std::string &getName() const { return name; }
+
+private:
+  std::string name;
+  std::vector<uint8_t> bytes;
+  size_t dataStart = 0;
+  std::map<std::string, SafetensorsEntry> entries;
+};
+
+/// Writes tensors (sorted by name, contiguous, header padded to 8 bytes)
+/// atomically to `path`.
+Status writeSafetensors(const std::string &path,
+                        const std::map<std::string, Tensor> &tensors);
+
+} // namespace moe::rt
+
+#endif // MOE_RUNTIME_SAFETENSORS_H

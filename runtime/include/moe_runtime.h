@@ -1,0 +1,52 @@
+/*===- moe_runtime.h - C API of the moe-compiler runtime -----------*- C -*-===*\
+|*                                                                            *|
+|* Part of moe-compiler. A stable C interface for frameworks: load a bundle,  *|
+|* bind weights, run forward passes on host buffers. Every function that can  *|
+|* fail returns 0 on success and -1 on failure; moe_last_error() then says    *|
+|* why (per thread, valid until the next call on that thread).                *|
+|*                                                                            *|
+\*===----------------------------------------------------------------------===*/
+
+#ifndef MOE_RUNTIME_H
+#define MOE_RUNTIME_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct moe_layer moe_layer;
+
+typedef enum moe_dtype { MOE_F32 = 0, MOE_BF16 = 1, MOE_F16 = 2 } moe_dtype;
+
+/** The last error of this thread, or "" if there was none. */
+const char *moe_last_error(void);
+
+/** Loads a bundle for `device` ("host"). Returns NULL on failure. */
+moe_layer *moe_layer_load(const char *bundle_path, const char *device);
+void moe_layer_free(moe_layer *layer);
+
+/** Binds the parameters from a safetensors file, names prefixed by
+ *  `prefix` (may be NULL or ""). */
+int moe_layer_load_weights(moe_layer *layer, const char *safetensors_path,
+                           const char *prefix);
+/** Binds seeded random parameters. */
+int moe_layer_random_weights(moe_layer *layer, uint64_t seed);
+
+int64_t moe_layer_hidden_size(const moe_layer *layer);
+int64_t moe_layer_top_k(const moe_layer *layer);
+int64_t moe_layer_max_tokens(const moe_layer *layer);
+
+/** Runs the layer on `x` [tokens, hidden] of `x_dtype`, writing y
+ *  [tokens, hidden] f32, topk_ids [tokens, top_k] and topk_weights
+ *  [tokens, top_k]. Buffers are the caller's, row-major and contiguous. */
+int moe_layer_forward(moe_layer *layer, const void *x, moe_dtype x_dtype,
+                      int64_t tokens, float *y, int32_t *topk_ids,
+                      float *topk_weights);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MOE_RUNTIME_H */

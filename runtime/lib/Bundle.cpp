@@ -1,0 +1,355 @@
+//===- Bundle.cpp - The single-file bundle moe-compile writes -------------===//
+//
+// Part of moe-compiler's runtime.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/runtime/Bundle.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstring>
+
+namespace moe::rt {
+
+using json = nlohmann::json;
+
+static const char kMagic[8] = {'M', 'O', 'E', 'B', 'N', 'D', 'L', '\0'};
+
+uint64_t fnv1a64(const uint8_t *data, size_t size) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < size; ++i) {
+    hash ^= data[i];
+    hash *= 0x100000001b3ull;
+  }
+  return hash;
+}
+
+//===----------------------------------------------------------------------===//
+// Manifest
+//===----------------------------------------------------------------------===//
+
+static json tensorToJson(const TensorSpec &t) {
+  return {{"name", t.name}, {"dtype", mlirName(t.dtype)}, {"shape", t.shape}};
+}
+
+std::string serializeManifest(const Manifest &m) {
+  json layer = {{"family", m.layer.family},
+                {"hidden", m.layer.hidden},
+                {"experts", m.layer.experts},
+                {"top_k", m.layer.topK},
+                {"groups", m.layer.groups},
+                {"topk_groups", m.layer.topkGroups},
+                {"scoring", m.layer.scoring},
+                {"group_score", m.layer.groupScore},
+                {"score_bias", m.layer.scoreBias},
+                {"norm_topk_prob", m.layer.normTopkProb},
+                {"routed_scale", m.layer.routedScale},
+                {"ffn", m.layer.ffn},
+                {"shared_experts", m.layer.sharedExperts},
+                {"shared_ffn", m.layer.sharedFfn},
+                {"shared_gate", m.layer.sharedGate},
+                {"dtype", m.layer.dtype},
+                {"alignment", m.layer.alignment}};
+  json inputs = json::array(), params = json::array(), outputs = json::array();
+  for (const TensorSpec &t : m.inputs)
+    inputs.push_back(tensorToJson(t));
+  for (const TensorSpec &t : m.outputs)
+    outputs.push_back(tensorToJson(t));
+  for (const ParameterSpec &p : m.parameters)
+    params.push_back({{"role", p.role},
+                      {"name", p.name},
+                      {"stack", p.stack},
+                      {"dtype", mlirName(p.dtype)},
+                      {"shape", p.shape}});
+  json root = {{"format", "moe-bundle"},
+               {"target", m.target},
+               {"compiler", m.compiler},
+               {"entry", m.entry},
+               {"max_tokens", m.maxTokens},
+               {"layer", layer},
+               {"inputs", inputs},
+               {"parameters", params},
+               {"outputs", outputs},
+               {"schedule", m.schedule}};
+  return root.dump(2);
+}
+
+namespace {
+/// Typed field access that records the first error instead of throwing.
+struct Reader {
+  std::string error;
+
+  const json *field(const json &object, const char *key, const char *where) {
+    if (!error.empty())
+      return nullptr;
+    if (!object.is_object()) {
+      error = std::string("expected ") + where + " to be an object";
+      return nullptr;
+    }
+    auto it = object.find(key);
+    if (it == object.end()) {
+      error = std::string("missing field '") + key + "' in " + where;
+      return nullptr;
+    }
+    return &*it;
+  }
+  std::string str(const json &o, const char *key, const char *where) {
+    const json *v = field(o, key, where);
+    if (!v)
+      return {};
+    if (!v->is_string()) {
+      error = std::string("expected '") + key + "' in " + where +
+              " to be a string";
+      return {};
+    }
+    return v->get<std::string>();
+  }
+  int64_t integer(const json &o, const char *key, const char *where) {
+    const json *v = field(o, key, where);
+    if (!v)
+      return 0;
+    if (!v->is_number_integer()) {
+      error = std::string("expected '") + key + "' in " + where +
+              " to be an integer";
+      return 0;
+    }
+    return v->get<int64_t>();
+  }
+  double number(const json &o, const char *key, const char *where) {
+    const json *v = field(o, key, where);
+    if (!v)
+      return 0;
+    if (!v->is_number()) {
+      error = std::string("expected '") + key + "' in " + where +
+              " to be a number";
+      return 0;
+    }
+    return v->get<double>();
+  }
+  bool boolean(const json &o, const char *key, const char *where) {
+    const json *v = field(o, key, where);
+    if (!v)
+      return false;
+    if (!v->is_boolean()) {
+      error = std::string("expected '") + key + "' in " + where +
+              " to be true or false";
+      return false;
+    }
+    return v->get<bool>();
+  }
+  DType dtype(const json &o, const char *where) {
+    std::string name = str(o, "dtype", where);
+    if (!error.empty())
+      return DType::F32;
+    std::optional<DType> d = parseMlirName(name);
+    if (!d)
+      error = std::string("unknown dtype '") + name + "' in " + where;
+    return d.value_or(DType::F32);
+  }
+  std::vector<int64_t> shape(const json &o, const char *where) {
+    const json *v = field(o, "shape", where);
+    std::vector<int64_t> dims;
+    if (!v)
+      return dims;
+    if (!v->is_array()) {
+      error = std::string("expected 'shape' in ") + where + " to be an array";
+      return dims;
+    }
+    for (const json &d : *v) {
+      if (!d.is_number_integer() || d.get<int64_t>() < -1) {
+        error = std::string("expected integer sizes >= -1 in the shape of ") +
+                where;
+        return dims;
+      }
+      dims.push_back(d.get<int64_t>());
+    }
+    return dims;
+  }
+  const json *array(const json &o, const char *key, const char *where) {
+    const json *v = field(o, key, where);
+    if (v && !v->is_array()) {
+      error = std::string("expected '") + key + "' in " + where +
+              " to be an array";
+      return nullptr;
+    }
+    return v;
+  }
+};
+} // namespace
+
+Expected<Manifest> parseManifest(const std::string &text) {
+  json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded())
+    return Expected<Manifest>::error("manifest is not valid JSON");
+  Reader r;
+  Manifest m;
+  if (r.str(root, "format", "the manifest") != "moe-bundle" && r.error.empty())
+    r.error = "manifest format is not 'moe-bundle'";
+  m.target = r.str(root, "target", "the manifest");
+  m.compiler = r.str(root, "compiler", "the manifest");
+  m.entry = r.str(root, "entry", "the manifest");
+  m.maxTokens = r.integer(root, "max_tokens", "the manifest");
+  if (const json *layer = r.field(root, "layer", "the manifest")) {
+    const char *w = "the layer";
+    LayerSpec &l = m.layer;
+    l.family = r.str(*layer, "family", w);
+    l.hidden = r.integer(*layer, "hidden", w);
+    l.experts = r.integer(*layer, "experts", w);
+    l.topK = r.integer(*layer, "top_k", w);
+    l.groups = r.integer(*layer, "groups", w);
+    l.topkGroups = r.integer(*layer, "topk_groups", w);
+    l.scoring = r.str(*layer, "scoring", w);
+    l.groupScore = r.str(*layer, "group_score", w);
+    l.scoreBias = r.boolean(*layer, "score_bias", w);
+    l.normTopkProb = r.boolean(*layer, "norm_topk_prob", w);
+    l.routedScale = r.number(*layer, "routed_scale", w);
+    l.ffn = r.integer(*layer, "ffn", w);
+    l.sharedExperts = r.integer(*layer, "shared_experts", w);
+    l.sharedFfn = r.integer(*layer, "shared_ffn", w);
+    l.sharedGate = r.boolean(*layer, "shared_gate", w);
+    l.dtype = r.str(*layer, "dtype", w);
+    l.alignment = r.integer(*layer, "alignment", w);
+  }
+  auto readTensors = [&](const char *key, std::vector<TensorSpec> &out) {
+    const json *list = r.array(root, key, "the manifest");
+    if (!list)
+      return;
+    for (const json &item : *list) {
+      TensorSpec t;
+      t.name = r.str(item, "name", key);
+      t.dtype = r.dtype(item, key);
+      t.shape = r.shape(item, key);
+      out.push_back(std::move(t));
+    }
+  };
+  readTensors("inputs", m.inputs);
+  readTensors("outputs", m.outputs);
+  if (const json *params = r.array(root, "parameters", "the manifest")) {
+    for (const json &item : *params) {
+      ParameterSpec p;
+      p.role = r.str(item, "role", "parameters");
+      p.name = r.str(item, "name", "parameters");
+      p.stack = r.integer(item, "stack", "parameters");
+      p.dtype = r.dtype(item, "parameters");
+      p.shape = r.shape(item, "parameters");
+      m.parameters.push_back(std::move(p));
+    }
+  }
+  if (const json *schedule = r.array(root, "schedule", "the manifest"))
+    for (const json &step : *schedule) {
+      if (!step.is_string()) {
+        r.error = "expected the schedule's steps to be strings";
+        break;
+      }
+      m.schedule.push_back(step.get<std::string>());
+    }
+  if (!r.error.empty())
+    return Expected<Manifest>::error("invalid manifest: " + r.error);
+  return m;
+}
+
+//===----------------------------------------------------------------------===//
+// Container
+//===----------------------------------------------------------------------===//
+
+static void putU32(std::vector<uint8_t> &out, uint32_t v) {
+  for (int i = 0; i < 4; ++i)
+    out.push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+static void putU64(std::vector<uint8_t> &out, uint64_t v) {
+  for (int i = 0; i < 8; ++i)
+    out.push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+static uint64_t getLE(const uint8_t *p, int bytes) {
+  uint64_t v = 0;
+  for (int i = bytes - 1; i >= 0; --i)
+    v = (v << 8) | p[i];
+  return v;
+}
+
+std::vector<uint8_t> serializeBundle(const Bundle &bundle) {
+  std::string manifest = serializeManifest(bundle.manifest);
+  std::vector<uint8_t> out(kMagic, kMagic + 8);
+  putU32(out, kBundleFormatVersion);
+  putU32(out, 0);
+  putU64(out, manifest.size());
+  putU64(out, bundle.blobs.size());
+  for (const auto &blob : bundle.blobs)
+    putU64(out, blob.size());
+  out.insert(out.end(), manifest.begin(), manifest.end());
+  for (const auto &blob : bundle.blobs)
+    out.insert(out.end(), blob.begin(), blob.end());
+  putU64(out, fnv1a64(out.data(), out.size()));
+  return out;
+}
+
+Expected<Bundle> parseBundle(const std::vector<uint8_t> &bytes,
+                             const std::string &name) {
+  auto fail = [&](const std::string &what) {
+    return Expected<Bundle>::error(name + ": invalid bundle: " + what);
+  };
+  const size_t fixed = 8 + 4 + 4 + 8 + 8;
+  if (bytes.size() < fixed + 8)
+    return fail("file of " + std::to_string(bytes.size()) +
+                " bytes is too short for a bundle header");
+  if (std::memcmp(bytes.data(), kMagic, 8) != 0)
+    return fail("wrong magic (not a moe-compiler bundle)");
+  uint32_t version = static_cast<uint32_t>(getLE(bytes.data() + 8, 4));
+  if (version != kBundleFormatVersion)
+    return fail("format version " + std::to_string(version) +
+                ", this runtime reads version " +
+                std::to_string(kBundleFormatVersion));
+  uint64_t stored = getLE(bytes.data() + bytes.size() - 8, 8);
+  if (stored != fnv1a64(bytes.data(), bytes.size() - 8))
+    return fail("checksum mismatch (the file is corrupt or truncated)");
+  uint64_t manifestSize = getLE(bytes.data() + 16, 8);
+  uint64_t blobCount = getLE(bytes.data() + 24, 8);
+  if (blobCount > kMaxBlobs)
+    return fail("blob count " + std::to_string(blobCount) + " exceeds " +
+                std::to_string(kMaxBlobs));
+  size_t headerEnd = fixed + 8 * blobCount;
+  size_t payloadEnd = bytes.size() - 8;
+  if (headerEnd > payloadEnd)
+    return fail("blob table runs past the end of the file");
+  uint64_t total = manifestSize;
+  std::vector<uint64_t> sizes;
+  for (uint64_t i = 0; i < blobCount; ++i) {
+    sizes.push_back(getLE(bytes.data() + fixed + 8 * i, 8));
+    if (__builtin_add_overflow(total, sizes.back(), &total))
+      return fail("section sizes overflow");
+  }
+  if (total != payloadEnd - headerEnd)
+    return fail("section sizes add up to " + std::to_string(total) +
+                " bytes, the file holds " +
+                std::to_string(payloadEnd - headerEnd));
+  Bundle bundle;
+  const char *manifestBegin =
+      reinterpret_cast<const char *>(bytes.data() + headerEnd);
+  Expected<Manifest> manifest =
+      parseManifest(std::string(manifestBegin, manifestSize));
+  if (!manifest)
+    return fail(manifest.message());
+  bundle.manifest = std::move(*manifest);
+  size_t offset = headerEnd + manifestSize;
+  for (uint64_t size : sizes) {
+    bundle.blobs.emplace_back(bytes.begin() + static_cast<std::ptrdiff_t>(offset),
+                              bytes.begin() + static_cast<std::ptrdiff_t>(offset + size));
+    offset += size;
+  }
+  return bundle;
+}
+
+Expected<Bundle> readBundle(const std::string &path) {
+  Expected<std::vector<uint8_t>> bytes = readFile(path);
+  if (!bytes)
+    return Expected<Bundle>::error(bytes.message());
+  return parseBundle(*bytes, path);
+}
+
+Status writeBundle(const std::string &path, const Bundle &bundle) {
+  std::vector<uint8_t> bytes = serializeBundle(bundle);
+  return writeFileAtomically(path, bytes.data(), bytes.size());
+}
+
+} // namespace moe::rt

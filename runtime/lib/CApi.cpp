@@ -1,0 +1,113 @@
+//===- CApi.cpp - C API of the moe-compiler runtime -----------------------===//
+//
+// Part of moe-compiler's runtime.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe_runtime.h"
+
+#include "moe/runtime/Layer.h"
+
+#include <cstring>
+
+using namespace moe::rt;
+
+struct moe_layer {
+  std::unique_ptr<Layer> layer;
+};
+
+static thread_local std::string lastError;
+
+static int fail(const std::string &message) {
+  lastError = message;
+  return -1;
+}
+
+const char *moe_last_error(void) { return lastError.c_str(); }
+
+moe_layer *moe_layer_load(const char *bundle_path, const char *device) {
+  lastError.clear();
+  if (!bundle_path || !device) {
+    fail("moe_layer_load: bundle_path and device must not be NULL");
+    return nullptr;
+  }
+  Expected<std::unique_ptr<Layer>> layer = Layer::load(bundle_path, device);
+  if (!layer) {
+    fail(layer.message());
+    return nullptr;
+  }
+  return new moe_layer{std::move(*layer)};
+}
+
+void moe_layer_free(moe_layer *layer) { delete layer; }
+
+int moe_layer_load_weights(moe_layer *layer, const char *path,
+                           const char *prefix) {
+  lastError.clear();
+  if (!layer || !path)
+    return fail("moe_layer_load_weights: layer and path must not be NULL");
+  Expected<SafetensorsFile> file = SafetensorsFile::open(path);
+  if (!file)
+    return fail(file.message());
+  Status s = layer->layer->loadWeights(*file, prefix ? prefix : "");
+  return s.ok() ? 0 : fail(s.error);
+}
+
+int moe_layer_random_weights(moe_layer *layer, uint64_t seed) {
+  lastError.clear();
+  if (!layer)
+    return fail("moe_layer_random_weights: layer must not be NULL");
+  layer->layer->randomWeights(seed);
+  return 0;
+}
+
+int64_t moe_layer_hidden_size(const moe_layer *layer) {
+  return layer ? layer->layer->getManifest().layer.hidden : -1;
+}
+int64_t moe_layer_top_k(const moe_layer *layer) {
+  return layer ? layer->layer->getManifest().layer.topK : -1;
+}
+int64_t moe_layer_max_tokens(const moe_layer *layer) {
+  return layer ? layer->layer->getManifest().maxTokens : -1;
+}
+
+int moe_layer_forward(moe_layer *layer, const void *x, moe_dtype x_dtype,
+                      int64_t tokens, float *y, int32_t *topk_ids,
+                      float *topk_weights) {
+  lastError.clear();
+  if (!layer || (tokens > 0 && (!x || !y || !topk_ids || !topk_weights)))
+    return fail("moe_layer_forward: null layer or buffer");
+  if (tokens < 0)
+    return fail("moe_layer_forward: negative token count");
+  DType dtype;
+  switch (x_dtype) {
+  case MOE_F32:
+    dtype = DType::F32;
+    break;
+  case MOE_BF16:
+    dtype = DType::BF16;
+    break;
+  case MOE_F16:
+    dtype = DType::F16;
+    break;
+  default:
+    return fail("moe_layer_forward: unknown x_dtype");
+  }
+  int64_t hidden = moe_layer_hidden_size(layer);
+  int64_t k = moe_layer_top_k(layer);
+  if (tokens > moe_layer_max_tokens(layer))
+    return fail("moe_layer_forward: " + std::to_string(tokens) +
+                " tokens exceed the bundle's max_tokens");
+  Tensor input = Tensor::zeros(dtype, {tokens, hidden});
+  if (tokens > 0)
+    std::memcpy(input.data.data(), x, input.data.size());
+  Expected<ForwardResult> result = layer->layer->forward(input);
+  if (!result)
+    return fail(result.message());
+  size_t rows = static_cast<size_t>(tokens);
+  std::memcpy(y, result->y.data.data(), rows * hidden * sizeof(float));
+  std::memcpy(topk_ids, result->topkIds.data.data(), rows * k * sizeof(int32_t));
+  std::memcpy(topk_weights, result->topkWeights.data.data(),
+              rows * k * sizeof(float));
+  return 0;
+}

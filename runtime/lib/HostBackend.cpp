@@ -1,0 +1,108 @@
+//===- HostBackend.cpp - Running a bundle's shared object -----------------===//
+//
+// Part of moe-compiler's runtime. The shared object is written to an
+// anonymous memory file and opened with dlopen; its packed entry point
+// takes one MLIR memref descriptor per argument.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/runtime/Layer.h"
+
+#include <cerrno>
+#include <cstring>
+#include <dlfcn.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+namespace moe::rt {
+
+Backend::~Backend() = default;
+
+namespace {
+
+using PackedEntry = void (*)(void **);
+
+class HostBackend : public Backend {
+public:
+  HostBackend(void *handle, PackedEntry entry) : handle(handle), entry(entry) {}
+  ~HostBackend() override {
+    if (handle)
+      dlclose(handle);
+  }
+
+  Status run(const std::vector<Tensor *> &arguments) override {
+    // A descriptor of rank r: allocated and aligned pointers, offset, r
+    // sizes, r strides; all 8-byte words on 64-bit hosts.
+    std::vector<std::vector<int64_t>> descriptors;
+    descriptors.reserve(arguments.size());
+    std::vector<void *> argv;
+    for (Tensor *tensor : arguments) {
+      size_t rank = tensor->shape.size();
+      std::vector<int64_t> d(3 + 2 * rank);
+      auto base = reinterpret_cast<int64_t>(tensor->data.data());
+      d[0] = base;
+      d[1] = base;
+      d[2] = 0;
+      int64_t stride = 1;
+      for (size_t i = rank; i-- > 0;) {
+        d[3 + i] = tensor->shape[i];
+        d[3 + rank + i] = stride;
+        stride *= tensor->shape[i];
+      }
+      descriptors.push_back(std::move(d));
+      argv.push_back(descriptors.back().data());
+    }
+    entry(argv.data());
+    return Status::success();
+  }
+
+private:
+  void *handle;
+  PackedEntry entry;
+};
+
+} // namespace
+
+Expected<std::unique_ptr<Backend>> createHostBackend(const Bundle &bundle) {
+  using Result = Expected<std::unique_ptr<Backend>>;
+  const Manifest &m = bundle.manifest;
+  if (bundle.blobs.size() != 1)
+    return Result::error("host bundle must hold exactly one shared object, "
+                         "it holds " +
+                         std::to_string(bundle.blobs.size()) + " blobs");
+  const std::vector<uint8_t> &so = bundle.blobs[0];
+  static const uint8_t kElf[4] = {0x7f, 'E', 'L', 'F'};
+  if (so.size() < 4 || std::memcmp(so.data(), kElf, 4) != 0)
+    return Result::error("host bundle's code is not an ELF shared object");
+
+  int fd = memfd_create("moe-bundle", MFD_CLOEXEC);
+  if (fd < 0)
+    return Result::error(std::string("memfd_create failed: ") +
+                         std::strerror(errno));
+  size_t written = 0;
+  while (written < so.size()) {
+    ssize_t n = ::write(fd, so.data() + written, so.size() - written);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0) {
+      ::close(fd);
+      return Result::error("cannot stage the shared object in memory");
+    }
+    written += static_cast<size_t>(n);
+  }
+  std::string path = "/proc/self/fd/" + std::to_string(fd);
+  void *handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  ::close(fd);
+  if (!handle)
+    return Result::error(std::string("cannot load the bundle's shared object: ") +
+                         dlerror());
+  auto entry = reinterpret_cast<PackedEntry>(dlsym(handle, m.entry.c_str()));
+  if (!entry) {
+    dlclose(handle);
+    return Result::error("the bundle's shared object has no entry point '" +
+                         m.entry + "'");
+  }
+  return std::unique_ptr<Backend>(new HostBackend(handle, entry));
+}
+
+} // namespace moe::rt

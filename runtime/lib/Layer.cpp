@@ -1,0 +1,233 @@
+//===- Layer.cpp - A compiled MoE layer ready to run ----------------------===//
+//
+// Part of moe-compiler's runtime.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/runtime/Layer.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace moe::rt {
+
+uint64_t Random::next() {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+float Random::uniform(float lo, float hi) {
+  // 24 random bits: exactly representable in a float.
+  float unit = static_cast<float>(next() >> 40) / 16777216.0f;
+  return lo + (hi - lo) * unit;
+}
+
+static bool isFloatType(DType d) {
+  return d == DType::F32 || d == DType::BF16 || d == DType::F16;
+}
+
+/// Checks what the runtime relies on; a bundle that passes its checksum can
+/// still have been written by another tool.
+static Status validateManifest(const Manifest &m) {
+  auto fail = [](const std::string &what) {
+    return Status::failure("invalid manifest: " + what);
+  };
+  const LayerSpec &l = m.layer;
+  if (l.hidden <= 0 || l.topK <= 0 || l.experts <= 0)
+    return fail("layer sizes must be positive");
+  if (m.maxTokens <= 0)
+    return fail("max_tokens must be positive");
+  if (m.entry.empty())
+    return fail("no entry point");
+  if (m.inputs.size() != 1 || m.inputs[0].name != "x" ||
+      m.inputs[0].shape != std::vector<int64_t>{-1, l.hidden} ||
+      !isFloatType(m.inputs[0].dtype))
+    return fail("expected one input 'x' of shape [?, " +
+                std::to_string(l.hidden) + "]");
+  const std::vector<std::pair<std::string, DType>> outputs = {
+      {"y", DType::F32}, {"topk_ids", DType::I32}, {"topk_weights", DType::F32}};
+  if (m.outputs.size() != outputs.size())
+    return fail("expected outputs y, topk_ids, topk_weights");
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    int64_t width = i == 0 ? l.hidden : l.topK;
+    if (m.outputs[i].name != outputs[i].first ||
+        m.outputs[i].dtype != outputs[i].second ||
+        m.outputs[i].shape != std::vector<int64_t>{-1, width})
+      return fail("expected output '" + outputs[i].first + "' of shape [?, " +
+                  std::to_string(width) + "]");
+  }
+  for (const ParameterSpec &p : m.parameters) {
+    if (p.shape.empty() || !elementCount(p.shape) ||
+        *elementCount(p.shape) <= 0)
+      return fail("parameter '" + p.name + "' has an invalid shape " +
+                  formatShape(p.shape));
+    bool pattern = p.name.find("{i}") != std::string::npos;
+    if ((p.stack > 0) != pattern || (p.stack > 0 && p.shape[0] != p.stack))
+      return fail("parameter '" + p.name + "' has an inconsistent stack of " +
+                  std::to_string(p.stack));
+    if (!isFloatType(p.dtype))
+      return fail("parameter '" + p.name + "' must have a float dtype");
+  }
+  return Status::success();
+}
+
+Expected<std::unique_ptr<Layer>> Layer::load(const std::string &bundlePath,
+                                             const std::string &device) {
+  Expected<Bundle> bundle = readBundle(bundlePath);
+  if (!bundle)
+    return Expected<std::unique_ptr<Layer>>::error(bundle.message());
+  return fromBundle(std::move(*bundle), device);
+}
+
+Expected<std::unique_ptr<Layer>> Layer::fromBundle(Bundle bundle,
+                                                   const std::string &device) {
+  using Result = Expected<std::unique_ptr<Layer>>;
+  if (Status s = validateManifest(bundle.manifest); !s.ok())
+    return Result::error(s.error);
+  const std::string &target = bundle.manifest.target;
+  if (device == "host") {
+    if (target != "host")
+      return Result::error("the bundle was compiled for target '" + target +
+                           "'; the host device runs bundles compiled with "
+                           "--target=host");
+  } else if (device == "cuda") {
+    return Result::error("the CUDA device is not available in this runtime "
+                         "yet; run host bundles with --device=host");
+  } else {
+    return Result::error("unknown device '" + device +
+                         "' (expected host or cuda)");
+  }
+  std::unique_ptr<Layer> layer(new Layer());
+  Expected<std::unique_ptr<Backend>> backend = createHostBackend(bundle);
+  if (!backend)
+    return Result::error(backend.message());
+  layer->backend = std::move(*backend);
+  layer->bundle = std::move(bundle);
+  for (const ParameterSpec &p : layer->bundle.manifest.parameters)
+    layer->parameters.push_back(Tensor::zeros(p.dtype, p.shape));
+  return layer;
+}
+
+static std::string expertName(const std::string &pattern, int64_t expert) {
+  std::string name = pattern;
+  size_t at = name.find("{i}");
+  if (at != std::string::npos)
+    name.replace(at, 3, std::to_string(expert));
+  return name;
+}
+
+Status Layer::loadWeights(const SafetensorsFile &file,
+                          const std::string &prefix) {
+  const Manifest &m = bundle.manifest;
+  for (size_t i = 0; i < m.parameters.size(); ++i) {
+    const ParameterSpec &p = m.parameters[i];
+    int64_t pieces = p.stack > 0 ? p.stack : 1;
+    std::vector<int64_t> pieceShape = p.shape;
+    if (p.stack > 0)
+      pieceShape.erase(pieceShape.begin());
+    size_t pieceBytes =
+        static_cast<size_t>(*elementCount(pieceShape)) * dtypeSize(p.dtype);
+    for (int64_t e = 0; e < pieces; ++e) {
+      std::string name = prefix + expertName(p.name, e);
+      if (!file.contains(name))
+        return Status::failure(file.getName() + ": missing tensor '" + name +
+                               "'");
+      Expected<Tensor> tensor = file.get(name);
+      if (!tensor)
+        return Status::failure(tensor.message());
+      if (tensor->shape != pieceShape)
+        return Status::failure(file.getName() + ": tensor '" + name +
+                               "' has shape " + formatShape(tensor->shape) +
+                               ", expected " + formatShape(pieceShape));
+      if (!isFloatType(tensor->dtype))
+        return Status::failure(file.getName() + ": tensor '" + name +
+                               "' has dtype " +
+                               safetensorsName(tensor->dtype) +
+                               ", expected F32, BF16 or F16");
+      Expected<Tensor> converted = convertTensor(*tensor, p.dtype);
+      if (!converted)
+        return Status::failure(converted.message());
+      std::memcpy(parameters[i].data.data() + static_cast<size_t>(e) * pieceBytes,
+                  converted->data.data(), pieceBytes);
+    }
+  }
+  weightsBound = true;
+  return Status::success();
+}
+
+void Layer::randomWeights(uint64_t seed) {
+  Random rng(seed);
+  const Manifest &m = bundle.manifest;
+  for (size_t i = 0; i < m.parameters.size(); ++i) {
+    const ParameterSpec &p = m.parameters[i];
+    Tensor values = Tensor::zeros(DType::F32, p.shape);
+    float bound = p.role == "score_bias"
+                      ? 0.1f
+                      : 1.0f / std::sqrt(static_cast<float>(p.shape.back()));
+    float *data = values.as<float>();
+    for (int64_t j = 0, n = values.numElements(); j < n; ++j)
+      data[j] = rng.uniform(-bound, bound);
+    parameters[i] = *convertTensor(values, p.dtype);
+  }
+  weightsBound = true;
+}
+
+std::map<std::string, Tensor> Layer::namedParameters() const {
+  std::map<std::string, Tensor> named;
+  const Manifest &m = bundle.manifest;
+  for (size_t i = 0; i < m.parameters.size(); ++i) {
+    const ParameterSpec &p = m.parameters[i];
+    if (p.stack == 0) {
+      named[p.name] = parameters[i];
+      continue;
+    }
+    std::vector<int64_t> pieceShape(p.shape.begin() + 1, p.shape.end());
+    Tensor piece = Tensor::zeros(p.dtype, pieceShape);
+    for (int64_t e = 0; e < p.stack; ++e) {
+      std::memcpy(piece.data.data(),
+                  parameters[i].data.data() + static_cast<size_t>(e) * piece.data.size(),
+                  piece.data.size());
+      named[expertName(p.name, e)] = piece;
+    }
+  }
+  return named;
+}
+
+Expected<ForwardResult> Layer::forward(const Tensor &x) {
+  using Result = Expected<ForwardResult>;
+  const Manifest &m = bundle.manifest;
+  int64_t hidden = m.layer.hidden, k = m.layer.topK;
+  if (!weightsBound)
+    return Result::error("no weights bound: load a weights file or use "
+                         "random weights first");
+  if (x.shape.size() != 2 || x.shape[1] != hidden)
+    return Result::error("input 'x' has shape " + formatShape(x.shape) +
+                         ", expected [T, " + std::to_string(hidden) + "]");
+  if (!isFloatType(x.dtype))
+    return Result::error(std::string("input 'x' has dtype ") +
+                         mlirName(x.dtype) + ", expected f32, bf16 or f16");
+  int64_t tokens = x.shape[0];
+  if (tokens > m.maxTokens)
+    return Result::error("input 'x' has " + std::to_string(tokens) +
+                         " tokens, the bundle was compiled for at most " +
+                         std::to_string(m.maxTokens) + " (--max-tokens)");
+  Expected<Tensor> input = convertTensor(x, m.inputs[0].dtype);
+  if (!input)
+    return Result::error(input.message());
+  ForwardResult result{Tensor::zeros(DType::F32, {tokens, hidden}),
+                       Tensor::zeros(DType::I32, {tokens, k}),
+                       Tensor::zeros(DType::F32, {tokens, k})};
+  std::vector<Tensor *> args = {&*input};
+  for (Tensor &p : parameters)
+    args.push_back(&p);
+  args.push_back(&result.y);
+  args.push_back(&result.topkIds);
+  args.push_back(&result.topkWeights);
+  if (Status s = backend->run(args); !s.ok())
+    return Result::error(s.error);
+  return result;
+}
+
+} // namespace moe::rt

@@ -1,0 +1,171 @@
+//===- Safetensors.cpp - safetensors reader and writer --------------------===//
+//
+// Part of moe-compiler's runtime.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/runtime/Safetensors.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstring>
+
+namespace moe::rt {
+
+using json = nlohmann::json;
+
+/// Largest header accepted (the format's reference reader uses 100 MB).
+static constexpr uint64_t kMaxHeaderSize = 100u << 20;
+
+Expected<SafetensorsFile> SafetensorsFile::open(const std::string &path) {
+  Expected<std::vector<uint8_t>> bytes = readFile(path);
+  if (!bytes)
+    return Expected<SafetensorsFile>::error(bytes.message());
+  return parse(std::move(*bytes), path);
+}
+
+Expected<SafetensorsFile> SafetensorsFile::parse(std::vector<uint8_t> bytes,
+                                                 const std::string &name) {
+  using Result = Expected<SafetensorsFile>;
+  auto fail = [&](const std::string &what) {
+    return Result::error(name + ": invalid safetensors file: " + what);
+  };
+  if (bytes.size() < 8)
+    return fail("expected at least 8 bytes for the header size, got " +
+                std::to_string(bytes.size()));
+  uint64_t headerSize = 0;
+  for (int i = 7; i >= 0; --i)
+    headerSize = (headerSize << 8) | bytes[static_cast<size_t>(i)];
+  if (headerSize > kMaxHeaderSize || headerSize > bytes.size() - 8)
+    return fail("header size " + std::to_string(headerSize) +
+                " runs past the end of the file (" +
+                std::to_string(bytes.size()) + " bytes)");
+
+  const char *headerBegin = reinterpret_cast<const char *>(bytes.data() + 8);
+  json header = json::parse(headerBegin, headerBegin + headerSize, nullptr,
+                            /*allow_exceptions=*/false);
+  if (header.is_discarded() || !header.is_object())
+    return fail("expected a JSON object as header");
+
+  SafetensorsFile file;
+  file.name = name;
+  file.dataStart = 8 + static_cast<size_t>(headerSize);
+  uint64_t dataSize = bytes.size() - file.dataStart;
+  for (auto &[key, value] : header.items()) {
+    if (key == "__metadata__") {
+      if (!value.is_object())
+        return fail("expected '__metadata__' to be an object");
+      continue;
+    }
+    std::string where = "tensor '" + key + "'";
+    if (!value.is_object())
+      return fail(where + ": expected an object");
+    auto dtypeIt = value.find("dtype");
+    auto shapeIt = value.find("shape");
+    auto offsetsIt = value.find("data_offsets");
+    if (dtypeIt == value.end() || !dtypeIt->is_string())
+      return fail(where + ": expected a string 'dtype'");
+    if (shapeIt == value.end() || !shapeIt->is_array())
+      return fail(where + ": expected an array 'shape'");
+    if (offsetsIt == value.end() || !offsetsIt->is_array() ||
+        offsetsIt->size() != 2)
+      return fail(where + ": expected 'data_offsets' as [begin, end]");
+    SafetensorsEntry entry;
+    std::optional<DType> dtype = parseSafetensorsName(dtypeIt->get<std::string>());
+    if (!dtype)
+      return fail(where + ": unsupported dtype '" +
+                  dtypeIt->get<std::string>() +
+                  "' (expected F32, BF16, F16, I32 or I64)");
+    entry.dtype = *dtype;
+    for (const json &dim : *shapeIt) {
+      if (!dim.is_number_unsigned())
+        return fail(where + ": expected non-negative integer dimensions");
+      uint64_t d = dim.get<uint64_t>();
+      if (d > static_cast<uint64_t>(INT64_MAX))
+        return fail(where + ": dimension too large");
+      entry.shape.push_back(static_cast<int64_t>(d));
+    }
+    for (const json &offset : *offsetsIt)
+      if (!offset.is_number_unsigned())
+        return fail(where + ": expected non-negative integer data_offsets");
+    entry.begin = (*offsetsIt)[0].get<uint64_t>();
+    entry.end = (*offsetsIt)[1].get<uint64_t>();
+    if (entry.begin > entry.end || entry.end > dataSize)
+      return fail(where + ": data_offsets [" + std::to_string(entry.begin) +
+                  ", " + std::to_string(entry.end) +
+                  "] outside the data section of " + std::to_string(dataSize) +
+                  " bytes");
+    std::optional<int64_t> count = elementCount(entry.shape);
+    uint64_t expected;
+    if (!count || __builtin_mul_overflow(static_cast<uint64_t>(*count),
+                                         dtypeSize(entry.dtype), &expected))
+      return fail(where + ": shape " + formatShape(entry.shape) +
+                  " overflows");
+    if (expected != entry.end - entry.begin)
+      return fail(where + ": " + dtypeIt->get<std::string>() + " " +
+                  formatShape(entry.shape) + " needs " +
+                  std::to_string(expected) + " bytes, data_offsets hold " +
+                  std::to_string(entry.end - entry.begin));
+    file.entries.emplace(key, std::move(entry));
+  }
+
+  // No two tensors may share bytes.
+  std::vector<std::pair<uint64_t, std::string>> starts;
+  for (auto &[key, entry] : file.entries)
+    if (entry.end > entry.begin)
+      starts.emplace_back(entry.begin, key);
+  std::sort(starts.begin(), starts.end());
+  for (size_t i = 1; i < starts.size(); ++i) {
+    const SafetensorsEntry &prev = file.entries[starts[i - 1].second];
+    if (starts[i].first < prev.end)
+      return fail("tensors '" + starts[i - 1].second + "' and '" +
+                  starts[i].second + "' overlap");
+  }
+  file.bytes = std::move(bytes);
+  return file;
+}
+
+Expected<Tensor> SafetensorsFile::get(const std::string &tensor) const {
+  auto it = entries.find(tensor);
+  if (it == entries.end())
+    return Expected<Tensor>::error(name + ": no tensor named '" + tensor + "'");
+  Tensor t;
+  t.dtype = it->second.dtype;
+  t.shape = it->second.shape;
+  t.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(dataStart + it->second.begin),
+                bytes.begin() + static_cast<std::ptrdiff_t>(dataStart + it->second.end));
+  return t;
+}
+
+Status writeSafetensors(const std::string &path,
+                        const std::map<std::string, Tensor> &tensors) {
+  json header = json::object();
+  uint64_t offset = 0;
+  for (auto &[name, tensor] : tensors) {
+    std::optional<int64_t> count = elementCount(tensor.shape);
+    if (!count ||
+        static_cast<uint64_t>(*count) * dtypeSize(tensor.dtype) != tensor.data.size())
+      return Status::failure("tensor '" + name + "' has " +
+                             std::to_string(tensor.data.size()) +
+                             " bytes, which does not match its shape " +
+                             formatShape(tensor.shape));
+    header[name] = {{"dtype", safetensorsName(tensor.dtype)},
+                    {"shape", tensor.shape},
+                    {"data_offsets", {offset, offset + tensor.data.size()}}};
+    offset += tensor.data.size();
+  }
+  std::string text = header.dump();
+  while ((text.size() + 8) % 8 != 0)
+    text.push_back(' ');
+  std::vector<uint8_t> out(8);
+  uint64_t size = text.size();
+  for (int i = 0; i < 8; ++i)
+    out[static_cast<size_t>(i)] = static_cast<uint8_t>(size >> (8 * i));
+  out.insert(out.end(), text.begin(), text.end());
+  for (auto &[name, tensor] : tensors)
+    out.insert(out.end(), tensor.data.begin(), tensor.data.end());
+  return writeFileAtomically(path, out.data(), out.size());
+}
+
+} // namespace moe::rt

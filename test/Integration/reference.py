@@ -1,0 +1,318 @@
+#!/usr/bin/env python3
+"""Independent reference for the host-target integration tests.
+
+Written from the model families' published definitions (the Hugging Face
+modeling code of DeepSeek-V3/V2, Mixtral and Qwen2/Qwen3-MoE), in float64
+numpy, reading config.json itself. It shares no code with the compiler or the
+runtime: its safetensors reader and writer are its own, too.
+
+  reference.py gen   --config C --tokens T --seed S --weights W --inputs X
+                     [--prefix P] [--dtype f32|bf16] [--case NAME]
+  reference.py check --config C --weights W --inputs X --outputs Y
+                     [--prefix P] [--tol TOL]
+
+Cases for gen: random (default), ties (several experts with identical router
+rows), one_expert (every token prefers expert 1 by a wide margin).
+"""
+import argparse
+import json
+import struct
+import sys
+
+import numpy as np
+
+# --------------------------------------------------------------------------
+# safetensors
+# --------------------------------------------------------------------------
+DTYPES = {"F32": np.float32, "F16": np.float16, "I32": np.int32, "I64": np.int64}
+
+
+def bf16_to_f32(raw):
+    return (raw.astype(np.uint32) << 16).view(np.float32)
+
+
+def f32_to_bf16_bits(values):
+    bits = values.astype(np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return rounded.astype(np.uint16)
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + n])
+    base = 8 + n
+    tensors = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        raw = data[base + begin : base + end]
+        if entry["dtype"] == "BF16":
+            array = bf16_to_f32(np.frombuffer(raw, dtype=np.uint16))
+        else:
+            array = np.frombuffer(raw, dtype=DTYPES[entry["dtype"]])
+        tensors[name] = array.reshape(entry["shape"])
+    return tensors
+
+
+def write_safetensors(path, tensors, bf16=False):
+    header, chunks, offset = {}, [], 0
+    for name in sorted(tensors):
+        array = np.ascontiguousarray(tensors[name])
+        if array.dtype == np.float32 and bf16:
+            raw, dtype = f32_to_bf16_bits(array).tobytes(), "BF16"
+        else:
+            dtype = {np.dtype(np.float32): "F32", np.dtype(np.int32): "I32"}[array.dtype]
+            raw = array.tobytes()
+        header[name] = {"dtype": dtype, "shape": list(array.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        chunks.append(raw)
+        offset += len(raw)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(chunks))
+
+
+# --------------------------------------------------------------------------
+# The families, from their definitions
+# --------------------------------------------------------------------------
+class Config:
+    def __init__(self, path):
+        with open(path) as f:
+            c = json.load(f)
+        self.type = c["model_type"]
+        self.hidden = c["hidden_size"]
+        self.k = c["num_experts_per_tok"]
+        self.shared_ffn = 0
+        self.shared_gate = False
+        self.bias = False
+        if self.type.startswith("deepseek"):
+            self.experts = c["n_routed_experts"]
+            self.ffn = c["moe_intermediate_size"]
+            self.groups = c.get("n_group", 1)
+            self.topk_groups = c.get("topk_group", 1)
+            self.norm = c.get("norm_topk_prob", False)
+            self.scale = c.get("routed_scaling_factor", 1.0)
+            self.shared_ffn = c.get("n_shared_experts", 0) * self.ffn
+            self.method = c.get("topk_method", "noaux_tc" if self.type == "deepseek_v3" else "greedy")
+            self.bias = self.type == "deepseek_v3"
+        elif self.type == "mixtral":
+            self.experts = c["num_local_experts"]
+            self.ffn = c["intermediate_size"]
+        else:  # qwen2_moe, qwen3_moe
+            self.experts = c["num_experts"]
+            self.ffn = c["moe_intermediate_size"]
+            self.norm = c.get("norm_topk_prob", self.type == "qwen3_moe")
+            if self.type == "qwen2_moe":
+                self.shared_ffn = c.get("shared_expert_intermediate_size", 0)
+                self.shared_gate = self.shared_ffn > 0
+
+    def names(self):
+        """Checkpoint names: router, bias, per-expert (gate, up, down), shared."""
+        if self.type == "mixtral":
+            expert = ("experts.{}.w1.weight", "experts.{}.w3.weight", "experts.{}.w2.weight")
+        else:
+            expert = tuple("experts.{}.%s_proj.weight" % p for p in ("gate", "up", "down"))
+        shared_prefix = "shared_expert." if self.type == "qwen2_moe" else "shared_experts."
+        shared = tuple(shared_prefix + "%s_proj.weight" % p for p in ("gate", "up", "down"))
+        return expert, shared
+
+
+def sigmoid(v):
+    return 1.0 / (1.0 + np.exp(-v))
+
+
+def softmax(v):
+    e = np.exp(v - v.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def top_indices(values, k):
+    """Indices of the k largest, best first; ties go to the lower index."""
+    return np.argsort(-values, kind="stable")[:k]
+
+
+def route(cfg, logits, bias):
+    """Expert ids [T, k] and weights [T, k] for router logits [T, E]."""
+    tokens = logits.shape[0]
+    ids = np.zeros((tokens, cfg.k), dtype=np.int64)
+    weights = np.zeros((tokens, cfg.k))
+    for t in range(tokens):
+        if cfg.type == "deepseek_v3":
+            scores = sigmoid(logits[t])
+            choice = scores + bias
+            per = cfg.experts // cfg.groups
+            grouped = choice.reshape(cfg.groups, per)
+            group_score = np.sort(grouped, axis=-1)[:, -2:].sum(axis=-1)
+            kept = top_indices(group_score, cfg.topk_groups)
+            masked = np.full(cfg.experts, -np.inf)
+            for g in kept:
+                masked[g * per:(g + 1) * per] = choice[g * per:(g + 1) * per]
+            chosen = top_indices(masked, cfg.k)
+            w = scores[chosen]
+            if cfg.k > 1 and cfg.norm:
+                w = w / (w.sum() + 1e-20)
+            w = w * cfg.scale
+        elif cfg.type == "deepseek_v2":
+            scores = softmax(logits[t])
+            if cfg.method == "group_limited_greedy":
+                per = cfg.experts // cfg.groups
+                group_score = scores.reshape(cfg.groups, per).max(axis=-1)
+                kept = top_indices(group_score, cfg.topk_groups)
+                masked = np.zeros(cfg.experts)
+                for g in kept:
+                    masked[g * per:(g + 1) * per] = scores[g * per:(g + 1) * per]
+            else:
+                masked = scores
+            chosen = top_indices(masked, cfg.k)
+            w = scores[chosen]
+            if cfg.k > 1 and cfg.norm:
+                w = w / (w.sum() + 1e-20)
+            else:
+                w = w * cfg.scale
+        else:  # mixtral, qwen2_moe, qwen3_moe
+            scores = softmax(logits[t])
+            chosen = top_indices(scores, cfg.k)
+            w = scores[chosen]
+            if cfg.type == "mixtral" or cfg.norm:
+                w = w / w.sum()
+        ids[t], weights[t] = chosen, w
+    return ids, weights
+
+
+def silu(v):
+    return v * sigmoid(v)
+
+
+def ffn(x, gate, up, down):
+    return (silu(x @ gate.T) * (x @ up.T)) @ down.T
+
+
+def forward(cfg, tensors, prefix, x):
+    get = lambda name: tensors[prefix + name].astype(np.float64)
+    logits = x @ get("gate.weight").T
+    bias = get("gate.e_score_correction_bias") if cfg.bias else None
+    ids, weights = route(cfg, logits, bias)
+    (eg, eu, ed), (sg, su, sd) = cfg.names()
+    y = np.zeros_like(x)
+    for t in range(x.shape[0]):
+        for j in range(cfg.k):
+            e = ids[t, j]
+            y[t] += weights[t, j] * ffn(x[t], get(eg.format(e)), get(eu.format(e)), get(ed.format(e)))
+    if cfg.shared_ffn:
+        shared = ffn(x, get(sg), get(su), get(sd))
+        if cfg.shared_gate:
+            shared = shared * sigmoid(x @ get("shared_expert_gate.weight").T)
+        y += shared
+    return y, ids, weights
+
+
+# --------------------------------------------------------------------------
+# Commands
+# --------------------------------------------------------------------------
+def generate(args):
+    cfg = Config(args.config)
+    rng = np.random.default_rng(args.seed)
+    h, f, e = cfg.hidden, cfg.ffn, cfg.experts
+    u = lambda shape, bound: rng.uniform(-bound, bound, size=shape).astype(np.float32)
+    p = args.prefix
+    tensors = {p + "gate.weight": u((e, h), 1.0 / np.sqrt(h))}
+    if cfg.bias:
+        tensors[p + "gate.e_score_correction_bias"] = u((e,), 0.1)
+    (eg, eu, ed), (sg, su, sd) = cfg.names()
+    for i in range(e):
+        tensors[p + eg.format(i)] = u((f, h), 1.0 / np.sqrt(h))
+        tensors[p + eu.format(i)] = u((f, h), 1.0 / np.sqrt(h))
+        tensors[p + ed.format(i)] = u((h, f), 1.0 / np.sqrt(f))
+    if cfg.shared_ffn:
+        s = cfg.shared_ffn
+        tensors[p + sg] = u((s, h), 1.0 / np.sqrt(h))
+        tensors[p + su] = u((s, h), 1.0 / np.sqrt(h))
+        tensors[p + sd] = u((h, s), 1.0 / np.sqrt(s))
+        if cfg.shared_gate:
+            tensors[p + "shared_expert_gate.weight"] = u((1, h), 1.0 / np.sqrt(h))
+    # Unrelated tensors of the checkpoint around the layer.
+    tensors["model.embed_tokens.weight"] = u((4, h), 1.0)
+    x = u((args.tokens, h), 1.0)
+    router = tensors[p + "gate.weight"]
+    if args.case == "ties":
+        # Experts 1, 2, 3 (and, with groups, a whole second group) score
+        # exactly alike: the lower index must win.
+        for i in (2, 3):
+            router[i] = router[1]
+        if cfg.type.startswith("deepseek") and cfg.groups > 1:
+            per = e // cfg.groups
+            router[per:2 * per] = router[0:per]
+            if cfg.bias:
+                b = tensors[p + "gate.e_score_correction_bias"]
+                b[per:2 * per] = b[0:per]
+    elif args.case == "one_expert":
+        # Positive inputs and a strongly positive row 1: every token's best
+        # expert is 1; with k = 1 the other experts get no token.
+        x = np.abs(x)
+        router[:] = -np.abs(router)
+        router[1] = np.abs(router[1]) + 1.0
+    write_safetensors(args.weights, tensors, bf16=args.dtype == "bf16")
+    write_safetensors(args.inputs, {"x": x}, bf16=args.dtype == "bf16")
+
+
+def check(args):
+    cfg = Config(args.config)
+    tensors = read_safetensors(args.weights)
+    x = read_safetensors(args.inputs)["x"].astype(np.float64)
+    out = read_safetensors(args.outputs)
+    y_ref, ids_ref, w_ref = forward(cfg, tensors, args.prefix, x)
+    y, ids, w = out["y"], out["topk_ids"], out["topk_weights"]
+    problems = []
+    if y.shape != y_ref.shape or ids.shape != ids_ref.shape:
+        problems.append(f"shapes: y {y.shape} vs {y_ref.shape}, ids {ids.shape} vs {ids_ref.shape}")
+    else:
+        for t in range(x.shape[0]):
+            if sorted(ids[t].tolist()) != sorted(ids_ref[t].tolist()):
+                problems.append(f"token {t}: experts {ids[t].tolist()}, reference {ids_ref[t].tolist()}")
+                continue
+            order = {e: j for j, e in enumerate(ids_ref[t])}
+            for j, e in enumerate(ids[t]):
+                ref = w_ref[t, order[e]]
+                if abs(w[t, j] - ref) > args.tol * (1 + abs(ref)):
+                    problems.append(f"token {t}: weight of expert {e} is {w[t, j]}, reference {ref}")
+        scale = 1.0 + np.abs(y_ref).max(initial=0.0)
+        err = np.abs(y - y_ref).max(initial=0.0) / scale
+        if err > args.tol:
+            problems.append(f"y: max error {err:.3g} relative to max |y| exceeds {args.tol}")
+    if problems:
+        print("MISMATCH against the reference:\n  " + "\n  ".join(problems[:10]))
+        return 1
+    print(f"ok: {x.shape[0]} tokens of {cfg.type} match the reference "
+          f"(tolerance {args.tol})")
+    return 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    gen = sub.add_parser("gen")
+    gen.add_argument("--config", required=True)
+    gen.add_argument("--tokens", type=int, required=True)
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--weights", required=True)
+    gen.add_argument("--inputs", required=True)
+    gen.add_argument("--prefix", default="")
+    gen.add_argument("--dtype", default="f32", choices=["f32", "bf16"])
+    gen.add_argument("--case", default="random", choices=["random", "ties", "one_expert"])
+    chk = sub.add_parser("check")
+    chk.add_argument("--config", required=True)
+    chk.add_argument("--weights", required=True)
+    chk.add_argument("--inputs", required=True)
+    chk.add_argument("--outputs", required=True)
+    chk.add_argument("--prefix", default="")
+    chk.add_argument("--tol", type=float, default=2e-5)
+    args = parser.parse_args()
+    return generate(args) or 0 if args.command == "gen" else check(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

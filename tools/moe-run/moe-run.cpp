@@ -1,0 +1,193 @@
+//===- moe-run.cpp - Run a compiled MoE layer -----------------------------===//
+//
+// Part of moe-compiler. Links only the runtime (no LLVM/MLIR).
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/runtime/Layer.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+using namespace moe::rt;
+
+static const char kUsage[] =
+    "usage: moe-run BUNDLE [options]\n"
+    "\n"
+    "Runs a bundle written by moe-compile on safetensors inputs and weights\n"
+    "(or seeded random ones) and writes safetensors outputs.\n"
+    "\n"
+    "  --device=host            device to run on (host)\n"
+    "  --weights=FILE           weights, named as in the model family's\n"
+    "                           checkpoints (gate.weight, experts.{i}...)\n"
+    "  --weights-prefix=P       prefix of the layer's names in FILE, e.g.\n"
+    "                           model.layers.3.mlp.\n"
+    "  --random-weights         seeded uniform weights instead of a file\n"
+    "  --inputs=FILE            tensor 'x' [T, hidden] (f32, bf16 or f16)\n"
+    "  --tokens=T               random input of T tokens instead of a file\n"
+    "  --seed=N                 seed of random weights and inputs (0)\n"
+    "  --outputs=FILE           write y, topk_ids, topk_weights\n"
+    "  --save-weights=FILE      write the weights used (with --random-weights)\n"
+    "  --save-inputs=FILE       write the input used (with --tokens)\n"
+    "  --repeat=N               run N times and report the median (1)\n";
+
+[[noreturn]] static void die(const std::string &message) {
+  std::fprintf(stderr, "moe-run: error: %s\n", message.c_str());
+  std::exit(1);
+}
+
+/// Matches `--name=value`, `--name value` (when `value` is given) or the
+/// bare `--name` (when it is not).
+static bool flag(int argc, char **argv, int &i, const char *name,
+                 std::string *value) {
+  const char *arg = argv[i];
+  size_t n = std::strlen(name);
+  if (std::strncmp(arg, name, n) != 0)
+    return false;
+  if (!value)
+    return arg[n] == '\0';
+  if (arg[n] == '=') {
+    *value = arg + n + 1;
+    return true;
+  }
+  if (arg[n] != '\0')
+    return false;
+  if (i + 1 >= argc)
+    die(std::string("option '") + name + "' needs a value");
+  *value = argv[++i];
+  return true;
+}
+
+static int64_t parseInt(const std::string &text, const char *what) {
+  char *end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || v < 0)
+    die(std::string("expected a non-negative integer for ") + what +
+        ", got '" + text + "'");
+  return v;
+}
+
+int main(int argc, char **argv) {
+  std::string bundlePath, device = "host", weights, prefix, inputs, outputs,
+                          saveWeights, saveInputs, value;
+  bool randomWeights = false;
+  int64_t tokens = -1, repeat = 1;
+  uint64_t seed = 0;
+  for (int i = 1; i < argc; ++i) {
+    const char *a = argv[i];
+    if (!std::strcmp(a, "--help") || !std::strcmp(a, "-h")) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (flag(argc, argv, i, "--device", &device) || flag(argc, argv, i, "--weights", &weights) ||
+        flag(argc, argv, i, "--weights-prefix", &prefix) ||
+        flag(argc, argv, i, "--inputs", &inputs) || flag(argc, argv, i, "--outputs", &outputs) ||
+        flag(argc, argv, i, "--save-weights", &saveWeights) ||
+        flag(argc, argv, i, "--save-inputs", &saveInputs))
+      continue;
+    if (flag(argc, argv, i, "--random-weights", nullptr)) {
+      randomWeights = true;
+    } else if (flag(argc, argv, i, "--tokens", &value)) {
+      tokens = parseInt(value, "--tokens");
+    } else if (flag(argc, argv, i, "--seed", &value)) {
+      seed = static_cast<uint64_t>(parseInt(value, "--seed"));
+    } else if (flag(argc, argv, i, "--repeat", &value)) {
+      repeat = parseInt(value, "--repeat");
+      if (repeat < 1)
+        die("expected --repeat >= 1");
+    } else if (a[0] == '-') {
+      die(std::string("unknown option '") + a + "' (see --help)");
+    } else if (bundlePath.empty()) {
+      bundlePath = a;
+    } else {
+      die(std::string("unexpected argument '") + a + "' (see --help)");
+    }
+  }
+  if (bundlePath.empty())
+    die("no bundle given (see --help)");
+  if (weights.empty() == !randomWeights)
+    die("give exactly one of --weights=FILE and --random-weights");
+  if (inputs.empty() == (tokens < 0))
+    die("give exactly one of --inputs=FILE and --tokens=T");
+
+  Expected<std::unique_ptr<Layer>> loaded = Layer::load(bundlePath, device);
+  if (!loaded)
+    die(loaded.message());
+  Layer &layer = **loaded;
+  const Manifest &m = layer.getManifest();
+
+  if (randomWeights) {
+    layer.randomWeights(seed);
+    if (!saveWeights.empty())
+      if (Status s = writeSafetensors(saveWeights, layer.namedParameters());
+          !s.ok())
+        die(s.error);
+  } else {
+    Expected<SafetensorsFile> file = SafetensorsFile::open(weights);
+    if (!file)
+      die(file.message());
+    if (Status s = layer.loadWeights(*file, prefix); !s.ok())
+      die(s.error);
+  }
+
+  Tensor x;
+  if (!inputs.empty()) {
+    Expected<SafetensorsFile> file = SafetensorsFile::open(inputs);
+    if (!file)
+      die(file.message());
+    Expected<Tensor> t = file->get("x");
+    if (!t)
+      die(t.message());
+    x = std::move(*t);
+  } else {
+    x = Tensor::zeros(DType::F32, {tokens, m.layer.hidden});
+    Random rng(seed ^ 0x5eedf00dull);
+    float *data = x.as<float>();
+    for (int64_t i = 0, n = x.numElements(); i < n; ++i)
+      data[i] = rng.uniform(-1.0f, 1.0f);
+    if (!saveInputs.empty())
+      if (Status s = writeSafetensors(saveInputs, {{"x", x}}); !s.ok())
+        die(s.error);
+  }
+
+  std::vector<double> seconds;
+  Expected<ForwardResult> result = ForwardResult{};
+  for (int64_t r = 0; r < repeat; ++r) {
+    auto start = std::chrono::steady_clock::now();
+    result = layer.forward(x);
+    auto end = std::chrono::steady_clock::now();
+    if (!result)
+      die(result.message());
+    seconds.push_back(std::chrono::duration<double>(end - start).count());
+  }
+  std::sort(seconds.begin(), seconds.end());
+  double median = seconds[seconds.size() / 2];
+
+  if (!outputs.empty()) {
+    std::map<std::string, Tensor> out = {{"y", result->y},
+                                         {"topk_ids", result->topkIds},
+                                         {"topk_weights", result->topkWeights}};
+    if (Status s = writeSafetensors(outputs, out); !s.ok())
+      die(s.error);
+  }
+
+  // Useful work per token: router, k experts (gate, up, down), shared FFN.
+  const LayerSpec &l = m.layer;
+  double flopsPerToken =
+      2.0 * l.hidden * l.experts + 6.0 * l.topK * l.hidden * l.ffn +
+      6.0 * l.hidden * l.sharedExperts * l.sharedFfn;
+  double t = static_cast<double>(x.shape[0]);
+  std::printf("moe-run: %lld tokens on %s in %.3f ms (median of %lld): "
+              "%.1f tokens/s, %.2f GFLOP/s\n",
+              static_cast<long long>(x.shape[0]), device.c_str(),
+              median * 1e3, static_cast<long long>(repeat),
+              median > 0 ? t / median : 0.0,
+              median > 0 ? t * flopsPerToken / median / 1e9 : 0.0);
+  return 0;
+}
