@@ -10,7 +10,8 @@ config.suffixes = [".mlir", ".test"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.moe_obj_root, "test")
 config.excludes = ["unittests", "Inputs", "CMakeLists.txt", "lit.cfg.py",
-                   "lit.site.cfg.py", "run-lit.py"]
+                   "lit.site.cfg.py", "run-lit.py", "reference.py",
+                   "check-layer.sh"]
 
 path = [config.moe_tools_dir, config.llvm_tools_dir]
 if config.cuda_bin_dir:
@@ -20,6 +21,10 @@ config.environment["PATH"] = os.pathsep.join(
 
 config.substitutions.append(("%moe_src_root", config.moe_src_root))
 config.substitutions.append(("%python", config.python_executable))
+config.environment["PYTHON"] = config.python_executable
+config.substitutions.append(
+    ("%check-layer",
+     os.path.join(config.test_source_root, "Integration", "check-layer.sh")))
 
 # Features for gated tests.
 if shutil.which("ptxas", path=config.environment["PATH"]):

@@ -17,6 +17,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
 #include "mlir/InitAllDialects.h"
 #include "mlir/InitAllExtensions.h"
 #include "mlir/Parser/Parser.h"
@@ -56,7 +57,8 @@ static cl::opt<std::string>
                       "bf16 or f16 (default f32 on the host, bf16 on sm_90a)"),
              cl::init(""), cl::cat(category));
 static cl::opt<std::string>
-    emit("emit", cl::desc("Output: mlir (LLVM dialect), llvm (LLVM IR) or "
+    emit("emit", cl::desc("Output: mlir (the verified moe-level module, as "
+                          "parsed or imported), llvm (optimized LLVM IR) or "
                           "bundle"),
          cl::init("bundle"), cl::cat(category));
 static cl::opt<std::string> outputFile("o", cl::desc("Output file"),
@@ -268,6 +270,18 @@ int main(int argc, char **argv) {
                 have + " in '" + inputFile + "'");
   }
 
+  std::string error;
+  auto output = openOutputFile(outputFile, &error);
+  if (!output)
+    return fail(error);
+  if (emit == "mlir") {
+    if (failed(verify(*module)))
+      return 1;
+    module->print(output->os());
+    output->keep();
+    return 0;
+  }
+
   std::vector<EntryArgument> arguments;
   OwningOpRef<ModuleOp> entry = buildHostEntry(layer, alignment, arguments);
 
@@ -284,16 +298,6 @@ int main(int argc, char **argv) {
       return 1;
   }
   addPackedEntry(*entry, arguments.size());
-
-  std::string error;
-  auto output = openOutputFile(outputFile, &error);
-  if (!output)
-    return fail(error);
-  if (emit == "mlir") {
-    entry->print(output->os());
-    output->keep();
-    return 0;
-  }
 
   llvm::LLVMContext llvmContext;
   std::unique_ptr<llvm::Module> llvmModule;

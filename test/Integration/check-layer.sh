@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Compiles a config.json for the host, runs it with moe-run on weights and
+# inputs from the independent reference, and checks the outputs against it.
+#
+# usage: check-layer.sh WORKDIR CONFIG [--tokens N] [--seed N] [--case C]
+#          [--dtype f32|bf16] [--alignment A] [--prefix P] [--tol T]
+# Needs moe-compile and moe-run on PATH and $PYTHON with numpy.
+set -euo pipefail
+dir=$1 config=$2
+shift 2
+tokens=16 seed=0 case=random dtype=f32 alignment=1 prefix= tol=2e-5
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --tokens) tokens=$2 ;;
+    --seed) seed=$2 ;;
+    --case) case=$2 ;;
+    --dtype) dtype=$2 ;;
+    --alignment) alignment=$2 ;;
+    --prefix) prefix=$2 ;;
+    --tol) tol=$2 ;;
+    *) echo "check-layer.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift 2
+done
+reference=$(dirname "$0")/reference.py
+mkdir -p "$dir"
+moe-compile --hf-config "$config" --dtype "$dtype" --alignment "$alignment" \
+  -o "$dir/layer.moeb"
+"$PYTHON" "$reference" gen --config "$config" --tokens "$tokens" \
+  --seed "$seed" --case "$case" --dtype "$dtype" --prefix "$prefix" \
+  --weights "$dir/weights.safetensors" --inputs "$dir/x.safetensors"
+moe-run "$dir/layer.moeb" --weights "$dir/weights.safetensors" \
+  --weights-prefix "$prefix" --inputs "$dir/x.safetensors" \
+  --outputs "$dir/y.safetensors"
+"$PYTHON" "$reference" check --config "$config" --prefix "$prefix" \
+  --weights "$dir/weights.safetensors" --inputs "$dir/x.safetensors" \
+  --outputs "$dir/y.safetensors" --tol "$tol"
