@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Damages moe-compiler bundles in controlled ways for the loader tests.
+
+Implements the bundle layout from its documentation (runtime Bundle.h), not
+from the runtime's code:
+  bundle_tool.py flip IN OUT OFFSET         flip one bit at OFFSET (or -N from the end)
+  bundle_tool.py truncate IN OUT SIZE       keep the first SIZE bytes
+  bundle_tool.py version IN OUT V           set the format version, fix the checksum
+  bundle_tool.py manifest IN OUT KEY JSON   set a manifest field, fix the checksum
+  bundle_tool.py magic IN OUT               overwrite the magic
+"""
+import json
+import struct
+import sys
+
+
+def fnv1a64(data):
+    h = 0xCBF29CE484222325
+    for byte in data:
+        h ^= byte
+        h = (h * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def reseal(body):
+    return body + struct.pack("<Q", fnv1a64(body))
+
+
+def main():
+    cmd, src, dst, *rest = sys.argv[1:]
+    data = bytearray(open(src, "rb").read())
+    if cmd == "flip":
+        offset = int(rest[0])
+        data[offset] ^= 0x10
+    elif cmd == "truncate":
+        data = data[: int(rest[0])]
+    elif cmd == "magic":
+        data[0:8] = b"NOTABNDL"
+    elif cmd == "version":
+        body = data[:-8]
+        body[8:12] = struct.pack("<I", int(rest[0]))
+        data = reseal(bytes(body))
+    elif cmd == "manifest":
+        key, value = rest
+        manifest_size, blob_count = struct.unpack("<QQ", data[16:32])
+        start = 32 + 8 * blob_count
+        manifest = json.loads(data[start : start + manifest_size])
+        manifest[key] = json.loads(value)
+        text = json.dumps(manifest).encode()
+        body = bytearray(data[:-8])
+        body[16:24] = struct.pack("<Q", len(text))
+        body = body[:start] + text + body[start + manifest_size :]
+        data = reseal(bytes(body))
+    else:
+        sys.exit(f"unknown command {cmd}")
+    open(dst, "wb").write(bytes(data))
+
+
+if __name__ == "__main__":
+    main()

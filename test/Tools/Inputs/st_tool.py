@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""Edits and crafts safetensors files for the reader tests.
+
+Implements the format from its specification (8-byte little-endian header
+size, JSON header, data), not from the runtime's code:
+  st_tool.py drop IN OUT NAME          remove a tensor
+  st_tool.py rename IN OUT NAME NEW    rename a tensor
+  st_tool.py reshape IN OUT NAME       flatten a tensor to 1-D
+  st_tool.py int IN OUT NAME           relabel an F32 tensor as I32
+  st_tool.py raw OUT HEADER DATA_BYTES [HEADER_SIZE]
+                                       a file with this header text and
+                                       DATA_BYTES zero bytes of data; the
+                                       stored header size may be overridden
+"""
+import json
+import struct
+import sys
+
+
+def load(path):
+    data = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + n])
+    return header, data[8 + n :]
+
+
+def save(path, header, body):
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(text)) + text + body)
+
+
+def main():
+    cmd, *args = sys.argv[1:]
+    if cmd == "raw":
+        out, header, size, *override = args
+        text = header.encode()
+        n = int(override[0]) if override else len(text)
+        open(out, "wb").write(struct.pack("<Q", n) + text + b"\0" * int(size))
+        return
+    src, dst, name, *rest = args
+    header, body = load(src)
+    if cmd == "drop":
+        del header[name]
+    elif cmd == "rename":
+        header[rest[0]] = header.pop(name)
+    elif cmd == "reshape":
+        shape = header[name]["shape"]
+        count = 1
+        for d in shape:
+            count *= d
+        header[name]["shape"] = [count]
+    elif cmd == "int":
+        header[name]["dtype"] = "I32"
+    else:
+        sys.exit(f"unknown command {cmd}")
+    save(dst, header, body)
+
+
+if __name__ == "__main__":
+    main()

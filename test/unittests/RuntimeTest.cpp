@@ -1,0 +1,162 @@
+//===- RuntimeTest.cpp - Runtime formats and conversions ------------------===//
+//
+// Part of moe-compiler. Expected values are hand-computed bit patterns and
+// properties (round trips, every corruption rejected), not the code's own
+// output.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/runtime/Bundle.h"
+#include "moe/runtime/Layer.h"
+#include "moe/runtime/Safetensors.h"
+#include "moe_runtime.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+using namespace moe::rt;
+
+namespace {
+
+TEST(RuntimeTest, Bf16Conversion) {
+  EXPECT_EQ(floatToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(floatToBf16(-2.0f), 0xc000);
+  // 1 + 2^-8 lies halfway between two bf16 values: ties to even (1.0).
+  EXPECT_EQ(floatToBf16(1.00390625f), 0x3f80);
+  // 1 + 3 * 2^-8 is halfway too: ties to even rounds up here.
+  EXPECT_EQ(floatToBf16(1.01171875f), 0x3f82);
+  EXPECT_EQ(bf16ToFloat(0x4049), 3.140625f);
+  EXPECT_TRUE(std::isnan(bf16ToFloat(floatToBf16(std::nanf("")))));
+}
+
+TEST(RuntimeTest, F16Conversion) {
+  EXPECT_EQ(floatToF16(1.0f), 0x3c00);
+  EXPECT_EQ(floatToF16(-0.5f), 0xb800);
+  EXPECT_EQ(floatToF16(65504.0f), 0x7bff);
+  EXPECT_EQ(floatToF16(1e6f), 0x7c00);                 // overflow to inf
+  EXPECT_EQ(floatToF16(std::ldexp(1.0f, -24)), 0x0001); // smallest subnormal
+  EXPECT_EQ(f16ToFloat(0x3555), 0.333251953125f);
+  EXPECT_EQ(f16ToFloat(0x0001), std::ldexp(1.0f, -24));
+  EXPECT_TRUE(std::isinf(f16ToFloat(0xfc00)));
+}
+
+TEST(RuntimeTest, ElementCountOverflow) {
+  EXPECT_EQ(elementCount({2, 3, 4}), 24);
+  EXPECT_EQ(elementCount({}), 1);
+  EXPECT_FALSE(elementCount({-1, 4}).has_value());
+  EXPECT_FALSE(elementCount({int64_t(1) << 40, int64_t(1) << 40}).has_value());
+}
+
+std::string tempPath(const char *name) {
+  return ::testing::TempDir() + "/moe-runtime-test-" + name;
+}
+
+TEST(RuntimeTest, SafetensorsRoundTrip) {
+  Tensor a = Tensor::zeros(DType::F32, {2, 3});
+  for (int i = 0; i < 6; ++i)
+    a.as<float>()[i] = 0.5f * i;
+  Tensor b = Tensor::zeros(DType::I32, {4});
+  b.as<int32_t>()[3] = -7;
+  Tensor c = Tensor::zeros(DType::BF16, {0, 5});
+  std::string path = tempPath("roundtrip.safetensors");
+  ASSERT_TRUE(writeSafetensors(path, {{"a", a}, {"b", b}, {"c", c}}).ok());
+  Expected<SafetensorsFile> file = SafetensorsFile::open(path);
+  ASSERT_TRUE(file) << file.message();
+  Expected<Tensor> ra = file->get("a");
+  ASSERT_TRUE(ra);
+  EXPECT_EQ(ra->shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(ra->as<float>()[5], 2.5f);
+  EXPECT_EQ(file->get("b")->as<int32_t>()[3], -7);
+  EXPECT_EQ(file->get("c")->shape, (std::vector<int64_t>{0, 5}));
+  EXPECT_FALSE(file->get("d"));
+}
+
+std::vector<uint8_t> sampleBundle() {
+  Bundle bundle;
+  bundle.manifest.target = "host";
+  bundle.manifest.compiler = "test";
+  bundle.manifest.entry = "entry";
+  bundle.manifest.maxTokens = 8;
+  bundle.manifest.layer.hidden = 4;
+  bundle.manifest.inputs = {{"x", DType::F32, {-1, 4}}};
+  bundle.manifest.parameters = {{"gate_weight", "experts.{i}.w1.weight", 2,
+                                 DType::BF16, {2, 3, 4}}};
+  bundle.manifest.schedule = {"entry"};
+  bundle.blobs = {{1, 2, 3, 4, 5}, {}};
+  return serializeBundle(bundle);
+}
+
+TEST(RuntimeTest, BundleRoundTrip) {
+  Expected<Bundle> parsed = parseBundle(sampleBundle(), "sample");
+  ASSERT_TRUE(parsed) << parsed.message();
+  EXPECT_EQ(parsed->manifest.target, "host");
+  EXPECT_EQ(parsed->manifest.maxTokens, 8);
+  ASSERT_EQ(parsed->manifest.parameters.size(), 1u);
+  EXPECT_EQ(parsed->manifest.parameters[0].name, "experts.{i}.w1.weight");
+  EXPECT_EQ(parsed->manifest.parameters[0].dtype, DType::BF16);
+  EXPECT_EQ(parsed->manifest.parameters[0].shape,
+            (std::vector<int64_t>{2, 3, 4}));
+  ASSERT_EQ(parsed->blobs.size(), 2u);
+  EXPECT_EQ(parsed->blobs[0], (std::vector<uint8_t>{1, 2, 3, 4, 5}));
+  EXPECT_TRUE(parsed->blobs[1].empty());
+}
+
+TEST(RuntimeTest, EveryBitFlipIsRejected) {
+  std::vector<uint8_t> bytes = sampleBundle();
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    std::vector<uint8_t> damaged = bytes;
+    damaged[i] ^= 0x01;
+    EXPECT_FALSE(parseBundle(damaged, "damaged")) << "flip at byte " << i;
+  }
+}
+
+TEST(RuntimeTest, EveryTruncationIsRejected) {
+  std::vector<uint8_t> bytes = sampleBundle();
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    std::vector<uint8_t> cut(bytes.begin(), bytes.begin() + n);
+    EXPECT_FALSE(parseBundle(cut, "cut")) << "truncated to " << n;
+  }
+}
+
+TEST(RuntimeTest, SafetensorsTruncationsAreRejected) {
+  Tensor a = Tensor::zeros(DType::F16, {3, 3});
+  std::string path = tempPath("truncate.safetensors");
+  ASSERT_TRUE(writeSafetensors(path, {{"a", a}}).ok());
+  Expected<std::vector<uint8_t>> bytes = readFile(path);
+  ASSERT_TRUE(bytes);
+  for (size_t n = 0; n < bytes->size(); ++n) {
+    std::vector<uint8_t> cut(bytes->begin(), bytes->begin() + n);
+    EXPECT_FALSE(SafetensorsFile::parse(cut, "cut")) << "truncated to " << n;
+  }
+}
+
+TEST(RuntimeTest, CApiReportsErrors) {
+  EXPECT_EQ(moe_layer_load(nullptr, "host"), nullptr);
+  EXPECT_NE(std::string(moe_last_error()).find("must not be NULL"),
+            std::string::npos);
+  EXPECT_EQ(moe_layer_load("/nonexistent/bundle.moeb", "host"), nullptr);
+  EXPECT_NE(std::string(moe_last_error()).find("cannot open"),
+            std::string::npos);
+  EXPECT_EQ(moe_layer_forward(nullptr, nullptr, MOE_F32, 1, nullptr, nullptr,
+                              nullptr),
+            -1);
+  EXPECT_EQ(moe_layer_hidden_size(nullptr), -1);
+}
+
+TEST(RuntimeTest, RandomIsDeterministicAndInRange) {
+  moe::rt::Random a(42), b(42), c(43);
+  bool differs = false;
+  for (int i = 0; i < 1000; ++i) {
+    float x = a.uniform(-1.0f, 1.0f);
+    EXPECT_EQ(x, b.uniform(-1.0f, 1.0f));
+    EXPECT_GE(x, -1.0f);
+    EXPECT_LT(x, 1.0f);
+    differs |= x != c.uniform(-1.0f, 1.0f);
+  }
+  EXPECT_TRUE(differs);
+}
+
+} // namespace
