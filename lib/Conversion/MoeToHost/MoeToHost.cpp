@@ -110,6 +110,15 @@ ValueRange forLoopCarrying(
   return loop.getResults();
 }
 
+/// Flags for dot-product reductions: the sum may be reassociated (and
+/// multiply-adds fused), which lets LLVM vectorize it. The result differs
+/// from a sequential sum only by rounding.
+arith::FastMathFlagsAttr reductionFlags(Builder &b) {
+  return arith::FastMathFlagsAttr::get(
+      b.getContext(),
+      arith::FastMathFlags::reassoc | arith::FastMathFlags::contract);
+}
+
 Value sigmoid(Builder &b, Value x) {
   Value one = f32Const(b, 1.0);
   Value e = math::ExpOp::create(b, arith::NegFOp::create(b, x));
@@ -172,10 +181,12 @@ Value matmulTransposeB(Builder &b, Value lhs, Value rhs) {
              maps, iterators,
              [&](OpBuilder &nested, Location loc, ValueRange args) {
                Builder nb(loc, nested);
-               Value prod = arith::MulFOp::create(nb, toF32(nb, args[0]),
-                                                  toF32(nb, args[1]));
+               Value prod =
+                   arith::MulFOp::create(nb, toF32(nb, args[0]),
+                                         toF32(nb, args[1]), reductionFlags(nb));
                linalg::YieldOp::create(
-                   nb, ValueRange{arith::AddFOp::create(nb, args[2], prod)});
+                   nb, ValueRange{arith::AddFOp::create(nb, args[2], prod,
+                                                        reductionFlags(nb))});
              })
       .getResult(0);
 }
@@ -616,8 +627,9 @@ Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op) {
               Value a = toF32(b, memref::LoadOp::create(b, input, ValueRange{r, kk}));
               Value w = toF32(
                   b, memref::LoadOp::create(b, weight, ValueRange{e, col, kk}));
-              return {arith::AddFOp::create(b, carried[0],
-                                            arith::MulFOp::create(b, a, w))};
+              Value prod = arith::MulFOp::create(b, a, w, reductionFlags(b));
+              return {arith::AddFOp::create(b, carried[0], prod,
+                                            reductionFlags(b))};
             })[0];
         memref::StoreOp::create(b, fromF32(b, acc, elt), out,
                                 ValueRange{r, col});
