@@ -20,6 +20,12 @@ config.environment["PATH"] = os.pathsep.join(
     path + [config.environment.get("PATH", os.environ.get("PATH", ""))])
 
 config.substitutions.append(("%moe_src_root", config.moe_src_root))
+llvm_lib_dir = os.path.join(os.path.dirname(config.llvm_tools_dir), "lib")
+config.substitutions.append(
+    ("%mlir_runner_utils", os.path.join(llvm_lib_dir, "libmlir_runner_utils.so")))
+config.substitutions.append(
+    ("%mlir_c_runner_utils",
+     os.path.join(llvm_lib_dir, "libmlir_c_runner_utils.so")))
 config.substitutions.append(("%python", config.python_executable))
 config.environment["PYTHON"] = config.python_executable
 config.substitutions.append(

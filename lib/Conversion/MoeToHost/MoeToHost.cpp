@@ -137,8 +137,11 @@ Value asBuffer(Builder &b, Value tensor) {
                                            /*read_only=*/true);
 }
 
-/// Hands a buffer written by the lowering back to tensor land.
-Value asTensor(Builder &b, Type tensorType, Value buffer) {
+/// Hands a buffer written by the lowering back to tensor land, as a tensor
+/// of the buffer's shape (the caller casts to a more static result type).
+Value asTensor(Builder &b, Value buffer) {
+  auto type = cast<MemRefType>(buffer.getType());
+  auto tensorType = RankedTensorType::get(type.getShape(), type.getElementType());
   return bufferization::ToTensorOp::create(b, tensorType, buffer,
                                            /*restrict=*/true,
                                            /*writable=*/true);
@@ -476,7 +479,7 @@ std::pair<Value, Value> lowerTopK(Builder &b, TopKOp op) {
                               ValueRange{t, j});
     });
   });
-  return {asTensor(b, idsType, ids), asTensor(b, weightsType, weights)};
+  return {asTensor(b, ids), asTensor(b, weights)};
 }
 
 /// Copies row `src` of `from` to row `dst` of `to` (both [*, H]).
@@ -588,8 +591,8 @@ SmallVector<Value> lowerDispatch(Builder &b, DispatchOp op) {
       memref::StoreOp::create(b, ifOp.getResult(0), rowMap, ValueRange{t, j});
     });
   });
-  return {asTensor(b, rowsType, rows), asTensor(b, offsetsType, offsets),
-          asTensor(b, mapType, rowMap)};
+  return {asTensor(b, rows), asTensor(b, offsets),
+          asTensor(b, rowMap)};
 }
 
 Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op) {
@@ -636,7 +639,7 @@ Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op) {
       });
     });
   });
-  return asTensor(b, outType, out);
+  return asTensor(b, out);
 }
 
 Value lowerCombine(Builder &b, CombineOp op) {
@@ -680,7 +683,7 @@ Value lowerCombine(Builder &b, CombineOp op) {
       memref::StoreOp::create(b, fromF32(b, a, elt), out, ValueRange{t, h});
     });
   });
-  return asTensor(b, outType, out);
+  return asTensor(b, out);
 }
 
 //===----------------------------------------------------------------------===//
