@@ -61,22 +61,22 @@ void mlir::moe::printF64Parameter(AsmPrinter &printer,
 /// are i32.
 static constexpr int64_t kMaxDim = std::numeric_limits<int32_t>::max();
 
-static LogicalResult
-checkSize(function_ref<InFlightDiagnostic()> emitError, StringRef name,
-          int64_t value) {
+static LogicalResult checkSize(function_ref<InFlightDiagnostic()> emitError,
+                               StringRef name, int64_t value) {
   if (value <= 0 || value > kMaxDim)
     return emitError() << "expected 0 < " << name << " <= " << kMaxDim
                        << ", got " << value;
   return success();
 }
 
-LogicalResult LayerConfigAttr::verify(
-    function_ref<InFlightDiagnostic()> emitError, int64_t hidden,
-    int64_t experts, int64_t topK, int64_t groups, int64_t topkGroups,
-    ScoringFunc scoring, GroupScore groupScore, bool scoreBias,
-    bool normTopkProb, llvm::APFloat routedScale, int64_t ffn,
-    int64_t sharedExperts, int64_t sharedFfn, bool sharedGate,
-    Activation activation, Type dtype) {
+LogicalResult
+LayerConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                        int64_t hidden, int64_t experts, int64_t topK,
+                        int64_t groups, int64_t topkGroups, ScoringFunc scoring,
+                        GroupScore groupScore, bool scoreBias,
+                        bool normTopkProb, llvm::APFloat routedScale,
+                        int64_t ffn, int64_t sharedExperts, int64_t sharedFfn,
+                        bool sharedGate, Activation activation, Type dtype) {
   if (failed(checkSize(emitError, "hidden", hidden)) ||
       failed(checkSize(emitError, "experts", experts)) ||
       failed(checkSize(emitError, "ffn", ffn)))

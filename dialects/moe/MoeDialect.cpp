@@ -33,10 +33,9 @@ LogicalResult MoeDialect::verifyOperationAttribute(Operation *op,
                                                    NamedAttribute attr) {
   if (attr.getName() == getSmPartitionAttrName()) {
     if (!isa<SmPartitionAttr>(attr.getValue()))
-      return op->emitError()
-             << "expected '" << getSmPartitionAttrName()
-             << "' to be a #moe.sm_partition attribute, got "
-             << attr.getValue();
+      return op->emitError() << "expected '" << getSmPartitionAttrName()
+                             << "' to be a #moe.sm_partition attribute, got "
+                             << attr.getValue();
     return success();
   }
   return op->emitError() << "unknown moe dialect attribute '"

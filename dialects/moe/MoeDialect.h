@@ -39,8 +39,8 @@ FailureOr<EnumT> parseEnumParameter(AsmParser &parser) {
       break;
     valid += (i ? ", " : "") + name.str();
   }
-  return parser.emitError(loc) << "expected one of " << valid << ", got '"
-                               << keyword << "'";
+  return parser.emitError(loc)
+         << "expected one of " << valid << ", got '" << keyword << "'";
 }
 } // namespace mlir::moe
 

@@ -35,8 +35,7 @@ static bool areCompatibleTensorTypes(TypeRange lhs, TypeRange rhs) {
 /// Checks the results of `op` against the types inferred from its operands:
 /// same element type, and shapes that agree wherever both are static (the
 /// declared type may be more static, e.g. a static token count).
-template <typename OpT>
-static LogicalResult verifyResultTypes(OpT op) {
+template <typename OpT> static LogicalResult verifyResultTypes(OpT op) {
   SmallVector<Type> inferred;
   typename OpT::Adaptor adaptor(op);
   if (failed(OpT::inferReturnTypes(op.getContext(), op.getLoc(), adaptor,
@@ -138,11 +137,11 @@ bool LayerOp::isCompatibleReturnTypes(TypeRange l, TypeRange r) {
 static LogicalResult checkPresence(Operation *op, Value value, bool required,
                                    StringRef operand, StringRef condition) {
   if (required && !value)
-    return op->emitOpError() << "expected a " << operand << " operand since "
-                             << condition;
+    return op->emitOpError()
+           << "expected a " << operand << " operand since " << condition;
   if (!required && value)
-    return op->emitOpError() << "unexpected " << operand << " operand unless "
-                             << condition;
+    return op->emitOpError()
+           << "unexpected " << operand << " operand unless " << condition;
   return success();
 }
 
@@ -155,8 +154,8 @@ static LogicalResult expectShape(Operation *op, StringRef what, Value value,
     std::string expected;
     llvm::raw_string_ostream os(expected);
     llvm::interleave(shape, os, "x");
-    return op->emitOpError() << "expected " << what << " of shape ["
-                             << expected << "], got " << type;
+    return op->emitOpError() << "expected " << what << " of shape [" << expected
+                             << "], got " << type;
   }
   return expectElementType(op, what, type.getElementType(), elementType);
 }
@@ -164,8 +163,8 @@ static LogicalResult expectShape(Operation *op, StringRef what, Value value,
 LogicalResult LayerOp::verify() {
   LayerConfigAttr config = getConfig();
   Operation *op = getOperation();
-  int64_t h = config.getHidden(), e = config.getExperts(),
-          f = config.getFfn(), s = config.getSharedFfnTotal();
+  int64_t h = config.getHidden(), e = config.getExperts(), f = config.getFfn(),
+          s = config.getSharedFfnTotal();
   Type dtype = config.getDtype();
 
   auto input = asRanked(getInput());
@@ -193,16 +192,14 @@ LogicalResult LayerOp::verify() {
                          Float32Type::get(getContext()))))
     return failure();
 
-  if (failed(expectShape(op, "gate weight", getGateWeight(), {e, f, h},
-                         dtype)) ||
+  if (failed(
+          expectShape(op, "gate weight", getGateWeight(), {e, f, h}, dtype)) ||
       failed(expectShape(op, "up weight", getUpWeight(), {e, f, h}, dtype)) ||
-      failed(expectShape(op, "down weight", getDownWeight(), {e, h, f},
-                         dtype)))
+      failed(expectShape(op, "down weight", getDownWeight(), {e, h, f}, dtype)))
     return failure();
 
-  if (failed(checkPresence(op, getSharedGateWeight(),
-                           config.hasSharedExperts(), "shared expert",
-                           "shared_experts > 0")))
+  if (failed(checkPresence(op, getSharedGateWeight(), config.hasSharedExperts(),
+                           "shared expert", "shared_experts > 0")))
     return failure();
   if (getSharedGateWeight() &&
       (failed(expectShape(op, "shared gate weight", getSharedGateWeight(),
@@ -233,9 +230,8 @@ RouterOp::inferReturnTypes(MLIRContext *context, std::optional<Location>,
                            SmallVectorImpl<Type> &inferredReturnTypes) {
   auto input = cast<RankedTensorType>(adaptor.getInput().getType());
   auto weight = cast<RankedTensorType>(adaptor.getWeight().getType());
-  inferredReturnTypes.push_back(
-      getTensor({input.getDimSize(0), weight.getDimSize(0)},
-                Float32Type::get(context)));
+  inferredReturnTypes.push_back(getTensor(
+      {input.getDimSize(0), weight.getDimSize(0)}, Float32Type::get(context)));
   return success();
 }
 
@@ -249,8 +245,7 @@ LogicalResult RouterOp::verify() {
   auto weight = asRanked(getWeight());
   if (failed(requireStaticDims(op, "the input", input, {1})) ||
       failed(requireStaticDims(op, "the weight", weight, {0, 1})) ||
-      failed(expectDim(op, "weight", weight, 1, input.getDimSize(1),
-                       "hidden")))
+      failed(expectDim(op, "weight", weight, 1, input.getDimSize(1), "hidden")))
     return failure();
   Type elt = weight.getElementType();
   if (elt != input.getElementType() && !elt.isF32())
@@ -363,8 +358,8 @@ LogicalResult DispatchOp::verify() {
            << "expected alignment to be a power of two <= 65536, got "
            << alignment;
   if (failed(requireStaticDims(op, "the indices", indices, {1})) ||
-      failed(expectDim(op, "indices", indices, 0, input.getDimSize(0),
-                       "tokens")))
+      failed(
+          expectDim(op, "indices", indices, 0, input.getDimSize(0), "tokens")))
     return failure();
   int64_t k = indices.getDimSize(1);
   if (k < 1 || k > experts)
@@ -389,8 +384,8 @@ LogicalResult DispatchOp::verify() {
     return emitOpError() << "expected " << *bound
                          << " rows (the padded upper bound for " << tokens
                          << " tokens x " << k << " over " << experts
-                         << " experts with alignment " << alignment
-                         << "), got " << rows;
+                         << " experts with alignment " << alignment << "), got "
+                         << rows;
   return verifyResultTypes(*this);
 }
 
@@ -398,9 +393,10 @@ LogicalResult DispatchOp::verify() {
 // GroupedMatmulOp
 //===----------------------------------------------------------------------===//
 
-LogicalResult GroupedMatmulOp::inferReturnTypes(
-    MLIRContext *, std::optional<Location>, Adaptor adaptor,
-    SmallVectorImpl<Type> &inferredReturnTypes) {
+LogicalResult
+GroupedMatmulOp::inferReturnTypes(MLIRContext *, std::optional<Location>,
+                                  Adaptor adaptor,
+                                  SmallVectorImpl<Type> &inferredReturnTypes) {
   auto input = cast<RankedTensorType>(adaptor.getInput().getType());
   auto weight = cast<RankedTensorType>(adaptor.getWeight().getType());
   inferredReturnTypes.push_back(getTensor(
@@ -474,9 +470,10 @@ LogicalResult CombineOp::verify() {
 // SharedExpertOp
 //===----------------------------------------------------------------------===//
 
-LogicalResult SharedExpertOp::inferReturnTypes(
-    MLIRContext *, std::optional<Location>, Adaptor adaptor,
-    SmallVectorImpl<Type> &inferredReturnTypes) {
+LogicalResult
+SharedExpertOp::inferReturnTypes(MLIRContext *, std::optional<Location>,
+                                 Adaptor adaptor,
+                                 SmallVectorImpl<Type> &inferredReturnTypes) {
   inferredReturnTypes.push_back(adaptor.getInput().getType());
   return success();
 }

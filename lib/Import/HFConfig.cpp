@@ -175,8 +175,8 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
                           std::string &error) {
   llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(text);
   if (!parsed) {
-    error = fileName.str() + ": invalid JSON: " +
-            llvm::toString(parsed.takeError());
+    error = fileName.str() +
+            ": invalid JSON: " + llvm::toString(parsed.takeError());
     return std::nullopt;
   }
   const llvm::json::Object *root = parsed->getAsObject();
@@ -186,8 +186,7 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
   }
   FieldReader top{*root, fileName.str(), {}};
   static const llvm::StringRef kTypes[] = {"deepseek_v3", "deepseek_v2",
-                                           "mixtral", "qwen2_moe",
-                                           "qwen3_moe"};
+                                           "mixtral", "qwen2_moe", "qwen3_moe"};
   std::string modelType = top.oneOf("model_type", kTypes);
   if (top.failed()) {
     error = top.error;
@@ -259,12 +258,12 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
       return success();
     });
     config = LayerConfigAttr::getChecked(
-      [&]() -> InFlightDiagnostic {
-        return mlir::emitError(UnknownLoc::get(context));
-      },
-      context, f.hidden, f.experts, f.topK, f.groups, f.topkGroups, f.scoring,
-      f.groupScore, f.scoreBias, f.normalize, llvm::APFloat(f.scale), f.ffn,
-      f.sharedExperts, f.sharedFfn, f.sharedGate, Activation::SwiGLU, dtype);
+        [&]() -> InFlightDiagnostic {
+          return mlir::emitError(UnknownLoc::get(context));
+        },
+        context, f.hidden, f.experts, f.topK, f.groups, f.topkGroups, f.scoring,
+        f.groupScore, f.scoreBias, f.normalize, llvm::APFloat(f.scale), f.ffn,
+        f.sharedExperts, f.sharedFfn, f.sharedGate, Activation::SwiGLU, dtype);
   }
   if (!config) {
     error = r.prefix + ": inconsistent MoE configuration: " + verifyError;
@@ -289,8 +288,8 @@ OwningOpRef<ModuleOp> mlir::moe::buildLayerModule(MLIRContext *context,
   OpBuilder b(context);
   Location loc = b.getUnknownLoc();
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
-  int64_t h = config.getHidden(), e = config.getExperts(),
-          f = config.getFfn(), s = config.getSharedFfnTotal();
+  int64_t h = config.getHidden(), e = config.getExperts(), f = config.getFfn(),
+          s = config.getSharedFfnTotal();
   Type dt = config.getDtype();
   auto t = [&](ArrayRef<int64_t> shape, Type elt) {
     return RankedTensorType::get(shape, elt);
@@ -322,26 +321,25 @@ OwningOpRef<ModuleOp> mlir::moe::buildLayerModule(MLIRContext *context,
   }
   if (config.getSharedGate())
     sgate = arg();
-  Value y = LayerOp::create(b, loc, x, router, bias, gate, up, down, sg, su,
-                            sd, sgate, config, partition);
+  Value y = LayerOp::create(b, loc, x, router, bias, gate, up, down, sg, su, sd,
+                            sgate, config, partition);
   func::ReturnOp::create(b, loc, y);
   return module;
 }
 
-std::string mlir::moe::hfWeightName(WeightNaming naming,
-                                    llvm::StringRef role) {
+std::string mlir::moe::hfWeightName(WeightNaming naming, llvm::StringRef role) {
   bool mixtral = naming == WeightNaming::Mixtral;
   std::string shared =
       naming == WeightNaming::Qwen ? "shared_expert." : "shared_experts.";
   return llvm::StringSwitch<std::string>(role)
       .Case("router_weight", "gate.weight")
       .Case("score_bias", "gate.e_score_correction_bias")
-      .Case("gate_weight", mixtral ? "experts.{i}.w1.weight"
-                                   : "experts.{i}.gate_proj.weight")
-      .Case("up_weight", mixtral ? "experts.{i}.w3.weight"
-                                 : "experts.{i}.up_proj.weight")
-      .Case("down_weight", mixtral ? "experts.{i}.w2.weight"
-                                   : "experts.{i}.down_proj.weight")
+      .Case("gate_weight",
+            mixtral ? "experts.{i}.w1.weight" : "experts.{i}.gate_proj.weight")
+      .Case("up_weight",
+            mixtral ? "experts.{i}.w3.weight" : "experts.{i}.up_proj.weight")
+      .Case("down_weight",
+            mixtral ? "experts.{i}.w2.weight" : "experts.{i}.down_proj.weight")
       .Case("shared_gate_weight", shared + "gate_proj.weight")
       .Case("shared_up_weight", shared + "up_proj.weight")
       .Case("shared_down_weight", shared + "down_proj.weight")

@@ -5,9 +5,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/Transforms/DecomposeLayer.h"
-#include "moe/Transforms/Passes.h"
 #include "moe/MoeOps.h"
 #include "moe/Support/Routing.h"
+#include "moe/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
@@ -32,10 +32,10 @@ DecomposedLayer mlir::moe::decomposeLayer(OpBuilder &b, LayerOp layer,
   auto scoring = ScoringFuncAttr::get(b.getContext(), config.getScoring());
   Value scores = RouterOp::create(b, loc, x, layer.getRouterWeight(), scoring);
 
-  auto topk = TopKOp::create(
-      b, loc, scores, layer.getScoreBias(), config.getTopK(),
-      config.getGroups(), config.getTopkGroups(), config.getGroupScore(),
-      config.getNormTopkProb(), config.getRoutedScale());
+  auto topk = TopKOp::create(b, loc, scores, layer.getScoreBias(),
+                             config.getTopK(), config.getGroups(),
+                             config.getTopkGroups(), config.getGroupScore(),
+                             config.getNormTopkProb(), config.getRoutedScale());
 
   auto dispatch = DispatchOp::create(b, loc, x, topk.getIndices(),
                                      config.getExperts(), alignment);
@@ -47,8 +47,8 @@ DecomposedLayer mlir::moe::decomposeLayer(OpBuilder &b, LayerOp layer,
   Value act = SwiGLUOp::create(b, loc, gate, up);
   Value down =
       GroupedMatmulOp::create(b, loc, act, layer.getDownWeight(), offsets);
-  Value out = CombineOp::create(b, loc, down, dispatch.getRowMap(),
-                                topk.getWeights());
+  Value out =
+      CombineOp::create(b, loc, down, dispatch.getRowMap(), topk.getWeights());
 
   if (config.hasSharedExperts()) {
     Value shared = SharedExpertOp::create(
@@ -84,8 +84,7 @@ LogicalResult recordPartition(LayerOp layer, SmPartitionAttr partition) {
   return success();
 }
 
-struct MoeDecomposeLayer
-    : moe::impl::MoeDecomposeLayerBase<MoeDecomposeLayer> {
+struct MoeDecomposeLayer : moe::impl::MoeDecomposeLayerBase<MoeDecomposeLayer> {
   using Base::Base;
 
   void runOnOperation() override {

@@ -1,4 +1,5 @@
-/*===- moe_runtime.h - C API of the moe-compiler runtime -----------*- C -*-===*\
+/*===- moe_runtime.h - C API of the moe-compiler runtime -----------*- C
+-*-===*\
 |*                                                                            *|
 |* Part of moe-compiler. A stable C interface for frameworks: load a bundle,  *|
 |* bind weights, run forward passes on host buffers. Every function that can  *|

@@ -62,16 +62,11 @@ std::string serializeManifest(const Manifest &m) {
                       {"stack", p.stack},
                       {"dtype", mlirName(p.dtype)},
                       {"shape", p.shape}});
-  json root = {{"format", "moe-bundle"},
-               {"target", m.target},
-               {"compiler", m.compiler},
-               {"entry", m.entry},
-               {"max_tokens", m.maxTokens},
-               {"layer", layer},
-               {"inputs", inputs},
-               {"parameters", params},
-               {"outputs", outputs},
-               {"schedule", m.schedule}};
+  json root = {{"format", "moe-bundle"},    {"target", m.target},
+               {"compiler", m.compiler},    {"entry", m.entry},
+               {"max_tokens", m.maxTokens}, {"layer", layer},
+               {"inputs", inputs},          {"parameters", params},
+               {"outputs", outputs},        {"schedule", m.schedule}};
   return root.dump(2);
 }
 
@@ -99,8 +94,8 @@ struct Reader {
     if (!v)
       return {};
     if (!v->is_string()) {
-      error = std::string("expected '") + key + "' in " + where +
-              " to be a string";
+      error =
+          std::string("expected '") + key + "' in " + where + " to be a string";
       return {};
     }
     return v->get<std::string>();
@@ -121,8 +116,8 @@ struct Reader {
     if (!v)
       return 0;
     if (!v->is_number()) {
-      error = std::string("expected '") + key + "' in " + where +
-              " to be a number";
+      error =
+          std::string("expected '") + key + "' in " + where + " to be a number";
       return 0;
     }
     return v->get<double>();
@@ -169,8 +164,8 @@ struct Reader {
   const json *array(const json &o, const char *key, const char *where) {
     const json *v = field(o, key, where);
     if (v && !v->is_array()) {
-      error = std::string("expected '") + key + "' in " + where +
-              " to be an array";
+      error =
+          std::string("expected '") + key + "' in " + where + " to be an array";
       return nullptr;
     }
     return v;
@@ -333,8 +328,9 @@ Expected<Bundle> parseBundle(const std::vector<uint8_t> &bytes,
   bundle.manifest = std::move(*manifest);
   size_t offset = headerEnd + manifestSize;
   for (uint64_t size : sizes) {
-    bundle.blobs.emplace_back(bytes.begin() + static_cast<std::ptrdiff_t>(offset),
-                              bytes.begin() + static_cast<std::ptrdiff_t>(offset + size));
+    bundle.blobs.emplace_back(
+        bytes.begin() + static_cast<std::ptrdiff_t>(offset),
+        bytes.begin() + static_cast<std::ptrdiff_t>(offset + size));
     offset += size;
   }
   return bundle;

@@ -106,7 +106,8 @@ int moe_layer_forward(moe_layer *layer, const void *x, moe_dtype x_dtype,
     return fail(result.message());
   size_t rows = static_cast<size_t>(tokens);
   std::memcpy(y, result->y.data.data(), rows * hidden * sizeof(float));
-  std::memcpy(topk_ids, result->topkIds.data.data(), rows * k * sizeof(int32_t));
+  std::memcpy(topk_ids, result->topkIds.data.data(),
+              rows * k * sizeof(int32_t));
   std::memcpy(topk_weights, result->topkWeights.data.data(),
               rows * k * sizeof(float));
   return 0;

@@ -94,8 +94,8 @@ Expected<std::unique_ptr<Backend>> createHostBackend(const Bundle &bundle) {
   void *handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   ::close(fd);
   if (!handle)
-    return Result::error(std::string("cannot load the bundle's shared object: ") +
-                         dlerror());
+    return Result::error(
+        std::string("cannot load the bundle's shared object: ") + dlerror());
   auto entry = reinterpret_cast<PackedEntry>(dlsym(handle, m.entry.c_str()));
   if (!entry) {
     dlclose(handle);

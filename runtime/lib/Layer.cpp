@@ -47,7 +47,9 @@ static Status validateManifest(const Manifest &m) {
     return fail("expected one input 'x' of shape [?, " +
                 std::to_string(l.hidden) + "]");
   const std::vector<std::pair<std::string, DType>> outputs = {
-      {"y", DType::F32}, {"topk_ids", DType::I32}, {"topk_weights", DType::F32}};
+      {"y", DType::F32},
+      {"topk_ids", DType::I32},
+      {"topk_weights", DType::F32}};
   if (m.outputs.size() != outputs.size())
     return fail("expected outputs y, topk_ids, topk_weights");
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -143,13 +145,13 @@ Status Layer::loadWeights(const SafetensorsFile &file,
                                ", expected " + formatShape(pieceShape));
       if (!isFloatType(tensor->dtype))
         return Status::failure(file.getName() + ": tensor '" + name +
-                               "' has dtype " +
-                               safetensorsName(tensor->dtype) +
+                               "' has dtype " + safetensorsName(tensor->dtype) +
                                ", expected F32, BF16 or F16");
       Expected<Tensor> converted = convertTensor(*tensor, p.dtype);
       if (!converted)
         return Status::failure(converted.message());
-      std::memcpy(parameters[i].data.data() + static_cast<size_t>(e) * pieceBytes,
+      std::memcpy(parameters[i].data.data() +
+                      static_cast<size_t>(e) * pieceBytes,
                   converted->data.data(), pieceBytes);
     }
   }
@@ -187,7 +189,8 @@ std::map<std::string, Tensor> Layer::namedParameters() const {
     Tensor piece = Tensor::zeros(p.dtype, pieceShape);
     for (int64_t e = 0; e < p.stack; ++e) {
       std::memcpy(piece.data.data(),
-                  parameters[i].data.data() + static_cast<size_t>(e) * piece.data.size(),
+                  parameters[i].data.data() +
+                      static_cast<size_t>(e) * piece.data.size(),
                   piece.data.size());
       named[expertName(p.name, e)] = piece;
     }

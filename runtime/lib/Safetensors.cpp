@@ -72,7 +72,8 @@ Expected<SafetensorsFile> SafetensorsFile::parse(std::vector<uint8_t> bytes,
         offsetsIt->size() != 2)
       return fail(where + ": expected 'data_offsets' as [begin, end]");
     SafetensorsEntry entry;
-    std::optional<DType> dtype = parseSafetensorsName(dtypeIt->get<std::string>());
+    std::optional<DType> dtype =
+        parseSafetensorsName(dtypeIt->get<std::string>());
     if (!dtype)
       return fail(where + ": unsupported dtype '" +
                   dtypeIt->get<std::string>() +
@@ -100,8 +101,7 @@ Expected<SafetensorsFile> SafetensorsFile::parse(std::vector<uint8_t> bytes,
     uint64_t expected;
     if (!count || __builtin_mul_overflow(static_cast<uint64_t>(*count),
                                          dtypeSize(entry.dtype), &expected))
-      return fail(where + ": shape " + formatShape(entry.shape) +
-                  " overflows");
+      return fail(where + ": shape " + formatShape(entry.shape) + " overflows");
     if (expected != entry.end - entry.begin)
       return fail(where + ": " + dtypeIt->get<std::string>() + " " +
                   formatShape(entry.shape) + " needs " +
@@ -133,8 +133,9 @@ Expected<Tensor> SafetensorsFile::get(const std::string &tensor) const {
   Tensor t;
   t.dtype = it->second.dtype;
   t.shape = it->second.shape;
-  t.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(dataStart + it->second.begin),
-                bytes.begin() + static_cast<std::ptrdiff_t>(dataStart + it->second.end));
+  t.data.assign(
+      bytes.begin() + static_cast<std::ptrdiff_t>(dataStart + it->second.begin),
+      bytes.begin() + static_cast<std::ptrdiff_t>(dataStart + it->second.end));
   return t;
 }
 
@@ -144,8 +145,8 @@ Status writeSafetensors(const std::string &path,
   uint64_t offset = 0;
   for (auto &[name, tensor] : tensors) {
     std::optional<int64_t> count = elementCount(tensor.shape);
-    if (!count ||
-        static_cast<uint64_t>(*count) * dtypeSize(tensor.dtype) != tensor.data.size())
+    if (!count || static_cast<uint64_t>(*count) * dtypeSize(tensor.dtype) !=
+                      tensor.data.size())
       return Status::failure("tensor '" + name + "' has " +
                              std::to_string(tensor.data.size()) +
                              " bytes, which does not match its shape " +

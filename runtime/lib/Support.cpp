@@ -92,8 +92,8 @@ std::optional<int64_t> elementCount(const std::vector<int64_t> &shape) {
 std::string formatShape(const std::vector<int64_t> &shape) {
   std::string text = "[";
   for (size_t i = 0; i < shape.size(); ++i)
-    text += (i ? ", " : "") + (shape[i] < 0 ? std::string("?")
-                                            : std::to_string(shape[i]));
+    text += (i ? ", " : "") +
+            (shape[i] < 0 ? std::string("?") : std::to_string(shape[i]));
   return text + "]";
 }
 
@@ -107,9 +107,7 @@ Tensor Tensor::zeros(DType dtype, std::vector<int64_t> shape) {
   return t;
 }
 
-int64_t Tensor::numElements() const {
-  return elementCount(shape).value_or(0);
-}
+int64_t Tensor::numElements() const { return elementCount(shape).value_or(0); }
 
 float bf16ToFloat(uint16_t bits) {
   uint32_t word = static_cast<uint32_t>(bits) << 16;
@@ -153,14 +151,15 @@ uint16_t floatToF16(float value) {
     return sign | 0x7c00;
   if (magnitude < std::ldexp(1.0f, -14)) {
     // Subnormal: a multiple of 2^-24, rounded to nearest even by rint.
-    auto units = static_cast<uint16_t>(std::nearbyint(std::ldexp(magnitude, 24)));
+    auto units =
+        static_cast<uint16_t>(std::nearbyint(std::ldexp(magnitude, 24)));
     return sign | units;
   }
   int exponent;
   float fraction = std::frexp(magnitude, &exponent); // [0.5, 1)
   // magnitude = (1 + m / 1024) * 2^(exponent - 1)
-  auto mantissa = static_cast<uint32_t>(
-      std::nearbyint((fraction * 2.0f - 1.0f) * 1024.0f));
+  auto mantissa =
+      static_cast<uint32_t>(std::nearbyint((fraction * 2.0f - 1.0f) * 1024.0f));
   int biased = exponent - 1 + 15;
   if (mantissa == 1024) {
     mantissa = 0;
@@ -228,8 +227,8 @@ Expected<Tensor> convertTensor(const Tensor &tensor, DType to) {
 Expected<std::vector<uint8_t>> readFile(const std::string &path) {
   FILE *file = std::fopen(path.c_str(), "rb");
   if (!file)
-    return Expected<std::vector<uint8_t>>::error(
-        "cannot open '" + path + "': " + std::strerror(errno));
+    return Expected<std::vector<uint8_t>>::error("cannot open '" + path +
+                                                 "': " + std::strerror(errno));
   std::vector<uint8_t> bytes;
   uint8_t chunk[1 << 16];
   size_t n;
@@ -247,8 +246,8 @@ Status writeFileAtomically(const std::string &path, const void *data,
   std::string tmp = path + ".tmp." + std::to_string(getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
-    return Status::failure("cannot create '" + tmp + "': " +
-                           std::strerror(errno));
+    return Status::failure("cannot create '" + tmp +
+                           "': " + std::strerror(errno));
   const auto *bytes = static_cast<const uint8_t *>(data);
   size_t written = 0;
   while (written < size) {

@@ -53,19 +53,22 @@ TEST_F(MoeDialectTest, BuildLayerWithInferredType) {
   auto tensor = [&](ArrayRef<int64_t> shape) {
     return RankedTensorType::get(shape, f32);
   };
-  SmallVector<Type> types = {
-      tensor({ShapedType::kDynamic, 64}), tensor({8, 64}),
-      RankedTensorType::get({8}, f32),    tensor({8, 32, 64}),
-      tensor({8, 32, 64}),                tensor({8, 64, 32}),
-      tensor({16, 64}),                   tensor({16, 64}),
-      tensor({64, 16})};
+  SmallVector<Type> types = {tensor({ShapedType::kDynamic, 64}),
+                             tensor({8, 64}),
+                             RankedTensorType::get({8}, f32),
+                             tensor({8, 32, 64}),
+                             tensor({8, 32, 64}),
+                             tensor({8, 64, 32}),
+                             tensor({16, 64}),
+                             tensor({16, 64}),
+                             tensor({64, 16})};
   OperationState state(loc, "test.operands");
   state.addTypes(types);
   Operation *operands = b.create(state);
   auto v = [&](int i) { return operands->getResult(i); };
 
-  auto layer = LayerOp::create(b, loc, v(0), v(1), v(2), v(3), v(4), v(5),
-                               v(6), v(7), v(8), /*shared_expert_gate=*/Value(),
+  auto layer = LayerOp::create(b, loc, v(0), v(1), v(2), v(3), v(4), v(5), v(6),
+                               v(7), v(8), /*shared_expert_gate=*/Value(),
                                config, /*partition=*/SmPartitionAttr());
   EXPECT_EQ(layer.getType(), types[0]);
   context.allowUnregisteredDialects();
@@ -86,10 +89,9 @@ TEST_F(MoeDialectTest, BadConfigIsADiagnosticNotACrash) {
   // top_k = 9 > experts = 8.
   auto attr = LayerConfigAttr::getChecked(
       [&] { return emitError(loc); }, &context, int64_t(64), int64_t(8),
-      int64_t(9), int64_t(1), int64_t(1), ScoringFunc::Softmax,
-      GroupScore::Max, false, false, llvm::APFloat(1.0), int64_t(32),
-      int64_t(0), int64_t(0), false, Activation::SwiGLU,
-      Type(Float32Type::get(&context)));
+      int64_t(9), int64_t(1), int64_t(1), ScoringFunc::Softmax, GroupScore::Max,
+      false, false, llvm::APFloat(1.0), int64_t(32), int64_t(0), int64_t(0),
+      false, Activation::SwiGLU, Type(Float32Type::get(&context)));
   EXPECT_FALSE(attr);
   EXPECT_EQ(message, "expected 1 <= top_k <= experts (8), got 9");
 

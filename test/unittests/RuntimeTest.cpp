@@ -36,7 +36,7 @@ TEST(RuntimeTest, F16Conversion) {
   EXPECT_EQ(floatToF16(1.0f), 0x3c00);
   EXPECT_EQ(floatToF16(-0.5f), 0xb800);
   EXPECT_EQ(floatToF16(65504.0f), 0x7bff);
-  EXPECT_EQ(floatToF16(1e6f), 0x7c00);                 // overflow to inf
+  EXPECT_EQ(floatToF16(1e6f), 0x7c00);                  // overflow to inf
   EXPECT_EQ(floatToF16(std::ldexp(1.0f, -24)), 0x0001); // smallest subnormal
   EXPECT_EQ(f16ToFloat(0x3555), 0.333251953125f);
   EXPECT_EQ(f16ToFloat(0x0001), std::ldexp(1.0f, -24));
@@ -82,8 +82,8 @@ std::vector<uint8_t> sampleBundle() {
   bundle.manifest.maxTokens = 8;
   bundle.manifest.layer.hidden = 4;
   bundle.manifest.inputs = {{"x", DType::F32, {-1, 4}}};
-  bundle.manifest.parameters = {{"gate_weight", "experts.{i}.w1.weight", 2,
-                                 DType::BF16, {2, 3, 4}}};
+  bundle.manifest.parameters = {
+      {"gate_weight", "experts.{i}.w1.weight", 2, DType::BF16, {2, 3, 4}}};
   bundle.manifest.schedule = {"entry"};
   bundle.blobs = {{1, 2, 3, 4, 5}, {}};
   return serializeBundle(bundle);

@@ -45,11 +45,11 @@ static cl::opt<std::string> inputFile(cl::Positional,
                                       cl::desc("<input .mlir file>"),
                                       cl::init(""), cl::cat(category));
 static cl::opt<std::string>
-    hfConfig("hf-config", cl::desc("Import the layer from a Hugging Face "
-                                   "config.json instead of a .mlir file"),
+    hfConfig("hf-config",
+             cl::desc("Import the layer from a Hugging Face "
+                      "config.json instead of a .mlir file"),
              cl::value_desc("path"), cl::init(""), cl::cat(category));
-static cl::opt<std::string> target("target",
-                                   cl::desc("Target: host or sm_90a"),
+static cl::opt<std::string> target("target", cl::desc("Target: host or sm_90a"),
                                    cl::init("host"), cl::cat(category));
 static cl::opt<std::string>
     dtypeOpt("dtype",
@@ -57,9 +57,10 @@ static cl::opt<std::string>
                       "bf16 or f16 (default f32 on the host, bf16 on sm_90a)"),
              cl::init(""), cl::cat(category));
 static cl::opt<std::string>
-    emit("emit", cl::desc("Output: mlir (the verified moe-level module, as "
-                          "parsed or imported), llvm (optimized LLVM IR) or "
-                          "bundle"),
+    emit("emit",
+         cl::desc("Output: mlir (the verified moe-level module, as "
+                  "parsed or imported), llvm (optimized LLVM IR) or "
+                  "bundle"),
          cl::init("bundle"), cl::cat(category));
 static cl::opt<std::string> outputFile("o", cl::desc("Output file"),
                                        cl::value_desc("path"), cl::init("-"),
@@ -81,8 +82,9 @@ static cl::opt<std::string>
                          "deepseek)"),
                 cl::init(""), cl::cat(category));
 static cl::opt<std::string>
-    mcpu("mcpu", cl::desc("Host CPU to generate code for: empty for the "
-                          "target's generic CPU, 'native' for this machine"),
+    mcpu("mcpu",
+         cl::desc("Host CPU to generate code for: empty for the "
+                  "target's generic CPU, 'native' for this machine"),
          cl::init(""), cl::cat(category));
 static cl::opt<bool> timing("timing", cl::desc("Print a timing report"),
                             cl::init(false), cl::cat(category));
@@ -153,8 +155,8 @@ static rt::Manifest buildManifest(LayerConfigAttr config, WeightNaming naming,
       rt::ParameterSpec p;
       p.role = arg.role;
       p.name = hfWeightName(naming, arg.role);
-      p.stack = p.name.find("{i}") != std::string::npos ? arg.type.getDimSize(0)
-                                                         : 0;
+      p.stack =
+          p.name.find("{i}") != std::string::npos ? arg.type.getDimSize(0) : 0;
       p.dtype = dt;
       p.shape = toShape(arg.type);
       m.parameters.push_back(std::move(p));
@@ -183,7 +185,8 @@ int main(int argc, char **argv) {
   if (target != "host")
     return fail("unknown --target '" + target + "' (expected host or sm_90a)");
   if (emit != "mlir" && emit != "llvm" && emit != "bundle")
-    return fail("unknown --emit '" + emit + "' (expected mlir, llvm or bundle)");
+    return fail("unknown --emit '" + emit +
+                "' (expected mlir, llvm or bundle)");
   if (emit == "bundle" && outputFile == "-")
     return fail("--emit=bundle needs an output file (-o PATH)");
   if (maxTokens < 1 || maxTokens > std::numeric_limits<int32_t>::max())
@@ -236,9 +239,9 @@ int main(int argc, char **argv) {
         return fail("cannot read '" + hfConfig +
                     "': " + buffer.getError().message());
       std::string error;
-      std::optional<ImportedConfig> imported = importHFConfig(
-          (*buffer)->getBuffer(), hfConfig, &context,
-          dtype ? dtype : Float32Type::get(&context), error);
+      std::optional<ImportedConfig> imported =
+          importHFConfig((*buffer)->getBuffer(), hfConfig, &context,
+                         dtype ? dtype : Float32Type::get(&context), error);
       if (!imported)
         return fail(error);
       if (!naming)
@@ -314,8 +317,8 @@ int main(int argc, char **argv) {
   }
 
   rt::Bundle bundle;
-  bundle.manifest = buildManifest(config, naming.value_or(WeightNaming::DeepSeek),
-                                  arguments);
+  bundle.manifest =
+      buildManifest(config, naming.value_or(WeightNaming::DeepSeek), arguments);
   bundle.blobs.emplace_back();
   {
     TimingScope scope = rootTiming.nest("Code generation and link");

@@ -32,7 +32,8 @@ static const char kUsage[] =
     "  --tokens=T               random input of T tokens instead of a file\n"
     "  --seed=N                 seed of random weights and inputs (0)\n"
     "  --outputs=FILE           write y, topk_ids, topk_weights\n"
-    "  --save-weights=FILE      write the weights used (with --random-weights)\n"
+    "  --save-weights=FILE      write the weights used (with "
+    "--random-weights)\n"
     "  --save-inputs=FILE       write the input used (with --tokens)\n"
     "  --repeat=N               run N times and report the median (1)\n";
 
@@ -68,8 +69,8 @@ static int64_t parseInt(const std::string &text, const char *what) {
   errno = 0;
   long long v = std::strtoll(text.c_str(), &end, 10);
   if (text.empty() || *end != '\0' || errno != 0 || v < 0)
-    die(std::string("expected a non-negative integer for ") + what +
-        ", got '" + text + "'");
+    die(std::string("expected a non-negative integer for ") + what + ", got '" +
+        text + "'");
   return v;
 }
 
@@ -85,9 +86,11 @@ int main(int argc, char **argv) {
       std::fputs(kUsage, stdout);
       return 0;
     }
-    if (flag(argc, argv, i, "--device", &device) || flag(argc, argv, i, "--weights", &weights) ||
+    if (flag(argc, argv, i, "--device", &device) ||
+        flag(argc, argv, i, "--weights", &weights) ||
         flag(argc, argv, i, "--weights-prefix", &prefix) ||
-        flag(argc, argv, i, "--inputs", &inputs) || flag(argc, argv, i, "--outputs", &outputs) ||
+        flag(argc, argv, i, "--inputs", &inputs) ||
+        flag(argc, argv, i, "--outputs", &outputs) ||
         flag(argc, argv, i, "--save-weights", &saveWeights) ||
         flag(argc, argv, i, "--save-inputs", &saveInputs))
       continue;
@@ -179,15 +182,14 @@ int main(int argc, char **argv) {
 
   // Useful work per token: router, k experts (gate, up, down), shared FFN.
   const LayerSpec &l = m.layer;
-  double flopsPerToken =
-      2.0 * l.hidden * l.experts + 6.0 * l.topK * l.hidden * l.ffn +
-      6.0 * l.hidden * l.sharedExperts * l.sharedFfn;
+  double flopsPerToken = 2.0 * l.hidden * l.experts +
+                         6.0 * l.topK * l.hidden * l.ffn +
+                         6.0 * l.hidden * l.sharedExperts * l.sharedFfn;
   double t = static_cast<double>(x.shape[0]);
   std::printf("moe-run: %lld tokens on %s in %.3f ms (median of %lld): "
               "%.1f tokens/s, %.2f GFLOP/s\n",
-              static_cast<long long>(x.shape[0]), device.c_str(),
-              median * 1e3, static_cast<long long>(repeat),
-              median > 0 ? t / median : 0.0,
+              static_cast<long long>(x.shape[0]), device.c_str(), median * 1e3,
+              static_cast<long long>(repeat), median > 0 ? t / median : 0.0,
               median > 0 ? t * flopsPerToken / median / 1e9 : 0.0);
   return 0;
 }

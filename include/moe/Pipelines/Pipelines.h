@@ -14,8 +14,7 @@
 namespace mlir::moe {
 
 /// Options of the graph-level pipeline.
-struct GraphPipelineOptions
-    : public PassPipelineOptions<GraphPipelineOptions> {
+struct GraphPipelineOptions : public PassPipelineOptions<GraphPipelineOptions> {
   PassOptions::Option<int64_t> alignment{
       *this, "alignment",
       llvm::cl::desc("Rows each expert's segment of the dispatched buffer is "
@@ -24,8 +23,7 @@ struct GraphPipelineOptions
 };
 
 /// moe.layer -> verified, simplified graph of moe primitives.
-void buildGraphPipeline(OpPassManager &pm,
-                        const GraphPipelineOptions &options);
+void buildGraphPipeline(OpPassManager &pm, const GraphPipelineOptions &options);
 
 /// Options of the host (CPU) pipeline.
 struct HostPipelineOptions : public PassPipelineOptions<HostPipelineOptions> {

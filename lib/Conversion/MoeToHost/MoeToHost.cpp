@@ -83,13 +83,13 @@ SmallVector<Value> dynamicSizes(Builder &b, ShapedType type, Value source) {
 /// `for (iv = lb; iv < ub; ++iv) body(iv)`.
 void forLoop(Builder &b, Value lb, Value ub, BodyFn body) {
   Value one = indexConst(b, 1);
-  scf::ForOp::create(b, lb, ub, one, ValueRange{},
-                     [&](OpBuilder &nested, Location loc, Value iv,
-                         ValueRange) {
-                       Builder nb(loc, nested);
-                       body(nb, iv);
-                       scf::YieldOp::create(nb);
-                     });
+  scf::ForOp::create(
+      b, lb, ub, one, ValueRange{},
+      [&](OpBuilder &nested, Location loc, Value iv, ValueRange) {
+        Builder nb(loc, nested);
+        body(nb, iv);
+        scf::YieldOp::create(nb);
+      });
 }
 
 void forLoop(Builder &b, int64_t ub, BodyFn body) {
@@ -114,9 +114,9 @@ ValueRange forLoopCarrying(
 /// multiply-adds fused), which lets LLVM vectorize it. The result differs
 /// from a sequential sum only by rounding.
 arith::FastMathFlagsAttr reductionFlags(Builder &b) {
-  return arith::FastMathFlagsAttr::get(
-      b.getContext(),
-      arith::FastMathFlags::reassoc | arith::FastMathFlags::contract);
+  return arith::FastMathFlagsAttr::get(b.getContext(),
+                                       arith::FastMathFlags::reassoc |
+                                           arith::FastMathFlags::contract);
 }
 
 Value sigmoid(Builder &b, Value x) {
@@ -141,7 +141,8 @@ Value asBuffer(Builder &b, Value tensor) {
 /// of the buffer's shape (the caller casts to a more static result type).
 Value asTensor(Builder &b, Value buffer) {
   auto type = cast<MemRefType>(buffer.getType());
-  auto tensorType = RankedTensorType::get(type.getShape(), type.getElementType());
+  auto tensorType =
+      RankedTensorType::get(type.getShape(), type.getElementType());
   return bufferization::ToTensorOp::create(b, tensorType, buffer,
                                            /*restrict=*/true,
                                            /*writable=*/true);
@@ -176,17 +177,17 @@ Value matmulTransposeB(Builder &b, Value lhs, Value rhs) {
   SmallVector<AffineMap> maps = {AffineMap::get(3, 0, {m, k}, ctx),
                                  AffineMap::get(3, 0, {n, k}, ctx),
                                  AffineMap::get(3, 0, {m, n}, ctx)};
-  SmallVector<utils::IteratorType> iterators = {
-      utils::IteratorType::parallel, utils::IteratorType::parallel,
-      utils::IteratorType::reduction};
+  SmallVector<utils::IteratorType> iterators = {utils::IteratorType::parallel,
+                                                utils::IteratorType::parallel,
+                                                utils::IteratorType::reduction};
   return linalg::GenericOp::create(
              b, TypeRange{resultType}, ValueRange{lhs, rhs}, ValueRange{zero},
              maps, iterators,
              [&](OpBuilder &nested, Location loc, ValueRange args) {
                Builder nb(loc, nested);
-               Value prod =
-                   arith::MulFOp::create(nb, toF32(nb, args[0]),
-                                         toF32(nb, args[1]), reductionFlags(nb));
+               Value prod = arith::MulFOp::create(nb, toF32(nb, args[0]),
+                                                  toF32(nb, args[1]),
+                                                  reductionFlags(nb));
                linalg::YieldOp::create(
                    nb, ValueRange{arith::AddFOp::create(nb, args[2], prod,
                                                         reductionFlags(nb))});
@@ -226,18 +227,18 @@ Value reduceRows(Builder &b, Value input, double init,
                  function_ref<Value(Builder &, Value, Value)> combine) {
   auto type = cast<RankedTensorType>(input.getType());
   auto resultType = RankedTensorType::get({type.getDimSize(0)}, b.getF32Type());
-  Value empty =
-      tensor::EmptyOp::create(b, resultType, dynamicSizes(b, resultType, input));
-  Value filled =
-      linalg::FillOp::create(b, ValueRange{f32Const(b, init)}, ValueRange{empty})
-          .getResult(0);
+  Value empty = tensor::EmptyOp::create(b, resultType,
+                                        dynamicSizes(b, resultType, input));
+  Value filled = linalg::FillOp::create(b, ValueRange{f32Const(b, init)},
+                                        ValueRange{empty})
+                     .getResult(0);
   MLIRContext *ctx = b.getContext();
   AffineExpr t, e;
   bindDims(ctx, t, e);
   SmallVector<AffineMap> maps = {AffineMap::get(2, 0, {t, e}, ctx),
                                  AffineMap::get(2, 0, {t}, ctx)};
-  SmallVector<utils::IteratorType> iterators = {
-      utils::IteratorType::parallel, utils::IteratorType::reduction};
+  SmallVector<utils::IteratorType> iterators = {utils::IteratorType::parallel,
+                                                utils::IteratorType::reduction};
   return linalg::GenericOp::create(
              b, TypeRange{resultType}, ValueRange{input}, ValueRange{filled},
              maps, iterators,
@@ -263,8 +264,8 @@ Value withRowValue(Builder &b, Value input, Value rowValue,
                                  AffineMap::get(2, 0, {t, e}, ctx)};
   SmallVector<utils::IteratorType> iterators(2, utils::IteratorType::parallel);
   return linalg::GenericOp::create(
-             b, TypeRange{type}, ValueRange{input, rowValue},
-             ValueRange{empty}, maps, iterators,
+             b, TypeRange{type}, ValueRange{input, rowValue}, ValueRange{empty},
+             maps, iterators,
              [&](OpBuilder &nested, Location loc, ValueRange args) {
                Builder nb(loc, nested);
                linalg::YieldOp::create(nb,
@@ -280,8 +281,9 @@ Value withRowValue(Builder &b, Value input, Value rowValue,
 Value lowerRouter(Builder &b, RouterOp op) {
   Value logits = matmulTransposeB(b, op.getInput(), op.getWeight());
   if (op.getScoring() == ScoringFunc::Sigmoid)
-    return elementwise(b, logits, b.getF32Type(),
-                       [](Builder &nb, ValueRange v) { return sigmoid(nb, v[0]); });
+    return elementwise(
+        b, logits, b.getF32Type(),
+        [](Builder &nb, ValueRange v) { return sigmoid(nb, v[0]); });
   // Numerically stable softmax over the experts of each token.
   Value max = reduceRows(b, logits, -std::numeric_limits<double>::infinity(),
                          [](Builder &nb, Value acc, Value v) -> Value {
@@ -298,7 +300,9 @@ Value lowerRouter(Builder &b, RouterOp op) {
   });
 }
 
-Value silu(Builder &b, Value x) { return arith::MulFOp::create(b, x, sigmoid(b, x)); }
+Value silu(Builder &b, Value x) {
+  return arith::MulFOp::create(b, x, sigmoid(b, x));
+}
 
 Value lowerSwiGLU(Builder &b, SwiGLUOp op) {
   Type elt = op.getType().getElementType();
@@ -322,11 +326,10 @@ Value lowerSharedExpert(Builder &b, SharedExpertOp op) {
   Value x = op.getInput();
   Value gate = roundTo(b, matmulTransposeB(b, x, op.getGateWeight()), elt);
   Value up = roundTo(b, matmulTransposeB(b, x, op.getUpWeight()), elt);
-  Value act = elementwise(b, ValueRange{gate, up}, elt,
-                          [](Builder &nb, ValueRange v) {
-                            return arith::MulFOp::create(nb, silu(nb, v[0]),
-                                                         v[1]);
-                          });
+  Value act =
+      elementwise(b, ValueRange{gate, up}, elt, [](Builder &nb, ValueRange v) {
+        return arith::MulFOp::create(nb, silu(nb, v[0]), v[1]);
+      });
   Value down = matmulTransposeB(b, act, op.getDownWeight());
   if (!op.getExpertGate())
     return roundTo(b, down, elt);
@@ -338,9 +341,10 @@ Value lowerSharedExpert(Builder &b, SharedExpertOp op) {
   SmallVector<ReassociationIndices> collapse = {{0, 1}};
   Value gateRow =
       tensor::CollapseShapeOp::create(b, rowType, gateLogit, collapse);
-  Value gated = withRowValue(b, down, gateRow, [](Builder &nb, Value v, Value g) {
-    return arith::MulFOp::create(nb, v, sigmoid(nb, g));
-  });
+  Value gated =
+      withRowValue(b, down, gateRow, [](Builder &nb, Value v, Value g) {
+        return arith::MulFOp::create(nb, v, sigmoid(nb, g));
+      });
   return roundTo(b, gated, elt);
 }
 
@@ -358,8 +362,7 @@ Value argmaxUnchosen(Builder &b, Value values, Value chosen, int64_t n,
         Value v = memref::LoadOp::create(nb, values, ValueRange{i});
         Value isChosen = memref::LoadOp::create(nb, chosen, ValueRange{i});
         Value free = arith::XOrIOp::create(
-            nb, isChosen,
-            arith::ConstantOp::create(nb, nb.getBoolAttr(true)));
+            nb, isChosen, arith::ConstantOp::create(nb, nb.getBoolAttr(true)));
         Value noneYet = arith::CmpIOp::create(nb, arith::CmpIPredicate::slt,
                                               bestIndex, indexConst(nb, 0));
         Value better =
@@ -386,10 +389,8 @@ std::pair<Value, Value> lowerTopK(Builder &b, TopKOp op) {
   Value bias = op.getBias() ? asBuffer(b, op.getBias()) : Value();
   Value tokens = dim(b, scores, 0);
 
-  auto idsType = cast<RankedTensorType>(op.getIndices().getType());
-  auto weightsType = cast<RankedTensorType>(op.getWeights().getType());
-  Value ids = alloc(b, MemRefType::get({ShapedType::kDynamic, k}, b.getI32Type()),
-                    tokens);
+  Value ids = alloc(
+      b, MemRefType::get({ShapedType::kDynamic, k}, b.getI32Type()), tokens);
   Value weights = alloc(
       b, MemRefType::get({ShapedType::kDynamic, k}, b.getF32Type()), tokens);
 
@@ -397,7 +398,8 @@ std::pair<Value, Value> lowerTopK(Builder &b, TopKOp op) {
   Type f32 = b.getF32Type(), i1 = b.getI1Type();
   Value select = memref::AllocaOp::create(b, MemRefType::get({experts}, f32));
   Value chosen = memref::AllocaOp::create(b, MemRefType::get({experts}, i1));
-  Value groupScore = memref::AllocaOp::create(b, MemRefType::get({groups}, f32));
+  Value groupScore =
+      memref::AllocaOp::create(b, MemRefType::get({groups}, f32));
   Value groupKept = memref::AllocaOp::create(b, MemRefType::get({groups}, i1));
   Value falseV = arith::ConstantOp::create(b, b.getBoolAttr(false));
   Value trueV = arith::ConstantOp::create(b, b.getBoolAttr(true));
@@ -424,27 +426,27 @@ std::pair<Value, Value> lowerTopK(Builder &b, TopKOp op) {
             [&](Builder &b, Value j, ValueRange top) -> SmallVector<Value> {
               Value v = memref::LoadOp::create(
                   b, select, ValueRange{arith::AddIOp::create(b, base, j)});
-              Value isFirst =
-                  arith::CmpFOp::create(b, arith::CmpFPredicate::OGT, v, top[0]);
-              Value isSecond =
-                  arith::CmpFOp::create(b, arith::CmpFPredicate::OGT, v, top[1]);
+              Value isFirst = arith::CmpFOp::create(
+                  b, arith::CmpFPredicate::OGT, v, top[0]);
+              Value isSecond = arith::CmpFOp::create(
+                  b, arith::CmpFPredicate::OGT, v, top[1]);
               Value first = arith::SelectOp::create(b, isFirst, v, top[0]);
               Value second = arith::SelectOp::create(
                   b, isFirst, top[0],
                   arith::SelectOp::create(b, isSecond, v, top[1]));
               return {first, second};
             });
-        Value score = sumTop2 ? Value(arith::AddFOp::create(b, best[0], best[1]))
-                              : best[0];
+        Value score = sumTop2
+                          ? Value(arith::AddFOp::create(b, best[0], best[1]))
+                          : best[0];
         memref::StoreOp::create(b, score, groupScore, ValueRange{g});
         memref::StoreOp::create(b, falseV, groupKept, ValueRange{g});
       });
       forLoop(b, keptGroups, [&](Builder &b, Value) {
-        Value g = argmaxUnchosen(b, groupScore, groupKept, groups,
-                                 [&](Builder &b, Value) {
-                                   return arith::ConstantOp::create(
-                                       b, b.getBoolAttr(true));
-                                 });
+        Value g = argmaxUnchosen(
+            b, groupScore, groupKept, groups, [&](Builder &b, Value) {
+              return arith::ConstantOp::create(b, b.getBoolAttr(true));
+            });
         memref::StoreOp::create(b, trueV, groupKept, ValueRange{g});
       });
     }
@@ -495,7 +497,6 @@ SmallVector<Value> lowerDispatch(Builder &b, DispatchOp op) {
   auto experts = static_cast<int64_t>(op.getExperts());
   auto alignment = static_cast<int64_t>(op.getAlignment());
   auto rowsType = cast<RankedTensorType>(op.getRows().getType());
-  auto offsetsType = cast<RankedTensorType>(op.getOffsets().getType());
   auto mapType = cast<RankedTensorType>(op.getRowMap().getType());
   int64_t hidden = rowsType.getDimSize(1);
   int64_t k = mapType.getDimSize(1);
@@ -557,7 +558,8 @@ SmallVector<Value> lowerDispatch(Builder &b, DispatchOp op) {
 
   // The buffer: exactly the used rows when the type is dynamic, the static
   // bound otherwise; padding rows are zero.
-  auto rowsMemref = MemRefType::get(rowsType.getShape(), rowsType.getElementType());
+  auto rowsMemref =
+      MemRefType::get(rowsType.getShape(), rowsType.getElementType());
   SmallVector<Value> rowSizes;
   if (rowsType.isDynamicDim(0))
     rowSizes.push_back(used);
@@ -581,8 +583,8 @@ SmallVector<Value> lowerDispatch(Builder &b, DispatchOp op) {
             memref::StoreOp::create(nb, arith::AddIOp::create(nb, r, oneIdx),
                                     cursor, ValueRange{e});
             copyRow(nb, x, t, rows, r, hidden);
-            scf::YieldOp::create(nb,
-                                 ValueRange{arith::IndexCastOp::create(nb, i32, r)});
+            scf::YieldOp::create(
+                nb, ValueRange{arith::IndexCastOp::create(nb, i32, r)});
           },
           [&](OpBuilder &nested, Location loc) {
             Builder nb(loc, nested);
@@ -591,8 +593,7 @@ SmallVector<Value> lowerDispatch(Builder &b, DispatchOp op) {
       memref::StoreOp::create(b, ifOp.getResult(0), rowMap, ValueRange{t, j});
     });
   });
-  return {asTensor(b, rows), asTensor(b, offsets),
-          asTensor(b, rowMap)};
+  return {asTensor(b, rows), asTensor(b, offsets), asTensor(b, rowMap)};
 }
 
 Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op) {
@@ -626,8 +627,10 @@ Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op) {
       forLoop(b, n, [&](Builder &b, Value col) {
         Value acc = forLoopCarrying(
             b, zeroIdx, indexConst(b, kSize), ValueRange{f32Const(b, 0.0)},
-            [&](Builder &b, Value kk, ValueRange carried) -> SmallVector<Value> {
-              Value a = toF32(b, memref::LoadOp::create(b, input, ValueRange{r, kk}));
+            [&](Builder &b, Value kk,
+                ValueRange carried) -> SmallVector<Value> {
+              Value a =
+                  toF32(b, memref::LoadOp::create(b, input, ValueRange{r, kk}));
               Value w = toF32(
                   b, memref::LoadOp::create(b, weight, ValueRange{e, col, kk}));
               Value prod = arith::MulFOp::create(b, a, w, reductionFlags(b));
@@ -656,12 +659,14 @@ Value lowerCombine(Builder &b, CombineOp op) {
 
   Value out = alloc(b, MemRefType::get(outType.getShape(), elt),
                     dynamicSizes(b, outType, rowMap));
-  Value acc = memref::AllocaOp::create(b, MemRefType::get({hidden}, b.getF32Type()));
+  Value acc =
+      memref::AllocaOp::create(b, MemRefType::get({hidden}, b.getF32Type()));
   forLoop(b, zeroIdx, tokens, [&](Builder &b, Value t) {
     fillBuffer(b, acc, f32Const(b, 0.0));
     forLoop(b, k, [&](Builder &b, Value j) {
       Value r = arith::IndexCastOp::create(
-          b, b.getIndexType(), memref::LoadOp::create(b, rowMap, ValueRange{t, j}));
+          b, b.getIndexType(),
+          memref::LoadOp::create(b, rowMap, ValueRange{t, j}));
       Value valid = arith::AndIOp::create(
           b, arith::CmpIOp::create(b, arith::CmpIPredicate::sge, r, zeroIdx),
           arith::CmpIOp::create(b, arith::CmpIPredicate::slt, r, rowCount));
@@ -690,8 +695,7 @@ Value lowerCombine(Builder &b, CombineOp op) {
 // The pass
 //===----------------------------------------------------------------------===//
 
-struct ConvertMoeToHost
-    : moe::impl::ConvertMoeToHostBase<ConvertMoeToHost> {
+struct ConvertMoeToHost : moe::impl::ConvertMoeToHostBase<ConvertMoeToHost> {
   using Base::Base;
 
   void runOnOperation() override {
@@ -740,10 +744,10 @@ struct ConvertMoeToHost
       // Results may be less static than the op's declared types.
       SmallVector<Value> casted;
       for (auto [result, value] : llvm::zip(op->getResults(), results))
-        casted.push_back(value.getType() == result.getType()
-                             ? value
-                             : Value(tensor::CastOp::create(
-                                   b, result.getType(), value)));
+        casted.push_back(
+            value.getType() == result.getType()
+                ? value
+                : Value(tensor::CastOp::create(b, result.getType(), value)));
       op->replaceAllUsesWith(casted);
       op->erase();
     }

@@ -41,8 +41,9 @@ static MemRefType toMemRef(RankedTensorType type) {
   return MemRefType::get(type.getShape(), type.getElementType());
 }
 
-OwningOpRef<ModuleOp> mlir::moe::buildHostEntry(
-    LayerOp layer, int64_t alignment, std::vector<EntryArgument> &arguments) {
+OwningOpRef<ModuleOp>
+mlir::moe::buildHostEntry(LayerOp layer, int64_t alignment,
+                          std::vector<EntryArgument> &arguments) {
   MLIRContext *ctx = layer.getContext();
   Location loc = layer.getLoc();
   OpBuilder b(ctx);
@@ -130,14 +131,16 @@ void mlir::moe::addPackedEntry(ModuleOp module, unsigned numArguments) {
   b.setInsertionPointToEnd(module.getBody());
   auto ptr = LLVM::LLVMPointerType::get(ctx);
   auto voidType = LLVM::LLVMVoidType::get(ctx);
-  auto packed = LLVM::LLVMFuncOp::create(
-      b, loc, kHostPackedEntryName, LLVM::LLVMFunctionType::get(voidType, {ptr}));
+  auto packed =
+      LLVM::LLVMFuncOp::create(b, loc, kHostPackedEntryName,
+                               LLVM::LLVMFunctionType::get(voidType, {ptr}));
   Block *entry = packed.addEntryBlock(b);
   b.setInsertionPointToStart(entry);
   SmallVector<Value> args;
   for (unsigned i = 0; i < numArguments; ++i) {
-    Value slot = LLVM::GEPOp::create(b, loc, ptr, ptr, entry->getArgument(0),
-                                     ArrayRef<LLVM::GEPArg>{static_cast<int32_t>(i)});
+    Value slot =
+        LLVM::GEPOp::create(b, loc, ptr, ptr, entry->getArgument(0),
+                            ArrayRef<LLVM::GEPArg>{static_cast<int32_t>(i)});
     args.push_back(LLVM::LoadOp::create(b, loc, ptr, slot));
   }
   std::string callee = ("_mlir_ciface_" + kHostEntryName).str();
@@ -163,8 +166,8 @@ createHostMachine(llvm::StringRef cpu, std::string &error) {
   const llvm::Target *target = lookupHostTarget(triple, error);
   if (!target)
     return nullptr;
-  std::string cpuName = cpu == "native" ? llvm::sys::getHostCPUName().str()
-                                        : cpu.str();
+  std::string cpuName =
+      cpu == "native" ? llvm::sys::getHostCPUName().str() : cpu.str();
   std::string features;
   if (cpu == "native") {
     llvm::SubtargetFeatures list;
@@ -200,8 +203,8 @@ mlir::moe::translateForHost(ModuleOp module, llvm::LLVMContext &context,
   }
   llvmModule->setTargetTriple(machine->getTargetTriple());
   llvmModule->setDataLayout(machine->createDataLayout());
-  auto optimize = makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0,
-                                            machine.get());
+  auto optimize =
+      makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0, machine.get());
   if (llvm::Error err = optimize(llvmModule.get())) {
     module.emitError() << "LLVM optimization failed: "
                        << llvm::toString(std::move(err));
@@ -246,8 +249,8 @@ bool mlir::moe::emitSharedObject(llvm::Module &module, llvm::StringRef cpu,
     }
     passes.run(module);
   }
-  if (auto ec = llvm::sys::fs::createTemporaryFile("moe-layer", "so",
-                                                   libraryPath)) {
+  if (auto ec =
+          llvm::sys::fs::createTemporaryFile("moe-layer", "so", libraryPath)) {
     error = "cannot create a temporary file: " + ec.message();
     return false;
   }
@@ -262,7 +265,7 @@ bool mlir::moe::emitSharedObject(llvm::Module &module, llvm::StringRef cpu,
             "' to link the shared object (set MOE_HOST_CC)";
     return false;
   }
-  llvm::SmallVector<llvm::StringRef> args = {*program, "-shared", "-o",
+  llvm::SmallVector<llvm::StringRef> args = {*program,    "-shared",  "-o",
                                              libraryPath, objectPath, "-lm"};
   std::string message;
   int rc = llvm::sys::ExecuteAndWait(*program, args, std::nullopt, {}, 0, 0,
@@ -274,8 +277,8 @@ bool mlir::moe::emitSharedObject(llvm::Module &module, llvm::StringRef cpu,
   }
   auto buffer = llvm::MemoryBuffer::getFile(libraryPath);
   if (!buffer) {
-    error = "cannot read the linked shared object: " +
-            buffer.getError().message();
+    error =
+        "cannot read the linked shared object: " + buffer.getError().message();
     return false;
   }
   sharedObject.assign((*buffer)->getBufferStart(), (*buffer)->getBufferEnd());
