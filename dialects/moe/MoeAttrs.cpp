@@ -30,7 +30,7 @@ FailureOr<bool> mlir::moe::parseBoolParameter(AsmParser &parser) {
 
 FailureOr<llvm::APFloat> mlir::moe::parseF64Parameter(AsmParser &parser) {
   // Accept integer literals too: `routed_scale = 16` means 16.0.
-  int64_t integer;
+  int64_t integer = 0;
   OptionalParseResult parsedInteger = parser.parseOptionalInteger(integer);
   if (parsedInteger.has_value()) {
     if (failed(*parsedInteger))
