@@ -20,6 +20,7 @@ config.environment["PATH"] = os.pathsep.join(
     path + [config.environment.get("PATH", os.environ.get("PATH", ""))])
 
 config.substitutions.append(("%moe_src_root", config.moe_src_root))
+config.substitutions.append(("%moe_obj_root", config.moe_obj_root))
 llvm_lib_dir = os.path.join(os.path.dirname(config.llvm_tools_dir), "lib")
 config.substitutions.append(
     ("%mlir_runner_utils", os.path.join(llvm_lib_dir, "libmlir_runner_utils.so")))
@@ -28,6 +29,9 @@ config.substitutions.append(
      os.path.join(llvm_lib_dir, "libmlir_c_runner_utils.so")))
 config.substitutions.append(("%python", config.python_executable))
 config.environment["PYTHON"] = config.python_executable
+# Compiles in tests are cached in the build tree, never in the user's home.
+config.environment["MOE_CACHE_DIR"] = os.path.join(config.test_exec_root,
+                                                   "moe-cache")
 config.substitutions.append(
     ("%check-layer",
      os.path.join(config.test_source_root, "Integration", "check-layer.sh")))

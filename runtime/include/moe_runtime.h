@@ -11,6 +11,7 @@
 #ifndef MOE_RUNTIME_H
 #define MOE_RUNTIME_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -26,6 +27,9 @@ const char *moe_last_error(void);
 
 /** Loads a bundle for `device` ("host"). Returns NULL on failure. */
 moe_layer *moe_layer_load(const char *bundle_path, const char *device);
+/** The same from `size` bytes in memory (as moe_compile returns them). */
+moe_layer *moe_layer_load_from_memory(const void *bundle, size_t size,
+                                      const char *device);
 void moe_layer_free(moe_layer *layer);
 
 /** Binds the parameters from a safetensors file, names prefixed by

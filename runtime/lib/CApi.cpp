@@ -39,6 +39,29 @@ moe_layer *moe_layer_load(const char *bundle_path, const char *device) {
   return new moe_layer{std::move(*layer)};
 }
 
+moe_layer *moe_layer_load_from_memory(const void *bundle, size_t size,
+                                      const char *device) {
+  lastError.clear();
+  if (!bundle || !device) {
+    fail("moe_layer_load_from_memory: bundle and device must not be NULL");
+    return nullptr;
+  }
+  const auto *bytes = static_cast<const uint8_t *>(bundle);
+  Expected<Bundle> parsed =
+      parseBundle(std::vector<uint8_t>(bytes, bytes + size), "<memory>");
+  if (!parsed) {
+    fail(parsed.message());
+    return nullptr;
+  }
+  Expected<std::unique_ptr<Layer>> layer =
+      Layer::fromBundle(std::move(*parsed), device);
+  if (!layer) {
+    fail(layer.message());
+    return nullptr;
+  }
+  return new moe_layer{std::move(*layer)};
+}
+
 void moe_layer_free(moe_layer *layer) { delete layer; }
 
 int moe_layer_load_weights(moe_layer *layer, const char *path,

@@ -1,0 +1,77 @@
+//===- Compiler.h - Compile one MoE layer -----------------------*- C++ -*-===//
+//
+// Part of moe-compiler. The whole of moe-compile as a library call, shared by
+// the tool and the compiler's C API, plus the compile cache.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_COMPILER_COMPILER_H
+#define MOE_COMPILER_COMPILER_H
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mlir::moe {
+
+/// The compiler's version; part of every cache key.
+extern const char *const kCompilerVersion;
+
+enum class InputKind { Mlir, HFConfig };
+
+struct CompileOptions {
+  std::string target = "host"; // host | sm_90a
+  std::string emit = "bundle"; // mlir | llvm | bundle
+  std::string dtype;           // f32 | bf16 | f16; "" for the default
+  int64_t maxTokens = 4096;
+  int64_t alignment = 1;
+  std::string weightNames; // deepseek | mixtral | qwen; "" for the default
+  std::string mcpu;        // "" (generic), "native" or a CPU name
+  bool timing = false;     // print MLIR's timing report to stderr
+  /// Apply MLIR's pass manager command-line options (crash reproducers,
+  /// IR printing); only for tools that registered them.
+  bool passManagerCLOptions = false;
+};
+
+struct CompileResult {
+  /// The output: MLIR or LLVM IR text, or the bundle's bytes.
+  std::vector<uint8_t> output;
+  /// Empty on success; else one line saying what is wrong.
+  std::string error;
+  /// Diagnostics with source locations (file:line:col: error: ...), if any.
+  std::string diagnostics;
+  bool ok() const { return error.empty() && diagnostics.empty(); }
+};
+
+/// Checks the options; returns an error message or "".
+std::string validateOptions(const CompileOptions &options);
+
+/// Compiles `input`, the text of a .mlir file or of a config.json named
+/// `inputName` (used in diagnostics).
+CompileResult compile(const std::string &input, const std::string &inputName,
+                      InputKind kind, const CompileOptions &options);
+
+/// A hex SHA-256 over the compiler version, the input kind and text, and
+/// every option that changes the output (with "native" resolved to this
+/// machine's CPU).
+std::string cacheKey(const std::string &input, InputKind kind,
+                     const CompileOptions &options);
+
+/// The cache directory: $MOE_CACHE_DIR, else $XDG_CACHE_HOME/moe-compiler,
+/// else $HOME/.cache/moe-compiler.
+std::optional<std::string> cacheDirectory();
+
+/// A cached bundle for `key` that passes the bundle checks, if any.
+std::optional<std::vector<uint8_t>> lookupCache(const std::string &dir,
+                                                const std::string &key);
+
+/// Stores `bundle` under `key`: written to a unique temporary file in the
+/// directory, then renamed, so concurrent writers of one key never leave a
+/// partial entry. Returns an error message or "".
+std::string storeCache(const std::string &dir, const std::string &key,
+                       const std::vector<uint8_t> &bundle);
+
+} // namespace mlir::moe
+
+#endif // MOE_COMPILER_COMPILER_H

@@ -1,0 +1,105 @@
+//===- Compiler.cpp - C API of the moe-compiler compiler ------------------===//
+//
+// Part of moe-compiler.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe_compiler.h"
+
+#include "moe/Compiler/Compiler.h"
+
+using namespace mlir::moe;
+
+struct moe_compile_result {
+  bool ok = false;
+  std::vector<uint8_t> output;
+  std::string diagnostics;
+};
+
+void moe_compile_options_init(moe_compile_options *options) {
+  if (!options)
+    return;
+  *options = moe_compile_options{};
+}
+
+moe_compile_result *moe_compile(const char *input, size_t input_size,
+                                moe_input_kind kind, const char *input_name,
+                                const moe_compile_options *options) {
+  auto *result = new moe_compile_result();
+  if (!input && input_size > 0) {
+    result->diagnostics = "error: moe_compile: input is NULL\n";
+    return result;
+  }
+  if (kind != MOE_INPUT_MLIR && kind != MOE_INPUT_HF_CONFIG) {
+    result->diagnostics = "error: moe_compile: unknown input kind\n";
+    return result;
+  }
+  moe_compile_options defaults;
+  moe_compile_options_init(&defaults);
+  const moe_compile_options &o = options ? *options : defaults;
+  CompileOptions opts;
+  if (o.target)
+    opts.target = o.target;
+  if (o.emit)
+    opts.emit = o.emit;
+  if (o.dtype)
+    opts.dtype = o.dtype;
+  if (o.max_tokens)
+    opts.maxTokens = o.max_tokens;
+  if (o.alignment)
+    opts.alignment = o.alignment;
+  if (o.weight_names)
+    opts.weightNames = o.weight_names;
+  if (o.mcpu)
+    opts.mcpu = o.mcpu;
+  std::string text(input ? input : "", input_size);
+  InputKind inputKind =
+      kind == MOE_INPUT_MLIR ? InputKind::Mlir : InputKind::HFConfig;
+  std::string name = input_name ? input_name : "<input>";
+
+  std::optional<std::string> cacheDir;
+  std::string key;
+  if (o.use_cache && opts.emit == "bundle" && validateOptions(opts).empty()) {
+    cacheDir = cacheDirectory();
+    key = cacheKey(text, inputKind, opts);
+    if (cacheDir)
+      if (auto cached = lookupCache(*cacheDir, key)) {
+        result->ok = true;
+        result->output = std::move(*cached);
+        return result;
+      }
+  }
+  CompileResult compiled = compile(text, name, inputKind, opts);
+  result->diagnostics = compiled.diagnostics;
+  if (!compiled.error.empty())
+    result->diagnostics += "error: " + compiled.error + "\n";
+  result->ok = compiled.ok();
+  if (result->ok) {
+    result->output = std::move(compiled.output);
+    if (cacheDir)
+      storeCache(*cacheDir, key, result->output);
+  }
+  return result;
+}
+
+int moe_compile_result_ok(const moe_compile_result *result) {
+  return result && result->ok ? 1 : 0;
+}
+
+const void *moe_compile_result_data(const moe_compile_result *result,
+                                    size_t *size) {
+  if (!result || !result->ok) {
+    if (size)
+      *size = 0;
+    return nullptr;
+  }
+  if (size)
+    *size = result->output.size();
+  return result->output.data();
+}
+
+const char *moe_compile_result_diagnostics(const moe_compile_result *result) {
+  return result ? result->diagnostics.c_str() : "";
+}
+
+void moe_compile_result_free(moe_compile_result *result) { delete result; }

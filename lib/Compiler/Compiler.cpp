@@ -1,0 +1,376 @@
+//===- Compiler.cpp - Compile one MoE layer -------------------------------===//
+//
+// Part of moe-compiler.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Compiler/Compiler.h"
+#include "moe/Import/HFConfig.h"
+#include "moe/MoeOps.h"
+#include "moe/Pipelines/Pipelines.h"
+#include "moe/Support/Routing.h"
+#include "moe/Target/Host.h"
+#include "moe/runtime/Bundle.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/InitAllDialects.h"
+#include "mlir/InitAllExtensions.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/Timing.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/Module.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/SHA256.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/raw_ostream.h"
+#include "llvm/TargetParser/Host.h"
+
+#include <cstdlib>
+#include <limits>
+
+using namespace mlir;
+using namespace mlir::moe;
+namespace rt = ::moe::rt;
+
+const char *const mlir::moe::kCompilerVersion = "moe-compiler 0.1.0";
+
+std::string mlir::moe::validateOptions(const CompileOptions &o) {
+  if (o.target == "sm_90a")
+    return "--target=sm_90a: the Hopper target is not available in this "
+           "build yet; use --target=host";
+  if (o.target != "host")
+    return "unknown --target '" + o.target + "' (expected host or sm_90a)";
+  if (o.emit != "mlir" && o.emit != "llvm" && o.emit != "bundle")
+    return "unknown --emit '" + o.emit + "' (expected mlir, llvm or bundle)";
+  if (o.maxTokens < 1 || o.maxTokens > std::numeric_limits<int32_t>::max())
+    return "--max-tokens must be in [1, 2147483647], got " +
+           std::to_string(o.maxTokens);
+  if (!isPowerOfTwo(o.alignment) || o.alignment > (1 << 16))
+    return "--alignment must be a power of two <= 65536, got " +
+           std::to_string(o.alignment);
+  if (!o.weightNames.empty() && !parseWeightNaming(o.weightNames))
+    return "unknown --weight-names '" + o.weightNames +
+           "' (expected deepseek, mixtral or qwen)";
+  if (!o.dtype.empty() && o.dtype != "f32" && o.dtype != "bf16" &&
+      o.dtype != "f16")
+    return "unknown --dtype '" + o.dtype + "' (expected f32, bf16 or f16)";
+  return "";
+}
+
+static std::optional<rt::DType> toDType(Type type) {
+  if (type.isF32())
+    return rt::DType::F32;
+  if (type.isBF16())
+    return rt::DType::BF16;
+  if (type.isF16())
+    return rt::DType::F16;
+  if (type.isInteger(32))
+    return rt::DType::I32;
+  return std::nullopt;
+}
+
+static std::vector<int64_t> toShape(RankedTensorType type) {
+  std::vector<int64_t> shape;
+  for (int64_t d : type.getShape())
+    shape.push_back(ShapedType::isDynamic(d) ? -1 : d);
+  return shape;
+}
+
+static rt::Manifest buildManifest(LayerConfigAttr config, WeightNaming naming,
+                                  const std::vector<EntryArgument> &args,
+                                  const CompileOptions &o) {
+  rt::Manifest m;
+  m.target = "host";
+  m.compiler = kCompilerVersion;
+  m.entry = kHostPackedEntryName.str();
+  m.maxTokens = o.maxTokens;
+  rt::LayerSpec &l = m.layer;
+  l.family = stringifyWeightNaming(naming).str();
+  l.hidden = config.getHidden();
+  l.experts = config.getExperts();
+  l.topK = config.getTopK();
+  l.groups = config.getGroups();
+  l.topkGroups = config.getTopkGroups();
+  l.scoring = stringifyScoringFunc(config.getScoring()).str();
+  l.groupScore = stringifyGroupScore(config.getGroupScore()).str();
+  l.scoreBias = config.getScoreBias();
+  l.normTopkProb = config.getNormTopkProb();
+  l.routedScale = config.getRoutedScaleValue();
+  l.ffn = config.getFfn();
+  l.sharedExperts = config.getSharedExperts();
+  l.sharedFfn = config.getSharedFfn();
+  l.sharedGate = config.getSharedGate();
+  llvm::raw_string_ostream(l.dtype) << config.getDtype();
+  l.alignment = o.alignment;
+  for (const EntryArgument &arg : args) {
+    rt::DType dt = *toDType(arg.type.getElementType());
+    switch (arg.kind) {
+    case EntryArgument::Kind::Input:
+      m.inputs.push_back({arg.role, dt, toShape(arg.type)});
+      break;
+    case EntryArgument::Kind::Output:
+      m.outputs.push_back({arg.role, dt, toShape(arg.type)});
+      break;
+    case EntryArgument::Kind::Parameter: {
+      rt::ParameterSpec p;
+      p.role = arg.role;
+      p.name = hfWeightName(naming, arg.role);
+      p.stack = p.name.find("{i}") != std::string::npos
+                    ? arg.type.getDimSize(0)
+                    : 0;
+      p.dtype = dt;
+      p.shape = toShape(arg.type);
+      m.parameters.push_back(std::move(p));
+      break;
+    }
+    }
+  }
+  m.schedule = {m.entry};
+  return m;
+}
+
+static void setText(CompileResult &result, llvm::StringRef text) {
+  result.output.assign(text.begin(), text.end());
+}
+
+CompileResult mlir::moe::compile(const std::string &input,
+                                 const std::string &inputName, InputKind kind,
+                                 const CompileOptions &options) {
+  CompileResult result;
+  result.error = validateOptions(options);
+  if (!result.error.empty())
+    return result;
+
+  DialectRegistry registry;
+  registerAllDialects(registry);
+  registerAllExtensions(registry);
+  registry.insert<MoeDialect>();
+  MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+
+  DefaultTimingManager timingManager;
+  timingManager.setEnabled(options.timing);
+  TimingScope rootTiming = timingManager.getRootScope();
+
+  llvm::SourceMgr sourceMgr;
+  llvm::raw_string_ostream diagnosticStream(result.diagnostics);
+  SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context,
+                                         diagnosticStream);
+
+  Type dtype = llvm::StringSwitch<Type>(options.dtype)
+                   .Case("f32", Float32Type::get(&context))
+                   .Case("bf16", BFloat16Type::get(&context))
+                   .Case("f16", Float16Type::get(&context))
+                   .Default(Type());
+  std::optional<WeightNaming> naming = parseWeightNaming(options.weightNames);
+
+  OwningOpRef<ModuleOp> module;
+  {
+    TimingScope scope = rootTiming.nest("Import");
+    if (kind == InputKind::HFConfig) {
+      std::optional<ImportedConfig> imported =
+          importHFConfig(input, inputName, &context,
+                         dtype ? dtype : Float32Type::get(&context),
+                         result.error);
+      if (!imported)
+        return result;
+      if (!naming)
+        naming = imported->naming;
+      module = buildLayerModule(&context, imported->config, SmPartitionAttr());
+    } else {
+      sourceMgr.AddNewSourceBuffer(
+          llvm::MemoryBuffer::getMemBufferCopy(input, inputName),
+          llvm::SMLoc());
+      module = parseSourceFile<ModuleOp>(sourceMgr, &context);
+      if (!module) {
+        if (result.diagnostics.empty())
+          result.error = "cannot parse '" + inputName + "'";
+        return result;
+      }
+    }
+  }
+
+  SmallVector<LayerOp> layers;
+  module->walk([&](LayerOp layer) { layers.push_back(layer); });
+  if (layers.size() != 1) {
+    result.error = "expected exactly one moe.layer in the input, found " +
+                   std::to_string(layers.size());
+    return result;
+  }
+  LayerOp layer = layers.front();
+  LayerConfigAttr config = layer.getConfig();
+  if (dtype && kind == InputKind::Mlir && config.getDtype() != dtype) {
+    std::string have;
+    llvm::raw_string_ostream(have) << config.getDtype();
+    result.error = "--dtype=" + options.dtype +
+                   " conflicts with the layer's dtype " + have + " in '" +
+                   inputName + "'";
+    return result;
+  }
+
+  if (options.emit == "mlir") {
+    if (failed(verify(*module))) {
+      if (result.diagnostics.empty())
+        result.error = "the module does not verify";
+      return result;
+    }
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    module->print(os);
+    setText(result, text);
+    return result;
+  }
+
+  std::vector<EntryArgument> arguments;
+  OwningOpRef<ModuleOp> entry =
+      buildHostEntry(layer, options.alignment, arguments);
+  {
+    PassManager pm(&context);
+    if (options.passManagerCLOptions && failed(applyPassManagerCLOptions(pm))) {
+      result.error = "invalid pass manager options";
+      return result;
+    }
+    TimingScope pipelineTiming = rootTiming.nest("Host pipeline");
+    pm.enableTiming(pipelineTiming);
+    HostPipelineOptions pipelineOptions;
+    pipelineOptions.alignment = options.alignment;
+    buildHostPipeline(pm, pipelineOptions);
+    if (failed(pm.run(*entry))) {
+      if (result.diagnostics.empty())
+        result.error = "the host pipeline failed";
+      return result;
+    }
+  }
+  addPackedEntry(*entry, arguments.size());
+
+  llvm::LLVMContext llvmContext;
+  std::unique_ptr<llvm::Module> llvmModule;
+  {
+    TimingScope scope = rootTiming.nest("Translate and optimize");
+    llvmModule = translateForHost(*entry, llvmContext, options.mcpu);
+    if (!llvmModule) {
+      if (result.diagnostics.empty())
+        result.error = "translation to LLVM IR failed";
+      return result;
+    }
+  }
+  if (options.emit == "llvm") {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    llvmModule->print(os, nullptr);
+    setText(result, text);
+    return result;
+  }
+
+  rt::Bundle bundle;
+  bundle.manifest = buildManifest(
+      config, naming.value_or(WeightNaming::DeepSeek), arguments, options);
+  bundle.blobs.emplace_back();
+  {
+    TimingScope scope = rootTiming.nest("Code generation and link");
+    if (!emitSharedObject(*llvmModule, options.mcpu, bundle.blobs.back(),
+                          result.error))
+      return result;
+  }
+  result.output = rt::serializeBundle(bundle);
+  return result;
+}
+
+//===----------------------------------------------------------------------===//
+// Compile cache
+//===----------------------------------------------------------------------===//
+
+std::string mlir::moe::cacheKey(const std::string &input, InputKind kind,
+                                const CompileOptions &o) {
+  std::string cpu = o.mcpu;
+  if (cpu == "native") {
+    cpu = "native:" + llvm::sys::getHostCPUName().str();
+    for (auto &feature : llvm::sys::getHostCPUFeatures())
+      if (feature.second)
+        cpu += "," + feature.first().str();
+  }
+  llvm::SHA256 hash;
+  auto field = [&](llvm::StringRef name, llvm::StringRef value) {
+    hash.update(name);
+    hash.update("=");
+    hash.update(std::to_string(value.size()));
+    hash.update(":");
+    hash.update(value);
+    hash.update("\n");
+  };
+  field("version", kCompilerVersion);
+  field("kind", kind == InputKind::Mlir ? "mlir" : "hf-config");
+  field("input", input);
+  field("target", o.target);
+  field("emit", o.emit);
+  field("dtype", o.dtype);
+  field("max-tokens", std::to_string(o.maxTokens));
+  field("alignment", std::to_string(o.alignment));
+  field("weight-names", o.weightNames);
+  field("mcpu", cpu);
+  return llvm::toHex(hash.final(), /*LowerCase=*/true);
+}
+
+std::optional<std::string> mlir::moe::cacheDirectory() {
+  if (const char *dir = std::getenv("MOE_CACHE_DIR"); dir && *dir)
+    return std::string(dir);
+  if (const char *xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
+    return std::string(xdg) + "/moe-compiler";
+  if (const char *home = std::getenv("HOME"); home && *home)
+    return std::string(home) + "/.cache/moe-compiler";
+  return std::nullopt;
+}
+
+static std::string entryPath(const std::string &dir, const std::string &key) {
+  return dir + "/" + key + ".moeb";
+}
+
+std::optional<std::vector<uint8_t>>
+mlir::moe::lookupCache(const std::string &dir, const std::string &key) {
+  auto buffer = llvm::MemoryBuffer::getFile(entryPath(dir, key));
+  if (!buffer)
+    return std::nullopt;
+  std::vector<uint8_t> bytes((*buffer)->getBufferStart(),
+                             (*buffer)->getBufferEnd());
+  // A damaged entry is a miss; the next store replaces it.
+  if (!rt::parseBundle(bytes, "cache entry"))
+    return std::nullopt;
+  return bytes;
+}
+
+std::string mlir::moe::storeCache(const std::string &dir,
+                                  const std::string &key,
+                                  const std::vector<uint8_t> &bundle) {
+  if (auto ec = llvm::sys::fs::create_directories(dir))
+    return "cannot create the cache directory '" + dir + "': " + ec.message();
+  int fd;
+  llvm::SmallString<256> tmp;
+  if (auto ec = llvm::sys::fs::createUniqueFile(
+          dir + "/." + key + ".%%%%%%%%.tmp", fd, tmp))
+    return "cannot create a file in the cache directory '" + dir +
+           "': " + ec.message();
+  {
+    llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
+    os.write(reinterpret_cast<const char *>(bundle.data()), bundle.size());
+    os.flush();
+    if (os.has_error()) {
+      os.clear_error();
+      llvm::sys::fs::remove(tmp);
+      return "cannot write the cache entry '" + tmp.str().str() + "'";
+    }
+  }
+  if (auto ec = llvm::sys::fs::rename(tmp, entryPath(dir, key))) {
+    llvm::sys::fs::remove(tmp);
+    return "cannot rename the cache entry into place: " + ec.message();
+  }
+  return "";
+}
