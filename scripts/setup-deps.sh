@@ -15,6 +15,8 @@ packages=(
   nlohmann-json3-dev
   # Independent numerics reference of the integration tests.
   python3-numpy
+  # Fuzzing and sanitizer builds (scripts/fuzz.sh, scripts/sanitize.sh).
+  clang-22 libclang-rt-22-dev libfuzzer-22-dev
 )
 
 missing=()

@@ -28,9 +28,7 @@ static bool isFloatType(DType d) {
   return d == DType::F32 || d == DType::BF16 || d == DType::F16;
 }
 
-/// Checks what the runtime relies on; a bundle that passes its checksum can
-/// still have been written by another tool.
-static Status validateManifest(const Manifest &m) {
+Status validateManifest(const Manifest &m) {
   auto fail = [](const std::string &what) {
     return Status::failure("invalid manifest: " + what);
   };

@@ -30,6 +30,11 @@ public:
   virtual Status run(const std::vector<Tensor *> &arguments) = 0;
 };
 
+/// Checks what the runtime relies on in a manifest (sizes, inputs,
+/// outputs, parameter shapes and names); a bundle that passes its checksum
+/// can still have been written by another tool.
+Status validateManifest(const Manifest &manifest);
+
 /// The host backend: the bundle's shared object, loaded with dlopen.
 Expected<std::unique_ptr<Backend>> createHostBackend(const Bundle &bundle);
 

@@ -1,0 +1,2 @@
+// expected-error @+1 {{expected 1 <= topk_groups <= groups (2), got 3}}
+func.func private @f() attributes {c = #moe.layer_config<hidden = 8, experts = 4, ffn = 4, dtype = f32, top_k = 1, groups = 2, topk_groups = 3>}

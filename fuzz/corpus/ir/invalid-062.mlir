@@ -1,0 +1,5 @@
+func.func @f(%s: tensor<?x8xf32>) {
+  // expected-error @+1 {{expected a finite scale > 0, got INF}}
+  %i, %w = moe.topk %s {k = 2, scale = 0x7FF0000000000000 : f64} : tensor<?x8xf32> -> tensor<?x2xi32>, tensor<?x2xf32>
+  return
+}
