@@ -36,6 +36,14 @@ config.substitutions.append(
     ("%check-layer",
      os.path.join(config.test_source_root, "Integration", "check-layer.sh")))
 
+# Sanitizer builds: pass their options through, and skip what cannot run
+# there (building an outside project against instrumented libraries).
+for name in ("ASAN_OPTIONS", "UBSAN_OPTIONS"):
+    if name in os.environ:
+        config.environment[name] = os.environ[name]
+if config.moe_sanitizers:
+    config.available_features.add("sanitizers")
+
 # Features for gated tests.
 if shutil.which("ptxas", path=config.environment["PATH"]):
     config.available_features.add("ptxas")

@@ -695,6 +695,29 @@ Value lowerCombine(Builder &b, CombineOp op) {
 // The pass
 //===----------------------------------------------------------------------===//
 
+/// Largest stack scratch one lowered op may use (per call, not per token).
+constexpr int64_t kMaxStackScratchBytes = 1 << 20;
+
+/// Stack scratch the lowering of `op` allocates, and what it scales with.
+std::pair<int64_t, std::string> stackScratch(Operation *op) {
+  if (auto topk = dyn_cast<TopKOp>(op)) {
+    int64_t experts =
+        cast<RankedTensorType>(topk.getScores().getType()).getDimSize(1);
+    auto groups = static_cast<int64_t>(topk.getGroups());
+    return {experts * 5 + groups * 5, "experts = " + std::to_string(experts)};
+  }
+  if (auto dispatch = dyn_cast<DispatchOp>(op)) {
+    auto experts = static_cast<int64_t>(dispatch.getExperts());
+    return {experts * 16, "experts = " + std::to_string(experts)};
+  }
+  if (auto combine = dyn_cast<CombineOp>(op)) {
+    int64_t hidden =
+        cast<RankedTensorType>(combine.getOutput().getType()).getDimSize(1);
+    return {hidden * 4, "hidden = " + std::to_string(hidden)};
+  }
+  return {0, ""};
+}
+
 struct ConvertMoeToHost : moe::impl::ConvertMoeToHostBase<ConvertMoeToHost> {
   using Base::Base;
 
@@ -706,6 +729,14 @@ struct ConvertMoeToHost : moe::impl::ConvertMoeToHostBase<ConvertMoeToHost> {
       if (isa<LayerOp>(op)) {
         op->emitOpError() << "must be decomposed before convert-moe-to-host "
                              "(run moe-decompose-layer first)";
+        return WalkResult::interrupt();
+      }
+      if (auto [bytes, reason] = stackScratch(op);
+          bytes > kMaxStackScratchBytes) {
+        op->emitOpError() << "needs " << bytes
+                          << " bytes of stack scratch on the host (" << reason
+                          << "), more than the " << kMaxStackScratchBytes
+                          << "-byte limit";
         return WalkResult::interrupt();
       }
       if (auto a2a = dyn_cast<AllToAllOp>(op); a2a && a2a.getEpSize() != 1) {

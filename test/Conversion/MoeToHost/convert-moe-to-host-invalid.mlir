@@ -17,3 +17,29 @@ func.func @a2a(%rows: tensor<?x8xf32>, %off: tensor<5xi32>) -> tensor<?x8xf32> {
       : tensor<?x8xf32>, tensor<5xi32> -> tensor<?x8xf32>, tensor<5xi32>
   return %r : tensor<?x8xf32>
 }
+
+// -----
+
+// Resource limits are checked before code generation, naming the op.
+func.func @huge_topk(%s: tensor<?x262144xf32>) -> tensor<?x2xi32> {
+  // expected-error @+1 {{'moe.topk' op needs 1310725 bytes of stack scratch on the host (experts = 262144), more than the 1048576-byte limit}}
+  %ids, %w = moe.topk %s {k = 2} : tensor<?x262144xf32> -> tensor<?x2xi32>, tensor<?x2xf32>
+  return %ids : tensor<?x2xi32>
+}
+
+// -----
+
+func.func @huge_dispatch(%x: tensor<?x8xf32>, %ids: tensor<?x2xi32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{'moe.dispatch' op needs 1120000 bytes of stack scratch on the host (experts = 70000), more than the 1048576-byte limit}}
+  %r, %o, %m = moe.dispatch %x, %ids {experts = 70000}
+      : tensor<?x8xf32>, tensor<?x2xi32> -> tensor<?x8xf32>, tensor<70001xi32>, tensor<?x2xi32>
+  return %r : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @huge_combine(%r: tensor<?x524288xf32>, %m: tensor<?x2xi32>, %w: tensor<?x2xf32>) -> tensor<?x524288xf32> {
+  // expected-error @+1 {{'moe.combine' op needs 2097152 bytes of stack scratch on the host (hidden = 524288), more than the 1048576-byte limit}}
+  %y = moe.combine %r, %m, %w : tensor<?x524288xf32>, tensor<?x2xi32>, tensor<?x2xf32> -> tensor<?x524288xf32>
+  return %y : tensor<?x524288xf32>
+}
