@@ -3,6 +3,7 @@
 # build-fuzz/, or $MOE_FUZZ_BUILD_DIR) and runs each on its seed corpus in
 # fuzz/corpus/ for SECONDS (default 30). New inputs go to a temporary
 # directory; a crash leaves its input in build-fuzz/artifacts/ and fails.
+# The libFuzzer seed is 1 unless $MOE_FUZZ_SEED says otherwise.
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]   (targets: ir hfconfig
 #        safetensors bundle)
 set -euo pipefail
@@ -39,7 +40,8 @@ for target in "${targets[@]}"; do
   # false positive without an ASan build of LLVM. Leaks are not checked:
   # MLIR contexts keep their uniqued storage to the end.
   if ASAN_OPTIONS=detect_leaks=0:allow_user_poisoning=0 "$fuzzer" -max_total_time="$seconds" \
-      -rss_limit_mb=4096 -timeout=20 -print_final_stats=1 \
+      -seed="${MOE_FUZZ_SEED:-1}" -rss_limit_mb=4096 -timeout=20 \
+      -print_final_stats=1 \
       -artifact_prefix="$build/artifacts/$target-" "$work" "$corpus" \
       > "$work.log" 2>&1; then
     grep -E "^stat::number_of_executed_units|^#[0-9]+.*DONE" "$work.log" | tail -2
