@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Configures (once) and builds moe-compiler into $MOE_BUILD_DIR (default build/).
+# Configures (once) and builds moe-compiler into $MOE_BUILD_DIR (default
+# build/). $MOE_CMAKE_ARGS adds configure arguments (a compiler, sanitizers);
+# extra arguments go to `cmake --build` (e.g. --target check-moe).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${MOE_BUILD_DIR:-$root/build}
@@ -8,6 +10,8 @@ if [[ ! -f "$build/build.ninja" ]]; then
   if command -v ccache >/dev/null; then
     launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
   fi
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}"
+  read -r -a extra <<< "${MOE_CMAKE_ARGS:-}"
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    "${launcher[@]}" "${extra[@]}"
 fi
 cmake --build "$build" "$@"

@@ -15,18 +15,9 @@ targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=(ir hfconfig safetensors bundle)
 
 "$root/scripts/setup-deps.sh"
-if [[ ! -f "$build/build.ninja" ]]; then
-  launcher=()
-  if command -v ccache >/dev/null; then
-    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-  fi
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_C_COMPILER=clang-22 -DCMAKE_CXX_COMPILER=clang++-22 \
-    -DMOE_ENABLE_FUZZERS=ON -DMOE_SANITIZERS="address;undefined" \
-    "${launcher[@]}" > "$build.configure.log" || {
-      cat "$build.configure.log"; exit 1; }
-fi
-cmake --build "$build" --target moe-fuzzers
+MOE_BUILD_DIR="$build" MOE_CMAKE_ARGS="-DCMAKE_C_COMPILER=clang-22 \
+-DCMAKE_CXX_COMPILER=clang++-22 -DMOE_ENABLE_FUZZERS=ON \
+-DMOE_SANITIZERS=address;undefined" "$root/scripts/build.sh" --target moe-fuzzers
 
 mkdir -p "$build/artifacts"
 status=0
