@@ -20,9 +20,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   MLIRContext context;
   context.disableMultithreading();
   context.loadDialect<moe::MoeDialect, func::FuncDialect>();
-  ScopedDiagnosticHandler quiet(&context, [](Diagnostic &) {
-    return success();
-  });
+  ScopedDiagnosticHandler quiet(&context,
+                                [](Diagnostic &) { return success(); });
   std::string error;
   llvm::StringRef text(reinterpret_cast<const char *>(data), size);
   std::optional<moe::ImportedConfig> imported = moe::importHFConfig(

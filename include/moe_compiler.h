@@ -1,4 +1,5 @@
-/*===- moe_compiler.h - C API of the moe-compiler compiler ---------*- C -*-===*\
+/*===- moe_compiler.h - C API of the moe-compiler compiler ---------*- C
+-*-===*\
 |*                                                                            *|
 |* Part of moe-compiler. Compile a layer (MLIR text or a Hugging Face         *|
 |* config.json) into a bundle in memory, with the options of moe-compile and  *|
@@ -30,7 +31,7 @@ typedef struct moe_compile_options {
   int64_t alignment;        /* rows per expert segment block (0: 1) */
   const char *weight_names; /* "deepseek", "mixtral", "qwen" (NULL: auto) */
   const char *mcpu;         /* host CPU: NULL (generic) or "native" */
-  int use_cache;            /* nonzero: use the compile cache ($MOE_CACHE_DIR) */
+  int use_cache; /* nonzero: use the compile cache ($MOE_CACHE_DIR) */
 } moe_compile_options;
 
 /** Sets every field to its default. */

@@ -19,7 +19,8 @@ int main(void) {
   moe_compile_result *compiled = moe_compile(
       kConfig, strlen(kConfig), MOE_INPUT_HF_CONFIG, "config.json", &options);
   if (!moe_compile_result_ok(compiled)) {
-    fprintf(stderr, "compile failed:\n%s", moe_compile_result_diagnostics(compiled));
+    fprintf(stderr, "compile failed:\n%s",
+            moe_compile_result_diagnostics(compiled));
     moe_compile_result_free(compiled);
     return 1;
   }
@@ -49,8 +50,9 @@ int main(void) {
            w[t * K] + w[t * K + 1]);
 
   /* A broken config is a diagnostic, not a crash. */
-  moe_compile_result *bad = moe_compile("{\"model_type\": \"mixtral\"}", 25,
-                                        MOE_INPUT_HF_CONFIG, "bad.json", &options);
+  moe_compile_result *bad =
+      moe_compile("{\"model_type\": \"mixtral\"}", 25, MOE_INPUT_HF_CONFIG,
+                  "bad.json", &options);
   printf("bad config: %s", moe_compile_result_diagnostics(bad));
   moe_compile_result_free(bad);
   moe_layer_free(layer);

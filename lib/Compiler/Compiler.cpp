@@ -124,9 +124,8 @@ static rt::Manifest buildManifest(LayerConfigAttr config, WeightNaming naming,
       rt::ParameterSpec p;
       p.role = arg.role;
       p.name = hfWeightName(naming, arg.role);
-      p.stack = p.name.find("{i}") != std::string::npos
-                    ? arg.type.getDimSize(0)
-                    : 0;
+      p.stack =
+          p.name.find("{i}") != std::string::npos ? arg.type.getDimSize(0) : 0;
       p.dtype = dt;
       p.shape = toShape(arg.type);
       m.parameters.push_back(std::move(p));
@@ -163,8 +162,7 @@ CompileResult mlir::moe::compile(const std::string &input,
 
   llvm::SourceMgr sourceMgr;
   llvm::raw_string_ostream diagnosticStream(result.diagnostics);
-  SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context,
-                                         diagnosticStream);
+  SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context, diagnosticStream);
 
   Type dtype = llvm::StringSwitch<Type>(options.dtype)
                    .Case("f32", Float32Type::get(&context))
@@ -177,10 +175,9 @@ CompileResult mlir::moe::compile(const std::string &input,
   {
     TimingScope scope = rootTiming.nest("Import");
     if (kind == InputKind::HFConfig) {
-      std::optional<ImportedConfig> imported =
-          importHFConfig(input, inputName, &context,
-                         dtype ? dtype : Float32Type::get(&context),
-                         result.error);
+      std::optional<ImportedConfig> imported = importHFConfig(
+          input, inputName, &context,
+          dtype ? dtype : Float32Type::get(&context), result.error);
       if (!imported)
         return result;
       if (!naming)
@@ -251,6 +248,7 @@ CompileResult mlir::moe::compile(const std::string &input,
     }
   }
   addPackedEntry(*entry, arguments.size());
+  addSoftFloatHelpers(*entry);
 
   llvm::LLVMContext llvmContext;
   std::unique_ptr<llvm::Module> llvmModule;

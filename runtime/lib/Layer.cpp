@@ -7,6 +7,7 @@
 #include "moe/runtime/Layer.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 namespace moe::rt {
@@ -22,6 +23,36 @@ float Random::uniform(float lo, float hi) {
   // 24 random bits: exactly representable in a float.
   float unit = static_cast<float>(next() >> 40) / 16777216.0f;
   return lo + (hi - lo) * unit;
+}
+
+/// Memory the kernel says can still be allocated, or nullopt when unknown.
+static std::optional<uint64_t> availableMemory() {
+  FILE *file = std::fopen("/proc/meminfo", "r");
+  if (!file)
+    return std::nullopt;
+  char line[256];
+  std::optional<uint64_t> bytes;
+  while (std::fgets(line, sizeof(line), file)) {
+    unsigned long long kib;
+    if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
+      bytes = static_cast<uint64_t>(kib) * 1024;
+      break;
+    }
+  }
+  std::fclose(file);
+  return bytes;
+}
+
+/// Refuses allocations the machine cannot hold (keeping 512 MiB for
+/// everything else), rather than letting the process be killed half-way.
+static Status checkAllocation(uint64_t bytes, const std::string &what) {
+  std::optional<uint64_t> available = availableMemory();
+  constexpr uint64_t kHeadroom = 512ull << 20;
+  if (available && bytes + kHeadroom > *available)
+    return Status::failure(
+        what + " need " + std::to_string(bytes >> 20) + " MiB, more than the " +
+        std::to_string(*available >> 20) + " MiB of memory available");
+  return Status::success();
 }
 
 static bool isFloatType(DType d) {
@@ -99,6 +130,13 @@ Expected<std::unique_ptr<Layer>> Layer::fromBundle(Bundle bundle,
     return Result::error("unknown device '" + device +
                          "' (expected host or cuda)");
   }
+  uint64_t parameterBytes = 0;
+  for (const ParameterSpec &p : bundle.manifest.parameters)
+    parameterBytes +=
+        static_cast<uint64_t>(*elementCount(p.shape)) * dtypeSize(p.dtype);
+  if (Status s = checkAllocation(parameterBytes, "the layer's parameters");
+      !s.ok())
+    return Result::error(s.error);
   std::unique_ptr<Layer> layer(new Layer());
   Expected<std::unique_ptr<Backend>> backend = createHostBackend(bundle);
   if (!backend)
@@ -162,14 +200,13 @@ void Layer::randomWeights(uint64_t seed) {
   const Manifest &m = bundle.manifest;
   for (size_t i = 0; i < m.parameters.size(); ++i) {
     const ParameterSpec &p = m.parameters[i];
-    Tensor values = Tensor::zeros(DType::F32, p.shape);
     float bound = p.role == "score_bias"
                       ? 0.1f
                       : 1.0f / std::sqrt(static_cast<float>(p.shape.back()));
-    float *data = values.as<float>();
+    Tensor &values = parameters[i];
     for (int64_t j = 0, n = values.numElements(); j < n; ++j)
-      data[j] = rng.uniform(-bound, bound);
-    parameters[i] = *convertTensor(values, p.dtype);
+      setFloatElement(values, static_cast<size_t>(j),
+                      rng.uniform(-bound, bound));
   }
   weightsBound = true;
 }
@@ -214,6 +251,11 @@ Expected<ForwardResult> Layer::forward(const Tensor &x) {
     return Result::error("input 'x' has " + std::to_string(tokens) +
                          " tokens, the bundle was compiled for at most " +
                          std::to_string(m.maxTokens) + " (--max-tokens)");
+  uint64_t ioBytes = static_cast<uint64_t>(tokens) *
+                     (static_cast<uint64_t>(hidden) * 8 + k * 8);
+  if (Status s = checkAllocation(ioBytes, "the forward pass's buffers");
+      !s.ok())
+    return Result::error(s.error);
   Expected<Tensor> input = convertTensor(x, m.inputs[0].dtype);
   if (!input)
     return Result::error(input.message());

@@ -9,7 +9,12 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace moe::rt {
 
@@ -19,30 +24,57 @@ using json = nlohmann::json;
 static constexpr uint64_t kMaxHeaderSize = 100u << 20;
 
 Expected<SafetensorsFile> SafetensorsFile::open(const std::string &path) {
-  Expected<std::vector<uint8_t>> bytes = readFile(path);
-  if (!bytes)
-    return Expected<SafetensorsFile>::error(bytes.message());
-  return parse(std::move(*bytes), path);
+  using Result = Expected<SafetensorsFile>;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return Result::error("cannot open '" + path + "': " + std::strerror(errno));
+  struct stat info;
+  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    ::close(fd);
+    return Result::error("cannot read '" + path + "': not a regular file");
+  }
+  auto size = static_cast<size_t>(info.st_size);
+  if (size == 0) {
+    ::close(fd);
+    return parse({}, path);
+  }
+  void *map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED)
+    return Result::error("cannot map '" + path + "': " + std::strerror(errno));
+  std::shared_ptr<const uint8_t> bytes(
+      static_cast<const uint8_t *>(map),
+      [size](const uint8_t *p) { ::munmap(const_cast<uint8_t *>(p), size); });
+  return parseBytes(std::move(bytes), size, path);
 }
 
 Expected<SafetensorsFile> SafetensorsFile::parse(std::vector<uint8_t> bytes,
                                                  const std::string &name) {
+  auto owner = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
+  std::shared_ptr<const uint8_t> data(owner, owner->data());
+  return parseBytes(std::move(data), owner->size(), name);
+}
+
+Expected<SafetensorsFile>
+SafetensorsFile::parseBytes(std::shared_ptr<const uint8_t> bytes, size_t size,
+                            const std::string &name) {
   using Result = Expected<SafetensorsFile>;
   auto fail = [&](const std::string &what) {
     return Result::error(name + ": invalid safetensors file: " + what);
   };
-  if (bytes.size() < 8)
+  if (size < 8)
     return fail("expected at least 8 bytes for the header size, got " +
-                std::to_string(bytes.size()));
+                std::to_string(size));
+  const uint8_t *data = bytes.get();
   uint64_t headerSize = 0;
   for (int i = 7; i >= 0; --i)
-    headerSize = (headerSize << 8) | bytes[static_cast<size_t>(i)];
-  if (headerSize > kMaxHeaderSize || headerSize > bytes.size() - 8)
+    headerSize = (headerSize << 8) | data[i];
+  if (headerSize > kMaxHeaderSize || headerSize > size - 8)
     return fail("header size " + std::to_string(headerSize) +
-                " runs past the end of the file (" +
-                std::to_string(bytes.size()) + " bytes)");
+                " runs past the end of the file (" + std::to_string(size) +
+                " bytes)");
 
-  const char *headerBegin = reinterpret_cast<const char *>(bytes.data() + 8);
+  const char *headerBegin = reinterpret_cast<const char *>(data + 8);
   json header = json::parse(headerBegin, headerBegin + headerSize, nullptr,
                             /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object())
@@ -51,7 +83,7 @@ Expected<SafetensorsFile> SafetensorsFile::parse(std::vector<uint8_t> bytes,
   SafetensorsFile file;
   file.name = name;
   file.dataStart = 8 + static_cast<size_t>(headerSize);
-  uint64_t dataSize = bytes.size() - file.dataStart;
+  uint64_t dataSize = size - file.dataStart;
   for (auto &[key, value] : header.items()) {
     if (key == "__metadata__") {
       if (!value.is_object())
@@ -123,6 +155,7 @@ Expected<SafetensorsFile> SafetensorsFile::parse(std::vector<uint8_t> bytes,
                   starts[i].second + "' overlap");
   }
   file.bytes = std::move(bytes);
+  file.size = size;
   return file;
 }
 
@@ -133,9 +166,8 @@ Expected<Tensor> SafetensorsFile::get(const std::string &tensor) const {
   Tensor t;
   t.dtype = it->second.dtype;
   t.shape = it->second.shape;
-  t.data.assign(
-      bytes.begin() + static_cast<std::ptrdiff_t>(dataStart + it->second.begin),
-      bytes.begin() + static_cast<std::ptrdiff_t>(dataStart + it->second.end));
+  const uint8_t *base = bytes.get() + dataStart;
+  t.data.assign(base + it->second.begin, base + it->second.end);
   return t;
 }
 

@@ -208,6 +208,11 @@ static void storeFloat(uint8_t *p, DType d, float v) {
   }
 }
 
+void setFloatElement(Tensor &tensor, size_t index, float value) {
+  storeFloat(tensor.data.data() + index * dtypeSize(tensor.dtype), tensor.dtype,
+             value);
+}
+
 Expected<Tensor> convertTensor(const Tensor &tensor, DType to) {
   if (tensor.dtype == to)
     return tensor;

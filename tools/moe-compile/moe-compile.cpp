@@ -34,8 +34,7 @@ static cl::opt<std::string>
              cl::desc("Import the layer from a Hugging Face config.json "
                       "instead of a .mlir file"),
              cl::value_desc("path"), cl::init(""), cl::cat(category));
-static cl::opt<std::string> target("target",
-                                   cl::desc("Target: host or sm_90a"),
+static cl::opt<std::string> target("target", cl::desc("Target: host or sm_90a"),
                                    cl::init("host"), cl::cat(category));
 static cl::opt<std::string>
     dtype("dtype",

@@ -52,6 +52,11 @@ OwningOpRef<ModuleOp> buildHostEntry(LayerOp layer, int64_t alignment,
 /// of moe_forward with argv[0..numArguments).
 void addPackedEntry(ModuleOp llvmDialectModule, unsigned numArguments);
 
+/// Adds a weak `__truncsfbf2` (f32 to bf16, round to nearest even). LLVM's
+/// x86 backend calls it to legalize bf16 values on CPUs without native
+/// bf16, and libgcc before GCC 13 does not provide it.
+void addSoftFloatHelpers(ModuleOp llvmDialectModule);
+
 /// Translates an LLVM-dialect module to LLVM IR for the host (or `cpu`, ""
 /// for the target's generic CPU, "native" for this machine's) and runs the
 /// O3 pipeline. Returns null after emitting an error.

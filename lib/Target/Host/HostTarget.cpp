@@ -148,6 +148,40 @@ void mlir::moe::addPackedEntry(ModuleOp module, unsigned numArguments) {
   LLVM::ReturnOp::create(b, loc, ValueRange{});
 }
 
+void mlir::moe::addSoftFloatHelpers(ModuleOp module) {
+  MLIRContext *ctx = module.getContext();
+  StringRef name = "__truncsfbf2";
+  if (module.lookupSymbol(name))
+    return;
+  Location loc = module.getLoc();
+  OpBuilder b(ctx);
+  b.setInsertionPointToEnd(module.getBody());
+  Type f32 = b.getF32Type(), bf16 = b.getBF16Type();
+  Type i32 = b.getI32Type(), i16 = b.getI16Type();
+  auto func = LLVM::LLVMFuncOp::create(b, loc, name,
+                                       LLVM::LLVMFunctionType::get(bf16, {f32}),
+                                       LLVM::Linkage::Weak);
+  Block *entry = func.addEntryBlock(b);
+  b.setInsertionPointToStart(entry);
+  Value x = entry->getArgument(0);
+  auto constant = [&](int64_t v) -> Value {
+    return LLVM::ConstantOp::create(b, loc, i32, b.getI32IntegerAttr(v));
+  };
+  // Round to nearest even; NaNs stay quiet NaNs.
+  Value bits = LLVM::BitcastOp::create(b, loc, i32, x);
+  Value high = LLVM::LShrOp::create(b, loc, bits, constant(16));
+  Value lsb = LLVM::AndOp::create(b, loc, high, constant(1));
+  Value bias = LLVM::AddOp::create(b, loc, lsb, constant(0x7fff));
+  Value rounded = LLVM::LShrOp::create(
+      b, loc, LLVM::AddOp::create(b, loc, bits, bias), constant(16));
+  Value quiet = LLVM::OrOp::create(b, loc, high, constant(0x40));
+  Value isNan = LLVM::FCmpOp::create(b, loc, LLVM::FCmpPredicate::uno, x, x);
+  Value chosen = LLVM::SelectOp::create(b, loc, isNan, quiet, rounded);
+  Value half = LLVM::TruncOp::create(b, loc, i16, chosen);
+  LLVM::ReturnOp::create(
+      b, loc, ValueRange{LLVM::BitcastOp::create(b, loc, bf16, half)});
+}
+
 static const llvm::Target *lookupHostTarget(std::string &triple,
                                             std::string &error) {
   static bool initialized = [] {

@@ -12,6 +12,7 @@
 #include "moe/runtime/Support.h"
 
 #include <map>
+#include <memory>
 #include <string>
 
 namespace moe::rt {
@@ -26,9 +27,10 @@ struct SafetensorsEntry {
 /// A parsed, validated safetensors file held in memory.
 class SafetensorsFile {
 public:
-  /// Reads and validates `path`: header size inside the file, JSON of the
+  /// Maps and validates `path`: header size inside the file, JSON of the
   /// expected form, supported dtypes, offsets inside the data section and
-  /// not overlapping, byte sizes matching dtype and shape.
+  /// not overlapping, byte sizes matching dtype and shape. The file is
+  /// memory-mapped, so a checkpoint larger than memory can be read from.
   static Expected<SafetensorsFile> open(const std::string &path);
   /// The same on bytes already in memory; `name` appears in messages.
   static Expected<SafetensorsFile> parse(std::vector<uint8_t> bytes,
@@ -45,8 +47,13 @@ public:
   const std::string &getName() const { return name; }
 
 private:
+  static Expected<SafetensorsFile>
+  parseBytes(std::shared_ptr<const uint8_t> bytes, size_t size,
+             const std::string &name);
+
   std::string name;
-  std::vector<uint8_t> bytes;
+  std::shared_ptr<const uint8_t> bytes; // the whole file
+  size_t size = 0;
   size_t dataStart = 0;
   std::map<std::string, SafetensorsEntry> entries;
 };

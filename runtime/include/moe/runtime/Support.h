@@ -87,6 +87,9 @@ struct Tensor {
 /// Integer dtypes convert only to themselves.
 Expected<Tensor> convertTensor(const Tensor &tensor, DType to);
 
+/// Writes element `index` of a float tensor (f32, bf16 or f16).
+void setFloatElement(Tensor &tensor, size_t index, float value);
+
 float bf16ToFloat(uint16_t bits);
 uint16_t floatToBf16(float value);
 float f16ToFloat(uint16_t bits);
