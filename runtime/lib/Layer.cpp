@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/runtime/Layer.h"
+#include "moe/runtime/CudaDriver.h"
 
 #include <cmath>
 #include <cstdio>
@@ -124,8 +125,17 @@ Expected<std::unique_ptr<Layer>> Layer::fromBundle(Bundle bundle,
                            "'; the host device runs bundles compiled with "
                            "--target=host");
   } else if (device == "cuda") {
-    return Result::error("the CUDA device is not available in this runtime "
-                         "yet; run host bundles with --device=host");
+    if (target != "sm_90a")
+      return Result::error("the bundle was compiled for target '" + target +
+                           "'; the cuda device runs bundles compiled with "
+                           "--target=sm_90a");
+    Expected<CudaDeviceInfo> gpu = probeCudaDevice();
+    if (!gpu)
+      return Result::error(gpu.message());
+    return Result::error("found " + gpu->name + " (sm_" +
+                         std::to_string(gpu->computeMajor) +
+                         std::to_string(gpu->computeMinor) +
+                         "), but this runtime has no CUDA backend yet");
   } else {
     return Result::error("unknown device '" + device +
                          "' (expected host or cuda)");
