@@ -236,7 +236,7 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
     f.experts = r.integer("num_experts");
     f.topK = r.integer("num_experts_per_tok");
     f.ffn = r.integer("moe_intermediate_size");
-    f.normalize = r.boolean("norm_topk_prob", modelType == "qwen3_moe");
+    f.normalize = r.boolean("norm_topk_prob", false);
     if (modelType == "qwen2_moe") {
       f.sharedFfn = r.integer("shared_expert_intermediate_size", 0);
       f.sharedExperts = f.sharedFfn > 0 ? 1 : 0;

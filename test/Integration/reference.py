@@ -105,7 +105,7 @@ class Config:
         else:  # qwen2_moe, qwen3_moe
             self.experts = c["num_experts"]
             self.ffn = c["moe_intermediate_size"]
-            self.norm = c.get("norm_topk_prob", self.type == "qwen3_moe")
+            self.norm = c.get("norm_topk_prob", False)
             if self.type == "qwen2_moe":
                 self.shared_ffn = c.get("shared_expert_intermediate_size", 0)
                 self.shared_gate = self.shared_ffn > 0
