@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/MoeDialect.h"
+#include "moe/Support/Routing.h"
 
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/SmallString.h"
@@ -81,24 +82,11 @@ LayerConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
       failed(checkSize(emitError, "experts", experts)) ||
       failed(checkSize(emitError, "ffn", ffn)))
     return failure();
-  if (topK < 1 || topK > experts)
-    return emitError() << "expected 1 <= top_k <= experts (" << experts
-                       << "), got " << topK;
-  if (groups < 1 || groups > experts || experts % groups != 0)
-    return emitError() << "expected groups to divide experts (" << experts
-                       << "), got " << groups;
-  if (topkGroups < 1 || topkGroups > groups)
-    return emitError() << "expected 1 <= topk_groups <= groups (" << groups
-                       << "), got " << topkGroups;
-  int64_t perGroup = experts / groups;
-  if (topK > topkGroups * perGroup)
-    return emitError() << "expected top_k <= topk_groups * experts per group ("
-                       << topkGroups << " * " << perGroup << " = "
-                       << topkGroups * perGroup << "), got " << topK;
-  if (groups > 1 && groupScore == GroupScore::SumTop2 && perGroup < 2)
-    return emitError() << "expected at least 2 experts per group with "
-                          "group_score = sum_top2, got "
-                       << perGroup;
+  std::string routing =
+      checkGroupLimitedTopK(experts, topK, groups, topkGroups,
+                            groupScore == GroupScore::SumTop2, "top_k");
+  if (!routing.empty())
+    return emitError() << routing;
   double scale = routedScale.convertToDouble();
   if (!std::isfinite(scale) || scale <= 0.0)
     return emitError() << "expected a finite routed_scale > 0, got " << scale;

@@ -290,24 +290,11 @@ LogicalResult TopKOp::verify() {
   auto k = static_cast<int64_t>(getK());
   auto groups = static_cast<int64_t>(getGroups());
   auto topkGroups = static_cast<int64_t>(getTopkGroups());
-  if (k < 1 || k > experts)
-    return emitOpError() << "expected 1 <= k <= experts (" << experts
-                         << "), got " << k;
-  if (groups < 1 || groups > experts || experts % groups != 0)
-    return emitOpError() << "expected groups to divide experts (" << experts
-                         << "), got " << groups;
-  if (topkGroups < 1 || topkGroups > groups)
-    return emitOpError() << "expected 1 <= topk_groups <= groups (" << groups
-                         << "), got " << topkGroups;
-  int64_t perGroup = experts / groups;
-  if (k > topkGroups * perGroup)
-    return emitOpError() << "expected k <= topk_groups * experts per group ("
-                         << topkGroups << " * " << perGroup << " = "
-                         << topkGroups * perGroup << "), got " << k;
-  if (groups > 1 && getGroupScore() == GroupScore::SumTop2 && perGroup < 2)
-    return emitOpError() << "expected at least 2 experts per group with "
-                            "group_score = sum_top2, got "
-                         << perGroup;
+  std::string routing =
+      checkGroupLimitedTopK(experts, k, groups, topkGroups,
+                            getGroupScore() == GroupScore::SumTop2, "k");
+  if (!routing.empty())
+    return emitOpError() << routing;
   double scale = getScale().convertToDouble();
   if (!std::isfinite(scale) || scale <= 0.0)
     return emitOpError() << "expected a finite scale > 0, got " << scale;

@@ -34,4 +34,30 @@ std::optional<int64_t> paddedRowsUpperBound(int64_t tokens, int64_t topK,
   return rows;
 }
 
+std::string checkGroupLimitedTopK(int64_t experts, int64_t k, int64_t groups,
+                                  int64_t topkGroups, bool sumTop2,
+                                  const char *kName) {
+  auto str = [](int64_t v) { return std::to_string(v); };
+  if (k < 1 || k > experts)
+    return "expected 1 <= " + std::string(kName) + " <= experts (" +
+           str(experts) + "), got " + str(k);
+  if (groups < 1 || groups > experts || experts % groups != 0)
+    return "expected groups to divide experts (" + str(experts) + "), got " +
+           str(groups);
+  if (topkGroups < 1 || topkGroups > groups)
+    return "expected 1 <= topk_groups <= groups (" + str(groups) + "), got " +
+           str(topkGroups);
+  int64_t perGroup = experts / groups;
+  if (k > topkGroups * perGroup)
+    return "expected " + std::string(kName) +
+           " <= topk_groups * experts per group (" + str(topkGroups) + " * " +
+           str(perGroup) + " = " + str(topkGroups * perGroup) + "), got " +
+           str(k);
+  if (groups > 1 && sumTop2 && perGroup < 2)
+    return "expected at least 2 experts per group with group_score = "
+           "sum_top2, got " +
+           str(perGroup);
+  return "";
+}
+
 } // namespace mlir::moe

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 namespace mlir::moe {
 
@@ -24,6 +25,15 @@ bool isPowerOfTwo(int64_t value);
 /// required, or when the result does not fit in int64_t.
 std::optional<int64_t> paddedRowsUpperBound(int64_t tokens, int64_t topK,
                                             int64_t experts, int64_t alignment);
+
+/// Checks the parameters of group-limited top-k routing over `experts`
+/// experts: 1 <= k <= experts, groups dividing the experts, 1 <= topkGroups
+/// <= groups, k within the kept groups' experts, and two experts per group
+/// when groups are scored by their two best. Returns "" or the message,
+/// which calls k `kName` ("top_k" in configs, "k" on moe.topk).
+std::string checkGroupLimitedTopK(int64_t experts, int64_t k, int64_t groups,
+                                  int64_t topkGroups, bool sumTop2,
+                                  const char *kName);
 
 } // namespace mlir::moe
 
