@@ -57,28 +57,14 @@ moe_compile_result *moe_compile(const char *input, size_t input_size,
       kind == MOE_INPUT_MLIR ? InputKind::Mlir : InputKind::HFConfig;
   std::string name = input_name ? input_name : "<input>";
 
-  std::optional<std::string> cacheDir;
-  std::string key;
-  if (o.use_cache && opts.emit == "bundle" && validateOptions(opts).empty()) {
-    cacheDir = cacheDirectory();
-    key = cacheKey(text, inputKind, opts);
-    if (cacheDir)
-      if (auto cached = lookupCache(*cacheDir, key)) {
-        result->ok = true;
-        result->output = std::move(*cached);
-        return result;
-      }
-  }
-  CompileResult compiled = compile(text, name, inputKind, opts);
+  CompileResult compiled =
+      compileCached(text, name, inputKind, opts, o.use_cache != 0);
   result->diagnostics = compiled.diagnostics;
   if (!compiled.error.empty())
     result->diagnostics += "error: " + compiled.error + "\n";
   result->ok = compiled.ok();
-  if (result->ok) {
+  if (result->ok)
     result->output = std::move(compiled.output);
-    if (cacheDir)
-      storeCache(*cacheDir, key, result->output);
-  }
   return result;
 }
 

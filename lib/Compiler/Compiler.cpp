@@ -287,6 +287,29 @@ CompileResult mlir::moe::compile(const std::string &input,
 // Compile cache
 //===----------------------------------------------------------------------===//
 
+CompileResult mlir::moe::compileCached(const std::string &input,
+                                       const std::string &inputName,
+                                       InputKind kind,
+                                       const CompileOptions &options,
+                                       bool useCache) {
+  std::optional<std::string> dir;
+  if (useCache && options.emit == "bundle" && validateOptions(options).empty())
+    dir = cacheDirectory();
+  if (!dir)
+    return compile(input, inputName, kind, options);
+  std::string key = cacheKey(input, kind, options);
+  if (!options.timing)
+    if (std::optional<std::vector<uint8_t>> cached = lookupCache(*dir, key)) {
+      CompileResult result;
+      result.output = std::move(*cached);
+      return result;
+    }
+  CompileResult result = compile(input, inputName, kind, options);
+  if (result.ok())
+    result.warning = storeCache(*dir, key, result.output);
+  return result;
+}
+
 std::string mlir::moe::cacheKey(const std::string &input, InputKind kind,
                                 const CompileOptions &o) {
   std::string cpu = o.mcpu;

@@ -116,33 +116,16 @@ int main(int argc, char **argv) {
                 inputName + "': " + buffer.getError().message());
   std::string input = (*buffer)->getBuffer().str();
 
-  // Bundles come from the cache when an intact entry has the same key.
-  std::optional<std::string> cacheDir;
-  std::string key;
-  if (emit == "bundle" && !noCache) {
-    cacheDir = cacheDirectory();
-    key = cacheKey(input, kind, options);
-  }
-  std::vector<uint8_t> output;
-  // With --timing the compile itself is wanted, so the cache is only
-  // written.
-  std::optional<std::vector<uint8_t>> cached =
-      cacheDir && !timing ? lookupCache(*cacheDir, key) : std::nullopt;
-  if (cached) {
-    output = std::move(*cached);
-  } else {
-    CompileResult result = compile(input, inputName, kind, options);
-    llvm::errs() << result.diagnostics;
-    if (!result.error.empty())
-      return fail(result.error);
-    if (!result.diagnostics.empty())
-      return 1;
-    output = std::move(result.output);
-    if (cacheDir)
-      if (std::string error = storeCache(*cacheDir, key, output);
-          !error.empty())
-        llvm::errs() << "moe-compile: warning: " << error << "\n";
-  }
+  CompileResult result =
+      compileCached(input, inputName, kind, options, /*useCache=*/!noCache);
+  llvm::errs() << result.diagnostics;
+  if (!result.error.empty())
+    return fail(result.error);
+  if (!result.diagnostics.empty())
+    return 1;
+  if (!result.warning.empty())
+    llvm::errs() << "moe-compile: warning: " << result.warning << "\n";
+  std::vector<uint8_t> output = std::move(result.output);
 
   std::string error;
   auto file = openOutputFile(outputFile, &error);

@@ -41,6 +41,9 @@ struct CompileResult {
   std::string error;
   /// Diagnostics with source locations (file:line:col: error: ...), if any.
   std::string diagnostics;
+  /// A problem that did not stop the compile (the cache could not be
+  /// written), or "".
+  std::string warning;
   bool ok() const { return error.empty() && diagnostics.empty(); }
 };
 
@@ -51,6 +54,15 @@ std::string validateOptions(const CompileOptions &options);
 /// `inputName` (used in diagnostics).
 CompileResult compile(const std::string &input, const std::string &inputName,
                       InputKind kind, const CompileOptions &options);
+
+/// compile() through the compile cache: a bundle (emit = bundle) comes from
+/// an intact cache entry with the same key when there is one (except with
+/// `timing`, which wants the compile itself), and is stored after a
+/// successful compile. Other outputs, or `useCache` false, go straight to
+/// compile().
+CompileResult compileCached(const std::string &input,
+                            const std::string &inputName, InputKind kind,
+                            const CompileOptions &options, bool useCache);
 
 /// A hex SHA-256 over the compiler version, the input kind and text, and
 /// every option that changes the output (with "native" resolved to this
