@@ -70,12 +70,9 @@ Expected<CudaDeviceInfo> probeCudaDevice() {
   CudaDeviceInfo info;
   char name[256] = {0};
   if (get(&device, 0) != 0 || getName(name, sizeof(name) - 1, device) != 0 ||
-      attribute(&info.computeMajor, kAttrComputeCapabilityMajor, device) !=
-          0 ||
-      attribute(&info.computeMinor, kAttrComputeCapabilityMinor, device) !=
-          0 ||
-      attribute(&info.multiprocessors, kAttrMultiprocessorCount, device) !=
-          0) {
+      attribute(&info.computeMajor, kAttrComputeCapabilityMajor, device) != 0 ||
+      attribute(&info.computeMinor, kAttrComputeCapabilityMinor, device) != 0 ||
+      attribute(&info.multiprocessors, kAttrMultiprocessorCount, device) != 0) {
     dlclose(handle);
     return Result::error("cannot query CUDA device 0");
   }

@@ -30,13 +30,13 @@ public:
       dlclose(handle);
   }
 
-  Status run(const std::vector<Tensor *> &arguments) override {
+  Status run(const std::vector<const Tensor *> &arguments) override {
     // A descriptor of rank r: allocated and aligned pointers, offset, r
     // sizes, r strides; all 8-byte words on 64-bit hosts.
     std::vector<std::vector<int64_t>> descriptors;
     descriptors.reserve(arguments.size());
     std::vector<void *> argv;
-    for (Tensor *tensor : arguments) {
+    for (const Tensor *tensor : arguments) {
       size_t rank = tensor->shape.size();
       std::vector<int64_t> d(3 + 2 * rank);
       auto base = reinterpret_cast<int64_t>(tensor->data.data());

@@ -266,14 +266,21 @@ Expected<ForwardResult> Layer::forward(const Tensor &x) {
   if (Status s = checkAllocation(ioBytes, "the forward pass's buffers");
       !s.ok())
     return Result::error(s.error);
-  Expected<Tensor> input = convertTensor(x, m.inputs[0].dtype);
-  if (!input)
-    return Result::error(input.message());
+  // Convert the input only when its dtype is not the entry point's.
+  const Tensor *input = &x;
+  Tensor converted;
+  if (x.dtype != m.inputs[0].dtype) {
+    Expected<Tensor> c = convertTensor(x, m.inputs[0].dtype);
+    if (!c)
+      return Result::error(c.message());
+    converted = std::move(*c);
+    input = &converted;
+  }
   ForwardResult result{Tensor::zeros(DType::F32, {tokens, hidden}),
                        Tensor::zeros(DType::I32, {tokens, k}),
                        Tensor::zeros(DType::F32, {tokens, k})};
-  std::vector<Tensor *> args = {&*input};
-  for (Tensor &p : parameters)
+  std::vector<const Tensor *> args = {input};
+  for (const Tensor &p : parameters)
     args.push_back(&p);
   args.push_back(&result.y);
   args.push_back(&result.topkIds);

@@ -27,7 +27,9 @@ public:
   virtual ~Backend();
   /// Runs the entry point on argument buffers in manifest order (inputs,
   /// parameters, outputs), each with its shape.
-  virtual Status run(const std::vector<Tensor *> &arguments) = 0;
+  /// The tensors themselves are not changed; the outputs' bytes are
+  /// written through their data pointers.
+  virtual Status run(const std::vector<const Tensor *> &arguments) = 0;
 };
 
 /// Checks what the runtime relies on in a manifest (sizes, inputs,
