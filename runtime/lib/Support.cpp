@@ -17,66 +17,43 @@
 
 namespace moe::rt {
 
-size_t dtypeSize(DType dtype) {
-  switch (dtype) {
-  case DType::F32:
-  case DType::I32:
-    return 4;
-  case DType::BF16:
-  case DType::F16:
-    return 2;
-  case DType::I64:
-    return 8;
-  }
-  return 0;
-}
+namespace {
+/// Everything the runtime knows of a dtype, in one table.
+struct DTypeInfo {
+  DType dtype;
+  size_t size;
+  const char *safetensors; // name in safetensors headers
+  const char *mlir;        // name in MLIR and manifests
+};
+constexpr DTypeInfo kDTypes[] = {{DType::F32, 4, "F32", "f32"},
+                                 {DType::BF16, 2, "BF16", "bf16"},
+                                 {DType::F16, 2, "F16", "f16"},
+                                 {DType::I32, 4, "I32", "i32"},
+                                 {DType::I64, 8, "I64", "i64"}};
 
-const char *safetensorsName(DType dtype) {
-  switch (dtype) {
-  case DType::F32:
-    return "F32";
-  case DType::BF16:
-    return "BF16";
-  case DType::F16:
-    return "F16";
-  case DType::I32:
-    return "I32";
-  case DType::I64:
-    return "I64";
-  }
-  return "?";
+const DTypeInfo &info(DType dtype) {
+  for (const DTypeInfo &entry : kDTypes)
+    if (entry.dtype == dtype)
+      return entry;
+  return kDTypes[0]; // unreachable: the table covers every enumerator
 }
+} // namespace
 
-const char *mlirName(DType dtype) {
-  switch (dtype) {
-  case DType::F32:
-    return "f32";
-  case DType::BF16:
-    return "bf16";
-  case DType::F16:
-    return "f16";
-  case DType::I32:
-    return "i32";
-  case DType::I64:
-    return "i64";
-  }
-  return "?";
-}
-
-static const DType kAllDTypes[] = {DType::F32, DType::BF16, DType::F16,
-                                   DType::I32, DType::I64};
+size_t dtypeSize(DType dtype) { return info(dtype).size; }
+const char *safetensorsName(DType dtype) { return info(dtype).safetensors; }
+const char *mlirName(DType dtype) { return info(dtype).mlir; }
 
 std::optional<DType> parseSafetensorsName(const std::string &name) {
-  for (DType d : kAllDTypes)
-    if (name == safetensorsName(d))
-      return d;
+  for (const DTypeInfo &entry : kDTypes)
+    if (name == entry.safetensors)
+      return entry.dtype;
   return std::nullopt;
 }
 
 std::optional<DType> parseMlirName(const std::string &name) {
-  for (DType d : kAllDTypes)
-    if (name == mlirName(d))
-      return d;
+  for (const DTypeInfo &entry : kDTypes)
+    if (name == entry.mlir)
+      return entry.dtype;
   return std::nullopt;
 }
 
