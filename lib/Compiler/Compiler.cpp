@@ -66,16 +66,11 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
   return "";
 }
 
+/// The runtime's dtype of an element type, by its MLIR name.
 static std::optional<rt::DType> toDType(Type type) {
-  if (type.isF32())
-    return rt::DType::F32;
-  if (type.isBF16())
-    return rt::DType::BF16;
-  if (type.isF16())
-    return rt::DType::F16;
-  if (type.isInteger(32))
-    return rt::DType::I32;
-  return std::nullopt;
+  std::string name;
+  llvm::raw_string_ostream(name) << type;
+  return rt::parseMlirName(name);
 }
 
 static std::vector<int64_t> toShape(RankedTensorType type) {
