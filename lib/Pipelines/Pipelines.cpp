@@ -13,9 +13,12 @@
 #include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
 #include "mlir/Dialect/Bufferization/Transforms/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Pass/PassManager.h"
 #include "mlir/Dialect/Linalg/Passes.h"
 #include "mlir/Dialect/MemRef/Transforms/Passes.h"
 #include "mlir/Pass/PassRegistry.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "mlir/Transforms/Passes.h"
 
 using namespace mlir;
@@ -64,6 +67,42 @@ void moe::buildHostPipeline(OpPassManager &pm,
   pm.addPass(createReconcileUnrealizedCastsPass());
 }
 
+void moe::buildMoeGpuKernelPipeline(OpPassManager &pm,
+                                    const Sm90PipelineOptions &options) {
+  MoeSelectTilesOptions tiles;
+  tiles.maxStages = options.maxStages;
+  tiles.report = options.report;
+  pm.addPass(createMoeSelectTiles(tiles));
+  MoePartitionSmsOptions partition;
+  partition.sms = options.sms;
+  partition.comm = options.comm;
+  pm.addPass(createMoePartitionSms(partition));
+  pm.addPass(createMoeGpuWarpSpecialize());
+  pm.addNestedPass<gpu::GPUModuleOp>(createConvertMoeGpuToNVGPU());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+}
+
+void moe::buildSm90Pipeline(OpPassManager &pm,
+                            const Sm90PipelineOptions &options) {
+  buildMoeGpuKernelPipeline(pm, options);
+  std::string toolkit = options.toolkit;
+  if (toolkit.empty())
+    toolkit = MOE_CUDA_TOOLKIT_ROOT;
+  // The upstream path checked in shared/TOOLCHAIN.md; scf must be lowered
+  // inside the kernels before translation.
+  std::string tail = llvm::formatv(
+      "nvvm-attach-target{{chip=sm_90a features=+ptx80 O=3},"
+      "convert-nvgpu-to-nvvm,convert-scf-to-cf,expand-strided-metadata,"
+      "lower-affine,gpu.module(convert-gpu-to-nvvm),convert-nvvm-to-llvm,"
+      "convert-index-to-llvm,convert-arith-to-llvm,convert-cf-to-llvm,"
+      "reconcile-unrealized-casts,"
+      "gpu-module-to-binary{{format={0} toolkit={1}}",
+      std::string(options.format), toolkit);
+  if (failed(parsePassPipeline(tail, pm)))
+    llvm::report_fatal_error("moe-sm90-pipeline: bad upstream pipeline");
+}
+
 void moe::registerPipelines() {
   PassPipelineRegistration<GraphPipelineOptions>(
       "moe-graph-pipeline",
@@ -73,4 +112,12 @@ void moe::registerPipelines() {
       "moe-host-pipeline",
       "Lower MoE layers for the host target, down to the LLVM dialect",
       buildHostPipeline);
+  PassPipelineRegistration<Sm90PipelineOptions>(
+      "moegpu-kernel-pipeline",
+      "Warp-specialize moegpu kernels and lower them to gpu, nvgpu and nvvm",
+      buildMoeGpuKernelPipeline);
+  PassPipelineRegistration<Sm90PipelineOptions>(
+      "moe-sm90-pipeline",
+      "Lower moegpu kernels to a gpu.binary of PTX or sm_90a cubins",
+      buildSm90Pipeline);
 }

@@ -9,18 +9,21 @@
 #include "moe/MoeDialect.h"
 #include "moe/Pipelines/Pipelines.h"
 #include "moe/Transforms/Passes.h"
+#include "moegpu/MoeGpuDialect.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/InitAllDialects.h"
 #include "mlir/InitAllExtensions.h"
 #include "mlir/InitAllPasses.h"
+#include "mlir/Target/LLVMIR/Dialect/All.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 
 int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   mlir::registerAllDialects(registry);
   mlir::registerAllExtensions(registry);
-  registry.insert<mlir::moe::MoeDialect>();
+  mlir::registerAllToLLVMIRTranslations(registry);
+  registry.insert<mlir::moe::MoeDialect, mlir::moegpu::MoeGpuDialect>();
 
   mlir::registerAllPasses();
   mlir::moe::registerMoePasses();

@@ -40,4 +40,49 @@ def ConvertMoeToHost : Pass<"convert-moe-to-host"> {
   ];
 }
 
+def ConvertMoeGpuToNVGPU : Pass<"convert-moegpu-to-nvgpu",
+                                "::mlir::gpu::GPUModuleOp"> {
+  let summary = "Lower warp-specialized moegpu kernels to gpu, nvgpu and nvvm";
+  let description = [{
+    Lowers the ops `moegpu-warp-specialize` produces, inside each kernel of
+    a `gpu.module`:
+
+    - `moegpu.pipeline.create`: two `nvgpu.mbarrier.create` groups (full,
+      empty), initialized by thread 0 (arrival counts 1 and the consumer
+      warpgroups), `nvvm.fence.mbarrier.init`, `gpu.barrier`. The slots live
+      in `@moegpu_smem`, an external 1024-byte-aligned shared array (the
+      kernel's dynamic shared memory; 128-byte swizzled TMA boxes need that
+      alignment, which `gpu.dynamic_shared_memory` does not give);
+    - `moegpu.warp_roles`: `scf.if` on the warpgroup index with
+      `nvvm.setmaxregister` on both sides; the producer region runs on the
+      warpgroup's first thread;
+    - `moegpu.tile_loop`: an `scf.for` from `blockIdx.x` to the tile count
+      (read from `offsets[E]`) stepping by `gridDim.x`, with a binary search
+      of the tile's expert in `offsets`;
+    - `moegpu.produce`: `nvgpu.mbarrier.try_wait.parity` on the slot's empty
+      barrier, `nvgpu.mbarrier.arrive.expect_tx` and two
+      `nvgpu.tma.async.load`s. Each TMA source becomes a tensor-map pointer
+      argument appended to the kernel;
+    - `moegpu.mma`: wait on the full barrier, K-major 128B-swizzle shared
+      memory descriptors, `nvvm.wgmma.mma_async` per 16 columns of k
+      between `wgmma.fence` and `commit_group`/`wait_group 0`, and the
+      release arrival on the empty barrier;
+    - `moegpu.store_tile`: the epilogue (SwiGLU on interleaved gate/up
+      blocks, routing-weight scaling) and masked stores.
+
+    Each kernel gets `nvvm.maxntid`, and a `moegpu.launch` dictionary
+    (`grid`, `block`, `smem`) and `moegpu.tensor_maps` list (for each
+    appended argument: the memref argument it describes, the 2-D view
+    `[rows, cols]` of it, the box `[box_rows, 64]`) that the runtime reads to
+    launch it.
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect", "::mlir::gpu::GPUDialect",
+    "::mlir::LLVM::LLVMDialect", "::mlir::math::MathDialect",
+    "::mlir::memref::MemRefDialect", "::mlir::nvgpu::NVGPUDialect",
+    "::mlir::NVVM::NVVMDialect", "::mlir::scf::SCFDialect",
+    "::mlir::vector::VectorDialect"
+  ];
+}
+
 #endif // MOE_CONVERSION_PASSES_TD

@@ -40,6 +40,46 @@ struct HostPipelineOptions : public PassPipelineOptions<HostPipelineOptions> {
 /// and buffer deallocation.
 void buildHostPipeline(OpPassManager &pm, const HostPipelineOptions &options);
 
+/// Options of the Hopper (sm_90a) kernel pipelines.
+struct Sm90PipelineOptions : public PassPipelineOptions<Sm90PipelineOptions> {
+  PassOptions::Option<int64_t> sms{
+      *this, "sms",
+      llvm::cl::desc("SMs of the GPU when no moe.sm_partition is present"),
+      llvm::cl::init(132)};
+  PassOptions::Option<int64_t> comm{
+      *this, "comm",
+      llvm::cl::desc("SMs left to communication when no moe.sm_partition "
+                     "is present"),
+      llvm::cl::init(0)};
+  PassOptions::Option<int64_t> maxStages{
+      *this, "max-stages", llvm::cl::desc("Most pipeline stages of a GEMM"),
+      llvm::cl::init(8)};
+  PassOptions::Option<bool> report{
+      *this, "report",
+      llvm::cl::desc("Emit a remark with each GEMM's tile choice"),
+      llvm::cl::init(false)};
+  PassOptions::Option<std::string> format{
+      *this, "format",
+      llvm::cl::desc("What gpu-module-to-binary makes: isa (PTX) or bin "
+                     "(cubin, through ptxas)"),
+      llvm::cl::init("isa")};
+  PassOptions::Option<std::string> toolkit{
+      *this, "toolkit",
+      llvm::cl::desc("CUDA toolkit whose ptxas makes cubins (empty: the "
+                     "one found at configure time)"),
+      llvm::cl::init("")};
+};
+
+/// moegpu kernels -> gpu/nvgpu/nvvm: tile selection, SM partition, warp
+/// specialization and the lowering of its ops.
+void buildMoeGpuKernelPipeline(OpPassManager &pm,
+                               const Sm90PipelineOptions &options);
+
+/// moegpu kernels -> gpu.binary with PTX or cubins for sm_90a: the kernel
+/// pipeline, then the upstream nvgpu/gpu -> nvvm -> llvm path and LLVM's
+/// NVPTX backend.
+void buildSm90Pipeline(OpPassManager &pm, const Sm90PipelineOptions &options);
+
 /// Registers every pipeline with the global registry (for moe-opt).
 void registerPipelines();
 

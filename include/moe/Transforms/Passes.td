@@ -42,4 +42,82 @@ def MoeDecomposeLayer : Pass<"moe-decompose-layer"> {
   ];
 }
 
+def MoeSelectTiles : Pass<"moe-select-tiles"> {
+  let summary = "Choose tile shapes and pipeline depths of grouped GEMMs";
+  let description = [{
+    Gives every `moegpu.grouped_gemm` without a `tile` one, from its problem
+    shape and the SM's budgets:
+
+    - `m = 128`: two consumer warpgroups of 64 rows (the dispatch alignment
+      must be a multiple of it);
+    - `n`: the first of 128, 256, 192, 64, 160, 224, 96, 32, 16 that divides
+      N (a multiple of 16 with the swiglu epilogue), so no tile has a column
+      tail; 128 when none does (tails are masked);
+    - `k = 64`: one 128-byte swizzle atom;
+    - `stages`: as many as fit in the 227 KiB of dynamic shared memory (1 KiB
+      kept for the barriers), at most `max-stages`.
+
+    With `report`, a remark on each op states the choice and the shared
+    memory it takes.
+  }];
+  let dependentDialects = ["::mlir::moegpu::MoeGpuDialect"];
+  let options = [
+    Option<"maxStages", "max-stages", "int64_t", /*default=*/"8",
+           "Most pipeline stages (more add latency hiding but no bandwidth)">,
+    Option<"report", "report", "bool", /*default=*/"false",
+           "Emit a remark with the choice on every grouped GEMM">
+  ];
+}
+
+def MoePartitionSms : Pass<"moe-partition-sms"> {
+  let summary = "Restrict persistent kernels to the compute SMs of the "
+                "partition";
+  let description = [{
+    Gives every `moegpu.grouped_gemm` without an `sm_range` the compute SMs
+    of the nearest enclosing `moe.sm_partition` attribute (`sms - comm`,
+    starting at SM 0), or of the `sms`/`comm` options where no op carries
+    one. An explicit `sm_range` reaching past the compute SMs is an error.
+  }];
+  let dependentDialects = ["::mlir::moegpu::MoeGpuDialect"];
+  let options = [
+    Option<"sms", "sms", "int64_t", /*default=*/"132",
+           "SMs of the GPU when no moe.sm_partition is present">,
+    Option<"comm", "comm", "int64_t", /*default=*/"0",
+           "SMs left to communication when no moe.sm_partition is present">
+  ];
+}
+
+def MoeGpuWarpSpecialize : Pass<"moegpu-warp-specialize"> {
+  let summary = "Split grouped GEMMs into a TMA producer and wgmma consumers";
+  let description = [{
+    Rewrites every `moegpu.grouped_gemm` (which must have a `tile` and an
+    `sm_range`) into its warp-specialized form:
+
+    ```
+    %p = moegpu.pipeline.create
+    moegpu.warp_roles consumers = m / 64, producer_regs = 40, consumer_regs = R
+    producer {
+      moegpu.tile_loop ... {            // the persistent schedule
+        scf.for %kb { moegpu.produce %p[%it], %a[%row], %b[%e * N + %col], k %k }
+      }
+    } consumer {
+    ^bb0(%wg: index):
+      moegpu.tile_loop ... {
+        %acc = scf.for %kb iter_args(%acc = 0) { moegpu.mma %p[%it], %acc, warpgroup %wg }
+        moegpu.store_tile %acc, %c[%row, %col], ... {epilogue}
+      }
+    }
+    ```
+
+    Both roles walk the same tile sequence, so pipeline iteration
+    `ordinal * k_blocks + kb` names the same slot and phase on both sides.
+    `R` is the largest multiple of 8 (at most 232) that keeps the CTA within
+    the SM's 64K registers.
+  }];
+  let dependentDialects = ["::mlir::moegpu::MoeGpuDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::memref::MemRefDialect",
+                           "::mlir::scf::SCFDialect"];
+}
+
 #endif // MOE_TRANSFORMS_PASSES_TD

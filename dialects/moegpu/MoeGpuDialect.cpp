@@ -1,0 +1,239 @@
+//===- MoeGpuDialect.cpp - The moegpu dialect -----------------------------===//
+//
+// Part of moe-compiler.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moegpu/MoeGpuDialect.h"
+
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace mlir::moegpu;
+
+#include "moegpu/MoeGpuDialect.cpp.inc"
+#include "moegpu/MoeGpuEnums.cpp.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "moegpu/MoeGpuAttrs.cpp.inc"
+
+#define GET_TYPEDEF_CLASSES
+#include "moegpu/MoeGpuTypes.cpp.inc"
+
+#define GET_OP_CLASSES
+#include "moegpu/MoeGpuOps.cpp.inc"
+
+void MoeGpuDialect::initialize() {
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "moegpu/MoeGpuAttrs.cpp.inc"
+      >();
+  addTypes<
+#define GET_TYPEDEF_LIST
+#include "moegpu/MoeGpuTypes.cpp.inc"
+      >();
+  addOperations<
+#define GET_OP_LIST
+#include "moegpu/MoeGpuOps.cpp.inc"
+      >();
+}
+
+//===----------------------------------------------------------------------===//
+// Attributes
+//===----------------------------------------------------------------------===//
+
+LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                               int64_t m, int64_t n, int64_t k,
+                               int64_t stages) {
+  if (m < 64 || m > 256 || m % 64 != 0)
+    return emitError() << "tile m must be 64, 128, 192 or 256 (64 rows per "
+                          "consumer warpgroup), got "
+                       << m;
+  if (n < 8 || n > 256 || n % 8 != 0)
+    return emitError() << "tile n must be a multiple of 8 in [8, 256] (a "
+                          "wgmma N), got "
+                       << n;
+  if (k != 64)
+    return emitError() << "tile k must be 64 (one 128-byte swizzle atom of "
+                          "16-bit elements), got "
+                       << k;
+  if (stages < 2 || stages > 32)
+    return emitError() << "tile stages must be in [2, 32], got " << stages;
+  return success();
+}
+
+LogicalResult SmRangeAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                  int64_t first, int64_t count) {
+  if (first < 0)
+    return emitError() << "sm_range first must be >= 0, got " << first;
+  if (count < 1 || count > 1024)
+    return emitError() << "sm_range count must be in [1, 1024], got " << count;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Ops
+//===----------------------------------------------------------------------===//
+
+/// Checks that `value` is a memref of rank `rank` whose element type
+/// satisfies `elementOk`; `what` names the operand in the diagnostic.
+static LogicalResult checkMemRef(Operation *op, Value value, StringRef what,
+                                 int64_t rank, StringRef expected,
+                                 function_ref<bool(Type)> elementOk) {
+  auto type = cast<MemRefType>(value.getType());
+  if (type.getRank() != rank || !elementOk(type.getElementType()))
+    return op->emitOpError() << "expects " << what << " to be a rank-" << rank
+                             << " memref of " << expected << ", got " << type;
+  if (!type.getLayout().isIdentity())
+    return op->emitOpError()
+           << "expects " << what << " to have the identity layout, got "
+           << type;
+  return success();
+}
+
+static bool isHalfFloat(Type type) { return type.isBF16() || type.isF16(); }
+
+LogicalResult GroupedGemmOp::verify() {
+  auto isI32 = [](Type t) { return t.isInteger(32); };
+  auto isF32 = [](Type t) { return t.isF32(); };
+  if (failed(checkMemRef(*this, getA(), "a", 2, "bf16 or f16", isHalfFloat)) ||
+      failed(checkMemRef(*this, getB(), "b", 3, "bf16 or f16", isHalfFloat)) ||
+      failed(checkMemRef(*this, getOffsets(), "offsets", 1, "i32", isI32)) ||
+      failed(checkMemRef(*this, getC(), "c", 2, "bf16 or f16", isHalfFloat)))
+    return failure();
+  MemRefType a = getA().getType(), b = getB().getType(),
+             offsets = getOffsets().getType(), c = getC().getType();
+  if (a.getElementType() != b.getElementType() ||
+      a.getElementType() != c.getElementType())
+    return emitOpError() << "expects a, b and c to share their element type, "
+                            "got "
+                         << a.getElementType() << ", " << b.getElementType()
+                         << " and " << c.getElementType();
+  if (!b.hasStaticShape())
+    return emitOpError() << "expects b to have a static shape [E, N, K], got "
+                         << b;
+  int64_t experts = b.getDimSize(0), n = b.getDimSize(1), k = b.getDimSize(2);
+  if (a.getDimSize(1) != k)
+    return emitOpError() << "expects a to have " << k
+                         << " columns (the K of b), got " << a;
+  if (k % 8 != 0)
+    return emitOpError() << "expects K to be a multiple of 8 (16-byte TMA "
+                            "strides), got "
+                         << k;
+  if (n % 8 != 0)
+    return emitOpError() << "expects N to be a multiple of 8, got " << n;
+  if (offsets.getDimSize(0) != experts + 1)
+    return emitOpError() << "expects offsets to have " << experts + 1
+                         << " elements (experts + 1), got " << offsets;
+  bool swiglu = getEpilogue() == Epilogue::SwiGLU;
+  if (swiglu && n % 16 != 0)
+    return emitOpError() << "expects N to be a multiple of 16 with the swiglu "
+                            "epilogue (interleaved blocks of 8 gate and 8 up "
+                            "rows), got "
+                         << n;
+  int64_t columns = swiglu ? n / 2 : n;
+  if (c.getDimSize(1) != columns)
+    return emitOpError() << "expects c to have " << columns << " columns"
+                         << (swiglu ? " (N / 2 with swiglu)" : " (N)")
+                         << ", got " << c;
+  if (!ShapedType::isDynamic(a.getDimSize(0)) &&
+      !ShapedType::isDynamic(c.getDimSize(0)) &&
+      a.getDimSize(0) != c.getDimSize(0))
+    return emitOpError() << "expects a and c to have the same rows, got " << a
+                         << " and " << c;
+  bool rowScale = getEpilogue() == Epilogue::RowScale;
+  if (rowScale != static_cast<bool>(getScale()))
+    return emitOpError() << (rowScale ? "expects a scale operand with the "
+                                        "row_scale epilogue"
+                                      : "expects no scale operand without the "
+                                        "row_scale epilogue");
+  if (getScale() &&
+      failed(checkMemRef(*this, getScale(), "scale", 1, "f32", isF32)))
+    return failure();
+  if (TileAttr tile = getTileAttr(); tile && swiglu && tile.getN() % 16 != 0)
+    return emitOpError() << "expects tile n to be a multiple of 16 with the "
+                            "swiglu epilogue, got "
+                         << tile.getN();
+  return success();
+}
+
+LogicalResult WarpRolesOp::verify() {
+  int64_t consumers = getConsumers();
+  if (consumers < 1 || consumers > 4)
+    return emitOpError() << "expects 1 to 4 consumer warpgroups, got "
+                         << consumers;
+  for (auto [name, regs] : {std::pair<StringRef, int64_t>{"producer_regs",
+                                                          getProducerRegs()},
+                            {"consumer_regs", getConsumerRegs()}})
+    if (regs < 24 || regs > 256 || regs % 8 != 0)
+      return emitOpError() << "expects " << name
+                           << " to be a multiple of 8 in [24, 256] "
+                              "(setmaxnreg), got "
+                           << regs;
+  int64_t total =
+      kWarpgroupThreads * (getProducerRegs() + consumers * getConsumerRegs());
+  if (total > kRegistersPerSm)
+    return emitOpError() << "register budgets need " << total
+                         << " registers, more than the " << kRegistersPerSm
+                         << " of an SM";
+  if (getProducer().front().getNumArguments() != 0)
+    return emitOpError() << "expects the producer region to take no arguments";
+  Block &consumer = getConsumer().front();
+  if (consumer.getNumArguments() != 1 ||
+      !consumer.getArgument(0).getType().isIndex())
+    return emitOpError() << "expects the consumer region to take one index "
+                            "argument (the consumer warpgroup)";
+  return success();
+}
+
+LogicalResult TileLoopOp::verify() {
+  auto offsets = cast<MemRefType>(getOffsets().getType());
+  if (offsets.getRank() != 1 || !offsets.getElementType().isInteger(32) ||
+      ShapedType::isDynamic(offsets.getDimSize(0)) || offsets.getDimSize(0) < 2)
+    return emitOpError() << "expects offsets to be a static memref of at least "
+                            "2 i32, got "
+                         << offsets;
+  if (getColumns() < 1 || getBlockM() < 1 || getBlockN() < 1)
+    return emitOpError() << "expects positive columns and tile sizes";
+  Block &body = getBody().front();
+  if (body.getNumArguments() != 4 ||
+      !llvm::all_of(body.getArgumentTypes(),
+                    [](Type t) { return t.isIndex(); }))
+    return emitOpError() << "expects the body to take four index arguments "
+                            "(expert, row, column, ordinal)";
+  return success();
+}
+
+LogicalResult MmaOp::verify() {
+  TileAttr tile = getPipeline().getType().getTile();
+  int64_t expected = tile.getN() / 2;
+  if (getAcc().getType().getNumElements() != expected)
+    return emitOpError() << "expects a fragment of " << expected
+                         << " f32 (a 64 x " << tile.getN()
+                         << " tile over 128 threads), got "
+                         << getAcc().getType();
+  return success();
+}
+
+LogicalResult StoreTileOp::verify() {
+  auto c = cast<MemRefType>(getC().getType());
+  if (c.getRank() != 2 || !isHalfFloat(c.getElementType()))
+    return emitOpError() << "expects c to be a rank-2 memref of bf16 or f16, "
+                            "got "
+                         << c;
+  int64_t fragment = getAcc().getType().getNumElements();
+  if (fragment % 4 != 0)
+    return emitOpError() << "expects a fragment of a multiple of 4 f32, got "
+                         << getAcc().getType();
+  if (getEpilogue() == Epilogue::SwiGLU && fragment % 8 != 0)
+    return emitOpError() << "expects a fragment of a multiple of 8 f32 with "
+                            "the swiglu epilogue, got "
+                         << getAcc().getType();
+  bool rowScale = getEpilogue() == Epilogue::RowScale;
+  if (rowScale != static_cast<bool>(getScale()))
+    return emitOpError() << (rowScale ? "expects a scale operand with the "
+                                        "row_scale epilogue"
+                                      : "expects no scale operand without the "
+                                        "row_scale epilogue");
+  return success();
+}

@@ -1,0 +1,40 @@
+//===- MoeGpuDialect.h - The moegpu dialect ---------------------*- C++ -*-===//
+//
+// Part of moe-compiler.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_DIALECT_MOEGPU_MOEGPUDIALECT_H
+#define MOE_DIALECT_MOEGPU_MOEGPUDIALECT_H
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/Interfaces/ControlFlowInterfaces.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include "moegpu/MoeGpuDialect.h.inc"
+#include "moegpu/MoeGpuEnums.h.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "moegpu/MoeGpuAttrs.h.inc"
+
+#define GET_TYPEDEF_CLASSES
+#include "moegpu/MoeGpuTypes.h.inc"
+
+#define GET_OP_CLASSES
+#include "moegpu/MoeGpuOps.h.inc"
+
+namespace mlir::moegpu {
+/// Threads of a warpgroup.
+constexpr int64_t kWarpgroupThreads = 128;
+/// Registers of one SM (and the most one CTA may hold).
+constexpr int64_t kRegistersPerSm = 65536;
+/// Opt-in dynamic shared memory limit of one CTA on sm_90 (227 KiB).
+constexpr int64_t kMaxSharedMemoryBytes = 232448;
+} // namespace mlir::moegpu
+
+#endif // MOE_DIALECT_MOEGPU_MOEGPUDIALECT_H

@@ -1,0 +1,578 @@
+//===- MoeGpuToNVGPU.cpp - moegpu kernels to gpu, nvgpu and nvvm ----------===//
+//
+// Part of moe-compiler.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Conversion/Passes.h"
+#include "moegpu/MoeGpuDialect.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/ImplicitLocOpBuilder.h"
+#include "mlir/IR/PatternMatch.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <map>
+
+namespace mlir::moe {
+#define GEN_PASS_DEF_CONVERTMOEGPUTONVGPU
+#include "moe/Conversion/Passes.h.inc"
+} // namespace mlir::moe
+
+using namespace mlir;
+using namespace mlir::moegpu;
+
+namespace {
+
+/// The kernel's dynamic shared memory.
+constexpr StringLiteral kSharedMemoryName = "moegpu_smem";
+/// Alignment of the dynamic shared memory: a 128-byte swizzled TMA box
+/// repeats every 1024 bytes and must start on such a boundary.
+constexpr int64_t kSharedMemoryAlignment = 1024;
+/// Suspend-time hint of one mbarrier.try_wait (the wait loops until done).
+constexpr int64_t kWaitTicks = 10000000;
+/// Columns of one wgmma instruction (16-bit inputs).
+constexpr int64_t kWgmmaK = 16;
+/// Bits of a wgmma shared-memory descriptor besides the start address:
+/// 128-byte swizzle (bits 62-63 = 1), stride byte offset 1024 = 8 rows of
+/// 128 bytes (bits 32-45, in units of 16 bytes), leading byte offset 16
+/// (bits 16-29; unused by swizzled K-major layouts).
+constexpr uint64_t kDescriptorBits = (1ull << 62) | (64ull << 32) | (1ull << 16);
+
+Value constIndex(ImplicitLocOpBuilder &b, int64_t value) {
+  return arith::ConstantIndexOp::create(b, value);
+}
+
+Value constI64(ImplicitLocOpBuilder &b, int64_t value) {
+  return arith::ConstantIntOp::create(b, value, 64);
+}
+
+gpu::AddressSpaceAttr workgroupSpace(MLIRContext *ctx) {
+  return gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup);
+}
+
+struct PipelineInfo {
+  Value full, empty;
+  TileAttr tile;
+  Type elementType;
+};
+
+/// Lowers the moegpu ops of one kernel.
+class KernelLowering {
+public:
+  KernelLowering(gpu::GPUFuncOp func, memref::GlobalOp sharedMemory)
+      : func(func), sharedMemory(sharedMemory), rewriter(func.getContext()) {}
+
+  LogicalResult run();
+
+private:
+  LogicalResult lowerPipelineCreate(PipelineCreateOp op);
+  LogicalResult lowerProduce(ProduceOp op);
+  LogicalResult lowerMma(MmaOp op);
+  LogicalResult lowerStoreTile(StoreTileOp op);
+  void lowerTileLoop(TileLoopOp op);
+  void lowerWarpRoles(WarpRolesOp op);
+
+  FailureOr<Value> getTensorMap(Operation *user, Value source, int64_t boxRows,
+                                Type elementType);
+  Value sharedMemoryBase(ImplicitLocOpBuilder &b) {
+    return memref::GetGlobalOp::create(b, sharedMemory.getType(),
+                                       sharedMemory.getSymName());
+  }
+  Value threadInWarpgroup(ImplicitLocOpBuilder &b) {
+    Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+    return arith::RemUIOp::create(b, tid, constIndex(b, kWarpgroupThreads));
+  }
+  /// Slot and round of pipeline iteration `iter`.
+  std::pair<Value, Value> slotAndRound(ImplicitLocOpBuilder &b, Value iter,
+                                       int64_t stages) {
+    Value s = constIndex(b, stages);
+    return {arith::RemUIOp::create(b, iter, s),
+            arith::DivUIOp::create(b, iter, s)};
+  }
+  /// True when `round` is odd: the parity of the barrier phase to wait for.
+  Value oddRound(ImplicitLocOpBuilder &b, Value round) {
+    Value bit = arith::RemUIOp::create(b, round, constIndex(b, 2));
+    return arith::CmpIOp::create(b, arith::CmpIPredicate::eq, bit,
+                                 constIndex(b, 1));
+  }
+
+  gpu::GPUFuncOp func;
+  memref::GlobalOp sharedMemory;
+  IRRewriter rewriter;
+  DenseMap<Value, PipelineInfo> pipelines;
+  std::map<std::pair<unsigned, int64_t>, Value> tensorMaps;
+  SmallVector<Attribute> tensorMapRecords;
+  int64_t sharedMemoryBytes = 0;
+  int64_t blockThreads = 0;
+  int64_t gridSize = 0;
+};
+
+LogicalResult KernelLowering::lowerPipelineCreate(PipelineCreateOp op) {
+  if (!pipelines.empty())
+    return op.emitOpError() << "is the second pipeline of kernel @"
+                            << func.getName()
+                            << "; a kernel holds one pipeline";
+  MLIRContext *ctx = op.getContext();
+  ImplicitLocOpBuilder b(op.getLoc(), op);
+  PipelineType type = op.getPipeline().getType();
+  TileAttr tile = type.getTile();
+  auto groupType = nvgpu::MBarrierGroupType::get(ctx, workgroupSpace(ctx),
+                                                 tile.getStages());
+  Value full = nvgpu::MBarrierCreateOp::create(b, groupType);
+  Value empty = nvgpu::MBarrierCreateOp::create(b, groupType);
+  Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+  Value first = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, tid,
+                                      constIndex(b, 0));
+  auto ifOp = scf::IfOp::create(b, first, /*withElseRegion=*/false);
+  {
+    ImplicitLocOpBuilder::InsertionGuard guard(b);
+    b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
+    Value one = constIndex(b, 1);
+    Value consumers = constIndex(b, tile.getConsumers());
+    for (int64_t s = 0; s < tile.getStages(); ++s) {
+      Value slot = constIndex(b, s);
+      nvgpu::MBarrierInitOp::create(b, full, one, slot, Value());
+      nvgpu::MBarrierInitOp::create(b, empty, consumers, slot, Value());
+    }
+    NVVM::FenceMbarrierInitOp::create(b);
+  }
+  gpu::BarrierOp::create(b);
+  pipelines[op.getPipeline()] = {full, empty, tile, type.getElementType()};
+  sharedMemoryBytes = tile.getSharedMemoryBytes();
+  blockThreads = (tile.getConsumers() + 1) * kWarpgroupThreads;
+  return success();
+}
+
+FailureOr<Value> KernelLowering::getTensorMap(Operation *user, Value source,
+                                              int64_t boxRows,
+                                              Type elementType) {
+  auto arg = dyn_cast<BlockArgument>(source);
+  if (!arg || arg.getOwner() != &func.front())
+    return user->emitOpError()
+           << "needs its TMA source to be an argument of kernel @"
+           << func.getName() << " (the runtime encodes its tensor map)";
+  auto key = std::make_pair(arg.getArgNumber(), boxRows);
+  if (auto it = tensorMaps.find(key); it != tensorMaps.end())
+    return it->second;
+
+  MLIRContext *ctx = func.getContext();
+  auto boxType = MemRefType::get({boxRows, 64}, elementType, AffineMap(),
+                                 workgroupSpace(ctx));
+  auto mapType = nvgpu::TensorMapDescriptorType::get(
+      ctx, boxType, nvgpu::TensorMapSwizzleKind::SWIZZLE_128B,
+      nvgpu::TensorMapL2PromoKind::L2PROMO_256B,
+      nvgpu::TensorMapOOBKind::OOB_ZERO,
+      nvgpu::TensorMapInterleaveKind::INTERLEAVE_NONE);
+  unsigned index = func.getNumArguments();
+  if (failed(func.insertArgument(index, LLVM::LLVMPointerType::get(ctx),
+                                 DictionaryAttr(), source.getLoc())))
+    return user->emitOpError() << "cannot add a tensor-map argument to @"
+                               << func.getName();
+  ImplicitLocOpBuilder b(source.getLoc(), &func.front(),
+                         func.front().begin());
+  Value map = UnrealizedConversionCastOp::create(
+                  b, mapType, ValueRange{func.getArgument(index)})
+                  .getResult(0);
+  tensorMaps[key] = map;
+
+  // The 2-D view the map describes: leading dimensions folded into rows
+  // (-1: sized by the buffer at run time).
+  auto sourceType = cast<MemRefType>(source.getType());
+  int64_t rows = 1;
+  for (int64_t d : sourceType.getShape().drop_back())
+    rows = (ShapedType::isDynamic(d) || rows < 0) ? -1 : rows * d;
+  Builder attrs(ctx);
+  tensorMapRecords.push_back(attrs.getDictionaryAttr({
+      attrs.getNamedAttr("arg", attrs.getI64IntegerAttr(index)),
+      attrs.getNamedAttr("source", attrs.getI64IntegerAttr(arg.getArgNumber())),
+      attrs.getNamedAttr("view", attrs.getDenseI64ArrayAttr(
+                                     {rows, sourceType.getShape().back()})),
+      attrs.getNamedAttr("box", attrs.getDenseI64ArrayAttr({boxRows, 64})),
+      attrs.getNamedAttr("swizzle", attrs.getI64IntegerAttr(128)),
+  }));
+  return map;
+}
+
+LogicalResult KernelLowering::lowerProduce(ProduceOp op) {
+  const PipelineInfo &info = pipelines.lookup(op.getPipeline());
+  if (!info.full)
+    return op.emitOpError() << "uses a pipeline not created in its kernel";
+  TileAttr tile = info.tile;
+  FailureOr<Value> aMap =
+      getTensorMap(op, op.getA(), tile.getM(), info.elementType);
+  FailureOr<Value> bMap =
+      getTensorMap(op, op.getB(), tile.getN(), info.elementType);
+  if (failed(aMap) || failed(bMap))
+    return failure();
+
+  MLIRContext *ctx = op.getContext();
+  ImplicitLocOpBuilder b(op.getLoc(), op);
+  auto [slot, round] = slotAndRound(b, op.getIter(), tile.getStages());
+  // A fresh barrier counts as having completed the phase before phase 0,
+  // so the first round waits for parity 1 and passes at once.
+  Value parity = arith::XOrIOp::create(
+      b, oddRound(b, round), arith::ConstantIntOp::create(b, 1, 1));
+  nvgpu::MBarrierTryWaitParityOp::create(b, info.empty, parity,
+                                         constIndex(b, kWaitTicks), slot);
+  nvgpu::MBarrierArriveExpectTxOp::create(
+      b, info.full, constIndex(b, tile.getStageBytes()), slot, Value());
+
+  Value base = sharedMemoryBase(b);
+  Value aOffset =
+      arith::MulIOp::create(b, slot, constIndex(b, tile.getStageBytes()));
+  Value bOffset =
+      arith::AddIOp::create(b, aOffset, constIndex(b, tile.getABytes()));
+  auto view = [&](Value offset, int64_t rows) -> Value {
+    auto type = MemRefType::get({rows, tile.getK()}, info.elementType,
+                                AffineMap(), workgroupSpace(ctx));
+    return memref::ViewOp::create(b, type, base, offset, ValueRange{});
+  };
+  nvgpu::TmaAsyncLoadOp::create(b, view(aOffset, tile.getM()), info.full, *aMap,
+                                ValueRange{op.getK(), op.getARow()}, slot,
+                                Value(), Value());
+  nvgpu::TmaAsyncLoadOp::create(b, view(bOffset, tile.getN()), info.full, *bMap,
+                                ValueRange{op.getK(), op.getBRow()}, slot,
+                                Value(), Value());
+  op.erase();
+  return success();
+}
+
+LogicalResult KernelLowering::lowerMma(MmaOp op) {
+  const PipelineInfo &info = pipelines.lookup(op.getPipeline());
+  if (!info.full)
+    return op.emitOpError() << "uses a pipeline not created in its kernel";
+  TileAttr tile = info.tile;
+  MLIRContext *ctx = op.getContext();
+  ImplicitLocOpBuilder b(op.getLoc(), op);
+  auto [slot, round] = slotAndRound(b, op.getIter(), tile.getStages());
+  nvgpu::MBarrierTryWaitParityOp::create(b, info.full, oddRound(b, round),
+                                         constIndex(b, kWaitTicks), slot);
+
+  // Shared-memory descriptors of this warpgroup's 64 A rows and the B tile.
+  Value base = memref::ExtractAlignedPointerAsIndexOp::create(
+      b, sharedMemoryBase(b));
+  Value stage = arith::AddIOp::create(
+      b, base,
+      arith::MulIOp::create(b, slot, constIndex(b, tile.getStageBytes())));
+  Value aAddress = arith::AddIOp::create(
+      b, stage,
+      arith::MulIOp::create(b, op.getWarpgroup(),
+                            constIndex(b, 64 * tile.getK() * 2)));
+  Value bAddress =
+      arith::AddIOp::create(b, stage, constIndex(b, tile.getABytes()));
+  auto descriptor = [&](Value address) -> Value {
+    Value a = arith::IndexCastUIOp::create(b, b.getI64Type(), address);
+    a = arith::ShRUIOp::create(b, a, constI64(b, 4));
+    a = arith::AndIOp::create(b, a, constI64(b, 0x3FFF));
+    return arith::OrIOp::create(b, a,
+                                constI64(b, static_cast<int64_t>(kDescriptorBits)));
+  };
+  Value aDesc = descriptor(aAddress), bDesc = descriptor(bAddress);
+
+  int64_t fragment = op.getAcc().getType().getNumElements();
+  Type f32 = b.getF32Type();
+  auto structType =
+      LLVM::LLVMStructType::getLiteral(ctx, SmallVector<Type>(fragment, f32));
+  Value acc = LLVM::UndefOp::create(b, structType);
+  for (int64_t i = 0; i < fragment; ++i) {
+    Value v = vector::ExtractOp::create(b, op.getAcc(), i);
+    acc = LLVM::InsertValueOp::create(b, acc, v, i);
+  }
+  NVVM::WGMMATypes inputType = info.elementType.isBF16()
+                                   ? NVVM::WGMMATypes::bf16
+                                   : NVVM::WGMMATypes::f16;
+  auto shape = NVVM::MMAShapeAttr::get(ctx, 64, tile.getN(), kWgmmaK);
+  NVVM::WgmmaFenceAlignedOp::create(b);
+  // Each k step of 16 columns advances both K-major descriptors by 32 bytes
+  // (2 in the descriptor's 16-byte units) inside the 128-byte swizzle atom.
+  for (int64_t step = 0; step < tile.getK() / kWgmmaK; ++step) {
+    Value advance = constI64(b, step * kWgmmaK * 2 / 16);
+    Value a = step ? arith::AddIOp::create(b, aDesc, advance) : aDesc;
+    Value bb = step ? arith::AddIOp::create(b, bDesc, advance) : bDesc;
+    acc = NVVM::WgmmaMmaAsyncOp::create(
+        b, structType, acc, a, bb, shape, inputType, inputType,
+        NVVM::WGMMATypes::f32, NVVM::WGMMAScaleOut::one,
+        NVVM::WGMMAScaleIn::one, NVVM::WGMMAScaleIn::one,
+        NVVM::MMALayout::row, NVVM::MMALayout::col,
+        /*satfinite=*/NVVM::MMAIntOverflowAttr());
+  }
+  NVVM::WgmmaGroupSyncAlignedOp::create(b);
+  NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
+
+  SmallVector<Value> elements;
+  for (int64_t i = 0; i < fragment; ++i)
+    elements.push_back(LLVM::ExtractValueOp::create(b, acc, i));
+  Value result =
+      vector::FromElementsOp::create(b, op.getAcc().getType(), elements);
+
+  // One thread per warpgroup releases the slot.
+  Value leader = arith::CmpIOp::create(b, arith::CmpIPredicate::eq,
+                                       threadInWarpgroup(b), constIndex(b, 0));
+  auto ifOp = scf::IfOp::create(b, leader, /*withElseRegion=*/false);
+  b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
+  nvgpu::MBarrierArriveOp::create(b, nvgpu::MBarrierTokenType::get(ctx),
+                                  info.empty, slot);
+  rewriter.replaceOp(op, result);
+  return success();
+}
+
+LogicalResult KernelLowering::lowerStoreTile(StoreTileOp op) {
+  ImplicitLocOpBuilder b(op.getLoc(), op);
+  Value c = op.getC();
+  auto cType = cast<MemRefType>(c.getType());
+  Type outType = cType.getElementType();
+  Value columns = memref::DimOp::create(b, c, 1);
+  Value t = threadInWarpgroup(b);
+  Value warp = arith::DivUIOp::create(b, t, constIndex(b, 32));
+  Value lane = arith::RemUIOp::create(b, t, constIndex(b, 32));
+  Value row0 = arith::AddIOp::create(
+      b, op.getRow(),
+      arith::AddIOp::create(
+          b,
+          arith::AddIOp::create(
+              b, arith::MulIOp::create(b, op.getWarpgroup(), constIndex(b, 64)),
+              arith::MulIOp::create(b, warp, constIndex(b, 16))),
+          arith::DivUIOp::create(b, lane, constIndex(b, 4))));
+  Value quad = arith::MulIOp::create(
+      b, arith::RemUIOp::create(b, lane, constIndex(b, 4)), constIndex(b, 2));
+  bool swiglu = op.getEpilogue() == Epilogue::SwiGLU;
+  Value col0 = op.getCol();
+  if (swiglu)
+    col0 = arith::DivUIOp::create(b, col0, constIndex(b, 2));
+  int64_t chunks = op.getAcc().getType().getNumElements() / 4;
+  Type f32 = b.getF32Type();
+
+  auto element = [&](ImplicitLocOpBuilder &b, int64_t i) -> Value {
+    return vector::ExtractOp::create(b, op.getAcc(), i);
+  };
+  // silu(g) = g / (1 + 2^(-g * log2(e))), with the SFU's ex2 (the libdevice
+  // expf that math.exp becomes would need libdevice linked in).
+  auto silu = [&](ImplicitLocOpBuilder &b, Value g) -> Value {
+    auto f = cast<FloatType>(f32);
+    Value one = arith::ConstantFloatOp::create(b, f, APFloat(1.0f));
+    Value scale =
+        arith::ConstantFloatOp::create(b, f, APFloat(-1.4426950408889634f));
+    Value e = LLVM::CallIntrinsicOp::create(
+                  b, f32, b.getStringAttr("llvm.nvvm.ex2.approx.ftz.f"),
+                  ValueRange{arith::MulFOp::create(b, g, scale)})
+                  .getResult(0);
+    return arith::DivFOp::create(b, g, arith::AddFOp::create(b, one, e));
+  };
+
+  for (int64_t half = 0; half < 2; ++half) {
+    Value row = arith::AddIOp::create(b, row0, constIndex(b, 8 * half));
+    Value inRows =
+        arith::CmpIOp::create(b, arith::CmpIPredicate::ult, row, op.getRowEnd());
+    auto rowIf = scf::IfOp::create(b, inRows, /*withElseRegion=*/false);
+    ImplicitLocOpBuilder rb(op.getLoc(), rowIf.thenBlock()->getTerminator());
+    Value scale;
+    if (op.getScale())
+      scale = memref::LoadOp::create(rb, op.getScale(), ValueRange{row});
+    for (int64_t j = 0; j < chunks; j += swiglu ? 2 : 1) {
+      int64_t first = 4 * j + 2 * half;
+      Value v0, v1, col;
+      if (swiglu) {
+        int64_t up = 4 * (j + 1) + 2 * half;
+        v0 = arith::MulFOp::create(rb, silu(rb, element(rb, first)),
+                                   element(rb, up));
+        v1 = arith::MulFOp::create(rb, silu(rb, element(rb, first + 1)),
+                                   element(rb, up + 1));
+        col = arith::AddIOp::create(rb, col0, constIndex(rb, 4 * j));
+      } else {
+        v0 = element(rb, first);
+        v1 = element(rb, first + 1);
+        if (scale) {
+          v0 = arith::MulFOp::create(rb, v0, scale);
+          v1 = arith::MulFOp::create(rb, v1, scale);
+        }
+        col = arith::AddIOp::create(rb, col0, constIndex(rb, 8 * j));
+      }
+      col = arith::AddIOp::create(rb, col, quad);
+      Value inColumns =
+          arith::CmpIOp::create(rb, arith::CmpIPredicate::ult, col, columns);
+      auto colIf = scf::IfOp::create(rb, inColumns, /*withElseRegion=*/false);
+      ImplicitLocOpBuilder sb(op.getLoc(), colIf.thenBlock()->getTerminator());
+      memref::StoreOp::create(sb, arith::TruncFOp::create(sb, outType, v0), c,
+                              ValueRange{row, col});
+      Value next = arith::AddIOp::create(sb, col, constIndex(sb, 1));
+      memref::StoreOp::create(sb, arith::TruncFOp::create(sb, outType, v1), c,
+                              ValueRange{row, next});
+    }
+  }
+  op.erase();
+  return success();
+}
+
+void KernelLowering::lowerTileLoop(TileLoopOp op) {
+  ImplicitLocOpBuilder b(op.getLoc(), op);
+  Value offsets = op.getOffsets();
+  int64_t experts = cast<MemRefType>(offsets.getType()).getDimSize(0) - 1;
+  int64_t blockM = op.getBlockM(), blockN = op.getBlockN();
+  gridSize = op.getSmRange().getCount();
+
+  Value blockId = gpu::BlockIdOp::create(b, gpu::Dimension::x);
+  Value gridDim = gpu::GridDimOp::create(b, gpu::Dimension::x);
+  auto loadOffset = [&](ImplicitLocOpBuilder &b, Value index) -> Value {
+    Value v = memref::LoadOp::create(b, offsets, ValueRange{index});
+    return arith::IndexCastUIOp::create(b, b.getIndexType(), v);
+  };
+  Value rows = loadOffset(b, constIndex(b, experts));
+  Value mBlocks = arith::CeilDivUIOp::create(b, rows, constIndex(b, blockM));
+  Value nBlocks = constIndex(b, llvm::divideCeil(op.getColumns(), blockN));
+  Value tiles = arith::MulIOp::create(b, mBlocks, nBlocks);
+  auto loop = scf::ForOp::create(b, blockId, tiles, gridDim);
+
+  ImplicitLocOpBuilder lb(op.getLoc(), loop.getBody()->getTerminator());
+  Value tile = loop.getInductionVar();
+  Value ordinal = arith::DivUIOp::create(
+      lb, arith::SubIOp::create(lb, tile, blockId), gridDim);
+  Value row = arith::MulIOp::create(
+      lb, arith::DivUIOp::create(lb, tile, nBlocks), constIndex(lb, blockM));
+  Value col = arith::MulIOp::create(
+      lb, arith::RemUIOp::create(lb, tile, nBlocks), constIndex(lb, blockN));
+  // The expert whose segment holds `row`: offsets[lo] <= row < offsets[hi]
+  // narrows to hi = lo + 1 in ceil(log2(E)) steps.
+  Value lo = constIndex(lb, 0), hi = constIndex(lb, experts);
+  for (int64_t span = experts; span > 1; span = (span + 1) / 2) {
+    Value mid = arith::DivUIOp::create(lb, arith::AddIOp::create(lb, lo, hi),
+                                       constIndex(lb, 2));
+    Value below = arith::CmpIOp::create(lb, arith::CmpIPredicate::ule,
+                                        loadOffset(lb, mid), row);
+    lo = arith::SelectOp::create(lb, below, mid, lo);
+    hi = arith::SelectOp::create(lb, below, hi, mid);
+  }
+  Block &body = op.getBody().front();
+  Operation *yield = body.getTerminator();
+  rewriter.eraseOp(yield);
+  rewriter.inlineBlockBefore(&body, loop.getBody()->getTerminator(),
+                             ValueRange{lo, row, col, ordinal});
+  rewriter.eraseOp(op);
+}
+
+void KernelLowering::lowerWarpRoles(WarpRolesOp op) {
+  ImplicitLocOpBuilder b(op.getLoc(), op);
+  Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+  Value warpgroup =
+      arith::DivUIOp::create(b, tid, constIndex(b, kWarpgroupThreads));
+  Value producer =
+      arith::CmpIOp::create(b, arith::CmpIPredicate::eq, warpgroup,
+                            constIndex(b, op.getConsumers()));
+  auto ifOp = scf::IfOp::create(b, producer, /*withElseRegion=*/true);
+
+  ImplicitLocOpBuilder pb(op.getLoc(), ifOp.thenBlock()->getTerminator());
+  NVVM::SetMaxRegisterOp::create(pb, op.getProducerRegs(),
+                                 NVVM::SetMaxRegisterAction::decrease);
+  Value leader = arith::CmpIOp::create(pb, arith::CmpIPredicate::eq,
+                                       threadInWarpgroup(pb), constIndex(pb, 0));
+  auto leaderIf = scf::IfOp::create(pb, leader, /*withElseRegion=*/false);
+  rewriter.inlineBlockBefore(&op.getProducer().front(),
+                             leaderIf.thenBlock()->getTerminator());
+
+  ImplicitLocOpBuilder cb(op.getLoc(), ifOp.elseBlock()->getTerminator());
+  NVVM::SetMaxRegisterOp::create(cb, op.getConsumerRegs(),
+                                 NVVM::SetMaxRegisterAction::increase);
+  rewriter.inlineBlockBefore(&op.getConsumer().front(),
+                             ifOp.elseBlock()->getTerminator(),
+                             ValueRange{warpgroup});
+  rewriter.eraseOp(op);
+}
+
+LogicalResult KernelLowering::run() {
+  SmallVector<PipelineCreateOp> creates;
+  SmallVector<Operation *> steps;
+  SmallVector<TileLoopOp> loops;
+  SmallVector<WarpRolesOp> roles;
+  func.walk([&](Operation *op) {
+    if (auto create = dyn_cast<PipelineCreateOp>(op))
+      creates.push_back(create);
+    else if (isa<ProduceOp, MmaOp, StoreTileOp>(op))
+      steps.push_back(op);
+    else if (auto loop = dyn_cast<TileLoopOp>(op))
+      loops.push_back(loop);
+    else if (auto role = dyn_cast<WarpRolesOp>(op))
+      roles.push_back(role);
+  });
+  if (creates.empty() && steps.empty() && loops.empty() && roles.empty())
+    return success();
+  if (!func.isKernel())
+    return func.emitOpError() << "holds moegpu ops but is not a kernel";
+
+  for (PipelineCreateOp op : creates)
+    if (failed(lowerPipelineCreate(op)))
+      return failure();
+  for (Operation *op : steps) {
+    LogicalResult result = TypeSwitch<Operation *, LogicalResult>(op)
+                               .Case([&](ProduceOp p) { return lowerProduce(p); })
+                               .Case([&](MmaOp m) { return lowerMma(m); })
+                               .Case([&](StoreTileOp s) {
+                                 return lowerStoreTile(s);
+                               });
+    if (failed(result))
+      return failure();
+  }
+  for (TileLoopOp op : loops)
+    lowerTileLoop(op);
+  for (WarpRolesOp op : roles)
+    lowerWarpRoles(op);
+  for (PipelineCreateOp op : creates) {
+    if (!op->use_empty())
+      return op.emitOpError() << "is still used after lowering";
+    op.erase();
+  }
+
+  MLIRContext *ctx = func.getContext();
+  Builder attrs(ctx);
+  if (blockThreads)
+    func->setAttr(NVVM::NVVMDialect::getMaxntidAttrName(),
+                  attrs.getDenseI32ArrayAttr(
+                      {static_cast<int32_t>(blockThreads), 1, 1}));
+  func->setAttr("moegpu.launch",
+                attrs.getDictionaryAttr({
+                    attrs.getNamedAttr("grid", attrs.getI64IntegerAttr(gridSize)),
+                    attrs.getNamedAttr("block",
+                                       attrs.getI64IntegerAttr(blockThreads)),
+                    attrs.getNamedAttr("smem", attrs.getI64IntegerAttr(
+                                                   sharedMemoryBytes)),
+                }));
+  func->setAttr("moegpu.tensor_maps", attrs.getArrayAttr(tensorMapRecords));
+  return success();
+}
+
+struct ConvertMoeGpuToNVGPU
+    : public mlir::moe::impl::ConvertMoeGpuToNVGPUBase<ConvertMoeGpuToNVGPU> {
+  void runOnOperation() override {
+    gpu::GPUModuleOp module = getOperation();
+    bool needed = false;
+    module.walk([&](Operation *op) {
+      if (isa<PipelineCreateOp>(op))
+        needed = true;
+    });
+    memref::GlobalOp sharedMemory =
+        module.lookupSymbol<memref::GlobalOp>(kSharedMemoryName);
+    if (needed && !sharedMemory) {
+      MLIRContext *ctx = module.getContext();
+      OpBuilder b = OpBuilder::atBlockBegin(module.getBody());
+      auto type = MemRefType::get({0}, b.getI8Type(), AffineMap(),
+                                  workgroupSpace(ctx));
+      sharedMemory = memref::GlobalOp::create(
+          b, module.getLoc(), kSharedMemoryName,
+          /*sym_visibility=*/StringAttr(), type,
+          /*initial_value=*/Attribute(), /*constant=*/false,
+          b.getI64IntegerAttr(kSharedMemoryAlignment));
+    }
+    for (auto func : module.getOps<gpu::GPUFuncOp>())
+      if (failed(KernelLowering(func, sharedMemory).run()))
+        return signalPassFailure();
+  }
+};
+
+} // namespace

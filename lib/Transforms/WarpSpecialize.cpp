@@ -1,0 +1,156 @@
+//===- WarpSpecialize.cpp - Producer/consumer form of grouped GEMMs -------===//
+//
+// Part of moe-compiler.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Transforms/Passes.h"
+#include "moegpu/MoeGpuDialect.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/Builders.h"
+
+namespace mlir::moe {
+#define GEN_PASS_DEF_MOEGPUWARPSPECIALIZE
+#include "moe/Transforms/Passes.h.inc"
+} // namespace mlir::moe
+
+using namespace mlir;
+using namespace mlir::moegpu;
+
+namespace {
+
+/// Register budget of the producer warpgroup: it only issues TMA.
+constexpr int64_t kProducerRegisters = 40;
+/// Most registers a consumer thread asks for (the accumulator of a 64x256
+/// tile is 128 of them).
+constexpr int64_t kMaxConsumerRegisters = 232;
+
+/// Builds a `moegpu.tile_loop` for `op` whose body `buildBody` fills with
+/// the tile's (expert, row, col, ordinal).
+void buildTileLoop(
+    OpBuilder &b, GroupedGemmOp op,
+    function_ref<void(OpBuilder &, Value, Value, Value, Value)> buildBody) {
+  Location loc = op.getLoc();
+  TileAttr tile = op.getTileAttr();
+  auto loop = TileLoopOp::create(b, loc, op.getOffsets(), op.getN(),
+                                 tile.getM(), tile.getN(), op.getSmRangeAttr());
+  Type index = b.getIndexType();
+  Block *body = b.createBlock(&loop.getBody(), {}, {index, index, index, index},
+                              {loc, loc, loc, loc});
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(body);
+  buildBody(b, body->getArgument(0), body->getArgument(1),
+            body->getArgument(2), body->getArgument(3));
+  YieldOp::create(b, loc);
+}
+
+LogicalResult specialize(GroupedGemmOp op) {
+  TileAttr tile = op.getTileAttr();
+  SmRangeAttr range = op.getSmRangeAttr();
+  if (!tile || !range)
+    return op.emitOpError() << "needs a tile and an sm_range to be warp "
+                               "specialized (run moe-select-tiles and "
+                               "moe-partition-sms first)";
+  if (tile.getSharedMemoryBytes() > kMaxSharedMemoryBytes)
+    return op.emitOpError()
+           << "tile needs " << tile.getSharedMemoryBytes()
+           << " bytes of shared memory, more than the "
+           << kMaxSharedMemoryBytes << " a CTA may opt in to";
+
+  MLIRContext *ctx = op.getContext();
+  Location loc = op.getLoc();
+  OpBuilder b(op);
+  Type elementType = op.getA().getType().getElementType();
+  int64_t consumers = tile.getConsumers();
+  int64_t budget = kRegistersPerSm / kWarpgroupThreads - kProducerRegisters;
+  int64_t consumerRegs =
+      std::min(kMaxConsumerRegisters, budget / consumers / 8 * 8);
+  if (consumerRegs < tile.getN() / 2 + 24)
+    return op.emitOpError()
+           << "tile " << tile.getM() << "x" << tile.getN() << " leaves "
+           << consumerRegs << " registers per consumer thread, too few for "
+           << tile.getN() / 2 << " accumulators";
+  int64_t kBlocks = llvm::divideCeil(op.getK(), tile.getK());
+  int64_t n = op.getN();
+
+  Value pipeline =
+      PipelineCreateOp::create(b, loc, PipelineType::get(ctx, tile, elementType));
+  auto roles = WarpRolesOp::create(b, loc, consumers, kProducerRegisters,
+                                   consumerRegs);
+  auto constant = [&](OpBuilder &builder, int64_t v) -> Value {
+    return arith::ConstantIndexOp::create(builder, loc, v);
+  };
+
+  // Producer: one thread walks the tiles and fills slots with TMA.
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.createBlock(&roles.getProducer());
+    buildTileLoop(b, op, [&](OpBuilder &b, Value expert, Value row, Value col,
+                             Value ordinal) {
+      Value base = arith::MulIOp::create(b, loc, ordinal, constant(b, kBlocks));
+      Value bRow = arith::AddIOp::create(
+          b, loc, arith::MulIOp::create(b, loc, expert, constant(b, n)), col);
+      scf::ForOp::create(
+          b, loc, constant(b, 0), constant(b, kBlocks), constant(b, 1),
+          ValueRange{}, [&](OpBuilder &b, Location loc, Value kb, ValueRange) {
+            Value iter = arith::AddIOp::create(b, loc, base, kb);
+            Value k = arith::MulIOp::create(b, loc, kb,
+                                            constant(b, tile.getK()));
+            ProduceOp::create(b, loc, pipeline, iter, op.getA(), row, op.getB(),
+                              bRow, k);
+            scf::YieldOp::create(b, loc);
+          });
+    });
+  }
+
+  // Consumers: every warpgroup walks the same tiles, accumulates its 64
+  // rows over the slots and runs the epilogue.
+  {
+    OpBuilder::InsertionGuard guard(b);
+    Block *consumer = b.createBlock(&roles.getConsumer(), {},
+                                    {b.getIndexType()}, {loc});
+    Value warpgroup = consumer->getArgument(0);
+    auto fragmentType = VectorType::get({tile.getN() / 2}, b.getF32Type());
+    buildTileLoop(b, op, [&](OpBuilder &b, Value expert, Value row, Value col,
+                             Value ordinal) {
+      Value base = arith::MulIOp::create(b, loc, ordinal, constant(b, kBlocks));
+      Value zero = arith::ConstantOp::create(
+          b, loc, DenseElementsAttr::get(fragmentType, 0.0f));
+      auto kLoop = scf::ForOp::create(
+          b, loc, constant(b, 0), constant(b, kBlocks), constant(b, 1),
+          ValueRange{zero},
+          [&](OpBuilder &b, Location loc, Value kb, ValueRange acc) {
+            Value iter = arith::AddIOp::create(b, loc, base, kb);
+            Value next =
+                MmaOp::create(b, loc, fragmentType, pipeline, iter,
+                              acc.front(), warpgroup);
+            scf::YieldOp::create(b, loc, next);
+          });
+      Value next = arith::AddIOp::create(b, loc, expert, constant(b, 1));
+      Value end = memref::LoadOp::create(b, loc, op.getOffsets(), next);
+      Value rowEnd =
+          arith::IndexCastOp::create(b, loc, b.getIndexType(), end);
+      StoreTileOp::create(b, loc, kLoop.getResult(0), op.getC(), row, col,
+                          warpgroup, rowEnd, op.getScale(),
+                          op.getEpilogueAttr());
+    });
+  }
+  op.erase();
+  return success();
+}
+
+struct MoeGpuWarpSpecialize
+    : public mlir::moe::impl::MoeGpuWarpSpecializeBase<MoeGpuWarpSpecialize> {
+  void runOnOperation() override {
+    SmallVector<GroupedGemmOp> gemms;
+    getOperation()->walk([&](GroupedGemmOp op) { gemms.push_back(op); });
+    for (GroupedGemmOp op : gemms)
+      if (failed(specialize(op)))
+        return signalPassFailure();
+  }
+};
+
+} // namespace
