@@ -243,8 +243,8 @@ def MoeGpu_TileLoopOp : MoeGpu_Op<"tile_loop", [
     iteration count is derived from).
 
     ```mlir
-    moegpu.tile_loop %offsets columns 4096 tiles 128 x 128
-        on #moegpu.sm_range<first = 0, count = 112> : memref<257xi32> {
+    moegpu.tile_loop %offsets : memref<257xi32> columns 4096 tiles 128 x 128
+        on #moegpu.sm_range<first = 0, count = 112> {
     ^bb0(%expert: index, %row: index, %col: index, %seq: index):
       ...
     }
@@ -254,8 +254,8 @@ def MoeGpu_TileLoopOp : MoeGpu_Op<"tile_loop", [
                        I64Attr:$block_n, MoeGpu_SmRangeAttr:$sm_range);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
-    $offsets `columns` $columns `tiles` $block_m `x` $block_n `on` $sm_range
-    attr-dict `:` type($offsets) $body
+    $offsets `:` type($offsets) `columns` $columns `tiles` $block_m `x`
+    $block_n `on` $sm_range attr-dict-with-keyword $body
   }];
   let hasVerifier = 1;
 }

@@ -49,7 +49,7 @@ struct MoeSelectTiles
     if (maxStages < 2) {
       getOperation()->emitError()
           << "moe-select-tiles: max-stages must be at least 2, got "
-          << maxStages;
+          << static_cast<int64_t>(maxStages);
       return signalPassFailure();
     }
     getOperation()->walk([&](GroupedGemmOp op) {

@@ -1,0 +1,127 @@
+// RUN: moe-opt %s -split-input-file -moegpu-warp-specialize -convert-moegpu-to-nvgpu -verify-diagnostics | FileCheck %s
+
+// The warp-specialized down projection of DeepSeek-V3 (routing weight in
+// the epilogue), as moegpu-warp-specialize leaves it.
+
+// CHECK-LABEL: gpu.module @kernels
+// CHECK: memref.global @moegpu_smem : memref<0xi8, #gpu.address_space<workgroup>> {alignment = 1024 : i64}
+// CHECK: gpu.func @down(%[[A:.*]]: memref<?x2048xbf16>, %[[B:.*]]: memref<256x7168x2048xbf16>, %[[O:.*]]: memref<257xi32>, %[[C:.*]]: memref<?x7168xbf16>, %[[S:.*]]: memref<?xf32>, %[[AMAP:.*]]: !llvm.ptr, %[[BMAP:.*]]: !llvm.ptr) kernel
+// CHECK-SAME: moegpu.launch = {block = 384 : i64, grid = 112 : i64, smem = 229376 : i64}
+// CHECK-SAME: moegpu.tensor_maps = [{arg = 5 : i64, box = array<i64: 128, 64>, source = 0 : i64, swizzle = 128 : i64, view = array<i64: -1, 2048>}, {arg = 6 : i64, box = array<i64: 128, 64>, source = 1 : i64, swizzle = 128 : i64, view = array<i64: 1835008, 2048>}]
+// CHECK-SAME: nvvm.maxntid = array<i32: 384, 1, 1>
+// CHECK-DAG: %[[TMB:.*]] = builtin.unrealized_conversion_cast %[[BMAP]] : !llvm.ptr to !nvgpu.tensormap.descriptor<tensor = memref<128x64xbf16, #gpu.address_space<workgroup>>, swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, interleave = none>
+// CHECK-DAG: %[[TMA:.*]] = builtin.unrealized_conversion_cast %[[AMAP]] : !llvm.ptr to !nvgpu.tensormap.descriptor
+// Pipeline: full and empty barriers, initialized by thread 0.
+// CHECK: %[[FULL:.*]] = nvgpu.mbarrier.create -> <memorySpace = #gpu.address_space<workgroup>, num_barriers = 7>
+// CHECK: %[[EMPTY:.*]] = nvgpu.mbarrier.create -> <memorySpace = #gpu.address_space<workgroup>, num_barriers = 7>
+// CHECK: scf.if
+// CHECK-COUNT-14: nvgpu.mbarrier.init
+// CHECK: nvvm.fence.mbarrier.init
+// CHECK: gpu.barrier
+// Roles: the last warpgroup produces.
+// CHECK: %[[WG:.*]] = arith.divui %{{.*}}, %c128
+// CHECK: %[[ISPROD:.*]] = arith.cmpi eq, %[[WG]], %c2
+// CHECK: scf.if %[[ISPROD]] {
+// CHECK:   nvvm.setmaxregister decrease 40
+// Persistent loop: from blockIdx.x to the tile count, by gridDim.x.
+// CHECK:   %[[BID:.*]] = gpu.block_id x
+// CHECK:   %[[GRID:.*]] = gpu.grid_dim x
+// CHECK:   memref.load %[[O]][%c256]
+// CHECK:   scf.for %{{.*}} = %[[BID]] to %{{.*}} step %[[GRID]]
+// CHECK:     nvgpu.mbarrier.try_wait.parity %[[EMPTY]]
+// CHECK:     nvgpu.mbarrier.arrive.expect_tx %[[FULL]][%{{.*}}], %c32768
+// CHECK:     nvgpu.tma.async.load %[[TMA]][%{{.*}}, %{{.*}}], %[[FULL]][%{{.*}}] to %{{.*}} : {{.*}} -> memref<128x64xbf16, #gpu.address_space<workgroup>>
+// CHECK:     nvgpu.tma.async.load %[[TMB]][%{{.*}}, %{{.*}}], %[[FULL]][%{{.*}}] to %{{.*}} : {{.*}} -> memref<128x64xbf16, #gpu.address_space<workgroup>>
+// CHECK: } else {
+// CHECK:   nvvm.setmaxregister increase 232
+// CHECK:   scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK:     scf.for {{.*}} -> (vector<64xf32>)
+// CHECK:       nvgpu.mbarrier.try_wait.parity %[[FULL]]
+// CHECK:       nvvm.wgmma.fence.aligned
+// CHECK-COUNT-4: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 128, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <col>]
+// CHECK:       nvvm.wgmma.commit.group.sync.aligned
+// CHECK:       nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK:       nvgpu.mbarrier.arrive %[[EMPTY]]
+// Epilogue: routing weight per row, bf16 stores.
+// CHECK:     memref.load %[[S]]
+// CHECK:     arith.mulf
+// CHECK:     arith.truncf %{{.*}} : f32 to bf16
+// CHECK:     memref.store %{{.*}}, %[[C]]
+// CHECK-NOT: moegpu.
+module attributes {gpu.container_module} {
+  gpu.module @kernels {
+    gpu.func @down(%a: memref<?x2048xbf16>, %b: memref<256x7168x2048xbf16>, %o: memref<257xi32>, %c: memref<?x7168xbf16>, %s: memref<?xf32>) kernel {
+      moegpu.grouped_gemm %a, %b, %o, %c scale %s {epilogue = #moegpu.epilogue<row_scale>, tile = #moegpu.tile<m = 128, n = 128, k = 64, stages = 7>, sm_range = #moegpu.sm_range<first = 0, count = 112>} : memref<?x2048xbf16>, memref<256x7168x2048xbf16>, memref<257xi32>, memref<?x7168xbf16>, memref<?xf32>
+      gpu.return
+    }
+  }
+}
+
+// -----
+
+// SwiGLU: silu(gate) * up with the SFU's ex2, stored at col / 2.
+// CHECK-LABEL: gpu.func @up
+// CHECK: arith.divui %{{.*}}, %c2
+// CHECK: llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f"
+// CHECK: arith.divf
+module attributes {gpu.container_module} {
+  gpu.module @kernels {
+    gpu.func @up(%a: memref<?x7168xbf16>, %b: memref<256x4096x7168xbf16>, %o: memref<257xi32>, %c: memref<?x2048xbf16>) kernel {
+      moegpu.grouped_gemm %a, %b, %o, %c {epilogue = #moegpu.epilogue<swiglu>, tile = #moegpu.tile<m = 128, n = 128, k = 64, stages = 7>, sm_range = #moegpu.sm_range<first = 0, count = 112>} : memref<?x7168xbf16>, memref<256x4096x7168xbf16>, memref<257xi32>, memref<?x2048xbf16>
+      gpu.return
+    }
+  }
+}
+
+// -----
+
+module attributes {gpu.container_module} {
+  gpu.module @kernels {
+    gpu.func @view(%a: memref<?x64xbf16>, %b: memref<4x64x64xbf16>, %o: memref<5xi32>, %c: memref<?x64xbf16>) kernel {
+      %sub = memref.subview %a[0, 0] [128, 64] [1, 1] : memref<?x64xbf16> to memref<128x64xbf16, strided<[64, 1]>>
+      %cast = memref.cast %sub : memref<128x64xbf16, strided<[64, 1]>> to memref<?x64xbf16, strided<[64, 1]>>
+      %p = moegpu.pipeline.create : !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 2>, bf16>
+      %i = arith.constant 0 : index
+      // expected-error @+1 {{'moegpu.produce' op needs its TMA source to be an argument of kernel @view (the runtime encodes its tensor map)}}
+      moegpu.produce %p[%i], %cast[%i], %b[%i], k %i : !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 2>, bf16>, memref<?x64xbf16, strided<[64, 1]>>, memref<4x64x64xbf16>
+      gpu.return
+    }
+  }
+}
+
+// -----
+
+module attributes {gpu.container_module} {
+  gpu.module @kernels {
+    // expected-error @+1 {{'gpu.func' op holds moegpu ops but is not a kernel}}
+    gpu.func @helper() {
+      %p = moegpu.pipeline.create : !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 2>, bf16>
+      gpu.return
+    }
+  }
+}
+
+// -----
+
+module attributes {gpu.container_module} {
+  gpu.module @kernels {
+    gpu.func @two() kernel {
+      %p = moegpu.pipeline.create : !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 2>, bf16>
+      // expected-error @+1 {{'moegpu.pipeline.create' op is the second pipeline of kernel @two; a kernel holds one pipeline}}
+      %q = moegpu.pipeline.create : !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 2>, bf16>
+      gpu.return
+    }
+  }
+}
+
+// -----
+
+module attributes {gpu.container_module} {
+  gpu.module @kernels {
+    gpu.func @passed(%p: !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 2>, bf16>, %acc: vector<32xf32>, %i: index) kernel {
+      // expected-error @+1 {{'moegpu.mma' op uses a pipeline not created in its kernel}}
+      %r = moegpu.mma %p[%i], %acc, warpgroup %i : !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 2>, bf16>, vector<32xf32>
+      gpu.return
+    }
+  }
+}

@@ -1,0 +1,324 @@
+// RUN: moe-opt %s -split-input-file -verify-diagnostics
+
+// One case per diagnostic of the moegpu dialect's attributes and verifiers.
+// expected-error @+1 {{tile m must be 64, 128, 192 or 256 (64 rows per consumer warpgroup), got 96}}
+func.func private @f() attributes {t = #moegpu.tile<m = 96, n = 128, k = 64, stages = 4>}
+
+// -----
+
+// expected-error @+1 {{tile n must be a multiple of 8 in [8, 256] (a wgmma N), got 264}}
+func.func private @f() attributes {t = #moegpu.tile<m = 128, n = 264, k = 64, stages = 4>}
+
+// -----
+
+// expected-error @+1 {{tile k must be 64 (one 128-byte swizzle atom of 16-bit elements), got 32}}
+func.func private @f() attributes {t = #moegpu.tile<m = 128, n = 128, k = 32, stages = 4>}
+
+// -----
+
+// expected-error @+1 {{tile stages must be in [2, 32], got 1}}
+func.func private @f() attributes {t = #moegpu.tile<m = 128, n = 128, k = 64, stages = 1>}
+
+// -----
+
+// expected-error @+1 {{sm_range first must be >= 0, got -1}}
+func.func private @f() attributes {r = #moegpu.sm_range<first = -1, count = 4>}
+
+// -----
+
+// expected-error @+1 {{sm_range count must be in [1, 1024], got 0}}
+func.func private @f() attributes {r = #moegpu.sm_range<first = 0, count = 0>}
+
+// -----
+
+func.func @f(%a: memref<?x256xf32>, %b: memref<8x64x256xbf16>, %o: memref<9xi32>, %c: memref<?x64xbf16>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects a to be a rank-2 memref of bf16 or f16, got 'memref<?x256xf32>'}}
+  moegpu.grouped_gemm %a, %b, %o, %c : memref<?x256xf32>, memref<8x64x256xbf16>, memref<9xi32>, memref<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xbf16>, %b: memref<64x256xbf16>, %o: memref<9xi32>, %c: memref<?x64xbf16>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects b to be a rank-3 memref of bf16 or f16, got 'memref<64x256xbf16>'}}
+  moegpu.grouped_gemm %a, %b, %o, %c : memref<?x256xbf16>, memref<64x256xbf16>, memref<9xi32>, memref<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xbf16>, %b: memref<8x64x256xbf16>, %o: memref<9xi64>, %c: memref<?x64xbf16>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects offsets to be a rank-1 memref of i32, got 'memref<9xi64>'}}
+  moegpu.grouped_gemm %a, %b, %o, %c : memref<?x256xbf16>, memref<8x64x256xbf16>, memref<9xi64>, memref<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xbf16>, %b: memref<8x64x256xbf16>, %o: memref<9xi32>, %c: memref<?x64xbf16, strided<[128, 1]>>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects c to have the identity layout, got 'memref<?x64xbf16, strided<[128, 1]>>'}}
+  moegpu.grouped_gemm %a, %b, %o, %c : memref<?x256xbf16>, memref<8x64x256xbf16>, memref<9xi32>, memref<?x64xbf16, strided<[128, 1]>>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xbf16>, %b: memref<8x64x256xf16>, %o: memref<9xi32>, %c: memref<?x64xbf16>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects a, b and c to share their element type, got 'bf16', 'f16' and 'bf16'}}
+  moegpu.grouped_gemm %a, %b, %o, %c : memref<?x256xbf16>, memref<8x64x256xf16>, memref<9xi32>, memref<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xbf16>, %b: memref<?x64x256xbf16>, %o: memref<9xi32>, %c: memref<?x64xbf16>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects b to have a static shape [E, N, K], got 'memref<?x64x256xbf16>'}}
+  moegpu.grouped_gemm %a, %b, %o, %c : memref<?x256xbf16>, memref<?x64x256xbf16>, memref<9xi32>, memref<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x128xbf16>, %b: memref<8x64x256xbf16>, %o: memref<9xi32>, %c: memref<?x64xbf16>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects a to have 256 columns (the K of b), got 'memref<?x128xbf16>'}}
+  moegpu.grouped_gemm %a, %b, %o, %c : memref<?x128xbf16>, memref<8x64x256xbf16>, memref<9xi32>, memref<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x100xbf16>, %b: memref<8x64x100xbf16>, %o: memref<9xi32>, %c: memref<?x64xbf16>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects K to be a multiple of 8 (16-byte TMA strides), got 100}}
+  moegpu.grouped_gemm %a, %b, %o, %c : memref<?x100xbf16>, memref<8x64x100xbf16>, memref<9xi32>, memref<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xbf16>, %b: memref<8x60x256xbf16>, %o: memref<9xi32>, %c: memref<?x60xbf16>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects N to be a multiple of 8, got 60}}
+  moegpu.grouped_gemm %a, %b, %o, %c : memref<?x256xbf16>, memref<8x60x256xbf16>, memref<9xi32>, memref<?x60xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xbf16>, %b: memref<8x64x256xbf16>, %o: memref<8xi32>, %c: memref<?x64xbf16>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects offsets to have 9 elements (experts + 1), got 'memref<8xi32>'}}
+  moegpu.grouped_gemm %a, %b, %o, %c : memref<?x256xbf16>, memref<8x64x256xbf16>, memref<8xi32>, memref<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xbf16>, %b: memref<8x72x256xbf16>, %o: memref<9xi32>, %c: memref<?x36xbf16>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects N to be a multiple of 16 with the swiglu epilogue (interleaved blocks of 8 gate and 8 up rows), got 72}}
+  moegpu.grouped_gemm %a, %b, %o, %c {epilogue = #moegpu.epilogue<swiglu>} : memref<?x256xbf16>, memref<8x72x256xbf16>, memref<9xi32>, memref<?x36xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xbf16>, %b: memref<8x64x256xbf16>, %o: memref<9xi32>, %c: memref<?x64xbf16>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects c to have 32 columns (N / 2 with swiglu), got 'memref<?x64xbf16>'}}
+  moegpu.grouped_gemm %a, %b, %o, %c {epilogue = #moegpu.epilogue<swiglu>} : memref<?x256xbf16>, memref<8x64x256xbf16>, memref<9xi32>, memref<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xbf16>, %b: memref<8x64x256xbf16>, %o: memref<9xi32>, %c: memref<?x32xbf16>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects c to have 64 columns (N), got 'memref<?x32xbf16>'}}
+  moegpu.grouped_gemm %a, %b, %o, %c : memref<?x256xbf16>, memref<8x64x256xbf16>, memref<9xi32>, memref<?x32xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<128x256xbf16>, %b: memref<8x64x256xbf16>, %o: memref<9xi32>, %c: memref<256x64xbf16>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects a and c to have the same rows, got 'memref<128x256xbf16>' and 'memref<256x64xbf16>'}}
+  moegpu.grouped_gemm %a, %b, %o, %c : memref<128x256xbf16>, memref<8x64x256xbf16>, memref<9xi32>, memref<256x64xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xbf16>, %b: memref<8x64x256xbf16>, %o: memref<9xi32>, %c: memref<?x64xbf16>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects a scale operand with the row_scale epilogue}}
+  moegpu.grouped_gemm %a, %b, %o, %c {epilogue = #moegpu.epilogue<row_scale>} : memref<?x256xbf16>, memref<8x64x256xbf16>, memref<9xi32>, memref<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xbf16>, %b: memref<8x64x256xbf16>, %o: memref<9xi32>, %c: memref<?x64xbf16>, %s: memref<?xf32>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects no scale operand without the row_scale epilogue}}
+  moegpu.grouped_gemm %a, %b, %o, %c scale %s : memref<?x256xbf16>, memref<8x64x256xbf16>, memref<9xi32>, memref<?x64xbf16>, memref<?xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xbf16>, %b: memref<8x64x256xbf16>, %o: memref<9xi32>, %c: memref<?x64xbf16>, %s: memref<?xbf16>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects scale to be a rank-1 memref of f32, got 'memref<?xbf16>'}}
+  moegpu.grouped_gemm %a, %b, %o, %c scale %s {epilogue = #moegpu.epilogue<row_scale>} : memref<?x256xbf16>, memref<8x64x256xbf16>, memref<9xi32>, memref<?x64xbf16>, memref<?xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xbf16>, %b: memref<8x64x256xbf16>, %o: memref<9xi32>, %c: memref<?x32xbf16>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects tile n to be a multiple of 16 with the swiglu epilogue, got 24}}
+  moegpu.grouped_gemm %a, %b, %o, %c {epilogue = #moegpu.epilogue<swiglu>, tile = #moegpu.tile<m = 128, n = 24, k = 64, stages = 4>} : memref<?x256xbf16>, memref<8x64x256xbf16>, memref<9xi32>, memref<?x32xbf16>
+  return
+}
+
+// -----
+
+func.func @f() {
+  // expected-error @+1 {{'moegpu.warp_roles' op expects 1 to 4 consumer warpgroups, got 5}}
+  moegpu.warp_roles consumers = 5, producer_regs = 40, consumer_regs = 64 producer {
+  %z = arith.constant 0 : index
+  } consumer {
+  ^bb0(%wg: index):
+  }
+  return
+}
+
+// -----
+
+func.func @f() {
+  // expected-error @+1 {{'moegpu.warp_roles' op expects producer_regs to be a multiple of 8 in [24, 256] (setmaxnreg), got 20}}
+  moegpu.warp_roles consumers = 2, producer_regs = 20, consumer_regs = 232 producer {
+  %z = arith.constant 0 : index
+  } consumer {
+  ^bb0(%wg: index):
+  }
+  return
+}
+
+// -----
+
+func.func @f() {
+  // expected-error @+1 {{'moegpu.warp_roles' op expects consumer_regs to be a multiple of 8 in [24, 256] (setmaxnreg), got 230}}
+  moegpu.warp_roles consumers = 2, producer_regs = 40, consumer_regs = 230 producer {
+  %z = arith.constant 0 : index
+  } consumer {
+  ^bb0(%wg: index):
+  }
+  return
+}
+
+// -----
+
+func.func @f() {
+  // expected-error @+1 {{'moegpu.warp_roles' op register budgets need 66560 registers, more than the 65536 of an SM}}
+  moegpu.warp_roles consumers = 2, producer_regs = 40, consumer_regs = 240 producer {
+  %z = arith.constant 0 : index
+  } consumer {
+  ^bb0(%wg: index):
+  }
+  return
+}
+
+// -----
+
+func.func @f() {
+  // expected-error @+1 {{'moegpu.warp_roles' op expects the producer region to take no arguments}}
+  moegpu.warp_roles consumers = 2, producer_regs = 40, consumer_regs = 232 producer {
+  ^bb0(%x: index):
+  } consumer {
+  ^bb0(%wg: index):
+  }
+  return
+}
+
+// -----
+
+func.func @f() {
+  // expected-error @+1 {{'moegpu.warp_roles' op expects the consumer region to take one index argument (the consumer warpgroup)}}
+  moegpu.warp_roles consumers = 2, producer_regs = 40, consumer_regs = 232 producer {
+  %z = arith.constant 0 : index
+  } consumer {
+  ^bb0(%x: i32):
+  }
+  return
+}
+
+// -----
+
+func.func @f(%o: memref<?xi32>) {
+  // expected-error @+1 {{'moegpu.tile_loop' op expects offsets to be a static memref of at least 2 i32, got 'memref<?xi32>'}}
+  moegpu.tile_loop %o : memref<?xi32> columns 64 tiles 128 x 64 on #moegpu.sm_range<first = 0, count = 4> {
+  ^bb0(%e: index, %r: index, %c: index, %s: index):
+  }
+  return
+}
+
+// -----
+
+func.func @f(%o: memref<9xi32>) {
+  // expected-error @+1 {{'moegpu.tile_loop' op expects positive columns and tile sizes}}
+  moegpu.tile_loop %o : memref<9xi32> columns 64 tiles 128 x 0 on #moegpu.sm_range<first = 0, count = 4> {
+  ^bb0(%e: index, %r: index, %c: index, %s: index):
+  }
+  return
+}
+
+// -----
+
+func.func @f(%o: memref<9xi32>) {
+  // expected-error @+1 {{'moegpu.tile_loop' op expects the body to take four index arguments (expert, row, column, ordinal)}}
+  moegpu.tile_loop %o : memref<9xi32> columns 64 tiles 128 x 64 on #moegpu.sm_range<first = 0, count = 4> {
+  ^bb0(%e: index, %r: index, %c: index):
+  }
+  return
+}
+
+// -----
+
+func.func @f(%p: !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 4>, bf16>, %i: index, %acc: vector<64xf32>) {
+  // expected-error @+1 {{'moegpu.mma' op expects a fragment of 32 f32 (a 64 x 64 tile over 128 threads), got 'vector<64xf32>'}}
+  %r = moegpu.mma %p[%i], %acc, warpgroup %i : !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 4>, bf16>, vector<64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%acc: vector<32xf32>, %c: memref<?x64xf32>, %i: index) {
+  // expected-error @+1 {{'moegpu.store_tile' op expects c to be a rank-2 memref of bf16 or f16, got 'memref<?x64xf32>'}}
+  moegpu.store_tile %acc, %c[%i, %i], warpgroup %i, row_end %i : vector<32xf32>, memref<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%acc: vector<30xf32>, %c: memref<?x64xbf16>, %i: index) {
+  // expected-error @+1 {{'moegpu.store_tile' op expects a fragment of a multiple of 4 f32, got 'vector<30xf32>'}}
+  moegpu.store_tile %acc, %c[%i, %i], warpgroup %i, row_end %i : vector<30xf32>, memref<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%acc: vector<12xf32>, %c: memref<?x64xbf16>, %i: index) {
+  // expected-error @+1 {{'moegpu.store_tile' op expects a fragment of a multiple of 8 f32 with the swiglu epilogue, got 'vector<12xf32>'}}
+  moegpu.store_tile %acc, %c[%i, %i], warpgroup %i, row_end %i {epilogue = #moegpu.epilogue<swiglu>} : vector<12xf32>, memref<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%acc: vector<32xf32>, %c: memref<?x64xbf16>, %i: index) {
+  // expected-error @+1 {{'moegpu.store_tile' op expects a scale operand with the row_scale epilogue}}
+  moegpu.store_tile %acc, %c[%i, %i], warpgroup %i, row_end %i {epilogue = #moegpu.epilogue<row_scale>} : vector<32xf32>, memref<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%acc: vector<32xf32>, %c: memref<?x64xbf16>, %i: index, %s: memref<?xf32>) {
+  // expected-error @+1 {{'moegpu.store_tile' op expects no scale operand without the row_scale epilogue}}
+  moegpu.store_tile %acc, %c[%i, %i], warpgroup %i, row_end %i scale %s : vector<32xf32>, memref<?x64xbf16>, memref<?xf32>
+  return
+}

@@ -1,0 +1,70 @@
+// RUN: moe-opt %s -split-input-file -moegpu-warp-specialize -verify-diagnostics | FileCheck %s
+
+// A grouped GEMM becomes a pipeline, a TMA producer and wgmma consumers
+// that walk the same persistent tile sequence.
+
+// CHECK-LABEL: func.func @down
+// CHECK-SAME: (%[[A:.*]]: memref<?x2048xbf16>, %[[B:.*]]: memref<256x7168x2048xbf16>, %[[O:.*]]: memref<257xi32>, %[[C:.*]]: memref<?x7168xbf16>, %[[S:.*]]: memref<?xf32>)
+// CHECK: %[[P:.*]] = moegpu.pipeline.create : <<m = 128, n = 128, k = 64, stages = 7>, bf16>
+// CHECK: moegpu.warp_roles consumers = 2, producer_regs = 40, consumer_regs = 232 producer {
+// CHECK:   moegpu.tile_loop %[[O]] : memref<257xi32> columns 7168 tiles 128 x 128 on <first = 0, count = 112> {
+// CHECK:   ^bb0(%[[E:.*]]: index, %[[ROW:.*]]: index, %[[COL:.*]]: index, %[[SEQ:.*]]: index):
+// CHECK:     %[[KB:.*]] = arith.constant 32 : index
+// CHECK:     %[[BASE:.*]] = arith.muli %[[SEQ]], %[[KB]]
+// CHECK:     %[[N:.*]] = arith.constant 7168 : index
+// CHECK:     %[[EN:.*]] = arith.muli %[[E]], %[[N]]
+// CHECK:     %[[BROW:.*]] = arith.addi %[[EN]], %[[COL]]
+// CHECK:     scf.for %[[KI:.*]] = %{{.*}} to %{{.*}} step
+// CHECK:       %[[IT:.*]] = arith.addi %[[BASE]], %[[KI]]
+// CHECK:       %[[K:.*]] = arith.muli %[[KI]], %{{.*}}
+// CHECK:       moegpu.produce %[[P]][%[[IT]]], %[[A]][%[[ROW]]], %[[B]][%[[BROW]]], k %[[K]]
+// CHECK: } consumer {
+// CHECK: ^bb0(%[[WG:.*]]: index):
+// CHECK:   moegpu.tile_loop %[[O]] : memref<257xi32> columns 7168 tiles 128 x 128 on <first = 0, count = 112> {
+// CHECK:   ^bb0(%[[E2:.*]]: index, %[[ROW2:.*]]: index, %[[COL2:.*]]: index, %[[SEQ2:.*]]: index):
+// CHECK:     %[[ACC:.*]] = scf.for {{.*}} iter_args(%[[X:.*]] = %{{.*}}) -> (vector<64xf32>)
+// CHECK:       moegpu.mma %[[P]][%{{.*}}], %[[X]], warpgroup %[[WG]]
+// CHECK:     %[[NEXT:.*]] = arith.addi %[[E2]], %{{.*}}
+// CHECK:     %[[END:.*]] = memref.load %[[O]][%[[NEXT]]]
+// CHECK:     %[[ENDI:.*]] = arith.index_cast %[[END]]
+// CHECK:     moegpu.store_tile %[[ACC]], %[[C]][%[[ROW2]], %[[COL2]]], warpgroup %[[WG]], row_end %[[ENDI]] scale %[[S]] {epilogue = #moegpu.epilogue<row_scale>}
+// CHECK-NOT: moegpu.grouped_gemm
+func.func @down(%a: memref<?x2048xbf16>, %b: memref<256x7168x2048xbf16>, %o: memref<257xi32>, %c: memref<?x7168xbf16>, %s: memref<?xf32>) {
+  moegpu.grouped_gemm %a, %b, %o, %c scale %s {epilogue = #moegpu.epilogue<row_scale>, tile = #moegpu.tile<m = 128, n = 128, k = 64, stages = 7>, sm_range = #moegpu.sm_range<first = 0, count = 112>} : memref<?x2048xbf16>, memref<256x7168x2048xbf16>, memref<257xi32>, memref<?x7168xbf16>, memref<?xf32>
+  return
+}
+
+// -----
+
+// One consumer warpgroup for a 64-row tile; its budget is capped at 232.
+// CHECK-LABEL: func.func @one_consumer
+// CHECK: moegpu.warp_roles consumers = 1, producer_regs = 40, consumer_regs = 232
+// CHECK: vector<128xf32>
+func.func @one_consumer(%a: memref<?x64xbf16>, %b: memref<2x256x64xbf16>, %o: memref<3xi32>, %c: memref<?x256xbf16>) {
+  moegpu.grouped_gemm %a, %b, %o, %c {tile = #moegpu.tile<m = 64, n = 256, k = 64, stages = 4>, sm_range = #moegpu.sm_range<first = 0, count = 8>} : memref<?x64xbf16>, memref<2x256x64xbf16>, memref<3xi32>, memref<?x256xbf16>
+  return
+}
+
+// -----
+
+func.func @no_tile(%a: memref<?x64xbf16>, %b: memref<4x64x64xbf16>, %o: memref<5xi32>, %c: memref<?x64xbf16>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op needs a tile and an sm_range to be warp specialized (run moe-select-tiles and moe-partition-sms first)}}
+  moegpu.grouped_gemm %a, %b, %o, %c : memref<?x64xbf16>, memref<4x64x64xbf16>, memref<5xi32>, memref<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @too_much_smem(%a: memref<?x64xbf16>, %b: memref<4x256x64xbf16>, %o: memref<5xi32>, %c: memref<?x256xbf16>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op tile needs 262144 bytes of shared memory, more than the 232448 a CTA may opt in to}}
+  moegpu.grouped_gemm %a, %b, %o, %c {tile = #moegpu.tile<m = 256, n = 256, k = 64, stages = 4>, sm_range = #moegpu.sm_range<first = 0, count = 8>} : memref<?x64xbf16>, memref<4x256x64xbf16>, memref<5xi32>, memref<?x256xbf16>
+  return
+}
+
+// -----
+
+func.func @too_few_registers(%a: memref<?x64xbf16>, %b: memref<4x256x64xbf16>, %o: memref<5xi32>, %c: memref<?x256xbf16>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op tile 256x256 leaves 112 registers per consumer thread, too few for 128 accumulators}}
+  moegpu.grouped_gemm %a, %b, %o, %c {tile = #moegpu.tile<m = 256, n = 256, k = 64, stages = 2>, sm_range = #moegpu.sm_range<first = 0, count = 8>} : memref<?x64xbf16>, memref<4x256x64xbf16>, memref<5xi32>, memref<?x256xbf16>
+  return
+}
