@@ -85,4 +85,44 @@ def ConvertMoeGpuToNVGPU : Pass<"convert-moegpu-to-nvgpu",
   ];
 }
 
+def ConvertMoeToMoeGpu : Pass<"convert-moe-to-moegpu", "::mlir::ModuleOp"> {
+  let summary = "Turn an MoE layer into the kernels and launch schedule of "
+                "the Hopper target";
+  let description = [{
+    Replaces the function holding the module's `moe.layer` with a
+    `gpu.module @moe_kernels` and a launch schedule:
+
+    | kernel | what | grid x block |
+    |---|---|---|
+    | `route` | router GEMV + scoring + group-limited top-k, one warp per token | T/4 x 128 |
+    | `dispatch_count` | per-expert histogram (atomics) | T*k/256 x 256 |
+    | `dispatch_scan` | aligned prefix sum: expert offsets and cursors | 1 x 1 |
+    | `dispatch_scatter` | row map, routing weight per row, row copy | T*k x 128 |
+    | `expert_up` | `moegpu.grouped_gemm`, SwiGLU epilogue | compute SMs |
+    | `expert_down` | `moegpu.grouped_gemm`, routing weight epilogue | compute SMs |
+    | `shared_up`, `shared_down` | the shared experts as one-group GEMMs | compute SMs |
+    | `combine` | sum of a token's rows (+ shared output) | T x 128 |
+
+    Gate and up weights become one `[E, 2F, H]` weight with blocks of 8
+    gate rows and 8 up rows interleaved (the runtime packs them), so one
+    GEMM serves both and the epilogue finds gate and up values in the same
+    thread. The module gets `moegpu.buffers` (every buffer: dtype, shape
+    with -1 for the token count and -2 for the dispatched-row capacity,
+    where its contents come from) and `moegpu.schedule` (memsets and
+    launches with their buffer arguments, in order).
+
+    Needs a bf16 or f16 layer; the Qwen2-MoE shared-expert gate is not
+    supported on this target yet (an error says so).
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect", "::mlir::gpu::GPUDialect",
+    "::mlir::LLVM::LLVMDialect", "::mlir::memref::MemRefDialect",
+    "::mlir::moegpu::MoeGpuDialect", "::mlir::scf::SCFDialect"
+  ];
+  let options = [
+    Option<"alignment", "alignment", "int64_t", /*default=*/"128",
+           "Rows each expert's segment is padded to (the GEMM's M block)">
+  ];
+}
+
 #endif // MOE_CONVERSION_PASSES_TD
