@@ -10,6 +10,8 @@
 #include "moe/Pipelines/Pipelines.h"
 #include "moe/Support/Routing.h"
 #include "moe/Target/Host.h"
+#include "moe/Target/Sm90.h"
+#include "moegpu/MoeGpuDialect.h"
 #include "moe/runtime/Bundle.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -21,6 +23,7 @@
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/Timing.h"
+#include "mlir/Target/LLVMIR/Dialect/All.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSwitch.h"
@@ -30,6 +33,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/SHA256.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/TargetParser/Host.h"
@@ -43,18 +47,49 @@ namespace rt = ::moe::rt;
 
 const char *const mlir::moe::kCompilerVersion = "moe-compiler 0.1.0";
 
+/// "SMS:COMM" -> (sms, comm).
+static std::optional<std::pair<int64_t, int64_t>>
+parseSmPartition(llvm::StringRef text) {
+  auto [smsText, commText] = text.split(':');
+  int64_t sms = 0, comm = 0;
+  if (smsText.getAsInteger(10, sms) || commText.getAsInteger(10, comm) ||
+      sms < 1 || sms > 1024 || comm < 0 || comm >= sms)
+    return std::nullopt;
+  return std::make_pair(sms, comm);
+}
+
+static int64_t alignmentFor(const CompileOptions &o) {
+  if (o.alignment)
+    return o.alignment;
+  return o.target == "sm_90a" ? 128 : 1;
+}
+
 std::string mlir::moe::validateOptions(const CompileOptions &o) {
-  if (o.target == "sm_90a")
-    return "--target=sm_90a: the Hopper target is not available in this "
-           "build yet; use --target=host";
-  if (o.target != "host")
+  if (o.target != "host" && o.target != "sm_90a")
     return "unknown --target '" + o.target + "' (expected host or sm_90a)";
-  if (o.emit != "mlir" && o.emit != "llvm" && o.emit != "bundle")
-    return "unknown --emit '" + o.emit + "' (expected mlir, llvm or bundle)";
+  if (o.target == "host" && o.emit != "mlir" && o.emit != "llvm" &&
+      o.emit != "bundle")
+    return "unknown --emit '" + o.emit +
+           "' for --target=host (expected mlir, llvm or bundle)";
+  if (o.target == "sm_90a" && o.emit != "mlir" && o.emit != "ptx" &&
+      o.emit != "cubin" && o.emit != "bundle")
+    return "unknown --emit '" + o.emit +
+           "' for --target=sm_90a (expected mlir, ptx, cubin or bundle)";
+  if (o.target == "sm_90a" && o.alignment && o.alignment % 128 != 0)
+    return "--alignment must be a multiple of 128 (the grouped GEMM's M "
+           "block) for --target=sm_90a, got " +
+           std::to_string(o.alignment);
+  if (o.target == "host" && (!o.smPartition.empty() || o.report))
+    return std::string(o.report ? "--report" : "--sm-partition") +
+           " needs --target=sm_90a";
+  if (!o.smPartition.empty() && !parseSmPartition(o.smPartition))
+    return "--sm-partition must be SMS:COMM with 0 <= COMM < SMS <= 1024, "
+           "got '" +
+           o.smPartition + "'";
   if (o.maxTokens < 1 || o.maxTokens > std::numeric_limits<int32_t>::max())
     return "--max-tokens must be in [1, 2147483647], got " +
            std::to_string(o.maxTokens);
-  if (!isPowerOfTwo(o.alignment) || o.alignment > (1 << 16))
+  if (o.alignment && (!isPowerOfTwo(o.alignment) || o.alignment > (1 << 16)))
     return "--alignment must be a power of two <= 65536, got " +
            std::to_string(o.alignment);
   if (!o.weightNames.empty() && !parseWeightNaming(o.weightNames))
@@ -105,7 +140,7 @@ static rt::Manifest buildManifest(LayerConfigAttr config, WeightNaming naming,
   l.sharedFfn = config.getSharedFfn();
   l.sharedGate = config.getSharedGate();
   llvm::raw_string_ostream(l.dtype) << config.getDtype();
-  l.alignment = o.alignment;
+  l.alignment = alignmentFor(o);
   for (const EntryArgument &arg : args) {
     rt::DType dt = *toDType(arg.type.getElementType());
     switch (arg.kind) {
@@ -136,6 +171,77 @@ static void setText(CompileResult &result, llvm::StringRef text) {
   result.output.assign(text.begin(), text.end());
 }
 
+/// The report table of --report.
+static std::string formatReport(const std::vector<Sm90KernelReport> &kernels) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << llvm::formatv("{0,-17} {1,-16} {2,6} {3,8} {4,7} {5,5} {6,-20} {7}\n",
+                      "kernel", "grid", "block", "smem", "static", "regs",
+                      "tile", "spills (st/ld)");
+  for (const Sm90KernelReport &k : kernels) {
+    auto num = [](int64_t v) { return v < 0 ? std::string("?") : std::to_string(v); };
+    os << llvm::formatv("{0,-17} {1,-16} {2,6} {3,8} {4,7} {5,5} {6,-20} {7}/{8}\n",
+                        k.name, k.grid, k.block, k.sharedMemory,
+                        num(k.staticSharedMemory), num(k.registers),
+                        k.tile.empty() ? "-" : k.tile, num(k.spillStores),
+                        num(k.spillLoads));
+  }
+  os << "cluster 1x1x1 for every kernel; smem is dynamic shared memory in "
+        "bytes\n";
+  return text;
+}
+
+static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
+                                     WeightNaming naming,
+                                     const CompileOptions &options,
+                                     TimingScope &timing,
+                                     CompileResult &result) {
+  if (!options.smPartition.empty()) {
+    auto [sms, comm] = *parseSmPartition(options.smPartition);
+    layer.setPartitionAttr(SmPartitionAttr::get(module.getContext(), sms, comm));
+  }
+  // The parameters and tensors the runtime binds, as for the host target.
+  std::vector<EntryArgument> arguments;
+  OwningOpRef<ModuleOp> entry =
+      buildHostEntry(layer, alignmentFor(options), arguments);
+  LayerConfigAttr config = layer.getConfig();
+
+  Sm90Options sm90;
+  sm90.alignment = alignmentFor(options);
+  sm90.maxTokens = options.maxTokens;
+  sm90.cubin = options.emit != "ptx" || options.report;
+  sm90.ptxas = options.ptxas;
+  std::optional<Sm90Result> compiled =
+      compileSm90(module, sm90, timing, result.error);
+  if (!compiled) {
+    if (!result.diagnostics.empty())
+      result.error.clear();
+    return result;
+  }
+  if (options.report)
+    result.report = formatReport(compiled->kernels);
+  if (options.emit == "ptx") {
+    setText(result, compiled->ptx);
+    return result;
+  }
+  if (options.emit == "cubin") {
+    result.output = std::move(compiled->cubin);
+    return result;
+  }
+  rt::Bundle bundle;
+  bundle.manifest = buildManifest(config, naming, arguments, options);
+  bundle.manifest.target = "sm_90a";
+  bundle.manifest.entry = "";
+  bundle.manifest.schedule.clear();
+  for (const rt::GpuStep &step : compiled->program.steps)
+    if (step.op == "launch")
+      bundle.manifest.schedule.push_back(step.kernel);
+  bundle.manifest.gpu = std::move(compiled->program);
+  bundle.blobs.push_back(std::move(compiled->cubin));
+  result.output = rt::serializeBundle(bundle);
+  return result;
+}
+
 CompileResult mlir::moe::compile(const std::string &input,
                                  const std::string &inputName, InputKind kind,
                                  const CompileOptions &options) {
@@ -147,7 +253,8 @@ CompileResult mlir::moe::compile(const std::string &input,
   DialectRegistry registry;
   registerAllDialects(registry);
   registerAllExtensions(registry);
-  registry.insert<MoeDialect>();
+  registry.insert<MoeDialect, moegpu::MoeGpuDialect>();
+  registerAllToLLVMIRTranslations(registry);
   MLIRContext context(registry);
   context.loadAllAvailableDialects();
 
@@ -172,7 +279,11 @@ CompileResult mlir::moe::compile(const std::string &input,
     if (kind == InputKind::HFConfig) {
       std::optional<ImportedConfig> imported = importHFConfig(
           input, inputName, &context,
-          dtype ? dtype : Float32Type::get(&context), result.error);
+          dtype ? dtype
+                : options.target == "sm_90a"
+                      ? Type(BFloat16Type::get(&context))
+                      : Type(Float32Type::get(&context)),
+          result.error);
       if (!imported)
         return result;
       if (!naming)
@@ -222,9 +333,13 @@ CompileResult mlir::moe::compile(const std::string &input,
     return result;
   }
 
+  if (options.target == "sm_90a")
+    return compileForSm90(*module, layer, naming.value_or(WeightNaming::DeepSeek),
+                          options, rootTiming, result);
+
   std::vector<EntryArgument> arguments;
   OwningOpRef<ModuleOp> entry =
-      buildHostEntry(layer, options.alignment, arguments);
+      buildHostEntry(layer, alignmentFor(options), arguments);
   {
     PassManager pm(&context);
     if (options.passManagerCLOptions && failed(applyPassManagerCLOptions(pm))) {
@@ -234,7 +349,7 @@ CompileResult mlir::moe::compile(const std::string &input,
     TimingScope pipelineTiming = rootTiming.nest("Host pipeline");
     pm.enableTiming(pipelineTiming);
     HostPipelineOptions pipelineOptions;
-    pipelineOptions.alignment = options.alignment;
+    pipelineOptions.alignment = alignmentFor(options);
     buildHostPipeline(pm, pipelineOptions);
     if (failed(pm.run(*entry))) {
       if (result.diagnostics.empty())
@@ -330,7 +445,8 @@ std::string mlir::moe::cacheKey(const std::string &input, InputKind kind,
   field("emit", o.emit);
   field("dtype", o.dtype);
   field("max-tokens", std::to_string(o.maxTokens));
-  field("alignment", std::to_string(o.alignment));
+  field("alignment", std::to_string(alignmentFor(o)));
+  field("sm-partition", o.smPartition);
   field("weight-names", o.weightNames);
   field("mcpu", cpu);
   return llvm::toHex(hash.final(), /*LowerCase=*/true);

@@ -14,11 +14,11 @@
 #include "mlir/Dialect/Bufferization/Transforms/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/GPU/Transforms/Passes.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Dialect/Linalg/Passes.h"
 #include "mlir/Dialect/MemRef/Transforms/Passes.h"
 #include "mlir/Pass/PassRegistry.h"
-#include "llvm/Support/FormatVariadic.h"
 #include "mlir/Transforms/Passes.h"
 
 using namespace mlir;
@@ -86,21 +86,34 @@ void moe::buildMoeGpuKernelPipeline(OpPassManager &pm,
 void moe::buildSm90Pipeline(OpPassManager &pm,
                             const Sm90PipelineOptions &options) {
   buildMoeGpuKernelPipeline(pm, options);
-  std::string toolkit = options.toolkit;
-  if (toolkit.empty())
-    toolkit = MOE_CUDA_TOOLKIT_ROOT;
+  buildSm90BinaryPipeline(pm, options);
+}
+
+void moe::buildSm90BinaryPipeline(OpPassManager &pm,
+                                  const Sm90PipelineOptions &options) {
   // The upstream path checked in shared/TOOLCHAIN.md; scf must be lowered
   // inside the kernels before translation.
-  std::string tail = llvm::formatv(
-      "nvvm-attach-target{{chip=sm_90a features=+ptx80 O=3},"
-      "convert-nvgpu-to-nvvm,convert-scf-to-cf,expand-strided-metadata,"
-      "lower-affine,gpu.module(convert-gpu-to-nvvm),convert-nvvm-to-llvm,"
-      "convert-index-to-llvm,convert-arith-to-llvm,convert-cf-to-llvm,"
-      "reconcile-unrealized-casts,"
-      "gpu-module-to-binary{{format={0} toolkit={1}}",
-      std::string(options.format), toolkit);
-  if (failed(parsePassPipeline(tail, pm)))
-    llvm::report_fatal_error("moe-sm90-pipeline: bad upstream pipeline");
+  GpuNVVMAttachTargetOptions target;
+  target.chip = "sm_90a";
+  target.features = "+ptx80";
+  target.optLevel = 3;
+  pm.addPass(createGpuNVVMAttachTarget(target));
+  pm.addPass(createConvertNVGPUToNVVMPass());
+  pm.addPass(createSCFToControlFlowPass());
+  pm.addPass(memref::createExpandStridedMetadataPass());
+  pm.addPass(createLowerAffinePass());
+  pm.addNestedPass<gpu::GPUModuleOp>(createConvertGpuOpsToNVVMOps());
+  pm.addPass(createConvertNVVMToLLVMPass());
+  pm.addPass(createConvertIndexToLLVMPass());
+  pm.addPass(createArithToLLVMConversionPass());
+  pm.addPass(createConvertControlFlowToLLVMPass());
+  pm.addPass(createReconcileUnrealizedCastsPass());
+  GpuModuleToBinaryPassOptions binary;
+  binary.compilationTarget = options.format;
+  binary.toolkitPath = options.toolkit.empty()
+                           ? std::string(MOE_CUDA_TOOLKIT_ROOT)
+                           : std::string(options.toolkit);
+  pm.addPass(createGpuModuleToBinaryPass(binary));
 }
 
 void moe::registerPipelines() {

@@ -67,6 +67,36 @@ std::string serializeManifest(const Manifest &m) {
                {"max_tokens", m.maxTokens}, {"layer", layer},
                {"inputs", inputs},          {"parameters", params},
                {"outputs", outputs},        {"schedule", m.schedule}};
+  if (m.target == "sm_90a") {
+    json buffers = json::array(), steps = json::array();
+    for (const GpuBuffer &b : m.gpu.buffers)
+      buffers.push_back({{"name", b.name},
+                         {"dtype", mlirName(b.dtype)},
+                         {"shape", b.shape},
+                         {"source", b.source}});
+    for (const GpuStep &st : m.gpu.steps) {
+      json maps = json::array();
+      for (const GpuTensorMap &t : st.tensorMaps)
+        maps.push_back({{"arg", t.arg},
+                        {"source", t.source},
+                        {"view", t.view},
+                        {"box", t.box},
+                        {"swizzle", t.swizzle}});
+      steps.push_back({{"op", st.op},
+                       {"buffer", st.buffer},
+                       {"kernel", st.kernel},
+                       {"args", st.args},
+                       {"grid", st.gridKind},
+                       {"per_block", st.perBlock},
+                       {"grid_size", st.gridSize},
+                       {"block", st.block},
+                       {"smem", st.sharedMemory},
+                       {"tensor_maps", maps}});
+    }
+    root["gpu"] = {{"row_capacity", m.gpu.rowCapacity},
+                   {"buffers", buffers},
+                   {"steps", steps}};
+  }
   return root.dump(2);
 }
 
@@ -173,6 +203,70 @@ struct Reader {
 };
 } // namespace
 
+/// Reads the "gpu" object of an sm_90a manifest.
+static void readGpuProgram(Reader &r, const json &root, GpuProgram &program) {
+  const json *gpu = r.field(root, "gpu", "the manifest");
+  if (!gpu)
+    return;
+  const char *w = "the gpu program";
+  program.rowCapacity = r.integer(*gpu, "row_capacity", w);
+  auto ints = [&](const json &o, const char *key, const char *where) {
+    std::vector<int64_t> out;
+    const json *v = r.array(o, key, where);
+    if (!v)
+      return out;
+    for (const json &d : *v) {
+      if (!d.is_number_integer()) {
+        r.error = std::string("expected integers in '") + key + "' of " + where;
+        return out;
+      }
+      out.push_back(d.get<int64_t>());
+    }
+    return out;
+  };
+  if (const json *buffers = r.array(*gpu, "buffers", w))
+    for (const json &item : *buffers) {
+      GpuBuffer b;
+      b.name = r.str(item, "name", "a gpu buffer");
+      b.dtype = r.dtype(item, "a gpu buffer");
+      b.shape = ints(item, "shape", "a gpu buffer");
+      b.source = r.str(item, "source", "a gpu buffer");
+      program.buffers.push_back(std::move(b));
+    }
+  if (const json *steps = r.array(*gpu, "steps", w))
+    for (const json &item : *steps) {
+      const char *sw = "a gpu step";
+      GpuStep st;
+      st.op = r.str(item, "op", sw);
+      st.buffer = r.str(item, "buffer", sw);
+      st.kernel = r.str(item, "kernel", sw);
+      if (const json *args = r.array(item, "args", sw))
+        for (const json &a : *args) {
+          if (!a.is_string()) {
+            r.error = "expected buffer names in the args of a gpu step";
+            break;
+          }
+          st.args.push_back(a.get<std::string>());
+        }
+      st.gridKind = r.str(item, "grid", sw);
+      st.perBlock = r.integer(item, "per_block", sw);
+      st.gridSize = r.integer(item, "grid_size", sw);
+      st.block = r.integer(item, "block", sw);
+      st.sharedMemory = r.integer(item, "smem", sw);
+      if (const json *maps = r.array(item, "tensor_maps", sw))
+        for (const json &m : *maps) {
+          GpuTensorMap t;
+          t.arg = r.integer(m, "arg", "a tensor map");
+          t.source = r.integer(m, "source", "a tensor map");
+          t.view = ints(m, "view", "a tensor map");
+          t.box = ints(m, "box", "a tensor map");
+          t.swizzle = r.integer(m, "swizzle", "a tensor map");
+          st.tensorMaps.push_back(std::move(t));
+        }
+      program.steps.push_back(std::move(st));
+    }
+}
+
 Expected<Manifest> parseManifest(const std::string &text) {
   json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded())
@@ -239,6 +333,8 @@ Expected<Manifest> parseManifest(const std::string &text) {
       }
       m.schedule.push_back(step.get<std::string>());
     }
+  if (m.target == "sm_90a" && r.error.empty())
+    readGpuProgram(r, root, m.gpu);
   if (!r.error.empty())
     return Expected<Manifest>::error("invalid manifest: " + r.error);
   return m;

@@ -44,7 +44,9 @@ static cl::opt<std::string>
 static cl::opt<std::string>
     emit("emit",
          cl::desc("Output: mlir (the verified moe-level module, as parsed or "
-                  "imported), llvm (optimized LLVM IR) or bundle"),
+                  "imported), llvm (host: optimized LLVM IR), ptx (sm_90a: "
+                  "one PTX module with every kernel), cubin (sm_90a) or "
+                  "bundle"),
          cl::init("bundle"), cl::cat(category));
 static cl::opt<std::string> outputFile("o", cl::desc("Output file"),
                                        cl::value_desc("path"), cl::init("-"),
@@ -57,8 +59,8 @@ static cl::opt<int64_t>
     alignment("alignment",
               cl::desc("Row alignment of each expert's segment of the "
                        "dispatched buffer (power of two; default 1 on the "
-                       "host)"),
-              cl::init(1), cl::cat(category));
+                       "host, 128 on sm_90a)"),
+              cl::init(0), cl::cat(category));
 static cl::opt<std::string>
     weightNames("weight-names",
                 cl::desc("Checkpoint naming of the weights: deepseek, "
@@ -70,6 +72,21 @@ static cl::opt<std::string>
          cl::desc("Host CPU to generate code for: empty for the target's "
                   "generic CPU, 'native' for this machine"),
          cl::init(""), cl::cat(category));
+static cl::opt<std::string>
+    smPartition("sm-partition",
+                cl::desc("sm_90a: SMS:COMM, the SMs of the GPU and those left "
+                         "to communication (default: the layer's partition, "
+                         "else 132:0)"),
+                cl::init(""), cl::cat(category));
+static cl::opt<bool>
+    report("report",
+           cl::desc("sm_90a: print each kernel's grid, block, shared memory, "
+                    "registers, spills and tile (from ptxas -v) to stderr"),
+           cl::init(false), cl::cat(category));
+static cl::opt<std::string>
+    ptxas("ptxas", cl::desc("sm_90a: the ptxas to make cubins with (default: "
+                            "$MOE_PTXAS, the configured CUDA toolkit, PATH)"),
+          cl::init(""), cl::cat(category));
 static cl::opt<bool> timing("timing", cl::desc("Print a timing report"),
                             cl::init(false), cl::cat(category));
 static cl::opt<bool> noCache("no-cache",
@@ -101,11 +118,14 @@ int main(int argc, char **argv) {
   options.weightNames = weightNames;
   options.mcpu = mcpu;
   options.timing = timing;
+  options.smPartition = smPartition;
+  options.report = report;
+  options.ptxas = ptxas;
   options.passManagerCLOptions = true;
   if (std::string error = validateOptions(options); !error.empty())
     return fail(error);
-  if (emit == "bundle" && outputFile == "-")
-    return fail("--emit=bundle needs an output file (-o PATH)");
+  if ((emit == "bundle" || emit == "cubin") && outputFile == "-")
+    return fail("--emit=" + emit + " needs an output file (-o PATH)");
 
   InputKind kind = hfConfig.empty() ? InputKind::Mlir : InputKind::HFConfig;
   std::string inputName = hfConfig.empty() ? inputFile : hfConfig;
@@ -125,6 +145,7 @@ int main(int argc, char **argv) {
     return 1;
   if (!result.warning.empty())
     llvm::errs() << "moe-compile: warning: " << result.warning << "\n";
+  llvm::errs() << result.report;
   std::vector<uint8_t> output = std::move(result.output);
 
   std::string error;

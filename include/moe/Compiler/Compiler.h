@@ -22,10 +22,20 @@ enum class InputKind { Mlir, HFConfig };
 
 struct CompileOptions {
   std::string target = "host"; // host | sm_90a
-  std::string emit = "bundle"; // mlir | llvm | bundle
+  /// host: mlir | llvm | bundle; sm_90a: mlir | ptx | cubin | bundle.
+  std::string emit = "bundle";
   std::string dtype;           // f32 | bf16 | f16; "" for the default
   int64_t maxTokens = 4096;
-  int64_t alignment = 1;
+  /// Rows each expert's segment is padded to; 0 for the target's default
+  /// (1 on the host, 128 on sm_90a).
+  int64_t alignment = 0;
+  /// sm_90a: "SMS:COMM" overriding the layer's partition; "" keeps it
+  /// (132:0 when the layer has none).
+  std::string smPartition;
+  /// sm_90a: per-kernel resource report (ptxas -v) in CompileResult.
+  bool report = false;
+  /// sm_90a: the ptxas to run; "" finds one.
+  std::string ptxas;
   std::string weightNames; // deepseek | mixtral | qwen; "" for the default
   std::string mcpu;        // "" (generic), "native" or a CPU name
   bool timing = false;     // print MLIR's timing report to stderr
@@ -41,6 +51,8 @@ struct CompileResult {
   std::string error;
   /// Diagnostics with source locations (file:line:col: error: ...), if any.
   std::string diagnostics;
+  /// The --report table, or "".
+  std::string report;
   /// A problem that did not stop the compile (the cache could not be
   /// written), or "".
   std::string warning;

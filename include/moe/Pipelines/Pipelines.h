@@ -80,6 +80,11 @@ void buildMoeGpuKernelPipeline(OpPassManager &pm,
 /// NVPTX backend.
 void buildSm90Pipeline(OpPassManager &pm, const Sm90PipelineOptions &options);
 
+/// The second half of buildSm90Pipeline: kernels in gpu/nvgpu/nvvm ->
+/// gpu.binary.
+void buildSm90BinaryPipeline(OpPassManager &pm,
+                             const Sm90PipelineOptions &options);
+
 /// Registers every pipeline with the global registry (for moe-opt).
 void registerPipelines();
 

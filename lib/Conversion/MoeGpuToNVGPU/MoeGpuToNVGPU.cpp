@@ -535,14 +535,14 @@ LogicalResult KernelLowering::run() {
     func->setAttr(NVVM::NVVMDialect::getMaxntidAttrName(),
                   attrs.getDenseI32ArrayAttr(
                       {static_cast<int32_t>(blockThreads), 1, 1}));
-  func->setAttr("moegpu.launch",
-                attrs.getDictionaryAttr({
-                    attrs.getNamedAttr("grid", attrs.getI64IntegerAttr(gridSize)),
-                    attrs.getNamedAttr("block",
-                                       attrs.getI64IntegerAttr(blockThreads)),
-                    attrs.getNamedAttr("smem", attrs.getI64IntegerAttr(
-                                                   sharedMemoryBytes)),
-                }));
+  SmallVector<NamedAttribute> launch{
+      attrs.getNamedAttr("grid", attrs.getI64IntegerAttr(gridSize)),
+      attrs.getNamedAttr("block", attrs.getI64IntegerAttr(blockThreads)),
+      attrs.getNamedAttr("smem", attrs.getI64IntegerAttr(sharedMemoryBytes))};
+  if (!pipelines.empty())
+    launch.push_back(
+        attrs.getNamedAttr("tile", pipelines.begin()->second.tile));
+  func->setAttr("moegpu.launch", attrs.getDictionaryAttr(launch));
   func->setAttr("moegpu.tensor_maps", attrs.getArrayAttr(tensorMapRecords));
   return success();
 }

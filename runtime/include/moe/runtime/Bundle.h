@@ -68,6 +68,46 @@ struct LayerSpec {
   int64_t alignment = 1;
 };
 
+/// A device buffer of an sm_90a program. Shape sizes: -1 is the token
+/// count, -2 the dispatched-row capacity (`GpuProgram::rowCapacity`).
+struct GpuBuffer {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  /// input | output | scratch | param:<role> | pack:<gate role>,<up role>
+  /// (gate and up rows interleaved in blocks of 8 along dim -2).
+  std::string source;
+};
+
+/// A TMA descriptor the runtime encodes for a kernel argument.
+struct GpuTensorMap {
+  int64_t arg = 0;    // kernel parameter (a pointer to the 128-byte map)
+  int64_t source = 0; // kernel argument whose buffer the map describes
+  std::vector<int64_t> view; // [rows, cols]; rows -1: from the buffer
+  std::vector<int64_t> box;  // [box rows, box cols]
+  int64_t swizzle = 128;
+};
+
+/// One step of an sm_90a schedule.
+struct GpuStep {
+  std::string op;     // launch | memset
+  std::string buffer; // memset: the buffer zeroed
+  std::string kernel; // launch: the kernel
+  std::vector<std::string> args; // launch: the buffers of its memref args
+  /// Grid: tokens (ceil(T / perBlock)), assignments (ceil(T * k /
+  /// perBlock)), one, or persistent (`gridSize` CTAs).
+  std::string gridKind;
+  int64_t perBlock = 0, gridSize = 0;
+  int64_t block = 0, sharedMemory = 0;
+  std::vector<GpuTensorMap> tensorMaps;
+};
+
+struct GpuProgram {
+  int64_t rowCapacity = 0;
+  std::vector<GpuBuffer> buffers;
+  std::vector<GpuStep> steps;
+};
+
 struct Manifest {
   std::string target;   // "host" (shared object) or "sm_90a"
   std::string compiler; // version string of the writer
@@ -80,6 +120,8 @@ struct Manifest {
   std::vector<TensorSpec> outputs;
   /// The launch sequence; for the host target one call of `entry`.
   std::vector<std::string> schedule;
+  /// sm_90a: buffers and steps; blob 0 is the cubin holding every kernel.
+  GpuProgram gpu;
 };
 
 std::string serializeManifest(const Manifest &manifest);
