@@ -257,6 +257,8 @@ CompileResult mlir::moe::compile(const std::string &input,
   registerAllToLLVMIRTranslations(registry);
   MLIRContext context(registry);
   context.loadAllAvailableDialects();
+  // One line per problem: the op is named by the diagnostic's location.
+  context.printOpOnDiagnostic(false);
 
   DefaultTimingManager timingManager;
   timingManager.setEnabled(options.timing);

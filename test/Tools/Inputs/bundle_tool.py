@@ -40,6 +40,11 @@ def main():
         body = data[:-8]
         body[8:12] = struct.pack("<I", int(rest[0]))
         data = reseal(bytes(body))
+    elif cmd == "dump":
+        manifest_size, blob_count = struct.unpack("<QQ", data[16:32])
+        start = 32 + 8 * blob_count
+        sys.stdout.write(json.dumps(json.loads(data[start : start + manifest_size]), indent=1) + "\n")
+        return
     elif cmd == "manifest":
         key, value = rest
         manifest_size, blob_count = struct.unpack("<QQ", data[16:32])
