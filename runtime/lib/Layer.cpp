@@ -5,9 +5,10 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/runtime/Layer.h"
-#include "moe/runtime/CudaDriver.h"
+#include "moe/runtime/CudaBackend.h"
 
 #include <cmath>
+#include <map>
 #include <cstdio>
 #include <cstring>
 
@@ -60,6 +61,67 @@ static bool isFloatType(DType d) {
   return d == DType::F32 || d == DType::BF16 || d == DType::F16;
 }
 
+/// Checks an sm_90a program refers only to what it declares.
+static Status validateGpuProgram(const Manifest &m) {
+  auto fail = [](const std::string &what) {
+    return Status::failure("invalid manifest: " + what);
+  };
+  const GpuProgram &g = m.gpu;
+  if (g.rowCapacity < 0)
+    return fail("row_capacity must not be negative");
+  std::map<std::string, const GpuBuffer *> buffers;
+  for (const GpuBuffer &b : g.buffers) {
+    if (b.name.empty() || !buffers.emplace(b.name, &b).second)
+      return fail("gpu buffer names must be unique and non-empty ('" +
+                  b.name + "')");
+    for (int64_t d : b.shape)
+      if (d < -2 || d == 0)
+        return fail("gpu buffer '" + b.name + "' has an invalid shape " +
+                    formatShape(b.shape));
+  }
+  for (const char *name : {"x", "y", "topk_ids", "topk_weights"})
+    if (!g.steps.empty() && !buffers.count(name))
+      return fail(std::string("the gpu program has no buffer '") + name + "'");
+  for (const GpuStep &st : g.steps) {
+    if (st.op == "memset") {
+      if (!buffers.count(st.buffer))
+        return fail("memset of unknown gpu buffer '" + st.buffer + "'");
+      continue;
+    }
+    if (st.op != "launch")
+      return fail("unknown gpu step '" + st.op + "'");
+    for (const std::string &a : st.args)
+      if (!buffers.count(a))
+        return fail("kernel '" + st.kernel + "' takes unknown buffer '" + a +
+                    "'");
+    if (st.gridKind != "tokens" && st.gridKind != "assignments" &&
+        st.gridKind != "one" && st.gridKind != "persistent")
+      return fail("kernel '" + st.kernel + "' has unknown grid '" +
+                  st.gridKind + "'");
+    if ((st.gridKind == "tokens" || st.gridKind == "assignments") &&
+        st.perBlock < 1)
+      return fail("kernel '" + st.kernel + "' has per_block < 1");
+    if (st.gridKind == "persistent" && (st.gridSize < 1 || st.gridSize > 1024))
+      return fail("kernel '" + st.kernel + "' has grid_size outside [1, 1024]");
+    if (st.block < 1 || st.block > 1024 || st.sharedMemory < 0 ||
+        st.sharedMemory > 232448)
+      return fail("kernel '" + st.kernel + "' has a block or shared memory "
+                  "size the GPU cannot launch");
+    for (const GpuTensorMap &t : st.tensorMaps) {
+      int64_t args = static_cast<int64_t>(st.args.size());
+      if (t.source < 0 || t.source >= args || t.arg < args ||
+          t.view.size() != 2 || t.box.size() != 2 || t.view[1] < 1 ||
+          t.box[0] < 1 || t.box[0] > 256 || t.box[1] < 1 || t.box[1] > 256)
+        return fail("kernel '" + st.kernel + "' has an invalid tensor map");
+      const GpuBuffer *b = buffers[st.args[t.source]];
+      if (b->dtype != DType::BF16 && b->dtype != DType::F16)
+        return fail("kernel '" + st.kernel + "' has a tensor map over '" +
+                    b->name + "', which is not bf16 or f16");
+    }
+  }
+  return Status::success();
+}
+
 Status validateManifest(const Manifest &m) {
   auto fail = [](const std::string &what) {
     return Status::failure("invalid manifest: " + what);
@@ -69,8 +131,11 @@ Status validateManifest(const Manifest &m) {
     return fail("layer sizes must be positive");
   if (m.maxTokens <= 0)
     return fail("max_tokens must be positive");
-  if (m.entry.empty())
+  if (m.target == "host" && m.entry.empty())
     return fail("no entry point");
+  if (m.target == "sm_90a")
+    if (Status s = validateGpuProgram(m); !s.ok())
+      return s;
   if (m.inputs.size() != 1 || m.inputs[0].name != "x" ||
       m.inputs[0].shape != std::vector<int64_t>{-1, l.hidden} ||
       !isFloatType(m.inputs[0].dtype))
@@ -129,13 +194,6 @@ Expected<std::unique_ptr<Layer>> Layer::fromBundle(Bundle bundle,
       return Result::error("the bundle was compiled for target '" + target +
                            "'; the cuda device runs bundles compiled with "
                            "--target=sm_90a");
-    Expected<CudaDeviceInfo> gpu = probeCudaDevice();
-    if (!gpu)
-      return Result::error(gpu.message());
-    return Result::error("found " + gpu->name + " (sm_" +
-                         std::to_string(gpu->computeMajor) +
-                         std::to_string(gpu->computeMinor) +
-                         "), but this runtime has no CUDA backend yet");
   } else {
     return Result::error("unknown device '" + device +
                          "' (expected host or cuda)");
@@ -148,7 +206,8 @@ Expected<std::unique_ptr<Layer>> Layer::fromBundle(Bundle bundle,
       !s.ok())
     return Result::error(s.error);
   std::unique_ptr<Layer> layer(new Layer());
-  Expected<std::unique_ptr<Backend>> backend = createHostBackend(bundle);
+  Expected<std::unique_ptr<Backend>> backend =
+      device == "cuda" ? createCudaBackend(bundle) : createHostBackend(bundle);
   if (!backend)
     return Result::error(backend.message());
   layer->backend = std::move(*backend);
@@ -202,6 +261,7 @@ Status Layer::loadWeights(const SafetensorsFile &file,
     }
   }
   weightsBound = true;
+  backend->invalidateParameters();
   return Status::success();
 }
 
@@ -219,6 +279,7 @@ void Layer::randomWeights(uint64_t seed) {
                       rng.uniform(-bound, bound));
   }
   weightsBound = true;
+  backend->invalidateParameters();
 }
 
 std::map<std::string, Tensor> Layer::namedParameters() const {

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/runtime/Bundle.h"
+#include "moe/runtime/CudaBackend.h"
 #include "moe/runtime/Layer.h"
 #include "moe/runtime/Safetensors.h"
 #include "moe_runtime.h"
@@ -160,3 +161,91 @@ TEST(RuntimeTest, RandomIsDeterministicAndInRange) {
 }
 
 } // namespace
+
+// The packed gate/up weight, checked element by element against the
+// layout the SwiGLU epilogue reads: within each block of 16 rows, 8 gate
+// rows then the 8 up rows of the same FFN columns.
+TEST(RuntimeTest, GateUpPacking) {
+  const int64_t experts = 3, ffn = 24, hidden = 5;
+  Tensor gate = Tensor::zeros(DType::F32, {experts, ffn, hidden});
+  Tensor up = Tensor::zeros(DType::F32, {experts, ffn, hidden});
+  for (int64_t i = 0; i < gate.numElements(); ++i) {
+    gate.as<float>()[i] = static_cast<float>(i);
+    up.as<float>()[i] = static_cast<float>(-1 - i);
+  }
+  std::vector<uint8_t> packed = packGateUp(gate, up);
+  ASSERT_EQ(packed.size(), 2 * gate.data.size());
+  const auto *p = reinterpret_cast<const float *>(packed.data());
+  for (int64_t e = 0; e < experts; ++e)
+    for (int64_t row = 0; row < 2 * ffn; ++row)
+      for (int64_t h = 0; h < hidden; ++h) {
+        bool isUp = (row % 16) >= 8;
+        int64_t f = (row / 16) * 8 + row % 8;
+        float expected = (isUp ? up : gate).as<float>()[(e * ffn + f) * hidden + h];
+        ASSERT_EQ(p[(e * 2 * ffn + row) * hidden + h], expected)
+            << "expert " << e << " row " << row << " column " << h;
+      }
+}
+
+// A rank-2 weight (the shared experts) is one group.
+TEST(RuntimeTest, GateUpPackingOneGroup) {
+  Tensor gate = Tensor::zeros(DType::F32, {8, 2});
+  Tensor up = Tensor::zeros(DType::F32, {8, 2});
+  for (int i = 0; i < 16; ++i) {
+    gate.as<float>()[i] = 1.0f + i;
+    up.as<float>()[i] = 100.0f + i;
+  }
+  std::vector<uint8_t> packed = packGateUp(gate, up);
+  const auto *p = reinterpret_cast<const float *>(packed.data());
+  EXPECT_EQ(p[0], 1.0f);
+  EXPECT_EQ(p[15], 16.0f);
+  EXPECT_EQ(p[16], 100.0f);
+  EXPECT_EQ(p[31], 115.0f);
+}
+
+// An sm_90a manifest round-trips with its program, and a program that
+// names an unknown buffer is rejected before any driver is touched.
+TEST(RuntimeTest, GpuProgramRoundTripAndValidation) {
+  Manifest m;
+  m.target = "sm_90a";
+  m.compiler = "test";
+  m.maxTokens = 8;
+  m.gpu.rowCapacity = 256;
+  m.gpu.buffers = {{"x", DType::BF16, {-1, 64}, "input"},
+                   {"rows", DType::BF16, {-2, 64}, "scratch"},
+                   {"y", DType::BF16, {-1, 64}, "output"},
+                   {"topk_ids", DType::I32, {-1, 2}, "output"},
+                   {"topk_weights", DType::F32, {-1, 2}, "output"}};
+  GpuStep launch;
+  launch.op = "launch";
+  launch.kernel = "k";
+  launch.args = {"x", "rows"};
+  launch.gridKind = "persistent";
+  launch.gridSize = 112;
+  launch.block = 384;
+  launch.sharedMemory = 229376;
+  launch.tensorMaps = {{2, 0, {-1, 64}, {128, 64}, 128}};
+  m.gpu.steps = {launch};
+  Expected<Manifest> back = parseManifest(serializeManifest(m));
+  ASSERT_TRUE(static_cast<bool>(back)) << back.message();
+  ASSERT_EQ(back->gpu.steps.size(), 1u);
+  EXPECT_EQ(back->gpu.rowCapacity, 256);
+  EXPECT_EQ(back->gpu.buffers[1].shape, (std::vector<int64_t>{-2, 64}));
+  EXPECT_EQ(back->gpu.steps[0].tensorMaps[0].box, (std::vector<int64_t>{128, 64}));
+  EXPECT_EQ(back->gpu.steps[0].sharedMemory, 229376);
+
+  // A host bundle's manifest made sm_90a with a bad program.
+  m.layer.hidden = 64;
+  m.layer.experts = 4;
+  m.layer.topK = 2;
+  m.inputs = {{"x", DType::BF16, {-1, 64}}};
+  m.outputs = {{"y", DType::F32, {-1, 64}},
+               {"topk_ids", DType::I32, {-1, 2}},
+               {"topk_weights", DType::F32, {-1, 2}}};
+  m.gpu.steps[0].args = {"x", "nowhere"};
+  Status s = validateManifest(m);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.error.find("kernel 'k' takes unknown buffer 'nowhere'"),
+            std::string::npos)
+      << s.error;
+}

@@ -22,7 +22,8 @@ static const char kUsage[] =
     "Runs a bundle written by moe-compile on safetensors inputs and weights\n"
     "(or seeded random ones) and writes safetensors outputs.\n"
     "\n"
-    "  --device=host            device to run on (host)\n"
+    "  --device=D               host (host bundles) or cuda (sm_90a\n"
+    "                           bundles on GPU 0) (host)\n"
     "  --weights=FILE           weights, named as in the model family's\n"
     "                           checkpoints (gate.weight, experts.{i}...)\n"
     "  --weights-prefix=P       prefix of the layer's names in FILE, e.g.\n"
@@ -35,7 +36,9 @@ static const char kUsage[] =
     "  --save-weights=FILE      write the weights used (with "
     "--random-weights)\n"
     "  --save-inputs=FILE       write the input used (with --tokens)\n"
-    "  --repeat=N               run N times and report the median (1)\n";
+    "  --repeat=N               run N times and report the median (1)\n"
+    "  --profile                cuda: per-kernel device times (CUDA events),\n"
+    "                           median over the repeats, after one warm-up\n";
 
 [[noreturn]] static void die(const std::string &message) {
   std::fprintf(stderr, "moe-run: error: %s\n", message.c_str());
@@ -77,7 +80,7 @@ static int64_t parseInt(const std::string &text, const char *what) {
 int main(int argc, char **argv) {
   std::string bundlePath, device = "host", weights, prefix, inputs, outputs,
                           saveWeights, saveInputs, value;
-  bool randomWeights = false;
+  bool randomWeights = false, profile = false;
   int64_t tokens = -1, repeat = 1;
   uint64_t seed = 0;
   for (int i = 1; i < argc; ++i) {
@@ -100,6 +103,8 @@ int main(int argc, char **argv) {
       tokens = parseInt(value, "--tokens");
     } else if (flag(argc, argv, i, "--seed", &value)) {
       seed = static_cast<uint64_t>(parseInt(value, "--seed"));
+    } else if (flag(argc, argv, i, "--profile", nullptr)) {
+      profile = true;
     } else if (flag(argc, argv, i, "--repeat", &value)) {
       repeat = parseInt(value, "--repeat");
       if (repeat < 1)
@@ -161,6 +166,15 @@ int main(int argc, char **argv) {
 
   std::vector<double> seconds;
   Expected<ForwardResult> result = ForwardResult{};
+  std::map<std::string, std::vector<float>> kernelTimes;
+  std::vector<std::string> kernelOrder;
+  if (profile) {
+    if (device != "cuda")
+      die("--profile needs --device=cuda");
+    if (Expected<ForwardResult> warm = layer.forward(x); !warm)
+      die(warm.message());
+    layer.setProfiling(true);
+  }
   for (int64_t r = 0; r < repeat; ++r) {
     auto start = std::chrono::steady_clock::now();
     result = layer.forward(x);
@@ -168,6 +182,17 @@ int main(int argc, char **argv) {
     if (!result)
       die(result.message());
     seconds.push_back(std::chrono::duration<double>(end - start).count());
+    for (const KernelTime &k : layer.lastProfile()) {
+      if (!kernelTimes.count(k.kernel))
+        kernelOrder.push_back(k.kernel);
+      kernelTimes[k.kernel].push_back(k.milliseconds);
+    }
+  }
+  for (const std::string &kernel : kernelOrder) {
+    std::vector<float> &t = kernelTimes[kernel];
+    std::sort(t.begin(), t.end());
+    std::printf("moe-run: kernel %-18s %10.4f ms (median of %zu)\n",
+                kernel.c_str(), t[t.size() / 2], t.size());
   }
   std::sort(seconds.begin(), seconds.end());
   double median = seconds[seconds.size() / 2];

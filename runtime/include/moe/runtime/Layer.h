@@ -21,10 +21,22 @@ struct ForwardResult {
   Tensor topkWeights; // [T, k] f32
 };
 
+/// The time one kernel of a forward pass took on the device.
+struct KernelTime {
+  std::string kernel;
+  float milliseconds = 0;
+};
+
 /// A device that runs a bundle's code.
 class Backend {
 public:
   virtual ~Backend();
+  /// The parameter tensors changed (a device copy must be refreshed).
+  virtual void invalidateParameters() {}
+  /// Time every kernel of the following forward passes (devices that can).
+  virtual void setProfiling(bool) {}
+  /// The kernel times of the last forward pass, in launch order.
+  virtual std::vector<KernelTime> lastProfile() const { return {}; }
   /// Runs the entry point on argument buffers in manifest order (inputs,
   /// parameters, outputs), each with its shape.
   /// The tensors themselves are not changed; the outputs' bytes are
@@ -43,8 +55,8 @@ Expected<std::unique_ptr<Backend>> createHostBackend(const Bundle &bundle);
 /// A bundle, its backend and its parameters.
 class Layer {
 public:
-  /// Loads a bundle and its code for `device` ("host"; "cuda" reports that
-  /// no CUDA backend is available here).
+  /// Loads a bundle and its code for `device`: "host" (bundles compiled
+  /// for the host) or "cuda" (sm_90a bundles on device 0).
   static Expected<std::unique_ptr<Layer>> load(const std::string &bundlePath,
                                                const std::string &device);
   static Expected<std::unique_ptr<Layer>> fromBundle(Bundle bundle,
@@ -66,6 +78,10 @@ public:
 
   /// Runs the layer on `x` [T, hidden] (f32, bf16 or f16).
   Expected<ForwardResult> forward(const Tensor &x);
+
+  /// Per-kernel device times of the following forward passes (cuda).
+  void setProfiling(bool on) { backend->setProfiling(on); }
+  std::vector<KernelTime> lastProfile() const { return backend->lastProfile(); }
 
 private:
   Layer() = default;

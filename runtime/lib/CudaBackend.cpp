@@ -1,0 +1,547 @@
+//===- CudaBackend.cpp - Running an sm_90a bundle through the driver API --===//
+//
+// Part of moe-compiler's runtime. libcuda.so.1 is opened with dlopen; the
+// driver API's entry points and the few structures passed to them are
+// declared here by their documented C signatures and layouts, so building
+// needs no CUDA header. The bundle's cubin holds every kernel; its manifest
+// lists the device buffers and the memsets and launches of one forward pass.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/runtime/CudaBackend.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <dlfcn.h>
+#include <map>
+
+namespace moe::rt {
+
+namespace {
+
+using CUresult = int;
+using CUdevice = int;
+using CUdeviceptr = unsigned long long;
+using CUcontext = void *;
+using CUmodule = void *;
+using CUfunction = void *;
+using CUstream = void *;
+using CUevent = void *;
+
+/// CUlaunchAttribute: a 4-byte id, 4 bytes of padding, a 64-byte value.
+struct LaunchAttribute {
+  int id;
+  char pad[4];
+  union {
+    char bytes[64];
+    struct {
+      unsigned x, y, z;
+    } clusterDim;
+  } value;
+};
+static_assert(sizeof(LaunchAttribute) == 72, "CUlaunchAttribute layout");
+
+/// CUlaunchConfig.
+struct LaunchConfig {
+  unsigned gridDimX, gridDimY, gridDimZ;
+  unsigned blockDimX, blockDimY, blockDimZ;
+  unsigned sharedMemBytes;
+  CUstream stream;
+  LaunchAttribute *attrs;
+  unsigned numAttrs;
+};
+
+/// CUtensorMap: 128 opaque bytes, 64-byte aligned.
+struct alignas(64) TensorMap {
+  unsigned long long opaque[16];
+};
+
+// Enum values of the driver API.
+constexpr int kLaunchAttributeClusterDimension = 4;
+constexpr int kFuncAttributeMaxDynamicSharedSize = 8;
+constexpr int kTensorMapFloat16 = 6, kTensorMapBFloat16 = 9;
+constexpr int kTensorMapSwizzle128B = 3;
+constexpr int kTensorMapL2Promotion256B = 3;
+
+struct Driver {
+  CUresult (*init)(unsigned);
+  CUresult (*deviceGet)(CUdevice *, int);
+  CUresult (*primaryCtxRetain)(CUcontext *, CUdevice);
+  CUresult (*ctxSetCurrent)(CUcontext);
+  CUresult (*moduleLoadData)(CUmodule *, const void *);
+  CUresult (*moduleUnload)(CUmodule);
+  CUresult (*moduleGetFunction)(CUfunction *, CUmodule, const char *);
+  CUresult (*funcSetAttribute)(CUfunction, int, int);
+  CUresult (*memAlloc)(CUdeviceptr *, size_t);
+  CUresult (*memFree)(CUdeviceptr);
+  CUresult (*memcpyHtoD)(CUdeviceptr, const void *, size_t);
+  CUresult (*memcpyDtoH)(void *, CUdeviceptr, size_t);
+  CUresult (*memsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+  CUresult (*streamCreate)(CUstream *, unsigned);
+  CUresult (*streamDestroy)(CUstream);
+  CUresult (*streamSynchronize)(CUstream);
+  CUresult (*eventCreate)(CUevent *, unsigned);
+  CUresult (*eventDestroy)(CUevent);
+  CUresult (*eventRecord)(CUevent, CUstream);
+  CUresult (*eventSynchronize)(CUevent);
+  CUresult (*eventElapsedTime)(float *, CUevent, CUevent);
+  CUresult (*launchKernelEx)(const LaunchConfig *, CUfunction, void **,
+                             void **);
+  CUresult (*tensorMapEncodeTiled)(TensorMap *, int, unsigned, void *,
+                                   const unsigned long long *,
+                                   const unsigned long long *,
+                                   const unsigned *, const unsigned *, int,
+                                   int, int, int);
+  CUresult (*getErrorString)(CUresult, const char **);
+
+  std::string describe(CUresult rc) const {
+    const char *text = nullptr;
+    if (getErrorString && getErrorString(rc, &text) == 0 && text)
+      return text;
+    // CUDA_ERROR_STUB_LIBRARY: the toolkit's link stub, not a driver.
+    if (rc == 34)
+      return "CUDA error 34 (the library is the toolkit's stub, not a GPU "
+             "driver)";
+    return "CUDA error " + std::to_string(rc);
+  }
+};
+
+Expected<Driver> openDriver() {
+  using Result = Expected<Driver>;
+  const char *library = std::getenv("MOE_CUDA_DRIVER");
+  if (!library || !*library)
+    library = "libcuda.so.1";
+  void *handle = dlopen(library, RTLD_NOW | RTLD_LOCAL);
+  if (!handle)
+    return Result::error(std::string("no CUDA driver found: ") + dlerror());
+  Driver d{};
+  bool complete = true;
+  auto bind = [&](auto &fn, const char *name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(
+        dlsym(handle, name));
+    complete = complete && fn;
+  };
+  bind(d.init, "cuInit");
+  bind(d.deviceGet, "cuDeviceGet");
+  bind(d.primaryCtxRetain, "cuDevicePrimaryCtxRetain");
+  bind(d.ctxSetCurrent, "cuCtxSetCurrent");
+  bind(d.moduleLoadData, "cuModuleLoadData");
+  bind(d.moduleUnload, "cuModuleUnload");
+  bind(d.moduleGetFunction, "cuModuleGetFunction");
+  bind(d.funcSetAttribute, "cuFuncSetAttribute");
+  bind(d.memAlloc, "cuMemAlloc_v2");
+  bind(d.memFree, "cuMemFree_v2");
+  bind(d.memcpyHtoD, "cuMemcpyHtoD_v2");
+  bind(d.memcpyDtoH, "cuMemcpyDtoH_v2");
+  bind(d.memsetD8Async, "cuMemsetD8Async");
+  bind(d.streamCreate, "cuStreamCreate");
+  bind(d.streamDestroy, "cuStreamDestroy_v2");
+  bind(d.streamSynchronize, "cuStreamSynchronize");
+  bind(d.eventCreate, "cuEventCreate");
+  bind(d.eventDestroy, "cuEventDestroy_v2");
+  bind(d.eventRecord, "cuEventRecord");
+  bind(d.eventSynchronize, "cuEventSynchronize");
+  bind(d.eventElapsedTime, "cuEventElapsedTime");
+  bind(d.launchKernelEx, "cuLaunchKernelEx");
+  bind(d.tensorMapEncodeTiled, "cuTensorMapEncodeTiled");
+  bind(d.getErrorString, "cuGetErrorString");
+  if (!complete) {
+    dlclose(handle);
+    return Result::error(std::string("'") + library +
+                         "' is not a CUDA driver (missing driver API "
+                         "entry points)");
+  }
+  // The handle stays open: the driver is process-wide.
+  return d;
+}
+
+int64_t resolveDim(int64_t d, int64_t tokens, int64_t rows) {
+  return d == -1 ? tokens : d == -2 ? rows : d;
+}
+
+class CudaBackend : public Backend {
+public:
+  ~CudaBackend() override {
+    if (!ready)
+      return;
+    for (auto &[name, ptr] : buffers)
+      if (ptr)
+        driver.memFree(ptr);
+    if (mapsBuffer)
+      driver.memFree(mapsBuffer);
+    for (CUevent e : events)
+      driver.eventDestroy(e);
+    if (stream)
+      driver.streamDestroy(stream);
+    if (module)
+      driver.moduleUnload(module);
+  }
+
+  Status init(const Bundle &bundle);
+  Status run(const std::vector<const Tensor *> &arguments) override;
+  void invalidateParameters() override { parametersUploaded = false; }
+  std::vector<KernelTime> lastProfile() const override { return profile; }
+  void setProfiling(bool on) override { profiling = on; }
+
+private:
+  Status check(CUresult rc, const std::string &what) const {
+    if (rc == 0)
+      return Status::success();
+    return Status::failure(what + ": " + driver.describe(rc));
+  }
+  const GpuBuffer *findBuffer(const std::string &name) const {
+    for (const GpuBuffer &b : manifest.gpu.buffers)
+      if (b.name == name)
+        return &b;
+    return nullptr;
+  }
+  size_t capacityBytes(const GpuBuffer &b) const {
+    size_t n = dtypeSize(b.dtype);
+    for (int64_t d : b.shape)
+      n *= static_cast<size_t>(
+          resolveDim(d, manifest.maxTokens, manifest.gpu.rowCapacity));
+    return n;
+  }
+  Status uploadParameters(const std::vector<const Tensor *> &arguments);
+
+  Driver driver{};
+  Manifest manifest;
+  bool ready = false, parametersUploaded = false, profiling = false;
+  CUmodule module = nullptr;
+  CUstream stream = nullptr;
+  std::map<std::string, CUfunction> functions;
+  std::map<std::string, CUdeviceptr> buffers;
+  CUdeviceptr mapsBuffer = 0;
+  /// Per launch step: the device address of each of its tensor maps.
+  std::vector<std::vector<CUdeviceptr>> stepMaps;
+  std::vector<CUevent> events;
+  std::vector<KernelTime> profile;
+};
+
+Status CudaBackend::init(const Bundle &bundle) {
+  manifest = bundle.manifest;
+  Expected<Driver> d = openDriver();
+  if (!d)
+    return Status::failure(d.message());
+  driver = *d;
+  CUdevice device = 0;
+  CUcontext context = nullptr;
+  if (Status s = check(driver.init(0), "the CUDA driver failed to initialize");
+      !s.ok())
+    return s;
+  if (Status s = check(driver.deviceGet(&device, 0), "no CUDA device 0");
+      !s.ok())
+    return s;
+  if (Status s = check(driver.primaryCtxRetain(&context, device),
+                       "cannot create a context on device 0");
+      !s.ok())
+    return s;
+  if (Status s = check(driver.ctxSetCurrent(context), "cuCtxSetCurrent");
+      !s.ok())
+    return s;
+  ready = true;
+  if (bundle.blobs.size() != 1 || bundle.blobs[0].size() < 4 ||
+      std::memcmp(bundle.blobs[0].data(), "\x7f" "ELF", 4) != 0)
+    return Status::failure("the sm_90a bundle holds no cubin (expected one "
+                           "ELF blob)");
+  if (Status s = check(driver.moduleLoadData(&module, bundle.blobs[0].data()),
+                       "cannot load the bundle's cubin (is the GPU an sm_90 "
+                       "Hopper?)");
+      !s.ok())
+    return s;
+  if (Status s = check(driver.streamCreate(&stream, 0), "cuStreamCreate");
+      !s.ok())
+    return s;
+
+  for (const GpuBuffer &b : manifest.gpu.buffers) {
+    CUdeviceptr ptr = 0;
+    size_t bytes = std::max<size_t>(capacityBytes(b), 16);
+    if (Status s = check(driver.memAlloc(&ptr, bytes),
+                         "cannot allocate " + std::to_string(bytes >> 20) +
+                             " MiB for buffer '" + b.name + "'");
+        !s.ok())
+      return s;
+    buffers[b.name] = ptr;
+  }
+
+  // Kernels, their shared memory, and the tensor maps (encoded once over
+  // each buffer's full capacity: rows past the live ones are never stored).
+  std::vector<TensorMap> maps;
+  std::vector<std::vector<size_t>> mapIndex;
+  for (const GpuStep &step : manifest.gpu.steps) {
+    mapIndex.emplace_back();
+    if (step.op != "launch")
+      continue;
+    CUfunction fn = nullptr;
+    if (Status s = check(driver.moduleGetFunction(&fn, module,
+                                                  step.kernel.c_str()),
+                         "the cubin has no kernel '" + step.kernel + "'");
+        !s.ok())
+      return s;
+    functions[step.kernel] = fn;
+    if (step.sharedMemory > 48 * 1024)
+      if (Status s = check(
+              driver.funcSetAttribute(fn, kFuncAttributeMaxDynamicSharedSize,
+                                      static_cast<int>(step.sharedMemory)),
+              "kernel '" + step.kernel + "' cannot get " +
+                  std::to_string(step.sharedMemory) +
+                  " bytes of shared memory");
+          !s.ok())
+        return s;
+    for (const GpuTensorMap &t : step.tensorMaps) {
+      const GpuBuffer *b = findBuffer(step.args[t.source]);
+      int64_t cols = t.view[1];
+      int64_t rows = t.view[0] >= 0
+                         ? t.view[0]
+                         : static_cast<int64_t>(capacityBytes(*b) /
+                                                dtypeSize(b->dtype)) /
+                               cols;
+      unsigned long long dims[2] = {static_cast<unsigned long long>(cols),
+                                    static_cast<unsigned long long>(rows)};
+      unsigned long long strides[1] = {
+          static_cast<unsigned long long>(cols) * dtypeSize(b->dtype)};
+      unsigned box[2] = {static_cast<unsigned>(t.box[1]),
+                         static_cast<unsigned>(t.box[0])};
+      unsigned elementStrides[2] = {1, 1};
+      TensorMap map{};
+      int type = b->dtype == DType::BF16 ? kTensorMapBFloat16 : kTensorMapFloat16;
+      if (Status s = check(
+              driver.tensorMapEncodeTiled(
+                  &map, type, 2, reinterpret_cast<void *>(buffers[b->name]),
+                  dims, strides, box, elementStrides, /*interleave=*/0,
+                  kTensorMapSwizzle128B, kTensorMapL2Promotion256B,
+                  /*oobFill=*/0),
+              "cannot encode the tensor map of '" + b->name + "' for kernel '" +
+                  step.kernel + "'");
+          !s.ok())
+        return s;
+      mapIndex.back().push_back(maps.size());
+      maps.push_back(map);
+    }
+  }
+  if (!maps.empty()) {
+    size_t bytes = maps.size() * sizeof(TensorMap);
+    if (Status s = check(driver.memAlloc(&mapsBuffer, bytes),
+                         "cannot allocate the tensor maps");
+        !s.ok())
+      return s;
+    if (Status s = check(driver.memcpyHtoD(mapsBuffer, maps.data(), bytes),
+                         "cannot copy the tensor maps");
+        !s.ok())
+      return s;
+  }
+  for (const std::vector<size_t> &indices : mapIndex) {
+    stepMaps.emplace_back();
+    for (size_t i : indices)
+      stepMaps.back().push_back(mapsBuffer + i * sizeof(TensorMap));
+  }
+  for (size_t i = 0; i < 2 * manifest.gpu.steps.size(); ++i) {
+    CUevent e = nullptr;
+    if (Status s = check(driver.eventCreate(&e, 0), "cuEventCreate"); !s.ok())
+      return s;
+    events.push_back(e);
+  }
+  return Status::success();
+}
+
+Status CudaBackend::uploadParameters(
+    const std::vector<const Tensor *> &arguments) {
+  auto parameter = [&](const std::string &role) -> const Tensor * {
+    for (size_t i = 0; i < manifest.parameters.size(); ++i)
+      if (manifest.parameters[i].role == role)
+        return arguments[1 + i];
+    return nullptr;
+  };
+  for (const GpuBuffer &b : manifest.gpu.buffers) {
+    std::vector<uint8_t> packed;
+    const std::vector<uint8_t> *bytes = nullptr;
+    if (b.source.rfind("param:", 0) == 0) {
+      const Tensor *t = parameter(b.source.substr(6));
+      if (!t)
+        return Status::failure("buffer '" + b.name + "' takes parameter '" +
+                               b.source.substr(6) + "', which the bundle has not");
+      bytes = &t->data;
+    } else if (b.source.rfind("pack:", 0) == 0) {
+      std::string roles = b.source.substr(5);
+      size_t comma = roles.find(',');
+      const Tensor *gate = parameter(roles.substr(0, comma));
+      const Tensor *up = comma == std::string::npos
+                             ? nullptr
+                             : parameter(roles.substr(comma + 1));
+      if (!gate || !up || gate->shape != up->shape)
+        return Status::failure("buffer '" + b.name + "' packs '" + roles +
+                               "', which the bundle does not hold alike");
+      packed = packGateUp(*gate, *up);
+      bytes = &packed;
+    } else {
+      continue;
+    }
+    if (bytes->size() != capacityBytes(b))
+      return Status::failure("buffer '" + b.name + "' needs " +
+                             std::to_string(capacityBytes(b)) +
+                             " bytes, its parameters give " +
+                             std::to_string(bytes->size()));
+    if (Status s = check(driver.memcpyHtoD(buffers[b.name], bytes->data(),
+                                           bytes->size()),
+                         "cannot upload '" + b.name + "'");
+        !s.ok())
+      return s;
+  }
+  parametersUploaded = true;
+  return Status::success();
+}
+
+Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {
+  const Tensor &x = *arguments.front();
+  int64_t tokens = x.shape[0];
+  int64_t k = manifest.layer.topK;
+  if (!parametersUploaded)
+    if (Status s = uploadParameters(arguments); !s.ok())
+      return s;
+  if (Status s = check(driver.memcpyHtoD(buffers["x"], x.data.data(),
+                                         x.data.size()),
+                       "cannot upload the input");
+      !s.ok())
+    return s;
+
+  profile.clear();
+  for (size_t i = 0; tokens > 0 && i < manifest.gpu.steps.size(); ++i) {
+    const GpuStep &step = manifest.gpu.steps[i];
+    if (step.op == "memset") {
+      const GpuBuffer *b = findBuffer(step.buffer);
+      if (Status s = check(driver.memsetD8Async(buffers[step.buffer], 0,
+                                                capacityBytes(*b), stream),
+                           "cannot clear '" + step.buffer + "'");
+          !s.ok())
+        return s;
+      continue;
+    }
+    int64_t grid = step.gridKind == "tokens"
+                       ? (tokens + step.perBlock - 1) / step.perBlock
+                   : step.gridKind == "assignments"
+                       ? (tokens * k + step.perBlock - 1) / step.perBlock
+                   : step.gridKind == "one" ? 1
+                                            : step.gridSize;
+    // Memref arguments as MLIR passes them to kernels: allocated and
+    // aligned pointers, offset, sizes, row-major strides; then the tensor
+    // map pointers appended by the compiler.
+    std::vector<int64_t> words;
+    words.reserve(64);
+    std::vector<size_t> starts;
+    for (const std::string &name : step.args) {
+      const GpuBuffer *b = findBuffer(name);
+      auto ptr = static_cast<int64_t>(buffers[name]);
+      starts.push_back(words.size());
+      words.push_back(ptr);
+      words.push_back(ptr);
+      words.push_back(0);
+      std::vector<int64_t> sizes;
+      for (int64_t d : b->shape)
+        sizes.push_back(resolveDim(d, tokens, manifest.gpu.rowCapacity));
+      for (int64_t s : sizes)
+        words.push_back(s);
+      int64_t stride = 1;
+      std::vector<int64_t> strides(sizes.size());
+      for (size_t j = sizes.size(); j-- > 0;) {
+        strides[j] = stride;
+        stride *= sizes[j];
+      }
+      for (int64_t s : strides)
+        words.push_back(s);
+    }
+    size_t mapStart = words.size();
+    for (CUdeviceptr map : stepMaps[i])
+      words.push_back(static_cast<int64_t>(map));
+    std::vector<void *> params;
+    for (size_t j = 0; j < words.size(); ++j)
+      params.push_back(&words[j]);
+    (void)mapStart;
+
+    LaunchAttribute cluster{};
+    cluster.id = kLaunchAttributeClusterDimension;
+    cluster.value.clusterDim = {1, 1, 1};
+    LaunchConfig config{static_cast<unsigned>(grid),
+                        1,
+                        1,
+                        static_cast<unsigned>(step.block),
+                        1,
+                        1,
+                        static_cast<unsigned>(step.sharedMemory),
+                        stream,
+                        &cluster,
+                        1};
+    if (profiling)
+      driver.eventRecord(events[2 * i], stream);
+    if (Status s = check(driver.launchKernelEx(&config, functions[step.kernel],
+                                               params.data(), nullptr),
+                         "cannot launch kernel '" + step.kernel + "'");
+        !s.ok())
+      return s;
+    if (profiling)
+      driver.eventRecord(events[2 * i + 1], stream);
+  }
+  if (Status s = check(driver.streamSynchronize(stream),
+                       "a kernel of the forward pass failed");
+      !s.ok())
+    return s;
+  if (profiling)
+    for (size_t i = 0; tokens > 0 && i < manifest.gpu.steps.size(); ++i) {
+      const GpuStep &step = manifest.gpu.steps[i];
+      if (step.op != "launch")
+        continue;
+      float ms = 0;
+      driver.eventElapsedTime(&ms, events[2 * i], events[2 * i + 1]);
+      profile.push_back({step.kernel, ms});
+    }
+
+  // Outputs: y (converted to f32), topk_ids, topk_weights.
+  const char *names[3] = {"y", "topk_ids", "topk_weights"};
+  for (int o = 0; o < 3; ++o) {
+    const Tensor &out = *arguments[arguments.size() - 3 + o];
+    const GpuBuffer *b = findBuffer(names[o]);
+    Tensor staged = Tensor::zeros(b->dtype, out.shape);
+    if (tokens > 0)
+      if (Status s = check(driver.memcpyDtoH(staged.data.data(), buffers[names[o]],
+                                             staged.data.size()),
+                           std::string("cannot download '") + names[o] + "'");
+          !s.ok())
+        return s;
+    Expected<Tensor> converted = convertTensor(staged, out.dtype);
+    if (!converted)
+      return Status::failure(converted.message());
+    std::memcpy(const_cast<uint8_t *>(out.data.data()), converted->data.data(),
+                out.data.size());
+  }
+  return Status::success();
+}
+
+} // namespace
+
+std::vector<uint8_t> packGateUp(const Tensor &gate, const Tensor &up) {
+  size_t elem = dtypeSize(gate.dtype);
+  int64_t experts = gate.shape.size() == 3 ? gate.shape[0] : 1;
+  int64_t f = gate.shape[gate.shape.size() - 2];
+  size_t rowBytes = static_cast<size_t>(gate.shape.back()) * elem;
+  std::vector<uint8_t> out(2 * gate.data.size());
+  for (int64_t e = 0; e < experts; ++e)
+    for (int64_t r = 0; r < f; ++r) {
+      size_t src = (static_cast<size_t>(e) * f + r) * rowBytes;
+      size_t gateRow = static_cast<size_t>(e * 2 * f + (r / 8) * 16 + r % 8);
+      std::memcpy(out.data() + gateRow * rowBytes, gate.data.data() + src,
+                  rowBytes);
+      std::memcpy(out.data() + (gateRow + 8) * rowBytes, up.data.data() + src,
+                  rowBytes);
+    }
+  return out;
+}
+
+Expected<std::unique_ptr<Backend>> createCudaBackend(const Bundle &bundle) {
+  using Result = Expected<std::unique_ptr<Backend>>;
+  auto backend = std::make_unique<CudaBackend>();
+  if (Status s = backend->init(bundle); !s.ok())
+    return Result::error(s.error);
+  return Result(std::unique_ptr<Backend>(std::move(backend)));
+}
+
+} // namespace moe::rt
