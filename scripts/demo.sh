@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The README's main command: installs what is missing, builds, compiles every
-# example layer for the host target, and runs the tiny one (and a Mixtral-
-# shaped layer imported from a config.json) on the CPU with seeded random
-# weights.
+# example layer for the host target and for Hopper (sm_90a PTX and cubins,
+# with each kernel's resources), and runs the tiny one (and a Mixtral-shaped
+# layer imported from a config.json) on the best backend present: the GPU
+# when a CUDA driver and an sm_90 device are there, else the CPU.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${MOE_BUILD_DIR:-$root/build}
@@ -30,9 +31,35 @@ for example in "$root"/examples/*.mlir; do
 done
 
 echo
-echo "== the tiny layer on the host, 256 tokens"
-"$bin/moe-run" "$out/tiny.moeb" --random-weights --seed 1 --tokens 256 \
-  --repeat 5 --outputs "$out/tiny-outputs.safetensors"
+echo "== the DeepSeek-V3 layer compiled for Hopper (moe-compile --target=sm_90a --report)"
+if command -v ptxas >/dev/null || [[ -x /usr/local/cuda/bin/ptxas ]]; then
+  "$bin/moe-compile" "$root/examples/deepseek-v3.mlir" --target=sm_90a \
+    --report -o "$out/deepseek-v3.sm90.moeb"
+else
+  "$bin/moe-compile" "$root/examples/deepseek-v3.mlir" --target=sm_90a \
+    --emit=ptx -o "$out/deepseek-v3.ptx"
+  echo "(no ptxas here: wrote PTX only, $out/deepseek-v3.ptx)"
+fi
+
+# The GPU when the driver finds an sm_90 device, else the host.
+device=host
+if [[ -e /dev/nvidiactl ]] &&
+   nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | grep -q '^9\.0'; then
+  device=cuda
+fi
+
+echo
+echo "== the tiny layer on $device, 256 tokens"
+if [[ $device == cuda ]]; then
+  # The tiny layer's shapes, in bf16 (the sm_90a kernels' element type).
+  "$bin/moe-compile" --hf-config "$root/test/Integration/Inputs/deepseek-v3-tiny.json" \
+    --target=sm_90a -o "$out/tiny.sm90.moeb"
+  "$bin/moe-run" "$out/tiny.sm90.moeb" --device=cuda --random-weights --seed 1 \
+    --tokens 256 --repeat 5 --outputs "$out/tiny-outputs.safetensors"
+else
+  "$bin/moe-run" "$out/tiny.moeb" --random-weights --seed 1 --tokens 256 \
+    --repeat 5 --outputs "$out/tiny-outputs.safetensors"
+fi
 
 echo
 echo "== a Mixtral-style config.json, imported, compiled and run"

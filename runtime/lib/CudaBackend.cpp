@@ -183,6 +183,7 @@ public:
   void invalidateParameters() override { parametersUploaded = false; }
   std::vector<KernelTime> lastProfile() const override { return profile; }
   void setProfiling(bool on) override { profiling = on; }
+  Expected<std::map<std::string, Tensor>> dumpBuffers() override;
 
 private:
   Status check(CUresult rc, const std::string &what) const {
@@ -217,7 +218,39 @@ private:
   std::vector<std::vector<CUdeviceptr>> stepMaps;
   std::vector<CUevent> events;
   std::vector<KernelTime> profile;
+  int64_t lastTokens = 0;
 };
+
+Expected<std::map<std::string, Tensor>> CudaBackend::dumpBuffers() {
+  using Result = Expected<std::map<std::string, Tensor>>;
+  // Dispatched rows in use: offsets[E], when the program has offsets.
+  int64_t rows = manifest.gpu.rowCapacity;
+  if (const GpuBuffer *offsets = findBuffer("offsets")) {
+    int32_t end = 0;
+    size_t at = static_cast<size_t>(offsets->shape[0] - 1) * sizeof(int32_t);
+    if (Status s = check(driver.memcpyDtoH(&end, buffers["offsets"] + at,
+                                           sizeof(end)),
+                         "cannot read the expert offsets");
+        !s.ok())
+      return Result::error(s.error);
+    rows = std::min<int64_t>(rows, std::max<int32_t>(end, 0));
+  }
+  std::map<std::string, Tensor> out;
+  for (const GpuBuffer &b : manifest.gpu.buffers) {
+    std::vector<int64_t> shape;
+    for (int64_t d : b.shape)
+      shape.push_back(resolveDim(d, lastTokens, rows));
+    Tensor t = Tensor::zeros(b.dtype, shape);
+    if (!t.data.empty())
+      if (Status s = check(driver.memcpyDtoH(t.data.data(), buffers[b.name],
+                                             t.data.size()),
+                           "cannot download '" + b.name + "'");
+          !s.ok())
+        return Result::error(s.error);
+    out[b.name] = std::move(t);
+  }
+  return out;
+}
 
 Status CudaBackend::init(const Bundle &bundle) {
   manifest = bundle.manifest;
@@ -395,6 +428,7 @@ Status CudaBackend::uploadParameters(
 Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {
   const Tensor &x = *arguments.front();
   int64_t tokens = x.shape[0];
+  lastTokens = tokens;
   int64_t k = manifest.layer.topK;
   if (!parametersUploaded)
     if (Status s = uploadParameters(arguments); !s.ok())

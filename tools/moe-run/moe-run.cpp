@@ -37,6 +37,8 @@ static const char kUsage[] =
     "--random-weights)\n"
     "  --save-inputs=FILE       write the input used (with --tokens)\n"
     "  --repeat=N               run N times and report the median (1)\n"
+    "  --dump-buffers=FILE      cuda: write every device buffer after the\n"
+    "                           last pass (to check each kernel alone)\n"
     "  --profile                cuda: per-kernel device times (CUDA events),\n"
     "                           median over the repeats, after one warm-up\n";
 
@@ -78,6 +80,7 @@ static int64_t parseInt(const std::string &text, const char *what) {
 }
 
 int main(int argc, char **argv) {
+  std::string dumpBuffers;
   std::string bundlePath, device = "host", weights, prefix, inputs, outputs,
                           saveWeights, saveInputs, value;
   bool randomWeights = false, profile = false;
@@ -95,7 +98,8 @@ int main(int argc, char **argv) {
         flag(argc, argv, i, "--inputs", &inputs) ||
         flag(argc, argv, i, "--outputs", &outputs) ||
         flag(argc, argv, i, "--save-weights", &saveWeights) ||
-        flag(argc, argv, i, "--save-inputs", &saveInputs))
+        flag(argc, argv, i, "--save-inputs", &saveInputs) ||
+        flag(argc, argv, i, "--dump-buffers", &dumpBuffers))
       continue;
     if (flag(argc, argv, i, "--random-weights", nullptr)) {
       randomWeights = true;
@@ -196,6 +200,16 @@ int main(int argc, char **argv) {
   }
   std::sort(seconds.begin(), seconds.end());
   double median = seconds[seconds.size() / 2];
+
+  if (!dumpBuffers.empty()) {
+    if (device != "cuda")
+      die("--dump-buffers needs --device=cuda");
+    Expected<std::map<std::string, Tensor>> dumped = layer.dumpBuffers();
+    if (!dumped)
+      die(dumped.message());
+    if (Status s = writeSafetensors(dumpBuffers, *dumped); !s.ok())
+      die(s.error);
+  }
 
   if (!outputs.empty()) {
     std::map<std::string, Tensor> out = {{"y", result->y},

@@ -10,6 +10,7 @@
 #include "moe/runtime/Bundle.h"
 #include "moe/runtime/Safetensors.h"
 
+#include <map>
 #include <memory>
 
 namespace moe::rt {
@@ -37,6 +38,11 @@ public:
   virtual void setProfiling(bool) {}
   /// The kernel times of the last forward pass, in launch order.
   virtual std::vector<KernelTime> lastProfile() const { return {}; }
+  /// Every device buffer after the last forward pass, at its live size
+  /// (devices with buffers of their own; empty otherwise).
+  virtual Expected<std::map<std::string, Tensor>> dumpBuffers() {
+    return std::map<std::string, Tensor>{};
+  }
   /// Runs the entry point on argument buffers in manifest order (inputs,
   /// parameters, outputs), each with its shape.
   /// The tensors themselves are not changed; the outputs' bytes are
@@ -82,6 +88,11 @@ public:
   /// Per-kernel device times of the following forward passes (cuda).
   void setProfiling(bool on) { backend->setProfiling(on); }
   std::vector<KernelTime> lastProfile() const { return backend->lastProfile(); }
+  /// The device buffers after the last forward pass (cuda), for checking
+  /// each kernel on its own.
+  Expected<std::map<std::string, Tensor>> dumpBuffers() {
+    return backend->dumpBuffers();
+  }
 
 private:
   Layer() = default;

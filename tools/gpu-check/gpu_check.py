@@ -1,0 +1,362 @@
+#!/usr/bin/env python3
+"""moe-compiler's one-call GPU check (H100/H200 with the CUDA driver and
+PyTorch; no LLVM/MLIR needed).
+
+For each sm_90a bundle of the package (see scripts/gpu-package.sh) it runs
+`moe-run --device=cuda` on seeded random weights and inputs, with the device
+buffers dumped after the pass, and checks every kernel on its own against
+PyTorch computed from that kernel's inputs:
+
+  route            top-k ids (as sets) and weights vs a float32 router
+  dispatch_*       offsets = aligned prefix sum of the counts; every row a
+                   copy of its token; routing weight per row
+  expert_up        silu(rows Wg^T) * (rows Wu^T) per expert segment
+  expert_down      (act W2^T) * routing weight per expert segment
+  shared_up/down   the shared experts as dense FFNs
+  combine          sum of a token's rows plus the shared output
+  layer            y vs a float32 PyTorch MoE layer with its own routing
+
+Then one table: per kernel its time (CUDA events, median over repeats after a
+warm-up), TFLOP/s or GB/s, next to torch.matmul in bf16 at the same FLOPs
+(operands rotated beyond L2) and to a PyTorch MoE layer of the same config.
+"""
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import time
+
+import torch
+
+# --------------------------------------------------------------------------
+# Files: safetensors and the bundle's manifest (own readers)
+# --------------------------------------------------------------------------
+ST_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16,
+             "F16": torch.float16, "I32": torch.int32, "I64": torch.int64}
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    base = 8 + n
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = info["data_offsets"]
+        dtype = ST_DTYPES[info["dtype"]]
+        shape = info["shape"]
+        if b == a:
+            out[name] = torch.zeros(shape, dtype=dtype)
+            continue
+        raw = bytearray(data[base + a:base + b])
+        out[name] = torch.frombuffer(raw, dtype=dtype).reshape(shape)
+    return out
+
+
+def read_manifest(path):
+    with open(path, "rb") as f:
+        head = f.read(32)
+        manifest_size, blob_count = struct.unpack("<QQ", head[16:32])
+        f.seek(32 + 8 * blob_count)
+        return json.loads(f.read(manifest_size))
+
+
+# --------------------------------------------------------------------------
+# PyTorch references, written from the layer's definition
+# --------------------------------------------------------------------------
+def route(layer, x, router, bias):
+    """Float32 router and group-limited top-k: (ids [T,k], weights [T,k])."""
+    logits = x.float() @ router.float().t()
+    if layer["scoring"] == "sigmoid":
+        scores = torch.sigmoid(logits)
+    else:
+        scores = torch.softmax(logits, dim=-1)
+    choice = scores + bias.float() if layer["score_bias"] else scores.clone()
+    groups = layer["groups"]
+    if groups > 1:
+        t, e = choice.shape
+        grouped = choice.view(t, groups, e // groups)
+        if layer["group_score"] == "sum_top2":
+            gscore = grouped.topk(2, dim=-1).values.sum(-1)
+        else:
+            gscore = grouped.max(-1).values
+        kept = gscore.topk(layer["topk_groups"], dim=-1).indices
+        mask = torch.zeros_like(gscore, dtype=torch.bool)
+        mask.scatter_(1, kept, True)
+        choice = choice.masked_fill(
+            ~mask.repeat_interleave(e // groups, dim=1), float("-inf"))
+    ids = choice.topk(layer["top_k"], dim=-1).indices
+    weights = scores.gather(1, ids)
+    if layer["norm_topk_prob"]:
+        weights = weights / weights.sum(-1, keepdim=True)
+    return ids, weights * layer["routed_scale"]
+
+
+def ffn(x, gate, up, down):
+    """SwiGLU FFN in float32: silu(x Wg^T) * (x Wu^T) Wd^T."""
+    xf = x.float()
+    act = torch.nn.functional.silu(xf @ gate.float().t()) * (xf @ up.float().t())
+    return act @ down.float().t()
+
+
+def moe_layer(layer, x, w, bias):
+    """The whole layer in float32 with PyTorch's own routing."""
+    ids, weights = route(layer, x, w["router_weight"], bias)
+    y = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float32, device=x.device)
+    for e in range(layer["experts"]):
+        tok, slot = (ids == e).nonzero(as_tuple=True)
+        if tok.numel() == 0:
+            continue
+        out = ffn(x[tok], w["gate_weight"][e], w["up_weight"][e],
+                  w["down_weight"][e])
+        y.index_add_(0, tok, out * weights[tok, slot].unsqueeze(1))
+    if layer["shared_experts"]:
+        y += ffn(x, w["shared_gate_weight"], w["shared_up_weight"],
+                 w["shared_down_weight"])
+    return y
+
+
+def rel_error(got, want):
+    got, want = got.float(), want.float()
+    denom = want.norm().item()
+    return (got - want).norm().item() / denom if denom > 0 else got.norm().item()
+
+
+def bench(fn, repeats):
+    """Median milliseconds of fn() over `repeats` runs (CUDA events)."""
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def matmul_ms(m, n, k, repeats, l2_bytes):
+    """torch.matmul bf16 [m,k] x [k,n], operands rotated beyond twice L2."""
+    per = 2 * (m * k + k * n)
+    copies = max(1, min(8, (2 * l2_bytes + per - 1) // per))
+    a = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+    b = [torch.randn(k, n, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+    state = {"i": 0}
+
+    def step():
+        i = state["i"] = (state["i"] + 1) % copies
+        torch.matmul(a[i], b[i])
+    return bench(step, repeats)
+
+
+# --------------------------------------------------------------------------
+# One bundle
+# --------------------------------------------------------------------------
+def check_bundle(args, bundle, rows_out):
+    name = os.path.basename(bundle)[:-len(".moeb")]
+    manifest = read_manifest(bundle)
+    layer = manifest["layer"]
+    tokens = min(args.tokens, manifest["max_tokens"])
+    work = os.path.join(args.work, name)
+    os.makedirs(work, exist_ok=True)
+    files = {k: os.path.join(work, k + ".safetensors")
+             for k in ("weights", "inputs", "outputs", "buffers")}
+    cmd = [args.moe_run, bundle, "--device=cuda", "--random-weights",
+           "--seed", str(args.seed), "--tokens", str(tokens),
+           "--save-weights", files["weights"], "--save-inputs", files["inputs"],
+           "--outputs", files["outputs"], "--dump-buffers", files["buffers"],
+           "--repeat", str(args.repeats), "--profile"]
+    started = time.time()
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    if run.returncode != 0:
+        print(f"{name}: moe-run failed:\n{run.stdout}{run.stderr}")
+        return False
+    kernel_ms = {}
+    for line in run.stdout.splitlines():
+        if line.startswith("moe-run: kernel "):
+            parts = line.split()
+            kernel_ms[parts[2]] = float(parts[3])
+    print(f"{name}: moe-run {time.time() - started:.1f} s; " +
+          run.stdout.strip().splitlines()[-1])
+
+    dev = "cuda"
+    raw = read_safetensors(files["weights"])
+    w = {}
+    for p in manifest["parameters"]:
+        if p["stack"]:
+            w[p["role"]] = torch.stack(
+                [raw[p["name"].replace("{i}", str(i))] for i in range(p["stack"])])
+        else:
+            w[p["role"]] = raw[p["name"]]
+        w[p["role"]] = w[p["role"]].to(dev).to(torch.bfloat16 if p["dtype"] == "bf16" else torch.float32)
+    del raw
+    bias = w.get("score_bias", torch.zeros(layer["experts"], device=dev))
+    buf = {k: v.to(dev) for k, v in read_safetensors(files["buffers"]).items()}
+    # The device's own bf16 copy of the input: every check starts from it.
+    x = buf["x"]
+    k, e_count = layer["top_k"], layer["experts"]
+    align = layer["alignment"]
+    ok = True
+    results = []
+
+    def record(kernel, err, bound, note=""):
+        nonlocal ok
+        passed = err <= bound
+        ok = ok and passed
+        results.append((kernel, err, bound, passed, note))
+
+    # route: ids as sets, weights where the sets agree.
+    ref_ids, ref_w = route(layer, x, w["router_weight"], bias)
+    gpu_ids = buf["topk_ids"].long()
+    gpu_w = buf["topk_weights"].float()
+    same = (gpu_ids.sort(-1).values == ref_ids.sort(-1).values).all(-1)
+    record("route (ids)", 1.0 - same.float().mean().item(), 0.01,
+           f"{int((~same).sum())} of {tokens} tokens differ")
+    if same.any():
+        order_g = gpu_ids.argsort(-1)
+        order_r = ref_ids.argsort(-1)
+        record("route (weights)",
+               rel_error(gpu_w.gather(1, order_g)[same],
+                         ref_w.gather(1, order_r)[same]), 1e-3)
+
+    # dispatch: counts, aligned offsets, row copies and row weights.
+    counts = torch.bincount(gpu_ids.flatten(), minlength=e_count)
+    padded = (counts + align - 1) // align * align
+    offsets = torch.cat([torch.zeros(1, device=dev, dtype=torch.long),
+                         padded.cumsum(0)])
+    record("dispatch_scan", float((buf["offsets"].long() != offsets).sum()), 0)
+    row_map = buf["row_map"].long()
+    expert_of_row = torch.searchsorted(offsets, row_map.flatten(), right=True) - 1
+    in_segment = (expert_of_row == gpu_ids.flatten()).all().item()
+    distinct = row_map.flatten().unique().numel() == row_map.numel()
+    record("dispatch_scatter (map)", 0.0 if in_segment and distinct else 1.0, 0)
+    rows = buf["rows"]
+    copies = rows[row_map.flatten()].view(tokens, k, -1)
+    record("dispatch_scatter (rows)",
+           float((copies != x.unsqueeze(1)).sum()), 0)
+    record("dispatch_scatter (weights)",
+           rel_error(buf["row_weight"][row_map], gpu_w), 0)
+
+    # expert GEMMs per segment, from the dumped inputs.
+    up_err, down_err, live = [], [], []
+    for e in range(e_count):
+        lo, n = int(offsets[e]), int(counts[e])
+        if n == 0:
+            continue
+        seg = slice(lo, lo + n)
+        a = rows[seg].float()
+        act_ref = (torch.nn.functional.silu(a @ w["gate_weight"][e].float().t())
+                   * (a @ w["up_weight"][e].float().t()))
+        up_err.append((buf["act"][seg].float() - act_ref).norm() ** 2)
+        live.append(act_ref.norm() ** 2)
+        down_ref = ((buf["act"][seg].float() @ w["down_weight"][e].float().t())
+                    * buf["row_weight"][seg].unsqueeze(1))
+        down_err.append(((buf["down"][seg].float() - down_ref).norm() ** 2,
+                         down_ref.norm() ** 2))
+    record("expert_up", (sum(up_err) / sum(live)).sqrt().item(), 1e-2)
+    record("expert_down", (sum(d for d, _ in down_err)
+                           / sum(r for _, r in down_err)).sqrt().item(), 1e-2)
+    shared = layer["shared_experts"] > 0
+    if shared:
+        xf = x.float()
+        sact_ref = (torch.nn.functional.silu(xf @ w["shared_gate_weight"].float().t())
+                    * (xf @ w["shared_up_weight"].float().t()))
+        record("shared_up", rel_error(buf["shared_act"], sact_ref), 1e-2)
+        record("shared_down",
+               rel_error(buf["shared_out"],
+                         buf["shared_act"].float() @ w["shared_down_weight"].float().t()),
+               1e-2)
+    combined = buf["down"][row_map.flatten()].float().view(tokens, k, -1).sum(1)
+    if shared:
+        combined += buf["shared_out"].float()
+    record("combine", rel_error(buf["y"], combined), 1e-2)
+    y = read_safetensors(files["outputs"])["y"].to(dev)
+    record("layer (vs PyTorch)", rel_error(y, moe_layer(layer, x, w, bias)), 2e-2)
+
+    for kernel, err, bound, passed, note in results:
+        print(f"  {'PASS' if passed else 'FAIL'} {kernel:28s} rel err {err:.2e} "
+              f"(bound {bound:.0e}) {note}")
+
+    # Timings next to PyTorch.
+    h, f = layer["hidden"], layer["ffn"]
+    s = layer["shared_experts"] * layer["shared_ffn"]
+    assigned = tokens * k
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    shapes = {
+        "expert_up": (assigned, 2 * f, h), "expert_down": (assigned, h, f),
+        "shared_up": (tokens, 2 * s, h), "shared_down": (tokens, h, s)}
+    bytes_moved = {
+        "route": 2 * tokens * h + 2 * e_count * h + 8 * tokens * k,
+        "dispatch_count": 4 * tokens * k, "dispatch_scan": 8 * e_count,
+        "dispatch_scatter": 4 * assigned * h + 8 * assigned,
+        "combine": 2 * assigned * h + 2 * tokens * h * (2 if shared else 1)}
+    for kernel, ms in kernel_ms.items():
+        if kernel in shapes:
+            m, n, kk = shapes[kernel]
+            flops = 2.0 * m * n * kk
+            torch_ms = matmul_ms(m, n, kk, args.repeats, l2)
+            rows_out.append((name, kernel, f"{m}x{n}x{kk}", ms,
+                             f"{flops / ms / 1e9:.1f} TFLOP/s",
+                             f"{torch_ms:.4f} ms, {flops / torch_ms / 1e9:.1f} TFLOP/s"))
+        else:
+            moved = bytes_moved.get(kernel, 0)
+            rows_out.append((name, kernel, f"T={tokens}", ms,
+                             f"{moved / ms / 1e6:.1f} GB/s", "-"))
+    total = sum(kernel_ms.values())
+    torch_layer = bench(lambda: moe_layer(layer, x, w, bias), max(3, args.repeats // 4))
+    rows_out.append((name, "whole layer", f"T={tokens}", total,
+                     f"{tokens / total * 1e3:.0f} tokens/s",
+                     f"PyTorch MoE layer {torch_layer:.3f} ms"))
+    del w, buf
+    torch.cuda.empty_cache()
+    return ok
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--package", required=True,
+                        help="directory from scripts/gpu-package.sh")
+    parser.add_argument("--tokens", type=int, default=4096)
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--work", default=None,
+                        help="scratch directory (default PACKAGE/work)")
+    args = parser.parse_args()
+    args.moe_run = os.path.join(args.package, "bin", "moe-run")
+    args.work = args.work or os.path.join(args.package, "work")
+    if not torch.cuda.is_available():
+        sys.exit("gpu_check.py: PyTorch sees no CUDA device")
+    props = torch.cuda.get_device_properties(0)
+    print(f"device: {props.name}, {props.multi_processor_count} SMs, "
+          f"sm_{props.major}{props.minor}, torch {torch.__version__}")
+    bundles = sorted(os.path.join(args.package, "bundles", b)
+                     for b in os.listdir(os.path.join(args.package, "bundles"))
+                     if b.endswith(".moeb"))
+    rows, ok = [], True
+    for bundle in bundles:
+        try:
+            ok = check_bundle(args, bundle, rows) and ok
+        except Exception as error:  # one bundle's failure must not hide the rest
+            print(f"{bundle}: check failed: {error!r}")
+            ok = False
+    print()
+    print(f"{'layer':18s} {'kernel':17s} {'shape':18s} {'time ms':>9s} "
+          f"{'rate':>18s}  torch")
+    for layer, kernel, shape, ms, rate, ref in rows:
+        print(f"{layer:18s} {kernel:17s} {shape:18s} {ms:9.4f} {rate:>18s}  {ref}")
+    print("\nALL CHECKS PASSED" if ok else "\nSOME CHECKS FAILED")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
