@@ -93,6 +93,18 @@ static LogicalResult checkMemRef(Operation *op, Value value, StringRef what,
 
 static bool isHalfFloat(Type type) { return type.isBF16() || type.isF16(); }
 
+/// A scale operand is present exactly with the row_scale epilogue.
+static LogicalResult checkScaleOperand(Operation *op, Epilogue epilogue,
+                                       Value scale) {
+  bool rowScale = epilogue == Epilogue::RowScale;
+  if (rowScale == static_cast<bool>(scale))
+    return success();
+  return op->emitOpError() << (rowScale ? "expects a scale operand with the "
+                                          "row_scale epilogue"
+                                        : "expects no scale operand without "
+                                          "the row_scale epilogue");
+}
+
 LogicalResult GroupedGemmOp::verify() {
   auto isI32 = [](Type t) { return t.isInteger(32); };
   auto isF32 = [](Type t) { return t.isF32(); };
@@ -141,14 +153,9 @@ LogicalResult GroupedGemmOp::verify() {
       a.getDimSize(0) != c.getDimSize(0))
     return emitOpError() << "expects a and c to have the same rows, got " << a
                          << " and " << c;
-  bool rowScale = getEpilogue() == Epilogue::RowScale;
-  if (rowScale != static_cast<bool>(getScale()))
-    return emitOpError() << (rowScale ? "expects a scale operand with the "
-                                        "row_scale epilogue"
-                                      : "expects no scale operand without the "
-                                        "row_scale epilogue");
-  if (getScale() &&
-      failed(checkMemRef(*this, getScale(), "scale", 1, "f32", isF32)))
+  if (failed(checkScaleOperand(*this, getEpilogue(), getScale())) ||
+      (getScale() &&
+       failed(checkMemRef(*this, getScale(), "scale", 1, "f32", isF32))))
     return failure();
   if (TileAttr tile = getTileAttr(); tile && swiglu && tile.getN() % 16 != 0)
     return emitOpError() << "expects tile n to be a multiple of 16 with the "
@@ -229,11 +236,5 @@ LogicalResult StoreTileOp::verify() {
     return emitOpError() << "expects a fragment of a multiple of 8 f32 with "
                             "the swiglu epilogue, got "
                          << getAcc().getType();
-  bool rowScale = getEpilogue() == Epilogue::RowScale;
-  if (rowScale != static_cast<bool>(getScale()))
-    return emitOpError() << (rowScale ? "expects a scale operand with the "
-                                        "row_scale epilogue"
-                                      : "expects no scale operand without the "
-                                        "row_scale epilogue");
-  return success();
+  return checkScaleOperand(*this, getEpilogue(), getScale());
 }
