@@ -69,16 +69,12 @@ void moe::buildHostPipeline(OpPassManager &pm,
 
 void moe::buildMoeGpuKernelPipeline(OpPassManager &pm,
                                     const Sm90PipelineOptions &options) {
-  MoeSelectTilesOptions tiles;
-  tiles.maxStages = options.maxStages;
-  tiles.report = options.report;
-  pm.addPass(createMoeSelectTiles(tiles));
-  MoePartitionSmsOptions partition;
-  partition.sms = options.sms;
-  partition.comm = options.comm;
-  pm.addPass(createMoePartitionSms(partition));
-  pm.addPass(createMoeGpuWarpSpecialize());
-  pm.addNestedPass<gpu::GPUModuleOp>(createConvertMoeGpuToNVGPU());
+  MoeGpuLowerKernelsOptions lower;
+  lower.sms = options.sms;
+  lower.comm = options.comm;
+  lower.maxStages = options.maxStages;
+  lower.report = options.report;
+  pm.addPass(createMoeGpuLowerKernels(lower));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
 }

@@ -125,4 +125,32 @@ def ConvertMoeToMoeGpu : Pass<"convert-moe-to-moegpu", "::mlir::ModuleOp"> {
   ];
 }
 
+def MoeGpuLowerKernels : Pass<"moegpu-lower-kernels", "::mlir::ModuleOp"> {
+  let summary = "Warp-specialize and lower every grouped GEMM (umbrella)";
+  let description = [{
+    Runs, on the module, the passes that turn `moegpu.grouped_gemm` ops into
+    warp-specialized kernels in gpu, nvgpu and nvvm, in order:
+    `moe-select-tiles`, `moe-partition-sms`, `moegpu-warp-specialize` and
+    `convert-moegpu-to-nvgpu` (on each `gpu.module`). Each step has its own
+    lit tests; this pass is what the sm_90a pipeline runs.
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect", "::mlir::gpu::GPUDialect",
+    "::mlir::LLVM::LLVMDialect", "::mlir::memref::MemRefDialect",
+    "::mlir::moegpu::MoeGpuDialect", "::mlir::nvgpu::NVGPUDialect",
+    "::mlir::NVVM::NVVMDialect", "::mlir::scf::SCFDialect",
+    "::mlir::vector::VectorDialect"
+  ];
+  let options = [
+    Option<"sms", "sms", "int64_t", /*default=*/"132",
+           "SMs of the GPU when no moe.sm_partition is present">,
+    Option<"comm", "comm", "int64_t", /*default=*/"0",
+           "SMs left to communication when no moe.sm_partition is present">,
+    Option<"maxStages", "max-stages", "int64_t", /*default=*/"8",
+           "Most pipeline stages of a GEMM">,
+    Option<"report", "report", "bool", /*default=*/"false",
+           "Emit a remark with each GEMM's tile choice">
+  ];
+}
+
 #endif // MOE_CONVERSION_PASSES_TD

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/Conversion/Passes.h"
+#include "moe/Transforms/Passes.h"
 #include "moegpu/MoeGpuDialect.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -18,12 +19,14 @@
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 #include "mlir/IR/PatternMatch.h"
+#include "mlir/Pass/PassManager.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <map>
 
 namespace mlir::moe {
 #define GEN_PASS_DEF_CONVERTMOEGPUTONVGPU
+#define GEN_PASS_DEF_MOEGPULOWERKERNELS
 #include "moe/Conversion/Passes.h.inc"
 } // namespace mlir::moe
 
@@ -572,6 +575,27 @@ struct ConvertMoeGpuToNVGPU
     for (auto func : module.getOps<gpu::GPUFuncOp>())
       if (failed(KernelLowering(func, sharedMemory).run()))
         return signalPassFailure();
+  }
+};
+
+struct MoeGpuLowerKernels
+    : public mlir::moe::impl::MoeGpuLowerKernelsBase<MoeGpuLowerKernels> {
+  using MoeGpuLowerKernelsBase::MoeGpuLowerKernelsBase;
+
+  void runOnOperation() override {
+    OpPassManager pm(ModuleOp::getOperationName());
+    moe::MoeSelectTilesOptions tiles;
+    tiles.maxStages = maxStages;
+    tiles.report = report;
+    pm.addPass(moe::createMoeSelectTiles(tiles));
+    moe::MoePartitionSmsOptions partition;
+    partition.sms = sms;
+    partition.comm = comm;
+    pm.addPass(moe::createMoePartitionSms(partition));
+    pm.addPass(moe::createMoeGpuWarpSpecialize());
+    pm.addNestedPass<gpu::GPUModuleOp>(moe::createConvertMoeGpuToNVGPU());
+    if (failed(runPipeline(pm, getOperation())))
+      signalPassFailure();
   }
 };
 

@@ -58,7 +58,7 @@ bool runPtxas(const std::string &ptxas, const std::string &ptx,
     error = "cannot create temporary files for ptxas";
     return false;
   }
-  auto cleanup = llvm::make_scope_exit([&] {
+  llvm::scope_exit cleanup([&] {
     llvm::sys::fs::remove(ptxPath);
     llvm::sys::fs::remove(cubinPath);
     llvm::sys::fs::remove(logPath);
