@@ -198,6 +198,13 @@ Expected<std::unique_ptr<Layer>> Layer::fromBundle(Bundle bundle,
     return Result::error("unknown device '" + device +
                          "' (expected host or cuda)");
   }
+  // The device first: on a machine without a GPU, that is the problem to
+  // report, not the host memory the parameters would take.
+  std::unique_ptr<Layer> layer(new Layer());
+  Expected<std::unique_ptr<Backend>> backend =
+      device == "cuda" ? createCudaBackend(bundle) : createHostBackend(bundle);
+  if (!backend)
+    return Result::error(backend.message());
   uint64_t parameterBytes = 0;
   for (const ParameterSpec &p : bundle.manifest.parameters)
     parameterBytes +=
@@ -205,11 +212,6 @@ Expected<std::unique_ptr<Layer>> Layer::fromBundle(Bundle bundle,
   if (Status s = checkAllocation(parameterBytes, "the layer's parameters");
       !s.ok())
     return Result::error(s.error);
-  std::unique_ptr<Layer> layer(new Layer());
-  Expected<std::unique_ptr<Backend>> backend =
-      device == "cuda" ? createCudaBackend(bundle) : createHostBackend(bundle);
-  if (!backend)
-    return Result::error(backend.message());
   layer->backend = std::move(*backend);
   layer->bundle = std::move(bundle);
   for (const ParameterSpec &p : layer->bundle.manifest.parameters)
