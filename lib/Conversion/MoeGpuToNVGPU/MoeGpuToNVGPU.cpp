@@ -432,12 +432,16 @@ void KernelLowering::lowerTileLoop(TileLoopOp op) {
   Value mBlocks = arith::CeilDivUIOp::create(b, rows, constIndex(b, blockM));
   Value nBlocks = constIndex(b, llvm::divideCeil(op.getColumns(), blockN));
   Value tiles = arith::MulIOp::create(b, mBlocks, nBlocks);
-  auto loop = scf::ForOp::create(b, blockId, tiles, gridDim);
-
-  ImplicitLocOpBuilder lb(op.getLoc(), loop.getBody()->getTerminator());
+  // The ordinal is carried by the loop: no division by the grid size.
+  auto loop = scf::ForOp::create(b, blockId, tiles, gridDim,
+                                 ValueRange{constIndex(b, 0)});
+  ImplicitLocOpBuilder lb =
+      ImplicitLocOpBuilder::atBlockEnd(op.getLoc(), loop.getBody());
   Value tile = loop.getInductionVar();
-  Value ordinal = arith::DivUIOp::create(
-      lb, arith::SubIOp::create(lb, tile, blockId), gridDim);
+  Value ordinal = loop.getRegionIterArgs().front();
+  auto next = scf::YieldOp::create(
+      lb, ValueRange{arith::AddIOp::create(lb, ordinal, constIndex(lb, 1))});
+  lb.setInsertionPoint(next);
   Value row = arith::MulIOp::create(
       lb, arith::DivUIOp::create(lb, tile, nBlocks), constIndex(lb, blockM));
   Value col = arith::MulIOp::create(
@@ -456,8 +460,7 @@ void KernelLowering::lowerTileLoop(TileLoopOp op) {
   Block &body = op.getBody().front();
   Operation *yield = body.getTerminator();
   rewriter.eraseOp(yield);
-  rewriter.inlineBlockBefore(&body, loop.getBody()->getTerminator(),
-                             ValueRange{lo, row, col, ordinal});
+  rewriter.inlineBlockBefore(&body, next, ValueRange{lo, row, col, ordinal});
   rewriter.eraseOp(op);
 }
 

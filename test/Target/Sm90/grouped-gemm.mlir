@@ -1,6 +1,9 @@
 // RUN: moe-opt %s --moe-sm90-pipeline -o %t.mlir
 // RUN: %python %S/Inputs/gpu_binary.py %t.mlir > %t.ptx
 // RUN: FileCheck %s < %t.ptx
+// The persistent loop carries its tile ordinal: no 64-bit division or
+// remainder (ptxas would call a helper for them) is left in the kernels.
+// RUN: not grep -E '(div|rem)\.[us]64' %t.ptx
 
 // The three grouped GEMMs of a DeepSeek-V3 layer (gate/up with SwiGLU,
 // down with the routing weight, the shared expert as one group) through the
