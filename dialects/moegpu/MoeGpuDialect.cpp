@@ -85,9 +85,8 @@ static LogicalResult checkMemRef(Operation *op, Value value, StringRef what,
     return op->emitOpError() << "expects " << what << " to be a rank-" << rank
                              << " memref of " << expected << ", got " << type;
   if (!type.getLayout().isIdentity())
-    return op->emitOpError()
-           << "expects " << what << " to have the identity layout, got "
-           << type;
+    return op->emitOpError() << "expects " << what
+                             << " to have the identity layout, got " << type;
   return success();
 }
 
@@ -169,9 +168,9 @@ LogicalResult WarpRolesOp::verify() {
   if (consumers < 1 || consumers > 4)
     return emitOpError() << "expects 1 to 4 consumer warpgroups, got "
                          << consumers;
-  for (auto [name, regs] : {std::pair<StringRef, int64_t>{"producer_regs",
-                                                          getProducerRegs()},
-                            {"consumer_regs", getConsumerRegs()}})
+  for (auto [name, regs] :
+       {std::pair<StringRef, int64_t>{"producer_regs", getProducerRegs()},
+        {"consumer_regs", getConsumerRegs()}})
     if (regs < 24 || regs > 256 || regs % 8 != 0)
       return emitOpError() << "expects " << name
                            << " to be a multiple of 8 in [24, 256] "

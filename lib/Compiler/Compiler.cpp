@@ -11,8 +11,8 @@
 #include "moe/Support/Routing.h"
 #include "moe/Target/Host.h"
 #include "moe/Target/Sm90.h"
-#include "moegpu/MoeGpuDialect.h"
 #include "moe/runtime/Bundle.h"
+#include "moegpu/MoeGpuDialect.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -30,10 +30,10 @@
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/SHA256.h"
-#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/TargetParser/Host.h"
@@ -179,12 +179,14 @@ static std::string formatReport(const std::vector<Sm90KernelReport> &kernels) {
                       "kernel", "grid", "block", "smem", "static", "regs",
                       "tile", "spills (st/ld)");
   for (const Sm90KernelReport &k : kernels) {
-    auto num = [](int64_t v) { return v < 0 ? std::string("?") : std::to_string(v); };
-    os << llvm::formatv("{0,-17} {1,-16} {2,6} {3,8} {4,7} {5,5} {6,-20} {7}/{8}\n",
-                        k.name, k.grid, k.block, k.sharedMemory,
-                        num(k.staticSharedMemory), num(k.registers),
-                        k.tile.empty() ? "-" : k.tile, num(k.spillStores),
-                        num(k.spillLoads));
+    auto num = [](int64_t v) {
+      return v < 0 ? std::string("?") : std::to_string(v);
+    };
+    os << llvm::formatv(
+        "{0,-17} {1,-16} {2,6} {3,8} {4,7} {5,5} {6,-20} {7}/{8}\n", k.name,
+        k.grid, k.block, k.sharedMemory, num(k.staticSharedMemory),
+        num(k.registers), k.tile.empty() ? "-" : k.tile, num(k.spillStores),
+        num(k.spillLoads));
   }
   os << "cluster 1x1x1 for every kernel; smem is dynamic shared memory in "
         "bytes\n";
@@ -198,7 +200,8 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
                                      CompileResult &result) {
   if (!options.smPartition.empty()) {
     auto [sms, comm] = *parseSmPartition(options.smPartition);
-    layer.setPartitionAttr(SmPartitionAttr::get(module.getContext(), sms, comm));
+    layer.setPartitionAttr(
+        SmPartitionAttr::get(module.getContext(), sms, comm));
   }
   // The parameters and tensors the runtime binds, as for the host target.
   std::vector<EntryArgument> arguments;
@@ -281,10 +284,9 @@ CompileResult mlir::moe::compile(const std::string &input,
     if (kind == InputKind::HFConfig) {
       std::optional<ImportedConfig> imported = importHFConfig(
           input, inputName, &context,
-          dtype ? dtype
-                : options.target == "sm_90a"
-                      ? Type(BFloat16Type::get(&context))
-                      : Type(Float32Type::get(&context)),
+          dtype                        ? dtype
+          : options.target == "sm_90a" ? Type(BFloat16Type::get(&context))
+                                       : Type(Float32Type::get(&context)),
           result.error);
       if (!imported)
         return result;
@@ -336,8 +338,9 @@ CompileResult mlir::moe::compile(const std::string &input,
   }
 
   if (options.target == "sm_90a")
-    return compileForSm90(*module, layer, naming.value_or(WeightNaming::DeepSeek),
-                          options, rootTiming, result);
+    return compileForSm90(*module, layer,
+                          naming.value_or(WeightNaming::DeepSeek), options,
+                          rootTiming, result);
 
   std::vector<EntryArgument> arguments;
   OwningOpRef<ModuleOp> entry =
@@ -410,7 +413,8 @@ CompileResult mlir::moe::compileCached(const std::string &input,
   if (!dir)
     return compile(input, inputName, kind, options);
   std::string key = cacheKey(input, kind, options);
-  if (!options.timing)
+  // --timing and --report want the compile itself.
+  if (!options.timing && !options.report)
     if (std::optional<std::vector<uint8_t>> cached = lookupCache(*dir, key)) {
       CompileResult result;
       result.output = std::move(*cached);
@@ -449,6 +453,7 @@ std::string mlir::moe::cacheKey(const std::string &input, InputKind kind,
   field("max-tokens", std::to_string(o.maxTokens));
   field("alignment", std::to_string(alignmentFor(o)));
   field("sm-partition", o.smPartition);
+  field("ptxas", o.ptxas);
   field("weight-names", o.weightNames);
   field("mcpu", cpu);
   return llvm::toHex(hash.final(), /*LowerCase=*/true);

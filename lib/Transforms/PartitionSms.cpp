@@ -26,7 +26,8 @@ struct MoePartitionSms
     if (sms < 1 || comm < 0 || comm >= sms) {
       getOperation()->emitError()
           << "moe-partition-sms: expected 0 <= comm < sms, got sms = "
-          << static_cast<int64_t>(sms) << ", comm = " << static_cast<int64_t>(comm);
+          << static_cast<int64_t>(sms)
+          << ", comm = " << static_cast<int64_t>(comm);
       return signalPassFailure();
     }
     WalkResult result = getOperation()->walk([&](GroupedGemmOp op) {

@@ -42,8 +42,8 @@ void buildTileLoop(
                               {loc, loc, loc, loc});
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(body);
-  buildBody(b, body->getArgument(0), body->getArgument(1),
-            body->getArgument(2), body->getArgument(3));
+  buildBody(b, body->getArgument(0), body->getArgument(1), body->getArgument(2),
+            body->getArgument(3));
   YieldOp::create(b, loc);
 }
 
@@ -55,10 +55,9 @@ LogicalResult specialize(GroupedGemmOp op) {
                                "specialized (run moe-select-tiles and "
                                "moe-partition-sms first)";
   if (tile.getSharedMemoryBytes() > kMaxSharedMemoryBytes)
-    return op.emitOpError()
-           << "tile needs " << tile.getSharedMemoryBytes()
-           << " bytes of shared memory, more than the "
-           << kMaxSharedMemoryBytes << " a CTA may opt in to";
+    return op.emitOpError() << "tile needs " << tile.getSharedMemoryBytes()
+                            << " bytes of shared memory, more than the "
+                            << kMaxSharedMemoryBytes << " a CTA may opt in to";
 
   MLIRContext *ctx = op.getContext();
   Location loc = op.getLoc();
@@ -76,10 +75,10 @@ LogicalResult specialize(GroupedGemmOp op) {
   int64_t kBlocks = llvm::divideCeil(op.getK(), tile.getK());
   int64_t n = op.getN();
 
-  Value pipeline =
-      PipelineCreateOp::create(b, loc, PipelineType::get(ctx, tile, elementType));
-  auto roles = WarpRolesOp::create(b, loc, consumers, kProducerRegisters,
-                                   consumerRegs);
+  Value pipeline = PipelineCreateOp::create(
+      b, loc, PipelineType::get(ctx, tile, elementType));
+  auto roles =
+      WarpRolesOp::create(b, loc, consumers, kProducerRegisters, consumerRegs);
   auto constant = [&](OpBuilder &builder, int64_t v) -> Value {
     return arith::ConstantIndexOp::create(builder, loc, v);
   };
@@ -88,55 +87,60 @@ LogicalResult specialize(GroupedGemmOp op) {
   {
     OpBuilder::InsertionGuard guard(b);
     b.createBlock(&roles.getProducer());
-    buildTileLoop(b, op, [&](OpBuilder &b, Value expert, Value row, Value col,
-                             Value ordinal) {
-      Value base = arith::MulIOp::create(b, loc, ordinal, constant(b, kBlocks));
-      Value bRow = arith::AddIOp::create(
-          b, loc, arith::MulIOp::create(b, loc, expert, constant(b, n)), col);
-      scf::ForOp::create(
-          b, loc, constant(b, 0), constant(b, kBlocks), constant(b, 1),
-          ValueRange{}, [&](OpBuilder &b, Location loc, Value kb, ValueRange) {
-            Value iter = arith::AddIOp::create(b, loc, base, kb);
-            Value k = arith::MulIOp::create(b, loc, kb,
-                                            constant(b, tile.getK()));
-            ProduceOp::create(b, loc, pipeline, iter, op.getA(), row, op.getB(),
-                              bRow, k);
-            scf::YieldOp::create(b, loc);
-          });
-    });
+    buildTileLoop(
+        b, op,
+        [&](OpBuilder &b, Value expert, Value row, Value col, Value ordinal) {
+          Value base =
+              arith::MulIOp::create(b, loc, ordinal, constant(b, kBlocks));
+          Value bRow = arith::AddIOp::create(
+              b, loc, arith::MulIOp::create(b, loc, expert, constant(b, n)),
+              col);
+          scf::ForOp::create(
+              b, loc, constant(b, 0), constant(b, kBlocks), constant(b, 1),
+              ValueRange{},
+              [&](OpBuilder &b, Location loc, Value kb, ValueRange) {
+                Value iter = arith::AddIOp::create(b, loc, base, kb);
+                Value k =
+                    arith::MulIOp::create(b, loc, kb, constant(b, tile.getK()));
+                ProduceOp::create(b, loc, pipeline, iter, op.getA(), row,
+                                  op.getB(), bRow, k);
+                scf::YieldOp::create(b, loc);
+              });
+        });
   }
 
   // Consumers: every warpgroup walks the same tiles, accumulates its 64
   // rows over the slots and runs the epilogue.
   {
     OpBuilder::InsertionGuard guard(b);
-    Block *consumer = b.createBlock(&roles.getConsumer(), {},
-                                    {b.getIndexType()}, {loc});
+    Block *consumer =
+        b.createBlock(&roles.getConsumer(), {}, {b.getIndexType()}, {loc});
     Value warpgroup = consumer->getArgument(0);
     auto fragmentType = VectorType::get({tile.getN() / 2}, b.getF32Type());
-    buildTileLoop(b, op, [&](OpBuilder &b, Value expert, Value row, Value col,
-                             Value ordinal) {
-      Value base = arith::MulIOp::create(b, loc, ordinal, constant(b, kBlocks));
-      Value zero = arith::ConstantOp::create(
-          b, loc, DenseElementsAttr::get(fragmentType, 0.0f));
-      auto kLoop = scf::ForOp::create(
-          b, loc, constant(b, 0), constant(b, kBlocks), constant(b, 1),
-          ValueRange{zero},
-          [&](OpBuilder &b, Location loc, Value kb, ValueRange acc) {
-            Value iter = arith::AddIOp::create(b, loc, base, kb);
-            Value next =
-                MmaOp::create(b, loc, fragmentType, pipeline, iter,
-                              acc.front(), warpgroup);
-            scf::YieldOp::create(b, loc, next);
-          });
-      Value next = arith::AddIOp::create(b, loc, expert, constant(b, 1));
-      Value end = memref::LoadOp::create(b, loc, op.getOffsets(), next);
-      Value rowEnd =
-          arith::IndexCastOp::create(b, loc, b.getIndexType(), end);
-      StoreTileOp::create(b, loc, kLoop.getResult(0), op.getC(), row, col,
-                          warpgroup, rowEnd, op.getScale(),
-                          op.getEpilogueAttr());
-    });
+    buildTileLoop(
+        b, op,
+        [&](OpBuilder &b, Value expert, Value row, Value col, Value ordinal) {
+          Value base =
+              arith::MulIOp::create(b, loc, ordinal, constant(b, kBlocks));
+          Value zero = arith::ConstantOp::create(
+              b, loc, DenseElementsAttr::get(fragmentType, 0.0f));
+          auto kLoop = scf::ForOp::create(
+              b, loc, constant(b, 0), constant(b, kBlocks), constant(b, 1),
+              ValueRange{zero},
+              [&](OpBuilder &b, Location loc, Value kb, ValueRange acc) {
+                Value iter = arith::AddIOp::create(b, loc, base, kb);
+                Value next = MmaOp::create(b, loc, fragmentType, pipeline, iter,
+                                           acc.front(), warpgroup);
+                scf::YieldOp::create(b, loc, next);
+              });
+          Value next = arith::AddIOp::create(b, loc, expert, constant(b, 1));
+          Value end = memref::LoadOp::create(b, loc, op.getOffsets(), next);
+          Value rowEnd =
+              arith::IndexCastOp::create(b, loc, b.getIndexType(), end);
+          StoreTileOp::create(b, loc, kLoop.getResult(0), op.getC(), row, col,
+                              warpgroup, rowEnd, op.getScale(),
+                              op.getEpilogueAttr());
+        });
   }
   op.erase();
   return success();

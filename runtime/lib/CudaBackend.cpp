@@ -90,9 +90,8 @@ struct Driver {
                              void **);
   CUresult (*tensorMapEncodeTiled)(TensorMap *, int, unsigned, void *,
                                    const unsigned long long *,
-                                   const unsigned long long *,
-                                   const unsigned *, const unsigned *, int,
-                                   int, int, int);
+                                   const unsigned long long *, const unsigned *,
+                                   const unsigned *, int, int, int, int);
   CUresult (*getErrorString)(CUresult, const char **);
 
   std::string describe(CUresult rc) const {
@@ -228,9 +227,9 @@ Expected<std::map<std::string, Tensor>> CudaBackend::dumpBuffers() {
   if (const GpuBuffer *offsets = findBuffer("offsets")) {
     int32_t end = 0;
     size_t at = static_cast<size_t>(offsets->shape[0] - 1) * sizeof(int32_t);
-    if (Status s = check(driver.memcpyDtoH(&end, buffers["offsets"] + at,
-                                           sizeof(end)),
-                         "cannot read the expert offsets");
+    if (Status s =
+            check(driver.memcpyDtoH(&end, buffers["offsets"] + at, sizeof(end)),
+                  "cannot read the expert offsets");
         !s.ok())
       return Result::error(s.error);
     rows = std::min<int64_t>(rows, std::max<int32_t>(end, 0));
@@ -242,9 +241,9 @@ Expected<std::map<std::string, Tensor>> CudaBackend::dumpBuffers() {
       shape.push_back(resolveDim(d, lastTokens, rows));
     Tensor t = Tensor::zeros(b.dtype, shape);
     if (!t.data.empty())
-      if (Status s = check(driver.memcpyDtoH(t.data.data(), buffers[b.name],
-                                             t.data.size()),
-                           "cannot download '" + b.name + "'");
+      if (Status s = check(
+              driver.memcpyDtoH(t.data.data(), buffers[b.name], t.data.size()),
+              "cannot download '" + b.name + "'");
           !s.ok())
         return Result::error(s.error);
     out[b.name] = std::move(t);
@@ -275,7 +274,10 @@ Status CudaBackend::init(const Bundle &bundle) {
     return s;
   ready = true;
   if (bundle.blobs.size() != 1 || bundle.blobs[0].size() < 4 ||
-      std::memcmp(bundle.blobs[0].data(), "\x7f" "ELF", 4) != 0)
+      std::memcmp(bundle.blobs[0].data(),
+                  "\x7f"
+                  "ELF",
+                  4) != 0)
     return Status::failure("the sm_90a bundle holds no cubin (expected one "
                            "ELF blob)");
   if (Status s = check(driver.moduleLoadData(&module, bundle.blobs[0].data()),
@@ -307,9 +309,9 @@ Status CudaBackend::init(const Bundle &bundle) {
     if (step.op != "launch")
       continue;
     CUfunction fn = nullptr;
-    if (Status s = check(driver.moduleGetFunction(&fn, module,
-                                                  step.kernel.c_str()),
-                         "the cubin has no kernel '" + step.kernel + "'");
+    if (Status s =
+            check(driver.moduleGetFunction(&fn, module, step.kernel.c_str()),
+                  "the cubin has no kernel '" + step.kernel + "'");
         !s.ok())
       return s;
     functions[step.kernel] = fn;
@@ -325,28 +327,29 @@ Status CudaBackend::init(const Bundle &bundle) {
     for (const GpuTensorMap &t : step.tensorMaps) {
       const GpuBuffer *b = findBuffer(step.args[t.source]);
       int64_t cols = t.view[1];
-      int64_t rows = t.view[0] >= 0
-                         ? t.view[0]
-                         : static_cast<int64_t>(capacityBytes(*b) /
-                                                dtypeSize(b->dtype)) /
-                               cols;
+      int64_t rows =
+          t.view[0] >= 0
+              ? t.view[0]
+              : static_cast<int64_t>(capacityBytes(*b) / dtypeSize(b->dtype)) /
+                    cols;
       unsigned long long dims[2] = {static_cast<unsigned long long>(cols),
                                     static_cast<unsigned long long>(rows)};
-      unsigned long long strides[1] = {
-          static_cast<unsigned long long>(cols) * dtypeSize(b->dtype)};
+      unsigned long long strides[1] = {static_cast<unsigned long long>(cols) *
+                                       dtypeSize(b->dtype)};
       unsigned box[2] = {static_cast<unsigned>(t.box[1]),
                          static_cast<unsigned>(t.box[0])};
       unsigned elementStrides[2] = {1, 1};
       TensorMap map{};
-      int type = b->dtype == DType::BF16 ? kTensorMapBFloat16 : kTensorMapFloat16;
-      if (Status s = check(
-              driver.tensorMapEncodeTiled(
-                  &map, type, 2, reinterpret_cast<void *>(buffers[b->name]),
-                  dims, strides, box, elementStrides, /*interleave=*/0,
-                  kTensorMapSwizzle128B, kTensorMapL2Promotion256B,
-                  /*oobFill=*/0),
-              "cannot encode the tensor map of '" + b->name + "' for kernel '" +
-                  step.kernel + "'");
+      int type =
+          b->dtype == DType::BF16 ? kTensorMapBFloat16 : kTensorMapFloat16;
+      if (Status s = check(driver.tensorMapEncodeTiled(
+                               &map, type, 2,
+                               reinterpret_cast<void *>(buffers[b->name]), dims,
+                               strides, box, elementStrides, /*interleave=*/0,
+                               kTensorMapSwizzle128B, kTensorMapL2Promotion256B,
+                               /*oobFill=*/0),
+                           "cannot encode the tensor map of '" + b->name +
+                               "' for kernel '" + step.kernel + "'");
           !s.ok())
         return s;
       mapIndex.back().push_back(maps.size());
@@ -378,8 +381,8 @@ Status CudaBackend::init(const Bundle &bundle) {
   return Status::success();
 }
 
-Status CudaBackend::uploadParameters(
-    const std::vector<const Tensor *> &arguments) {
+Status
+CudaBackend::uploadParameters(const std::vector<const Tensor *> &arguments) {
   auto parameter = [&](const std::string &role) -> const Tensor * {
     for (size_t i = 0; i < manifest.parameters.size(); ++i)
       if (manifest.parameters[i].role == role)
@@ -393,7 +396,8 @@ Status CudaBackend::uploadParameters(
       const Tensor *t = parameter(b.source.substr(6));
       if (!t)
         return Status::failure("buffer '" + b.name + "' takes parameter '" +
-                               b.source.substr(6) + "', which the bundle has not");
+                               b.source.substr(6) +
+                               "', which the bundle has not");
       bytes = &t->data;
     } else if (b.source.rfind("pack:", 0) == 0) {
       std::string roles = b.source.substr(5);
@@ -411,13 +415,12 @@ Status CudaBackend::uploadParameters(
       continue;
     }
     if (bytes->size() != capacityBytes(b))
-      return Status::failure("buffer '" + b.name + "' needs " +
-                             std::to_string(capacityBytes(b)) +
-                             " bytes, its parameters give " +
-                             std::to_string(bytes->size()));
-    if (Status s = check(driver.memcpyHtoD(buffers[b.name], bytes->data(),
-                                           bytes->size()),
-                         "cannot upload '" + b.name + "'");
+      return Status::failure(
+          "buffer '" + b.name + "' needs " + std::to_string(capacityBytes(b)) +
+          " bytes, its parameters give " + std::to_string(bytes->size()));
+    if (Status s = check(
+            driver.memcpyHtoD(buffers[b.name], bytes->data(), bytes->size()),
+            "cannot upload '" + b.name + "'");
         !s.ok())
       return s;
   }
@@ -433,9 +436,9 @@ Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {
   if (!parametersUploaded)
     if (Status s = uploadParameters(arguments); !s.ok())
       return s;
-  if (Status s = check(driver.memcpyHtoD(buffers["x"], x.data.data(),
-                                         x.data.size()),
-                       "cannot upload the input");
+  if (Status s =
+          check(driver.memcpyHtoD(buffers["x"], x.data.data(), x.data.size()),
+                "cannot upload the input");
       !s.ok())
     return s;
 
@@ -536,9 +539,10 @@ Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {
     const GpuBuffer *b = findBuffer(names[o]);
     Tensor staged = Tensor::zeros(b->dtype, out.shape);
     if (tokens > 0)
-      if (Status s = check(driver.memcpyDtoH(staged.data.data(), buffers[names[o]],
-                                             staged.data.size()),
-                           std::string("cannot download '") + names[o] + "'");
+      if (Status s =
+              check(driver.memcpyDtoH(staged.data.data(), buffers[names[o]],
+                                      staged.data.size()),
+                    std::string("cannot download '") + names[o] + "'");
           !s.ok())
         return s;
     Expected<Tensor> converted = convertTensor(staged, out.dtype);

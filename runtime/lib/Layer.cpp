@@ -8,9 +8,9 @@
 #include "moe/runtime/CudaBackend.h"
 
 #include <cmath>
-#include <map>
 #include <cstdio>
 #include <cstring>
+#include <map>
 
 namespace moe::rt {
 
@@ -72,8 +72,8 @@ static Status validateGpuProgram(const Manifest &m) {
   std::map<std::string, const GpuBuffer *> buffers;
   for (const GpuBuffer &b : g.buffers) {
     if (b.name.empty() || !buffers.emplace(b.name, &b).second)
-      return fail("gpu buffer names must be unique and non-empty ('" +
-                  b.name + "')");
+      return fail("gpu buffer names must be unique and non-empty ('" + b.name +
+                  "')");
     for (int64_t d : b.shape)
       if (d < -2 || d == 0)
         return fail("gpu buffer '" + b.name + "' has an invalid shape " +
@@ -105,7 +105,8 @@ static Status validateGpuProgram(const Manifest &m) {
       return fail("kernel '" + st.kernel + "' has grid_size outside [1, 1024]");
     if (st.block < 1 || st.block > 1024 || st.sharedMemory < 0 ||
         st.sharedMemory > 232448)
-      return fail("kernel '" + st.kernel + "' has a block or shared memory "
+      return fail("kernel '" + st.kernel +
+                  "' has a block or shared memory "
                   "size the GPU cannot launch");
     for (const GpuTensorMap &t : st.tensorMaps) {
       int64_t args = static_cast<int64_t>(st.args.size());

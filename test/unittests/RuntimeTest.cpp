@@ -181,7 +181,8 @@ TEST(RuntimeTest, GateUpPacking) {
       for (int64_t h = 0; h < hidden; ++h) {
         bool isUp = (row % 16) >= 8;
         int64_t f = (row / 16) * 8 + row % 8;
-        float expected = (isUp ? up : gate).as<float>()[(e * ffn + f) * hidden + h];
+        float expected =
+            (isUp ? up : gate).as<float>()[(e * ffn + f) * hidden + h];
         ASSERT_EQ(p[(e * 2 * ffn + row) * hidden + h], expected)
             << "expert " << e << " row " << row << " column " << h;
       }
@@ -231,7 +232,8 @@ TEST(RuntimeTest, GpuProgramRoundTripAndValidation) {
   ASSERT_EQ(back->gpu.steps.size(), 1u);
   EXPECT_EQ(back->gpu.rowCapacity, 256);
   EXPECT_EQ(back->gpu.buffers[1].shape, (std::vector<int64_t>{-2, 64}));
-  EXPECT_EQ(back->gpu.steps[0].tensorMaps[0].box, (std::vector<int64_t>{128, 64}));
+  EXPECT_EQ(back->gpu.steps[0].tensorMaps[0].box,
+            (std::vector<int64_t>{128, 64}));
   EXPECT_EQ(back->gpu.steps[0].sharedMemory, 229376);
 
   // A host bundle's manifest made sm_90a with a bad program.

@@ -84,8 +84,9 @@ static cl::opt<bool>
                     "registers, spills and tile (from ptxas -v) to stderr"),
            cl::init(false), cl::cat(category));
 static cl::opt<std::string>
-    ptxas("ptxas", cl::desc("sm_90a: the ptxas to make cubins with (default: "
-                            "$MOE_PTXAS, the configured CUDA toolkit, PATH)"),
+    ptxas("ptxas",
+          cl::desc("sm_90a: the ptxas to make cubins with (default: "
+                   "$MOE_PTXAS, the configured CUDA toolkit, PATH)"),
           cl::init(""), cl::cat(category));
 static cl::opt<bool> timing("timing", cl::desc("Print a timing report"),
                             cl::init(false), cl::cat(category));

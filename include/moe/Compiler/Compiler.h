@@ -24,7 +24,7 @@ struct CompileOptions {
   std::string target = "host"; // host | sm_90a
   /// host: mlir | llvm | bundle; sm_90a: mlir | ptx | cubin | bundle.
   std::string emit = "bundle";
-  std::string dtype;           // f32 | bf16 | f16; "" for the default
+  std::string dtype; // f32 | bf16 | f16; "" for the default
   int64_t maxTokens = 4096;
   /// Rows each expert's segment is padded to; 0 for the target's default
   /// (1 on the host, 128 on sm_90a).
@@ -69,9 +69,9 @@ CompileResult compile(const std::string &input, const std::string &inputName,
 
 /// compile() through the compile cache: a bundle (emit = bundle) comes from
 /// an intact cache entry with the same key when there is one (except with
-/// `timing`, which wants the compile itself), and is stored after a
-/// successful compile. Other outputs, or `useCache` false, go straight to
-/// compile().
+/// `timing` or `report`, which want the compile itself), and is stored
+/// after a successful compile. Other outputs, or `useCache` false, go
+/// straight to compile().
 CompileResult compileCached(const std::string &input,
                             const std::string &inputName, InputKind kind,
                             const CompileOptions &options, bool useCache);

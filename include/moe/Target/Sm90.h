@@ -34,7 +34,7 @@ struct Sm90Options {
 /// What `ptxas -v` and the compiler say about one kernel.
 struct Sm90KernelReport {
   std::string name;
-  std::string grid;  // e.g. "112 (persistent)" or "ceil(T / 4)"
+  std::string grid; // e.g. "112 (persistent)" or "ceil(T / 4)"
   int64_t block = 0;
   int64_t sharedMemory = 0; // dynamic shared memory
   std::string tile;         // GEMMs: "128x128x64, 7 stages"

@@ -48,7 +48,8 @@ constexpr int64_t kWgmmaK = 16;
 /// 128-byte swizzle (bits 62-63 = 1), stride byte offset 1024 = 8 rows of
 /// 128 bytes (bits 32-45, in units of 16 bytes), leading byte offset 16
 /// (bits 16-29; unused by swizzled K-major layouts).
-constexpr uint64_t kDescriptorBits = (1ull << 62) | (64ull << 32) | (1ull << 16);
+constexpr uint64_t kDescriptorBits =
+    (1ull << 62) | (64ull << 32) | (1ull << 16);
 
 Value constIndex(ImplicitLocOpBuilder &b, int64_t value) {
   return arith::ConstantIndexOp::create(b, value);
@@ -121,20 +122,20 @@ private:
 
 LogicalResult KernelLowering::lowerPipelineCreate(PipelineCreateOp op) {
   if (!pipelines.empty())
-    return op.emitOpError() << "is the second pipeline of kernel @"
-                            << func.getName()
-                            << "; a kernel holds one pipeline";
+    return op.emitOpError()
+           << "is the second pipeline of kernel @" << func.getName()
+           << "; a kernel holds one pipeline";
   MLIRContext *ctx = op.getContext();
   ImplicitLocOpBuilder b(op.getLoc(), op);
   PipelineType type = op.getPipeline().getType();
   TileAttr tile = type.getTile();
-  auto groupType = nvgpu::MBarrierGroupType::get(ctx, workgroupSpace(ctx),
-                                                 tile.getStages());
+  auto groupType =
+      nvgpu::MBarrierGroupType::get(ctx, workgroupSpace(ctx), tile.getStages());
   Value full = nvgpu::MBarrierCreateOp::create(b, groupType);
   Value empty = nvgpu::MBarrierCreateOp::create(b, groupType);
   Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
-  Value first = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, tid,
-                                      constIndex(b, 0));
+  Value first =
+      arith::CmpIOp::create(b, arith::CmpIPredicate::eq, tid, constIndex(b, 0));
   auto ifOp = scf::IfOp::create(b, first, /*withElseRegion=*/false);
   {
     ImplicitLocOpBuilder::InsertionGuard guard(b);
@@ -178,10 +179,9 @@ FailureOr<Value> KernelLowering::getTensorMap(Operation *user, Value source,
   unsigned index = func.getNumArguments();
   if (failed(func.insertArgument(index, LLVM::LLVMPointerType::get(ctx),
                                  DictionaryAttr(), source.getLoc())))
-    return user->emitOpError() << "cannot add a tensor-map argument to @"
-                               << func.getName();
-  ImplicitLocOpBuilder b(source.getLoc(), &func.front(),
-                         func.front().begin());
+    return user->emitOpError()
+           << "cannot add a tensor-map argument to @" << func.getName();
+  ImplicitLocOpBuilder b(source.getLoc(), &func.front(), func.front().begin());
   Value map = UnrealizedConversionCastOp::create(
                   b, mapType, ValueRange{func.getArgument(index)})
                   .getResult(0);
@@ -222,8 +222,8 @@ LogicalResult KernelLowering::lowerProduce(ProduceOp op) {
   auto [slot, round] = slotAndRound(b, op.getIter(), tile.getStages());
   // A fresh barrier counts as having completed the phase before phase 0,
   // so the first round waits for parity 1 and passes at once.
-  Value parity = arith::XOrIOp::create(
-      b, oddRound(b, round), arith::ConstantIntOp::create(b, 1, 1));
+  Value parity = arith::XOrIOp::create(b, oddRound(b, round),
+                                       arith::ConstantIntOp::create(b, 1, 1));
   nvgpu::MBarrierTryWaitParityOp::create(b, info.empty, parity,
                                          constIndex(b, kWaitTicks), slot);
   nvgpu::MBarrierArriveExpectTxOp::create(
@@ -261,8 +261,8 @@ LogicalResult KernelLowering::lowerMma(MmaOp op) {
                                          constIndex(b, kWaitTicks), slot);
 
   // Shared-memory descriptors of this warpgroup's 64 A rows and the B tile.
-  Value base = memref::ExtractAlignedPointerAsIndexOp::create(
-      b, sharedMemoryBase(b));
+  Value base =
+      memref::ExtractAlignedPointerAsIndexOp::create(b, sharedMemoryBase(b));
   Value stage = arith::AddIOp::create(
       b, base,
       arith::MulIOp::create(b, slot, constIndex(b, tile.getStageBytes())));
@@ -276,8 +276,8 @@ LogicalResult KernelLowering::lowerMma(MmaOp op) {
     Value a = arith::IndexCastUIOp::create(b, b.getI64Type(), address);
     a = arith::ShRUIOp::create(b, a, constI64(b, 4));
     a = arith::AndIOp::create(b, a, constI64(b, 0x3FFF));
-    return arith::OrIOp::create(b, a,
-                                constI64(b, static_cast<int64_t>(kDescriptorBits)));
+    return arith::OrIOp::create(
+        b, a, constI64(b, static_cast<int64_t>(kDescriptorBits)));
   };
   Value aDesc = descriptor(aAddress), bDesc = descriptor(bAddress);
 
@@ -304,8 +304,8 @@ LogicalResult KernelLowering::lowerMma(MmaOp op) {
     acc = NVVM::WgmmaMmaAsyncOp::create(
         b, structType, acc, a, bb, shape, inputType, inputType,
         NVVM::WGMMATypes::f32, NVVM::WGMMAScaleOut::one,
-        NVVM::WGMMAScaleIn::one, NVVM::WGMMAScaleIn::one,
-        NVVM::MMALayout::row, NVVM::MMALayout::col,
+        NVVM::WGMMAScaleIn::one, NVVM::WGMMAScaleIn::one, NVVM::MMALayout::row,
+        NVVM::MMALayout::col,
         /*satfinite=*/NVVM::MMAIntOverflowAttr());
   }
   NVVM::WgmmaGroupSyncAlignedOp::create(b);
@@ -373,8 +373,8 @@ LogicalResult KernelLowering::lowerStoreTile(StoreTileOp op) {
 
   for (int64_t half = 0; half < 2; ++half) {
     Value row = arith::AddIOp::create(b, row0, constIndex(b, 8 * half));
-    Value inRows =
-        arith::CmpIOp::create(b, arith::CmpIPredicate::ult, row, op.getRowEnd());
+    Value inRows = arith::CmpIOp::create(b, arith::CmpIPredicate::ult, row,
+                                         op.getRowEnd());
     auto rowIf = scf::IfOp::create(b, inRows, /*withElseRegion=*/false);
     ImplicitLocOpBuilder rb(op.getLoc(), rowIf.thenBlock()->getTerminator());
     Value scale;
@@ -469,16 +469,15 @@ void KernelLowering::lowerWarpRoles(WarpRolesOp op) {
   Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
   Value warpgroup =
       arith::DivUIOp::create(b, tid, constIndex(b, kWarpgroupThreads));
-  Value producer =
-      arith::CmpIOp::create(b, arith::CmpIPredicate::eq, warpgroup,
-                            constIndex(b, op.getConsumers()));
+  Value producer = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, warpgroup,
+                                         constIndex(b, op.getConsumers()));
   auto ifOp = scf::IfOp::create(b, producer, /*withElseRegion=*/true);
 
   ImplicitLocOpBuilder pb(op.getLoc(), ifOp.thenBlock()->getTerminator());
   NVVM::SetMaxRegisterOp::create(pb, op.getProducerRegs(),
                                  NVVM::SetMaxRegisterAction::decrease);
-  Value leader = arith::CmpIOp::create(pb, arith::CmpIPredicate::eq,
-                                       threadInWarpgroup(pb), constIndex(pb, 0));
+  Value leader = arith::CmpIOp::create(
+      pb, arith::CmpIPredicate::eq, threadInWarpgroup(pb), constIndex(pb, 0));
   auto leaderIf = scf::IfOp::create(pb, leader, /*withElseRegion=*/false);
   rewriter.inlineBlockBefore(&op.getProducer().front(),
                              leaderIf.thenBlock()->getTerminator());
@@ -516,12 +515,11 @@ LogicalResult KernelLowering::run() {
     if (failed(lowerPipelineCreate(op)))
       return failure();
   for (Operation *op : steps) {
-    LogicalResult result = TypeSwitch<Operation *, LogicalResult>(op)
-                               .Case([&](ProduceOp p) { return lowerProduce(p); })
-                               .Case([&](MmaOp m) { return lowerMma(m); })
-                               .Case([&](StoreTileOp s) {
-                                 return lowerStoreTile(s);
-                               });
+    LogicalResult result =
+        TypeSwitch<Operation *, LogicalResult>(op)
+            .Case([&](ProduceOp p) { return lowerProduce(p); })
+            .Case([&](MmaOp m) { return lowerMma(m); })
+            .Case([&](StoreTileOp s) { return lowerStoreTile(s); });
     if (failed(result))
       return failure();
   }
@@ -538,9 +536,9 @@ LogicalResult KernelLowering::run() {
   MLIRContext *ctx = func.getContext();
   Builder attrs(ctx);
   if (blockThreads)
-    func->setAttr(NVVM::NVVMDialect::getMaxntidAttrName(),
-                  attrs.getDenseI32ArrayAttr(
-                      {static_cast<int32_t>(blockThreads), 1, 1}));
+    func->setAttr(
+        NVVM::NVVMDialect::getMaxntidAttrName(),
+        attrs.getDenseI32ArrayAttr({static_cast<int32_t>(blockThreads), 1, 1}));
   SmallVector<NamedAttribute> launch{
       attrs.getNamedAttr("grid", attrs.getI64IntegerAttr(gridSize)),
       attrs.getNamedAttr("block", attrs.getI64IntegerAttr(blockThreads)),
@@ -567,8 +565,8 @@ struct ConvertMoeGpuToNVGPU
     if (needed && !sharedMemory) {
       MLIRContext *ctx = module.getContext();
       OpBuilder b = OpBuilder::atBlockBegin(module.getBody());
-      auto type = MemRefType::get({0}, b.getI8Type(), AffineMap(),
-                                  workgroupSpace(ctx));
+      auto type =
+          MemRefType::get({0}, b.getI8Type(), AffineMap(), workgroupSpace(ctx));
       sharedMemory = memref::GlobalOp::create(
           b, module.getLoc(), kSharedMemoryName,
           /*sym_visibility=*/StringAttr(), type,

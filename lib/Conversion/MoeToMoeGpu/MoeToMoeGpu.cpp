@@ -56,8 +56,8 @@ public:
 private:
   void addBuffer(StringRef name, Type type, ArrayRef<int64_t> shape,
                  StringRef source) {
-    buffers.push_back({name.str(), type, SmallVector<int64_t>(shape),
-                       source.str()});
+    buffers.push_back(
+        {name.str(), type, SmallVector<int64_t>(shape), source.str()});
   }
   const Buffer &buffer(StringRef name) const {
     for (const Buffer &b : buffers)
@@ -108,8 +108,7 @@ private:
   SmallVector<Attribute> schedule;
 };
 
-gpu::GPUFuncOp LayerBuilder::addKernel(StringRef name,
-                                       ArrayRef<StringRef> args,
+gpu::GPUFuncOp LayerBuilder::addKernel(StringRef name, ArrayRef<StringRef> args,
                                        DictionaryAttr grid, int64_t block,
                                        TypeRange workgroup) {
   SmallVector<Type> types;
@@ -145,7 +144,8 @@ struct Emitter {
   }
   Value i32(int64_t v) { return arith::ConstantIntOp::create(b, v, 32); }
   Value toF32(Value v) {
-    return v.getType().isF32() ? v : arith::ExtFOp::create(b, b.getF32Type(), v);
+    return v.getType().isF32() ? v
+                               : arith::ExtFOp::create(b, b.getF32Type(), v);
   }
   /// 2^x with the SFU (math.exp would call libdevice).
   Value exp2(Value x) {
@@ -157,7 +157,8 @@ struct Emitter {
   Value exp(Value x) { return exp2(arith::MulFOp::create(b, x, f32(kLog2e))); }
   Value sigmoid(Value x) {
     return arith::DivFOp::create(
-        b, f32(1.0), arith::AddFOp::create(b, f32(1.0), exp(arith::NegFOp::create(b, x))));
+        b, f32(1.0),
+        arith::AddFOp::create(b, f32(1.0), exp(arith::NegFOp::create(b, x))));
   }
   Value cmp(arith::CmpIPredicate p, Value l, Value r) {
     return arith::CmpIOp::create(b, p, l, r);
@@ -174,7 +175,8 @@ struct Emitter {
     auto op = scf::ForOp::create(b, lb, ub, step, init);
     ImplicitLocOpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(op.getBody());
-    SmallVector<Value> next = body(op.getInductionVar(), op.getRegionIterArgs());
+    SmallVector<Value> next =
+        body(op.getInductionVar(), op.getRegionIterArgs());
     if (op.getBody()->mightHaveTerminator())
       op.getBody()->getTerminator()->erase();
     b.setInsertionPointToEnd(op.getBody());
@@ -189,15 +191,15 @@ struct Emitter {
   }
   /// Index of the largest of `n` values from `get` (ties: the lower index).
   std::pair<Value, Value> argmax(int64_t n, function_ref<Value(Value)> get) {
-    ValueRange r = loop(idx(0), idx(n), idx(1),
-                        {idx(0), f32(-INFINITY)}, [&](Value i, ValueRange it) {
-                          Value v = get(i);
-                          Value gt = arith::CmpFOp::create(
-                              b, arith::CmpFPredicate::OGT, v, it[1]);
-                          return SmallVector<Value>{
-                              arith::SelectOp::create(b, gt, i, it[0]),
-                              arith::SelectOp::create(b, gt, v, it[1])};
-                        });
+    ValueRange r = loop(
+        idx(0), idx(n), idx(1), {idx(0), f32(-INFINITY)},
+        [&](Value i, ValueRange it) {
+          Value v = get(i);
+          Value gt =
+              arith::CmpFOp::create(b, arith::CmpFPredicate::OGT, v, it[1]);
+          return SmallVector<Value>{arith::SelectOp::create(b, gt, i, it[0]),
+                                    arith::SelectOp::create(b, gt, v, it[1])};
+        });
     return {r[0], r[1]};
   }
 };
@@ -219,8 +221,9 @@ void LayerBuilder::buildRoute(gpu::GPUFuncOp func) {
   Value warp = arith::DivUIOp::create(b, tid, e.idx(32));
   Value lane = arith::RemUIOp::create(b, tid, e.idx(32));
   Value token = arith::AddIOp::create(
-      b, arith::MulIOp::create(b, gpu::BlockIdOp::create(b, gpu::Dimension::x),
-                               e.idx(kRouteWarps)),
+      b,
+      arith::MulIOp::create(b, gpu::BlockIdOp::create(b, gpu::Dimension::x),
+                            e.idx(kRouteWarps)),
       warp);
   Value tokens = memref::DimOp::create(b, x, 0);
   Value valid = e.cmp(arith::CmpIPredicate::ult, token, tokens);
@@ -229,14 +232,13 @@ void LayerBuilder::buildRoute(gpu::GPUFuncOp func) {
   // Router logits: lane l computes experts l, l + 32, ...
   e.when(valid, [&] {
     e.loop(lane, e.idx(experts), e.idx(32), {}, [&](Value ex, ValueRange) {
-      Value acc = e.loop(e.idx(0), e.idx(hidden), e.idx(1), {e.f32(0)},
-                         [&](Value h, ValueRange it) {
-                           Value p = arith::MulFOp::create(
-                               b, e.toF32(e.load(x, {token, h})),
-                               e.toF32(e.load(wr, {ex, h})));
-                           return SmallVector<Value>{
-                               arith::AddFOp::create(b, it[0], p)};
-                         })[0];
+      Value acc = e.loop(
+          e.idx(0), e.idx(hidden), e.idx(1), {e.f32(0)},
+          [&](Value h, ValueRange it) {
+            Value p = arith::MulFOp::create(b, e.toF32(e.load(x, {token, h})),
+                                            e.toF32(e.load(wr, {ex, h})));
+            return SmallVector<Value>{arith::AddFOp::create(b, it[0], p)};
+          })[0];
       e.store(sigmoid ? e.sigmoid(acc) : acc, scores, {warp, ex});
       return SmallVector<Value>{};
     });
@@ -248,17 +250,18 @@ void LayerBuilder::buildRoute(gpu::GPUFuncOp func) {
   e.when(leader, [&] {
     Value zero = e.idx(0), one = e.idx(1), nE = e.idx(experts);
     if (!sigmoid) {
-      Value max = e.loop(zero, nE, one, {e.f32(-INFINITY)},
-                         [&](Value i, ValueRange it) {
-                           return SmallVector<Value>{arith::MaximumFOp::create(
-                               b, it[0], e.load(scores, {warp, i}))};
-                         })[0];
-      Value sum = e.loop(zero, nE, one, {e.f32(0)}, [&](Value i, ValueRange it) {
-                    Value v = e.exp(arith::SubFOp::create(
-                        b, e.load(scores, {warp, i}), max));
-                    e.store(v, scores, {warp, i});
-                    return SmallVector<Value>{arith::AddFOp::create(b, it[0], v)};
-                  })[0];
+      Value max = e.loop(
+          zero, nE, one, {e.f32(-INFINITY)}, [&](Value i, ValueRange it) {
+            return SmallVector<Value>{
+                arith::MaximumFOp::create(b, it[0], e.load(scores, {warp, i}))};
+          })[0];
+      Value sum =
+          e.loop(zero, nE, one, {e.f32(0)}, [&](Value i, ValueRange it) {
+            Value v =
+                e.exp(arith::SubFOp::create(b, e.load(scores, {warp, i}), max));
+            e.store(v, scores, {warp, i});
+            return SmallVector<Value>{arith::AddFOp::create(b, it[0], v)};
+          })[0];
       e.loop(zero, nE, one, {}, [&](Value i, ValueRange) {
         e.store(arith::DivFOp::create(b, e.load(scores, {warp, i}), sum),
                 scores, {warp, i});
@@ -283,10 +286,10 @@ void LayerBuilder::buildRoute(gpu::GPUFuncOp func) {
             zero, e.idx(perGroup), one, {e.f32(-INFINITY), e.f32(-INFINITY)},
             [&](Value i, ValueRange it) {
               Value v = e.load(sel, {warp, arith::AddIOp::create(b, first, i)});
-              Value gt1 = arith::CmpFOp::create(b, arith::CmpFPredicate::OGT,
-                                                v, it[0]);
-              Value gt2 = arith::CmpFOp::create(b, arith::CmpFPredicate::OGT,
-                                                v, it[1]);
+              Value gt1 =
+                  arith::CmpFOp::create(b, arith::CmpFPredicate::OGT, v, it[0]);
+              Value gt2 =
+                  arith::CmpFOp::create(b, arith::CmpFPredicate::OGT, v, it[1]);
               Value m2 = arith::SelectOp::create(
                   b, gt1, it[0], arith::SelectOp::create(b, gt2, v, it[1]));
               Value m1 = arith::SelectOp::create(b, gt1, v, it[0]);
@@ -314,28 +317,31 @@ void LayerBuilder::buildRoute(gpu::GPUFuncOp func) {
              });
       e.loop(zero, nE, one, {}, [&](Value i, ValueRange) {
         Value g = arith::DivUIOp::create(b, i, e.idx(perGroup));
-        Value kept = arith::CmpFOp::create(b, arith::CmpFPredicate::OEQ,
-                                           e.load(gsc, {warp, g}),
-                                           e.f32(INFINITY));
-        e.when(arith::XOrIOp::create(b, kept, arith::ConstantIntOp::create(b, 1, 1)),
-               [&] { e.store(e.f32(-FLT_MAX), sel, {warp, i}); });
+        Value kept =
+            arith::CmpFOp::create(b, arith::CmpFPredicate::OEQ,
+                                  e.load(gsc, {warp, g}), e.f32(INFINITY));
+        e.when(arith::XOrIOp::create(b, kept,
+                                     arith::ConstantIntOp::create(b, 1, 1)),
+               [&] {
+                 e.store(e.f32(-FLT_MAX), sel, {warp, i});
+               });
         return SmallVector<Value>{};
       });
     }
     // Top-k over the selection scores; weights from the unbiased scores.
-    Value sum = e.loop(zero, e.idx(topK), one, {e.f32(0)},
-                       [&](Value j, ValueRange it) {
-                         auto [best, v] = e.argmax(experts, [&](Value i) {
-                           return e.load(sel, {warp, i});
-                         });
-                         (void)v;
-                         Value w = e.load(scores, {warp, best});
-                         e.store(arith::IndexCastOp::create(b, b.getI32Type(), best),
-                                 ids, {token, j});
-                         e.store(w, weights, {token, j});
-                         e.store(e.f32(-INFINITY), sel, {warp, best});
-                         return SmallVector<Value>{arith::AddFOp::create(b, it[0], w)};
-                       })[0];
+    Value sum =
+        e.loop(zero, e.idx(topK), one, {e.f32(0)}, [&](Value j, ValueRange it) {
+          auto [best, v] = e.argmax(experts, [&](Value i) {
+            return e.load(sel, {warp, i});
+          });
+          (void)v;
+          Value w = e.load(scores, {warp, best});
+          e.store(arith::IndexCastOp::create(b, b.getI32Type(), best), ids,
+                  {token, j});
+          e.store(w, weights, {token, j});
+          e.store(e.f32(-INFINITY), sel, {warp, best});
+          return SmallVector<Value>{arith::AddFOp::create(b, it[0], w)};
+        })[0];
     bool normalize = config.getNormTopkProb();
     double scale = config.getRoutedScaleValue();
     if (normalize || scale != 1.0)
@@ -361,8 +367,8 @@ void LayerBuilder::buildCount(gpu::GPUFuncOp func) {
       arith::MulIOp::create(b, gpu::BlockIdOp::create(b, gpu::Dimension::x),
                             e.idx(kCountThreads)),
       gpu::ThreadIdOp::create(b, gpu::Dimension::x));
-  Value n = arith::MulIOp::create(b, memref::DimOp::create(b, ids, 0),
-                                  e.idx(topK));
+  Value n =
+      arith::MulIOp::create(b, memref::DimOp::create(b, ids, 0), e.idx(topK));
   e.when(e.cmp(arith::CmpIPredicate::ult, i, n), [&] {
     Value id = e.load(ids, {arith::DivUIOp::create(b, i, e.idx(topK)),
                             arith::RemUIOp::create(b, i, e.idx(topK))});
@@ -466,44 +472,46 @@ void LayerBuilder::buildCombine(gpu::GPUFuncOp func) {
   Type outType = cast<MemRefType>(y.getType()).getElementType();
   Value t = gpu::BlockIdOp::create(b, gpu::Dimension::x);
   Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
-  e.loop(tid, e.idx(config.getHidden()), e.idx(kRowThreads), {},
-         [&](Value h, ValueRange) {
-           Value acc = e.loop(
-               e.idx(0), e.idx(config.getTopK()), e.idx(1), {e.f32(0)},
-               [&](Value j, ValueRange it) {
-                 Value r = e.load(rowMap, {t, j});
-                 auto ifOp = scf::IfOp::create(
-                     b, b.getF32Type(), e.cmp(arith::CmpIPredicate::sge, r, e.i32(0)),
-                     true);
-                 {
-                   ImplicitLocOpBuilder::InsertionGuard guard(b);
-                   b.setInsertionPointToStart(ifOp.thenBlock());
-                   Value v = e.toF32(e.load(
-                       down, {arith::IndexCastOp::create(b, b.getIndexType(), r), h}));
-                   scf::YieldOp::create(
-                       b, ValueRange{arith::AddFOp::create(b, it[0], v)});
-                   b.setInsertionPointToStart(ifOp.elseBlock());
-                   scf::YieldOp::create(b, it[0]);
-                 }
-                 return SmallVector<Value>{ifOp.getResult(0)};
-               })[0];
-           if (shared)
-             acc = arith::AddFOp::create(b, acc,
-                                         e.toF32(e.load(sharedOut, {t, h})));
-           e.store(arith::TruncFOp::create(b, outType, acc), y, {t, h});
-           return SmallVector<Value>{};
-         });
+  e.loop(
+      tid, e.idx(config.getHidden()), e.idx(kRowThreads), {},
+      [&](Value h, ValueRange) {
+        Value acc = e.loop(
+            e.idx(0), e.idx(config.getTopK()), e.idx(1), {e.f32(0)},
+            [&](Value j, ValueRange it) {
+              Value r = e.load(rowMap, {t, j});
+              auto ifOp = scf::IfOp::create(
+                  b, b.getF32Type(),
+                  e.cmp(arith::CmpIPredicate::sge, r, e.i32(0)), true);
+              {
+                ImplicitLocOpBuilder::InsertionGuard guard(b);
+                b.setInsertionPointToStart(ifOp.thenBlock());
+                Value v = e.toF32(e.load(
+                    down,
+                    {arith::IndexCastOp::create(b, b.getIndexType(), r), h}));
+                scf::YieldOp::create(
+                    b, ValueRange{arith::AddFOp::create(b, it[0], v)});
+                b.setInsertionPointToStart(ifOp.elseBlock());
+                scf::YieldOp::create(b, it[0]);
+              }
+              return SmallVector<Value>{ifOp.getResult(0)};
+            })[0];
+        if (shared)
+          acc =
+              arith::AddFOp::create(b, acc, e.toF32(e.load(sharedOut, {t, h})));
+        e.store(arith::TruncFOp::create(b, outType, acc), y, {t, h});
+        return SmallVector<Value>{};
+      });
 }
 
 void LayerBuilder::buildGemm(gpu::GPUFuncOp func, moegpu::Epilogue epilogue) {
   OpBuilder b(func.front().getTerminator());
-  Value scale = epilogue == moegpu::Epilogue::RowScale ? func.getArgument(4)
-                                                       : Value();
-  moegpu::GroupedGemmOp::create(
-      b, layer.getLoc(), func.getArgument(0), func.getArgument(1),
-      func.getArgument(2), func.getArgument(3), scale,
-      moegpu::EpilogueAttr::get(ctx, epilogue), moegpu::TileAttr(),
-      moegpu::SmRangeAttr());
+  Value scale =
+      epilogue == moegpu::Epilogue::RowScale ? func.getArgument(4) : Value();
+  moegpu::GroupedGemmOp::create(b, layer.getLoc(), func.getArgument(0),
+                                func.getArgument(1), func.getArgument(2),
+                                func.getArgument(3), scale,
+                                moegpu::EpilogueAttr::get(ctx, epilogue),
+                                moegpu::TileAttr(), moegpu::SmRangeAttr());
 }
 
 LogicalResult LayerBuilder::build(ModuleOp module) {
@@ -529,8 +537,8 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   int64_t h = config.getHidden(), e = config.getExperts(), k = config.getTopK();
   int64_t f = config.getFfn(), s = config.getSharedFfnTotal();
   Type f32 = Builder(ctx).getF32Type(), i32 = Builder(ctx).getI32Type();
-  Type routerType =
-      cast<RankedTensorType>(layer.getRouterWeight().getType()).getElementType();
+  Type routerType = cast<RankedTensorType>(layer.getRouterWeight().getType())
+                        .getElementType();
   bool shared = config.hasSharedExperts();
   bool bias = config.getScoreBias();
 
@@ -575,8 +583,8 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
       MemRefType::get({kRouteWarps, e}, f32, AffineMap(), wg),
       MemRefType::get({kRouteWarps, e}, f32, AffineMap(), wg)};
   if (config.getGroups() > 1)
-    routeScratch.push_back(
-        MemRefType::get({kRouteWarps, config.getGroups()}, f32, AffineMap(), wg));
+    routeScratch.push_back(MemRefType::get({kRouteWarps, config.getGroups()},
+                                           f32, AffineMap(), wg));
   buildRoute(addKernel("route", routeArgs, gridOf("tokens", kRouteWarps),
                        kRouteWarps * 32, routeScratch));
 
@@ -587,12 +595,11 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   if (shared)
     scanArgs.push_back("shared_offsets");
   buildScan(addKernel("dispatch_scan", scanArgs, gridOf("one"), 1));
-  buildScatter(addKernel(
-      "dispatch_scatter",
-      {"x", "topk_ids", "topk_weights", "cursors", "rows", "row_map",
-       "row_weight"},
-      gridOf("assignments", 1), kRowThreads,
-      {MemRefType::get({1}, i32, AffineMap(), wg)}));
+  buildScatter(addKernel("dispatch_scatter",
+                         {"x", "topk_ids", "topk_weights", "cursors", "rows",
+                          "row_map", "row_weight"},
+                         gridOf("assignments", 1), kRowThreads,
+                         {MemRefType::get({1}, i32, AffineMap(), wg)}));
 
   buildGemm(addKernel("expert_up", {"rows", "w13", "offsets", "act"},
                       gridOf("persistent"), 0),
@@ -602,7 +609,8 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
                       gridOf("persistent"), 0),
             moegpu::Epilogue::RowScale);
   if (shared) {
-    buildGemm(addKernel("shared_up", {"x", "ws13", "shared_offsets", "shared_act"},
+    buildGemm(addKernel("shared_up",
+                        {"x", "ws13", "shared_offsets", "shared_act"},
                         gridOf("persistent"), 0),
               moegpu::Epilogue::SwiGLU);
     buildGemm(addKernel("shared_down",
@@ -614,8 +622,8 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   if (shared)
     combineArgs.push_back("shared_out");
   combineArgs.push_back("y");
-  buildCombine(addKernel("combine", combineArgs, gridOf("tokens", 1),
-                         kRowThreads));
+  buildCombine(
+      addKernel("combine", combineArgs, gridOf("tokens", 1), kRowThreads));
 
   Builder attrs(ctx);
   SmallVector<Attribute> bufferAttrs;

@@ -4,11 +4,11 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "moe/Target/Sm90.h"
 #include "moe/Conversion/Passes.h"
 #include "moe/MoeOps.h"
 #include "moe/Pipelines/Pipelines.h"
 #include "moe/Support/Routing.h"
+#include "moe/Target/Sm90.h"
 #include "moegpu/MoeGpuDialect.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -73,13 +73,13 @@ bool runPtxas(const std::string &ptxas, const std::string &ptx,
     os << ptx;
   }
   std::string ptxArg = ptxPath.str().str(), cubinArg = cubinPath.str().str();
-  llvm::SmallVector<llvm::StringRef> args{ptxas,  "-arch=sm_90a", "-O3", "-v",
+  llvm::SmallVector<llvm::StringRef> args{ptxas,  "-arch=sm_90a", "-O3",   "-v",
                                           ptxArg, "-o",           cubinArg};
   std::optional<llvm::StringRef> redirects[] = {std::nullopt, logPath.str(),
                                                 logPath.str()};
   std::string message;
-  int rc = llvm::sys::ExecuteAndWait(ptxas, args, std::nullopt, redirects, 0,
-                                     0, &message);
+  int rc = llvm::sys::ExecuteAndWait(ptxas, args, std::nullopt, redirects, 0, 0,
+                                     &message);
   auto log = llvm::MemoryBuffer::getFile(logPath);
   std::string logText = log ? (*log)->getBuffer().str() : "";
   if (rc != 0) {
@@ -143,9 +143,9 @@ std::string describeGrid(const rt::GpuStep &step) {
   if (step.gridKind == "one")
     return "1";
   std::string count = step.gridKind == "tokens" ? "T" : "T*k";
-  return step.perBlock == 1 ? count
-                            : "ceil(" + count + "/" +
-                                  std::to_string(step.perBlock) + ")";
+  return step.perBlock == 1
+             ? count
+             : "ceil(" + count + "/" + std::to_string(step.perBlock) + ")";
 }
 
 } // namespace
@@ -248,12 +248,14 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
                         std::to_string(tile.getN()) + "x" +
                         std::to_string(tile.getK()) + ", " +
                         std::to_string(tile.getStages()) + " stages";
-        for (Attribute m : func->getAttrOfType<ArrayAttr>("moegpu.tensor_maps")) {
+        for (Attribute m :
+             func->getAttrOfType<ArrayAttr>("moegpu.tensor_maps")) {
           auto map = cast<DictionaryAttr>(m);
           rt::GpuTensorMap t;
           t.arg = cast<IntegerAttr>(map.get("arg")).getInt();
           t.source = cast<IntegerAttr>(map.get("source")).getInt();
-          for (int64_t d : cast<DenseI64ArrayAttr>(map.get("view")).asArrayRef())
+          for (int64_t d :
+               cast<DenseI64ArrayAttr>(map.get("view")).asArrayRef())
             t.view.push_back(d);
           for (int64_t d : cast<DenseI64ArrayAttr>(map.get("box")).asArrayRef())
             t.box.push_back(d);

@@ -81,8 +81,8 @@ struct GpuBuffer {
 
 /// A TMA descriptor the runtime encodes for a kernel argument.
 struct GpuTensorMap {
-  int64_t arg = 0;    // kernel parameter (a pointer to the 128-byte map)
-  int64_t source = 0; // kernel argument whose buffer the map describes
+  int64_t arg = 0;           // kernel parameter (a pointer to the 128-byte map)
+  int64_t source = 0;        // kernel argument whose buffer the map describes
   std::vector<int64_t> view; // [rows, cols]; rows -1: from the buffer
   std::vector<int64_t> box;  // [box rows, box cols]
   int64_t swizzle = 128;
@@ -90,9 +90,9 @@ struct GpuTensorMap {
 
 /// One step of an sm_90a schedule.
 struct GpuStep {
-  std::string op;     // launch | memset
-  std::string buffer; // memset: the buffer zeroed
-  std::string kernel; // launch: the kernel
+  std::string op;                // launch | memset
+  std::string buffer;            // memset: the buffer zeroed
+  std::string kernel;            // launch: the kernel
   std::vector<std::string> args; // launch: the buffers of its memref args
   /// Grid: tokens (ceil(T / perBlock)), assignments (ceil(T * k /
   /// perBlock)), one, or persistent (`gridSize` CTAs).

@@ -1,0 +1,211 @@
+//===- MoeGpuOps.td - Operations of the moegpu dialect -----*- tablegen -*-===//
+//
+// Part of moe-compiler.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_DIALECT_MOEGPU_MOEGPUOPS_TD
+#define MOE_DIALECT_MOEGPU_MOEGPUOPS_TD
+
+include "moegpu/MoeGpuTypes.td"
+include "mlir/Interfaces/ControlFlowInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+//===----------------------------------------------------------------------===//
+// Ops
+//===----------------------------------------------------------------------===//
+
+def MoeGpu_GroupedGemmOp : MoeGpu_Op<"grouped_gemm"> {
+  let summary = "Per-expert GEMM over an expert-contiguous buffer";
+  let description = [{
+    `acc[r, n] = sum_k a[r, k] * b[e, n, k]` (f32) for every row `r` in
+    `[offsets[e], offsets[e+1])`, then the epilogue writes `c`:
+
+    - `none`: `c[r, n] = acc[r, n]`;
+    - `row_scale`: `c[r, n] = acc[r, n] * scale[r]` (the routing weight of
+      the down projection);
+    - `swiglu`: `b` holds gate and up rows interleaved in blocks of 8
+      (rows `16j .. 16j+7` are gate rows `8j ..`, rows `16j+8 .. 16j+15` up
+      rows `8j ..`), and `c[r, f] = silu(gate) * up` has `N / 2` columns.
+
+    Each expert's segment starts at a multiple of the tile's `m` (the
+    dispatch alignment); rows from `offsets[E]` on are not written. `a` is
+    `[R, K]`, `b` `[E, N, K]`, `offsets` `[E + 1]` i32, `c` `[R, N]` (or
+    `[R, N / 2]`), `scale` `[R]` f32; `a`, `b` and `c` share a 16-bit float
+    element type. `tile` and `sm_range` are chosen by `moe-select-tiles` and
+    `moe-partition-sms` when absent.
+
+    ```mlir
+    moegpu.grouped_gemm %a, %b, %offsets, %c {epilogue = #moegpu.epilogue<swiglu>}
+      : memref<?x7168xbf16>, memref<256x4096x7168xbf16>, memref<257xi32>,
+        memref<?x2048xbf16>
+    ```
+  }];
+  let arguments = (ins AnyMemRef:$a, AnyMemRef:$b, AnyMemRef:$offsets,
+                       AnyMemRef:$c, Optional<AnyMemRef>:$scale,
+                       DefaultValuedAttr<MoeGpu_EpilogueAttr,
+                           "::mlir::moegpu::Epilogue::None">:$epilogue,
+                       OptionalAttr<MoeGpu_TileAttr>:$tile,
+                       OptionalAttr<MoeGpu_SmRangeAttr>:$sm_range);
+  let assemblyFormat = [{
+    $a `,` $b `,` $offsets `,` $c (`scale` $scale^)? attr-dict `:`
+    type($a) `,` type($b) `,` type($offsets) `,` type($c)
+    (`,` type($scale)^)?
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    int64_t getNumExperts() { return getB().getType().getDimSize(0); }
+    int64_t getN() { return getB().getType().getDimSize(1); }
+    int64_t getK() { return getB().getType().getDimSize(2); }
+    /// Columns of `c`.
+    int64_t getOutputColumns() { return getC().getType().getDimSize(1); }
+  }];
+}
+
+def MoeGpu_PipelineCreateOp : MoeGpu_Op<"pipeline.create"> {
+  let summary = "Allocate a shared-memory pipeline and initialize its barriers";
+  let description = [{
+    Carves the pipeline's slots out of the kernel's dynamic shared memory and
+    initializes one `full` barrier (arrival count 1: the producer) and one
+    `empty` barrier (arrival count: the tile's consumer warpgroups) per
+    slot, then synchronizes the CTA. Must run on every thread of the CTA,
+    before the warp roles split.
+  }];
+  let results = (outs MoeGpu_PipelineType:$pipeline);
+  let assemblyFormat = "attr-dict `:` type($pipeline)";
+}
+
+def MoeGpu_WarpRolesOp : MoeGpu_Op<"warp_roles", [
+    RecursiveMemoryEffects, NoTerminator]> {
+  let summary = "Split the CTA into a producer and consumer warpgroups";
+  let description = [{
+    The CTA has `consumers + 1` warpgroups of 128 threads. Warpgroups
+    `0 .. consumers-1` run the `consumer` region with their index as the
+    block argument, after raising their register budget to `consumer_regs`;
+    the last warpgroup lowers its budget to `producer_regs` and one of its
+    threads runs the `producer` region. The budgets must fit the SM's 64K
+    registers: `128 * (producer_regs + consumers * consumer_regs) <= 65536`.
+
+    ```mlir
+    moegpu.warp_roles consumers = 2, producer_regs = 40, consumer_regs = 232
+    producer {
+      ...
+    } consumer {
+    ^bb0(%wg: index):
+      ...
+    }
+    ```
+  }];
+  let arguments = (ins I64Attr:$consumers, I64Attr:$producer_regs,
+                       I64Attr:$consumer_regs);
+  let regions = (region SizedRegion<1>:$producer, SizedRegion<1>:$consumer);
+  let assemblyFormat = [{
+    `consumers` `=` $consumers `,` `producer_regs` `=` $producer_regs `,`
+    `consumer_regs` `=` $consumer_regs attr-dict-with-keyword
+    `producer` $producer `consumer` $consumer
+  }];
+  let hasVerifier = 1;
+}
+
+def MoeGpu_TileLoopOp : MoeGpu_Op<"tile_loop", [
+    RecursiveMemoryEffects, SingleBlockImplicitTerminator<"YieldOp">]> {
+  let summary = "Persistent scheduler over the tiles of a grouped GEMM";
+  let description = [{
+    Enumerates the `block_m x block_n` output tiles of a grouped problem with
+    `columns` output columns whose row segments are given by `offsets`
+    (`[E + 1]` i32, each segment a multiple of `block_m` rows), and runs the
+    body for the tiles of this CTA: tile `t = blockIdx.x + i * count` for
+    `i = 0, 1, ...`, with `count` the SMs of `sm_range` (the grid). Tiles are
+    numbered row block first, so CTAs running at the same time share an A
+    row block. The body's arguments are the tile's expert, first row, first
+    column and its ordinal `i` in this CTA's sequence (what a pipeline
+    iteration count is derived from).
+
+    ```mlir
+    moegpu.tile_loop %offsets : memref<257xi32> columns 4096 tiles 128 x 128
+        on #moegpu.sm_range<first = 0, count = 112> {
+    ^bb0(%expert: index, %row: index, %col: index, %seq: index):
+      ...
+    }
+    ```
+  }];
+  let arguments = (ins AnyMemRef:$offsets, I64Attr:$columns, I64Attr:$block_m,
+                       I64Attr:$block_n, MoeGpu_SmRangeAttr:$sm_range);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    $offsets `:` type($offsets) `columns` $columns `tiles` $block_m `x`
+    $block_n `on` $sm_range attr-dict-with-keyword $body
+  }];
+  let hasVerifier = 1;
+}
+
+def MoeGpu_YieldOp : MoeGpu_Op<"yield", [Pure, Terminator,
+    ParentOneOf<["TileLoopOp"]>]> {
+  let summary = "Terminator of moegpu.tile_loop";
+  let assemblyFormat = "attr-dict";
+}
+
+def MoeGpu_ProduceOp : MoeGpu_Op<"produce"> {
+  let summary = "Fill one pipeline slot with A and B tiles through TMA";
+  let description = [{
+    For pipeline iteration `iter`: waits until the slot is empty, announces
+    the slot's byte count on its `full` barrier and issues two TMA loads:
+    the `m x k` box of `a` at `(a_row, k)` and the `n x k` box of `b`, viewed
+    as `[E * N, K]`, at `(b_row, k)`. Out-of-bounds elements are zero. Runs
+    on one thread of the producer warpgroup.
+  }];
+  let arguments = (ins MoeGpu_PipelineType:$pipeline, Index:$iter,
+                       AnyMemRef:$a, Index:$a_row, AnyMemRef:$b, Index:$b_row,
+                       Index:$k);
+  let assemblyFormat = [{
+    $pipeline `[` $iter `]` `,` $a `[` $a_row `]` `,` $b `[` $b_row `]` `,`
+    `k` $k attr-dict `:` type($pipeline) `,` type($a) `,`
+    type($b)
+  }];
+}
+
+def MoeGpu_MmaOp : MoeGpu_Op<"mma", [AllTypesMatch<["acc", "result"]>]> {
+  let summary = "Accumulate one pipeline slot into a warpgroup's fragment";
+  let description = [{
+    For pipeline iteration `iter`: waits until the slot is full, runs the
+    wgmma instructions of the slot's `k` columns for the 64 rows of
+    consumer warpgroup `warpgroup` against the slot's `n` B rows, waits for
+    them and releases the slot. The accumulator is this thread's fragment
+    of the warpgroup's `64 x n` f32 tile: element `4 * j + 2 * h + v` is row
+    `16 * warp + lane / 4 + 8 * h`, column `8 * j + 2 * (lane % 4) + v`.
+  }];
+  let arguments = (ins MoeGpu_PipelineType:$pipeline, Index:$iter,
+                       VectorOfRankAndType<[1], [F32]>:$acc, Index:$warpgroup);
+  let results = (outs VectorOfRankAndType<[1], [F32]>:$result);
+  let assemblyFormat = [{
+    $pipeline `[` $iter `]` `,` $acc `,` `warpgroup` $warpgroup attr-dict `:`
+    type($pipeline) `,` type($acc)
+  }];
+  let hasVerifier = 1;
+}
+
+def MoeGpu_StoreTileOp : MoeGpu_Op<"store_tile"> {
+  let summary = "Apply the epilogue to a warpgroup's fragment and store it";
+  let description = [{
+    Stores this thread's part of consumer warpgroup `warpgroup`'s `64 x n`
+    tile (fragment layout as in `moegpu.mma`) at rows from
+    `row + 64 * warpgroup`, columns from `col`, skipping rows at or past
+    `row_end` and columns past `c`'s width. With `swiglu`, fragment columns
+    come in interleaved gate/up blocks of 8 and the stored column is
+    `col / 2 + ...`; with `row_scale` each row is multiplied by
+    `scale[row]`.
+  }];
+  let arguments = (ins VectorOfRankAndType<[1], [F32]>:$acc, AnyMemRef:$c,
+                       Index:$row, Index:$col, Index:$warpgroup, Index:$row_end,
+                       Optional<AnyMemRef>:$scale,
+                       DefaultValuedAttr<MoeGpu_EpilogueAttr,
+                           "::mlir::moegpu::Epilogue::None">:$epilogue);
+  let assemblyFormat = [{
+    $acc `,` $c `[` $row `,` $col `]` `,` `warpgroup` $warpgroup `,`
+    `row_end` $row_end (`scale` $scale^)? attr-dict `:` type($acc) `,`
+    type($c) (`,` type($scale)^)?
+  }];
+  let hasVerifier = 1;
+}
+
+#endif // MOE_DIALECT_MOEGPU_MOEGPUOPS_TD
