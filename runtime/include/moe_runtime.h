@@ -25,7 +25,9 @@ typedef enum moe_dtype { MOE_F32 = 0, MOE_BF16 = 1, MOE_F16 = 2 } moe_dtype;
 /** The last error of this thread, or "" if there was none. */
 const char *moe_last_error(void);
 
-/** Loads a bundle for `device` ("host"). Returns NULL on failure. */
+/** Loads a bundle for `device`: "host" (host bundles) or "cuda" (sm_90a
+ *  bundles on GPU 0; buffers stay host memory, copied per call). Returns
+ *  NULL on failure. */
 moe_layer *moe_layer_load(const char *bundle_path, const char *device);
 /** The same from `size` bytes in memory (as moe_compile returns them). */
 moe_layer *moe_layer_load_from_memory(const void *bundle, size_t size,
