@@ -525,3 +525,80 @@ LogicalResult AllToAllOp::verify() {
 
 #define GET_OP_CLASSES
 #include "moe/MoeOps.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// GroupedMatmulDxOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult GroupedMatmulDxOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location>, Adaptor adaptor,
+    SmallVectorImpl<Type> &inferredReturnTypes) {
+  auto grad = cast<RankedTensorType>(adaptor.getGrad().getType());
+  auto weight = cast<RankedTensorType>(adaptor.getWeight().getType());
+  inferredReturnTypes.push_back(getTensor(
+      {grad.getDimSize(0), weight.getDimSize(2)}, grad.getElementType()));
+  return success();
+}
+
+bool GroupedMatmulDxOp::isCompatibleReturnTypes(TypeRange l, TypeRange r) {
+  return areCompatibleTensorTypes(l, r);
+}
+
+LogicalResult GroupedMatmulDxOp::verify() {
+  Operation *op = getOperation();
+  auto grad = asRanked(getGrad());
+  auto weight = asRanked(getWeight());
+  if (failed(requireStaticDims(op, "the gradient", grad, {1})) ||
+      failed(requireStaticDims(op, "the weight", weight, {0, 1, 2})) ||
+      failed(expectDim(op, "weight", weight, 1, grad.getDimSize(1),
+                       "output size of the gradient")) ||
+      failed(expectElementType(op, "weight", weight.getElementType(),
+                               grad.getElementType())))
+    return failure();
+  FailureOr<int64_t> experts =
+      getExpertsFromOffsets(op, asRanked(getOffsets()));
+  if (failed(experts))
+    return failure();
+  if (*experts != weight.getDimSize(0))
+    return emitOpError() << "expected offsets of size experts + 1 = "
+                         << weight.getDimSize(0) + 1 << ", got "
+                         << *experts + 1;
+  return verifyResultTypes(*this);
+}
+
+//===----------------------------------------------------------------------===//
+// GroupedMatmulDwOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult GroupedMatmulDwOp::inferReturnTypes(
+    MLIRContext *ctx, std::optional<Location>, Adaptor adaptor,
+    SmallVectorImpl<Type> &inferredReturnTypes) {
+  auto input = cast<RankedTensorType>(adaptor.getInput().getType());
+  auto grad = cast<RankedTensorType>(adaptor.getGrad().getType());
+  auto offsets = cast<RankedTensorType>(adaptor.getOffsets().getType());
+  int64_t experts =
+      offsets.isDynamicDim(0) ? kDynamic : asDim(offsets.getDimSize(0) - 1);
+  inferredReturnTypes.push_back(
+      getTensor({experts, grad.getDimSize(1), input.getDimSize(1)},
+                Float32Type::get(ctx)));
+  return success();
+}
+
+bool GroupedMatmulDwOp::isCompatibleReturnTypes(TypeRange l, TypeRange r) {
+  return areCompatibleTensorTypes(l, r);
+}
+
+LogicalResult GroupedMatmulDwOp::verify() {
+  Operation *op = getOperation();
+  auto input = asRanked(getInput());
+  auto grad = asRanked(getGrad());
+  if (failed(requireStaticDims(op, "the input", input, {1})) ||
+      failed(requireStaticDims(op, "the gradient", grad, {1})) ||
+      failed(expectDim(op, "gradient", grad, 0, input.getDimSize(0),
+                       "rows of the input")) ||
+      failed(expectElementType(op, "gradient", grad.getElementType(),
+                               input.getElementType())) ||
+      failed(getExpertsFromOffsets(op, asRanked(getOffsets()))))
+    return failure();
+  return verifyResultTypes(*this);
+}

@@ -328,4 +328,83 @@ def Moe_AllToAllOp : Moe_InferredOp<"all_to_all"> {
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Gradients: the vector-Jacobian products of the expert computation
+//===----------------------------------------------------------------------===//
+
+def Moe_SwiGLUGradOp : Moe_Op<"swiglu_grad", [Pure,
+    AllTypesMatch<["gate", "up", "grad", "gate_grad", "up_grad"]>]> {
+  let summary = "Gradients of moe.swiglu";
+  let description = [{
+    For `out = silu(gate) * up` and the gradient `grad` of a loss with
+    respect to `out`, elementwise with `s = sigmoid(gate)` (in f32):
+
+    ```
+    gate_grad = grad * up * s * (1 + gate * (1 - s))
+    up_grad   = grad * gate * s
+    ```
+
+    ```mlir
+    %dg, %du = moe.swiglu_grad %g, %u, %dy : tensor<?x32xbf16>
+    ```
+  }];
+  let arguments = (ins Moe_Activations:$gate, Moe_Activations:$up,
+                       Moe_Activations:$grad);
+  let results = (outs Moe_Activations:$gate_grad, Moe_Activations:$up_grad);
+  let assemblyFormat = "$gate `,` $up `,` $grad attr-dict `:` type($gate)";
+}
+
+def Moe_GroupedMatmulDxOp : Moe_InferredOp<"grouped_matmul_dx", [Pure]> {
+  let summary = "Input gradient of moe.grouped_matmul (weights transposed)";
+  let description = [{
+    For `out = moe.grouped_matmul in, w, offsets` and the gradient `grad`
+    (`[R, N]`) of a loss with respect to `out`: `input_grad[r, k] = sum_n
+    grad[r, n] * w[e, n, k]` for every row `r` in `[offsets[e],
+    offsets[e+1])`; rows past `offsets[E]` are zero. The result is `[R, K]`
+    of `grad`'s element type, accumulated in f32: the grouped GEMM of the
+    forward pass with each expert's weight transposed.
+
+    ```mlir
+    %dx = moe.grouped_matmul_dx %dy, %w, %offsets
+            : tensor<?x32xf32>, tensor<8x32x64xf32>, tensor<9xi32>
+            -> tensor<?x64xf32>
+    ```
+  }];
+  let arguments = (ins Moe_Activations:$grad, Moe_ExpertWeights:$weight,
+                       Moe_I32Vector:$offsets);
+  let results = (outs Moe_Activations:$input_grad);
+  let assemblyFormat = [{
+    $grad `,` $weight `,` $offsets attr-dict `:` type($grad) `,`
+    type($weight) `,` type($offsets) `->` type($input_grad)
+  }];
+  let hasVerifier = 1;
+}
+
+def Moe_GroupedMatmulDwOp : Moe_InferredOp<"grouped_matmul_dw", [Pure]> {
+  let summary = "Weight gradient of moe.grouped_matmul (k-grouped GEMM)";
+  let description = [{
+    For `out = moe.grouped_matmul in, w, offsets` and the gradient `grad`
+    (`[R, N]`) of a loss with respect to `out`: `weight_grad[e, n, k] =
+    sum of grad[r, n] * in[r, k]` over the rows `r` of expert `e`'s segment
+    `[offsets[e], offsets[e+1])`: one GEMM per expert whose reduction runs
+    over that expert's rows. The result is `[E, N, K]` in f32 (gradients
+    accumulate into fp32 master weights); an expert without rows gets
+    zeros.
+
+    ```mlir
+    %dw = moe.grouped_matmul_dw %x, %dy, %offsets
+            : tensor<?x64xbf16>, tensor<?x32xbf16>, tensor<9xi32>
+            -> tensor<8x32x64xf32>
+    ```
+  }];
+  let arguments = (ins Moe_Activations:$input, Moe_Activations:$grad,
+                       Moe_I32Vector:$offsets);
+  let results = (outs TensorRankOf<[F32], [3]>:$weight_grad);
+  let assemblyFormat = [{
+    $input `,` $grad `,` $offsets attr-dict `:` type($input) `,`
+    type($grad) `,` type($offsets) `->` type($weight_grad)
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // MOE_DIALECT_MOE_MOEOPS_TD

@@ -645,6 +645,115 @@ Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op) {
   return asTensor(b, out);
 }
 
+/// gate_grad and up_grad of silu(gate) * up, elementwise in f32.
+std::pair<Value, Value> lowerSwiGLUGrad(Builder &b, SwiGLUGradOp op) {
+  Type elt = op.getGate().getType().getElementType();
+  ValueRange inputs{op.getGate(), op.getUp(), op.getGrad()};
+  Value gateGrad = elementwise(b, inputs, elt, [](Builder &nb, ValueRange v) {
+    Value s = sigmoid(nb, v[0]);
+    Value one = f32Const(nb, 1.0);
+    // d silu(g)/dg = s * (1 + g * (1 - s))
+    Value dsilu = arith::MulFOp::create(
+        nb, s,
+        arith::AddFOp::create(
+            nb, one,
+            arith::MulFOp::create(nb, v[0],
+                                  arith::SubFOp::create(nb, one, s))));
+    return arith::MulFOp::create(nb, arith::MulFOp::create(nb, v[2], v[1]),
+                                 dsilu);
+  });
+  Value upGrad = elementwise(b, inputs, elt, [](Builder &nb, ValueRange v) {
+    return arith::MulFOp::create(nb, v[2], silu(nb, v[0]));
+  });
+  return {gateGrad, upGrad};
+}
+
+/// Rows [lo, hi) of expert `e`'s segment, clamped to [0, rows]: no input
+/// makes the generated code read or write out of bounds.
+std::pair<Value, Value> segment(Builder &b, Value offsets, Value e,
+                                Value rows) {
+  Value zero = indexConst(b, 0);
+  auto at = [&](Value i) -> Value {
+    Value v = arith::IndexCastOp::create(
+        b, b.getIndexType(), memref::LoadOp::create(b, offsets, ValueRange{i}));
+    return arith::MinSIOp::create(b, arith::MaxSIOp::create(b, v, zero), rows);
+  };
+  Value lo = at(e);
+  Value hi = arith::MaxSIOp::create(
+      b, lo, at(arith::AddIOp::create(b, e, indexConst(b, 1))));
+  return {lo, hi};
+}
+
+/// input_grad[r, k] = sum_n grad[r, n] * w[e, n, k] over expert e's rows.
+Value lowerGroupedMatmulDx(Builder &b, GroupedMatmulDxOp op) {
+  auto outType = cast<RankedTensorType>(op.getInputGrad().getType());
+  auto weightType = cast<RankedTensorType>(op.getWeight().getType());
+  int64_t experts = weightType.getDimSize(0), n = weightType.getDimSize(1),
+          kSize = weightType.getDimSize(2);
+  Type elt = outType.getElementType();
+  Value grad = asBuffer(b, op.getGrad());
+  Value weight = asBuffer(b, op.getWeight());
+  Value offsets = asBuffer(b, op.getOffsets());
+  Value rows = dim(b, grad, 0);
+  Value out = alloc(b, MemRefType::get(outType.getShape(), elt),
+                    dynamicSizes(b, outType, grad));
+  fillBuffer(b, out, arith::ConstantOp::create(b, b.getFloatAttr(elt, 0.0)));
+  forLoop(b, experts, [&](Builder &b, Value e) {
+    auto [lo, hi] = segment(b, offsets, e, rows);
+    forLoop(b, lo, hi, [&](Builder &b, Value r) {
+      forLoop(b, kSize, [&](Builder &b, Value kk) {
+        Value acc = forLoopCarrying(
+            b, indexConst(b, 0), indexConst(b, n), ValueRange{f32Const(b, 0.0)},
+            [&](Builder &b, Value col,
+                ValueRange carried) -> SmallVector<Value> {
+              Value g =
+                  toF32(b, memref::LoadOp::create(b, grad, ValueRange{r, col}));
+              Value w = toF32(
+                  b, memref::LoadOp::create(b, weight, ValueRange{e, col, kk}));
+              Value prod = arith::MulFOp::create(b, g, w, reductionFlags(b));
+              return {arith::AddFOp::create(b, carried[0], prod,
+                                            reductionFlags(b))};
+            })[0];
+        memref::StoreOp::create(b, fromF32(b, acc, elt), out,
+                                ValueRange{r, kk});
+      });
+    });
+  });
+  return asTensor(b, out);
+}
+
+/// weight_grad[e, n, k] = sum over expert e's rows r of grad[r, n] * in[r, k].
+Value lowerGroupedMatmulDw(Builder &b, GroupedMatmulDwOp op) {
+  auto outType = cast<RankedTensorType>(op.getWeightGrad().getType());
+  int64_t experts = outType.getDimSize(0), n = outType.getDimSize(1),
+          kSize = outType.getDimSize(2);
+  Value input = asBuffer(b, op.getInput());
+  Value grad = asBuffer(b, op.getGrad());
+  Value offsets = asBuffer(b, op.getOffsets());
+  Value rows = dim(b, input, 0);
+  Value out = alloc(b, MemRefType::get(outType.getShape(), b.getF32Type()));
+  forLoop(b, experts, [&](Builder &b, Value e) {
+    auto [lo, hi] = segment(b, offsets, e, rows);
+    forLoop(b, n, [&](Builder &b, Value col) {
+      forLoop(b, kSize, [&](Builder &b, Value kk) {
+        Value acc = forLoopCarrying(
+            b, lo, hi, ValueRange{f32Const(b, 0.0)},
+            [&](Builder &b, Value r, ValueRange carried) -> SmallVector<Value> {
+              Value g =
+                  toF32(b, memref::LoadOp::create(b, grad, ValueRange{r, col}));
+              Value x =
+                  toF32(b, memref::LoadOp::create(b, input, ValueRange{r, kk}));
+              Value prod = arith::MulFOp::create(b, g, x, reductionFlags(b));
+              return {arith::AddFOp::create(b, carried[0], prod,
+                                            reductionFlags(b))};
+            })[0];
+        memref::StoreOp::create(b, acc, out, ValueRange{e, col, kk});
+      });
+    });
+  });
+  return asTensor(b, out);
+}
+
 Value lowerCombine(Builder &b, CombineOp op) {
   auto outType = cast<RankedTensorType>(op.getOutput().getType());
   auto mapType = cast<RankedTensorType>(op.getRowMap().getType());
@@ -765,6 +874,13 @@ struct ConvertMoeToHost : moe::impl::ConvertMoeToHostBase<ConvertMoeToHost> {
         results.push_back(lowerGroupedMatmul(b, gmm));
       } else if (auto swiglu = dyn_cast<SwiGLUOp>(op)) {
         results.push_back(lowerSwiGLU(b, swiglu));
+      } else if (auto grad = dyn_cast<SwiGLUGradOp>(op)) {
+        auto [gateGrad, upGrad] = lowerSwiGLUGrad(b, grad);
+        results = {gateGrad, upGrad};
+      } else if (auto dx = dyn_cast<GroupedMatmulDxOp>(op)) {
+        results.push_back(lowerGroupedMatmulDx(b, dx));
+      } else if (auto dw = dyn_cast<GroupedMatmulDwOp>(op)) {
+        results.push_back(lowerGroupedMatmulDw(b, dw));
       } else if (auto combine = dyn_cast<CombineOp>(op)) {
         results.push_back(lowerCombine(b, combine));
       } else if (auto shared = dyn_cast<SharedExpertOp>(op)) {

@@ -733,3 +733,115 @@ func.func @f(%x: tensor<?x8xf32>, %off: tensor<17xi32>) {
   %r, %o = moe.all_to_all %x, %off {ep_size = 32, kind = #moe.all_to_all_kind<combine>} : tensor<?x8xf32>, tensor<17xi32> -> tensor<?x8xf32>, tensor<17xi32>
   return
 }
+
+// -----
+
+func.func @f(%g: tensor<?x8xf32>, %u: tensor<?x8xbf16>, %d: tensor<?x8xf32>) {
+  // expected-error @+1 {{'moe.swiglu_grad' op failed to verify that all of {gate, up, grad, gate_grad, up_grad} have same type}}
+  %a, %b = "moe.swiglu_grad"(%g, %u, %d) : (tensor<?x8xf32>, tensor<?x8xbf16>, tensor<?x8xf32>) -> (tensor<?x8xf32>, tensor<?x8xf32>)
+  return
+}
+
+// -----
+
+func.func @f(%d: tensor<?x?xf32>, %w: tensor<4x16x8xf32>, %o: tensor<5xi32>) {
+  // expected-error @+1 {{expected the gradient to have a static size in dim 1, got 'tensor<?x?xf32>'}}
+  %dx = moe.grouped_matmul_dx %d, %w, %o : tensor<?x?xf32>, tensor<4x16x8xf32>, tensor<5xi32> -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%d: tensor<?x16xf32>, %w: tensor<4x?x8xf32>, %o: tensor<5xi32>) {
+  // expected-error @+1 {{expected the weight to have a static size in dim 1, got 'tensor<4x?x8xf32>'}}
+  %dx = moe.grouped_matmul_dx %d, %w, %o : tensor<?x16xf32>, tensor<4x?x8xf32>, tensor<5xi32> -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%d: tensor<?x12xf32>, %w: tensor<4x16x8xf32>, %o: tensor<5xi32>) {
+  // expected-error @+1 {{expected weight dim 1 (output size of the gradient) to be 12, got 16}}
+  %dx = moe.grouped_matmul_dx %d, %w, %o : tensor<?x12xf32>, tensor<4x16x8xf32>, tensor<5xi32> -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%d: tensor<?x16xf32>, %w: tensor<4x16x8xbf16>, %o: tensor<5xi32>) {
+  // expected-error @+1 {{expected weight element type 'f32', got 'bf16'}}
+  %dx = moe.grouped_matmul_dx %d, %w, %o : tensor<?x16xf32>, tensor<4x16x8xbf16>, tensor<5xi32> -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%d: tensor<?x16xf32>, %w: tensor<4x16x8xf32>, %o: tensor<1xi32>) {
+  // expected-error @+1 {{expected offsets of static size experts + 1 >= 2, got 'tensor<1xi32>'}}
+  %dx = moe.grouped_matmul_dx %d, %w, %o : tensor<?x16xf32>, tensor<4x16x8xf32>, tensor<1xi32> -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%d: tensor<?x16xf32>, %w: tensor<4x16x8xf32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{expected offsets of size experts + 1 = 5, got 4}}
+  %dx = moe.grouped_matmul_dx %d, %w, %o : tensor<?x16xf32>, tensor<4x16x8xf32>, tensor<4xi32> -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%d: tensor<?x16xf32>, %w: tensor<4x16x8xf32>, %o: tensor<5xi32>) {
+  // expected-error @+1 {{expected result #0 to be compatible with 'tensor<?x8xf32>' (inferred from the operands), got 'tensor<?x16xf32>'}}
+  %dx = moe.grouped_matmul_dx %d, %w, %o : tensor<?x16xf32>, tensor<4x16x8xf32>, tensor<5xi32> -> tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x?xf32>, %d: tensor<?x16xf32>, %o: tensor<5xi32>) {
+  // expected-error @+1 {{expected the input to have a static size in dim 1, got 'tensor<?x?xf32>'}}
+  %dw = moe.grouped_matmul_dw %x, %d, %o : tensor<?x?xf32>, tensor<?x16xf32>, tensor<5xi32> -> tensor<4x16x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %d: tensor<?x?xf32>, %o: tensor<5xi32>) {
+  // expected-error @+1 {{expected the gradient to have a static size in dim 1, got 'tensor<?x?xf32>'}}
+  %dw = moe.grouped_matmul_dw %x, %d, %o : tensor<?x8xf32>, tensor<?x?xf32>, tensor<5xi32> -> tensor<4x16x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<6x8xf32>, %d: tensor<7x16xf32>, %o: tensor<5xi32>) {
+  // expected-error @+1 {{expected gradient dim 0 (rows of the input) to be 6, got 7}}
+  %dw = moe.grouped_matmul_dw %x, %d, %o : tensor<6x8xf32>, tensor<7x16xf32>, tensor<5xi32> -> tensor<4x16x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %d: tensor<?x16xf16>, %o: tensor<5xi32>) {
+  // expected-error @+1 {{expected gradient element type 'f32', got 'f16'}}
+  %dw = moe.grouped_matmul_dw %x, %d, %o : tensor<?x8xf32>, tensor<?x16xf16>, tensor<5xi32> -> tensor<4x16x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %d: tensor<?x16xf32>, %o: tensor<?xi32>) {
+  // expected-error @+1 {{expected offsets of static size experts + 1 >= 2, got 'tensor<?xi32>'}}
+  %dw = moe.grouped_matmul_dw %x, %d, %o : tensor<?x8xf32>, tensor<?x16xf32>, tensor<?xi32> -> tensor<4x16x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %d: tensor<?x16xf32>, %o: tensor<5xi32>) {
+  // expected-error @+1 {{expected result #0 to be compatible with 'tensor<4x16x8xf32>' (inferred from the operands), got 'tensor<3x16x8xf32>'}}
+  %dw = moe.grouped_matmul_dw %x, %d, %o : tensor<?x8xf32>, tensor<?x16xf32>, tensor<5xi32> -> tensor<3x16x8xf32>
+  return
+}

@@ -126,3 +126,19 @@ func.func @partitioned() attributes {
     moe.sm_partition = #moe.sm_partition<sms = 78, comm = 0>} {
   return
 }
+
+// The gradients of the expert computation.
+// CHECK-LABEL: func @gradients
+// CHECK: %{{.*}}, %{{.*}} = moe.swiglu_grad %{{.*}}, %{{.*}}, %{{.*}} : tensor<?x32xbf16>
+// CHECK: moe.grouped_matmul_dx %{{.*}}, %{{.*}}, %{{.*}} : tensor<?x32xbf16>, tensor<8x32x64xbf16>, tensor<9xi32> -> tensor<?x64xbf16>
+// CHECK: moe.grouped_matmul_dw %{{.*}}, %{{.*}}, %{{.*}} : tensor<?x64xbf16>, tensor<?x32xbf16>, tensor<9xi32> -> tensor<8x32x64xf32>
+func.func @gradients(%g: tensor<?x32xbf16>, %u: tensor<?x32xbf16>,
+                     %dy: tensor<?x32xbf16>, %w: tensor<8x32x64xbf16>,
+                     %off: tensor<9xi32>, %x: tensor<?x64xbf16>) {
+  %dg, %du = moe.swiglu_grad %g, %u, %dy : tensor<?x32xbf16>
+  %dx = moe.grouped_matmul_dx %dy, %w, %off
+      : tensor<?x32xbf16>, tensor<8x32x64xbf16>, tensor<9xi32> -> tensor<?x64xbf16>
+  %dw = moe.grouped_matmul_dw %x, %dy, %off
+      : tensor<?x64xbf16>, tensor<?x32xbf16>, tensor<9xi32> -> tensor<8x32x64xf32>
+  return
+}

@@ -1,0 +1,61 @@
+// Numerics of the expert-computation gradients on the host, against values
+// worked out by hand.
+// RUN: moe-opt %s --moe-host-pipeline | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils | FileCheck %s
+
+func.func private @printMemrefF32(memref<*xf32>) attributes {llvm.emit_c_interface}
+
+func.func @print2(%t: tensor<?x?xf32>) {
+  %m = bufferization.to_buffer %t : tensor<?x?xf32> to memref<?x?xf32>
+  %u = memref.cast %m : memref<?x?xf32> to memref<*xf32>
+  call @printMemrefF32(%u) : (memref<*xf32>) -> ()
+  return
+}
+
+func.func @main() {
+  // silu(g) * u: at g = 0, s = 1/2 and d silu/dg = 1/2; at g = 2,
+  // s = 0.880797, d silu/dg = s (1 + 2 (1 - s)) = 1.090784 and
+  // silu(2) = 1.761594.
+  %g = arith.constant dense<[[0.0, 2.0]]> : tensor<1x2xf32>
+  %u = arith.constant dense<[[3.0, -1.0]]> : tensor<1x2xf32>
+  %dy = arith.constant dense<[[1.0, 0.5]]> : tensor<1x2xf32>
+  %dg, %du = moe.swiglu_grad %g, %u, %dy : tensor<1x2xf32>
+  %dg_d = tensor.cast %dg : tensor<1x2xf32> to tensor<?x?xf32>
+  call @print2(%dg_d) : (tensor<?x?xf32>) -> ()
+  // CHECK: [1.5, -0.545392]
+  %du_d = tensor.cast %du : tensor<1x2xf32> to tensor<?x?xf32>
+  call @print2(%du_d) : (tensor<?x?xf32>) -> ()
+  // CHECK: [0, 0.880797]
+
+  // Three experts, N = 2, K = 3; rows 0-1 are expert 0's, expert 1 has none,
+  // row 2 is expert 2's, row 3 lies past offsets[E].
+  %w = arith.constant dense<[[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]],
+                             [[7.0, 7.0, 7.0], [7.0, 7.0, 7.0]],
+                             [[1.0, 0.0, -1.0], [0.0, 1.0, 0.0]]]> : tensor<3x2x3xf32>
+  %off = arith.constant dense<[0, 2, 2, 3]> : tensor<4xi32>
+  %grad = arith.constant dense<[[1.0, 0.0], [0.0, 1.0], [2.0, 3.0], [9.0, 9.0]]> : tensor<4x2xf32>
+  // dx[r] = grad[r] * w[e]: rows of w[0], then 2 w[2][0] + 3 w[2][1], then 0.
+  %dx = moe.grouped_matmul_dx %grad, %w, %off
+      : tensor<4x2xf32>, tensor<3x2x3xf32>, tensor<4xi32> -> tensor<4x3xf32>
+  %dx_d = tensor.cast %dx : tensor<4x3xf32> to tensor<?x?xf32>
+  call @print2(%dx_d) : (tensor<?x?xf32>) -> ()
+  // CHECK: [1, 2, 3]
+  // CHECK-NEXT: [4, 5, 6]
+  // CHECK-NEXT: [2, 3, -2]
+  // CHECK-NEXT: [0, 0, 0]
+
+  // dw[e][n] = sum over e's rows of grad[r][n] * x[r]: expert 0 gets
+  // x0 and x1, expert 1 nothing, expert 2 gets 2 x2 and 3 x2; x3 is ignored.
+  %x = arith.constant dense<[[1.0, 1.0, 1.0], [1.0, 0.0, 2.0], [3.0, 1.0, 0.0], [5.0, 5.0, 5.0]]> : tensor<4x3xf32>
+  %dw = moe.grouped_matmul_dw %x, %grad, %off
+      : tensor<4x3xf32>, tensor<4x2xf32>, tensor<4xi32> -> tensor<3x2x3xf32>
+  %dw_c = tensor.collapse_shape %dw [[0, 1], [2]] : tensor<3x2x3xf32> into tensor<6x3xf32>
+  %dw_d = tensor.cast %dw_c : tensor<6x3xf32> to tensor<?x?xf32>
+  call @print2(%dw_d) : (tensor<?x?xf32>) -> ()
+  // CHECK: [1, 1, 1]
+  // CHECK-NEXT: [1, 0, 2]
+  // CHECK-NEXT: [0, 0, 0]
+  // CHECK-NEXT: [0, 0, 0]
+  // CHECK-NEXT: [6, 2, 0]
+  // CHECK-NEXT: [9, 3, 0]
+  return
+}
