@@ -602,3 +602,79 @@ LogicalResult GroupedMatmulDwOp::verify() {
     return failure();
   return verifyResultTypes(*this);
 }
+
+//===----------------------------------------------------------------------===//
+// CombineGradOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+CombineGradOp::inferReturnTypes(MLIRContext *ctx, std::optional<Location>,
+                                Adaptor adaptor,
+                                SmallVectorImpl<Type> &inferredReturnTypes) {
+  auto grad = cast<RankedTensorType>(adaptor.getGrad().getType());
+  auto rowMap = cast<RankedTensorType>(adaptor.getRowMap().getType());
+  auto weights = cast<RankedTensorType>(adaptor.getWeights().getType());
+  inferredReturnTypes.push_back(adaptor.getRows().getType());
+  int64_t tokens =
+      mergeDims(grad.getDimSize(0),
+                mergeDims(rowMap.getDimSize(0), weights.getDimSize(0)));
+  inferredReturnTypes.push_back(getTensor(
+      {tokens, mergeDims(rowMap.getDimSize(1), weights.getDimSize(1))},
+      Float32Type::get(ctx)));
+  return success();
+}
+
+bool CombineGradOp::isCompatibleReturnTypes(TypeRange l, TypeRange r) {
+  return areCompatibleTensorTypes(l, r);
+}
+
+LogicalResult CombineGradOp::verify() {
+  Operation *op = getOperation();
+  auto grad = asRanked(getGrad());
+  auto rows = asRanked(getRows());
+  auto rowMap = asRanked(getRowMap());
+  auto weights = asRanked(getWeights());
+  if (failed(requireStaticDims(op, "the gradient", grad, {1})) ||
+      failed(expectDim(op, "rows", rows, 1, grad.getDimSize(1),
+                       "hidden size of the gradient")) ||
+      failed(expectElementType(op, "rows", rows.getElementType(),
+                               grad.getElementType())) ||
+      failed(requireStaticDims(op, "the row map", rowMap, {1})) ||
+      failed(expectDim(op, "row map", rowMap, 0, grad.getDimSize(0),
+                       "tokens of the gradient")) ||
+      failed(expectDim(op, "weights", weights, 0, rowMap.getDimSize(0),
+                       "tokens of the row map")) ||
+      failed(expectDim(op, "weights", weights, 1, rowMap.getDimSize(1),
+                       "k of the row map")))
+    return failure();
+  return verifyResultTypes(*this);
+}
+
+//===----------------------------------------------------------------------===//
+// DispatchGradOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+DispatchGradOp::inferReturnTypes(MLIRContext *, std::optional<Location>,
+                                 Adaptor adaptor,
+                                 SmallVectorImpl<Type> &inferredReturnTypes) {
+  auto rowsGrad = cast<RankedTensorType>(adaptor.getRowsGrad().getType());
+  auto rowMap = cast<RankedTensorType>(adaptor.getRowMap().getType());
+  inferredReturnTypes.push_back(
+      getTensor({rowMap.getDimSize(0), rowsGrad.getDimSize(1)},
+                rowsGrad.getElementType()));
+  return success();
+}
+
+bool DispatchGradOp::isCompatibleReturnTypes(TypeRange l, TypeRange r) {
+  return areCompatibleTensorTypes(l, r);
+}
+
+LogicalResult DispatchGradOp::verify() {
+  Operation *op = getOperation();
+  if (failed(requireStaticDims(op, "the row gradient", asRanked(getRowsGrad()),
+                               {1})) ||
+      failed(requireStaticDims(op, "the row map", asRanked(getRowMap()), {1})))
+    return failure();
+  return verifyResultTypes(*this);
+}

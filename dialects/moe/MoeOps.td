@@ -407,4 +407,60 @@ def Moe_GroupedMatmulDwOp : Moe_InferredOp<"grouped_matmul_dw", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Moe_CombineGradOp : Moe_InferredOp<"combine_grad", [Pure]> {
+  let summary = "Gradients of moe.combine";
+  let description = [{
+    For `y = moe.combine rows, row_map, weights` and the gradient `grad`
+    (`[T, H]`) of a loss with respect to `y`:
+
+    ```
+    rows_grad[row_map[t, j], h] = weights[t, j] * grad[t, h]
+    weights_grad[t, j]          = sum_h grad[t, h] * rows[row_map[t, j], h]
+    ```
+
+    Rows no entry of `row_map` names get zeros, and entries outside the
+    buffer contribute nothing (their `weights_grad` is 0). `rows_grad` has
+    the type of `rows`; `weights_grad` is `[T, k]` f32.
+
+    ```mlir
+    %drows, %dw = moe.combine_grad %dy, %rows, %map, %w
+        : tensor<?x64xf32>, tensor<?x64xf32>, tensor<?x2xi32>, tensor<?x2xf32>
+        -> tensor<?x64xf32>, tensor<?x2xf32>
+    ```
+  }];
+  let arguments = (ins Moe_Activations:$grad, Moe_Activations:$rows,
+                       Moe_I32Matrix:$row_map, Moe_F32Matrix:$weights);
+  let results = (outs Moe_Activations:$rows_grad,
+                      Moe_F32Matrix:$weights_grad);
+  let assemblyFormat = [{
+    $grad `,` $rows `,` $row_map `,` $weights attr-dict `:` type($grad) `,`
+    type($rows) `,` type($row_map) `,` type($weights) `->` type($rows_grad)
+    `,` type($weights_grad)
+  }];
+  let hasVerifier = 1;
+}
+
+def Moe_DispatchGradOp : Moe_InferredOp<"dispatch_grad", [Pure]> {
+  let summary = "Input gradient of moe.dispatch";
+  let description = [{
+    `moe.dispatch` copies token `t` to rows `row_map[t, j]`; for the
+    gradient `rows_grad` (`[R, H]`) of a loss with respect to those rows,
+    `input_grad[t, h] = sum_j rows_grad[row_map[t, j], h]`, accumulated in
+    f32 (entries outside the buffer are skipped). The result is `[T, H]`
+    of `rows_grad`'s element type.
+
+    ```mlir
+    %dx = moe.dispatch_grad %drows, %map
+            : tensor<?x64xf32>, tensor<?x2xi32> -> tensor<?x64xf32>
+    ```
+  }];
+  let arguments = (ins Moe_Activations:$rows_grad, Moe_I32Matrix:$row_map);
+  let results = (outs Moe_Activations:$input_grad);
+  let assemblyFormat = [{
+    $rows_grad `,` $row_map attr-dict `:` type($rows_grad) `,`
+    type($row_map) `->` type($input_grad)
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // MOE_DIALECT_MOE_MOEOPS_TD

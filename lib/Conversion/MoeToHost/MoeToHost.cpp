@@ -800,6 +800,111 @@ Value lowerCombine(Builder &b, CombineOp op) {
   return asTensor(b, out);
 }
 
+/// Whether row map entry `r` names a row of a buffer of `rowCount` rows.
+Value validRow(Builder &b, Value r, Value rowCount) {
+  return arith::AndIOp::create(
+      b,
+      arith::CmpIOp::create(b, arith::CmpIPredicate::sge, r, indexConst(b, 0)),
+      arith::CmpIOp::create(b, arith::CmpIPredicate::slt, r, rowCount));
+}
+
+/// rows_grad and weights_grad of moe.combine.
+std::pair<Value, Value> lowerCombineGrad(Builder &b, CombineGradOp op) {
+  auto rowsType = cast<RankedTensorType>(op.getRowsGrad().getType());
+  auto wType = cast<RankedTensorType>(op.getWeightsGrad().getType());
+  int64_t hidden = rowsType.getDimSize(1), k = wType.getDimSize(1);
+  Type elt = rowsType.getElementType();
+  Value grad = asBuffer(b, op.getGrad());
+  Value rows = asBuffer(b, op.getRows());
+  Value rowMap = asBuffer(b, op.getRowMap());
+  Value weights = asBuffer(b, op.getWeights());
+  Value tokens = dim(b, rowMap, 0), rowCount = dim(b, rows, 0);
+  Value rowsGrad = alloc(b, MemRefType::get(rowsType.getShape(), elt),
+                         dynamicSizes(b, rowsType, rows));
+  fillBuffer(b, rowsGrad,
+             arith::ConstantOp::create(b, b.getFloatAttr(elt, 0.0)));
+  Value weightsGrad =
+      alloc(b, MemRefType::get(wType.getShape(), b.getF32Type()),
+            dynamicSizes(b, wType, rowMap));
+  forLoop(b, indexConst(b, 0), tokens, [&](Builder &b, Value t) {
+    forLoop(b, k, [&](Builder &b, Value j) {
+      Value r = arith::IndexCastOp::create(
+          b, b.getIndexType(),
+          memref::LoadOp::create(b, rowMap, ValueRange{t, j}));
+      Value w = memref::LoadOp::create(b, weights, ValueRange{t, j});
+      auto ifOp = scf::IfOp::create(
+          b, validRow(b, r, rowCount),
+          [&](OpBuilder &nested, Location loc) {
+            Builder nb(loc, nested);
+            Value dot = forLoopCarrying(
+                nb, indexConst(nb, 0), indexConst(nb, hidden),
+                ValueRange{f32Const(nb, 0.0)},
+                [&](Builder &b, Value h,
+                    ValueRange carried) -> SmallVector<Value> {
+                  Value g = toF32(
+                      b, memref::LoadOp::create(b, grad, ValueRange{t, h}));
+                  Value v = toF32(
+                      b, memref::LoadOp::create(b, rows, ValueRange{r, h}));
+                  memref::StoreOp::create(
+                      b, fromF32(b, arith::MulFOp::create(b, w, g), elt),
+                      rowsGrad, ValueRange{r, h});
+                  return {arith::AddFOp::create(b, carried[0],
+                                                arith::MulFOp::create(b, g, v),
+                                                reductionFlags(b))};
+                })[0];
+            scf::YieldOp::create(nb, ValueRange{dot});
+          },
+          [&](OpBuilder &nested, Location loc) {
+            Builder nb(loc, nested);
+            scf::YieldOp::create(nb, ValueRange{f32Const(nb, 0.0)});
+          });
+      memref::StoreOp::create(b, ifOp.getResult(0), weightsGrad,
+                              ValueRange{t, j});
+    });
+  });
+  return {asTensor(b, rowsGrad), asTensor(b, weightsGrad)};
+}
+
+/// input_grad[t] = sum_j rows_grad[row_map[t, j]].
+Value lowerDispatchGrad(Builder &b, DispatchGradOp op) {
+  auto outType = cast<RankedTensorType>(op.getInputGrad().getType());
+  auto mapType = cast<RankedTensorType>(op.getRowMap().getType());
+  int64_t hidden = outType.getDimSize(1), k = mapType.getDimSize(1);
+  Type elt = outType.getElementType();
+  Value rowsGrad = asBuffer(b, op.getRowsGrad());
+  Value rowMap = asBuffer(b, op.getRowMap());
+  Value tokens = dim(b, rowMap, 0), rowCount = dim(b, rowsGrad, 0);
+  Value out = alloc(b, MemRefType::get(outType.getShape(), elt),
+                    dynamicSizes(b, outType, rowMap));
+  forLoop(b, indexConst(b, 0), tokens, [&](Builder &b, Value t) {
+    forLoop(b, hidden, [&](Builder &b, Value h) {
+      Value acc = forLoopCarrying(
+          b, indexConst(b, 0), indexConst(b, k), ValueRange{f32Const(b, 0.0)},
+          [&](Builder &b, Value j, ValueRange carried) -> SmallVector<Value> {
+            Value r = arith::IndexCastOp::create(
+                b, b.getIndexType(),
+                memref::LoadOp::create(b, rowMap, ValueRange{t, j}));
+            auto ifOp = scf::IfOp::create(
+                b, validRow(b, r, rowCount),
+                [&](OpBuilder &nested, Location loc) {
+                  Builder nb(loc, nested);
+                  Value v = toF32(nb, memref::LoadOp::create(nb, rowsGrad,
+                                                             ValueRange{r, h}));
+                  scf::YieldOp::create(
+                      nb, ValueRange{arith::AddFOp::create(nb, carried[0], v)});
+                },
+                [&](OpBuilder &nested, Location loc) {
+                  Builder nb(loc, nested);
+                  scf::YieldOp::create(nb, ValueRange{carried[0]});
+                });
+            return {ifOp.getResult(0)};
+          })[0];
+      memref::StoreOp::create(b, fromF32(b, acc, elt), out, ValueRange{t, h});
+    });
+  });
+  return asTensor(b, out);
+}
+
 //===----------------------------------------------------------------------===//
 // The pass
 //===----------------------------------------------------------------------===//
@@ -881,6 +986,11 @@ struct ConvertMoeToHost : moe::impl::ConvertMoeToHostBase<ConvertMoeToHost> {
         results.push_back(lowerGroupedMatmulDx(b, dx));
       } else if (auto dw = dyn_cast<GroupedMatmulDwOp>(op)) {
         results.push_back(lowerGroupedMatmulDw(b, dw));
+      } else if (auto cg = dyn_cast<CombineGradOp>(op)) {
+        auto [rowsGrad, weightsGrad] = lowerCombineGrad(b, cg);
+        results = {rowsGrad, weightsGrad};
+      } else if (auto dg = dyn_cast<DispatchGradOp>(op)) {
+        results.push_back(lowerDispatchGrad(b, dg));
       } else if (auto combine = dyn_cast<CombineOp>(op)) {
         results.push_back(lowerCombine(b, combine));
       } else if (auto shared = dyn_cast<SharedExpertOp>(op)) {

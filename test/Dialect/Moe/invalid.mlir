@@ -845,3 +845,91 @@ func.func @f(%x: tensor<?x8xf32>, %d: tensor<?x16xf32>, %o: tensor<5xi32>) {
   %dw = moe.grouped_matmul_dw %x, %d, %o : tensor<?x8xf32>, tensor<?x16xf32>, tensor<5xi32> -> tensor<3x16x8xf32>
   return
 }
+
+// -----
+
+func.func @f(%d: tensor<?x?xf32>, %r: tensor<?x8xf32>, %m: tensor<?x2xi32>, %w: tensor<?x2xf32>) {
+  // expected-error @+1 {{expected the gradient to have a static size in dim 1, got 'tensor<?x?xf32>'}}
+  %a, %b = moe.combine_grad %d, %r, %m, %w : tensor<?x?xf32>, tensor<?x8xf32>, tensor<?x2xi32>, tensor<?x2xf32> -> tensor<?x8xf32>, tensor<?x2xf32>
+  return
+}
+
+// -----
+
+func.func @f(%d: tensor<?x8xf32>, %r: tensor<?x6xf32>, %m: tensor<?x2xi32>, %w: tensor<?x2xf32>) {
+  // expected-error @+1 {{expected rows dim 1 (hidden size of the gradient) to be 8, got 6}}
+  %a, %b = moe.combine_grad %d, %r, %m, %w : tensor<?x8xf32>, tensor<?x6xf32>, tensor<?x2xi32>, tensor<?x2xf32> -> tensor<?x6xf32>, tensor<?x2xf32>
+  return
+}
+
+// -----
+
+func.func @f(%d: tensor<?x8xf32>, %r: tensor<?x8xbf16>, %m: tensor<?x2xi32>, %w: tensor<?x2xf32>) {
+  // expected-error @+1 {{expected rows element type 'f32', got 'bf16'}}
+  %a, %b = moe.combine_grad %d, %r, %m, %w : tensor<?x8xf32>, tensor<?x8xbf16>, tensor<?x2xi32>, tensor<?x2xf32> -> tensor<?x8xbf16>, tensor<?x2xf32>
+  return
+}
+
+// -----
+
+func.func @f(%d: tensor<?x8xf32>, %r: tensor<?x8xf32>, %m: tensor<?x?xi32>, %w: tensor<?x2xf32>) {
+  // expected-error @+1 {{expected the row map to have a static size in dim 1, got 'tensor<?x?xi32>'}}
+  %a, %b = moe.combine_grad %d, %r, %m, %w : tensor<?x8xf32>, tensor<?x8xf32>, tensor<?x?xi32>, tensor<?x2xf32> -> tensor<?x8xf32>, tensor<?x2xf32>
+  return
+}
+
+// -----
+
+func.func @f(%d: tensor<3x8xf32>, %r: tensor<?x8xf32>, %m: tensor<4x2xi32>, %w: tensor<4x2xf32>) {
+  // expected-error @+1 {{expected row map dim 0 (tokens of the gradient) to be 3, got 4}}
+  %a, %b = moe.combine_grad %d, %r, %m, %w : tensor<3x8xf32>, tensor<?x8xf32>, tensor<4x2xi32>, tensor<4x2xf32> -> tensor<?x8xf32>, tensor<4x2xf32>
+  return
+}
+
+// -----
+
+func.func @f(%d: tensor<?x8xf32>, %r: tensor<?x8xf32>, %m: tensor<3x2xi32>, %w: tensor<4x2xf32>) {
+  // expected-error @+1 {{expected weights dim 0 (tokens of the row map) to be 3, got 4}}
+  %a, %b = moe.combine_grad %d, %r, %m, %w : tensor<?x8xf32>, tensor<?x8xf32>, tensor<3x2xi32>, tensor<4x2xf32> -> tensor<?x8xf32>, tensor<3x2xf32>
+  return
+}
+
+// -----
+
+func.func @f(%d: tensor<?x8xf32>, %r: tensor<?x8xf32>, %m: tensor<?x2xi32>, %w: tensor<?x3xf32>) {
+  // expected-error @+1 {{expected weights dim 1 (k of the row map) to be 2, got 3}}
+  %a, %b = moe.combine_grad %d, %r, %m, %w : tensor<?x8xf32>, tensor<?x8xf32>, tensor<?x2xi32>, tensor<?x3xf32> -> tensor<?x8xf32>, tensor<?x2xf32>
+  return
+}
+
+// -----
+
+func.func @f(%d: tensor<?x8xf32>, %r: tensor<?x8xf32>, %m: tensor<?x2xi32>, %w: tensor<?x2xf32>) {
+  // expected-error @+1 {{expected result #1 to be compatible with 'tensor<?x2xf32>' (inferred from the operands), got 'tensor<?x3xf32>'}}
+  %a, %b = moe.combine_grad %d, %r, %m, %w : tensor<?x8xf32>, tensor<?x8xf32>, tensor<?x2xi32>, tensor<?x2xf32> -> tensor<?x8xf32>, tensor<?x3xf32>
+  return
+}
+
+// -----
+
+func.func @f(%d: tensor<?x?xf32>, %m: tensor<?x2xi32>) {
+  // expected-error @+1 {{expected the row gradient to have a static size in dim 1, got 'tensor<?x?xf32>'}}
+  %x = moe.dispatch_grad %d, %m : tensor<?x?xf32>, tensor<?x2xi32> -> tensor<?x?xf32>
+  return
+}
+
+// -----
+
+func.func @f(%d: tensor<?x8xf32>, %m: tensor<?x?xi32>) {
+  // expected-error @+1 {{expected the row map to have a static size in dim 1, got 'tensor<?x?xi32>'}}
+  %x = moe.dispatch_grad %d, %m : tensor<?x8xf32>, tensor<?x?xi32> -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%d: tensor<?x8xf32>, %m: tensor<?x2xi32>) {
+  // expected-error @+1 {{expected result #0 to be compatible with 'tensor<?x8xf32>' (inferred from the operands), got 'tensor<?x8xbf16>'}}
+  %x = moe.dispatch_grad %d, %m : tensor<?x8xf32>, tensor<?x2xi32> -> tensor<?x8xbf16>
+  return
+}

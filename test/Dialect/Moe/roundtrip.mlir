@@ -142,3 +142,16 @@ func.func @gradients(%g: tensor<?x32xbf16>, %u: tensor<?x32xbf16>,
       : tensor<?x64xbf16>, tensor<?x32xbf16>, tensor<9xi32> -> tensor<8x32x64xf32>
   return
 }
+
+// CHECK-LABEL: func @routing_gradients
+// CHECK: moe.combine_grad %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : tensor<?x64xf32>, tensor<?x64xf32>, tensor<?x2xi32>, tensor<?x2xf32> -> tensor<?x64xf32>, tensor<?x2xf32>
+// CHECK: moe.dispatch_grad %{{.*}}, %{{.*}} : tensor<?x64xf32>, tensor<?x2xi32> -> tensor<?x64xf32>
+func.func @routing_gradients(%dy: tensor<?x64xf32>, %rows: tensor<?x64xf32>,
+                             %map: tensor<?x2xi32>, %w: tensor<?x2xf32>) {
+  %drows, %dw = moe.combine_grad %dy, %rows, %map, %w
+      : tensor<?x64xf32>, tensor<?x64xf32>, tensor<?x2xi32>, tensor<?x2xf32>
+      -> tensor<?x64xf32>, tensor<?x2xf32>
+  %dx = moe.dispatch_grad %drows, %map
+      : tensor<?x64xf32>, tensor<?x2xi32> -> tensor<?x64xf32>
+  return
+}

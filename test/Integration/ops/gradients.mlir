@@ -57,5 +57,35 @@ func.func @main() {
   // CHECK-NEXT: [0, 0, 0]
   // CHECK-NEXT: [6, 2, 0]
   // CHECK-NEXT: [9, 3, 0]
+  // combine: y[t] = sum_j w[t][j] rows[map[t][j]]; entry 9 lies outside the
+  // buffer. rows_grad[map[t][j]] = w[t][j] dy[t]; weights_grad[t][j] =
+  // <dy[t], rows[map[t][j]]>: <(1,-1),(5,6)> = -1, <(1,-1),(1,2)> = -1,
+  // <(2,0.5),(3,4)> = 8, and 0 for the entry outside.
+  %rows = arith.constant dense<[[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]]> : tensor<4x2xf32>
+  %map = arith.constant dense<[[2, 0], [1, 9]]> : tensor<2x2xi32>
+  %cw = arith.constant dense<[[0.5, 2.0], [3.0, 1.0]]> : tensor<2x2xf32>
+  %dy2 = arith.constant dense<[[1.0, -1.0], [2.0, 0.5]]> : tensor<2x2xf32>
+  %drows, %dcw = moe.combine_grad %dy2, %rows, %map, %cw
+      : tensor<2x2xf32>, tensor<4x2xf32>, tensor<2x2xi32>, tensor<2x2xf32>
+      -> tensor<4x2xf32>, tensor<2x2xf32>
+  %drows_d = tensor.cast %drows : tensor<4x2xf32> to tensor<?x?xf32>
+  call @print2(%drows_d) : (tensor<?x?xf32>) -> ()
+  // CHECK: [2, -2]
+  // CHECK-NEXT: [6, 1.5]
+  // CHECK-NEXT: [0.5, -0.5]
+  // CHECK-NEXT: [0, 0]
+  %dcw_d = tensor.cast %dcw : tensor<2x2xf32> to tensor<?x?xf32>
+  call @print2(%dcw_d) : (tensor<?x?xf32>) -> ()
+  // CHECK: [-1, -1]
+  // CHECK-NEXT: [8, 0]
+
+  // dispatch: x_grad[t] = sum_j rows_grad[map[t][j]], skipping -1.
+  %rg = arith.constant dense<[[1.0, 1.0], [2.0, 2.0], [3.0, 3.0], [4.0, 4.0]]> : tensor<4x2xf32>
+  %dmap = arith.constant dense<[[0, 3], [2, -1]]> : tensor<2x2xi32>
+  %dx2 = moe.dispatch_grad %rg, %dmap : tensor<4x2xf32>, tensor<2x2xi32> -> tensor<2x2xf32>
+  %dx2_d = tensor.cast %dx2 : tensor<2x2xf32> to tensor<?x?xf32>
+  call @print2(%dx2_d) : (tensor<?x?xf32>) -> ()
+  // CHECK: [5, 5]
+  // CHECK-NEXT: [3, 3]
   return
 }
