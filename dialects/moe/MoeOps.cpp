@@ -678,3 +678,84 @@ LogicalResult DispatchGradOp::verify() {
     return failure();
   return verifyResultTypes(*this);
 }
+
+//===----------------------------------------------------------------------===//
+// TopKGradOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+TopKGradOp::inferReturnTypes(MLIRContext *, std::optional<Location>,
+                             Adaptor adaptor,
+                             SmallVectorImpl<Type> &inferredReturnTypes) {
+  inferredReturnTypes.push_back(adaptor.getScores().getType());
+  return success();
+}
+
+bool TopKGradOp::isCompatibleReturnTypes(TypeRange l, TypeRange r) {
+  return areCompatibleTensorTypes(l, r);
+}
+
+LogicalResult TopKGradOp::verify() {
+  Operation *op = getOperation();
+  auto scores = asRanked(getScores());
+  auto ids = asRanked(getIndices());
+  auto weightsGrad = asRanked(getWeightsGrad());
+  if (failed(requireStaticDims(op, "the scores", scores, {1})) ||
+      failed(requireStaticDims(op, "the ids", ids, {1})) ||
+      failed(expectDim(op, "ids", ids, 0, scores.getDimSize(0),
+                       "tokens of the scores")) ||
+      failed(expectDim(op, "weight gradient", weightsGrad, 0, ids.getDimSize(0),
+                       "tokens of the ids")) ||
+      failed(expectDim(op, "weight gradient", weightsGrad, 1, ids.getDimSize(1),
+                       "k of the ids")))
+    return failure();
+  if (ids.getDimSize(1) > scores.getDimSize(1))
+    return emitOpError() << "expected k = " << ids.getDimSize(1)
+                         << " to be at most the " << scores.getDimSize(1)
+                         << " experts of the scores";
+  if (!(getScale().convertToDouble() > 0.0))
+    return emitOpError() << "expected a positive scale, got "
+                         << getScale().convertToDouble();
+  return verifyResultTypes(*this);
+}
+
+//===----------------------------------------------------------------------===//
+// RouterGradOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+RouterGradOp::inferReturnTypes(MLIRContext *ctx, std::optional<Location>,
+                               Adaptor adaptor,
+                               SmallVectorImpl<Type> &inferredReturnTypes) {
+  auto weight = cast<RankedTensorType>(adaptor.getWeight().getType());
+  inferredReturnTypes.push_back(adaptor.getInput().getType());
+  inferredReturnTypes.push_back(
+      getTensor(weight.getShape(), Float32Type::get(ctx)));
+  return success();
+}
+
+bool RouterGradOp::isCompatibleReturnTypes(TypeRange l, TypeRange r) {
+  return areCompatibleTensorTypes(l, r);
+}
+
+LogicalResult RouterGradOp::verify() {
+  Operation *op = getOperation();
+  auto input = asRanked(getInput());
+  auto weight = asRanked(getWeight());
+  auto scores = asRanked(getScores());
+  auto scoresGrad = asRanked(getScoresGrad());
+  if (failed(requireStaticDims(op, "the input", input, {1})) ||
+      failed(requireStaticDims(op, "the weight", weight, {0, 1})) ||
+      failed(expectDim(op, "weight", weight, 1, input.getDimSize(1),
+                       "hidden size of the input")) ||
+      failed(expectDim(op, "scores", scores, 0, input.getDimSize(0),
+                       "tokens of the input")) ||
+      failed(expectDim(op, "scores", scores, 1, weight.getDimSize(0),
+                       "experts of the weight")) ||
+      failed(expectDim(op, "score gradient", scoresGrad, 0,
+                       scores.getDimSize(0), "tokens of the scores")) ||
+      failed(expectDim(op, "score gradient", scoresGrad, 1,
+                       scores.getDimSize(1), "experts of the scores")))
+    return failure();
+  return verifyResultTypes(*this);
+}

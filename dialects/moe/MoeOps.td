@@ -463,4 +463,76 @@ def Moe_DispatchGradOp : Moe_InferredOp<"dispatch_grad", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Moe_TopKGradOp : Moe_InferredOp<"topk_grad", [Pure]> {
+  let summary = "Score gradient of moe.topk's routing weights";
+  let description = [{
+    For `ids, weights = moe.topk scores ...` (`weights[t, j] = scale *
+    scores[t, ids[t, j]] / Z`, `Z` the sum of the selected scores with
+    `normalize`, else 1) and the gradient `weights_grad` (`[T, k]`) of a loss
+    with respect to `weights`, the gradient with respect to `scores`
+    (`[T, E]` f32):
+
+    ```
+    scores_grad[t, ids[t, i]] = scale * (weights_grad[t, i]
+        - sum_j weights_grad[t, j] * scores[t, ids[t, j]] / Z) / Z
+    ```
+
+    (`scale * weights_grad[t, i]` without `normalize`), zero for experts not
+    selected. The selection itself is piecewise constant: no gradient flows
+    through the choice or the selection bias. Ids outside `[0, E)` are
+    skipped.
+
+    ```mlir
+    %ds = moe.topk_grad %scores, %ids, %dw {normalize, scale = 2.5 : f64}
+            : tensor<?x8xf32>, tensor<?x2xi32>, tensor<?x2xf32>
+            -> tensor<?x8xf32>
+    ```
+  }];
+  let arguments = (ins Moe_F32Matrix:$scores, Moe_I32Matrix:$indices,
+                       Moe_F32Matrix:$weights_grad, UnitAttr:$normalize,
+                       DefaultValuedAttr<F64Attr, "1.0">:$scale);
+  let results = (outs Moe_F32Matrix:$scores_grad);
+  let assemblyFormat = [{
+    $scores `,` $indices `,` $weights_grad attr-dict `:` type($scores) `,`
+    type($indices) `,` type($weights_grad) `->` type($scores_grad)
+  }];
+  let hasVerifier = 1;
+}
+
+def Moe_RouterGradOp : Moe_InferredOp<"router_grad", [Pure]> {
+  let summary = "Gradients of moe.router";
+  let description = [{
+    For `scores = moe.router input, weight {scoring}` and the gradient
+    `scores_grad` (`[T, E]` f32) of a loss with respect to `scores`, first
+    the logits' gradient `g`:
+
+    ```
+    sigmoid: g = scores_grad * scores * (1 - scores)
+    softmax: g[t, e] = scores[t, e] * (scores_grad[t, e]
+                                       - sum_e' scores_grad[t, e'] * scores[t, e'])
+    ```
+
+    then `input_grad = g * weight` (`[T, H]`, the input's element type) and
+    `weight_grad = g^T * input` (`[E, H]` f32). `scores` is the forward
+    result.
+
+    ```mlir
+    %dx, %dw = moe.router_grad %x, %w, %s, %ds {scoring = #moe.scoring<sigmoid>}
+        : tensor<?x64xbf16>, tensor<8x64xbf16>, tensor<?x8xf32>, tensor<?x8xf32>
+        -> tensor<?x64xbf16>, tensor<8x64xf32>
+    ```
+  }];
+  let arguments = (ins Moe_Activations:$input, Moe_Activations:$weight,
+                       Moe_F32Matrix:$scores, Moe_F32Matrix:$scores_grad,
+                       Moe_ScoringFuncAttr:$scoring);
+  let results = (outs Moe_Activations:$input_grad,
+                      Moe_F32Matrix:$weight_grad);
+  let assemblyFormat = [{
+    $input `,` $weight `,` $scores `,` $scores_grad attr-dict `:`
+    type($input) `,` type($weight) `,` type($scores) `,` type($scores_grad)
+    `->` type($input_grad) `,` type($weight_grad)
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // MOE_DIALECT_MOE_MOEOPS_TD

@@ -905,6 +905,149 @@ Value lowerDispatchGrad(Builder &b, DispatchGradOp op) {
   return asTensor(b, out);
 }
 
+/// scores_grad of moe.topk's weights: nonzero only at the selected experts.
+Value lowerTopKGrad(Builder &b, TopKGradOp op) {
+  auto scoresType = cast<RankedTensorType>(op.getScores().getType());
+  auto idsType = cast<RankedTensorType>(op.getIndices().getType());
+  int64_t experts = scoresType.getDimSize(1), k = idsType.getDimSize(1);
+  Value scores = asBuffer(b, op.getScores());
+  Value ids = asBuffer(b, op.getIndices());
+  Value weightsGrad = asBuffer(b, op.getWeightsGrad());
+  Value tokens = dim(b, ids, 0);
+  Value out = alloc(b, MemRefType::get(scoresType.getShape(), b.getF32Type()),
+                    dynamicSizes(b, scoresType, scores));
+  fillBuffer(b, out, f32Const(b, 0.0));
+  Value scale = f32Const(b, op.getScale().convertToDouble());
+  Value expertCount = indexConst(b, experts);
+  forLoop(b, indexConst(b, 0), tokens, [&](Builder &b, Value t) {
+    // The selected experts' score (0 for an id out of range).
+    auto selected = [&](Builder &b, Value j) -> std::pair<Value, Value> {
+      Value e = arith::IndexCastOp::create(
+          b, b.getIndexType(),
+          memref::LoadOp::create(b, ids, ValueRange{t, j}));
+      Value valid = validRow(b, e, expertCount);
+      Value safe = arith::SelectOp::create(b, valid, e, indexConst(b, 0));
+      Value s = memref::LoadOp::create(b, scores, ValueRange{t, safe});
+      return {valid, arith::SelectOp::create(b, valid, s, f32Const(b, 0.0))};
+    };
+    Value z = f32Const(b, 1.0), dot = f32Const(b, 0.0);
+    if (op.getNormalize()) {
+      ValueRange sums = forLoopCarrying(
+          b, indexConst(b, 0), indexConst(b, k),
+          ValueRange{f32Const(b, 0.0), f32Const(b, 0.0)},
+          [&](Builder &b, Value j, ValueRange carried) -> SmallVector<Value> {
+            Value s = selected(b, j).second;
+            Value g = memref::LoadOp::create(b, weightsGrad, ValueRange{t, j});
+            return {arith::AddFOp::create(b, carried[0], s),
+                    arith::AddFOp::create(b, carried[1],
+                                          arith::MulFOp::create(b, g, s))};
+          });
+      z = sums[0];
+      dot = arith::DivFOp::create(b, sums[1], z);
+    }
+    forLoop(b, k, [&](Builder &b, Value j) {
+      auto [valid, s] = selected(b, j);
+      (void)s;
+      Value g = memref::LoadOp::create(b, weightsGrad, ValueRange{t, j});
+      Value ds = arith::DivFOp::create(
+          b, arith::MulFOp::create(b, scale, arith::SubFOp::create(b, g, dot)),
+          z);
+      scf::IfOp::create(b, valid, [&](OpBuilder &nested, Location loc) {
+        Builder nb(loc, nested);
+        Value e = arith::IndexCastOp::create(
+            nb, nb.getIndexType(),
+            memref::LoadOp::create(nb, ids, ValueRange{t, j}));
+        Value old = memref::LoadOp::create(nb, out, ValueRange{t, e});
+        memref::StoreOp::create(nb, arith::AddFOp::create(nb, old, ds), out,
+                                ValueRange{t, e});
+        scf::YieldOp::create(nb);
+      });
+    });
+  });
+  return asTensor(b, out);
+}
+
+/// input_grad and weight_grad of moe.router, through the scoring function.
+std::pair<Value, Value> lowerRouterGrad(Builder &b, RouterGradOp op) {
+  auto inputType = cast<RankedTensorType>(op.getInput().getType());
+  auto weightType = cast<RankedTensorType>(op.getWeight().getType());
+  int64_t hidden = inputType.getDimSize(1), experts = weightType.getDimSize(0);
+  Type elt = inputType.getElementType();
+  Value input = asBuffer(b, op.getInput());
+  Value weight = asBuffer(b, op.getWeight());
+  Value scores = asBuffer(b, op.getScores());
+  Value scoresGrad = asBuffer(b, op.getScoresGrad());
+  Value tokens = dim(b, input, 0);
+  auto scoresType = cast<RankedTensorType>(op.getScores().getType());
+  Value logitsGrad =
+      alloc(b, MemRefType::get(scoresType.getShape(), b.getF32Type()),
+            dynamicSizes(b, scoresType, scores));
+  bool sigmoid = op.getScoring() == ScoringFunc::Sigmoid;
+  forLoop(b, indexConst(b, 0), tokens, [&](Builder &b, Value t) {
+    Value dot = f32Const(b, 0.0);
+    if (!sigmoid)
+      dot = forLoopCarrying(
+          b, indexConst(b, 0), indexConst(b, experts),
+          ValueRange{f32Const(b, 0.0)},
+          [&](Builder &b, Value e, ValueRange carried) -> SmallVector<Value> {
+            Value s = memref::LoadOp::create(b, scores, ValueRange{t, e});
+            Value g = memref::LoadOp::create(b, scoresGrad, ValueRange{t, e});
+            return {arith::AddFOp::create(b, carried[0],
+                                          arith::MulFOp::create(b, g, s))};
+          })[0];
+    forLoop(b, experts, [&](Builder &b, Value e) {
+      Value s = memref::LoadOp::create(b, scores, ValueRange{t, e});
+      Value g = memref::LoadOp::create(b, scoresGrad, ValueRange{t, e});
+      Value lg =
+          sigmoid
+              ? arith::MulFOp::create(
+                    b, arith::MulFOp::create(b, g, s),
+                    arith::SubFOp::create(b, f32Const(b, 1.0), s))
+              : arith::MulFOp::create(b, s, arith::SubFOp::create(b, g, dot));
+      memref::StoreOp::create(b, lg, logitsGrad, ValueRange{t, e});
+    });
+  });
+  // input_grad[t, h] = sum_e g[t, e] * w[e, h]
+  Value inputGrad = alloc(b, MemRefType::get(inputType.getShape(), elt),
+                          dynamicSizes(b, inputType, input));
+  forLoop(b, indexConst(b, 0), tokens, [&](Builder &b, Value t) {
+    forLoop(b, hidden, [&](Builder &b, Value h) {
+      Value acc = forLoopCarrying(
+          b, indexConst(b, 0), indexConst(b, experts),
+          ValueRange{f32Const(b, 0.0)},
+          [&](Builder &b, Value e, ValueRange carried) -> SmallVector<Value> {
+            Value g = memref::LoadOp::create(b, logitsGrad, ValueRange{t, e});
+            Value w =
+                toF32(b, memref::LoadOp::create(b, weight, ValueRange{e, h}));
+            return {arith::AddFOp::create(b, carried[0],
+                                          arith::MulFOp::create(b, g, w),
+                                          reductionFlags(b))};
+          })[0];
+      memref::StoreOp::create(b, fromF32(b, acc, elt), inputGrad,
+                              ValueRange{t, h});
+    });
+  });
+  // weight_grad[e, h] = sum_t g[t, e] * x[t, h]
+  Value weightGrad =
+      alloc(b, MemRefType::get(weightType.getShape(), b.getF32Type()));
+  forLoop(b, experts, [&](Builder &b, Value e) {
+    forLoop(b, hidden, [&](Builder &b, Value h) {
+      Value acc = forLoopCarrying(
+          b, indexConst(b, 0), tokens, ValueRange{f32Const(b, 0.0)},
+          [&](Builder &b, Value t, ValueRange carried) -> SmallVector<Value> {
+            Value g = memref::LoadOp::create(b, logitsGrad, ValueRange{t, e});
+            Value x =
+                toF32(b, memref::LoadOp::create(b, input, ValueRange{t, h}));
+            return {arith::AddFOp::create(b, carried[0],
+                                          arith::MulFOp::create(b, g, x),
+                                          reductionFlags(b))};
+          })[0];
+      memref::StoreOp::create(b, acc, weightGrad, ValueRange{e, h});
+    });
+  });
+  return {asTensor(b, inputGrad), asTensor(b, weightGrad)};
+}
+
 //===----------------------------------------------------------------------===//
 // The pass
 //===----------------------------------------------------------------------===//
@@ -991,6 +1134,11 @@ struct ConvertMoeToHost : moe::impl::ConvertMoeToHostBase<ConvertMoeToHost> {
         results = {rowsGrad, weightsGrad};
       } else if (auto dg = dyn_cast<DispatchGradOp>(op)) {
         results.push_back(lowerDispatchGrad(b, dg));
+      } else if (auto tg = dyn_cast<TopKGradOp>(op)) {
+        results.push_back(lowerTopKGrad(b, tg));
+      } else if (auto rg = dyn_cast<RouterGradOp>(op)) {
+        auto [inputGrad, weightGrad] = lowerRouterGrad(b, rg);
+        results = {inputGrad, weightGrad};
       } else if (auto combine = dyn_cast<CombineOp>(op)) {
         results.push_back(lowerCombine(b, combine));
       } else if (auto shared = dyn_cast<SharedExpertOp>(op)) {

@@ -933,3 +933,131 @@ func.func @f(%d: tensor<?x8xf32>, %m: tensor<?x2xi32>) {
   %x = moe.dispatch_grad %d, %m : tensor<?x8xf32>, tensor<?x2xi32> -> tensor<?x8xbf16>
   return
 }
+
+// -----
+
+func.func @f(%s: tensor<?x?xf32>, %i: tensor<?x2xi32>, %d: tensor<?x2xf32>) {
+  // expected-error @+1 {{expected the scores to have a static size in dim 1, got 'tensor<?x?xf32>'}}
+  %g = moe.topk_grad %s, %i, %d : tensor<?x?xf32>, tensor<?x2xi32>, tensor<?x2xf32> -> tensor<?x?xf32>
+  return
+}
+
+// -----
+
+func.func @f(%s: tensor<?x8xf32>, %i: tensor<?x?xi32>, %d: tensor<?x2xf32>) {
+  // expected-error @+1 {{expected the ids to have a static size in dim 1, got 'tensor<?x?xi32>'}}
+  %g = moe.topk_grad %s, %i, %d : tensor<?x8xf32>, tensor<?x?xi32>, tensor<?x2xf32> -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%s: tensor<3x8xf32>, %i: tensor<4x2xi32>, %d: tensor<?x2xf32>) {
+  // expected-error @+1 {{expected ids dim 0 (tokens of the scores) to be 3, got 4}}
+  %g = moe.topk_grad %s, %i, %d : tensor<3x8xf32>, tensor<4x2xi32>, tensor<?x2xf32> -> tensor<3x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%s: tensor<?x8xf32>, %i: tensor<3x2xi32>, %d: tensor<4x2xf32>) {
+  // expected-error @+1 {{expected weight gradient dim 0 (tokens of the ids) to be 3, got 4}}
+  %g = moe.topk_grad %s, %i, %d : tensor<?x8xf32>, tensor<3x2xi32>, tensor<4x2xf32> -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%s: tensor<?x8xf32>, %i: tensor<?x2xi32>, %d: tensor<?x3xf32>) {
+  // expected-error @+1 {{expected weight gradient dim 1 (k of the ids) to be 2, got 3}}
+  %g = moe.topk_grad %s, %i, %d : tensor<?x8xf32>, tensor<?x2xi32>, tensor<?x3xf32> -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%s: tensor<?x2xf32>, %i: tensor<?x3xi32>, %d: tensor<?x3xf32>) {
+  // expected-error @+1 {{expected k = 3 to be at most the 2 experts of the scores}}
+  %g = moe.topk_grad %s, %i, %d : tensor<?x2xf32>, tensor<?x3xi32>, tensor<?x3xf32> -> tensor<?x2xf32>
+  return
+}
+
+// -----
+
+func.func @f(%s: tensor<?x8xf32>, %i: tensor<?x2xi32>, %d: tensor<?x2xf32>) {
+  // expected-error @+1 {{expected a positive scale, got 0}}
+  %g = moe.topk_grad %s, %i, %d {scale = 0.0 : f64} : tensor<?x8xf32>, tensor<?x2xi32>, tensor<?x2xf32> -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%s: tensor<?x8xf32>, %i: tensor<?x2xi32>, %d: tensor<?x2xf32>) {
+  // expected-error @+1 {{expected result #0 to be compatible with 'tensor<?x8xf32>' (inferred from the operands), got 'tensor<?x4xf32>'}}
+  %g = moe.topk_grad %s, %i, %d : tensor<?x8xf32>, tensor<?x2xi32>, tensor<?x2xf32> -> tensor<?x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x?xf32>, %w: tensor<8x64xf32>, %s: tensor<?x8xf32>, %d: tensor<?x8xf32>) {
+  // expected-error @+1 {{expected the input to have a static size in dim 1, got 'tensor<?x?xf32>'}}
+  %a, %b = moe.router_grad %x, %w, %s, %d {scoring = #moe.scoring<softmax>} : tensor<?x?xf32>, tensor<8x64xf32>, tensor<?x8xf32>, tensor<?x8xf32> -> tensor<?x?xf32>, tensor<8x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %w: tensor<?x64xf32>, %s: tensor<?x8xf32>, %d: tensor<?x8xf32>) {
+  // expected-error @+1 {{expected the weight to have a static size in dim 0, got 'tensor<?x64xf32>'}}
+  %a, %b = moe.router_grad %x, %w, %s, %d {scoring = #moe.scoring<softmax>} : tensor<?x64xf32>, tensor<?x64xf32>, tensor<?x8xf32>, tensor<?x8xf32> -> tensor<?x64xf32>, tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %w: tensor<8x32xf32>, %s: tensor<?x8xf32>, %d: tensor<?x8xf32>) {
+  // expected-error @+1 {{expected weight dim 1 (hidden size of the input) to be 64, got 32}}
+  %a, %b = moe.router_grad %x, %w, %s, %d {scoring = #moe.scoring<softmax>} : tensor<?x64xf32>, tensor<8x32xf32>, tensor<?x8xf32>, tensor<?x8xf32> -> tensor<?x64xf32>, tensor<8x32xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<3x64xf32>, %w: tensor<8x64xf32>, %s: tensor<4x8xf32>, %d: tensor<?x8xf32>) {
+  // expected-error @+1 {{expected scores dim 0 (tokens of the input) to be 3, got 4}}
+  %a, %b = moe.router_grad %x, %w, %s, %d {scoring = #moe.scoring<softmax>} : tensor<3x64xf32>, tensor<8x64xf32>, tensor<4x8xf32>, tensor<?x8xf32> -> tensor<3x64xf32>, tensor<8x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %w: tensor<8x64xf32>, %s: tensor<?x6xf32>, %d: tensor<?x8xf32>) {
+  // expected-error @+1 {{expected scores dim 1 (experts of the weight) to be 8, got 6}}
+  %a, %b = moe.router_grad %x, %w, %s, %d {scoring = #moe.scoring<softmax>} : tensor<?x64xf32>, tensor<8x64xf32>, tensor<?x6xf32>, tensor<?x8xf32> -> tensor<?x64xf32>, tensor<8x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %w: tensor<8x64xf32>, %s: tensor<3x8xf32>, %d: tensor<4x8xf32>) {
+  // expected-error @+1 {{expected score gradient dim 0 (tokens of the scores) to be 3, got 4}}
+  %a, %b = moe.router_grad %x, %w, %s, %d {scoring = #moe.scoring<softmax>} : tensor<?x64xf32>, tensor<8x64xf32>, tensor<3x8xf32>, tensor<4x8xf32> -> tensor<?x64xf32>, tensor<8x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xf32>, %w: tensor<8x64xf32>, %s: tensor<?x8xf32>, %d: tensor<?x7xf32>) {
+  // expected-error @+1 {{expected score gradient dim 1 (experts of the scores) to be 8, got 7}}
+  %a, %b = moe.router_grad %x, %w, %s, %d {scoring = #moe.scoring<softmax>} : tensor<?x64xf32>, tensor<8x64xf32>, tensor<?x8xf32>, tensor<?x7xf32> -> tensor<?x64xf32>, tensor<8x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x64xbf16>, %w: tensor<8x64xbf16>, %s: tensor<?x8xf32>, %d: tensor<?x8xf32>) {
+  // expected-error @+1 {{expected result #1 to be compatible with 'tensor<8x64xf32>' (inferred from the operands), got 'tensor<8x32xf32>'}}
+  %a, %b = moe.router_grad %x, %w, %s, %d {scoring = #moe.scoring<softmax>} : tensor<?x64xbf16>, tensor<8x64xbf16>, tensor<?x8xf32>, tensor<?x8xf32> -> tensor<?x64xbf16>, tensor<8x32xf32>
+  return
+}

@@ -155,3 +155,17 @@ func.func @routing_gradients(%dy: tensor<?x64xf32>, %rows: tensor<?x64xf32>,
       : tensor<?x64xf32>, tensor<?x2xi32> -> tensor<?x64xf32>
   return
 }
+
+// CHECK-LABEL: func @router_gradients
+// CHECK: moe.topk_grad %{{.*}}, %{{.*}}, %{{.*}} {normalize, scale = 2.500000e+00 : f64} : tensor<?x8xf32>, tensor<?x2xi32>, tensor<?x2xf32> -> tensor<?x8xf32>
+// CHECK: moe.router_grad %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {scoring = #moe.scoring<sigmoid>} : tensor<?x64xbf16>, tensor<8x64xbf16>, tensor<?x8xf32>, tensor<?x8xf32> -> tensor<?x64xbf16>, tensor<8x64xf32>
+func.func @router_gradients(%x: tensor<?x64xbf16>, %w: tensor<8x64xbf16>,
+                            %s: tensor<?x8xf32>, %ids: tensor<?x2xi32>,
+                            %dw: tensor<?x2xf32>) {
+  %ds = moe.topk_grad %s, %ids, %dw {normalize, scale = 2.5 : f64}
+      : tensor<?x8xf32>, tensor<?x2xi32>, tensor<?x2xf32> -> tensor<?x8xf32>
+  %dx, %dwr = moe.router_grad %x, %w, %s, %ds {scoring = #moe.scoring<sigmoid>}
+      : tensor<?x64xbf16>, tensor<8x64xbf16>, tensor<?x8xf32>, tensor<?x8xf32>
+      -> tensor<?x64xbf16>, tensor<8x64xf32>
+  return
+}

@@ -87,5 +87,53 @@ func.func @main() {
   call @print2(%dx2_d) : (tensor<?x?xf32>) -> ()
   // CHECK: [5, 5]
   // CHECK-NEXT: [3, 3]
+  // topk weights w_j = scale s_j / Z: with s = (0.1, 0.4, 0.2, 0.3), ids
+  // (1, 3) and dw = (1, 2): without normalize, scale 2.5 gives 2.5 dw at the
+  // chosen experts; with normalize (Z = 0.7, sum dw s = 1), the gradients
+  // are (1 - 1/0.7)/0.7 = -0.612245 and (2 - 1/0.7)/0.7 = 0.816327.
+  %ts = arith.constant dense<[[0.1, 0.4, 0.2, 0.3]]> : tensor<1x4xf32>
+  %tid = arith.constant dense<[[1, 3]]> : tensor<1x2xi32>
+  %tdw = arith.constant dense<[[1.0, 2.0]]> : tensor<1x2xf32>
+  %ds1 = moe.topk_grad %ts, %tid, %tdw {scale = 2.5 : f64}
+      : tensor<1x4xf32>, tensor<1x2xi32>, tensor<1x2xf32> -> tensor<1x4xf32>
+  %ds1_d = tensor.cast %ds1 : tensor<1x4xf32> to tensor<?x?xf32>
+  call @print2(%ds1_d) : (tensor<?x?xf32>) -> ()
+  // CHECK: [0, 2.5, 0, 5]
+  %ds2 = moe.topk_grad %ts, %tid, %tdw {normalize}
+      : tensor<1x4xf32>, tensor<1x2xi32>, tensor<1x2xf32> -> tensor<1x4xf32>
+  %ds2_d = tensor.cast %ds2 : tensor<1x4xf32> to tensor<?x?xf32>
+  call @print2(%ds2_d) : (tensor<?x?xf32>) -> ()
+  // CHECK: [0, -0.612245, 0, 0.816327]
+
+  // router: x = (1, 2), w = identity, logits (1, 2), ds = (1, -1).
+  // sigmoid: s = (0.731059, 0.880797), g = ds s (1 - s) = (0.196612,
+  // -0.104994); dx = g w = g; dw[e] = g[e] x.
+  %rx = arith.constant dense<[[1.0, 2.0]]> : tensor<1x2xf32>
+  %rw = arith.constant dense<[[1.0, 0.0], [0.0, 1.0]]> : tensor<2x2xf32>
+  %rs = moe.router %rx, %rw {scoring = #moe.scoring<sigmoid>} : tensor<1x2xf32>, tensor<2x2xf32> -> tensor<1x2xf32>
+  %rds = arith.constant dense<[[1.0, -1.0]]> : tensor<1x2xf32>
+  %rdx, %rdw = moe.router_grad %rx, %rw, %rs, %rds {scoring = #moe.scoring<sigmoid>}
+      : tensor<1x2xf32>, tensor<2x2xf32>, tensor<1x2xf32>, tensor<1x2xf32>
+      -> tensor<1x2xf32>, tensor<2x2xf32>
+  %rdx_d = tensor.cast %rdx : tensor<1x2xf32> to tensor<?x?xf32>
+  call @print2(%rdx_d) : (tensor<?x?xf32>) -> ()
+  // CHECK: [0.196612, -0.104994]
+  %rdw_d = tensor.cast %rdw : tensor<2x2xf32> to tensor<?x?xf32>
+  call @print2(%rdw_d) : (tensor<?x?xf32>) -> ()
+  // CHECK: [0.196612, 0.393224]
+  // CHECK-NEXT: [-0.104994, -0.209987]
+  // softmax: s = (0.268941, 0.731059), <ds, s> = -0.462117,
+  // g = s (ds - <ds, s>) = (0.393224, -0.393224).
+  %ss = moe.router %rx, %rw {scoring = #moe.scoring<softmax>} : tensor<1x2xf32>, tensor<2x2xf32> -> tensor<1x2xf32>
+  %sdx, %sdw = moe.router_grad %rx, %rw, %ss, %rds {scoring = #moe.scoring<softmax>}
+      : tensor<1x2xf32>, tensor<2x2xf32>, tensor<1x2xf32>, tensor<1x2xf32>
+      -> tensor<1x2xf32>, tensor<2x2xf32>
+  %sdx_d = tensor.cast %sdx : tensor<1x2xf32> to tensor<?x?xf32>
+  call @print2(%sdx_d) : (tensor<?x?xf32>) -> ()
+  // CHECK: [0.393224, -0.393224]
+  %sdw_d = tensor.cast %sdw : tensor<2x2xf32> to tensor<?x?xf32>
+  call @print2(%sdw_d) : (tensor<?x?xf32>) -> ()
+  // CHECK: [0.393224, 0.786448]
+  // CHECK-NEXT: [-0.393224, -0.786448]
   return
 }
