@@ -59,7 +59,19 @@ DecomposedLayer mlir::moe::decomposeLayer(OpBuilder &b, LayerOp layer,
   // The layer may declare a more static result type than its input's.
   if (out.getType() != layer.getType())
     out = tensor::CastOp::create(b, loc, layer.getType(), out);
-  return {out, topk.getIndices(), topk.getWeights()};
+  DecomposedLayer result;
+  result.output = out;
+  result.indices = topk.getIndices();
+  result.weights = topk.getWeights();
+  result.scores = scores;
+  result.rows = dispatch.getRows();
+  result.offsets = offsets;
+  result.rowMap = dispatch.getRowMap();
+  result.gate = gate;
+  result.up = up;
+  result.act = act;
+  result.down = down;
+  return result;
 }
 
 namespace {

@@ -20,6 +20,11 @@ struct DecomposedLayer {
   /// `[T, k]` i32 expert ids and f32 routing weights from `moe.topk`.
   Value indices;
   Value weights;
+  /// The intermediates (what a backward pass needs): `[T, E]` f32 router
+  /// scores; the dispatched rows, expert offsets and row map; the gate and
+  /// up projections, the SwiGLU activation and the down projection of the
+  /// dispatched rows.
+  Value scores, rows, offsets, rowMap, gate, up, act, down;
 };
 
 /// Emits the primitives of `layer` at the builder's insertion point (the

@@ -120,4 +120,36 @@ def MoeGpuWarpSpecialize : Pass<"moegpu-warp-specialize"> {
                            "::mlir::scf::SCFDialect"];
 }
 
+def MoeAutodiff : Pass<"moe-autodiff", "::mlir::ModuleOp"> {
+  let summary = "Add the backward function of every MoE layer";
+  let description = [{
+    For each function `@f` holding one `moe.layer`, adds `@f_backward`,
+    which takes the layer's operands and the gradient `dy` of a loss with
+    respect to the layer's output, recomputes the forward primitives and
+    returns the gradient with respect to `x` and every trained weight:
+
+    ```
+    (dx, d_router, d_gate, d_up, d_down[, d_shared_gate, d_shared_up,
+     d_shared_down]) = @f_backward(x, router[, bias], gate, up, down
+                                   [, shared...], dy)
+    ```
+
+    built from the gradient ops: `moe.combine_grad` (rows and routing
+    weights), `moe.grouped_matmul_dx` and `moe.grouped_matmul_dw` for the
+    three expert projections, `moe.swiglu_grad`, `moe.dispatch_grad`,
+    `moe.topk_grad` (the gradient reaches the selected unbiased scores) and
+    `moe.router_grad`; the shared experts are the same ops over one group of
+    all tokens. `dx` has the input's type; weight gradients are f32. The
+    score-correction bias gets no gradient (it only steers selection), and a
+    shared-expert gate (Qwen2-MoE) is not supported yet.
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::func::FuncDialect",
+                           "::mlir::tensor::TensorDialect"];
+  let options = [
+    Option<"alignment", "alignment", "int64_t", /*default=*/"1",
+           "Row alignment of the recomputed dispatch (a power of two)">
+  ];
+}
+
 #endif // MOE_TRANSFORMS_PASSES_TD

@@ -1,0 +1,198 @@
+//===- Autodiff.cpp - Backward functions of MoE layers --------------------===//
+//
+// Part of moe-compiler.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/MoeOps.h"
+#include "moe/Support/Routing.h"
+#include "moe/Transforms/DecomposeLayer.h"
+#include "moe/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/IRMapping.h"
+
+namespace mlir::moe {
+#define GEN_PASS_DEF_MOEAUTODIFF
+#include "moe/Transforms/Passes.h.inc"
+} // namespace mlir::moe
+
+using namespace mlir;
+using namespace mlir::moe;
+
+namespace {
+
+RankedTensorType f32Like(Value v) {
+  auto type = cast<RankedTensorType>(v.getType());
+  return RankedTensorType::get(type.getShape(),
+                               Float32Type::get(v.getContext()));
+}
+
+/// The gradients of a dense SwiGLU FFN (the shared experts) as one group of
+/// all `x`'s rows: returns dx and the f32 gradients of gate [S, H], up
+/// [S, H] and down [H, S].
+struct DenseGrads {
+  Value dx, gate, up, down;
+};
+
+DenseGrads denseFfnBackward(OpBuilder &b, Location loc, Value x, Value gate,
+                            Value up, Value down, Value dy) {
+  Value rows = tensor::DimOp::create(b, loc, x, 0);
+  Value zero = arith::ConstantIntOp::create(b, loc, 0, 32);
+  Value end = arith::IndexCastOp::create(b, loc, b.getI32Type(), rows);
+  Value offsets = tensor::FromElementsOp::create(
+      b, loc, RankedTensorType::get({2}, b.getI32Type()),
+      ValueRange{zero, end});
+  // [N, K] -> [1, N, K] and back.
+  auto group = [&](Value w) -> Value {
+    auto type = cast<RankedTensorType>(w.getType());
+    auto grouped = RankedTensorType::get(
+        {1, type.getDimSize(0), type.getDimSize(1)}, type.getElementType());
+    return tensor::ExpandShapeOp::create(
+        b, loc, grouped, w, ArrayRef<ReassociationIndices>{{0, 1}, {2}});
+  };
+  auto ungroup = [&](Value w) -> Value {
+    return tensor::CollapseShapeOp::create(
+        b, loc, w, ArrayRef<ReassociationIndices>{{0, 1}, {2}});
+  };
+  Value g1 = group(gate), u1 = group(up), d1 = group(down);
+  Value g = GroupedMatmulOp::create(b, loc, x, g1, offsets);
+  Value u = GroupedMatmulOp::create(b, loc, x, u1, offsets);
+  Value a = SwiGLUOp::create(b, loc, g, u);
+  Value da = GroupedMatmulDxOp::create(b, loc, dy, d1, offsets);
+  Value dDown = GroupedMatmulDwOp::create(b, loc, a, dy, offsets);
+  auto swigluGrad = SwiGLUGradOp::create(b, loc, g, u, da);
+  Value dg = swigluGrad.getGateGrad(), du = swigluGrad.getUpGrad();
+  Value dx = arith::AddFOp::create(
+      b, loc, GroupedMatmulDxOp::create(b, loc, dg, g1, offsets),
+      GroupedMatmulDxOp::create(b, loc, du, u1, offsets));
+  Value dGate = GroupedMatmulDwOp::create(b, loc, x, dg, offsets);
+  Value dUp = GroupedMatmulDwOp::create(b, loc, x, du, offsets);
+  return {dx, ungroup(dGate), ungroup(dUp), ungroup(dDown)};
+}
+
+LogicalResult addBackward(ModuleOp module, func::FuncOp forward, LayerOp layer,
+                          int64_t alignment) {
+  LayerConfigAttr config = layer.getConfig();
+  if (layer.getSharedExpertGate())
+    return layer.emitOpError()
+           << "has a shared-expert gate (Qwen2-MoE), which moe-autodiff "
+              "does not differentiate yet";
+  Location loc = layer.getLoc();
+  MLIRContext *ctx = layer.getContext();
+
+  // Arguments: the layer's operands, then dy.
+  SmallVector<Type> argTypes(layer->getOperandTypes());
+  argTypes.push_back(layer.getType());
+  SmallVector<Type> resultTypes{
+      layer.getInput().getType(), f32Like(layer.getRouterWeight()),
+      f32Like(layer.getGateWeight()), f32Like(layer.getUpWeight()),
+      f32Like(layer.getDownWeight())};
+  if (config.hasSharedExperts())
+    for (Value w : {layer.getSharedGateWeight(), layer.getSharedUpWeight(),
+                    layer.getSharedDownWeight()})
+      resultTypes.push_back(f32Like(w));
+
+  OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
+  std::string name = (forward.getName() + "_backward").str();
+  if (module.lookupSymbol(name))
+    return forward.emitOpError()
+           << "already has a function '" << name << "' next to it";
+  auto func = func::FuncOp::create(b, loc, name,
+                                   b.getFunctionType(argTypes, resultTypes));
+  Block *entry = func.addEntryBlock();
+  b.setInsertionPointToStart(entry);
+
+  // Recompute the forward primitives from a copy of the layer.
+  IRMapping mapping;
+  for (auto [operand, arg] :
+       llvm::zip(layer->getOperands(), entry->getArguments()))
+    mapping.map(operand, arg);
+  auto copy = cast<LayerOp>(b.clone(*layer, mapping));
+  DecomposedLayer fwd = decomposeLayer(b, copy, alignment);
+  Value x = copy.getInput();
+  Value dy = entry->getArguments().back();
+
+  // combine -> down projection -> SwiGLU -> gate/up projections -> dispatch.
+  auto combine =
+      CombineGradOp::create(b, loc, dy, fwd.down, fwd.rowMap, fwd.weights);
+  Value dDown = combine.getRowsGrad();
+  Value dAct = GroupedMatmulDxOp::create(b, loc, dDown, copy.getDownWeight(),
+                                         fwd.offsets);
+  Value gDown = GroupedMatmulDwOp::create(b, loc, fwd.act, dDown, fwd.offsets);
+  auto swiglu = SwiGLUGradOp::create(b, loc, fwd.gate, fwd.up, dAct);
+  Value dGate = swiglu.getGateGrad(), dUp = swiglu.getUpGrad();
+  Value dRows = arith::AddFOp::create(
+      b, loc,
+      GroupedMatmulDxOp::create(b, loc, dGate, copy.getGateWeight(),
+                                fwd.offsets),
+      GroupedMatmulDxOp::create(b, loc, dUp, copy.getUpWeight(), fwd.offsets));
+  Value gGate = GroupedMatmulDwOp::create(b, loc, fwd.rows, dGate, fwd.offsets);
+  Value gUp = GroupedMatmulDwOp::create(b, loc, fwd.rows, dUp, fwd.offsets);
+  Value dx = DispatchGradOp::create(b, loc, dRows, fwd.rowMap);
+
+  // Routing weights -> selected scores -> router.
+  Value dScores = TopKGradOp::create(
+      b, loc, fwd.scores, fwd.indices, combine.getWeightsGrad(),
+      config.getNormTopkProb() ? b.getUnitAttr() : UnitAttr(),
+      b.getF64FloatAttr(config.getRoutedScaleValue()));
+  auto router = RouterGradOp::create(
+      b, loc, x, copy.getRouterWeight(), fwd.scores, dScores,
+      ScoringFuncAttr::get(ctx, config.getScoring()));
+  dx = arith::AddFOp::create(b, loc, dx, router.getInputGrad());
+
+  SmallVector<Value> results{Value(), router.getWeightGrad(), gGate, gUp,
+                             gDown};
+  if (config.hasSharedExperts()) {
+    DenseGrads shared = denseFfnBackward(b, loc, x, copy.getSharedGateWeight(),
+                                         copy.getSharedUpWeight(),
+                                         copy.getSharedDownWeight(), dy);
+    dx = arith::AddFOp::create(b, loc, dx, shared.dx);
+    results.append({shared.gate, shared.up, shared.down});
+  }
+  if (dx.getType() != resultTypes[0])
+    dx = tensor::CastOp::create(b, loc, resultTypes[0], dx);
+  results[0] = dx;
+  for (auto [i, value] : llvm::enumerate(results))
+    if (value.getType() != resultTypes[i])
+      results[i] = tensor::CastOp::create(b, loc, resultTypes[i], value);
+  func::ReturnOp::create(b, loc, results);
+  copy.erase();
+  return success();
+}
+
+struct MoeAutodiff : public moe::impl::MoeAutodiffBase<MoeAutodiff> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    int64_t rowAlignment = alignment;
+    if (!isPowerOfTwo(rowAlignment) || rowAlignment > (1 << 16)) {
+      emitError(getOperation()->getLoc())
+          << "moe-autodiff: expected alignment to be a power of two <= "
+             "65536, got "
+          << rowAlignment;
+      return signalPassFailure();
+    }
+    SmallVector<std::pair<func::FuncOp, LayerOp>> work;
+    for (auto func : getOperation().getOps<func::FuncOp>()) {
+      SmallVector<LayerOp> layers;
+      func.walk([&](LayerOp layer) { layers.push_back(layer); });
+      if (layers.size() > 1) {
+        func.emitOpError() << "holds " << layers.size()
+                           << " moe.layer ops; moe-autodiff differentiates "
+                              "one layer per function";
+        return signalPassFailure();
+      }
+      if (!layers.empty())
+        work.push_back({func, layers.front()});
+    }
+    for (auto [func, layer] : work)
+      if (failed(addBackward(getOperation(), func, layer, rowAlignment)))
+        return signalPassFailure();
+  }
+};
+
+} // namespace
