@@ -395,25 +395,36 @@ bool GroupedMatmulOp::isCompatibleReturnTypes(TypeRange l, TypeRange r) {
   return areCompatibleTensorTypes(l, r);
 }
 
-LogicalResult GroupedMatmulOp::verify() {
-  Operation *op = getOperation();
-  auto input = asRanked(getInput());
-  auto weight = asRanked(getWeight());
-  if (failed(requireStaticDims(op, "the input", input, {1})) ||
+/// The checks a grouped GEMM and its input gradient share: `rows` (`[R, X]`,
+/// X static) against the static `[E, N, K]` weight on its dim `weightDim`,
+/// their element types, and offsets of size E + 1.
+static LogicalResult verifyGroupedGemm(Operation *op, StringRef rowsName,
+                                       RankedTensorType rows,
+                                       RankedTensorType weight,
+                                       int64_t weightDim, StringRef meaning,
+                                       RankedTensorType offsets) {
+  if (failed(requireStaticDims(op, rowsName, rows, {1})) ||
       failed(requireStaticDims(op, "the weight", weight, {0, 1, 2})) ||
-      failed(expectDim(op, "weight", weight, 2, input.getDimSize(1),
-                       "reduction size of the input")) ||
+      failed(expectDim(op, "weight", weight, weightDim, rows.getDimSize(1),
+                       meaning)) ||
       failed(expectElementType(op, "weight", weight.getElementType(),
-                               input.getElementType())))
+                               rows.getElementType())))
     return failure();
-  FailureOr<int64_t> experts =
-      getExpertsFromOffsets(op, asRanked(getOffsets()));
+  FailureOr<int64_t> experts = getExpertsFromOffsets(op, offsets);
   if (failed(experts))
     return failure();
   if (*experts != weight.getDimSize(0))
-    return emitOpError() << "expected offsets of size experts + 1 = "
-                         << weight.getDimSize(0) + 1 << ", got "
-                         << *experts + 1;
+    return op->emitOpError()
+           << "expected offsets of size experts + 1 = "
+           << weight.getDimSize(0) + 1 << ", got " << *experts + 1;
+  return success();
+}
+
+LogicalResult GroupedMatmulOp::verify() {
+  if (failed(verifyGroupedGemm(
+          *this, "the input", asRanked(getInput()), asRanked(getWeight()), 2,
+          "reduction size of the input", asRanked(getOffsets()))))
+    return failure();
   return verifyResultTypes(*this);
 }
 
@@ -545,24 +556,10 @@ bool GroupedMatmulDxOp::isCompatibleReturnTypes(TypeRange l, TypeRange r) {
 }
 
 LogicalResult GroupedMatmulDxOp::verify() {
-  Operation *op = getOperation();
-  auto grad = asRanked(getGrad());
-  auto weight = asRanked(getWeight());
-  if (failed(requireStaticDims(op, "the gradient", grad, {1})) ||
-      failed(requireStaticDims(op, "the weight", weight, {0, 1, 2})) ||
-      failed(expectDim(op, "weight", weight, 1, grad.getDimSize(1),
-                       "output size of the gradient")) ||
-      failed(expectElementType(op, "weight", weight.getElementType(),
-                               grad.getElementType())))
+  if (failed(verifyGroupedGemm(
+          *this, "the gradient", asRanked(getGrad()), asRanked(getWeight()), 1,
+          "output size of the gradient", asRanked(getOffsets()))))
     return failure();
-  FailureOr<int64_t> experts =
-      getExpertsFromOffsets(op, asRanked(getOffsets()));
-  if (failed(experts))
-    return failure();
-  if (*experts != weight.getDimSize(0))
-    return emitOpError() << "expected offsets of size experts + 1 = "
-                         << weight.getDimSize(0) + 1 << ", got "
-                         << *experts + 1;
   return verifyResultTypes(*this);
 }
 

@@ -596,53 +596,69 @@ SmallVector<Value> lowerDispatch(Builder &b, DispatchOp op) {
   return {asTensor(b, rows), asTensor(b, offsets), asTensor(b, rowMap)};
 }
 
-Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op) {
-  auto outType = cast<RankedTensorType>(op.getOutput().getType());
-  auto weightType = cast<RankedTensorType>(op.getWeight().getType());
-  int64_t experts = weightType.getDimSize(0), n = weightType.getDimSize(1),
-          kSize = weightType.getDimSize(2);
-  Type elt = outType.getElementType();
-  Value input = asBuffer(b, op.getInput());
-  Value weight = asBuffer(b, op.getWeight());
-  Value offsets = asBuffer(b, op.getOffsets());
-  Value rowCount = dim(b, input, 0);
+/// Rows [lo, hi) of expert `e`'s segment, clamped to [0, rows]: no input
+/// makes the generated code read or write out of bounds.
+std::pair<Value, Value> segment(Builder &b, Value offsets, Value e,
+                                Value rows) {
+  Value zero = indexConst(b, 0);
+  auto at = [&](Value i) -> Value {
+    Value v = arith::IndexCastOp::create(
+        b, b.getIndexType(), memref::LoadOp::create(b, offsets, ValueRange{i}));
+    return arith::MinSIOp::create(b, arith::MaxSIOp::create(b, v, zero), rows);
+  };
+  Value lo = at(e);
+  Value hi = arith::MaxSIOp::create(
+      b, lo, at(arith::AddIOp::create(b, e, indexConst(b, 1))));
+  return {lo, hi};
+}
 
+/// The grouped GEMM over expert segments: `out[r, c] = sum_i in[r, i] *
+/// w[e, c, i]`, or with `transposeWeight` `sum_i in[r, i] * w[e, i, c]`,
+/// accumulated in f32; rows outside every segment are zero.
+Value groupedGemm(Builder &b, Value inputTensor, Value weightTensor,
+                  Value offsetsTensor, RankedTensorType outType,
+                  bool transposeWeight) {
+  auto weightType = cast<RankedTensorType>(weightTensor.getType());
+  int64_t experts = weightType.getDimSize(0);
+  int64_t reduction = weightType.getDimSize(transposeWeight ? 1 : 2);
+  int64_t columns = outType.getDimSize(1);
+  Type elt = outType.getElementType();
+  Value input = asBuffer(b, inputTensor);
+  Value weight = asBuffer(b, weightTensor);
+  Value offsets = asBuffer(b, offsetsTensor);
+  Value rows = dim(b, input, 0);
   Value out = alloc(b, MemRefType::get(outType.getShape(), elt),
                     dynamicSizes(b, outType, input));
   fillBuffer(b, out, arith::ConstantOp::create(b, b.getFloatAttr(elt, 0.0)));
-  Value zeroIdx = indexConst(b, 0);
-
-  auto rowAt = [&](Builder &b, Value e) -> Value {
-    Value v = arith::IndexCastOp::create(
-        b, b.getIndexType(), memref::LoadOp::create(b, offsets, ValueRange{e}));
-    // Offsets outside [0, rows] are clamped: no access out of bounds.
-    return arith::MinSIOp::create(b, arith::MaxSIOp::create(b, v, zeroIdx),
-                                  rowCount);
-  };
   forLoop(b, experts, [&](Builder &b, Value e) {
-    Value lo = rowAt(b, e);
-    Value hi = arith::MaxSIOp::create(
-        b, lo, rowAt(b, arith::AddIOp::create(b, e, indexConst(b, 1))));
+    auto [lo, hi] = segment(b, offsets, e, rows);
     forLoop(b, lo, hi, [&](Builder &b, Value r) {
-      forLoop(b, n, [&](Builder &b, Value col) {
+      forLoop(b, columns, [&](Builder &b, Value c) {
         Value acc = forLoopCarrying(
-            b, zeroIdx, indexConst(b, kSize), ValueRange{f32Const(b, 0.0)},
-            [&](Builder &b, Value kk,
-                ValueRange carried) -> SmallVector<Value> {
+            b, indexConst(b, 0), indexConst(b, reduction),
+            ValueRange{f32Const(b, 0.0)},
+            [&](Builder &b, Value i, ValueRange carried) -> SmallVector<Value> {
               Value a =
-                  toF32(b, memref::LoadOp::create(b, input, ValueRange{r, kk}));
-              Value w = toF32(
-                  b, memref::LoadOp::create(b, weight, ValueRange{e, col, kk}));
+                  toF32(b, memref::LoadOp::create(b, input, ValueRange{r, i}));
+              SmallVector<Value, 3> at{e, c, i};
+              if (transposeWeight)
+                std::swap(at[1], at[2]);
+              Value w = toF32(b, memref::LoadOp::create(b, weight, at));
               Value prod = arith::MulFOp::create(b, a, w, reductionFlags(b));
               return {arith::AddFOp::create(b, carried[0], prod,
                                             reductionFlags(b))};
             })[0];
-        memref::StoreOp::create(b, fromF32(b, acc, elt), out,
-                                ValueRange{r, col});
+        memref::StoreOp::create(b, fromF32(b, acc, elt), out, ValueRange{r, c});
       });
     });
   });
   return asTensor(b, out);
+}
+
+Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op) {
+  return groupedGemm(b, op.getInput(), op.getWeight(), op.getOffsets(),
+                     cast<RankedTensorType>(op.getOutput().getType()),
+                     /*transposeWeight=*/false);
 }
 
 /// gate_grad and up_grad of silu(gate) * up, elementwise in f32.
@@ -668,58 +684,11 @@ std::pair<Value, Value> lowerSwiGLUGrad(Builder &b, SwiGLUGradOp op) {
   return {gateGrad, upGrad};
 }
 
-/// Rows [lo, hi) of expert `e`'s segment, clamped to [0, rows]: no input
-/// makes the generated code read or write out of bounds.
-std::pair<Value, Value> segment(Builder &b, Value offsets, Value e,
-                                Value rows) {
-  Value zero = indexConst(b, 0);
-  auto at = [&](Value i) -> Value {
-    Value v = arith::IndexCastOp::create(
-        b, b.getIndexType(), memref::LoadOp::create(b, offsets, ValueRange{i}));
-    return arith::MinSIOp::create(b, arith::MaxSIOp::create(b, v, zero), rows);
-  };
-  Value lo = at(e);
-  Value hi = arith::MaxSIOp::create(
-      b, lo, at(arith::AddIOp::create(b, e, indexConst(b, 1))));
-  return {lo, hi};
-}
-
 /// input_grad[r, k] = sum_n grad[r, n] * w[e, n, k] over expert e's rows.
 Value lowerGroupedMatmulDx(Builder &b, GroupedMatmulDxOp op) {
-  auto outType = cast<RankedTensorType>(op.getInputGrad().getType());
-  auto weightType = cast<RankedTensorType>(op.getWeight().getType());
-  int64_t experts = weightType.getDimSize(0), n = weightType.getDimSize(1),
-          kSize = weightType.getDimSize(2);
-  Type elt = outType.getElementType();
-  Value grad = asBuffer(b, op.getGrad());
-  Value weight = asBuffer(b, op.getWeight());
-  Value offsets = asBuffer(b, op.getOffsets());
-  Value rows = dim(b, grad, 0);
-  Value out = alloc(b, MemRefType::get(outType.getShape(), elt),
-                    dynamicSizes(b, outType, grad));
-  fillBuffer(b, out, arith::ConstantOp::create(b, b.getFloatAttr(elt, 0.0)));
-  forLoop(b, experts, [&](Builder &b, Value e) {
-    auto [lo, hi] = segment(b, offsets, e, rows);
-    forLoop(b, lo, hi, [&](Builder &b, Value r) {
-      forLoop(b, kSize, [&](Builder &b, Value kk) {
-        Value acc = forLoopCarrying(
-            b, indexConst(b, 0), indexConst(b, n), ValueRange{f32Const(b, 0.0)},
-            [&](Builder &b, Value col,
-                ValueRange carried) -> SmallVector<Value> {
-              Value g =
-                  toF32(b, memref::LoadOp::create(b, grad, ValueRange{r, col}));
-              Value w = toF32(
-                  b, memref::LoadOp::create(b, weight, ValueRange{e, col, kk}));
-              Value prod = arith::MulFOp::create(b, g, w, reductionFlags(b));
-              return {arith::AddFOp::create(b, carried[0], prod,
-                                            reductionFlags(b))};
-            })[0];
-        memref::StoreOp::create(b, fromF32(b, acc, elt), out,
-                                ValueRange{r, kk});
-      });
-    });
-  });
-  return asTensor(b, out);
+  return groupedGemm(b, op.getGrad(), op.getWeight(), op.getOffsets(),
+                     cast<RankedTensorType>(op.getInputGrad().getType()),
+                     /*transposeWeight=*/true);
 }
 
 /// weight_grad[e, n, k] = sum over expert e's rows r of grad[r, n] * in[r, k].
