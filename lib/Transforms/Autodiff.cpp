@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "moe/Transforms/Autodiff.h"
 #include "moe/MoeOps.h"
 #include "moe/Support/Routing.h"
 #include "moe/Transforms/DecomposeLayer.h"
@@ -74,6 +75,59 @@ DenseGrads denseFfnBackward(OpBuilder &b, Location loc, Value x, Value gate,
   return {dx, ungroup(dGate), ungroup(dUp), ungroup(dDown)};
 }
 
+} // namespace
+
+LayerGradients mlir::moe::buildLayerBackward(OpBuilder &b, LayerOp layer,
+                                             const DecomposedLayer &fwd,
+                                             Value dy) {
+  Location loc = layer.getLoc();
+  MLIRContext *ctx = layer.getContext();
+  LayerConfigAttr config = layer.getConfig();
+  LayerOp copy = layer;
+  Value x = layer.getInput();
+  // combine -> down projection -> SwiGLU -> gate/up projections -> dispatch.
+  auto combine =
+      CombineGradOp::create(b, loc, dy, fwd.down, fwd.rowMap, fwd.weights);
+  Value dDown = combine.getRowsGrad();
+  Value dAct = GroupedMatmulDxOp::create(b, loc, dDown, copy.getDownWeight(),
+                                         fwd.offsets);
+  Value gDown = GroupedMatmulDwOp::create(b, loc, fwd.act, dDown, fwd.offsets);
+  auto swiglu = SwiGLUGradOp::create(b, loc, fwd.gate, fwd.up, dAct);
+  Value dGate = swiglu.getGateGrad(), dUp = swiglu.getUpGrad();
+  Value dRows = arith::AddFOp::create(
+      b, loc,
+      GroupedMatmulDxOp::create(b, loc, dGate, copy.getGateWeight(),
+                                fwd.offsets),
+      GroupedMatmulDxOp::create(b, loc, dUp, copy.getUpWeight(), fwd.offsets));
+  Value gGate = GroupedMatmulDwOp::create(b, loc, fwd.rows, dGate, fwd.offsets);
+  Value gUp = GroupedMatmulDwOp::create(b, loc, fwd.rows, dUp, fwd.offsets);
+  Value dx = DispatchGradOp::create(b, loc, dRows, fwd.rowMap);
+
+  // Routing weights -> selected scores -> router.
+  Value dScores = TopKGradOp::create(
+      b, loc, fwd.scores, fwd.indices, combine.getWeightsGrad(),
+      config.getNormTopkProb() ? b.getUnitAttr() : UnitAttr(),
+      b.getF64FloatAttr(config.getRoutedScaleValue()));
+  auto router = RouterGradOp::create(
+      b, loc, x, copy.getRouterWeight(), fwd.scores, dScores,
+      ScoringFuncAttr::get(ctx, config.getScoring()));
+  dx = arith::AddFOp::create(b, loc, dx, router.getInputGrad());
+
+  LayerGradients grads;
+  grads.weights = {router.getWeightGrad(), gGate, gUp, gDown};
+  if (config.hasSharedExperts()) {
+    DenseGrads shared = denseFfnBackward(b, loc, x, copy.getSharedGateWeight(),
+                                         copy.getSharedUpWeight(),
+                                         copy.getSharedDownWeight(), dy);
+    dx = arith::AddFOp::create(b, loc, dx, shared.dx);
+    grads.weights.append({shared.gate, shared.up, shared.down});
+  }
+  grads.input = dx;
+  return grads;
+}
+
+namespace {
+
 LogicalResult addBackward(ModuleOp module, func::FuncOp forward, LayerOp layer,
                           int64_t alignment) {
   LayerConfigAttr config = layer.getConfig();
@@ -116,43 +170,10 @@ LogicalResult addBackward(ModuleOp module, func::FuncOp forward, LayerOp layer,
   Value x = copy.getInput();
   Value dy = entry->getArguments().back();
 
-  // combine -> down projection -> SwiGLU -> gate/up projections -> dispatch.
-  auto combine =
-      CombineGradOp::create(b, loc, dy, fwd.down, fwd.rowMap, fwd.weights);
-  Value dDown = combine.getRowsGrad();
-  Value dAct = GroupedMatmulDxOp::create(b, loc, dDown, copy.getDownWeight(),
-                                         fwd.offsets);
-  Value gDown = GroupedMatmulDwOp::create(b, loc, fwd.act, dDown, fwd.offsets);
-  auto swiglu = SwiGLUGradOp::create(b, loc, fwd.gate, fwd.up, dAct);
-  Value dGate = swiglu.getGateGrad(), dUp = swiglu.getUpGrad();
-  Value dRows = arith::AddFOp::create(
-      b, loc,
-      GroupedMatmulDxOp::create(b, loc, dGate, copy.getGateWeight(),
-                                fwd.offsets),
-      GroupedMatmulDxOp::create(b, loc, dUp, copy.getUpWeight(), fwd.offsets));
-  Value gGate = GroupedMatmulDwOp::create(b, loc, fwd.rows, dGate, fwd.offsets);
-  Value gUp = GroupedMatmulDwOp::create(b, loc, fwd.rows, dUp, fwd.offsets);
-  Value dx = DispatchGradOp::create(b, loc, dRows, fwd.rowMap);
-
-  // Routing weights -> selected scores -> router.
-  Value dScores = TopKGradOp::create(
-      b, loc, fwd.scores, fwd.indices, combine.getWeightsGrad(),
-      config.getNormTopkProb() ? b.getUnitAttr() : UnitAttr(),
-      b.getF64FloatAttr(config.getRoutedScaleValue()));
-  auto router = RouterGradOp::create(
-      b, loc, x, copy.getRouterWeight(), fwd.scores, dScores,
-      ScoringFuncAttr::get(ctx, config.getScoring()));
-  dx = arith::AddFOp::create(b, loc, dx, router.getInputGrad());
-
-  SmallVector<Value> results{Value(), router.getWeightGrad(), gGate, gUp,
-                             gDown};
-  if (config.hasSharedExperts()) {
-    DenseGrads shared = denseFfnBackward(b, loc, x, copy.getSharedGateWeight(),
-                                         copy.getSharedUpWeight(),
-                                         copy.getSharedDownWeight(), dy);
-    dx = arith::AddFOp::create(b, loc, dx, shared.dx);
-    results.append({shared.gate, shared.up, shared.down});
-  }
+  LayerGradients grads = buildLayerBackward(b, copy, fwd, dy);
+  SmallVector<Value> results{grads.input};
+  results.append(grads.weights.begin(), grads.weights.end());
+  Value dx = results[0];
   if (dx.getType() != resultTypes[0])
     dx = tensor::CastOp::create(b, loc, resultTypes[0], dx);
   results[0] = dx;
