@@ -79,6 +79,11 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
     return "--alignment must be a multiple of 128 (the grouped GEMM's M "
            "block) for --target=sm_90a, got " +
            std::to_string(o.alignment);
+  if (o.train && o.target != "host")
+    return "--train: the sm_90a training kernels are not available yet; "
+           "use --target=host";
+  if (o.train && o.emit == "mlir")
+    return "--train needs --emit=llvm or --emit=bundle";
   if (o.target == "host" && (!o.smPartition.empty() || o.report))
     return std::string(o.report ? "--report" : "--sm-partition") +
            " needs --target=sm_90a";
@@ -345,6 +350,15 @@ CompileResult mlir::moe::compile(const std::string &input,
   std::vector<EntryArgument> arguments;
   OwningOpRef<ModuleOp> entry =
       buildHostEntry(layer, alignmentFor(options), arguments);
+  std::vector<TrainArgument> trainArguments;
+  if (options.train) {
+    if (layer.getSharedExpertGate()) {
+      result.error = "--train: the shared-expert gate (Qwen2-MoE) is not "
+                     "differentiated yet";
+      return result;
+    }
+    trainArguments = addHostTrainEntry(*entry, layer);
+  }
   {
     PassManager pm(&context);
     if (options.passManagerCLOptions && failed(applyPassManagerCLOptions(pm))) {
@@ -363,6 +377,9 @@ CompileResult mlir::moe::compile(const std::string &input,
     }
   }
   addPackedEntry(*entry, arguments.size());
+  if (options.train)
+    addPackedEntry(*entry, trainArguments.size(), kHostTrainEntryName,
+                   kHostTrainPackedEntryName);
   addSoftFloatHelpers(*entry);
 
   llvm::LLVMContext llvmContext;
@@ -387,6 +404,13 @@ CompileResult mlir::moe::compile(const std::string &input,
   rt::Bundle bundle;
   bundle.manifest = buildManifest(
       config, naming.value_or(WeightNaming::DeepSeek), arguments, options);
+  if (options.train) {
+    bundle.manifest.train.entry = kHostTrainPackedEntryName.str();
+    for (const TrainArgument &arg : trainArguments)
+      bundle.manifest.train.arguments.push_back(
+          {arg.name, arg.output, *toDType(arg.type.getElementType()),
+           toShape(arg.type)});
+  }
   bundle.blobs.emplace_back();
   {
     TimingScope scope = rootTiming.nest("Code generation and link");
@@ -454,6 +478,7 @@ std::string mlir::moe::cacheKey(const std::string &input, InputKind kind,
   field("alignment", std::to_string(alignmentFor(o)));
   field("sm-partition", o.smPartition);
   field("ptxas", o.ptxas);
+  field("train", o.train ? "1" : "0");
   field("weight-names", o.weightNames);
   field("mcpu", cpu);
   return llvm::toHex(hash.final(), /*LowerCase=*/true);

@@ -67,6 +67,15 @@ std::string serializeManifest(const Manifest &m) {
                {"max_tokens", m.maxTokens}, {"layer", layer},
                {"inputs", inputs},          {"parameters", params},
                {"outputs", outputs},        {"schedule", m.schedule}};
+  if (!m.train.entry.empty()) {
+    json arguments = json::array();
+    for (const TrainArgumentSpec &a : m.train.arguments)
+      arguments.push_back({{"name", a.name},
+                           {"output", a.output},
+                           {"dtype", mlirName(a.dtype)},
+                           {"shape", a.shape}});
+    root["train"] = {{"entry", m.train.entry}, {"arguments", arguments}};
+  }
   if (m.target == "sm_90a") {
     json buffers = json::array(), steps = json::array();
     for (const GpuBuffer &b : m.gpu.buffers)
@@ -335,6 +344,19 @@ Expected<Manifest> parseManifest(const std::string &text) {
     }
   if (m.target == "sm_90a" && r.error.empty())
     readGpuProgram(r, root, m.gpu);
+  if (root.is_object() && root.contains("train") && r.error.empty()) {
+    const json &train = root["train"];
+    m.train.entry = r.str(train, "entry", "the training step");
+    if (const json *list = r.array(train, "arguments", "the training step"))
+      for (const json &item : *list) {
+        TrainArgumentSpec a;
+        a.name = r.str(item, "name", "a training argument");
+        a.output = r.boolean(item, "output", "a training argument");
+        a.dtype = r.dtype(item, "a training argument");
+        a.shape = r.shape(item, "a training argument");
+        m.train.arguments.push_back(std::move(a));
+      }
+  }
   if (!r.error.empty())
     return Expected<Manifest>::error("invalid manifest: " + r.error);
   return m;

@@ -31,6 +31,20 @@ public:
   }
 
   Status run(const std::vector<const Tensor *> &arguments) override {
+    return call(entry, arguments);
+  }
+
+  Status runEntry(const std::string &symbol,
+                  const std::vector<const Tensor *> &arguments) override {
+    auto fn = reinterpret_cast<PackedEntry>(dlsym(handle, symbol.c_str()));
+    if (!fn)
+      return Status::failure("the bundle's shared object has no entry point '" +
+                             symbol + "'");
+    return call(fn, arguments);
+  }
+
+private:
+  Status call(PackedEntry fn, const std::vector<const Tensor *> &arguments) {
     // A descriptor of rank r: allocated and aligned pointers, offset, r
     // sizes, r strides; all 8-byte words on 64-bit hosts.
     std::vector<std::vector<int64_t>> descriptors;
@@ -52,11 +66,10 @@ public:
       descriptors.push_back(std::move(d));
       argv.push_back(descriptors.back().data());
     }
-    entry(argv.data());
+    fn(argv.data());
     return Status::success();
   }
 
-private:
   void *handle;
   PackedEntry entry;
 };

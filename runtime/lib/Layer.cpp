@@ -285,26 +285,61 @@ void Layer::randomWeights(uint64_t seed) {
   backend->invalidateParameters();
 }
 
-std::map<std::string, Tensor> Layer::namedParameters() const {
+std::map<std::string, Tensor> Layer::checkpointNames(
+    const std::map<std::string, Tensor> &byRole) const {
   std::map<std::string, Tensor> named;
-  const Manifest &m = bundle.manifest;
-  for (size_t i = 0; i < m.parameters.size(); ++i) {
-    const ParameterSpec &p = m.parameters[i];
+  for (const ParameterSpec &p : bundle.manifest.parameters) {
+    auto it = byRole.find(p.role);
+    if (it == byRole.end())
+      continue;
+    const Tensor &value = it->second;
     if (p.stack == 0) {
-      named[p.name] = parameters[i];
+      named[p.name] = value;
       continue;
     }
-    std::vector<int64_t> pieceShape(p.shape.begin() + 1, p.shape.end());
-    Tensor piece = Tensor::zeros(p.dtype, pieceShape);
+    std::vector<int64_t> pieceShape(value.shape.begin() + 1, value.shape.end());
+    Tensor piece = Tensor::zeros(value.dtype, pieceShape);
     for (int64_t e = 0; e < p.stack; ++e) {
       std::memcpy(piece.data.data(),
-                  parameters[i].data.data() +
-                      static_cast<size_t>(e) * piece.data.size(),
+                  value.data.data() + static_cast<size_t>(e) * piece.data.size(),
                   piece.data.size());
       named[expertName(p.name, e)] = piece;
     }
   }
   return named;
+}
+
+std::map<std::string, Tensor> Layer::namedParameters() const {
+  std::map<std::string, Tensor> byRole;
+  for (size_t i = 0; i < bundle.manifest.parameters.size(); ++i)
+    byRole[bundle.manifest.parameters[i].role] = parameters[i];
+  return checkpointNames(byRole);
+}
+
+const Tensor *Layer::parameter(const std::string &role) const {
+  for (size_t i = 0; i < bundle.manifest.parameters.size(); ++i)
+    if (bundle.manifest.parameters[i].role == role)
+      return &parameters[i];
+  return nullptr;
+}
+
+Status Layer::setParameter(const std::string &role, const Tensor &value) {
+  for (size_t i = 0; i < bundle.manifest.parameters.size(); ++i) {
+    const ParameterSpec &p = bundle.manifest.parameters[i];
+    if (p.role != role)
+      continue;
+    if (value.shape != p.shape)
+      return Status::failure("parameter '" + role + "' has shape " +
+                             formatShape(p.shape) + ", got " +
+                             formatShape(value.shape));
+    Expected<Tensor> converted = convertTensor(value, p.dtype);
+    if (!converted)
+      return Status::failure(converted.message());
+    parameters[i] = std::move(*converted);
+    backend->invalidateParameters();
+    return Status::success();
+  }
+  return Status::failure("the bundle has no parameter '" + role + "'");
 }
 
 Expected<ForwardResult> Layer::forward(const Tensor &x) {

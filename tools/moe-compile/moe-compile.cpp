@@ -88,6 +88,12 @@ static cl::opt<std::string>
           cl::desc("sm_90a: the ptxas to make cubins with (default: "
                    "$MOE_PTXAS, the configured CUDA toolkit, PATH)"),
           cl::init(""), cl::cat(category));
+static cl::opt<bool>
+    train("train",
+          cl::desc("Also compile the training step (host): forward, MSE "
+                   "loss, backward, AdamW, auxiliary-loss-free bias update; "
+                   "run it with moe-train"),
+          cl::init(false), cl::cat(category));
 static cl::opt<bool> timing("timing", cl::desc("Print a timing report"),
                             cl::init(false), cl::cat(category));
 static cl::opt<bool> noCache("no-cache",
@@ -122,6 +128,7 @@ int main(int argc, char **argv) {
   options.smPartition = smPartition;
   options.report = report;
   options.ptxas = ptxas;
+  options.train = train;
   options.passManagerCLOptions = true;
   if (std::string error = validateOptions(options); !error.empty())
     return fail(error);

@@ -36,6 +36,9 @@ struct CompileOptions {
   bool report = false;
   /// sm_90a: the ptxas to run; "" finds one.
   std::string ptxas;
+  /// Also compile the training step (host): forward, MSE loss, backward,
+  /// AdamW and the auxiliary-loss-free bias update.
+  bool train = false;
   std::string weightNames; // deepseek | mixtral | qwen; "" for the default
   std::string mcpu;        // "" (generic), "native" or a CPU name
   bool timing = false;     // print MLIR's timing report to stderr

@@ -48,9 +48,39 @@ struct EntryArgument {
 OwningOpRef<ModuleOp> buildHostEntry(LayerOp layer, int64_t alignment,
                                      std::vector<EntryArgument> &arguments);
 
-/// Adds `void moe_forward_packed(void **argv)`, which calls the C interface
-/// of moe_forward with argv[0..numArguments).
-void addPackedEntry(ModuleOp llvmDialectModule, unsigned numArguments);
+/// Adds `void <packed>(void **argv)`, which calls the C interface of
+/// `entry` with argv[0..numArguments) (moe_forward_packed by default).
+void addPackedEntry(ModuleOp llvmDialectModule, unsigned numArguments,
+                    llvm::StringRef entry = kHostEntryName,
+                    llvm::StringRef packed = kHostPackedEntryName);
+
+/// Name of the training step built by addHostTrainEntry, and of its packed
+/// entry point.
+constexpr llvm::StringLiteral kHostTrainEntryName = "moe_train_step";
+constexpr llvm::StringLiteral kHostTrainPackedEntryName =
+    "moe_train_step_packed";
+
+/// One argument of the training step, in order: `x` (the layer's element
+/// type) and `target` (f32), both [T, hidden]; `hyper` (8 f32: learning
+/// rate, step number from 1, beta1, beta2, epsilon, weight decay, the bias
+/// update rate gamma, unused); per trained weight `W` (router, gate, up,
+/// down, shared gate, up, down) its f32 master copy `W`, AdamW moments
+/// `W.m` and `W.v`; `score_bias` when the layer has one; then the outputs:
+/// `W.next`, `W.m.next`, `W.v.next`, `score_bias.next`, `loss` ([1]),
+/// `load` ([E], tokens routed to each expert), `x.grad` ([T, hidden] f32)
+/// and `W.grad` (f32).
+struct TrainArgument {
+  std::string name;
+  bool output = false;
+  RankedTensorType type;
+};
+
+/// Adds `func.func @moe_train_step` to `module`: the loss (mean of
+/// (y - target)^2), its gradients (buildLayerBackward), one AdamW step on
+/// fp32 master weights (bias-corrected moments; compute copies in the
+/// layer's element type) and DeepSeek's auxiliary-loss-free bias update
+/// `bias += gamma * sign(mean load - load)`. Returns its arguments.
+std::vector<TrainArgument> addHostTrainEntry(ModuleOp module, LayerOp layer);
 
 /// Adds a weak `__truncsfbf2` (f32 to bf16, round to nearest even). LLVM's
 /// x86 backend calls it to legalize bf16 values on CPUs without native

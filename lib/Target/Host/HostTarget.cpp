@@ -124,7 +124,8 @@ mlir::moe::buildHostEntry(LayerOp layer, int64_t alignment,
   return module;
 }
 
-void mlir::moe::addPackedEntry(ModuleOp module, unsigned numArguments) {
+void mlir::moe::addPackedEntry(ModuleOp module, unsigned numArguments,
+                               StringRef entryName, StringRef packedName) {
   MLIRContext *ctx = module.getContext();
   Location loc = module.getLoc();
   OpBuilder b(ctx);
@@ -132,7 +133,7 @@ void mlir::moe::addPackedEntry(ModuleOp module, unsigned numArguments) {
   auto ptr = LLVM::LLVMPointerType::get(ctx);
   auto voidType = LLVM::LLVMVoidType::get(ctx);
   auto packed =
-      LLVM::LLVMFuncOp::create(b, loc, kHostPackedEntryName,
+      LLVM::LLVMFuncOp::create(b, loc, packedName,
                                LLVM::LLVMFunctionType::get(voidType, {ptr}));
   Block *entry = packed.addEntryBlock(b);
   b.setInsertionPointToStart(entry);
@@ -143,7 +144,7 @@ void mlir::moe::addPackedEntry(ModuleOp module, unsigned numArguments) {
                             ArrayRef<LLVM::GEPArg>{static_cast<int32_t>(i)});
     args.push_back(LLVM::LoadOp::create(b, loc, ptr, slot));
   }
-  std::string callee = ("_mlir_ciface_" + kHostEntryName).str();
+  std::string callee = ("_mlir_ciface_" + entryName).str();
   LLVM::CallOp::create(b, loc, TypeRange{}, callee, args);
   LLVM::ReturnOp::create(b, loc, ValueRange{});
 }

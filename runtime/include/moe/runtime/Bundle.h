@@ -108,6 +108,20 @@ struct GpuProgram {
   std::vector<GpuStep> steps;
 };
 
+/// One argument of the compiled training step (see moe-compile --train).
+struct TrainArgumentSpec {
+  std::string name;
+  bool output = false;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape; // -1: the token count
+};
+
+/// The training step of a bundle compiled with --train.
+struct TrainSpec {
+  std::string entry; // symbol of its packed entry point; "" if none
+  std::vector<TrainArgumentSpec> arguments;
+};
+
 struct Manifest {
   std::string target;   // "host" (shared object) or "sm_90a"
   std::string compiler; // version string of the writer
@@ -122,6 +136,8 @@ struct Manifest {
   std::vector<std::string> schedule;
   /// sm_90a: buffers and steps; blob 0 is the cubin holding every kernel.
   GpuProgram gpu;
+  /// With --train: the training step.
+  TrainSpec train;
 };
 
 std::string serializeManifest(const Manifest &manifest);

@@ -32,6 +32,13 @@ struct KernelTime {
 class Backend {
 public:
   virtual ~Backend();
+  /// Runs another entry point of the bundle (the training step) on
+  /// arguments in its own order; devices without one say so.
+  virtual Status runEntry(const std::string &symbol,
+                          const std::vector<const Tensor *> &arguments) {
+    return Status::failure("this device cannot run entry point '" + symbol +
+                           "'");
+  }
   /// The parameter tensors changed (a device copy must be refreshed).
   virtual void invalidateParameters() {}
   /// Time every kernel of the following forward passes (devices that can).
@@ -81,6 +88,15 @@ public:
   /// The bound parameters under their checkpoint names (stacked weights
   /// split per expert), for writing a weights file.
   std::map<std::string, Tensor> namedParameters() const;
+  /// `byRole` (tensors of the manifest's parameter shapes, by role) under
+  /// checkpoint names, stacked weights split per expert.
+  std::map<std::string, Tensor>
+  checkpointNames(const std::map<std::string, Tensor> &byRole) const;
+  /// The bound parameter of `role`, or null.
+  const Tensor *parameter(const std::string &role) const;
+  /// Replaces the parameter of `role` (converted to its dtype).
+  Status setParameter(const std::string &role, const Tensor &value);
+  Backend &getBackend() { return *backend; }
 
   /// Runs the layer on `x` [T, hidden] (f32, bf16 or f16).
   Expected<ForwardResult> forward(const Tensor &x);

@@ -1,0 +1,268 @@
+//===- TrainEntry.cpp - The host training step ----------------------------===//
+//
+// Part of moe-compiler. One compiled function runs a whole training step of
+// an MoE layer: forward, MSE loss, backward, AdamW and the
+// auxiliary-loss-free bias update.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Target/Host.h"
+#include "moe/Transforms/Autodiff.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+
+namespace {
+
+/// Indices of the hyperparameters in the `hyper` argument.
+enum Hyper { LearningRate, Step, Beta1, Beta2, Epsilon, WeightDecay, Gamma };
+constexpr int64_t kHyperCount = 8;
+
+/// Builds the training step's arithmetic on tensors.
+struct StepBuilder {
+  OpBuilder &b;
+  Location loc;
+
+  Value f32(double v) {
+    return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v));
+  }
+  /// `value` broadcast to the (static or dynamic) shape of `like`.
+  Value splat(Value value, Value like) {
+    auto type = cast<RankedTensorType>(like.getType());
+    SmallVector<Value> sizes;
+    for (int64_t i = 0; i < type.getRank(); ++i)
+      if (type.isDynamicDim(i))
+        sizes.push_back(tensor::DimOp::create(b, loc, like, i));
+    auto f32Type = RankedTensorType::get(type.getShape(), b.getF32Type());
+    Value empty = tensor::EmptyOp::create(b, loc, f32Type, sizes);
+    return linalg::FillOp::create(b, loc, value, empty).getResult(0);
+  }
+  Value add(Value l, Value r) { return arith::AddFOp::create(b, loc, l, r); }
+  Value sub(Value l, Value r) { return arith::SubFOp::create(b, loc, l, r); }
+  Value mul(Value l, Value r) { return arith::MulFOp::create(b, loc, l, r); }
+  Value div(Value l, Value r) { return arith::DivFOp::create(b, loc, l, r); }
+  /// Converts a float tensor to `elementType`.
+  Value convert(Value tensor, Type elementType) {
+    auto type = cast<RankedTensorType>(tensor.getType());
+    if (type.getElementType() == elementType)
+      return tensor;
+    auto to = RankedTensorType::get(type.getShape(), elementType);
+    if (elementType.getIntOrFloatBitWidth() <
+        type.getElementType().getIntOrFloatBitWidth())
+      return arith::TruncFOp::create(b, loc, to, tensor);
+    return arith::ExtFOp::create(b, loc, to, tensor);
+  }
+  /// Sum of every element of an f32 tensor, as a scalar.
+  Value sumAll(Value tensor) {
+    auto type = cast<RankedTensorType>(tensor.getType());
+    Value init = tensor::EmptyOp::create(
+        b, loc, RankedTensorType::get({}, b.getF32Type()), ValueRange{});
+    init = linalg::FillOp::create(b, loc, f32(0.0), init).getResult(0);
+    SmallVector<int64_t> dims;
+    for (int64_t i = 0; i < type.getRank(); ++i)
+      dims.push_back(i);
+    auto reduce = linalg::ReduceOp::create(
+        b, loc, ValueRange{tensor}, ValueRange{init}, dims,
+        [](OpBuilder &nb, Location nloc, ValueRange args) {
+          Value s = arith::AddFOp::create(nb, nloc, args[0], args[1]);
+          linalg::YieldOp::create(nb, nloc, s);
+        });
+    return tensor::ExtractOp::create(b, loc, reduce.getResult(0),
+                                     ValueRange{});
+  }
+};
+
+} // namespace
+
+std::vector<TrainArgument> mlir::moe::addHostTrainEntry(ModuleOp module,
+                                                        LayerOp layer) {
+  MLIRContext *ctx = layer.getContext();
+  Location loc = layer.getLoc();
+  OpBuilder b(ctx);
+  LayerConfigAttr config = layer.getConfig();
+  Type f32 = b.getF32Type();
+  int64_t dyn = ShapedType::kDynamic;
+  int64_t hidden = config.getHidden(), experts = config.getExperts();
+  auto f32Like = [&](Value v) {
+    return RankedTensorType::get(
+        cast<RankedTensorType>(v.getType()).getShape(), f32);
+  };
+
+  // The trained weights, in the order buildLayerBackward returns their
+  // gradients.
+  SmallVector<std::pair<StringRef, Value>> weights{
+      {"router_weight", layer.getRouterWeight()},
+      {"gate_weight", layer.getGateWeight()},
+      {"up_weight", layer.getUpWeight()},
+      {"down_weight", layer.getDownWeight()}};
+  if (config.hasSharedExperts())
+    weights.append({{"shared_gate_weight", layer.getSharedGateWeight()},
+                    {"shared_up_weight", layer.getSharedUpWeight()},
+                    {"shared_down_weight", layer.getSharedDownWeight()}});
+  Value bias = layer.getScoreBias();
+
+  std::vector<TrainArgument> args;
+  auto xType = cast<RankedTensorType>(layer.getInput().getType());
+  args.push_back({"x", false,
+                  RankedTensorType::get({dyn, hidden}, xType.getElementType())});
+  args.push_back({"target", false, RankedTensorType::get({dyn, hidden}, f32)});
+  args.push_back({"hyper", false, RankedTensorType::get({kHyperCount}, f32)});
+  for (auto [name, value] : weights)
+    for (const char *suffix : {"", ".m", ".v"})
+      args.push_back({(name + suffix).str(), false, f32Like(value)});
+  if (bias)
+    args.push_back({"score_bias", false, f32Like(bias)});
+  size_t firstOutput = args.size();
+  for (auto [name, value] : weights)
+    for (const char *suffix : {".next", ".m.next", ".v.next"})
+      args.push_back({(name + suffix).str(), true, f32Like(value)});
+  if (bias)
+    args.push_back({"score_bias.next", true, f32Like(bias)});
+  args.push_back({"loss", true, RankedTensorType::get({1}, f32)});
+  args.push_back({"load", true, RankedTensorType::get({experts}, f32)});
+  args.push_back({"x.grad", true, RankedTensorType::get({dyn, hidden}, f32)});
+  for (auto [name, value] : weights)
+    args.push_back({(name + ".grad").str(), true, f32Like(value)});
+
+  SmallVector<Type> argTypes;
+  for (const TrainArgument &arg : args)
+    argTypes.push_back(MemRefType::get(arg.type.getShape(),
+                                       arg.type.getElementType()));
+  b.setInsertionPointToEnd(module.getBody());
+  auto func = func::FuncOp::create(b, loc, kHostTrainEntryName,
+                                   b.getFunctionType(argTypes, {}));
+  func->setAttr("llvm.emit_c_interface", b.getUnitAttr());
+  Block *body = func.addEntryBlock();
+  b.setInsertionPointToStart(body);
+  StepBuilder s{b, loc};
+
+  std::map<std::string, Value> in;
+  for (size_t i = 0; i < firstOutput; ++i)
+    in[args[i].name] = bufferization::ToTensorOp::create(
+        b, loc, args[i].type, body->getArgument(i), /*restrict=*/true);
+  Value x = in["x"], target = in["target"], hyper = in["hyper"];
+  auto hyperAt = [&](Hyper h) -> Value {
+    Value i = arith::ConstantIndexOp::create(b, loc, h);
+    return tensor::ExtractOp::create(b, loc, hyper, ValueRange{i});
+  };
+
+  // The forward pass on compute copies of the master weights.
+  IRMapping mapping;
+  mapping.map(layer.getInput(), x);
+  for (auto [name, value] : weights)
+    mapping.map(value, s.convert(in[name.str()],
+                                 cast<RankedTensorType>(value.getType())
+                                     .getElementType()));
+  if (bias)
+    mapping.map(bias, in["score_bias"]);
+  auto copy = cast<LayerOp>(b.clone(*layer, mapping));
+  DecomposedLayer forward = decomposeLayer(b, copy, /*alignment=*/1);
+
+  // loss = mean((y - target)^2); dy = 2 (y - target) / N.
+  Value diff = s.sub(s.convert(forward.output, f32), target);
+  Value rows = tensor::DimOp::create(b, loc, x, 0);
+  Value count = arith::UIToFPOp::create(
+      b, loc, f32,
+      arith::IndexCastUIOp::create(
+          b, loc, b.getI64Type(),
+          arith::MulIOp::create(
+              b, loc, rows, arith::ConstantIndexOp::create(b, loc, hidden))));
+  Value loss = s.div(s.sumAll(s.mul(diff, diff)), count);
+  Value dy = s.mul(diff, s.splat(s.div(s.f32(2.0), count), diff));
+  dy = s.convert(dy, cast<RankedTensorType>(copy.getType()).getElementType());
+  LayerGradients grads = buildLayerBackward(b, copy, forward, dy);
+
+  std::map<std::string, Value> out;
+  out["loss"] = tensor::FromElementsOp::create(
+      b, loc, RankedTensorType::get({1}, f32), ValueRange{loss});
+  out["x.grad"] = s.convert(grads.input, f32);
+
+  // AdamW with bias-corrected moments.
+  Value lr = hyperAt(LearningRate), step = hyperAt(Step);
+  Value beta1 = hyperAt(Beta1), beta2 = hyperAt(Beta2);
+  Value eps = hyperAt(Epsilon), decay = hyperAt(WeightDecay);
+  Value one = s.f32(1.0);
+  Value correction1 =
+      s.sub(one, math::PowFOp::create(b, loc, beta1, step).getResult());
+  Value correction2 =
+      s.sub(one, math::PowFOp::create(b, loc, beta2, step).getResult());
+  for (auto [i, entry] : llvm::enumerate(weights)) {
+    std::string name = entry.first.str();
+    Value p = in[name], m = in[name + ".m"], v = in[name + ".v"];
+    Value g = grads.weights[i];
+    if (g.getType() != p.getType())
+      g = tensor::CastOp::create(b, loc, p.getType(), g);
+    Value m2 = s.add(s.mul(s.splat(beta1, p), m),
+                     s.mul(s.splat(s.sub(one, beta1), p), g));
+    Value v2 = s.add(s.mul(s.splat(beta2, p), v),
+                     s.mul(s.splat(s.sub(one, beta2), p), s.mul(g, g)));
+    Value mHat = s.div(m2, s.splat(correction1, p));
+    Value vHat = s.div(v2, s.splat(correction2, p));
+    Value update =
+        s.add(s.div(mHat, s.add(math::SqrtOp::create(b, loc, vHat),
+                                s.splat(eps, p))),
+              s.mul(s.splat(decay, p), p));
+    out[name + ".next"] = s.sub(p, s.mul(s.splat(lr, p), update));
+    out[name + ".m.next"] = m2;
+    out[name + ".v.next"] = v2;
+    out[name + ".grad"] = g;
+  }
+
+  // Tokens routed to each expert: the unpadded segment sizes.
+  auto i32Vec = RankedTensorType::get({experts}, b.getI32Type());
+  auto slice = [&](int64_t first) -> Value {
+    return tensor::ExtractSliceOp::create(
+        b, loc, i32Vec, forward.offsets, ValueRange{}, ValueRange{},
+        ValueRange{}, b.getDenseI64ArrayAttr({first}),
+        b.getDenseI64ArrayAttr({experts}), b.getDenseI64ArrayAttr({1}));
+  };
+  Value counts = arith::SubIOp::create(b, loc, slice(1), slice(0));
+  Value load = arith::SIToFPOp::create(
+      b, loc, RankedTensorType::get({experts}, f32), counts);
+  out["load"] = load;
+  if (bias) {
+    // bias += gamma * sign(mean load - load)
+    Value assigned = arith::UIToFPOp::create(
+        b, loc, f32,
+        arith::IndexCastUIOp::create(
+            b, loc, b.getI64Type(),
+            arith::MulIOp::create(b, loc, rows,
+                                  arith::ConstantIndexOp::create(
+                                      b, loc, config.getTopK()))));
+    Value mean = s.div(assigned, s.f32(static_cast<double>(experts)));
+    Value d = s.sub(s.splat(mean, load), load);
+    Value zeros = s.splat(s.f32(0.0), load);
+    Value above = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, d,
+                                        zeros);
+    Value below = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLT, d,
+                                        zeros);
+    Value sign = arith::SelectOp::create(
+        b, loc, above, s.splat(s.f32(1.0), load),
+        arith::SelectOp::create(b, loc, below, s.splat(s.f32(-1.0), load),
+                                zeros));
+    out["score_bias.next"] =
+        s.add(in["score_bias"], s.mul(s.splat(hyperAt(Gamma), load), sign));
+  }
+
+  for (size_t i = firstOutput; i < args.size(); ++i) {
+    Value value = out.at(args[i].name);
+    if (value.getType() != args[i].type)
+      value = tensor::CastOp::create(b, loc, args[i].type, value);
+    auto op = bufferization::MaterializeInDestinationOp::create(
+        b, loc, value, body->getArgument(i));
+    op.setRestrict(true);
+    op.setWritable(true);
+  }
+  func::ReturnOp::create(b, loc);
+  copy.erase();
+  return args;
+}

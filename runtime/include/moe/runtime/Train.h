@@ -1,0 +1,66 @@
+//===- Train.h - Training steps of a compiled MoE layer ---------*- C++ -*-===//
+//
+// Part of moe-compiler's runtime.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_RUNTIME_TRAIN_H
+#define MOE_RUNTIME_TRAIN_H
+
+#include "moe/runtime/Layer.h"
+
+namespace moe::rt {
+
+struct TrainOptions {
+  float learningRate = 1e-3f;
+  float beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;
+  float weightDecay = 0.0f;
+  /// gamma of the auxiliary-loss-free bias update (0 disables it).
+  float biasUpdateRate = 1e-3f;
+};
+
+struct StepResult {
+  float loss = 0;
+  /// Tokens routed to each expert in the step.
+  std::vector<float> load;
+};
+
+/// The training state of a layer whose bundle was compiled with --train:
+/// fp32 master weights, AdamW moments, the score-correction bias and the
+/// step count. Each step runs the bundle's compiled training step.
+class Trainer {
+public:
+  /// Master weights start as f32 copies of the layer's bound parameters,
+  /// moments at zero.
+  static Expected<std::unique_ptr<Trainer>> create(Layer &layer);
+
+  /// One step on `x` [T, hidden] (f32, bf16 or f16) towards `target`
+  /// [T, hidden] (MSE loss).
+  Expected<StepResult> step(const Tensor &x, const Tensor &target,
+                            const TrainOptions &options);
+  /// The gradients of the last step's loss, computed before its update,
+  /// under checkpoint names (f32), plus "x".
+  std::map<std::string, Tensor> lastGradients() const;
+  /// Copies the master weights and the bias into the layer's parameters
+  /// (its compute dtype), for forward passes and weights files.
+  Status syncLayer();
+
+  int64_t steps() const { return stepCount; }
+  /// Every state tensor by its name in the training step (`W`, `W.m`,
+  /// `W.v`, `score_bias`): what a checkpoint holds besides the step count.
+  const std::map<std::string, Tensor> &state() const { return tensors; }
+  /// Restores a state written by state() and the step count.
+  Status restore(const std::map<std::string, Tensor> &state, int64_t steps);
+
+private:
+  Trainer(Layer &layer) : layer(layer) {}
+  Layer &layer;
+  TrainSpec spec;
+  std::map<std::string, Tensor> tensors;
+  std::map<std::string, Tensor> gradients;
+  int64_t stepCount = 0;
+};
+
+} // namespace moe::rt
+
+#endif // MOE_RUNTIME_TRAIN_H

@@ -1,0 +1,234 @@
+//===- moe-train.cpp - Train an MoE layer ---------------------------------===//
+//
+// Part of moe-compiler. Runs the training step of a bundle compiled with
+// `moe-compile --train`: a student layer learns to reproduce a fixed random
+// teacher layer of the same config on fresh random inputs each step (MSE
+// loss), or trains on a batch the user brings.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/runtime/Layer.h"
+#include "moe/runtime/Safetensors.h"
+#include "moe/runtime/Train.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+using namespace moe::rt;
+
+static const char kUsage[] =
+    "usage: moe-train BUNDLE --steps=N [options]\n"
+    "\n"
+    "Trains the layer of a bundle compiled with moe-compile --train (host):\n"
+    "a student layer learns a fixed random teacher layer of the same config\n"
+    "on fresh random tokens each step (MSE loss), or the batch of --inputs.\n"
+    "Prints step, loss, tokens/s and the load balance (max / mean tokens\n"
+    "per expert) of every step.\n"
+    "\n"
+    "  --steps=N                steps to run\n"
+    "  --lr=LR                  AdamW learning rate (1e-3)\n"
+    "  --seed=S                 seed of the student, teacher and tokens (0)\n"
+    "  --tokens=T               tokens per step (64)\n"
+    "  --weights=FILE           student weights instead of random ones\n"
+    "  --weights-prefix=P       prefix of the layer's names in FILE\n"
+    "  --inputs=FILE            train on tensors x and target [T, hidden]\n"
+    "  --weight-decay=W         AdamW weight decay (0)\n"
+    "  --bias-update=GAMMA      auxiliary-loss-free bias update rate (1e-3;\n"
+    "                           0 disables)\n"
+    "  --dump-grads=FILE        write the first step's gradients (before its\n"
+    "                           update) under checkpoint names, plus x\n"
+    "  --save-weights=FILE      write the student's weights at the end\n";
+
+[[noreturn]] static void die(const std::string &message) {
+  std::fprintf(stderr, "moe-train: error: %s\n", message.c_str());
+  std::exit(1);
+}
+
+static bool flag(int argc, char **argv, int &i, const char *name,
+                 std::string *value) {
+  const char *arg = argv[i];
+  size_t n = std::strlen(name);
+  if (std::strncmp(arg, name, n) != 0)
+    return false;
+  if (arg[n] == '=') {
+    *value = arg + n + 1;
+    return true;
+  }
+  if (arg[n] != '\0')
+    return false;
+  if (i + 1 >= argc)
+    die(std::string("option '") + name + "' needs a value");
+  *value = argv[++i];
+  return true;
+}
+
+static double parseNumber(const std::string &text, const char *what,
+                          double lo) {
+  char *end = nullptr;
+  errno = 0;
+  double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || errno != 0 || !(v >= lo))
+    die(std::string("expected a number >= ") + std::to_string(lo) + " for " +
+        what + ", got '" + text + "'");
+  return v;
+}
+
+static int64_t parseCount(const std::string &text, const char *what) {
+  double v = parseNumber(text, what, 0);
+  if (v != static_cast<double>(static_cast<int64_t>(v)))
+    die(std::string("expected an integer for ") + what + ", got '" + text +
+        "'");
+  return static_cast<int64_t>(v);
+}
+
+static Tensor randomTokens(Random &rng, int64_t tokens, int64_t hidden) {
+  Tensor x = Tensor::zeros(DType::F32, {tokens, hidden});
+  float *data = x.as<float>();
+  for (int64_t i = 0, n = x.numElements(); i < n; ++i)
+    data[i] = rng.uniform(-1.0f, 1.0f);
+  return x;
+}
+
+int main(int argc, char **argv) {
+  std::string bundlePath, weights, prefix, inputs, dumpGrads, saveWeights;
+  int64_t steps = -1, tokens = 64;
+  uint64_t seed = 0;
+  TrainOptions options;
+  for (int i = 1; i < argc; ++i) {
+    std::string value;
+    const char *a = argv[i];
+    if (!std::strcmp(a, "--help") || !std::strcmp(a, "-h")) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (flag(argc, argv, i, "--weights", &weights) ||
+        flag(argc, argv, i, "--weights-prefix", &prefix) ||
+        flag(argc, argv, i, "--inputs", &inputs) ||
+        flag(argc, argv, i, "--dump-grads", &dumpGrads) ||
+        flag(argc, argv, i, "--save-weights", &saveWeights))
+      continue;
+    if (flag(argc, argv, i, "--steps", &value))
+      steps = parseCount(value, "--steps");
+    else if (flag(argc, argv, i, "--tokens", &value))
+      tokens = parseCount(value, "--tokens");
+    else if (flag(argc, argv, i, "--seed", &value))
+      seed = static_cast<uint64_t>(parseCount(value, "--seed"));
+    else if (flag(argc, argv, i, "--lr", &value))
+      options.learningRate = static_cast<float>(parseNumber(value, "--lr", 0));
+    else if (flag(argc, argv, i, "--weight-decay", &value))
+      options.weightDecay =
+          static_cast<float>(parseNumber(value, "--weight-decay", 0));
+    else if (flag(argc, argv, i, "--bias-update", &value))
+      options.biasUpdateRate =
+          static_cast<float>(parseNumber(value, "--bias-update", 0));
+    else if (a[0] != '-' && bundlePath.empty())
+      bundlePath = a;
+    else
+      die(std::string("unexpected argument '") + a + "' (see --help)");
+  }
+  if (bundlePath.empty())
+    die("no bundle given (see --help)");
+  if (steps < 1)
+    die("give the number of steps (--steps=N, N >= 1)");
+  if (tokens < 1)
+    die("--tokens must be at least 1");
+
+  Expected<std::unique_ptr<Layer>> student = Layer::load(bundlePath, "host");
+  if (!student)
+    die(student.message());
+  const Manifest &m = (*student)->getManifest();
+  int64_t hidden = m.layer.hidden;
+  if (weights.empty()) {
+    (*student)->randomWeights(seed);
+  } else {
+    Expected<SafetensorsFile> file = SafetensorsFile::open(weights);
+    if (!file)
+      die(file.message());
+    if (Status s = (*student)->loadWeights(*file, prefix); !s.ok())
+      die(s.error);
+  }
+  Expected<std::unique_ptr<Trainer>> trainer = Trainer::create(**student);
+  if (!trainer)
+    die(trainer.message());
+
+  // Either a fixed batch, or a teacher and fresh tokens every step.
+  Tensor fixedX, fixedTarget;
+  std::unique_ptr<Layer> teacher;
+  if (!inputs.empty()) {
+    Expected<SafetensorsFile> file = SafetensorsFile::open(inputs);
+    if (!file)
+      die(file.message());
+    Expected<Tensor> x = file->get("x"), target = file->get("target");
+    if (!x)
+      die(x.message());
+    if (!target)
+      die(target.message());
+    fixedX = std::move(*x);
+    fixedTarget = std::move(*target);
+    tokens = fixedX.shape.empty() ? 0 : fixedX.shape[0];
+  } else {
+    Expected<std::unique_ptr<Layer>> t = Layer::load(bundlePath, "host");
+    if (!t)
+      die(t.message());
+    teacher = std::move(*t);
+    teacher->randomWeights(seed ^ 0x7eac4e5ull);
+  }
+  if (tokens > m.maxTokens)
+    die("--tokens " + std::to_string(tokens) +
+        " exceeds the bundle's --max-tokens " + std::to_string(m.maxTokens));
+
+  Random rng(seed ^ 0x5eedf00dull);
+  float firstLoss = 0, lastLoss = 0;
+  for (int64_t step = 1; step <= steps; ++step) {
+    Tensor x, target;
+    if (teacher) {
+      x = randomTokens(rng, tokens, hidden);
+      Expected<ForwardResult> out = teacher->forward(x);
+      if (!out)
+        die(out.message());
+      target = std::move(out->y);
+    } else {
+      x = fixedX;
+      target = fixedTarget;
+    }
+    auto start = std::chrono::steady_clock::now();
+    Expected<StepResult> result = (*trainer)->step(x, target, options);
+    auto end = std::chrono::steady_clock::now();
+    if (!result)
+      die(result.message());
+    if (step == 1 && !dumpGrads.empty())
+      if (Status s = writeSafetensors(dumpGrads, (*trainer)->lastGradients());
+          !s.ok())
+        die(s.error);
+    double seconds = std::chrono::duration<double>(end - start).count();
+    float maxLoad = 0, total = 0;
+    for (float l : result->load) {
+      maxLoad = std::max(maxLoad, l);
+      total += l;
+    }
+    float mean = result->load.empty() ? 0 : total / result->load.size();
+    std::printf("step %lld loss %.6g tokens/s %.1f balance %.3f\n",
+                static_cast<long long>(step), result->loss,
+                seconds > 0 ? tokens / seconds : 0.0,
+                mean > 0 ? maxLoad / mean : 0.0f);
+    if (step == 1)
+      firstLoss = result->loss;
+    lastLoss = result->loss;
+  }
+  std::printf("moe-train: %lld steps, loss %.6g -> %.6g (%.1fx lower)\n",
+              static_cast<long long>(steps), firstLoss, lastLoss,
+              lastLoss > 0 ? firstLoss / lastLoss : 0.0);
+  if (!saveWeights.empty()) {
+    if (Status s = (*trainer)->syncLayer(); !s.ok())
+      die(s.error);
+    if (Status s = writeSafetensors(saveWeights, (*student)->namedParameters());
+        !s.ok())
+      die(s.error);
+  }
+  return 0;
+}
