@@ -285,8 +285,8 @@ void Layer::randomWeights(uint64_t seed) {
   backend->invalidateParameters();
 }
 
-std::map<std::string, Tensor> Layer::checkpointNames(
-    const std::map<std::string, Tensor> &byRole) const {
+std::map<std::string, Tensor>
+Layer::checkpointNames(const std::map<std::string, Tensor> &byRole) const {
   std::map<std::string, Tensor> named;
   for (const ParameterSpec &p : bundle.manifest.parameters) {
     auto it = byRole.find(p.role);
@@ -301,7 +301,8 @@ std::map<std::string, Tensor> Layer::checkpointNames(
     Tensor piece = Tensor::zeros(value.dtype, pieceShape);
     for (int64_t e = 0; e < p.stack; ++e) {
       std::memcpy(piece.data.data(),
-                  value.data.data() + static_cast<size_t>(e) * piece.data.size(),
+                  value.data.data() +
+                      static_cast<size_t>(e) * piece.data.size(),
                   piece.data.size());
       named[expertName(p.name, e)] = piece;
     }

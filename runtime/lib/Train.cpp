@@ -6,7 +6,15 @@
 
 #include "moe/runtime/Train.h"
 
+#include "moe/runtime/Safetensors.h"
+
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace moe::rt {
 
@@ -54,23 +62,18 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
   const Manifest &m = layer.getManifest();
   int64_t hidden = m.layer.hidden;
   if (x.shape.size() != 2 || x.shape[1] != hidden || target.shape != x.shape)
-    return Result::error("x and target must both be [T, " +
-                         std::to_string(hidden) + "], got " +
-                         formatShape(x.shape) + " and " +
-                         formatShape(target.shape));
+    return Result::error(
+        "x and target must both be [T, " + std::to_string(hidden) + "], got " +
+        formatShape(x.shape) + " and " + formatShape(target.shape));
   int64_t tokens = x.shape[0];
   if (tokens < 1 || tokens > m.maxTokens)
     return Result::error("a training step takes 1 to " +
                          std::to_string(m.maxTokens) + " tokens, got " +
                          std::to_string(tokens));
-  float hyper[8] = {o.learningRate,
-                    static_cast<float>(stepCount + 1),
-                    o.beta1,
-                    o.beta2,
-                    o.epsilon,
-                    o.weightDecay,
-                    o.biasUpdateRate,
-                    0.0f};
+  float hyper[8] = {o.learningRate,   static_cast<float>(stepCount + 1),
+                    o.beta1,          o.beta2,
+                    o.epsilon,        o.weightDecay,
+                    o.biasUpdateRate, 0.0f};
   Tensor hyperTensor = Tensor::zeros(DType::F32, {8});
   std::memcpy(hyperTensor.data.data(), hyper, sizeof(hyper));
 
@@ -155,6 +158,111 @@ Status Trainer::restore(const std::map<std::string, Tensor> &state,
     value = state.at(name);
   stepCount = steps;
   return syncLayer();
+}
+
+static Status syncPath(const std::string &path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return Status::failure("cannot open '" + path +
+                           "': " + std::strerror(errno));
+  bool ok = ::fsync(fd) == 0;
+  ::close(fd);
+  return ok ? Status::success()
+            : Status::failure("cannot flush '" + path + "'");
+}
+
+static const char kMarker[] = "COMPLETE";
+static const char kStateFile[] = "state.safetensors";
+
+Status writeCheckpoint(const std::string &dir, const Trainer &trainer,
+                       uint64_t stream) {
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+    return Status::failure("cannot create checkpoint directory '" + dir +
+                           "': " + std::strerror(errno));
+  char name[64];
+  std::snprintf(name, sizeof(name), "step-%012lld",
+                static_cast<long long>(trainer.steps()));
+  std::string final = dir + "/" + name;
+  std::string tmp = dir + "/.tmp-" + name + "." + std::to_string(getpid());
+  if (::mkdir(tmp.c_str(), 0755) != 0)
+    return Status::failure("cannot create '" + tmp +
+                           "': " + std::strerror(errno));
+  std::map<std::string, Tensor> tensors = trainer.state();
+  Tensor meta = Tensor::zeros(DType::I64, {2});
+  meta.as<int64_t>()[0] = trainer.steps();
+  meta.as<int64_t>()[1] = static_cast<int64_t>(stream);
+  tensors["__step_and_stream__"] = meta;
+  if (Status s = writeSafetensors(tmp + "/" + kStateFile, tensors); !s.ok())
+    return s;
+  if (Status s = syncPath(tmp); !s.ok())
+    return s;
+  // A checkpoint of the same step (a rerun) is replaced.
+  std::string old = final + ".old." + std::to_string(getpid());
+  bool replaced = std::rename(final.c_str(), old.c_str()) == 0;
+  if (std::rename(tmp.c_str(), final.c_str()) != 0)
+    return Status::failure("cannot rename '" + tmp + "' to '" + final +
+                           "': " + std::strerror(errno));
+  if (replaced) {
+    std::remove((old + "/" + kMarker).c_str());
+    std::remove((old + "/" + kStateFile).c_str());
+    ::rmdir(old.c_str());
+  }
+  if (Status s = syncPath(dir); !s.ok())
+    return s;
+  // The marker last: a checkpoint without it is incomplete.
+  int fd = ::open((final + "/" + kMarker).c_str(),
+                  O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0 || ::fsync(fd) != 0 || ::close(fd) != 0)
+    return Status::failure("cannot write the marker of '" + final + "'");
+  return syncPath(final);
+}
+
+Expected<std::string> findCheckpoint(const std::string &dir) {
+  DIR *d = ::opendir(dir.c_str());
+  if (!d)
+    return Expected<std::string>::error("cannot open checkpoint directory '" +
+                                        dir + "': " + std::strerror(errno));
+  std::string best;
+  while (struct dirent *entry = ::readdir(d)) {
+    std::string name = entry->d_name;
+    if (name.rfind("step-", 0) != 0 || name.find('.') != std::string::npos)
+      continue;
+    struct stat st;
+    if (::stat((dir + "/" + name + "/" + kMarker).c_str(), &st) != 0)
+      continue;
+    if (name > best)
+      best = name;
+  }
+  ::closedir(d);
+  if (best.empty())
+    return Expected<std::string>::error("no complete checkpoint in '" + dir +
+                                        "' (a complete one has a " + kMarker +
+                                        " marker)");
+  return dir + "/" + best;
+}
+
+Expected<uint64_t> readCheckpoint(const std::string &path, Trainer &trainer) {
+  using Result = Expected<uint64_t>;
+  Expected<SafetensorsFile> file =
+      SafetensorsFile::open(path + "/" + kStateFile);
+  if (!file)
+    return Result::error(file.message());
+  std::map<std::string, Tensor> state;
+  for (const auto &[name, value] : trainer.state()) {
+    (void)value;
+    Expected<Tensor> t = file->get(name);
+    if (!t)
+      return Result::error(path + ": " + t.message());
+    state[name] = std::move(*t);
+  }
+  Expected<Tensor> meta = file->get("__step_and_stream__");
+  if (!meta)
+    return Result::error(path + ": " + meta.message());
+  if (meta->dtype != DType::I64 || meta->numElements() != 2)
+    return Result::error(path + ": malformed step record");
+  if (Status s = trainer.restore(state, meta->as<int64_t>()[0]); !s.ok())
+    return Result::error(path + ": " + s.error);
+  return static_cast<uint64_t>(meta->as<int64_t>()[1]);
 }
 
 } // namespace moe::rt

@@ -40,6 +40,11 @@ static const char kUsage[] =
     "  --weight-decay=W         AdamW weight decay (0)\n"
     "  --bias-update=GAMMA      auxiliary-loss-free bias update rate (1e-3;\n"
     "                           0 disables)\n"
+    "  --checkpoint=DIR         write checkpoints (weights, optimizer state,\n"
+    "                           bias, step, input stream) under DIR\n"
+    "  --checkpoint-every=K     every K steps (and after the last step)\n"
+    "  --resume=DIR             continue from the newest complete checkpoint\n"
+    "                           in DIR (bit-identical to an unbroken run)\n"
     "  --dump-grads=FILE        write the first step's gradients (before its\n"
     "                           update) under checkpoint names, plus x\n"
     "  --save-weights=FILE      write the student's weights at the end\n";
@@ -96,7 +101,8 @@ static Tensor randomTokens(Random &rng, int64_t tokens, int64_t hidden) {
 
 int main(int argc, char **argv) {
   std::string bundlePath, weights, prefix, inputs, dumpGrads, saveWeights;
-  int64_t steps = -1, tokens = 64;
+  std::string checkpointDir, resumeDir;
+  int64_t steps = -1, tokens = 64, checkpointEvery = 0;
   uint64_t seed = 0;
   TrainOptions options;
   for (int i = 1; i < argc; ++i) {
@@ -110,10 +116,14 @@ int main(int argc, char **argv) {
         flag(argc, argv, i, "--weights-prefix", &prefix) ||
         flag(argc, argv, i, "--inputs", &inputs) ||
         flag(argc, argv, i, "--dump-grads", &dumpGrads) ||
-        flag(argc, argv, i, "--save-weights", &saveWeights))
+        flag(argc, argv, i, "--save-weights", &saveWeights) ||
+        flag(argc, argv, i, "--checkpoint", &checkpointDir) ||
+        flag(argc, argv, i, "--resume", &resumeDir))
       continue;
     if (flag(argc, argv, i, "--steps", &value))
       steps = parseCount(value, "--steps");
+    else if (flag(argc, argv, i, "--checkpoint-every", &value))
+      checkpointEvery = parseCount(value, "--checkpoint-every");
     else if (flag(argc, argv, i, "--tokens", &value))
       tokens = parseCount(value, "--tokens");
     else if (flag(argc, argv, i, "--seed", &value))
@@ -137,6 +147,8 @@ int main(int argc, char **argv) {
     die("give the number of steps (--steps=N, N >= 1)");
   if (tokens < 1)
     die("--tokens must be at least 1");
+  if (checkpointEvery > 0 && checkpointDir.empty())
+    die("--checkpoint-every needs --checkpoint=DIR");
 
   Expected<std::unique_ptr<Layer>> student = Layer::load(bundlePath, "host");
   if (!student)
@@ -183,8 +195,20 @@ int main(int argc, char **argv) {
         " exceeds the bundle's --max-tokens " + std::to_string(m.maxTokens));
 
   Random rng(seed ^ 0x5eedf00dull);
+  if (!resumeDir.empty()) {
+    Expected<std::string> path = findCheckpoint(resumeDir);
+    if (!path)
+      die(path.message());
+    Expected<uint64_t> stream = readCheckpoint(*path, **trainer);
+    if (!stream)
+      die(stream.message());
+    rng.setState(*stream);
+    std::printf("moe-train: resumed from %s (step %lld)\n", path->c_str(),
+                static_cast<long long>((*trainer)->steps()));
+  }
   float firstLoss = 0, lastLoss = 0;
-  for (int64_t step = 1; step <= steps; ++step) {
+  int64_t first = (*trainer)->steps() + 1;
+  for (int64_t step = first; step <= steps; ++step) {
     Tensor x, target;
     if (teacher) {
       x = randomTokens(rng, tokens, hidden);
@@ -201,7 +225,7 @@ int main(int argc, char **argv) {
     auto end = std::chrono::steady_clock::now();
     if (!result)
       die(result.message());
-    if (step == 1 && !dumpGrads.empty())
+    if (step == first && !dumpGrads.empty())
       if (Status s = writeSafetensors(dumpGrads, (*trainer)->lastGradients());
           !s.ok())
         die(s.error);
@@ -216,12 +240,17 @@ int main(int argc, char **argv) {
                 static_cast<long long>(step), result->loss,
                 seconds > 0 ? tokens / seconds : 0.0,
                 mean > 0 ? maxLoad / mean : 0.0f);
-    if (step == 1)
+    if (step == first)
       firstLoss = result->loss;
     lastLoss = result->loss;
+    if (!checkpointDir.empty() &&
+        ((checkpointEvery > 0 && step % checkpointEvery == 0) || step == steps))
+      if (Status s = writeCheckpoint(checkpointDir, **trainer, rng.getState());
+          !s.ok())
+        die(s.error);
   }
   std::printf("moe-train: %lld steps, loss %.6g -> %.6g (%.1fx lower)\n",
-              static_cast<long long>(steps), firstLoss, lastLoss,
+              static_cast<long long>(steps - first + 1), firstLoss, lastLoss,
               lastLoss > 0 ? firstLoss / lastLoss : 0.0);
   if (!saveWeights.empty()) {
     if (Status s = (*trainer)->syncLayer(); !s.ok())

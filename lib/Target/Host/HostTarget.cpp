@@ -132,9 +132,8 @@ void mlir::moe::addPackedEntry(ModuleOp module, unsigned numArguments,
   b.setInsertionPointToEnd(module.getBody());
   auto ptr = LLVM::LLVMPointerType::get(ctx);
   auto voidType = LLVM::LLVMVoidType::get(ctx);
-  auto packed =
-      LLVM::LLVMFuncOp::create(b, loc, packedName,
-                               LLVM::LLVMFunctionType::get(voidType, {ptr}));
+  auto packed = LLVM::LLVMFuncOp::create(
+      b, loc, packedName, LLVM::LLVMFunctionType::get(voidType, {ptr}));
   Block *entry = packed.addEntryBlock(b);
   b.setInsertionPointToStart(entry);
   SmallVector<Value> args;

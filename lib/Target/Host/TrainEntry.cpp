@@ -76,8 +76,7 @@ struct StepBuilder {
           Value s = arith::AddFOp::create(nb, nloc, args[0], args[1]);
           linalg::YieldOp::create(nb, nloc, s);
         });
-    return tensor::ExtractOp::create(b, loc, reduce.getResult(0),
-                                     ValueRange{});
+    return tensor::ExtractOp::create(b, loc, reduce.getResult(0), ValueRange{});
   }
 };
 
@@ -93,8 +92,8 @@ std::vector<TrainArgument> mlir::moe::addHostTrainEntry(ModuleOp module,
   int64_t dyn = ShapedType::kDynamic;
   int64_t hidden = config.getHidden(), experts = config.getExperts();
   auto f32Like = [&](Value v) {
-    return RankedTensorType::get(
-        cast<RankedTensorType>(v.getType()).getShape(), f32);
+    return RankedTensorType::get(cast<RankedTensorType>(v.getType()).getShape(),
+                                 f32);
   };
 
   // The trained weights, in the order buildLayerBackward returns their
@@ -112,8 +111,9 @@ std::vector<TrainArgument> mlir::moe::addHostTrainEntry(ModuleOp module,
 
   std::vector<TrainArgument> args;
   auto xType = cast<RankedTensorType>(layer.getInput().getType());
-  args.push_back({"x", false,
-                  RankedTensorType::get({dyn, hidden}, xType.getElementType())});
+  args.push_back(
+      {"x", false,
+       RankedTensorType::get({dyn, hidden}, xType.getElementType())});
   args.push_back({"target", false, RankedTensorType::get({dyn, hidden}, f32)});
   args.push_back({"hyper", false, RankedTensorType::get({kHyperCount}, f32)});
   for (auto [name, value] : weights)
@@ -135,8 +135,8 @@ std::vector<TrainArgument> mlir::moe::addHostTrainEntry(ModuleOp module,
 
   SmallVector<Type> argTypes;
   for (const TrainArgument &arg : args)
-    argTypes.push_back(MemRefType::get(arg.type.getShape(),
-                                       arg.type.getElementType()));
+    argTypes.push_back(
+        MemRefType::get(arg.type.getShape(), arg.type.getElementType()));
   b.setInsertionPointToEnd(module.getBody());
   auto func = func::FuncOp::create(b, loc, kHostTrainEntryName,
                                    b.getFunctionType(argTypes, {}));
@@ -159,9 +159,10 @@ std::vector<TrainArgument> mlir::moe::addHostTrainEntry(ModuleOp module,
   IRMapping mapping;
   mapping.map(layer.getInput(), x);
   for (auto [name, value] : weights)
-    mapping.map(value, s.convert(in[name.str()],
-                                 cast<RankedTensorType>(value.getType())
-                                     .getElementType()));
+    mapping.map(
+        value,
+        s.convert(in[name.str()],
+                  cast<RankedTensorType>(value.getType()).getElementType()));
   if (bias)
     mapping.map(bias, in["score_bias"]);
   auto copy = cast<LayerOp>(b.clone(*layer, mapping));
@@ -207,10 +208,9 @@ std::vector<TrainArgument> mlir::moe::addHostTrainEntry(ModuleOp module,
                      s.mul(s.splat(s.sub(one, beta2), p), s.mul(g, g)));
     Value mHat = s.div(m2, s.splat(correction1, p));
     Value vHat = s.div(v2, s.splat(correction2, p));
-    Value update =
-        s.add(s.div(mHat, s.add(math::SqrtOp::create(b, loc, vHat),
-                                s.splat(eps, p))),
-              s.mul(s.splat(decay, p), p));
+    Value update = s.add(
+        s.div(mHat, s.add(math::SqrtOp::create(b, loc, vHat), s.splat(eps, p))),
+        s.mul(s.splat(decay, p), p));
     out[name + ".next"] = s.sub(p, s.mul(s.splat(lr, p), update));
     out[name + ".m.next"] = m2;
     out[name + ".v.next"] = v2;
@@ -235,16 +235,16 @@ std::vector<TrainArgument> mlir::moe::addHostTrainEntry(ModuleOp module,
         b, loc, f32,
         arith::IndexCastUIOp::create(
             b, loc, b.getI64Type(),
-            arith::MulIOp::create(b, loc, rows,
-                                  arith::ConstantIndexOp::create(
-                                      b, loc, config.getTopK()))));
+            arith::MulIOp::create(
+                b, loc, rows,
+                arith::ConstantIndexOp::create(b, loc, config.getTopK()))));
     Value mean = s.div(assigned, s.f32(static_cast<double>(experts)));
     Value d = s.sub(s.splat(mean, load), load);
     Value zeros = s.splat(s.f32(0.0), load);
-    Value above = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, d,
-                                        zeros);
-    Value below = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLT, d,
-                                        zeros);
+    Value above =
+        arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, d, zeros);
+    Value below =
+        arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLT, d, zeros);
     Value sign = arith::SelectOp::create(
         b, loc, above, s.splat(s.f32(1.0), load),
         arith::SelectOp::create(b, loc, below, s.splat(s.f32(-1.0), load),

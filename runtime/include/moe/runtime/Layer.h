@@ -126,6 +126,9 @@ public:
   uint64_t next();
   /// Uniform in [lo, hi).
   float uniform(float lo, float hi);
+  /// The generator's position, to continue a stream after a restart.
+  uint64_t getState() const { return state; }
+  void setState(uint64_t value) { state = value; }
 
 private:
   uint64_t state;

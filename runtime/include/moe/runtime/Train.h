@@ -61,6 +61,22 @@ private:
   int64_t stepCount = 0;
 };
 
+/// Writes a checkpoint of `trainer` (its state tensors, the step count and
+/// `stream`, the position of the caller's input stream) as
+/// `dir/step-<steps>/state.safetensors`: the file is written to a temporary
+/// directory and fsynced, the directory renamed into place, and a
+/// `COMPLETE` marker written last.
+Status writeCheckpoint(const std::string &dir, const Trainer &trainer,
+                       uint64_t stream);
+
+/// The newest complete checkpoint under `dir` (one with its marker), or an
+/// error saying there is none.
+Expected<std::string> findCheckpoint(const std::string &dir);
+
+/// Restores `trainer` from the checkpoint at `path` and returns the stream
+/// position stored with it.
+Expected<uint64_t> readCheckpoint(const std::string &path, Trainer &trainer);
+
 } // namespace moe::rt
 
 #endif // MOE_RUNTIME_TRAIN_H
