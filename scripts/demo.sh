@@ -3,7 +3,8 @@
 # example layer for the host target and for Hopper (sm_90a PTX and cubins,
 # with each kernel's resources), and runs the tiny one (and a Mixtral-shaped
 # layer imported from a config.json) on the best backend present: the GPU
-# when a CUDA driver and an sm_90 device are there, else the CPU.
+# when a CUDA driver and an sm_90 device are there, else the CPU; then a few
+# training steps of a small layer on the host.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${MOE_BUILD_DIR:-$root/build}
@@ -67,5 +68,11 @@ echo "== a Mixtral-style config.json, imported, compiled and run"
   -o "$out/mixtral-tiny.moeb"
 "$bin/moe-run" "$out/mixtral-tiny.moeb" --random-weights --seed 2 --tokens 64 \
   --outputs "$out/mixtral-tiny-outputs.safetensors"
+echo
+echo "== ten training steps of the tiny DeepSeek-V3-style layer (moe-compile --train, moe-train)"
+"$bin/moe-compile" --hf-config "$root/test/Integration/Inputs/deepseek-v3-tiny.json" \
+  --train --max-tokens 64 -o "$out/train.moeb"
+"$bin/moe-train" "$out/train.moeb" --steps 10 --lr 1e-2 --seed 1 --tokens 64 \
+  --checkpoint "$out/checkpoints" --checkpoint-every 5
 echo
 echo "outputs (y, topk_ids, topk_weights) are in $out"
