@@ -9,10 +9,12 @@
 #include "moe/runtime/Safetensors.h"
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
+#include <nlohmann/json.hpp>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -263,6 +265,50 @@ Expected<uint64_t> readCheckpoint(const std::string &path, Trainer &trainer) {
   if (Status s = trainer.restore(state, meta->as<int64_t>()[0]); !s.ok())
     return Result::error(path + ": " + s.error);
   return static_cast<uint64_t>(meta->as<int64_t>()[1]);
+}
+
+static double monotonicSeconds() {
+  return std::chrono::duration<double>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+Trace::Trace() : origin(monotonicSeconds()) {}
+
+double Trace::now() const { return monotonicSeconds() - origin; }
+
+int Trace::lane(const std::string &name) {
+  for (size_t i = 0; i < lanes.size(); ++i)
+    if (lanes[i] == name)
+      return static_cast<int>(i);
+  lanes.push_back(name);
+  return static_cast<int>(lanes.size() - 1);
+}
+
+void Trace::add(int lane, const std::string &name, double startSeconds,
+                double seconds) {
+  events.push_back({lane, name, startSeconds, seconds});
+}
+
+Status Trace::write(const std::string &path) const {
+  using nlohmann::json;
+  json list = json::array();
+  for (size_t i = 0; i < lanes.size(); ++i)
+    list.push_back({{"name", "thread_name"},
+                    {"ph", "M"},
+                    {"pid", 0},
+                    {"tid", static_cast<int>(i)},
+                    {"args", {{"name", lanes[i]}}}});
+  for (const Event &e : events)
+    list.push_back({{"name", e.name},
+                    {"ph", "X"},
+                    {"pid", 0},
+                    {"tid", e.lane},
+                    {"ts", e.start * 1e6},
+                    {"dur", e.duration * 1e6}});
+  std::string text =
+      json{{"traceEvents", list}, {"displayTimeUnit", "ms"}}.dump(1);
+  return writeFileAtomically(path, text.data(), text.size());
 }
 
 } // namespace moe::rt

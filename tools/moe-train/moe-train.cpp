@@ -45,6 +45,9 @@ static const char kUsage[] =
     "  --checkpoint-every=K     every K steps (and after the last step)\n"
     "  --resume=DIR             continue from the newest complete checkpoint\n"
     "                           in DIR (bit-identical to an unbroken run)\n"
+    "  --trace=FILE             write a Chrome trace (Perfetto) of the run:\n"
+    "                           inputs, the teacher's forward pass, the\n"
+    "                           compiled step and checkpoints, per step\n"
     "  --dump-grads=FILE        write the first step's gradients (before its\n"
     "                           update) under checkpoint names, plus x\n"
     "  --save-weights=FILE      write the student's weights at the end\n";
@@ -101,7 +104,7 @@ static Tensor randomTokens(Random &rng, int64_t tokens, int64_t hidden) {
 
 int main(int argc, char **argv) {
   std::string bundlePath, weights, prefix, inputs, dumpGrads, saveWeights;
-  std::string checkpointDir, resumeDir;
+  std::string checkpointDir, resumeDir, tracePath;
   int64_t steps = -1, tokens = 64, checkpointEvery = 0;
   uint64_t seed = 0;
   TrainOptions options;
@@ -118,7 +121,8 @@ int main(int argc, char **argv) {
         flag(argc, argv, i, "--dump-grads", &dumpGrads) ||
         flag(argc, argv, i, "--save-weights", &saveWeights) ||
         flag(argc, argv, i, "--checkpoint", &checkpointDir) ||
-        flag(argc, argv, i, "--resume", &resumeDir))
+        flag(argc, argv, i, "--resume", &resumeDir) ||
+        flag(argc, argv, i, "--trace", &tracePath))
       continue;
     if (flag(argc, argv, i, "--steps", &value))
       steps = parseCount(value, "--steps");
@@ -208,23 +212,35 @@ int main(int argc, char **argv) {
   }
   float firstLoss = 0, lastLoss = 0;
   int64_t first = (*trainer)->steps() + 1;
+  Trace trace;
+  int dataLane = trace.lane("data (inputs, teacher)");
+  int stepLane = trace.lane("training step (host)");
+  int ioLane = trace.lane("checkpoints");
   for (int64_t step = first; step <= steps; ++step) {
+    std::string label = "step " + std::to_string(step);
     Tensor x, target;
+    double t0 = trace.now();
     if (teacher) {
       x = randomTokens(rng, tokens, hidden);
+      double t1 = trace.now();
+      trace.add(dataLane, label + ": tokens", t0, t1 - t0);
       Expected<ForwardResult> out = teacher->forward(x);
       if (!out)
         die(out.message());
       target = std::move(out->y);
+      trace.add(dataLane, label + ": teacher forward", t1, trace.now() - t1);
     } else {
       x = fixedX;
       target = fixedTarget;
     }
     auto start = std::chrono::steady_clock::now();
+    double t2 = trace.now();
     Expected<StepResult> result = (*trainer)->step(x, target, options);
     auto end = std::chrono::steady_clock::now();
     if (!result)
       die(result.message());
+    trace.add(stepLane, label + ": forward, loss, backward, AdamW", t2,
+              trace.now() - t2);
     if (step == first && !dumpGrads.empty())
       if (Status s = writeSafetensors(dumpGrads, (*trainer)->lastGradients());
           !s.ok())
@@ -244,11 +260,18 @@ int main(int argc, char **argv) {
       firstLoss = result->loss;
     lastLoss = result->loss;
     if (!checkpointDir.empty() &&
-        ((checkpointEvery > 0 && step % checkpointEvery == 0) || step == steps))
+        ((checkpointEvery > 0 && step % checkpointEvery == 0) ||
+         step == steps)) {
+      double t3 = trace.now();
       if (Status s = writeCheckpoint(checkpointDir, **trainer, rng.getState());
           !s.ok())
         die(s.error);
+      trace.add(ioLane, label + ": checkpoint", t3, trace.now() - t3);
+    }
   }
+  if (!tracePath.empty())
+    if (Status s = trace.write(tracePath); !s.ok())
+      die(s.error);
   std::printf("moe-train: %lld steps, loss %.6g -> %.6g (%.1fx lower)\n",
               static_cast<long long>(steps - first + 1), firstLoss, lastLoss,
               lastLoss > 0 ? firstLoss / lastLoss : 0.0);

@@ -77,6 +77,31 @@ Expected<std::string> findCheckpoint(const std::string &dir);
 /// position stored with it.
 Expected<uint64_t> readCheckpoint(const std::string &path, Trainer &trainer);
 
+/// A Chrome trace (the JSON Perfetto and chrome://tracing open): complete
+/// events on named lanes, in microseconds from the trace's creation.
+class Trace {
+public:
+  Trace();
+  /// A lane (a "thread" of the trace); returns its id.
+  int lane(const std::string &name);
+  /// Records `name` on `lane` from `start` for `seconds`.
+  void add(int lane, const std::string &name, double startSeconds,
+           double seconds);
+  /// Seconds since the trace began.
+  double now() const;
+  Status write(const std::string &path) const;
+
+private:
+  struct Event {
+    int lane;
+    std::string name;
+    double start, duration;
+  };
+  std::vector<std::string> lanes;
+  std::vector<Event> events;
+  double origin;
+};
+
 } // namespace moe::rt
 
 #endif // MOE_RUNTIME_TRAIN_H
