@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ToolSupport.h"
 #include "moe/runtime/Layer.h"
 
 #include <algorithm>
@@ -15,6 +16,10 @@
 #include <string>
 
 using namespace moe::rt;
+using moe::tools::die;
+using moe::tools::flag;
+
+const char *const moe::tools::kToolName = "moe-run";
 
 static const char kUsage[] =
     "usage: moe-run BUNDLE [options]\n"
@@ -41,33 +46,6 @@ static const char kUsage[] =
     "                           last pass (to check each kernel alone)\n"
     "  --profile                cuda: per-kernel device times (CUDA events),\n"
     "                           median over the repeats, after one warm-up\n";
-
-[[noreturn]] static void die(const std::string &message) {
-  std::fprintf(stderr, "moe-run: error: %s\n", message.c_str());
-  std::exit(1);
-}
-
-/// Matches `--name=value`, `--name value` (when `value` is given) or the
-/// bare `--name` (when it is not).
-static bool flag(int argc, char **argv, int &i, const char *name,
-                 std::string *value) {
-  const char *arg = argv[i];
-  size_t n = std::strlen(name);
-  if (std::strncmp(arg, name, n) != 0)
-    return false;
-  if (!value)
-    return arg[n] == '\0';
-  if (arg[n] == '=') {
-    *value = arg + n + 1;
-    return true;
-  }
-  if (arg[n] != '\0')
-    return false;
-  if (i + 1 >= argc)
-    die(std::string("option '") + name + "' needs a value");
-  *value = argv[++i];
-  return true;
-}
 
 static int64_t parseInt(const std::string &text, const char *what) {
   char *end = nullptr;

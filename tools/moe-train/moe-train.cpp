@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ToolSupport.h"
 #include "moe/runtime/Layer.h"
 #include "moe/runtime/Safetensors.h"
 #include "moe/runtime/Train.h"
@@ -20,6 +21,10 @@
 #include <string>
 
 using namespace moe::rt;
+using moe::tools::die;
+using moe::tools::flag;
+
+const char *const moe::tools::kToolName = "moe-train";
 
 static const char kUsage[] =
     "usage: moe-train BUNDLE --steps=N [options]\n"
@@ -51,29 +56,6 @@ static const char kUsage[] =
     "  --dump-grads=FILE        write the first step's gradients (before its\n"
     "                           update) under checkpoint names, plus x\n"
     "  --save-weights=FILE      write the student's weights at the end\n";
-
-[[noreturn]] static void die(const std::string &message) {
-  std::fprintf(stderr, "moe-train: error: %s\n", message.c_str());
-  std::exit(1);
-}
-
-static bool flag(int argc, char **argv, int &i, const char *name,
-                 std::string *value) {
-  const char *arg = argv[i];
-  size_t n = std::strlen(name);
-  if (std::strncmp(arg, name, n) != 0)
-    return false;
-  if (arg[n] == '=') {
-    *value = arg + n + 1;
-    return true;
-  }
-  if (arg[n] != '\0')
-    return false;
-  if (i + 1 >= argc)
-    die(std::string("option '") + name + "' needs a value");
-  *value = argv[++i];
-  return true;
-}
 
 static double parseNumber(const std::string &text, const char *what,
                           double lo) {
