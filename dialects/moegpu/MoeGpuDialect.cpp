@@ -6,6 +6,8 @@
 
 #include "moegpu/MoeGpuDialect.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
@@ -36,6 +38,15 @@ void MoeGpuDialect::initialize() {
 #define GET_OP_LIST
 #include "moegpu/MoeGpuOps.cpp.inc"
       >();
+}
+
+Value mlir::moegpu::buildExp(ImplicitLocOpBuilder &b, Value x) {
+  Value log2e = arith::ConstantOp::create(
+      b, b.getF32FloatAttr(static_cast<float>(1.4426950408889634)));
+  return LLVM::CallIntrinsicOp::create(
+             b, b.getF32Type(), b.getStringAttr("llvm.nvvm.ex2.approx.ftz.f"),
+             ValueRange{arith::MulFOp::create(b, x, log2e)})
+      .getResult(0);
 }
 
 //===----------------------------------------------------------------------===//

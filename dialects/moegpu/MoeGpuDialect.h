@@ -11,6 +11,7 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Dialect.h"
 #include "mlir/IR/DialectImplementation.h"
+#include "mlir/IR/ImplicitLocOpBuilder.h"
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/OpImplementation.h"
 #include "mlir/Interfaces/ControlFlowInterfaces.h"
@@ -35,6 +36,11 @@ constexpr int64_t kWarpgroupThreads = 128;
 constexpr int64_t kRegistersPerSm = 65536;
 /// Opt-in dynamic shared memory limit of one CTA on sm_90 (227 KiB).
 constexpr int64_t kMaxSharedMemoryBytes = 232448;
+
+/// e^x of an f32 in a kernel, as 2^(x * log2(e)) on the SFU's ex2.approx:
+/// math.exp would become a libdevice call, which gpu-module-to-binary would
+/// have to link.
+Value buildExp(ImplicitLocOpBuilder &b, Value x);
 } // namespace mlir::moegpu
 
 #endif // MOE_DIALECT_MOEGPU_MOEGPUDIALECT_H

@@ -209,9 +209,7 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
         SmPartitionAttr::get(module.getContext(), sms, comm));
   }
   // The parameters and tensors the runtime binds, as for the host target.
-  std::vector<EntryArgument> arguments;
-  OwningOpRef<ModuleOp> entry =
-      buildHostEntry(layer, alignmentFor(options), arguments);
+  std::vector<EntryArgument> arguments = entryArguments(layer);
   LayerConfigAttr config = layer.getConfig();
 
   Sm90Options sm90;

@@ -76,9 +76,6 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
                     o.beta1,          o.beta2,
                     o.epsilon,        o.weightDecay,
                     o.biasUpdateRate, 0.0f};
-  Tensor hyperTensor = Tensor::zeros(DType::F32, {8});
-  std::memcpy(hyperTensor.data.data(), hyper, sizeof(hyper));
-
   std::map<std::string, Tensor> inputs, outputs;
   std::vector<const Tensor *> args;
   for (const TrainArgumentSpec &a : spec.arguments) {
@@ -91,13 +88,17 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
       continue;
     }
     if (a.name == "x" || a.name == "target") {
-      Expected<Tensor> converted =
-          convertTensor(a.name == "x" ? x : target, a.dtype);
+      // Converted only when the step takes another dtype.
+      const Tensor &given = a.name == "x" ? x : target;
+      if (given.dtype == a.dtype)
+        continue;
+      Expected<Tensor> converted = convertTensor(given, a.dtype);
       if (!converted)
         return Result::error(converted.message());
       inputs[a.name] = std::move(*converted);
     } else if (a.name == "hyper") {
-      inputs[a.name] = hyperTensor;
+      Tensor &h = inputs[a.name] = Tensor::zeros(DType::F32, {8});
+      std::memcpy(h.data.data(), hyper, sizeof(hyper));
     } else if (!tensors.count(a.name)) {
       return Result::error("no training state '" + a.name + "'");
     }
@@ -107,6 +108,10 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
       args.push_back(&outputs[a.name]);
     else if (inputs.count(a.name))
       args.push_back(&inputs[a.name]);
+    else if (a.name == "x")
+      args.push_back(&x);
+    else if (a.name == "target")
+      args.push_back(&target);
     else
       args.push_back(&tensors[a.name]);
   }

@@ -8,6 +8,8 @@
 #ifndef MOE_TOOLS_TOOLSUPPORT_H
 #define MOE_TOOLS_TOOLSUPPORT_H
 
+#include "moe/runtime/Layer.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -44,6 +46,20 @@ inline bool flag(int argc, char **argv, int &i, const char *name,
     die(std::string("option '") + name + "' needs a value");
   *value = argv[++i];
   return true;
+}
+
+/// Mixed into --seed for the stream of random tokens, so tokens and
+/// weights of one seed differ.
+constexpr uint64_t kTokenSeedSalt = 0x5eedf00dull;
+
+/// `tokens` x `hidden` f32 tokens, uniform in [-1, 1), from `rng`.
+inline rt::Tensor randomTokens(rt::Random &rng, int64_t tokens,
+                               int64_t hidden) {
+  rt::Tensor x = rt::Tensor::zeros(rt::DType::F32, {tokens, hidden});
+  float *data = x.as<float>();
+  for (int64_t i = 0, n = x.numElements(); i < n; ++i)
+    data[i] = rng.uniform(-1.0f, 1.0f);
+  return x;
 }
 
 } // namespace moe::tools

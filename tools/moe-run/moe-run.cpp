@@ -136,11 +136,8 @@ int main(int argc, char **argv) {
       die(t.message());
     x = std::move(*t);
   } else {
-    x = Tensor::zeros(DType::F32, {tokens, m.layer.hidden});
-    Random rng(seed ^ 0x5eedf00dull);
-    float *data = x.as<float>();
-    for (int64_t i = 0, n = x.numElements(); i < n; ++i)
-      data[i] = rng.uniform(-1.0f, 1.0f);
+    Random rng(seed ^ moe::tools::kTokenSeedSalt);
+    x = moe::tools::randomTokens(rng, tokens, m.layer.hidden);
     if (!saveInputs.empty())
       if (Status s = writeSafetensors(saveInputs, {{"x", x}}); !s.ok())
         die(s.error);

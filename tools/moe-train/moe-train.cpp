@@ -23,6 +23,8 @@
 using namespace moe::rt;
 using moe::tools::die;
 using moe::tools::flag;
+using moe::tools::kTokenSeedSalt;
+using moe::tools::randomTokens;
 
 const char *const moe::tools::kToolName = "moe-train";
 
@@ -74,14 +76,6 @@ static int64_t parseCount(const std::string &text, const char *what) {
     die(std::string("expected an integer for ") + what + ", got '" + text +
         "'");
   return static_cast<int64_t>(v);
-}
-
-static Tensor randomTokens(Random &rng, int64_t tokens, int64_t hidden) {
-  Tensor x = Tensor::zeros(DType::F32, {tokens, hidden});
-  float *data = x.as<float>();
-  for (int64_t i = 0, n = x.numElements(); i < n; ++i)
-    data[i] = rng.uniform(-1.0f, 1.0f);
-  return x;
 }
 
 int main(int argc, char **argv) {
@@ -180,7 +174,7 @@ int main(int argc, char **argv) {
     die("--tokens " + std::to_string(tokens) +
         " exceeds the bundle's --max-tokens " + std::to_string(m.maxTokens));
 
-  Random rng(seed ^ 0x5eedf00dull);
+  Random rng(seed ^ kTokenSeedSalt);
   if (!resumeDir.empty()) {
     Expected<std::string> path = findCheckpoint(resumeDir);
     if (!path)
@@ -200,24 +194,26 @@ int main(int argc, char **argv) {
   int ioLane = trace.lane("checkpoints");
   for (int64_t step = first; step <= steps; ++step) {
     std::string label = "step " + std::to_string(step);
-    Tensor x, target;
+    // The step's batch: fresh tokens and the teacher's output, or the
+    // fixed batch (not copied).
+    Tensor freshX, freshTarget;
+    const Tensor *x = &fixedX, *target = &fixedTarget;
     double t0 = trace.now();
     if (teacher) {
-      x = randomTokens(rng, tokens, hidden);
+      freshX = randomTokens(rng, tokens, hidden);
       double t1 = trace.now();
       trace.add(dataLane, label + ": tokens", t0, t1 - t0);
-      Expected<ForwardResult> out = teacher->forward(x);
+      Expected<ForwardResult> out = teacher->forward(freshX);
       if (!out)
         die(out.message());
-      target = std::move(out->y);
+      freshTarget = std::move(out->y);
       trace.add(dataLane, label + ": teacher forward", t1, trace.now() - t1);
-    } else {
-      x = fixedX;
-      target = fixedTarget;
+      x = &freshX;
+      target = &freshTarget;
     }
     auto start = std::chrono::steady_clock::now();
     double t2 = trace.now();
-    Expected<StepResult> result = (*trainer)->step(x, target, options);
+    Expected<StepResult> result = (*trainer)->step(*x, *target, options);
     auto end = std::chrono::steady_clock::now();
     if (!result)
       die(result.message());

@@ -41,6 +41,11 @@ struct EntryArgument {
   RankedTensorType type;
 };
 
+/// The entry function's arguments for `layer`: x, every present weight
+/// operand, then the outputs y (f32), topk_ids (i32) and topk_weights (f32),
+/// all `[T, ...]` with dynamic T. Also what a manifest lists for any target.
+std::vector<EntryArgument> entryArguments(LayerOp layer);
+
 /// Builds a module holding `func.func @moe_forward` for `layer`: memref
 /// arguments x, every present weight operand, then the outputs y (f32),
 /// topk_ids (i32) and topk_weights (f32), all `[T, ...]` with dynamic T.

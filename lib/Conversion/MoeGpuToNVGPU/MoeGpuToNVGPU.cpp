@@ -357,17 +357,11 @@ LogicalResult KernelLowering::lowerStoreTile(StoreTileOp op) {
   auto element = [&](ImplicitLocOpBuilder &b, int64_t i) -> Value {
     return vector::ExtractOp::create(b, op.getAcc(), i);
   };
-  // silu(g) = g / (1 + 2^(-g * log2(e))), with the SFU's ex2 (the libdevice
-  // expf that math.exp becomes would need libdevice linked in).
+  // silu(g) = g / (1 + e^-g).
   auto silu = [&](ImplicitLocOpBuilder &b, Value g) -> Value {
-    auto f = cast<FloatType>(f32);
-    Value one = arith::ConstantFloatOp::create(b, f, APFloat(1.0f));
-    Value scale =
-        arith::ConstantFloatOp::create(b, f, APFloat(-1.4426950408889634f));
-    Value e = LLVM::CallIntrinsicOp::create(
-                  b, f32, b.getStringAttr("llvm.nvvm.ex2.approx.ftz.f"),
-                  ValueRange{arith::MulFOp::create(b, g, scale)})
-                  .getResult(0);
+    Value one =
+        arith::ConstantFloatOp::create(b, cast<FloatType>(f32), APFloat(1.0f));
+    Value e = buildExp(b, arith::NegFOp::create(b, g));
     return arith::DivFOp::create(b, g, arith::AddFOp::create(b, one, e));
   };
 

@@ -31,7 +31,6 @@ namespace {
 constexpr int64_t kRouteWarps = 4;
 constexpr int64_t kCountThreads = 256;
 constexpr int64_t kRowThreads = 128;
-constexpr double kLog2e = 1.4426950408889634;
 /// Shape markers of buffers sized at run time.
 constexpr int64_t kTokens = -1;
 constexpr int64_t kRows = -2;
@@ -147,14 +146,7 @@ struct Emitter {
     return v.getType().isF32() ? v
                                : arith::ExtFOp::create(b, b.getF32Type(), v);
   }
-  /// 2^x with the SFU (math.exp would call libdevice).
-  Value exp2(Value x) {
-    return LLVM::CallIntrinsicOp::create(
-               b, b.getF32Type(), b.getStringAttr("llvm.nvvm.ex2.approx.ftz.f"),
-               ValueRange{x})
-        .getResult(0);
-  }
-  Value exp(Value x) { return exp2(arith::MulFOp::create(b, x, f32(kLog2e))); }
+  Value exp(Value x) { return moegpu::buildExp(b, x); }
   Value sigmoid(Value x) {
     return arith::DivFOp::create(
         b, f32(1.0),

@@ -41,16 +41,8 @@ static MemRefType toMemRef(RankedTensorType type) {
   return MemRefType::get(type.getShape(), type.getElementType());
 }
 
-OwningOpRef<ModuleOp>
-mlir::moe::buildHostEntry(LayerOp layer, int64_t alignment,
-                          std::vector<EntryArgument> &arguments) {
-  MLIRContext *ctx = layer.getContext();
-  Location loc = layer.getLoc();
-  OpBuilder b(ctx);
-  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
-
-  // The layer's operands, in order, with their roles.
-  arguments.clear();
+std::vector<EntryArgument> mlir::moe::entryArguments(LayerOp layer) {
+  std::vector<EntryArgument> arguments;
   auto add = [&](EntryArgument::Kind kind, StringRef role, Value value) {
     if (value)
       arguments.push_back(
@@ -67,9 +59,9 @@ mlir::moe::buildHostEntry(LayerOp layer, int64_t alignment,
   add(Kind::Parameter, "shared_up_weight", layer.getSharedUpWeight());
   add(Kind::Parameter, "shared_down_weight", layer.getSharedDownWeight());
   add(Kind::Parameter, "shared_expert_gate", layer.getSharedExpertGate());
-  unsigned numOperands = arguments.size();
 
   LayerConfigAttr config = layer.getConfig();
+  Builder b(layer.getContext());
   int64_t k = config.getTopK();
   int64_t dyn = ShapedType::kDynamic;
   Type f32 = b.getF32Type();
@@ -79,6 +71,19 @@ mlir::moe::buildHostEntry(LayerOp layer, int64_t alignment,
                        RankedTensorType::get({dyn, k}, b.getI32Type())});
   arguments.push_back(
       {Kind::Output, "topk_weights", RankedTensorType::get({dyn, k}, f32)});
+  return arguments;
+}
+
+OwningOpRef<ModuleOp>
+mlir::moe::buildHostEntry(LayerOp layer, int64_t alignment,
+                          std::vector<EntryArgument> &arguments) {
+  MLIRContext *ctx = layer.getContext();
+  Location loc = layer.getLoc();
+  OpBuilder b(ctx);
+  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
+  arguments = entryArguments(layer);
+  unsigned numOperands = layer->getNumOperands();
+  Type f32 = b.getF32Type();
 
   SmallVector<Type> argTypes;
   for (const EntryArgument &arg : arguments)
