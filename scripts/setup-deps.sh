@@ -13,6 +13,8 @@ packages=(
   cmake ninja-build g++ python3 libgtest-dev
   # The runtime reads JSON manifests and safetensors headers.
   nlohmann-json3-dev
+  # Expert-parallel training over several ranks (mpirun, the MPI plugin).
+  libopenmpi-dev openmpi-bin
   # Independent numerics reference of the integration tests.
   python3-numpy
   # Fuzzing and sanitizer builds (scripts/fuzz.sh, scripts/sanitize.sh).

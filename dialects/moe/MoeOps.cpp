@@ -192,10 +192,18 @@ LogicalResult LayerOp::verify() {
                          Float32Type::get(getContext()))))
     return failure();
 
-  if (failed(
-          expectShape(op, "gate weight", getGateWeight(), {e, f, h}, dtype)) ||
-      failed(expectShape(op, "up weight", getUpWeight(), {e, f, h}, dtype)) ||
-      failed(expectShape(op, "down weight", getDownWeight(), {e, h, f}, dtype)))
+  auto ep = static_cast<int64_t>(getEpSize());
+  if (ep < 1 || e % ep != 0)
+    return emitOpError() << "expected ep_size to divide experts (" << e
+                         << "), got " << ep;
+  // Each rank holds E / ep_size experts.
+  int64_t local = e / ep;
+  if (failed(expectShape(op, "gate weight", getGateWeight(), {local, f, h},
+                         dtype)) ||
+      failed(
+          expectShape(op, "up weight", getUpWeight(), {local, f, h}, dtype)) ||
+      failed(expectShape(op, "down weight", getDownWeight(), {local, h, f},
+                         dtype)))
     return failure();
 
   if (failed(checkPresence(op, getSharedGateWeight(), config.hasSharedExperts(),
@@ -532,6 +540,16 @@ LogicalResult AllToAllOp::verify() {
     return emitOpError() << "expected ep_size to divide experts (" << *experts
                          << "), got " << ep;
   return verifyResultTypes(*this);
+}
+
+//===----------------------------------------------------------------------===//
+// AllReduceOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult AllReduceOp::verify() {
+  if (getEpSize() < 1)
+    return emitOpError() << "expected ep_size >= 1, got " << getEpSize();
+  return success();
 }
 
 #define GET_OP_CLASSES

@@ -54,6 +54,11 @@ def Moe_LayerOp : Moe_InferredOp<"layer", [Pure, AttrSizedOperandSegments]> {
     The result is `[T, H]` of element type `dtype`. `partition`, when
     present, is the SM split the layer's kernels are compiled for.
 
+    With `ep_size = N` (set by `moe-expert-parallel`) the layer is one rank's
+    share of an expert-parallel layer: `x` holds this rank's tokens and the
+    expert weights only its `E / N` consecutive experts (`[E / N, F, H]`,
+    ...); the router, bias and shared experts are replicated.
+
     ```mlir
     %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd)
            {config = #moe.layer_config<hidden = 64, experts = 8, top_k = 2,
@@ -74,7 +79,8 @@ def Moe_LayerOp : Moe_InferredOp<"layer", [Pure, AttrSizedOperandSegments]> {
     Optional<Moe_Activations>:$shared_down_weight,
     Optional<Moe_Activations>:$shared_expert_gate,
     Moe_LayerConfigAttr:$config,
-    OptionalAttr<Moe_SmPartitionAttr>:$partition
+    OptionalAttr<Moe_SmPartitionAttr>:$partition,
+    DefaultValuedAttr<I64Attr, "1">:$ep_size
   );
   let results = (outs Moe_Activations:$output);
   let assemblyFormat = [{
@@ -325,6 +331,24 @@ def Moe_AllToAllOp : Moe_InferredOp<"all_to_all"> {
     $input `,` $offsets attr-dict `:` type($input) `,` type($offsets) `->`
     type($output) `,` type($output_offsets)
   }];
+  let hasVerifier = 1;
+}
+
+def Moe_AllReduceOp : Moe_Op<"all_reduce", [SameOperandsAndResultType]> {
+  let summary = "Sum of an f32 tensor over the expert-parallel ranks";
+  let description = [{
+    Every one of the `ep_size` ranks contributes its `input` and receives
+    the elementwise sum. Training uses it for the gradients of the
+    replicated weights, the loss and the expert load. The op communicates,
+    so it is not `Pure`.
+
+    ```mlir
+    %g = moe.all_reduce %grad {ep_size = 2} : tensor<8x64xf32>
+    ```
+  }];
+  let arguments = (ins TensorOf<[F32]>:$input, I64Attr:$ep_size);
+  let results = (outs TensorOf<[F32]>:$output);
+  let assemblyFormat = "$input attr-dict `:` type($output)";
   let hasVerifier = 1;
 }
 

@@ -11,6 +11,7 @@
 #include "moe/Support/Routing.h"
 #include "moe/Target/Host.h"
 #include "moe/Target/Sm90.h"
+#include "moe/Transforms/Passes.h"
 #include "moe/runtime/Bundle.h"
 #include "moegpu/MoeGpuDialect.h"
 
@@ -82,6 +83,11 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
   if (o.train && o.target != "host")
     return "--train: the sm_90a training kernels are not available yet; "
            "use --target=host";
+  if (o.ep < 1 || o.ep > 4096)
+    return "--ep must be in [1, 4096], got " + std::to_string(o.ep);
+  if (o.ep > 1 && (!o.train || o.target != "host"))
+    return "--ep: expert parallelism is compiled into host training steps "
+           "only; add --train and use --target=host";
   if (o.train && o.emit == "mlir")
     return "--train needs --emit=llvm or --emit=bundle";
   if (o.target == "host" && (!o.smPartition.empty() || o.report))
@@ -128,6 +134,7 @@ static rt::Manifest buildManifest(LayerConfigAttr config, WeightNaming naming,
   m.compiler = kCompilerVersion;
   m.entry = kHostPackedEntryName.str();
   m.maxTokens = o.maxTokens;
+  m.expertParallel = o.ep;
   rt::LayerSpec &l = m.layer;
   l.family = stringifyWeightNaming(naming).str();
   l.hidden = config.getHidden();
@@ -318,6 +325,15 @@ CompileResult mlir::moe::compile(const std::string &input,
   }
   LayerOp layer = layers.front();
   LayerConfigAttr config = layer.getConfig();
+  if (options.ep > 1) {
+    PassManager pm(&context);
+    pm.addPass(createMoeExpertParallel(MoeExpertParallelOptions{options.ep}));
+    if (failed(pm.run(*module))) {
+      if (result.diagnostics.empty())
+        result.error = "moe-expert-parallel failed";
+      return result;
+    }
+  }
   if (dtype && kind == InputKind::Mlir && config.getDtype() != dtype) {
     std::string have;
     llvm::raw_string_ostream(have) << config.getDtype();
@@ -477,6 +493,7 @@ std::string mlir::moe::cacheKey(const std::string &input, InputKind kind,
   field("sm-partition", o.smPartition);
   field("ptxas", o.ptxas);
   field("train", o.train ? "1" : "0");
+  field("ep", std::to_string(o.ep));
   field("weight-names", o.weightNames);
   field("mcpu", cpu);
   return llvm::toHex(hash.final(), /*LowerCase=*/true);

@@ -86,21 +86,33 @@ LayerGradients mlir::moe::buildLayerBackward(OpBuilder &b, LayerOp layer,
   LayerOp copy = layer;
   Value x = layer.getInput();
   // combine -> down projection -> SwiGLU -> gate/up projections -> dispatch.
+  auto ep = static_cast<int64_t>(layer.getEpSize());
   auto combine =
       CombineGradOp::create(b, loc, dy, fwd.down, fwd.rowMap, fwd.weights);
+  // With expert parallelism the gradients of the expert outputs go to the
+  // experts' ranks, and those of the expert inputs come back.
   Value dDown = combine.getRowsGrad();
-  Value dAct = GroupedMatmulDxOp::create(b, loc, dDown, copy.getDownWeight(),
-                                         fwd.offsets);
-  Value gDown = GroupedMatmulDwOp::create(b, loc, fwd.act, dDown, fwd.offsets);
+  if (ep > 1)
+    dDown = AllToAllOp::create(b, loc, dDown, fwd.offsets, ep,
+                               AllToAllKind::Dispatch)
+                .getOutput();
+  Value offsets = fwd.localOffsets;
+  Value dAct =
+      GroupedMatmulDxOp::create(b, loc, dDown, copy.getDownWeight(), offsets);
+  Value gDown = GroupedMatmulDwOp::create(b, loc, fwd.act, dDown, offsets);
   auto swiglu = SwiGLUGradOp::create(b, loc, fwd.gate, fwd.up, dAct);
   Value dGate = swiglu.getGateGrad(), dUp = swiglu.getUpGrad();
   Value dRows = arith::AddFOp::create(
       b, loc,
-      GroupedMatmulDxOp::create(b, loc, dGate, copy.getGateWeight(),
-                                fwd.offsets),
-      GroupedMatmulDxOp::create(b, loc, dUp, copy.getUpWeight(), fwd.offsets));
-  Value gGate = GroupedMatmulDwOp::create(b, loc, fwd.rows, dGate, fwd.offsets);
-  Value gUp = GroupedMatmulDwOp::create(b, loc, fwd.rows, dUp, fwd.offsets);
+      GroupedMatmulDxOp::create(b, loc, dGate, copy.getGateWeight(), offsets),
+      GroupedMatmulDxOp::create(b, loc, dUp, copy.getUpWeight(), offsets));
+  Value gGate =
+      GroupedMatmulDwOp::create(b, loc, fwd.localRows, dGate, offsets);
+  Value gUp = GroupedMatmulDwOp::create(b, loc, fwd.localRows, dUp, offsets);
+  if (ep > 1)
+    dRows = AllToAllOp::create(b, loc, dRows, fwd.recvOffsets, ep,
+                               AllToAllKind::Combine)
+                .getOutput();
   Value dx = DispatchGradOp::create(b, loc, dRows, fwd.rowMap);
 
   // Routing weights -> selected scores -> router.
@@ -136,7 +148,6 @@ LogicalResult addBackward(ModuleOp module, func::FuncOp forward, LayerOp layer,
            << "has a shared-expert gate (Qwen2-MoE), which moe-autodiff "
               "does not differentiate yet";
   Location loc = layer.getLoc();
-  MLIRContext *ctx = layer.getContext();
 
   // Arguments: the layer's operands, then dy.
   SmallVector<Type> argTypes(layer->getOperandTypes());
@@ -167,7 +178,6 @@ LogicalResult addBackward(ModuleOp module, func::FuncOp forward, LayerOp layer,
     mapping.map(operand, arg);
   auto copy = cast<LayerOp>(b.clone(*layer, mapping));
   DecomposedLayer fwd = decomposeLayer(b, copy, alignment);
-  Value x = copy.getInput();
   Value dy = entry->getArguments().back();
 
   LayerGradients grads = buildLayerBackward(b, copy, fwd, dy);

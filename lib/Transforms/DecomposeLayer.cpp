@@ -23,6 +23,17 @@ namespace mlir::moe {
 using namespace mlir;
 using namespace mlir::moe;
 
+Value mlir::moe::localExpertOffsets(OpBuilder &b, Location loc,
+                                    Value recvOffsets, int64_t ep) {
+  auto type = cast<RankedTensorType>(recvOffsets.getType());
+  int64_t local = (type.getDimSize(0) - 1) / ep;
+  return tensor::ExtractSliceOp::create(
+      b, loc, RankedTensorType::get({local + 1}, type.getElementType()),
+      recvOffsets, ValueRange{}, ValueRange{}, ValueRange{},
+      b.getDenseI64ArrayAttr({0}), b.getDenseI64ArrayAttr({local + 1}),
+      b.getDenseI64ArrayAttr({ep}));
+}
+
 DecomposedLayer mlir::moe::decomposeLayer(OpBuilder &b, LayerOp layer,
                                           int64_t alignment) {
   LayerConfigAttr config = layer.getConfig();
@@ -40,13 +51,29 @@ DecomposedLayer mlir::moe::decomposeLayer(OpBuilder &b, LayerOp layer,
   auto dispatch = DispatchOp::create(b, loc, x, topk.getIndices(),
                                      config.getExperts(), alignment);
   Value offsets = dispatch.getOffsets();
-  Value gate = GroupedMatmulOp::create(b, loc, dispatch.getRows(),
-                                       layer.getGateWeight(), offsets);
-  Value up = GroupedMatmulOp::create(b, loc, dispatch.getRows(),
-                                     layer.getUpWeight(), offsets);
+  // Expert parallelism: the dispatched rows go to the ranks that own their
+  // experts and the expert outputs come back.
+  auto ep = static_cast<int64_t>(layer.getEpSize());
+  Value rows = dispatch.getRows(), recvOffsets = offsets,
+        localOffsets = offsets;
+  if (ep > 1) {
+    auto exchange =
+        AllToAllOp::create(b, loc, rows, offsets, ep, AllToAllKind::Dispatch);
+    rows = exchange.getOutput();
+    recvOffsets = exchange.getOutputOffsets();
+    localOffsets = localExpertOffsets(b, loc, recvOffsets, ep);
+  }
+  Value gate = GroupedMatmulOp::create(b, loc, rows, layer.getGateWeight(),
+                                       localOffsets);
+  Value up =
+      GroupedMatmulOp::create(b, loc, rows, layer.getUpWeight(), localOffsets);
   Value act = SwiGLUOp::create(b, loc, gate, up);
   Value down =
-      GroupedMatmulOp::create(b, loc, act, layer.getDownWeight(), offsets);
+      GroupedMatmulOp::create(b, loc, act, layer.getDownWeight(), localOffsets);
+  if (ep > 1)
+    down =
+        AllToAllOp::create(b, loc, down, recvOffsets, ep, AllToAllKind::Combine)
+            .getOutput();
   Value out =
       CombineOp::create(b, loc, down, dispatch.getRowMap(), topk.getWeights());
 
@@ -66,6 +93,9 @@ DecomposedLayer mlir::moe::decomposeLayer(OpBuilder &b, LayerOp layer,
   result.scores = scores;
   result.rows = dispatch.getRows();
   result.offsets = offsets;
+  result.localRows = rows;
+  result.recvOffsets = recvOffsets;
+  result.localOffsets = localOffsets;
   result.rowMap = dispatch.getRowMap();
   result.gate = gate;
   result.up = up;

@@ -67,6 +67,8 @@ std::string serializeManifest(const Manifest &m) {
                {"max_tokens", m.maxTokens}, {"layer", layer},
                {"inputs", inputs},          {"parameters", params},
                {"outputs", outputs},        {"schedule", m.schedule}};
+  if (m.expertParallel != 1)
+    root["expert_parallel"] = m.expertParallel;
   if (!m.train.entry.empty()) {
     json arguments = json::array();
     for (const TrainArgumentSpec &a : m.train.arguments)
@@ -288,6 +290,8 @@ Expected<Manifest> parseManifest(const std::string &text) {
   m.compiler = r.str(root, "compiler", "the manifest");
   m.entry = r.str(root, "entry", "the manifest");
   m.maxTokens = r.integer(root, "max_tokens", "the manifest");
+  if (root.is_object() && root.contains("expert_parallel"))
+    m.expertParallel = r.integer(root, "expert_parallel", "the manifest");
   if (const json *layer = r.field(root, "layer", "the manifest")) {
     const char *w = "the layer";
     LayerSpec &l = m.layer;

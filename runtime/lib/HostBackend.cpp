@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "moe/runtime/CommAbi.h"
 #include "moe/runtime/Layer.h"
 
 #include <cerrno>
@@ -32,6 +33,21 @@ public:
 
   Status run(const std::vector<const Tensor *> &arguments) override {
     return call(entry, arguments);
+  }
+
+  Status setCommunicator(Communicator *comm) override {
+    auto *table = static_cast<int64_t *>(dlsym(handle, comm::kTableName));
+    if (!table)
+      return Status::failure("the bundle's shared object has no "
+                             "communicator table; it was compiled without "
+                             "--ep");
+    std::vector<int64_t> functions = commTableFunctions();
+    table[static_cast<int>(comm::Slot::Context)] =
+        reinterpret_cast<int64_t>(comm);
+    table[static_cast<int>(comm::Slot::ExchangeCounts)] = functions[0];
+    table[static_cast<int>(comm::Slot::ExchangeRows)] = functions[1];
+    table[static_cast<int>(comm::Slot::AllReduce)] = functions[2];
+    return Status::success();
   }
 
   Status runEntry(const std::string &symbol,

@@ -156,7 +156,15 @@ Status validateManifest(const Manifest &m) {
       return fail("expected output '" + outputs[i].first + "' of shape [?, " +
                   std::to_string(width) + "]");
   }
+  if (m.expertParallel < 1 || l.experts % m.expertParallel != 0)
+    return fail("expert_parallel " + std::to_string(m.expertParallel) +
+                " does not divide the " + std::to_string(l.experts) +
+                " experts");
   for (const ParameterSpec &p : m.parameters) {
+    if (p.stack > 0 && p.stack * m.expertParallel != l.experts)
+      return fail("parameter '" + p.name + "' stacks " +
+                  std::to_string(p.stack) + " experts; expected " +
+                  std::to_string(l.experts / m.expertParallel));
     if (p.shape.empty() || !elementCount(p.shape) ||
         *elementCount(p.shape) <= 0)
       return fail("parameter '" + p.name + "' has an invalid shape " +
@@ -240,7 +248,7 @@ Status Layer::loadWeights(const SafetensorsFile &file,
     size_t pieceBytes =
         static_cast<size_t>(*elementCount(pieceShape)) * dtypeSize(p.dtype);
     for (int64_t e = 0; e < pieces; ++e) {
-      std::string name = prefix + expertName(p.name, e);
+      std::string name = prefix + expertName(p.name, firstExpert + e);
       if (!file.contains(name))
         return Status::failure(file.getName() + ": missing tensor '" + name +
                                "'");
@@ -277,12 +285,48 @@ void Layer::randomWeights(uint64_t seed) {
                       ? 0.1f
                       : 1.0f / std::sqrt(static_cast<float>(p.shape.back()));
     Tensor &values = parameters[i];
-    for (int64_t j = 0, n = values.numElements(); j < n; ++j)
-      setFloatElement(values, static_cast<size_t>(j),
-                      rng.uniform(-bound, bound));
+    // Stacked expert weights draw every rank's experts, so a seed gives
+    // the same layer for any number of expert-parallel ranks; this rank
+    // keeps its own.
+    int64_t n = values.numElements();
+    int64_t perExpert = p.stack > 0 ? n / p.stack : n;
+    int64_t first = p.stack > 0 ? firstExpert * perExpert : 0;
+    int64_t total = p.stack > 0 ? perExpert * m.layer.experts : n;
+    for (int64_t j = 0; j < total; ++j) {
+      float value = rng.uniform(-bound, bound);
+      if (j >= first && j < first + n)
+        setFloatElement(values, static_cast<size_t>(j - first), value);
+    }
   }
   weightsBound = true;
   backend->invalidateParameters();
+}
+
+Status Layer::setCommunicator(Communicator *comm) {
+  const Manifest &m = bundle.manifest;
+  int size = comm ? comm->size() : 1;
+  if (m.expertParallel != size)
+    return Status::failure(
+        "the bundle was compiled for " + std::to_string(m.expertParallel) +
+        " expert-parallel rank(s) (--ep), but this job has " +
+        std::to_string(size) + "; run it with mpirun -np " +
+        std::to_string(m.expertParallel));
+  if (size > 1)
+    if (Status s = backend->setCommunicator(comm); !s.ok())
+      return s;
+  communicator = comm;
+  firstExpert = comm ? comm->rank() * (m.layer.experts / size) : 0;
+  return Status::success();
+}
+
+Status Layer::checkCommunicator() const {
+  if (bundle.manifest.expertParallel > 1 && !communicator)
+    return Status::failure(
+        "the bundle was compiled for " +
+        std::to_string(bundle.manifest.expertParallel) +
+        " expert-parallel ranks (--ep); run it with mpirun -np " +
+        std::to_string(bundle.manifest.expertParallel) + " moe-train");
+  return Status::success();
 }
 
 std::map<std::string, Tensor>
@@ -304,7 +348,7 @@ Layer::checkpointNames(const std::map<std::string, Tensor> &byRole) const {
                   value.data.data() +
                       static_cast<size_t>(e) * piece.data.size(),
                   piece.data.size());
-      named[expertName(p.name, e)] = piece;
+      named[expertName(p.name, firstExpert + e)] = piece;
     }
   }
   return named;
@@ -350,6 +394,8 @@ Expected<ForwardResult> Layer::forward(const Tensor &x) {
   if (!weightsBound)
     return Result::error("no weights bound: load a weights file or use "
                          "random weights first");
+  if (Status s = checkCommunicator(); !s.ok())
+    return Result::error(s.error);
   if (x.shape.size() != 2 || x.shape[1] != hidden)
     return Result::error("input 'x' has shape " + formatShape(x.shape) +
                          ", expected [T, " + std::to_string(hidden) + "]");

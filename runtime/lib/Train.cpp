@@ -63,6 +63,8 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
   using Result = Expected<StepResult>;
   const Manifest &m = layer.getManifest();
   int64_t hidden = m.layer.hidden;
+  if (Status s = layer.checkCommunicator(); !s.ok())
+    return Result::error(s.error);
   if (x.shape.size() != 2 || x.shape[1] != hidden || target.shape != x.shape)
     return Result::error(
         "x and target must both be [T, " + std::to_string(hidden) + "], got " +
@@ -179,49 +181,98 @@ static Status syncPath(const std::string &path) {
 }
 
 static const char kMarker[] = "COMPLETE";
-static const char kStateFile[] = "state.safetensors";
+
+/// Each rank's state file: expert-parallel ranks hold different experts.
+static std::string stateFile(const Communicator *comm) {
+  if (!comm || comm->size() == 1)
+    return "state.safetensors";
+  return "state.rank" + std::to_string(comm->rank()) + "-of-" +
+         std::to_string(comm->size()) + ".safetensors";
+}
+
+/// Removes `dir` and the files in it.
+static void removeDirectory(const std::string &dir) {
+  if (DIR *d = ::opendir(dir.c_str())) {
+    while (struct dirent *entry = ::readdir(d)) {
+      std::string name = entry->d_name;
+      if (name != "." && name != "..")
+        std::remove((dir + "/" + name).c_str());
+    }
+    ::closedir(d);
+  }
+  ::rmdir(dir.c_str());
+}
+
+/// The same status on every rank: a failure on one fails all.
+static Status agree(Communicator *comm, Status status) {
+  if (!comm || comm->size() == 1)
+    return status;
+  float failed = status.ok() ? 0.0f : 1.0f;
+  comm->allReduceSum(&failed, 1);
+  if (status.ok() && failed > 0)
+    return Status::failure("another rank could not write its checkpoint");
+  return status;
+}
 
 Status writeCheckpoint(const std::string &dir, const Trainer &trainer,
-                       uint64_t stream) {
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
-    return Status::failure("cannot create checkpoint directory '" + dir +
-                           "': " + std::strerror(errno));
+                       uint64_t stream, Communicator *comm) {
+  bool leader = !comm || comm->rank() == 0;
   char name[64];
   std::snprintf(name, sizeof(name), "step-%012lld",
                 static_cast<long long>(trainer.steps()));
   std::string final = dir + "/" + name;
-  std::string tmp = dir + "/.tmp-" + name + "." + std::to_string(getpid());
-  if (::mkdir(tmp.c_str(), 0755) != 0)
-    return Status::failure("cannot create '" + tmp +
-                           "': " + std::strerror(errno));
+  // Every rank writes into one temporary directory that rank 0 made.
+  std::string tmp = dir + "/.tmp-" + name;
+  Status made = Status::success();
+  if (leader) {
+    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+      made = Status::failure("cannot create checkpoint directory '" + dir +
+                             "': " + std::strerror(errno));
+    else {
+      removeDirectory(tmp); // left by a run that died while writing
+      if (::mkdir(tmp.c_str(), 0755) != 0)
+        made = Status::failure("cannot create '" + tmp +
+                               "': " + std::strerror(errno));
+    }
+  }
+  if (Status s = agree(comm, made); !s.ok())
+    return s;
   std::map<std::string, Tensor> tensors = trainer.state();
   Tensor meta = Tensor::zeros(DType::I64, {2});
   meta.as<int64_t>()[0] = trainer.steps();
   meta.as<int64_t>()[1] = static_cast<int64_t>(stream);
   tensors["__step_and_stream__"] = meta;
-  if (Status s = writeSafetensors(tmp + "/" + kStateFile, tensors); !s.ok())
+  std::string file = tmp + "/" + stateFile(comm);
+  Status written = writeSafetensors(file, tensors);
+  if (written.ok())
+    written = syncPath(file);
+  if (Status s = agree(comm, written); !s.ok())
     return s;
-  if (Status s = syncPath(tmp); !s.ok())
-    return s;
-  // A checkpoint of the same step (a rerun) is replaced.
-  std::string old = final + ".old." + std::to_string(getpid());
-  bool replaced = std::rename(final.c_str(), old.c_str()) == 0;
-  if (std::rename(tmp.c_str(), final.c_str()) != 0)
-    return Status::failure("cannot rename '" + tmp + "' to '" + final +
-                           "': " + std::strerror(errno));
-  if (replaced) {
-    std::remove((old + "/" + kMarker).c_str());
-    std::remove((old + "/" + kStateFile).c_str());
-    ::rmdir(old.c_str());
+  Status published = Status::success();
+  if (leader) {
+    published = [&]() -> Status {
+      if (Status s = syncPath(tmp); !s.ok())
+        return s;
+      // A checkpoint of the same step (a rerun) is replaced.
+      std::string old = final + ".old";
+      removeDirectory(old);
+      bool replaced = std::rename(final.c_str(), old.c_str()) == 0;
+      if (std::rename(tmp.c_str(), final.c_str()) != 0)
+        return Status::failure("cannot rename '" + tmp + "' to '" + final +
+                               "': " + std::strerror(errno));
+      if (replaced)
+        removeDirectory(old);
+      if (Status s = syncPath(dir); !s.ok())
+        return s;
+      // The marker last: a checkpoint without it is incomplete.
+      int fd = ::open((final + "/" + kMarker).c_str(),
+                      O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd < 0 || ::fsync(fd) != 0 || ::close(fd) != 0)
+        return Status::failure("cannot write the marker of '" + final + "'");
+      return syncPath(final);
+    }();
   }
-  if (Status s = syncPath(dir); !s.ok())
-    return s;
-  // The marker last: a checkpoint without it is incomplete.
-  int fd = ::open((final + "/" + kMarker).c_str(),
-                  O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0 || ::fsync(fd) != 0 || ::close(fd) != 0)
-    return Status::failure("cannot write the marker of '" + final + "'");
-  return syncPath(final);
+  return agree(comm, published);
 }
 
 Expected<std::string> findCheckpoint(const std::string &dir) {
@@ -248,10 +299,16 @@ Expected<std::string> findCheckpoint(const std::string &dir) {
   return dir + "/" + best;
 }
 
-Expected<uint64_t> readCheckpoint(const std::string &path, Trainer &trainer) {
+Expected<uint64_t> readCheckpoint(const std::string &path, Trainer &trainer,
+                                  Communicator *comm) {
   using Result = Expected<uint64_t>;
-  Expected<SafetensorsFile> file =
-      SafetensorsFile::open(path + "/" + kStateFile);
+  std::string name = path + "/" + stateFile(comm);
+  struct stat st;
+  if (::stat(name.c_str(), &st) != 0)
+    return Result::error(path + " has no " + stateFile(comm) +
+                         ": it was written by a job with another number of "
+                         "ranks");
+  Expected<SafetensorsFile> file = SafetensorsFile::open(name);
   if (!file)
     return Result::error(file.message());
   std::map<std::string, Tensor> state;
@@ -272,15 +329,11 @@ Expected<uint64_t> readCheckpoint(const std::string &path, Trainer &trainer) {
   return static_cast<uint64_t>(meta->as<int64_t>()[1]);
 }
 
-static double monotonicSeconds() {
-  return std::chrono::duration<double>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+Trace::Trace() : origin(steadySeconds()) {}
 
-Trace::Trace() : origin(monotonicSeconds()) {}
+double Trace::now() const { return steadySeconds() - origin; }
 
-double Trace::now() const { return monotonicSeconds() - origin; }
+double Trace::fromSteady(double seconds) const { return seconds - origin; }
 
 int Trace::lane(const std::string &name) {
   for (size_t i = 0; i < lanes.size(); ++i)

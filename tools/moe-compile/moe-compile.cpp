@@ -94,6 +94,11 @@ static cl::opt<bool>
                    "loss, backward, AdamW, auxiliary-loss-free bias update; "
                    "run it with moe-train"),
           cl::init(false), cl::cat(category));
+static cl::opt<int64_t>
+    ep("ep",
+       cl::desc("With --train: shard the experts over N expert-parallel "
+                "ranks (run the bundle with mpirun -np N moe-train)"),
+       cl::init(1), cl::cat(category));
 static cl::opt<bool> timing("timing", cl::desc("Print a timing report"),
                             cl::init(false), cl::cat(category));
 static cl::opt<bool> noCache("no-cache",
@@ -129,6 +134,7 @@ int main(int argc, char **argv) {
   options.report = report;
   options.ptxas = ptxas;
   options.train = train;
+  options.ep = ep;
   options.passManagerCLOptions = true;
   if (std::string error = validateOptions(options); !error.empty())
     return fail(error);

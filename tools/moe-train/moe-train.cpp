@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ToolSupport.h"
+#include "moe/runtime/Comm.h"
 #include "moe/runtime/Layer.h"
 #include "moe/runtime/Safetensors.h"
 #include "moe/runtime/Train.h"
@@ -19,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 
 using namespace moe::rt;
 using moe::tools::die;
@@ -57,7 +59,17 @@ static const char kUsage[] =
     "                           compiled step and checkpoints, per step\n"
     "  --dump-grads=FILE        write the first step's gradients (before its\n"
     "                           update) under checkpoint names, plus x\n"
-    "  --save-weights=FILE      write the student's weights at the end\n";
+    "  --save-weights=FILE      write the student's weights at the end\n"
+    "  --timeout=SECONDS        limit of every collective (300): a rank\n"
+    "                           that died or hangs ends the job\n"
+    "\n"
+    "Expert parallelism: compile with --ep=N and run\n"
+    "  mpirun -np N moe-train BUNDLE ...\n"
+    "(several nodes: the same command with --hostfile FILE; checkpoints need\n"
+    "a directory every rank sees). --tokens and --inputs give the global\n"
+    "batch, split evenly over the ranks. Rank 0 prints; in a job of several\n"
+    "ranks each rank writes its own --dump-grads, --trace and\n"
+    "--save-weights file, named with .rankR before the extension.\n";
 
 static double parseNumber(const std::string &text, const char *what,
                           double lo) {
@@ -78,11 +90,57 @@ static int64_t parseCount(const std::string &text, const char *what) {
   return static_cast<int64_t>(v);
 }
 
+/// `path` with `.rankR` before its extension when the job has several
+/// ranks (each writes its own file).
+static std::string rankPath(const std::string &path, const Communicator &c) {
+  if (c.size() == 1)
+    return path;
+  size_t slash = path.rfind('/');
+  size_t dot = path.rfind('.');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash))
+    dot = path.size();
+  return path.substr(0, dot) + ".rank" + std::to_string(c.rank()) +
+         path.substr(dot);
+}
+
+/// This rank's rows of a [T, hidden] batch split evenly over the ranks.
+static Tensor rankRows(const Tensor &batch, const Communicator &c) {
+  if (c.size() == 1)
+    return batch;
+  int64_t rows = batch.shape[0] / c.size(), width = batch.shape[1];
+  Tensor part = Tensor::zeros(batch.dtype, {rows, width});
+  size_t bytes = part.data.size();
+  std::memcpy(part.data.data(), batch.data.data() + bytes * c.rank(), bytes);
+  return part;
+}
+
+/// A test hook: MOE_TEST_FAULT=exit:R:S or hang:R:S makes rank R die or
+/// hang when it reaches step S, to check that the other ranks give up.
+static void injectFault(const Communicator &c, int64_t step) {
+  const char *spec = std::getenv("MOE_TEST_FAULT");
+  if (!spec)
+    return;
+  char kind[8] = {0};
+  int rank = -1;
+  long long at = -1;
+  if (std::sscanf(spec, "%7[a-z]:%d:%lld", kind, &rank, &at) != 3 ||
+      rank != c.rank() || at != step)
+    return;
+  if (!std::strcmp(kind, "exit")) {
+    std::fprintf(stderr, "moe-train: rank %d: MOE_TEST_FAULT: exiting\n", rank);
+    std::_Exit(9);
+  }
+  if (!std::strcmp(kind, "hang"))
+    for (;;)
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
 int main(int argc, char **argv) {
   std::string bundlePath, weights, prefix, inputs, dumpGrads, saveWeights;
   std::string checkpointDir, resumeDir, tracePath;
   int64_t steps = -1, tokens = 64, checkpointEvery = 0;
   uint64_t seed = 0;
+  double timeout = 300;
   TrainOptions options;
   for (int i = 1; i < argc; ++i) {
     std::string value;
@@ -113,6 +171,8 @@ int main(int argc, char **argv) {
     else if (flag(argc, argv, i, "--weight-decay", &value))
       options.weightDecay =
           static_cast<float>(parseNumber(value, "--weight-decay", 0));
+    else if (flag(argc, argv, i, "--timeout", &value))
+      timeout = parseNumber(value, "--timeout", 0.001);
     else if (flag(argc, argv, i, "--bias-update", &value))
       options.biasUpdateRate =
           static_cast<float>(parseNumber(value, "--bias-update", 0));
@@ -130,9 +190,19 @@ int main(int argc, char **argv) {
   if (checkpointEvery > 0 && checkpointDir.empty())
     die("--checkpoint-every needs --checkpoint=DIR");
 
+  Expected<std::unique_ptr<Communicator>> communicator =
+      createCommunicator(timeout);
+  if (!communicator)
+    die(communicator.message());
+  Communicator &comm = **communicator;
+  Communicator *shared = comm.size() > 1 ? &comm : nullptr;
+  bool leader = comm.rank() == 0;
+
   Expected<std::unique_ptr<Layer>> student = Layer::load(bundlePath, "host");
   if (!student)
     die(student.message());
+  if (Status s = (*student)->setCommunicator(shared); !s.ok())
+    die(s.error);
   const Manifest &m = (*student)->getManifest();
   int64_t hidden = m.layer.hidden;
   if (weights.empty()) {
@@ -160,31 +230,43 @@ int main(int argc, char **argv) {
       die(x.message());
     if (!target)
       die(target.message());
-    fixedX = std::move(*x);
-    fixedTarget = std::move(*target);
-    tokens = fixedX.shape.empty() ? 0 : fixedX.shape[0];
+    tokens = x->shape.size() == 2 ? x->shape[0] : 0;
+    if (tokens % comm.size() != 0 || x->shape != target->shape)
+      die(inputs + ": x and target must both be [T, " + std::to_string(hidden) +
+          "] with T a multiple of the " + std::to_string(comm.size()) +
+          " ranks");
+    fixedX = rankRows(*x, comm);
+    fixedTarget = rankRows(*target, comm);
   } else {
     Expected<std::unique_ptr<Layer>> t = Layer::load(bundlePath, "host");
     if (!t)
       die(t.message());
     teacher = std::move(*t);
+    if (Status s = teacher->setCommunicator(shared); !s.ok())
+      die(s.error);
     teacher->randomWeights(seed ^ 0x7eac4e5ull);
   }
-  if (tokens > m.maxTokens)
-    die("--tokens " + std::to_string(tokens) +
-        " exceeds the bundle's --max-tokens " + std::to_string(m.maxTokens));
+  if (tokens % comm.size() != 0)
+    die("--tokens " + std::to_string(tokens) + " must be a multiple of the " +
+        std::to_string(comm.size()) + " ranks");
+  if (tokens / comm.size() > m.maxTokens)
+    die("--tokens " + std::to_string(tokens) + " (" +
+        std::to_string(tokens / comm.size()) +
+        " per rank) exceeds the bundle's --max-tokens " +
+        std::to_string(m.maxTokens));
 
   Random rng(seed ^ kTokenSeedSalt);
   if (!resumeDir.empty()) {
     Expected<std::string> path = findCheckpoint(resumeDir);
     if (!path)
       die(path.message());
-    Expected<uint64_t> stream = readCheckpoint(*path, **trainer);
+    Expected<uint64_t> stream = readCheckpoint(*path, **trainer, shared);
     if (!stream)
       die(stream.message());
     rng.setState(*stream);
-    std::printf("moe-train: resumed from %s (step %lld)\n", path->c_str(),
-                static_cast<long long>((*trainer)->steps()));
+    if (leader)
+      std::printf("moe-train: resumed from %s (step %lld)\n", path->c_str(),
+                  static_cast<long long>((*trainer)->steps()));
   }
   float firstLoss = 0, lastLoss = 0;
   int64_t first = (*trainer)->steps() + 1;
@@ -192,7 +274,10 @@ int main(int argc, char **argv) {
   int dataLane = trace.lane("data (inputs, teacher)");
   int stepLane = trace.lane("training step (host)");
   int ioLane = trace.lane("checkpoints");
+  int commLane = trace.lane("collectives (rank " + std::to_string(comm.rank()) +
+                            ", " + comm.name() + ")");
   for (int64_t step = first; step <= steps; ++step) {
+    injectFault(comm, step);
     std::string label = "step " + std::to_string(step);
     // The step's batch: fresh tokens and the teacher's output, or the
     // fixed batch (not copied).
@@ -200,7 +285,9 @@ int main(int argc, char **argv) {
     const Tensor *x = &fixedX, *target = &fixedTarget;
     double t0 = trace.now();
     if (teacher) {
-      freshX = randomTokens(rng, tokens, hidden);
+      // Every rank draws the global batch, so the stream (and a resume)
+      // does not depend on the number of ranks, and keeps its share.
+      freshX = rankRows(randomTokens(rng, tokens, hidden), comm);
       double t1 = trace.now();
       trace.add(dataLane, label + ": tokens", t0, t1 - t0);
       Expected<ForwardResult> out = teacher->forward(freshX);
@@ -219,8 +306,12 @@ int main(int argc, char **argv) {
       die(result.message());
     trace.add(stepLane, label + ": forward, loss, backward, AdamW", t2,
               trace.now() - t2);
+    for (const CommEvent &e : comm.takeEvents())
+      trace.add(commLane, label + ": " + e.name, trace.fromSteady(e.start),
+                e.seconds);
     if (step == first && !dumpGrads.empty())
-      if (Status s = writeSafetensors(dumpGrads, (*trainer)->lastGradients());
+      if (Status s = writeSafetensors(rankPath(dumpGrads, comm),
+                                      (*trainer)->lastGradients());
           !s.ok())
         die(s.error);
     double seconds = std::chrono::duration<double>(end - start).count();
@@ -230,10 +321,11 @@ int main(int argc, char **argv) {
       total += l;
     }
     float mean = result->load.empty() ? 0 : total / result->load.size();
-    std::printf("step %lld loss %.6g tokens/s %.1f balance %.3f\n",
-                static_cast<long long>(step), result->loss,
-                seconds > 0 ? tokens / seconds : 0.0,
-                mean > 0 ? maxLoad / mean : 0.0f);
+    if (leader)
+      std::printf("step %lld loss %.6g tokens/s %.1f balance %.3f\n",
+                  static_cast<long long>(step), result->loss,
+                  seconds > 0 ? tokens / seconds : 0.0,
+                  mean > 0 ? maxLoad / mean : 0.0f);
     if (step == first)
       firstLoss = result->loss;
     lastLoss = result->loss;
@@ -241,22 +333,25 @@ int main(int argc, char **argv) {
         ((checkpointEvery > 0 && step % checkpointEvery == 0) ||
          step == steps)) {
       double t3 = trace.now();
-      if (Status s = writeCheckpoint(checkpointDir, **trainer, rng.getState());
+      if (Status s =
+              writeCheckpoint(checkpointDir, **trainer, rng.getState(), shared);
           !s.ok())
         die(s.error);
       trace.add(ioLane, label + ": checkpoint", t3, trace.now() - t3);
     }
   }
   if (!tracePath.empty())
-    if (Status s = trace.write(tracePath); !s.ok())
+    if (Status s = trace.write(rankPath(tracePath, comm)); !s.ok())
       die(s.error);
-  std::printf("moe-train: %lld steps, loss %.6g -> %.6g (%.1fx lower)\n",
-              static_cast<long long>(steps - first + 1), firstLoss, lastLoss,
-              lastLoss > 0 ? firstLoss / lastLoss : 0.0);
+  if (leader)
+    std::printf("moe-train: %lld steps, loss %.6g -> %.6g (%.1fx lower)\n",
+                static_cast<long long>(steps - first + 1), firstLoss, lastLoss,
+                lastLoss > 0 ? firstLoss / lastLoss : 0.0);
   if (!saveWeights.empty()) {
     if (Status s = (*trainer)->syncLayer(); !s.ok())
       die(s.error);
-    if (Status s = writeSafetensors(saveWeights, (*student)->namedParameters());
+    if (Status s = writeSafetensors(rankPath(saveWeights, comm),
+                                    (*student)->namedParameters());
         !s.ok())
       die(s.error);
   }

@@ -39,6 +39,9 @@ struct CompileOptions {
   /// Also compile the training step (host): forward, MSE loss, backward,
   /// AdamW and the auxiliary-loss-free bias update.
   bool train = false;
+  /// Expert-parallel ranks (moe-expert-parallel): each rank of the bundle
+  /// holds experts/ep experts. Needs train on the host target.
+  int64_t ep = 1;
   std::string weightNames; // deepseek | mixtral | qwen; "" for the default
   std::string mcpu;        // "" (generic), "native" or a CPU name
   bool timing = false;     // print MLIR's timing report to stderr

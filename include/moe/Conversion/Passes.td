@@ -23,18 +23,21 @@ def ConvertMoeToHost : Pass<"convert-moe-to-host"> {
       whose access patterns depend on the routing, become `scf.for` loops
       over buffers (`bufferization.to_buffer` of the operands, fresh
       `memref.alloc` results returned through `bufferization.to_tensor`);
-    - `moe.all_to_all` with `ep_size = 1` is the identity.
+    - `moe.all_to_all` and `moe.all_reduce` with `ep_size = 1` are the
+      identity; over several ranks they become calls through the module's
+      communicator table `moe_comm`, an exported array of 64-bit words the
+      runtime fills after loading the code (context, exchange of segment
+      sizes, exchange of rows, in-place f32 sum).
 
-    `moe.layer` must be decomposed first (`moe-decompose-layer`), and an
-    all-to-all over several ranks needs the distributed runtime; both are
-    reported as errors. Expert ids outside `[0, experts)` reaching
+    `moe.layer` must be decomposed first (`moe-decompose-layer`); that is
+    reported as an error. Expert ids outside `[0, experts)` reaching
     `moe.dispatch` are dropped (their row map entry is -1) and `moe.combine`
     skips row map entries outside the buffer, so no input makes the
     generated code read or write out of bounds.
   }];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::bufferization::BufferizationDialect",
-    "::mlir::linalg::LinalgDialect", "::mlir::math::MathDialect",
+    "::mlir::LLVM::LLVMDialect", "::mlir::linalg::LinalgDialect", "::mlir::math::MathDialect",
     "::mlir::memref::MemRefDialect", "::mlir::scf::SCFDialect",
     "::mlir::tensor::TensorDialect"
   ];

@@ -120,6 +120,27 @@ def MoeGpuWarpSpecialize : Pass<"moegpu-warp-specialize"> {
                            "::mlir::scf::SCFDialect"];
 }
 
+def MoeExpertParallel : Pass<"moe-expert-parallel", "::mlir::ModuleOp"> {
+  let summary = "Shard every layer's experts over `ep` ranks";
+  let description = [{
+    Makes each `moe.layer` one rank's share of an expert-parallel layer:
+    sets its `ep_size` and narrows the expert weights (function arguments)
+    to `E / ep` experts, `[E / ep, F, H]` and `[E / ep, H, F]`. Rank `r`
+    then holds experts `[r * E / ep, (r + 1) * E / ep)`; tokens stay on
+    their rank, and `moe-decompose-layer` (and `moe-autodiff`) exchange the
+    dispatched rows with `moe.all_to_all`: to the experts' ranks and back,
+    in both passes.
+
+    Errors: `ep` not dividing a layer's experts, and expert weights that are
+    not arguments of the function holding the layer (or are used by anything
+    else), since narrowing them changes the function's signature.
+  }];
+  let options = [
+    Option<"ep", "ep", "int64_t", /*default=*/"1",
+           "Number of expert-parallel ranks">
+  ];
+}
+
 def MoeAutodiff : Pass<"moe-autodiff", "::mlir::ModuleOp"> {
   let summary = "Add the backward function of every MoE layer";
   let description = [{

@@ -10,9 +10,11 @@
 
 #include "moe/Conversion/Passes.h"
 #include "moe/MoeOps.h"
+#include "moe/runtime/CommAbi.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
@@ -1044,7 +1046,112 @@ std::pair<int64_t, std::string> stackScratch(Operation *op) {
   return {0, ""};
 }
 
-struct ConvertMoeToHost : moe::impl::ConvertMoeToHostBase<ConvertMoeToHost> {
+//===----------------------------------------------------------------------===//
+// Collectives: calls through the communicator table
+//===----------------------------------------------------------------------===//
+
+/// A word of the module's communicator table (created on first use): an
+/// exported, zero-initialized `i64` array the runtime fills after loading
+/// the shared object (see moe/runtime/CommAbi.h).
+using CommSlot = ::moe::comm::Slot;
+constexpr int64_t kCommTableSize = ::moe::comm::kSlotCount;
+constexpr const char *kCommTableName = ::moe::comm::kTableName;
+
+Value commWord(Builder &b, ModuleOp module, CommSlot slot) {
+  MLIRContext *ctx = b.getContext();
+  auto i64 = b.getI64Type();
+  auto tableType = LLVM::LLVMArrayType::get(i64, kCommTableSize);
+  if (!module.lookupSymbol(kCommTableName)) {
+    OpBuilder global = OpBuilder::atBlockBegin(module.getBody());
+    LLVM::GlobalOp::create(
+        global, module.getLoc(), tableType, /*isConstant=*/false,
+        LLVM::Linkage::External, kCommTableName,
+        DenseElementsAttr::get(RankedTensorType::get({kCommTableSize}, i64),
+                               b.getI64IntegerAttr(0).getValue()));
+  }
+  auto ptr = LLVM::LLVMPointerType::get(ctx);
+  Value table = LLVM::AddressOfOp::create(b, ptr, kCommTableName);
+  Value word = LLVM::GEPOp::create(
+      b, ptr, tableType, table,
+      ArrayRef<LLVM::GEPArg>{0, static_cast<int32_t>(slot)});
+  return LLVM::LoadOp::create(b, i64, word);
+}
+
+/// Calls the runtime function in `slot` with the communicator context and
+/// `args` (all i64).
+void callComm(Builder &b, ModuleOp module, CommSlot slot,
+              ArrayRef<Value> args) {
+  MLIRContext *ctx = b.getContext();
+  auto i64 = b.getI64Type();
+  Value fn = LLVM::IntToPtrOp::create(b, LLVM::LLVMPointerType::get(ctx),
+                                      commWord(b, module, slot));
+  SmallVector<Value> operands{fn, commWord(b, module, CommSlot::Context)};
+  operands.append(args.begin(), args.end());
+  SmallVector<Type> params(operands.size() - 1, i64);
+  auto type = LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(ctx), params);
+  LLVM::CallOp::create(b, type, operands);
+}
+
+/// The address of a buffer's first element (buffers here have the identity
+/// layout, so the aligned pointer is the first element).
+Value addressOf(Builder &b, Value buffer) {
+  Value index = memref::ExtractAlignedPointerAsIndexOp::create(b, buffer);
+  return arith::IndexCastOp::create(b, b.getI64Type(), index);
+}
+
+Value i64Const(Builder &b, int64_t value) {
+  return arith::ConstantOp::create(b, b.getI64IntegerAttr(value));
+}
+
+/// Two calls: the exchange of segment sizes gives the output offsets, then
+/// the rows move into a buffer of the size they announce.
+SmallVector<Value> lowerAllToAll(Builder &b, AllToAllOp op) {
+  auto module = op->getParentOfType<ModuleOp>();
+  auto inputType = cast<RankedTensorType>(op.getInput().getType());
+  auto offsetsType = cast<RankedTensorType>(op.getOffsets().getType());
+  int64_t experts = offsetsType.getDimSize(0) - 1;
+  int64_t rowBytes =
+      inputType.getDimSize(1) * (inputType.getElementTypeBitWidth() / 8);
+  Value kind = i64Const(b, static_cast<int64_t>(op.getKind()));
+  Value inOffsets = asBuffer(b, op.getOffsets());
+  Value outOffsets = alloc(b, MemRefType::get({experts + 1}, b.getI32Type()));
+  callComm(b, module, CommSlot::ExchangeCounts,
+           {kind, addressOf(b, inOffsets), addressOf(b, outOffsets),
+            i64Const(b, experts)});
+  Value used =
+      memref::LoadOp::create(b, outOffsets, ValueRange{indexConst(b, experts)});
+  Value rows = arith::IndexCastOp::create(b, b.getIndexType(), used);
+  Value out =
+      alloc(b,
+            MemRefType::get({ShapedType::kDynamic, inputType.getDimSize(1)},
+                            inputType.getElementType()),
+            rows);
+  callComm(b, module, CommSlot::ExchangeRows,
+           {kind, addressOf(b, asBuffer(b, op.getInput())),
+            addressOf(b, inOffsets), addressOf(b, out),
+            addressOf(b, outOffsets), i64Const(b, experts),
+            i64Const(b, rowBytes)});
+  return {asTensor(b, out), asTensor(b, outOffsets)};
+}
+
+/// A copy of the input, summed in place over the ranks.
+Value lowerAllReduce(Builder &b, AllReduceOp op) {
+  auto type = cast<RankedTensorType>(op.getInput().getType());
+  auto memrefType = MemRefType::get(type.getShape(), type.getElementType());
+  Value in = asBuffer(b, op.getInput());
+  Value out = alloc(b, memrefType, dynamicSizes(b, memrefType, in));
+  memref::CopyOp::create(b, in, out);
+  Value count = indexConst(b, 1);
+  for (int64_t i = 0; i < type.getRank(); ++i)
+    count = arith::MulIOp::create(b, count, dim(b, in, i));
+  callComm(b, op->getParentOfType<ModuleOp>(), CommSlot::AllReduce,
+           {addressOf(b, out),
+            arith::IndexCastOp::create(b, b.getI64Type(), count)});
+  return asTensor(b, out);
+}
+
+struct ConvertMoeToHost
+    : mlir::moe::impl::ConvertMoeToHostBase<ConvertMoeToHost> {
   using Base::Base;
 
   void runOnOperation() override {
@@ -1065,10 +1172,11 @@ struct ConvertMoeToHost : moe::impl::ConvertMoeToHostBase<ConvertMoeToHost> {
                           << "-byte limit";
         return WalkResult::interrupt();
       }
-      if (auto a2a = dyn_cast<AllToAllOp>(op); a2a && a2a.getEpSize() != 1) {
-        op->emitOpError() << "with ep_size = " << a2a.getEpSize()
-                          << " needs the distributed runtime; "
-                             "convert-moe-to-host only lowers ep_size = 1";
+      if (isa<AllToAllOp, AllReduceOp>(op) &&
+          !op->getParentOfType<ModuleOp>()) {
+        op->emitOpError() << "must be inside a module (its collective "
+                             "calls go through the module's communicator "
+                             "table)";
         return WalkResult::interrupt();
       }
       ops.push_back(op);
@@ -1113,7 +1221,13 @@ struct ConvertMoeToHost : moe::impl::ConvertMoeToHostBase<ConvertMoeToHost> {
       } else if (auto shared = dyn_cast<SharedExpertOp>(op)) {
         results.push_back(lowerSharedExpert(b, shared));
       } else if (auto a2a = dyn_cast<AllToAllOp>(op)) {
-        results = {a2a.getInput(), a2a.getOffsets()};
+        if (a2a.getEpSize() == 1)
+          results = {a2a.getInput(), a2a.getOffsets()};
+        else
+          results = lowerAllToAll(b, a2a);
+      } else if (auto reduce = dyn_cast<AllReduceOp>(op)) {
+        results.push_back(reduce.getEpSize() == 1 ? reduce.getInput()
+                                                  : lowerAllReduce(b, reduce));
       }
       // Results may be less static than the op's declared types.
       SmallVector<Value> casted;

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "moe/MoeOps.h"
 #include "moe/Target/Host.h"
 #include "moe/Transforms/Autodiff.h"
 
@@ -79,6 +80,10 @@ struct StepBuilder {
     return tensor::ExtractOp::create(b, loc, reduce.getResult(0), ValueRange{});
   }
 };
+
+bool isExpertWeight(StringRef name) {
+  return name == "gate_weight" || name == "up_weight" || name == "down_weight";
+}
 
 } // namespace
 
@@ -168,16 +173,27 @@ std::vector<TrainArgument> mlir::moe::addHostTrainEntry(ModuleOp module,
   auto copy = cast<LayerOp>(b.clone(*layer, mapping));
   DecomposedLayer forward = decomposeLayer(b, copy, /*alignment=*/1);
 
-  // loss = mean((y - target)^2); dy = 2 (y - target) / N.
+  // loss = mean((y - target)^2); dy = 2 (y - target) / N. With expert
+  // parallelism the mean is over every rank's tokens: the sum of squares
+  // and the token count are summed over the ranks first.
+  auto ep = static_cast<int64_t>(layer.getEpSize());
+  auto allReduce = [&](Value v) -> Value {
+    return ep > 1 ? AllReduceOp::create(b, loc, v, ep) : v;
+  };
   Value diff = s.sub(s.convert(forward.output, f32), target);
   Value rows = tensor::DimOp::create(b, loc, x, 0);
-  Value count = arith::UIToFPOp::create(
-      b, loc, f32,
-      arith::IndexCastUIOp::create(
-          b, loc, b.getI64Type(),
-          arith::MulIOp::create(
-              b, loc, rows, arith::ConstantIndexOp::create(b, loc, hidden))));
-  Value loss = s.div(s.sumAll(s.mul(diff, diff)), count);
+  Value tokens = arith::UIToFPOp::create(
+      b, loc, f32, arith::IndexCastUIOp::create(b, loc, b.getI64Type(), rows));
+  Value totals = allReduce(tensor::FromElementsOp::create(
+      b, loc, RankedTensorType::get({2}, f32),
+      ValueRange{s.sumAll(s.mul(diff, diff)), tokens}));
+  auto element = [&](Value t, int64_t i) -> Value {
+    Value index = arith::ConstantIndexOp::create(b, loc, i);
+    return tensor::ExtractOp::create(b, loc, t, ValueRange{index});
+  };
+  Value globalTokens = element(totals, 1);
+  Value count = s.mul(globalTokens, s.f32(static_cast<double>(hidden)));
+  Value loss = s.div(element(totals, 0), count);
   Value dy = s.mul(diff, s.splat(s.div(s.f32(2.0), count), diff));
   dy = s.convert(dy, cast<RankedTensorType>(copy.getType()).getElementType());
   LayerGradients grads = buildLayerBackward(b, copy, forward, dy);
@@ -200,6 +216,10 @@ std::vector<TrainArgument> mlir::moe::addHostTrainEntry(ModuleOp module,
     std::string name = entry.first.str();
     Value p = in[name], m = in[name + ".m"], v = in[name + ".v"];
     Value g = grads.weights[i];
+    // The ranks' gradients of replicated weights are partial sums; each
+    // rank's experts already saw every token routed to them.
+    if (!isExpertWeight(entry.first))
+      g = allReduce(g);
     if (g.getType() != p.getType())
       g = tensor::CastOp::create(b, loc, p.getType(), g);
     Value m2 = s.add(s.mul(s.splat(beta1, p), m),
@@ -226,18 +246,13 @@ std::vector<TrainArgument> mlir::moe::addHostTrainEntry(ModuleOp module,
         b.getDenseI64ArrayAttr({experts}), b.getDenseI64ArrayAttr({1}));
   };
   Value counts = arith::SubIOp::create(b, loc, slice(1), slice(0));
-  Value load = arith::SIToFPOp::create(
-      b, loc, RankedTensorType::get({experts}, f32), counts);
+  Value load = allReduce(arith::SIToFPOp::create(
+      b, loc, RankedTensorType::get({experts}, f32), counts));
   out["load"] = load;
   if (bias) {
-    // bias += gamma * sign(mean load - load)
-    Value assigned = arith::UIToFPOp::create(
-        b, loc, f32,
-        arith::IndexCastUIOp::create(
-            b, loc, b.getI64Type(),
-            arith::MulIOp::create(
-                b, loc, rows,
-                arith::ConstantIndexOp::create(b, loc, config.getTopK()))));
+    // bias += gamma * sign(mean load - load), over every rank's tokens.
+    Value assigned =
+        s.mul(globalTokens, s.f32(static_cast<double>(config.getTopK())));
     Value mean = s.div(assigned, s.f32(static_cast<double>(experts)));
     Value d = s.sub(s.splat(mean, load), load);
     Value zeros = s.splat(s.f32(0.0), load);

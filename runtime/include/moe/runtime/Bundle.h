@@ -127,6 +127,9 @@ struct Manifest {
   std::string compiler; // version string of the writer
   std::string entry;    // symbol of the packed entry point
   int64_t maxTokens = 0;
+  /// Expert-parallel ranks the code was compiled for; each rank's stacked
+  /// expert weights hold layer.experts / expertParallel experts.
+  int64_t expertParallel = 1;
   LayerSpec layer;
   /// Entry point arguments, in order: inputs, parameters, outputs.
   std::vector<TensorSpec> inputs;

@@ -8,6 +8,7 @@
 #define MOE_RUNTIME_LAYER_H
 
 #include "moe/runtime/Bundle.h"
+#include "moe/runtime/Comm.h"
 #include "moe/runtime/Safetensors.h"
 
 #include <map>
@@ -38,6 +39,10 @@ public:
                           const std::vector<const Tensor *> &arguments) {
     return Status::failure("this device cannot run entry point '" + symbol +
                            "'");
+  }
+  /// Where the code's collectives go (bundles compiled with --ep).
+  virtual Status setCommunicator(Communicator *) {
+    return Status::failure("this device does not run expert-parallel code");
   }
   /// The parameter tensors changed (a device copy must be refreshed).
   virtual void invalidateParameters() {}
@@ -83,8 +88,17 @@ public:
   /// error naming it.
   Status loadWeights(const SafetensorsFile &file, const std::string &prefix);
   /// Fills every parameter with seeded uniform values in
-  /// [-1/sqrt(fan_in), 1/sqrt(fan_in)] (biases in [-0.1, 0.1]).
+  /// [-1/sqrt(fan_in), 1/sqrt(fan_in)] (biases in [-0.1, 0.1]). A seed
+  /// gives the same layer whatever the number of expert-parallel ranks.
   void randomWeights(uint64_t seed);
+  /// The job's communicator (null: one rank). Its size must be the
+  /// bundle's expert-parallel size; its rank picks this layer's experts,
+  /// so call it before binding weights. The layer does not own it.
+  Status setCommunicator(Communicator *comm);
+  /// Fails when the bundle needs a communicator and has none.
+  Status checkCommunicator() const;
+  /// The global index of this rank's first expert.
+  int64_t getFirstExpert() const { return firstExpert; }
   /// The bound parameters under their checkpoint names (stacked weights
   /// split per expert), for writing a weights file.
   std::map<std::string, Tensor> namedParameters() const;
@@ -116,6 +130,8 @@ private:
   std::unique_ptr<Backend> backend;
   std::vector<Tensor> parameters; // manifest order
   bool weightsBound = false;
+  Communicator *communicator = nullptr;
+  int64_t firstExpert = 0;
 };
 
 /// Deterministic pseudo-random numbers (splitmix64), shared by tools and

@@ -66,8 +66,11 @@ private:
 /// `dir/step-<steps>/state.safetensors`: the file is written to a temporary
 /// directory and fsynced, the directory renamed into place, and a
 /// `COMPLETE` marker written last.
+/// With an expert-parallel `comm` every rank writes its own state file
+/// into the one directory (a filesystem all ranks share), and rank 0
+/// publishes it once all are written; every rank returns the same status.
 Status writeCheckpoint(const std::string &dir, const Trainer &trainer,
-                       uint64_t stream);
+                       uint64_t stream, Communicator *comm = nullptr);
 
 /// The newest complete checkpoint under `dir` (one with its marker), or an
 /// error saying there is none.
@@ -75,7 +78,8 @@ Expected<std::string> findCheckpoint(const std::string &dir);
 
 /// Restores `trainer` from the checkpoint at `path` and returns the stream
 /// position stored with it.
-Expected<uint64_t> readCheckpoint(const std::string &path, Trainer &trainer);
+Expected<uint64_t> readCheckpoint(const std::string &path, Trainer &trainer,
+                                  Communicator *comm = nullptr);
 
 /// A Chrome trace (the JSON Perfetto and chrome://tracing open): complete
 /// events on named lanes, in microseconds from the trace's creation.
@@ -89,6 +93,8 @@ public:
            double seconds);
   /// Seconds since the trace began.
   double now() const;
+  /// A steadySeconds() time on the trace's clock.
+  double fromSteady(double seconds) const;
   Status write(const std::string &path) const;
 
 private:

@@ -1,0 +1,78 @@
+//===- ExpertParallel.cpp - Shard experts over ranks ----------------------===//
+//
+// Part of moe-compiler.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/MoeOps.h"
+#include "moe/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+
+namespace mlir::moe {
+#define GEN_PASS_DEF_MOEEXPERTPARALLEL
+#include "moe/Transforms/Passes.h.inc"
+} // namespace mlir::moe
+
+using namespace mlir;
+using namespace mlir::moe;
+
+namespace {
+
+/// Narrows the expert weights of `layer` to `ep`-th of its experts.
+LogicalResult shardLayer(LayerOp layer, int64_t ep) {
+  int64_t experts = layer.getConfig().getExperts();
+  if (layer.getEpSize() != 1)
+    return layer.emitOpError()
+           << "is already sharded (ep_size = " << layer.getEpSize() << ")";
+  if (experts % ep != 0)
+    return layer.emitOpError() << "has " << experts
+                               << " experts, which moe-expert-parallel cannot "
+                                  "shard over ep = "
+                               << ep << " ranks";
+  auto func = layer->getParentOfType<func::FuncOp>();
+  for (auto [what, weight] :
+       {std::pair<StringRef, Value>{"gate", layer.getGateWeight()},
+        {"up", layer.getUpWeight()},
+        {"down", layer.getDownWeight()}}) {
+    auto arg = dyn_cast<BlockArgument>(weight);
+    if (!func || !arg || arg.getOwner() != &func.getBody().front() ||
+        !arg.hasOneUse())
+      return layer.emitOpError()
+             << "expected the " << what
+             << " weight to be an argument of the enclosing function used "
+                "only by the layer, so moe-expert-parallel can narrow it";
+    auto type = cast<RankedTensorType>(weight.getType());
+    SmallVector<int64_t> shape(type.getShape());
+    shape[0] /= ep;
+    arg.setType(RankedTensorType::get(shape, type.getElementType()));
+  }
+  layer.setEpSize(ep);
+  SmallVector<Type> inputs(func.getBody().front().getArgumentTypes());
+  func.setFunctionType(
+      FunctionType::get(func.getContext(), inputs, func.getResultTypes()));
+  return success();
+}
+
+struct MoeExpertParallel
+    : public moe::impl::MoeExpertParallelBase<MoeExpertParallel> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    if (ep < 1) {
+      emitError(getOperation().getLoc())
+          << "moe-expert-parallel: expected ep >= 1, got " << ep;
+      return signalPassFailure();
+    }
+    if (ep == 1)
+      return;
+    SmallVector<LayerOp> layers;
+    getOperation().walk([&](LayerOp layer) { layers.push_back(layer); });
+    for (LayerOp layer : layers)
+      if (failed(shardLayer(layer, ep)))
+        return signalPassFailure();
+  }
+};
+
+} // namespace
