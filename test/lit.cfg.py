@@ -47,6 +47,17 @@ if config.moe_sanitizers:
 # Features for gated tests.
 if shutil.which("ptxas", path=config.environment["PATH"]):
     config.available_features.add("ptxas")
+# Several ranks: mpirun and the MPI plugin the runtime opens. Open MPI
+# refuses to run as root unless told, and CI machines have fewer cores
+# than ranks. Not under sanitizers (MPI's own allocations are reported).
+mpi_plugin = os.path.join(config.moe_obj_root, "lib", "libmoe_comm_mpi.so")
+if (shutil.which("mpirun", path=config.environment["PATH"])
+        and os.path.exists(mpi_plugin) and not config.moe_sanitizers):
+    config.available_features.add("mpi")
+    config.environment["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+    config.environment["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    config.substitutions.append(
+        ("%mpirun", "mpirun --oversubscribe --bind-to none"))
 # A GPU is present when the driver is: its device nodes exist.
 if os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0"):
     config.available_features.add("cuda")

@@ -32,6 +32,7 @@ LogicalResult shardLayer(LayerOp layer, int64_t ep) {
                                   "shard over ep = "
                                << ep << " ranks";
   auto func = layer->getParentOfType<func::FuncOp>();
+  SmallVector<BlockArgument> args;
   for (auto [what, weight] :
        {std::pair<StringRef, Value>{"gate", layer.getGateWeight()},
         {"up", layer.getUpWeight()},
@@ -43,7 +44,11 @@ LogicalResult shardLayer(LayerOp layer, int64_t ep) {
              << "expected the " << what
              << " weight to be an argument of the enclosing function used "
                 "only by the layer, so moe-expert-parallel can narrow it";
-    auto type = cast<RankedTensorType>(weight.getType());
+    args.push_back(arg);
+  }
+  // Checked all three before changing any.
+  for (BlockArgument arg : args) {
+    auto type = cast<RankedTensorType>(arg.getType());
     SmallVector<int64_t> shape(type.getShape());
     shape[0] /= ep;
     arg.setType(RankedTensorType::get(shape, type.getElementType()));
@@ -60,17 +65,18 @@ struct MoeExpertParallel
   using Base::Base;
 
   void runOnOperation() override {
-    if (ep < 1) {
+    int64_t ranks = ep;
+    if (ranks < 1) {
       emitError(getOperation().getLoc())
-          << "moe-expert-parallel: expected ep >= 1, got " << ep;
+          << "moe-expert-parallel: expected ep >= 1, got " << ranks;
       return signalPassFailure();
     }
-    if (ep == 1)
+    if (ranks == 1)
       return;
     SmallVector<LayerOp> layers;
     getOperation().walk([&](LayerOp layer) { layers.push_back(layer); });
     for (LayerOp layer : layers)
-      if (failed(shardLayer(layer, ep)))
+      if (failed(shardLayer(layer, ranks)))
         return signalPassFailure();
   }
 };

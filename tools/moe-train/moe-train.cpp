@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -114,8 +115,9 @@ static Tensor rankRows(const Tensor &batch, const Communicator &c) {
   return part;
 }
 
-/// A test hook: MOE_TEST_FAULT=exit:R:S or hang:R:S makes rank R die or
-/// hang when it reaches step S, to check that the other ranks give up.
+/// A test hook: MOE_TEST_FAULT=kill:R:S or hang:R:S makes rank R die (by
+/// SIGKILL) or hang when it reaches step S, to check that the other ranks
+/// give up.
 static void injectFault(const Communicator &c, int64_t step) {
   const char *spec = std::getenv("MOE_TEST_FAULT");
   if (!spec)
@@ -126,9 +128,10 @@ static void injectFault(const Communicator &c, int64_t step) {
   if (std::sscanf(spec, "%7[a-z]:%d:%lld", kind, &rank, &at) != 3 ||
       rank != c.rank() || at != step)
     return;
-  if (!std::strcmp(kind, "exit")) {
-    std::fprintf(stderr, "moe-train: rank %d: MOE_TEST_FAULT: exiting\n", rank);
-    std::_Exit(9);
+  if (!std::strcmp(kind, "kill")) {
+    std::fprintf(stderr, "moe-train: rank %d: MOE_TEST_FAULT: killed\n", rank);
+    std::fflush(stderr);
+    std::raise(SIGKILL);
   }
   if (!std::strcmp(kind, "hang"))
     for (;;)
@@ -250,10 +253,11 @@ int main(int argc, char **argv) {
     die("--tokens " + std::to_string(tokens) + " must be a multiple of the " +
         std::to_string(comm.size()) + " ranks");
   if (tokens / comm.size() > m.maxTokens)
-    die("--tokens " + std::to_string(tokens) + " (" +
-        std::to_string(tokens / comm.size()) +
-        " per rank) exceeds the bundle's --max-tokens " +
-        std::to_string(m.maxTokens));
+    die("--tokens " + std::to_string(tokens) +
+        (comm.size() > 1
+             ? " (" + std::to_string(tokens / comm.size()) + " per rank)"
+             : std::string()) +
+        " exceeds the bundle's --max-tokens " + std::to_string(m.maxTokens));
 
   Random rng(seed ^ kTokenSeedSalt);
   if (!resumeDir.empty()) {

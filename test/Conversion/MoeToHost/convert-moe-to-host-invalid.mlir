@@ -11,15 +11,6 @@ func.func @layer(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x16x8xf
 
 // -----
 
-func.func @a2a(%rows: tensor<?x8xf32>, %off: tensor<5xi32>) -> tensor<?x8xf32> {
-  // expected-error @+1 {{'moe.all_to_all' op with ep_size = 2 needs the distributed runtime; convert-moe-to-host only lowers ep_size = 1}}
-  %r, %o = moe.all_to_all %rows, %off {ep_size = 2, kind = #moe.all_to_all_kind<dispatch>}
-      : tensor<?x8xf32>, tensor<5xi32> -> tensor<?x8xf32>, tensor<5xi32>
-  return %r : tensor<?x8xf32>
-}
-
-// -----
-
 // Resource limits are checked before code generation, naming the op.
 func.func @huge_topk(%s: tensor<?x262144xf32>) -> tensor<?x2xi32> {
   // expected-error @+1 {{'moe.topk' op needs 1310725 bytes of stack scratch on the host (experts = 262144), more than the 1048576-byte limit}}

@@ -111,3 +111,48 @@ func.func @shared_swiglu_a2a(%x: tensor<?x8xf32>, %g: tensor<4x8xf32>, %u: tenso
       : tensor<?x8xf32>, tensor<5xi32> -> tensor<?x8xf32>, tensor<5xi32>
   return %s, %a, %r, %o : tensor<?x8xf32>, tensor<?x8xf32>, tensor<?x8xf32>, tensor<5xi32>
 }
+
+// -----
+
+// Over several ranks the collectives call the runtime through the module's
+// communicator table: word 0 is the context, 1 the exchange of segment
+// sizes, 2 the exchange of rows, 3 the in-place sum. The rows land in a
+// buffer sized by the exchanged offsets.
+// CHECK: llvm.mlir.global external @moe_comm(dense<0> : tensor<4xi64>) {{.*}} : !llvm.array<4 x i64>
+// CHECK-LABEL: func @collectives
+// CHECK: %[[OUT_OFF:.*]] = memref.alloc() : memref<5xi32>
+// CHECK: %[[T1:.*]] = llvm.mlir.addressof @moe_comm
+// CHECK: llvm.getelementptr %[[T1]][0, 1]
+// CHECK: %[[COUNTS:.*]] = llvm.inttoptr
+// CHECK: llvm.getelementptr %{{.*}}[0, 0]
+// CHECK: %[[CTX:.*]] = llvm.load
+// CHECK: llvm.call %[[COUNTS]](%[[CTX]], %c1_i64, %{{.*}}, %{{.*}}, %c4_i64) : !llvm.ptr, (i64, i64, i64, i64, i64) -> ()
+// CHECK: %[[USED:.*]] = memref.load %[[OUT_OFF]][%c4]
+// CHECK: %[[ROWS:.*]] = arith.index_cast %[[USED]]
+// CHECK: memref.alloc(%[[ROWS]]) : memref<?x8xbf16>
+// CHECK: llvm.getelementptr %{{.*}}[0, 2]
+// CHECK: llvm.call %{{.*}}(%{{.*}}, %c1_i64, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %c4_i64{{[_0-9]*}}, %c16_i64) : !llvm.ptr, (i64, i64, i64, i64, i64, i64, i64, i64) -> ()
+// CHECK: %[[SUM:.*]] = memref.alloc() : memref<4x6xf32>
+// CHECK: memref.copy %{{.*}}, %[[SUM]]
+// CHECK: llvm.getelementptr %{{.*}}[0, 3]
+// CHECK: llvm.call %{{.*}}(%{{.*}}, %{{.*}}, %{{.*}}) : !llvm.ptr, (i64, i64, i64) -> ()
+// CHECK: bufferization.to_tensor %[[SUM]]
+// CHECK-NOT: moe.
+func.func @collectives(%rows: tensor<?x8xbf16>, %off: tensor<5xi32>, %g: tensor<4x6xf32>)
+    -> (tensor<?x8xbf16>, tensor<5xi32>, tensor<4x6xf32>) {
+  %r, %o = moe.all_to_all %rows, %off {ep_size = 2, kind = #moe.all_to_all_kind<combine>}
+      : tensor<?x8xbf16>, tensor<5xi32> -> tensor<?x8xbf16>, tensor<5xi32>
+  %s = moe.all_reduce %g {ep_size = 2} : tensor<4x6xf32>
+  return %r, %o, %s : tensor<?x8xbf16>, tensor<5xi32>, tensor<4x6xf32>
+}
+
+// -----
+
+// One rank: the identity.
+// CHECK-LABEL: func @one_rank
+// CHECK-NOT: llvm.call
+// CHECK: return %arg0
+func.func @one_rank(%g: tensor<4x6xf32>) -> tensor<4x6xf32> {
+  %s = moe.all_reduce %g {ep_size = 1} : tensor<4x6xf32>
+  return %s : tensor<4x6xf32>
+}

@@ -1061,3 +1061,41 @@ func.func @f(%x: tensor<?x64xbf16>, %w: tensor<8x64xbf16>, %s: tensor<?x8xf32>, 
   %a, %b = moe.router_grad %x, %w, %s, %d {scoring = #moe.scoring<softmax>} : tensor<?x64xbf16>, tensor<8x64xbf16>, tensor<?x8xf32>, tensor<?x8xf32> -> tensor<?x64xbf16>, tensor<8x32xf32>
   return
 }
+
+// -----
+
+func.func @f(%g: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{expected ep_size >= 1, got 0}}
+  %s = moe.all_reduce %g {ep_size = 0} : tensor<8xf32>
+  return %s : tensor<8xf32>
+}
+
+// -----
+
+func.func @f(%g: tensor<8xbf16>) -> tensor<8xbf16> {
+  // expected-error @+1 {{operand #0 must be tensor of 32-bit float values}}
+  %s = moe.all_reduce %g {ep_size = 2} : tensor<8xbf16>
+  return %s : tensor<8xbf16>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %wr: tensor<8x8xf32>, %wg: tensor<8x16x8xf32>,
+             %wu: tensor<8x16x8xf32>, %wd: tensor<8x8x16xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{expected ep_size to divide experts (8), got 3}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd)
+         {config = #moe.layer_config<hidden = 8, experts = 8, top_k = 2, ffn = 16, dtype = f32>, ep_size = 3}
+       : (tensor<?x8xf32>, tensor<8x8xf32>, tensor<8x16x8xf32>, tensor<8x16x8xf32>, tensor<8x8x16xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %wr: tensor<8x8xf32>, %wg: tensor<8x16x8xf32>,
+             %wu: tensor<8x16x8xf32>, %wd: tensor<8x8x16xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{expected gate weight of shape [4x16x8], got 'tensor<8x16x8xf32>'}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd)
+         {config = #moe.layer_config<hidden = 8, experts = 8, top_k = 2, ffn = 16, dtype = f32>, ep_size = 2}
+       : (tensor<?x8xf32>, tensor<8x8xf32>, tensor<8x16x8xf32>, tensor<8x16x8xf32>, tensor<8x8x16xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}

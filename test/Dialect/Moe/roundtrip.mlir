@@ -169,3 +169,21 @@ func.func @router_gradients(%x: tensor<?x64xbf16>, %w: tensor<8x64xbf16>,
       -> tensor<?x64xbf16>, tensor<8x64xf32>
   return
 }
+
+// CHECK-LABEL: func @all_reduce
+// CHECK: moe.all_reduce %{{.*}} {ep_size = 2 : i64} : tensor<8x64xf32>
+func.func @all_reduce(%g: tensor<8x64xf32>) -> tensor<8x64xf32> {
+  %s = moe.all_reduce %g {ep_size = 2} : tensor<8x64xf32>
+  return %s : tensor<8x64xf32>
+}
+
+// One rank's share of an expert-parallel layer: 2 of 8 experts.
+// CHECK-LABEL: func @layer_shard
+// CHECK: moe.layer {{.*}}ep_size = 4 : i64
+func.func @layer_shard(%x: tensor<?x8xf32>, %wr: tensor<8x8xf32>, %wg: tensor<2x16x8xf32>,
+                       %wu: tensor<2x16x8xf32>, %wd: tensor<2x8x16xf32>) -> tensor<?x8xf32> {
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd)
+         {config = #moe.layer_config<hidden = 8, experts = 8, top_k = 2, ffn = 16, dtype = f32>, ep_size = 4}
+       : (tensor<?x8xf32>, tensor<8x8xf32>, tensor<2x16x8xf32>, tensor<2x16x8xf32>, tensor<2x8x16xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}
