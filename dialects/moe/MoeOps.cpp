@@ -196,6 +196,10 @@ LogicalResult LayerOp::verify() {
   if (ep < 1 || e % ep != 0)
     return emitOpError() << "expected ep_size to divide experts (" << e
                          << "), got " << ep;
+  if (getEpChunks() < 1 || (getEpChunks() > 1 && ep == 1))
+    return emitOpError() << "expected ep_chunks to be 1, or >= 1 with "
+                            "ep_size > 1, got "
+                         << getEpChunks();
   // Each rank holds E / ep_size experts.
   int64_t local = e / ep;
   if (failed(expectShape(op, "gate weight", getGateWeight(), {local, f, h},
@@ -540,6 +544,51 @@ LogicalResult AllToAllOp::verify() {
     return emitOpError() << "expected ep_size to divide experts (" << *experts
                          << "), got " << ep;
   return verifyResultTypes(*this);
+}
+
+//===----------------------------------------------------------------------===//
+// AllToAllStartOp, AllToAllWaitOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult AllToAllStartOp::verify() {
+  Operation *op = getOperation();
+  if (failed(requireStaticDims(op, "the input", asRanked(getInput()), {1})))
+    return failure();
+  FailureOr<int64_t> experts =
+      getExpertsFromOffsets(op, asRanked(getOffsets()));
+  if (failed(experts))
+    return failure();
+  auto ep = static_cast<int64_t>(getEpSize());
+  if (ep < 2 || ep > *experts || *experts % ep != 0)
+    return emitOpError() << "expected ep_size > 1 dividing experts ("
+                         << *experts << "), got " << ep;
+  if (getOutputOffsets().getType() != getOffsets().getType())
+    return emitOpError() << "expected output offsets of type "
+                         << getOffsets().getType() << ", got "
+                         << getOutputOffsets().getType();
+  Value handle = getHandle();
+  if (!handle.hasOneUse() || !isa<AllToAllWaitOp>(*handle.user_begin()) ||
+      handle.user_begin()->getBlock() != op->getBlock())
+    return emitOpError() << "expected its handle to be used by exactly one "
+                            "moe.all_to_all_wait in the same block";
+  return success();
+}
+
+LogicalResult AllToAllWaitOp::verify() {
+  auto start = getHandle().getDefiningOp<AllToAllStartOp>();
+  if (!start)
+    return emitOpError() << "expected a handle from moe.all_to_all_start";
+  auto input = asRanked(start.getInput());
+  auto output = asRanked(getOutput());
+  if (output.getDimSize(1) != input.getDimSize(1) ||
+      output.getElementType() != input.getElementType() ||
+      !output.isDynamicDim(0))
+    return emitOpError() << "expected result of type "
+                         << RankedTensorType::get(
+                                {ShapedType::kDynamic, input.getDimSize(1)},
+                                input.getElementType())
+                         << " (rows of the start's input), got " << output;
+  return success();
 }
 
 //===----------------------------------------------------------------------===//

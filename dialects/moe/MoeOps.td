@@ -57,7 +57,9 @@ def Moe_LayerOp : Moe_InferredOp<"layer", [Pure, AttrSizedOperandSegments]> {
     With `ep_size = N` (set by `moe-expert-parallel`) the layer is one rank's
     share of an expert-parallel layer: `x` holds this rank's tokens and the
     expert weights only its `E / N` consecutive experts (`[E / N, F, H]`,
-    ...); the router, bias and shared experts are replicated.
+    ...); the router, bias and shared experts are replicated. With
+    `ep_chunks = C > 1` its tokens are exchanged in C chunks so that one
+    chunk's all-to-all overlaps another chunk's expert computation.
 
     ```mlir
     %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd)
@@ -80,7 +82,8 @@ def Moe_LayerOp : Moe_InferredOp<"layer", [Pure, AttrSizedOperandSegments]> {
     Optional<Moe_Activations>:$shared_expert_gate,
     Moe_LayerConfigAttr:$config,
     OptionalAttr<Moe_SmPartitionAttr>:$partition,
-    DefaultValuedAttr<I64Attr, "1">:$ep_size
+    DefaultValuedAttr<I64Attr, "1">:$ep_size,
+    DefaultValuedAttr<I64Attr, "1">:$ep_chunks
   );
   let results = (outs Moe_Activations:$output);
   let assemblyFormat = [{
@@ -331,6 +334,45 @@ def Moe_AllToAllOp : Moe_InferredOp<"all_to_all"> {
     $input `,` $offsets attr-dict `:` type($input) `,` type($offsets) `->`
     type($output) `,` type($output_offsets)
   }];
+  let hasVerifier = 1;
+}
+
+def Moe_AllToAllStartOp : Moe_Op<"all_to_all_start"> {
+  let summary = "Start an all-to-all that completes at its wait";
+  let description = [{
+    `moe.all_to_all` split in two so that work placed between the halves
+    overlaps the exchange: the segment sizes are exchanged here (the
+    result `output_offsets` is ready at once), the rows move in the
+    background, and `moe.all_to_all_wait` on `handle` returns them.
+    Attributes and layouts are those of `moe.all_to_all`. Every start has
+    exactly one wait, later in the same block.
+
+    ```mlir
+    %h, %recv_offsets = moe.all_to_all_start %rows, %offsets
+        {ep_size = 4, kind = #moe.all_to_all_kind<dispatch>}
+        : tensor<?x64xbf16>, tensor<17xi32> -> tensor<17xi32>
+    %recv = moe.all_to_all_wait %h : tensor<?x64xbf16>
+    ```
+  }];
+  let arguments = (ins Moe_Activations:$input, Moe_I32Vector:$offsets,
+                       I64Attr:$ep_size, Moe_AllToAllKindAttr:$kind);
+  let results = (outs I64:$handle, Moe_I32Vector:$output_offsets);
+  let assemblyFormat = [{
+    $input `,` $offsets attr-dict `:` type($input) `,` type($offsets) `->`
+    type($output_offsets)
+  }];
+  let hasVerifier = 1;
+}
+
+def Moe_AllToAllWaitOp : Moe_Op<"all_to_all_wait"> {
+  let summary = "Wait for the rows of a started all-to-all";
+  let description = [{
+    The rows `moe.all_to_all_start` sent to this rank, laid out by its
+    `output_offsets`: `[?, H]` with the element type of the start's input.
+  }];
+  let arguments = (ins I64:$handle);
+  let results = (outs Moe_Activations:$output);
+  let assemblyFormat = "$handle attr-dict `:` type($output)";
   let hasVerifier = 1;
 }
 

@@ -85,6 +85,11 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
            "use --target=host";
   if (o.ep < 1 || o.ep > 4096)
     return "--ep must be in [1, 4096], got " + std::to_string(o.ep);
+  if (o.epChunks < 1 || o.epChunks > 64)
+    return "--ep-chunks must be in [1, 64], got " + std::to_string(o.epChunks);
+  if (o.epChunks > 1 && o.ep == 1)
+    return "--ep-chunks needs --ep > 1 (chunks overlap expert-parallel "
+           "exchanges)";
   if (o.ep > 1 && (!o.train || o.target != "host"))
     return "--ep: expert parallelism is compiled into host training steps "
            "only; add --train and use --target=host";
@@ -327,7 +332,8 @@ CompileResult mlir::moe::compile(const std::string &input,
   LayerConfigAttr config = layer.getConfig();
   if (options.ep > 1) {
     PassManager pm(&context);
-    pm.addPass(createMoeExpertParallel(MoeExpertParallelOptions{options.ep}));
+    pm.addPass(createMoeExpertParallel(
+        MoeExpertParallelOptions{options.ep, options.epChunks}));
     if (failed(pm.run(*module))) {
       if (result.diagnostics.empty())
         result.error = "moe-expert-parallel failed";
@@ -494,6 +500,7 @@ std::string mlir::moe::cacheKey(const std::string &input, InputKind kind,
   field("ptxas", o.ptxas);
   field("train", o.train ? "1" : "0");
   field("ep", std::to_string(o.ep));
+  field("ep-chunks", std::to_string(o.epChunks));
   field("weight-names", o.weightNames);
   field("mcpu", cpu);
   return llvm::toHex(hash.final(), /*LowerCase=*/true);

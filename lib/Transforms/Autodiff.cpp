@@ -87,37 +87,86 @@ LayerGradients mlir::moe::buildLayerBackward(OpBuilder &b, LayerOp layer,
   Value x = layer.getInput();
   // combine -> down projection -> SwiGLU -> gate/up projections -> dispatch.
   auto ep = static_cast<int64_t>(layer.getEpSize());
-  auto combine =
-      CombineGradOp::create(b, loc, dy, fwd.down, fwd.rowMap, fwd.weights);
+  size_t chunkCount = fwd.chunks.size();
+  bool chunked = chunkCount > 1;
+  auto sum = [&](Value total, Value part) -> Value {
+    return total ? Value(arith::AddFOp::create(b, loc, total, part)) : part;
+  };
   // With expert parallelism the gradients of the expert outputs go to the
-  // experts' ranks, and those of the expert inputs come back.
-  Value dDown = combine.getRowsGrad();
+  // experts' ranks, and those of the expert inputs come back, chunk by
+  // chunk as in the forward pass.
+  SmallVector<Value> dDowns, offsets, weightGrads;
+  for (const ExpertChunk &chunk : fwd.chunks) {
+    Value dyc = dy, weights = fwd.weights;
+    if (chunked) {
+      dyc = sliceRows(b, loc, dy, chunk.begin, chunk.size);
+      weights = sliceRows(b, loc, weights, chunk.begin, chunk.size);
+    }
+    auto combine =
+        CombineGradOp::create(b, loc, dyc, chunk.down, chunk.rowMap, weights);
+    dDowns.push_back(combine.getRowsGrad());
+    offsets.push_back(chunk.offsets);
+    weightGrads.push_back(combine.getWeightsGrad());
+  }
+  ExchangeStarts sent;
   if (ep > 1)
-    dDown = AllToAllOp::create(b, loc, dDown, fwd.offsets, ep,
-                               AllToAllKind::Dispatch)
-                .getOutput();
-  Value offsets = fwd.localOffsets;
-  Value dAct =
-      GroupedMatmulDxOp::create(b, loc, dDown, copy.getDownWeight(), offsets);
-  Value gDown = GroupedMatmulDwOp::create(b, loc, fwd.act, dDown, offsets);
-  auto swiglu = SwiGLUGradOp::create(b, loc, fwd.gate, fwd.up, dAct);
-  Value dGate = swiglu.getGateGrad(), dUp = swiglu.getUpGrad();
-  Value dRows = arith::AddFOp::create(
-      b, loc,
-      GroupedMatmulDxOp::create(b, loc, dGate, copy.getGateWeight(), offsets),
-      GroupedMatmulDxOp::create(b, loc, dUp, copy.getUpWeight(), offsets));
-  Value gGate =
-      GroupedMatmulDwOp::create(b, loc, fwd.localRows, dGate, offsets);
-  Value gUp = GroupedMatmulDwOp::create(b, loc, fwd.localRows, dUp, offsets);
+    sent = startExchange(b, loc, dDowns, offsets, ep, AllToAllKind::Dispatch);
+  Value gDown, gGate, gUp;
+  SmallVector<Value> dRowsLocal, recvOffsets;
+  for (size_t c = 0; c < chunkCount; ++c) {
+    const ExpertChunk &chunk = fwd.chunks[c];
+    Value dDown = ep > 1 ? finishExchange(b, loc, sent, c) : dDowns[c];
+    Value off = chunk.localOffsets;
+    Value dAct =
+        GroupedMatmulDxOp::create(b, loc, dDown, copy.getDownWeight(), off);
+    gDown =
+        sum(gDown, GroupedMatmulDwOp::create(b, loc, chunk.act, dDown, off));
+    auto swiglu = SwiGLUGradOp::create(b, loc, chunk.gate, chunk.up, dAct);
+    Value dGate = swiglu.getGateGrad(), dUp = swiglu.getUpGrad();
+    dRowsLocal.push_back(arith::AddFOp::create(
+        b, loc,
+        GroupedMatmulDxOp::create(b, loc, dGate, copy.getGateWeight(), off),
+        GroupedMatmulDxOp::create(b, loc, dUp, copy.getUpWeight(), off)));
+    recvOffsets.push_back(chunk.recvOffsets);
+    gGate = sum(gGate,
+                GroupedMatmulDwOp::create(b, loc, chunk.localRows, dGate, off));
+    gUp =
+        sum(gUp, GroupedMatmulDwOp::create(b, loc, chunk.localRows, dUp, off));
+  }
+  ExchangeStarts returned;
   if (ep > 1)
-    dRows = AllToAllOp::create(b, loc, dRows, fwd.recvOffsets, ep,
-                               AllToAllKind::Combine)
-                .getOutput();
-  Value dx = DispatchGradOp::create(b, loc, dRows, fwd.rowMap);
+    returned = startExchange(b, loc, dRowsLocal, recvOffsets, ep,
+                             AllToAllKind::Combine);
+  Value dx, weightsGrad;
+  for (size_t c = 0; c < chunkCount; ++c) {
+    const ExpertChunk &chunk = fwd.chunks[c];
+    Value dRows = ep > 1 ? finishExchange(b, loc, returned, c) : dRowsLocal[c];
+    Value dxc = DispatchGradOp::create(b, loc, dRows, chunk.rowMap);
+    if (!chunked) {
+      dx = dxc;
+      weightsGrad = weightGrads[c];
+      continue;
+    }
+    if (!dx) {
+      Value tokens = tensor::DimOp::create(b, loc, x, 0);
+      auto empty = [&](Value like) -> Value {
+        auto type = cast<RankedTensorType>(like.getType());
+        return tensor::EmptyOp::create(
+            b, loc,
+            RankedTensorType::get({ShapedType::kDynamic, type.getDimSize(1)},
+                                  type.getElementType()),
+            ValueRange{tokens});
+      };
+      dx = empty(dxc);
+      weightsGrad = empty(weightGrads[c]);
+    }
+    dx = insertRows(b, loc, dxc, dx, chunk.begin);
+    weightsGrad = insertRows(b, loc, weightGrads[c], weightsGrad, chunk.begin);
+  }
 
   // Routing weights -> selected scores -> router.
   Value dScores = TopKGradOp::create(
-      b, loc, fwd.scores, fwd.indices, combine.getWeightsGrad(),
+      b, loc, fwd.scores, fwd.indices, weightsGrad,
       config.getNormTopkProb() ? b.getUnitAttr() : UnitAttr(),
       b.getF64FloatAttr(config.getRoutedScaleValue()));
   auto router = RouterGradOp::create(

@@ -34,6 +34,70 @@ Value mlir::moe::localExpertOffsets(OpBuilder &b, Location loc,
       b.getDenseI64ArrayAttr({ep}));
 }
 
+Value mlir::moe::chunkBound(OpBuilder &b, Location loc, Value tokens,
+                            int64_t chunk, int64_t chunks) {
+  // floor(chunk * T / chunks): chunk sizes differ by at most one token.
+  Value scaled = arith::MulIOp::create(
+      b, loc, tokens, arith::ConstantIndexOp::create(b, loc, chunk));
+  return arith::DivUIOp::create(b, loc, scaled,
+                                arith::ConstantIndexOp::create(b, loc, chunks));
+}
+
+Value mlir::moe::sliceRows(OpBuilder &b, Location loc, Value tensor,
+                           Value begin, Value size) {
+  auto type = cast<RankedTensorType>(tensor.getType());
+  auto sliced = RankedTensorType::get(
+      {ShapedType::kDynamic, type.getDimSize(1)}, type.getElementType());
+  SmallVector<OpFoldResult> offsets{begin, b.getIndexAttr(0)};
+  SmallVector<OpFoldResult> sizes{size, b.getIndexAttr(type.getDimSize(1))};
+  SmallVector<OpFoldResult> strides{b.getIndexAttr(1), b.getIndexAttr(1)};
+  return tensor::ExtractSliceOp::create(b, loc, sliced, tensor, offsets, sizes,
+                                        strides);
+}
+
+Value mlir::moe::insertRows(OpBuilder &b, Location loc, Value part, Value whole,
+                            Value begin) {
+  auto type = cast<RankedTensorType>(part.getType());
+  Value rows = tensor::DimOp::create(b, loc, part, 0);
+  SmallVector<OpFoldResult> offsets{begin, b.getIndexAttr(0)};
+  SmallVector<OpFoldResult> sizes{rows, b.getIndexAttr(type.getDimSize(1))};
+  SmallVector<OpFoldResult> strides{b.getIndexAttr(1), b.getIndexAttr(1)};
+  return tensor::InsertSliceOp::create(b, loc, part, whole, offsets, sizes,
+                                       strides);
+}
+
+ExchangeStarts mlir::moe::startExchange(OpBuilder &b, Location loc,
+                                        ArrayRef<Value> inputs,
+                                        ArrayRef<Value> offsets, int64_t ep,
+                                        AllToAllKind kind) {
+  ExchangeStarts starts;
+  for (auto [input, off] : llvm::zip(inputs, offsets)) {
+    if (inputs.size() == 1) {
+      auto exchange = AllToAllOp::create(b, loc, input, off, ep, kind);
+      starts.outputs.push_back(exchange.getOutput());
+      starts.outputOffsets.push_back(exchange.getOutputOffsets());
+      continue;
+    }
+    auto start = AllToAllStartOp::create(b, loc, b.getI64Type(), off.getType(),
+                                         input, off, ep, kind);
+    starts.handles.push_back(start.getHandle());
+    starts.types.push_back(RankedTensorType::get(
+        {ShapedType::kDynamic,
+         cast<RankedTensorType>(input.getType()).getDimSize(1)},
+        cast<RankedTensorType>(input.getType()).getElementType()));
+    starts.outputOffsets.push_back(start.getOutputOffsets());
+  }
+  return starts;
+}
+
+Value mlir::moe::finishExchange(OpBuilder &b, Location loc,
+                                const ExchangeStarts &starts, size_t chunk) {
+  if (starts.handles.empty())
+    return starts.outputs[chunk];
+  return AllToAllWaitOp::create(b, loc, starts.types[chunk],
+                                starts.handles[chunk]);
+}
+
 DecomposedLayer mlir::moe::decomposeLayer(OpBuilder &b, LayerOp layer,
                                           int64_t alignment) {
   LayerConfigAttr config = layer.getConfig();
@@ -48,34 +112,89 @@ DecomposedLayer mlir::moe::decomposeLayer(OpBuilder &b, LayerOp layer,
                              config.getTopkGroups(), config.getGroupScore(),
                              config.getNormTopkProb(), config.getRoutedScale());
 
-  auto dispatch = DispatchOp::create(b, loc, x, topk.getIndices(),
-                                     config.getExperts(), alignment);
-  Value offsets = dispatch.getOffsets();
   // Expert parallelism: the dispatched rows go to the ranks that own their
-  // experts and the expert outputs come back.
+  // experts and the expert outputs come back. With several chunks, every
+  // chunk's exchange starts before any chunk's experts run, so the
+  // exchanges of the later chunks overlap the experts of the earlier ones.
   auto ep = static_cast<int64_t>(layer.getEpSize());
-  Value rows = dispatch.getRows(), recvOffsets = offsets,
-        localOffsets = offsets;
-  if (ep > 1) {
-    auto exchange =
-        AllToAllOp::create(b, loc, rows, offsets, ep, AllToAllKind::Dispatch);
-    rows = exchange.getOutput();
-    recvOffsets = exchange.getOutputOffsets();
-    localOffsets = localExpertOffsets(b, loc, recvOffsets, ep);
+  int64_t chunkCount = ep > 1 ? static_cast<int64_t>(layer.getEpChunks()) : 1;
+  DecomposedLayer result;
+  result.indices = topk.getIndices();
+  result.weights = topk.getWeights();
+  result.scores = scores;
+  Value tokens;
+  if (chunkCount > 1)
+    tokens = tensor::DimOp::create(b, loc, x, 0);
+  SmallVector<Value> rows, offsets;
+  for (int64_t c = 0; c < chunkCount; ++c) {
+    ExpertChunk chunk;
+    Value xc = x, ids = topk.getIndices();
+    if (chunkCount > 1) {
+      chunk.begin = chunkBound(b, loc, tokens, c, chunkCount);
+      Value end = chunkBound(b, loc, tokens, c + 1, chunkCount);
+      chunk.size = arith::SubIOp::create(b, loc, end, chunk.begin);
+      xc = sliceRows(b, loc, x, chunk.begin, chunk.size);
+      ids = sliceRows(b, loc, ids, chunk.begin, chunk.size);
+    }
+    auto dispatch =
+        DispatchOp::create(b, loc, xc, ids, config.getExperts(), alignment);
+    chunk.rows = chunk.localRows = dispatch.getRows();
+    chunk.offsets = chunk.recvOffsets = chunk.localOffsets =
+        dispatch.getOffsets();
+    chunk.rowMap = dispatch.getRowMap();
+    rows.push_back(chunk.rows);
+    offsets.push_back(chunk.offsets);
+    result.chunks.push_back(chunk);
   }
-  Value gate = GroupedMatmulOp::create(b, loc, rows, layer.getGateWeight(),
-                                       localOffsets);
-  Value up =
-      GroupedMatmulOp::create(b, loc, rows, layer.getUpWeight(), localOffsets);
-  Value act = SwiGLUOp::create(b, loc, gate, up);
-  Value down =
-      GroupedMatmulOp::create(b, loc, act, layer.getDownWeight(), localOffsets);
+  ExchangeStarts sent;
   if (ep > 1)
-    down =
-        AllToAllOp::create(b, loc, down, recvOffsets, ep, AllToAllKind::Combine)
-            .getOutput();
-  Value out =
-      CombineOp::create(b, loc, down, dispatch.getRowMap(), topk.getWeights());
+    sent = startExchange(b, loc, rows, offsets, ep, AllToAllKind::Dispatch);
+
+  SmallVector<Value> downs, recvOffsets;
+  for (size_t c = 0; c < result.chunks.size(); ++c) {
+    ExpertChunk &chunk = result.chunks[c];
+    if (ep > 1) {
+      chunk.localRows = finishExchange(b, loc, sent, c);
+      chunk.recvOffsets = sent.outputOffsets[c];
+      chunk.localOffsets = localExpertOffsets(b, loc, chunk.recvOffsets, ep);
+    }
+    chunk.gate = GroupedMatmulOp::create(
+        b, loc, chunk.localRows, layer.getGateWeight(), chunk.localOffsets);
+    chunk.up = GroupedMatmulOp::create(b, loc, chunk.localRows,
+                                       layer.getUpWeight(), chunk.localOffsets);
+    chunk.act = SwiGLUOp::create(b, loc, chunk.gate, chunk.up);
+    chunk.down = GroupedMatmulOp::create(
+        b, loc, chunk.act, layer.getDownWeight(), chunk.localOffsets);
+    downs.push_back(chunk.down);
+    recvOffsets.push_back(chunk.recvOffsets);
+  }
+  ExchangeStarts returned;
+  if (ep > 1)
+    returned =
+        startExchange(b, loc, downs, recvOffsets, ep, AllToAllKind::Combine);
+
+  Value out;
+  for (size_t c = 0; c < result.chunks.size(); ++c) {
+    ExpertChunk &chunk = result.chunks[c];
+    if (ep > 1)
+      chunk.down = finishExchange(b, loc, returned, c);
+    Value weights = topk.getWeights();
+    if (chunkCount > 1)
+      weights = sliceRows(b, loc, weights, chunk.begin, chunk.size);
+    Value part = CombineOp::create(b, loc, chunk.down, chunk.rowMap, weights);
+    if (chunkCount == 1) {
+      out = part;
+      continue;
+    }
+    if (!out) {
+      auto partType = cast<RankedTensorType>(part.getType());
+      out = tensor::EmptyOp::create(
+          b, loc,
+          RankedTensorType::get(partType.getShape(), partType.getElementType()),
+          ValueRange{tokens});
+    }
+    out = insertRows(b, loc, part, out, chunk.begin);
+  }
 
   if (config.hasSharedExperts()) {
     Value shared = SharedExpertOp::create(
@@ -86,21 +205,7 @@ DecomposedLayer mlir::moe::decomposeLayer(OpBuilder &b, LayerOp layer,
   // The layer may declare a more static result type than its input's.
   if (out.getType() != layer.getType())
     out = tensor::CastOp::create(b, loc, layer.getType(), out);
-  DecomposedLayer result;
   result.output = out;
-  result.indices = topk.getIndices();
-  result.weights = topk.getWeights();
-  result.scores = scores;
-  result.rows = dispatch.getRows();
-  result.offsets = offsets;
-  result.localRows = rows;
-  result.recvOffsets = recvOffsets;
-  result.localOffsets = localOffsets;
-  result.rowMap = dispatch.getRowMap();
-  result.gate = gate;
-  result.up = up;
-  result.act = act;
-  result.down = down;
   return result;
 }
 

@@ -21,7 +21,7 @@ using namespace mlir::moe;
 namespace {
 
 /// Narrows the expert weights of `layer` to `ep`-th of its experts.
-LogicalResult shardLayer(LayerOp layer, int64_t ep) {
+LogicalResult shardLayer(LayerOp layer, int64_t ep, int64_t chunks) {
   int64_t experts = layer.getConfig().getExperts();
   if (layer.getEpSize() != 1)
     return layer.emitOpError()
@@ -54,6 +54,7 @@ LogicalResult shardLayer(LayerOp layer, int64_t ep) {
     arg.setType(RankedTensorType::get(shape, type.getElementType()));
   }
   layer.setEpSize(ep);
+  layer.setEpChunks(chunks);
   SmallVector<Type> inputs(func.getBody().front().getArgumentTypes());
   func.setFunctionType(
       FunctionType::get(func.getContext(), inputs, func.getResultTypes()));
@@ -71,12 +72,18 @@ struct MoeExpertParallel
           << "moe-expert-parallel: expected ep >= 1, got " << ranks;
       return signalPassFailure();
     }
+    int64_t pieces = chunks;
+    if (pieces < 1) {
+      emitError(getOperation().getLoc())
+          << "moe-expert-parallel: expected chunks >= 1, got " << pieces;
+      return signalPassFailure();
+    }
     if (ranks == 1)
       return;
     SmallVector<LayerOp> layers;
     getOperation().walk([&](LayerOp layer) { layers.push_back(layer); });
     for (LayerOp layer : layers)
-      if (failed(shardLayer(layer, ranks)))
+      if (failed(shardLayer(layer, ranks, pieces)))
         return signalPassFailure();
   }
 };

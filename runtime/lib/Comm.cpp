@@ -10,9 +10,13 @@
 #include "moe/runtime/CommAbi.h"
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <dlfcn.h>
+#include <functional>
+#include <thread>
 
 namespace moe::rt {
 
@@ -25,13 +29,17 @@ double steadySeconds() {
 }
 
 std::vector<CommEvent> Communicator::takeEvents() {
+  std::lock_guard<std::mutex> lock(eventsMutex);
   std::vector<CommEvent> taken;
   taken.swap(events);
   return taken;
 }
 
-void Communicator::record(const char *name, double start, uint64_t bytes) {
-  events.push_back({name, start, steadySeconds() - start, bytes});
+void Communicator::record(const std::string &name, double start, uint64_t bytes,
+                          bool compute) {
+  double end = steadySeconds();
+  std::lock_guard<std::mutex> lock(eventsMutex);
+  events.push_back({name, start, end - start, bytes, compute});
 }
 
 namespace {
@@ -92,10 +100,6 @@ using CreateMpi = Communicator *(*)(double, char *, size_t);
 // What compiled code calls
 //===----------------------------------------------------------------------===//
 
-Communicator &fromContext(int64_t context) {
-  return *reinterpret_cast<Communicator *>(static_cast<intptr_t>(context));
-}
-
 /// Checks the offsets compiled code hands over; a broken table is a bug in
 /// the compiler, not a user error, but it must not become a wild copy.
 void checkOffsets(Communicator &comm, const int32_t *offsets, int64_t experts,
@@ -107,11 +111,8 @@ void checkOffsets(Communicator &comm, const int32_t *offsets, int64_t experts,
                  70);
 }
 
-void exchangeCounts(int64_t context, int64_t kind, int64_t inAddress,
-                    int64_t outAddress, int64_t experts) {
-  Communicator &comm = fromContext(context);
-  auto *in = reinterpret_cast<const int32_t *>(inAddress);
-  auto *out = reinterpret_cast<int32_t *>(outAddress);
+void exchangeCounts(Communicator &comm, int64_t kind, const int32_t *in,
+                    int32_t *out, int64_t experts) {
   checkOffsets(comm, in, experts, "input");
   int n = comm.size();
   int64_t local = experts / n;
@@ -141,15 +142,9 @@ void exchangeCounts(int64_t context, int64_t kind, int64_t inAddress,
   }
 }
 
-void exchangeRows(int64_t context, int64_t kind, int64_t inAddress,
-                  int64_t inOffsetsAddress, int64_t outAddress,
-                  int64_t outOffsetsAddress, int64_t experts,
-                  int64_t rowBytes) {
-  Communicator &comm = fromContext(context);
-  auto *in = reinterpret_cast<const char *>(inAddress);
-  auto *out = reinterpret_cast<char *>(outAddress);
-  auto *inOff = reinterpret_cast<const int32_t *>(inOffsetsAddress);
-  auto *outOff = reinterpret_cast<const int32_t *>(outOffsetsAddress);
+void exchangeRows(Communicator &comm, int64_t kind, const char *in,
+                  const int32_t *inOff, char *out, const int32_t *outOff,
+                  int64_t experts, int64_t rowBytes) {
   size_t n = static_cast<size_t>(comm.size());
   int64_t local = experts / static_cast<int64_t>(n);
   auto bytesOf = [&](int64_t rows) {
@@ -199,18 +194,179 @@ void exchangeRows(int64_t context, int64_t kind, int64_t inAddress,
   }
 }
 
-void allReduce(int64_t context, int64_t address, int64_t count) {
-  fromContext(context).allReduceSum(reinterpret_cast<float *>(address),
-                                    static_cast<size_t>(count));
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// The context of compiled code: a thread that runs its collectives
+//===----------------------------------------------------------------------===//
+
+struct CommContext::State {
+  explicit State(Communicator &comm) : comm(comm) {
+    worker = std::thread([this] { work(); });
+  }
+  ~State() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stop = true;
+    }
+    wake.notify_all();
+    worker.join();
+  }
+
+  /// Queues `task`; returns its ticket. Tasks run in submission order.
+  int64_t submit(std::function<void()> task) {
+    std::lock_guard<std::mutex> lock(mutex);
+    queue.push_back(std::move(task));
+    wake.notify_all();
+    return ++submitted;
+  }
+  void waitFor(int64_t ticket) {
+    std::unique_lock<std::mutex> lock(mutex);
+    done.wait(lock, [&] { return finished >= ticket; });
+  }
+  void run(std::function<void()> task) { waitFor(submit(std::move(task))); }
+
+  /// Compiled code calls in: the code ran since the last call returned.
+  void enter(const char *call) {
+    comm.record("compute after " + lastCall, lastReturn, 0, /*compute=*/true);
+    lastCall = call;
+  }
+  void leave() { lastReturn = steadySeconds(); }
+
+  Communicator &comm;
+  double lastReturn = 0;
+  std::string lastCall = "entry";
+
+private:
+  void work() {
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        wake.wait(lock, [&] { return stop || !queue.empty(); });
+        if (queue.empty())
+          return;
+        task = std::move(queue.front());
+        queue.pop_front();
+      }
+      task();
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        ++finished;
+      }
+      done.notify_all();
+    }
+  }
+
+  std::thread worker;
+  std::mutex mutex;
+  std::condition_variable wake, done;
+  std::deque<std::function<void()>> queue;
+  int64_t submitted = 0, finished = 0;
+  bool stop = false;
+};
+
+namespace {
+
+using State = CommContext::State;
+
+State &fromContext(int64_t context) {
+  return *reinterpret_cast<State *>(static_cast<intptr_t>(context));
+}
+template <typename T> T *pointer(int64_t address) {
+  return reinterpret_cast<T *>(static_cast<intptr_t>(address));
+}
+
+void callExchangeCounts(int64_t context, int64_t kind, int64_t in, int64_t out,
+                        int64_t experts) {
+  State &s = fromContext(context);
+  s.enter("all-to-all sizes");
+  s.run([&] {
+    exchangeCounts(s.comm, kind, pointer<const int32_t>(in),
+                   pointer<int32_t>(out), experts);
+  });
+  s.leave();
+}
+
+void callExchangeRows(int64_t context, int64_t kind, int64_t in, int64_t inOff,
+                      int64_t out, int64_t outOff, int64_t experts,
+                      int64_t rowBytes) {
+  State &s = fromContext(context);
+  s.enter("all-to-all");
+  s.run([&] {
+    exchangeRows(s.comm, kind, pointer<const char>(in),
+                 pointer<const int32_t>(inOff), pointer<char>(out),
+                 pointer<const int32_t>(outOff), experts, rowBytes);
+  });
+  s.leave();
+}
+
+int64_t callStartRows(int64_t context, int64_t kind, int64_t in, int64_t inOff,
+                      int64_t out, int64_t outOff, int64_t experts,
+                      int64_t rowBytes) {
+  State &s = fromContext(context);
+  s.enter("all-to-all start");
+  // The code may reuse its input buffers once this returns: copy them.
+  auto *inOffsets = pointer<const int32_t>(inOff);
+  auto *outOffsets = pointer<const int32_t>(outOff);
+  auto copies = std::make_shared<std::vector<int32_t>>(inOffsets,
+                                                       inOffsets + experts + 1);
+  copies->insert(copies->end(), outOffsets, outOffsets + experts + 1);
+  auto rows = std::make_shared<std::vector<char>>(
+      pointer<const char>(in),
+      pointer<const char>(in) +
+          static_cast<size_t>(inOffsets[experts]) * rowBytes);
+  int64_t ticket = s.submit([&s, kind, copies, rows, out, experts, rowBytes] {
+    exchangeRows(s.comm, kind, rows->data(), copies->data(), pointer<char>(out),
+                 copies->data() + experts + 1, experts, rowBytes);
+  });
+  s.leave();
+  return ticket;
+}
+
+void callWait(int64_t context, int64_t ticket) {
+  State &s = fromContext(context);
+  s.enter("all-to-all wait");
+  s.waitFor(ticket);
+  s.leave();
+}
+
+void callAllReduce(int64_t context, int64_t address, int64_t count) {
+  State &s = fromContext(context);
+  s.enter("all-reduce");
+  s.run([&] {
+    s.comm.allReduceSum(pointer<float>(address), static_cast<size_t>(count));
+  });
+  s.leave();
 }
 
 } // namespace
 
-std::vector<int64_t> commTableFunctions() {
-  return {reinterpret_cast<int64_t>(&exchangeCounts),
-          reinterpret_cast<int64_t>(&exchangeRows),
-          reinterpret_cast<int64_t>(&allReduce)};
+CommContext::CommContext(Communicator &comm)
+    : state(std::make_unique<State>(comm)) {}
+CommContext::~CommContext() = default;
+
+std::vector<int64_t> CommContext::table() {
+  std::vector<int64_t> words(comm::kSlotCount);
+  auto set = [&](comm::Slot slot, auto *function) {
+    words[static_cast<size_t>(slot)] = reinterpret_cast<int64_t>(function);
+  };
+  words[static_cast<size_t>(comm::Slot::Context)] =
+      reinterpret_cast<int64_t>(state.get());
+  set(comm::Slot::ExchangeCounts, &callExchangeCounts);
+  set(comm::Slot::ExchangeRows, &callExchangeRows);
+  set(comm::Slot::AllReduce, &callAllReduce);
+  set(comm::Slot::StartRows, &callStartRows);
+  set(comm::Slot::Wait, &callWait);
+  return words;
 }
+
+void CommContext::enterCode() {
+  state->lastCall = "entry";
+  state->leave();
+}
+
+void CommContext::leaveCode() { state->enter("exit"); }
 
 std::unique_ptr<Communicator> createLocalCommunicator() {
   return std::make_unique<LocalCommunicator>();

@@ -9,6 +9,7 @@
 #include "moe/runtime/CommAbi.h"
 #include "moe/runtime/Layer.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <dlfcn.h>
@@ -25,10 +26,13 @@ using PackedEntry = void (*)(void **);
 
 class HostBackend : public Backend {
 public:
-  HostBackend(void *handle, PackedEntry entry) : handle(handle), entry(entry) {}
+  HostBackend(void *handle, PackedEntry entry, int fd)
+      : handle(handle), entry(entry), fd(fd) {}
   ~HostBackend() override {
+    context.reset();
     if (handle)
       dlclose(handle);
+    ::close(fd);
   }
 
   Status run(const std::vector<const Tensor *> &arguments) override {
@@ -41,12 +45,9 @@ public:
       return Status::failure("the bundle's shared object has no "
                              "communicator table; it was compiled without "
                              "--ep");
-    std::vector<int64_t> functions = commTableFunctions();
-    table[static_cast<int>(comm::Slot::Context)] =
-        reinterpret_cast<int64_t>(comm);
-    table[static_cast<int>(comm::Slot::ExchangeCounts)] = functions[0];
-    table[static_cast<int>(comm::Slot::ExchangeRows)] = functions[1];
-    table[static_cast<int>(comm::Slot::AllReduce)] = functions[2];
+    context = std::make_unique<CommContext>(*comm);
+    std::vector<int64_t> words = context->table();
+    std::copy(words.begin(), words.end(), table);
     return Status::success();
   }
 
@@ -61,6 +62,8 @@ public:
 
 private:
   Status call(PackedEntry fn, const std::vector<const Tensor *> &arguments) {
+    if (context)
+      context->enterCode();
     // A descriptor of rank r: allocated and aligned pointers, offset, r
     // sizes, r strides; all 8-byte words on 64-bit hosts.
     std::vector<std::vector<int64_t>> descriptors;
@@ -83,11 +86,19 @@ private:
       argv.push_back(descriptors.back().data());
     }
     fn(argv.data());
+    if (context)
+      context->leaveCode();
     return Status::success();
   }
 
   void *handle;
   PackedEntry entry;
+  /// The memory file stays open while the code is loaded: dlopen finds a
+  /// loaded object by its path, and a closed descriptor's number (and so
+  /// the path) would be reused by the next layer, which would then share
+  /// this one's code and globals (its communicator table).
+  int fd;
+  std::unique_ptr<CommContext> context;
 };
 
 } // namespace
@@ -121,17 +132,19 @@ Expected<std::unique_ptr<Backend>> createHostBackend(const Bundle &bundle) {
   }
   std::string path = "/proc/self/fd/" + std::to_string(fd);
   void *handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  ::close(fd);
-  if (!handle)
+  if (!handle) {
+    ::close(fd);
     return Result::error(
         std::string("cannot load the bundle's shared object: ") + dlerror());
+  }
   auto entry = reinterpret_cast<PackedEntry>(dlsym(handle, m.entry.c_str()));
   if (!entry) {
     dlclose(handle);
+    ::close(fd);
     return Result::error("the bundle's shared object has no entry point '" +
                          m.entry + "'");
   }
-  return std::unique_ptr<Backend>(new HostBackend(handle, entry));
+  return std::unique_ptr<Backend>(new HostBackend(handle, entry, fd));
 }
 
 } // namespace moe::rt

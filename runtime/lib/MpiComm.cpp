@@ -159,10 +159,17 @@ moe_comm_mpi_create(double timeoutSeconds, char *error, size_t errorSize) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
+    // Compiled code's collectives run on a thread of their own, never two
+    // calls at once.
     int provided = 0;
-    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) !=
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) !=
         MPI_SUCCESS) {
       std::snprintf(error, errorSize, "MPI_Init_thread failed");
+      return nullptr;
+    }
+    if (provided < MPI_THREAD_SERIALIZED) {
+      std::snprintf(error, errorSize,
+                    "this MPI does not support MPI_THREAD_SERIALIZED");
       return nullptr;
     }
   }

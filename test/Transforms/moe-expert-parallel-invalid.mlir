@@ -34,3 +34,5 @@ func.func @sharded(%x: tensor<?x8xf32>, %wr: tensor<8x8xf32>, %wg: tensor<4x16x8
        : (tensor<?x8xf32>, tensor<8x8xf32>, tensor<4x16x8xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>) -> tensor<?x8xf32>
   return %y : tensor<?x8xf32>
 }
+// RUN: not moe-opt %s --moe-expert-parallel="ep=2 chunks=0" 2>&1 | FileCheck %s --check-prefix=CHUNKS
+// CHUNKS: error: moe-expert-parallel: expected chunks >= 1, got 0

@@ -37,3 +37,34 @@ func.func @layer(%x: tensor<?x8xf32>, %wr: tensor<8x8xf32>, %wg: tensor<8x16x8xf
        : (tensor<?x8xf32>, tensor<8x8xf32>, tensor<8x16x8xf32>, tensor<8x16x8xf32>, tensor<8x8x16xf32>) -> tensor<?x8xf32>
   return %y : tensor<?x8xf32>
 }
+
+// With chunks, every chunk's exchange starts before the first chunk's
+// experts run, and each chunk's outputs start back before the combines.
+// RUN: moe-opt %s --moe-expert-parallel="ep=4 chunks=2" --moe-decompose-layer=alignment=1 | FileCheck %s --check-prefix=CHUNKS
+// CHUNKS: %[[T:.*]] = tensor.dim %arg0, %c0
+// CHUNKS: %[[X0:.*]] = tensor.extract_slice %arg0[%{{.*}}, 0] [%{{.*}}, 8] [1, 1] : tensor<?x8xf32> to tensor<?x8xf32>
+// CHUNKS: moe.dispatch %[[X0]]
+// CHUNKS: moe.dispatch
+// CHUNKS: %[[H0:.*]], %{{.*}} = moe.all_to_all_start {{.*}}kind = #moe.all_to_all_kind<dispatch>
+// CHUNKS: %[[H1:.*]], %{{.*}} = moe.all_to_all_start {{.*}}kind = #moe.all_to_all_kind<dispatch>
+// CHUNKS: moe.all_to_all_wait %[[H0]] : tensor<?x8xf32>
+// CHUNKS: moe.grouped_matmul
+// CHUNKS: moe.all_to_all_wait %[[H1]] : tensor<?x8xf32>
+// CHUNKS: %[[B0:.*]], %{{.*}} = moe.all_to_all_start {{.*}}kind = #moe.all_to_all_kind<combine>
+// CHUNKS: %[[B1:.*]], %{{.*}} = moe.all_to_all_start {{.*}}kind = #moe.all_to_all_kind<combine>
+// CHUNKS: moe.all_to_all_wait %[[B0]]
+// CHUNKS: moe.combine
+// CHUNKS: tensor.insert_slice
+// CHUNKS: moe.all_to_all_wait %[[B1]]
+// CHUNKS: moe.combine
+// CHUNKS: tensor.insert_slice
+// RUN: moe-opt %s --moe-expert-parallel="ep=4 chunks=2" --moe-autodiff | FileCheck %s --check-prefix=CHUNKBWD
+// CHUNKBWD-LABEL: func.func @layer_backward
+// CHUNKBWD-COUNT-4: moe.all_to_all_start
+// CHUNKBWD: moe.combine_grad
+// CHUNKBWD: moe.combine_grad
+// CHUNKBWD: moe.all_to_all_start
+// CHUNKBWD: moe.all_to_all_start
+// CHUNKBWD: moe.dispatch_grad
+// CHUNKBWD: moe.dispatch_grad
+// CHUNKBWD: moe.topk_grad

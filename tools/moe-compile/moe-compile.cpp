@@ -99,6 +99,11 @@ static cl::opt<int64_t>
        cl::desc("With --train: shard the experts over N expert-parallel "
                 "ranks (run the bundle with mpirun -np N moe-train)"),
        cl::init(1), cl::cat(category));
+static cl::opt<int64_t> epChunks(
+    "ep-chunks",
+    cl::desc("With --ep: exchange each rank's tokens in N chunks, so one "
+             "chunk's all-to-all overlaps another chunk's experts"),
+    cl::init(1), cl::cat(category));
 static cl::opt<bool> timing("timing", cl::desc("Print a timing report"),
                             cl::init(false), cl::cat(category));
 static cl::opt<bool> noCache("no-cache",
@@ -135,6 +140,7 @@ int main(int argc, char **argv) {
   options.ptxas = ptxas;
   options.train = train;
   options.ep = ep;
+  options.epChunks = epChunks;
   options.passManagerCLOptions = true;
   if (std::string error = validateOptions(options); !error.empty())
     return fail(error);

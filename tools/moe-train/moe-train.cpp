@@ -278,8 +278,9 @@ int main(int argc, char **argv) {
   int dataLane = trace.lane("data (inputs, teacher)");
   int stepLane = trace.lane("training step (host)");
   int ioLane = trace.lane("checkpoints");
-  int commLane = trace.lane("collectives (rank " + std::to_string(comm.rank()) +
-                            ", " + comm.name() + ")");
+  std::string rank = "rank " + std::to_string(comm.rank());
+  int codeLane = trace.lane("compiled code between collectives (" + rank + ")");
+  int commLane = trace.lane("collectives (" + rank + ", " + comm.name() + ")");
   for (int64_t step = first; step <= steps; ++step) {
     injectFault(comm, step);
     std::string label = "step " + std::to_string(step);
@@ -311,8 +312,8 @@ int main(int argc, char **argv) {
     trace.add(stepLane, label + ": forward, loss, backward, AdamW", t2,
               trace.now() - t2);
     for (const CommEvent &e : comm.takeEvents())
-      trace.add(commLane, label + ": " + e.name, trace.fromSteady(e.start),
-                e.seconds);
+      trace.add(e.compute ? codeLane : commLane, label + ": " + e.name,
+                trace.fromSteady(e.start), e.seconds);
     if (step == first && !dumpGrads.empty())
       if (Status s = writeSafetensors(rankPath(dumpGrads, comm),
                                       (*trainer)->lastGradients());

@@ -42,6 +42,9 @@ struct CompileOptions {
   /// Expert-parallel ranks (moe-expert-parallel): each rank of the bundle
   /// holds experts/ep experts. Needs train on the host target.
   int64_t ep = 1;
+  /// With ep > 1: exchange the tokens in this many chunks, overlapping one
+  /// chunk's all-to-all with another chunk's experts.
+  int64_t epChunks = 1;
   std::string weightNames; // deepseek | mixtral | qwen; "" for the default
   std::string mcpu;        // "" (generic), "native" or a CPU name
   bool timing = false;     // print MLIR's timing report to stderr

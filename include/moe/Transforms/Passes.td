@@ -129,15 +129,20 @@ def MoeExpertParallel : Pass<"moe-expert-parallel", "::mlir::ModuleOp"> {
     then holds experts `[r * E / ep, (r + 1) * E / ep)`; tokens stay on
     their rank, and `moe-decompose-layer` (and `moe-autodiff`) exchange the
     dispatched rows with `moe.all_to_all`: to the experts' ranks and back,
-    in both passes.
+    in both passes. With `chunks = C` the tokens are exchanged in C chunks
+    (`moe.all_to_all_start`/`moe.all_to_all_wait`): every chunk's exchange
+    starts before the first chunk's experts run.
 
-    Errors: `ep` not dividing a layer's experts, and expert weights that are
+    Errors: `chunks` < 1, `ep` not dividing a layer's experts, and expert weights that are
     not arguments of the function holding the layer (or are used by anything
     else), since narrowing them changes the function's signature.
   }];
   let options = [
     Option<"ep", "ep", "int64_t", /*default=*/"1",
-           "Number of expert-parallel ranks">
+           "Number of expert-parallel ranks">,
+    Option<"chunks", "chunks", "int64_t", /*default=*/"1",
+           "Exchange each rank's tokens in this many chunks, so that one "
+           "chunk's all-to-all overlaps another chunk's experts">
   ];
 }
 

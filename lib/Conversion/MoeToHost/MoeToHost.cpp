@@ -1078,9 +1078,9 @@ Value commWord(Builder &b, ModuleOp module, CommSlot slot) {
 }
 
 /// Calls the runtime function in `slot` with the communicator context and
-/// `args` (all i64).
-void callComm(Builder &b, ModuleOp module, CommSlot slot,
-              ArrayRef<Value> args) {
+/// `args` (all i64); returns its i64 result when `hasResult`.
+Value callComm(Builder &b, ModuleOp module, CommSlot slot, ArrayRef<Value> args,
+               bool hasResult = false) {
   MLIRContext *ctx = b.getContext();
   auto i64 = b.getI64Type();
   Value fn = LLVM::IntToPtrOp::create(b, LLVM::LLVMPointerType::get(ctx),
@@ -1088,8 +1088,10 @@ void callComm(Builder &b, ModuleOp module, CommSlot slot,
   SmallVector<Value> operands{fn, commWord(b, module, CommSlot::Context)};
   operands.append(args.begin(), args.end());
   SmallVector<Type> params(operands.size() - 1, i64);
-  auto type = LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(ctx), params);
-  LLVM::CallOp::create(b, type, operands);
+  Type result = hasResult ? Type(i64) : LLVM::LLVMVoidType::get(ctx);
+  auto call = LLVM::CallOp::create(
+      b, LLVM::LLVMFunctionType::get(result, params), operands);
+  return hasResult ? call.getResult() : Value();
 }
 
 /// The address of a buffer's first element (buffers here have the identity
@@ -1104,16 +1106,23 @@ Value i64Const(Builder &b, int64_t value) {
 }
 
 /// Two calls: the exchange of segment sizes gives the output offsets, then
-/// the rows move into a buffer of the size they announce.
-SmallVector<Value> lowerAllToAll(Builder &b, AllToAllOp op) {
+/// the rows move into a buffer of the size they announce, at once (a
+/// blocking all-to-all) or in the background until the wait (a start).
+/// Returns the output buffer, the output offsets as a tensor and, for a
+/// start, the handle.
+struct Exchange {
+  Value out, outOffsets, handle;
+};
+Exchange lowerExchange(Builder &b, Operation *op, Value input, Value offsets,
+                       AllToAllKind kindAttr, bool start) {
   auto module = op->getParentOfType<ModuleOp>();
-  auto inputType = cast<RankedTensorType>(op.getInput().getType());
-  auto offsetsType = cast<RankedTensorType>(op.getOffsets().getType());
+  auto inputType = cast<RankedTensorType>(input.getType());
+  auto offsetsType = cast<RankedTensorType>(offsets.getType());
   int64_t experts = offsetsType.getDimSize(0) - 1;
   int64_t rowBytes =
       inputType.getDimSize(1) * (inputType.getElementTypeBitWidth() / 8);
-  Value kind = i64Const(b, static_cast<int64_t>(op.getKind()));
-  Value inOffsets = asBuffer(b, op.getOffsets());
+  Value kind = i64Const(b, static_cast<int64_t>(kindAttr));
+  Value inOffsets = asBuffer(b, offsets);
   Value outOffsets = alloc(b, MemRefType::get({experts + 1}, b.getI32Type()));
   callComm(b, module, CommSlot::ExchangeCounts,
            {kind, addressOf(b, inOffsets), addressOf(b, outOffsets),
@@ -1126,12 +1135,19 @@ SmallVector<Value> lowerAllToAll(Builder &b, AllToAllOp op) {
             MemRefType::get({ShapedType::kDynamic, inputType.getDimSize(1)},
                             inputType.getElementType()),
             rows);
-  callComm(b, module, CommSlot::ExchangeRows,
-           {kind, addressOf(b, asBuffer(b, op.getInput())),
-            addressOf(b, inOffsets), addressOf(b, out),
-            addressOf(b, outOffsets), i64Const(b, experts),
-            i64Const(b, rowBytes)});
-  return {asTensor(b, out), asTensor(b, outOffsets)};
+  Value handle =
+      callComm(b, module, start ? CommSlot::StartRows : CommSlot::ExchangeRows,
+               {kind, addressOf(b, asBuffer(b, input)), addressOf(b, inOffsets),
+                addressOf(b, out), addressOf(b, outOffsets),
+                i64Const(b, experts), i64Const(b, rowBytes)},
+               /*hasResult=*/start);
+  return {out, asTensor(b, outOffsets), handle};
+}
+
+SmallVector<Value> lowerAllToAll(Builder &b, AllToAllOp op) {
+  Exchange e = lowerExchange(b, op, op.getInput(), op.getOffsets(),
+                             op.getKind(), /*start=*/false);
+  return {asTensor(b, e.out), e.outOffsets};
 }
 
 /// A copy of the input, summed in place over the ranks.
@@ -1172,7 +1188,7 @@ struct ConvertMoeToHost
                           << "-byte limit";
         return WalkResult::interrupt();
       }
-      if (isa<AllToAllOp, AllReduceOp>(op) &&
+      if (isa<AllToAllOp, AllToAllStartOp, AllToAllWaitOp, AllReduceOp>(op) &&
           !op->getParentOfType<ModuleOp>()) {
         op->emitOpError() << "must be inside a module (its collective "
                              "calls go through the module's communicator "
@@ -1185,6 +1201,8 @@ struct ConvertMoeToHost
     if (walk.wasInterrupted())
       return signalPassFailure();
 
+    // Output buffers of started all-to-alls, by their handle.
+    DenseMap<Value, Value> pending;
     for (Operation *op : ops) {
       Builder b(op->getLoc(), op);
       SmallVector<Value> results;
@@ -1225,6 +1243,21 @@ struct ConvertMoeToHost
           results = {a2a.getInput(), a2a.getOffsets()};
         else
           results = lowerAllToAll(b, a2a);
+      } else if (auto start = dyn_cast<AllToAllStartOp>(op)) {
+        Exchange e = lowerExchange(b, op, start.getInput(), start.getOffsets(),
+                                   start.getKind(), /*start=*/true);
+        // The wait (later in the block) hands the buffer out.
+        pending[e.handle] = e.out;
+        results = {e.handle, e.outOffsets};
+      } else if (auto wait = dyn_cast<AllToAllWaitOp>(op)) {
+        auto it = pending.find(wait.getHandle());
+        if (it == pending.end()) {
+          wait.emitOpError() << "has no lowered moe.all_to_all_start";
+          return signalPassFailure();
+        }
+        callComm(b, op->getParentOfType<ModuleOp>(), CommSlot::Wait,
+                 {wait.getHandle()});
+        results.push_back(asTensor(b, it->second));
       } else if (auto reduce = dyn_cast<AllReduceOp>(op)) {
         results.push_back(reduce.getEpSize() == 1 ? reduce.getInput()
                                                   : lowerAllReduce(b, reduce));

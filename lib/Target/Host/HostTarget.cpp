@@ -263,6 +263,51 @@ struct TempFiles {
 };
 } // namespace
 
+/// C helpers the lowered code may call, linked into every shared object so
+/// that it needs no MLIR runtime library: `memrefCopy` (MLIR's strided
+/// copy, emitted for copies between non-contiguous views, such as the rows
+/// of one chunk of tokens).
+static const char kHelpersSource[] = R"c(
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+  int64_t rank;
+  void *descriptor;
+} UnrankedMemRef;
+
+void memrefCopy(int64_t elemSize, UnrankedMemRef *src, UnrankedMemRef *dst) {
+  int64_t rank = src->rank;
+  /* {allocated, aligned, offset, sizes[rank], strides[rank]} */
+  char **s = (char **)src->descriptor, **d = (char **)dst->descriptor;
+  const int64_t *ss = (const int64_t *)(s + 2), *ds = (const int64_t *)(d + 2);
+  const int64_t *sizes = ss + 1, *srcStrides = ss + 1 + rank,
+                *dstStrides = ds + 1 + rank;
+  char *from = s[1] + ss[0] * elemSize, *to = d[1] + ds[0] * elemSize;
+  int64_t index[16] = {0};
+  if (rank > 16)
+    __builtin_trap();
+  for (int64_t i = 0; i < rank; ++i)
+    if (sizes[i] == 0)
+      return;
+  for (;;) {
+    memcpy(to, from, (size_t)elemSize);
+    int64_t dim = rank - 1;
+    for (; dim >= 0; --dim) {
+      from += srcStrides[dim] * elemSize;
+      to += dstStrides[dim] * elemSize;
+      if (++index[dim] < sizes[dim])
+        break;
+      from -= srcStrides[dim] * sizes[dim] * elemSize;
+      to -= dstStrides[dim] * sizes[dim] * elemSize;
+      index[dim] = 0;
+    }
+    if (dim < 0)
+      return;
+  }
+}
+)c";
+
 bool mlir::moe::emitSharedObject(llvm::Module &module, llvm::StringRef cpu,
                                  std::vector<uint8_t> &sharedObject,
                                  std::string &error) {
@@ -304,8 +349,21 @@ bool mlir::moe::emitSharedObject(llvm::Module &module, llvm::StringRef cpu,
             "' to link the shared object (set MOE_HOST_CC)";
     return false;
   }
-  llvm::SmallVector<llvm::StringRef> args = {*program,    "-shared",  "-o",
-                                             libraryPath, objectPath, "-lm"};
+  llvm::SmallString<128> helpersPath;
+  int helpersFd;
+  if (auto ec = llvm::sys::fs::createTemporaryFile("moe-helpers", "c",
+                                                   helpersFd, helpersPath)) {
+    error = "cannot create a temporary file: " + ec.message();
+    return false;
+  }
+  temps.paths.push_back(helpersPath.str().str());
+  {
+    llvm::raw_fd_ostream os(helpersFd, /*shouldClose=*/true);
+    os << kHelpersSource;
+  }
+  llvm::SmallVector<llvm::StringRef> args = {
+      *program,    "-shared",  "-O2",       "-fPIC", "-o",
+      libraryPath, objectPath, helpersPath, "-lm"};
   std::string message;
   int rc = llvm::sys::ExecuteAndWait(*program, args, std::nullopt, {}, 0, 0,
                                      &message);

@@ -239,13 +239,17 @@ std::vector<TrainArgument> mlir::moe::addHostTrainEntry(ModuleOp module,
 
   // Tokens routed to each expert: the unpadded segment sizes.
   auto i32Vec = RankedTensorType::get({experts}, b.getI32Type());
-  auto slice = [&](int64_t first) -> Value {
-    return tensor::ExtractSliceOp::create(
-        b, loc, i32Vec, forward.offsets, ValueRange{}, ValueRange{},
-        ValueRange{}, b.getDenseI64ArrayAttr({first}),
-        b.getDenseI64ArrayAttr({experts}), b.getDenseI64ArrayAttr({1}));
-  };
-  Value counts = arith::SubIOp::create(b, loc, slice(1), slice(0));
+  Value counts;
+  for (const ExpertChunk &chunk : forward.chunks) {
+    auto slice = [&](int64_t first) -> Value {
+      return tensor::ExtractSliceOp::create(
+          b, loc, i32Vec, chunk.offsets, ValueRange{}, ValueRange{},
+          ValueRange{}, b.getDenseI64ArrayAttr({first}),
+          b.getDenseI64ArrayAttr({experts}), b.getDenseI64ArrayAttr({1}));
+    };
+    Value part = arith::SubIOp::create(b, loc, slice(1), slice(0));
+    counts = counts ? Value(arith::AddIOp::create(b, loc, counts, part)) : part;
+  }
   Value load = allReduce(arith::SIToFPOp::create(
       b, loc, RankedTensorType::get({experts}, f32), counts));
   out["load"] = load;

@@ -116,9 +116,9 @@ func.func @shared_swiglu_a2a(%x: tensor<?x8xf32>, %g: tensor<4x8xf32>, %u: tenso
 
 // Over several ranks the collectives call the runtime through the module's
 // communicator table: word 0 is the context, 1 the exchange of segment
-// sizes, 2 the exchange of rows, 3 the in-place sum. The rows land in a
-// buffer sized by the exchanged offsets.
-// CHECK: llvm.mlir.global external @moe_comm(dense<0> : tensor<4xi64>) {{.*}} : !llvm.array<4 x i64>
+// sizes, 2 the exchange of rows, 3 the in-place sum (4 and 5: below). The
+// rows land in a buffer sized by the exchanged offsets.
+// CHECK: llvm.mlir.global external @moe_comm(dense<0> : tensor<6xi64>) {{.*}} : !llvm.array<6 x i64>
 // CHECK-LABEL: func @collectives
 // CHECK: %[[OUT_OFF:.*]] = memref.alloc() : memref<5xi32>
 // CHECK: %[[T1:.*]] = llvm.mlir.addressof @moe_comm
@@ -155,4 +155,26 @@ func.func @collectives(%rows: tensor<?x8xbf16>, %off: tensor<5xi32>, %g: tensor<
 func.func @one_rank(%g: tensor<4x6xf32>) -> tensor<4x6xf32> {
   %s = moe.all_reduce %g {ep_size = 1} : tensor<4x6xf32>
   return %s : tensor<4x6xf32>
+}
+
+// -----
+
+// A started all-to-all: sizes at once, the rows through the start function
+// (word 4), which returns a handle the wait (word 5) takes; the rows'
+// buffer becomes the wait's result.
+// CHECK-LABEL: func @started
+// CHECK: %[[OUT:.*]] = memref.alloc(%{{.*}}) : memref<?x8xf32>
+// CHECK: llvm.getelementptr %{{.*}}[0, 4]
+// CHECK: %[[H:.*]] = llvm.call %{{.*}}(%{{.*}}) : !llvm.ptr, (i64, i64, i64, i64, i64, i64, i64, i64) -> i64
+// CHECK: arith.negf
+// CHECK: llvm.getelementptr %{{.*}}[0, 5]
+// CHECK: llvm.call %{{.*}}(%{{.*}}, %[[H]]) : !llvm.ptr, (i64, i64) -> ()
+// CHECK: bufferization.to_tensor %[[OUT]]
+func.func @started(%rows: tensor<?x8xf32>, %off: tensor<5xi32>, %other: tensor<4xf32>)
+    -> (tensor<?x8xf32>, tensor<4xf32>) {
+  %h, %o = moe.all_to_all_start %rows, %off {ep_size = 2, kind = #moe.all_to_all_kind<dispatch>}
+      : tensor<?x8xf32>, tensor<5xi32> -> tensor<5xi32>
+  %n = arith.negf %other : tensor<4xf32>
+  %r = moe.all_to_all_wait %h : tensor<?x8xf32>
+  return %r, %n : tensor<?x8xf32>, tensor<4xf32>
 }

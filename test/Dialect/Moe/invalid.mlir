@@ -1099,3 +1099,50 @@ func.func @f(%x: tensor<?x8xf32>, %wr: tensor<8x8xf32>, %wg: tensor<8x16x8xf32>,
        : (tensor<?x8xf32>, tensor<8x8xf32>, tensor<8x16x8xf32>, tensor<8x16x8xf32>, tensor<8x8x16xf32>) -> tensor<?x8xf32>
   return %y : tensor<?x8xf32>
 }
+
+// -----
+
+func.func @f(%rows: tensor<?x8xf32>, %off: tensor<5xi32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{expected ep_size > 1 dividing experts (4), got 1}}
+  %h, %o = moe.all_to_all_start %rows, %off {ep_size = 1, kind = #moe.all_to_all_kind<dispatch>} : tensor<?x8xf32>, tensor<5xi32> -> tensor<5xi32>
+  %r = moe.all_to_all_wait %h : tensor<?x8xf32>
+  return %r : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @f(%rows: tensor<?x8xf32>, %off: tensor<5xi32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{expected its handle to be used by exactly one moe.all_to_all_wait in the same block}}
+  %h, %o = moe.all_to_all_start %rows, %off {ep_size = 2, kind = #moe.all_to_all_kind<dispatch>} : tensor<?x8xf32>, tensor<5xi32> -> tensor<5xi32>
+  %r = moe.all_to_all_wait %h : tensor<?x8xf32>
+  %s = moe.all_to_all_wait %h : tensor<?x8xf32>
+  return %r : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @f(%h: i64) -> tensor<?x8xf32> {
+  // expected-error @+1 {{expected a handle from moe.all_to_all_start}}
+  %r = moe.all_to_all_wait %h : tensor<?x8xf32>
+  return %r : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @f(%rows: tensor<?x8xf32>, %off: tensor<5xi32>) -> tensor<?x4xf32> {
+  %h, %o = moe.all_to_all_start %rows, %off {ep_size = 2, kind = #moe.all_to_all_kind<dispatch>} : tensor<?x8xf32>, tensor<5xi32> -> tensor<5xi32>
+  // expected-error @+1 {{expected result of type 'tensor<?x8xf32>' (rows of the start's input), got 'tensor<?x4xf32>'}}
+  %r = moe.all_to_all_wait %h : tensor<?x4xf32>
+  return %r : tensor<?x4xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %wr: tensor<8x8xf32>, %wg: tensor<8x16x8xf32>,
+             %wu: tensor<8x16x8xf32>, %wd: tensor<8x8x16xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{expected ep_chunks to be 1, or >= 1 with ep_size > 1, got 2}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd)
+         {config = #moe.layer_config<hidden = 8, experts = 8, top_k = 2, ffn = 16, dtype = f32>, ep_chunks = 2}
+       : (tensor<?x8xf32>, tensor<8x8xf32>, tensor<8x16x8xf32>, tensor<8x16x8xf32>, tensor<8x8x16xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}

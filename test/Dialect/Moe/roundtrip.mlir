@@ -187,3 +187,15 @@ func.func @layer_shard(%x: tensor<?x8xf32>, %wr: tensor<8x8xf32>, %wg: tensor<2x
        : (tensor<?x8xf32>, tensor<8x8xf32>, tensor<2x16x8xf32>, tensor<2x16x8xf32>, tensor<2x8x16xf32>) -> tensor<?x8xf32>
   return %y : tensor<?x8xf32>
 }
+
+// CHECK-LABEL: func @all_to_all_async
+// CHECK: %[[H:.*]], %{{.*}} = moe.all_to_all_start %{{.*}}, %{{.*}} {ep_size = 2 : i64, kind = #moe.all_to_all_kind<dispatch>} : tensor<?x64xbf16>, tensor<17xi32> -> tensor<17xi32>
+// CHECK: moe.all_to_all_wait %[[H]] : tensor<?x64xbf16>
+func.func @all_to_all_async(%rows: tensor<?x64xbf16>, %off: tensor<17xi32>)
+    -> (tensor<?x64xbf16>, tensor<17xi32>) {
+  %h, %o = moe.all_to_all_start %rows, %off
+      {ep_size = 2, kind = #moe.all_to_all_kind<dispatch>}
+      : tensor<?x64xbf16>, tensor<17xi32> -> tensor<17xi32>
+  %r = moe.all_to_all_wait %h : tensor<?x64xbf16>
+  return %r, %o : tensor<?x64xbf16>, tensor<17xi32>
+}

@@ -12,16 +12,19 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 namespace moe::rt {
 
-/// A collective the communicator ran: for the trace.
+/// A collective the communicator ran, or a stretch of compiled code
+/// between two of its calls to the communicator: for the trace.
 struct CommEvent {
   std::string name;
   double start = 0, seconds = 0; // steady clock, seconds
   uint64_t bytes = 0;            // sent by this rank
+  bool compute = false;          // compiled code, not a collective
 };
 
 /// The ranks of an expert-parallel job. Every collective either completes
@@ -52,14 +55,15 @@ public:
   /// Ends the job on every rank with exit status `status`.
   [[noreturn]] virtual void abort(const std::string &message, int status) = 0;
 
-  /// The collectives since the last call.
+  /// The events since the last call (any thread may record them).
   std::vector<CommEvent> takeEvents();
-
-protected:
-  /// Records a collective that started at `start` (steady clock, seconds).
-  void record(const char *name, double start, uint64_t bytes);
+  /// Records a collective that started at `start` (steady clock, seconds),
+  /// or with `compute`, a stretch of compiled code.
+  void record(const std::string &name, double start, uint64_t bytes,
+              bool compute = false);
 
 private:
+  std::mutex eventsMutex;
   std::vector<CommEvent> events;
 };
 
@@ -77,9 +81,27 @@ createCommunicator(double timeoutSeconds);
 /// A communicator of one rank.
 std::unique_ptr<Communicator> createLocalCommunicator();
 
-/// The three functions compiled code calls (moe/runtime/CommAbi.h), as the
-/// table words after the context: exchangeCounts, exchangeRows, allReduce.
-std::vector<int64_t> commTableFunctions();
+/// What the communicator table of compiled code points to
+/// (moe/runtime/CommAbi.h): a context that runs the code's collectives in
+/// call order on a thread of its own, so that a started all-to-all moves
+/// while the code computes, and records the compiled code's compute
+/// between its calls as events of `comm`.
+class CommContext {
+public:
+  explicit CommContext(Communicator &comm);
+  ~CommContext();
+  /// The table's words: the context, then the function of every slot.
+  std::vector<int64_t> table();
+  /// Around each call of compiled code: the compute before its first and
+  /// after its last collective are events too.
+  void enterCode();
+  void leaveCode();
+
+  struct State;
+
+private:
+  std::unique_ptr<State> state;
+};
 
 } // namespace moe::rt
 

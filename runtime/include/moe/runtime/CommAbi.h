@@ -13,6 +13,12 @@
 //                void *out, const int32_t *outOffsets, int64_t experts,
 //                int64_t rowBytes)
 //   allReduce(ctx, float *data, int64_t count)        // sum, in place
+//   startRows(same arguments as exchangeRows) -> int64_t handle
+//   wait(ctx, int64_t handle)
+//
+// startRows takes what it needs of its inputs before it returns; only
+// `out` must stay untouched until the wait on the returned handle.
+// Collectives run in the order they are called, on every rank.
 //
 // `kind` is 0 (dispatch: every expert segment goes to the expert's rank,
 // which lays what it receives out by (local expert, source rank)) or 1
@@ -35,8 +41,10 @@ enum class Slot : int32_t {
   ExchangeCounts = 1,
   ExchangeRows = 2,
   AllReduce = 3,
+  StartRows = 4,
+  Wait = 5,
 };
-constexpr int64_t kSlotCount = 4;
+constexpr int64_t kSlotCount = 6;
 
 enum class Kind : int64_t { Dispatch = 0, Combine = 1 };
 
