@@ -24,6 +24,7 @@
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
@@ -349,16 +350,25 @@ bool mlir::moe::emitSharedObject(llvm::Module &module, llvm::StringRef cpu,
             "' to link the shared object (set MOE_HOST_CC)";
     return false;
   }
-  llvm::SmallString<128> helpersPath;
-  int helpersFd;
-  if (auto ec = llvm::sys::fs::createTemporaryFile("moe-helpers", "c",
-                                                   helpersFd, helpersPath)) {
-    error = "cannot create a temporary file: " + ec.message();
+  // The helpers' file name ends up in the shared object's symbol table:
+  // a fixed name (in a directory of its own) keeps bundles reproducible.
+  llvm::SmallString<128> helpersDir, helpersPath;
+  if (auto ec =
+          llvm::sys::fs::createUniqueDirectory("moe-helpers", helpersDir)) {
+    error = "cannot create a temporary directory: " + ec.message();
     return false;
   }
+  helpersPath = helpersDir;
+  llvm::sys::path::append(helpersPath, "moe_helpers.c");
   temps.paths.push_back(helpersPath.str().str());
+  temps.paths.push_back(helpersDir.str().str());
   {
-    llvm::raw_fd_ostream os(helpersFd, /*shouldClose=*/true);
+    std::error_code ec;
+    llvm::raw_fd_ostream os(helpersPath, ec);
+    if (ec) {
+      error = "cannot write '" + helpersPath.str().str() + "': " + ec.message();
+      return false;
+    }
     os << kHelpersSource;
   }
   llvm::SmallVector<llvm::StringRef> args = {
