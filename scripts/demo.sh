@@ -74,5 +74,14 @@ echo "== ten training steps of the tiny DeepSeek-V3-style layer (moe-compile --t
   --train --max-tokens 64 -o "$out/train.moeb"
 "$bin/moe-train" "$out/train.moeb" --steps 10 --lr 1e-2 --seed 1 --tokens 64 \
   --checkpoint "$out/checkpoints" --checkpoint-every 5
+if command -v mpirun >/dev/null && [[ -f "$build/lib/libmoe_comm_mpi.so" ]]; then
+  echo
+  echo "== the same steps with experts sharded over two ranks (--ep 2, mpirun -np 2)"
+  "$bin/moe-compile" --hf-config "$root/test/Integration/Inputs/deepseek-v3-tiny.json" \
+    --train --max-tokens 64 --ep 2 --ep-chunks 2 -o "$out/train-ep2.moeb"
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    mpirun -np 2 --oversubscribe --bind-to none \
+    "$bin/moe-train" "$out/train-ep2.moeb" --steps 10 --lr 1e-2 --seed 1 --tokens 64
+fi
 echo
 echo "outputs (y, topk_ids, topk_weights) are in $out"
