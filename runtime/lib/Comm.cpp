@@ -62,8 +62,6 @@ public:
       std::memcpy(recv, send, bytesPerRank);
   }
   void allReduceSum(float *, size_t) override {}
-  void broadcast(void *, size_t, int) override {}
-  void barrier() override {}
   [[noreturn]] void abort(const std::string &message, int status) override {
     std::fprintf(stderr, "%s\n", message.c_str());
     std::exit(status);
@@ -104,11 +102,13 @@ using CreateMpi = Communicator *(*)(double, char *, size_t);
 /// the compiler, not a user error, but it must not become a wild copy.
 void checkOffsets(Communicator &comm, const int32_t *offsets, int64_t experts,
                   const char *what) {
-  for (int64_t e = 0; e < experts; ++e)
-    if (offsets[0] != 0 || offsets[e + 1] < offsets[e])
-      comm.abort("moe: rank " + std::to_string(comm.rank()) + ": " + what +
-                     " offsets of an all-to-all are not ascending from 0",
-                 70);
+  bool ascending = offsets[0] == 0;
+  for (int64_t e = 0; ascending && e < experts; ++e)
+    ascending = offsets[e + 1] >= offsets[e];
+  if (!ascending)
+    comm.abort("moe: rank " + std::to_string(comm.rank()) + ": " + what +
+                   " offsets of an all-to-all are not ascending from 0",
+               70);
 }
 
 void exchangeCounts(Communicator &comm, int64_t kind, const int32_t *in,

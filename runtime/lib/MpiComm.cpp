@@ -79,22 +79,6 @@ public:
     wait(request, "all-reduce");
     record("all-reduce", start, count * sizeof(float));
   }
-  void broadcast(void *data, size_t bytes, int root) override {
-    double start = steadySeconds();
-    MPI_Request request;
-    check(MPI_Ibcast(data, toInt(bytes, "broadcast"), MPI_BYTE, root,
-                     MPI_COMM_WORLD, &request),
-          "broadcast");
-    wait(request, "broadcast");
-    record("broadcast", start, bytes);
-  }
-  void barrier() override {
-    double start = steadySeconds();
-    MPI_Request request;
-    check(MPI_Ibarrier(MPI_COMM_WORLD, &request), "barrier");
-    wait(request, "barrier");
-    record("barrier", start, 0);
-  }
   [[noreturn]] void abort(const std::string &message, int status) override {
     std::fprintf(stderr, "%s\n", message.c_str());
     std::fflush(stderr);

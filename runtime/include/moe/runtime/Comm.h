@@ -50,8 +50,6 @@ public:
   virtual void allToAll(const void *send, void *recv, size_t bytesPerRank) = 0;
   /// Elementwise sum over the ranks, in place.
   virtual void allReduceSum(float *data, size_t count) = 0;
-  virtual void broadcast(void *data, size_t bytes, int root) = 0;
-  virtual void barrier() = 0;
   /// Ends the job on every rank with exit status `status`.
   [[noreturn]] virtual void abort(const std::string &message, int status) = 0;
 
