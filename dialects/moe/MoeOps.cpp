@@ -531,18 +531,26 @@ bool AllToAllOp::isCompatibleReturnTypes(TypeRange l, TypeRange r) {
   return areCompatibleTensorTypes(l, r);
 }
 
-LogicalResult AllToAllOp::verify() {
-  Operation *op = getOperation();
-  if (failed(requireStaticDims(op, "the input", asRanked(getInput()), {1})))
+/// The operands of an all-to-all: rows of a static width, `[E + 1]`
+/// offsets, and an `ep_size` dividing E (at least `minRanks`).
+static LogicalResult verifyExchange(Operation *op, Value input, Value offsets,
+                                    int64_t ep, int64_t minRanks) {
+  if (failed(requireStaticDims(op, "the input", asRanked(input), {1})))
     return failure();
-  FailureOr<int64_t> experts =
-      getExpertsFromOffsets(op, asRanked(getOffsets()));
+  FailureOr<int64_t> experts = getExpertsFromOffsets(op, asRanked(offsets));
   if (failed(experts))
     return failure();
-  auto ep = static_cast<int64_t>(getEpSize());
-  if (ep < 1 || ep > *experts || *experts % ep != 0)
-    return emitOpError() << "expected ep_size to divide experts (" << *experts
-                         << "), got " << ep;
+  if (ep < minRanks || ep > *experts || *experts % ep != 0)
+    return op->emitOpError()
+           << "expected ep_size" << (minRanks > 1 ? " > 1" : "")
+           << " to divide experts (" << *experts << "), got " << ep;
+  return success();
+}
+
+LogicalResult AllToAllOp::verify() {
+  if (failed(verifyExchange(getOperation(), getInput(), getOffsets(),
+                            static_cast<int64_t>(getEpSize()), 1)))
+    return failure();
   return verifyResultTypes(*this);
 }
 
@@ -552,16 +560,9 @@ LogicalResult AllToAllOp::verify() {
 
 LogicalResult AllToAllStartOp::verify() {
   Operation *op = getOperation();
-  if (failed(requireStaticDims(op, "the input", asRanked(getInput()), {1})))
+  if (failed(verifyExchange(op, getInput(), getOffsets(),
+                            static_cast<int64_t>(getEpSize()), 2)))
     return failure();
-  FailureOr<int64_t> experts =
-      getExpertsFromOffsets(op, asRanked(getOffsets()));
-  if (failed(experts))
-    return failure();
-  auto ep = static_cast<int64_t>(getEpSize());
-  if (ep < 2 || ep > *experts || *experts % ep != 0)
-    return emitOpError() << "expected ep_size > 1 dividing experts ("
-                         << *experts << "), got " << ep;
   if (getOutputOffsets().getType() != getOffsets().getType())
     return emitOpError() << "expected output offsets of type "
                          << getOffsets().getType() << ", got "

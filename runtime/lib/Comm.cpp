@@ -224,7 +224,12 @@ struct CommContext::State {
     std::unique_lock<std::mutex> lock(mutex);
     done.wait(lock, [&] { return finished >= ticket; });
   }
-  void run(std::function<void()> task) { waitFor(submit(std::move(task))); }
+  /// A blocking collective of compiled code, named `call` in the trace.
+  void call(const char *call, std::function<void()> task) {
+    enter(call);
+    waitFor(submit(std::move(task)));
+    leave();
+  }
 
   /// Compiled code calls in: the code ran since the last call returned.
   void enter(const char *call) {
@@ -280,25 +285,21 @@ template <typename T> T *pointer(int64_t address) {
 void callExchangeCounts(int64_t context, int64_t kind, int64_t in, int64_t out,
                         int64_t experts) {
   State &s = fromContext(context);
-  s.enter("all-to-all sizes");
-  s.run([&] {
+  s.call("all-to-all sizes", [&] {
     exchangeCounts(s.comm, kind, pointer<const int32_t>(in),
                    pointer<int32_t>(out), experts);
   });
-  s.leave();
 }
 
 void callExchangeRows(int64_t context, int64_t kind, int64_t in, int64_t inOff,
                       int64_t out, int64_t outOff, int64_t experts,
                       int64_t rowBytes) {
   State &s = fromContext(context);
-  s.enter("all-to-all");
-  s.run([&] {
+  s.call("all-to-all", [&] {
     exchangeRows(s.comm, kind, pointer<const char>(in),
                  pointer<const int32_t>(inOff), pointer<char>(out),
                  pointer<const int32_t>(outOff), experts, rowBytes);
   });
-  s.leave();
 }
 
 int64_t callStartRows(int64_t context, int64_t kind, int64_t in, int64_t inOff,
@@ -333,11 +334,9 @@ void callWait(int64_t context, int64_t ticket) {
 
 void callAllReduce(int64_t context, int64_t address, int64_t count) {
   State &s = fromContext(context);
-  s.enter("all-reduce");
-  s.run([&] {
+  s.call("all-reduce", [&] {
     s.comm.allReduceSum(pointer<float>(address), static_cast<size_t>(count));
   });
-  s.leave();
 }
 
 } // namespace

@@ -1103,7 +1103,7 @@ func.func @f(%x: tensor<?x8xf32>, %wr: tensor<8x8xf32>, %wg: tensor<8x16x8xf32>,
 // -----
 
 func.func @f(%rows: tensor<?x8xf32>, %off: tensor<5xi32>) -> tensor<?x8xf32> {
-  // expected-error @+1 {{expected ep_size > 1 dividing experts (4), got 1}}
+  // expected-error @+1 {{expected ep_size > 1 to divide experts (4), got 1}}
   %h, %o = moe.all_to_all_start %rows, %off {ep_size = 1, kind = #moe.all_to_all_kind<dispatch>} : tensor<?x8xf32>, tensor<5xi32> -> tensor<5xi32>
   %r = moe.all_to_all_wait %h : tensor<?x8xf32>
   return %r : tensor<?x8xf32>
