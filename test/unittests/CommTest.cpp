@@ -1,0 +1,237 @@
+//===- CommTest.cpp - The collectives compiled code calls
+//------------------===//
+//
+// Part of moe-compiler. Ranks are threads of this process with a
+// communicator of shared memory; each rank calls the functions of its
+// CommContext's table as compiled code would, and the rows must land where
+// moe.all_to_all says: by (local expert, source rank) after a dispatch, and
+// back in place after a combine. The expected layouts are built here from
+// the definition, not from the runtime's code.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/runtime/Comm.h"
+#include "moe/runtime/CommAbi.h"
+
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <thread>
+
+using namespace moe::rt;
+
+namespace {
+
+/// What the ranks of one job share.
+struct Shared {
+  explicit Shared(int n) : n(n), posted(n) {}
+  /// Waits for every rank.
+  void barrier() {
+    std::unique_lock<std::mutex> lock(mutex);
+    uint64_t generation = this->generation;
+    if (++arrived == n) {
+      arrived = 0;
+      ++this->generation;
+      cv.notify_all();
+      return;
+    }
+    cv.wait(lock, [&] { return this->generation != generation; });
+  }
+  struct Post {
+    const char *send = nullptr;
+    std::vector<size_t> bytes, offsets;
+    float *data = nullptr;
+  };
+  int n;
+  std::vector<Post> posted;
+  std::mutex mutex;
+  std::condition_variable cv;
+  int arrived = 0;
+  uint64_t generation = 0;
+};
+
+class ThreadCommunicator : public Communicator {
+public:
+  ThreadCommunicator(Shared &shared, int rank) : shared(shared), me(rank) {}
+  int rank() const override { return me; }
+  int size() const override { return shared.n; }
+  std::string name() const override { return "threads"; }
+  void allToAllV(const void *send, const std::vector<size_t> &bytes,
+                 const std::vector<size_t> &sendOffsets, void *recv,
+                 const std::vector<size_t> &recvBytes,
+                 const std::vector<size_t> &recvOffsets) override {
+    shared.posted[me] = {static_cast<const char *>(send), bytes, sendOffsets,
+                         nullptr};
+    shared.barrier();
+    for (int s = 0; s < shared.n; ++s) {
+      const Shared::Post &p = shared.posted[s];
+      EXPECT_EQ(p.bytes[me], recvBytes[s]) << "rank " << me << " from " << s;
+      if (p.bytes[me])
+        std::memcpy(static_cast<char *>(recv) + recvOffsets[s],
+                    p.send + p.offsets[me], p.bytes[me]);
+    }
+    shared.barrier();
+  }
+  void allToAll(const void *send, void *recv, size_t bytesPerRank) override {
+    std::vector<size_t> bytes(shared.n, bytesPerRank), offsets(shared.n);
+    for (int r = 0; r < shared.n; ++r)
+      offsets[r] = r * bytesPerRank;
+    allToAllV(send, bytes, offsets, recv, bytes, offsets);
+  }
+  void allReduceSum(float *data, size_t count) override {
+    shared.posted[me].data = data;
+    shared.barrier();
+    std::vector<float> sum(count, 0.0f);
+    for (int s = 0; s < shared.n; ++s)
+      for (size_t i = 0; i < count; ++i)
+        sum[i] += shared.posted[s].data[i];
+    shared.barrier();
+    std::memcpy(data, sum.data(), count * sizeof(float));
+    shared.barrier();
+  }
+  [[noreturn]] void abort(const std::string &message, int) override {
+    ADD_FAILURE() << message;
+    std::abort();
+  }
+
+private:
+  Shared &shared;
+  int me;
+};
+
+using Counts = void (*)(int64_t, int64_t, int64_t, int64_t, int64_t);
+using Rows = void (*)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                      int64_t, int64_t);
+using Start = int64_t (*)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                          int64_t, int64_t);
+using Wait = void (*)(int64_t, int64_t);
+using Reduce = void (*)(int64_t, int64_t, int64_t);
+
+template <typename F>
+F slot(const std::vector<int64_t> &table, moe::comm::Slot s) {
+  return reinterpret_cast<F>(table[static_cast<size_t>(s)]);
+}
+int64_t address(const void *p) { return reinterpret_cast<int64_t>(p); }
+
+/// One rank's dispatched rows: segment e holds `sizes[e]` rows whose value
+/// encodes (rank, expert, row, column).
+struct Dispatched {
+  std::vector<int32_t> offsets;
+  std::vector<float> rows;
+};
+float value(int rank, int64_t expert, int64_t row, int64_t col) {
+  return static_cast<float>(rank * 1000000 + expert * 10000 + row * 10 + col);
+}
+Dispatched makeRows(int rank, const std::vector<int32_t> &sizes,
+                    int64_t width) {
+  Dispatched d;
+  d.offsets.push_back(0);
+  for (int32_t size : sizes)
+    d.offsets.push_back(d.offsets.back() + size);
+  for (size_t e = 0; e < sizes.size(); ++e)
+    for (int32_t r = 0; r < sizes[e]; ++r)
+      for (int64_t c = 0; c < width; ++c)
+        d.rows.push_back(value(rank, static_cast<int64_t>(e), r, c));
+  return d;
+}
+
+/// Runs a dispatch and a combine on every rank (started and waited when
+/// `async`), checking both layouts.
+void exchange(int ranks, int64_t experts, int64_t width, bool async,
+              unsigned seed) {
+  Shared shared(ranks);
+  std::mt19937 rng(seed);
+  std::vector<std::vector<int32_t>> sizes(ranks);
+  for (auto &s : sizes)
+    for (int64_t e = 0; e < experts; ++e)
+      s.push_back(static_cast<int32_t>(rng() % 4)); // empty segments too
+  int64_t local = experts / ranks;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < ranks; ++rank)
+    threads.emplace_back([&, rank] {
+      ThreadCommunicator comm(shared, rank);
+      CommContext context(comm);
+      std::vector<int64_t> table = context.table();
+      int64_t ctx = table[0];
+      int64_t rowBytes = width * sizeof(float);
+      Dispatched mine = makeRows(rank, sizes[rank], width);
+      auto run = [&](int64_t kind, const std::vector<float> &in,
+                     const std::vector<int32_t> &inOffsets,
+                     std::vector<int32_t> &outOffsets) {
+        outOffsets.assign(experts + 1, -1);
+        slot<Counts>(table, moe::comm::Slot::ExchangeCounts)(
+            ctx, kind, address(inOffsets.data()), address(outOffsets.data()),
+            experts);
+        std::vector<float> out(outOffsets[experts] * width, -1.0f);
+        int64_t args[] = {ctx,
+                          kind,
+                          address(in.data()),
+                          address(inOffsets.data()),
+                          address(out.data()),
+                          address(outOffsets.data()),
+                          experts,
+                          rowBytes};
+        if (async) {
+          int64_t handle = slot<Start>(table, moe::comm::Slot::StartRows)(
+              args[0], args[1], args[2], args[3], args[4], args[5], args[6],
+              args[7]);
+          slot<Wait>(table, moe::comm::Slot::Wait)(ctx, handle);
+        } else {
+          slot<Rows>(table, moe::comm::Slot::ExchangeRows)(
+              args[0], args[1], args[2], args[3], args[4], args[5], args[6],
+              args[7]);
+        }
+        return out;
+      };
+      // Dispatch: segment (l, s) holds source s's rows of expert
+      // rank * local + l.
+      std::vector<int32_t> recvOffsets;
+      std::vector<float> recv = run(0, mine.rows, mine.offsets, recvOffsets);
+      std::vector<float> expected;
+      std::vector<int32_t> expectedOffsets{0};
+      for (int64_t l = 0; l < local; ++l)
+        for (int s = 0; s < ranks; ++s) {
+          int64_t e = rank * local + l;
+          for (int32_t r = 0; r < sizes[s][e]; ++r)
+            for (int64_t c = 0; c < width; ++c)
+              expected.push_back(value(s, e, r, c));
+          expectedOffsets.push_back(expectedOffsets.back() + sizes[s][e]);
+        }
+      EXPECT_EQ(recvOffsets, expectedOffsets) << "rank " << rank;
+      EXPECT_EQ(recv, expected) << "rank " << rank;
+      // Combine: everything back where it was.
+      std::vector<int32_t> backOffsets;
+      std::vector<float> back = run(1, recv, recvOffsets, backOffsets);
+      EXPECT_EQ(backOffsets, mine.offsets) << "rank " << rank;
+      EXPECT_EQ(back, mine.rows) << "rank " << rank;
+      // The sum over ranks, in place.
+      std::vector<float> sum{static_cast<float>(rank), 1.0f};
+      slot<Reduce>(table, moe::comm::Slot::AllReduce)(ctx, address(sum.data()),
+                                                      2);
+      EXPECT_EQ(sum[0], ranks * (ranks - 1) / 2.0f);
+      EXPECT_EQ(sum[1], static_cast<float>(ranks));
+      // The trace: the collectives and the code between them.
+      bool compute = false, collective = false;
+      for (const CommEvent &e : comm.takeEvents())
+        (e.compute ? compute : collective) = true;
+      EXPECT_TRUE(compute);
+      EXPECT_FALSE(collective); // this communicator records none
+    });
+  for (std::thread &t : threads)
+    t.join();
+}
+
+TEST(CommContext, DispatchAndCombineOfThreeRanks) {
+  exchange(3, 6, 3, /*async=*/false, 1);
+}
+
+TEST(CommContext, StartedExchangesOfFourRanks) {
+  exchange(4, 8, 2, /*async=*/true, 2);
+}
+
+TEST(CommContext, OneExpertPerRank) { exchange(2, 2, 5, /*async=*/true, 3); }
+
+} // namespace
