@@ -139,7 +139,6 @@ static rt::Manifest buildManifest(LayerConfigAttr config, WeightNaming naming,
   m.compiler = kCompilerVersion;
   m.entry = kHostPackedEntryName.str();
   m.maxTokens = o.maxTokens;
-  m.expertParallel = o.ep;
   rt::LayerSpec &l = m.layer;
   l.family = stringifyWeightNaming(naming).str();
   l.hidden = config.getHidden();
@@ -424,6 +423,8 @@ CompileResult mlir::moe::compile(const std::string &input,
   rt::Bundle bundle;
   bundle.manifest = buildManifest(
       config, naming.value_or(WeightNaming::DeepSeek), arguments, options);
+  // From the layer: --ep, or a layer the input already sharded.
+  bundle.manifest.expertParallel = static_cast<int64_t>(layer.getEpSize());
   if (options.train) {
     bundle.manifest.train.entry = kHostTrainPackedEntryName.str();
     for (const TrainArgument &arg : trainArguments)

@@ -513,6 +513,11 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
            << "has dtype " << dtype
            << "; the sm_90a kernels take bf16 or f16 layers (compile with "
               "--dtype=bf16)";
+  if (layer.getEpSize() != 1)
+    return layer.emitOpError()
+           << "is sharded over " << layer.getEpSize()
+           << " expert-parallel ranks, which the sm_90a target does not "
+              "support yet (its exchanges run on the host target)";
   if (config.getSharedGate())
     return layer.emitOpError() << "has a shared-expert gate (Qwen2-MoE), "
                                   "which the sm_90a target does not support "
