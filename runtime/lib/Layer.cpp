@@ -324,8 +324,8 @@ Status Layer::checkCommunicator() const {
     return Status::failure(
         "the bundle was compiled for " +
         std::to_string(bundle.manifest.expertParallel) +
-        " expert-parallel ranks (--ep); run it with mpirun -np " +
-        std::to_string(bundle.manifest.expertParallel) + " moe-train");
+        " expert-parallel ranks (--ep); run it under mpirun -np " +
+        std::to_string(bundle.manifest.expertParallel));
   return Status::success();
 }
 

@@ -4,6 +4,9 @@
 losses: the "step N loss L" lines of several moe-train outputs agree within
 float32 reduction-order tolerance.
 
+outputs: the --outputs files of moe-run on R ranks (PREFIX.rank0..R-1
+.safetensors), each rank's rows in rank order, equal the single-rank ones.
+
 grads: the --dump-grads files of a job of R ranks (PREFIX.rank0..R-1
 .safetensors) together hold the single-rank gradients: each expert's tensors
 on the rank that owns it, the replicated weights' (all-reduced) gradients
@@ -54,6 +57,11 @@ def main():
     l.add_argument("reference")
     l.add_argument("others", nargs="+")
     l.add_argument("--rtol", type=float, default=1e-4)
+    o = sub.add_parser("outputs")
+    o.add_argument("reference")
+    o.add_argument("prefix")
+    o.add_argument("--ranks", type=int, required=True)
+    o.add_argument("--rtol", type=float, default=1e-5)
     g = sub.add_parser("grads")
     g.add_argument("reference")
     g.add_argument("prefix")
@@ -74,6 +82,19 @@ def main():
                     sys.exit(f"compare_ranks: FAIL {other} step {step}: loss {got[step]} vs {value}")
         print(f"compare_ranks: {len(ref)} steps agree in {len(a.others)} runs")
         return
+
+    if a.cmd == "outputs":
+        ref = read_safetensors(a.reference)
+        parts = [read_safetensors(f"{a.prefix}.rank{r}.safetensors") for r in range(a.ranks)]
+        failed = 0
+        for name, want in ref.items():
+            got = np.concatenate([part[name] for part in parts])
+            exact = want.dtype.kind == "i"
+            if got.shape != want.shape or (np.any(got != want) if exact else not close(got, want, a.rtol)):
+                print(f"FAIL {name}")
+                failed += 1
+        print(f"compare_ranks: {len(ref)} outputs, {failed} failed")
+        sys.exit(1 if failed else 0)
 
     ref = read_safetensors(a.reference)
     parts = [read_safetensors(f"{a.prefix}.rank{r}.safetensors") for r in range(a.ranks)]

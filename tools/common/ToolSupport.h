@@ -8,6 +8,7 @@
 #ifndef MOE_TOOLS_TOOLSUPPORT_H
 #define MOE_TOOLS_TOOLSUPPORT_H
 
+#include "moe/runtime/Comm.h"
 #include "moe/runtime/Layer.h"
 
 #include <cstdio>
@@ -60,6 +61,31 @@ inline rt::Tensor randomTokens(rt::Random &rng, int64_t tokens,
   for (int64_t i = 0, n = x.numElements(); i < n; ++i)
     data[i] = rng.uniform(-1.0f, 1.0f);
   return x;
+}
+
+/// `path` with `.rankR` before its extension when the job has several
+/// ranks (each writes its own file).
+inline std::string rankPath(const std::string &path,
+                            const rt::Communicator &c) {
+  if (c.size() == 1)
+    return path;
+  size_t slash = path.rfind('/');
+  size_t dot = path.rfind('.');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash))
+    dot = path.size();
+  return path.substr(0, dot) + ".rank" + std::to_string(c.rank()) +
+         path.substr(dot);
+}
+
+/// This rank's rows of a [T, hidden] batch split evenly over the ranks.
+inline rt::Tensor rankRows(const rt::Tensor &batch, const rt::Communicator &c) {
+  if (c.size() == 1)
+    return batch;
+  int64_t rows = batch.shape[0] / c.size(), width = batch.shape[1];
+  rt::Tensor part = rt::Tensor::zeros(batch.dtype, {rows, width});
+  size_t bytes = part.data.size();
+  std::memcpy(part.data.data(), batch.data.data() + bytes * c.rank(), bytes);
+  return part;
 }
 
 } // namespace moe::tools

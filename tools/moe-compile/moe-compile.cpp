@@ -96,8 +96,8 @@ static cl::opt<bool>
           cl::init(false), cl::cat(category));
 static cl::opt<int64_t>
     ep("ep",
-       cl::desc("With --train: shard the experts over N expert-parallel "
-                "ranks (run the bundle with mpirun -np N moe-train)"),
+       cl::desc("Shard the experts over N expert-parallel ranks (host; run "
+                "the bundle with mpirun -np N moe-run or moe-train)"),
        cl::init(1), cl::cat(category));
 static cl::opt<int64_t> epChunks(
     "ep-chunks",

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ToolSupport.h"
+#include "moe/runtime/Comm.h"
 #include "moe/runtime/Layer.h"
 
 #include <algorithm>
@@ -45,7 +46,14 @@ static const char kUsage[] =
     "  --dump-buffers=FILE      cuda: write every device buffer after the\n"
     "                           last pass (to check each kernel alone)\n"
     "  --profile                cuda: per-kernel device times (CUDA events),\n"
-    "                           median over the repeats, after one warm-up\n";
+    "                           median over the repeats, after one warm-up\n"
+    "  --timeout=SECONDS        limit of every collective (300)\n"
+    "\n"
+    "A bundle compiled with --ep=N runs under mpirun -np N moe-run ...: the\n"
+    "tokens (--tokens or --inputs) are split evenly over the ranks, each\n"
+    "rank holds its experts, rank 0 prints, and with several ranks every\n"
+    "rank writes its own --outputs file, named with .rankR before the\n"
+    "extension.\n";
 
 static int64_t parseInt(const std::string &text, const char *what) {
   char *end = nullptr;
@@ -64,6 +72,7 @@ int main(int argc, char **argv) {
   bool randomWeights = false, profile = false;
   int64_t tokens = -1, repeat = 1;
   uint64_t seed = 0;
+  double timeout = 300;
   for (int i = 1; i < argc; ++i) {
     const char *a = argv[i];
     if (!std::strcmp(a, "--help") || !std::strcmp(a, "-h")) {
@@ -85,6 +94,10 @@ int main(int argc, char **argv) {
       tokens = parseInt(value, "--tokens");
     } else if (flag(argc, argv, i, "--seed", &value)) {
       seed = static_cast<uint64_t>(parseInt(value, "--seed"));
+    } else if (flag(argc, argv, i, "--timeout", &value)) {
+      timeout = static_cast<double>(parseInt(value, "--timeout"));
+      if (timeout < 1)
+        die("expected --timeout >= 1");
     } else if (flag(argc, argv, i, "--profile", nullptr)) {
       profile = true;
     } else if (flag(argc, argv, i, "--repeat", &value)) {
@@ -111,6 +124,16 @@ int main(int argc, char **argv) {
     die(loaded.message());
   Layer &layer = **loaded;
   const Manifest &m = layer.getManifest();
+  Expected<std::unique_ptr<Communicator>> communicator =
+      createCommunicator(timeout);
+  if (!communicator)
+    die(communicator.message());
+  Communicator &comm = **communicator;
+  if (comm.size() > 1 || m.expertParallel > 1)
+    if (Status s = layer.setCommunicator(comm.size() > 1 ? &comm : nullptr);
+        !s.ok())
+      die(s.error);
+  bool leader = comm.rank() == 0;
 
   if (randomWeights) {
     layer.randomWeights(seed);
@@ -142,6 +165,14 @@ int main(int argc, char **argv) {
       if (Status s = writeSafetensors(saveInputs, {{"x", x}}); !s.ok())
         die(s.error);
   }
+
+  // Several ranks: each runs its share of the (global) tokens.
+  if (x.shape.size() == 2 && x.shape[0] % comm.size() != 0)
+    die("the " + std::to_string(x.shape[0]) +
+        " tokens do not split evenly over " + std::to_string(comm.size()) +
+        " ranks");
+  if (x.shape.size() == 2)
+    x = moe::tools::rankRows(x, comm);
 
   std::vector<double> seconds;
   Expected<ForwardResult> result = ForwardResult{};
@@ -190,7 +221,8 @@ int main(int argc, char **argv) {
     std::map<std::string, Tensor> out = {{"y", result->y},
                                          {"topk_ids", result->topkIds},
                                          {"topk_weights", result->topkWeights}};
-    if (Status s = writeSafetensors(outputs, out); !s.ok())
+    if (Status s = writeSafetensors(moe::tools::rankPath(outputs, comm), out);
+        !s.ok())
       die(s.error);
   }
 
@@ -199,11 +231,14 @@ int main(int argc, char **argv) {
   double flopsPerToken = 2.0 * l.hidden * l.experts +
                          6.0 * l.topK * l.hidden * l.ffn +
                          6.0 * l.hidden * l.sharedExperts * l.sharedFfn;
-  double t = static_cast<double>(x.shape[0]);
+  double t = static_cast<double>(x.shape[0]) * comm.size();
+  if (!leader)
+    return 0;
   std::printf("moe-run: %lld tokens on %s in %.3f ms (median of %lld): "
               "%.1f tokens/s, %.2f GFLOP/s\n",
-              static_cast<long long>(x.shape[0]), device.c_str(), median * 1e3,
-              static_cast<long long>(repeat), median > 0 ? t / median : 0.0,
+              static_cast<long long>(x.shape[0] * comm.size()), device.c_str(),
+              median * 1e3, static_cast<long long>(repeat),
+              median > 0 ? t / median : 0.0,
               median > 0 ? t * flopsPerToken / median / 1e9 : 0.0);
   return 0;
 }

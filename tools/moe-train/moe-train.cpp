@@ -28,6 +28,8 @@ using moe::tools::die;
 using moe::tools::flag;
 using moe::tools::kTokenSeedSalt;
 using moe::tools::randomTokens;
+using moe::tools::rankPath;
+using moe::tools::rankRows;
 
 const char *const moe::tools::kToolName = "moe-train";
 
@@ -89,30 +91,6 @@ static int64_t parseCount(const std::string &text, const char *what) {
     die(std::string("expected an integer for ") + what + ", got '" + text +
         "'");
   return static_cast<int64_t>(v);
-}
-
-/// `path` with `.rankR` before its extension when the job has several
-/// ranks (each writes its own file).
-static std::string rankPath(const std::string &path, const Communicator &c) {
-  if (c.size() == 1)
-    return path;
-  size_t slash = path.rfind('/');
-  size_t dot = path.rfind('.');
-  if (dot == std::string::npos || (slash != std::string::npos && dot < slash))
-    dot = path.size();
-  return path.substr(0, dot) + ".rank" + std::to_string(c.rank()) +
-         path.substr(dot);
-}
-
-/// This rank's rows of a [T, hidden] batch split evenly over the ranks.
-static Tensor rankRows(const Tensor &batch, const Communicator &c) {
-  if (c.size() == 1)
-    return batch;
-  int64_t rows = batch.shape[0] / c.size(), width = batch.shape[1];
-  Tensor part = Tensor::zeros(batch.dtype, {rows, width});
-  size_t bytes = part.data.size();
-  std::memcpy(part.data.data(), batch.data.data() + bytes * c.rank(), bytes);
-  return part;
 }
 
 /// A test hook: MOE_TEST_FAULT=kill:R:S or hang:R:S makes rank R die (by
