@@ -20,7 +20,7 @@ using namespace mlir::moe;
 
 namespace {
 
-/// Narrows the expert weights of `layer` to `ep`-th of its experts.
+/// Narrows the expert weights of `layer` to one rank's E / ep experts.
 LogicalResult shardLayer(LayerOp layer, int64_t ep, int64_t chunks) {
   int64_t experts = layer.getConfig().getExperts();
   if (layer.getEpSize() != 1)
