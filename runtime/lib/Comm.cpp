@@ -35,11 +35,10 @@ std::vector<CommEvent> Communicator::takeEvents() {
   return taken;
 }
 
-void Communicator::record(const std::string &name, double start, uint64_t bytes,
-                          bool compute) {
+void Communicator::record(const std::string &name, double start, bool compute) {
   double end = steadySeconds();
   std::lock_guard<std::mutex> lock(eventsMutex);
-  events.push_back({name, start, end - start, bytes, compute});
+  events.push_back({name, start, end - start, compute});
 }
 
 namespace {
@@ -233,7 +232,7 @@ struct CommContext::State {
 
   /// Compiled code calls in: the code ran since the last call returned.
   void enter(const char *call) {
-    comm.record("compute after " + lastCall, lastReturn, 0, /*compute=*/true);
+    comm.record("compute after " + lastCall, lastReturn, /*compute=*/true);
     lastCall = call;
   }
   void leave() { lastReturn = steadySeconds(); }

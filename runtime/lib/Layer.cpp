@@ -311,9 +311,10 @@ Status Layer::setCommunicator(Communicator *comm) {
         " expert-parallel rank(s) (--ep), but this job has " +
         std::to_string(size) + "; run it with mpirun -np " +
         std::to_string(m.expertParallel));
-  if (size > 1)
-    if (Status s = backend->setCommunicator(comm); !s.ok())
-      return s;
+  if (size == 1)
+    comm = nullptr;
+  else if (Status s = backend->setCommunicator(comm); !s.ok())
+    return s;
   communicator = comm;
   firstExpert = comm ? comm->rank() * (m.layer.experts / size) : 0;
   return Status::success();

@@ -45,20 +45,18 @@ public:
                  const std::vector<size_t> &recvOffsets) override {
     double start = steadySeconds();
     std::vector<int> sc(worldSize), sd(worldSize), rc(worldSize), rd(worldSize);
-    uint64_t sent = 0;
     for (int r = 0; r < worldSize; ++r) {
       sc[r] = toInt(bytes[r], "all-to-all");
       sd[r] = toInt(sendOffsets[r], "all-to-all");
       rc[r] = toInt(recvBytes[r], "all-to-all");
       rd[r] = toInt(recvOffsets[r], "all-to-all");
-      sent += bytes[r];
     }
     MPI_Request request;
     check(MPI_Ialltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(),
                          rd.data(), MPI_BYTE, MPI_COMM_WORLD, &request),
           "all-to-all");
     wait(request, "all-to-all");
-    record("all-to-all", start, sent);
+    record("all-to-all", start);
   }
   void allToAll(const void *send, void *recv, size_t bytesPerRank) override {
     double start = steadySeconds();
@@ -68,7 +66,7 @@ public:
                         MPI_COMM_WORLD, &request),
           "all-to-all of sizes");
     wait(request, "all-to-all of sizes");
-    record("all-to-all (sizes)", start, bytesPerRank * worldSize);
+    record("all-to-all (sizes)", start);
   }
   void allReduceSum(float *data, size_t count) override {
     double start = steadySeconds();
@@ -77,7 +75,7 @@ public:
                          MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &request),
           "all-reduce");
     wait(request, "all-reduce");
-    record("all-reduce", start, count * sizeof(float));
+    record("all-reduce", start);
   }
   [[noreturn]] void abort(const std::string &message, int status) override {
     std::fprintf(stderr, "%s\n", message.c_str());

@@ -77,8 +77,9 @@ inline std::string rankPath(const std::string &path,
          path.substr(dot);
 }
 
-/// This rank's rows of a [T, hidden] batch split evenly over the ranks.
-inline rt::Tensor rankRows(const rt::Tensor &batch, const rt::Communicator &c) {
+/// This rank's rows of a [T, hidden] batch split evenly over the ranks (the
+/// batch itself on one rank).
+inline rt::Tensor rankRows(rt::Tensor batch, const rt::Communicator &c) {
   if (c.size() == 1)
     return batch;
   int64_t rows = batch.shape[0] / c.size(), width = batch.shape[1];

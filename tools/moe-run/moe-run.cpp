@@ -129,10 +129,8 @@ int main(int argc, char **argv) {
   if (!communicator)
     die(communicator.message());
   Communicator &comm = **communicator;
-  if (comm.size() > 1 || m.expertParallel > 1)
-    if (Status s = layer.setCommunicator(comm.size() > 1 ? &comm : nullptr);
-        !s.ok())
-      die(s.error);
+  if (Status s = layer.setCommunicator(&comm); !s.ok())
+    die(s.error);
   bool leader = comm.rank() == 0;
 
   if (randomWeights) {
@@ -172,7 +170,7 @@ int main(int argc, char **argv) {
         " tokens do not split evenly over " + std::to_string(comm.size()) +
         " ranks");
   if (x.shape.size() == 2)
-    x = moe::tools::rankRows(x, comm);
+    x = moe::tools::rankRows(std::move(x), comm);
 
   std::vector<double> seconds;
   Expected<ForwardResult> result = ForwardResult{};

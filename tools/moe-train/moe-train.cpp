@@ -176,13 +176,12 @@ int main(int argc, char **argv) {
   if (!communicator)
     die(communicator.message());
   Communicator &comm = **communicator;
-  Communicator *shared = comm.size() > 1 ? &comm : nullptr;
   bool leader = comm.rank() == 0;
 
   Expected<std::unique_ptr<Layer>> student = Layer::load(bundlePath, "host");
   if (!student)
     die(student.message());
-  if (Status s = (*student)->setCommunicator(shared); !s.ok())
+  if (Status s = (*student)->setCommunicator(&comm); !s.ok())
     die(s.error);
   const Manifest &m = (*student)->getManifest();
   int64_t hidden = m.layer.hidden;
@@ -216,14 +215,14 @@ int main(int argc, char **argv) {
       die(inputs + ": x and target must both be [T, " + std::to_string(hidden) +
           "] with T a multiple of the " + std::to_string(comm.size()) +
           " ranks");
-    fixedX = rankRows(*x, comm);
-    fixedTarget = rankRows(*target, comm);
+    fixedX = rankRows(std::move(*x), comm);
+    fixedTarget = rankRows(std::move(*target), comm);
   } else {
     Expected<std::unique_ptr<Layer>> t = Layer::load(bundlePath, "host");
     if (!t)
       die(t.message());
     teacher = std::move(*t);
-    if (Status s = teacher->setCommunicator(shared); !s.ok())
+    if (Status s = teacher->setCommunicator(&comm); !s.ok())
       die(s.error);
     teacher->randomWeights(seed ^ 0x7eac4e5ull);
   }
@@ -242,7 +241,7 @@ int main(int argc, char **argv) {
     Expected<std::string> path = findCheckpoint(resumeDir);
     if (!path)
       die(path.message());
-    Expected<uint64_t> stream = readCheckpoint(*path, **trainer, shared);
+    Expected<uint64_t> stream = readCheckpoint(*path, **trainer, &comm);
     if (!stream)
       die(stream.message());
     rng.setState(*stream);
@@ -317,7 +316,7 @@ int main(int argc, char **argv) {
          step == steps)) {
       double t3 = trace.now();
       if (Status s =
-              writeCheckpoint(checkpointDir, **trainer, rng.getState(), shared);
+              writeCheckpoint(checkpointDir, **trainer, rng.getState(), &comm);
           !s.ok())
         die(s.error);
       trace.add(ioLane, label + ": checkpoint", t3, trace.now() - t3);

@@ -23,7 +23,6 @@ namespace moe::rt {
 struct CommEvent {
   std::string name;
   double start = 0, seconds = 0; // steady clock, seconds
-  uint64_t bytes = 0;            // sent by this rank
   bool compute = false;          // compiled code, not a collective
 };
 
@@ -57,8 +56,7 @@ public:
   std::vector<CommEvent> takeEvents();
   /// Records a collective that started at `start` (steady clock, seconds),
   /// or with `compute`, a stretch of compiled code.
-  void record(const std::string &name, double start, uint64_t bytes,
-              bool compute = false);
+  void record(const std::string &name, double start, bool compute = false);
 
 private:
   std::mutex eventsMutex;

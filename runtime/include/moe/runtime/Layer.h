@@ -93,7 +93,8 @@ public:
   void randomWeights(uint64_t seed);
   /// The job's communicator (null: one rank). Its size must be the
   /// bundle's expert-parallel size; its rank picks this layer's experts,
-  /// so call it before binding weights. The layer does not own it.
+  /// so call it before binding weights. A communicator of one rank is the
+  /// same as none. The layer does not own it.
   Status setCommunicator(Communicator *comm);
   /// Fails when the bundle needs a communicator and has none.
   Status checkCommunicator() const;
