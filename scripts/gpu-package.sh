@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds what tools/gpu-check.sh runs on a GPU machine without LLVM/MLIR:
-# moe-run and libmoe_runtime.so from this build, sm_90a bundles of the
-# check's configs (tools/gpu-check/configs: DeepSeek-V3 shapes with 32
-# experts, Mixtral-8x7B, Qwen3-30B-A3B), and the check script itself.
+# moe-run, moe-comm-bench and libmoe_runtime.so from this build, sm_90a
+# bundles of the check's configs (tools/gpu-check/configs: DeepSeek-V3
+# shapes with 32 experts, Mixtral-8x7B, Qwen3-30B-A3B), and the check
+# script itself.
 #
 #   scripts/gpu-package.sh [OUT_DIR]        (default build/gpu-package)
 #
@@ -12,10 +13,10 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${MOE_BUILD_DIR:-$root/build}
 out=${1:-$build/gpu-package}
-"$root/scripts/build.sh" --target moe-run moe-compile >/dev/null
+"$root/scripts/build.sh" --target moe-run moe-compile moe-comm-bench >/dev/null
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/bundles"
-cp "$build/bin/moe-run" "$out/bin/"
+cp "$build/bin/moe-run" "$build/bin/moe-comm-bench" "$out/bin/"
 cp -L "$build"/lib/libmoe_runtime.so* "$out/lib/" 2>/dev/null ||
   cp -L "$(find "$build" -name 'libmoe_runtime.so*' | head -1)" "$out/lib/"
 cp "$root/tools/gpu-check/gpu_check.py" "$root/tools/gpu-check.sh" "$out/"

@@ -35,6 +35,19 @@ std::vector<CommEvent> Communicator::takeEvents() {
   return taken;
 }
 
+void broadcast(Communicator &comm, void *data, size_t bytes, int root) {
+  // An all-to-all in which only the root's segments are read.
+  int n = comm.size();
+  if (n == 1 || bytes == 0)
+    return;
+  std::vector<char> send(bytes * n), recv(bytes * n);
+  if (comm.rank() == root)
+    for (int r = 0; r < n; ++r)
+      std::memcpy(send.data() + r * bytes, data, bytes);
+  comm.allToAll(send.data(), recv.data(), bytes);
+  std::memcpy(data, recv.data() + root * bytes, bytes);
+}
+
 void Communicator::record(const std::string &name, double start, bool compute) {
   double end = steadySeconds();
   std::lock_guard<std::mutex> lock(eventsMutex);

@@ -1,159 +1,25 @@
 //===- CudaBackend.cpp - Running an sm_90a bundle through the driver API --===//
 //
-// Part of moe-compiler's runtime. libcuda.so.1 is opened with dlopen; the
-// driver API's entry points and the few structures passed to them are
-// declared here by their documented C signatures and layouts, so building
-// needs no CUDA header. The bundle's cubin holds every kernel; its manifest
-// lists the device buffers and the memsets and launches of one forward pass.
+// Part of moe-compiler's runtime. The driver API comes through dlopen
+// (CudaDriver.h), so building needs no CUDA header. The bundle's cubin holds
+// every kernel; its manifest lists the device buffers and the memsets and
+// launches of one forward pass.
 //
 //===----------------------------------------------------------------------===//
 
 #include "moe/runtime/CudaBackend.h"
 
+#include "CudaDriver.h"
+
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
-#include <dlfcn.h>
 #include <map>
 
 namespace moe::rt {
 
 namespace {
 
-using CUresult = int;
-using CUdevice = int;
-using CUdeviceptr = unsigned long long;
-using CUcontext = void *;
-using CUmodule = void *;
-using CUfunction = void *;
-using CUstream = void *;
-using CUevent = void *;
-
-/// CUlaunchAttribute: a 4-byte id, 4 bytes of padding, a 64-byte value.
-struct LaunchAttribute {
-  int id;
-  char pad[4];
-  union {
-    char bytes[64];
-    struct {
-      unsigned x, y, z;
-    } clusterDim;
-  } value;
-};
-static_assert(sizeof(LaunchAttribute) == 72, "CUlaunchAttribute layout");
-
-/// CUlaunchConfig.
-struct LaunchConfig {
-  unsigned gridDimX, gridDimY, gridDimZ;
-  unsigned blockDimX, blockDimY, blockDimZ;
-  unsigned sharedMemBytes;
-  CUstream stream;
-  LaunchAttribute *attrs;
-  unsigned numAttrs;
-};
-
-/// CUtensorMap: 128 opaque bytes, 64-byte aligned.
-struct alignas(64) TensorMap {
-  unsigned long long opaque[16];
-};
-
-// Enum values of the driver API.
-constexpr int kLaunchAttributeClusterDimension = 4;
-constexpr int kFuncAttributeMaxDynamicSharedSize = 8;
-constexpr int kTensorMapFloat16 = 6, kTensorMapBFloat16 = 9;
-constexpr int kTensorMapSwizzle128B = 3;
-constexpr int kTensorMapL2Promotion256B = 3;
-
-struct Driver {
-  CUresult (*init)(unsigned);
-  CUresult (*deviceGet)(CUdevice *, int);
-  CUresult (*primaryCtxRetain)(CUcontext *, CUdevice);
-  CUresult (*ctxSetCurrent)(CUcontext);
-  CUresult (*moduleLoadData)(CUmodule *, const void *);
-  CUresult (*moduleUnload)(CUmodule);
-  CUresult (*moduleGetFunction)(CUfunction *, CUmodule, const char *);
-  CUresult (*funcSetAttribute)(CUfunction, int, int);
-  CUresult (*memAlloc)(CUdeviceptr *, size_t);
-  CUresult (*memFree)(CUdeviceptr);
-  CUresult (*memcpyHtoD)(CUdeviceptr, const void *, size_t);
-  CUresult (*memcpyDtoH)(void *, CUdeviceptr, size_t);
-  CUresult (*memsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
-  CUresult (*streamCreate)(CUstream *, unsigned);
-  CUresult (*streamDestroy)(CUstream);
-  CUresult (*streamSynchronize)(CUstream);
-  CUresult (*eventCreate)(CUevent *, unsigned);
-  CUresult (*eventDestroy)(CUevent);
-  CUresult (*eventRecord)(CUevent, CUstream);
-  CUresult (*eventSynchronize)(CUevent);
-  CUresult (*eventElapsedTime)(float *, CUevent, CUevent);
-  CUresult (*launchKernelEx)(const LaunchConfig *, CUfunction, void **,
-                             void **);
-  CUresult (*tensorMapEncodeTiled)(TensorMap *, int, unsigned, void *,
-                                   const unsigned long long *,
-                                   const unsigned long long *, const unsigned *,
-                                   const unsigned *, int, int, int, int);
-  CUresult (*getErrorString)(CUresult, const char **);
-
-  std::string describe(CUresult rc) const {
-    const char *text = nullptr;
-    if (getErrorString && getErrorString(rc, &text) == 0 && text)
-      return text;
-    // CUDA_ERROR_STUB_LIBRARY: the toolkit's link stub, not a driver.
-    if (rc == 34)
-      return "CUDA error 34 (the library is the toolkit's stub, not a GPU "
-             "driver)";
-    return "CUDA error " + std::to_string(rc);
-  }
-};
-
-Expected<Driver> openDriver() {
-  using Result = Expected<Driver>;
-  const char *library = std::getenv("MOE_CUDA_DRIVER");
-  if (!library || !*library)
-    library = "libcuda.so.1";
-  void *handle = dlopen(library, RTLD_NOW | RTLD_LOCAL);
-  if (!handle)
-    return Result::error(std::string("no CUDA driver found: ") + dlerror());
-  Driver d{};
-  bool complete = true;
-  auto bind = [&](auto &fn, const char *name) {
-    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(
-        dlsym(handle, name));
-    complete = complete && fn;
-  };
-  bind(d.init, "cuInit");
-  bind(d.deviceGet, "cuDeviceGet");
-  bind(d.primaryCtxRetain, "cuDevicePrimaryCtxRetain");
-  bind(d.ctxSetCurrent, "cuCtxSetCurrent");
-  bind(d.moduleLoadData, "cuModuleLoadData");
-  bind(d.moduleUnload, "cuModuleUnload");
-  bind(d.moduleGetFunction, "cuModuleGetFunction");
-  bind(d.funcSetAttribute, "cuFuncSetAttribute");
-  bind(d.memAlloc, "cuMemAlloc_v2");
-  bind(d.memFree, "cuMemFree_v2");
-  bind(d.memcpyHtoD, "cuMemcpyHtoD_v2");
-  bind(d.memcpyDtoH, "cuMemcpyDtoH_v2");
-  bind(d.memsetD8Async, "cuMemsetD8Async");
-  bind(d.streamCreate, "cuStreamCreate");
-  bind(d.streamDestroy, "cuStreamDestroy_v2");
-  bind(d.streamSynchronize, "cuStreamSynchronize");
-  bind(d.eventCreate, "cuEventCreate");
-  bind(d.eventDestroy, "cuEventDestroy_v2");
-  bind(d.eventRecord, "cuEventRecord");
-  bind(d.eventSynchronize, "cuEventSynchronize");
-  bind(d.eventElapsedTime, "cuEventElapsedTime");
-  bind(d.launchKernelEx, "cuLaunchKernelEx");
-  bind(d.tensorMapEncodeTiled, "cuTensorMapEncodeTiled");
-  bind(d.getErrorString, "cuGetErrorString");
-  if (!complete) {
-    dlclose(handle);
-    return Result::error(std::string("'") + library +
-                         "' is not a CUDA driver (missing driver API "
-                         "entry points)");
-  }
-  // The handle stays open: the driver is process-wide.
-  return d;
-}
+using namespace cuda;
 
 int64_t resolveDim(int64_t d, int64_t tokens, int64_t rows) {
   return d == -1 ? tokens : d == -2 ? rows : d;
@@ -257,20 +123,7 @@ Status CudaBackend::init(const Bundle &bundle) {
   if (!d)
     return Status::failure(d.message());
   driver = *d;
-  CUdevice device = 0;
-  CUcontext context = nullptr;
-  if (Status s = check(driver.init(0), "the CUDA driver failed to initialize");
-      !s.ok())
-    return s;
-  if (Status s = check(driver.deviceGet(&device, 0), "no CUDA device 0");
-      !s.ok())
-    return s;
-  if (Status s = check(driver.primaryCtxRetain(&context, device),
-                       "cannot create a context on device 0");
-      !s.ok())
-    return s;
-  if (Status s = check(driver.ctxSetCurrent(context), "cuCtxSetCurrent");
-      !s.ok())
+  if (Status s = makeContextCurrent(driver, 0); !s.ok())
     return s;
   ready = true;
   if (bundle.blobs.size() != 1 || bundle.blobs[0].size() < 4 ||

@@ -1,5 +1,4 @@
-//===- CommTest.cpp - The collectives compiled code calls
-//------------------===//
+//===- CommTest.cpp - The collectives compiled code calls -----------------===//
 //
 // Part of moe-compiler. Ranks are threads of this process with a
 // communicator of shared memory; each rank calls the functions of its
@@ -233,5 +232,28 @@ TEST(CommContext, StartedExchangesOfFourRanks) {
 }
 
 TEST(CommContext, OneExpertPerRank) { exchange(2, 2, 5, /*async=*/true, 3); }
+
+// How the NCCL communicator shares its unique id: every rank ends with the
+// root's bytes, whatever it held before.
+TEST(Broadcast, EveryRankGetsTheRootsBytes) {
+  for (int root : {0, 2}) {
+    const int ranks = 3;
+    Shared shared(ranks);
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < ranks; ++rank)
+      threads.emplace_back([&, rank] {
+        ThreadCommunicator comm(shared, rank);
+        std::vector<char> data(37);
+        for (size_t i = 0; i < data.size(); ++i)
+          data[i] = static_cast<char>(rank * 50 + i);
+        broadcast(comm, data.data(), data.size(), root);
+        for (size_t i = 0; i < data.size(); ++i)
+          EXPECT_EQ(data[i], static_cast<char>(root * 50 + i))
+              << "rank " << rank << " byte " << i;
+      });
+    for (std::thread &t : threads)
+      t.join();
+  }
+}
 
 } // namespace

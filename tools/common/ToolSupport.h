@@ -1,7 +1,7 @@
 //===- ToolSupport.h - Helpers of the runtime tools ------------*- C++ -*-===//
 //
-// Part of moe-compiler. Shared by moe-run and moe-train, which link only the
-// runtime (no LLVM command-line library).
+// Part of moe-compiler. Shared by moe-run, moe-train and moe-comm-bench, which
+// link only the runtime (no LLVM command-line library).
 //
 //===----------------------------------------------------------------------===//
 
@@ -11,6 +11,7 @@
 #include "moe/runtime/Comm.h"
 #include "moe/runtime/Layer.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -47,6 +48,27 @@ inline bool flag(int argc, char **argv, int &i, const char *name,
     die(std::string("option '") + name + "' needs a value");
   *value = argv[++i];
   return true;
+}
+
+/// `text` as a number of at least `lo`, or one error naming the option.
+inline double parseNumber(const std::string &text, const char *what,
+                          double lo) {
+  char *end = nullptr;
+  errno = 0;
+  double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || errno != 0 || !(v >= lo))
+    die(std::string("expected a number >= ") + std::to_string(lo) + " for " +
+        what + ", got '" + text + "'");
+  return v;
+}
+
+/// `text` as a non-negative integer, or one error naming the option.
+inline int64_t parseCount(const std::string &text, const char *what) {
+  double v = parseNumber(text, what, 0);
+  if (v != static_cast<double>(static_cast<int64_t>(v)))
+    die(std::string("expected an integer for ") + what + ", got '" + text +
+        "'");
+  return static_cast<int64_t>(v);
 }
 
 /// Mixed into --seed for the stream of random tokens, so tokens and

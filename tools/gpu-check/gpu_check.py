@@ -16,6 +16,11 @@ PyTorch computed from that kernel's inputs:
   combine          sum of a token's rows plus the shared output
   layer            y vs a float32 PyTorch MoE layer with its own routing
 
+It also runs `moe-comm-bench --device=cuda` on one rank: the NCCL
+communicator is created (unique id, non-blocking init, CTA limits of the
+comm SMs), and an uneven all-to-all and an f32 all-reduce on device memory
+are checked element by element, with NCCL's own SM count and with 20 SMs.
+
 Then one table: per kernel its time (CUDA events, median over repeats after a
 warm-up), TFLOP/s or GB/s, next to torch.matmul in bf16 at the same FLOPs
 (operands rotated beyond L2) and to a PyTorch MoE layer of the same config.
@@ -321,6 +326,28 @@ def check_bundle(args, bundle, rows_out):
     return ok
 
 
+def check_comm(args):
+    """NCCL through the runtime's device communicator, one rank."""
+    ok = True
+    for sms in (0, 20):
+        cmd = [args.moe_comm_bench, "--device=cuda", "--bytes", str(16 << 20),
+               "--iters", "20", "--timeout", "60"]
+        if sms:
+            cmd += ["--comm-sms", str(sms)]
+        run = subprocess.run(cmd, capture_output=True, text=True)
+        lines = [line for line in run.stdout.splitlines()
+                 if line.startswith(("all_to_all", "all_reduce"))]
+        passed = run.returncode == 0 and len(lines) == 2 and all(
+            line.endswith(" ok") for line in lines)
+        label = f"nccl ({sms or 'default'} SMs)"
+        print(f"  {'PASS' if passed else 'FAIL'} {label:28s} "
+              f"{'; '.join(' '.join(line.split()) for line in lines)}")
+        if not passed:
+            print(run.stdout + run.stderr)
+        ok = ok and passed
+    return ok
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -333,6 +360,7 @@ def main():
                         help="scratch directory (default PACKAGE/work)")
     args = parser.parse_args()
     args.moe_run = os.path.join(args.package, "bin", "moe-run")
+    args.moe_comm_bench = os.path.join(args.package, "bin", "moe-comm-bench")
     args.work = args.work or os.path.join(args.package, "work")
     if not torch.cuda.is_available():
         sys.exit("gpu_check.py: PyTorch sees no CUDA device")
@@ -342,7 +370,9 @@ def main():
     bundles = sorted(os.path.join(args.package, "bundles", b)
                      for b in os.listdir(os.path.join(args.package, "bundles"))
                      if b.endswith(".moeb"))
-    rows, ok = [], True
+    rows = []
+    print("communicator")
+    ok = check_comm(args)
     for bundle in bundles:
         try:
             ok = check_bundle(args, bundle, rows) and ok

@@ -27,6 +27,8 @@ using namespace moe::rt;
 using moe::tools::die;
 using moe::tools::flag;
 using moe::tools::kTokenSeedSalt;
+using moe::tools::parseCount;
+using moe::tools::parseNumber;
 using moe::tools::randomTokens;
 using moe::tools::rankPath;
 using moe::tools::rankRows;
@@ -73,25 +75,6 @@ static const char kUsage[] =
     "batch, split evenly over the ranks. Rank 0 prints; in a job of several\n"
     "ranks each rank writes its own --dump-grads, --trace and\n"
     "--save-weights file, named with .rankR before the extension.\n";
-
-static double parseNumber(const std::string &text, const char *what,
-                          double lo) {
-  char *end = nullptr;
-  errno = 0;
-  double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || errno != 0 || !(v >= lo))
-    die(std::string("expected a number >= ") + std::to_string(lo) + " for " +
-        what + ", got '" + text + "'");
-  return v;
-}
-
-static int64_t parseCount(const std::string &text, const char *what) {
-  double v = parseNumber(text, what, 0);
-  if (v != static_cast<double>(static_cast<int64_t>(v)))
-    die(std::string("expected an integer for ") + what + ", got '" + text +
-        "'");
-  return static_cast<int64_t>(v);
-}
 
 /// A test hook: MOE_TEST_FAULT=kill:R:S or hang:R:S makes rank R die (by
 /// SIGKILL) or hang when it reaches step S, to check that the other ranks

@@ -77,6 +77,9 @@ createCommunicator(double timeoutSeconds);
 /// A communicator of one rank.
 std::unique_ptr<Communicator> createLocalCommunicator();
 
+/// Copies `bytes` bytes at `data` on rank `root` to `data` on every rank.
+void broadcast(Communicator &comm, void *data, size_t bytes, int root = 0);
+
 /// What the communicator table of compiled code points to
 /// (moe/runtime/CommAbi.h): a context that runs the code's collectives in
 /// call order on a thread of its own, so that a started all-to-all moves

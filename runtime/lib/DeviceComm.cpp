@@ -1,0 +1,359 @@
+//===- DeviceComm.cpp - Collectives on GPU memory through NCCL ------------===//
+//
+// Part of moe-compiler's runtime. NCCL is opened with dlopen, like the
+// driver (CudaDriver.h): its entry points and the two structures passed to
+// them are declared here from their documented C signatures and layouts, so
+// building needs no NCCL header and one rank never loads NCCL.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/runtime/DeviceComm.h"
+
+#include "CudaDriver.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <dlfcn.h>
+#include <thread>
+#include <type_traits>
+
+namespace moe::rt {
+
+DeviceCommunicator::~DeviceCommunicator() = default;
+
+namespace {
+
+using namespace cuda;
+
+using NcclResult = int;
+using NcclComm = void *;
+constexpr NcclResult kNcclSuccess = 0, kNcclInProgress = 7;
+constexpr int kNcclInt8 = 0, kNcclFloat32 = 7, kNcclSum = 0;
+
+/// ncclUniqueId.
+struct UniqueId {
+  char internal[128];
+};
+
+/// ncclConfig_t with the fields of NCCL 2.18. NCCL reads `size` bytes of a
+/// config over its defaults, so later versions accept this prefix.
+struct NcclConfig {
+  size_t size;
+  unsigned magic;
+  unsigned version;
+  int blocking;
+  int cgaClusterSize;
+  int minCTAs;
+  int maxCTAs;
+  const char *netName;
+  int splitShare;
+};
+constexpr int kConfigUndefined = -2147483647 - 1; // NCCL_CONFIG_UNDEF_INT
+constexpr unsigned kConfigMagic = 0xcafebeef;
+constexpr unsigned kConfigVersion = 21800; // NCCL_VERSION(2, 18, 0)
+constexpr int kMinimumVersion = 21800;
+
+struct Nccl {
+  NcclResult (*getVersion)(int *);
+  NcclResult (*getUniqueId)(UniqueId *);
+  NcclResult (*commInitRankConfig)(NcclComm *, int, UniqueId, int,
+                                   NcclConfig *);
+  NcclResult (*commGetAsyncError)(NcclComm, NcclResult *);
+  NcclResult (*commAbort)(NcclComm);
+  NcclResult (*commDestroy)(NcclComm);
+  NcclResult (*groupStart)();
+  NcclResult (*groupEnd)();
+  NcclResult (*send)(const void *, size_t, int, int, NcclComm, CUstream);
+  NcclResult (*recv)(void *, size_t, int, int, NcclComm, CUstream);
+  NcclResult (*allReduce)(const void *, void *, size_t, int, int, NcclComm,
+                          CUstream);
+  const char *(*getErrorString)(NcclResult);
+  const char *(*getLastError)(NcclComm);
+
+  std::string describe(NcclResult rc, NcclComm comm = nullptr) const {
+    std::string text = getErrorString(rc);
+    const char *last = getLastError(comm);
+    if (last && *last)
+      text += " (" + std::string(last) + ")";
+    return text;
+  }
+};
+
+Expected<Nccl> openNccl() {
+  using Result = Expected<Nccl>;
+  const char *library = std::getenv("MOE_NCCL");
+  if (!library || !*library)
+    library = "libnccl.so.2";
+  void *handle = dlopen(library, RTLD_NOW | RTLD_LOCAL);
+  if (!handle)
+    return Result::error(std::string("no NCCL library found: ") + dlerror());
+  Nccl n{};
+  bool complete = true;
+  auto bind = [&](auto &fn, const char *name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(
+        dlsym(handle, name));
+    complete = complete && fn;
+  };
+  bind(n.getVersion, "ncclGetVersion");
+  bind(n.getUniqueId, "ncclGetUniqueId");
+  bind(n.commInitRankConfig, "ncclCommInitRankConfig");
+  bind(n.commGetAsyncError, "ncclCommGetAsyncError");
+  bind(n.commAbort, "ncclCommAbort");
+  bind(n.commDestroy, "ncclCommDestroy");
+  bind(n.groupStart, "ncclGroupStart");
+  bind(n.groupEnd, "ncclGroupEnd");
+  bind(n.send, "ncclSend");
+  bind(n.recv, "ncclRecv");
+  bind(n.allReduce, "ncclAllReduce");
+  bind(n.getErrorString, "ncclGetErrorString");
+  bind(n.getLastError, "ncclGetLastError");
+  if (!complete) {
+    dlclose(handle);
+    return Result::error(std::string("'") + library +
+                         "' is not an NCCL library (missing entry points of "
+                         "NCCL 2.18 or later)");
+  }
+  int version = 0;
+  n.getVersion(&version);
+  if (version < kMinimumVersion)
+    return Result::error("NCCL " + std::to_string(version) + " in '" + library +
+                         "' is too old: 2.18 or later is needed");
+  return n;
+}
+
+class NcclCommunicator : public DeviceCommunicator {
+public:
+  NcclCommunicator(Communicator &host, const DeviceCommOptions &options)
+      : host(host), options(options) {}
+  ~NcclCommunicator() override {
+    if (comm)
+      (healthy ? nccl.commDestroy : nccl.commAbort)(comm);
+    if (commStream)
+      driver.streamDestroy(commStream);
+  }
+
+  Status init();
+
+  int rank() const override { return host.rank(); }
+  int size() const override { return host.size(); }
+  std::string name() const override { return "nccl"; }
+  void *stream() const override { return commStream; }
+
+  Status allToAllV(const void *send, const std::vector<size_t> &bytes,
+                   const std::vector<size_t> &sendOffsets, void *recv,
+                   const std::vector<size_t> &recvBytes,
+                   const std::vector<size_t> &recvOffsets) override;
+  Status allReduceSum(float *data, size_t count) override;
+  Status synchronize() override;
+
+  Expected<void *> allocate(size_t bytes) override {
+    CUdeviceptr ptr = 0;
+    if (Status s = checkCuda(driver.memAlloc(&ptr, std::max<size_t>(bytes, 1)),
+                             "cannot allocate " + std::to_string(bytes) +
+                                 " bytes of device memory");
+        !s.ok())
+      return Expected<void *>::error(s.error);
+    return reinterpret_cast<void *>(ptr);
+  }
+  void release(void *device) override {
+    if (device)
+      driver.memFree(reinterpret_cast<CUdeviceptr>(device));
+  }
+  Status upload(void *device, const void *data, size_t bytes) override {
+    return checkCuda(
+        driver.memcpyHtoD(reinterpret_cast<CUdeviceptr>(device), data, bytes),
+        "cannot copy to the device");
+  }
+  Status download(void *data, const void *device, size_t bytes) override {
+    return checkCuda(
+        driver.memcpyDtoH(data, reinterpret_cast<CUdeviceptr>(device), bytes),
+        "cannot copy from the device");
+  }
+
+private:
+  std::string where() const {
+    return "rank " + std::to_string(rank()) + " of " + std::to_string(size());
+  }
+  Status checkCuda(CUresult rc, const std::string &what) const {
+    if (rc == 0)
+      return Status::success();
+    return Status::failure(what + ": " + driver.describe(rc));
+  }
+  /// An NCCL call's result: in progress is fine (non-blocking mode), an
+  /// error marks the communicator for abort.
+  Status checkNccl(NcclResult rc, const std::string &what) {
+    if (rc == kNcclSuccess || rc == kNcclInProgress)
+      return Status::success();
+    healthy = false;
+    return Status::failure("NCCL " + what + " failed on " + where() + ": " +
+                           nccl.describe(rc, comm));
+  }
+  /// Polls until NCCL has no call in progress, up to the timeout.
+  Status waitReady(const std::string &what);
+
+  Communicator &host;
+  DeviceCommOptions options;
+  Nccl nccl{};
+  Driver driver{};
+  NcclComm comm = nullptr;
+  CUstream commStream = nullptr;
+  bool healthy = true;
+};
+
+Status NcclCommunicator::init() {
+  // NCCL first: its absence is the common failure, and the unique id needs
+  // no GPU, so every rank takes part in the broadcast before any can fail
+  // on its device (a rank that failed alone would leave the others waiting
+  // in the broadcast).
+  Expected<Nccl> n = openNccl();
+  if (!n)
+    return Status::failure(n.message());
+  nccl = *n;
+  UniqueId id{};
+  NcclResult idResult = kNcclSuccess;
+  if (rank() == 0)
+    idResult = nccl.getUniqueId(&id);
+  // Rank 0's result travels with the id, so all ranks fail together.
+  struct {
+    UniqueId id;
+    int32_t result;
+  } message{id, idResult};
+  broadcast(host, &message, sizeof(message), 0);
+  if (message.result != kNcclSuccess)
+    return Status::failure("NCCL could not make a unique id on rank 0: " +
+                           nccl.describe(message.result));
+  Expected<Driver> d = openDriver();
+  if (!d)
+    return Status::failure(d.message());
+  driver = *d;
+  if (Status s = makeContextCurrent(driver, options.device); !s.ok())
+    return s;
+  if (Status s = checkCuda(driver.streamCreate(&commStream, kStreamNonBlocking),
+                           "cannot create the communication stream");
+      !s.ok())
+    return s;
+  NcclConfig config{sizeof(NcclConfig), kConfigMagic,     kConfigVersion,
+                    /*blocking=*/0,     kConfigUndefined, kConfigUndefined,
+                    kConfigUndefined,   nullptr,          kConfigUndefined};
+  if (options.commSms > 0)
+    config.minCTAs = config.maxCTAs = options.commSms;
+  if (Status s = checkNccl(
+          nccl.commInitRankConfig(&comm, size(), message.id, rank(), &config),
+          "initialization");
+      !s.ok())
+    return s;
+  return waitReady("initialization");
+}
+
+Status NcclCommunicator::waitReady(const std::string &what) {
+  double deadline = steadySeconds() + options.timeoutSeconds;
+  for (;;) {
+    NcclResult state = kNcclSuccess;
+    if (Status s = checkNccl(nccl.commGetAsyncError(comm, &state), what);
+        !s.ok())
+      return s;
+    if (state == kNcclSuccess)
+      return Status::success();
+    if (state != kNcclInProgress)
+      return checkNccl(state, what);
+    if (steadySeconds() > deadline) {
+      healthy = false;
+      return Status::failure("NCCL " + what + " did not complete on " +
+                             where() + " within " +
+                             std::to_string(options.timeoutSeconds) +
+                             " s: another rank died or hangs");
+    }
+    std::this_thread::yield();
+  }
+}
+
+Status NcclCommunicator::allToAllV(const void *send,
+                                   const std::vector<size_t> &bytes,
+                                   const std::vector<size_t> &sendOffsets,
+                                   void *recv,
+                                   const std::vector<size_t> &recvBytes,
+                                   const std::vector<size_t> &recvOffsets) {
+  size_t n = static_cast<size_t>(size());
+  if (bytes.size() != n || sendOffsets.size() != n || recvBytes.size() != n ||
+      recvOffsets.size() != n)
+    return Status::failure("an all-to-all on " + where() +
+                           " needs one size and offset per rank");
+  // Point-to-point pairs in one group: NCCL schedules them together, and
+  // a zero-byte pair still matches its peer's.
+  if (Status s = checkNccl(nccl.groupStart(), "all-to-all"); !s.ok())
+    return s;
+  for (size_t peer = 0; peer < n; ++peer) {
+    int p = static_cast<int>(peer);
+    if (Status s = checkNccl(
+            nccl.send(static_cast<const char *>(send) + sendOffsets[peer],
+                      bytes[peer], kNcclInt8, p, comm, commStream),
+            "all-to-all send");
+        !s.ok()) {
+      nccl.groupEnd();
+      return s;
+    }
+    if (Status s = checkNccl(
+            nccl.recv(static_cast<char *>(recv) + recvOffsets[peer],
+                      recvBytes[peer], kNcclInt8, p, comm, commStream),
+            "all-to-all receive");
+        !s.ok()) {
+      nccl.groupEnd();
+      return s;
+    }
+  }
+  if (Status s = checkNccl(nccl.groupEnd(), "all-to-all"); !s.ok())
+    return s;
+  return waitReady("all-to-all");
+}
+
+Status NcclCommunicator::allReduceSum(float *data, size_t count) {
+  if (Status s = checkNccl(nccl.allReduce(data, data, count, kNcclFloat32,
+                                          kNcclSum, comm, commStream),
+                           "all-reduce");
+      !s.ok())
+    return s;
+  return waitReady("all-reduce");
+}
+
+Status NcclCommunicator::synchronize() {
+  double deadline = steadySeconds() + options.timeoutSeconds;
+  for (;;) {
+    CUresult rc = driver.streamQuery(commStream);
+    if (rc == 0)
+      break;
+    if (rc != kErrorNotReady) {
+      healthy = false;
+      return checkCuda(rc, "the communication stream failed on " + where());
+    }
+    NcclResult state = kNcclSuccess;
+    nccl.commGetAsyncError(comm, &state);
+    if (state != kNcclSuccess && state != kNcclInProgress)
+      return checkNccl(state, "collective");
+    if (steadySeconds() > deadline) {
+      healthy = false;
+      return Status::failure("NCCL collectives did not complete on " + where() +
+                             " within " +
+                             std::to_string(options.timeoutSeconds) +
+                             " s: another rank died or hangs");
+    }
+    std::this_thread::yield();
+  }
+  return Status::success();
+}
+
+} // namespace
+
+Expected<std::unique_ptr<DeviceCommunicator>>
+createNcclCommunicator(Communicator &host, const DeviceCommOptions &options) {
+  using Result = Expected<std::unique_ptr<DeviceCommunicator>>;
+  if (options.commSms < 0)
+    return Result::error("the communicator's SM count must be 0 (NCCL's "
+                         "choice) or positive, got " +
+                         std::to_string(options.commSms));
+  auto comm = std::make_unique<NcclCommunicator>(host, options);
+  if (Status s = comm->init(); !s.ok())
+    return Result::error(s.error);
+  return Result(std::move(comm));
+}
+
+} // namespace moe::rt
