@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds what tools/gpu-check.sh runs on a GPU machine without LLVM/MLIR:
-# moe-run, moe-comm-bench and libmoe_runtime.so from this build, sm_90a
-# bundles of the check's configs (tools/gpu-check/configs: DeepSeek-V3
-# shapes with 32 experts, Mixtral-8x7B, Qwen3-30B-A3B), and the check
-# script itself.
+# moe-run, moe-train, moe-comm-bench and libmoe_runtime.so from this build,
+# sm_90a bundles of the check's configs (tools/gpu-check/configs:
+# DeepSeek-V3 shapes with 32 experts, Mixtral-8x7B, Qwen3-30B-A3B),
+# training bundles of two tiny configs, and the check script itself.
 #
 #   scripts/gpu-package.sh [OUT_DIR]        (default build/gpu-package)
 #
@@ -13,10 +13,10 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${MOE_BUILD_DIR:-$root/build}
 out=${1:-$build/gpu-package}
-"$root/scripts/build.sh" --target moe-run moe-compile moe-comm-bench >/dev/null
+"$root/scripts/build.sh" --target moe-run moe-compile moe-comm-bench moe-train >/dev/null
 rm -rf "$out"
-mkdir -p "$out/bin" "$out/lib" "$out/bundles"
-cp "$build/bin/moe-run" "$build/bin/moe-comm-bench" "$out/bin/"
+mkdir -p "$out/bin" "$out/lib" "$out/bundles/train"
+cp "$build/bin/moe-run" "$build/bin/moe-comm-bench" "$build/bin/moe-train" "$out/bin/"
 cp -L "$build"/lib/libmoe_runtime.so* "$out/lib/" 2>/dev/null ||
   cp -L "$(find "$build" -name 'libmoe_runtime.so*' | head -1)" "$out/lib/"
 cp "$root/tools/gpu-check/gpu_check.py" "$root/tools/gpu-check.sh" "$out/"
@@ -25,5 +25,12 @@ for config in "$root"/tools/gpu-check/configs/*.json; do
   "$build/bin/moe-compile" --hf-config "$config" --target=sm_90a \
     --max-tokens=4096 --no-cache --report -o "$out/bundles/$name.moeb" \
     2> "$out/bundles/$name.report"
+done
+# Training steps (SIMT kernels around the forward schedule) of two tiny
+# configs: DeepSeek-V3's routing with a shared expert, Mixtral's softmax.
+for name in deepseek-v3-tiny mixtral-tiny; do
+  "$build/bin/moe-compile" --hf-config "$root/test/Integration/Inputs/$name.json" \
+    --train --target=sm_90a --max-tokens=512 --no-cache \
+    -o "$out/bundles/train/$name.moeb"
 done
 echo "gpu-package: $(du -sh "$out" | cut -f1) in $out"

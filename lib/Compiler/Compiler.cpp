@@ -80,9 +80,6 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
     return "--alignment must be a multiple of 128 (the grouped GEMM's M "
            "block) for --target=sm_90a, got " +
            std::to_string(o.alignment);
-  if (o.train && o.target != "host")
-    return "--train: the sm_90a training kernels are not available yet; "
-           "use --target=host";
   if (o.ep < 1 || o.ep > 4096)
     return "--ep must be in [1, 4096], got " + std::to_string(o.ep);
   if (o.epChunks < 1 || o.epChunks > 64)
@@ -95,6 +92,8 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
            "sm_90a kernels do not exchange rows yet";
   if (o.train && o.emit == "mlir")
     return "--train needs --emit=llvm or --emit=bundle";
+  if (o.train && o.target == "sm_90a" && o.emit != "bundle" && o.emit != "ptx")
+    return "--train needs --emit=ptx or --emit=bundle for --target=sm_90a";
   if (o.target == "host" && (!o.smPartition.empty() || o.report))
     return std::string(o.report ? "--report" : "--sm-partition") +
            " needs --target=sm_90a";
@@ -191,18 +190,24 @@ static void setText(CompileResult &result, llvm::StringRef text) {
 static std::string formatReport(const std::vector<Sm90KernelReport> &kernels) {
   std::string text;
   llvm::raw_string_ostream os(text);
-  os << llvm::formatv("{0,-17} {1,-16} {2,6} {3,8} {4,7} {5,5} {6,-20} {7}\n",
-                      "kernel", "grid", "block", "smem", "static", "regs",
+  size_t width = 17; // training kernels have longer names
+  for (const Sm90KernelReport &k : kernels)
+    width = std::max(width, k.name.size());
+  auto pad = [&](const std::string &name) {
+    return name + std::string(width - name.size(), ' ');
+  };
+  os << llvm::formatv("{0} {1,-16} {2,6} {3,8} {4,7} {5,5} {6,-20} {7}\n",
+                      pad("kernel"), "grid", "block", "smem", "static", "regs",
                       "tile", "spills (st/ld)");
   for (const Sm90KernelReport &k : kernels) {
     auto num = [](int64_t v) {
       return v < 0 ? std::string("?") : std::to_string(v);
     };
-    os << llvm::formatv(
-        "{0,-17} {1,-16} {2,6} {3,8} {4,7} {5,5} {6,-20} {7}/{8}\n", k.name,
-        k.grid, k.block, k.sharedMemory, num(k.staticSharedMemory),
-        num(k.registers), k.tile.empty() ? "-" : k.tile, num(k.spillStores),
-        num(k.spillLoads));
+    os << llvm::formatv("{0} {1,-16} {2,6} {3,8} {4,7} {5,5} {6,-20} {7}/{8}\n",
+                        pad(k.name), k.grid, k.block, k.sharedMemory,
+                        num(k.staticSharedMemory), num(k.registers),
+                        k.tile.empty() ? "-" : k.tile, num(k.spillStores),
+                        num(k.spillLoads));
   }
   os << "cluster 1x1x1 for every kernel; smem is dynamic shared memory in "
         "bytes\n";
@@ -223,7 +228,17 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
   std::vector<EntryArgument> arguments = entryArguments(layer);
   LayerConfigAttr config = layer.getConfig();
 
+  std::vector<TrainArgument> trainArguments;
+  if (options.train) {
+    if (layer.getSharedExpertGate()) {
+      result.error = "--train: the shared-expert gate (Qwen2-MoE) is not "
+                     "differentiated yet";
+      return result;
+    }
+    trainArguments = listTrainArguments(layer);
+  }
   Sm90Options sm90;
+  sm90.train = options.train;
   sm90.alignment = alignmentFor(options);
   sm90.maxTokens = options.maxTokens;
   sm90.cubin = options.emit != "ptx" || options.report;
@@ -254,6 +269,14 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
     if (step.op == "launch")
       bundle.manifest.schedule.push_back(step.kernel);
   bundle.manifest.gpu = std::move(compiled->program);
+  if (options.train) {
+    // The runtime runs the training schedule for this entry point.
+    bundle.manifest.train.entry = "train_steps";
+    for (const TrainArgument &arg : trainArguments)
+      bundle.manifest.train.arguments.push_back(
+          {arg.name, arg.output, *toDType(arg.type.getElementType()),
+           toShape(arg.type)});
+  }
   bundle.blobs.push_back(std::move(compiled->cubin));
   result.output = rt::serializeBundle(bundle);
   return result;

@@ -276,3 +276,54 @@ struct MoeAutodiff : public moe::impl::MoeAutodiffBase<MoeAutodiff> {
 };
 
 } // namespace
+
+SmallVector<std::pair<StringRef, Value>>
+mlir::moe::listTrainedWeights(LayerOp layer) {
+  SmallVector<std::pair<StringRef, Value>> weights{
+      {"router_weight", layer.getRouterWeight()},
+      {"gate_weight", layer.getGateWeight()},
+      {"up_weight", layer.getUpWeight()},
+      {"down_weight", layer.getDownWeight()}};
+  if (layer.getConfig().hasSharedExperts())
+    weights.append({{"shared_gate_weight", layer.getSharedGateWeight()},
+                    {"shared_up_weight", layer.getSharedUpWeight()},
+                    {"shared_down_weight", layer.getSharedDownWeight()}});
+  return weights;
+}
+
+std::vector<TrainArgument> mlir::moe::listTrainArguments(LayerOp layer) {
+  Builder b(layer.getContext());
+  LayerConfigAttr config = layer.getConfig();
+  Type f32 = b.getF32Type();
+  int64_t dyn = ShapedType::kDynamic;
+  int64_t hidden = config.getHidden(), experts = config.getExperts();
+  auto f32Like = [&](Value v) {
+    return RankedTensorType::get(cast<RankedTensorType>(v.getType()).getShape(),
+                                 f32);
+  };
+  std::vector<TrainArgument> args;
+  auto xType = cast<RankedTensorType>(layer.getInput().getType());
+  args.push_back(
+      {"x", false,
+       RankedTensorType::get({dyn, hidden}, xType.getElementType())});
+  args.push_back({"target", false, RankedTensorType::get({dyn, hidden}, f32)});
+  args.push_back({"hyper", false, RankedTensorType::get({kHyperCount}, f32)});
+  SmallVector<std::pair<StringRef, Value>> weights = listTrainedWeights(layer);
+  for (auto [name, value] : weights)
+    for (const char *suffix : {"", ".m", ".v"})
+      args.push_back({(name + suffix).str(), false, f32Like(value)});
+  Value bias = layer.getScoreBias();
+  if (bias)
+    args.push_back({"score_bias", false, f32Like(bias)});
+  for (auto [name, value] : weights)
+    for (const char *suffix : {".next", ".m.next", ".v.next"})
+      args.push_back({(name + suffix).str(), true, f32Like(value)});
+  if (bias)
+    args.push_back({"score_bias.next", true, f32Like(bias)});
+  args.push_back({"loss", true, RankedTensorType::get({1}, f32)});
+  args.push_back({"load", true, RankedTensorType::get({experts}, f32)});
+  args.push_back({"x.grad", true, RankedTensorType::get({dyn, hidden}, f32)});
+  for (auto [name, value] : weights)
+    args.push_back({(name + ".grad").str(), true, f32Like(value)});
+  return args;
+}

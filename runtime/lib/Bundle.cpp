@@ -85,15 +85,17 @@ std::string serializeManifest(const Manifest &m) {
                          {"dtype", mlirName(b.dtype)},
                          {"shape", b.shape},
                          {"source", b.source}});
-    for (const GpuStep &st : m.gpu.steps) {
-      json maps = json::array();
-      for (const GpuTensorMap &t : st.tensorMaps)
-        maps.push_back({{"arg", t.arg},
-                        {"source", t.source},
-                        {"view", t.view},
-                        {"box", t.box},
-                        {"swizzle", t.swizzle}});
-      steps.push_back({{"op", st.op},
+    auto stepList = [](const std::vector<GpuStep> &list) {
+      json out = json::array();
+      for (const GpuStep &st : list) {
+        json maps = json::array();
+        for (const GpuTensorMap &t : st.tensorMaps)
+          maps.push_back({{"arg", t.arg},
+                          {"source", t.source},
+                          {"view", t.view},
+                          {"box", t.box},
+                          {"swizzle", t.swizzle}});
+        out.push_back({{"op", st.op},
                        {"buffer", st.buffer},
                        {"kernel", st.kernel},
                        {"args", st.args},
@@ -103,10 +105,15 @@ std::string serializeManifest(const Manifest &m) {
                        {"block", st.block},
                        {"smem", st.sharedMemory},
                        {"tensor_maps", maps}});
-    }
+      }
+      return out;
+    };
+    steps = stepList(m.gpu.steps);
     root["gpu"] = {{"row_capacity", m.gpu.rowCapacity},
                    {"buffers", buffers},
                    {"steps", steps}};
+    if (!m.gpu.trainSteps.empty())
+      root["gpu"]["train_steps"] = stepList(m.gpu.trainSteps);
   }
   return root.dump(2);
 }
@@ -244,8 +251,8 @@ static void readGpuProgram(Reader &r, const json &root, GpuProgram &program) {
       b.source = r.str(item, "source", "a gpu buffer");
       program.buffers.push_back(std::move(b));
     }
-  if (const json *steps = r.array(*gpu, "steps", w))
-    for (const json &item : *steps) {
+  auto readSteps = [&](const json &list, std::vector<GpuStep> &into) {
+    for (const json &item : list) {
       const char *sw = "a gpu step";
       GpuStep st;
       st.op = r.str(item, "op", sw);
@@ -274,8 +281,14 @@ static void readGpuProgram(Reader &r, const json &root, GpuProgram &program) {
           t.swizzle = r.integer(m, "swizzle", "a tensor map");
           st.tensorMaps.push_back(std::move(t));
         }
-      program.steps.push_back(std::move(st));
+      into.push_back(std::move(st));
     }
+  };
+  if (const json *steps = r.array(*gpu, "steps", w))
+    readSteps(*steps, program.steps);
+  if (gpu->contains("train_steps"))
+    if (const json *steps = r.array(*gpu, "train_steps", w))
+      readSteps(*steps, program.trainSteps);
 }
 
 Expected<Manifest> parseManifest(const std::string &text) {

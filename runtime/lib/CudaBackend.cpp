@@ -45,6 +45,8 @@ public:
 
   Status init(const Bundle &bundle);
   Status run(const std::vector<const Tensor *> &arguments) override;
+  Status runEntry(const std::string &symbol,
+                  const std::vector<const Tensor *> &arguments) override;
   void invalidateParameters() override { parametersUploaded = false; }
   std::vector<KernelTime> lastProfile() const override { return profile; }
   void setProfiling(bool on) override { profiling = on; }
@@ -70,6 +72,21 @@ private:
     return n;
   }
   Status uploadParameters(const std::vector<const Tensor *> &arguments);
+  /// Enqueues the memsets and launches of `steps` for `tokens` tokens.
+  Status launchSteps(const std::vector<GpuStep> &steps,
+                     const std::vector<std::vector<CUdeviceptr>> &maps,
+                     int64_t tokens, bool timed);
+  /// The buffer of training step argument `name`.
+  const GpuBuffer *argumentBuffer(const std::string &name) const {
+    for (const GpuBuffer &b : manifest.gpu.buffers)
+      if (b.source == "arg:" + name)
+        return &b;
+    for (const GpuBuffer &b : manifest.gpu.buffers)
+      if (b.name == name &&
+          (b.source == "input" || b.source == "param:" + name))
+        return &b;
+    return nullptr;
+  }
 
   Driver driver{};
   Manifest manifest;
@@ -79,8 +96,9 @@ private:
   std::map<std::string, CUfunction> functions;
   std::map<std::string, CUdeviceptr> buffers;
   CUdeviceptr mapsBuffer = 0;
-  /// Per launch step: the device address of each of its tensor maps.
-  std::vector<std::vector<CUdeviceptr>> stepMaps;
+  /// Per step of the forward and of the training schedule: the device
+  /// address of each of its tensor maps.
+  std::vector<std::vector<CUdeviceptr>> stepMaps, trainStepMaps;
   std::vector<CUevent> events;
   std::vector<KernelTime> profile;
   int64_t lastTokens = 0;
@@ -157,8 +175,27 @@ Status CudaBackend::init(const Bundle &bundle) {
   // each buffer's full capacity: rows past the live ones are never stored).
   std::vector<TensorMap> maps;
   std::vector<std::vector<size_t>> mapIndex;
-  for (const GpuStep &step : manifest.gpu.steps) {
+  std::vector<const GpuStep *> allSteps;
+  for (const GpuStep &step : manifest.gpu.steps)
+    allSteps.push_back(&step);
+  for (const GpuStep &step : manifest.gpu.trainSteps)
+    allSteps.push_back(&step);
+  for (const GpuStep *stepPtr : allSteps) {
+    const GpuStep &step = *stepPtr;
     mapIndex.emplace_back();
+    // A step may only name buffers of the program.
+    std::vector<std::string> named = step.args;
+    if (step.op == "memset")
+      named.push_back(step.buffer);
+    for (const std::string &name : named)
+      if (!findBuffer(name))
+        return Status::failure("the bundle's schedule names buffer '" + name +
+                               "', which its program does not have");
+    for (const GpuTensorMap &t : step.tensorMaps)
+      if (t.source < 0 || static_cast<size_t>(t.source) >= step.args.size() ||
+          t.view.size() != 2 || t.box.size() != 2)
+        return Status::failure("kernel '" + step.kernel +
+                               "' has a malformed tensor map in the bundle");
     if (step.op != "launch")
       continue;
     CUfunction fn = nullptr;
@@ -220,10 +257,11 @@ Status CudaBackend::init(const Bundle &bundle) {
         !s.ok())
       return s;
   }
-  for (const std::vector<size_t> &indices : mapIndex) {
-    stepMaps.emplace_back();
-    for (size_t i : indices)
-      stepMaps.back().push_back(mapsBuffer + i * sizeof(TensorMap));
+  for (size_t j = 0; j < mapIndex.size(); ++j) {
+    auto &into = j < manifest.gpu.steps.size() ? stepMaps : trainStepMaps;
+    into.emplace_back();
+    for (size_t i : mapIndex[j])
+      into.back().push_back(mapsBuffer + i * sizeof(TensorMap));
   }
   for (size_t i = 0; i < 2 * manifest.gpu.steps.size(); ++i) {
     CUevent e = nullptr;
@@ -281,23 +319,13 @@ CudaBackend::uploadParameters(const std::vector<const Tensor *> &arguments) {
   return Status::success();
 }
 
-Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {
-  const Tensor &x = *arguments.front();
-  int64_t tokens = x.shape[0];
-  lastTokens = tokens;
+Status
+CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
+                         const std::vector<std::vector<CUdeviceptr>> &maps,
+                         int64_t tokens, bool timed) {
   int64_t k = manifest.layer.topK;
-  if (!parametersUploaded)
-    if (Status s = uploadParameters(arguments); !s.ok())
-      return s;
-  if (Status s =
-          check(driver.memcpyHtoD(buffers["x"], x.data.data(), x.data.size()),
-                "cannot upload the input");
-      !s.ok())
-    return s;
-
-  profile.clear();
-  for (size_t i = 0; tokens > 0 && i < manifest.gpu.steps.size(); ++i) {
-    const GpuStep &step = manifest.gpu.steps[i];
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const GpuStep &step = steps[i];
     if (step.op == "memset") {
       const GpuBuffer *b = findBuffer(step.buffer);
       if (Status s = check(driver.memsetD8Async(buffers[step.buffer], 0,
@@ -311,8 +339,9 @@ Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {
                        ? (tokens + step.perBlock - 1) / step.perBlock
                    : step.gridKind == "assignments"
                        ? (tokens * k + step.perBlock - 1) / step.perBlock
-                   : step.gridKind == "one" ? 1
-                                            : step.gridSize;
+                   : step.gridKind == "rows" ? manifest.gpu.rowCapacity
+                   : step.gridKind == "one"  ? 1
+                                             : step.gridSize;
     // Memref arguments as MLIR passes them to kernels: allocated and
     // aligned pointers, offset, sizes, row-major strides; then the tensor
     // map pointers appended by the compiler.
@@ -341,7 +370,7 @@ Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {
         words.push_back(s);
     }
     size_t mapStart = words.size();
-    for (CUdeviceptr map : stepMaps[i])
+    for (CUdeviceptr map : maps[i])
       words.push_back(static_cast<int64_t>(map));
     std::vector<void *> params;
     for (size_t j = 0; j < words.size(); ++j)
@@ -361,16 +390,37 @@ Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {
                         stream,
                         &cluster,
                         1};
-    if (profiling)
+    if (timed)
       driver.eventRecord(events[2 * i], stream);
     if (Status s = check(driver.launchKernelEx(&config, functions[step.kernel],
                                                params.data(), nullptr),
                          "cannot launch kernel '" + step.kernel + "'");
         !s.ok())
       return s;
-    if (profiling)
+    if (timed)
       driver.eventRecord(events[2 * i + 1], stream);
   }
+  return Status::success();
+}
+
+Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {
+  const Tensor &x = *arguments.front();
+  int64_t tokens = x.shape[0];
+  lastTokens = tokens;
+  if (!parametersUploaded)
+    if (Status s = uploadParameters(arguments); !s.ok())
+      return s;
+  if (Status s =
+          check(driver.memcpyHtoD(buffers["x"], x.data.data(), x.data.size()),
+                "cannot upload the input");
+      !s.ok())
+    return s;
+
+  profile.clear();
+  if (tokens > 0)
+    if (Status s = launchSteps(manifest.gpu.steps, stepMaps, tokens, profiling);
+        !s.ok())
+      return s;
   if (Status s = check(driver.streamSynchronize(stream),
                        "a kernel of the forward pass failed");
       !s.ok())
@@ -403,6 +453,74 @@ Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {
       return Status::failure(converted.message());
     std::memcpy(const_cast<uint8_t *>(out.data.data()), converted->data.data(),
                 out.data.size());
+  }
+  return Status::success();
+}
+
+Status CudaBackend::runEntry(const std::string &symbol,
+                             const std::vector<const Tensor *> &arguments) {
+  const TrainSpec &train = manifest.train;
+  if (train.entry.empty() || symbol != train.entry ||
+      manifest.gpu.trainSteps.empty())
+    return Status::failure("this sm_90a bundle has no entry point '" + symbol +
+                           "' (a training step needs moe-compile --train)");
+  if (arguments.size() != train.arguments.size())
+    return Status::failure(
+        "the training step takes " + std::to_string(train.arguments.size()) +
+        " arguments, got " + std::to_string(arguments.size()));
+  int64_t tokens = -1;
+  for (size_t i = 0; i < arguments.size(); ++i)
+    if (train.arguments[i].name == "x" && !arguments[i]->shape.empty())
+      tokens = arguments[i]->shape[0];
+  if (tokens < 1 || tokens > manifest.maxTokens)
+    return Status::failure("a training step takes 1 to " +
+                           std::to_string(manifest.maxTokens) +
+                           " tokens, got " + std::to_string(tokens));
+  std::vector<const GpuBuffer *> targets;
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const TrainArgumentSpec &spec = train.arguments[i];
+    const GpuBuffer *b = argumentBuffer(spec.name);
+    if (!b)
+      return Status::failure("the training schedule has no buffer for "
+                             "argument '" +
+                             spec.name + "'");
+    size_t bytes = dtypeSize(b->dtype);
+    for (int64_t d : spec.shape)
+      bytes *= static_cast<size_t>(d < 0 ? tokens : d);
+    const Tensor &t = *arguments[i];
+    if (t.dtype != b->dtype || t.data.size() != bytes)
+      return Status::failure("training step argument '" + spec.name +
+                             "' must be " + std::string(mlirName(b->dtype)) +
+                             " of " + std::to_string(bytes) + " bytes");
+    targets.push_back(b);
+    if (!spec.output)
+      if (Status s =
+              check(driver.memcpyHtoD(buffers[b->name], t.data.data(), bytes),
+                    "cannot upload '" + spec.name + "'");
+          !s.ok())
+        return s;
+  }
+  lastTokens = tokens;
+  if (Status s = launchSteps(manifest.gpu.trainSteps, trainStepMaps, tokens,
+                             /*timed=*/false);
+      !s.ok())
+    return s;
+  if (Status s = check(driver.streamSynchronize(stream),
+                       "a kernel of the training step failed");
+      !s.ok())
+    return s;
+  // The step rewrote the compute copies from its master weights.
+  parametersUploaded = false;
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    if (!train.arguments[i].output)
+      continue;
+    const Tensor &t = *arguments[i];
+    if (Status s =
+            check(driver.memcpyDtoH(const_cast<uint8_t *>(t.data.data()),
+                                    buffers[targets[i]->name], t.data.size()),
+                  "cannot download '" + train.arguments[i].name + "'");
+        !s.ok())
+      return s;
   }
   return Status::success();
 }

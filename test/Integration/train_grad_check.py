@@ -9,6 +9,10 @@ pass, on a seeded sample of elements of every tensor and of x.
 
   train_grad_check.py --config C --weights W --inputs X --bundle B
                       --moe-train P --work DIR [--samples N] [--tol TOL]
+                      [--device host|cuda]
+
+With --device=cuda the step runs the sm_90a training schedule (bf16
+compute: loosen --tol to bf16's precision).
 """
 import argparse
 import os
@@ -28,6 +32,7 @@ def main():
     ap.add_argument("--samples", type=int, default=12)
     ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--tol", type=float, default=1e-3)
+    ap.add_argument("--device", default="host")
     args = ap.parse_args()
     cfg = reference.Config(args.config)
     weights = {k: v.astype(np.float64) for k, v in reference.read_safetensors(args.weights).items()}
@@ -39,7 +44,8 @@ def main():
     reference.write_safetensors(batch, {"x": x.astype(np.float32), "target": target})
     run = subprocess.run([args.moe_train, args.bundle, "--steps", "1", "--lr", "0",
                           "--inputs", batch, "--weights", args.weights,
-                          "--dump-grads", grads_path], capture_output=True, text=True)
+                          "--dump-grads", grads_path, "--device", args.device],
+                         capture_output=True, text=True)
     if run.returncode:
         sys.exit("moe-train failed:\n" + run.stdout + run.stderr)
     grads = reference.read_safetensors(grads_path)

@@ -16,6 +16,13 @@ PyTorch computed from that kernel's inputs:
   combine          sum of a token's rows plus the shared output
   layer            y vs a float32 PyTorch MoE layer with its own routing
 
+Training: for each bundle under train/ (moe-compile --train, the tiny
+DeepSeek-V3 and Mixtral configs), one `moe-train --device=cuda` step on a
+batch written here; every gradient (--dump-grads) is checked against
+PyTorch autograd of the float32 layer (routed as the device routed, from
+moe-run's topk_ids), and the checkpointed AdamW state and bias against the
+update rule applied to the step's own gradients.
+
 It also runs `moe-comm-bench --device=cuda` on one rank: the NCCL
 communicator is created (unique id, non-blocking init, CTA limits of the
 comm SMs), and an uneven all-to-all and an f32 all-reduce on device memory
@@ -61,6 +68,21 @@ def read_safetensors(path):
         raw = bytearray(data[base + a:base + b])
         out[name] = torch.frombuffer(raw, dtype=dtype).reshape(shape)
     return out
+
+
+def write_safetensors(path, tensors):
+    """float32 tensors to a safetensors file."""
+    header, blobs, offset = {}, [], 0
+    for name, t in tensors.items():
+        data = t.detach().float().contiguous().cpu().numpy().tobytes()
+        header[name] = {"dtype": "F32", "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
 def read_manifest(path):
@@ -326,6 +348,121 @@ def check_bundle(args, bundle, rows_out):
     return ok
 
 
+def stacked(manifest, raw):
+    """Role -> tensor from per-expert checkpoint names."""
+    out = {}
+    for p in manifest["parameters"]:
+        if p["stack"]:
+            out[p["role"]] = torch.stack(
+                [raw[p["name"].replace("{i}", str(i))] for i in range(p["stack"])])
+        elif p["name"] in raw:
+            out[p["role"]] = raw[p["name"]]
+    return out
+
+
+def check_training(args, bundle):
+    """One training step on the GPU against autograd and the AdamW rule."""
+    name = os.path.basename(bundle)[:-len(".moeb")]
+    manifest = read_manifest(bundle)
+    layer = manifest["layer"]
+    tokens = min(512, manifest["max_tokens"])
+    work = os.path.join(args.work, "train-" + name)
+    os.makedirs(work, exist_ok=True)
+    f = {k: os.path.join(work, k + ".safetensors")
+         for k in ("weights", "inputs", "outputs", "batch", "grads")}
+    run = subprocess.run(
+        [args.moe_run, bundle, "--device=cuda", "--random-weights", "--seed",
+         str(args.seed), "--tokens", str(tokens), "--save-weights", f["weights"],
+         "--save-inputs", f["inputs"], "--outputs", f["outputs"]],
+        capture_output=True, text=True)
+    if run.returncode:
+        print(f"  FAIL train {name}: moe-run failed\n{run.stdout}{run.stderr}")
+        return False
+    dev = "cuda"
+    w0 = {k: v.to(dev).float() for k, v in
+          stacked(manifest, read_safetensors(f["weights"])).items()}
+    x = read_safetensors(f["inputs"])["x"].to(dev).float()
+    ids = read_safetensors(f["outputs"])["topk_ids"].to(dev).long()
+    gen = torch.Generator(device="cpu").manual_seed(args.seed)
+    target = (torch.rand(x.shape, generator=gen) * 0.2 - 0.1).to(dev)
+    write_safetensors(f["batch"], {"x": x, "target": target})
+    lr, gamma = 1e-3, 1e-3
+    ckpt = os.path.join(work, "ckpt")
+    started = time.time()
+    run = subprocess.run(
+        [args.moe_train, bundle, "--device=cuda", "--steps", "1", "--lr", str(lr),
+         "--bias-update", str(gamma), "--weights", f["weights"], "--inputs",
+         f["batch"], "--dump-grads", f["grads"], "--checkpoint", ckpt,
+         "--checkpoint-every", "1"], capture_output=True, text=True)
+    if run.returncode:
+        print(f"  FAIL train {name}: moe-train failed\n{run.stdout}{run.stderr}")
+        return False
+    seconds = time.time() - started
+
+    # Autograd of the float32 layer, routed as the device routed.
+    p = {k: v.clone().requires_grad_(k != "score_bias") for k, v in w0.items()}
+    xr = x.clone().requires_grad_(True)
+    logits = xr @ p["router_weight"].t()
+    scores = torch.sigmoid(logits) if layer["scoring"] == "sigmoid" else torch.softmax(logits, -1)
+    weights = scores.gather(1, ids)
+    if layer["norm_topk_prob"]:
+        weights = weights / weights.sum(-1, keepdim=True)
+    weights = weights * layer["routed_scale"]
+    y = torch.zeros_like(xr)
+    for e in range(layer["experts"]):
+        tok, slot = (ids == e).nonzero(as_tuple=True)
+        if tok.numel():
+            out = ffn(xr[tok], p["gate_weight"][e], p["up_weight"][e], p["down_weight"][e])
+            y = y.index_add(0, tok, out * weights[tok, slot].unsqueeze(1))
+    if layer["shared_experts"]:
+        y = y + ffn(xr, p["shared_gate_weight"], p["shared_up_weight"], p["shared_down_weight"])
+    loss = ((y - target) ** 2).mean()
+    loss.backward()
+
+    raw = {k: v.to(dev) for k, v in read_safetensors(f["grads"]).items()}
+    got = stacked(manifest, raw)
+    got["x"] = raw["x"]
+    want = {k: v.grad for k, v in p.items() if v.grad is not None}
+    want["x"] = xr.grad
+    ok = True
+    worst = 0.0
+    for k, g in want.items():
+        err = rel_error(got[k].float(), g)
+        worst = max(worst, err)
+        if err > 3e-2:
+            ok = False
+            print(f"  FAIL train {name}: gradient of {k} rel err {err:.2e}")
+    print(f"  {'PASS' if ok else 'FAIL'} train {name + ' gradients':22s} "
+          f"max rel err {worst:.2e} (bound 3e-2) vs autograd; step {seconds:.2f} s")
+
+    # AdamW's first step from the step's own gradients, and the bias rule.
+    steps = sorted(os.listdir(ckpt))
+    state = {k: v.to(dev) for k, v in read_safetensors(
+        os.path.join(ckpt, steps[-1], "state.safetensors")).items()}
+    b1, b2, eps = 0.9, 0.999, 1e-8
+    adam_ok, adam_worst = True, 0.0
+    for k in p:
+        if k == "score_bias":
+            continue
+        g = got[k].float()
+        m, v = (1 - b1) * g, (1 - b2) * g * g
+        nxt = w0[k] - lr * ((m / (1 - b1)) / ((v / (1 - b2)).sqrt() + eps))
+        for key, ref in ((k, nxt), (k + ".m", m), (k + ".v", v)):
+            err = rel_error(state[key].float(), ref)
+            adam_worst = max(adam_worst, err)
+            adam_ok = adam_ok and err < 1e-4
+    if layer["score_bias"]:
+        load = torch.bincount(ids.flatten(), minlength=layer["experts"]).float()
+        mean = tokens * layer["top_k"] / layer["experts"]
+        ref = w0["score_bias"] + gamma * torch.sign(mean - load)
+        err = (state["score_bias"] - ref).abs().max().item()
+        adam_worst = max(adam_worst, err)
+        adam_ok = adam_ok and err < 1e-6
+    print(f"  {'PASS' if adam_ok else 'FAIL'} train {name + ' AdamW, bias':22s} "
+          f"max rel err {adam_worst:.2e} (bound 1e-4)")
+    return ok and adam_ok
+
+
 def check_comm(args):
     """NCCL through the runtime's device communicator, one rank."""
     ok = True
@@ -361,6 +498,7 @@ def main():
     args = parser.parse_args()
     args.moe_run = os.path.join(args.package, "bin", "moe-run")
     args.moe_comm_bench = os.path.join(args.package, "bin", "moe-comm-bench")
+    args.moe_train = os.path.join(args.package, "bin", "moe-train")
     args.work = args.work or os.path.join(args.package, "work")
     if not torch.cuda.is_available():
         sys.exit("gpu_check.py: PyTorch sees no CUDA device")
@@ -373,6 +511,16 @@ def main():
     rows = []
     print("communicator")
     ok = check_comm(args)
+    train_dir = os.path.join(args.package, "bundles", "train")
+    if os.path.isdir(train_dir):
+        print("training step")
+        for b in sorted(os.listdir(train_dir)):
+            if b.endswith(".moeb"):
+                try:
+                    ok = check_training(args, os.path.join(train_dir, b)) and ok
+                except Exception as error:
+                    print(f"  FAIL train {b}: {error!r}")
+                    ok = False
     for bundle in bundles:
         try:
             ok = check_bundle(args, bundle, rows) and ok

@@ -38,13 +38,15 @@ const char *const moe::tools::kToolName = "moe-train";
 static const char kUsage[] =
     "usage: moe-train BUNDLE --steps=N [options]\n"
     "\n"
-    "Trains the layer of a bundle compiled with moe-compile --train (host):\n"
+    "Trains the layer of a bundle compiled with moe-compile --train:\n"
     "a student layer learns a fixed random teacher layer of the same config\n"
     "on fresh random tokens each step (MSE loss), or the batch of --inputs.\n"
     "Prints step, loss, tokens/s and the load balance (max / mean tokens\n"
     "per expert) of every step.\n"
     "\n"
     "  --steps=N                steps to run\n"
+    "  --device=D               host (host bundles, the default) or cuda\n"
+    "                           (sm_90a bundles, on GPU 0)\n"
     "  --lr=LR                  AdamW learning rate (1e-3)\n"
     "  --seed=S                 seed of the student, teacher and tokens (0)\n"
     "  --tokens=T               tokens per step (64)\n"
@@ -101,7 +103,7 @@ static void injectFault(const Communicator &c, int64_t step) {
 
 int main(int argc, char **argv) {
   std::string bundlePath, weights, prefix, inputs, dumpGrads, saveWeights;
-  std::string checkpointDir, resumeDir, tracePath;
+  std::string checkpointDir, resumeDir, tracePath, device = "host";
   int64_t steps = -1, tokens = 64, checkpointEvery = 0;
   uint64_t seed = 0;
   double timeout = 300;
@@ -120,7 +122,8 @@ int main(int argc, char **argv) {
         flag(argc, argv, i, "--save-weights", &saveWeights) ||
         flag(argc, argv, i, "--checkpoint", &checkpointDir) ||
         flag(argc, argv, i, "--resume", &resumeDir) ||
-        flag(argc, argv, i, "--trace", &tracePath))
+        flag(argc, argv, i, "--trace", &tracePath) ||
+        flag(argc, argv, i, "--device", &device))
       continue;
     if (flag(argc, argv, i, "--steps", &value))
       steps = parseCount(value, "--steps");
@@ -161,7 +164,7 @@ int main(int argc, char **argv) {
   Communicator &comm = **communicator;
   bool leader = comm.rank() == 0;
 
-  Expected<std::unique_ptr<Layer>> student = Layer::load(bundlePath, "host");
+  Expected<std::unique_ptr<Layer>> student = Layer::load(bundlePath, device);
   if (!student)
     die(student.message());
   if (Status s = (*student)->setCommunicator(&comm); !s.ok())
@@ -201,7 +204,7 @@ int main(int argc, char **argv) {
     fixedX = rankRows(std::move(*x), comm);
     fixedTarget = rankRows(std::move(*target), comm);
   } else {
-    Expected<std::unique_ptr<Layer>> t = Layer::load(bundlePath, "host");
+    Expected<std::unique_ptr<Layer>> t = Layer::load(bundlePath, device);
     if (!t)
       die(t.message());
     teacher = std::move(*t);

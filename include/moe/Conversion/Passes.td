@@ -114,6 +114,15 @@ def ConvertMoeToMoeGpu : Pass<"convert-moe-to-moegpu", "::mlir::ModuleOp"> {
     where its contents come from) and `moegpu.schedule` (memsets and
     launches with their buffer arguments, in order).
 
+    With `train`, the module also gets `moegpu.train_schedule`: one training
+    step with the arguments of the host's `moe_train_step` (buffers
+    `arg.<name>` with source `arg:<name>`; `x` and `score_bias` are the
+    forward pass's own buffers). It converts the f32 master weights to the
+    compute copies, runs the forward schedule, then SIMT kernels for the MSE
+    loss, the backward pass (expert gradients per dispatched row and per
+    weight row, top-k and router gradients, the input gradient), the
+    expert load with the auxiliary-loss-free bias update, and AdamW.
+
     Needs a bf16 or f16 layer; the Qwen2-MoE shared-expert gate is not
     supported on this target yet (an error says so).
   }];
@@ -124,7 +133,9 @@ def ConvertMoeToMoeGpu : Pass<"convert-moe-to-moegpu", "::mlir::ModuleOp"> {
   ];
   let options = [
     Option<"alignment", "alignment", "int64_t", /*default=*/"128",
-           "Rows each expert's segment is padded to (the GEMM's M block)">
+           "Rows each expert's segment is padded to (the GEMM's M block)">,
+    Option<"train", "train", "bool", /*default=*/"false",
+           "Also build the training step: `moegpu.train_schedule`">
   ];
 }
 

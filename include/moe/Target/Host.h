@@ -10,6 +10,7 @@
 #define MOE_TARGET_HOST_H
 
 #include "moe/MoeOps.h"
+#include "moe/Transforms/Autodiff.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
@@ -64,21 +65,6 @@ void addPackedEntry(ModuleOp llvmDialectModule, unsigned numArguments,
 constexpr llvm::StringLiteral kHostTrainEntryName = "moe_train_step";
 constexpr llvm::StringLiteral kHostTrainPackedEntryName =
     "moe_train_step_packed";
-
-/// One argument of the training step, in order: `x` (the layer's element
-/// type) and `target` (f32), both [T, hidden]; `hyper` (8 f32: learning
-/// rate, step number from 1, beta1, beta2, epsilon, weight decay, the bias
-/// update rate gamma, unused); per trained weight `W` (router, gate, up,
-/// down, shared gate, up, down) its f32 master copy `W`, AdamW moments
-/// `W.m` and `W.v`; `score_bias` when the layer has one; then the outputs:
-/// `W.next`, `W.m.next`, `W.v.next`, `score_bias.next`, `loss` ([1]),
-/// `load` ([E], tokens routed to each expert), `x.grad` ([T, hidden] f32)
-/// and `W.grad` (f32).
-struct TrainArgument {
-  std::string name;
-  bool output = false;
-  RankedTensorType type;
-};
 
 /// Adds `func.func @moe_train_step` to `module`: the loss (mean of
 /// (y - target)^2), its gradients (buildLayerBackward), one AdamW step on

@@ -25,6 +25,8 @@ struct Sm90Options {
   int64_t maxTokens = 4096;
   /// SM split when the layer has no moe.sm_partition.
   int64_t sms = 132, comm = 0;
+  /// Also build the training step (the program's trainSteps).
+  bool train = false;
   /// Make a cubin with ptxas (for --emit=cubin, bundles and reports).
   bool cubin = false;
   /// ptxas to run; "" finds one ($MOE_PTXAS, the configured toolkit, PATH).

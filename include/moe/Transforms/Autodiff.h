@@ -9,6 +9,9 @@
 
 #include "moe/Transforms/DecomposeLayer.h"
 
+#include <string>
+#include <vector>
+
 namespace mlir::moe {
 
 /// The gradients of a layer's loss: `input` has the type of the layer's
@@ -25,6 +28,42 @@ struct LayerGradients {
 /// with a shared-expert gate is not supported (moe-autodiff reports it).
 LayerGradients buildLayerBackward(OpBuilder &b, LayerOp layer,
                                   const DecomposedLayer &forward, Value dy);
+
+/// One argument of the training step, in order: `x` (the layer's element
+/// type) and `target` (f32), both [T, hidden]; `hyper` (8 f32: learning
+/// rate, step number from 1, beta1, beta2, epsilon, weight decay, the bias
+/// update rate gamma, unused); per trained weight `W` (router, gate, up,
+/// down, shared gate, up, down) its f32 master copy `W`, AdamW moments
+/// `W.m` and `W.v`; `score_bias` when the layer has one; then the outputs:
+/// `W.next`, `W.m.next`, `W.v.next`, `score_bias.next`, `loss` ([1]),
+/// `load` ([E], tokens routed to each expert), `x.grad` ([T, hidden] f32)
+/// and `W.grad` (f32).
+struct TrainArgument {
+  std::string name;
+  bool output = false;
+  RankedTensorType type;
+};
+
+/// The trained weights of `layer` by name (router, gate, up, down, then the
+/// shared experts' gate, up, down), in the order buildLayerBackward returns
+/// their gradients.
+SmallVector<std::pair<StringRef, Value>> listTrainedWeights(LayerOp layer);
+
+/// Entries of a training step's `hyper` argument.
+enum TrainHyper {
+  kHyperLearningRate,
+  kHyperStep,
+  kHyperBeta1,
+  kHyperBeta2,
+  kHyperEpsilon,
+  kHyperWeightDecay,
+  kHyperGamma,
+  kHyperCount = 8
+};
+
+/// The arguments of a training step of `layer`, on every target: the host's
+/// `moe_train_step` and the sm_90a training schedule take the same ones.
+std::vector<TrainArgument> listTrainArguments(LayerOp layer);
 
 } // namespace mlir::moe
 

@@ -6,6 +6,7 @@
 
 #include "moe/Conversion/Passes.h"
 #include "moe/MoeOps.h"
+#include "moe/Transforms/Autodiff.h"
 #include "moegpu/MoeGpuDialect.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -46,9 +47,9 @@ struct Buffer {
 
 class LayerBuilder {
 public:
-  LayerBuilder(LayerOp layer, int64_t alignment)
+  LayerBuilder(LayerOp layer, int64_t alignment, bool train)
       : layer(layer), config(layer.getConfig()), ctx(layer.getContext()),
-        alignment(alignment) {}
+        alignment(alignment), train(train) {}
 
   LogicalResult build(ModuleOp module);
 
@@ -75,6 +76,13 @@ private:
   gpu::GPUFuncOp addKernel(StringRef name, ArrayRef<StringRef> args,
                            DictionaryAttr grid, int64_t block,
                            TypeRange workgroup = {});
+  /// A grid of `size` CTAs, fixed at compile time.
+  DictionaryAttr fixedGrid(int64_t size) {
+    Builder b(ctx);
+    return b.getDictionaryAttr(
+        {b.getNamedAttr("kind", b.getStringAttr("fixed")),
+         b.getNamedAttr("size", b.getI64IntegerAttr(size))});
+  }
   DictionaryAttr gridOf(StringRef kind, int64_t perBlock = 0) {
     Builder b(ctx);
     SmallVector<NamedAttribute> fields{
@@ -86,7 +94,7 @@ private:
   }
   void addMemset(StringRef buffer) {
     Builder b(ctx);
-    schedule.push_back(b.getDictionaryAttr(
+    steps->push_back(b.getDictionaryAttr(
         {b.getNamedAttr("op", b.getStringAttr("memset")),
          b.getNamedAttr("buffer", b.getStringAttr(buffer))}));
   }
@@ -98,13 +106,33 @@ private:
   void buildCombine(gpu::GPUFuncOp func);
   void buildGemm(gpu::GPUFuncOp func, moegpu::Epilogue epilogue);
 
+  // The training step (TrainKernels below).
+  void buildTraining();
+  void buildConvert(gpu::GPUFuncOp func);
+  void buildPack(gpu::GPUFuncOp func);
+  void buildLoss(gpu::GPUFuncOp func);
+  void buildRowTokens(gpu::GPUFuncOp func);
+  void buildActGrad(gpu::GPUFuncOp func, bool shared);
+  void buildRowsGrad(gpu::GPUFuncOp func, bool shared);
+  void buildDownGrad(gpu::GPUFuncOp func, bool shared);
+  void buildGateUpGrad(gpu::GPUFuncOp func, bool shared);
+  void buildRouteGrad(gpu::GPUFuncOp func);
+  void buildInputGrad(gpu::GPUFuncOp func);
+  void buildRouterGrad(gpu::GPUFuncOp func);
+  void buildLoadAndBias(gpu::GPUFuncOp func);
+  void buildAdamW(gpu::GPUFuncOp func);
+
   LayerOp layer;
   LayerConfigAttr config;
   MLIRContext *ctx;
   int64_t alignment;
+  bool train;
   gpu::GPUModuleOp kernels;
   SmallVector<Buffer> buffers;
-  SmallVector<Attribute> schedule;
+  SmallVector<Attribute> schedule, trainSchedule;
+  /// Where addKernel and addMemset append: the forward schedule, then the
+  /// training schedule.
+  SmallVector<Attribute> *steps = &schedule;
 };
 
 gpu::GPUFuncOp LayerBuilder::addKernel(StringRef name, ArrayRef<StringRef> args,
@@ -123,7 +151,7 @@ gpu::GPUFuncOp LayerBuilder::addKernel(StringRef name, ArrayRef<StringRef> args,
   SmallVector<Attribute> argNames;
   for (StringRef arg : args)
     argNames.push_back(b.getStringAttr(arg));
-  schedule.push_back(b.getDictionaryAttr({
+  steps->push_back(b.getDictionaryAttr({
       b.getNamedAttr("op", b.getStringAttr("launch")),
       b.getNamedAttr("kernel", b.getStringAttr(name)),
       b.getNamedAttr("args", b.getArrayAttr(argNames)),
@@ -147,6 +175,14 @@ struct Emitter {
                                : arith::ExtFOp::create(b, b.getF32Type(), v);
   }
   Value exp(Value x) { return moegpu::buildExp(b, x); }
+  /// IEEE square root (sqrt.rn.f32): math.sqrt would become a libdevice
+  /// call, as math.exp would.
+  Value sqrt(Value x) {
+    return LLVM::CallIntrinsicOp::create(b, b.getF32Type(),
+                                         b.getStringAttr("llvm.nvvm.sqrt.rn.f"),
+                                         ValueRange{x})
+        .getResult(0);
+  }
   Value sigmoid(Value x) {
     return arith::DivFOp::create(
         b, f32(1.0),
@@ -180,6 +216,56 @@ struct Emitter {
     ImplicitLocOpBuilder::InsertionGuard guard(b);
     b.setInsertionPoint(op.thenBlock()->getTerminator());
     body();
+  }
+  Value add(Value l, Value r) { return arith::AddFOp::create(b, l, r); }
+  Value sub(Value l, Value r) { return arith::SubFOp::create(b, l, r); }
+  Value mul(Value l, Value r) { return arith::MulFOp::create(b, l, r); }
+  Value div(Value l, Value r) { return arith::DivFOp::create(b, l, r); }
+  Value addi(Value l, Value r) { return arith::AddIOp::create(b, l, r); }
+  Value muli(Value l, Value r) { return arith::MulIOp::create(b, l, r); }
+  Value divi(Value l, Value r) { return arith::DivUIOp::create(b, l, r); }
+  Value remi(Value l, Value r) { return arith::RemUIOp::create(b, l, r); }
+  Value index(Value i32) {
+    return arith::IndexCastOp::create(b, b.getIndexType(), i32);
+  }
+  Value block() { return gpu::BlockIdOp::create(b, gpu::Dimension::x); }
+  Value thread() { return gpu::ThreadIdOp::create(b, gpu::Dimension::x); }
+  Value dim(Value memref, int64_t i) {
+    return memref::DimOp::create(b, memref, i);
+  }
+  void atomicAdd(Value v, Value memref, ValueRange indices) {
+    memref::AtomicRMWOp::create(b, arith::AtomicRMWKind::addf, v, memref,
+                                indices);
+  }
+  Value truncTo(Type type, Value v) {
+    return type == v.getType() ? v : arith::TruncFOp::create(b, type, v);
+  }
+  /// The indices of element `linear` of a row-major memref.
+  SmallVector<Value> delinearize(Value linear, Value memref) {
+    auto type = cast<MemRefType>(memref.getType());
+    SmallVector<Value> out(type.getRank());
+    for (int64_t d = type.getRank() - 1; d >= 0; --d) {
+      Value size = dim(memref, d);
+      out[d] = d == 0 ? linear : remi(linear, size);
+      linear = divi(linear, size);
+    }
+    return out;
+  }
+  /// `base` to the power `n` (f32, 0 <= n < 2^31) by squaring.
+  Value powi(Value base, Value n) {
+    Value exponent = arith::FPToUIOp::create(b, b.getI32Type(), n);
+    ValueRange r = loop(
+        idx(0), idx(31), idx(1), {f32(1.0), base},
+        [&](Value bit, ValueRange it) {
+          Value mask = arith::ShLIOp::create(
+              b, i32(1), arith::IndexCastOp::create(b, b.getI32Type(), bit));
+          Value set = cmp(arith::CmpIPredicate::ne,
+                          arith::AndIOp::create(b, exponent, mask), i32(0));
+          Value next =
+              arith::SelectOp::create(b, set, mul(it[0], it[1]), it[0]);
+          return SmallVector<Value>{next, mul(it[1], it[1])};
+        });
+    return r[0];
   }
   /// Index of the largest of `n` values from `get` (ties: the lower index).
   std::pair<Value, Value> argmax(int64_t n, function_ref<Value(Value)> get) {
@@ -506,6 +592,699 @@ void LayerBuilder::buildGemm(gpu::GPUFuncOp func, moegpu::Epilogue epilogue) {
                                 moegpu::TileAttr(), moegpu::SmRangeAttr());
 }
 
+//===----------------------------------------------------------------------===//
+// The training step: SIMT kernels around the forward schedule
+//===----------------------------------------------------------------------===//
+//
+// One CTA per dispatched row, token or weight row, its threads striding
+// over the row's columns; sums in f32. Names follow the host's training
+// step (moe/Transforms/Autodiff.h), whose gradients are checked against
+// finite differences; these kernels compute the same quantities.
+
+/// Row of the packed [G, 2F, H] gate/up weight that holds gate row `f`
+/// (blocks of 8 gate rows, then 8 up rows); its up row is 8 further.
+static Value gateRow(Emitter &e, Value f) {
+  return e.addi(e.muli(e.divi(f, e.idx(8)), e.idx(16)), e.remi(f, e.idx(8)));
+}
+
+/// dst[i] = src[i] in dst's element type, over every element of two
+/// memrefs of equal size.
+void LayerBuilder::buildConvert(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  Value src = func.getArgument(0), dst = func.getArgument(1);
+  Type type = cast<MemRefType>(dst.getType()).getElementType();
+  Value i = e.addi(e.muli(e.block(), e.idx(kCountThreads)), e.thread());
+  Value n = e.idx(cast<MemRefType>(src.getType()).getNumElements());
+  e.when(e.cmp(arith::CmpIPredicate::ult, i, n), [&] {
+    e.store(e.truncTo(type, e.load(src, e.delinearize(i, src))), dst,
+            e.delinearize(i, dst));
+  });
+}
+
+/// The packed [G, 2F, H] compute weight from f32 gate and up weights
+/// ([G, F, H], or [F, H] for one group).
+void LayerBuilder::buildPack(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  Value gate = func.getArgument(0), up = func.getArgument(1);
+  Value packed = func.getArgument(2);
+  auto type = cast<MemRefType>(packed.getType());
+  int64_t rows = type.getDimSize(1), cols = type.getDimSize(2);
+  Value i = e.addi(e.muli(e.block(), e.idx(kCountThreads)), e.thread());
+  e.when(e.cmp(arith::CmpIPredicate::ult, i, e.idx(type.getNumElements())),
+         [&] {
+           SmallVector<Value> at = e.delinearize(i, packed);
+           Value c = at[1];
+           Value inBlock = e.remi(c, e.idx(16));
+           Value f = e.addi(e.muli(e.divi(c, e.idx(16)), e.idx(8)),
+                            e.remi(inBlock, e.idx(8)));
+           Value isGate = e.cmp(arith::CmpIPredicate::ult, inBlock, e.idx(8));
+           bool grouped = cast<MemRefType>(gate.getType()).getRank() == 3;
+           SmallVector<Value> src{f, at[2]};
+           if (grouped)
+             src.insert(src.begin(), at[0]);
+           Value v = arith::SelectOp::create(b, isGate, e.load(gate, src),
+                                             e.load(up, src));
+           e.store(e.truncTo(type.getElementType(), v), packed, at);
+           (void)rows;
+           (void)cols;
+         });
+}
+
+/// dy = 2 (y - target) / (T * H); loss += sum of (y - target)^2 / (T * H).
+void LayerBuilder::buildLoss(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  Value y = func.getArgument(0), target = func.getArgument(1);
+  Value dy = func.getArgument(2), loss = func.getArgument(3);
+  int64_t hidden = config.getHidden();
+  Value t = e.block();
+  Value count = arith::UIToFPOp::create(
+      b, b.getF32Type(),
+      arith::IndexCastUIOp::create(b, b.getI64Type(),
+                                   e.muli(e.dim(y, 0), e.idx(hidden))));
+  Value partial = e.loop(
+      e.thread(), e.idx(hidden), e.idx(kRowThreads), {e.f32(0)},
+      [&](Value h, ValueRange it) {
+        Value d = e.sub(e.toF32(e.load(y, {t, h})), e.load(target, {t, h}));
+        e.store(e.div(e.mul(e.f32(2.0), d), count), dy, {t, h});
+        return SmallVector<Value>{e.add(it[0], e.div(e.mul(d, d), count))};
+      })[0];
+  e.atomicAdd(partial, loss, {e.idx(0)});
+}
+
+/// row_token[r] = t * k + j + 1 for the row of assignment (t, j); padding
+/// rows keep 0.
+void LayerBuilder::buildRowTokens(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  Value rowMap = func.getArgument(0), rowToken = func.getArgument(1);
+  int64_t topK = config.getTopK();
+  Value i = e.addi(e.muli(e.block(), e.idx(kCountThreads)), e.thread());
+  Value n = e.muli(e.dim(rowMap, 0), e.idx(topK));
+  e.when(e.cmp(arith::CmpIPredicate::ult, i, n), [&] {
+    Value r = e.load(rowMap, {e.divi(i, e.idx(topK)), e.remi(i, e.idx(topK))});
+    e.when(e.cmp(arith::CmpIPredicate::sge, r, e.i32(0)), [&] {
+      Value code =
+          arith::IndexCastOp::create(b, b.getI32Type(), e.addi(i, e.idx(1)));
+      e.store(code, rowToken, {e.index(r)});
+    });
+  });
+}
+
+namespace {
+/// What a row-level backward kernel knows about its row.
+struct RowInfo {
+  Value valid;  // i1: a real row
+  Value token;  // index: its token
+  Value slot;   // index: t * k + j (routed rows)
+  Value expert; // index: its weights' group
+  Value weight; // f32: its routing weight (1 for the shared experts)
+};
+} // namespace
+
+/// Row `r` of the dispatched rows (routed) or token `r` (shared experts).
+static RowInfo rowInfo(Emitter &e, ImplicitLocOpBuilder &b, Value r,
+                       bool shared, int64_t experts, int64_t topK,
+                       Value offsets, Value rowToken, Value ids,
+                       Value rowWeight) {
+  RowInfo info;
+  if (shared) {
+    info.valid = arith::ConstantIntOp::create(b, 1, 1);
+    info.token = r;
+    info.slot = r;
+    info.expert = e.idx(0);
+    info.weight = e.f32(1.0);
+    return info;
+  }
+  Value end = e.index(e.load(offsets, {e.idx(experts)}));
+  Value inRows = e.cmp(arith::CmpIPredicate::ult, r, end);
+  // Loads of rows past the live ones read allocated, unused memory.
+  Value code = e.load(rowToken, {r});
+  info.valid = arith::AndIOp::create(
+      b, inRows, e.cmp(arith::CmpIPredicate::sgt, code, e.i32(0)));
+  Value slot = e.index(arith::MaxSIOp::create(
+      b, arith::SubIOp::create(b, code, e.i32(1)), e.i32(0)));
+  info.slot = slot;
+  info.token = e.divi(slot, e.idx(topK));
+  Value id = e.load(ids, {info.token, e.remi(slot, e.idx(topK))});
+  info.expert = e.index(arith::MaxSIOp::create(
+      b, arith::MinSIOp::create(b, id, e.i32(experts - 1)), e.i32(0)));
+  info.weight = rowWeight ? e.load(rowWeight, {r}) : e.f32(1.0);
+  return info;
+}
+
+/// Per row and FFN column f: the gate and up pre-activations g, u (rows
+/// times the compute weights), gs = dy[t] . W2[:, f]; then
+/// d_act = w * gs, dg = d_act * u * silu'(g), du = d_act * silu(g) into
+/// dgu[r] = [dg, du], and (routed) the routing weight's gradient
+/// sum_f act * gs into dtw[t, j].
+void LayerBuilder::buildActGrad(gpu::GPUFuncOp func, bool shared) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  int64_t hidden = config.getHidden(), experts = config.getExperts();
+  int64_t topK = config.getTopK();
+  int64_t ffn = shared ? config.getSharedFfnTotal() : config.getFfn();
+  // rows, w13, w2, dy, dgu [, row_token, ids, offsets, row_weight, dtw]
+  Value rows = func.getArgument(0), w13 = func.getArgument(1);
+  Value w2 = func.getArgument(2), dy = func.getArgument(3);
+  Value dgu = func.getArgument(4);
+  Value r = e.block();
+  RowInfo row = rowInfo(e, b, r, shared, experts, topK,
+                        shared ? Value() : func.getArgument(7),
+                        shared ? Value() : func.getArgument(5),
+                        shared ? Value() : func.getArgument(6),
+                        shared ? Value() : func.getArgument(8));
+  e.when(row.valid, [&] {
+    Value ex = row.expert, t = row.token;
+    Value partial = e.loop(
+        e.thread(), e.idx(ffn), e.idx(kRowThreads), {e.f32(0)},
+        [&](Value f, ValueRange it) {
+          Value gr = gateRow(e, f), ur = e.addi(gateRow(e, f), e.idx(8));
+          ValueRange sums = e.loop(
+              e.idx(0), e.idx(hidden), e.idx(1), {e.f32(0), e.f32(0), e.f32(0)},
+              [&](Value h, ValueRange acc) {
+                Value xv = e.toF32(e.load(rows, {r, h}));
+                return SmallVector<Value>{
+                    e.add(acc[0], e.mul(xv, e.toF32(e.load(w13, {ex, gr, h})))),
+                    e.add(acc[1], e.mul(xv, e.toF32(e.load(w13, {ex, ur, h})))),
+                    e.add(acc[2], e.mul(e.load(dy, {t, h}),
+                                        e.toF32(e.load(w2, {ex, h, f}))))};
+              });
+          Value g = sums[0], u = sums[1], gs = sums[2];
+          Value sig = e.sigmoid(g);
+          Value silu = e.mul(g, sig);
+          Value dact = e.mul(row.weight, gs);
+          // silu'(g) = sig * (1 + g * (1 - sig))
+          Value dsilu =
+              e.mul(sig, e.add(e.f32(1.0), e.mul(g, e.sub(e.f32(1.0), sig))));
+          e.store(e.mul(e.mul(dact, u), dsilu), dgu, {r, f});
+          e.store(e.mul(dact, silu), dgu, {r, e.addi(f, e.idx(ffn))});
+          return SmallVector<Value>{e.add(it[0], e.mul(e.mul(silu, u), gs))};
+        })[0];
+    if (!shared)
+      e.atomicAdd(partial, func.getArgument(9),
+                  {t, e.remi(row.slot, e.idx(topK))});
+  });
+}
+
+/// d_rows[r, h] = sum_f dg[r, f] Wg[f, h] + du[r, f] Wu[f, h].
+void LayerBuilder::buildRowsGrad(gpu::GPUFuncOp func, bool shared) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  int64_t hidden = config.getHidden(), experts = config.getExperts();
+  int64_t ffn = shared ? config.getSharedFfnTotal() : config.getFfn();
+  // w13, dgu, drows [, row_token, ids, offsets]
+  Value w13 = func.getArgument(0), dgu = func.getArgument(1);
+  Value drows = func.getArgument(2);
+  Value r = e.block();
+  RowInfo row = rowInfo(e, b, r, shared, experts, config.getTopK(),
+                        shared ? Value() : func.getArgument(5),
+                        shared ? Value() : func.getArgument(3),
+                        shared ? Value() : func.getArgument(4), Value());
+  e.when(row.valid, [&] {
+    e.loop(e.thread(), e.idx(hidden), e.idx(kRowThreads), {},
+           [&](Value h, ValueRange) {
+             Value acc = e.loop(
+                 e.idx(0), e.idx(ffn), e.idx(1), {e.f32(0)},
+                 [&](Value f, ValueRange it) {
+                   Value gr = gateRow(e, f);
+                   Value ur = e.addi(gr, e.idx(8));
+                   Value dg = e.load(dgu, {r, f});
+                   Value du = e.load(dgu, {r, e.addi(f, e.idx(ffn))});
+                   Value v = e.add(
+                       e.mul(dg, e.toF32(e.load(w13, {row.expert, gr, h}))),
+                       e.mul(du, e.toF32(e.load(w13, {row.expert, ur, h}))));
+                   return SmallVector<Value>{e.add(it[0], v)};
+                 })[0];
+             e.store(acc, drows, {r, h});
+             return SmallVector<Value>{};
+           });
+  });
+}
+
+/// The loop over the rows of group `g` (routed: expert g's segment, only
+/// its real rows; shared: every token), calling `body(row info)` and
+/// summing what it returns.
+static Value sumOverRows(Emitter &e, ImplicitLocOpBuilder &b, bool shared,
+                         Value g, Value tokens, int64_t experts, int64_t topK,
+                         Value offsets, Value rowToken, Value ids,
+                         Value rowWeight,
+                         function_ref<Value(const RowInfo &, Value r)> body) {
+  Value begin = shared ? e.idx(0) : e.index(e.load(offsets, {g}));
+  Value end = shared ? tokens : e.index(e.load(offsets, {e.addi(g, e.idx(1))}));
+  return e.loop(begin, end, e.idx(1), {e.f32(0)}, [&](Value r, ValueRange it) {
+    RowInfo row = rowInfo(e, b, r, shared, experts, topK, offsets, rowToken,
+                          ids, rowWeight);
+    if (shared)
+      return SmallVector<Value>{e.add(it[0], body(row, r))};
+    auto ifOp = scf::IfOp::create(b, b.getF32Type(), row.valid, true);
+    {
+      ImplicitLocOpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(ifOp.thenBlock());
+      scf::YieldOp::create(b, ValueRange{e.add(it[0], body(row, r))});
+      b.setInsertionPointToStart(ifOp.elseBlock());
+      scf::YieldOp::create(b, it[0]);
+    }
+    return SmallVector<Value>{ifOp.getResult(0)};
+  })[0];
+}
+
+/// dW2[g, h, f] = sum over the group's rows of (w * dy[t, h]) * act[r, f].
+void LayerBuilder::buildDownGrad(gpu::GPUFuncOp func, bool shared) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  int64_t hidden = config.getHidden(), experts = config.getExperts();
+  int64_t ffn = shared ? config.getSharedFfnTotal() : config.getFfn();
+  // act, dy, grad [, row_token, ids, offsets, row_weight]
+  Value act = func.getArgument(0), dy = func.getArgument(1);
+  Value grad = func.getArgument(2);
+  Value g = e.divi(e.block(), e.idx(hidden));
+  Value h = e.remi(e.block(), e.idx(hidden));
+  e.loop(e.thread(), e.idx(ffn), e.idx(kRowThreads), {},
+         [&](Value f, ValueRange) {
+           Value acc = sumOverRows(
+               e, b, shared, g, e.dim(dy, 0), experts, config.getTopK(),
+               shared ? Value() : func.getArgument(5),
+               shared ? Value() : func.getArgument(3),
+               shared ? Value() : func.getArgument(4),
+               shared ? Value() : func.getArgument(6),
+               [&](const RowInfo &row, Value r) {
+                 return e.mul(e.mul(row.weight, e.load(dy, {row.token, h})),
+                              e.toF32(e.load(act, {r, f})));
+               });
+           if (shared)
+             e.store(acc, grad, {h, f});
+           else
+             e.store(acc, grad, {g, h, f});
+           return SmallVector<Value>{};
+         });
+}
+
+/// dWg[g, c, h] (c < F) and dWu[g, c - F, h] = sum over the group's rows of
+/// dgu[r, c] * rows[r, h].
+void LayerBuilder::buildGateUpGrad(gpu::GPUFuncOp func, bool shared) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  int64_t hidden = config.getHidden(), experts = config.getExperts();
+  int64_t ffn = shared ? config.getSharedFfnTotal() : config.getFfn();
+  // dgu, rows, gate grad, up grad [, row_token, ids, offsets]
+  Value dgu = func.getArgument(0), rows = func.getArgument(1);
+  Value gateGrad = func.getArgument(2), upGrad = func.getArgument(3);
+  Value g = e.divi(e.block(), e.idx(2 * ffn));
+  Value c = e.remi(e.block(), e.idx(2 * ffn));
+  Value isGate = e.cmp(arith::CmpIPredicate::ult, c, e.idx(ffn));
+  Value f = arith::SelectOp::create(b, isGate, c,
+                                    arith::SubIOp::create(b, c, e.idx(ffn)));
+  e.loop(
+      e.thread(), e.idx(hidden), e.idx(kRowThreads), {},
+      [&](Value h, ValueRange) {
+        Value acc = sumOverRows(
+            e, b, shared, g, e.dim(rows, 0), experts, config.getTopK(),
+            shared ? Value() : func.getArgument(6),
+            shared ? Value() : func.getArgument(4),
+            shared ? Value() : func.getArgument(5), Value(),
+            [&](const RowInfo &, Value r) {
+              return e.mul(e.load(dgu, {r, c}), e.toF32(e.load(rows, {r, h})));
+            });
+        SmallVector<Value> at{f, h};
+        if (!shared)
+          at.insert(at.begin(), g);
+        auto ifOp = scf::IfOp::create(b, isGate, /*withElseRegion=*/true);
+        {
+          ImplicitLocOpBuilder::InsertionGuard guard(b);
+          b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
+          e.store(acc, gateGrad, at);
+          b.setInsertionPoint(ifOp.elseBlock()->getTerminator());
+          e.store(acc, upGrad, at);
+        }
+        return SmallVector<Value>{};
+      });
+}
+
+/// One thread per token: the scores again (router logits, then sigmoid or
+/// softmax) into dl[t], the selected scores' gradient from the routing
+/// weights' (moe.topk_grad), then the logits' (moe.router_grad), in place.
+void LayerBuilder::buildRouteGrad(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  int64_t hidden = config.getHidden(), experts = config.getExperts();
+  int64_t topK = config.getTopK();
+  bool sigmoid = config.getScoring() == ScoringFunc::Sigmoid;
+  bool normalize = config.getNormTopkProb();
+  double scale = config.getRoutedScaleValue();
+  Value x = func.getArgument(0), wr = func.getArgument(1);
+  Value ids = func.getArgument(2), dtw = func.getArgument(3);
+  Value dl = func.getArgument(4);
+  Value t = e.addi(e.muli(e.block(), e.idx(kCountThreads)), e.thread());
+  Value zero = e.idx(0), one = e.idx(1), nE = e.idx(experts), nK = e.idx(topK);
+  e.when(e.cmp(arith::CmpIPredicate::ult, t, e.dim(x, 0)), [&] {
+    e.loop(zero, nE, one, {}, [&](Value ex, ValueRange) {
+      Value acc = e.loop(
+          zero, e.idx(hidden), one, {e.f32(0)}, [&](Value h, ValueRange it) {
+            Value p =
+                e.mul(e.toF32(e.load(x, {t, h})), e.toF32(e.load(wr, {ex, h})));
+            return SmallVector<Value>{e.add(it[0], p)};
+          })[0];
+      e.store(sigmoid ? e.sigmoid(acc) : acc, dl, {t, ex});
+      return SmallVector<Value>{};
+    });
+    if (!sigmoid) {
+      Value max = e.loop(
+          zero, nE, one, {e.f32(-INFINITY)}, [&](Value i, ValueRange it) {
+            return SmallVector<Value>{
+                arith::MaximumFOp::create(b, it[0], e.load(dl, {t, i}))};
+          })[0];
+      Value sum =
+          e.loop(zero, nE, one, {e.f32(0)}, [&](Value i, ValueRange it) {
+            Value v = e.exp(e.sub(e.load(dl, {t, i}), max));
+            e.store(v, dl, {t, i});
+            return SmallVector<Value>{e.add(it[0], v)};
+          })[0];
+      e.loop(zero, nE, one, {}, [&](Value i, ValueRange) {
+        e.store(e.div(e.load(dl, {t, i}), sum), dl, {t, i});
+        return SmallVector<Value>{};
+      });
+    }
+    auto selected = [&](Value j) {
+      return e.load(dl, {t, e.index(e.load(ids, {t, j}))});
+    };
+    // Z and sum_j dw_j s_j over the selected experts.
+    ValueRange zs = e.loop(
+        zero, nK, one, {e.f32(0), e.f32(0)}, [&](Value j, ValueRange it) {
+          Value sj = selected(j);
+          return SmallVector<Value>{
+              e.add(it[0], sj), e.add(it[1], e.mul(e.load(dtw, {t, j}), sj))};
+        });
+    Value z = normalize ? zs[0] : e.f32(1.0);
+    auto scoreGrad = [&](Value j) {
+      Value dw = e.load(dtw, {t, j});
+      if (normalize)
+        return e.div(e.mul(e.f32(scale), e.sub(dw, e.div(zs[1], z))), z);
+      return e.mul(e.f32(scale), dw);
+    };
+    // softmax: sum_e ds_e s_e, nonzero only for selected experts.
+    Value dot = e.loop(zero, nK, one, {e.f32(0)}, [&](Value j, ValueRange it) {
+      return SmallVector<Value>{e.add(it[0], e.mul(scoreGrad(j), selected(j)))};
+    })[0];
+    e.loop(zero, nE, one, {}, [&](Value ex, ValueRange) {
+      Value exI32 = arith::IndexCastOp::create(b, b.getI32Type(), ex);
+      Value ds = e.loop(zero, nK, one, {e.f32(0)}, [&](Value j, ValueRange it) {
+        Value hit = e.cmp(arith::CmpIPredicate::eq, e.load(ids, {t, j}), exI32);
+        return SmallVector<Value>{
+            arith::SelectOp::create(b, hit, scoreGrad(j), it[0])};
+      })[0];
+      Value s = e.load(dl, {t, ex});
+      Value g = sigmoid ? e.mul(e.mul(ds, s), e.sub(e.f32(1.0), s))
+                        : e.mul(s, e.sub(ds, dot));
+      e.store(g, dl, {t, ex});
+      return SmallVector<Value>{};
+    });
+  });
+}
+
+/// dx[t, h] = sum_j d_rows[row_map[t, j], h] (+ the shared experts' input
+/// gradient) + sum_e dl[t, e] * router[e, h].
+void LayerBuilder::buildInputGrad(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  bool shared = config.hasSharedExperts();
+  // drows, row_map, dl, router [, shared dx], dx
+  Value drows = func.getArgument(0), rowMap = func.getArgument(1);
+  Value dl = func.getArgument(2), wr = func.getArgument(3);
+  Value sharedDx = shared ? func.getArgument(4) : Value();
+  Value dx = func.getArgument(shared ? 5 : 4);
+  Value t = e.block();
+  e.loop(e.thread(), e.idx(config.getHidden()), e.idx(kRowThreads), {},
+         [&](Value h, ValueRange) {
+           Value acc = e.loop(
+               e.idx(0), e.idx(config.getTopK()), e.idx(1), {e.f32(0)},
+               [&](Value j, ValueRange it) {
+                 Value r = e.load(rowMap, {t, j});
+                 auto ifOp = scf::IfOp::create(
+                     b, b.getF32Type(),
+                     e.cmp(arith::CmpIPredicate::sge, r, e.i32(0)), true);
+                 ImplicitLocOpBuilder::InsertionGuard guard(b);
+                 b.setInsertionPointToStart(ifOp.thenBlock());
+                 scf::YieldOp::create(
+                     b,
+                     ValueRange{e.add(it[0], e.load(drows, {e.index(r), h}))});
+                 b.setInsertionPointToStart(ifOp.elseBlock());
+                 scf::YieldOp::create(b, it[0]);
+                 return SmallVector<Value>{ifOp.getResult(0)};
+               })[0];
+           if (shared)
+             acc = e.add(acc, e.load(sharedDx, {t, h}));
+           acc = e.loop(e.idx(0), e.idx(config.getExperts()), e.idx(1), {acc},
+                        [&](Value ex, ValueRange it) {
+                          Value p = e.mul(e.load(dl, {t, ex}),
+                                          e.toF32(e.load(wr, {ex, h})));
+                          return SmallVector<Value>{e.add(it[0], p)};
+                        })[0];
+           e.store(acc, dx, {t, h});
+           return SmallVector<Value>{};
+         });
+}
+
+/// dRouter[e, h] = sum_t dl[t, e] * x[t, h].
+void LayerBuilder::buildRouterGrad(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  Value dl = func.getArgument(0), x = func.getArgument(1);
+  Value grad = func.getArgument(2);
+  Value ex = e.block();
+  e.loop(
+      e.thread(), e.idx(config.getHidden()), e.idx(kRowThreads), {},
+      [&](Value h, ValueRange) {
+        Value acc = e.loop(
+            e.idx(0), e.dim(x, 0), e.idx(1), {e.f32(0)},
+            [&](Value t, ValueRange it) {
+              Value p = e.mul(e.load(dl, {t, ex}), e.toF32(e.load(x, {t, h})));
+              return SmallVector<Value>{e.add(it[0], p)};
+            })[0];
+        e.store(acc, grad, {ex, h});
+        return SmallVector<Value>{};
+      });
+}
+
+/// load[e] = tokens routed to e; with a score bias,
+/// bias.next = bias + gamma * sign(T * k / E - load).
+void LayerBuilder::buildLoadAndBias(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  bool bias = config.getScoreBias();
+  // counts, ids, load [, hyper, bias, bias.next]
+  Value counts = func.getArgument(0), ids = func.getArgument(1);
+  Value load = func.getArgument(2);
+  int64_t experts = config.getExperts();
+  e.when(e.cmp(arith::CmpIPredicate::eq, e.thread(), e.idx(0)), [&] {
+    Value tokens = arith::UIToFPOp::create(
+        b, b.getF32Type(),
+        arith::IndexCastUIOp::create(b, b.getI64Type(), e.dim(ids, 0)));
+    Value mean =
+        e.div(e.mul(tokens, e.f32(static_cast<double>(config.getTopK()))),
+              e.f32(static_cast<double>(experts)));
+    e.loop(e.idx(0), e.idx(experts), e.idx(1), {}, [&](Value ex, ValueRange) {
+      Value n =
+          arith::SIToFPOp::create(b, b.getF32Type(), e.load(counts, {ex}));
+      e.store(n, load, {ex});
+      if (bias) {
+        Value gamma = e.load(func.getArgument(3), {e.idx(kHyperGamma)});
+        Value d = e.sub(mean, n);
+        Value above =
+            arith::CmpFOp::create(b, arith::CmpFPredicate::OGT, d, e.f32(0));
+        Value below =
+            arith::CmpFOp::create(b, arith::CmpFPredicate::OLT, d, e.f32(0));
+        Value sign = arith::SelectOp::create(
+            b, above, e.f32(1.0),
+            arith::SelectOp::create(b, below, e.f32(-1.0), e.f32(0)));
+        e.store(e.add(e.load(func.getArgument(4), {ex}), e.mul(gamma, sign)),
+                func.getArgument(5), {ex});
+      }
+      return SmallVector<Value>{};
+    });
+  });
+}
+
+/// AdamW with bias-corrected moments on one f32 master weight:
+/// (p, m, v, grad, hyper) -> (p.next, m.next, v.next).
+void LayerBuilder::buildAdamW(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  Value p = func.getArgument(0), m = func.getArgument(1);
+  Value v = func.getArgument(2), grad = func.getArgument(3);
+  Value hyper = func.getArgument(4);
+  Value pNext = func.getArgument(5), mNext = func.getArgument(6);
+  Value vNext = func.getArgument(7);
+  auto type = cast<MemRefType>(p.getType());
+  Value i = e.addi(e.muli(e.block(), e.idx(kCountThreads)), e.thread());
+  e.when(e.cmp(arith::CmpIPredicate::ult, i, e.idx(type.getNumElements())),
+         [&] {
+           auto h = [&](TrainHyper k) { return e.load(hyper, {e.idx(k)}); };
+           Value lr = h(kHyperLearningRate), step = h(kHyperStep);
+           Value beta1 = h(kHyperBeta1), beta2 = h(kHyperBeta2);
+           Value eps = h(kHyperEpsilon), decay = h(kHyperWeightDecay);
+           Value one = e.f32(1.0);
+           SmallVector<Value> at = e.delinearize(i, p);
+           Value pv = e.load(p, at), g = e.load(grad, at);
+           Value m2 =
+               e.add(e.mul(beta1, e.load(m, at)), e.mul(e.sub(one, beta1), g));
+           Value v2 = e.add(e.mul(beta2, e.load(v, at)),
+                            e.mul(e.sub(one, beta2), e.mul(g, g)));
+           Value mHat = e.div(m2, e.sub(one, e.powi(beta1, step)));
+           Value vHat = e.div(v2, e.sub(one, e.powi(beta2, step)));
+           Value update =
+               e.add(e.div(mHat, e.add(e.sqrt(vHat), eps)), e.mul(decay, pv));
+           e.store(e.sub(pv, e.mul(lr, update)), pNext, at);
+           e.store(m2, mNext, at);
+           e.store(v2, vNext, at);
+         });
+}
+
+void LayerBuilder::buildTraining() {
+  int64_t h = config.getHidden(), e = config.getExperts();
+  int64_t k = config.getTopK(), f = config.getFfn();
+  int64_t s = config.getSharedFfnTotal();
+  bool shared = config.hasSharedExperts(), bias = config.getScoreBias();
+  Type f32 = Builder(ctx).getF32Type(), i32 = Builder(ctx).getI32Type();
+
+  // The step's arguments: x and score_bias are the forward pass's own
+  // buffers; the others are `arg.<name>`.
+  std::vector<TrainArgument> args = listTrainArguments(layer);
+  for (const TrainArgument &arg : args) {
+    if (arg.name == "x" || arg.name == "score_bias")
+      continue;
+    SmallVector<int64_t> shape;
+    for (int64_t d : arg.type.getShape())
+      shape.push_back(ShapedType::isDynamic(d) ? kTokens : d);
+    addBuffer("arg." + arg.name, arg.type.getElementType(), shape,
+              "arg:" + arg.name);
+  }
+  auto arg = [](StringRef name) { return ("arg." + name).str(); };
+  addBuffer("dy", f32, {kTokens, h}, "scratch");
+  addBuffer("row_token", i32, {kRows}, "scratch");
+  addBuffer("dtw", f32, {kTokens, k}, "scratch");
+  addBuffer("dgu", f32, {kRows, 2 * f}, "scratch");
+  addBuffer("drows", f32, {kRows, h}, "scratch");
+  addBuffer("dl", f32, {kTokens, e}, "scratch");
+  if (shared) {
+    addBuffer("shared_dgu", f32, {kTokens, 2 * s}, "scratch");
+    addBuffer("shared_dx", f32, {kTokens, h}, "scratch");
+  }
+
+  steps = &trainSchedule;
+  auto elementGrid = [&](int64_t n) {
+    return fixedGrid((n + kCountThreads - 1) / kCountThreads);
+  };
+  // Compute copies of the master weights.
+  auto convert = [&](StringRef name, StringRef master, StringRef compute) {
+    std::string src = arg(master), dst = compute.str();
+    buildConvert(addKernel(name, {src, dst},
+                           elementGrid(memrefType(src).getNumElements()),
+                           kCountThreads));
+  };
+  convert("train_router_weight", "router_weight", "router_weight");
+  buildPack(addKernel(
+      "train_pack_gate_up", {arg("gate_weight"), arg("up_weight"), "w13"},
+      elementGrid(memrefType("w13").getNumElements()), kCountThreads));
+  convert("train_down_weight", "down_weight", "w2");
+  if (shared) {
+    buildPack(addKernel(
+        "train_pack_shared_gate_up",
+        {arg("shared_gate_weight"), arg("shared_up_weight"), "ws13"},
+        elementGrid(memrefType("ws13").getNumElements()), kCountThreads));
+    convert("train_shared_down_weight", "shared_down_weight", "ws2");
+  }
+  // The forward pass.
+  trainSchedule.append(schedule.begin(), schedule.end());
+  // Loss.
+  addMemset(arg("loss"));
+  buildLoss(addKernel("train_loss", {"y", arg("target"), "dy", arg("loss")},
+                      gridOf("tokens", 1), kRowThreads));
+  // Routed experts.
+  addMemset("row_token");
+  addMemset("dtw");
+  buildRowTokens(addKernel("train_row_tokens", {"row_map", "row_token"},
+                           gridOf("assignments", kCountThreads),
+                           kCountThreads));
+  buildActGrad(addKernel("train_expert_act_grad",
+                         {"rows", "w13", "w2", "dy", "dgu", "row_token",
+                          "topk_ids", "offsets", "row_weight", "dtw"},
+                         gridOf("rows"), kRowThreads),
+               /*shared=*/false);
+  buildRowsGrad(
+      addKernel("train_expert_rows_grad",
+                {"w13", "dgu", "drows", "row_token", "topk_ids", "offsets"},
+                gridOf("rows"), kRowThreads),
+      /*shared=*/false);
+  buildDownGrad(addKernel("train_expert_down_grad",
+                          {"act", "dy", arg("down_weight.grad"), "row_token",
+                           "topk_ids", "offsets", "row_weight"},
+                          fixedGrid(e * h), kRowThreads),
+                /*shared=*/false);
+  buildGateUpGrad(
+      addKernel("train_expert_gate_up_grad",
+                {"dgu", "rows", arg("gate_weight.grad"), arg("up_weight.grad"),
+                 "row_token", "topk_ids", "offsets"},
+                fixedGrid(e * 2 * f), kRowThreads),
+      /*shared=*/false);
+  // Shared experts: one group, every token, weight 1.
+  if (shared) {
+    buildActGrad(addKernel("train_shared_act_grad",
+                           {"x", "ws13", "ws2", "dy", "shared_dgu"},
+                           gridOf("tokens", 1), kRowThreads),
+                 /*shared=*/true);
+    buildRowsGrad(addKernel("train_shared_rows_grad",
+                            {"ws13", "shared_dgu", "shared_dx"},
+                            gridOf("tokens", 1), kRowThreads),
+                  /*shared=*/true);
+    buildDownGrad(
+        addKernel("train_shared_down_grad",
+                  {"shared_act", "dy", arg("shared_down_weight.grad")},
+                  fixedGrid(h), kRowThreads),
+        /*shared=*/true);
+    buildGateUpGrad(
+        addKernel("train_shared_gate_up_grad",
+                  {"shared_dgu", "x", arg("shared_gate_weight.grad"),
+                   arg("shared_up_weight.grad")},
+                  fixedGrid(2 * s), kRowThreads),
+        /*shared=*/true);
+  }
+  // Router and input.
+  buildRouteGrad(addKernel("train_route_grad",
+                           {"x", "router_weight", "topk_ids", "dtw", "dl"},
+                           gridOf("tokens", kCountThreads), kCountThreads));
+  SmallVector<StringRef> dxArgs{"drows", "row_map", "dl", "router_weight"};
+  std::string xGrad = arg("x.grad");
+  if (shared)
+    dxArgs.push_back("shared_dx");
+  dxArgs.push_back(xGrad);
+  buildInputGrad(
+      addKernel("train_input_grad", dxArgs, gridOf("tokens", 1), kRowThreads));
+  buildRouterGrad(addKernel("train_router_grad",
+                            {"dl", "x", arg("router_weight.grad")},
+                            fixedGrid(e), kRowThreads));
+  // Load, bias, AdamW.
+  SmallVector<std::string> loadArgs{"counts", "topk_ids", arg("load")};
+  if (bias)
+    loadArgs.append({arg("hyper"), "score_bias", arg("score_bias.next")});
+  buildLoadAndBias(
+      addKernel("train_load_and_bias",
+                SmallVector<StringRef>(loadArgs.begin(), loadArgs.end()),
+                gridOf("one"), 32));
+  for (auto [name, value] : listTrainedWeights(layer)) {
+    std::string w = name.str();
+    SmallVector<std::string> names{
+        arg(w),       arg(w + ".m"),    arg(w + ".v"),      arg(w + ".grad"),
+        arg("hyper"), arg(w + ".next"), arg(w + ".m.next"), arg(w + ".v.next")};
+    buildAdamW(addKernel(
+        "train_adamw_" + w, SmallVector<StringRef>(names.begin(), names.end()),
+        elementGrid(memrefType(arg(w)).getNumElements()), kCountThreads));
+  }
+  steps = &schedule;
+}
+
 LogicalResult LayerBuilder::build(ModuleOp module) {
   Type dtype = config.getDtype();
   if (!dtype.isBF16() && !dtype.isF16())
@@ -621,6 +1400,8 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   combineArgs.push_back("y");
   buildCombine(
       addKernel("combine", combineArgs, gridOf("tokens", 1), kRowThreads));
+  if (train)
+    buildTraining();
 
   Builder attrs(ctx);
   SmallVector<Attribute> bufferAttrs;
@@ -633,6 +1414,8 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
     }));
   module->setAttr("moegpu.buffers", attrs.getArrayAttr(bufferAttrs));
   module->setAttr("moegpu.schedule", attrs.getArrayAttr(schedule));
+  if (train)
+    module->setAttr("moegpu.train_schedule", attrs.getArrayAttr(trainSchedule));
   module->setAttr("moegpu.alignment", attrs.getI64IntegerAttr(alignment));
   module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
                   attrs.getUnitAttr());
@@ -665,7 +1448,7 @@ struct ConvertMoeToMoeGpu
             MoeDialect::getSmPartitionAttrName());
         partition && !layer.getPartitionAttr())
       layer.setPartitionAttr(partition);
-    if (failed(LayerBuilder(layer, alignment).build(module)))
+    if (failed(LayerBuilder(layer, alignment, train).build(module)))
       return signalPassFailure();
     func->erase();
   }

@@ -24,10 +24,6 @@ using namespace mlir::moe;
 
 namespace {
 
-/// Indices of the hyperparameters in the `hyper` argument.
-enum Hyper { LearningRate, Step, Beta1, Beta2, Epsilon, WeightDecay, Gamma };
-constexpr int64_t kHyperCount = 8;
-
 /// Builds the training step's arithmetic on tensors.
 struct StepBuilder {
   OpBuilder &b;
@@ -94,49 +90,16 @@ std::vector<TrainArgument> mlir::moe::addHostTrainEntry(ModuleOp module,
   OpBuilder b(ctx);
   LayerConfigAttr config = layer.getConfig();
   Type f32 = b.getF32Type();
-  int64_t dyn = ShapedType::kDynamic;
   int64_t hidden = config.getHidden(), experts = config.getExperts();
-  auto f32Like = [&](Value v) {
-    return RankedTensorType::get(cast<RankedTensorType>(v.getType()).getShape(),
-                                 f32);
-  };
 
   // The trained weights, in the order buildLayerBackward returns their
   // gradients.
-  SmallVector<std::pair<StringRef, Value>> weights{
-      {"router_weight", layer.getRouterWeight()},
-      {"gate_weight", layer.getGateWeight()},
-      {"up_weight", layer.getUpWeight()},
-      {"down_weight", layer.getDownWeight()}};
-  if (config.hasSharedExperts())
-    weights.append({{"shared_gate_weight", layer.getSharedGateWeight()},
-                    {"shared_up_weight", layer.getSharedUpWeight()},
-                    {"shared_down_weight", layer.getSharedDownWeight()}});
+  SmallVector<std::pair<StringRef, Value>> weights = listTrainedWeights(layer);
   Value bias = layer.getScoreBias();
-
-  std::vector<TrainArgument> args;
-  auto xType = cast<RankedTensorType>(layer.getInput().getType());
-  args.push_back(
-      {"x", false,
-       RankedTensorType::get({dyn, hidden}, xType.getElementType())});
-  args.push_back({"target", false, RankedTensorType::get({dyn, hidden}, f32)});
-  args.push_back({"hyper", false, RankedTensorType::get({kHyperCount}, f32)});
-  for (auto [name, value] : weights)
-    for (const char *suffix : {"", ".m", ".v"})
-      args.push_back({(name + suffix).str(), false, f32Like(value)});
-  if (bias)
-    args.push_back({"score_bias", false, f32Like(bias)});
-  size_t firstOutput = args.size();
-  for (auto [name, value] : weights)
-    for (const char *suffix : {".next", ".m.next", ".v.next"})
-      args.push_back({(name + suffix).str(), true, f32Like(value)});
-  if (bias)
-    args.push_back({"score_bias.next", true, f32Like(bias)});
-  args.push_back({"loss", true, RankedTensorType::get({1}, f32)});
-  args.push_back({"load", true, RankedTensorType::get({experts}, f32)});
-  args.push_back({"x.grad", true, RankedTensorType::get({dyn, hidden}, f32)});
-  for (auto [name, value] : weights)
-    args.push_back({(name + ".grad").str(), true, f32Like(value)});
+  std::vector<TrainArgument> args = listTrainArguments(layer);
+  size_t firstOutput = 0;
+  while (!args[firstOutput].output)
+    ++firstOutput;
 
   SmallVector<Type> argTypes;
   for (const TrainArgument &arg : args)
@@ -155,7 +118,7 @@ std::vector<TrainArgument> mlir::moe::addHostTrainEntry(ModuleOp module,
     in[args[i].name] = bufferization::ToTensorOp::create(
         b, loc, args[i].type, body->getArgument(i), /*restrict=*/true);
   Value x = in["x"], target = in["target"], hyper = in["hyper"];
-  auto hyperAt = [&](Hyper h) -> Value {
+  auto hyperAt = [&](TrainHyper h) -> Value {
     Value i = arith::ConstantIndexOp::create(b, loc, h);
     return tensor::ExtractOp::create(b, loc, hyper, ValueRange{i});
   };
@@ -204,9 +167,9 @@ std::vector<TrainArgument> mlir::moe::addHostTrainEntry(ModuleOp module,
   out["x.grad"] = s.convert(grads.input, f32);
 
   // AdamW with bias-corrected moments.
-  Value lr = hyperAt(LearningRate), step = hyperAt(Step);
-  Value beta1 = hyperAt(Beta1), beta2 = hyperAt(Beta2);
-  Value eps = hyperAt(Epsilon), decay = hyperAt(WeightDecay);
+  Value lr = hyperAt(kHyperLearningRate), step = hyperAt(kHyperStep);
+  Value beta1 = hyperAt(kHyperBeta1), beta2 = hyperAt(kHyperBeta2);
+  Value eps = hyperAt(kHyperEpsilon), decay = hyperAt(kHyperWeightDecay);
   Value one = s.f32(1.0);
   Value correction1 =
       s.sub(one, math::PowFOp::create(b, loc, beta1, step).getResult());
@@ -268,8 +231,8 @@ std::vector<TrainArgument> mlir::moe::addHostTrainEntry(ModuleOp module,
         b, loc, above, s.splat(s.f32(1.0), load),
         arith::SelectOp::create(b, loc, below, s.splat(s.f32(-1.0), load),
                                 zeros));
-    out["score_bias.next"] =
-        s.add(in["score_bias"], s.mul(s.splat(hyperAt(Gamma), load), sign));
+    out["score_bias.next"] = s.add(
+        in["score_bias"], s.mul(s.splat(hyperAt(kHyperGamma), load), sign));
   }
 
   for (size_t i = firstOutput; i < args.size(); ++i) {

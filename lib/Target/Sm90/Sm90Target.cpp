@@ -22,6 +22,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -142,6 +143,10 @@ std::string describeGrid(const rt::GpuStep &step) {
     return std::to_string(step.gridSize) + " (persistent)";
   if (step.gridKind == "one")
     return "1";
+  if (step.gridKind == "fixed")
+    return std::to_string(step.gridSize);
+  if (step.gridKind == "rows")
+    return "R (row capacity)";
   std::string count = step.gridKind == "tokens" ? "T" : "T*k";
   return step.perBlock == 1
              ? count
@@ -180,6 +185,7 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
     pm.enableTiming(scope);
     ConvertMoeToMoeGpuOptions convert;
     convert.alignment = options.alignment;
+    convert.train = options.train;
     pm.addPass(createConvertMoeToMoeGpu(convert));
     buildMoeGpuKernelPipeline(pm, pipeline);
     if (failed(pm.run(module))) {
@@ -217,14 +223,15 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
     b.source = cast<StringAttr>(dict.get("source")).str();
     program.buffers.push_back(std::move(b));
   }
-  for (Attribute attr : schedule) {
+  std::set<std::string> reported;
+  auto readStep = [&](Attribute attr, std::vector<rt::GpuStep> &into) {
     auto dict = cast<DictionaryAttr>(attr);
     rt::GpuStep step;
     step.op = cast<StringAttr>(dict.get("op")).str();
     if (step.op == "memset") {
       step.buffer = cast<StringAttr>(dict.get("buffer")).str();
-      program.steps.push_back(std::move(step));
-      continue;
+      into.push_back(std::move(step));
+      return;
     }
     step.kernel = cast<StringAttr>(dict.get("kernel")).str();
     for (Attribute arg : cast<ArrayAttr>(dict.get("args")))
@@ -233,6 +240,8 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
     step.gridKind = cast<StringAttr>(grid.get("kind")).str();
     if (auto perBlock = grid.getAs<IntegerAttr>("per_block"))
       step.perBlock = perBlock.getInt();
+    if (auto size = grid.getAs<IntegerAttr>("size"))
+      step.gridSize = size.getInt();
     step.block = cast<IntegerAttr>(dict.get("block")).getInt();
     auto func = kernels.lookupSymbol<gpu::GPUFuncOp>(step.kernel);
     Sm90KernelReport report;
@@ -266,9 +275,17 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
     report.grid = describeGrid(step);
     report.block = step.block;
     report.sharedMemory = step.sharedMemory;
-    result.kernels.push_back(std::move(report));
-    program.steps.push_back(std::move(step));
-  }
+    if (!reported.count(step.kernel)) {
+      reported.insert(step.kernel);
+      result.kernels.push_back(std::move(report));
+    }
+    into.push_back(std::move(step));
+  };
+  for (Attribute attr : schedule)
+    readStep(attr, program.steps);
+  if (auto train = module->getAttrOfType<ArrayAttr>("moegpu.train_schedule"))
+    for (Attribute attr : train)
+      readStep(attr, program.trainSteps);
 
   {
     TimingScope scope = timing.nest("PTX (NVPTX backend)");

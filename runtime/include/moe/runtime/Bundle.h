@@ -75,7 +75,8 @@ struct GpuBuffer {
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
   /// input | output | scratch | param:<role> | pack:<gate role>,<up role>
-  /// (gate and up rows interleaved in blocks of 8 along dim -2).
+  /// (gate and up rows interleaved in blocks of 8 along dim -2) |
+  /// arg:<training step argument>.
   std::string source;
 };
 
@@ -95,7 +96,8 @@ struct GpuStep {
   std::string kernel;            // launch: the kernel
   std::vector<std::string> args; // launch: the buffers of its memref args
   /// Grid: tokens (ceil(T / perBlock)), assignments (ceil(T * k /
-  /// perBlock)), one, or persistent (`gridSize` CTAs).
+  /// perBlock)), rows (one CTA per dispatched row of the capacity), one,
+  /// or persistent and fixed (`gridSize` CTAs).
   std::string gridKind;
   int64_t perBlock = 0, gridSize = 0;
   int64_t block = 0, sharedMemory = 0;
@@ -105,7 +107,11 @@ struct GpuStep {
 struct GpuProgram {
   int64_t rowCapacity = 0;
   std::vector<GpuBuffer> buffers;
+  /// One forward pass.
   std::vector<GpuStep> steps;
+  /// With --train: one training step (TrainSpec's arguments are the
+  /// buffers with source `arg:<name>`, and `x` and `score_bias`).
+  std::vector<GpuStep> trainSteps;
 };
 
 /// One argument of the compiled training step (see moe-compile --train).
