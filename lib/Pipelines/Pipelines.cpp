@@ -50,6 +50,10 @@ void moe::buildHostPipeline(OpPassManager &pm,
   pm.addPass(createConvertBufferizationToMemRefPass());
 
   pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
+  buildHostLoweringToLLVM(pm);
+}
+
+void moe::buildHostLoweringToLLVM(OpPassManager &pm) {
   pm.addPass(memref::createExpandStridedMetadataPass());
   pm.addPass(createLowerAffinePass());
   pm.addPass(createSCFToControlFlowPass());

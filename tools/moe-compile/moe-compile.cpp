@@ -45,8 +45,10 @@ static cl::opt<std::string>
     emit("emit",
          cl::desc("Output: mlir (the verified moe-level module, as parsed or "
                   "imported), llvm (host: optimized LLVM IR), ptx (sm_90a: "
-                  "one PTX module with every kernel), cubin (sm_90a) or "
-                  "bundle"),
+                  "one PTX module with every kernel), cubin (sm_90a), "
+                  "bundle, or host-emulation (sm_90a --train: the SIMT "
+                  "training kernels as host functions in a shared object, "
+                  "for checking them without a GPU)"),
          cl::init("bundle"), cl::cat(category));
 static cl::opt<std::string> outputFile("o", cl::desc("Output file"),
                                        cl::value_desc("path"), cl::init("-"),
@@ -144,7 +146,8 @@ int main(int argc, char **argv) {
   options.passManagerCLOptions = true;
   if (std::string error = validateOptions(options); !error.empty())
     return fail(error);
-  if ((emit == "bundle" || emit == "cubin") && outputFile == "-")
+  if ((emit == "bundle" || emit == "cubin" || emit == "host-emulation") &&
+      outputFile == "-")
     return fail("--emit=" + emit + " needs an output file (-o PATH)");
 
   InputKind kind = hfConfig.empty() ? InputKind::Mlir : InputKind::HFConfig;

@@ -40,6 +40,10 @@ struct HostPipelineOptions : public PassPipelineOptions<HostPipelineOptions> {
 /// and buffer deallocation.
 void buildHostPipeline(OpPassManager &pm, const HostPipelineOptions &options);
 
+/// The tail of the host pipeline: memref, scf, arith (bf16 conversions as
+/// integer arithmetic), math, func and cf to the LLVM dialect.
+void buildHostLoweringToLLVM(OpPassManager &pm);
+
 /// Options of the Hopper (sm_90a) kernel pipelines.
 struct Sm90PipelineOptions : public PassPipelineOptions<Sm90PipelineOptions> {
   PassOptions::Option<int64_t> sms{
