@@ -92,9 +92,11 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
   if (o.epChunks > 1 && o.ep == 1)
     return "--ep-chunks needs --ep > 1 (chunks overlap expert-parallel "
            "exchanges)";
-  if (o.ep > 1 && o.target != "host")
-    return "--ep: expert parallelism runs on the host target only; the "
-           "sm_90a kernels do not exchange rows yet";
+  if (o.ep > 1 && o.target != "host" && o.train)
+    return "--ep with --train runs on the host target only; the sm_90a "
+           "training kernels are for one rank";
+  if (o.epChunks > 1 && o.target != "host")
+    return "--ep-chunks: chunked exchanges run on the host target only";
   if (o.train && o.emit == "mlir")
     return "--train needs --emit=llvm or --emit=bundle";
   if (o.train && o.target == "sm_90a" && o.emit != "bundle" &&
@@ -280,6 +282,8 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
   }
   if (options.emit == "host-emulation")
     return emulateOnHost(module, options, timing, result);
+  // The kernel pipeline erases the layer's function.
+  auto ranks = static_cast<int64_t>(layer.getEpSize());
   Sm90Options sm90;
   sm90.train = options.train;
   sm90.alignment = alignmentFor(options);
@@ -312,6 +316,7 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
     if (step.op == "launch")
       bundle.manifest.schedule.push_back(step.kernel);
   bundle.manifest.gpu = std::move(compiled->program);
+  bundle.manifest.expertParallel = ranks;
   if (options.train) {
     // The runtime runs the training schedule for this entry point.
     bundle.manifest.train.entry = "train_steps";

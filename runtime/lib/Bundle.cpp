@@ -98,6 +98,7 @@ std::string serializeManifest(const Manifest &m) {
         out.push_back({{"op", st.op},
                        {"buffer", st.buffer},
                        {"kernel", st.kernel},
+                       {"exchange", st.exchange},
                        {"args", st.args},
                        {"grid", st.gridKind},
                        {"per_block", st.perBlock},
@@ -110,6 +111,7 @@ std::string serializeManifest(const Manifest &m) {
     };
     steps = stepList(m.gpu.steps);
     root["gpu"] = {{"row_capacity", m.gpu.rowCapacity},
+                   {"comm_sms", m.gpu.commSms},
                    {"buffers", buffers},
                    {"steps", steps}};
     if (!m.gpu.trainSteps.empty())
@@ -228,6 +230,8 @@ static void readGpuProgram(Reader &r, const json &root, GpuProgram &program) {
     return;
   const char *w = "the gpu program";
   program.rowCapacity = r.integer(*gpu, "row_capacity", w);
+  if (gpu->contains("comm_sms"))
+    program.commSms = r.integer(*gpu, "comm_sms", w);
   auto ints = [&](const json &o, const char *key, const char *where) {
     std::vector<int64_t> out;
     const json *v = r.array(o, key, where);
@@ -258,6 +262,8 @@ static void readGpuProgram(Reader &r, const json &root, GpuProgram &program) {
       st.op = r.str(item, "op", sw);
       st.buffer = r.str(item, "buffer", sw);
       st.kernel = r.str(item, "kernel", sw);
+      if (item.contains("exchange"))
+        st.exchange = r.str(item, "exchange", sw);
       if (const json *args = r.array(item, "args", sw))
         for (const json &a : *args) {
           if (!a.is_string()) {

@@ -82,6 +82,20 @@ public:
 
 /// Launched by mpirun or another PMI launcher with this many ranks (1 when
 /// not launched by one).
+int launcherWorldSize();
+
+} // namespace
+
+int launcherLocalRank() {
+  for (const char *var : {"MOE_CUDA_DEVICE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                          "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (const char *value = std::getenv(var))
+      return std::atoi(value);
+  return 0;
+}
+
+namespace {
+
 int launcherWorldSize() {
   for (const char *var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
     if (const char *value = std::getenv(var))
@@ -121,37 +135,6 @@ void checkOffsets(Communicator &comm, const int32_t *offsets, int64_t experts,
     comm.abort("moe: rank " + std::to_string(comm.rank()) + ": " + what +
                    " offsets of an all-to-all are not ascending from 0",
                70);
-}
-
-void exchangeCounts(Communicator &comm, int64_t kind, const int32_t *in,
-                    int32_t *out, int64_t experts) {
-  checkOffsets(comm, in, experts, "input");
-  int n = comm.size();
-  int64_t local = experts / n;
-  std::vector<int32_t> send(static_cast<size_t>(experts)),
-      recv(static_cast<size_t>(experts));
-  auto size = [&](int64_t segment) { return in[segment + 1] - in[segment]; };
-  if (kind == static_cast<int64_t>(comm::Kind::Dispatch)) {
-    // To rank d: my sizes of d's experts, in expert order.
-    for (int64_t e = 0; e < experts; ++e)
-      send[e] = size(e);
-  } else {
-    // Segments are (local expert l, source s); to s: its sizes by l.
-    for (int s = 0; s < n; ++s)
-      for (int64_t l = 0; l < local; ++l)
-        send[s * local + l] = size(l * n + s);
-  }
-  comm.allToAll(send.data(), recv.data(), local * sizeof(int32_t));
-  // recv[r * local + l]: rank r's size of (its or my) local expert l.
-  out[0] = 0;
-  if (kind == static_cast<int64_t>(comm::Kind::Dispatch)) {
-    for (int64_t l = 0, i = 0; l < local; ++l)
-      for (int s = 0; s < n; ++s, ++i)
-        out[i + 1] = out[i] + recv[s * local + l];
-  } else {
-    for (int64_t e = 0; e < experts; ++e)
-      out[e + 1] = out[e] + recv[e];
-  }
 }
 
 void exchangeRows(Communicator &comm, int64_t kind, const char *in,
@@ -207,6 +190,65 @@ void exchangeRows(Communicator &comm, int64_t kind, const char *in,
 }
 
 } // namespace
+
+void exchangeOffsets(Communicator &comm, comm::Kind kindValue,
+                     const int32_t *in, int32_t *out, int64_t experts) {
+  auto kind = static_cast<int64_t>(kindValue);
+  checkOffsets(comm, in, experts, "input");
+  int n = comm.size();
+  int64_t local = experts / n;
+  std::vector<int32_t> send(static_cast<size_t>(experts)),
+      recv(static_cast<size_t>(experts));
+  auto size = [&](int64_t segment) { return in[segment + 1] - in[segment]; };
+  if (kind == static_cast<int64_t>(comm::Kind::Dispatch)) {
+    // To rank d: my sizes of d's experts, in expert order.
+    for (int64_t e = 0; e < experts; ++e)
+      send[e] = size(e);
+  } else {
+    // Segments are (local expert l, source s); to s: its sizes by l.
+    for (int s = 0; s < n; ++s)
+      for (int64_t l = 0; l < local; ++l)
+        send[s * local + l] = size(l * n + s);
+  }
+  comm.allToAll(send.data(), recv.data(), local * sizeof(int32_t));
+  // recv[r * local + l]: rank r's size of (its or my) local expert l.
+  out[0] = 0;
+  if (kind == static_cast<int64_t>(comm::Kind::Dispatch)) {
+    for (int64_t l = 0, i = 0; l < local; ++l)
+      for (int s = 0; s < n; ++s, ++i)
+        out[i + 1] = out[i] + recv[s * local + l];
+  } else {
+    for (int64_t e = 0; e < experts; ++e)
+      out[e + 1] = out[e] + recv[e];
+  }
+}
+
+ExchangePlan planExchange(comm::Kind kind, const int32_t *inOffsets,
+                          const int32_t *outOffsets, int64_t experts, int ranks,
+                          size_t rowBytes) {
+  ExchangePlan plan;
+  int64_t local = experts / ranks;
+  bool dispatch = kind == comm::Kind::Dispatch;
+  // Expert order: segment e = d * local + l lives in rank d's share;
+  // (local expert, rank) order: segment l * ranks + r.
+  const int32_t *byExpert = dispatch ? inOffsets : outOffsets;
+  const int32_t *byLocal = dispatch ? outOffsets : inOffsets;
+  auto &expertSide = dispatch ? plan.sends : plan.recvs;
+  auto &localSide = dispatch ? plan.recvs : plan.sends;
+  // Per peer, segments in local-expert order on both sides, so that the
+  // n-th transfer to a peer matches the peer's n-th from this rank.
+  for (int r = 0; r < ranks; ++r)
+    for (int64_t l = 0; l < local; ++l) {
+      int64_t e = r * local + l, s = l * ranks + r;
+      size_t expertRows = static_cast<size_t>(byExpert[e + 1] - byExpert[e]);
+      size_t localRows = static_cast<size_t>(byLocal[s + 1] - byLocal[s]);
+      expertSide.push_back({r, static_cast<size_t>(byExpert[e]) * rowBytes,
+                            expertRows * rowBytes});
+      localSide.push_back({r, static_cast<size_t>(byLocal[s]) * rowBytes,
+                           localRows * rowBytes});
+    }
+  return plan;
+}
 
 //===----------------------------------------------------------------------===//
 // The context of compiled code: a thread that runs its collectives
@@ -298,8 +340,8 @@ void callExchangeCounts(int64_t context, int64_t kind, int64_t in, int64_t out,
                         int64_t experts) {
   State &s = fromContext(context);
   s.call("all-to-all sizes", [&] {
-    exchangeCounts(s.comm, kind, pointer<const int32_t>(in),
-                   pointer<int32_t>(out), experts);
+    exchangeOffsets(s.comm, static_cast<comm::Kind>(kind),
+                    pointer<const int32_t>(in), pointer<int32_t>(out), experts);
   });
 }
 
@@ -404,6 +446,7 @@ createCommunicator(double timeoutSeconds) {
   Communicator *comm = create(timeoutSeconds, error, sizeof(error));
   if (!comm)
     return Result::error(std::string("MPI: ") + error);
+  comm->timeoutSeconds = timeoutSeconds;
   // The plugin stays loaded for the life of the process.
   return std::unique_ptr<Communicator>(comm);
 }

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/runtime/CudaBackend.h"
+#include "moe/runtime/DeviceComm.h"
 
 #include "CudaDriver.h"
 
@@ -21,8 +22,11 @@ namespace {
 
 using namespace cuda;
 
-int64_t resolveDim(int64_t d, int64_t tokens, int64_t rows) {
-  return d == -1 ? tokens : d == -2 ? rows : d;
+/// A buffer dimension: -1 tokens, -2 dispatched rows, -3 the rows an
+/// expert-parallel rank can receive (`received`).
+int64_t resolveDim(int64_t d, int64_t tokens, int64_t rows,
+                   int64_t received = 0) {
+  return d == -1 ? tokens : d == -2 ? rows : d == -3 ? received : d;
 }
 
 class CudaBackend : public Backend {
@@ -47,6 +51,21 @@ public:
   Status run(const std::vector<const Tensor *> &arguments) override;
   Status runEntry(const std::string &symbol,
                   const std::vector<const Tensor *> &arguments) override;
+  /// A sharded layer's ranks: an NCCL communicator over `comm` on this
+  /// rank's GPU, its CTAs capped at the program's comm SMs.
+  Status setCommunicator(Communicator *comm) override {
+    DeviceCommOptions options;
+    options.device = device;
+    options.commSms = static_cast<int>(manifest.gpu.commSms);
+    options.timeoutSeconds = comm->timeoutSeconds;
+    Expected<std::unique_ptr<DeviceCommunicator>> made =
+        createNcclCommunicator(*comm, options);
+    if (!made)
+      return Status::failure(made.message());
+    hostComm = comm;
+    deviceComm = std::move(*made);
+    return Status::success();
+  }
   void invalidateParameters() override { parametersUploaded = false; }
   std::vector<KernelTime> lastProfile() const override { return profile; }
   void setProfiling(bool on) override { profiling = on; }
@@ -67,11 +86,16 @@ private:
   size_t capacityBytes(const GpuBuffer &b) const {
     size_t n = dtypeSize(b.dtype);
     for (int64_t d : b.shape)
-      n *= static_cast<size_t>(
-          resolveDim(d, manifest.maxTokens, manifest.gpu.rowCapacity));
+      n *= static_cast<size_t>(resolveDim(
+          d, manifest.maxTokens, manifest.gpu.rowCapacity, receivedRows()));
     return n;
   }
   Status uploadParameters(const std::vector<const Tensor *> &arguments);
+  int64_t receivedRows() const {
+    return manifest.expertParallel * manifest.gpu.rowCapacity;
+  }
+  /// An expert-parallel exchange step (GpuStep::exchange).
+  Status runExchange(const GpuStep &step);
   /// Enqueues the memsets and launches of `steps` for `tokens` tokens.
   Status launchSteps(const std::vector<GpuStep> &steps,
                      const std::vector<std::vector<CUdeviceptr>> &maps,
@@ -90,6 +114,12 @@ private:
 
   Driver driver{};
   Manifest manifest;
+  int device = 0;
+  Communicator *hostComm = nullptr;
+  std::unique_ptr<DeviceCommunicator> deviceComm;
+  /// The last dispatch's offsets on both sides: the combine sends back
+  /// what came, so it needs no exchange of sizes.
+  std::vector<int32_t> dispatchedOffsets, receivedOffsets;
   bool ready = false, parametersUploaded = false, profiling = false;
   CUmodule module = nullptr;
   CUstream stream = nullptr;
@@ -122,7 +152,7 @@ Expected<std::map<std::string, Tensor>> CudaBackend::dumpBuffers() {
   for (const GpuBuffer &b : manifest.gpu.buffers) {
     std::vector<int64_t> shape;
     for (int64_t d : b.shape)
-      shape.push_back(resolveDim(d, lastTokens, rows));
+      shape.push_back(resolveDim(d, lastTokens, rows, receivedRows()));
     Tensor t = Tensor::zeros(b.dtype, shape);
     if (!t.data.empty())
       if (Status s = check(
@@ -141,7 +171,9 @@ Status CudaBackend::init(const Bundle &bundle) {
   if (!d)
     return Status::failure(d.message());
   driver = *d;
-  if (Status s = makeContextCurrent(driver, 0); !s.ok())
+  // One GPU per rank of a node; device 0 without a launcher.
+  device = launcherLocalRank();
+  if (Status s = makeContextCurrent(driver, device); !s.ok())
     return s;
   ready = true;
   if (bundle.blobs.size() != 1 || bundle.blobs[0].size() < 4 ||
@@ -183,19 +215,6 @@ Status CudaBackend::init(const Bundle &bundle) {
   for (const GpuStep *stepPtr : allSteps) {
     const GpuStep &step = *stepPtr;
     mapIndex.emplace_back();
-    // A step may only name buffers of the program.
-    std::vector<std::string> named = step.args;
-    if (step.op == "memset")
-      named.push_back(step.buffer);
-    for (const std::string &name : named)
-      if (!findBuffer(name))
-        return Status::failure("the bundle's schedule names buffer '" + name +
-                               "', which its program does not have");
-    for (const GpuTensorMap &t : step.tensorMaps)
-      if (t.source < 0 || static_cast<size_t>(t.source) >= step.args.size() ||
-          t.view.size() != 2 || t.box.size() != 2)
-        return Status::failure("kernel '" + step.kernel +
-                               "' has a malformed tensor map in the bundle");
     if (step.op != "launch")
       continue;
     CUfunction fn = nullptr;
@@ -319,6 +338,87 @@ CudaBackend::uploadParameters(const std::vector<const Tensor *> &arguments) {
   return Status::success();
 }
 
+Status CudaBackend::runExchange(const GpuStep &step) {
+  if (!deviceComm)
+    return Status::failure(
+        "the bundle's layer is sharded over " +
+        std::to_string(manifest.expertParallel) +
+        " expert-parallel ranks, and this run has no communicator (run it "
+        "with mpirun -np " +
+        std::to_string(manifest.expertParallel) + ")");
+  int64_t experts = manifest.layer.experts;
+  int ranks = deviceComm->size();
+  size_t rowBytes = static_cast<size_t>(manifest.layer.hidden) *
+                    dtypeSize(findBuffer(step.args[1])->dtype);
+  auto ptr = [&](size_t arg) {
+    return reinterpret_cast<void *>(buffers[step.args[arg]]);
+  };
+  // What the launches before wrote is needed on the host (the sizes) and
+  // by the communication stream.
+  if (Status s = check(driver.streamSynchronize(stream),
+                       "a kernel before the exchange failed");
+      !s.ok())
+    return s;
+  if (step.exchange == "dispatch") {
+    dispatchedOffsets.assign(experts + 1, 0);
+    receivedOffsets.assign(experts + 1, 0);
+    if (Status s = check(driver.memcpyDtoH(dispatchedOffsets.data(),
+                                           buffers[step.args[0]],
+                                           (experts + 1) * sizeof(int32_t)),
+                         "cannot read the expert offsets");
+        !s.ok())
+      return s;
+    exchangeOffsets(*hostComm, comm::Kind::Dispatch, dispatchedOffsets.data(),
+                    receivedOffsets.data(), experts);
+    if (receivedOffsets[experts] > receivedRows())
+      return Status::failure(
+          "rank " + std::to_string(deviceComm->rank()) + " receives " +
+          std::to_string(receivedOffsets[experts]) + " rows, more than its " +
+          std::to_string(receivedRows()) + " (do the ranks run one bundle?)");
+    int64_t local = experts / ranks;
+    std::vector<int32_t> groups(local + 1);
+    for (int64_t l = 0; l <= local; ++l)
+      groups[l] = receivedOffsets[l * ranks];
+    if (Status s = check(driver.memcpyHtoD(buffers[step.args[3]],
+                                           receivedOffsets.data(),
+                                           (experts + 1) * sizeof(int32_t)),
+                         "cannot write the received offsets");
+        !s.ok())
+      return s;
+    if (Status s = check(driver.memcpyHtoD(buffers[step.args[4]], groups.data(),
+                                           groups.size() * sizeof(int32_t)),
+                         "cannot write the experts' offsets");
+        !s.ok())
+      return s;
+    ExchangePlan rows =
+        planExchange(comm::Kind::Dispatch, dispatchedOffsets.data(),
+                     receivedOffsets.data(), experts, ranks, rowBytes);
+    ExchangePlan weights =
+        planExchange(comm::Kind::Dispatch, dispatchedOffsets.data(),
+                     receivedOffsets.data(), experts, ranks, sizeof(float));
+    if (Status s = deviceComm->exchange(ptr(1), rows.sends, ptr(5), rows.recvs);
+        !s.ok())
+      return s;
+    if (Status s =
+            deviceComm->exchange(ptr(2), weights.sends, ptr(6), weights.recvs);
+        !s.ok())
+      return s;
+  } else if (step.exchange == "combine") {
+    if (receivedOffsets.empty())
+      return Status::failure("the schedule combines before it dispatches");
+    ExchangePlan rows =
+        planExchange(comm::Kind::Combine, receivedOffsets.data(),
+                     dispatchedOffsets.data(), experts, ranks, rowBytes);
+    if (Status s = deviceComm->exchange(ptr(1), rows.sends, ptr(3), rows.recvs);
+        !s.ok())
+      return s;
+  } else {
+    return Status::failure("unknown exchange '" + step.exchange +
+                           "' in the bundle's schedule");
+  }
+  return deviceComm->synchronize();
+}
+
 Status
 CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
                          const std::vector<std::vector<CUdeviceptr>> &maps,
@@ -326,6 +426,11 @@ CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
   int64_t k = manifest.layer.topK;
   for (size_t i = 0; i < steps.size(); ++i) {
     const GpuStep &step = steps[i];
+    if (step.op == "exchange") {
+      if (Status s = runExchange(step); !s.ok())
+        return s;
+      continue;
+    }
     if (step.op == "memset") {
       const GpuBuffer *b = findBuffer(step.buffer);
       if (Status s = check(driver.memsetD8Async(buffers[step.buffer], 0,
@@ -357,7 +462,8 @@ CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
       words.push_back(0);
       std::vector<int64_t> sizes;
       for (int64_t d : b->shape)
-        sizes.push_back(resolveDim(d, tokens, manifest.gpu.rowCapacity));
+        sizes.push_back(
+            resolveDim(d, tokens, manifest.gpu.rowCapacity, receivedRows()));
       for (int64_t s : sizes)
         words.push_back(s);
       int64_t stride = 1;

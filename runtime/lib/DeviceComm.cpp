@@ -143,6 +143,9 @@ public:
                    const std::vector<size_t> &sendOffsets, void *recv,
                    const std::vector<size_t> &recvBytes,
                    const std::vector<size_t> &recvOffsets) override;
+  Status exchange(const void *send, const std::vector<SegmentTransfer> &sends,
+                  void *recv,
+                  const std::vector<SegmentTransfer> &recvs) override;
   Status allReduceSum(float *data, size_t count) override;
   Status synchronize() override;
 
@@ -304,6 +307,38 @@ Status NcclCommunicator::allToAllV(const void *send,
   if (Status s = checkNccl(nccl.groupEnd(), "all-to-all"); !s.ok())
     return s;
   return waitReady("all-to-all");
+}
+
+Status NcclCommunicator::exchange(const void *send,
+                                  const std::vector<SegmentTransfer> &sends,
+                                  void *recv,
+                                  const std::vector<SegmentTransfer> &recvs) {
+  for (const auto *list : {&sends, &recvs})
+    for (const SegmentTransfer &t : *list)
+      if (t.peer < 0 || t.peer >= size())
+        return Status::failure("an exchange on " + where() + " names rank " +
+                               std::to_string(t.peer));
+  if (Status s = checkNccl(nccl.groupStart(), "exchange"); !s.ok())
+    return s;
+  Status status = Status::success();
+  // Pairs with an empty segment are still posted: the peer posts its side.
+  for (const SegmentTransfer &t : sends)
+    if (status.ok())
+      status =
+          checkNccl(nccl.send(static_cast<const char *>(send) + t.offset,
+                              t.bytes, kNcclInt8, t.peer, comm, commStream),
+                    "exchange send");
+  for (const SegmentTransfer &t : recvs)
+    if (status.ok())
+      status =
+          checkNccl(nccl.recv(static_cast<char *>(recv) + t.offset, t.bytes,
+                              kNcclInt8, t.peer, comm, commStream),
+                    "exchange receive");
+  if (Status s = checkNccl(nccl.groupEnd(), "exchange"); status.ok())
+    status = s;
+  if (!status.ok())
+    return status;
+  return waitReady("exchange");
 }
 
 Status NcclCommunicator::allReduceSum(float *data, size_t count) {

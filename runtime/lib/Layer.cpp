@@ -8,6 +8,7 @@
 #include "moe/runtime/CudaBackend.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -69,24 +70,43 @@ static Status validateGpuProgram(const Manifest &m) {
   const GpuProgram &g = m.gpu;
   if (g.rowCapacity < 0)
     return fail("row_capacity must not be negative");
+  if (g.commSms < 0 || g.commSms > 1024)
+    return fail("comm_sms must be in [0, 1024]");
   std::map<std::string, const GpuBuffer *> buffers;
   for (const GpuBuffer &b : g.buffers) {
     if (b.name.empty() || !buffers.emplace(b.name, &b).second)
       return fail("gpu buffer names must be unique and non-empty ('" + b.name +
                   "')");
     for (int64_t d : b.shape)
-      if (d < -2 || d == 0)
+      if (d < -3 || d == 0 || (d == -3 && m.expertParallel < 2))
         return fail("gpu buffer '" + b.name + "' has an invalid shape " +
                     formatShape(b.shape));
   }
   for (const char *name : {"x", "y", "topk_ids", "topk_weights"})
     if (!g.steps.empty() && !buffers.count(name))
       return fail(std::string("the gpu program has no buffer '") + name + "'");
-  for (const GpuStep &st : g.steps) {
+  auto checkStep = [&](const GpuStep &st) -> Status {
     if (st.op == "memset") {
       if (!buffers.count(st.buffer))
         return fail("memset of unknown gpu buffer '" + st.buffer + "'");
-      continue;
+      return Status::success();
+    }
+    if (st.op == "exchange") {
+      size_t arity = st.exchange == "dispatch"  ? 7
+                     : st.exchange == "combine" ? 4
+                                                : 0;
+      if (!arity || st.args.size() != arity)
+        return fail("a gpu exchange must be a dispatch of 7 buffers or a "
+                    "combine of 4 ('" +
+                    st.exchange + "' of " + std::to_string(st.args.size()) +
+                    ")");
+      if (m.expertParallel < 2)
+        return fail("the gpu program exchanges rows, but its layer is not "
+                    "sharded");
+      for (const std::string &a : st.args)
+        if (!buffers.count(a))
+          return fail("an exchange takes unknown buffer '" + a + "'");
+      return Status::success();
     }
     if (st.op != "launch")
       return fail("unknown gpu step '" + st.op + "'");
@@ -95,7 +115,8 @@ static Status validateGpuProgram(const Manifest &m) {
         return fail("kernel '" + st.kernel + "' takes unknown buffer '" + a +
                     "'");
     if (st.gridKind != "tokens" && st.gridKind != "assignments" &&
-        st.gridKind != "one" && st.gridKind != "persistent")
+        st.gridKind != "one" && st.gridKind != "persistent" &&
+        st.gridKind != "rows" && st.gridKind != "fixed")
       return fail("kernel '" + st.kernel + "' has unknown grid '" +
                   st.gridKind + "'");
     if ((st.gridKind == "tokens" || st.gridKind == "assignments") &&
@@ -103,6 +124,9 @@ static Status validateGpuProgram(const Manifest &m) {
       return fail("kernel '" + st.kernel + "' has per_block < 1");
     if (st.gridKind == "persistent" && (st.gridSize < 1 || st.gridSize > 1024))
       return fail("kernel '" + st.kernel + "' has grid_size outside [1, 1024]");
+    if (st.gridKind == "fixed" && (st.gridSize < 1 || st.gridSize > INT32_MAX))
+      return fail("kernel '" + st.kernel +
+                  "' has a fixed grid_size outside [1, 2^31)");
     if (st.block < 1 || st.block > 1024 || st.sharedMemory < 0 ||
         st.sharedMemory > 232448)
       return fail("kernel '" + st.kernel +
@@ -119,7 +143,12 @@ static Status validateGpuProgram(const Manifest &m) {
         return fail("kernel '" + st.kernel + "' has a tensor map over '" +
                     b->name + "', which is not bf16 or f16");
     }
-  }
+    return Status::success();
+  };
+  for (const auto *list : {&g.steps, &g.trainSteps})
+    for (const GpuStep &st : *list)
+      if (Status s = checkStep(st); !s.ok())
+        return s;
   return Status::success();
 }
 

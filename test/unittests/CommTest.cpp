@@ -233,6 +233,99 @@ TEST(CommContext, StartedExchangesOfFourRanks) {
 
 TEST(CommContext, OneExpertPerRank) { exchange(2, 2, 5, /*async=*/true, 3); }
 
+// The device exchange's plan: applied as NCCL would (the n-th send to a
+// peer lands in that peer's n-th receive from this rank), it gives the
+// layouts moe.all_to_all defines, in both directions.
+void planned(int ranks, int64_t experts, int64_t width, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::vector<int32_t>> sizes(ranks);
+  for (auto &s : sizes)
+    for (int64_t e = 0; e < experts; ++e)
+      s.push_back(static_cast<int32_t>(rng() % 4));
+  int64_t local = experts / ranks;
+  size_t rowBytes = width * sizeof(float);
+  std::vector<Dispatched> mine;
+  for (int r = 0; r < ranks; ++r)
+    mine.push_back(makeRows(r, sizes[r], width));
+  // The receiving offsets, from the offsets exchange on thread ranks.
+  std::vector<std::vector<int32_t>> recvOffsets(ranks), backOffsets(ranks);
+  {
+    Shared shared(ranks);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < ranks; ++r)
+      threads.emplace_back([&, r] {
+        ThreadCommunicator comm(shared, r);
+        recvOffsets[r].assign(experts + 1, -1);
+        exchangeOffsets(comm, moe::comm::Kind::Dispatch, mine[r].offsets.data(),
+                        recvOffsets[r].data(), experts);
+        backOffsets[r].assign(experts + 1, -1);
+        exchangeOffsets(comm, moe::comm::Kind::Combine, recvOffsets[r].data(),
+                        backOffsets[r].data(), experts);
+      });
+    for (std::thread &t : threads)
+      t.join();
+  }
+  // Applies every rank's plan; `in[r]` and `out[r]` are rank r's buffers.
+  auto apply = [&](moe::comm::Kind kind,
+                   const std::vector<std::vector<int32_t>> &inOff,
+                   const std::vector<std::vector<int32_t>> &outOff,
+                   const std::vector<std::vector<float>> &in,
+                   std::vector<std::vector<float>> &out) {
+    std::vector<ExchangePlan> plans;
+    for (int r = 0; r < ranks; ++r) {
+      plans.push_back(planExchange(kind, inOff[r].data(), outOff[r].data(),
+                                   experts, ranks, rowBytes));
+      out[r].assign(outOff[r][experts] * width, -1.0f);
+    }
+    for (int src = 0; src < ranks; ++src)
+      for (int dst = 0; dst < ranks; ++dst) {
+        std::vector<SegmentTransfer> sends, recvs;
+        for (const SegmentTransfer &t : plans[src].sends)
+          if (t.peer == dst)
+            sends.push_back(t);
+        for (const SegmentTransfer &t : plans[dst].recvs)
+          if (t.peer == src)
+            recvs.push_back(t);
+        ASSERT_EQ(sends.size(), recvs.size());
+        for (size_t i = 0; i < sends.size(); ++i) {
+          ASSERT_EQ(sends[i].bytes, recvs[i].bytes)
+              << src << " -> " << dst << " transfer " << i;
+          std::memcpy(
+              reinterpret_cast<char *>(out[dst].data()) + recvs[i].offset,
+              reinterpret_cast<const char *>(in[src].data()) + sends[i].offset,
+              sends[i].bytes);
+        }
+      }
+  };
+  std::vector<std::vector<int32_t>> dispatchOff(ranks);
+  std::vector<std::vector<float>> rowsIn(ranks), recv(ranks), back(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    dispatchOff[r] = mine[r].offsets;
+    rowsIn[r] = mine[r].rows;
+  }
+  apply(moe::comm::Kind::Dispatch, dispatchOff, recvOffsets, rowsIn, recv);
+  for (int r = 0; r < ranks; ++r) {
+    std::vector<float> expected;
+    for (int64_t l = 0; l < local; ++l)
+      for (int s = 0; s < ranks; ++s) {
+        int64_t e = r * local + l;
+        for (int32_t row = 0; row < sizes[s][e]; ++row)
+          for (int64_t c = 0; c < width; ++c)
+            expected.push_back(value(s, e, row, c));
+      }
+    EXPECT_EQ(recv[r], expected) << "rank " << r;
+  }
+  apply(moe::comm::Kind::Combine, recvOffsets, backOffsets, recv, back);
+  for (int r = 0; r < ranks; ++r) {
+    EXPECT_EQ(backOffsets[r], mine[r].offsets) << "rank " << r;
+    EXPECT_EQ(back[r], mine[r].rows) << "rank " << r;
+  }
+}
+
+TEST(ExchangePlan, TwoRanks) { planned(2, 4, 3, 7); }
+TEST(ExchangePlan, ThreeRanksTwoExpertsEach) { planned(3, 6, 2, 8); }
+TEST(ExchangePlan, FourRanksOneExpertEach) { planned(4, 4, 5, 9); }
+
 // How the NCCL communicator shares its unique id: every rank ends with the
 // root's bytes, whatever it held before.
 TEST(Broadcast, EveryRankGetsTheRootsBytes) {

@@ -45,8 +45,9 @@ static const char kUsage[] =
     "                       calls (2)\n"
     "  --comm-sms=S         cuda: SMs NCCL may occupy (its minCTAs and\n"
     "                       maxCTAs; 0, the default, leaves NCCL's choice)\n"
-    "  --gpu=D              cuda: this rank's device (default: the local\n"
-    "                       rank mpirun gives, else 0)\n"
+    "  --gpu=D              cuda: this rank's device (default:\n"
+    "                       $MOE_CUDA_DEVICE, else the local rank mpirun\n"
+    "                       gives, else 0)\n"
     "  --timeout=SECONDS    limit of every collective (300)\n";
 
 namespace {
@@ -273,14 +274,6 @@ Result runAllReduce(Communicator &c, Collectives &b, size_t bytes,
   return r;
 }
 
-int localRank() {
-  for (const char *name :
-       {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
-    if (const char *v = std::getenv(name))
-      return std::atoi(v);
-  return 0;
-}
-
 } // namespace
 
 int main(int argc, char **argv) {
@@ -335,7 +328,7 @@ int main(int argc, char **argv) {
     backend = std::make_unique<HostCollectives>(comm);
   } else {
     DeviceCommOptions options;
-    options.device = gpu >= 0 ? static_cast<int>(gpu) : localRank();
+    options.device = gpu >= 0 ? static_cast<int>(gpu) : launcherLocalRank();
     options.commSms = static_cast<int>(commSms);
     options.timeoutSeconds = timeout;
     Expected<std::unique_ptr<DeviceCommunicator>> dev =

@@ -35,6 +35,8 @@ constexpr int64_t kRowThreads = 128;
 /// Shape markers of buffers sized at run time.
 constexpr int64_t kTokens = -1;
 constexpr int64_t kRows = -2;
+/// Rows an expert-parallel rank can receive: ranks x kRows.
+constexpr int64_t kReceivedRows = -3;
 
 /// One buffer of the schedule.
 struct Buffer {
@@ -91,6 +93,18 @@ private:
       fields.push_back(
           b.getNamedAttr("per_block", b.getI64IntegerAttr(perBlock)));
     return b.getDictionaryAttr(fields);
+  }
+  /// An expert-parallel exchange the runtime carries out between the
+  /// launches (see GpuStep in moe/runtime/Bundle.h for `args`).
+  void addExchange(StringRef kind, ArrayRef<StringRef> args) {
+    Builder b(ctx);
+    SmallVector<Attribute> names;
+    for (StringRef arg : args)
+      names.push_back(b.getStringAttr(arg));
+    steps->push_back(
+        b.getDictionaryAttr({b.getNamedAttr("op", b.getStringAttr("exchange")),
+                             b.getNamedAttr("exchange", b.getStringAttr(kind)),
+                             b.getNamedAttr("args", b.getArrayAttr(names))}));
   }
   void addMemset(StringRef buffer) {
     Builder b(ctx);
@@ -1292,11 +1306,17 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
            << "has dtype " << dtype
            << "; the sm_90a kernels take bf16 or f16 layers (compile with "
               "--dtype=bf16)";
-  if (layer.getEpSize() != 1)
+  auto ep = static_cast<int64_t>(layer.getEpSize());
+  if (ep > 1 && train)
     return layer.emitOpError()
-           << "is sharded over " << layer.getEpSize()
-           << " expert-parallel ranks, which the sm_90a target does not "
-              "support yet (its exchanges run on the host target)";
+           << "is sharded over " << ep
+           << " expert-parallel ranks; training a sharded layer runs on the "
+              "host target only (the sm_90a training kernels are for one "
+              "rank)";
+  if (layer.getEpChunks() > 1)
+    return layer.emitOpError()
+           << "exchanges its tokens in " << layer.getEpChunks()
+           << " chunks; chunked exchanges run on the host target only";
   if (config.getSharedGate())
     return layer.emitOpError() << "has a shared-expert gate (Qwen2-MoE), "
                                   "which the sm_90a target does not support "
@@ -1312,6 +1332,8 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
 
   int64_t h = config.getHidden(), e = config.getExperts(), k = config.getTopK();
   int64_t f = config.getFfn(), s = config.getSharedFfnTotal();
+  // This rank's experts: all of them, or E / ep when sharded.
+  int64_t local = e / ep;
   Type f32 = Builder(ctx).getF32Type(), i32 = Builder(ctx).getI32Type();
   Type routerType = cast<RankedTensorType>(layer.getRouterWeight().getType())
                         .getElementType();
@@ -1322,8 +1344,8 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   addBuffer("router_weight", routerType, {e, h}, "param:router_weight");
   if (bias)
     addBuffer("score_bias", f32, {e}, "param:score_bias");
-  addBuffer("w13", dtype, {e, 2 * f, h}, "pack:gate_weight,up_weight");
-  addBuffer("w2", dtype, {e, h, f}, "param:down_weight");
+  addBuffer("w13", dtype, {local, 2 * f, h}, "pack:gate_weight,up_weight");
+  addBuffer("w2", dtype, {local, h, f}, "param:down_weight");
   if (shared) {
     addBuffer("ws13", dtype, {1, 2 * s, h},
               "pack:shared_gate_weight,shared_up_weight");
@@ -1346,6 +1368,18 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
     addBuffer("shared_out", dtype, {kTokens, h}, "scratch");
   }
   addBuffer("y", dtype, {kTokens, h}, "output");
+  if (ep > 1) {
+    // What the exchange brings this rank's experts, by (local expert,
+    // source rank): offsets of those segments, of each expert's rows
+    // (what the GEMMs group by), the rows, their routing weights, and the
+    // experts' outputs that go back.
+    addBuffer("ep_offsets", i32, {e + 1}, "scratch");
+    addBuffer("ep_group_offsets", i32, {local + 1}, "scratch");
+    addBuffer("ep_rows", dtype, {kReceivedRows, h}, "scratch");
+    addBuffer("ep_row_weight", f32, {kReceivedRows}, "scratch");
+    addBuffer("ep_act", dtype, {kReceivedRows, f}, "scratch");
+    addBuffer("ep_down", dtype, {kReceivedRows, h}, "scratch");
+  }
 
   OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
   kernels = gpu::GPUModuleOp::create(b, layer.getLoc(), "moe_kernels");
@@ -1377,13 +1411,28 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
                          gridOf("assignments", 1), kRowThreads,
                          {MemRefType::get({1}, i32, AffineMap(), wg)}));
 
-  buildGemm(addKernel("expert_up", {"rows", "w13", "offsets", "act"},
-                      gridOf("persistent"), 0),
-            moegpu::Epilogue::SwiGLU);
-  buildGemm(addKernel("expert_down",
-                      {"act", "w2", "offsets", "down", "row_weight"},
-                      gridOf("persistent"), 0),
-            moegpu::Epilogue::RowScale);
+  if (ep > 1) {
+    addExchange("dispatch", {"offsets", "rows", "row_weight", "ep_offsets",
+                             "ep_group_offsets", "ep_rows", "ep_row_weight"});
+    buildGemm(addKernel("expert_up",
+                        {"ep_rows", "w13", "ep_group_offsets", "ep_act"},
+                        gridOf("persistent"), 0),
+              moegpu::Epilogue::SwiGLU);
+    buildGemm(addKernel("expert_down",
+                        {"ep_act", "w2", "ep_group_offsets", "ep_down",
+                         "ep_row_weight"},
+                        gridOf("persistent"), 0),
+              moegpu::Epilogue::RowScale);
+    addExchange("combine", {"ep_offsets", "ep_down", "offsets", "down"});
+  } else {
+    buildGemm(addKernel("expert_up", {"rows", "w13", "offsets", "act"},
+                        gridOf("persistent"), 0),
+              moegpu::Epilogue::SwiGLU);
+    buildGemm(addKernel("expert_down",
+                        {"act", "w2", "offsets", "down", "row_weight"},
+                        gridOf("persistent"), 0),
+              moegpu::Epilogue::RowScale);
+  }
   if (shared) {
     buildGemm(addKernel("shared_up",
                         {"x", "ws13", "shared_offsets", "shared_act"},

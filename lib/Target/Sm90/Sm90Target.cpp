@@ -197,6 +197,10 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
   Sm90Result result;
   rt::GpuProgram &program = result.program;
   program.rowCapacity = *rows;
+  program.commSms = options.comm;
+  if (auto partition = module->getAttrOfType<SmPartitionAttr>(
+          MoeDialect::getSmPartitionAttrName()))
+    program.commSms = partition.getComm();
   auto buffers = module->getAttrOfType<ArrayAttr>("moegpu.buffers");
   auto schedule = module->getAttrOfType<ArrayAttr>("moegpu.schedule");
   auto kernels = module.lookupSymbol<gpu::GPUModuleOp>("moe_kernels");
@@ -230,6 +234,13 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
     step.op = cast<StringAttr>(dict.get("op")).str();
     if (step.op == "memset") {
       step.buffer = cast<StringAttr>(dict.get("buffer")).str();
+      into.push_back(std::move(step));
+      return;
+    }
+    if (step.op == "exchange") {
+      step.exchange = cast<StringAttr>(dict.get("exchange")).str();
+      for (Attribute arg : cast<ArrayAttr>(dict.get("args")))
+        step.args.push_back(cast<StringAttr>(arg).str());
       into.push_back(std::move(step));
       return;
     }

@@ -7,6 +7,8 @@ from the runtime's code:
   bundle_tool.py truncate IN OUT SIZE       keep the first SIZE bytes
   bundle_tool.py version IN OUT V           set the format version, fix the checksum
   bundle_tool.py manifest IN OUT KEY JSON   set a manifest field, fix the checksum
+  bundle_tool.py gpu-step IN OUT I KEY JSON set field KEY of gpu step I, fix the checksum
+  bundle_tool.py gpu IN OUT KEY JSON        set field KEY of the gpu program, fix the checksum
   bundle_tool.py magic IN OUT               overwrite the magic
 """
 import json
@@ -45,12 +47,19 @@ def main():
         start = 32 + 8 * blob_count
         sys.stdout.write(json.dumps(json.loads(data[start : start + manifest_size]), indent=1) + "\n")
         return
-    elif cmd == "manifest":
-        key, value = rest
+    elif cmd in ("manifest", "gpu-step", "gpu"):
         manifest_size, blob_count = struct.unpack("<QQ", data[16:32])
         start = 32 + 8 * blob_count
         manifest = json.loads(data[start : start + manifest_size])
-        manifest[key] = json.loads(value)
+        if cmd == "manifest":
+            key, value = rest
+            manifest[key] = json.loads(value)
+        elif cmd == "gpu":
+            key, value = rest
+            manifest["gpu"][key] = json.loads(value)
+        else:
+            index, key, value = rest
+            manifest["gpu"]["steps"][int(index)][key] = json.loads(value)
         text = json.dumps(manifest).encode()
         body = bytearray(data[:-8])
         body[16:24] = struct.pack("<Q", len(text))

@@ -69,7 +69,8 @@ struct LayerSpec {
 };
 
 /// A device buffer of an sm_90a program. Shape sizes: -1 is the token
-/// count, -2 the dispatched-row capacity (`GpuProgram::rowCapacity`).
+/// count, -2 the dispatched-row capacity (`GpuProgram::rowCapacity`), -3
+/// the rows an expert-parallel rank can receive (ranks x the capacity).
 struct GpuBuffer {
   std::string name;
   DType dtype = DType::F32;
@@ -91,9 +92,15 @@ struct GpuTensorMap {
 
 /// One step of an sm_90a schedule.
 struct GpuStep {
-  std::string op;                // launch | memset
-  std::string buffer;            // memset: the buffer zeroed
-  std::string kernel;            // launch: the kernel
+  std::string op;     // launch | memset | exchange
+  std::string buffer; // memset: the buffer zeroed
+  std::string kernel; // launch: the kernel
+  /// exchange (expert parallelism, between the launches): "dispatch" with
+  /// args [offsets, rows, row_weight, ep_offsets, ep_group_offsets,
+  /// ep_rows, ep_row_weight]: every expert's segment of rows and weights
+  /// goes to its rank, which lays them out by (local expert, source rank);
+  /// "combine" with args [ep_offsets, ep_down, offsets, down]: back.
+  std::string exchange;
   std::vector<std::string> args; // launch: the buffers of its memref args
   /// Grid: tokens (ceil(T / perBlock)), assignments (ceil(T * k /
   /// perBlock)), rows (one CTA per dispatched row of the capacity), one,
@@ -106,6 +113,9 @@ struct GpuStep {
 
 struct GpuProgram {
   int64_t rowCapacity = 0;
+  /// SMs left to communication (the layer's #moe.sm_partition): the NCCL
+  /// communicator of a sharded layer may occupy that many.
+  int64_t commSms = 0;
   std::vector<GpuBuffer> buffers;
   /// One forward pass.
   std::vector<GpuStep> steps;

@@ -7,6 +7,7 @@
 #ifndef MOE_RUNTIME_COMM_H
 #define MOE_RUNTIME_COMM_H
 
+#include "moe/runtime/CommAbi.h"
 #include "moe/runtime/Support.h"
 
 #include <cstddef>
@@ -52,6 +53,9 @@ public:
   /// Ends the job on every rank with exit status `status`.
   [[noreturn]] virtual void abort(const std::string &message, int status) = 0;
 
+  /// The bound of every collective, in seconds (createCommunicator's).
+  double timeoutSeconds = 300;
+
   /// The events since the last call (any thread may record them).
   std::vector<CommEvent> takeEvents();
   /// Records a collective that started at `start` (steady clock, seconds),
@@ -74,8 +78,39 @@ double steadySeconds();
 Expected<std::unique_ptr<Communicator>>
 createCommunicator(double timeoutSeconds);
 
+/// The GPU of this rank: $MOE_CUDA_DEVICE, else the node-local rank the
+/// launcher gives (Open MPI, MPICH, Slurm), else 0.
+int launcherLocalRank();
+
 /// A communicator of one rank.
 std::unique_ptr<Communicator> createLocalCommunicator();
+
+/// The offsets an expert-parallel exchange produces (moe/runtime/CommAbi.h):
+/// from this rank's `[experts + 1]` offsets `in` (dispatch: by global
+/// expert; combine: by (local expert, source rank)), every rank's sizes are
+/// exchanged and `out` gets the receiving side's offsets (dispatch: by
+/// (local expert, source rank); combine: by global expert).
+void exchangeOffsets(Communicator &comm, comm::Kind kind, const int32_t *in,
+                     int32_t *out, int64_t experts);
+
+/// One contiguous piece of an exchange: `bytes` bytes at byte `offset` of
+/// the send or receive buffer, to or from rank `peer`.
+struct SegmentTransfer {
+  int peer = 0;
+  size_t offset = 0, bytes = 0;
+};
+/// The pieces of an exchange of rows of `rowBytes` bytes between buffers
+/// laid out by `inOffsets` and `outOffsets` (as exchangeOffsets gives
+/// them), one per (peer, local expert): segments move straight into their
+/// place, with no staging copy. Transfers to one peer come in local-expert
+/// order on both sides, so the n-th send to a peer matches that peer's
+/// n-th receive (NCCL pairs them so within one group).
+struct ExchangePlan {
+  std::vector<SegmentTransfer> sends, recvs;
+};
+ExchangePlan planExchange(comm::Kind kind, const int32_t *inOffsets,
+                          const int32_t *outOffsets, int64_t experts, int ranks,
+                          size_t rowBytes);
 
 /// Copies `bytes` bytes at `data` on rank `root` to `data` on every rank.
 void broadcast(Communicator &comm, void *data, size_t bytes, int root = 0);

@@ -46,6 +46,11 @@ public:
                            const std::vector<size_t> &sendOffsets, void *recv,
                            const std::vector<size_t> &recvBytes,
                            const std::vector<size_t> &recvOffsets) = 0;
+  /// The transfers of an ExchangePlan between device buffers `send` and
+  /// `recv`, in one group (every rank calls it with its own plan).
+  virtual Status exchange(const void *send,
+                          const std::vector<SegmentTransfer> &sends, void *recv,
+                          const std::vector<SegmentTransfer> &recvs) = 0;
   /// Elementwise f32 sum over the ranks, in place.
   virtual Status allReduceSum(float *data, size_t count) = 0;
   /// Waits until everything enqueued has completed, up to the timeout;
