@@ -41,7 +41,9 @@
 #include "llvm/TargetParser/Host.h"
 
 #include <cstdlib>
+#include <dlfcn.h>
 #include <limits>
+#include <sys/stat.h>
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -92,9 +94,6 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
   if (o.epChunks > 1 && o.ep == 1)
     return "--ep-chunks needs --ep > 1 (chunks overlap expert-parallel "
            "exchanges)";
-  if (o.ep > 1 && o.target != "host" && o.train)
-    return "--ep with --train runs on the host target only; the sm_90a "
-           "training kernels are for one rank";
   if (o.epChunks > 1 && o.target != "host")
     return "--ep-chunks: chunked exchanges run on the host target only";
   if (o.train && o.emit == "mlir")
@@ -542,6 +541,23 @@ CompileResult mlir::moe::compileCached(const std::string &input,
   return result;
 }
 
+/// The file holding this compiler (library or executable), its size and
+/// modification time: a rebuilt compiler of the same version misses the
+/// cache instead of serving what the old one compiled.
+static std::string buildIdentity() {
+  static const std::string identity = [] {
+    Dl_info info;
+    struct stat st;
+    if (!dladdr(reinterpret_cast<void *>(&buildIdentity), &info) ||
+        !info.dli_fname || ::stat(info.dli_fname, &st) != 0)
+      return std::string();
+    return std::string(info.dli_fname) + ":" + std::to_string(st.st_size) +
+           ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+           std::to_string(st.st_mtim.tv_nsec);
+  }();
+  return identity;
+}
+
 std::string mlir::moe::cacheKey(const std::string &input, InputKind kind,
                                 const CompileOptions &o) {
   std::string cpu = o.mcpu;
@@ -561,6 +577,7 @@ std::string mlir::moe::cacheKey(const std::string &input, InputKind kind,
     hash.update("\n");
   };
   field("version", kCompilerVersion);
+  field("build", buildIdentity());
   field("kind", kind == InputKind::Mlir ? "mlir" : "hf-config");
   field("input", input);
   field("target", o.target);

@@ -96,6 +96,15 @@ private:
   }
   /// An expert-parallel exchange step (GpuStep::exchange).
   Status runExchange(const GpuStep &step);
+  /// Sums each f32 buffer of `step` over the ranks.
+  Status runAllReduce(const GpuStep &step);
+  /// Bytes of one row of `b` (its dimensions after the first).
+  size_t rowBytes(const GpuBuffer &b) const {
+    size_t n = dtypeSize(b.dtype);
+    for (size_t i = 1; i < b.shape.size(); ++i)
+      n *= static_cast<size_t>(b.shape[i]);
+    return n;
+  }
   /// Enqueues the memsets and launches of `steps` for `tokens` tokens.
   Status launchSteps(const std::vector<GpuStep> &steps,
                      const std::vector<std::vector<CUdeviceptr>> &maps,
@@ -348,8 +357,6 @@ Status CudaBackend::runExchange(const GpuStep &step) {
         std::to_string(manifest.expertParallel) + ")");
   int64_t experts = manifest.layer.experts;
   int ranks = deviceComm->size();
-  size_t rowBytes = static_cast<size_t>(manifest.layer.hidden) *
-                    dtypeSize(findBuffer(step.args[1])->dtype);
   auto ptr = [&](size_t arg) {
     return reinterpret_cast<void *>(buffers[step.args[arg]]);
   };
@@ -390,9 +397,9 @@ Status CudaBackend::runExchange(const GpuStep &step) {
                          "cannot write the experts' offsets");
         !s.ok())
       return s;
-    ExchangePlan rows =
-        planExchange(comm::Kind::Dispatch, dispatchedOffsets.data(),
-                     receivedOffsets.data(), experts, ranks, rowBytes);
+    ExchangePlan rows = planExchange(
+        comm::Kind::Dispatch, dispatchedOffsets.data(), receivedOffsets.data(),
+        experts, ranks, rowBytes(*findBuffer(step.args[1])));
     ExchangePlan weights =
         planExchange(comm::Kind::Dispatch, dispatchedOffsets.data(),
                      receivedOffsets.data(), experts, ranks, sizeof(float));
@@ -403,18 +410,52 @@ Status CudaBackend::runExchange(const GpuStep &step) {
             deviceComm->exchange(ptr(2), weights.sends, ptr(6), weights.recvs);
         !s.ok())
       return s;
+  } else if (step.exchange == "dispatch_rows" ||
+             step.exchange == "combine_rows") {
+    // More rows of the last dispatch's segments, either way.
+    if (receivedOffsets.empty())
+      return Status::failure("the schedule exchanges rows before it "
+                             "dispatches");
+    bool forth = step.exchange == "dispatch_rows";
+    ExchangePlan plan =
+        planExchange(forth ? comm::Kind::Dispatch : comm::Kind::Combine,
+                     forth ? dispatchedOffsets.data() : receivedOffsets.data(),
+                     forth ? receivedOffsets.data() : dispatchedOffsets.data(),
+                     experts, ranks, rowBytes(*findBuffer(step.args[0])));
+    if (Status s = deviceComm->exchange(ptr(0), plan.sends, ptr(1), plan.recvs);
+        !s.ok())
+      return s;
   } else if (step.exchange == "combine") {
     if (receivedOffsets.empty())
       return Status::failure("the schedule combines before it dispatches");
-    ExchangePlan rows =
-        planExchange(comm::Kind::Combine, receivedOffsets.data(),
-                     dispatchedOffsets.data(), experts, ranks, rowBytes);
+    ExchangePlan rows = planExchange(
+        comm::Kind::Combine, receivedOffsets.data(), dispatchedOffsets.data(),
+        experts, ranks, rowBytes(*findBuffer(step.args[1])));
     if (Status s = deviceComm->exchange(ptr(1), rows.sends, ptr(3), rows.recvs);
         !s.ok())
       return s;
   } else {
     return Status::failure("unknown exchange '" + step.exchange +
                            "' in the bundle's schedule");
+  }
+  return deviceComm->synchronize();
+}
+
+Status CudaBackend::runAllReduce(const GpuStep &step) {
+  if (!deviceComm)
+    return Status::failure("the bundle's schedule sums over ranks, and this "
+                           "run has no communicator");
+  if (Status s = check(driver.streamSynchronize(stream),
+                       "a kernel before the all-reduce failed");
+      !s.ok())
+    return s;
+  for (const std::string &name : step.args) {
+    const GpuBuffer *b = findBuffer(name);
+    if (Status s =
+            deviceComm->allReduceSum(reinterpret_cast<float *>(buffers[name]),
+                                     capacityBytes(*b) / sizeof(float));
+        !s.ok())
+      return s;
   }
   return deviceComm->synchronize();
 }
@@ -431,6 +472,11 @@ CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
         return s;
       continue;
     }
+    if (step.op == "all_reduce") {
+      if (Status s = runAllReduce(step); !s.ok())
+        return s;
+      continue;
+    }
     if (step.op == "memset") {
       const GpuBuffer *b = findBuffer(step.buffer);
       if (Status s = check(driver.memsetD8Async(buffers[step.buffer], 0,
@@ -440,13 +486,17 @@ CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
         return s;
       continue;
     }
+    int64_t perBlock = std::max<int64_t>(step.perBlock, 1);
     int64_t grid = step.gridKind == "tokens"
                        ? (tokens + step.perBlock - 1) / step.perBlock
                    : step.gridKind == "assignments"
                        ? (tokens * k + step.perBlock - 1) / step.perBlock
-                   : step.gridKind == "rows" ? manifest.gpu.rowCapacity
-                   : step.gridKind == "one"  ? 1
-                                             : step.gridSize;
+                   : step.gridKind == "rows"
+                       ? (manifest.gpu.rowCapacity + perBlock - 1) / perBlock
+                   : step.gridKind == "received_rows"
+                       ? (receivedRows() + perBlock - 1) / perBlock
+                   : step.gridKind == "one" ? 1
+                                            : step.gridSize;
     // Memref arguments as MLIR passes them to kernels: allocated and
     // aligned pointers, offset, sizes, row-major strides; then the tensor
     // map pointers appended by the compiler.
@@ -582,6 +632,20 @@ Status CudaBackend::runEntry(const std::string &symbol,
     return Status::failure("a training step takes 1 to " +
                            std::to_string(manifest.maxTokens) +
                            " tokens, got " + std::to_string(tokens));
+  // The step divides by every rank's tokens: this rank's count, which the
+  // Trainer put last in `hyper`, summed over the ranks.
+  Tensor hyper;
+  float globalTokens = static_cast<float>(tokens);
+  if (hostComm)
+    hostComm->allReduceSum(&globalTokens, 1);
+  std::vector<const Tensor *> args = arguments;
+  for (size_t i = 0; i < args.size(); ++i)
+    if (train.arguments[i].name == "hyper" && args[i]->dtype == DType::F32 &&
+        args[i]->numElements() == 8) {
+      hyper = *args[i];
+      hyper.as<float>()[7] = globalTokens;
+      args[i] = &hyper;
+    }
   std::vector<const GpuBuffer *> targets;
   for (size_t i = 0; i < arguments.size(); ++i) {
     const TrainArgumentSpec &spec = train.arguments[i];
@@ -593,7 +657,7 @@ Status CudaBackend::runEntry(const std::string &symbol,
     size_t bytes = dtypeSize(b->dtype);
     for (int64_t d : spec.shape)
       bytes *= static_cast<size_t>(d < 0 ? tokens : d);
-    const Tensor &t = *arguments[i];
+    const Tensor &t = *args[i];
     if (t.dtype != b->dtype || t.data.size() != bytes)
       return Status::failure("training step argument '" + spec.name +
                              "' must be " + std::string(mlirName(b->dtype)) +

@@ -91,21 +91,28 @@ static Status validateGpuProgram(const Manifest &m) {
         return fail("memset of unknown gpu buffer '" + st.buffer + "'");
       return Status::success();
     }
-    if (st.op == "exchange") {
-      size_t arity = st.exchange == "dispatch"  ? 7
-                     : st.exchange == "combine" ? 4
-                                                : 0;
-      if (!arity || st.args.size() != arity)
-        return fail("a gpu exchange must be a dispatch of 7 buffers or a "
-                    "combine of 4 ('" +
+    if (st.op == "exchange" || st.op == "all_reduce") {
+      size_t arity = st.exchange == "dispatch"        ? 7
+                     : st.exchange == "combine"       ? 4
+                     : st.exchange == "dispatch_rows" ? 2
+                     : st.exchange == "combine_rows"  ? 2
+                                                      : 0;
+      if (st.op == "exchange" && (!arity || st.args.size() != arity))
+        return fail("a gpu exchange must be a dispatch of 7 buffers, a "
+                    "combine of 4, or a dispatch_rows or combine_rows of 2 "
+                    "('" +
                     st.exchange + "' of " + std::to_string(st.args.size()) +
                     ")");
       if (m.expertParallel < 2)
-        return fail("the gpu program exchanges rows, but its layer is not "
-                    "sharded");
-      for (const std::string &a : st.args)
+        return fail("the gpu program has a collective (" + st.op +
+                    "), but its layer is not sharded");
+      for (const std::string &a : st.args) {
         if (!buffers.count(a))
-          return fail("an exchange takes unknown buffer '" + a + "'");
+          return fail("a gpu " + st.op + " takes unknown buffer '" + a + "'");
+        if (st.op == "all_reduce" && buffers[a]->dtype != DType::F32)
+          return fail("a gpu all_reduce sums f32 buffers, and '" + a +
+                      "' is not one");
+      }
       return Status::success();
     }
     if (st.op != "launch")
@@ -116,7 +123,8 @@ static Status validateGpuProgram(const Manifest &m) {
                     "'");
     if (st.gridKind != "tokens" && st.gridKind != "assignments" &&
         st.gridKind != "one" && st.gridKind != "persistent" &&
-        st.gridKind != "rows" && st.gridKind != "fixed")
+        st.gridKind != "rows" && st.gridKind != "received_rows" &&
+        st.gridKind != "fixed")
       return fail("kernel '" + st.kernel + "' has unknown grid '" +
                   st.gridKind + "'");
     if ((st.gridKind == "tokens" || st.gridKind == "assignments") &&

@@ -74,10 +74,12 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
     return Result::error("a training step takes 1 to " +
                          std::to_string(m.maxTokens) + " tokens, got " +
                          std::to_string(tokens));
+  // The last entry is this rank's token count: the sm_90a step needs every
+  // rank's, which its backend sums; the host step counts them itself.
   float hyper[8] = {o.learningRate,   static_cast<float>(stepCount + 1),
                     o.beta1,          o.beta2,
                     o.epsilon,        o.weightDecay,
-                    o.biasUpdateRate, 0.0f};
+                    o.biasUpdateRate, static_cast<float>(tokens)};
   std::map<std::string, Tensor> inputs, outputs;
   std::vector<const Tensor *> args;
   for (const TrainArgumentSpec &a : spec.arguments) {

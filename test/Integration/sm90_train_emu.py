@@ -50,11 +50,12 @@ def read_manifest(path):
 class Buffers:
     """Host arrays for the program's buffers; bf16 held as float32 values."""
 
-    def __init__(self, program, tokens):
+    def __init__(self, program, tokens, ranks=1):
         self.dtype, self.data = {}, {}
+        sizes = {-1: tokens, -2: program["row_capacity"],
+                 -3: ranks * program["row_capacity"]}
         for b in program["buffers"]:
-            shape = [tokens if d == -1 else program["row_capacity"] if d == -2 else d
-                     for d in b["shape"]]
+            shape = [sizes.get(d, d) for d in b["shape"]]
             self.dtype[b["name"]] = b["dtype"]
             self.data[b["name"]] = np.zeros(shape, np.float32 if b["dtype"] == "bf16"
                                             else NP[b["dtype"]])
@@ -157,34 +158,110 @@ class Models:
         b.set(args[3], result)
 
 
-def run_schedule(args, manifest, lib, buf, models, tokens):
+class Exchanges:
+    """The collectives of a sharded schedule, from moe.all_to_all's
+    definition: rank s's segment of expert e = d * local + l goes to rank d,
+    which lays what it receives out by (local expert, source rank)."""
+
+    def __init__(self, bufs, experts):
+        self.bufs, self.experts = bufs, experts
+        self.ranks = len(bufs)
+        self.local = experts // self.ranks
+        self.sent = self.received = None
+
+    def segments(self, offsets, r, e):
+        return int(offsets[r][e]), int(offsets[r][e + 1])
+
+    def dispatch(self, args):
+        off, rows, weight, ep_off, ep_groups, ep_rows, ep_weight = args
+        n, local = self.ranks, self.local
+        self.sent = [self.bufs[s].get(off).astype(np.int64).copy() for s in range(n)]
+        self.received = []
+        for d in range(n):
+            out = [0]
+            for l in range(local):
+                for s in range(n):
+                    lo, hi = self.segments(self.sent, s, d * local + l)
+                    out.append(out[-1] + hi - lo)
+            self.received.append(np.array(out))
+            groups = [out[l * n] for l in range(local + 1)]
+            self.bufs[d].set(ep_off, out)
+            self.bufs[d].set(ep_groups, groups)
+        self.move(rows, ep_rows, forth=True)
+        self.move(weight, ep_weight, forth=True)
+
+    def move(self, src, dst, forth):
+        """Rows of every (source, expert) segment, to the expert's rank
+        (forth) or back."""
+        n, local = self.ranks, self.local
+        for s in range(n):
+            for d in range(n):
+                for l in range(local):
+                    e = d * local + l
+                    lo, hi = self.segments(self.sent, s, e)
+                    at = int(self.received[d][l * n + s])
+                    if forth:
+                        self.bufs[d].get(dst)[at:at + hi - lo] = self.bufs[s].get(src)[lo:hi]
+                    else:
+                        self.bufs[s].get(dst)[lo:hi] = self.bufs[d].get(src)[at:at + hi - lo]
+
+    def run(self, step):
+        names = step["args"]
+        if step["op"] == "all_reduce":
+            for name in names:
+                total = sum(b.get(name).astype(np.float64) for b in self.bufs)
+                for b in self.bufs:
+                    b.set(name, total)
+        elif step["exchange"] == "dispatch":
+            self.dispatch(names)
+        elif step["exchange"] == "combine":
+            self.move(names[1], names[3], forth=False)
+        elif step["exchange"] == "dispatch_rows":
+            self.move(names[0], names[1], forth=True)
+        else:
+            self.move(names[0], names[1], forth=False)
+
+
+def run_schedule(manifest, lib, bufs, models, tokens):
+    """Every rank's training schedule in lockstep; returns the launches
+    emulated per rank."""
     program = manifest["gpu"]
     k = manifest["layer"]["top_k"]
+    ranks = len(bufs)
+    exchanges = Exchanges(bufs, manifest["layer"]["experts"])
     emulated = 0
     for step in program["train_steps"]:
-        if step["op"] == "memset":
-            buf.get(step["buffer"])[...] = 0
+        if step["op"] in ("exchange", "all_reduce"):
+            exchanges.run(step)
             continue
-        kernel, names = step["kernel"], step["args"]
-        kind, per = step["grid"], max(step["per_block"], 1)
-        grid = {"tokens": -(-tokens // per), "assignments": -(-tokens * k // per),
-                "rows": program["row_capacity"], "one": 1}.get(kind, step["grid_size"])
-        fn = getattr(lib, "_mlir_ciface_emu_" + kernel, None)
-        if fn is None:
-            if kernel == "route":
-                models.route(names)
-            elif kernel == "dispatch_scatter":
-                models.dispatch_scatter(names)
-            else:
-                models.gemm(kernel, names)
-            continue
-        arrays = [buf.native(n) for n in names]
-        descs = [descriptor(a) for a in arrays]
-        fn.argtypes = [ctypes.c_void_p] * len(descs) + [ctypes.c_int64] * 2
-        fn(*[ctypes.addressof(d) for d in descs], grid, step["block"])
-        for n, a in zip(names, arrays):
-            buf.store_native(n, a)
-        emulated += 1
+        for r in range(ranks):
+            buf = bufs[r]
+            if step["op"] == "memset":
+                buf.get(step["buffer"])[...] = 0
+                continue
+            kernel, names = step["kernel"], step["args"]
+            kind, per = step["grid"], max(step["per_block"], 1)
+            capacity = program["row_capacity"]
+            grid = {"tokens": -(-tokens // per), "assignments": -(-tokens * k // per),
+                    "rows": -(-capacity // per),
+                    "received_rows": -(-ranks * capacity // per), "one": 1}.get(
+                        kind, step["grid_size"])
+            fn = getattr(lib, "_mlir_ciface_emu_" + kernel, None)
+            if fn is None:
+                if kernel == "route":
+                    models[r].route(names)
+                elif kernel == "dispatch_scatter":
+                    models[r].dispatch_scatter(names)
+                else:
+                    models[r].gemm(kernel, names)
+                continue
+            arrays = [buf.native(n) for n in names]
+            descs = [descriptor(a) for a in arrays]
+            fn.argtypes = [ctypes.c_void_p] * len(descs) + [ctypes.c_int64] * 2
+            fn(*[ctypes.addressof(d) for d in descs], grid, step["block"])
+            for n, a in zip(names, arrays):
+                buf.store_native(n, a)
+            emulated += r == 0
     return emulated
 
 
@@ -216,13 +293,18 @@ def main():
     args = ap.parse_args()
     cfg = reference.Config(args.config)
     manifest = read_manifest(args.bundle)
+    host_manifest = read_manifest(args.host_bundle)
+    ranks = manifest.get("expert_parallel", 1)
     tokens = args.tokens
+    if tokens % ranks:
+        sys.exit(f"--tokens {tokens} does not split over {ranks} ranks")
     rng = np.random.default_rng(args.seed)
 
-    # Weights and a batch that bf16 represents exactly, so the host's and
-    # the schedule's compute copies agree.
+    # Every expert's weights (global names) and a batch that bf16
+    # represents exactly, so the host's and the schedule's compute copies
+    # agree.
     weights = {}
-    for p in manifest["parameters"]:
+    for p in host_manifest["parameters"]:
         shape = p["shape"][1:] if p["stack"] else p["shape"]
         bound = 0.1 if p["role"] == "score_bias" else 1.0 / np.sqrt(shape[-1])
         for i in range(max(p["stack"], 1)):
@@ -238,6 +320,8 @@ def main():
     reference.write_safetensors(wpath, weights)
     reference.write_safetensors(batch, {"x": x, "target": target})
 
+    # The reference: one rank of the host target (sharding does not change
+    # a step's results there, test/Integration/expert-parallel.test).
     run = subprocess.run([args.moe_train, args.host_bundle, "--steps", "1", "--lr", str(LR),
                           "--bias-update", str(GAMMA), "--weights", wpath, "--inputs", batch,
                           "--dump-grads", grads, "--checkpoint", ckpt,
@@ -248,21 +332,44 @@ def main():
     host_grads = reference.read_safetensors(grads)
     step_dir = sorted(os.listdir(ckpt))[-1]
     host_state = reference.read_safetensors(os.path.join(ckpt, step_dir, "state.safetensors"))
+    hg = stacked(host_manifest, host_grads)
+    hg["x"] = host_grads["x"]
+    masters = stacked(host_manifest, weights)
+    stacked_roles = {p["role"] for p in host_manifest["parameters"] if p["stack"]}
+    local = cfg.experts // ranks
+    per = tokens // ranks
 
-    # The schedule's arguments, as the CUDA backend binds them.
-    buf = Buffers(manifest["gpu"], tokens)
-    masters = stacked(manifest, weights)
-    hyper = np.array([LR, 1, 0.9, 0.999, 1e-8, 0, GAMMA, 0], np.float32)
-    for a in manifest["train"]["arguments"]:
-        if a["output"]:
-            continue
-        name = a["name"]
-        value = {"x": x, "target": target, "hyper": hyper}.get(name)
-        if value is None:
-            value = masters[name] if name in masters else np.zeros(a["shape"], np.float32)
-        buf.set(name if name in ("x", "score_bias") else "arg." + name, value)
+    def share(name, value, r):
+        """Rank r's part: its experts, its tokens, or all of a replica."""
+        if name in stacked_roles:
+            return value[r * local:(r + 1) * local]
+        if name in ("x", "target"):
+            return value[r * per:(r + 1) * per]
+        return value
+
+    # Every rank's arguments, as the CUDA backend binds them. The last
+    # entry of hyper is every rank's token count, which the runtime fills.
+    hyper = np.array([LR, 1, 0.9, 0.999, 1e-8, 0, GAMMA, tokens], np.float32)
+    bufs, models = [], []
+    for r in range(ranks):
+        buf = Buffers(manifest["gpu"], per, ranks)
+        for a in manifest["train"]["arguments"]:
+            if a["output"]:
+                continue
+            name = a["name"]
+            if name == "hyper":
+                value = hyper
+            elif name in ("x", "target"):
+                value = share(name, x if name == "x" else target, r)
+            elif name in masters:
+                value = share(name, masters[name], r)
+            else:  # moments start at zero, in this rank's shape
+                value = np.zeros(a["shape"], np.float32)
+            buf.set(name if name in ("x", "score_bias") else "arg." + name, value)
+        bufs.append(buf)
+        models.append(Models(cfg, buf, per))
     lib = ctypes.CDLL(os.path.abspath(args.emu))
-    emulated = run_schedule(args, manifest, lib, buf, Models(cfg, buf, tokens), tokens)
+    emulated = run_schedule(manifest, lib, bufs, models, per)
 
     failures = []
 
@@ -270,38 +377,39 @@ def main():
         if not err <= bound:
             failures.append(f"{what}: {err:.2e} > {bound:.0e}")
 
-    expect("loss", rel(buf.get("arg.loss")[0], host_loss), args.tol)
-    if args.verbose:
-        print(f"loss {buf.get('arg.loss')[0]:.6g}, host {host_loss:.6g}")
-    hg = stacked(manifest, host_grads)
-    hg["x"] = host_grads["x"]
     names = [n for n in masters if n != "score_bias"] + ["x"]
-    for n in names:
-        g = buf.get("arg." + n + ".grad").astype(np.float64)
-        expect(n + ".grad", rel(g, hg[n]), args.tol)
-        if n == "x":
-            continue
-        # AdamW's first step from the schedule's own gradient: exact up to
-        # f32 rounding (the host's update of a gradient that is nearly
-        # zero may take the other sign, so it is not the reference here).
-        # (beta1 and beta2 as the f32 values the kernel reads.)
-        c1, c2 = 1 - float(np.float32(0.9)), 1 - float(np.float32(0.999))
-        m, v = c1 * g, c2 * g * g
-        w = masters[n] - LR * (m / c1) / (np.sqrt(v / c2) + 1e-8)
-        expect(n + ".m", rel(buf.get("arg." + n + ".m.next"), m), 1e-6)
-        expect(n + ".v", rel(buf.get("arg." + n + ".v.next"), v), 1e-5)
-        expect(n + " (updated)", rel(buf.get("arg." + n + ".next"), w), 1e-6)
+    c1, c2 = 1 - float(np.float32(0.9)), 1 - float(np.float32(0.999))
+    for r, buf in enumerate(bufs):
+        at = f" (rank {r})" if ranks > 1 else ""
+        expect("loss" + at, rel(buf.get("arg.loss")[0], host_loss), args.tol)
         if args.verbose:
-            print(f"{n}: grad {rel(g, hg[n]):.2e} vs the host")
-    load = buf.get("arg.load")
-    expect("load", float(np.abs(load.sum() - tokens * cfg.k)), 0)
-    if cfg.bias:
-        expect("score_bias", float(np.abs(buf.get("arg.score_bias.next") -
-                                          host_state["score_bias"]).max()), 1e-6)
+            print(f"loss{at} {buf.get('arg.loss')[0]:.6g}, host {host_loss:.6g}")
+        for n in names:
+            g = buf.get("arg." + n + ".grad").astype(np.float64)
+            expect(n + ".grad" + at, rel(g, share(n, hg[n], r)), args.tol)
+            if args.verbose:
+                print(f"{n}{at}: grad {rel(g, share(n, hg[n], r)):.2e} vs the host")
+            if n == "x":
+                continue
+            # AdamW's first step from the schedule's own gradient: exact up
+            # to f32 rounding (the host's update of a gradient that is
+            # nearly zero may take the other sign, so it is not the
+            # reference here). beta1 and beta2 as the f32 values the kernel
+            # reads.
+            m, v = c1 * g, c2 * g * g
+            w = share(n, masters[n], r) - LR * (m / c1) / (np.sqrt(v / c2) + 1e-8)
+            expect(n + ".m" + at, rel(buf.get("arg." + n + ".m.next"), m), 1e-6)
+            expect(n + ".v" + at, rel(buf.get("arg." + n + ".v.next"), v), 1e-5)
+            expect(n + " (updated)" + at, rel(buf.get("arg." + n + ".next"), w), 1e-6)
+        # Every rank's load: the sum over the ranks.
+        expect("load" + at, float(np.abs(buf.get("arg.load").sum() - tokens * cfg.k)), 0)
+        if cfg.bias:
+            expect("score_bias" + at, float(np.abs(buf.get("arg.score_bias.next") -
+                                                   host_state["score_bias"]).max()), 1e-6)
     for f in failures:
         print("FAIL " + f)
-    print(f"sm90-train-emu: {emulated} kernels emulated, {len(names)} gradients, "
-          f"{len(failures)} failed")
+    print(f"sm90-train-emu: {ranks} rank(s), {emulated} kernels emulated, "
+          f"{len(names)} gradients, {len(failures)} failed")
     sys.exit(1 if failures else 0)
 
 

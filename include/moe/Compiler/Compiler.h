@@ -85,9 +85,11 @@ CompileResult compileCached(const std::string &input,
                             const std::string &inputName, InputKind kind,
                             const CompileOptions &options, bool useCache);
 
-/// A hex SHA-256 over the compiler version, the input kind and text, and
-/// every option that changes the output (with "native" resolved to this
-/// machine's CPU).
+/// A hex SHA-256 over the compiler version, the build of the compiler (the
+/// path, size and modification time of the file holding it, so a rebuilt
+/// compiler does not reuse what an older build compiled), the input kind
+/// and text, and every option that changes the output (with "native"
+/// resolved to this machine's CPU).
 std::string cacheKey(const std::string &input, InputKind kind,
                      const CompileOptions &options);
 

@@ -30,14 +30,14 @@ LayerGradients buildLayerBackward(OpBuilder &b, LayerOp layer,
                                   const DecomposedLayer &forward, Value dy);
 
 /// One argument of the training step, in order: `x` (the layer's element
-/// type) and `target` (f32), both [T, hidden]; `hyper` (8 f32: learning
-/// rate, step number from 1, beta1, beta2, epsilon, weight decay, the bias
-/// update rate gamma, unused); per trained weight `W` (router, gate, up,
-/// down, shared gate, up, down) its f32 master copy `W`, AdamW moments
-/// `W.m` and `W.v`; `score_bias` when the layer has one; then the outputs:
-/// `W.next`, `W.m.next`, `W.v.next`, `score_bias.next`, `loss` ([1]),
-/// `load` ([E], tokens routed to each expert), `x.grad` ([T, hidden] f32)
-/// and `W.grad` (f32).
+/// type) and `target` (f32), both [T, hidden]; `hyper` (8 f32, TrainHyper:
+/// learning rate, step number from 1, beta1, beta2, epsilon, weight decay,
+/// the bias update rate gamma, every rank's token count); per trained
+/// weight `W` (router, gate, up, down, shared gate, up, down) its f32
+/// master copy `W`, AdamW moments `W.m` and `W.v`; `score_bias` when the layer
+/// has one; then the outputs: `W.next`, `W.m.next`, `W.v.next`,
+/// `score_bias.next`, `loss` ([1]), `load` ([E], tokens routed to each expert),
+/// `x.grad` ([T, hidden] f32) and `W.grad` (f32).
 struct TrainArgument {
   std::string name;
   bool output = false;
@@ -58,6 +58,9 @@ enum TrainHyper {
   kHyperEpsilon,
   kHyperWeightDecay,
   kHyperGamma,
+  /// Every rank's tokens in the step: the sm_90a step reads it (the
+  /// runtime fills it), the host step counts them itself.
+  kHyperTokens,
   kHyperCount = 8
 };
 

@@ -106,6 +106,16 @@ private:
                              b.getNamedAttr("exchange", b.getStringAttr(kind)),
                              b.getNamedAttr("args", b.getArrayAttr(names))}));
   }
+  /// An elementwise f32 sum over the ranks of each buffer, in place.
+  void addAllReduce(ArrayRef<StringRef> args) {
+    Builder b(ctx);
+    SmallVector<Attribute> names;
+    for (StringRef arg : args)
+      names.push_back(b.getStringAttr(arg));
+    steps->push_back(b.getDictionaryAttr(
+        {b.getNamedAttr("op", b.getStringAttr("all_reduce")),
+         b.getNamedAttr("args", b.getArrayAttr(names))}));
+  }
   void addMemset(StringRef buffer) {
     Builder b(ctx);
     steps->push_back(b.getDictionaryAttr(
@@ -126,14 +136,17 @@ private:
   void buildPack(gpu::GPUFuncOp func);
   void buildLoss(gpu::GPUFuncOp func);
   void buildRowTokens(gpu::GPUFuncOp func);
-  void buildActGrad(gpu::GPUFuncOp func, bool shared);
-  void buildRowsGrad(gpu::GPUFuncOp func, bool shared);
-  void buildDownGrad(gpu::GPUFuncOp func, bool shared);
-  void buildGateUpGrad(gpu::GPUFuncOp func, bool shared);
+  void buildGatherRowDy(gpu::GPUFuncOp func);
+  void buildScatterRowWeightGrad(gpu::GPUFuncOp func);
+  void buildActGrad(gpu::GPUFuncOp func, bool weighted);
+  void buildRowsGrad(gpu::GPUFuncOp func);
+  void buildDownGrad(gpu::GPUFuncOp func, bool weighted);
+  void buildGateUpGrad(gpu::GPUFuncOp func);
   void buildRouteGrad(gpu::GPUFuncOp func);
   void buildInputGrad(gpu::GPUFuncOp func);
   void buildRouterGrad(gpu::GPUFuncOp func);
-  void buildLoadAndBias(gpu::GPUFuncOp func);
+  void buildLoad(gpu::GPUFuncOp func);
+  void buildBias(gpu::GPUFuncOp func);
   void buildAdamW(gpu::GPUFuncOp func);
 
   LayerOp layer;
@@ -666,18 +679,18 @@ void LayerBuilder::buildPack(gpu::GPUFuncOp func) {
          });
 }
 
-/// dy = 2 (y - target) / (T * H); loss += sum of (y - target)^2 / (T * H).
+/// dy = 2 (y - target) / (T * H); loss += sum of (y - target)^2 / (T * H),
+/// T every rank's tokens (hyper[kHyperTokens], which the runtime fills).
 void LayerBuilder::buildLoss(gpu::GPUFuncOp func) {
   ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
   Emitter e{b};
   Value y = func.getArgument(0), target = func.getArgument(1);
-  Value dy = func.getArgument(2), loss = func.getArgument(3);
+  Value hyper = func.getArgument(2), dy = func.getArgument(3);
+  Value loss = func.getArgument(4);
   int64_t hidden = config.getHidden();
   Value t = e.block();
-  Value count = arith::UIToFPOp::create(
-      b, b.getF32Type(),
-      arith::IndexCastUIOp::create(b, b.getI64Type(),
-                                   e.muli(e.dim(y, 0), e.idx(hidden))));
+  Value count = e.mul(e.load(hyper, {e.idx(kHyperTokens)}),
+                      e.f32(static_cast<double>(hidden)));
   Value partial = e.loop(
       e.thread(), e.idx(hidden), e.idx(kRowThreads), {e.f32(0)},
       [&](Value h, ValueRange it) {
@@ -707,71 +720,89 @@ void LayerBuilder::buildRowTokens(gpu::GPUFuncOp func) {
   });
 }
 
-namespace {
-/// What a row-level backward kernel knows about its row.
-struct RowInfo {
-  Value valid;  // i1: a real row
-  Value token;  // index: its token
-  Value slot;   // index: t * k + j (routed rows)
-  Value expert; // index: its weights' group
-  Value weight; // f32: its routing weight (1 for the shared experts)
-};
-} // namespace
-
-/// Row `r` of the dispatched rows (routed) or token `r` (shared experts).
-static RowInfo rowInfo(Emitter &e, ImplicitLocOpBuilder &b, Value r,
-                       bool shared, int64_t experts, int64_t topK,
-                       Value offsets, Value rowToken, Value ids,
-                       Value rowWeight) {
-  RowInfo info;
-  if (shared) {
-    info.valid = arith::ConstantIntOp::create(b, 1, 1);
-    info.token = r;
-    info.slot = r;
-    info.expert = e.idx(0);
-    info.weight = e.f32(1.0);
-    return info;
-  }
-  Value end = e.index(e.load(offsets, {e.idx(experts)}));
-  Value inRows = e.cmp(arith::CmpIPredicate::ult, r, end);
-  // Loads of rows past the live ones read allocated, unused memory.
-  Value code = e.load(rowToken, {r});
-  info.valid = arith::AndIOp::create(
-      b, inRows, e.cmp(arith::CmpIPredicate::sgt, code, e.i32(0)));
-  Value slot = e.index(arith::MaxSIOp::create(
-      b, arith::SubIOp::create(b, code, e.i32(1)), e.i32(0)));
-  info.slot = slot;
-  info.token = e.divi(slot, e.idx(topK));
-  Value id = e.load(ids, {info.token, e.remi(slot, e.idx(topK))});
-  info.expert = e.index(arith::MaxSIOp::create(
-      b, arith::MinSIOp::create(b, id, e.i32(experts - 1)), e.i32(0)));
-  info.weight = rowWeight ? e.load(rowWeight, {r}) : e.f32(1.0);
-  return info;
+/// The group of row `r` among `groups` ([G + 1] i32 offsets): the g with
+/// groups[g] <= r < groups[g + 1] (a short scan: G is an expert count).
+static Value groupOf(Emitter &e, ImplicitLocOpBuilder &b, Value groups,
+                     Value r) {
+  int64_t count = cast<MemRefType>(groups.getType()).getDimSize(0) - 1;
+  Value rI32 = arith::IndexCastOp::create(b, b.getI32Type(), r);
+  return e.loop(
+      e.idx(1), e.idx(count), e.idx(1), {e.idx(0)},
+      [&](Value g, ValueRange it) {
+        Value past =
+            e.cmp(arith::CmpIPredicate::sge, rI32, e.load(groups, {g}));
+        return SmallVector<Value>{arith::SelectOp::create(b, past, g, it[0])};
+      })[0];
 }
 
-/// Per row and FFN column f: the gate and up pre-activations g, u (rows
-/// times the compute weights), gs = dy[t] . W2[:, f]; then
-/// d_act = w * gs, dg = d_act * u * silu'(g), du = d_act * silu(g) into
-/// dgu[r] = [dg, du], and (routed) the routing weight's gradient
-/// sum_f act * gs into dtw[t, j].
-void LayerBuilder::buildActGrad(gpu::GPUFuncOp func, bool shared) {
+/// Whether row `r` lies inside `groups`' last offset (rows past it are
+/// capacity nobody wrote).
+static Value inGroups(Emitter &e, Value groups, Value r) {
+  int64_t count = cast<MemRefType>(groups.getType()).getDimSize(0) - 1;
+  return e.cmp(arith::CmpIPredicate::ult, r,
+               e.index(e.load(groups, {e.idx(count)})));
+}
+
+/// row_dy[r] = dy[t] for every dispatched row r of token t (padding rows
+/// stay as the memset left them: zero).
+void LayerBuilder::buildGatherRowDy(gpu::GPUFuncOp func) {
   ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
   Emitter e{b};
-  int64_t hidden = config.getHidden(), experts = config.getExperts();
-  int64_t topK = config.getTopK();
-  int64_t ffn = shared ? config.getSharedFfnTotal() : config.getFfn();
-  // rows, w13, w2, dy, dgu [, row_token, ids, offsets, row_weight, dtw]
-  Value rows = func.getArgument(0), w13 = func.getArgument(1);
-  Value w2 = func.getArgument(2), dy = func.getArgument(3);
-  Value dgu = func.getArgument(4);
+  Value dy = func.getArgument(0), rowToken = func.getArgument(1);
+  Value offsets = func.getArgument(2), rowDy = func.getArgument(3);
   Value r = e.block();
-  RowInfo row = rowInfo(e, b, r, shared, experts, topK,
-                        shared ? Value() : func.getArgument(7),
-                        shared ? Value() : func.getArgument(5),
-                        shared ? Value() : func.getArgument(6),
-                        shared ? Value() : func.getArgument(8));
-  e.when(row.valid, [&] {
-    Value ex = row.expert, t = row.token;
+  e.when(inGroups(e, offsets, r), [&] {
+    Value code = e.load(rowToken, {r});
+    e.when(e.cmp(arith::CmpIPredicate::sgt, code, e.i32(0)), [&] {
+      Value t = e.divi(e.index(arith::SubIOp::create(b, code, e.i32(1))),
+                       e.idx(config.getTopK()));
+      e.loop(e.thread(), e.idx(config.getHidden()), e.idx(kRowThreads), {},
+             [&](Value h, ValueRange) {
+               e.store(e.load(dy, {t, h}), rowDy, {r, h});
+               return SmallVector<Value>{};
+             });
+    });
+  });
+}
+
+/// dtw[t, j] = dtw_row[r] for the row r of assignment (t, j).
+void LayerBuilder::buildScatterRowWeightGrad(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  Value rowGrad = func.getArgument(0), rowToken = func.getArgument(1);
+  Value offsets = func.getArgument(2), dtw = func.getArgument(3);
+  int64_t topK = config.getTopK();
+  Value i = e.addi(e.muli(e.block(), e.idx(kCountThreads)), e.thread());
+  e.when(inGroups(e, offsets, i), [&] {
+    Value code = e.load(rowToken, {i});
+    e.when(e.cmp(arith::CmpIPredicate::sgt, code, e.i32(0)), [&] {
+      Value slot = e.index(arith::SubIOp::create(b, code, e.i32(1)));
+      e.store(e.load(rowGrad, {i}), dtw,
+              {e.divi(slot, e.idx(topK)), e.remi(slot, e.idx(topK))});
+    });
+  });
+}
+
+/// Per row r of group g (an expert's rows, or every token for the shared
+/// experts) and FFN column f: the gate and up pre-activations g, u (the
+/// row times the compute weights), gs = row_dy[r] . W2[g][:, f]; then
+/// d_act = w * gs, dg = d_act * u * silu'(g), du = d_act * silu(g) into
+/// dgu[r] = [dg, du] and, with routing weights, the weight's gradient
+/// sum_f act * gs into row_grad[r]. Padding rows have zero rows, dy and
+/// weight, so they contribute nothing.
+void LayerBuilder::buildActGrad(gpu::GPUFuncOp func, bool weighted) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  int64_t hidden = config.getHidden();
+  // rows, w13, w2, row_dy, groups, dgu [, weight, row_grad]
+  Value rows = func.getArgument(0), w13 = func.getArgument(1);
+  Value w2 = func.getArgument(2), rowDy = func.getArgument(3);
+  Value groups = func.getArgument(4), dgu = func.getArgument(5);
+  int64_t ffn = cast<MemRefType>(dgu.getType()).getDimSize(1) / 2;
+  Value r = e.block();
+  e.when(inGroups(e, groups, r), [&] {
+    Value ex = groupOf(e, b, groups, r);
+    Value weight = weighted ? e.load(func.getArgument(6), {r}) : e.f32(1.0);
     Value partial = e.loop(
         e.thread(), e.idx(ffn), e.idx(kRowThreads), {e.f32(0)},
         [&](Value f, ValueRange it) {
@@ -783,13 +814,13 @@ void LayerBuilder::buildActGrad(gpu::GPUFuncOp func, bool shared) {
                 return SmallVector<Value>{
                     e.add(acc[0], e.mul(xv, e.toF32(e.load(w13, {ex, gr, h})))),
                     e.add(acc[1], e.mul(xv, e.toF32(e.load(w13, {ex, ur, h})))),
-                    e.add(acc[2], e.mul(e.load(dy, {t, h}),
+                    e.add(acc[2], e.mul(e.load(rowDy, {r, h}),
                                         e.toF32(e.load(w2, {ex, h, f}))))};
               });
           Value g = sums[0], u = sums[1], gs = sums[2];
           Value sig = e.sigmoid(g);
           Value silu = e.mul(g, sig);
-          Value dact = e.mul(row.weight, gs);
+          Value dact = e.mul(weight, gs);
           // silu'(g) = sig * (1 + g * (1 - sig))
           Value dsilu =
               e.mul(sig, e.add(e.f32(1.0), e.mul(g, e.sub(e.f32(1.0), sig))));
@@ -797,144 +828,115 @@ void LayerBuilder::buildActGrad(gpu::GPUFuncOp func, bool shared) {
           e.store(e.mul(dact, silu), dgu, {r, e.addi(f, e.idx(ffn))});
           return SmallVector<Value>{e.add(it[0], e.mul(e.mul(silu, u), gs))};
         })[0];
-    if (!shared)
-      e.atomicAdd(partial, func.getArgument(9),
-                  {t, e.remi(row.slot, e.idx(topK))});
+    if (weighted)
+      e.atomicAdd(partial, func.getArgument(7), {r});
   });
 }
 
-/// d_rows[r, h] = sum_f dg[r, f] Wg[f, h] + du[r, f] Wu[f, h].
-void LayerBuilder::buildRowsGrad(gpu::GPUFuncOp func, bool shared) {
+/// d_rows[r, h] = sum_f dg[r, f] Wg[g][f, h] + du[r, f] Wu[g][f, h].
+void LayerBuilder::buildRowsGrad(gpu::GPUFuncOp func) {
   ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
   Emitter e{b};
-  int64_t hidden = config.getHidden(), experts = config.getExperts();
-  int64_t ffn = shared ? config.getSharedFfnTotal() : config.getFfn();
-  // w13, dgu, drows [, row_token, ids, offsets]
+  // w13, dgu, groups, drows
   Value w13 = func.getArgument(0), dgu = func.getArgument(1);
-  Value drows = func.getArgument(2);
+  Value groups = func.getArgument(2), drows = func.getArgument(3);
+  int64_t ffn = cast<MemRefType>(dgu.getType()).getDimSize(1) / 2;
   Value r = e.block();
-  RowInfo row = rowInfo(e, b, r, shared, experts, config.getTopK(),
-                        shared ? Value() : func.getArgument(5),
-                        shared ? Value() : func.getArgument(3),
-                        shared ? Value() : func.getArgument(4), Value());
-  e.when(row.valid, [&] {
-    e.loop(e.thread(), e.idx(hidden), e.idx(kRowThreads), {},
+  e.when(inGroups(e, groups, r), [&] {
+    Value ex = groupOf(e, b, groups, r);
+    e.loop(e.thread(), e.idx(config.getHidden()), e.idx(kRowThreads), {},
            [&](Value h, ValueRange) {
-             Value acc = e.loop(
-                 e.idx(0), e.idx(ffn), e.idx(1), {e.f32(0)},
-                 [&](Value f, ValueRange it) {
-                   Value gr = gateRow(e, f);
-                   Value ur = e.addi(gr, e.idx(8));
-                   Value dg = e.load(dgu, {r, f});
-                   Value du = e.load(dgu, {r, e.addi(f, e.idx(ffn))});
-                   Value v = e.add(
-                       e.mul(dg, e.toF32(e.load(w13, {row.expert, gr, h}))),
-                       e.mul(du, e.toF32(e.load(w13, {row.expert, ur, h}))));
-                   return SmallVector<Value>{e.add(it[0], v)};
-                 })[0];
+             Value acc =
+                 e.loop(e.idx(0), e.idx(ffn), e.idx(1), {e.f32(0)},
+                        [&](Value f, ValueRange it) {
+                          Value gr = gateRow(e, f);
+                          Value ur = e.addi(gr, e.idx(8));
+                          Value dg = e.load(dgu, {r, f});
+                          Value du = e.load(dgu, {r, e.addi(f, e.idx(ffn))});
+                          Value v = e.add(
+                              e.mul(dg, e.toF32(e.load(w13, {ex, gr, h}))),
+                              e.mul(du, e.toF32(e.load(w13, {ex, ur, h}))));
+                          return SmallVector<Value>{e.add(it[0], v)};
+                        })[0];
              e.store(acc, drows, {r, h});
              return SmallVector<Value>{};
            });
   });
 }
 
-/// The loop over the rows of group `g` (routed: expert g's segment, only
-/// its real rows; shared: every token), calling `body(row info)` and
-/// summing what it returns.
-static Value sumOverRows(Emitter &e, ImplicitLocOpBuilder &b, bool shared,
-                         Value g, Value tokens, int64_t experts, int64_t topK,
-                         Value offsets, Value rowToken, Value ids,
-                         Value rowWeight,
-                         function_ref<Value(const RowInfo &, Value r)> body) {
-  Value begin = shared ? e.idx(0) : e.index(e.load(offsets, {g}));
-  Value end = shared ? tokens : e.index(e.load(offsets, {e.addi(g, e.idx(1))}));
+/// The sum over the rows of group `g` of `body(r)`.
+static Value sumOverGroup(Emitter &e, Value groups, Value g,
+                          function_ref<Value(Value)> body) {
+  Value begin = e.index(e.load(groups, {g}));
+  Value end = e.index(e.load(groups, {e.addi(g, e.idx(1))}));
   return e.loop(begin, end, e.idx(1), {e.f32(0)}, [&](Value r, ValueRange it) {
-    RowInfo row = rowInfo(e, b, r, shared, experts, topK, offsets, rowToken,
-                          ids, rowWeight);
-    if (shared)
-      return SmallVector<Value>{e.add(it[0], body(row, r))};
-    auto ifOp = scf::IfOp::create(b, b.getF32Type(), row.valid, true);
-    {
-      ImplicitLocOpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(ifOp.thenBlock());
-      scf::YieldOp::create(b, ValueRange{e.add(it[0], body(row, r))});
-      b.setInsertionPointToStart(ifOp.elseBlock());
-      scf::YieldOp::create(b, it[0]);
-    }
-    return SmallVector<Value>{ifOp.getResult(0)};
+    return SmallVector<Value>{e.add(it[0], body(r))};
   })[0];
 }
 
-/// dW2[g, h, f] = sum over the group's rows of (w * dy[t, h]) * act[r, f].
-void LayerBuilder::buildDownGrad(gpu::GPUFuncOp func, bool shared) {
+/// dW2[g, h, f] = sum over group g's rows of (w * row_dy[r, h]) * act[r, f]
+/// (grad [H, F] for one group).
+void LayerBuilder::buildDownGrad(gpu::GPUFuncOp func, bool weighted) {
   ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
   Emitter e{b};
-  int64_t hidden = config.getHidden(), experts = config.getExperts();
-  int64_t ffn = shared ? config.getSharedFfnTotal() : config.getFfn();
-  // act, dy, grad [, row_token, ids, offsets, row_weight]
-  Value act = func.getArgument(0), dy = func.getArgument(1);
-  Value grad = func.getArgument(2);
+  int64_t hidden = config.getHidden();
+  // act, row_dy, groups, grad [, weight]
+  Value act = func.getArgument(0), rowDy = func.getArgument(1);
+  Value groups = func.getArgument(2), grad = func.getArgument(3);
+  int64_t ffn = cast<MemRefType>(act.getType()).getDimSize(1);
+  bool stacked = cast<MemRefType>(grad.getType()).getRank() == 3;
   Value g = e.divi(e.block(), e.idx(hidden));
   Value h = e.remi(e.block(), e.idx(hidden));
   e.loop(e.thread(), e.idx(ffn), e.idx(kRowThreads), {},
          [&](Value f, ValueRange) {
-           Value acc = sumOverRows(
-               e, b, shared, g, e.dim(dy, 0), experts, config.getTopK(),
-               shared ? Value() : func.getArgument(5),
-               shared ? Value() : func.getArgument(3),
-               shared ? Value() : func.getArgument(4),
-               shared ? Value() : func.getArgument(6),
-               [&](const RowInfo &row, Value r) {
-                 return e.mul(e.mul(row.weight, e.load(dy, {row.token, h})),
-                              e.toF32(e.load(act, {r, f})));
-               });
-           if (shared)
-             e.store(acc, grad, {h, f});
-           else
+           Value acc = sumOverGroup(e, groups, g, [&](Value r) {
+             Value dyv = e.load(rowDy, {r, h});
+             if (weighted)
+               dyv = e.mul(e.load(func.getArgument(4), {r}), dyv);
+             return e.mul(dyv, e.toF32(e.load(act, {r, f})));
+           });
+           if (stacked)
              e.store(acc, grad, {g, h, f});
+           else
+             e.store(acc, grad, {h, f});
            return SmallVector<Value>{};
          });
 }
 
-/// dWg[g, c, h] (c < F) and dWu[g, c - F, h] = sum over the group's rows of
-/// dgu[r, c] * rows[r, h].
-void LayerBuilder::buildGateUpGrad(gpu::GPUFuncOp func, bool shared) {
+/// dWg[g, c, h] (c < F) and dWu[g, c - F, h] = sum over group g's rows of
+/// dgu[r, c] * rows[r, h] (grads [F, H] for one group).
+void LayerBuilder::buildGateUpGrad(gpu::GPUFuncOp func) {
   ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
   Emitter e{b};
-  int64_t hidden = config.getHidden(), experts = config.getExperts();
-  int64_t ffn = shared ? config.getSharedFfnTotal() : config.getFfn();
-  // dgu, rows, gate grad, up grad [, row_token, ids, offsets]
+  // dgu, rows, groups, gate grad, up grad
   Value dgu = func.getArgument(0), rows = func.getArgument(1);
-  Value gateGrad = func.getArgument(2), upGrad = func.getArgument(3);
+  Value groups = func.getArgument(2);
+  Value gateGrad = func.getArgument(3), upGrad = func.getArgument(4);
+  int64_t ffn = cast<MemRefType>(dgu.getType()).getDimSize(1) / 2;
+  bool stacked = cast<MemRefType>(gateGrad.getType()).getRank() == 3;
   Value g = e.divi(e.block(), e.idx(2 * ffn));
   Value c = e.remi(e.block(), e.idx(2 * ffn));
   Value isGate = e.cmp(arith::CmpIPredicate::ult, c, e.idx(ffn));
   Value f = arith::SelectOp::create(b, isGate, c,
                                     arith::SubIOp::create(b, c, e.idx(ffn)));
-  e.loop(
-      e.thread(), e.idx(hidden), e.idx(kRowThreads), {},
-      [&](Value h, ValueRange) {
-        Value acc = sumOverRows(
-            e, b, shared, g, e.dim(rows, 0), experts, config.getTopK(),
-            shared ? Value() : func.getArgument(6),
-            shared ? Value() : func.getArgument(4),
-            shared ? Value() : func.getArgument(5), Value(),
-            [&](const RowInfo &, Value r) {
-              return e.mul(e.load(dgu, {r, c}), e.toF32(e.load(rows, {r, h})));
-            });
-        SmallVector<Value> at{f, h};
-        if (!shared)
-          at.insert(at.begin(), g);
-        auto ifOp = scf::IfOp::create(b, isGate, /*withElseRegion=*/true);
-        {
-          ImplicitLocOpBuilder::InsertionGuard guard(b);
-          b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
-          e.store(acc, gateGrad, at);
-          b.setInsertionPoint(ifOp.elseBlock()->getTerminator());
-          e.store(acc, upGrad, at);
-        }
-        return SmallVector<Value>{};
-      });
+  e.loop(e.thread(), e.idx(config.getHidden()), e.idx(kRowThreads), {},
+         [&](Value h, ValueRange) {
+           Value acc = sumOverGroup(e, groups, g, [&](Value r) {
+             return e.mul(e.load(dgu, {r, c}), e.toF32(e.load(rows, {r, h})));
+           });
+           SmallVector<Value> at{f, h};
+           if (stacked)
+             at.insert(at.begin(), g);
+           auto ifOp = scf::IfOp::create(b, isGate, /*withElseRegion=*/true);
+           {
+             ImplicitLocOpBuilder::InsertionGuard guard(b);
+             b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
+             e.store(acc, gateGrad, at);
+             b.setInsertionPoint(ifOp.elseBlock()->getTerminator());
+             e.store(acc, upGrad, at);
+           }
+           return SmallVector<Value>{};
+         });
 }
 
 /// One thread per token: the scores again (router logits, then sigmoid or
@@ -1082,42 +1084,42 @@ void LayerBuilder::buildRouterGrad(gpu::GPUFuncOp func) {
       });
 }
 
-/// load[e] = tokens routed to e; with a score bias,
-/// bias.next = bias + gamma * sign(T * k / E - load).
-void LayerBuilder::buildLoadAndBias(gpu::GPUFuncOp func) {
+/// load[e] = this rank's tokens routed to expert e.
+void LayerBuilder::buildLoad(gpu::GPUFuncOp func) {
   ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
   Emitter e{b};
-  bool bias = config.getScoreBias();
-  // counts, ids, load [, hyper, bias, bias.next]
-  Value counts = func.getArgument(0), ids = func.getArgument(1);
-  Value load = func.getArgument(2);
+  Value counts = func.getArgument(0), load = func.getArgument(1);
+  Value ex = e.addi(e.muli(e.block(), e.idx(kCountThreads)), e.thread());
+  e.when(e.cmp(arith::CmpIPredicate::ult, ex, e.idx(config.getExperts())), [&] {
+    e.store(arith::SIToFPOp::create(b, b.getF32Type(), e.load(counts, {ex})),
+            load, {ex});
+  });
+}
+
+/// bias.next = bias + gamma * sign(T * k / E - load), T every rank's
+/// tokens (hyper[kHyperTokens]) and load summed over the ranks.
+void LayerBuilder::buildBias(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  Value load = func.getArgument(0), hyper = func.getArgument(1);
+  Value bias = func.getArgument(2), next = func.getArgument(3);
   int64_t experts = config.getExperts();
-  e.when(e.cmp(arith::CmpIPredicate::eq, e.thread(), e.idx(0)), [&] {
-    Value tokens = arith::UIToFPOp::create(
-        b, b.getF32Type(),
-        arith::IndexCastUIOp::create(b, b.getI64Type(), e.dim(ids, 0)));
+  Value ex = e.addi(e.muli(e.block(), e.idx(kCountThreads)), e.thread());
+  e.when(e.cmp(arith::CmpIPredicate::ult, ex, e.idx(experts)), [&] {
+    Value tokens = e.load(hyper, {e.idx(kHyperTokens)});
     Value mean =
         e.div(e.mul(tokens, e.f32(static_cast<double>(config.getTopK()))),
               e.f32(static_cast<double>(experts)));
-    e.loop(e.idx(0), e.idx(experts), e.idx(1), {}, [&](Value ex, ValueRange) {
-      Value n =
-          arith::SIToFPOp::create(b, b.getF32Type(), e.load(counts, {ex}));
-      e.store(n, load, {ex});
-      if (bias) {
-        Value gamma = e.load(func.getArgument(3), {e.idx(kHyperGamma)});
-        Value d = e.sub(mean, n);
-        Value above =
-            arith::CmpFOp::create(b, arith::CmpFPredicate::OGT, d, e.f32(0));
-        Value below =
-            arith::CmpFOp::create(b, arith::CmpFPredicate::OLT, d, e.f32(0));
-        Value sign = arith::SelectOp::create(
-            b, above, e.f32(1.0),
-            arith::SelectOp::create(b, below, e.f32(-1.0), e.f32(0)));
-        e.store(e.add(e.load(func.getArgument(4), {ex}), e.mul(gamma, sign)),
-                func.getArgument(5), {ex});
-      }
-      return SmallVector<Value>{};
-    });
+    Value gamma = e.load(hyper, {e.idx(kHyperGamma)});
+    Value d = e.sub(mean, e.load(load, {ex}));
+    Value above =
+        arith::CmpFOp::create(b, arith::CmpFPredicate::OGT, d, e.f32(0));
+    Value below =
+        arith::CmpFOp::create(b, arith::CmpFPredicate::OLT, d, e.f32(0));
+    Value sign = arith::SelectOp::create(
+        b, above, e.f32(1.0),
+        arith::SelectOp::create(b, below, e.f32(-1.0), e.f32(0)));
+    e.store(e.add(e.load(bias, {ex}), e.mul(gamma, sign)), next, {ex});
   });
 }
 
@@ -1158,9 +1160,10 @@ void LayerBuilder::buildAdamW(gpu::GPUFuncOp func) {
 
 void LayerBuilder::buildTraining() {
   int64_t h = config.getHidden(), e = config.getExperts();
-  int64_t k = config.getTopK(), f = config.getFfn();
-  int64_t s = config.getSharedFfnTotal();
+  int64_t f = config.getFfn(), s = config.getSharedFfnTotal();
   bool shared = config.hasSharedExperts(), bias = config.getScoreBias();
+  auto ep = static_cast<int64_t>(layer.getEpSize());
+  int64_t local = e / ep;
   Type f32 = Builder(ctx).getF32Type(), i32 = Builder(ctx).getI32Type();
 
   // The step's arguments: x and score_bias are the forward pass's own
@@ -1178,14 +1181,33 @@ void LayerBuilder::buildTraining() {
   auto arg = [](StringRef name) { return ("arg." + name).str(); };
   addBuffer("dy", f32, {kTokens, h}, "scratch");
   addBuffer("row_token", i32, {kRows}, "scratch");
-  addBuffer("dtw", f32, {kTokens, k}, "scratch");
-  addBuffer("dgu", f32, {kRows, 2 * f}, "scratch");
+  addBuffer("row_dy", f32, {kRows, h}, "scratch");
+  addBuffer("row_weight_grad", f32, {kRows}, "scratch");
+  addBuffer("dtw", f32, {kTokens, config.getTopK()}, "scratch");
   addBuffer("drows", f32, {kRows, h}, "scratch");
   addBuffer("dl", f32, {kTokens, e}, "scratch");
   if (shared) {
     addBuffer("shared_dgu", f32, {kTokens, 2 * s}, "scratch");
     addBuffer("shared_dx", f32, {kTokens, h}, "scratch");
   }
+  // The experts' side: this rank's dispatched rows, or with expert
+  // parallelism the rows it received, grouped by local expert.
+  bool sharded = ep > 1;
+  int64_t expertRows = sharded ? kReceivedRows : kRows;
+  std::string xRows = sharded ? "ep_rows" : "rows";
+  std::string xWeight = sharded ? "ep_row_weight" : "row_weight";
+  std::string xGroups = sharded ? "ep_group_offsets" : "offsets";
+  std::string xAct = sharded ? "ep_act" : "act";
+  std::string xDy = sharded ? "ep_row_dy" : "row_dy";
+  std::string xDrows = sharded ? "ep_drows" : "drows";
+  std::string xWeightGrad = sharded ? "ep_row_weight_grad" : "row_weight_grad";
+  addBuffer("dgu", f32, {expertRows, 2 * f}, "scratch");
+  if (sharded) {
+    addBuffer("ep_row_dy", f32, {kReceivedRows, h}, "scratch");
+    addBuffer("ep_row_weight_grad", f32, {kReceivedRows}, "scratch");
+    addBuffer("ep_drows", f32, {kReceivedRows, h}, "scratch");
+  }
+  DictionaryAttr expertGrid = gridOf(sharded ? "received_rows" : "rows");
 
   steps = &trainSchedule;
   auto elementGrid = [&](int64_t n) {
@@ -1210,60 +1232,81 @@ void LayerBuilder::buildTraining() {
         elementGrid(memrefType("ws13").getNumElements()), kCountThreads));
     convert("train_shared_down_weight", "shared_down_weight", "ws2");
   }
-  // The forward pass.
-  trainSchedule.append(schedule.begin(), schedule.end());
-  // Loss.
+  // The forward pass, with the padding rows of the dispatched rows and
+  // their weights zeroed: the backward pass sums over whole segments.
+  for (Attribute step : schedule) {
+    auto dict = cast<DictionaryAttr>(step);
+    if (auto kernel = dict.getAs<StringAttr>("kernel");
+        kernel && kernel.getValue() == "dispatch_scatter") {
+      addMemset("rows");
+      addMemset("row_weight");
+    }
+    trainSchedule.push_back(step);
+  }
+  // Loss, and dy of every dispatched row.
   addMemset(arg("loss"));
-  buildLoss(addKernel("train_loss", {"y", arg("target"), "dy", arg("loss")},
+  buildLoss(addKernel("train_loss",
+                      {"y", arg("target"), arg("hyper"), "dy", arg("loss")},
                       gridOf("tokens", 1), kRowThreads));
-  // Routed experts.
   addMemset("row_token");
-  addMemset("dtw");
   buildRowTokens(addKernel("train_row_tokens", {"row_map", "row_token"},
                            gridOf("assignments", kCountThreads),
                            kCountThreads));
-  buildActGrad(addKernel("train_expert_act_grad",
-                         {"rows", "w13", "w2", "dy", "dgu", "row_token",
-                          "topk_ids", "offsets", "row_weight", "dtw"},
-                         gridOf("rows"), kRowThreads),
-               /*shared=*/false);
-  buildRowsGrad(
-      addKernel("train_expert_rows_grad",
-                {"w13", "dgu", "drows", "row_token", "topk_ids", "offsets"},
-                gridOf("rows"), kRowThreads),
-      /*shared=*/false);
-  buildDownGrad(addKernel("train_expert_down_grad",
-                          {"act", "dy", arg("down_weight.grad"), "row_token",
-                           "topk_ids", "offsets", "row_weight"},
-                          fixedGrid(e * h), kRowThreads),
-                /*shared=*/false);
-  buildGateUpGrad(
-      addKernel("train_expert_gate_up_grad",
-                {"dgu", "rows", arg("gate_weight.grad"), arg("up_weight.grad"),
-                 "row_token", "topk_ids", "offsets"},
-                fixedGrid(e * 2 * f), kRowThreads),
-      /*shared=*/false);
-  // Shared experts: one group, every token, weight 1.
+  addMemset("row_dy");
+  buildGatherRowDy(addKernel("train_gather_row_dy",
+                             {"dy", "row_token", "offsets", "row_dy"},
+                             gridOf("rows"), kRowThreads));
+  if (sharded)
+    addExchange("dispatch_rows", {"row_dy", "ep_row_dy"});
+  // The experts.
+  addMemset(xWeightGrad);
+  buildActGrad(
+      addKernel("train_expert_act_grad",
+                {xRows, "w13", "w2", xDy, xGroups, "dgu", xWeight, xWeightGrad},
+                expertGrid, kRowThreads),
+      /*weighted=*/true);
+  buildRowsGrad(addKernel("train_expert_rows_grad",
+                          {"w13", "dgu", xGroups, xDrows}, expertGrid,
+                          kRowThreads));
+  buildDownGrad(
+      addKernel("train_expert_down_grad",
+                {xAct, xDy, xGroups, arg("down_weight.grad"), xWeight},
+                fixedGrid(local * h), kRowThreads),
+      /*weighted=*/true);
+  buildGateUpGrad(addKernel(
+      "train_expert_gate_up_grad",
+      {"dgu", xRows, xGroups, arg("gate_weight.grad"), arg("up_weight.grad")},
+      fixedGrid(local * 2 * f), kRowThreads));
+  if (sharded) {
+    addExchange("combine_rows", {"ep_drows", "drows"});
+    addExchange("combine_rows", {"ep_row_weight_grad", "row_weight_grad"});
+  }
+  addMemset("dtw");
+  buildScatterRowWeightGrad(
+      addKernel("train_scatter_row_weight_grad",
+                {"row_weight_grad", "row_token", "offsets", "dtw"},
+                gridOf("rows", kCountThreads), kCountThreads));
+  // Shared experts: one group of every token, weight 1.
   if (shared) {
-    buildActGrad(addKernel("train_shared_act_grad",
-                           {"x", "ws13", "ws2", "dy", "shared_dgu"},
-                           gridOf("tokens", 1), kRowThreads),
-                 /*shared=*/true);
-    buildRowsGrad(addKernel("train_shared_rows_grad",
-                            {"ws13", "shared_dgu", "shared_dx"},
-                            gridOf("tokens", 1), kRowThreads),
-                  /*shared=*/true);
-    buildDownGrad(
-        addKernel("train_shared_down_grad",
-                  {"shared_act", "dy", arg("shared_down_weight.grad")},
-                  fixedGrid(h), kRowThreads),
-        /*shared=*/true);
-    buildGateUpGrad(
-        addKernel("train_shared_gate_up_grad",
-                  {"shared_dgu", "x", arg("shared_gate_weight.grad"),
-                   arg("shared_up_weight.grad")},
-                  fixedGrid(2 * s), kRowThreads),
-        /*shared=*/true);
+    buildActGrad(
+        addKernel("train_shared_act_grad",
+                  {"x", "ws13", "ws2", "dy", "shared_offsets", "shared_dgu"},
+                  gridOf("tokens", 1), kRowThreads),
+        /*weighted=*/false);
+    buildRowsGrad(
+        addKernel("train_shared_rows_grad",
+                  {"ws13", "shared_dgu", "shared_offsets", "shared_dx"},
+                  gridOf("tokens", 1), kRowThreads));
+    buildDownGrad(addKernel("train_shared_down_grad",
+                            {"shared_act", "dy", "shared_offsets",
+                             arg("shared_down_weight.grad")},
+                            fixedGrid(h), kRowThreads),
+                  /*weighted=*/false);
+    buildGateUpGrad(addKernel("train_shared_gate_up_grad",
+                              {"shared_dgu", "x", "shared_offsets",
+                               arg("shared_gate_weight.grad"),
+                               arg("shared_up_weight.grad")},
+                              fixedGrid(2 * s), kRowThreads));
   }
   // Router and input.
   buildRouteGrad(addKernel("train_route_grad",
@@ -1279,14 +1322,24 @@ void LayerBuilder::buildTraining() {
   buildRouterGrad(addKernel("train_router_grad",
                             {"dl", "x", arg("router_weight.grad")},
                             fixedGrid(e), kRowThreads));
-  // Load, bias, AdamW.
-  SmallVector<std::string> loadArgs{"counts", "topk_ids", arg("load")};
+  buildLoad(addKernel("train_load", {"counts", arg("load")}, elementGrid(e),
+                      kCountThreads));
+  // With expert parallelism: what every rank computed in part. Each
+  // rank's experts already saw every token routed to them.
+  if (sharded) {
+    std::vector<std::string> sums{arg("loss"), arg("load"),
+                                  arg("router_weight.grad")};
+    if (shared)
+      for (const char *w :
+           {"shared_gate_weight", "shared_up_weight", "shared_down_weight"})
+        sums.push_back(arg(std::string(w) + ".grad"));
+    addAllReduce(SmallVector<StringRef>(sums.begin(), sums.end()));
+  }
   if (bias)
-    loadArgs.append({arg("hyper"), "score_bias", arg("score_bias.next")});
-  buildLoadAndBias(
-      addKernel("train_load_and_bias",
-                SmallVector<StringRef>(loadArgs.begin(), loadArgs.end()),
-                gridOf("one"), 32));
+    buildBias(addKernel(
+        "train_bias",
+        {arg("load"), arg("hyper"), "score_bias", arg("score_bias.next")},
+        elementGrid(e), kCountThreads));
   for (auto [name, value] : listTrainedWeights(layer)) {
     std::string w = name.str();
     SmallVector<std::string> names{
@@ -1307,12 +1360,6 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
            << "; the sm_90a kernels take bf16 or f16 layers (compile with "
               "--dtype=bf16)";
   auto ep = static_cast<int64_t>(layer.getEpSize());
-  if (ep > 1 && train)
-    return layer.emitOpError()
-           << "is sharded over " << ep
-           << " expert-parallel ranks; training a sharded layer runs on the "
-              "host target only (the sm_90a training kernels are for one "
-              "rank)";
   if (layer.getEpChunks() > 1)
     return layer.emitOpError()
            << "exchanges its tokens in " << layer.getEpChunks()

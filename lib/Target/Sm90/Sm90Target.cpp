@@ -145,8 +145,12 @@ std::string describeGrid(const rt::GpuStep &step) {
     return "1";
   if (step.gridKind == "fixed")
     return std::to_string(step.gridSize);
-  if (step.gridKind == "rows")
-    return "R (row capacity)";
+  if (step.gridKind == "rows" || step.gridKind == "received_rows") {
+    std::string count = step.gridKind == "rows" ? "R" : "ep*R";
+    return step.perBlock > 1
+               ? "ceil(" + count + "/" + std::to_string(step.perBlock) + ")"
+               : count + " (row capacity)";
+  }
   std::string count = step.gridKind == "tokens" ? "T" : "T*k";
   return step.perBlock == 1
              ? count
@@ -237,8 +241,9 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
       into.push_back(std::move(step));
       return;
     }
-    if (step.op == "exchange") {
-      step.exchange = cast<StringAttr>(dict.get("exchange")).str();
+    if (step.op == "exchange" || step.op == "all_reduce") {
+      if (auto kind = dict.getAs<StringAttr>("exchange"))
+        step.exchange = kind.str();
       for (Attribute arg : cast<ArrayAttr>(dict.get("args")))
         step.args.push_back(cast<StringAttr>(arg).str());
       into.push_back(std::move(step));

@@ -92,19 +92,23 @@ struct GpuTensorMap {
 
 /// One step of an sm_90a schedule.
 struct GpuStep {
-  std::string op;     // launch | memset | exchange
+  std::string op;     // launch | memset | exchange | all_reduce
   std::string buffer; // memset: the buffer zeroed
   std::string kernel; // launch: the kernel
   /// exchange (expert parallelism, between the launches): "dispatch" with
   /// args [offsets, rows, row_weight, ep_offsets, ep_group_offsets,
   /// ep_rows, ep_row_weight]: every expert's segment of rows and weights
   /// goes to its rank, which lays them out by (local expert, source rank);
-  /// "combine" with args [ep_offsets, ep_down, offsets, down]: back.
+  /// "combine" with args [ep_offsets, ep_down, offsets, down]: back;
+  /// "dispatch_rows" and "combine_rows" with args [from, to]: other rows
+  /// of the last dispatch's segments, either way. all_reduce: the f32
+  /// buffers of args summed over the ranks, in place.
   std::string exchange;
   std::vector<std::string> args; // launch: the buffers of its memref args
   /// Grid: tokens (ceil(T / perBlock)), assignments (ceil(T * k /
-  /// perBlock)), rows (one CTA per dispatched row of the capacity), one,
-  /// or persistent and fixed (`gridSize` CTAs).
+  /// perBlock)), rows and received_rows (ceil(capacity / perBlock) over the
+  /// dispatched or the received rows' capacity), one, or persistent and
+  /// fixed (`gridSize` CTAs).
   std::string gridKind;
   int64_t perBlock = 0, gridSize = 0;
   int64_t block = 0, sharedMemory = 0;
