@@ -61,3 +61,6 @@ if (shutil.which("mpirun", path=config.environment["PATH"])
 # A GPU is present when the driver is: its device nodes exist.
 if os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0"):
     config.available_features.add("cuda")
+    # Two GPUs: sharded layers over NCCL, one rank per GPU.
+    if os.path.exists("/dev/nvidia1"):
+        config.available_features.add("cuda-2")
