@@ -271,14 +271,8 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
   LayerConfigAttr config = layer.getConfig();
 
   std::vector<TrainArgument> trainArguments;
-  if (options.train) {
-    if (layer.getSharedExpertGate()) {
-      result.error = "--train: the shared-expert gate (Qwen2-MoE) is not "
-                     "differentiated yet";
-      return result;
-    }
+  if (options.train)
     trainArguments = listTrainArguments(layer);
-  }
   if (options.emit == "host-emulation")
     return emulateOnHost(module, options, timing, result);
   // The kernel pipeline erases the layer's function.
@@ -399,6 +393,11 @@ CompileResult mlir::moe::compile(const std::string &input,
   }
   LayerOp layer = layers.front();
   LayerConfigAttr config = layer.getConfig();
+  if (options.train && layer.getSharedExpertGate()) {
+    result.error = "--train: the shared-expert gate (Qwen2-MoE) is not "
+                   "differentiated yet";
+    return result;
+  }
   if (options.ep > 1) {
     PassManager pm(&context);
     pm.addPass(createMoeExpertParallel(
@@ -440,14 +439,8 @@ CompileResult mlir::moe::compile(const std::string &input,
   OwningOpRef<ModuleOp> entry =
       buildHostEntry(layer, alignmentFor(options), arguments);
   std::vector<TrainArgument> trainArguments;
-  if (options.train) {
-    if (layer.getSharedExpertGate()) {
-      result.error = "--train: the shared-expert gate (Qwen2-MoE) is not "
-                     "differentiated yet";
-      return result;
-    }
+  if (options.train)
     trainArguments = addHostTrainEntry(*entry, layer);
-  }
   {
     PassManager pm(&context);
     if (options.passManagerCLOptions && failed(applyPassManagerCLOptions(pm))) {
