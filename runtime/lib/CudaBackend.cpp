@@ -96,6 +96,16 @@ private:
   }
   /// An expert-parallel exchange step (GpuStep::exchange).
   Status runExchange(const GpuStep &step);
+  /// The time of every launch of `steps` after a timed run.
+  void collectProfile(const std::vector<GpuStep> &steps) {
+    for (size_t i = 0; i < steps.size(); ++i) {
+      if (steps[i].op != "launch")
+        continue;
+      float ms = 0;
+      driver.eventElapsedTime(&ms, events[2 * i], events[2 * i + 1]);
+      profile.push_back({steps[i].kernel, ms});
+    }
+  }
   /// Sums each f32 buffer of `step` over the ranks.
   Status runAllReduce(const GpuStep &step);
   /// Bytes of one row of `b` (its dimensions after the first).
@@ -291,7 +301,9 @@ Status CudaBackend::init(const Bundle &bundle) {
     for (size_t i : mapIndex[j])
       into.back().push_back(mapsBuffer + i * sizeof(TensorMap));
   }
-  for (size_t i = 0; i < 2 * manifest.gpu.steps.size(); ++i) {
+  size_t timedSteps =
+      std::max(manifest.gpu.steps.size(), manifest.gpu.trainSteps.size());
+  for (size_t i = 0; i < 2 * timedSteps; ++i) {
     CUevent e = nullptr;
     if (Status s = check(driver.eventCreate(&e, 0), "cuEventCreate"); !s.ok())
       return s;
@@ -357,6 +369,7 @@ Status CudaBackend::runExchange(const GpuStep &step) {
         std::to_string(manifest.expertParallel) + ")");
   int64_t experts = manifest.layer.experts;
   int ranks = deviceComm->size();
+  double started = steadySeconds();
   auto ptr = [&](size_t arg) {
     return reinterpret_cast<void *>(buffers[step.args[arg]]);
   };
@@ -438,7 +451,10 @@ Status CudaBackend::runExchange(const GpuStep &step) {
     return Status::failure("unknown exchange '" + step.exchange +
                            "' in the bundle's schedule");
   }
-  return deviceComm->synchronize();
+  Status done = deviceComm->synchronize();
+  // For the trace: the exchange's span, sizes and NCCL together.
+  hostComm->record("all-to-all (" + step.exchange + ", NCCL)", started);
+  return done;
 }
 
 Status CudaBackend::runAllReduce(const GpuStep &step) {
@@ -449,6 +465,7 @@ Status CudaBackend::runAllReduce(const GpuStep &step) {
                        "a kernel before the all-reduce failed");
       !s.ok())
     return s;
+  double started = steadySeconds();
   for (const std::string &name : step.args) {
     const GpuBuffer *b = findBuffer(name);
     if (Status s =
@@ -457,7 +474,9 @@ Status CudaBackend::runAllReduce(const GpuStep &step) {
         !s.ok())
       return s;
   }
-  return deviceComm->synchronize();
+  Status done = deviceComm->synchronize();
+  hostComm->record("all-reduce (NCCL)", started);
+  return done;
 }
 
 Status
@@ -581,15 +600,8 @@ Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {
                        "a kernel of the forward pass failed");
       !s.ok())
     return s;
-  if (profiling)
-    for (size_t i = 0; tokens > 0 && i < manifest.gpu.steps.size(); ++i) {
-      const GpuStep &step = manifest.gpu.steps[i];
-      if (step.op != "launch")
-        continue;
-      float ms = 0;
-      driver.eventElapsedTime(&ms, events[2 * i], events[2 * i + 1]);
-      profile.push_back({step.kernel, ms});
-    }
+  if (profiling && tokens > 0)
+    collectProfile(manifest.gpu.steps);
 
   // Outputs: y (converted to f32), topk_ids, topk_weights.
   const char *names[3] = {"y", "topk_ids", "topk_weights"};
@@ -671,14 +683,17 @@ Status CudaBackend::runEntry(const std::string &symbol,
         return s;
   }
   lastTokens = tokens;
+  profile.clear();
   if (Status s = launchSteps(manifest.gpu.trainSteps, trainStepMaps, tokens,
-                             /*timed=*/false);
+                             profiling);
       !s.ok())
     return s;
   if (Status s = check(driver.streamSynchronize(stream),
                        "a kernel of the training step failed");
       !s.ok())
     return s;
+  if (profiling)
+    collectProfile(manifest.gpu.trainSteps);
   // The step rewrote the compute copies from its master weights.
   parametersUploaded = false;
   for (size_t i = 0; i < arguments.size(); ++i) {

@@ -239,7 +239,14 @@ int main(int argc, char **argv) {
   int64_t first = (*trainer)->steps() + 1;
   Trace trace;
   int dataLane = trace.lane("data (inputs, teacher)");
-  int stepLane = trace.lane("training step (host)");
+  int stepLane = trace.lane("training step (" + device + ")");
+  // On the GPU: each kernel's time (CUDA events), laid end to end from the
+  // step's start on the compute stream's lane.
+  int kernelLane = -1;
+  if (device == "cuda" && !tracePath.empty()) {
+    kernelLane = trace.lane("kernels (compute stream)");
+    (*student)->getBackend().setProfiling(true);
+  }
   int ioLane = trace.lane("checkpoints");
   std::string rank = "rank " + std::to_string(comm.rank());
   int codeLane = trace.lane("compiled code between collectives (" + rank + ")");
@@ -274,6 +281,14 @@ int main(int argc, char **argv) {
       die(result.message());
     trace.add(stepLane, label + ": forward, loss, backward, AdamW", t2,
               trace.now() - t2);
+    if (kernelLane >= 0) {
+      double at = t2;
+      for (const KernelTime &k : (*student)->getBackend().lastProfile()) {
+        trace.add(kernelLane, label + ": " + k.kernel, at,
+                  k.milliseconds / 1e3);
+        at += k.milliseconds / 1e3;
+      }
+    }
     for (const CommEvent &e : comm.takeEvents())
       trace.add(e.compute ? codeLane : commLane, label + ": " + e.name,
                 trace.fromSteady(e.start), e.seconds);
