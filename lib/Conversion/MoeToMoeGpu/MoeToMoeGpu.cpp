@@ -657,7 +657,6 @@ void LayerBuilder::buildPack(gpu::GPUFuncOp func) {
   Value gate = func.getArgument(0), up = func.getArgument(1);
   Value packed = func.getArgument(2);
   auto type = cast<MemRefType>(packed.getType());
-  int64_t rows = type.getDimSize(1), cols = type.getDimSize(2);
   Value i = e.addi(e.muli(e.block(), e.idx(kCountThreads)), e.thread());
   e.when(e.cmp(arith::CmpIPredicate::ult, i, e.idx(type.getNumElements())),
          [&] {
@@ -674,8 +673,6 @@ void LayerBuilder::buildPack(gpu::GPUFuncOp func) {
            Value v = arith::SelectOp::create(b, isGate, e.load(gate, src),
                                              e.load(up, src));
            e.store(e.truncTo(type.getElementType(), v), packed, at);
-           (void)rows;
-           (void)cols;
          });
 }
 
