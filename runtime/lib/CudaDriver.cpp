@@ -8,7 +8,6 @@
 
 #include <cstdlib>
 #include <dlfcn.h>
-#include <type_traits>
 
 namespace moe::rt::cuda {
 
@@ -21,12 +20,7 @@ Expected<Driver> openDriver() {
   if (!handle)
     return Result::error(std::string("no CUDA driver found: ") + dlerror());
   Driver d{};
-  bool complete = true;
-  auto bind = [&](auto &fn, const char *name) {
-    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(
-        dlsym(handle, name));
-    complete = complete && fn;
-  };
+  SymbolBinder bind{handle};
   bind(d.init, "cuInit");
   bind(d.deviceGet, "cuDeviceGet");
   bind(d.primaryCtxRetain, "cuDevicePrimaryCtxRetain");
@@ -52,7 +46,7 @@ Expected<Driver> openDriver() {
   bind(d.launchKernelEx, "cuLaunchKernelEx");
   bind(d.tensorMapEncodeTiled, "cuTensorMapEncodeTiled");
   bind(d.getErrorString, "cuGetErrorString");
-  if (!complete) {
+  if (!bind.complete) {
     dlclose(handle);
     return Result::error(std::string("'") + library +
                          "' is not a CUDA driver (missing driver API "

@@ -13,6 +13,7 @@
 #include "moe/runtime/Support.h"
 
 #include <cstddef>
+#include <dlfcn.h>
 #include <string>
 
 namespace moe::rt::cuda {
@@ -103,6 +104,17 @@ struct Driver {
       return "CUDA error 34 (the library is the toolkit's stub, not a GPU "
              "driver)";
     return "CUDA error " + std::to_string(rc);
+  }
+};
+
+/// Binds entry points of a library opened with dlopen by name;
+/// `complete` stays true while every one was found.
+struct SymbolBinder {
+  void *handle;
+  bool complete = true;
+  template <typename Fn> void operator()(Fn &fn, const char *name) {
+    fn = reinterpret_cast<Fn>(dlsym(handle, name));
+    complete = complete && fn;
   }
 };
 

@@ -15,7 +15,6 @@
 #include <cstring>
 #include <dlfcn.h>
 #include <thread>
-#include <type_traits>
 
 namespace moe::rt {
 
@@ -88,12 +87,7 @@ Expected<Nccl> openNccl() {
   if (!handle)
     return Result::error(std::string("no NCCL library found: ") + dlerror());
   Nccl n{};
-  bool complete = true;
-  auto bind = [&](auto &fn, const char *name) {
-    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(
-        dlsym(handle, name));
-    complete = complete && fn;
-  };
+  SymbolBinder bind{handle};
   bind(n.getVersion, "ncclGetVersion");
   bind(n.getUniqueId, "ncclGetUniqueId");
   bind(n.commInitRankConfig, "ncclCommInitRankConfig");
@@ -107,7 +101,7 @@ Expected<Nccl> openNccl() {
   bind(n.allReduce, "ncclAllReduce");
   bind(n.getErrorString, "ncclGetErrorString");
   bind(n.getLastError, "ncclGetLastError");
-  if (!complete) {
+  if (!bind.complete) {
     dlclose(handle);
     return Result::error(std::string("'") + library +
                          "' is not an NCCL library (missing entry points of "

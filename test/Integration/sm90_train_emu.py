@@ -261,7 +261,8 @@ def run_schedule(manifest, lib, bufs, models, tokens):
             fn(*[ctypes.addressof(d) for d in descs], grid, step["block"])
             for n, a in zip(names, arrays):
                 buf.store_native(n, a)
-            emulated += r == 0
+            if r == 0:
+                emulated += 1
     return emulated
 
 

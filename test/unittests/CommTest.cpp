@@ -16,6 +16,7 @@
 
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -101,6 +102,21 @@ private:
   int me;
 };
 
+/// Runs body(comm, rank) on one thread per rank, each with its rank's
+/// communicator, and waits for all.
+void onRanks(int ranks,
+             const std::function<void(ThreadCommunicator &, int)> &body) {
+  Shared shared(ranks);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < ranks; ++rank)
+    threads.emplace_back([&, rank] {
+      ThreadCommunicator comm(shared, rank);
+      body(comm, rank);
+    });
+  for (std::thread &t : threads)
+    t.join();
+}
+
 using Counts = void (*)(int64_t, int64_t, int64_t, int64_t, int64_t);
 using Rows = void (*)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                       int64_t, int64_t);
@@ -141,86 +157,80 @@ Dispatched makeRows(int rank, const std::vector<int32_t> &sizes,
 /// `async`), checking both layouts.
 void exchange(int ranks, int64_t experts, int64_t width, bool async,
               unsigned seed) {
-  Shared shared(ranks);
   std::mt19937 rng(seed);
   std::vector<std::vector<int32_t>> sizes(ranks);
   for (auto &s : sizes)
     for (int64_t e = 0; e < experts; ++e)
       s.push_back(static_cast<int32_t>(rng() % 4)); // empty segments too
   int64_t local = experts / ranks;
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < ranks; ++rank)
-    threads.emplace_back([&, rank] {
-      ThreadCommunicator comm(shared, rank);
-      CommContext context(comm);
-      std::vector<int64_t> table = context.table();
-      int64_t ctx = table[0];
-      int64_t rowBytes = width * sizeof(float);
-      Dispatched mine = makeRows(rank, sizes[rank], width);
-      auto run = [&](int64_t kind, const std::vector<float> &in,
-                     const std::vector<int32_t> &inOffsets,
-                     std::vector<int32_t> &outOffsets) {
-        outOffsets.assign(experts + 1, -1);
-        slot<Counts>(table, moe::comm::Slot::ExchangeCounts)(
-            ctx, kind, address(inOffsets.data()), address(outOffsets.data()),
-            experts);
-        std::vector<float> out(outOffsets[experts] * width, -1.0f);
-        int64_t args[] = {ctx,
-                          kind,
-                          address(in.data()),
-                          address(inOffsets.data()),
-                          address(out.data()),
-                          address(outOffsets.data()),
-                          experts,
-                          rowBytes};
-        if (async) {
-          int64_t handle = slot<Start>(table, moe::comm::Slot::StartRows)(
-              args[0], args[1], args[2], args[3], args[4], args[5], args[6],
-              args[7]);
-          slot<Wait>(table, moe::comm::Slot::Wait)(ctx, handle);
-        } else {
-          slot<Rows>(table, moe::comm::Slot::ExchangeRows)(
-              args[0], args[1], args[2], args[3], args[4], args[5], args[6],
-              args[7]);
-        }
-        return out;
-      };
-      // Dispatch: segment (l, s) holds source s's rows of expert
-      // rank * local + l.
-      std::vector<int32_t> recvOffsets;
-      std::vector<float> recv = run(0, mine.rows, mine.offsets, recvOffsets);
-      std::vector<float> expected;
-      std::vector<int32_t> expectedOffsets{0};
-      for (int64_t l = 0; l < local; ++l)
-        for (int s = 0; s < ranks; ++s) {
-          int64_t e = rank * local + l;
-          for (int32_t r = 0; r < sizes[s][e]; ++r)
-            for (int64_t c = 0; c < width; ++c)
-              expected.push_back(value(s, e, r, c));
-          expectedOffsets.push_back(expectedOffsets.back() + sizes[s][e]);
-        }
-      EXPECT_EQ(recvOffsets, expectedOffsets) << "rank " << rank;
-      EXPECT_EQ(recv, expected) << "rank " << rank;
-      // Combine: everything back where it was.
-      std::vector<int32_t> backOffsets;
-      std::vector<float> back = run(1, recv, recvOffsets, backOffsets);
-      EXPECT_EQ(backOffsets, mine.offsets) << "rank " << rank;
-      EXPECT_EQ(back, mine.rows) << "rank " << rank;
-      // The sum over ranks, in place.
-      std::vector<float> sum{static_cast<float>(rank), 1.0f};
-      slot<Reduce>(table, moe::comm::Slot::AllReduce)(ctx, address(sum.data()),
-                                                      2);
-      EXPECT_EQ(sum[0], ranks * (ranks - 1) / 2.0f);
-      EXPECT_EQ(sum[1], static_cast<float>(ranks));
-      // The trace: the collectives and the code between them.
-      bool compute = false, collective = false;
-      for (const CommEvent &e : comm.takeEvents())
-        (e.compute ? compute : collective) = true;
-      EXPECT_TRUE(compute);
-      EXPECT_FALSE(collective); // this communicator records none
-    });
-  for (std::thread &t : threads)
-    t.join();
+  onRanks(ranks, [&](ThreadCommunicator &comm, int rank) {
+    CommContext context(comm);
+    std::vector<int64_t> table = context.table();
+    int64_t ctx = table[0];
+    int64_t rowBytes = width * sizeof(float);
+    Dispatched mine = makeRows(rank, sizes[rank], width);
+    auto run = [&](int64_t kind, const std::vector<float> &in,
+                   const std::vector<int32_t> &inOffsets,
+                   std::vector<int32_t> &outOffsets) {
+      outOffsets.assign(experts + 1, -1);
+      slot<Counts>(table, moe::comm::Slot::ExchangeCounts)(
+          ctx, kind, address(inOffsets.data()), address(outOffsets.data()),
+          experts);
+      std::vector<float> out(outOffsets[experts] * width, -1.0f);
+      int64_t args[] = {ctx,
+                        kind,
+                        address(in.data()),
+                        address(inOffsets.data()),
+                        address(out.data()),
+                        address(outOffsets.data()),
+                        experts,
+                        rowBytes};
+      if (async) {
+        int64_t handle = slot<Start>(table, moe::comm::Slot::StartRows)(
+            args[0], args[1], args[2], args[3], args[4], args[5], args[6],
+            args[7]);
+        slot<Wait>(table, moe::comm::Slot::Wait)(ctx, handle);
+      } else {
+        slot<Rows>(table, moe::comm::Slot::ExchangeRows)(
+            args[0], args[1], args[2], args[3], args[4], args[5], args[6],
+            args[7]);
+      }
+      return out;
+    };
+    // Dispatch: segment (l, s) holds source s's rows of expert
+    // rank * local + l.
+    std::vector<int32_t> recvOffsets;
+    std::vector<float> recv = run(0, mine.rows, mine.offsets, recvOffsets);
+    std::vector<float> expected;
+    std::vector<int32_t> expectedOffsets{0};
+    for (int64_t l = 0; l < local; ++l)
+      for (int s = 0; s < ranks; ++s) {
+        int64_t e = rank * local + l;
+        for (int32_t r = 0; r < sizes[s][e]; ++r)
+          for (int64_t c = 0; c < width; ++c)
+            expected.push_back(value(s, e, r, c));
+        expectedOffsets.push_back(expectedOffsets.back() + sizes[s][e]);
+      }
+    EXPECT_EQ(recvOffsets, expectedOffsets) << "rank " << rank;
+    EXPECT_EQ(recv, expected) << "rank " << rank;
+    // Combine: everything back where it was.
+    std::vector<int32_t> backOffsets;
+    std::vector<float> back = run(1, recv, recvOffsets, backOffsets);
+    EXPECT_EQ(backOffsets, mine.offsets) << "rank " << rank;
+    EXPECT_EQ(back, mine.rows) << "rank " << rank;
+    // The sum over ranks, in place.
+    std::vector<float> sum{static_cast<float>(rank), 1.0f};
+    slot<Reduce>(table, moe::comm::Slot::AllReduce)(ctx, address(sum.data()),
+                                                    2);
+    EXPECT_EQ(sum[0], ranks * (ranks - 1) / 2.0f);
+    EXPECT_EQ(sum[1], static_cast<float>(ranks));
+    // The trace: the collectives and the code between them.
+    bool compute = false, collective = false;
+    for (const CommEvent &e : comm.takeEvents())
+      (e.compute ? compute : collective) = true;
+    EXPECT_TRUE(compute);
+    EXPECT_FALSE(collective); // this communicator records none
+  });
 }
 
 TEST(CommContext, DispatchAndCombineOfThreeRanks) {
@@ -249,22 +259,14 @@ void planned(int ranks, int64_t experts, int64_t width, unsigned seed) {
     mine.push_back(makeRows(r, sizes[r], width));
   // The receiving offsets, from the offsets exchange on thread ranks.
   std::vector<std::vector<int32_t>> recvOffsets(ranks), backOffsets(ranks);
-  {
-    Shared shared(ranks);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < ranks; ++r)
-      threads.emplace_back([&, r] {
-        ThreadCommunicator comm(shared, r);
-        recvOffsets[r].assign(experts + 1, -1);
-        exchangeOffsets(comm, moe::comm::Kind::Dispatch, mine[r].offsets.data(),
-                        recvOffsets[r].data(), experts);
-        backOffsets[r].assign(experts + 1, -1);
-        exchangeOffsets(comm, moe::comm::Kind::Combine, recvOffsets[r].data(),
-                        backOffsets[r].data(), experts);
-      });
-    for (std::thread &t : threads)
-      t.join();
-  }
+  onRanks(ranks, [&](ThreadCommunicator &comm, int r) {
+    recvOffsets[r].assign(experts + 1, -1);
+    exchangeOffsets(comm, moe::comm::Kind::Dispatch, mine[r].offsets.data(),
+                    recvOffsets[r].data(), experts);
+    backOffsets[r].assign(experts + 1, -1);
+    exchangeOffsets(comm, moe::comm::Kind::Combine, recvOffsets[r].data(),
+                    backOffsets[r].data(), experts);
+  });
   // Applies every rank's plan; `in[r]` and `out[r]` are rank r's buffers.
   auto apply = [&](moe::comm::Kind kind,
                    const std::vector<std::vector<int32_t>> &inOff,
@@ -330,22 +332,15 @@ TEST(ExchangePlan, FourRanksOneExpertEach) { planned(4, 4, 5, 9); }
 // root's bytes, whatever it held before.
 TEST(Broadcast, EveryRankGetsTheRootsBytes) {
   for (int root : {0, 2}) {
-    const int ranks = 3;
-    Shared shared(ranks);
-    std::vector<std::thread> threads;
-    for (int rank = 0; rank < ranks; ++rank)
-      threads.emplace_back([&, rank] {
-        ThreadCommunicator comm(shared, rank);
-        std::vector<char> data(37);
-        for (size_t i = 0; i < data.size(); ++i)
-          data[i] = static_cast<char>(rank * 50 + i);
-        broadcast(comm, data.data(), data.size(), root);
-        for (size_t i = 0; i < data.size(); ++i)
-          EXPECT_EQ(data[i], static_cast<char>(root * 50 + i))
-              << "rank " << rank << " byte " << i;
-      });
-    for (std::thread &t : threads)
-      t.join();
+    onRanks(3, [&](ThreadCommunicator &comm, int rank) {
+      std::vector<char> data(37);
+      for (size_t i = 0; i < data.size(); ++i)
+        data[i] = static_cast<char>(rank * 50 + i);
+      broadcast(comm, data.data(), data.size(), root);
+      for (size_t i = 0; i < data.size(); ++i)
+        EXPECT_EQ(data[i], static_cast<char>(root * 50 + i))
+            << "rank " << rank << " byte " << i;
+    });
   }
 }
 

@@ -93,6 +93,18 @@ def read_manifest(path):
         return json.loads(f.read(manifest_size))
 
 
+def stacked(manifest, raw):
+    """Role -> tensor from per-expert checkpoint names."""
+    out = {}
+    for p in manifest["parameters"]:
+        if p["stack"]:
+            out[p["role"]] = torch.stack(
+                [raw[p["name"].replace("{i}", str(i))] for i in range(p["stack"])])
+        elif p["name"] in raw:
+            out[p["role"]] = raw[p["name"]]
+    return out
+
+
 # --------------------------------------------------------------------------
 # PyTorch references, written from the layer's definition
 # --------------------------------------------------------------------------
@@ -216,16 +228,9 @@ def check_bundle(args, bundle, rows_out):
           run.stdout.strip().splitlines()[-1])
 
     dev = "cuda"
-    raw = read_safetensors(files["weights"])
-    w = {}
-    for p in manifest["parameters"]:
-        if p["stack"]:
-            w[p["role"]] = torch.stack(
-                [raw[p["name"].replace("{i}", str(i))] for i in range(p["stack"])])
-        else:
-            w[p["role"]] = raw[p["name"]]
-        w[p["role"]] = w[p["role"]].to(dev).to(torch.bfloat16 if p["dtype"] == "bf16" else torch.float32)
-    del raw
+    dtypes = {p["role"]: p["dtype"] for p in manifest["parameters"]}
+    w = {role: t.to(dev).to(torch.bfloat16 if dtypes[role] == "bf16" else torch.float32)
+         for role, t in stacked(manifest, read_safetensors(files["weights"])).items()}
     bias = w.get("score_bias", torch.zeros(layer["experts"], device=dev))
     buf = {k: v.to(dev) for k, v in read_safetensors(files["buffers"]).items()}
     # The device's own bf16 copy of the input: every check starts from it.
@@ -346,18 +351,6 @@ def check_bundle(args, bundle, rows_out):
     del w, buf
     torch.cuda.empty_cache()
     return ok
-
-
-def stacked(manifest, raw):
-    """Role -> tensor from per-expert checkpoint names."""
-    out = {}
-    for p in manifest["parameters"]:
-        if p["stack"]:
-            out[p["role"]] = torch.stack(
-                [raw[p["name"].replace("{i}", str(i))] for i in range(p["stack"])])
-        elif p["name"] in raw:
-            out[p["role"]] = raw[p["name"]]
-    return out
 
 
 def check_training(args, bundle):

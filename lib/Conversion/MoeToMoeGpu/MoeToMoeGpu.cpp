@@ -257,6 +257,18 @@ struct Emitter {
   }
   Value block() { return gpu::BlockIdOp::create(b, gpu::Dimension::x); }
   Value thread() { return gpu::ThreadIdOp::create(b, gpu::Dimension::x); }
+  /// body(c) for the columns c < n this thread of a kRowThreads-wide CTA
+  /// owns (c = thread, thread + kRowThreads, ...).
+  void columns(int64_t n, function_ref<void(Value)> body) {
+    loop(thread(), idx(n), idx(kRowThreads), {}, [&](Value c, ValueRange) {
+      body(c);
+      return SmallVector<Value>{};
+    });
+  }
+  /// The launch's thread index, `perBlock` threads to a CTA.
+  Value globalThread(int64_t perBlock) {
+    return addi(muli(block(), idx(perBlock)), thread());
+  }
   Value dim(Value memref, int64_t i) {
     return memref::DimOp::create(b, memref, i);
   }
@@ -641,7 +653,7 @@ void LayerBuilder::buildConvert(gpu::GPUFuncOp func) {
   Emitter e{b};
   Value src = func.getArgument(0), dst = func.getArgument(1);
   Type type = cast<MemRefType>(dst.getType()).getElementType();
-  Value i = e.addi(e.muli(e.block(), e.idx(kCountThreads)), e.thread());
+  Value i = e.globalThread(kCountThreads);
   Value n = e.idx(cast<MemRefType>(src.getType()).getNumElements());
   e.when(e.cmp(arith::CmpIPredicate::ult, i, n), [&] {
     e.store(e.truncTo(type, e.load(src, e.delinearize(i, src))), dst,
@@ -657,7 +669,7 @@ void LayerBuilder::buildPack(gpu::GPUFuncOp func) {
   Value gate = func.getArgument(0), up = func.getArgument(1);
   Value packed = func.getArgument(2);
   auto type = cast<MemRefType>(packed.getType());
-  Value i = e.addi(e.muli(e.block(), e.idx(kCountThreads)), e.thread());
+  Value i = e.globalThread(kCountThreads);
   e.when(e.cmp(arith::CmpIPredicate::ult, i, e.idx(type.getNumElements())),
          [&] {
            SmallVector<Value> at = e.delinearize(i, packed);
@@ -705,7 +717,7 @@ void LayerBuilder::buildRowTokens(gpu::GPUFuncOp func) {
   Emitter e{b};
   Value rowMap = func.getArgument(0), rowToken = func.getArgument(1);
   int64_t topK = config.getTopK();
-  Value i = e.addi(e.muli(e.block(), e.idx(kCountThreads)), e.thread());
+  Value i = e.globalThread(kCountThreads);
   Value n = e.muli(e.dim(rowMap, 0), e.idx(topK));
   e.when(e.cmp(arith::CmpIPredicate::ult, i, n), [&] {
     Value r = e.load(rowMap, {e.divi(i, e.idx(topK)), e.remi(i, e.idx(topK))});
@@ -753,11 +765,9 @@ void LayerBuilder::buildGatherRowDy(gpu::GPUFuncOp func) {
     e.when(e.cmp(arith::CmpIPredicate::sgt, code, e.i32(0)), [&] {
       Value t = e.divi(e.index(arith::SubIOp::create(b, code, e.i32(1))),
                        e.idx(config.getTopK()));
-      e.loop(e.thread(), e.idx(config.getHidden()), e.idx(kRowThreads), {},
-             [&](Value h, ValueRange) {
-               e.store(e.load(dy, {t, h}), rowDy, {r, h});
-               return SmallVector<Value>{};
-             });
+      e.columns(config.getHidden(), [&](Value h) {
+        e.store(e.load(dy, {t, h}), rowDy, {r, h});
+      });
     });
   });
 }
@@ -769,7 +779,7 @@ void LayerBuilder::buildScatterRowWeightGrad(gpu::GPUFuncOp func) {
   Value rowGrad = func.getArgument(0), rowToken = func.getArgument(1);
   Value offsets = func.getArgument(2), dtw = func.getArgument(3);
   int64_t topK = config.getTopK();
-  Value i = e.addi(e.muli(e.block(), e.idx(kCountThreads)), e.thread());
+  Value i = e.globalThread(kCountThreads);
   e.when(inGroups(e, offsets, i), [&] {
     Value code = e.load(rowToken, {i});
     e.when(e.cmp(arith::CmpIPredicate::sgt, code, e.i32(0)), [&] {
@@ -841,23 +851,20 @@ void LayerBuilder::buildRowsGrad(gpu::GPUFuncOp func) {
   Value r = e.block();
   e.when(inGroups(e, groups, r), [&] {
     Value ex = groupOf(e, b, groups, r);
-    e.loop(e.thread(), e.idx(config.getHidden()), e.idx(kRowThreads), {},
-           [&](Value h, ValueRange) {
-             Value acc =
-                 e.loop(e.idx(0), e.idx(ffn), e.idx(1), {e.f32(0)},
-                        [&](Value f, ValueRange it) {
-                          Value gr = gateRow(e, f);
-                          Value ur = e.addi(gr, e.idx(8));
-                          Value dg = e.load(dgu, {r, f});
-                          Value du = e.load(dgu, {r, e.addi(f, e.idx(ffn))});
-                          Value v = e.add(
-                              e.mul(dg, e.toF32(e.load(w13, {ex, gr, h}))),
-                              e.mul(du, e.toF32(e.load(w13, {ex, ur, h}))));
-                          return SmallVector<Value>{e.add(it[0], v)};
-                        })[0];
-             e.store(acc, drows, {r, h});
-             return SmallVector<Value>{};
-           });
+    e.columns(config.getHidden(), [&](Value h) {
+      Value acc = e.loop(e.idx(0), e.idx(ffn), e.idx(1), {e.f32(0)},
+                         [&](Value f, ValueRange it) {
+                           Value gr = gateRow(e, f);
+                           Value ur = e.addi(gr, e.idx(8));
+                           Value dg = e.load(dgu, {r, f});
+                           Value du = e.load(dgu, {r, e.addi(f, e.idx(ffn))});
+                           Value v = e.add(
+                               e.mul(dg, e.toF32(e.load(w13, {ex, gr, h}))),
+                               e.mul(du, e.toF32(e.load(w13, {ex, ur, h}))));
+                           return SmallVector<Value>{e.add(it[0], v)};
+                         })[0];
+      e.store(acc, drows, {r, h});
+    });
   });
 }
 
@@ -884,20 +891,18 @@ void LayerBuilder::buildDownGrad(gpu::GPUFuncOp func, bool weighted) {
   bool stacked = cast<MemRefType>(grad.getType()).getRank() == 3;
   Value g = e.divi(e.block(), e.idx(hidden));
   Value h = e.remi(e.block(), e.idx(hidden));
-  e.loop(e.thread(), e.idx(ffn), e.idx(kRowThreads), {},
-         [&](Value f, ValueRange) {
-           Value acc = sumOverGroup(e, groups, g, [&](Value r) {
-             Value dyv = e.load(rowDy, {r, h});
-             if (weighted)
-               dyv = e.mul(e.load(func.getArgument(4), {r}), dyv);
-             return e.mul(dyv, e.toF32(e.load(act, {r, f})));
-           });
-           if (stacked)
-             e.store(acc, grad, {g, h, f});
-           else
-             e.store(acc, grad, {h, f});
-           return SmallVector<Value>{};
-         });
+  e.columns(ffn, [&](Value f) {
+    Value acc = sumOverGroup(e, groups, g, [&](Value r) {
+      Value dyv = e.load(rowDy, {r, h});
+      if (weighted)
+        dyv = e.mul(e.load(func.getArgument(4), {r}), dyv);
+      return e.mul(dyv, e.toF32(e.load(act, {r, f})));
+    });
+    if (stacked)
+      e.store(acc, grad, {g, h, f});
+    else
+      e.store(acc, grad, {h, f});
+  });
 }
 
 /// dWg[g, c, h] (c < F) and dWu[g, c - F, h] = sum over group g's rows of
@@ -916,24 +921,22 @@ void LayerBuilder::buildGateUpGrad(gpu::GPUFuncOp func) {
   Value isGate = e.cmp(arith::CmpIPredicate::ult, c, e.idx(ffn));
   Value f = arith::SelectOp::create(b, isGate, c,
                                     arith::SubIOp::create(b, c, e.idx(ffn)));
-  e.loop(e.thread(), e.idx(config.getHidden()), e.idx(kRowThreads), {},
-         [&](Value h, ValueRange) {
-           Value acc = sumOverGroup(e, groups, g, [&](Value r) {
-             return e.mul(e.load(dgu, {r, c}), e.toF32(e.load(rows, {r, h})));
-           });
-           SmallVector<Value> at{f, h};
-           if (stacked)
-             at.insert(at.begin(), g);
-           auto ifOp = scf::IfOp::create(b, isGate, /*withElseRegion=*/true);
-           {
-             ImplicitLocOpBuilder::InsertionGuard guard(b);
-             b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
-             e.store(acc, gateGrad, at);
-             b.setInsertionPoint(ifOp.elseBlock()->getTerminator());
-             e.store(acc, upGrad, at);
-           }
-           return SmallVector<Value>{};
-         });
+  e.columns(config.getHidden(), [&](Value h) {
+    Value acc = sumOverGroup(e, groups, g, [&](Value r) {
+      return e.mul(e.load(dgu, {r, c}), e.toF32(e.load(rows, {r, h})));
+    });
+    SmallVector<Value> at{f, h};
+    if (stacked)
+      at.insert(at.begin(), g);
+    auto ifOp = scf::IfOp::create(b, isGate, /*withElseRegion=*/true);
+    {
+      ImplicitLocOpBuilder::InsertionGuard guard(b);
+      b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
+      e.store(acc, gateGrad, at);
+      b.setInsertionPoint(ifOp.elseBlock()->getTerminator());
+      e.store(acc, upGrad, at);
+    }
+  });
 }
 
 /// One thread per token: the scores again (router logits, then sigmoid or
@@ -950,7 +953,7 @@ void LayerBuilder::buildRouteGrad(gpu::GPUFuncOp func) {
   Value x = func.getArgument(0), wr = func.getArgument(1);
   Value ids = func.getArgument(2), dtw = func.getArgument(3);
   Value dl = func.getArgument(4);
-  Value t = e.addi(e.muli(e.block(), e.idx(kCountThreads)), e.thread());
+  Value t = e.globalThread(kCountThreads);
   Value zero = e.idx(0), one = e.idx(1), nE = e.idx(experts), nK = e.idx(topK);
   e.when(e.cmp(arith::CmpIPredicate::ult, t, e.dim(x, 0)), [&] {
     e.loop(zero, nE, one, {}, [&](Value ex, ValueRange) {
@@ -1029,35 +1032,32 @@ void LayerBuilder::buildInputGrad(gpu::GPUFuncOp func) {
   Value sharedDx = shared ? func.getArgument(4) : Value();
   Value dx = func.getArgument(shared ? 5 : 4);
   Value t = e.block();
-  e.loop(e.thread(), e.idx(config.getHidden()), e.idx(kRowThreads), {},
-         [&](Value h, ValueRange) {
-           Value acc = e.loop(
-               e.idx(0), e.idx(config.getTopK()), e.idx(1), {e.f32(0)},
-               [&](Value j, ValueRange it) {
-                 Value r = e.load(rowMap, {t, j});
-                 auto ifOp = scf::IfOp::create(
-                     b, b.getF32Type(),
-                     e.cmp(arith::CmpIPredicate::sge, r, e.i32(0)), true);
-                 ImplicitLocOpBuilder::InsertionGuard guard(b);
-                 b.setInsertionPointToStart(ifOp.thenBlock());
-                 scf::YieldOp::create(
-                     b,
-                     ValueRange{e.add(it[0], e.load(drows, {e.index(r), h}))});
-                 b.setInsertionPointToStart(ifOp.elseBlock());
-                 scf::YieldOp::create(b, it[0]);
-                 return SmallVector<Value>{ifOp.getResult(0)};
-               })[0];
-           if (shared)
-             acc = e.add(acc, e.load(sharedDx, {t, h}));
-           acc = e.loop(e.idx(0), e.idx(config.getExperts()), e.idx(1), {acc},
-                        [&](Value ex, ValueRange it) {
-                          Value p = e.mul(e.load(dl, {t, ex}),
-                                          e.toF32(e.load(wr, {ex, h})));
-                          return SmallVector<Value>{e.add(it[0], p)};
-                        })[0];
-           e.store(acc, dx, {t, h});
-           return SmallVector<Value>{};
-         });
+  e.columns(config.getHidden(), [&](Value h) {
+    Value acc = e.loop(
+        e.idx(0), e.idx(config.getTopK()), e.idx(1), {e.f32(0)},
+        [&](Value j, ValueRange it) {
+          Value r = e.load(rowMap, {t, j});
+          auto ifOp = scf::IfOp::create(
+              b, b.getF32Type(), e.cmp(arith::CmpIPredicate::sge, r, e.i32(0)),
+              true);
+          ImplicitLocOpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(ifOp.thenBlock());
+          scf::YieldOp::create(
+              b, ValueRange{e.add(it[0], e.load(drows, {e.index(r), h}))});
+          b.setInsertionPointToStart(ifOp.elseBlock());
+          scf::YieldOp::create(b, it[0]);
+          return SmallVector<Value>{ifOp.getResult(0)};
+        })[0];
+    if (shared)
+      acc = e.add(acc, e.load(sharedDx, {t, h}));
+    acc = e.loop(
+        e.idx(0), e.idx(config.getExperts()), e.idx(1), {acc},
+        [&](Value ex, ValueRange it) {
+          Value p = e.mul(e.load(dl, {t, ex}), e.toF32(e.load(wr, {ex, h})));
+          return SmallVector<Value>{e.add(it[0], p)};
+        })[0];
+    e.store(acc, dx, {t, h});
+  });
 }
 
 /// dRouter[e, h] = sum_t dl[t, e] * x[t, h].
@@ -1067,18 +1067,15 @@ void LayerBuilder::buildRouterGrad(gpu::GPUFuncOp func) {
   Value dl = func.getArgument(0), x = func.getArgument(1);
   Value grad = func.getArgument(2);
   Value ex = e.block();
-  e.loop(
-      e.thread(), e.idx(config.getHidden()), e.idx(kRowThreads), {},
-      [&](Value h, ValueRange) {
-        Value acc = e.loop(
-            e.idx(0), e.dim(x, 0), e.idx(1), {e.f32(0)},
-            [&](Value t, ValueRange it) {
-              Value p = e.mul(e.load(dl, {t, ex}), e.toF32(e.load(x, {t, h})));
-              return SmallVector<Value>{e.add(it[0], p)};
-            })[0];
-        e.store(acc, grad, {ex, h});
-        return SmallVector<Value>{};
-      });
+  e.columns(config.getHidden(), [&](Value h) {
+    Value acc = e.loop(
+        e.idx(0), e.dim(x, 0), e.idx(1), {e.f32(0)},
+        [&](Value t, ValueRange it) {
+          Value p = e.mul(e.load(dl, {t, ex}), e.toF32(e.load(x, {t, h})));
+          return SmallVector<Value>{e.add(it[0], p)};
+        })[0];
+    e.store(acc, grad, {ex, h});
+  });
 }
 
 /// load[e] = this rank's tokens routed to expert e.
@@ -1086,7 +1083,7 @@ void LayerBuilder::buildLoad(gpu::GPUFuncOp func) {
   ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
   Emitter e{b};
   Value counts = func.getArgument(0), load = func.getArgument(1);
-  Value ex = e.addi(e.muli(e.block(), e.idx(kCountThreads)), e.thread());
+  Value ex = e.globalThread(kCountThreads);
   e.when(e.cmp(arith::CmpIPredicate::ult, ex, e.idx(config.getExperts())), [&] {
     e.store(arith::SIToFPOp::create(b, b.getF32Type(), e.load(counts, {ex})),
             load, {ex});
@@ -1101,7 +1098,7 @@ void LayerBuilder::buildBias(gpu::GPUFuncOp func) {
   Value load = func.getArgument(0), hyper = func.getArgument(1);
   Value bias = func.getArgument(2), next = func.getArgument(3);
   int64_t experts = config.getExperts();
-  Value ex = e.addi(e.muli(e.block(), e.idx(kCountThreads)), e.thread());
+  Value ex = e.globalThread(kCountThreads);
   e.when(e.cmp(arith::CmpIPredicate::ult, ex, e.idx(experts)), [&] {
     Value tokens = e.load(hyper, {e.idx(kHyperTokens)});
     Value mean =
@@ -1131,7 +1128,7 @@ void LayerBuilder::buildAdamW(gpu::GPUFuncOp func) {
   Value pNext = func.getArgument(5), mNext = func.getArgument(6);
   Value vNext = func.getArgument(7);
   auto type = cast<MemRefType>(p.getType());
-  Value i = e.addi(e.muli(e.block(), e.idx(kCountThreads)), e.thread());
+  Value i = e.globalThread(kCountThreads);
   e.when(e.cmp(arith::CmpIPredicate::ult, i, e.idx(type.getNumElements())),
          [&] {
            auto h = [&](TrainHyper k) { return e.load(hyper, {e.idx(k)}); };
