@@ -153,6 +153,26 @@ Dispatched makeRows(int rank, const std::vector<int32_t> &sizes,
   return d;
 }
 
+/// What rank `rank` must hold after a dispatch, from moe.all_to_all's
+/// definition: segment (l, s) holds source s's rows of expert
+/// rank * local + l, where `sizes[s][e]` rows of expert e left source s.
+Dispatched received(int rank, int ranks,
+                    const std::vector<std::vector<int32_t>> &sizes,
+                    int64_t width) {
+  int64_t local = static_cast<int64_t>(sizes[0].size()) / ranks;
+  Dispatched d;
+  d.offsets.push_back(0);
+  for (int64_t l = 0; l < local; ++l)
+    for (int s = 0; s < ranks; ++s) {
+      int64_t e = rank * local + l;
+      for (int32_t r = 0; r < sizes[s][e]; ++r)
+        for (int64_t c = 0; c < width; ++c)
+          d.rows.push_back(value(s, e, r, c));
+      d.offsets.push_back(d.offsets.back() + sizes[s][e]);
+    }
+  return d;
+}
+
 /// Runs a dispatch and a combine on every rank (started and waited when
 /// `async`), checking both layouts.
 void exchange(int ranks, int64_t experts, int64_t width, bool async,
@@ -162,7 +182,6 @@ void exchange(int ranks, int64_t experts, int64_t width, bool async,
   for (auto &s : sizes)
     for (int64_t e = 0; e < experts; ++e)
       s.push_back(static_cast<int32_t>(rng() % 4)); // empty segments too
-  int64_t local = experts / ranks;
   onRanks(ranks, [&](ThreadCommunicator &comm, int rank) {
     CommContext context(comm);
     std::vector<int64_t> table = context.table();
@@ -201,18 +220,9 @@ void exchange(int ranks, int64_t experts, int64_t width, bool async,
     // rank * local + l.
     std::vector<int32_t> recvOffsets;
     std::vector<float> recv = run(0, mine.rows, mine.offsets, recvOffsets);
-    std::vector<float> expected;
-    std::vector<int32_t> expectedOffsets{0};
-    for (int64_t l = 0; l < local; ++l)
-      for (int s = 0; s < ranks; ++s) {
-        int64_t e = rank * local + l;
-        for (int32_t r = 0; r < sizes[s][e]; ++r)
-          for (int64_t c = 0; c < width; ++c)
-            expected.push_back(value(s, e, r, c));
-        expectedOffsets.push_back(expectedOffsets.back() + sizes[s][e]);
-      }
-    EXPECT_EQ(recvOffsets, expectedOffsets) << "rank " << rank;
-    EXPECT_EQ(recv, expected) << "rank " << rank;
+    Dispatched expected = received(rank, ranks, sizes, width);
+    EXPECT_EQ(recvOffsets, expected.offsets) << "rank " << rank;
+    EXPECT_EQ(recv, expected.rows) << "rank " << rank;
     // Combine: everything back where it was.
     std::vector<int32_t> backOffsets;
     std::vector<float> back = run(1, recv, recvOffsets, backOffsets);
@@ -252,7 +262,6 @@ void planned(int ranks, int64_t experts, int64_t width, unsigned seed) {
   for (auto &s : sizes)
     for (int64_t e = 0; e < experts; ++e)
       s.push_back(static_cast<int32_t>(rng() % 4));
-  int64_t local = experts / ranks;
   size_t rowBytes = width * sizeof(float);
   std::vector<Dispatched> mine;
   for (int r = 0; r < ranks; ++r)
@@ -306,17 +315,8 @@ void planned(int ranks, int64_t experts, int64_t width, unsigned seed) {
     rowsIn[r] = mine[r].rows;
   }
   apply(moe::comm::Kind::Dispatch, dispatchOff, recvOffsets, rowsIn, recv);
-  for (int r = 0; r < ranks; ++r) {
-    std::vector<float> expected;
-    for (int64_t l = 0; l < local; ++l)
-      for (int s = 0; s < ranks; ++s) {
-        int64_t e = r * local + l;
-        for (int32_t row = 0; row < sizes[s][e]; ++row)
-          for (int64_t c = 0; c < width; ++c)
-            expected.push_back(value(s, e, row, c));
-      }
-    EXPECT_EQ(recv[r], expected) << "rank " << r;
-  }
+  for (int r = 0; r < ranks; ++r)
+    EXPECT_EQ(recv[r], received(r, ranks, sizes, width).rows) << "rank " << r;
   apply(moe::comm::Kind::Combine, recvOffsets, backOffsets, recv, back);
   for (int r = 0; r < ranks; ++r) {
     EXPECT_EQ(backOffsets[r], mine[r].offsets) << "rank " << r;
