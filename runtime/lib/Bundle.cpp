@@ -298,6 +298,9 @@ static void readGpuProgram(Reader &r, const json &root, GpuProgram &program) {
 }
 
 Expected<Manifest> parseManifest(const std::string &text) {
+  if (Status s = checkJsonDepth(text.data(), text.size(), "manifest");
+      !s.ok())
+    return Expected<Manifest>::error("invalid manifest: " + s.error);
   json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded())
     return Expected<Manifest>::error("manifest is not valid JSON");

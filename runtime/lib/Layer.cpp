@@ -28,36 +28,6 @@ float Random::uniform(float lo, float hi) {
   return lo + (hi - lo) * unit;
 }
 
-/// Memory the kernel says can still be allocated, or nullopt when unknown.
-static std::optional<uint64_t> availableMemory() {
-  FILE *file = std::fopen("/proc/meminfo", "r");
-  if (!file)
-    return std::nullopt;
-  char line[256];
-  std::optional<uint64_t> bytes;
-  while (std::fgets(line, sizeof(line), file)) {
-    unsigned long long kib;
-    if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
-      bytes = static_cast<uint64_t>(kib) * 1024;
-      break;
-    }
-  }
-  std::fclose(file);
-  return bytes;
-}
-
-/// Refuses allocations the machine cannot hold (keeping 512 MiB for
-/// everything else), rather than letting the process be killed half-way.
-static Status checkAllocation(uint64_t bytes, const std::string &what) {
-  std::optional<uint64_t> available = availableMemory();
-  constexpr uint64_t kHeadroom = 512ull << 20;
-  if (available && bytes + kHeadroom > *available)
-    return Status::failure(
-        what + " need " + std::to_string(bytes >> 20) + " MiB, more than the " +
-        std::to_string(*available >> 20) + " MiB of memory available");
-  return Status::success();
-}
-
 static bool isFloatType(DType d) {
   return d == DType::F32 || d == DType::BF16 || d == DType::F16;
 }
@@ -160,6 +130,72 @@ static Status validateGpuProgram(const Manifest &m) {
   return Status::success();
 }
 
+/// The parameters a layer of `l` takes, in entry-point order, with the
+/// shapes of an expert-parallel rank's share (`ep` ranks).
+static std::vector<std::pair<std::string, std::vector<int64_t>>>
+expectedParameters(const LayerSpec &l, int64_t ep) {
+  int64_t e = l.experts / ep, h = l.hidden, f = l.ffn;
+  int64_t s = l.sharedExperts * l.sharedFfn;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> list = {
+      {"router_weight", {l.experts, h}}};
+  if (l.scoreBias)
+    list.push_back({"score_bias", {l.experts}});
+  list.push_back({"gate_weight", {e, f, h}});
+  list.push_back({"up_weight", {e, f, h}});
+  list.push_back({"down_weight", {e, h, f}});
+  if (l.sharedExperts > 0) {
+    list.push_back({"shared_gate_weight", {s, h}});
+    list.push_back({"shared_up_weight", {s, h}});
+    list.push_back({"shared_down_weight", {h, s}});
+  }
+  if (l.sharedGate)
+    list.push_back({"shared_expert_gate", {1, h}});
+  return list;
+}
+
+/// The training step's arguments must each have the shape their name
+/// implies: a parameter's (also as .m, .v, .next, .grad), [T, hidden] for
+/// x, target and x.grad, [8] hyperparameters, a scalar loss, a load vector.
+static Status validateTrainArguments(const Manifest &m) {
+  auto fail = [](const std::string &what) {
+    return Status::failure("invalid manifest: " + what);
+  };
+  std::map<std::string, std::vector<int64_t>> params;
+  for (const ParameterSpec &p : m.parameters)
+    params[p.role] = p.shape;
+  std::vector<int64_t> tokens = {-1, m.layer.hidden};
+  for (const TrainArgumentSpec &a : m.train.arguments) {
+    std::string base = a.name;
+    for (const char *suffix : {".next", ".grad", ".m", ".v"})
+      if (base.size() > std::strlen(suffix) &&
+          base.compare(base.size() - std::strlen(suffix), std::string::npos,
+                       suffix) == 0)
+        base.resize(base.size() - std::strlen(suffix));
+    std::optional<std::vector<int64_t>> expected;
+    if (params.count(base))
+      expected = params[base];
+    else if (base == "x" || base == "target")
+      expected = tokens;
+    else if (a.name == "hyper")
+      expected = std::vector<int64_t>{8};
+    else if (a.name == "loss")
+      expected = std::vector<int64_t>{1};
+    else if (a.name == "load" && a.shape.size() == 1 && a.shape[0] >= 1 &&
+             a.shape[0] <= m.layer.experts)
+      expected = a.shape;
+    if (!expected)
+      return fail("unknown training argument '" + a.name + "' of shape " +
+                  formatShape(a.shape));
+    if (a.shape != *expected)
+      return fail("training argument '" + a.name + "' has shape " +
+                  formatShape(a.shape) + ", the layer needs " +
+                  formatShape(*expected));
+    if (!isFloatType(a.dtype))
+      return fail("training argument '" + a.name + "' must be a float tensor");
+  }
+  return Status::success();
+}
+
 Status validateManifest(const Manifest &m) {
   auto fail = [](const std::string &what) {
     return Status::failure("invalid manifest: " + what);
@@ -197,6 +233,32 @@ Status validateManifest(const Manifest &m) {
     return fail("expert_parallel " + std::to_string(m.expertParallel) +
                 " does not divide the " + std::to_string(l.experts) +
                 " experts");
+  // The parameters are the layer's, in order, with its shapes and compute
+  // dtype: the compiled code indexes them without checking.
+  if (l.groups < 1 || l.topkGroups < 1 || l.ffn < 1 || l.sharedExperts < 0 ||
+      l.sharedFfn < 0 || l.topK > l.experts || l.experts % l.groups != 0)
+    return fail("inconsistent layer sizes");
+  std::optional<DType> compute = parseMlirName(l.dtype);
+  if (!compute || !isFloatType(*compute))
+    return fail("the layer's dtype '" + l.dtype +
+                "' is not f32, bf16 or f16");
+  auto expected = expectedParameters(l, m.expertParallel);
+  if (m.parameters.size() != expected.size())
+    return fail("the layer takes " + std::to_string(expected.size()) +
+                " parameters, the manifest lists " +
+                std::to_string(m.parameters.size()));
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const ParameterSpec &p = m.parameters[i];
+    if (p.role != expected[i].first || p.shape != expected[i].second ||
+        p.dtype != *compute)
+      return fail("parameter " + std::to_string(i) + " must be '" +
+                  expected[i].first + "' " + l.dtype + " " +
+                  formatShape(expected[i].second) + ", got '" + p.role +
+                  "' " + mlirName(p.dtype) + " " + formatShape(p.shape));
+  }
+  if (!m.train.entry.empty())
+    if (Status s = validateTrainArguments(m); !s.ok())
+      return s;
   for (const ParameterSpec &p : m.parameters) {
     if (p.stack > 0 && p.stack * m.expertParallel != l.experts)
       return fail("parameter '" + p.name + "' stacks " +

@@ -117,7 +117,7 @@ private:
         std::snprintf(seconds, sizeof(seconds), "%g", timeout);
         abort(prefix() + what + " did not complete within " + seconds +
                   " s: another rank died or hangs; aborting the job "
-                  "(moe-train --timeout sets the limit)",
+                  "(the tool's --timeout sets the limit)",
               124);
       }
       // Spin briefly, then back off so a waiting rank leaves the CPU to

@@ -25,15 +25,11 @@ static constexpr uint64_t kMaxHeaderSize = 100u << 20;
 
 Expected<SafetensorsFile> SafetensorsFile::open(const std::string &path) {
   using Result = Expected<SafetensorsFile>;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return Result::error("cannot open '" + path + "': " + std::strerror(errno));
-  struct stat info;
-  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
-    ::close(fd);
-    return Result::error("cannot read '" + path + "': not a regular file");
-  }
-  auto size = static_cast<size_t>(info.st_size);
+  Expected<std::pair<int, uint64_t>> opened = openRegularFile(path);
+  if (!opened)
+    return Result::error(opened.message());
+  int fd = opened->first;
+  auto size = static_cast<size_t>(opened->second);
   if (size == 0) {
     ::close(fd);
     return parse({}, path);
@@ -75,6 +71,8 @@ SafetensorsFile::parseBytes(std::shared_ptr<const uint8_t> bytes, size_t size,
                 " bytes)");
 
   const char *headerBegin = reinterpret_cast<const char *>(data + 8);
+  if (Status s = checkJsonDepth(headerBegin, headerSize, "header"); !s.ok())
+    return fail(s.error);
   json header = json::parse(headerBegin, headerBegin + headerSize, nullptr,
                             /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object())
@@ -142,18 +140,32 @@ SafetensorsFile::parseBytes(std::shared_ptr<const uint8_t> bytes, size_t size,
     file.entries.emplace(key, std::move(entry));
   }
 
-  // No two tensors may share bytes.
+  // The format's rule: the tensors tile the data section exactly, with
+  // no two sharing bytes, no hole between them and nothing after the last.
   std::vector<std::pair<uint64_t, std::string>> starts;
   for (auto &[key, entry] : file.entries)
     if (entry.end > entry.begin)
       starts.emplace_back(entry.begin, key);
   std::sort(starts.begin(), starts.end());
-  for (size_t i = 1; i < starts.size(); ++i) {
-    const SafetensorsEntry &prev = file.entries[starts[i - 1].second];
-    if (starts[i].first < prev.end)
+  uint64_t covered = 0;
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const SafetensorsEntry &entry = file.entries[starts[i].second];
+    if (i > 0 && starts[i].first < covered)
       return fail("tensors '" + starts[i - 1].second + "' and '" +
                   starts[i].second + "' overlap");
+    if (starts[i].first > covered)
+      return fail("bytes [" + std::to_string(covered) + ", " +
+                  std::to_string(starts[i].first) +
+                  ") of the data section belong to no tensor (before '" +
+                  starts[i].second + "')");
+    covered = entry.end;
   }
+  if (covered != dataSize)
+    return fail(std::to_string(dataSize - covered) +
+                " trailing bytes after the last tensor (the data section "
+                "holds " +
+                std::to_string(dataSize) + " bytes, the tensors " +
+                std::to_string(covered) + ")");
   file.bytes = std::move(bytes);
   file.size = size;
   return file;
@@ -171,18 +183,19 @@ Expected<Tensor> SafetensorsFile::get(const std::string &tensor) const {
   return t;
 }
 
-Status writeSafetensors(const std::string &path,
-                        const std::map<std::string, Tensor> &tensors) {
+Expected<std::vector<uint8_t>>
+serializeSafetensors(const std::map<std::string, Tensor> &tensors) {
+  using Result = Expected<std::vector<uint8_t>>;
   json header = json::object();
   uint64_t offset = 0;
   for (auto &[name, tensor] : tensors) {
     std::optional<int64_t> count = elementCount(tensor.shape);
     if (!count || static_cast<uint64_t>(*count) * dtypeSize(tensor.dtype) !=
                       tensor.data.size())
-      return Status::failure("tensor '" + name + "' has " +
-                             std::to_string(tensor.data.size()) +
-                             " bytes, which does not match its shape " +
-                             formatShape(tensor.shape));
+      return Result::error("tensor '" + name + "' has " +
+                           std::to_string(tensor.data.size()) +
+                           " bytes, which does not match its shape " +
+                           formatShape(tensor.shape));
     header[name] = {{"dtype", safetensorsName(tensor.dtype)},
                     {"shape", tensor.shape},
                     {"data_offsets", {offset, offset + tensor.data.size()}}};
@@ -198,7 +211,15 @@ Status writeSafetensors(const std::string &path,
   out.insert(out.end(), text.begin(), text.end());
   for (auto &[name, tensor] : tensors)
     out.insert(out.end(), tensor.data.begin(), tensor.data.end());
-  return writeFileAtomically(path, out.data(), out.size());
+  return out;
+}
+
+Status writeSafetensors(const std::string &path,
+                        const std::map<std::string, Tensor> &tensors) {
+  Expected<std::vector<uint8_t>> bytes = serializeSafetensors(tensors);
+  if (!bytes)
+    return Status::failure(bytes.message());
+  return writeFileAtomically(path, bytes->data(), bytes->size());
 }
 
 } // namespace moe::rt

@@ -6,6 +6,7 @@
 
 #include "moe/runtime/Support.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -206,30 +207,81 @@ Expected<Tensor> convertTensor(const Tensor &tensor, DType to) {
   return out;
 }
 
-Expected<std::vector<uint8_t>> readFile(const std::string &path) {
-  FILE *file = std::fopen(path.c_str(), "rb");
-  if (!file)
-    return Expected<std::vector<uint8_t>>::error("cannot open '" + path +
-                                                 "': " + std::strerror(errno));
-  std::vector<uint8_t> bytes;
-  uint8_t chunk[1 << 16];
-  size_t n;
-  while ((n = std::fread(chunk, 1, sizeof(chunk), file)) > 0)
-    bytes.insert(bytes.end(), chunk, chunk + n);
-  bool failed = std::ferror(file);
-  std::fclose(file);
-  if (failed)
-    return Expected<std::vector<uint8_t>>::error("cannot read '" + path + "'");
+Expected<std::pair<int, uint64_t>> openRegularFile(const std::string &path) {
+  using Result = Expected<std::pair<int, uint64_t>>;
+  // O_NONBLOCK: opening a FIFO must not wait for a writer.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0)
+    return Result::error("cannot open '" + path + "': " + std::strerror(errno));
+  struct stat info;
+  if (::fstat(fd, &info) != 0) {
+    std::string why = std::strerror(errno);
+    ::close(fd);
+    return Result::error("cannot read '" + path + "': " + why);
+  }
+  if (!S_ISREG(info.st_mode)) {
+    ::close(fd);
+    const char *kind = S_ISDIR(info.st_mode)    ? "a directory"
+                       : S_ISFIFO(info.st_mode) ? "a FIFO"
+                       : S_ISCHR(info.st_mode) || S_ISBLK(info.st_mode)
+                           ? "a device"
+                       : S_ISSOCK(info.st_mode) ? "a socket"
+                                                : "not a regular file";
+    return Result::error("cannot read '" + path + "': " + kind +
+                         ", expected a regular file");
+  }
+  int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0)
+    ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  return std::make_pair(fd, static_cast<uint64_t>(info.st_size));
+}
+
+Expected<std::vector<uint8_t>> readFile(const std::string &path,
+                                        uint64_t limit) {
+  using Result = Expected<std::vector<uint8_t>>;
+  Expected<std::pair<int, uint64_t>> opened = openRegularFile(path);
+  if (!opened)
+    return Result::error(opened.message());
+  auto [fd, size] = *opened;
+  if (size > limit) {
+    ::close(fd);
+    return Result::error("cannot read '" + path + "': " +
+                         std::to_string(size) + " bytes, more than the " +
+                         std::to_string(limit) + " accepted");
+  }
+  std::vector<uint8_t> bytes(static_cast<size_t>(size));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0) {
+      std::string why = std::strerror(errno);
+      ::close(fd);
+      return Result::error("cannot read '" + path + "': " + why);
+    }
+    if (n == 0)
+      break; // the file shrank while it was read
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  bytes.resize(done);
   return bytes;
 }
 
 Status writeFileAtomically(const std::string &path, const void *data,
                            size_t size) {
   std::string tmp = path + ".tmp." + std::to_string(getpid());
+  auto failure = [&](const std::string &what, int error) {
+    ::unlink(tmp.c_str());
+    return Status::failure("cannot write '" + path + "': " + what + ": " +
+                           std::strerror(error) +
+                           " (the previous file, if any, is unchanged)");
+  };
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
-    return Status::failure("cannot create '" + tmp +
-                           "': " + std::strerror(errno));
+    return Status::failure("cannot write '" + path + "': cannot create '" +
+                           tmp + "': " + std::strerror(errno));
   const auto *bytes = static_cast<const uint8_t *>(data);
   size_t written = 0;
   while (written < size) {
@@ -237,24 +289,187 @@ Status writeFileAtomically(const std::string &path, const void *data,
     if (n < 0 && errno == EINTR)
       continue;
     if (n <= 0) {
-      std::string why = std::strerror(errno);
+      int error = n < 0 ? errno : ENOSPC;
       ::close(fd);
-      ::unlink(tmp.c_str());
-      return Status::failure("cannot write '" + tmp + "': " + why);
+      return failure("writing", error);
     }
     written += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    return Status::failure("cannot flush '" + tmp + "'");
+  if (::fsync(fd) != 0) {
+    int error = errno;
+    ::close(fd);
+    return failure("flushing", error);
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::string why = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    return Status::failure("cannot rename '" + tmp + "' to '" + path +
-                           "': " + why);
+  if (::close(fd) != 0)
+    return failure("closing", errno);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    return failure("renaming '" + tmp + "' into place", errno);
+  return Status::success();
+}
+
+Status checkJsonDepth(const char *data, size_t size, const std::string &what,
+                      int maxDepth) {
+  int depth = 0;
+  bool inString = false, escaped = false;
+  for (size_t i = 0; i < size; ++i) {
+    char c = data[i];
+    if (inString) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        inString = false;
+      continue;
+    }
+    if (c == '"') {
+      inString = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > maxDepth)
+        return Status::failure(what + ": JSON nested deeper than " +
+                               std::to_string(maxDepth) + " levels (at byte " +
+                               std::to_string(i) + ")");
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
   }
   return Status::success();
+}
+
+//===----------------------------------------------------------------------===//
+// SHA-256 (FIPS 180-4)
+//===----------------------------------------------------------------------===//
+
+namespace {
+constexpr uint32_t kSha256K[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1,
+    0x923f82a4, 0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3,
+    0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786,
+    0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147,
+    0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13,
+    0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
+    0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a,
+    0x5b9cca4f, 0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208,
+    0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+
+inline uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+} // namespace
+
+Sha256::Sha256()
+    : h{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c,
+        0x1f83d9ab, 0x5be0cd19} {}
+
+void Sha256::block(const uint8_t *p) {
+  uint32_t w[64];
+  for (int i = 0; i < 16; ++i)
+    w[i] = (uint32_t(p[4 * i]) << 24) | (uint32_t(p[4 * i + 1]) << 16) |
+           (uint32_t(p[4 * i + 2]) << 8) | uint32_t(p[4 * i + 3]);
+  for (int i = 16; i < 64; ++i) {
+    uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
+    uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
+    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+  }
+  uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5],
+           g = h[6], k = h[7];
+  for (int i = 0; i < 64; ++i) {
+    uint32_t t1 = k + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) +
+                  ((e & f) ^ (~e & g)) + kSha256K[i] + w[i];
+    uint32_t t2 =
+        (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+    k = g;
+    g = f;
+    f = e;
+    e = d + t1;
+    d = c;
+    c = b;
+    b = a;
+    a = t1 + t2;
+  }
+  h[0] += a, h[1] += b, h[2] += c, h[3] += d;
+  h[4] += e, h[5] += f, h[6] += g, h[7] += k;
+}
+
+void Sha256::update(const void *data, size_t size) {
+  const auto *p = static_cast<const uint8_t *>(data);
+  total += size;
+  if (buffered) {
+    size_t take = std::min(size, sizeof(buffer) - buffered);
+    std::memcpy(buffer + buffered, p, take);
+    buffered += take;
+    p += take;
+    size -= take;
+    if (buffered < sizeof(buffer))
+      return;
+    block(buffer);
+    buffered = 0;
+  }
+  for (; size >= 64; p += 64, size -= 64)
+    block(p);
+  std::memcpy(buffer, p, size);
+  buffered = size;
+}
+
+std::string Sha256::hexDigest() {
+  uint64_t bits = total * 8;
+  uint8_t pad[72] = {0x80};
+  size_t padSize = (buffered < 56 ? 56 : 120) - buffered;
+  for (int i = 0; i < 8; ++i)
+    pad[padSize + i] = static_cast<uint8_t>(bits >> (56 - 8 * i));
+  update(pad, padSize + 8);
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (uint32_t word : h)
+    for (int shift = 28; shift >= 0; shift -= 4)
+      out.push_back(kHex[(word >> shift) & 0xf]);
+  return out;
+}
+
+/// Memory the kernel says can still be allocated, or nullopt when unknown.
+static std::optional<uint64_t> availableMemory() {
+  FILE *file = std::fopen("/proc/meminfo", "r");
+  if (!file)
+    return std::nullopt;
+  char line[256];
+  std::optional<uint64_t> bytes;
+  while (std::fgets(line, sizeof(line), file)) {
+    unsigned long long kib;
+    if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
+      bytes = static_cast<uint64_t>(kib) * 1024;
+      break;
+    }
+  }
+  std::fclose(file);
+  return bytes;
+}
+
+/// Refuses allocations the machine cannot hold (keeping 512 MiB for
+/// everything else), rather than letting the process be killed half-way.
+Status checkAllocation(uint64_t bytes, const std::string &what) {
+  std::optional<uint64_t> available = availableMemory();
+  constexpr uint64_t kHeadroom = 512ull << 20;
+  if (available && bytes + kHeadroom > *available)
+    return Status::failure(
+        what + " need " + std::to_string(bytes >> 20) + " MiB, more than the " +
+        std::to_string(*available >> 20) + " MiB of memory available");
+  return Status::success();
+}
+
+bool allFinite(const Tensor &tensor, int64_t *first) {
+  if (tensor.dtype == DType::I32 || tensor.dtype == DType::I64)
+    return true;
+  size_t n = static_cast<size_t>(tensor.numElements());
+  size_t size = dtypeSize(tensor.dtype);
+  if (n * size > tensor.data.size())
+    n = tensor.data.size() / size;
+  for (size_t i = 0; i < n; ++i)
+    if (!std::isfinite(loadFloat(tensor.data.data() + i * size, tensor.dtype))) {
+      if (first)
+        *first = static_cast<int64_t>(i);
+      return false;
+    }
+  return true;
 }
 
 } // namespace moe::rt

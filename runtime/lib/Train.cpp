@@ -9,7 +9,10 @@
 #include "moe/runtime/Safetensors.h"
 
 #include <cerrno>
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <ctime>
 #include <cstdio>
 #include <cstring>
 #include <dirent.h>
@@ -126,9 +129,38 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
   result.loss = outputs["loss"].as<float>()[0];
   const Tensor &load = outputs["load"];
   result.load.assign(load.as<float>(), load.as<float>() + load.numElements());
+  // Numerical health, before anything is committed: the loss, the global
+  // gradient norm and the updated state must be finite.
+  double squares = 0;
+  std::string firstBad;
+  for (auto &[name, value] : outputs) {
+    if (!endsWith(name, ".grad") || name == "x.grad")
+      continue;
+    const float *g = value.as<float>();
+    double sum = 0;
+    for (int64_t i = 0, n = value.numElements(); i < n; ++i)
+      sum += static_cast<double>(g[i]) * g[i];
+    if (!std::isfinite(sum) && firstBad.empty())
+      firstBad = name.substr(0, name.size() - 5);
+    squares += sum;
+  }
+  result.gradNorm = std::sqrt(squares);
+  if (!std::isfinite(result.loss))
+    result.nonFinite = "the loss is " + std::to_string(result.loss);
+  else if (!firstBad.empty())
+    result.nonFinite =
+        "the gradient norm is not finite (first in '" + firstBad + "')";
+  else
+    for (auto &[name, value] : outputs)
+      if (endsWith(name, ".next") && !allFinite(value)) {
+        result.nonFinite = "the update makes '" +
+                           name.substr(0, name.size() - 5) + "' non-finite";
+        break;
+      }
+  // A non-finite step leaves the state as it was.
   gradients.clear();
   for (auto &[name, value] : outputs) {
-    if (endsWith(name, ".next"))
+    if (endsWith(name, ".next") && result.nonFinite.empty())
       tensors[name.substr(0, name.size() - 5)] = std::move(value);
     else if (endsWith(name, ".grad"))
       gradients[name.substr(0, name.size() - 5)] = std::move(value);
@@ -156,6 +188,9 @@ Status Trainer::syncLayer() {
 
 Status Trainer::restore(const std::map<std::string, Tensor> &state,
                         int64_t steps) {
+  if (steps < 0)
+    return Status::failure("a step count must not be negative, got " +
+                           std::to_string(steps));
   for (auto &[name, value] : tensors) {
     auto it = state.find(name);
     if (it == state.end())
@@ -164,6 +199,10 @@ Status Trainer::restore(const std::map<std::string, Tensor> &state,
       return Status::failure("checkpoint tensor '" + name + "' has shape " +
                              formatShape(it->second.shape) + ", expected " +
                              formatShape(value.shape) + " f32");
+    if (int64_t at = 0; !allFinite(it->second, &at))
+      return Status::failure("checkpoint tensor '" + name +
+                             "' holds a non-finite value at element " +
+                             std::to_string(at));
   }
   for (auto &[name, value] : tensors)
     value = state.at(name);
@@ -183,6 +222,10 @@ static Status syncPath(const std::string &path) {
 }
 
 static const char kMarker[] = "COMPLETE";
+static const char kMarkerFormat[] = "moe-checkpoint";
+static constexpr int64_t kMarkerVersion = 2;
+/// A step count no run reaches; anything larger is a damaged record.
+static constexpr int64_t kMaxStep = int64_t(1) << 50;
 
 /// Each rank's state file: expert-parallel ranks hold different experts.
 static std::string stateFile(const Communicator *comm) {
@@ -190,6 +233,26 @@ static std::string stateFile(const Communicator *comm) {
     return "state.safetensors";
   return "state.rank" + std::to_string(comm->rank()) + "-of-" +
          std::to_string(comm->size()) + ".safetensors";
+}
+
+static std::string checkpointName(int64_t step) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "step-%012lld",
+                static_cast<long long>(step));
+  return name;
+}
+
+/// The step of a checkpoint directory's name ("step-000000000010"), or -1.
+static int64_t stepOfName(const std::string &name) {
+  if (name.size() != 17 || name.rfind("step-", 0) != 0)
+    return -1;
+  int64_t step = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9')
+      return -1;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
 }
 
 /// Removes `dir` and the files in it.
@@ -206,25 +269,65 @@ static void removeDirectory(const std::string &dir) {
 }
 
 /// The same status on every rank: a failure on one fails all.
-static Status agree(Communicator *comm, Status status) {
+static Status agree(Communicator *comm, Status status,
+                    const char *elsewhere = "another rank could not write "
+                                            "its checkpoint") {
   if (!comm || comm->size() == 1)
     return status;
   float failed = status.ok() ? 0.0f : 1.0f;
   comm->allReduceSum(&failed, 1);
   if (status.ok() && failed > 0)
-    return Status::failure("another rank could not write its checkpoint");
+    return Status::failure(elsewhere);
   return status;
 }
 
+/// The checkpoints under `dir` that carry a marker, newest first.
+static Expected<std::vector<std::string>>
+markedCheckpoints(const std::string &dir) {
+  DIR *d = ::opendir(dir.c_str());
+  if (!d)
+    return Expected<std::vector<std::string>>::error(
+        "cannot open checkpoint directory '" + dir +
+        "': " + std::strerror(errno));
+  std::vector<std::pair<int64_t, std::string>> found;
+  while (struct dirent *entry = ::readdir(d)) {
+    std::string name = entry->d_name;
+    int64_t step = stepOfName(name);
+    struct stat st;
+    if (step < 0 ||
+        ::stat((dir + "/" + name + "/" + kMarker).c_str(), &st) != 0)
+      continue;
+    found.emplace_back(step, name);
+  }
+  ::closedir(d);
+  std::sort(found.rbegin(), found.rend());
+  std::vector<std::string> paths;
+  for (auto &[step, name] : found)
+    paths.push_back(dir + "/" + name);
+  return paths;
+}
+
 Status writeCheckpoint(const std::string &dir, const Trainer &trainer,
-                       uint64_t stream, Communicator *comm) {
+                       uint64_t stream, Communicator *comm, int64_t keep) {
   bool leader = !comm || comm->rank() == 0;
-  char name[64];
-  std::snprintf(name, sizeof(name), "step-%012lld",
-                static_cast<long long>(trainer.steps()));
+  int ranks = comm ? comm->size() : 1;
+  std::string name = checkpointName(trainer.steps());
   std::string final = dir + "/" + name;
   // Every rank writes into one temporary directory that rank 0 made.
   std::string tmp = dir + "/.tmp-" + name;
+  // Never a checkpoint of state that cannot be resumed from.
+  Status healthy = Status::success();
+  for (const auto &[tensor, value] : trainer.state())
+    if (!allFinite(value)) {
+      healthy = Status::failure("refusing to write a checkpoint of step " +
+                                std::to_string(trainer.steps()) + ": '" +
+                                tensor + "' holds non-finite values");
+      break;
+    }
+  if (Status s = agree(comm, healthy,
+                       "another rank's training state is not finite");
+      !s.ok())
+    return s;
   Status made = Status::success();
   if (leader) {
     if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
@@ -245,90 +348,297 @@ Status writeCheckpoint(const std::string &dir, const Trainer &trainer,
   meta.as<int64_t>()[1] = static_cast<int64_t>(stream);
   tensors["__step_and_stream__"] = meta;
   std::string file = tmp + "/" + stateFile(comm);
-  Status written = writeSafetensors(file, tensors);
-  if (written.ok())
-    written = syncPath(file);
+  // Each rank's digest record: 64 hex digits and the size in decimal.
+  constexpr size_t kRecord = 96;
+  std::string record(kRecord, '\0');
+  Status written = [&]() -> Status {
+    Expected<std::vector<uint8_t>> bytes = serializeSafetensors(tensors);
+    if (!bytes)
+      return Status::failure(bytes.message());
+    Sha256 hash;
+    hash.update(bytes->data(), bytes->size());
+    std::string digest = hash.hexDigest();
+    if (Status s = writeFileAtomically(file, bytes->data(), bytes->size());
+        !s.ok())
+      return s;
+    // Read back what reached the file system.
+    Expected<std::vector<uint8_t>> back = readFile(file, bytes->size());
+    if (!back)
+      return Status::failure(back.message());
+    Sha256 check;
+    check.update(back->data(), back->size());
+    if (check.hexDigest() != digest)
+      return Status::failure("'" + file +
+                             "' does not read back as it was written");
+    std::string text = digest + " " + std::to_string(bytes->size());
+    std::copy(text.begin(), text.end(), record.begin());
+    return Status::success();
+  }();
   if (Status s = agree(comm, written); !s.ok())
     return s;
+  std::vector<char> records(kRecord * ranks);
+  if (comm && ranks > 1) {
+    std::vector<char> send(kRecord * ranks);
+    for (int r = 0; r < ranks; ++r)
+      std::copy(record.begin(), record.end(), send.begin() + kRecord * r);
+    comm->allToAll(send.data(), records.data(), kRecord);
+  } else {
+    std::copy(record.begin(), record.end(), records.begin());
+  }
   Status published = Status::success();
   if (leader) {
     published = [&]() -> Status {
+      nlohmann::json files = nlohmann::json::array();
+      for (int r = 0; r < ranks; ++r) {
+        std::string text(records.data() + kRecord * r, kRecord);
+        text = text.c_str();
+        size_t space = text.find(' ');
+        std::string fileName =
+            ranks == 1 ? std::string("state.safetensors")
+                       : "state.rank" + std::to_string(r) + "-of-" +
+                             std::to_string(ranks) + ".safetensors";
+        files.push_back(
+            {{"name", fileName},
+             {"sha256", text.substr(0, space)},
+             {"bytes", std::stoull(text.substr(space + 1))}});
+      }
+      nlohmann::json marker = {{"format", kMarkerFormat},
+                               {"version", kMarkerVersion},
+                               {"step", trainer.steps()},
+                               {"stream", stream},
+                               {"ranks", ranks},
+                               {"files", files}};
+      std::string text = marker.dump(1) + "\n";
+      // The marker is the last file of the temporary directory, and the
+      // directory appears under its final name complete, in one rename.
+      if (Status s = writeFileAtomically(tmp + "/" + kMarker, text.data(),
+                                         text.size());
+          !s.ok())
+        return s;
       if (Status s = syncPath(tmp); !s.ok())
         return s;
-      // A checkpoint of the same step (a rerun) is replaced.
-      std::string old = final + ".old";
-      removeDirectory(old);
-      bool replaced = std::rename(final.c_str(), old.c_str()) == 0;
-      if (std::rename(tmp.c_str(), final.c_str()) != 0)
-        return Status::failure("cannot rename '" + tmp + "' to '" + final +
-                               "': " + std::strerror(errno));
-      if (replaced)
-        removeDirectory(old);
+      if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final.c_str(),
+                      RENAME_NOREPLACE) != 0) {
+        if (errno != EEXIST && errno != ENOTEMPTY)
+          return Status::failure("cannot rename '" + tmp + "' to '" + final +
+                                 "': " + std::strerror(errno));
+        // A checkpoint of the same step (a rerun): swap the two at once,
+        // so one of them is complete under the name at every moment.
+        if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final.c_str(),
+                        RENAME_EXCHANGE) != 0)
+          return Status::failure("cannot replace '" + final +
+                                 "': " + std::strerror(errno));
+        removeDirectory(tmp);
+      }
       if (Status s = syncPath(dir); !s.ok())
         return s;
-      // The marker last: a checkpoint without it is incomplete.
-      int fd = ::open((final + "/" + kMarker).c_str(),
-                      O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      if (fd < 0 || ::fsync(fd) != 0 || ::close(fd) != 0)
-        return Status::failure("cannot write the marker of '" + final + "'");
-      return syncPath(final);
+      if (keep > 0)
+        if (Expected<std::vector<std::string>> all = markedCheckpoints(dir)) {
+          // Older ones beyond the newest `keep` (this one counts); newer
+          // ones of another run are not this run's to remove.
+          int64_t kept = 0;
+          for (const std::string &path : *all) {
+            int64_t step = stepOfName(path.substr(dir.size() + 1));
+            if (step > trainer.steps())
+              continue;
+            if (++kept > keep)
+              removeDirectory(path);
+          }
+        }
+      return Status::success();
     }();
   }
   return agree(comm, published);
 }
 
-Expected<std::string> findCheckpoint(const std::string &dir) {
-  DIR *d = ::opendir(dir.c_str());
-  if (!d)
-    return Expected<std::string>::error("cannot open checkpoint directory '" +
-                                        dir + "': " + std::strerror(errno));
-  std::string best;
-  while (struct dirent *entry = ::readdir(d)) {
-    std::string name = entry->d_name;
-    if (name.rfind("step-", 0) != 0 || name.find('.') != std::string::npos)
-      continue;
-    struct stat st;
-    if (::stat((dir + "/" + name + "/" + kMarker).c_str(), &st) != 0)
-      continue;
-    if (name > best)
-      best = name;
+namespace {
+/// A checkpoint's contents, read and verified but not yet restored.
+struct CheckpointState {
+  /// Set when the checkpoint is intact but not for this job (another
+  /// number of ranks, another layer, an older format): resuming stops
+  /// there instead of falling back.
+  std::string incompatible;
+  int64_t step = 0;
+  uint64_t stream = 0;
+  std::map<std::string, Tensor> tensors;
+};
+} // namespace
+
+/// Reads and verifies this rank's part of the checkpoint at `path`: the
+/// marker (format, step, ranks), the state file's size and SHA-256, every
+/// tensor the trainer holds (shape, dtype, finite values) and the step and
+/// stream record.
+static Expected<CheckpointState> verifyCheckpoint(const std::string &path,
+                                                  const Trainer &trainer,
+                                                  const Communicator *comm) {
+  using Result = Expected<CheckpointState>;
+  using nlohmann::json;
+  Expected<std::vector<uint8_t>> markerBytes =
+      readFile(path + "/" + kMarker, 1 << 20);
+  if (!markerBytes)
+    return Result::error(markerBytes.message());
+  CheckpointState state;
+  if (markerBytes->empty()) {
+    state.incompatible = "its marker holds no checksums (written by an "
+                         "older moe-train), so it cannot be verified";
+    return state;
   }
-  ::closedir(d);
-  if (best.empty())
+  const char *text = reinterpret_cast<const char *>(markerBytes->data());
+  if (Status s = checkJsonDepth(text, markerBytes->size(), "marker"); !s.ok())
+    return Result::error(s.error);
+  json marker = json::parse(text, text + markerBytes->size(), nullptr,
+                            /*allow_exceptions=*/false);
+  auto number = [&](const char *key) -> const json * {
+    auto it = marker.find(key);
+    return it != marker.end() && it->is_number_integer() ? &*it : nullptr;
+  };
+  if (!marker.is_object() || marker.value("format", "") != kMarkerFormat ||
+      !number("version") || !number("step") || !number("ranks") ||
+      !marker.contains("stream") || !marker["stream"].is_number_unsigned() ||
+      !marker.contains("files") || !marker["files"].is_array())
+    return Result::error("its marker is not a moe-checkpoint record");
+  if (marker["version"].get<int64_t>() != kMarkerVersion) {
+    state.incompatible = "its marker has version " +
+                         std::to_string(marker["version"].get<int64_t>()) +
+                         ", this runtime reads version " +
+                         std::to_string(kMarkerVersion);
+    return state;
+  }
+  state.step = marker["step"].get<int64_t>();
+  state.stream = marker["stream"].get<uint64_t>();
+  size_t slash = path.find_last_of('/');
+  int64_t named = stepOfName(path.substr(slash == std::string::npos ? 0 : slash + 1));
+  if (state.step < 0 || state.step > kMaxStep || state.step != named)
+    return Result::error("its marker records step " +
+                         std::to_string(state.step) +
+                         ", which does not match its name");
+  int ranks = comm ? comm->size() : 1;
+  if (marker["ranks"].get<int64_t>() != ranks) {
+    state.incompatible = "it was written by a job of " +
+                         std::to_string(marker["ranks"].get<int64_t>()) +
+                         " rank(s), this one has " + std::to_string(ranks);
+    return state;
+  }
+  std::string own = stateFile(comm);
+  const json *entry = nullptr;
+  for (const json &f : marker["files"])
+    if (f.is_object() && f.value("name", "") == own)
+      entry = &f;
+  if (!entry || !entry->contains("sha256") || !(*entry)["sha256"].is_string() ||
+      !entry->contains("bytes") || !(*entry)["bytes"].is_number_unsigned())
+    return Result::error("its marker has no checksum of " + own);
+  uint64_t bytes = (*entry)["bytes"].get<uint64_t>();
+  // The state's size follows from the trainer's tensors; a marker that
+  // claims much more is damaged (and must not make us allocate it).
+  uint64_t expected = 1 << 20;
+  for (const auto &[name, value] : trainer.state())
+    expected += value.data.size() + 256;
+  if (bytes > expected)
+    return Result::error("its marker records " + std::to_string(bytes) +
+                         " bytes for " + own + ", more than the state holds");
+  std::string file = path + "/" + own;
+  Expected<std::vector<uint8_t>> data = readFile(file, bytes);
+  if (!data)
+    return Result::error(data.message());
+  if (data->size() != bytes)
+    return Result::error(own + " has " + std::to_string(data->size()) +
+                         " bytes, its marker records " +
+                         std::to_string(bytes));
+  Sha256 hash;
+  hash.update(data->data(), data->size());
+  if (hash.hexDigest() != (*entry)["sha256"].get<std::string>())
+    return Result::error(own + " does not match its SHA-256 checksum");
+  Expected<SafetensorsFile> parsed = SafetensorsFile::parse(std::move(*data), file);
+  if (!parsed)
+    return Result::error(parsed.message());
+  for (const auto &[name, value] : trainer.state()) {
+    Expected<Tensor> t = parsed->get(name);
+    if (!t)
+      return Result::error(t.message());
+    if (t->dtype != DType::F32 || t->shape != value.shape) {
+      // The checksum held: it is another layer's checkpoint.
+      state.incompatible = "tensor '" + name + "' is " + mlirName(t->dtype) +
+                           " " + formatShape(t->shape) +
+                           ", the bundle's is f32 " + formatShape(value.shape);
+      return state;
+    }
+    if (int64_t at = 0; !allFinite(*t, &at))
+      return Result::error("tensor '" + name +
+                           "' holds a non-finite value at element " +
+                           std::to_string(at));
+    state.tensors[name] = std::move(*t);
+  }
+  Expected<Tensor> meta = parsed->get("__step_and_stream__");
+  if (!meta)
+    return Result::error(meta.message());
+  if (meta->dtype != DType::I64 || meta->numElements() != 2 ||
+      meta->as<int64_t>()[0] != state.step ||
+      static_cast<uint64_t>(meta->as<int64_t>()[1]) != state.stream)
+    return Result::error("its step and stream record disagrees with its "
+                         "marker");
+  return state;
+}
+
+Expected<std::string> findCheckpoint(const std::string &dir) {
+  Expected<std::vector<std::string>> all = markedCheckpoints(dir);
+  if (!all)
+    return Expected<std::string>::error(all.message());
+  if (all->empty())
     return Expected<std::string>::error("no complete checkpoint in '" + dir +
                                         "' (a complete one has a " + kMarker +
                                         " marker)");
-  return dir + "/" + best;
+  return all->front();
 }
 
-Expected<uint64_t> readCheckpoint(const std::string &path, Trainer &trainer,
-                                  Communicator *comm) {
-  using Result = Expected<uint64_t>;
-  std::string name = path + "/" + stateFile(comm);
-  struct stat st;
-  if (::stat(name.c_str(), &st) != 0)
-    return Result::error(path + " has no " + stateFile(comm) +
-                         ": it was written by a job with another number of "
-                         "ranks");
-  Expected<SafetensorsFile> file = SafetensorsFile::open(name);
-  if (!file)
-    return Result::error(file.message());
-  std::map<std::string, Tensor> state;
-  for (const auto &[name, value] : trainer.state()) {
-    (void)value;
-    Expected<Tensor> t = file->get(name);
-    if (!t)
-      return Result::error(path + ": " + t.message());
-    state[name] = std::move(*t);
+Expected<ResumedCheckpoint> resumeCheckpoint(const std::string &dir,
+                                             Trainer &trainer,
+                                             Communicator *comm, bool strict) {
+  using Result = Expected<ResumedCheckpoint>;
+  bool leader = !comm || comm->rank() == 0;
+  Expected<std::vector<std::string>> all = markedCheckpoints(dir);
+  if (!all)
+    return Result::error(all.message());
+  if (all->empty())
+    return Result::error("no complete checkpoint in '" + dir +
+                         "' (a complete one has a " + kMarker + " marker)");
+  ResumedCheckpoint resumed;
+  for (const std::string &path : *all) {
+    Expected<CheckpointState> state = verifyCheckpoint(path, trainer, comm);
+    // Intact but not for this job: an error, never a fallback.
+    Status fits = state && !state->incompatible.empty()
+                      ? Status::failure(state->incompatible)
+                      : Status::success();
+    if (Status s = agree(comm, fits,
+                         "another rank cannot resume from it (see its "
+                         "message)");
+        !s.ok())
+      return Result::error(path + ": " + s.error);
+    Status here = state ? Status::success() : Status::failure(state.message());
+    Status everywhere =
+        agree(comm, here, "another rank's part of it is damaged");
+    if (everywhere.ok()) {
+      if (Status s = trainer.restore(state->tensors, state->step); !s.ok())
+        return Result::error(path + ": " + s.error);
+      resumed.path = path;
+      resumed.stream = state->stream;
+      // Set the damaged ones aside (renamed, not deleted), so that a later
+      // resume does not try them again and their steps can be rewritten.
+      if (leader)
+        for (const auto &[bad, why] : resumed.damaged)
+          std::rename(bad.c_str(),
+                      (bad + ".damaged-" + std::to_string(std::time(nullptr)))
+                          .c_str());
+      return resumed;
+    }
+    if (strict)
+      return Result::error("the newest checkpoint is damaged: " + path + ": " +
+                           everywhere.error + " (--resume-strict)");
+    resumed.damaged.emplace_back(path, everywhere.error);
   }
-  Expected<Tensor> meta = file->get("__step_and_stream__");
-  if (!meta)
-    return Result::error(path + ": " + meta.message());
-  if (meta->dtype != DType::I64 || meta->numElements() != 2)
-    return Result::error(path + ": malformed step record");
-  if (Status s = trainer.restore(state, meta->as<int64_t>()[0]); !s.ok())
-    return Result::error(path + ": " + s.error);
-  return static_cast<uint64_t>(meta->as<int64_t>()[1]);
+  std::string reasons;
+  for (const auto &[path, why] : resumed.damaged)
+    reasons += "; " + path + ": " + why;
+  return Result::error("no valid checkpoint in '" + dir + "'" + reasons);
 }
 
 Trace::Trace() : origin(steadySeconds()) {}

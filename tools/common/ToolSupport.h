@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 
 namespace moe::tools {
@@ -23,9 +24,29 @@ namespace moe::tools {
 /// it.
 extern const char *const kToolName;
 
+/// A bound for messages: "0", "1e+06", "0.001".
+inline std::string formatNumber(double v) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", v);
+  return text;
+}
+
 [[noreturn]] inline void die(const std::string &message) {
   std::fprintf(stderr, "%s: error: %s\n", kToolName, message.c_str());
   std::exit(1);
+}
+
+/// Makes a failed allocation one error line and exit status 1 instead of
+/// an uncaught std::bad_alloc (the tools check the sizes they know first;
+/// this catches the rest).
+inline void installOutOfMemoryHandler() {
+  std::set_new_handler([] {
+    std::fprintf(stderr,
+                 "%s: error: out of memory: an allocation failed (reduce "
+                 "the sizes asked for)\n",
+                 kToolName);
+    std::_Exit(1);
+  });
 }
 
 /// Matches `--name=value`, `--name value` (when `value` is given) or the
@@ -50,15 +71,15 @@ inline bool flag(int argc, char **argv, int &i, const char *name,
   return true;
 }
 
-/// `text` as a number of at least `lo`, or one error naming the option.
+/// `text` as a finite number in [lo, hi], or one error naming the option.
 inline double parseNumber(const std::string &text, const char *what,
-                          double lo) {
+                          double lo, double hi = 1e18) {
   char *end = nullptr;
   errno = 0;
   double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || errno != 0 || !(v >= lo))
-    die(std::string("expected a number >= ") + std::to_string(lo) + " for " +
-        what + ", got '" + text + "'");
+  if (text.empty() || *end != '\0' || errno != 0 || !(v >= lo) || !(v <= hi))
+    die(std::string("expected a finite number in [") + formatNumber(lo) +
+        ", " + formatNumber(hi) + "] for " + what + ", got '" + text + "'");
   return v;
 }
 

@@ -277,6 +277,7 @@ Result runAllReduce(Communicator &c, Collectives &b, size_t bytes,
 } // namespace
 
 int main(int argc, char **argv) {
+  moe::tools::installOutOfMemoryHandler();
   std::string device = "host", op = "both";
   int64_t bytes = 1 << 20, iters = 20, warmup = 2, commSms = 0, gpu = -1;
   double timeout = 300;
@@ -301,7 +302,7 @@ int main(int argc, char **argv) {
     else if (flag(argc, argv, i, "--gpu", &value))
       gpu = parseCount(value, "--gpu");
     else if (flag(argc, argv, i, "--timeout", &value))
-      timeout = parseNumber(value, "--timeout", 0.001);
+      timeout = parseNumber(value, "--timeout", 0.001, 1e6);
     else
       die(std::string("unexpected argument '") + a + "' (see --help)");
   }
@@ -311,6 +312,13 @@ int main(int argc, char **argv) {
     die("--op must be all_to_all, all_reduce or both, got '" + op + "'");
   if (bytes < 4)
     die("--bytes must be at least 4 (one element)");
+  // The all-to-all holds a send, a receive and an expected buffer of
+  // --bytes each on every rank.
+  if (Status s = checkAllocation(3 * static_cast<uint64_t>(bytes),
+                                 "--bytes " + std::to_string(bytes) +
+                                     ": the buffers");
+      !s.ok())
+    die(s.error);
   if (iters < 1)
     die("--iters must be at least 1");
   if (device == "host" && (commSms || gpu >= 0))

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -48,6 +49,8 @@ static const char kUsage[] =
     "  --profile                cuda: per-kernel device times (CUDA events),\n"
     "                           median over the repeats, after one warm-up\n"
     "  --timeout=SECONDS        limit of every collective (300)\n"
+    "  --allow-nonfinite        accept NaN or Inf in the outputs (a warning\n"
+    "                           instead of an error, and --outputs written)\n"
     "\n"
     "A bundle compiled with --ep=N runs under mpirun -np N moe-run ...: the\n"
     "tokens (--tokens or --inputs) are split evenly over the ranks, each\n"
@@ -66,10 +69,11 @@ static int64_t parseInt(const std::string &text, const char *what) {
 }
 
 int main(int argc, char **argv) {
+  moe::tools::installOutOfMemoryHandler();
   std::string dumpBuffers;
   std::string bundlePath, device = "host", weights, prefix, inputs, outputs,
                           saveWeights, saveInputs, value;
-  bool randomWeights = false, profile = false;
+  bool randomWeights = false, profile = false, allowNonFinite = false;
   int64_t tokens = -1, repeat = 1;
   uint64_t seed = 0;
   double timeout = 300;
@@ -90,6 +94,8 @@ int main(int argc, char **argv) {
       continue;
     if (flag(argc, argv, i, "--random-weights", nullptr)) {
       randomWeights = true;
+    } else if (flag(argc, argv, i, "--allow-nonfinite", nullptr)) {
+      allowNonFinite = true;
     } else if (flag(argc, argv, i, "--tokens", &value)) {
       tokens = parseInt(value, "--tokens");
     } else if (flag(argc, argv, i, "--seed", &value)) {
@@ -157,6 +163,11 @@ int main(int argc, char **argv) {
       die(t.message());
     x = std::move(*t);
   } else {
+    // Checked before the tokens are generated (the layer checks again).
+    if (tokens > m.maxTokens)
+      die("input 'x' has " + std::to_string(tokens) +
+          " tokens, the bundle was compiled for at most " +
+          std::to_string(m.maxTokens) + " (--max-tokens)");
     Random rng(seed ^ moe::tools::kTokenSeedSalt);
     x = moe::tools::randomTokens(rng, tokens, m.layer.hidden);
     if (!saveInputs.empty())
@@ -214,6 +225,34 @@ int main(int argc, char **argv) {
     if (Status s = writeSafetensors(dumpBuffers, *dumped); !s.ok())
       die(s.error);
   }
+
+  // NaN or Inf in the outputs is an error unless asked for: a pipeline
+  // must not take them for a result.
+  int64_t bad = 0, firstToken = -1;
+  std::string firstName;
+  for (auto [name, tensor] :
+       {std::pair<const char *, const Tensor *>{"y", &result->y},
+        {"topk_weights", &result->topkWeights}}) {
+    const float *v = tensor->as<float>();
+    int64_t width = tensor->shape.size() == 2 ? tensor->shape[1] : 1;
+    for (int64_t i = 0, n = tensor->numElements(); i < n; ++i)
+      if (!std::isfinite(v[i]) && bad++ >= 0 &&
+          (firstToken < 0 || i / width < firstToken)) {
+        firstToken = i / width;
+        firstName = name;
+      }
+  }
+  if (bad && !allowNonFinite)
+    die(std::to_string(bad) + " non-finite value(s) in the outputs (first "
+        "in '" + firstName + "' of token " + std::to_string(firstToken) +
+        (comm.size() > 1 ? " of rank " + std::to_string(comm.rank()) : "") +
+        "); nothing written (--allow-nonfinite accepts them)");
+  if (bad && leader)
+    std::fprintf(stderr,
+                 "moe-run: warning: %lld non-finite value(s) in the outputs "
+                 "(first in '%s' of token %lld)\n",
+                 static_cast<long long>(bad), firstName.c_str(),
+                 static_cast<long long>(firstToken));
 
   if (!outputs.empty()) {
     std::map<std::string, Tensor> out = {{"y", result->y},

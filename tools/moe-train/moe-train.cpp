@@ -59,8 +59,18 @@ static const char kUsage[] =
     "  --checkpoint=DIR         write checkpoints (weights, optimizer state,\n"
     "                           bias, step, input stream) under DIR\n"
     "  --checkpoint-every=K     every K steps (and after the last step)\n"
-    "  --resume=DIR             continue from the newest complete checkpoint\n"
-    "                           in DIR (bit-identical to an unbroken run)\n"
+    "  --resume=DIR             continue from the newest valid checkpoint in\n"
+    "                           DIR (bit-identical to an unbroken run); a\n"
+    "                           damaged newer one is reported, set aside\n"
+    "                           and skipped\n"
+    "  --resume-strict          with --resume: a damaged newest checkpoint\n"
+    "                           is an error instead\n"
+    "  --keep-checkpoints=N     keep only the newest N checkpoints of the run\n"
+    "                           (0, the default: keep all)\n"
+    "  --on-nonfinite=P         a step whose loss, gradient norm or update\n"
+    "                           is not finite: stop (the default; exit 1\n"
+    "                           before any checkpoint of it) or skip-step\n"
+    "                           (leave the state unchanged and go on)\n"
     "  --trace=FILE             write a Chrome trace (Perfetto) of the run:\n"
     "                           inputs, the teacher's forward pass, the\n"
     "                           compiled step and checkpoints, per step\n"
@@ -102,9 +112,12 @@ static void injectFault(const Communicator &c, int64_t step) {
 }
 
 int main(int argc, char **argv) {
+  moe::tools::installOutOfMemoryHandler();
   std::string bundlePath, weights, prefix, inputs, dumpGrads, saveWeights;
   std::string checkpointDir, resumeDir, tracePath, device = "host";
-  int64_t steps = -1, tokens = 64, checkpointEvery = 0;
+  std::string onNonFinite = "stop";
+  int64_t steps = -1, tokens = 64, checkpointEvery = 0, keepCheckpoints = 0;
+  bool resumeStrict = false;
   uint64_t seed = 0;
   double timeout = 300;
   TrainOptions options;
@@ -123,10 +136,15 @@ int main(int argc, char **argv) {
         flag(argc, argv, i, "--checkpoint", &checkpointDir) ||
         flag(argc, argv, i, "--resume", &resumeDir) ||
         flag(argc, argv, i, "--trace", &tracePath) ||
+        flag(argc, argv, i, "--on-nonfinite", &onNonFinite) ||
         flag(argc, argv, i, "--device", &device))
       continue;
-    if (flag(argc, argv, i, "--steps", &value))
+    if (flag(argc, argv, i, "--resume-strict", nullptr))
+      resumeStrict = true;
+    else if (flag(argc, argv, i, "--steps", &value))
       steps = parseCount(value, "--steps");
+    else if (flag(argc, argv, i, "--keep-checkpoints", &value))
+      keepCheckpoints = parseCount(value, "--keep-checkpoints");
     else if (flag(argc, argv, i, "--checkpoint-every", &value))
       checkpointEvery = parseCount(value, "--checkpoint-every");
     else if (flag(argc, argv, i, "--tokens", &value))
@@ -134,15 +152,16 @@ int main(int argc, char **argv) {
     else if (flag(argc, argv, i, "--seed", &value))
       seed = static_cast<uint64_t>(parseCount(value, "--seed"));
     else if (flag(argc, argv, i, "--lr", &value))
-      options.learningRate = static_cast<float>(parseNumber(value, "--lr", 0));
+      options.learningRate =
+          static_cast<float>(parseNumber(value, "--lr", 0, 10));
     else if (flag(argc, argv, i, "--weight-decay", &value))
       options.weightDecay =
-          static_cast<float>(parseNumber(value, "--weight-decay", 0));
+          static_cast<float>(parseNumber(value, "--weight-decay", 0, 1));
     else if (flag(argc, argv, i, "--timeout", &value))
-      timeout = parseNumber(value, "--timeout", 0.001);
+      timeout = parseNumber(value, "--timeout", 0.001, 1e6);
     else if (flag(argc, argv, i, "--bias-update", &value))
       options.biasUpdateRate =
-          static_cast<float>(parseNumber(value, "--bias-update", 0));
+          static_cast<float>(parseNumber(value, "--bias-update", 0, 1));
     else if (a[0] != '-' && bundlePath.empty())
       bundlePath = a;
     else
@@ -156,6 +175,13 @@ int main(int argc, char **argv) {
     die("--tokens must be at least 1");
   if (checkpointEvery > 0 && checkpointDir.empty())
     die("--checkpoint-every needs --checkpoint=DIR");
+  if (keepCheckpoints > 0 && checkpointDir.empty())
+    die("--keep-checkpoints needs --checkpoint=DIR");
+  if (resumeStrict && resumeDir.empty())
+    die("--resume-strict needs --resume=DIR");
+  if (onNonFinite != "stop" && onNonFinite != "skip-step")
+    die("unknown --on-nonfinite '" + onNonFinite +
+        "' (expected stop or skip-step)");
 
   Expected<std::unique_ptr<Communicator>> communicator =
       createCommunicator(timeout);
@@ -224,18 +250,29 @@ int main(int argc, char **argv) {
 
   Random rng(seed ^ kTokenSeedSalt);
   if (!resumeDir.empty()) {
-    Expected<std::string> path = findCheckpoint(resumeDir);
-    if (!path)
-      die(path.message());
-    Expected<uint64_t> stream = readCheckpoint(*path, **trainer, &comm);
-    if (!stream)
-      die(stream.message());
-    rng.setState(*stream);
+    Expected<ResumedCheckpoint> resumed =
+        resumeCheckpoint(resumeDir, **trainer, &comm, resumeStrict);
+    if (!resumed)
+      die(resumed.message());
     if (leader)
-      std::printf("moe-train: resumed from %s (step %lld)\n", path->c_str(),
+      for (const auto &[path, why] : resumed->damaged)
+        std::fprintf(stderr,
+                     "moe-train: warning: skipping damaged checkpoint %s: %s "
+                     "(set aside as %s.damaged-*)\n",
+                     path.c_str(), why.c_str(), path.c_str());
+    rng.setState(resumed->stream);
+    if (leader)
+      std::printf("moe-train: resumed from %s (step %lld)\n",
+                  resumed->path.c_str(),
                   static_cast<long long>((*trainer)->steps()));
+    if ((*trainer)->steps() >= steps)
+      die("the checkpoint is at step " +
+          std::to_string((*trainer)->steps()) + ", and --steps " +
+          std::to_string(steps) +
+          " asks for no more: give a larger --steps to train further");
   }
   float firstLoss = 0, lastLoss = 0;
+  int64_t skipped = 0;
   int64_t first = (*trainer)->steps() + 1;
   Trace trace;
   int dataLane = trace.lane("data (inputs, teacher)");
@@ -279,6 +316,18 @@ int main(int argc, char **argv) {
     auto end = std::chrono::steady_clock::now();
     if (!result)
       die(result.message());
+    if (!result->nonFinite.empty()) {
+      if (onNonFinite == "stop")
+        die("step " + std::to_string(step) + ": " + result->nonFinite +
+            "; stopped before its update and any checkpoint of it "
+            "(--on-nonfinite=skip-step goes on without the update)");
+      ++skipped;
+      if (leader)
+        std::fprintf(stderr,
+                     "moe-train: warning: step %lld skipped: %s\n",
+                     static_cast<long long>(step),
+                     result->nonFinite.c_str());
+    }
     trace.add(stepLane, label + ": forward, loss, backward, AdamW", t2,
               trace.now() - t2);
     if (kernelLane >= 0) {
@@ -317,7 +366,8 @@ int main(int argc, char **argv) {
          step == steps)) {
       double t3 = trace.now();
       if (Status s =
-              writeCheckpoint(checkpointDir, **trainer, rng.getState(), &comm);
+              writeCheckpoint(checkpointDir, **trainer, rng.getState(), &comm,
+                              keepCheckpoints);
           !s.ok())
         die(s.error);
       trace.add(ioLane, label + ": checkpoint", t3, trace.now() - t3);
@@ -326,10 +376,27 @@ int main(int argc, char **argv) {
   if (!tracePath.empty())
     if (Status s = trace.write(rankPath(tracePath, comm)); !s.ok())
       die(s.error);
-  if (leader)
-    std::printf("moe-train: %lld steps, loss %.6g -> %.6g (%.1fx lower)\n",
+  if (leader) {
+    std::string change;
+    char ratio[64];
+    if (lastLoss > 0 && firstLoss >= lastLoss) {
+      std::snprintf(ratio, sizeof(ratio), "%.1fx lower", firstLoss / lastLoss);
+      change = ratio;
+    } else if (firstLoss > 0 && lastLoss > firstLoss) {
+      std::snprintf(ratio, sizeof(ratio), "%.1fx higher",
+                    lastLoss / firstLoss);
+      change = ratio;
+    } else {
+      change = "no ratio";
+    }
+    std::printf("moe-train: %lld steps, loss %.6g -> %.6g (%s)%s\n",
                 static_cast<long long>(steps - first + 1), firstLoss, lastLoss,
-                lastLoss > 0 ? firstLoss / lastLoss : 0.0);
+                change.c_str(),
+                skipped ? (", " + std::to_string(skipped) +
+                           " skipped as non-finite")
+                              .c_str()
+                        : "");
+  }
   if (!saveWeights.empty()) {
     if (Status s = (*trainer)->syncLayer(); !s.ok())
       die(s.error);

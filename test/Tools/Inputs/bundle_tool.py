@@ -10,6 +10,7 @@ from the runtime's code:
   bundle_tool.py gpu-step IN OUT I KEY JSON set field KEY of gpu step I, fix the checksum
   bundle_tool.py gpu IN OUT KEY JSON        set field KEY of the gpu program, fix the checksum
   bundle_tool.py magic IN OUT               overwrite the magic
+  bundle_tool.py edit IN OUT PYTHON         run PYTHON on the manifest `m`, fix the checksum
 """
 import json
 import struct
@@ -47,13 +48,15 @@ def main():
         start = 32 + 8 * blob_count
         sys.stdout.write(json.dumps(json.loads(data[start : start + manifest_size]), indent=1) + "\n")
         return
-    elif cmd in ("manifest", "gpu-step", "gpu"):
+    elif cmd in ("manifest", "gpu-step", "gpu", "edit"):
         manifest_size, blob_count = struct.unpack("<QQ", data[16:32])
         start = 32 + 8 * blob_count
         manifest = json.loads(data[start : start + manifest_size])
         if cmd == "manifest":
             key, value = rest
             manifest[key] = json.loads(value)
+        elif cmd == "edit":
+            exec(rest[0], {"m": manifest})
         elif cmd == "gpu":
             key, value = rest
             manifest["gpu"][key] = json.loads(value)

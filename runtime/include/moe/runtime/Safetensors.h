@@ -58,6 +58,11 @@ private:
   std::map<std::string, SafetensorsEntry> entries;
 };
 
+/// The bytes of a safetensors file holding `tensors` (sorted by name,
+/// contiguous, header padded to 8 bytes).
+Expected<std::vector<uint8_t>>
+serializeSafetensors(const std::map<std::string, Tensor> &tensors);
+
 /// Writes tensors (sorted by name, contiguous, header padded to 8 bytes)
 /// atomically to `path`.
 Status writeSafetensors(const std::string &path,

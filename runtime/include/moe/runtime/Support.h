@@ -95,11 +95,57 @@ uint16_t floatToBf16(float value);
 float f16ToFloat(uint16_t bits);
 uint16_t floatToF16(float value);
 
-/// Reads a whole file, or says why not.
-Expected<std::vector<uint8_t>> readFile(const std::string &path);
-/// Writes a file atomically: a temporary beside it, then rename.
+/// Largest file readFile takes unless told otherwise (bundles, manifests,
+/// configs, checkpoint markers; weights are memory-mapped instead).
+constexpr uint64_t kMaxReadBytes = 4ull << 30;
+
+/// Opens `path` for reading if it is a regular file (never a device, FIFO,
+/// socket or directory; opening does not block on a FIFO) and returns its
+/// descriptor and size, or says why not.
+Expected<std::pair<int, uint64_t>> openRegularFile(const std::string &path);
+
+/// Reads a whole regular file of at most `limit` bytes (checked before
+/// anything is allocated), or says why not.
+Expected<std::vector<uint8_t>> readFile(const std::string &path,
+                                        uint64_t limit = kMaxReadBytes);
+/// Writes a file atomically: a temporary beside it, fsynced, then renamed
+/// over `path`. On failure `path` is untouched and the message names it
+/// and the OS error.
 Status writeFileAtomically(const std::string &path, const void *data,
                            size_t size);
+
+/// Deepest nesting of arrays and objects the JSON readers accept (the
+/// parsers recurse; a deeper document would exhaust the stack).
+constexpr int kMaxJsonDepth = 256;
+
+/// Checks that the JSON text `data` nests arrays and objects at most
+/// `maxDepth` deep (strings are skipped); the message names `what`.
+Status checkJsonDepth(const char *data, size_t size, const std::string &what,
+                      int maxDepth = kMaxJsonDepth);
+
+/// SHA-256 (FIPS 180-4), for checkpoint integrity.
+class Sha256 {
+public:
+  Sha256();
+  void update(const void *data, size_t size);
+  /// The digest as 64 lower-case hex digits; the object is spent after.
+  std::string hexDigest();
+
+private:
+  void block(const uint8_t *p);
+  uint32_t h[8];
+  uint8_t buffer[64];
+  size_t buffered = 0;
+  uint64_t total = 0;
+};
+
+/// Refuses an allocation of `bytes` the machine cannot hold (keeping 512
+/// MiB for everything else): the message names `what` and both sizes.
+Status checkAllocation(uint64_t bytes, const std::string &what);
+
+/// True when every element of a float tensor is finite (integer tensors
+/// always are); `first` gets the index of the first that is not.
+bool allFinite(const Tensor &tensor, int64_t *first = nullptr);
 
 } // namespace moe::rt
 

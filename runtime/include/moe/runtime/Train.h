@@ -21,6 +21,12 @@ struct TrainOptions {
 
 struct StepResult {
   float loss = 0;
+  /// The L2 norm of the step's parameter gradients (this rank's).
+  double gradNorm = 0;
+  /// Empty when the loss, the gradients and the update are finite; else
+  /// what was not, and the step left the state unchanged (the step count
+  /// still advances).
+  std::string nonFinite;
   /// Tokens routed to each expert in the step.
   std::vector<float> load;
 };
@@ -63,23 +69,42 @@ private:
 
 /// Writes a checkpoint of `trainer` (its state tensors, the step count and
 /// `stream`, the position of the caller's input stream) as
-/// `dir/step-<steps>/state.safetensors`: the file is written to a temporary
-/// directory and fsynced, the directory renamed into place, and a
-/// `COMPLETE` marker written last.
+/// `dir/step-<steps>/state.safetensors` plus a `COMPLETE` marker holding
+/// the step, the stream, the ranks and each state file's size and SHA-256.
+/// Non-finite state is refused. Every file is written to a temporary
+/// directory, fsynced and read back; the directory then appears under its
+/// final name in one rename (an atomic exchange when a checkpoint of the
+/// same step exists), so a valid checkpoint is never removed before a
+/// newer one is complete. `keep` > 0 then removes this run's older
+/// checkpoints beyond the newest `keep`.
 /// With an expert-parallel `comm` every rank writes its own state file
 /// into the one directory (a filesystem all ranks share), and rank 0
 /// publishes it once all are written; every rank returns the same status.
 Status writeCheckpoint(const std::string &dir, const Trainer &trainer,
-                       uint64_t stream, Communicator *comm = nullptr);
+                       uint64_t stream, Communicator *comm = nullptr,
+                       int64_t keep = 0);
 
-/// The newest complete checkpoint under `dir` (one with its marker), or an
+/// The newest checkpoint under `dir` with a marker (not verified), or an
 /// error saying there is none.
 Expected<std::string> findCheckpoint(const std::string &dir);
 
-/// Restores `trainer` from the checkpoint at `path` and returns the stream
-/// position stored with it.
-Expected<uint64_t> readCheckpoint(const std::string &path, Trainer &trainer,
-                                  Communicator *comm = nullptr);
+/// What resumeCheckpoint restored, and the newer checkpoints it skipped.
+struct ResumedCheckpoint {
+  std::string path;
+  uint64_t stream = 0;
+  /// (path, why) of each damaged newer checkpoint, newest first; each was
+  /// renamed to `<path>.damaged-<time>`.
+  std::vector<std::pair<std::string, std::string>> damaged;
+};
+
+/// Restores `trainer` from the newest checkpoint under `dir` that verifies
+/// on every rank (marker, checksums, step and stream record, shapes and
+/// dtypes against the bundle, finite values). With `strict`, a damaged
+/// newest checkpoint is an error instead of a fallback.
+Expected<ResumedCheckpoint> resumeCheckpoint(const std::string &dir,
+                                             Trainer &trainer,
+                                             Communicator *comm = nullptr,
+                                             bool strict = false);
 
 /// A Chrome trace (the JSON Perfetto and chrome://tracing open): complete
 /// events on named lanes, in microseconds from the trace's creation.
