@@ -371,6 +371,9 @@ CompileResult mlir::moe::compile(const std::string &input,
       if (!naming)
         naming = imported->naming;
       module = buildLayerModule(&context, imported->config, SmPartitionAttr());
+      // Diagnostics about the imported layer name the config file.
+      Location fileLoc = FileLineColLoc::get(&context, inputName, 1, 1);
+      module->walk([&](Operation *op) { op->setLoc(fileLoc); });
     } else {
       sourceMgr.AddNewSourceBuffer(
           llvm::MemoryBuffer::getMemBufferCopy(input, inputName),
@@ -602,17 +605,25 @@ static std::string entryPath(const std::string &dir, const std::string &key) {
   return dir + "/" + key + ".moeb";
 }
 
+static constexpr llvm::StringLiteral kCacheTrailer = "MOECACHE";
+
 std::optional<std::vector<uint8_t>>
 mlir::moe::lookupCache(const std::string &dir, const std::string &key) {
-  auto buffer = llvm::MemoryBuffer::getFile(entryPath(dir, key));
-  if (!buffer)
+  // A regular file only (never a FIFO or a device), of bounded size.
+  rt::Expected<std::vector<uint8_t>> bytes =
+      rt::readFile(entryPath(dir, key), 1ull << 32);
+  if (!bytes)
     return std::nullopt;
-  std::vector<uint8_t> bytes((*buffer)->getBufferStart(),
-                             (*buffer)->getBufferEnd());
-  // A damaged entry is a miss; the next store replaces it.
-  if (!rt::parseBundle(bytes, "cache entry"))
+  // The entry must say it is this key's; its bundle must pass its checks.
+  std::string trailer = kCacheTrailer.str() + key;
+  if (bytes->size() < trailer.size() ||
+      !std::equal(trailer.begin(), trailer.end(),
+                  bytes->end() - static_cast<std::ptrdiff_t>(trailer.size())))
     return std::nullopt;
-  return bytes;
+  bytes->resize(bytes->size() - trailer.size());
+  if (!rt::parseBundle(*bytes, "cache entry"))
+    return std::nullopt;
+  return std::move(*bytes);
 }
 
 std::string mlir::moe::storeCache(const std::string &dir,
@@ -629,6 +640,7 @@ std::string mlir::moe::storeCache(const std::string &dir,
   {
     llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
     os.write(reinterpret_cast<const char *>(bundle.data()), bundle.size());
+    os << kCacheTrailer << key;
     os.flush();
     if (os.has_error()) {
       os.clear_error();

@@ -20,6 +20,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/Import/HFConfig.h"
+#include "moe/runtime/Support.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -173,6 +174,13 @@ std::optional<ImportedConfig>
 mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
                           MLIRContext *context, Type dtype,
                           std::string &error) {
+  // llvm::json's parser recurses: bound the nesting first.
+  if (::moe::rt::Status s = ::moe::rt::checkJsonDepth(
+          text.data(), text.size(), fileName.str());
+      !s.ok()) {
+    error = s.error;
+    return std::nullopt;
+  }
   llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(text);
   if (!parsed) {
     error = fileName.str() +

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/Compiler/Compiler.h"
+#include "moe/runtime/Support.h"
 
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/MLIRContext.h"
@@ -18,7 +19,8 @@
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
-#include "mlir/Support/FileUtilities.h"
+#include <cstring>
+#include <sys/stat.h>
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -118,12 +120,76 @@ static int fail(const llvm::Twine &message) {
   return 1;
 }
 
+/// The compiler's diagnostics with the tool's prefix on each diagnostic's
+/// first line, and the input file where a location was unknown.
+static std::string prefixDiagnostics(llvm::StringRef text,
+                                     llvm::StringRef inputName) {
+  std::string out;
+  while (!text.empty()) {
+    auto [line, rest] = text.split('\n');
+    text = rest;
+    std::string fixed = line.str();
+    if (llvm::StringRef(fixed).starts_with("<unknown>:0:"))
+      fixed = inputName.str() + fixed.substr(strlen("<unknown>:0"));
+    llvm::StringRef l(fixed);
+    bool heading = false;
+    for (const char *kind : {": error: ", ": warning: ", ": note: ",
+                             ": remark: "})
+      heading = heading || l.contains(kind);
+    if (heading && !l.starts_with(" "))
+      fixed = "moe-compile: " + fixed;
+    out += fixed + "\n";
+  }
+  return out;
+}
+
+/// Writes the output: to stdout for "-", in place to something that is
+/// not a regular file (/dev/null, a pipe), else atomically (a temporary
+/// beside the file, then rename) so a failed write leaves the old file.
+static int writeOutput(const std::string &path,
+                       const std::vector<uint8_t> &bytes) {
+  if (path == "-") {
+    llvm::outs().write(reinterpret_cast<const char *>(bytes.data()),
+                       bytes.size());
+    llvm::outs().flush();
+    if (llvm::outs().has_error()) {
+      llvm::outs().clear_error();
+      return fail("cannot write the output to stdout");
+    }
+    return 0;
+  }
+  struct stat info;
+  if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
+    if (S_ISDIR(info.st_mode))
+      return fail("cannot write '" + path + "': it is a directory");
+    std::error_code ec;
+    llvm::raw_fd_ostream os(path, ec);
+    if (ec)
+      return fail("cannot write '" + path + "': " + ec.message());
+    os.write(reinterpret_cast<const char *>(bytes.data()), bytes.size());
+    os.close();
+    if (os.has_error()) {
+      std::string why = os.error().message();
+      os.clear_error();
+      return fail("cannot write '" + path + "': " + why);
+    }
+    return 0;
+  }
+  if (::moe::rt::Status s =
+          ::moe::rt::writeFileAtomically(path, bytes.data(), bytes.size());
+      !s.ok())
+    return fail(s.error);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   registerAsmPrinterCLOptions();
   registerMLIRContextCLOptions();
   registerPassManagerCLOptions();
-  cl::HideUnrelatedOptions({&category, &cl::getGeneralCategory()});
+  // Only the tool's own options in --help; LLVM's and MLIR's (still
+  // accepted) under --help-hidden.
+  cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(argc, argv, "moe-compiler: MoE layer compiler\n");
 
   if (inputFile.empty() == hfConfig.empty())
@@ -152,16 +218,16 @@ int main(int argc, char **argv) {
 
   InputKind kind = hfConfig.empty() ? InputKind::Mlir : InputKind::HFConfig;
   std::string inputName = hfConfig.empty() ? inputFile : hfConfig;
-  auto buffer = llvm::MemoryBuffer::getFile(inputName);
-  if (!buffer)
-    return fail((kind == InputKind::Mlir ? "cannot open input file '"
-                                         : "cannot read '") +
-                inputName + "': " + buffer.getError().message());
-  std::string input = (*buffer)->getBuffer().str();
+  // Regular files only (never a device or FIFO), of a sane size.
+  ::moe::rt::Expected<std::vector<uint8_t>> bytes =
+      ::moe::rt::readFile(inputName, 256u << 20);
+  if (!bytes)
+    return fail(bytes.message());
+  std::string input(bytes->begin(), bytes->end());
 
   CompileResult result =
       compileCached(input, inputName, kind, options, /*useCache=*/!noCache);
-  llvm::errs() << result.diagnostics;
+  llvm::errs() << prefixDiagnostics(result.diagnostics, inputName);
   if (!result.error.empty())
     return fail(result.error);
   if (!result.diagnostics.empty())
@@ -169,14 +235,5 @@ int main(int argc, char **argv) {
   if (!result.warning.empty())
     llvm::errs() << "moe-compile: warning: " << result.warning << "\n";
   llvm::errs() << result.report;
-  std::vector<uint8_t> output = std::move(result.output);
-
-  std::string error;
-  auto file = openOutputFile(outputFile, &error);
-  if (!file)
-    return fail(error);
-  file->os().write(reinterpret_cast<const char *>(output.data()),
-                   output.size());
-  file->keep();
-  return 0;
+  return writeOutput(outputFile, result.output);
 }

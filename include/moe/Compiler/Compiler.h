@@ -97,11 +97,16 @@ std::string cacheKey(const std::string &input, InputKind kind,
 /// else $HOME/.cache/moe-compiler.
 std::optional<std::string> cacheDirectory();
 
-/// A cached bundle for `key` that passes the bundle checks, if any.
+/// A cache entry is the bundle followed by a trailer, "MOECACHE" and the
+/// 64 hex digits of the key it was stored under: an entry is served only
+/// when it is a regular file, its trailer names the key looked up and its
+/// bundle passes the bundle checks (checksum included). Anything else is
+/// a miss, and the next store replaces it.
+/// The cached bundle for `key`, if there is a valid entry.
 std::optional<std::vector<uint8_t>> lookupCache(const std::string &dir,
                                                 const std::string &key);
 
-/// Stores `bundle` under `key`: written to a unique temporary file in the
+/// Stores `bundle` (with its trailer) under `key`: written to a unique temporary file in the
 /// directory, then renamed, so concurrent writers of one key never leave a
 /// partial entry. Returns an error message or "".
 std::string storeCache(const std::string &dir, const std::string &key,
