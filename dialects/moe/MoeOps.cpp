@@ -172,6 +172,11 @@ LogicalResult LayerOp::verify() {
     return failure();
   if (input.isDynamicDim(1))
     return op->emitOpError() << "expected a static hidden size, got " << input;
+  // Token counts index 32-bit grids and row maps.
+  if (!input.isDynamicDim(0) &&
+      input.getDimSize(0) > std::numeric_limits<int32_t>::max())
+    return op->emitOpError()
+           << "expected at most 2147483647 tokens, got " << input.getDimSize(0);
   if (failed(expectElementType(op, "input", input.getElementType(), dtype)))
     return failure();
 

@@ -16,6 +16,7 @@
 #include "moe/runtime/Bundle.h"
 #include "moegpu/MoeGpuDialect.h"
 
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -146,6 +147,7 @@ static rt::Manifest buildManifest(LayerConfigAttr config, WeightNaming naming,
   m.compiler = kCompilerVersion;
   m.entry = kHostPackedEntryName.str();
   m.maxTokens = o.maxTokens;
+  m.staticTokens = o.staticTokens;
   rt::LayerSpec &l = m.layer;
   l.family = stringifyWeightNaming(naming).str();
   l.hidden = config.getHidden();
@@ -323,10 +325,33 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
   return result;
 }
 
+/// Gives the layer a dynamic token dimension (tensor.cast on its input and
+/// back on its output), so that every lowering sees the one form they
+/// handle; the bundle then enforces the static count.
+static void relaxTokenDimension(LayerOp layer) {
+  OpBuilder b(layer);
+  Location loc = layer.getLoc();
+  auto dynamicRows = [](RankedTensorType type) {
+    return RankedTensorType::get({ShapedType::kDynamic, type.getDimSize(1)},
+                                 type.getElementType());
+  };
+  auto inType = cast<RankedTensorType>(layer.getInput().getType());
+  Value relaxed =
+      tensor::CastOp::create(b, loc, dynamicRows(inType), layer.getInput());
+  layer.getInputMutable().assign(relaxed);
+  Value y = layer.getOutput();
+  auto outType = cast<RankedTensorType>(y.getType());
+  y.setType(dynamicRows(outType));
+  b.setInsertionPointAfter(layer);
+  auto back = tensor::CastOp::create(b, loc, outType, y);
+  y.replaceAllUsesExcept(back.getResult(), back);
+}
+
 CompileResult mlir::moe::compile(const std::string &input,
                                  const std::string &inputName, InputKind kind,
-                                 const CompileOptions &options) {
+                                 const CompileOptions &givenOptions) {
   CompileResult result;
+  CompileOptions options = givenOptions;
   result.error = validateOptions(options);
   if (!result.error.empty())
     return result;
@@ -396,6 +421,18 @@ CompileResult mlir::moe::compile(const std::string &input,
   }
   LayerOp layer = layers.front();
   LayerConfigAttr config = layer.getConfig();
+  // A static token count: the bundle takes exactly that many tokens.
+  if (auto inType = cast<RankedTensorType>(layer.getInput().getType());
+      !inType.isDynamicDim(0)) {
+    int64_t tokens = inType.getDimSize(0);
+    if (tokens < 1) {
+      emitError(layer.getLoc())
+          << "expected a static token count of at least 1, got " << tokens;
+      return result;
+    }
+    options.staticTokens = options.maxTokens = tokens;
+    relaxTokenDimension(layer);
+  }
   if (options.train && layer.getSharedExpertGate()) {
     result.error = "--train: the shared-expert gate (Qwen2-MoE) is not "
                    "differentiated yet";

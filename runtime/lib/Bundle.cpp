@@ -69,6 +69,8 @@ std::string serializeManifest(const Manifest &m) {
                {"outputs", outputs},        {"schedule", m.schedule}};
   if (m.expertParallel != 1)
     root["expert_parallel"] = m.expertParallel;
+  if (m.staticTokens != 0)
+    root["static_tokens"] = m.staticTokens;
   if (!m.train.entry.empty()) {
     json arguments = json::array();
     for (const TrainArgumentSpec &a : m.train.arguments)
@@ -314,6 +316,8 @@ Expected<Manifest> parseManifest(const std::string &text) {
   m.maxTokens = r.integer(root, "max_tokens", "the manifest");
   if (root.is_object() && root.contains("expert_parallel"))
     m.expertParallel = r.integer(root, "expert_parallel", "the manifest");
+  if (root.is_object() && root.contains("static_tokens"))
+    m.staticTokens = r.integer(root, "static_tokens", "the manifest");
   if (const json *layer = r.field(root, "layer", "the manifest")) {
     const char *w = "the layer";
     LayerSpec &l = m.layer;

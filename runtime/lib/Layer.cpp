@@ -205,6 +205,8 @@ Status validateManifest(const Manifest &m) {
     return fail("layer sizes must be positive");
   if (m.maxTokens <= 0)
     return fail("max_tokens must be positive");
+  if (m.staticTokens != 0 && m.staticTokens != m.maxTokens)
+    return fail("static_tokens must be 0 or max_tokens");
   if (m.target == "host" && m.entry.empty())
     return fail("no entry point");
   if (m.target == "sm_90a")
@@ -503,6 +505,11 @@ Expected<ForwardResult> Layer::forward(const Tensor &x) {
     return Result::error(std::string("input 'x' has dtype ") +
                          mlirName(x.dtype) + ", expected f32, bf16 or f16");
   int64_t tokens = x.shape[0];
+  if (m.staticTokens && tokens != m.staticTokens)
+    return Result::error("input 'x' has " + std::to_string(tokens) +
+                         " tokens, the bundle's layer takes exactly " +
+                         std::to_string(m.staticTokens) +
+                         " (its input type has a static token count)");
   if (tokens > m.maxTokens)
     return Result::error("input 'x' has " + std::to_string(tokens) +
                          " tokens, the bundle was compiled for at most " +

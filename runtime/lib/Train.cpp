@@ -73,6 +73,11 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
         "x and target must both be [T, " + std::to_string(hidden) + "], got " +
         formatShape(x.shape) + " and " + formatShape(target.shape));
   int64_t tokens = x.shape[0];
+  if (m.staticTokens && tokens != m.staticTokens)
+    return Result::error("a training step of this bundle takes exactly " +
+                         std::to_string(m.staticTokens) +
+                         " tokens (its layer's static token count), got " +
+                         std::to_string(tokens));
   if (tokens < 1 || tokens > m.maxTokens)
     return Result::error("a training step takes 1 to " +
                          std::to_string(m.maxTokens) + " tokens, got " +

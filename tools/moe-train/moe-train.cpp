@@ -241,6 +241,10 @@ int main(int argc, char **argv) {
   if (tokens % comm.size() != 0)
     die("--tokens " + std::to_string(tokens) + " must be a multiple of the " +
         std::to_string(comm.size()) + " ranks");
+  if (m.staticTokens && tokens != m.staticTokens * comm.size())
+    die("the bundle's layer takes exactly " + std::to_string(m.staticTokens) +
+        " tokens per rank (a static token count): give --tokens " +
+        std::to_string(m.staticTokens * comm.size()));
   if (tokens / comm.size() > m.maxTokens)
     die("--tokens " + std::to_string(tokens) +
         (comm.size() > 1

@@ -26,6 +26,9 @@ struct CompileOptions {
   std::string emit = "bundle";
   std::string dtype; // f32 | bf16 | f16; "" for the default
   int64_t maxTokens = 4096;
+  /// Set by compile() when the layer's input has a static token count T:
+  /// the bundle then takes exactly T tokens (and maxTokens becomes T).
+  int64_t staticTokens = 0;
   /// Rows each expert's segment is padded to; 0 for the target's default
   /// (1 on the host, 128 on sm_90a).
   int64_t alignment = 0;

@@ -147,6 +147,9 @@ struct Manifest {
   std::string compiler; // version string of the writer
   std::string entry;    // symbol of the packed entry point
   int64_t maxTokens = 0;
+  /// Nonzero when the layer was compiled with a static token count: every
+  /// forward pass and training step takes exactly that many tokens.
+  int64_t staticTokens = 0;
   /// Expert-parallel ranks the code was compiled for; each rank's stacked
   /// expert weights hold layer.experts / expertParallel experts.
   int64_t expertParallel = 1;
