@@ -251,10 +251,15 @@ Status validateManifest(const Manifest &m) {
                 std::to_string(m.parameters.size()));
   for (size_t i = 0; i < expected.size(); ++i) {
     const ParameterSpec &p = m.parameters[i];
-    if (p.role != expected[i].first || p.shape != expected[i].second ||
-        p.dtype != *compute)
-      return fail("parameter " + std::to_string(i) + " must be '" +
-                  expected[i].first + "' " + l.dtype + " " +
+    // The selection bias is f32; the router may be f32 in a lower-precision
+    // layer.
+    const std::string &role = expected[i].first;
+    DType want = role == "score_bias" ? DType::F32 : *compute;
+    bool dtypeOk = p.dtype == want ||
+                   (role == "router_weight" && p.dtype == DType::F32);
+    if (p.role != role || p.shape != expected[i].second || !dtypeOk)
+      return fail("parameter " + std::to_string(i) + " must be '" + role +
+                  "' " + mlirName(want) + " " +
                   formatShape(expected[i].second) + ", got '" + p.role +
                   "' " + mlirName(p.dtype) + " " + formatShape(p.shape));
   }

@@ -14,6 +14,8 @@
 #include <cmath>
 #include <ctime>
 #include <cstdio>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
@@ -381,6 +383,11 @@ Status writeCheckpoint(const std::string &dir, const Trainer &trainer,
   }();
   if (Status s = agree(comm, written); !s.ok())
     return s;
+  // A test hook: MOE_TEST_CHECKPOINT_KILL=S kills the process once step S's
+  // state is written but not yet published (a crash mid-checkpoint).
+  if (const char *kill = std::getenv("MOE_TEST_CHECKPOINT_KILL");
+      kill && std::atoll(kill) == trainer.steps())
+    std::raise(SIGKILL);
   std::vector<char> records(kRecord * ranks);
   if (comm && ranks > 1) {
     std::vector<char> send(kRecord * ranks);

@@ -189,7 +189,12 @@ int main(int argc, char **argv) {
   registerPassManagerCLOptions();
   // Only the tool's own options in --help; LLVM's and MLIR's (still
   // accepted) under --help-hidden.
-  cl::HideUnrelatedOptions(category);
+  for (auto &[name, option] : cl::getRegisteredOptions()) {
+    bool own = llvm::is_contained(option->Categories, &category);
+    if (!own && name != "help" && name != "help-hidden" && name != "version" &&
+        option->getOptionHiddenFlag() == cl::NotHidden)
+      option->setHiddenFlag(cl::Hidden);
+  }
   cl::ParseCommandLineOptions(argc, argv, "moe-compiler: MoE layer compiler\n");
 
   if (inputFile.empty() == hfConfig.empty())

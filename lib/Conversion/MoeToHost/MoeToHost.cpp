@@ -351,8 +351,9 @@ Value lowerSharedExpert(Builder &b, SharedExpertOp op) {
 }
 
 /// Index of the best allowed, not yet chosen entry of `values[0, n)`: the
-/// first maximum (ties go to the lower index). `allowed(i)` and `chosen` (an
-/// i1 buffer) filter candidates.
+/// first maximum (ties go to the lower index), NaN read as -inf, so a NaN
+/// score never repeats a choice or beats a number. `allowed(i)` and
+/// `chosen` (an i1 buffer) filter candidates.
 Value argmaxUnchosen(Builder &b, Value values, Value chosen, int64_t n,
                      function_ref<Value(Builder &, Value)> allowed) {
   Value negInf = f32Const(b, -std::numeric_limits<double>::infinity());
@@ -361,7 +362,10 @@ Value argmaxUnchosen(Builder &b, Value values, Value chosen, int64_t n,
       b, indexConst(b, 0), indexConst(b, n), ValueRange{negInf, none},
       [&](Builder &nb, Value i, ValueRange carried) -> SmallVector<Value> {
         Value best = carried[0], bestIndex = carried[1];
-        Value v = memref::LoadOp::create(nb, values, ValueRange{i});
+        Value raw = memref::LoadOp::create(nb, values, ValueRange{i});
+        Value isNan =
+            arith::CmpFOp::create(nb, arith::CmpFPredicate::UNO, raw, raw);
+        Value v = arith::SelectOp::create(nb, isNan, negInf, raw);
         Value isChosen = memref::LoadOp::create(nb, chosen, ValueRange{i});
         Value free = arith::XOrIOp::create(
             nb, isChosen, arith::ConstantOp::create(nb, nb.getBoolAttr(true)));

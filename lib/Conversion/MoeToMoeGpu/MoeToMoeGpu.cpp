@@ -306,18 +306,33 @@ struct Emitter {
         });
     return r[0];
   }
-  /// Index of the largest of `n` values from `get` (ties: the lower index).
+  /// Index of the largest of `n` values from `get` (ties: the lower
+  /// index), skipping NaN, which marks what is excluded (chosen or masked):
+  /// with any value not NaN, never an excluded index.
   std::pair<Value, Value> argmax(int64_t n, function_ref<Value(Value)> get) {
+    Value no = arith::ConstantIntOp::create(b, 0, 1);
+    Value yes = arith::ConstantIntOp::create(b, 1, 1);
     ValueRange r = loop(
-        idx(0), idx(n), idx(1), {idx(0), f32(-INFINITY)},
+        idx(0), idx(n), idx(1), {idx(0), f32(-INFINITY), no},
         [&](Value i, ValueRange it) {
           Value v = get(i);
+          Value ordered =
+              arith::CmpFOp::create(b, arith::CmpFPredicate::ORD, v, v);
           Value gt =
               arith::CmpFOp::create(b, arith::CmpFPredicate::OGT, v, it[1]);
-          return SmallVector<Value>{arith::SelectOp::create(b, gt, i, it[0]),
-                                    arith::SelectOp::create(b, gt, v, it[1])};
+          Value first = arith::XOrIOp::create(b, it[2], yes);
+          Value take = arith::AndIOp::create(
+              b, ordered, arith::OrIOp::create(b, first, gt));
+          return SmallVector<Value>{arith::SelectOp::create(b, take, i, it[0]),
+                                    arith::SelectOp::create(b, take, v, it[1]),
+                                    arith::OrIOp::create(b, it[2], take)};
         });
     return {r[0], r[1]};
+  }
+  /// `v`, or -inf where it is NaN: scores compare as ordered values.
+  Value ordered(Value v) {
+    Value nan = arith::CmpFOp::create(b, arith::CmpFPredicate::UNO, v, v);
+    return arith::SelectOp::create(b, nan, f32(-INFINITY), v);
   }
 };
 
@@ -385,12 +400,14 @@ void LayerBuilder::buildRoute(gpu::GPUFuncOp func) {
         return SmallVector<Value>{};
       });
     }
-    // Selection scores: biased, and masked outside the kept groups.
+    // Selection scores: biased, NaN read as -inf (a NaN input never makes
+    // the selection repeat or leave the experts), and masked outside the
+    // kept groups. NaN in `sel` and `gsc` marks what is excluded.
     e.loop(zero, nE, one, {}, [&](Value i, ValueRange) {
       Value v = e.load(scores, {warp, i});
       if (bias)
         v = arith::AddFOp::create(b, v, e.load(biasArg, {i}));
-      e.store(v, sel, {warp, i});
+      e.store(e.ordered(v), sel, {warp, i});
       return SmallVector<Value>{};
     });
     if (groups > 1) {
@@ -414,34 +431,27 @@ void LayerBuilder::buildRoute(gpu::GPUFuncOp func) {
             });
         Value score =
             top2 ? arith::AddFOp::create(b, best[0], best[1]) : best[0];
-        e.store(score, gsc, {warp, g});
+        e.store(e.ordered(score), gsc, {warp, g});
         return SmallVector<Value>{};
       });
       // Keep the topk_groups best groups: a kept group's score becomes
-      // +inf, every other group's experts are masked.
+      // NaN (excluded from the next argmax), every other group's experts
+      // are masked with NaN.
       e.loop(zero, e.idx(config.getTopkGroups()), one, {},
              [&](Value, ValueRange) {
-               auto [g, v] = e.argmax(groups, [&](Value i) {
-                 Value s = e.load(gsc, {warp, i});
-                 Value kept = arith::CmpFOp::create(
-                     b, arith::CmpFPredicate::OEQ, s, e.f32(INFINITY));
-                 return arith::SelectOp::create(b, kept, e.f32(-INFINITY), s)
-                     .getResult();
-               });
+               auto [g, v] = e.argmax(
+                   groups, [&](Value i) { return e.load(gsc, {warp, i}); });
                (void)v;
-               e.store(e.f32(INFINITY), gsc, {warp, g});
+               e.store(e.f32(NAN), gsc, {warp, g});
                return SmallVector<Value>{};
              });
       e.loop(zero, nE, one, {}, [&](Value i, ValueRange) {
         Value g = arith::DivUIOp::create(b, i, e.idx(perGroup));
-        Value kept =
-            arith::CmpFOp::create(b, arith::CmpFPredicate::OEQ,
-                                  e.load(gsc, {warp, g}), e.f32(INFINITY));
+        Value s = e.load(gsc, {warp, g});
+        Value kept = arith::CmpFOp::create(b, arith::CmpFPredicate::UNO, s, s);
         e.when(arith::XOrIOp::create(b, kept,
                                      arith::ConstantIntOp::create(b, 1, 1)),
-               [&] {
-                 e.store(e.f32(-FLT_MAX), sel, {warp, i});
-               });
+               [&] { e.store(e.f32(NAN), sel, {warp, i}); });
         return SmallVector<Value>{};
       });
     }
@@ -456,7 +466,7 @@ void LayerBuilder::buildRoute(gpu::GPUFuncOp func) {
           e.store(arith::IndexCastOp::create(b, b.getI32Type(), best), ids,
                   {token, j});
           e.store(w, weights, {token, j});
-          e.store(e.f32(-INFINITY), sel, {warp, best});
+          e.store(e.f32(NAN), sel, {warp, best});
           return SmallVector<Value>{arith::AddFOp::create(b, it[0], w)};
         })[0];
     bool normalize = config.getNormTopkProb();

@@ -3,7 +3,11 @@
 
 Implements the format from its specification (8-byte little-endian header
 size, JSON header, data), not from the runtime's code:
-  st_tool.py drop IN OUT NAME          remove a tensor
+  st_tool.py drop IN OUT NAME          remove a tensor (the data stays
+                                       contiguous, as the format requires)
+  st_tool.py trail IN OUT COUNT        append COUNT bytes no tensor indexes
+  st_tool.py hole IN OUT NAME          move NAME's bytes 8 bytes later,
+                                       leaving a gap no tensor indexes
   st_tool.py rename IN OUT NAME NEW    rename a tensor
   st_tool.py reshape IN OUT NAME       flatten a tensor to 1-D
   st_tool.py int IN OUT NAME           relabel an F32 tensor as I32
@@ -41,7 +45,23 @@ def main():
     src, dst, name, *rest = args
     header, body = load(src)
     if cmd == "drop":
-        del header[name]
+        begin, end = header.pop(name)["data_offsets"]
+        body = body[:begin] + body[end:]
+        for value in header.values():
+            if isinstance(value, dict) and "data_offsets" in value:
+                b, e = value["data_offsets"]
+                if b >= end:
+                    value["data_offsets"] = [b - (end - begin), e - (end - begin)]
+    elif cmd == "trail":
+        body = body + b"\0" * int(name)
+    elif cmd == "hole":
+        begin, end = header[name]["data_offsets"]
+        for value in header.values():
+            if isinstance(value, dict) and "data_offsets" in value:
+                b, e = value["data_offsets"]
+                if b >= begin:
+                    value["data_offsets"] = [b + 8, e + 8]
+        body = body[:begin] + b"\0" * 8 + body[begin:]
     elif cmd == "rename":
         header[rest[0]] = header.pop(name)
     elif cmd == "reshape":
