@@ -153,7 +153,10 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
   }
   result.gradNorm = std::sqrt(squares);
   if (!std::isfinite(result.loss))
-    result.nonFinite = "the loss is " + std::to_string(result.loss);
+    result.nonFinite = std::string("the loss is ") +
+                       (std::isnan(result.loss) ? "NaN"
+                        : result.loss > 0       ? "+Inf"
+                                                : "-Inf");
   else if (!firstBad.empty())
     result.nonFinite =
         "the gradient norm is not finite (first in '" + firstBad + "')";
