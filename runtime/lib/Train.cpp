@@ -319,18 +319,26 @@ markedCheckpoints(const std::string &dir) {
 
 Status writeCheckpoint(const std::string &dir, const Trainer &trainer,
                        uint64_t stream, Communicator *comm, int64_t keep) {
+  return writeCheckpointState(dir, trainer.state(), trainer.steps(), stream,
+                              comm, keep);
+}
+
+Status writeCheckpointState(const std::string &dir,
+                            const std::map<std::string, Tensor> &state,
+                            int64_t step, uint64_t stream, Communicator *comm,
+                            int64_t keep) {
   bool leader = !comm || comm->rank() == 0;
   int ranks = comm ? comm->size() : 1;
-  std::string name = checkpointName(trainer.steps());
+  std::string name = checkpointName(step);
   std::string final = dir + "/" + name;
   // Every rank writes into one temporary directory that rank 0 made.
   std::string tmp = dir + "/.tmp-" + name;
   // Never a checkpoint of state that cannot be resumed from.
   Status healthy = Status::success();
-  for (const auto &[tensor, value] : trainer.state())
+  for (const auto &[tensor, value] : state)
     if (!allFinite(value)) {
       healthy = Status::failure("refusing to write a checkpoint of step " +
-                                std::to_string(trainer.steps()) + ": '" +
+                                std::to_string(step) + ": '" +
                                 tensor + "' holds non-finite values");
       break;
     }
@@ -352,9 +360,12 @@ Status writeCheckpoint(const std::string &dir, const Trainer &trainer,
   }
   if (Status s = agree(comm, made); !s.ok())
     return s;
-  std::map<std::string, Tensor> tensors = trainer.state();
+  if (step < 0 || step > kMaxStep)
+    return Status::failure("a checkpoint's step must be in [0, 2^50], got " +
+                           std::to_string(step));
+  std::map<std::string, Tensor> tensors = state;
   Tensor meta = Tensor::zeros(DType::I64, {2});
-  meta.as<int64_t>()[0] = trainer.steps();
+  meta.as<int64_t>()[0] = step;
   meta.as<int64_t>()[1] = static_cast<int64_t>(stream);
   tensors["__step_and_stream__"] = meta;
   std::string file = tmp + "/" + stateFile(comm);
@@ -389,7 +400,7 @@ Status writeCheckpoint(const std::string &dir, const Trainer &trainer,
   // A test hook: MOE_TEST_CHECKPOINT_KILL=S kills the process once step S's
   // state is written but not yet published (a crash mid-checkpoint).
   if (const char *kill = std::getenv("MOE_TEST_CHECKPOINT_KILL");
-      kill && std::atoll(kill) == trainer.steps())
+      kill && std::atoll(kill) == step)
     std::raise(SIGKILL);
   std::vector<char> records(kRecord * ranks);
   if (comm && ranks > 1) {
@@ -419,7 +430,7 @@ Status writeCheckpoint(const std::string &dir, const Trainer &trainer,
       }
       nlohmann::json marker = {{"format", kMarkerFormat},
                                {"version", kMarkerVersion},
-                               {"step", trainer.steps()},
+                               {"step", step},
                                {"stream", stream},
                                {"ranks", ranks},
                                {"files", files}};
@@ -453,8 +464,7 @@ Status writeCheckpoint(const std::string &dir, const Trainer &trainer,
           // ones of another run are not this run's to remove.
           int64_t kept = 0;
           for (const std::string &path : *all) {
-            int64_t step = stepOfName(path.substr(dir.size() + 1));
-            if (step > trainer.steps())
+            if (stepOfName(path.substr(dir.size() + 1)) > step)
               continue;
             if (++kept > keep)
               removeDirectory(path);
@@ -483,9 +493,10 @@ struct CheckpointState {
 /// marker (format, step, ranks), the state file's size and SHA-256, every
 /// tensor the trainer holds (shape, dtype, finite values) and the step and
 /// stream record.
-static Expected<CheckpointState> verifyCheckpoint(const std::string &path,
-                                                  const Trainer &trainer,
-                                                  const Communicator *comm) {
+static Expected<CheckpointState>
+verifyCheckpoint(const std::string &path,
+                 const std::map<std::string, std::vector<int64_t>> &shapes,
+                 const Communicator *comm) {
   using Result = Expected<CheckpointState>;
   using nlohmann::json;
   Expected<std::vector<uint8_t>> markerBytes =
@@ -546,8 +557,9 @@ static Expected<CheckpointState> verifyCheckpoint(const std::string &path,
   // The state's size follows from the trainer's tensors; a marker that
   // claims much more is damaged (and must not make us allocate it).
   uint64_t expected = 1 << 20;
-  for (const auto &[name, value] : trainer.state())
-    expected += value.data.size() + 256;
+  for (const auto &[name, shape] : shapes)
+    expected += static_cast<uint64_t>(elementCount(shape).value_or(0)) * 4 +
+                256;
   if (bytes > expected)
     return Result::error("its marker records " + std::to_string(bytes) +
                          " bytes for " + own + ", more than the state holds");
@@ -566,15 +578,15 @@ static Expected<CheckpointState> verifyCheckpoint(const std::string &path,
   Expected<SafetensorsFile> parsed = SafetensorsFile::parse(std::move(*data), file);
   if (!parsed)
     return Result::error(parsed.message());
-  for (const auto &[name, value] : trainer.state()) {
+  for (const auto &[name, shape] : shapes) {
     Expected<Tensor> t = parsed->get(name);
     if (!t)
       return Result::error(t.message());
-    if (t->dtype != DType::F32 || t->shape != value.shape) {
+    if (t->dtype != DType::F32 || t->shape != shape) {
       // The checksum held: it is another layer's checkpoint.
       state.incompatible = "tensor '" + name + "' is " + mlirName(t->dtype) +
                            " " + formatShape(t->shape) +
-                           ", the bundle's is f32 " + formatShape(value.shape);
+                           ", the bundle's is f32 " + formatShape(shape);
       return state;
     }
     if (int64_t at = 0; !allFinite(*t, &at))
@@ -605,10 +617,11 @@ Expected<std::string> findCheckpoint(const std::string &dir) {
   return all->front();
 }
 
-Expected<ResumedCheckpoint> resumeCheckpoint(const std::string &dir,
-                                             Trainer &trainer,
-                                             Communicator *comm, bool strict) {
-  using Result = Expected<ResumedCheckpoint>;
+Expected<ValidCheckpoint>
+readValidCheckpoint(const std::string &dir,
+                    const std::map<std::string, std::vector<int64_t>> &shapes,
+                    Communicator *comm, bool strict) {
+  using Result = Expected<ValidCheckpoint>;
   bool leader = !comm || comm->rank() == 0;
   Expected<std::vector<std::string>> all = markedCheckpoints(dir);
   if (!all)
@@ -616,9 +629,9 @@ Expected<ResumedCheckpoint> resumeCheckpoint(const std::string &dir,
   if (all->empty())
     return Result::error("no complete checkpoint in '" + dir +
                          "' (a complete one has a " + kMarker + " marker)");
-  ResumedCheckpoint resumed;
+  ValidCheckpoint valid;
   for (const std::string &path : *all) {
-    Expected<CheckpointState> state = verifyCheckpoint(path, trainer, comm);
+    Expected<CheckpointState> state = verifyCheckpoint(path, shapes, comm);
     // Intact but not for this job: an error, never a fallback.
     Status fits = state && !state->incompatible.empty()
                       ? Status::failure(state->incompatible)
@@ -632,28 +645,43 @@ Expected<ResumedCheckpoint> resumeCheckpoint(const std::string &dir,
     Status everywhere =
         agree(comm, here, "another rank's part of it is damaged");
     if (everywhere.ok()) {
-      if (Status s = trainer.restore(state->tensors, state->step); !s.ok())
-        return Result::error(path + ": " + s.error);
-      resumed.path = path;
-      resumed.stream = state->stream;
+      valid.path = path;
+      valid.step = state->step;
+      valid.stream = state->stream;
+      valid.tensors = std::move(state->tensors);
       // Set the damaged ones aside (renamed, not deleted), so that a later
       // resume does not try them again and their steps can be rewritten.
       if (leader)
-        for (const auto &[bad, why] : resumed.damaged)
+        for (const auto &[bad, why] : valid.damaged)
           std::rename(bad.c_str(),
                       (bad + ".damaged-" + std::to_string(std::time(nullptr)))
                           .c_str());
-      return resumed;
+      return valid;
     }
     if (strict)
       return Result::error("the newest checkpoint is damaged: " + path + ": " +
                            everywhere.error + " (--resume-strict)");
-    resumed.damaged.emplace_back(path, everywhere.error);
+    valid.damaged.emplace_back(path, everywhere.error);
   }
   std::string reasons;
-  for (const auto &[path, why] : resumed.damaged)
+  for (const auto &[path, why] : valid.damaged)
     reasons += "; " + path + ": " + why;
   return Result::error("no valid checkpoint in '" + dir + "'" + reasons);
+}
+
+Expected<ValidCheckpoint> resumeCheckpoint(const std::string &dir,
+                                           Trainer &trainer,
+                                           Communicator *comm, bool strict) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto &[name, value] : trainer.state())
+    shapes[name] = value.shape;
+  Expected<ValidCheckpoint> valid =
+      readValidCheckpoint(dir, shapes, comm, strict);
+  if (!valid)
+    return valid;
+  if (Status s = trainer.restore(valid->tensors, valid->step); !s.ok())
+    return Expected<ValidCheckpoint>::error(valid->path + ": " + s.error);
+  return valid;
 }
 
 Trace::Trace() : origin(steadySeconds()) {}

@@ -254,7 +254,7 @@ int main(int argc, char **argv) {
 
   Random rng(seed ^ kTokenSeedSalt);
   if (!resumeDir.empty()) {
-    Expected<ResumedCheckpoint> resumed =
+    Expected<ValidCheckpoint> resumed =
         resumeCheckpoint(resumeDir, **trainer, &comm, resumeStrict);
     if (!resumed)
       die(resumed.message());

@@ -88,23 +88,42 @@ Status writeCheckpoint(const std::string &dir, const Trainer &trainer,
 /// error saying there is none.
 Expected<std::string> findCheckpoint(const std::string &dir);
 
-/// What resumeCheckpoint restored, and the newer checkpoints it skipped.
-struct ResumedCheckpoint {
+/// Writes a checkpoint of a training state given as tensors (what
+/// writeCheckpoint does for a trainer): f32 state, `step` in [0, 2^50].
+Status writeCheckpointState(const std::string &dir,
+                            const std::map<std::string, Tensor> &state,
+                            int64_t step, uint64_t stream,
+                            Communicator *comm = nullptr, int64_t keep = 0);
+
+/// The newest valid checkpoint under `dir`, and the newer ones skipped.
+struct ValidCheckpoint {
   std::string path;
+  int64_t step = 0;
   uint64_t stream = 0;
+  /// The state tensors, by name.
+  std::map<std::string, Tensor> tensors;
   /// (path, why) of each damaged newer checkpoint, newest first; each was
   /// renamed to `<path>.damaged-<time>`.
   std::vector<std::pair<std::string, std::string>> damaged;
 };
 
-/// Restores `trainer` from the newest checkpoint under `dir` that verifies
-/// on every rank (marker, checksums, step and stream record, shapes and
-/// dtypes against the bundle, finite values). With `strict`, a damaged
-/// newest checkpoint is an error instead of a fallback.
-Expected<ResumedCheckpoint> resumeCheckpoint(const std::string &dir,
-                                             Trainer &trainer,
-                                             Communicator *comm = nullptr,
-                                             bool strict = false);
+/// Reads the newest checkpoint under `dir` that verifies on every rank:
+/// its marker (format, step matching the name, ranks), each state file's
+/// size and SHA-256, the step and stream record, every tensor of `shapes`
+/// (f32, that shape, finite values). A damaged checkpoint is skipped for
+/// the next older one (with `strict`, it is the error); an intact one
+/// that is not this job's (other ranks, other shapes, an older format) is
+/// an error, never skipped.
+Expected<ValidCheckpoint>
+readValidCheckpoint(const std::string &dir,
+                    const std::map<std::string, std::vector<int64_t>> &shapes,
+                    Communicator *comm = nullptr, bool strict = false);
+
+/// readValidCheckpoint for `trainer`'s state, restored into it.
+Expected<ValidCheckpoint> resumeCheckpoint(const std::string &dir,
+                                           Trainer &trainer,
+                                           Communicator *comm = nullptr,
+                                           bool strict = false);
 
 /// A Chrome trace (the JSON Perfetto and chrome://tracing open): complete
 /// events on named lanes, in microseconds from the trace's creation.
