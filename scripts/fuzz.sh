@@ -5,14 +5,14 @@
 # directory; a crash leaves its input in build-fuzz/artifacts/ and fails.
 # The libFuzzer seed is 1 unless $MOE_FUZZ_SEED says otherwise.
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]   (targets: ir hfconfig
-#        safetensors bundle)
+#        safetensors bundle checkpoint)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${MOE_FUZZ_BUILD_DIR:-$root/build-fuzz}
 seconds=${1:-30}
 shift || true
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(ir hfconfig safetensors bundle)
+[[ ${#targets[@]} -gt 0 ]] || targets=(ir hfconfig safetensors bundle checkpoint)
 
 "$root/scripts/setup-deps.sh"
 MOE_BUILD_DIR="$build" MOE_CMAKE_ARGS="-DCMAKE_C_COMPILER=clang-22 \

@@ -19,6 +19,7 @@
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <csignal>
 #include <cstring>
 #include <sys/stat.h>
 
@@ -183,7 +184,14 @@ static int writeOutput(const std::string &path,
 }
 
 int main(int argc, char **argv) {
+  // LLVM's crash handlers take SIGXFSZ; a caller that ignores it (to see
+  // EFBIG from a file size limit instead) keeps it ignored.
+  struct sigaction xfsz;
+  bool ignoreXfsz =
+      ::sigaction(SIGXFSZ, nullptr, &xfsz) == 0 && xfsz.sa_handler == SIG_IGN;
   llvm::InitLLVM init(argc, argv);
+  if (ignoreXfsz)
+    std::signal(SIGXFSZ, SIG_IGN);
   registerAsmPrinterCLOptions();
   registerMLIRContextCLOptions();
   registerPassManagerCLOptions();

@@ -333,6 +333,15 @@ bool mlir::moe::emitSharedObject(llvm::Module &module, llvm::StringRef cpu,
       return false;
     }
     passes.run(module);
+    // A failed write (a full disk) is an error here, not a fatal error
+    // when the stream is destroyed.
+    os.close();
+    if (os.has_error()) {
+      error = "cannot write the temporary object file '" +
+              objectPath.str().str() + "': " + os.error().message();
+      os.clear_error();
+      return false;
+    }
   }
   if (auto ec =
           llvm::sys::fs::createTemporaryFile("moe-layer", "so", libraryPath)) {
@@ -370,6 +379,13 @@ bool mlir::moe::emitSharedObject(llvm::Module &module, llvm::StringRef cpu,
       return false;
     }
     os << kHelpersSource;
+    os.close();
+    if (os.has_error()) {
+      error = "cannot write '" + helpersPath.str().str() +
+              "': " + os.error().message();
+      os.clear_error();
+      return false;
+    }
   }
   llvm::SmallVector<llvm::StringRef> args = {
       *program,    "-shared",  "-O2",       "-fPIC", "-o",

@@ -132,6 +132,15 @@ func.func @f(%x: tensor<?x16xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x4x8xf32>,
 
 // -----
 
+func.func @f(%x: tensor<3000000000x8xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x4x8xf32>, %wu: tensor<4x4x8xf32>, %wd: tensor<4x8x4xf32>) -> tensor<3000000000x8xf32> {
+  // expected-error @+1 {{expected at most 2147483647 tokens, got 3000000000}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, dtype = f32>}
+       : (tensor<3000000000x8xf32>, tensor<4x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>) -> tensor<3000000000x8xf32>
+  return %y : tensor<3000000000x8xf32>
+}
+
+// -----
+
 func.func @f(%x: tensor<?x?xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x4x8xf32>, %wu: tensor<4x4x8xf32>, %wd: tensor<4x8x4xf32>) -> tensor<?x?xf32> {
   // expected-error @+1 {{expected a static hidden size, got 'tensor<?x?xf32>'}}
   %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, dtype = f32>}
