@@ -59,6 +59,11 @@ extern "C" int LLVMFuzzerInitialize(int *, char ***) {
   if (!::mkdtemp(pattern))
     __builtin_trap();
   dir = pattern;
+  std::atexit([] {
+    std::string command = "rm -rf '" + dir + "'";
+    if (std::system(command.c_str()) != 0)
+      std::fprintf(stderr, "cannot remove %s\n", dir.c_str());
+  });
   for (const auto &[name, shape] : shapes) {
     Tensor t = Tensor::zeros(DType::F32, shape);
     for (int64_t i = 0; i < t.numElements(); ++i)
