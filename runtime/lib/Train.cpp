@@ -167,6 +167,14 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
                            name.substr(0, name.size() - 5) + "' non-finite";
         break;
       }
+  // Every rank decides alike, so replicated state stays identical.
+  if (Communicator *comm = layer.getCommunicator();
+      comm && comm->size() > 1) {
+    float bad = result.nonFinite.empty() ? 0.0f : 1.0f;
+    comm->allReduceSum(&bad, 1);
+    if (bad > 0 && result.nonFinite.empty())
+      result.nonFinite = "the step of another rank is not finite";
+  }
   // A non-finite step leaves the state as it was.
   gradients.clear();
   for (auto &[name, value] : outputs) {
@@ -237,12 +245,17 @@ static constexpr int64_t kMarkerVersion = 2;
 /// A step count no run reaches; anything larger is a damaged record.
 static constexpr int64_t kMaxStep = int64_t(1) << 50;
 
-/// Each rank's state file: expert-parallel ranks hold different experts.
-static std::string stateFile(const Communicator *comm) {
-  if (!comm || comm->size() == 1)
+/// Rank `rank`'s state file in a job of `ranks`: expert-parallel ranks
+/// hold different experts.
+static std::string stateFile(int rank, int ranks) {
+  if (ranks == 1)
     return "state.safetensors";
-  return "state.rank" + std::to_string(comm->rank()) + "-of-" +
-         std::to_string(comm->size()) + ".safetensors";
+  return "state.rank" + std::to_string(rank) + "-of-" + std::to_string(ranks) +
+         ".safetensors";
+}
+
+static std::string stateFile(const Communicator *comm) {
+  return comm ? stateFile(comm->rank(), comm->size()) : stateFile(0, 1);
 }
 
 static std::string checkpointName(int64_t step) {
@@ -329,6 +342,9 @@ Status writeCheckpointState(const std::string &dir,
                             int64_t keep) {
   bool leader = !comm || comm->rank() == 0;
   int ranks = comm ? comm->size() : 1;
+  if (step < 0 || step > kMaxStep)
+    return Status::failure("a checkpoint's step must be in [0, 2^50], got " +
+                           std::to_string(step));
   std::string name = checkpointName(step);
   std::string final = dir + "/" + name;
   // Every rank writes into one temporary directory that rank 0 made.
@@ -360,9 +376,6 @@ Status writeCheckpointState(const std::string &dir,
   }
   if (Status s = agree(comm, made); !s.ok())
     return s;
-  if (step < 0 || step > kMaxStep)
-    return Status::failure("a checkpoint's step must be in [0, 2^50], got " +
-                           std::to_string(step));
   std::map<std::string, Tensor> tensors = state;
   Tensor meta = Tensor::zeros(DType::I64, {2});
   meta.as<int64_t>()[0] = step;
@@ -419,12 +432,8 @@ Status writeCheckpointState(const std::string &dir,
         std::string text(records.data() + kRecord * r, kRecord);
         text = text.c_str();
         size_t space = text.find(' ');
-        std::string fileName =
-            ranks == 1 ? std::string("state.safetensors")
-                       : "state.rank" + std::to_string(r) + "-of-" +
-                             std::to_string(ranks) + ".safetensors";
         files.push_back(
-            {{"name", fileName},
+            {{"name", stateFile(r, ranks)},
              {"sha256", text.substr(0, space)},
              {"bytes", std::stoull(text.substr(space + 1))}});
       }
@@ -604,17 +613,6 @@ verifyCheckpoint(const std::string &path,
     return Result::error("its step and stream record disagrees with its "
                          "marker");
   return state;
-}
-
-Expected<std::string> findCheckpoint(const std::string &dir) {
-  Expected<std::vector<std::string>> all = markedCheckpoints(dir);
-  if (!all)
-    return Expected<std::string>::error(all.message());
-  if (all->empty())
-    return Expected<std::string>::error("no complete checkpoint in '" + dir +
-                                        "' (a complete one has a " + kMarker +
-                                        " marker)");
-  return all->front();
 }
 
 Expected<ValidCheckpoint>

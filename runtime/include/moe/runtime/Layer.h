@@ -96,6 +96,8 @@ public:
   /// so call it before binding weights. A communicator of one rank is the
   /// same as none. The layer does not own it.
   Status setCommunicator(Communicator *comm);
+  /// The communicator set, or null for one rank.
+  Communicator *getCommunicator() const { return communicator; }
   /// Fails when the bundle needs a communicator and has none.
   Status checkCommunicator() const;
   /// The global index of this rank's first expert.

@@ -23,9 +23,9 @@ struct StepResult {
   float loss = 0;
   /// The L2 norm of the step's parameter gradients (this rank's).
   double gradNorm = 0;
-  /// Empty when the loss, the gradients and the update are finite; else
-  /// what was not, and the step left the state unchanged (the step count
-  /// still advances).
+  /// Empty when the loss, the gradients and the update are finite (on
+  /// every expert-parallel rank); else what was not, and the step left the
+  /// state unchanged on every rank (the step count still advances).
   std::string nonFinite;
   /// Tokens routed to each expert in the step.
   std::vector<float> load;
@@ -83,10 +83,6 @@ private:
 Status writeCheckpoint(const std::string &dir, const Trainer &trainer,
                        uint64_t stream, Communicator *comm = nullptr,
                        int64_t keep = 0);
-
-/// The newest checkpoint under `dir` with a marker (not verified), or an
-/// error saying there is none.
-Expected<std::string> findCheckpoint(const std::string &dir);
 
 /// Writes a checkpoint of a training state given as tensors (what
 /// writeCheckpoint does for a trainer): f32 state, `step` in [0, 2^50].
