@@ -79,4 +79,114 @@ def MoeGpu_SmRangeAttr : AttrDef<MoeGpu_Dialect, "SmRange"> {
   let genVerifyDecl = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// The schedule's attributes (see moe/runtime/ScheduleAbi.h)
+//===----------------------------------------------------------------------===//
+
+def MoeGpu_GridKind : I32EnumAttr<"GridKind",
+    "how many CTAs a launch of the schedule gets", [
+      I32EnumAttrCase<"Tokens", 0, "tokens">,
+      I32EnumAttrCase<"Assignments", 1, "assignments">,
+      I32EnumAttrCase<"Rows", 2, "rows">,
+      I32EnumAttrCase<"ReceivedRows", 3, "received_rows">,
+      I32EnumAttrCase<"One", 4, "one">,
+      I32EnumAttrCase<"Persistent", 5, "persistent">,
+      I32EnumAttrCase<"Fixed", 6, "fixed">
+    ]> {
+  let cppNamespace = "::mlir::moegpu";
+  let genSpecializedAttr = 0;
+}
+
+def MoeGpu_GridAttr : AttrDef<MoeGpu_Dialect, "Grid"> {
+  let mnemonic = "grid";
+  let summary = "How a launch's grid is sized at run time";
+  let description = [{
+    `tokens`: `ceil(T / per_block)` CTAs; `assignments`: `ceil(T * k /
+    per_block)`; `rows` and `received_rows`: `ceil(capacity / per_block)`
+    over the dispatched rows' (or an expert-parallel rank's received rows')
+    capacity, one row per CTA when `per_block` is 0; `one`: a single CTA;
+    `persistent`: the kernel's own grid (its `#moegpu.sm_range`); `fixed`:
+    `size` CTAs.
+
+    ```mlir
+    #moegpu.grid<tokens, per_block = 4>
+    #moegpu.grid<fixed, size = 112>
+    ```
+  }];
+  let parameters = (ins EnumParameter<MoeGpu_GridKind>:$kind,
+                        DefaultValuedParameter<"int64_t", "0">:$per_block,
+                        DefaultValuedParameter<"int64_t", "0">:$size);
+  let assemblyFormat = "`<` $kind (`,` struct($per_block, $size)^)? `>`";
+  let genVerifyDecl = 1;
+}
+
+def MoeGpu_BufferDim : I32EnumAttr<"BufferDim",
+    "what a buffer's dynamic dimension stands for", [
+      I32EnumAttrCase<"Tokens", 0, "tokens">,
+      I32EnumAttrCase<"Rows", 1, "rows">,
+      I32EnumAttrCase<"ReceivedRows", 2, "received_rows">
+    ]> {
+  let cppNamespace = "::mlir::moegpu";
+  let genSpecializedAttr = 0;
+}
+
+def MoeGpu_BufferDimAttr : EnumAttr<MoeGpu_Dialect, MoeGpu_BufferDim, "dim"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
+def MoeGpu_ExchangeKind : I32EnumAttr<"ExchangeKind",
+    "an expert-parallel exchange between the launches", [
+      I32EnumAttrCase<"Dispatch", 0, "dispatch">,
+      I32EnumAttrCase<"Combine", 1, "combine">,
+      I32EnumAttrCase<"DispatchRows", 2, "dispatch_rows">,
+      I32EnumAttrCase<"CombineRows", 3, "combine_rows">
+    ]> {
+  let cppNamespace = "::mlir::moegpu";
+  let genSpecializedAttr = 0;
+}
+
+def MoeGpu_ExchangeKindAttr : EnumAttr<MoeGpu_Dialect, MoeGpu_ExchangeKind,
+                                       "exchange"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
+def MoeGpu_KernelLaunchAttr : AttrDef<MoeGpu_Dialect, "KernelLaunch"> {
+  let mnemonic = "kernel_launch";
+  let summary = "Launch configuration a lowered kernel was built for";
+  let description = [{
+    Set on a `gpu.func` by `convert-moegpu-to-nvgpu`: the grid of a
+    persistent kernel (0 when the schedule sizes it), the CTA size, the
+    dynamic shared memory in bytes and, for a GEMM, its tile.
+
+    ```mlir
+    #moegpu.kernel_launch<grid = 132, block = 384, smem = 229376,
+                          tile = #moegpu.tile<m = 128, n = 128, k = 64, stages = 7>>
+    ```
+  }];
+  let parameters = (ins "int64_t":$grid, "int64_t":$block, "int64_t":$smem,
+                        OptionalParameter<"::mlir::moegpu::TileAttr">:$tile);
+  let assemblyFormat = "`<` struct(params) `>`";
+}
+
+def MoeGpu_TensorMapAttr : AttrDef<MoeGpu_Dialect, "TensorMap"> {
+  let mnemonic = "tensor_map";
+  let summary = "A TMA descriptor the runtime encodes for a kernel argument";
+  let description = [{
+    Kernel parameter `arg` is a pointer to the 128-byte map of the buffer
+    passed as argument `source`, viewed as `view` rows x columns (rows -1:
+    the buffer's), loaded in boxes of `box`, with a `swizzle`-byte swizzle.
+
+    ```mlir
+    #moegpu.tensor_map<arg = 4, source = 0, view = [-1, 7168], box = [128, 64], swizzle = 128>
+    ```
+  }];
+  let parameters = (ins "int64_t":$arg, "int64_t":$source,
+                        ArrayRefParameter<"int64_t">:$view,
+                        ArrayRefParameter<"int64_t">:$box, "int64_t":$swizzle);
+  let assemblyFormat = [{
+    `<` `arg` `=` $arg `,` `source` `=` $source `,` `view` `=` `[` $view `]`
+    `,` `box` `=` `[` $box `]` `,` `swizzle` `=` $swizzle `>`
+  }];
+}
+
 #endif // MOE_DIALECT_MOEGPU_MOEGPUATTRS_TD

@@ -7,7 +7,9 @@
 #include "moegpu/MoeGpuDialect.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
@@ -247,4 +249,170 @@ LogicalResult StoreTileOp::verify() {
                             "the swiglu epilogue, got "
                          << getAcc().getType();
   return checkScaleOperand(*this, getEpilogue(), getScale());
+}
+
+//===----------------------------------------------------------------------===//
+// The schedule
+//===----------------------------------------------------------------------===//
+
+LogicalResult GridAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                               GridKind kind, int64_t perBlock, int64_t size) {
+  bool perBlockGrid = kind == GridKind::Tokens ||
+                      kind == GridKind::Assignments ||
+                      kind == GridKind::Rows ||
+                      kind == GridKind::ReceivedRows;
+  if (perBlock < 0 || (!perBlockGrid && perBlock != 0))
+    return emitError() << "per_block applies to tokens, assignments, rows and "
+                          "received_rows grids and must not be negative, got "
+                       << perBlock << " for a " << stringifyGridKind(kind)
+                       << " grid";
+  if ((kind == GridKind::Tokens || kind == GridKind::Assignments) &&
+      perBlock < 1)
+    return emitError() << "a " << stringifyGridKind(kind)
+                       << " grid needs per_block >= 1";
+  if (kind == GridKind::Fixed ? size < 1 || size > INT32_MAX : size != 0)
+    return emitError() << "size applies to fixed grids only, in [1, 2^31), "
+                          "got "
+                       << size << " for a " << stringifyGridKind(kind)
+                       << " grid";
+  return success();
+}
+
+void ProgramOp::build(OpBuilder &builder, OperationState &state) {
+  state.addRegion()->emplaceBlock();
+}
+
+LogicalResult ProgramOp::verifyRegions() {
+  llvm::StringSet<> entries;
+  for (Operation &op : getBody().front()) {
+    if (auto schedule = dyn_cast<ScheduleOp>(op)) {
+      if (!entries.insert(schedule.getEntry()).second)
+        return schedule.emitOpError()
+               << "repeats the schedule of entry '" << schedule.getEntry()
+               << "'";
+      continue;
+    }
+    if (!isa<BufferOp>(op))
+      return op.emitOpError() << "cannot be in a moegpu.program (expected "
+                                 "moegpu.buffer or moegpu.schedule)";
+  }
+  return success();
+}
+
+LogicalResult BufferOp::verify() {
+  MemRefType type = getMemRefType();
+  if (static_cast<int64_t>(getDims().size()) != type.getNumDynamicDims())
+    return emitOpError() << "has " << type.getNumDynamicDims()
+                         << " dynamic dimension(s) but " << getDims().size()
+                         << " entries in dims";
+  StringRef source = getSource();
+  bool known = source == "input" || source == "output" ||
+               source == "scratch" ||
+               (source.starts_with("param:") && source.size() > 6) ||
+               (source.starts_with("arg:") && source.size() > 4) ||
+               (source.starts_with("pack:") && source.contains(','));
+  if (!known)
+    return emitOpError() << "has unknown source '" << source
+                         << "' (expected input, output, scratch, "
+                            "param:<role>, pack:<gate>,<up> or arg:<name>)";
+  return success();
+}
+
+void ScheduleOp::build(OpBuilder &builder, OperationState &state,
+                       StringRef entry) {
+  state.addAttribute(getEntryAttrName(state.name),
+                     builder.getStringAttr(entry));
+  state.addRegion()->emplaceBlock();
+}
+
+LogicalResult ScheduleOp::verify() {
+  if (getEntry() != "forward" && getEntry() != "train")
+    return emitOpError() << "has entry '" << getEntry()
+                         << "', expected forward or train";
+  return success();
+}
+
+/// The buffer `name` of the program around `op`, or an error.
+static FailureOr<BufferOp> lookupBuffer(Operation *op,
+                                        SymbolTableCollection &symbols,
+                                        FlatSymbolRefAttr name) {
+  auto program = op->getParentOfType<ProgramOp>();
+  auto buffer = symbols.lookupSymbolIn<BufferOp>(program, name);
+  if (!buffer)
+    return op->emitOpError() << "refers to unknown buffer " << name;
+  return buffer;
+}
+
+static LogicalResult verifyBuffers(Operation *op, ArrayAttr args,
+                                   SymbolTableCollection &symbols,
+                                   SmallVectorImpl<BufferOp> *found = nullptr) {
+  for (auto name : args.getAsRange<FlatSymbolRefAttr>()) {
+    FailureOr<BufferOp> buffer = lookupBuffer(op, symbols, name);
+    if (failed(buffer))
+      return failure();
+    if (found)
+      found->push_back(*buffer);
+  }
+  return success();
+}
+
+LogicalResult LaunchOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  SmallVector<BufferOp> buffers;
+  if (failed(verifyBuffers(*this, getArgs(), symbols, &buffers)))
+    return failure();
+  Operation *top = (*this)->getParentOfType<ProgramOp>()->getParentOp();
+  Operation *kernel =
+      top ? symbols.lookupSymbolIn(top, getKernel()) : nullptr;
+  if (!kernel)
+    return emitOpError() << "launches unknown kernel " << getKernel();
+  // Checked while the kernel is still a gpu.func (the lowering turns it
+  // into an LLVM function later).
+  if (auto func = dyn_cast<gpu::GPUFuncOp>(kernel)) {
+    ArrayRef<Type> inputs = func.getArgumentTypes();
+    if (inputs.size() < buffers.size())
+      return emitOpError() << "passes " << buffers.size()
+                           << " buffers to kernel " << getKernel()
+                           << ", which takes " << inputs.size()
+                           << " arguments";
+    for (auto [i, buffer] : llvm::enumerate(buffers))
+      if (inputs[i] != buffer.getType())
+        return emitOpError()
+               << "passes buffer @" << buffer.getSymName() << " of type "
+               << buffer.getType() << " as argument " << i << " of kernel "
+               << getKernel() << ", which takes " << inputs[i];
+  }
+  if (getBlock() < 0 || getBlock() > 1024)
+    return emitOpError() << "has block " << getBlock()
+                         << ", expected 0 (the kernel's own) to 1024";
+  return success();
+}
+
+LogicalResult MemsetOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  return lookupBuffer(*this, symbols, getBufferAttr());
+}
+
+LogicalResult ExchangeOp::verify() {
+  size_t arity = getKind() == ExchangeKind::Dispatch  ? 7
+                 : getKind() == ExchangeKind::Combine ? 4
+                                                      : 2;
+  if (getArgs().size() != arity)
+    return emitOpError() << "of kind " << stringifyExchangeKind(getKind())
+                         << " takes " << arity << " buffers, got "
+                         << getArgs().size();
+  return success();
+}
+
+LogicalResult ExchangeOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  return verifyBuffers(*this, getArgs(), symbols);
+}
+
+LogicalResult AllReduceOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  SmallVector<BufferOp> buffers;
+  if (failed(verifyBuffers(*this, getArgs(), symbols, &buffers)))
+    return failure();
+  for (BufferOp buffer : buffers)
+    if (!buffer.getMemRefType().getElementType().isF32())
+      return emitOpError() << "sums f32 buffers, and @" << buffer.getSymName()
+                           << " is " << buffer.getType();
+  return success();
 }

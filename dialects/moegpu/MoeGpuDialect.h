@@ -14,6 +14,7 @@
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/SymbolTable.h"
 #include "mlir/Interfaces/ControlFlowInterfaces.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
@@ -36,6 +37,11 @@ constexpr int64_t kWarpgroupThreads = 128;
 constexpr int64_t kRegistersPerSm = 65536;
 /// Opt-in dynamic shared memory limit of one CTA on sm_90 (227 KiB).
 constexpr int64_t kMaxSharedMemoryBytes = 232448;
+
+/// Discardable attributes convert-moegpu-to-nvgpu sets on a lowered kernel:
+/// its #moegpu.kernel_launch, and an array of its #moegpu.tensor_map.
+constexpr llvm::StringLiteral kKernelLaunchAttrName = "moegpu.kernel_launch";
+constexpr llvm::StringLiteral kTensorMapsAttrName = "moegpu.tensor_maps";
 
 /// e^x of an f32 in a kernel, as 2^(x * log2(e)) on the SFU's ex2.approx:
 /// math.exp would become a libdevice call, which gpu-module-to-binary would

@@ -8,6 +8,7 @@
 #define MOE_DIALECT_MOEGPU_MOEGPUOPS_TD
 
 include "moegpu/MoeGpuTypes.td"
+include "mlir/IR/SymbolInterfaces.td"
 include "mlir/Interfaces/ControlFlowInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 
@@ -206,6 +207,128 @@ def MoeGpu_StoreTileOp : MoeGpu_Op<"store_tile"> {
     type($c) (`,` type($scale)^)?
   }];
   let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// The schedule: what the runtime allocates and runs
+//===----------------------------------------------------------------------===//
+
+def MoeGpu_ProgramOp : MoeGpu_Op<"program", [
+    SymbolTable, NoTerminator, SingleBlock, NoRegionArguments]> {
+  let summary = "The buffers and launch sequences of a compiled layer";
+  let description = [{
+    What `convert-moe-to-moegpu` leaves beside the kernels' `gpu.module`:
+    the device buffers (`moegpu.buffer`) and one `moegpu.schedule` per
+    entry point (`forward`, and `train` for a training step). The sm_90a
+    target turns it into the bundle's manifest (`GpuProgram` in
+    moe/runtime/Bundle.h) and erases it before the kernels become PTX.
+
+    ```mlir
+    moegpu.program {
+      moegpu.buffer @x : memref<?x64xbf16> dims [#moegpu.dim<tokens>] source "input"
+      moegpu.schedule "forward" {
+        moegpu.launch @moe_kernels::@route(@x, @router) grid <tokens, per_block = 4> block 128
+      }
+    }
+    ```
+  }];
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "attr-dict-with-keyword $body";
+  let hasRegionVerifier = 1;
+  let skipDefaultBuilders = 1;
+  let builders = [OpBuilder<(ins)>];
+}
+
+def MoeGpu_BufferOp : MoeGpu_Op<"buffer", [
+    Symbol, HasParent<"ProgramOp">]> {
+  let summary = "A device buffer of the schedule";
+  let description = [{
+    `type`'s dynamic dimensions are sized at run time, in order, by `dims`
+    (the token count, the dispatched-row capacity, or the rows an
+    expert-parallel rank can receive). `source` says where its contents
+    come from: `input`, `output`, `scratch`, `param:<role>` (a layer
+    parameter), `pack:<gate role>,<up role>` (gate and up weights
+    interleaved in blocks of 8 rows) or `arg:<name>` (an argument of the
+    training step).
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       TypeAttrOf<AnyMemRef>:$type,
+                       TypedArrayAttrBase<MoeGpu_BufferDimAttr,
+                                          "buffer dimensions">:$dims,
+                       StrAttr:$source);
+  let assemblyFormat = [{
+    $sym_name `:` $type `dims` $dims `source` $source attr-dict
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::mlir::MemRefType getMemRefType() {
+      return ::llvm::cast<::mlir::MemRefType>(getType());
+    }
+  }];
+}
+
+def MoeGpu_ScheduleOp : MoeGpu_Op<"schedule", [
+    HasParent<"ProgramOp">, NoTerminator, SingleBlock, NoRegionArguments]> {
+  let summary = "The steps of one entry point, in order";
+  let description = [{
+    `forward` (one forward pass) or `train` (one training step): launches,
+    memsets and, for sharded layers, exchanges and all-reduces, run in
+    order on the compute stream (collectives on the communicator's).
+  }];
+  let arguments = (ins StrAttr:$entry);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "$entry attr-dict-with-keyword $body";
+  let hasVerifier = 1;
+  let skipDefaultBuilders = 1;
+  let builders = [OpBuilder<(ins "::llvm::StringRef":$entry)>];
+}
+
+class MoeGpu_StepOp<string mnemonic, list<Trait> traits = []>
+    : MoeGpu_Op<mnemonic, !listconcat(traits, [
+          HasParent<"ScheduleOp">,
+          DeclareOpInterfaceMethods<SymbolUserOpInterface>])>;
+
+def MoeGpu_LaunchOp : MoeGpu_StepOp<"launch"> {
+  let summary = "Launch a kernel on buffers";
+  let description = [{
+    Launches `kernel` (a `gpu.func` of the kernels' `gpu.module`) with the
+    buffers `args` as its leading memref arguments (tensor-map pointers the
+    lowering adds come after them), on a grid sized by `grid` and `block`
+    threads per CTA (0: the kernel's own, from its `#moegpu.kernel_launch`).
+  }];
+  let arguments = (ins SymbolRefAttr:$kernel, FlatSymbolRefArrayAttr:$args,
+                       MoeGpu_GridAttr:$grid, I64Attr:$block);
+  let assemblyFormat = [{
+    $kernel $args `grid` $grid `block` $block attr-dict
+  }];
+}
+
+def MoeGpu_MemsetOp : MoeGpu_StepOp<"memset"> {
+  let summary = "Zero a buffer (its whole capacity)";
+  let arguments = (ins FlatSymbolRefAttr:$buffer);
+  let assemblyFormat = "$buffer attr-dict";
+}
+
+def MoeGpu_ExchangeOp : MoeGpu_StepOp<"exchange"> {
+  let summary = "An expert-parallel exchange of rows between the ranks";
+  let description = [{
+    `dispatch` takes `[offsets, rows, row_weight, ep_offsets,
+    ep_group_offsets, ep_rows, ep_row_weight]`: every expert's segment of
+    rows and weights goes to its rank, which lays them out by (local expert,
+    source rank); `combine` takes `[ep_offsets, ep_down, offsets, down]`:
+    back; `dispatch_rows` and `combine_rows` take `[from, to]`: other rows
+    of the last dispatch's segments, either way.
+  }];
+  let arguments = (ins MoeGpu_ExchangeKindAttr:$kind,
+                       FlatSymbolRefArrayAttr:$args);
+  let assemblyFormat = "$kind $args attr-dict";
+  let hasVerifier = 1;
+}
+
+def MoeGpu_AllReduceOp : MoeGpu_StepOp<"all_reduce"> {
+  let summary = "Sum f32 buffers over the ranks, in place";
+  let arguments = (ins FlatSymbolRefArrayAttr:$args);
+  let assemblyFormat = "$args attr-dict";
 }
 
 #endif // MOE_DIALECT_MOEGPU_MOEGPUOPS_TD

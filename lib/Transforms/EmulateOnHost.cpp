@@ -131,6 +131,11 @@ struct MoeGpuEmulateOnHost
         skipped.push_back(b.getStringAttr(kernel.getName()));
     }
     module->setAttr("moegpu.not_emulated", b.getArrayAttr(skipped));
+    // The schedule launches the kernels this pass replaces: it goes too
+    // (the host emulation runs a bundle's manifest, not this module).
+    for (auto program :
+         llvm::make_early_inc_range(module.getOps<moegpu::ProgramOp>()))
+      program.erase();
     kernels.erase();
     module->removeAttr(gpu::GPUDialect::getContainerModuleAttrName());
   }

@@ -9,6 +9,7 @@
 
 #include "moe/runtime/CudaBackend.h"
 #include "moe/runtime/DeviceComm.h"
+#include "moe/runtime/ScheduleAbi.h"
 
 #include "CudaDriver.h"
 
@@ -22,11 +23,19 @@ namespace {
 
 using namespace cuda;
 
-/// A buffer dimension: -1 tokens, -2 dispatched rows, -3 the rows an
-/// expert-parallel rank can receive (`received`).
+/// A buffer dimension: the token count, the dispatched rows, the rows an
+/// expert-parallel rank can receive (`received`), or a static size.
 int64_t resolveDim(int64_t d, int64_t tokens, int64_t rows,
                    int64_t received = 0) {
-  return d == -1 ? tokens : d == -2 ? rows : d == -3 ? received : d;
+  switch (static_cast<abi::BufferDim>(d)) {
+  case abi::BufferDim::Tokens:
+    return tokens;
+  case abi::BufferDim::Rows:
+    return rows;
+  case abi::BufferDim::ReceivedRows:
+    return received;
+  }
+  return d;
 }
 
 class CudaBackend : public Backend {
@@ -379,7 +388,8 @@ Status CudaBackend::runExchange(const GpuStep &step) {
                        "a kernel before the exchange failed");
       !s.ok())
     return s;
-  if (step.exchange == "dispatch") {
+  std::optional<abi::ExchangeKind> kind = abi::parseExchangeKind(step.exchange);
+  if (kind == abi::ExchangeKind::Dispatch) {
     dispatchedOffsets.assign(experts + 1, 0);
     receivedOffsets.assign(experts + 1, 0);
     if (Status s = check(driver.memcpyDtoH(dispatchedOffsets.data(),
@@ -423,13 +433,13 @@ Status CudaBackend::runExchange(const GpuStep &step) {
             deviceComm->exchange(ptr(2), weights.sends, ptr(6), weights.recvs);
         !s.ok())
       return s;
-  } else if (step.exchange == "dispatch_rows" ||
-             step.exchange == "combine_rows") {
+  } else if (kind == abi::ExchangeKind::DispatchRows ||
+             kind == abi::ExchangeKind::CombineRows) {
     // More rows of the last dispatch's segments, either way.
     if (receivedOffsets.empty())
       return Status::failure("the schedule exchanges rows before it "
                              "dispatches");
-    bool forth = step.exchange == "dispatch_rows";
+    bool forth = kind == abi::ExchangeKind::DispatchRows;
     ExchangePlan plan =
         planExchange(forth ? comm::Kind::Dispatch : comm::Kind::Combine,
                      forth ? dispatchedOffsets.data() : receivedOffsets.data(),
@@ -438,7 +448,7 @@ Status CudaBackend::runExchange(const GpuStep &step) {
     if (Status s = deviceComm->exchange(ptr(0), plan.sends, ptr(1), plan.recvs);
         !s.ok())
       return s;
-  } else if (step.exchange == "combine") {
+  } else if (kind == abi::ExchangeKind::Combine) {
     if (receivedOffsets.empty())
       return Status::failure("the schedule combines before it dispatches");
     ExchangePlan rows = planExchange(
@@ -505,17 +515,29 @@ CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
         return s;
       continue;
     }
+    // The manifest was validated: the grid kind is known.
     int64_t perBlock = std::max<int64_t>(step.perBlock, 1);
-    int64_t grid = step.gridKind == "tokens"
-                       ? (tokens + step.perBlock - 1) / step.perBlock
-                   : step.gridKind == "assignments"
-                       ? (tokens * k + step.perBlock - 1) / step.perBlock
-                   : step.gridKind == "rows"
-                       ? (manifest.gpu.rowCapacity + perBlock - 1) / perBlock
-                   : step.gridKind == "received_rows"
-                       ? (receivedRows() + perBlock - 1) / perBlock
-                   : step.gridKind == "one" ? 1
-                                            : step.gridSize;
+    int64_t grid = step.gridSize;
+    switch (*abi::parseGridKind(step.gridKind)) {
+    case abi::GridKind::Tokens:
+      grid = (tokens + perBlock - 1) / perBlock;
+      break;
+    case abi::GridKind::Assignments:
+      grid = (tokens * k + perBlock - 1) / perBlock;
+      break;
+    case abi::GridKind::Rows:
+      grid = (manifest.gpu.rowCapacity + perBlock - 1) / perBlock;
+      break;
+    case abi::GridKind::ReceivedRows:
+      grid = (receivedRows() + perBlock - 1) / perBlock;
+      break;
+    case abi::GridKind::One:
+      grid = 1;
+      break;
+    case abi::GridKind::Persistent:
+    case abi::GridKind::Fixed:
+      break;
+    }
     // Memref arguments as MLIR passes them to kernels: allocated and
     // aligned pointers, offset, sizes, row-major strides; then the tensor
     // map pointers appended by the compiler.

@@ -6,6 +6,7 @@
 
 #include "moe/runtime/Layer.h"
 #include "moe/runtime/CudaBackend.h"
+#include "moe/runtime/ScheduleAbi.h"
 
 #include <cmath>
 #include <cstdint>
@@ -48,7 +49,9 @@ static Status validateGpuProgram(const Manifest &m) {
       return fail("gpu buffer names must be unique and non-empty ('" + b.name +
                   "')");
     for (int64_t d : b.shape)
-      if (d < -3 || d == 0 || (d == -3 && m.expertParallel < 2))
+      if (d == 0 || (d < 0 && !abi::isBufferDim(d)) ||
+          (d == static_cast<int64_t>(abi::BufferDim::ReceivedRows) &&
+           m.expertParallel < 2))
         return fail("gpu buffer '" + b.name + "' has an invalid shape " +
                     formatShape(b.shape));
   }
@@ -62,12 +65,10 @@ static Status validateGpuProgram(const Manifest &m) {
       return Status::success();
     }
     if (st.op == "exchange" || st.op == "all_reduce") {
-      size_t arity = st.exchange == "dispatch"        ? 7
-                     : st.exchange == "combine"       ? 4
-                     : st.exchange == "dispatch_rows" ? 2
-                     : st.exchange == "combine_rows"  ? 2
-                                                      : 0;
-      if (st.op == "exchange" && (!arity || st.args.size() != arity))
+      std::optional<abi::ExchangeKind> kind =
+          abi::parseExchangeKind(st.exchange);
+      if (st.op == "exchange" &&
+          (!kind || st.args.size() != abi::exchangeArity(*kind)))
         return fail("a gpu exchange must be a dispatch of 7 buffers, a "
                     "combine of 4, or a dispatch_rows or combine_rows of 2 "
                     "('" +
@@ -91,18 +92,18 @@ static Status validateGpuProgram(const Manifest &m) {
       if (!buffers.count(a))
         return fail("kernel '" + st.kernel + "' takes unknown buffer '" + a +
                     "'");
-    if (st.gridKind != "tokens" && st.gridKind != "assignments" &&
-        st.gridKind != "one" && st.gridKind != "persistent" &&
-        st.gridKind != "rows" && st.gridKind != "received_rows" &&
-        st.gridKind != "fixed")
+    std::optional<abi::GridKind> grid = abi::parseGridKind(st.gridKind);
+    if (!grid)
       return fail("kernel '" + st.kernel + "' has unknown grid '" +
                   st.gridKind + "'");
-    if ((st.gridKind == "tokens" || st.gridKind == "assignments") &&
+    if ((grid == abi::GridKind::Tokens || grid == abi::GridKind::Assignments) &&
         st.perBlock < 1)
       return fail("kernel '" + st.kernel + "' has per_block < 1");
-    if (st.gridKind == "persistent" && (st.gridSize < 1 || st.gridSize > 1024))
+    if (grid == abi::GridKind::Persistent &&
+        (st.gridSize < 1 || st.gridSize > 1024))
       return fail("kernel '" + st.kernel + "' has grid_size outside [1, 1024]");
-    if (st.gridKind == "fixed" && (st.gridSize < 1 || st.gridSize > INT32_MAX))
+    if (grid == abi::GridKind::Fixed &&
+        (st.gridSize < 1 || st.gridSize > INT32_MAX))
       return fail("kernel '" + st.kernel +
                   "' has a fixed grid_size outside [1, 2^31)");
     if (st.block < 1 || st.block > 1024 || st.sharedMemory < 0 ||

@@ -114,7 +114,7 @@ private:
   IRRewriter rewriter;
   DenseMap<Value, PipelineInfo> pipelines;
   std::map<std::pair<unsigned, int64_t>, Value> tensorMaps;
-  SmallVector<Attribute> tensorMapRecords;
+  SmallVector<Attribute> tensorMapRecords; // #moegpu.tensor_map
   int64_t sharedMemoryBytes = 0;
   int64_t blockThreads = 0;
   int64_t gridSize = 0;
@@ -193,15 +193,9 @@ FailureOr<Value> KernelLowering::getTensorMap(Operation *user, Value source,
   int64_t rows = 1;
   for (int64_t d : sourceType.getShape().drop_back())
     rows = (ShapedType::isDynamic(d) || rows < 0) ? -1 : rows * d;
-  Builder attrs(ctx);
-  tensorMapRecords.push_back(attrs.getDictionaryAttr({
-      attrs.getNamedAttr("arg", attrs.getI64IntegerAttr(index)),
-      attrs.getNamedAttr("source", attrs.getI64IntegerAttr(arg.getArgNumber())),
-      attrs.getNamedAttr("view", attrs.getDenseI64ArrayAttr(
-                                     {rows, sourceType.getShape().back()})),
-      attrs.getNamedAttr("box", attrs.getDenseI64ArrayAttr({boxRows, 64})),
-      attrs.getNamedAttr("swizzle", attrs.getI64IntegerAttr(128)),
-  }));
+  tensorMapRecords.push_back(TensorMapAttr::get(
+      ctx, index, arg.getArgNumber(), {rows, sourceType.getShape().back()},
+      {boxRows, 64}, /*swizzle=*/128));
   return map;
 }
 
@@ -533,15 +527,13 @@ LogicalResult KernelLowering::run() {
     func->setAttr(
         NVVM::NVVMDialect::getMaxntidAttrName(),
         attrs.getDenseI32ArrayAttr({static_cast<int32_t>(blockThreads), 1, 1}));
-  SmallVector<NamedAttribute> launch{
-      attrs.getNamedAttr("grid", attrs.getI64IntegerAttr(gridSize)),
-      attrs.getNamedAttr("block", attrs.getI64IntegerAttr(blockThreads)),
-      attrs.getNamedAttr("smem", attrs.getI64IntegerAttr(sharedMemoryBytes))};
-  if (!pipelines.empty())
-    launch.push_back(
-        attrs.getNamedAttr("tile", pipelines.begin()->second.tile));
-  func->setAttr("moegpu.launch", attrs.getDictionaryAttr(launch));
-  func->setAttr("moegpu.tensor_maps", attrs.getArrayAttr(tensorMapRecords));
+  func->setAttr(kKernelLaunchAttrName,
+                KernelLaunchAttr::get(ctx, gridSize, blockThreads,
+                                      sharedMemoryBytes,
+                                      pipelines.empty()
+                                          ? TileAttr()
+                                          : pipelines.begin()->second.tile));
+  func->setAttr(kTensorMapsAttrName, attrs.getArrayAttr(tensorMapRecords));
   return success();
 }
 

@@ -7,6 +7,7 @@
 #include "moe/Conversion/Passes.h"
 #include "moe/MoeOps.h"
 #include "moe/Transforms/Autodiff.h"
+#include "moe/runtime/ScheduleAbi.h"
 #include "moegpu/MoeGpuDialect.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -32,11 +33,13 @@ namespace {
 constexpr int64_t kRouteWarps = 4;
 constexpr int64_t kCountThreads = 256;
 constexpr int64_t kRowThreads = 128;
-/// Shape markers of buffers sized at run time.
-constexpr int64_t kTokens = -1;
-constexpr int64_t kRows = -2;
-/// Rows an expert-parallel rank can receive: ranks x kRows.
-constexpr int64_t kReceivedRows = -3;
+/// Shape markers of buffers sized at run time (the manifest's, from the
+/// schedule ABI): the token count, the dispatched-row capacity, and the
+/// rows an expert-parallel rank can receive (ranks x the capacity).
+constexpr int64_t kTokens = static_cast<int64_t>(::moe::abi::BufferDim::Tokens);
+constexpr int64_t kRows = static_cast<int64_t>(::moe::abi::BufferDim::Rows);
+constexpr int64_t kReceivedRows =
+    static_cast<int64_t>(::moe::abi::BufferDim::ReceivedRows);
 
 /// One buffer of the schedule.
 struct Buffer {
@@ -76,51 +79,37 @@ private:
   }
   /// Creates a kernel taking `args` and appends its launch to the schedule.
   gpu::GPUFuncOp addKernel(StringRef name, ArrayRef<StringRef> args,
-                           DictionaryAttr grid, int64_t block,
+                           moegpu::GridAttr grid, int64_t block,
                            TypeRange workgroup = {});
   /// A grid of `size` CTAs, fixed at compile time.
-  DictionaryAttr fixedGrid(int64_t size) {
-    Builder b(ctx);
-    return b.getDictionaryAttr(
-        {b.getNamedAttr("kind", b.getStringAttr("fixed")),
-         b.getNamedAttr("size", b.getI64IntegerAttr(size))});
+  moegpu::GridAttr fixedGrid(int64_t size) {
+    return moegpu::GridAttr::get(ctx, moegpu::GridKind::Fixed, 0, size);
   }
-  DictionaryAttr gridOf(StringRef kind, int64_t perBlock = 0) {
-    Builder b(ctx);
-    SmallVector<NamedAttribute> fields{
-        b.getNamedAttr("kind", b.getStringAttr(kind))};
-    if (perBlock)
-      fields.push_back(
-          b.getNamedAttr("per_block", b.getI64IntegerAttr(perBlock)));
-    return b.getDictionaryAttr(fields);
+  moegpu::GridAttr gridOf(moegpu::GridKind kind, int64_t perBlock = 0) {
+    return moegpu::GridAttr::get(ctx, kind, perBlock, 0);
   }
+  /// Buffer names as symbol references.
+  ArrayAttr symbols(ArrayRef<StringRef> names) {
+    SmallVector<Attribute> refs;
+    for (StringRef name : names)
+      refs.push_back(FlatSymbolRefAttr::get(ctx, name));
+    return ArrayAttr::get(ctx, refs);
+  }
+  OpBuilder stepBuilder() { return OpBuilder::atBlockEnd(steps); }
   /// An expert-parallel exchange the runtime carries out between the
-  /// launches (see GpuStep in moe/runtime/Bundle.h for `args`).
-  void addExchange(StringRef kind, ArrayRef<StringRef> args) {
-    Builder b(ctx);
-    SmallVector<Attribute> names;
-    for (StringRef arg : args)
-      names.push_back(b.getStringAttr(arg));
-    steps->push_back(
-        b.getDictionaryAttr({b.getNamedAttr("op", b.getStringAttr("exchange")),
-                             b.getNamedAttr("exchange", b.getStringAttr(kind)),
-                             b.getNamedAttr("args", b.getArrayAttr(names))}));
+  /// launches (see moegpu.exchange for `args`).
+  void addExchange(moegpu::ExchangeKind kind, ArrayRef<StringRef> args) {
+    OpBuilder b = stepBuilder();
+    moegpu::ExchangeOp::create(b, layer.getLoc(), kind, symbols(args));
   }
   /// An elementwise f32 sum over the ranks of each buffer, in place.
   void addAllReduce(ArrayRef<StringRef> args) {
-    Builder b(ctx);
-    SmallVector<Attribute> names;
-    for (StringRef arg : args)
-      names.push_back(b.getStringAttr(arg));
-    steps->push_back(b.getDictionaryAttr(
-        {b.getNamedAttr("op", b.getStringAttr("all_reduce")),
-         b.getNamedAttr("args", b.getArrayAttr(names))}));
+    OpBuilder b = stepBuilder();
+    moegpu::AllReduceOp::create(b, layer.getLoc(), symbols(args));
   }
   void addMemset(StringRef buffer) {
-    Builder b(ctx);
-    steps->push_back(b.getDictionaryAttr(
-        {b.getNamedAttr("op", b.getStringAttr("memset")),
-         b.getNamedAttr("buffer", b.getStringAttr(buffer))}));
+    OpBuilder b = stepBuilder();
+    moegpu::MemsetOp::create(b, layer.getLoc(), buffer);
   }
 
   void buildRoute(gpu::GPUFuncOp func);
@@ -156,14 +145,14 @@ private:
   bool train;
   gpu::GPUModuleOp kernels;
   SmallVector<Buffer> buffers;
-  SmallVector<Attribute> schedule, trainSchedule;
-  /// Where addKernel and addMemset append: the forward schedule, then the
-  /// training schedule.
-  SmallVector<Attribute> *steps = &schedule;
+  moegpu::ProgramOp program;
+  moegpu::ScheduleOp forward, training;
+  /// Where the steps go: the forward schedule, then the training schedule.
+  Block *steps = nullptr;
 };
 
 gpu::GPUFuncOp LayerBuilder::addKernel(StringRef name, ArrayRef<StringRef> args,
-                                       DictionaryAttr grid, int64_t block,
+                                       moegpu::GridAttr grid, int64_t block,
                                        TypeRange workgroup) {
   SmallVector<Type> types;
   for (StringRef arg : args)
@@ -175,16 +164,12 @@ gpu::GPUFuncOp LayerBuilder::addKernel(StringRef name, ArrayRef<StringRef> args,
   b.setInsertionPointToEnd(&func.front());
   gpu::ReturnOp::create(b, layer.getLoc());
 
-  SmallVector<Attribute> argNames;
-  for (StringRef arg : args)
-    argNames.push_back(b.getStringAttr(arg));
-  steps->push_back(b.getDictionaryAttr({
-      b.getNamedAttr("op", b.getStringAttr("launch")),
-      b.getNamedAttr("kernel", b.getStringAttr(name)),
-      b.getNamedAttr("args", b.getArrayAttr(argNames)),
-      b.getNamedAttr("grid", grid),
-      b.getNamedAttr("block", b.getI64IntegerAttr(block)),
-  }));
+  OpBuilder sb = stepBuilder();
+  moegpu::LaunchOp::create(
+      sb, layer.getLoc(),
+      SymbolRefAttr::get(kernels.getNameAttr(),
+                         {FlatSymbolRefAttr::get(func.getNameAttr())}),
+      symbols(args), grid, sb.getI64IntegerAttr(block));
   return func;
 }
 
@@ -1211,9 +1196,9 @@ void LayerBuilder::buildTraining() {
     addBuffer("ep_row_weight_grad", f32, {kReceivedRows}, "scratch");
     addBuffer("ep_drows", f32, {kReceivedRows, h}, "scratch");
   }
-  DictionaryAttr expertGrid = gridOf(sharded ? "received_rows" : "rows");
+  moegpu::GridAttr expertGrid = gridOf(sharded ? moegpu::GridKind::ReceivedRows : moegpu::GridKind::Rows);
 
-  steps = &trainSchedule;
+  steps = &training.getBody().front();
   auto elementGrid = [&](int64_t n) {
     return fixedGrid((n + kCountThreads - 1) / kCountThreads);
   };
@@ -1238,30 +1223,30 @@ void LayerBuilder::buildTraining() {
   }
   // The forward pass, with the padding rows of the dispatched rows and
   // their weights zeroed: the backward pass sums over whole segments.
-  for (Attribute step : schedule) {
-    auto dict = cast<DictionaryAttr>(step);
-    if (auto kernel = dict.getAs<StringAttr>("kernel");
-        kernel && kernel.getValue() == "dispatch_scatter") {
+  for (Operation &step : forward.getBody().front()) {
+    if (auto launch = dyn_cast<moegpu::LaunchOp>(step);
+        launch && launch.getKernel().getLeafReference() == "dispatch_scatter") {
       addMemset("rows");
       addMemset("row_weight");
     }
-    trainSchedule.push_back(step);
+    OpBuilder b = stepBuilder();
+    b.clone(step);
   }
   // Loss, and dy of every dispatched row.
   addMemset(arg("loss"));
   buildLoss(addKernel("train_loss",
                       {"y", arg("target"), arg("hyper"), "dy", arg("loss")},
-                      gridOf("tokens", 1), kRowThreads));
+                      gridOf(moegpu::GridKind::Tokens, 1), kRowThreads));
   addMemset("row_token");
   buildRowTokens(addKernel("train_row_tokens", {"row_map", "row_token"},
-                           gridOf("assignments", kCountThreads),
+                           gridOf(moegpu::GridKind::Assignments, kCountThreads),
                            kCountThreads));
   addMemset("row_dy");
   buildGatherRowDy(addKernel("train_gather_row_dy",
                              {"dy", "row_token", "offsets", "row_dy"},
-                             gridOf("rows"), kRowThreads));
+                             gridOf(moegpu::GridKind::Rows), kRowThreads));
   if (sharded)
-    addExchange("dispatch_rows", {"row_dy", "ep_row_dy"});
+    addExchange(moegpu::ExchangeKind::DispatchRows, {"row_dy", "ep_row_dy"});
   // The experts.
   addMemset(xWeightGrad);
   buildActGrad(
@@ -1282,25 +1267,25 @@ void LayerBuilder::buildTraining() {
       {"dgu", xRows, xGroups, arg("gate_weight.grad"), arg("up_weight.grad")},
       fixedGrid(local * 2 * f), kRowThreads));
   if (sharded) {
-    addExchange("combine_rows", {"ep_drows", "drows"});
-    addExchange("combine_rows", {"ep_row_weight_grad", "row_weight_grad"});
+    addExchange(moegpu::ExchangeKind::CombineRows, {"ep_drows", "drows"});
+    addExchange(moegpu::ExchangeKind::CombineRows, {"ep_row_weight_grad", "row_weight_grad"});
   }
   addMemset("dtw");
   buildScatterRowWeightGrad(
       addKernel("train_scatter_row_weight_grad",
                 {"row_weight_grad", "row_token", "offsets", "dtw"},
-                gridOf("rows", kCountThreads), kCountThreads));
+                gridOf(moegpu::GridKind::Rows, kCountThreads), kCountThreads));
   // Shared experts: one group of every token, weight 1.
   if (shared) {
     buildActGrad(
         addKernel("train_shared_act_grad",
                   {"x", "ws13", "ws2", "dy", "shared_offsets", "shared_dgu"},
-                  gridOf("tokens", 1), kRowThreads),
+                  gridOf(moegpu::GridKind::Tokens, 1), kRowThreads),
         /*weighted=*/false);
     buildRowsGrad(
         addKernel("train_shared_rows_grad",
                   {"ws13", "shared_dgu", "shared_offsets", "shared_dx"},
-                  gridOf("tokens", 1), kRowThreads));
+                  gridOf(moegpu::GridKind::Tokens, 1), kRowThreads));
     buildDownGrad(addKernel("train_shared_down_grad",
                             {"shared_act", "dy", "shared_offsets",
                              arg("shared_down_weight.grad")},
@@ -1315,14 +1300,14 @@ void LayerBuilder::buildTraining() {
   // Router and input.
   buildRouteGrad(addKernel("train_route_grad",
                            {"x", "router_weight", "topk_ids", "dtw", "dl"},
-                           gridOf("tokens", kCountThreads), kCountThreads));
+                           gridOf(moegpu::GridKind::Tokens, kCountThreads), kCountThreads));
   SmallVector<StringRef> dxArgs{"drows", "row_map", "dl", "router_weight"};
   std::string xGrad = arg("x.grad");
   if (shared)
     dxArgs.push_back("shared_dx");
   dxArgs.push_back(xGrad);
   buildInputGrad(
-      addKernel("train_input_grad", dxArgs, gridOf("tokens", 1), kRowThreads));
+      addKernel("train_input_grad", dxArgs, gridOf(moegpu::GridKind::Tokens, 1), kRowThreads));
   buildRouterGrad(addKernel("train_router_grad",
                             {"dl", "x", arg("router_weight.grad")},
                             fixedGrid(e), kRowThreads));
@@ -1353,7 +1338,7 @@ void LayerBuilder::buildTraining() {
         "train_adamw_" + w, SmallVector<StringRef>(names.begin(), names.end()),
         elementGrid(memrefType(arg(w)).getNumElements()), kCountThreads));
   }
-  steps = &schedule;
+  steps = &forward.getBody().front();
 }
 
 LogicalResult LayerBuilder::build(ModuleOp module) {
@@ -1434,6 +1419,12 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
 
   OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
   kernels = gpu::GPUModuleOp::create(b, layer.getLoc(), "moe_kernels");
+  // The typed schedule beside the kernels: buffers and entry points.
+  program = moegpu::ProgramOp::create(b, layer.getLoc());
+  OpBuilder pb = OpBuilder::atBlockEnd(&program.getBody().front());
+  forward = moegpu::ScheduleOp::create(pb, layer.getLoc(), "forward");
+  training = moegpu::ScheduleOp::create(pb, layer.getLoc(), "train");
+  steps = &forward.getBody().front();
   auto wg = gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup);
 
   SmallVector<StringRef> routeArgs{"x", "router_weight"};
@@ -1446,52 +1437,52 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   if (config.getGroups() > 1)
     routeScratch.push_back(MemRefType::get({kRouteWarps, config.getGroups()},
                                            f32, AffineMap(), wg));
-  buildRoute(addKernel("route", routeArgs, gridOf("tokens", kRouteWarps),
+  buildRoute(addKernel("route", routeArgs, gridOf(moegpu::GridKind::Tokens, kRouteWarps),
                        kRouteWarps * 32, routeScratch));
 
   addMemset("counts");
   buildCount(addKernel("dispatch_count", {"topk_ids", "counts"},
-                       gridOf("assignments", kCountThreads), kCountThreads));
+                       gridOf(moegpu::GridKind::Assignments, kCountThreads), kCountThreads));
   SmallVector<StringRef> scanArgs{"topk_ids", "counts", "offsets", "cursors"};
   if (shared)
     scanArgs.push_back("shared_offsets");
-  buildScan(addKernel("dispatch_scan", scanArgs, gridOf("one"), 1));
+  buildScan(addKernel("dispatch_scan", scanArgs, gridOf(moegpu::GridKind::One), 1));
   buildScatter(addKernel("dispatch_scatter",
                          {"x", "topk_ids", "topk_weights", "cursors", "rows",
                           "row_map", "row_weight"},
-                         gridOf("assignments", 1), kRowThreads,
+                         gridOf(moegpu::GridKind::Assignments, 1), kRowThreads,
                          {MemRefType::get({1}, i32, AffineMap(), wg)}));
 
   if (ep > 1) {
-    addExchange("dispatch", {"offsets", "rows", "row_weight", "ep_offsets",
+    addExchange(moegpu::ExchangeKind::Dispatch, {"offsets", "rows", "row_weight", "ep_offsets",
                              "ep_group_offsets", "ep_rows", "ep_row_weight"});
     buildGemm(addKernel("expert_up",
                         {"ep_rows", "w13", "ep_group_offsets", "ep_act"},
-                        gridOf("persistent"), 0),
+                        gridOf(moegpu::GridKind::Persistent), 0),
               moegpu::Epilogue::SwiGLU);
     buildGemm(addKernel("expert_down",
                         {"ep_act", "w2", "ep_group_offsets", "ep_down",
                          "ep_row_weight"},
-                        gridOf("persistent"), 0),
+                        gridOf(moegpu::GridKind::Persistent), 0),
               moegpu::Epilogue::RowScale);
-    addExchange("combine", {"ep_offsets", "ep_down", "offsets", "down"});
+    addExchange(moegpu::ExchangeKind::Combine, {"ep_offsets", "ep_down", "offsets", "down"});
   } else {
     buildGemm(addKernel("expert_up", {"rows", "w13", "offsets", "act"},
-                        gridOf("persistent"), 0),
+                        gridOf(moegpu::GridKind::Persistent), 0),
               moegpu::Epilogue::SwiGLU);
     buildGemm(addKernel("expert_down",
                         {"act", "w2", "offsets", "down", "row_weight"},
-                        gridOf("persistent"), 0),
+                        gridOf(moegpu::GridKind::Persistent), 0),
               moegpu::Epilogue::RowScale);
   }
   if (shared) {
     buildGemm(addKernel("shared_up",
                         {"x", "ws13", "shared_offsets", "shared_act"},
-                        gridOf("persistent"), 0),
+                        gridOf(moegpu::GridKind::Persistent), 0),
               moegpu::Epilogue::SwiGLU);
     buildGemm(addKernel("shared_down",
                         {"shared_act", "ws2", "shared_offsets", "shared_out"},
-                        gridOf("persistent"), 0),
+                        gridOf(moegpu::GridKind::Persistent), 0),
               moegpu::Epilogue::None);
   }
   SmallVector<StringRef> combineArgs{"down", "row_map"};
@@ -1499,23 +1490,27 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
     combineArgs.push_back("shared_out");
   combineArgs.push_back("y");
   buildCombine(
-      addKernel("combine", combineArgs, gridOf("tokens", 1), kRowThreads));
+      addKernel("combine", combineArgs, gridOf(moegpu::GridKind::Tokens, 1), kRowThreads));
   if (train)
     buildTraining();
 
+  // The buffers, ahead of the schedules in the program.
+  OpBuilder bb = OpBuilder::atBlockBegin(&program.getBody().front());
+  for (const Buffer &buf : buffers) {
+    SmallVector<Attribute> dims;
+    for (int64_t d : buf.shape)
+      if (d < 0)
+        dims.push_back(moegpu::BufferDimAttr::get(
+            ctx, d == kTokens ? moegpu::BufferDim::Tokens
+                 : d == kRows ? moegpu::BufferDim::Rows
+                              : moegpu::BufferDim::ReceivedRows));
+    moegpu::BufferOp::create(bb, layer.getLoc(), buf.name,
+                             memrefType(buf.name), bb.getArrayAttr(dims),
+                             buf.source);
+  }
+  if (!train)
+    training.erase();
   Builder attrs(ctx);
-  SmallVector<Attribute> bufferAttrs;
-  for (const Buffer &buf : buffers)
-    bufferAttrs.push_back(attrs.getDictionaryAttr({
-        attrs.getNamedAttr("name", attrs.getStringAttr(buf.name)),
-        attrs.getNamedAttr("type", TypeAttr::get(buf.elementType)),
-        attrs.getNamedAttr("shape", attrs.getDenseI64ArrayAttr(buf.shape)),
-        attrs.getNamedAttr("source", attrs.getStringAttr(buf.source)),
-    }));
-  module->setAttr("moegpu.buffers", attrs.getArrayAttr(bufferAttrs));
-  module->setAttr("moegpu.schedule", attrs.getArrayAttr(schedule));
-  if (train)
-    module->setAttr("moegpu.train_schedule", attrs.getArrayAttr(trainSchedule));
   module->setAttr("moegpu.alignment", attrs.getI64IntegerAttr(alignment));
   module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
                   attrs.getUnitAttr());

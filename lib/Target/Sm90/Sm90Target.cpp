@@ -9,6 +9,7 @@
 #include "moe/Pipelines/Pipelines.h"
 #include "moe/Support/Routing.h"
 #include "moe/Target/Sm90.h"
+#include "moe/runtime/ScheduleAbi.h"
 #include "moegpu/MoeGpuDialect.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -27,6 +28,7 @@
 using namespace mlir;
 using namespace mlir::moe;
 namespace rt = ::moe::rt;
+namespace abi = ::moe::abi;
 
 std::optional<std::string> mlir::moe::findPtxas(const std::string &preferred) {
   auto executable = [](const std::string &path) {
@@ -157,6 +159,53 @@ std::string describeGrid(const rt::GpuStep &step) {
              : "ceil(" + count + "/" + std::to_string(step.perBlock) + ")";
 }
 
+/// The schedule ABI's names for the dialect's enums.
+abi::GridKind toAbi(moegpu::GridKind kind) {
+  switch (kind) {
+  case moegpu::GridKind::Tokens:
+    return abi::GridKind::Tokens;
+  case moegpu::GridKind::Assignments:
+    return abi::GridKind::Assignments;
+  case moegpu::GridKind::Rows:
+    return abi::GridKind::Rows;
+  case moegpu::GridKind::ReceivedRows:
+    return abi::GridKind::ReceivedRows;
+  case moegpu::GridKind::One:
+    return abi::GridKind::One;
+  case moegpu::GridKind::Persistent:
+    return abi::GridKind::Persistent;
+  case moegpu::GridKind::Fixed:
+    return abi::GridKind::Fixed;
+  }
+  llvm_unreachable("a GridKind the ABI lacks");
+}
+
+abi::BufferDim toAbi(moegpu::BufferDim dim) {
+  switch (dim) {
+  case moegpu::BufferDim::Tokens:
+    return abi::BufferDim::Tokens;
+  case moegpu::BufferDim::Rows:
+    return abi::BufferDim::Rows;
+  case moegpu::BufferDim::ReceivedRows:
+    return abi::BufferDim::ReceivedRows;
+  }
+  llvm_unreachable("a BufferDim the ABI lacks");
+}
+
+abi::ExchangeKind toAbi(moegpu::ExchangeKind kind) {
+  switch (kind) {
+  case moegpu::ExchangeKind::Dispatch:
+    return abi::ExchangeKind::Dispatch;
+  case moegpu::ExchangeKind::Combine:
+    return abi::ExchangeKind::Combine;
+  case moegpu::ExchangeKind::DispatchRows:
+    return abi::ExchangeKind::DispatchRows;
+  case moegpu::ExchangeKind::CombineRows:
+    return abi::ExchangeKind::CombineRows;
+  }
+  llvm_unreachable("an ExchangeKind the ABI lacks");
+}
+
 } // namespace
 
 std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
@@ -205,103 +254,117 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
   if (auto partition = module->getAttrOfType<SmPartitionAttr>(
           MoeDialect::getSmPartitionAttrName()))
     program.commSms = partition.getComm();
-  auto buffers = module->getAttrOfType<ArrayAttr>("moegpu.buffers");
-  auto schedule = module->getAttrOfType<ArrayAttr>("moegpu.schedule");
+  // The typed schedule (verified with the module after every pass).
+  moegpu::ProgramOp gpuProgram;
+  for (auto op : module.getOps<moegpu::ProgramOp>())
+    gpuProgram = op;
   auto kernels = module.lookupSymbol<gpu::GPUModuleOp>("moe_kernels");
-  if (!buffers || !schedule || !kernels) {
-    error = "the kernel pipeline left no schedule";
+  if (!gpuProgram || !kernels) {
+    error = "the kernel pipeline left no moegpu.program and moe_kernels";
     return std::nullopt;
   }
-  for (Attribute attr : buffers) {
-    auto dict = cast<DictionaryAttr>(attr);
+  for (auto buffer : gpuProgram.getOps<moegpu::BufferOp>()) {
     rt::GpuBuffer b;
-    b.name = cast<StringAttr>(dict.get("name")).str();
+    b.name = buffer.getSymName().str();
+    MemRefType type = buffer.getMemRefType();
     std::string typeName;
-    llvm::raw_string_ostream(typeName)
-        << cast<TypeAttr>(dict.get("type")).getValue();
+    llvm::raw_string_ostream(typeName) << type.getElementType();
     std::optional<rt::DType> dtype = rt::parseMlirName(typeName);
     if (!dtype) {
-      error = "buffer '" + b.name + "' has element type " + typeName +
-              ", which the runtime has no dtype for";
+      buffer.emitOpError() << "has element type " << typeName
+                           << ", which the runtime has no dtype for";
+      error = "the schedule has a buffer the runtime cannot hold";
       return std::nullopt;
     }
     b.dtype = *dtype;
-    for (int64_t d : cast<DenseI64ArrayAttr>(dict.get("shape")).asArrayRef())
-      b.shape.push_back(d);
-    b.source = cast<StringAttr>(dict.get("source")).str();
+    auto dims = buffer.getDims().getAsRange<moegpu::BufferDimAttr>();
+    auto dim = dims.begin();
+    for (int64_t d : type.getShape()) {
+      if (!ShapedType::isDynamic(d)) {
+        b.shape.push_back(d);
+        continue;
+      }
+      b.shape.push_back(static_cast<int64_t>(toAbi((*dim++).getValue())));
+    }
+    b.source = buffer.getSource().str();
     program.buffers.push_back(std::move(b));
   }
   std::set<std::string> reported;
-  auto readStep = [&](Attribute attr, std::vector<rt::GpuStep> &into) {
-    auto dict = cast<DictionaryAttr>(attr);
-    rt::GpuStep step;
-    step.op = cast<StringAttr>(dict.get("op")).str();
-    if (step.op == "memset") {
-      step.buffer = cast<StringAttr>(dict.get("buffer")).str();
-      into.push_back(std::move(step));
-      return;
-    }
-    if (step.op == "exchange" || step.op == "all_reduce") {
-      if (auto kind = dict.getAs<StringAttr>("exchange"))
-        step.exchange = kind.str();
-      for (Attribute arg : cast<ArrayAttr>(dict.get("args")))
-        step.args.push_back(cast<StringAttr>(arg).str());
-      into.push_back(std::move(step));
-      return;
-    }
-    step.kernel = cast<StringAttr>(dict.get("kernel")).str();
-    for (Attribute arg : cast<ArrayAttr>(dict.get("args")))
-      step.args.push_back(cast<StringAttr>(arg).str());
-    auto grid = cast<DictionaryAttr>(dict.get("grid"));
-    step.gridKind = cast<StringAttr>(grid.get("kind")).str();
-    if (auto perBlock = grid.getAs<IntegerAttr>("per_block"))
-      step.perBlock = perBlock.getInt();
-    if (auto size = grid.getAs<IntegerAttr>("size"))
-      step.gridSize = size.getInt();
-    step.block = cast<IntegerAttr>(dict.get("block")).getInt();
+  auto readLaunch = [&](moegpu::LaunchOp launch, rt::GpuStep &step) {
+    step.kernel = launch.getKernel().getLeafReference().str();
+    moegpu::GridAttr grid = launch.getGrid();
+    step.gridKind = std::string(abi::gridKindName(toAbi(grid.getKind())));
+    step.perBlock = grid.getPerBlock();
+    step.gridSize = grid.getSize();
+    step.block = launch.getBlock();
     auto func = kernels.lookupSymbol<gpu::GPUFuncOp>(step.kernel);
     Sm90KernelReport report;
     report.name = step.kernel;
-    if (func)
-      if (auto launch = func->getAttrOfType<DictionaryAttr>("moegpu.launch")) {
-        step.gridSize = cast<IntegerAttr>(launch.get("grid")).getInt();
-        if (int64_t block = cast<IntegerAttr>(launch.get("block")).getInt())
-          step.block = block;
-        step.sharedMemory = cast<IntegerAttr>(launch.get("smem")).getInt();
-        if (auto tile = launch.getAs<moegpu::TileAttr>("tile"))
-          report.tile = std::to_string(tile.getM()) + "x" +
-                        std::to_string(tile.getN()) + "x" +
-                        std::to_string(tile.getK()) + ", " +
-                        std::to_string(tile.getStages()) + " stages";
-        for (Attribute m :
-             func->getAttrOfType<ArrayAttr>("moegpu.tensor_maps")) {
-          auto map = cast<DictionaryAttr>(m);
-          rt::GpuTensorMap t;
-          t.arg = cast<IntegerAttr>(map.get("arg")).getInt();
-          t.source = cast<IntegerAttr>(map.get("source")).getInt();
-          for (int64_t d :
-               cast<DenseI64ArrayAttr>(map.get("view")).asArrayRef())
-            t.view.push_back(d);
-          for (int64_t d : cast<DenseI64ArrayAttr>(map.get("box")).asArrayRef())
-            t.box.push_back(d);
-          t.swizzle = cast<IntegerAttr>(map.get("swizzle")).getInt();
-          step.tensorMaps.push_back(std::move(t));
-        }
-      }
+    if (auto config = func ? func->getAttrOfType<moegpu::KernelLaunchAttr>(
+                                 moegpu::kKernelLaunchAttrName)
+                           : moegpu::KernelLaunchAttr()) {
+      step.gridSize = config.getGrid();
+      if (config.getBlock())
+        step.block = config.getBlock();
+      step.sharedMemory = config.getSmem();
+      if (moegpu::TileAttr tile = config.getTile())
+        report.tile = std::to_string(tile.getM()) + "x" +
+                      std::to_string(tile.getN()) + "x" +
+                      std::to_string(tile.getK()) + ", " +
+                      std::to_string(tile.getStages()) + " stages";
+      if (auto maps =
+              func->getAttrOfType<ArrayAttr>(moegpu::kTensorMapsAttrName))
+        for (auto map : maps.getAsRange<moegpu::TensorMapAttr>())
+          step.tensorMaps.push_back(
+              {map.getArg(), map.getSource(),
+               std::vector<int64_t>(map.getView().begin(),
+                                    map.getView().end()),
+               std::vector<int64_t>(map.getBox().begin(), map.getBox().end()),
+               map.getSwizzle()});
+    }
     report.grid = describeGrid(step);
     report.block = step.block;
     report.sharedMemory = step.sharedMemory;
-    if (!reported.count(step.kernel)) {
-      reported.insert(step.kernel);
+    if (reported.insert(step.kernel).second)
       result.kernels.push_back(std::move(report));
-    }
-    into.push_back(std::move(step));
   };
-  for (Attribute attr : schedule)
-    readStep(attr, program.steps);
-  if (auto train = module->getAttrOfType<ArrayAttr>("moegpu.train_schedule"))
-    for (Attribute attr : train)
-      readStep(attr, program.trainSteps);
+  auto names = [](ArrayAttr args) {
+    std::vector<std::string> out;
+    for (auto ref : args.getAsRange<FlatSymbolRefAttr>())
+      out.push_back(ref.getValue().str());
+    return out;
+  };
+  for (auto schedule : gpuProgram.getOps<moegpu::ScheduleOp>()) {
+    std::vector<rt::GpuStep> &into = schedule.getEntry() == "train"
+                                         ? program.trainSteps
+                                         : program.steps;
+    for (Operation &op : schedule.getBody().front()) {
+      rt::GpuStep step;
+      if (auto launch = dyn_cast<moegpu::LaunchOp>(op)) {
+        step.op = "launch";
+        step.args = names(launch.getArgs());
+        readLaunch(launch, step);
+      } else if (auto memset = dyn_cast<moegpu::MemsetOp>(op)) {
+        step.op = "memset";
+        step.buffer = memset.getBuffer().str();
+      } else if (auto exchange = dyn_cast<moegpu::ExchangeOp>(op)) {
+        step.op = "exchange";
+        step.exchange =
+            std::string(abi::exchangeKindName(toAbi(exchange.getKind())));
+        step.args = names(exchange.getArgs());
+      } else if (auto reduce = dyn_cast<moegpu::AllReduceOp>(op)) {
+        step.op = "all_reduce";
+        step.args = names(reduce.getArgs());
+      } else {
+        op.emitOpError() << "is not a step the runtime runs";
+        error = "the schedule holds an unknown step";
+        return std::nullopt;
+      }
+      into.push_back(std::move(step));
+    }
+  }
+  // Its job done, the program leaves before the kernels become PTX.
+  gpuProgram.erase();
 
   {
     TimingScope scope = timing.nest("PTX (NVPTX backend)");

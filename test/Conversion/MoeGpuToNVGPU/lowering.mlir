@@ -6,8 +6,8 @@
 // CHECK-LABEL: gpu.module @kernels
 // CHECK: memref.global @moegpu_smem : memref<0xi8, #gpu.address_space<workgroup>> {alignment = 1024 : i64}
 // CHECK: gpu.func @down(%[[A:.*]]: memref<?x2048xbf16>, %[[B:.*]]: memref<256x7168x2048xbf16>, %[[O:.*]]: memref<257xi32>, %[[C:.*]]: memref<?x7168xbf16>, %[[S:.*]]: memref<?xf32>, %[[AMAP:.*]]: !llvm.ptr, %[[BMAP:.*]]: !llvm.ptr) kernel
-// CHECK-SAME: moegpu.launch = {block = 384 : i64, grid = 112 : i64, smem = 229376 : i64, tile = #moegpu.tile<m = 128, n = 128, k = 64, stages = 7>}
-// CHECK-SAME: moegpu.tensor_maps = [{arg = 5 : i64, box = array<i64: 128, 64>, source = 0 : i64, swizzle = 128 : i64, view = array<i64: -1, 2048>}, {arg = 6 : i64, box = array<i64: 128, 64>, source = 1 : i64, swizzle = 128 : i64, view = array<i64: 1835008, 2048>}]
+// CHECK-SAME: moegpu.kernel_launch = #moegpu.kernel_launch<grid = 112, block = 384, smem = 229376, tile = <m = 128, n = 128, k = 64, stages = 7>>
+// CHECK-SAME: moegpu.tensor_maps = [#moegpu.tensor_map<arg = 5, source = 0, view = [-1, 2048], box = [128, 64], swizzle = 128>, #moegpu.tensor_map<arg = 6, source = 1, view = [1835008, 2048], box = [128, 64], swizzle = 128>]
 // CHECK-SAME: nvvm.maxntid = array<i32: 384, 1, 1>
 // CHECK-DAG: %[[TMB:.*]] = builtin.unrealized_conversion_cast %[[BMAP]] : !llvm.ptr to !nvgpu.tensormap.descriptor<tensor = memref<128x64xbf16, #gpu.address_space<workgroup>>, swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, interleave = none>
 // CHECK-DAG: %[[TMA:.*]] = builtin.unrealized_conversion_cast %[[AMAP]] : !llvm.ptr to !nvgpu.tensormap.descriptor

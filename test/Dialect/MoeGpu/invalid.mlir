@@ -322,3 +322,153 @@ func.func @f(%acc: vector<32xf32>, %c: memref<?x64xbf16>, %i: index, %s: memref<
   moegpu.store_tile %acc, %c[%i, %i], warpgroup %i, row_end %i scale %s : vector<32xf32>, memref<?x64xbf16>, memref<?xf32>
   return
 }
+
+// -----
+
+// The typed schedule.
+// expected-error @+1 {{a tokens grid needs per_block >= 1}}
+func.func private @f() attributes {g = #moegpu.grid<tokens>}
+
+// -----
+
+// expected-error @+1 {{size applies to fixed grids only, in [1, 2^31), got 0 for a fixed grid}}
+func.func private @f() attributes {g = #moegpu.grid<fixed>}
+
+// -----
+
+// expected-error @+1 {{per_block applies to tokens, assignments, rows and received_rows grids and must not be negative, got 2 for a one grid}}
+func.func private @f() attributes {g = #moegpu.grid<one, per_block = 2>}
+
+// -----
+
+moegpu.program {
+  // expected-error @+1 {{has 1 dynamic dimension(s) but 0 entries in dims}}
+  moegpu.buffer @x : memref<?x8xbf16> dims [] source "input"
+}
+
+// -----
+
+moegpu.program {
+  // expected-error @+1 {{has unknown source 'weights' (expected input, output, scratch, param:<role>, pack:<gate>,<up> or arg:<name>)}}
+  moegpu.buffer @x : memref<8xbf16> dims [] source "weights"
+}
+
+// -----
+
+moegpu.program {
+  // expected-error @+1 {{has entry 'backward', expected forward or train}}
+  moegpu.schedule "backward" {
+  }
+}
+
+// -----
+
+moegpu.program {
+  moegpu.schedule "forward" {
+  }
+  // expected-error @+1 {{repeats the schedule of entry 'forward'}}
+  moegpu.schedule "forward" {
+  }
+}
+
+// -----
+
+moegpu.program {
+  moegpu.schedule "forward" {
+    // expected-error @+1 {{refers to unknown buffer @nothing}}
+    moegpu.memset @nothing
+  }
+}
+
+// -----
+
+moegpu.program {
+  moegpu.buffer @x : memref<8xbf16> dims [] source "input"
+  moegpu.schedule "forward" {
+    // expected-error @+1 {{launches unknown kernel @kernels::@none}}
+    moegpu.launch @kernels::@none [@x] grid <one> block 32
+  }
+}
+
+// -----
+
+module attributes {gpu.container_module} {
+  gpu.module @kernels {
+    gpu.func @k(%a: memref<8xf16>) kernel {
+      gpu.return
+    }
+  }
+  moegpu.program {
+    moegpu.buffer @x : memref<8xbf16> dims [] source "input"
+    moegpu.schedule "forward" {
+      // expected-error @+1 {{passes buffer @x of type 'memref<8xbf16>' as argument 0 of kernel @kernels::@k, which takes 'memref<8xf16>'}}
+      moegpu.launch @kernels::@k [@x] grid <one> block 32
+    }
+  }
+}
+
+// -----
+
+module attributes {gpu.container_module} {
+  gpu.module @kernels {
+    gpu.func @k(%a: memref<8xbf16>) kernel {
+      gpu.return
+    }
+  }
+  moegpu.program {
+    moegpu.buffer @x : memref<8xbf16> dims [] source "input"
+    moegpu.schedule "forward" {
+      // expected-error @+1 {{passes 2 buffers to kernel @kernels::@k, which takes 1 arguments}}
+      moegpu.launch @kernels::@k [@x, @x] grid <one> block 32
+    }
+  }
+}
+
+// -----
+
+module attributes {gpu.container_module} {
+  gpu.module @kernels {
+    gpu.func @k(%a: memref<8xbf16>) kernel {
+      gpu.return
+    }
+  }
+  moegpu.program {
+    moegpu.buffer @x : memref<8xbf16> dims [] source "input"
+    moegpu.schedule "forward" {
+      // expected-error @+1 {{has block 2048, expected 0 (the kernel's own) to 1024}}
+      moegpu.launch @kernels::@k [@x] grid <one> block 2048
+    }
+  }
+}
+
+// -----
+
+moegpu.program {
+  moegpu.buffer @x : memref<8xbf16> dims [] source "input"
+  moegpu.schedule "forward" {
+    // expected-error @+1 {{of kind dispatch takes 7 buffers, got 1}}
+    moegpu.exchange <dispatch> [@x]
+  }
+}
+
+// -----
+
+moegpu.program {
+  moegpu.buffer @x : memref<8xbf16> dims [] source "input"
+  moegpu.schedule "forward" {
+    // expected-error @+1 {{sums f32 buffers, and @x is 'memref<8xbf16>'}}
+    moegpu.all_reduce [@x]
+  }
+}
+
+// -----
+
+moegpu.program {
+  // expected-error @+1 {{cannot be in a moegpu.program (expected moegpu.buffer or moegpu.schedule)}}
+  func.func private @f()
+}
+
+// -----
+
+// expected-error @+1 {{'moegpu.memset' op expects parent op 'moegpu.schedule'}}
+moegpu.memset @x

@@ -1,0 +1,80 @@
+// RUN: moe-opt %s --convert-moe-to-moegpu --split-input-file | FileCheck %s
+// RUN: moe-opt %s --convert-moe-to-moegpu="train=true" --split-input-file | FileCheck %s --check-prefix=TRAIN
+
+// The typed schedule convert-moe-to-moegpu builds beside the kernels: the
+// buffers (run-time dimensions and sources) and the forward pass's steps,
+// each launch's grid typed and its buffers checked against the kernel's
+// arguments by the verifier.
+// CHECK-LABEL: moegpu.program {
+// CHECK-DAG: moegpu.buffer @x : memref<?x64xbf16> dims [#moegpu.dim<tokens>] source "input"
+// CHECK-DAG: moegpu.buffer @router_weight : memref<8x64xbf16> dims [] source "param:router_weight"
+// CHECK-DAG: moegpu.buffer @w13 : memref<8x64x64xbf16> dims [] source "pack:gate_weight,up_weight"
+// CHECK-DAG: moegpu.buffer @w2 : memref<8x64x32xbf16> dims [] source "param:down_weight"
+// CHECK-DAG: moegpu.buffer @rows : memref<?x64xbf16> dims [#moegpu.dim<rows>] source "scratch"
+// CHECK-DAG: moegpu.buffer @row_weight : memref<?xf32> dims [#moegpu.dim<rows>] source "scratch"
+// CHECK-DAG: moegpu.buffer @y : memref<?x64xbf16> dims [#moegpu.dim<tokens>] source "output"
+// CHECK: moegpu.schedule "forward" {
+// CHECK-NEXT: moegpu.launch @moe_kernels::@route [@x, @router_weight, @topk_ids, @topk_weights] grid <tokens, per_block = 4> block 128
+// CHECK-NEXT: moegpu.memset @counts
+// CHECK-NEXT: moegpu.launch @moe_kernels::@dispatch_count [@topk_ids, @counts] grid <assignments, per_block = 256> block 256
+// CHECK-NEXT: moegpu.launch @moe_kernels::@dispatch_scan [@topk_ids, @counts, @offsets, @cursors] grid <one> block 1
+// CHECK-NEXT: moegpu.launch @moe_kernels::@dispatch_scatter [@x, @topk_ids, @topk_weights, @cursors, @rows, @row_map, @row_weight] grid <assignments, per_block = 1> block 128
+// CHECK-NEXT: moegpu.launch @moe_kernels::@expert_up [@rows, @w13, @offsets, @act] grid <persistent> block 0
+// CHECK-NEXT: moegpu.launch @moe_kernels::@expert_down [@act, @w2, @offsets, @down, @row_weight] grid <persistent> block 0
+// CHECK-NEXT: moegpu.launch @moe_kernels::@combine [@down, @row_map, @y] grid <tokens, per_block = 1> block 128
+// CHECK-NEXT: }
+// CHECK-NOT: moegpu.schedule "train"
+
+// With train=true a second schedule: compute copies of the masters, the
+// forward steps again (padding rows zeroed before the scatter), the loss,
+// the backward kernels and AdamW, on buffers of the training step's
+// arguments (arg:<name>).
+// TRAIN-LABEL: moegpu.program {
+// TRAIN-DAG: moegpu.buffer @arg.router_weight : memref<8x64xf32> dims [] source "arg:router_weight"
+// TRAIN-DAG: moegpu.buffer @arg.loss : memref<1xf32> dims [] source "arg:loss"
+// TRAIN: moegpu.schedule "forward" {
+// TRAIN: moegpu.schedule "train" {
+// TRAIN-NEXT: moegpu.launch @moe_kernels::@train_router_weight [@arg.router_weight, @router_weight] grid <fixed, size = 2> block 256
+// TRAIN: moegpu.launch @moe_kernels::@route
+// TRAIN: moegpu.memset @rows
+// TRAIN-NEXT: moegpu.memset @row_weight
+// TRAIN-NEXT: moegpu.launch @moe_kernels::@dispatch_scatter
+// TRAIN: moegpu.memset @arg.loss
+// TRAIN-NEXT: moegpu.launch @moe_kernels::@train_loss [@y, @arg.target, @arg.hyper, @dy, @arg.loss] grid <tokens, per_block = 1> block 128
+// TRAIN: moegpu.launch @moe_kernels::@train_adamw_down_weight
+// TRAIN-NEXT: }
+func.func @layer(%x: tensor<?x64xbf16>, %wr: tensor<8x64xbf16>, %wg: tensor<8x32x64xbf16>,
+                 %wu: tensor<8x32x64xbf16>, %wd: tensor<8x64x32xbf16>) -> tensor<?x64xbf16> {
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd)
+         {config = #moe.layer_config<hidden = 64, experts = 8, top_k = 2, ffn = 32, dtype = bf16>}
+       : (tensor<?x64xbf16>, tensor<8x64xbf16>, tensor<8x32x64xbf16>, tensor<8x32x64xbf16>, tensor<8x64x32xbf16>) -> tensor<?x64xbf16>
+  return %y : tensor<?x64xbf16>
+}
+
+// -----
+
+// A layer sharded over two ranks: the dispatched rows and weights go to
+// the experts' ranks between the scatter and the experts (received rows:
+// ranks x the capacity), and the experts' outputs come back before the
+// combine.
+// CHECK-LABEL: moegpu.program {
+// CHECK-DAG: moegpu.buffer @ep_rows : memref<?x64xbf16> dims [#moegpu.dim<received_rows>] source "scratch"
+// CHECK-DAG: moegpu.buffer @w13 : memref<4x64x64xbf16> dims [] source "pack:gate_weight,up_weight"
+// CHECK: moegpu.schedule "forward" {
+// CHECK: moegpu.launch @moe_kernels::@dispatch_scatter
+// CHECK-NEXT: moegpu.exchange <dispatch> [@offsets, @rows, @row_weight, @ep_offsets, @ep_group_offsets, @ep_rows, @ep_row_weight]
+// CHECK-NEXT: moegpu.launch @moe_kernels::@expert_up [@ep_rows, @w13, @ep_group_offsets, @ep_act] grid <persistent> block 0
+// CHECK-NEXT: moegpu.launch @moe_kernels::@expert_down [@ep_act, @w2, @ep_group_offsets, @ep_down, @ep_row_weight] grid <persistent> block 0
+// CHECK-NEXT: moegpu.exchange <combine> [@ep_offsets, @ep_down, @offsets, @down]
+// CHECK-NEXT: moegpu.launch @moe_kernels::@combine
+// TRAIN-LABEL: moegpu.program {
+// TRAIN: moegpu.schedule "train" {
+// TRAIN: moegpu.exchange <dispatch_rows> [@row_dy, @ep_row_dy]
+// TRAIN: moegpu.all_reduce
+func.func @shard(%x: tensor<?x64xbf16>, %wr: tensor<8x64xbf16>, %wg: tensor<4x32x64xbf16>,
+                 %wu: tensor<4x32x64xbf16>, %wd: tensor<4x64x32xbf16>) -> tensor<?x64xbf16> {
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd)
+         {config = #moe.layer_config<hidden = 64, experts = 8, top_k = 2, ffn = 32, dtype = bf16>, ep_size = 2}
+       : (tensor<?x64xbf16>, tensor<8x64xbf16>, tensor<4x32x64xbf16>, tensor<4x32x64xbf16>, tensor<4x64x32xbf16>) -> tensor<?x64xbf16>
+  return %y : tensor<?x64xbf16>
+}
