@@ -1,0 +1,292 @@
+//===- Dispatch.cpp - Dispatch and combine on the host --------------------===//
+//
+// Part of moe-compiler.
+//
+// moe.dispatch permutes tokens into expert-contiguous rows (histogram,
+// scan, scatter); moe.combine sums each token's rows back with its routing
+// weights; their gradients run the other way.
+//
+//===----------------------------------------------------------------------===//
+
+#include "HostBuilders.h"
+
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+
+#include <limits>
+
+using namespace mlir;
+using namespace mlir::moe;
+using namespace mlir::moe::host;
+
+namespace {
+
+using Builder = host::Builder;
+
+/// Copies row `src` of `from` to row `dst` of `to` (both [*, H]).
+void copyRow(Builder &b, Value from, Value src, Value to, Value dst,
+             int64_t width) {
+  forLoop(b, width, [&](Builder &b, Value h) {
+    Value v = memref::LoadOp::create(b, from, ValueRange{src, h});
+    memref::StoreOp::create(b, v, to, ValueRange{dst, h});
+  });
+}
+
+SmallVector<Value> lowerDispatch(Builder &b, DispatchOp op) {
+  auto experts = static_cast<int64_t>(op.getExperts());
+  auto alignment = static_cast<int64_t>(op.getAlignment());
+  auto rowsType = cast<RankedTensorType>(op.getRows().getType());
+  auto mapType = cast<RankedTensorType>(op.getRowMap().getType());
+  int64_t hidden = rowsType.getDimSize(1);
+  int64_t k = mapType.getDimSize(1);
+  Type i32 = b.getI32Type(), index = b.getIndexType();
+
+  Value x = asBuffer(b, op.getInput());
+  Value ids = asBuffer(b, op.getIndices());
+  Value tokens = dim(b, ids, 0);
+  Value zeroIdx = indexConst(b, 0), oneIdx = indexConst(b, 1);
+  Value expertsV = indexConst(b, experts);
+
+  // The expert of slot (t, j), or -1 when the id is out of range.
+  auto expertOf = [&](Builder &b, Value t, Value j) {
+    Value id = arith::IndexCastOp::create(
+        b, index, memref::LoadOp::create(b, ids, ValueRange{t, j}));
+    Value inRange = arith::AndIOp::create(
+        b, arith::CmpIOp::create(b, arith::CmpIPredicate::sge, id, zeroIdx),
+        arith::CmpIOp::create(b, arith::CmpIPredicate::slt, id, expertsV));
+    return std::make_pair(id, inRange);
+  };
+
+  // Histogram.
+  Value counts = memref::AllocaOp::create(b, MemRefType::get({experts}, index));
+  fillBuffer(b, counts, zeroIdx);
+  forLoop(b, zeroIdx, tokens, [&](Builder &b, Value t) {
+    forLoop(b, k, [&](Builder &b, Value j) {
+      std::pair<Value, Value> slot = expertOf(b, t, j);
+      Value e = slot.first;
+      scf::IfOp::create(b, slot.second, [&](OpBuilder &nested, Location loc) {
+        Builder nb(loc, nested);
+        Value c = memref::LoadOp::create(nb, counts, ValueRange{e});
+        memref::StoreOp::create(nb, arith::AddIOp::create(nb, c, oneIdx),
+                                counts, ValueRange{e});
+        scf::YieldOp::create(nb);
+      });
+    });
+  });
+
+  // Exclusive prefix sum of the counts rounded up to the alignment; the
+  // cursor starts at each segment's first row.
+  Value offsets = alloc(b, MemRefType::get({experts + 1}, i32));
+  Value cursor = memref::AllocaOp::create(b, MemRefType::get({experts}, index));
+  Value alignMinusOne = indexConst(b, alignment - 1);
+  Value alignMask = indexConst(b, ~(alignment - 1));
+  Value used = forLoopCarrying(
+      b, zeroIdx, expertsV, ValueRange{zeroIdx},
+      [&](Builder &b, Value e, ValueRange carried) -> SmallVector<Value> {
+        Value start = carried[0];
+        memref::StoreOp::create(b, arith::IndexCastOp::create(b, i32, start),
+                                offsets, ValueRange{e});
+        memref::StoreOp::create(b, start, cursor, ValueRange{e});
+        Value c = memref::LoadOp::create(b, counts, ValueRange{e});
+        Value padded = arith::AndIOp::create(
+            b, arith::AddIOp::create(b, c, alignMinusOne), alignMask);
+        return {arith::AddIOp::create(b, start, padded)};
+      })[0];
+  memref::StoreOp::create(b, arith::IndexCastOp::create(b, i32, used), offsets,
+                          ValueRange{expertsV});
+
+  // The buffer: exactly the used rows when the type is dynamic, the static
+  // bound otherwise; padding rows are zero.
+  auto rowsMemref =
+      MemRefType::get(rowsType.getShape(), rowsType.getElementType());
+  SmallVector<Value> rowSizes;
+  if (rowsType.isDynamicDim(0))
+    rowSizes.push_back(used);
+  Value rows = alloc(b, rowsMemref, rowSizes);
+  Value zero = arith::ConstantOp::create(
+      b, b.getFloatAttr(rowsType.getElementType(), 0.0));
+  fillBuffer(b, rows, zero);
+
+  Value rowMap = alloc(b, MemRefType::get(mapType.getShape(), i32),
+                       dynamicSizes(b, mapType, ids));
+  Value minusOne = i32Const(b, -1);
+  forLoop(b, zeroIdx, tokens, [&](Builder &b, Value t) {
+    forLoop(b, k, [&](Builder &b, Value j) {
+      std::pair<Value, Value> slot = expertOf(b, t, j);
+      Value e = slot.first;
+      auto ifOp = scf::IfOp::create(
+          b, slot.second,
+          [&](OpBuilder &nested, Location loc) {
+            Builder nb(loc, nested);
+            Value r = memref::LoadOp::create(nb, cursor, ValueRange{e});
+            memref::StoreOp::create(nb, arith::AddIOp::create(nb, r, oneIdx),
+                                    cursor, ValueRange{e});
+            copyRow(nb, x, t, rows, r, hidden);
+            scf::YieldOp::create(
+                nb, ValueRange{arith::IndexCastOp::create(nb, i32, r)});
+          },
+          [&](OpBuilder &nested, Location loc) {
+            Builder nb(loc, nested);
+            scf::YieldOp::create(nb, ValueRange{minusOne});
+          });
+      memref::StoreOp::create(b, ifOp.getResult(0), rowMap, ValueRange{t, j});
+    });
+  });
+  return {asTensor(b, rows), asTensor(b, offsets), asTensor(b, rowMap)};
+}
+
+Value lowerCombine(Builder &b, CombineOp op) {
+  auto outType = cast<RankedTensorType>(op.getOutput().getType());
+  auto mapType = cast<RankedTensorType>(op.getRowMap().getType());
+  int64_t hidden = outType.getDimSize(1), k = mapType.getDimSize(1);
+  Type elt = outType.getElementType();
+  Value rows = asBuffer(b, op.getRows());
+  Value rowMap = asBuffer(b, op.getRowMap());
+  Value weights = asBuffer(b, op.getWeights());
+  Value tokens = dim(b, rowMap, 0);
+  Value rowCount = dim(b, rows, 0);
+  Value zeroIdx = indexConst(b, 0);
+
+  Value out = alloc(b, MemRefType::get(outType.getShape(), elt),
+                    dynamicSizes(b, outType, rowMap));
+  Value acc =
+      memref::AllocaOp::create(b, MemRefType::get({hidden}, b.getF32Type()));
+  forLoop(b, zeroIdx, tokens, [&](Builder &b, Value t) {
+    fillBuffer(b, acc, f32Const(b, 0.0));
+    forLoop(b, k, [&](Builder &b, Value j) {
+      Value r = arith::IndexCastOp::create(
+          b, b.getIndexType(),
+          memref::LoadOp::create(b, rowMap, ValueRange{t, j}));
+      Value valid = arith::AndIOp::create(
+          b, arith::CmpIOp::create(b, arith::CmpIPredicate::sge, r, zeroIdx),
+          arith::CmpIOp::create(b, arith::CmpIPredicate::slt, r, rowCount));
+      Value w = memref::LoadOp::create(b, weights, ValueRange{t, j});
+      scf::IfOp::create(b, valid, [&](OpBuilder &nested, Location loc) {
+        Builder nb(loc, nested);
+        forLoop(nb, hidden, [&](Builder &b, Value h) {
+          Value v = toF32(b, memref::LoadOp::create(b, rows, ValueRange{r, h}));
+          Value a = memref::LoadOp::create(b, acc, ValueRange{h});
+          memref::StoreOp::create(
+              b, arith::AddFOp::create(b, a, arith::MulFOp::create(b, w, v)),
+              acc, ValueRange{h});
+        });
+        scf::YieldOp::create(nb);
+      });
+    });
+    forLoop(b, hidden, [&](Builder &b, Value h) {
+      Value a = memref::LoadOp::create(b, acc, ValueRange{h});
+      memref::StoreOp::create(b, fromF32(b, a, elt), out, ValueRange{t, h});
+    });
+  });
+  return asTensor(b, out);
+}
+
+/// rows_grad and weights_grad of moe.combine.
+std::pair<Value, Value> lowerCombineGrad(Builder &b, CombineGradOp op) {
+  auto rowsType = cast<RankedTensorType>(op.getRowsGrad().getType());
+  auto wType = cast<RankedTensorType>(op.getWeightsGrad().getType());
+  int64_t hidden = rowsType.getDimSize(1), k = wType.getDimSize(1);
+  Type elt = rowsType.getElementType();
+  Value grad = asBuffer(b, op.getGrad());
+  Value rows = asBuffer(b, op.getRows());
+  Value rowMap = asBuffer(b, op.getRowMap());
+  Value weights = asBuffer(b, op.getWeights());
+  Value tokens = dim(b, rowMap, 0), rowCount = dim(b, rows, 0);
+  Value rowsGrad = alloc(b, MemRefType::get(rowsType.getShape(), elt),
+                         dynamicSizes(b, rowsType, rows));
+  fillBuffer(b, rowsGrad,
+             arith::ConstantOp::create(b, b.getFloatAttr(elt, 0.0)));
+  Value weightsGrad =
+      alloc(b, MemRefType::get(wType.getShape(), b.getF32Type()),
+            dynamicSizes(b, wType, rowMap));
+  forLoop(b, indexConst(b, 0), tokens, [&](Builder &b, Value t) {
+    forLoop(b, k, [&](Builder &b, Value j) {
+      Value r = arith::IndexCastOp::create(
+          b, b.getIndexType(),
+          memref::LoadOp::create(b, rowMap, ValueRange{t, j}));
+      Value w = memref::LoadOp::create(b, weights, ValueRange{t, j});
+      auto ifOp = scf::IfOp::create(
+          b, validRow(b, r, rowCount),
+          [&](OpBuilder &nested, Location loc) {
+            Builder nb(loc, nested);
+            Value dot = forLoopCarrying(
+                nb, indexConst(nb, 0), indexConst(nb, hidden),
+                ValueRange{f32Const(nb, 0.0)},
+                [&](Builder &b, Value h,
+                    ValueRange carried) -> SmallVector<Value> {
+                  Value g = toF32(
+                      b, memref::LoadOp::create(b, grad, ValueRange{t, h}));
+                  Value v = toF32(
+                      b, memref::LoadOp::create(b, rows, ValueRange{r, h}));
+                  memref::StoreOp::create(
+                      b, fromF32(b, arith::MulFOp::create(b, w, g), elt),
+                      rowsGrad, ValueRange{r, h});
+                  return {arith::AddFOp::create(b, carried[0],
+                                                arith::MulFOp::create(b, g, v),
+                                                reductionFlags(b))};
+                })[0];
+            scf::YieldOp::create(nb, ValueRange{dot});
+          },
+          [&](OpBuilder &nested, Location loc) {
+            Builder nb(loc, nested);
+            scf::YieldOp::create(nb, ValueRange{f32Const(nb, 0.0)});
+          });
+      memref::StoreOp::create(b, ifOp.getResult(0), weightsGrad,
+                              ValueRange{t, j});
+    });
+  });
+  return {asTensor(b, rowsGrad), asTensor(b, weightsGrad)};
+}
+
+/// input_grad[t] = sum_j rows_grad[row_map[t, j]].
+Value lowerDispatchGrad(Builder &b, DispatchGradOp op) {
+  auto outType = cast<RankedTensorType>(op.getInputGrad().getType());
+  auto mapType = cast<RankedTensorType>(op.getRowMap().getType());
+  int64_t hidden = outType.getDimSize(1), k = mapType.getDimSize(1);
+  Type elt = outType.getElementType();
+  Value rowsGrad = asBuffer(b, op.getRowsGrad());
+  Value rowMap = asBuffer(b, op.getRowMap());
+  Value tokens = dim(b, rowMap, 0), rowCount = dim(b, rowsGrad, 0);
+  Value out = alloc(b, MemRefType::get(outType.getShape(), elt),
+                    dynamicSizes(b, outType, rowMap));
+  forLoop(b, indexConst(b, 0), tokens, [&](Builder &b, Value t) {
+    forLoop(b, hidden, [&](Builder &b, Value h) {
+      Value acc = forLoopCarrying(
+          b, indexConst(b, 0), indexConst(b, k), ValueRange{f32Const(b, 0.0)},
+          [&](Builder &b, Value j, ValueRange carried) -> SmallVector<Value> {
+            Value r = arith::IndexCastOp::create(
+                b, b.getIndexType(),
+                memref::LoadOp::create(b, rowMap, ValueRange{t, j}));
+            auto ifOp = scf::IfOp::create(
+                b, validRow(b, r, rowCount),
+                [&](OpBuilder &nested, Location loc) {
+                  Builder nb(loc, nested);
+                  Value v = toF32(nb, memref::LoadOp::create(nb, rowsGrad,
+                                                             ValueRange{r, h}));
+                  scf::YieldOp::create(
+                      nb, ValueRange{arith::AddFOp::create(nb, carried[0], v)});
+                },
+                [&](OpBuilder &nested, Location loc) {
+                  Builder nb(loc, nested);
+                  scf::YieldOp::create(nb, ValueRange{carried[0]});
+                });
+            return {ifOp.getResult(0)};
+          })[0];
+      memref::StoreOp::create(b, fromF32(b, acc, elt), out, ValueRange{t, h});
+    });
+  });
+  return asTensor(b, out);
+}
+
+} // namespace
+
+void mlir::moe::host::populateDispatchPatterns(RewritePatternSet &patterns) {
+  addLowering<DispatchOp>(patterns, lowerDispatch);
+  addLowering<CombineOp>(patterns, lowerCombine);
+  addLowering<CombineGradOp>(patterns, lowerCombineGrad);
+  addLowering<DispatchGradOp>(patterns, lowerDispatchGrad);
+}

@@ -1,0 +1,255 @@
+//===- HostBuilders.cpp - Builders of the host lowerings ------------------===//
+//
+// Part of moe-compiler.
+//
+//===----------------------------------------------------------------------===//
+
+#include "HostBuilders.h"
+
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+
+#include <limits>
+
+using namespace mlir;
+using namespace mlir::moe;
+
+namespace mlir::moe::host {
+
+Value indexConst(Builder &b, int64_t value) {
+  return arith::ConstantIndexOp::create(b, value);
+}
+
+Value f32Const(Builder &b, double value) {
+  return arith::ConstantOp::create(b, b.getF32FloatAttr(value));
+}
+
+Value i32Const(Builder &b, int64_t value) {
+  return arith::ConstantOp::create(b, b.getI32IntegerAttr(value));
+}
+
+Value toF32(Builder &b, Value value) {
+  if (value.getType().isF32())
+    return value;
+  return arith::ExtFOp::create(b, b.getF32Type(), value);
+}
+
+Value fromF32(Builder &b, Value value, Type type) {
+  if (type.isF32())
+    return value;
+  return arith::TruncFOp::create(b, type, value);
+}
+
+Value dim(Builder &b, Value shaped, int64_t index) {
+  if (isa<RankedTensorType>(shaped.getType()))
+    return tensor::DimOp::create(b, shaped, index);
+  return memref::DimOp::create(b, shaped, index);
+}
+
+SmallVector<Value> dynamicSizes(Builder &b, ShapedType type, Value source) {
+  SmallVector<Value> sizes;
+  for (int64_t i = 0; i < type.getRank(); ++i)
+    if (type.isDynamicDim(i))
+      sizes.push_back(dim(b, source, i));
+  return sizes;
+}
+
+void forLoop(Builder &b, Value lb, Value ub, BodyFn body) {
+  Value one = indexConst(b, 1);
+  scf::ForOp::create(
+      b, lb, ub, one, ValueRange{},
+      [&](OpBuilder &nested, Location loc, Value iv, ValueRange) {
+        Builder nb(loc, nested);
+        body(nb, iv);
+        scf::YieldOp::create(nb);
+      });
+}
+
+void forLoop(Builder &b, int64_t ub, BodyFn body) {
+  forLoop(b, indexConst(b, 0), indexConst(b, ub), body);
+}
+
+ValueRange forLoopCarrying(
+    Builder &b, Value lb, Value ub, ValueRange init,
+    function_ref<SmallVector<Value>(Builder &, Value, ValueRange)> body) {
+  Value one = indexConst(b, 1);
+  auto loop = scf::ForOp::create(
+      b, lb, ub, one, init,
+      [&](OpBuilder &nested, Location loc, Value iv, ValueRange carried) {
+        Builder nb(loc, nested);
+        scf::YieldOp::create(nb, body(nb, iv, carried));
+      });
+  return loop.getResults();
+}
+
+arith::FastMathFlagsAttr reductionFlags(Builder &b) {
+  return arith::FastMathFlagsAttr::get(b.getContext(),
+                                       arith::FastMathFlags::reassoc |
+                                           arith::FastMathFlags::contract);
+}
+
+Value sigmoid(Builder &b, Value x) {
+  Value one = f32Const(b, 1.0);
+  Value e = math::ExpOp::create(b, arith::NegFOp::create(b, x));
+  return arith::DivFOp::create(b, one, arith::AddFOp::create(b, one, e));
+}
+
+Value alloc(Builder &b, MemRefType type, ValueRange sizes) {
+  return memref::AllocOp::create(b, type, sizes);
+}
+
+Value asBuffer(Builder &b, Value tensor) {
+  auto type = cast<RankedTensorType>(tensor.getType());
+  auto memrefType = MemRefType::get(type.getShape(), type.getElementType());
+  return bufferization::ToBufferOp::create(b, memrefType, tensor,
+                                           /*read_only=*/true);
+}
+
+Value asTensor(Builder &b, Value buffer) {
+  auto type = cast<MemRefType>(buffer.getType());
+  auto tensorType =
+      RankedTensorType::get(type.getShape(), type.getElementType());
+  return bufferization::ToTensorOp::create(b, tensorType, buffer,
+                                           /*restrict=*/true,
+                                           /*writable=*/true);
+}
+
+void fillBuffer(Builder &b, Value buffer, Value value) {
+  linalg::FillOp::create(b, ValueRange{value}, ValueRange{buffer});
+}
+
+Value matmulTransposeB(Builder &b, Value lhs, Value rhs) {
+  auto lhsType = cast<RankedTensorType>(lhs.getType());
+  auto rhsType = cast<RankedTensorType>(rhs.getType());
+  auto resultType = RankedTensorType::get(
+      {lhsType.getDimSize(0), rhsType.getDimSize(0)}, b.getF32Type());
+  SmallVector<Value> sizes;
+  if (resultType.isDynamicDim(0))
+    sizes.push_back(dim(b, lhs, 0));
+  if (resultType.isDynamicDim(1))
+    sizes.push_back(dim(b, rhs, 0));
+  Value empty = tensor::EmptyOp::create(b, resultType, sizes);
+  Value zero =
+      linalg::FillOp::create(b, ValueRange{f32Const(b, 0.0)}, ValueRange{empty})
+          .getResult(0);
+  MLIRContext *ctx = b.getContext();
+  AffineExpr m, n, k;
+  bindDims(ctx, m, n, k);
+  SmallVector<AffineMap> maps = {AffineMap::get(3, 0, {m, k}, ctx),
+                                 AffineMap::get(3, 0, {n, k}, ctx),
+                                 AffineMap::get(3, 0, {m, n}, ctx)};
+  SmallVector<utils::IteratorType> iterators = {utils::IteratorType::parallel,
+                                                utils::IteratorType::parallel,
+                                                utils::IteratorType::reduction};
+  return linalg::GenericOp::create(
+             b, TypeRange{resultType}, ValueRange{lhs, rhs}, ValueRange{zero},
+             maps, iterators,
+             [&](OpBuilder &nested, Location loc, ValueRange args) {
+               Builder nb(loc, nested);
+               Value prod = arith::MulFOp::create(nb, toF32(nb, args[0]),
+                                                  toF32(nb, args[1]),
+                                                  reductionFlags(nb));
+               linalg::YieldOp::create(
+                   nb, ValueRange{arith::AddFOp::create(nb, args[2], prod,
+                                                        reductionFlags(nb))});
+             })
+      .getResult(0);
+}
+
+Value elementwise(Builder &b, ValueRange inputs, Type elementType,
+                  function_ref<Value(Builder &, ValueRange)> fn) {
+  auto type = cast<RankedTensorType>(inputs.front().getType());
+  auto resultType = RankedTensorType::get(type.getShape(), elementType);
+  Value empty = tensor::EmptyOp::create(
+      b, resultType, dynamicSizes(b, resultType, inputs.front()));
+  MLIRContext *ctx = b.getContext();
+  SmallVector<AffineMap> maps(inputs.size() + 1,
+                              AffineMap::getMultiDimIdentityMap(2, ctx));
+  SmallVector<utils::IteratorType> iterators(2, utils::IteratorType::parallel);
+  return linalg::GenericOp::create(
+             b, TypeRange{resultType}, inputs, ValueRange{empty}, maps,
+             iterators,
+             [&](OpBuilder &nested, Location loc, ValueRange args) {
+               Builder nb(loc, nested);
+               SmallVector<Value> f32Args;
+               for (Value arg : args.drop_back())
+                 f32Args.push_back(toF32(nb, arg));
+               linalg::YieldOp::create(
+                   nb, ValueRange{fromF32(nb, fn(nb, f32Args), elementType)});
+             })
+      .getResult(0);
+}
+
+Value reduceRows(Builder &b, Value input, double init,
+                 function_ref<Value(Builder &, Value, Value)> combine) {
+  auto type = cast<RankedTensorType>(input.getType());
+  auto resultType = RankedTensorType::get({type.getDimSize(0)}, b.getF32Type());
+  Value empty = tensor::EmptyOp::create(b, resultType,
+                                        dynamicSizes(b, resultType, input));
+  Value filled = linalg::FillOp::create(b, ValueRange{f32Const(b, init)},
+                                        ValueRange{empty})
+                     .getResult(0);
+  MLIRContext *ctx = b.getContext();
+  AffineExpr t, e;
+  bindDims(ctx, t, e);
+  SmallVector<AffineMap> maps = {AffineMap::get(2, 0, {t, e}, ctx),
+                                 AffineMap::get(2, 0, {t}, ctx)};
+  SmallVector<utils::IteratorType> iterators = {utils::IteratorType::parallel,
+                                                utils::IteratorType::reduction};
+  return linalg::GenericOp::create(
+             b, TypeRange{resultType}, ValueRange{input}, ValueRange{filled},
+             maps, iterators,
+             [&](OpBuilder &nested, Location loc, ValueRange args) {
+               Builder nb(loc, nested);
+               linalg::YieldOp::create(
+                   nb, ValueRange{combine(nb, args[1], args[0])});
+             })
+      .getResult(0);
+}
+
+Value withRowValue(Builder &b, Value input, Value rowValue,
+                   function_ref<Value(Builder &, Value, Value)> fn) {
+  auto type = cast<RankedTensorType>(input.getType());
+  Value empty = tensor::EmptyOp::create(b, type, dynamicSizes(b, type, input));
+  MLIRContext *ctx = b.getContext();
+  AffineExpr t, e;
+  bindDims(ctx, t, e);
+  SmallVector<AffineMap> maps = {AffineMap::get(2, 0, {t, e}, ctx),
+                                 AffineMap::get(2, 0, {t}, ctx),
+                                 AffineMap::get(2, 0, {t, e}, ctx)};
+  SmallVector<utils::IteratorType> iterators(2, utils::IteratorType::parallel);
+  return linalg::GenericOp::create(
+             b, TypeRange{type}, ValueRange{input, rowValue}, ValueRange{empty},
+             maps, iterators,
+             [&](OpBuilder &nested, Location loc, ValueRange args) {
+               Builder nb(loc, nested);
+               linalg::YieldOp::create(nb,
+                                       ValueRange{fn(nb, args[0], args[1])});
+             })
+      .getResult(0);
+}
+
+Value validRow(Builder &b, Value r, Value rowCount) {
+  return arith::AndIOp::create(
+      b,
+      arith::CmpIOp::create(b, arith::CmpIPredicate::sge, r, indexConst(b, 0)),
+      arith::CmpIOp::create(b, arith::CmpIPredicate::slt, r, rowCount));
+}
+
+void replaceWithResults(ConversionPatternRewriter &rewriter, Operation *op,
+                        ArrayRef<Value> results) {
+  Builder b(op->getLoc(), rewriter);
+  SmallVector<Value> casted;
+  for (auto [result, value] : llvm::zip(op->getResults(), results))
+    casted.push_back(
+        value.getType() == result.getType()
+            ? value
+            : Value(tensor::CastOp::create(b, result.getType(), value)));
+  rewriter.replaceOp(op, casted);
+}
+
+} // namespace mlir::moe::host

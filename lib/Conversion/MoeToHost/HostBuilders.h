@@ -1,0 +1,176 @@
+//===- HostBuilders.h - Builders of the host lowerings ----------*- C++ -*-===//
+//
+// Part of moe-compiler.
+//
+// Internal to convert-moe-to-host: the small builders, the structured
+// pieces on tensors and the pattern that lowers one moe op with a function
+// of these, shared by the op families (Routing, Dispatch, Experts,
+// Collectives).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_CONVERSION_MOETOHOST_HOSTBUILDERS_H
+#define MOE_CONVERSION_MOETOHOST_HOSTBUILDERS_H
+
+#include "moe/MoeOps.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/IR/ImplicitLocOpBuilder.h"
+#include "mlir/Transforms/DialectConversion.h"
+
+#include <functional>
+
+namespace mlir::moe::host {
+
+using Builder = ImplicitLocOpBuilder;
+using BodyFn = function_ref<void(Builder &, Value)>;
+
+//===----------------------------------------------------------------------===//
+// Small builders
+//===----------------------------------------------------------------------===//
+
+Value indexConst(Builder &b, int64_t value);
+
+Value f32Const(Builder &b, double value);
+
+Value i32Const(Builder &b, int64_t value);
+
+/// Converts a float scalar to f32 (identity for f32).
+Value toF32(Builder &b, Value value);
+
+/// Converts an f32 scalar to `type` (identity for f32).
+Value fromF32(Builder &b, Value value, Type type);
+
+Value dim(Builder &b, Value shaped, int64_t index);
+
+/// Dynamic sizes of `type` taken from `source`, a value of the same shape.
+SmallVector<Value> dynamicSizes(Builder &b, ShapedType type, Value source);
+
+/// `for (iv = lb; iv < ub; ++iv) body(iv)`.
+void forLoop(Builder &b, Value lb, Value ub, BodyFn body);
+
+void forLoop(Builder &b, int64_t ub, BodyFn body);
+
+/// A loop carrying values: `init` in, the body's yielded values out.
+ValueRange forLoopCarrying(
+    Builder &b, Value lb, Value ub, ValueRange init,
+    function_ref<SmallVector<Value>(Builder &, Value, ValueRange)> body);
+
+/// Flags for dot-product reductions: the sum may be reassociated (and
+/// multiply-adds fused), which lets LLVM vectorize it. The result differs
+/// from a sequential sum only by rounding.
+arith::FastMathFlagsAttr reductionFlags(Builder &b);
+
+Value sigmoid(Builder &b, Value x);
+
+/// A fresh buffer of `type` with its dynamic sizes taken from `sizes`.
+Value alloc(Builder &b, MemRefType type, ValueRange sizes = {});
+
+Value asBuffer(Builder &b, Value tensor);
+
+/// Hands a buffer written by the lowering back to tensor land, as a tensor
+/// of the buffer's shape (the caller casts to a more static result type).
+Value asTensor(Builder &b, Value buffer);
+
+void fillBuffer(Builder &b, Value buffer, Value value);
+
+//===----------------------------------------------------------------------===//
+// Structured pieces on tensors
+//===----------------------------------------------------------------------===//
+
+/// `out[m, n] = sum_k lhs[m, k] * rhs[n, k]` in f32, as a tensor<MxNxf32>.
+Value matmulTransposeB(Builder &b, Value lhs, Value rhs);
+
+/// Applies `fn` elementwise to same-shaped 2-D tensors `inputs` (any float
+/// types, passed to `fn` as f32) and returns a tensor of `elementType`.
+Value elementwise(Builder &b, ValueRange inputs, Type elementType,
+                  function_ref<Value(Builder &, ValueRange)> fn);
+
+/// Reduces each row of a [T, E] f32 tensor with `combine`, starting from
+/// `init`; returns a [T] f32 tensor.
+Value reduceRows(Builder &b, Value input, double init,
+                 function_ref<Value(Builder &, Value, Value)> combine);
+
+/// `out[t, e] = fn(input[t, e], rowValue[t])` for a [T, E] f32 tensor and a
+/// [T] f32 tensor.
+Value withRowValue(Builder &b, Value input, Value rowValue,
+                   function_ref<Value(Builder &, Value, Value)> fn);
+
+/// Whether row map entry `r` names a row of a buffer of `rowCount` rows.
+Value validRow(Builder &b, Value r, Value rowCount);
+
+//===----------------------------------------------------------------------===//
+// One op, one lowering function
+//===----------------------------------------------------------------------===//
+
+inline SmallVector<Value> values(Value v) { return {v}; }
+inline SmallVector<Value> values(std::pair<Value, Value> v) {
+  return {v.first, v.second};
+}
+inline SmallVector<Value> values(SmallVector<Value> v) { return v; }
+
+/// Replaces `op` by `results`, each cast to the op's result type where the
+/// lowering's is less static.
+void replaceWithResults(ConversionPatternRewriter &rewriter, Operation *op,
+                        ArrayRef<Value> results);
+
+/// Lowers an `OpT` with a function building its results in front of it.
+/// The op's operands are first set to their converted values, so the
+/// function reads them through the op's own accessors.
+template <typename OpT>
+class LowerOp : public OpConversionPattern<OpT> {
+public:
+  using LowerFn = std::function<SmallVector<Value>(Builder &, OpT)>;
+  LowerOp(MLIRContext *ctx, LowerFn lower)
+      : OpConversionPattern<OpT>(ctx), lower(std::move(lower)) {}
+
+  LogicalResult
+  matchAndRewrite(OpT op, typename OpT::Adaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    rewriter.modifyOpInPlace(
+        op, [&] { op->setOperands(adaptor.getOperands()); });
+    Builder b(op.getLoc(), rewriter);
+    SmallVector<Value> results = lower(b, op);
+    if (results.size() != op->getNumResults())
+      return rewriter.notifyMatchFailure(op, "lowering gave wrong arity");
+    replaceWithResults(rewriter, op, results);
+    return success();
+  }
+
+private:
+  LowerFn lower;
+};
+
+/// Adds the lowering of `OpT` by `lower`.
+template <typename OpT, typename Fn>
+void addLowering(RewritePatternSet &patterns, Fn lower) {
+  patterns.add<LowerOp<OpT>>(
+      patterns.getContext(),
+      [lower](Builder &b, OpT op) { return values(lower(b, op)); });
+}
+
+//===----------------------------------------------------------------------===//
+// The op families
+//===----------------------------------------------------------------------===//
+
+/// moe.router, moe.topk and their gradients.
+void populateRoutingPatterns(RewritePatternSet &patterns);
+/// moe.dispatch, moe.combine and their gradients.
+void populateDispatchPatterns(RewritePatternSet &patterns);
+/// The experts: moe.grouped_matmul (and its dX, dW), moe.swiglu (and its
+/// gradient), moe.shared_expert.
+void populateExpertPatterns(RewritePatternSet &patterns);
+
+/// The started all-to-alls' output buffers, by their handle: the wait hands
+/// the buffer out.
+using PendingExchanges = DenseMap<Value, Value>;
+/// Creates the module's communicator table if one of its collectives
+/// spans several ranks (before the conversion, which adds only calls).
+void addCommTable(ModuleOp module);
+/// moe.all_to_all, moe.all_to_all_start/wait, moe.all_reduce.
+void populateCollectivePatterns(RewritePatternSet &patterns,
+                                PendingExchanges &pending);
+
+} // namespace mlir::moe::host
+
+#endif // MOE_CONVERSION_MOETOHOST_HOSTBUILDERS_H
