@@ -1,0 +1,306 @@
+//===- LayerBuilder.h - The sm_90a kernels and schedule of a layer ----*- C++ -*-===//
+//
+// Part of moe-compiler.
+//
+// Internal to convert-moe-to-moegpu: the builder of one layer's kernels
+// (the forward kernels in Forward.cpp, the training step's in
+// TrainingKernels.cpp and TrainingSchedule.cpp) and the typed schedule
+// beside them, and the emitter of the SIMT kernels' arithmetic.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_CONVERSION_MOETOMOEGPU_LAYERBUILDER_H
+#define MOE_CONVERSION_MOETOMOEGPU_LAYERBUILDER_H
+
+#include "moe/MoeOps.h"
+#include "moe/Transforms/Autodiff.h"
+#include "moe/runtime/ScheduleAbi.h"
+#include "moegpu/MoeGpuDialect.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/ImplicitLocOpBuilder.h"
+
+#include <cfloat>
+#include <cmath>
+
+namespace mlir::moe::lowering {
+
+
+constexpr int64_t kRouteWarps = 4;
+constexpr int64_t kCountThreads = 256;
+constexpr int64_t kRowThreads = 128;
+/// Shape markers of buffers sized at run time (the manifest's, from the
+/// schedule ABI): the token count, the dispatched-row capacity, and the
+/// rows an expert-parallel rank can receive (ranks x the capacity).
+constexpr int64_t kTokens = static_cast<int64_t>(::moe::abi::BufferDim::Tokens);
+constexpr int64_t kRows = static_cast<int64_t>(::moe::abi::BufferDim::Rows);
+constexpr int64_t kReceivedRows =
+    static_cast<int64_t>(::moe::abi::BufferDim::ReceivedRows);
+
+/// One buffer of the schedule.
+struct Buffer {
+  std::string name;
+  Type elementType;
+  SmallVector<int64_t> shape; // kTokens, kRows or static sizes
+  /// input | output | param:<role> | pack:<gate role>,<up role> | scratch
+  std::string source;
+};
+
+class LayerBuilder {
+public:
+  LayerBuilder(LayerOp layer, int64_t alignment, bool train)
+      : layer(layer), config(layer.getConfig()), ctx(layer.getContext()),
+        alignment(alignment), train(train) {}
+
+  LogicalResult build(ModuleOp module);
+
+private:
+  void addBuffer(StringRef name, Type type, ArrayRef<int64_t> shape,
+                 StringRef source) {
+    buffers.push_back(
+        {name.str(), type, SmallVector<int64_t>(shape), source.str()});
+  }
+  const Buffer &buffer(StringRef name) const {
+    for (const Buffer &b : buffers)
+      if (b.name == name)
+        return b;
+    llvm_unreachable("unknown buffer");
+  }
+  MemRefType memrefType(StringRef name) const {
+    const Buffer &b = buffer(name);
+    SmallVector<int64_t> shape;
+    for (int64_t d : b.shape)
+      shape.push_back(d < 0 ? ShapedType::kDynamic : d);
+    return MemRefType::get(shape, b.elementType);
+  }
+  /// Creates a kernel taking `args` and appends its launch to the schedule.
+  gpu::GPUFuncOp addKernel(StringRef name, ArrayRef<StringRef> args,
+                           moegpu::GridAttr grid, int64_t block,
+                           TypeRange workgroup = {});
+  /// A grid of `size` CTAs, fixed at compile time.
+  moegpu::GridAttr fixedGrid(int64_t size) {
+    return moegpu::GridAttr::get(ctx, moegpu::GridKind::Fixed, 0, size);
+  }
+  moegpu::GridAttr gridOf(moegpu::GridKind kind, int64_t perBlock = 0) {
+    return moegpu::GridAttr::get(ctx, kind, perBlock, 0);
+  }
+  /// Buffer names as symbol references.
+  ArrayAttr symbols(ArrayRef<StringRef> names) {
+    SmallVector<Attribute> refs;
+    for (StringRef name : names)
+      refs.push_back(FlatSymbolRefAttr::get(ctx, name));
+    return ArrayAttr::get(ctx, refs);
+  }
+  OpBuilder stepBuilder() { return OpBuilder::atBlockEnd(steps); }
+  /// An expert-parallel exchange the runtime carries out between the
+  /// launches (see moegpu.exchange for `args`).
+  void addExchange(moegpu::ExchangeKind kind, ArrayRef<StringRef> args) {
+    OpBuilder b = stepBuilder();
+    moegpu::ExchangeOp::create(b, layer.getLoc(), kind, symbols(args));
+  }
+  /// An elementwise f32 sum over the ranks of each buffer, in place.
+  void addAllReduce(ArrayRef<StringRef> args) {
+    OpBuilder b = stepBuilder();
+    moegpu::AllReduceOp::create(b, layer.getLoc(), symbols(args));
+  }
+  void addMemset(StringRef buffer) {
+    OpBuilder b = stepBuilder();
+    moegpu::MemsetOp::create(b, layer.getLoc(), buffer);
+  }
+
+  void buildRoute(gpu::GPUFuncOp func);
+  void buildCount(gpu::GPUFuncOp func);
+  void buildScan(gpu::GPUFuncOp func);
+  void buildScatter(gpu::GPUFuncOp func);
+  void buildCombine(gpu::GPUFuncOp func);
+  void buildGemm(gpu::GPUFuncOp func, moegpu::Epilogue epilogue);
+
+  // The training step (TrainKernels below).
+  void buildTraining();
+  void buildConvert(gpu::GPUFuncOp func);
+  void buildPack(gpu::GPUFuncOp func);
+  void buildLoss(gpu::GPUFuncOp func);
+  void buildRowTokens(gpu::GPUFuncOp func);
+  void buildGatherRowDy(gpu::GPUFuncOp func);
+  void buildScatterRowWeightGrad(gpu::GPUFuncOp func);
+  void buildActGrad(gpu::GPUFuncOp func, bool weighted);
+  void buildRowsGrad(gpu::GPUFuncOp func);
+  void buildDownGrad(gpu::GPUFuncOp func, bool weighted);
+  void buildGateUpGrad(gpu::GPUFuncOp func);
+  void buildRouteGrad(gpu::GPUFuncOp func);
+  void buildInputGrad(gpu::GPUFuncOp func);
+  void buildRouterGrad(gpu::GPUFuncOp func);
+  void buildLoad(gpu::GPUFuncOp func);
+  void buildBias(gpu::GPUFuncOp func);
+  void buildAdamW(gpu::GPUFuncOp func);
+
+  LayerOp layer;
+  LayerConfigAttr config;
+  MLIRContext *ctx;
+  int64_t alignment;
+  bool train;
+  gpu::GPUModuleOp kernels;
+  SmallVector<Buffer> buffers;
+  moegpu::ProgramOp program;
+  moegpu::ScheduleOp forward, training;
+  /// Where the steps go: the forward schedule, then the training schedule.
+  Block *steps = nullptr;
+};
+
+
+/// Builders of the SIMT kernels' arithmetic.
+struct Emitter {
+  ImplicitLocOpBuilder &b;
+  Value idx(int64_t v) { return arith::ConstantIndexOp::create(b, v); }
+  Value f32(double v) {
+    return arith::ConstantFloatOp::create(b, b.getF32Type(),
+                                          APFloat(static_cast<float>(v)));
+  }
+  Value i32(int64_t v) { return arith::ConstantIntOp::create(b, v, 32); }
+  Value toF32(Value v) {
+    return v.getType().isF32() ? v
+                               : arith::ExtFOp::create(b, b.getF32Type(), v);
+  }
+  Value exp(Value x) { return moegpu::buildExp(b, x); }
+  /// IEEE square root (sqrt.rn.f32): math.sqrt would become a libdevice
+  /// call, as math.exp would.
+  Value sqrt(Value x) {
+    return LLVM::CallIntrinsicOp::create(b, b.getF32Type(),
+                                         b.getStringAttr("llvm.nvvm.sqrt.rn.f"),
+                                         ValueRange{x})
+        .getResult(0);
+  }
+  Value sigmoid(Value x) {
+    return arith::DivFOp::create(
+        b, f32(1.0),
+        arith::AddFOp::create(b, f32(1.0), exp(arith::NegFOp::create(b, x))));
+  }
+  Value cmp(arith::CmpIPredicate p, Value l, Value r) {
+    return arith::CmpIOp::create(b, p, l, r);
+  }
+  Value load(Value memref, ValueRange indices) {
+    return memref::LoadOp::create(b, memref, indices);
+  }
+  void store(Value v, Value memref, ValueRange indices) {
+    memref::StoreOp::create(b, v, memref, indices);
+  }
+  /// for (i = lb; i < ub; i += step) body(i, iterArgs) -> results.
+  ValueRange loop(Value lb, Value ub, Value step, ValueRange init,
+                  function_ref<SmallVector<Value>(Value, ValueRange)> body) {
+    auto op = scf::ForOp::create(b, lb, ub, step, init);
+    ImplicitLocOpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(op.getBody());
+    SmallVector<Value> next =
+        body(op.getInductionVar(), op.getRegionIterArgs());
+    if (op.getBody()->mightHaveTerminator())
+      op.getBody()->getTerminator()->erase();
+    b.setInsertionPointToEnd(op.getBody());
+    scf::YieldOp::create(b, next);
+    return op.getResults();
+  }
+  void when(Value cond, function_ref<void()> body) {
+    auto op = scf::IfOp::create(b, cond, /*withElseRegion=*/false);
+    ImplicitLocOpBuilder::InsertionGuard guard(b);
+    b.setInsertionPoint(op.thenBlock()->getTerminator());
+    body();
+  }
+  Value add(Value l, Value r) { return arith::AddFOp::create(b, l, r); }
+  Value sub(Value l, Value r) { return arith::SubFOp::create(b, l, r); }
+  Value mul(Value l, Value r) { return arith::MulFOp::create(b, l, r); }
+  Value div(Value l, Value r) { return arith::DivFOp::create(b, l, r); }
+  Value addi(Value l, Value r) { return arith::AddIOp::create(b, l, r); }
+  Value muli(Value l, Value r) { return arith::MulIOp::create(b, l, r); }
+  Value divi(Value l, Value r) { return arith::DivUIOp::create(b, l, r); }
+  Value remi(Value l, Value r) { return arith::RemUIOp::create(b, l, r); }
+  Value index(Value i32) {
+    return arith::IndexCastOp::create(b, b.getIndexType(), i32);
+  }
+  Value block() { return gpu::BlockIdOp::create(b, gpu::Dimension::x); }
+  Value thread() { return gpu::ThreadIdOp::create(b, gpu::Dimension::x); }
+  /// body(c) for the columns c < n this thread of a kRowThreads-wide CTA
+  /// owns (c = thread, thread + kRowThreads, ...).
+  void columns(int64_t n, function_ref<void(Value)> body) {
+    loop(thread(), idx(n), idx(kRowThreads), {}, [&](Value c, ValueRange) {
+      body(c);
+      return SmallVector<Value>{};
+    });
+  }
+  /// The launch's thread index, `perBlock` threads to a CTA.
+  Value globalThread(int64_t perBlock) {
+    return addi(muli(block(), idx(perBlock)), thread());
+  }
+  Value dim(Value memref, int64_t i) {
+    return memref::DimOp::create(b, memref, i);
+  }
+  void atomicAdd(Value v, Value memref, ValueRange indices) {
+    memref::AtomicRMWOp::create(b, arith::AtomicRMWKind::addf, v, memref,
+                                indices);
+  }
+  Value truncTo(Type type, Value v) {
+    return type == v.getType() ? v : arith::TruncFOp::create(b, type, v);
+  }
+  /// The indices of element `linear` of a row-major memref.
+  SmallVector<Value> delinearize(Value linear, Value memref) {
+    auto type = cast<MemRefType>(memref.getType());
+    SmallVector<Value> out(type.getRank());
+    for (int64_t d = type.getRank() - 1; d >= 0; --d) {
+      Value size = dim(memref, d);
+      out[d] = d == 0 ? linear : remi(linear, size);
+      linear = divi(linear, size);
+    }
+    return out;
+  }
+  /// `base` to the power `n` (f32, 0 <= n < 2^31) by squaring.
+  Value powi(Value base, Value n) {
+    Value exponent = arith::FPToUIOp::create(b, b.getI32Type(), n);
+    ValueRange r = loop(
+        idx(0), idx(31), idx(1), {f32(1.0), base},
+        [&](Value bit, ValueRange it) {
+          Value mask = arith::ShLIOp::create(
+              b, i32(1), arith::IndexCastOp::create(b, b.getI32Type(), bit));
+          Value set = cmp(arith::CmpIPredicate::ne,
+                          arith::AndIOp::create(b, exponent, mask), i32(0));
+          Value next =
+              arith::SelectOp::create(b, set, mul(it[0], it[1]), it[0]);
+          return SmallVector<Value>{next, mul(it[1], it[1])};
+        });
+    return r[0];
+  }
+  /// Index of the largest of `n` values from `get` (ties: the lower
+  /// index), skipping NaN, which marks what is excluded (chosen or masked):
+  /// with any value not NaN, never an excluded index.
+  std::pair<Value, Value> argmax(int64_t n, function_ref<Value(Value)> get) {
+    Value no = arith::ConstantIntOp::create(b, 0, 1);
+    Value yes = arith::ConstantIntOp::create(b, 1, 1);
+    ValueRange r = loop(
+        idx(0), idx(n), idx(1), {idx(0), f32(-INFINITY), no},
+        [&](Value i, ValueRange it) {
+          Value v = get(i);
+          Value ordered =
+              arith::CmpFOp::create(b, arith::CmpFPredicate::ORD, v, v);
+          Value gt =
+              arith::CmpFOp::create(b, arith::CmpFPredicate::OGT, v, it[1]);
+          Value first = arith::XOrIOp::create(b, it[2], yes);
+          Value take = arith::AndIOp::create(
+              b, ordered, arith::OrIOp::create(b, first, gt));
+          return SmallVector<Value>{arith::SelectOp::create(b, take, i, it[0]),
+                                    arith::SelectOp::create(b, take, v, it[1]),
+                                    arith::OrIOp::create(b, it[2], take)};
+        });
+    return {r[0], r[1]};
+  }
+  /// `v`, or -inf where it is NaN: scores compare as ordered values.
+  Value ordered(Value v) {
+    Value nan = arith::CmpFOp::create(b, arith::CmpFPredicate::UNO, v, v);
+    return arith::SelectOp::create(b, nan, f32(-INFINITY), v);
+  }
+};
+
+} // namespace mlir::moe::lowering
+
+#endif // MOE_CONVERSION_MOETOMOEGPU_LAYERBUILDER_H

@@ -1,0 +1,533 @@
+//===- TrainingKernels.cpp - The training step's SIMT kernels -------------===//
+//
+// Part of moe-compiler.
+//
+//===----------------------------------------------------------------------===//
+
+#include "LayerBuilder.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+using namespace mlir::moe::lowering;
+
+//===----------------------------------------------------------------------===//
+// The training step: SIMT kernels around the forward schedule
+//===----------------------------------------------------------------------===//
+//
+// One CTA per dispatched row, token or weight row, its threads striding
+// over the row's columns; sums in f32. Names follow the host's training
+// step (moe/Transforms/Autodiff.h), whose gradients are checked against
+// finite differences; these kernels compute the same quantities.
+
+/// Row of the packed [G, 2F, H] gate/up weight that holds gate row `f`
+/// (blocks of 8 gate rows, then 8 up rows); its up row is 8 further.
+static Value gateRow(Emitter &e, Value f) {
+  return e.addi(e.muli(e.divi(f, e.idx(8)), e.idx(16)), e.remi(f, e.idx(8)));
+}
+
+/// dst[i] = src[i] in dst's element type, over every element of two
+/// memrefs of equal size.
+void LayerBuilder::buildConvert(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  Value src = func.getArgument(0), dst = func.getArgument(1);
+  Type type = cast<MemRefType>(dst.getType()).getElementType();
+  Value i = e.globalThread(kCountThreads);
+  Value n = e.idx(cast<MemRefType>(src.getType()).getNumElements());
+  e.when(e.cmp(arith::CmpIPredicate::ult, i, n), [&] {
+    e.store(e.truncTo(type, e.load(src, e.delinearize(i, src))), dst,
+            e.delinearize(i, dst));
+  });
+}
+
+/// The packed [G, 2F, H] compute weight from f32 gate and up weights
+/// ([G, F, H], or [F, H] for one group).
+void LayerBuilder::buildPack(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  Value gate = func.getArgument(0), up = func.getArgument(1);
+  Value packed = func.getArgument(2);
+  auto type = cast<MemRefType>(packed.getType());
+  Value i = e.globalThread(kCountThreads);
+  e.when(e.cmp(arith::CmpIPredicate::ult, i, e.idx(type.getNumElements())),
+         [&] {
+           SmallVector<Value> at = e.delinearize(i, packed);
+           Value c = at[1];
+           Value inBlock = e.remi(c, e.idx(16));
+           Value f = e.addi(e.muli(e.divi(c, e.idx(16)), e.idx(8)),
+                            e.remi(inBlock, e.idx(8)));
+           Value isGate = e.cmp(arith::CmpIPredicate::ult, inBlock, e.idx(8));
+           bool grouped = cast<MemRefType>(gate.getType()).getRank() == 3;
+           SmallVector<Value> src{f, at[2]};
+           if (grouped)
+             src.insert(src.begin(), at[0]);
+           Value v = arith::SelectOp::create(b, isGate, e.load(gate, src),
+                                             e.load(up, src));
+           e.store(e.truncTo(type.getElementType(), v), packed, at);
+         });
+}
+
+/// dy = 2 (y - target) / (T * H); loss += sum of (y - target)^2 / (T * H),
+/// T every rank's tokens (hyper[kHyperTokens], which the runtime fills).
+void LayerBuilder::buildLoss(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  Value y = func.getArgument(0), target = func.getArgument(1);
+  Value hyper = func.getArgument(2), dy = func.getArgument(3);
+  Value loss = func.getArgument(4);
+  int64_t hidden = config.getHidden();
+  Value t = e.block();
+  Value count = e.mul(e.load(hyper, {e.idx(kHyperTokens)}),
+                      e.f32(static_cast<double>(hidden)));
+  Value partial = e.loop(
+      e.thread(), e.idx(hidden), e.idx(kRowThreads), {e.f32(0)},
+      [&](Value h, ValueRange it) {
+        Value d = e.sub(e.toF32(e.load(y, {t, h})), e.load(target, {t, h}));
+        e.store(e.div(e.mul(e.f32(2.0), d), count), dy, {t, h});
+        return SmallVector<Value>{e.add(it[0], e.div(e.mul(d, d), count))};
+      })[0];
+  e.atomicAdd(partial, loss, {e.idx(0)});
+}
+
+/// row_token[r] = t * k + j + 1 for the row of assignment (t, j); padding
+/// rows keep 0.
+void LayerBuilder::buildRowTokens(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  Value rowMap = func.getArgument(0), rowToken = func.getArgument(1);
+  int64_t topK = config.getTopK();
+  Value i = e.globalThread(kCountThreads);
+  Value n = e.muli(e.dim(rowMap, 0), e.idx(topK));
+  e.when(e.cmp(arith::CmpIPredicate::ult, i, n), [&] {
+    Value r = e.load(rowMap, {e.divi(i, e.idx(topK)), e.remi(i, e.idx(topK))});
+    e.when(e.cmp(arith::CmpIPredicate::sge, r, e.i32(0)), [&] {
+      Value code =
+          arith::IndexCastOp::create(b, b.getI32Type(), e.addi(i, e.idx(1)));
+      e.store(code, rowToken, {e.index(r)});
+    });
+  });
+}
+
+/// The group of row `r` among `groups` ([G + 1] i32 offsets): the g with
+/// groups[g] <= r < groups[g + 1] (a short scan: G is an expert count).
+static Value groupOf(Emitter &e, ImplicitLocOpBuilder &b, Value groups,
+                     Value r) {
+  int64_t count = cast<MemRefType>(groups.getType()).getDimSize(0) - 1;
+  Value rI32 = arith::IndexCastOp::create(b, b.getI32Type(), r);
+  return e.loop(
+      e.idx(1), e.idx(count), e.idx(1), {e.idx(0)},
+      [&](Value g, ValueRange it) {
+        Value past =
+            e.cmp(arith::CmpIPredicate::sge, rI32, e.load(groups, {g}));
+        return SmallVector<Value>{arith::SelectOp::create(b, past, g, it[0])};
+      })[0];
+}
+
+/// Whether row `r` lies inside `groups`' last offset (rows past it are
+/// capacity nobody wrote).
+static Value inGroups(Emitter &e, Value groups, Value r) {
+  int64_t count = cast<MemRefType>(groups.getType()).getDimSize(0) - 1;
+  return e.cmp(arith::CmpIPredicate::ult, r,
+               e.index(e.load(groups, {e.idx(count)})));
+}
+
+/// row_dy[r] = dy[t] for every dispatched row r of token t (padding rows
+/// stay as the memset left them: zero).
+void LayerBuilder::buildGatherRowDy(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  Value dy = func.getArgument(0), rowToken = func.getArgument(1);
+  Value offsets = func.getArgument(2), rowDy = func.getArgument(3);
+  Value r = e.block();
+  e.when(inGroups(e, offsets, r), [&] {
+    Value code = e.load(rowToken, {r});
+    e.when(e.cmp(arith::CmpIPredicate::sgt, code, e.i32(0)), [&] {
+      Value t = e.divi(e.index(arith::SubIOp::create(b, code, e.i32(1))),
+                       e.idx(config.getTopK()));
+      e.columns(config.getHidden(), [&](Value h) {
+        e.store(e.load(dy, {t, h}), rowDy, {r, h});
+      });
+    });
+  });
+}
+
+/// dtw[t, j] = dtw_row[r] for the row r of assignment (t, j).
+void LayerBuilder::buildScatterRowWeightGrad(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  Value rowGrad = func.getArgument(0), rowToken = func.getArgument(1);
+  Value offsets = func.getArgument(2), dtw = func.getArgument(3);
+  int64_t topK = config.getTopK();
+  Value i = e.globalThread(kCountThreads);
+  e.when(inGroups(e, offsets, i), [&] {
+    Value code = e.load(rowToken, {i});
+    e.when(e.cmp(arith::CmpIPredicate::sgt, code, e.i32(0)), [&] {
+      Value slot = e.index(arith::SubIOp::create(b, code, e.i32(1)));
+      e.store(e.load(rowGrad, {i}), dtw,
+              {e.divi(slot, e.idx(topK)), e.remi(slot, e.idx(topK))});
+    });
+  });
+}
+
+/// Per row r of group g (an expert's rows, or every token for the shared
+/// experts) and FFN column f: the gate and up pre-activations g, u (the
+/// row times the compute weights), gs = row_dy[r] . W2[g][:, f]; then
+/// d_act = w * gs, dg = d_act * u * silu'(g), du = d_act * silu(g) into
+/// dgu[r] = [dg, du] and, with routing weights, the weight's gradient
+/// sum_f act * gs into row_grad[r]. Padding rows have zero rows, dy and
+/// weight, so they contribute nothing.
+void LayerBuilder::buildActGrad(gpu::GPUFuncOp func, bool weighted) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  int64_t hidden = config.getHidden();
+  // rows, w13, w2, row_dy, groups, dgu [, weight, row_grad]
+  Value rows = func.getArgument(0), w13 = func.getArgument(1);
+  Value w2 = func.getArgument(2), rowDy = func.getArgument(3);
+  Value groups = func.getArgument(4), dgu = func.getArgument(5);
+  int64_t ffn = cast<MemRefType>(dgu.getType()).getDimSize(1) / 2;
+  Value r = e.block();
+  e.when(inGroups(e, groups, r), [&] {
+    Value ex = groupOf(e, b, groups, r);
+    Value weight = weighted ? e.load(func.getArgument(6), {r}) : e.f32(1.0);
+    Value partial = e.loop(
+        e.thread(), e.idx(ffn), e.idx(kRowThreads), {e.f32(0)},
+        [&](Value f, ValueRange it) {
+          Value gr = gateRow(e, f), ur = e.addi(gateRow(e, f), e.idx(8));
+          ValueRange sums = e.loop(
+              e.idx(0), e.idx(hidden), e.idx(1), {e.f32(0), e.f32(0), e.f32(0)},
+              [&](Value h, ValueRange acc) {
+                Value xv = e.toF32(e.load(rows, {r, h}));
+                return SmallVector<Value>{
+                    e.add(acc[0], e.mul(xv, e.toF32(e.load(w13, {ex, gr, h})))),
+                    e.add(acc[1], e.mul(xv, e.toF32(e.load(w13, {ex, ur, h})))),
+                    e.add(acc[2], e.mul(e.load(rowDy, {r, h}),
+                                        e.toF32(e.load(w2, {ex, h, f}))))};
+              });
+          Value g = sums[0], u = sums[1], gs = sums[2];
+          Value sig = e.sigmoid(g);
+          Value silu = e.mul(g, sig);
+          Value dact = e.mul(weight, gs);
+          // silu'(g) = sig * (1 + g * (1 - sig))
+          Value dsilu =
+              e.mul(sig, e.add(e.f32(1.0), e.mul(g, e.sub(e.f32(1.0), sig))));
+          e.store(e.mul(e.mul(dact, u), dsilu), dgu, {r, f});
+          e.store(e.mul(dact, silu), dgu, {r, e.addi(f, e.idx(ffn))});
+          return SmallVector<Value>{e.add(it[0], e.mul(e.mul(silu, u), gs))};
+        })[0];
+    if (weighted)
+      e.atomicAdd(partial, func.getArgument(7), {r});
+  });
+}
+
+/// d_rows[r, h] = sum_f dg[r, f] Wg[g][f, h] + du[r, f] Wu[g][f, h].
+void LayerBuilder::buildRowsGrad(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  // w13, dgu, groups, drows
+  Value w13 = func.getArgument(0), dgu = func.getArgument(1);
+  Value groups = func.getArgument(2), drows = func.getArgument(3);
+  int64_t ffn = cast<MemRefType>(dgu.getType()).getDimSize(1) / 2;
+  Value r = e.block();
+  e.when(inGroups(e, groups, r), [&] {
+    Value ex = groupOf(e, b, groups, r);
+    e.columns(config.getHidden(), [&](Value h) {
+      Value acc = e.loop(e.idx(0), e.idx(ffn), e.idx(1), {e.f32(0)},
+                         [&](Value f, ValueRange it) {
+                           Value gr = gateRow(e, f);
+                           Value ur = e.addi(gr, e.idx(8));
+                           Value dg = e.load(dgu, {r, f});
+                           Value du = e.load(dgu, {r, e.addi(f, e.idx(ffn))});
+                           Value v = e.add(
+                               e.mul(dg, e.toF32(e.load(w13, {ex, gr, h}))),
+                               e.mul(du, e.toF32(e.load(w13, {ex, ur, h}))));
+                           return SmallVector<Value>{e.add(it[0], v)};
+                         })[0];
+      e.store(acc, drows, {r, h});
+    });
+  });
+}
+
+/// The sum over the rows of group `g` of `body(r)`.
+static Value sumOverGroup(Emitter &e, Value groups, Value g,
+                          function_ref<Value(Value)> body) {
+  Value begin = e.index(e.load(groups, {g}));
+  Value end = e.index(e.load(groups, {e.addi(g, e.idx(1))}));
+  return e.loop(begin, end, e.idx(1), {e.f32(0)}, [&](Value r, ValueRange it) {
+    return SmallVector<Value>{e.add(it[0], body(r))};
+  })[0];
+}
+
+/// dW2[g, h, f] = sum over group g's rows of (w * row_dy[r, h]) * act[r, f]
+/// (grad [H, F] for one group).
+void LayerBuilder::buildDownGrad(gpu::GPUFuncOp func, bool weighted) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  int64_t hidden = config.getHidden();
+  // act, row_dy, groups, grad [, weight]
+  Value act = func.getArgument(0), rowDy = func.getArgument(1);
+  Value groups = func.getArgument(2), grad = func.getArgument(3);
+  int64_t ffn = cast<MemRefType>(act.getType()).getDimSize(1);
+  bool stacked = cast<MemRefType>(grad.getType()).getRank() == 3;
+  Value g = e.divi(e.block(), e.idx(hidden));
+  Value h = e.remi(e.block(), e.idx(hidden));
+  e.columns(ffn, [&](Value f) {
+    Value acc = sumOverGroup(e, groups, g, [&](Value r) {
+      Value dyv = e.load(rowDy, {r, h});
+      if (weighted)
+        dyv = e.mul(e.load(func.getArgument(4), {r}), dyv);
+      return e.mul(dyv, e.toF32(e.load(act, {r, f})));
+    });
+    if (stacked)
+      e.store(acc, grad, {g, h, f});
+    else
+      e.store(acc, grad, {h, f});
+  });
+}
+
+/// dWg[g, c, h] (c < F) and dWu[g, c - F, h] = sum over group g's rows of
+/// dgu[r, c] * rows[r, h] (grads [F, H] for one group).
+void LayerBuilder::buildGateUpGrad(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  // dgu, rows, groups, gate grad, up grad
+  Value dgu = func.getArgument(0), rows = func.getArgument(1);
+  Value groups = func.getArgument(2);
+  Value gateGrad = func.getArgument(3), upGrad = func.getArgument(4);
+  int64_t ffn = cast<MemRefType>(dgu.getType()).getDimSize(1) / 2;
+  bool stacked = cast<MemRefType>(gateGrad.getType()).getRank() == 3;
+  Value g = e.divi(e.block(), e.idx(2 * ffn));
+  Value c = e.remi(e.block(), e.idx(2 * ffn));
+  Value isGate = e.cmp(arith::CmpIPredicate::ult, c, e.idx(ffn));
+  Value f = arith::SelectOp::create(b, isGate, c,
+                                    arith::SubIOp::create(b, c, e.idx(ffn)));
+  e.columns(config.getHidden(), [&](Value h) {
+    Value acc = sumOverGroup(e, groups, g, [&](Value r) {
+      return e.mul(e.load(dgu, {r, c}), e.toF32(e.load(rows, {r, h})));
+    });
+    SmallVector<Value> at{f, h};
+    if (stacked)
+      at.insert(at.begin(), g);
+    auto ifOp = scf::IfOp::create(b, isGate, /*withElseRegion=*/true);
+    {
+      ImplicitLocOpBuilder::InsertionGuard guard(b);
+      b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
+      e.store(acc, gateGrad, at);
+      b.setInsertionPoint(ifOp.elseBlock()->getTerminator());
+      e.store(acc, upGrad, at);
+    }
+  });
+}
+
+/// One thread per token: the scores again (router logits, then sigmoid or
+/// softmax) into dl[t], the selected scores' gradient from the routing
+/// weights' (moe.topk_grad), then the logits' (moe.router_grad), in place.
+void LayerBuilder::buildRouteGrad(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  int64_t hidden = config.getHidden(), experts = config.getExperts();
+  int64_t topK = config.getTopK();
+  bool sigmoid = config.getScoring() == ScoringFunc::Sigmoid;
+  bool normalize = config.getNormTopkProb();
+  double scale = config.getRoutedScaleValue();
+  Value x = func.getArgument(0), wr = func.getArgument(1);
+  Value ids = func.getArgument(2), dtw = func.getArgument(3);
+  Value dl = func.getArgument(4);
+  Value t = e.globalThread(kCountThreads);
+  Value zero = e.idx(0), one = e.idx(1), nE = e.idx(experts), nK = e.idx(topK);
+  e.when(e.cmp(arith::CmpIPredicate::ult, t, e.dim(x, 0)), [&] {
+    e.loop(zero, nE, one, {}, [&](Value ex, ValueRange) {
+      Value acc = e.loop(
+          zero, e.idx(hidden), one, {e.f32(0)}, [&](Value h, ValueRange it) {
+            Value p =
+                e.mul(e.toF32(e.load(x, {t, h})), e.toF32(e.load(wr, {ex, h})));
+            return SmallVector<Value>{e.add(it[0], p)};
+          })[0];
+      e.store(sigmoid ? e.sigmoid(acc) : acc, dl, {t, ex});
+      return SmallVector<Value>{};
+    });
+    if (!sigmoid) {
+      Value max = e.loop(
+          zero, nE, one, {e.f32(-INFINITY)}, [&](Value i, ValueRange it) {
+            return SmallVector<Value>{
+                arith::MaximumFOp::create(b, it[0], e.load(dl, {t, i}))};
+          })[0];
+      Value sum =
+          e.loop(zero, nE, one, {e.f32(0)}, [&](Value i, ValueRange it) {
+            Value v = e.exp(e.sub(e.load(dl, {t, i}), max));
+            e.store(v, dl, {t, i});
+            return SmallVector<Value>{e.add(it[0], v)};
+          })[0];
+      e.loop(zero, nE, one, {}, [&](Value i, ValueRange) {
+        e.store(e.div(e.load(dl, {t, i}), sum), dl, {t, i});
+        return SmallVector<Value>{};
+      });
+    }
+    auto selected = [&](Value j) {
+      return e.load(dl, {t, e.index(e.load(ids, {t, j}))});
+    };
+    // Z and sum_j dw_j s_j over the selected experts.
+    ValueRange zs = e.loop(
+        zero, nK, one, {e.f32(0), e.f32(0)}, [&](Value j, ValueRange it) {
+          Value sj = selected(j);
+          return SmallVector<Value>{
+              e.add(it[0], sj), e.add(it[1], e.mul(e.load(dtw, {t, j}), sj))};
+        });
+    Value z = normalize ? zs[0] : e.f32(1.0);
+    auto scoreGrad = [&](Value j) {
+      Value dw = e.load(dtw, {t, j});
+      if (normalize)
+        return e.div(e.mul(e.f32(scale), e.sub(dw, e.div(zs[1], z))), z);
+      return e.mul(e.f32(scale), dw);
+    };
+    // softmax: sum_e ds_e s_e, nonzero only for selected experts.
+    Value dot = e.loop(zero, nK, one, {e.f32(0)}, [&](Value j, ValueRange it) {
+      return SmallVector<Value>{e.add(it[0], e.mul(scoreGrad(j), selected(j)))};
+    })[0];
+    e.loop(zero, nE, one, {}, [&](Value ex, ValueRange) {
+      Value exI32 = arith::IndexCastOp::create(b, b.getI32Type(), ex);
+      Value ds = e.loop(zero, nK, one, {e.f32(0)}, [&](Value j, ValueRange it) {
+        Value hit = e.cmp(arith::CmpIPredicate::eq, e.load(ids, {t, j}), exI32);
+        return SmallVector<Value>{
+            arith::SelectOp::create(b, hit, scoreGrad(j), it[0])};
+      })[0];
+      Value s = e.load(dl, {t, ex});
+      Value g = sigmoid ? e.mul(e.mul(ds, s), e.sub(e.f32(1.0), s))
+                        : e.mul(s, e.sub(ds, dot));
+      e.store(g, dl, {t, ex});
+      return SmallVector<Value>{};
+    });
+  });
+}
+
+/// dx[t, h] = sum_j d_rows[row_map[t, j], h] (+ the shared experts' input
+/// gradient) + sum_e dl[t, e] * router[e, h].
+void LayerBuilder::buildInputGrad(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  bool shared = config.hasSharedExperts();
+  // drows, row_map, dl, router [, shared dx], dx
+  Value drows = func.getArgument(0), rowMap = func.getArgument(1);
+  Value dl = func.getArgument(2), wr = func.getArgument(3);
+  Value sharedDx = shared ? func.getArgument(4) : Value();
+  Value dx = func.getArgument(shared ? 5 : 4);
+  Value t = e.block();
+  e.columns(config.getHidden(), [&](Value h) {
+    Value acc = e.loop(
+        e.idx(0), e.idx(config.getTopK()), e.idx(1), {e.f32(0)},
+        [&](Value j, ValueRange it) {
+          Value r = e.load(rowMap, {t, j});
+          auto ifOp = scf::IfOp::create(
+              b, b.getF32Type(), e.cmp(arith::CmpIPredicate::sge, r, e.i32(0)),
+              true);
+          ImplicitLocOpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(ifOp.thenBlock());
+          scf::YieldOp::create(
+              b, ValueRange{e.add(it[0], e.load(drows, {e.index(r), h}))});
+          b.setInsertionPointToStart(ifOp.elseBlock());
+          scf::YieldOp::create(b, it[0]);
+          return SmallVector<Value>{ifOp.getResult(0)};
+        })[0];
+    if (shared)
+      acc = e.add(acc, e.load(sharedDx, {t, h}));
+    acc = e.loop(
+        e.idx(0), e.idx(config.getExperts()), e.idx(1), {acc},
+        [&](Value ex, ValueRange it) {
+          Value p = e.mul(e.load(dl, {t, ex}), e.toF32(e.load(wr, {ex, h})));
+          return SmallVector<Value>{e.add(it[0], p)};
+        })[0];
+    e.store(acc, dx, {t, h});
+  });
+}
+
+/// dRouter[e, h] = sum_t dl[t, e] * x[t, h].
+void LayerBuilder::buildRouterGrad(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  Value dl = func.getArgument(0), x = func.getArgument(1);
+  Value grad = func.getArgument(2);
+  Value ex = e.block();
+  e.columns(config.getHidden(), [&](Value h) {
+    Value acc = e.loop(
+        e.idx(0), e.dim(x, 0), e.idx(1), {e.f32(0)},
+        [&](Value t, ValueRange it) {
+          Value p = e.mul(e.load(dl, {t, ex}), e.toF32(e.load(x, {t, h})));
+          return SmallVector<Value>{e.add(it[0], p)};
+        })[0];
+    e.store(acc, grad, {ex, h});
+  });
+}
+
+/// load[e] = this rank's tokens routed to expert e.
+void LayerBuilder::buildLoad(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  Value counts = func.getArgument(0), load = func.getArgument(1);
+  Value ex = e.globalThread(kCountThreads);
+  e.when(e.cmp(arith::CmpIPredicate::ult, ex, e.idx(config.getExperts())), [&] {
+    e.store(arith::SIToFPOp::create(b, b.getF32Type(), e.load(counts, {ex})),
+            load, {ex});
+  });
+}
+
+/// bias.next = bias + gamma * sign(T * k / E - load), T every rank's
+/// tokens (hyper[kHyperTokens]) and load summed over the ranks.
+void LayerBuilder::buildBias(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  Value load = func.getArgument(0), hyper = func.getArgument(1);
+  Value bias = func.getArgument(2), next = func.getArgument(3);
+  int64_t experts = config.getExperts();
+  Value ex = e.globalThread(kCountThreads);
+  e.when(e.cmp(arith::CmpIPredicate::ult, ex, e.idx(experts)), [&] {
+    Value tokens = e.load(hyper, {e.idx(kHyperTokens)});
+    Value mean =
+        e.div(e.mul(tokens, e.f32(static_cast<double>(config.getTopK()))),
+              e.f32(static_cast<double>(experts)));
+    Value gamma = e.load(hyper, {e.idx(kHyperGamma)});
+    Value d = e.sub(mean, e.load(load, {ex}));
+    Value above =
+        arith::CmpFOp::create(b, arith::CmpFPredicate::OGT, d, e.f32(0));
+    Value below =
+        arith::CmpFOp::create(b, arith::CmpFPredicate::OLT, d, e.f32(0));
+    Value sign = arith::SelectOp::create(
+        b, above, e.f32(1.0),
+        arith::SelectOp::create(b, below, e.f32(-1.0), e.f32(0)));
+    e.store(e.add(e.load(bias, {ex}), e.mul(gamma, sign)), next, {ex});
+  });
+}
+
+/// AdamW with bias-corrected moments on one f32 master weight:
+/// (p, m, v, grad, hyper) -> (p.next, m.next, v.next).
+void LayerBuilder::buildAdamW(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  Emitter e{b};
+  Value p = func.getArgument(0), m = func.getArgument(1);
+  Value v = func.getArgument(2), grad = func.getArgument(3);
+  Value hyper = func.getArgument(4);
+  Value pNext = func.getArgument(5), mNext = func.getArgument(6);
+  Value vNext = func.getArgument(7);
+  auto type = cast<MemRefType>(p.getType());
+  Value i = e.globalThread(kCountThreads);
+  e.when(e.cmp(arith::CmpIPredicate::ult, i, e.idx(type.getNumElements())),
+         [&] {
+           auto h = [&](TrainHyper k) { return e.load(hyper, {e.idx(k)}); };
+           Value lr = h(kHyperLearningRate), step = h(kHyperStep);
+           Value beta1 = h(kHyperBeta1), beta2 = h(kHyperBeta2);
+           Value eps = h(kHyperEpsilon), decay = h(kHyperWeightDecay);
+           Value one = e.f32(1.0);
+           SmallVector<Value> at = e.delinearize(i, p);
+           Value pv = e.load(p, at), g = e.load(grad, at);
+           Value m2 =
+               e.add(e.mul(beta1, e.load(m, at)), e.mul(e.sub(one, beta1), g));
+           Value v2 = e.add(e.mul(beta2, e.load(v, at)),
+                            e.mul(e.sub(one, beta2), e.mul(g, g)));
+           Value mHat = e.div(m2, e.sub(one, e.powi(beta1, step)));
+           Value vHat = e.div(v2, e.sub(one, e.powi(beta2, step)));
+           Value update =
+               e.add(e.div(mHat, e.add(e.sqrt(vHat), eps)), e.mul(decay, pv));
+           e.store(e.sub(pv, e.mul(lr, update)), pNext, at);
+           e.store(m2, mNext, at);
+           e.store(v2, vNext, at);
+         });
+}
+

@@ -1,0 +1,210 @@
+//===- TrainingSchedule.cpp - The training step's schedule ----------------===//
+//
+// Part of moe-compiler.
+//
+// The step's kernels and buffers around the forward schedule: compute
+// copies of the masters, the forward pass, the loss, the backward kernels,
+// the load and bias update and AdamW.
+//
+//===----------------------------------------------------------------------===//
+
+#include "LayerBuilder.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+using namespace mlir::moe::lowering;
+
+void LayerBuilder::buildTraining() {
+  int64_t h = config.getHidden(), e = config.getExperts();
+  int64_t f = config.getFfn(), s = config.getSharedFfnTotal();
+  bool shared = config.hasSharedExperts(), bias = config.getScoreBias();
+  auto ep = static_cast<int64_t>(layer.getEpSize());
+  int64_t local = e / ep;
+  Type f32 = Builder(ctx).getF32Type(), i32 = Builder(ctx).getI32Type();
+
+  // The step's arguments: x and score_bias are the forward pass's own
+  // buffers; the others are `arg.<name>`.
+  std::vector<TrainArgument> args = listTrainArguments(layer);
+  for (const TrainArgument &arg : args) {
+    if (arg.name == "x" || arg.name == "score_bias")
+      continue;
+    SmallVector<int64_t> shape;
+    for (int64_t d : arg.type.getShape())
+      shape.push_back(ShapedType::isDynamic(d) ? kTokens : d);
+    addBuffer("arg." + arg.name, arg.type.getElementType(), shape,
+              "arg:" + arg.name);
+  }
+  auto arg = [](StringRef name) { return ("arg." + name).str(); };
+  addBuffer("dy", f32, {kTokens, h}, "scratch");
+  addBuffer("row_token", i32, {kRows}, "scratch");
+  addBuffer("row_dy", f32, {kRows, h}, "scratch");
+  addBuffer("row_weight_grad", f32, {kRows}, "scratch");
+  addBuffer("dtw", f32, {kTokens, config.getTopK()}, "scratch");
+  addBuffer("drows", f32, {kRows, h}, "scratch");
+  addBuffer("dl", f32, {kTokens, e}, "scratch");
+  if (shared) {
+    addBuffer("shared_dgu", f32, {kTokens, 2 * s}, "scratch");
+    addBuffer("shared_dx", f32, {kTokens, h}, "scratch");
+  }
+  // The experts' side: this rank's dispatched rows, or with expert
+  // parallelism the rows it received, grouped by local expert.
+  bool sharded = ep > 1;
+  int64_t expertRows = sharded ? kReceivedRows : kRows;
+  std::string xRows = sharded ? "ep_rows" : "rows";
+  std::string xWeight = sharded ? "ep_row_weight" : "row_weight";
+  std::string xGroups = sharded ? "ep_group_offsets" : "offsets";
+  std::string xAct = sharded ? "ep_act" : "act";
+  std::string xDy = sharded ? "ep_row_dy" : "row_dy";
+  std::string xDrows = sharded ? "ep_drows" : "drows";
+  std::string xWeightGrad = sharded ? "ep_row_weight_grad" : "row_weight_grad";
+  addBuffer("dgu", f32, {expertRows, 2 * f}, "scratch");
+  if (sharded) {
+    addBuffer("ep_row_dy", f32, {kReceivedRows, h}, "scratch");
+    addBuffer("ep_row_weight_grad", f32, {kReceivedRows}, "scratch");
+    addBuffer("ep_drows", f32, {kReceivedRows, h}, "scratch");
+  }
+  moegpu::GridAttr expertGrid = gridOf(sharded ? moegpu::GridKind::ReceivedRows : moegpu::GridKind::Rows);
+
+  steps = &training.getBody().front();
+  auto elementGrid = [&](int64_t n) {
+    return fixedGrid((n + kCountThreads - 1) / kCountThreads);
+  };
+  // Compute copies of the master weights.
+  auto convert = [&](StringRef name, StringRef master, StringRef compute) {
+    std::string src = arg(master), dst = compute.str();
+    buildConvert(addKernel(name, {src, dst},
+                           elementGrid(memrefType(src).getNumElements()),
+                           kCountThreads));
+  };
+  convert("train_router_weight", "router_weight", "router_weight");
+  buildPack(addKernel(
+      "train_pack_gate_up", {arg("gate_weight"), arg("up_weight"), "w13"},
+      elementGrid(memrefType("w13").getNumElements()), kCountThreads));
+  convert("train_down_weight", "down_weight", "w2");
+  if (shared) {
+    buildPack(addKernel(
+        "train_pack_shared_gate_up",
+        {arg("shared_gate_weight"), arg("shared_up_weight"), "ws13"},
+        elementGrid(memrefType("ws13").getNumElements()), kCountThreads));
+    convert("train_shared_down_weight", "shared_down_weight", "ws2");
+  }
+  // The forward pass, with the padding rows of the dispatched rows and
+  // their weights zeroed: the backward pass sums over whole segments.
+  for (Operation &step : forward.getBody().front()) {
+    if (auto launch = dyn_cast<moegpu::LaunchOp>(step);
+        launch && launch.getKernel().getLeafReference() == "dispatch_scatter") {
+      addMemset("rows");
+      addMemset("row_weight");
+    }
+    OpBuilder b = stepBuilder();
+    b.clone(step);
+  }
+  // Loss, and dy of every dispatched row.
+  addMemset(arg("loss"));
+  buildLoss(addKernel("train_loss",
+                      {"y", arg("target"), arg("hyper"), "dy", arg("loss")},
+                      gridOf(moegpu::GridKind::Tokens, 1), kRowThreads));
+  addMemset("row_token");
+  buildRowTokens(addKernel("train_row_tokens", {"row_map", "row_token"},
+                           gridOf(moegpu::GridKind::Assignments, kCountThreads),
+                           kCountThreads));
+  addMemset("row_dy");
+  buildGatherRowDy(addKernel("train_gather_row_dy",
+                             {"dy", "row_token", "offsets", "row_dy"},
+                             gridOf(moegpu::GridKind::Rows), kRowThreads));
+  if (sharded)
+    addExchange(moegpu::ExchangeKind::DispatchRows, {"row_dy", "ep_row_dy"});
+  // The experts.
+  addMemset(xWeightGrad);
+  buildActGrad(
+      addKernel("train_expert_act_grad",
+                {xRows, "w13", "w2", xDy, xGroups, "dgu", xWeight, xWeightGrad},
+                expertGrid, kRowThreads),
+      /*weighted=*/true);
+  buildRowsGrad(addKernel("train_expert_rows_grad",
+                          {"w13", "dgu", xGroups, xDrows}, expertGrid,
+                          kRowThreads));
+  buildDownGrad(
+      addKernel("train_expert_down_grad",
+                {xAct, xDy, xGroups, arg("down_weight.grad"), xWeight},
+                fixedGrid(local * h), kRowThreads),
+      /*weighted=*/true);
+  buildGateUpGrad(addKernel(
+      "train_expert_gate_up_grad",
+      {"dgu", xRows, xGroups, arg("gate_weight.grad"), arg("up_weight.grad")},
+      fixedGrid(local * 2 * f), kRowThreads));
+  if (sharded) {
+    addExchange(moegpu::ExchangeKind::CombineRows, {"ep_drows", "drows"});
+    addExchange(moegpu::ExchangeKind::CombineRows, {"ep_row_weight_grad", "row_weight_grad"});
+  }
+  addMemset("dtw");
+  buildScatterRowWeightGrad(
+      addKernel("train_scatter_row_weight_grad",
+                {"row_weight_grad", "row_token", "offsets", "dtw"},
+                gridOf(moegpu::GridKind::Rows, kCountThreads), kCountThreads));
+  // Shared experts: one group of every token, weight 1.
+  if (shared) {
+    buildActGrad(
+        addKernel("train_shared_act_grad",
+                  {"x", "ws13", "ws2", "dy", "shared_offsets", "shared_dgu"},
+                  gridOf(moegpu::GridKind::Tokens, 1), kRowThreads),
+        /*weighted=*/false);
+    buildRowsGrad(
+        addKernel("train_shared_rows_grad",
+                  {"ws13", "shared_dgu", "shared_offsets", "shared_dx"},
+                  gridOf(moegpu::GridKind::Tokens, 1), kRowThreads));
+    buildDownGrad(addKernel("train_shared_down_grad",
+                            {"shared_act", "dy", "shared_offsets",
+                             arg("shared_down_weight.grad")},
+                            fixedGrid(h), kRowThreads),
+                  /*weighted=*/false);
+    buildGateUpGrad(addKernel("train_shared_gate_up_grad",
+                              {"shared_dgu", "x", "shared_offsets",
+                               arg("shared_gate_weight.grad"),
+                               arg("shared_up_weight.grad")},
+                              fixedGrid(2 * s), kRowThreads));
+  }
+  // Router and input.
+  buildRouteGrad(addKernel("train_route_grad",
+                           {"x", "router_weight", "topk_ids", "dtw", "dl"},
+                           gridOf(moegpu::GridKind::Tokens, kCountThreads), kCountThreads));
+  SmallVector<StringRef> dxArgs{"drows", "row_map", "dl", "router_weight"};
+  std::string xGrad = arg("x.grad");
+  if (shared)
+    dxArgs.push_back("shared_dx");
+  dxArgs.push_back(xGrad);
+  buildInputGrad(
+      addKernel("train_input_grad", dxArgs, gridOf(moegpu::GridKind::Tokens, 1), kRowThreads));
+  buildRouterGrad(addKernel("train_router_grad",
+                            {"dl", "x", arg("router_weight.grad")},
+                            fixedGrid(e), kRowThreads));
+  buildLoad(addKernel("train_load", {"counts", arg("load")}, elementGrid(e),
+                      kCountThreads));
+  // With expert parallelism: what every rank computed in part. Each
+  // rank's experts already saw every token routed to them.
+  if (sharded) {
+    std::vector<std::string> sums{arg("loss"), arg("load"),
+                                  arg("router_weight.grad")};
+    if (shared)
+      for (const char *w :
+           {"shared_gate_weight", "shared_up_weight", "shared_down_weight"})
+        sums.push_back(arg(std::string(w) + ".grad"));
+    addAllReduce(SmallVector<StringRef>(sums.begin(), sums.end()));
+  }
+  if (bias)
+    buildBias(addKernel(
+        "train_bias",
+        {arg("load"), arg("hyper"), "score_bias", arg("score_bias.next")},
+        elementGrid(e), kCountThreads));
+  for (auto [name, value] : listTrainedWeights(layer)) {
+    std::string w = name.str();
+    SmallVector<std::string> names{
+        arg(w),       arg(w + ".m"),    arg(w + ".v"),      arg(w + ".grad"),
+        arg("hyper"), arg(w + ".next"), arg(w + ".m.next"), arg(w + ".v.next")};
+    buildAdamW(addKernel(
+        "train_adamw_" + w, SmallVector<StringRef>(names.begin(), names.end()),
+        elementGrid(memrefType(arg(w)).getNumElements()), kCountThreads));
+  }
+  steps = &forward.getBody().front();
+}
+
