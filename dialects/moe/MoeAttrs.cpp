@@ -6,6 +6,7 @@
 
 #include "moe/MoeDialect.h"
 #include "moe/Support/Routing.h"
+#include "moe/runtime/ScheduleAbi.h"
 
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/SmallString.h"
@@ -117,8 +118,9 @@ LayerConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 LogicalResult
 SmPartitionAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                         int64_t sms, int64_t comm) {
-  if (sms <= 0 || sms > 65536)
-    return emitError() << "expected 0 < sms <= 65536, got " << sms;
+  if (sms <= 0 || sms > ::moe::abi::kMaxSms)
+    return emitError() << "expected 0 < sms <= " << ::moe::abi::kMaxSms
+                       << ", got " << sms;
   if (comm < 0 || comm >= sms)
     return emitError() << "expected 0 <= comm < sms (" << sms << "), got "
                        << comm;

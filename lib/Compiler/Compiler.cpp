@@ -14,6 +14,7 @@
 #include "moe/Target/Sm90.h"
 #include "moe/Transforms/Passes.h"
 #include "moe/runtime/Bundle.h"
+#include "moe/runtime/ScheduleAbi.h"
 #include "moegpu/MoeGpuDialect.h"
 
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
@@ -58,7 +59,7 @@ parseSmPartition(llvm::StringRef text) {
   auto [smsText, commText] = text.split(':');
   int64_t sms = 0, comm = 0;
   if (smsText.getAsInteger(10, sms) || commText.getAsInteger(10, comm) ||
-      sms < 1 || sms > 1024 || comm < 0 || comm >= sms)
+      sms < 1 || sms > ::moe::abi::kMaxSms || comm < 0 || comm >= sms)
     return std::nullopt;
   return std::make_pair(sms, comm);
 }

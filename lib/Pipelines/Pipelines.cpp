@@ -74,8 +74,6 @@ void moe::buildHostLoweringToLLVM(OpPassManager &pm) {
 void moe::buildMoeGpuKernelPipeline(OpPassManager &pm,
                                     const Sm90PipelineOptions &options) {
   MoeGpuLowerKernelsOptions lower;
-  lower.sms = options.sms;
-  lower.comm = options.comm;
   lower.maxStages = options.maxStages;
   lower.report = options.report;
   pm.addPass(createMoeGpuLowerKernels(lower));

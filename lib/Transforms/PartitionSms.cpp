@@ -6,6 +6,7 @@
 
 #include "moe/MoeDialect.h"
 #include "moe/Transforms/Passes.h"
+#include "moe/runtime/ScheduleAbi.h"
 #include "moegpu/MoeGpuDialect.h"
 
 namespace mlir::moe {
@@ -23,19 +24,12 @@ struct MoePartitionSms
   using MoePartitionSmsBase::MoePartitionSmsBase;
 
   void runOnOperation() override {
-    if (sms < 1 || comm < 0 || comm >= sms) {
-      getOperation()->emitError()
-          << "moe-partition-sms: expected 0 <= comm < sms, got sms = "
-          << static_cast<int64_t>(sms)
-          << ", comm = " << static_cast<int64_t>(comm);
-      return signalPassFailure();
-    }
     WalkResult result = getOperation()->walk([&](GroupedGemmOp op) {
-      int64_t computeSms = sms - comm;
+      int64_t computeSms = ::moe::abi::kDefaultSms;
       for (Operation *parent = op->getParentOp(); parent;
            parent = parent->getParentOp()) {
-        if (auto partition = parent->getAttrOfType<moe::SmPartitionAttr>(
-                moe::MoeDialect::getSmPartitionAttrName())) {
+        if (auto partition = parent->getAttrOfType<mlir::moe::SmPartitionAttr>(
+                mlir::moe::MoeDialect::getSmPartitionAttrName())) {
           computeSms = partition.getSms() - partition.getComm();
           break;
         }

@@ -41,8 +41,9 @@ static Status validateGpuProgram(const Manifest &m) {
   const GpuProgram &g = m.gpu;
   if (g.rowCapacity < 0)
     return fail("row_capacity must not be negative");
-  if (g.commSms < 0 || g.commSms > 1024)
-    return fail("comm_sms must be in [0, 1024]");
+  if (g.commSms < 0 || g.commSms > abi::kMaxSms)
+    return fail("comm_sms must be in [0, " + std::to_string(abi::kMaxSms) +
+                "]");
   std::map<std::string, const GpuBuffer *> buffers;
   for (const GpuBuffer &b : g.buffers) {
     if (b.name.empty() || !buffers.emplace(b.name, &b).second)
@@ -100,8 +101,9 @@ static Status validateGpuProgram(const Manifest &m) {
         st.perBlock < 1)
       return fail("kernel '" + st.kernel + "' has per_block < 1");
     if (grid == abi::GridKind::Persistent &&
-        (st.gridSize < 1 || st.gridSize > 1024))
-      return fail("kernel '" + st.kernel + "' has grid_size outside [1, 1024]");
+        (st.gridSize < 1 || st.gridSize > abi::kMaxSms))
+      return fail("kernel '" + st.kernel + "' has grid_size outside [1, " +
+                  std::to_string(abi::kMaxSms) + "]");
     if (grid == abi::GridKind::Fixed &&
         (st.gridSize < 1 || st.gridSize > INT32_MAX))
       return fail("kernel '" + st.kernel +

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ToolSupport.h"
+#include "moe/runtime/ScheduleAbi.h"
 #include "moe/runtime/DeviceComm.h"
 
 #include <algorithm>
@@ -323,8 +324,9 @@ int main(int argc, char **argv) {
     die("--iters must be at least 1");
   if (device == "host" && (commSms || gpu >= 0))
     die("--comm-sms and --gpu apply to --device=cuda only");
-  if (commSms > 1024)
-    die("--comm-sms must be at most 1024, got " + std::to_string(commSms));
+  if (commSms > moe::abi::kMaxSms)
+    die("--comm-sms must be at most " + std::to_string(moe::abi::kMaxSms) +
+        ", got " + std::to_string(commSms));
 
   Expected<std::unique_ptr<Communicator>> communicator =
       createCommunicator(timeout);

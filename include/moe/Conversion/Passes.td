@@ -156,10 +156,6 @@ def MoeGpuLowerKernels : Pass<"moegpu-lower-kernels", "::mlir::ModuleOp"> {
     "::mlir::vector::VectorDialect"
   ];
   let options = [
-    Option<"sms", "sms", "int64_t", /*default=*/"132",
-           "SMs of the GPU when no moe.sm_partition is present">,
-    Option<"comm", "comm", "int64_t", /*default=*/"0",
-           "SMs left to communication when no moe.sm_partition is present">,
     Option<"maxStages", "max-stages", "int64_t", /*default=*/"8",
            "Most pipeline stages of a GEMM">,
     Option<"report", "report", "bool", /*default=*/"false",

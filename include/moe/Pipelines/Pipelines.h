@@ -46,15 +46,6 @@ void buildHostLoweringToLLVM(OpPassManager &pm);
 
 /// Options of the Hopper (sm_90a) kernel pipelines.
 struct Sm90PipelineOptions : public PassPipelineOptions<Sm90PipelineOptions> {
-  PassOptions::Option<int64_t> sms{
-      *this, "sms",
-      llvm::cl::desc("SMs of the GPU when no moe.sm_partition is present"),
-      llvm::cl::init(132)};
-  PassOptions::Option<int64_t> comm{
-      *this, "comm",
-      llvm::cl::desc("SMs left to communication when no moe.sm_partition "
-                     "is present"),
-      llvm::cl::init(0)};
   PassOptions::Option<int64_t> maxStages{
       *this, "max-stages", llvm::cl::desc("Most pipeline stages of a GEMM"),
       llvm::cl::init(8)};

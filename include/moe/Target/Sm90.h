@@ -23,8 +23,6 @@ struct Sm90Options {
   /// block.
   int64_t alignment = 128;
   int64_t maxTokens = 4096;
-  /// SM split when the layer has no moe.sm_partition.
-  int64_t sms = 132, comm = 0;
   /// Also build the training step (the program's trainSteps).
   bool train = false;
   /// Make a cubin with ptxas (for --emit=cubin, bundles and reports).

@@ -75,16 +75,12 @@ def MoePartitionSms : Pass<"moe-partition-sms"> {
   let description = [{
     Gives every `moegpu.grouped_gemm` without an `sm_range` the compute SMs
     of the nearest enclosing `moe.sm_partition` attribute (`sms - comm`,
-    starting at SM 0), or of the `sms`/`comm` options where no op carries
-    one. An explicit `sm_range` reaching past the compute SMs is an error.
+    starting at SM 0), the module's included: the one place the partition
+    is decided (moe-compile puts `--sm-partition` there). Where no op
+    carries one, all 132 SMs of an H100/H200 SXM compute. An explicit
+    `sm_range` reaching past the compute SMs is an error.
   }];
   let dependentDialects = ["::mlir::moegpu::MoeGpuDialect"];
-  let options = [
-    Option<"sms", "sms", "int64_t", /*default=*/"132",
-           "SMs of the GPU when no moe.sm_partition is present">,
-    Option<"comm", "comm", "int64_t", /*default=*/"0",
-           "SMs left to communication when no moe.sm_partition is present">
-  ];
 }
 
 def MoeGpuWarpSpecialize : Pass<"moegpu-warp-specialize"> {

@@ -575,10 +575,7 @@ struct MoeGpuLowerKernels
     tiles.maxStages = maxStages;
     tiles.report = report;
     pm.addPass(moe::createMoeSelectTiles(tiles));
-    moe::MoePartitionSmsOptions partition;
-    partition.sms = sms;
-    partition.comm = comm;
-    pm.addPass(moe::createMoePartitionSms(partition));
+    pm.addPass(moe::createMoePartitionSms());
     pm.addPass(moe::createMoeGpuWarpSpecialize());
     pm.addNestedPass<gpu::GPUModuleOp>(moe::createConvertMoeGpuToNVGPU());
     if (failed(runPipeline(pm, getOperation())))

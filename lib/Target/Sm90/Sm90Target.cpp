@@ -229,8 +229,6 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
   }
 
   Sm90PipelineOptions pipeline;
-  pipeline.sms = options.sms;
-  pipeline.comm = options.comm;
   pipeline.format = "isa";
   {
     TimingScope scope = timing.nest("Kernels (moegpu)");
@@ -250,7 +248,7 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
   Sm90Result result;
   rt::GpuProgram &program = result.program;
   program.rowCapacity = *rows;
-  program.commSms = options.comm;
+  program.commSms = 0;
   if (auto partition = module->getAttrOfType<SmPartitionAttr>(
           MoeDialect::getSmPartitionAttrName()))
     program.commSms = partition.getComm();

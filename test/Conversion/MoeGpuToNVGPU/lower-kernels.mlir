@@ -1,4 +1,4 @@
-// RUN: moe-opt %s -moegpu-lower-kernels="sms=78 comm=8 max-stages=4 report" -verify-diagnostics | FileCheck %s
+// RUN: moe-opt %s -moegpu-lower-kernels="max-stages=4 report" -verify-diagnostics | FileCheck %s
 
 // The umbrella pass runs the four steps: a tile (capped at 4 stages), the
 // options' 70 compute SMs, warp roles, and the nvgpu/nvvm lowering.
@@ -9,7 +9,7 @@
 // CHECK: nvvm.setmaxregister increase 232
 // CHECK: nvvm.wgmma.mma_async
 // CHECK-NOT: moegpu.
-module attributes {gpu.container_module} {
+module attributes {gpu.container_module, moe.sm_partition = #moe.sm_partition<sms = 78, comm = 8>} {
   gpu.module @kernels {
     gpu.func @down(%a: memref<?x512xbf16>, %b: memref<8x256x512xbf16>, %o: memref<9xi32>, %c: memref<?x256xbf16>) kernel {
       // expected-remark @+1 {{tile 128x128x64, 4 stages, 131072 bytes of shared memory}}

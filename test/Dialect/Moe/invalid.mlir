@@ -98,8 +98,14 @@ func.func private @f() attributes {c = #moe.layer_config<hidden = 8, experts = 4
 
 // -----
 
-// expected-error @+1 {{expected 0 < sms <= 65536, got 0}}
+// expected-error @+1 {{expected 0 < sms <= 1024, got 0}}
 func.func private @f() attributes {c = #moe.sm_partition<sms = 0, comm = 0>}
+
+// -----
+
+// The one bound on SM counts, as the runtime and moe-compile have it.
+// expected-error @+1 {{expected 0 < sms <= 1024, got 4000}}
+func.func private @f() attributes {c = #moe.sm_partition<sms = 4000, comm = 20>}
 
 // -----
 

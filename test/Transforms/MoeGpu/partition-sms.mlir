@@ -1,13 +1,10 @@
 // RUN: moe-opt %s -split-input-file -moe-partition-sms -verify-diagnostics | FileCheck %s
-// RUN: moe-opt %s -split-input-file -moe-partition-sms="sms=78 comm=8" -verify-diagnostics | FileCheck %s --check-prefix=OPT
 
-// The partition of the nearest enclosing op wins; the options apply where
-// there is none.
+// The partition of the nearest enclosing op (the module's included) wins;
+// with none, all 132 SMs of an H100/H200 SXM compute.
 
 // CHECK-LABEL: func.func @deepseek
 // CHECK: sm_range = #moegpu.sm_range<first = 0, count = 112>
-// OPT-LABEL: func.func @deepseek
-// OPT: sm_range = #moegpu.sm_range<first = 0, count = 112>
 func.func @deepseek(%a: memref<?x64xbf16>, %b: memref<4x64x64xbf16>, %o: memref<5xi32>, %c: memref<?x64xbf16>) attributes {moe.sm_partition = #moe.sm_partition<sms = 132, comm = 20>} {
   moegpu.grouped_gemm %a, %b, %o, %c : memref<?x64xbf16>, memref<4x64x64xbf16>, memref<5xi32>, memref<?x64xbf16>
   return
@@ -17,11 +14,20 @@ func.func @deepseek(%a: memref<?x64xbf16>, %b: memref<4x64x64xbf16>, %o: memref<
 
 // CHECK-LABEL: func.func @default
 // CHECK: sm_range = #moegpu.sm_range<first = 0, count = 132>
-// OPT-LABEL: func.func @default
-// OPT: sm_range = #moegpu.sm_range<first = 0, count = 70>
 func.func @default(%a: memref<?x64xbf16>, %b: memref<4x64x64xbf16>, %o: memref<5xi32>, %c: memref<?x64xbf16>) {
   moegpu.grouped_gemm %a, %b, %o, %c : memref<?x64xbf16>, memref<4x64x64xbf16>, memref<5xi32>, memref<?x64xbf16>
   return
+}
+
+// -----
+
+// CHECK-LABEL: func.func @from_module
+// CHECK: sm_range = #moegpu.sm_range<first = 0, count = 70>
+module attributes {moe.sm_partition = #moe.sm_partition<sms = 78, comm = 8>} {
+  func.func @from_module(%a: memref<?x64xbf16>, %b: memref<4x64x64xbf16>, %o: memref<5xi32>, %c: memref<?x64xbf16>) {
+    moegpu.grouped_gemm %a, %b, %o, %c : memref<?x64xbf16>, memref<4x64x64xbf16>, memref<5xi32>, memref<?x64xbf16>
+    return
+  }
 }
 
 // -----

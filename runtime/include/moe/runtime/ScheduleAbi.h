@@ -20,6 +20,13 @@
 
 namespace moe::abi {
 
+/// The most SMs a GPU (and so an SM partition, a persistent grid and an
+/// NCCL communicator's CTA cap) may have, everywhere.
+constexpr int64_t kMaxSms = 1024;
+/// The partition when none is given: all 132 SMs of an H100/H200 SXM for
+/// compute, none kept for communication.
+constexpr int64_t kDefaultSms = 132;
+
 /// How many CTAs a launch gets.
 enum class GridKind {
   Tokens,       ///< ceil(T / per_block)
