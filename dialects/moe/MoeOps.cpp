@@ -357,10 +357,8 @@ LogicalResult DispatchOp::verify() {
   if (experts < 1 || experts > std::numeric_limits<int32_t>::max())
     return emitOpError() << "expected 1 <= experts <= 2147483647, got "
                          << experts;
-  if (!isPowerOfTwo(alignment) || alignment > (1 << 16))
-    return emitOpError()
-           << "expected alignment to be a power of two <= 65536, got "
-           << alignment;
+  if (std::string why = checkAlignment(alignment); !why.empty())
+    return emitOpError() << why;
   if (failed(requireStaticDims(op, "the indices", indices, {1})) ||
       failed(
           expectDim(op, "indices", indices, 0, input.getDimSize(0), "tokens")))
@@ -828,4 +826,16 @@ LogicalResult RouterGradOp::verify() {
                        scores.getDimSize(1), "experts of the scores")))
     return failure();
   return verifyResultTypes(*this);
+}
+
+LayerOp mlir::moe::getOnlyLayer(Operation *root, int64_t *count) {
+  LayerOp only;
+  int64_t found = 0;
+  root->walk([&](LayerOp layer) {
+    only = layer;
+    ++found;
+  });
+  if (count)
+    *count = found;
+  return found == 1 ? only : LayerOp();
 }

@@ -19,4 +19,10 @@
 #define GET_OP_CLASSES
 #include "moe/MoeOps.h.inc"
 
+namespace mlir::moe {
+/// The one moe.layer under `root`, or null when there is none or several
+/// (`count` gets how many there are): what compiling a layer starts from.
+LayerOp getOnlyLayer(Operation *root, int64_t *count = nullptr);
+} // namespace mlir::moe
+
 #endif // MOE_DIALECT_MOE_MOEOPS_H

@@ -14,6 +14,13 @@ bool isPowerOfTwo(int64_t value) {
   return value > 0 && (value & (value - 1)) == 0;
 }
 
+std::string checkAlignment(int64_t alignment) {
+  if (isPowerOfTwo(alignment) && alignment <= kMaxAlignment)
+    return "";
+  return "expected alignment to be a power of two <= " +
+         std::to_string(kMaxAlignment) + ", got " + std::to_string(alignment);
+}
+
 std::optional<int64_t> paddedRowsUpperBound(int64_t tokens, int64_t topK,
                                             int64_t experts,
                                             int64_t alignment) {

@@ -249,11 +249,8 @@ struct MoeAutodiff : public moe::impl::MoeAutodiffBase<MoeAutodiff> {
 
   void runOnOperation() override {
     int64_t rowAlignment = alignment;
-    if (!isPowerOfTwo(rowAlignment) || rowAlignment > (1 << 16)) {
-      emitError(getOperation()->getLoc())
-          << "moe-autodiff: expected alignment to be a power of two <= "
-             "65536, got "
-          << rowAlignment;
+    if (std::string why = checkAlignment(rowAlignment); !why.empty()) {
+      emitError(getOperation()->getLoc()) << "moe-autodiff: " << why;
       return signalPassFailure();
     }
     SmallVector<std::pair<func::FuncOp, LayerOp>> work;

@@ -236,11 +236,8 @@ struct MoeDecomposeLayer : moe::impl::MoeDecomposeLayerBase<MoeDecomposeLayer> {
 
   void runOnOperation() override {
     int64_t rowAlignment = alignment;
-    if (!isPowerOfTwo(rowAlignment) || rowAlignment > (1 << 16)) {
-      emitError(getOperation()->getLoc())
-          << "moe-decompose-layer: expected alignment to be a power of two "
-             "<= 65536, got "
-          << rowAlignment;
+    if (std::string why = checkAlignment(rowAlignment); !why.empty()) {
+      emitError(getOperation()->getLoc()) << "moe-decompose-layer: " << why;
       return signalPassFailure();
     }
     SmallVector<LayerOp> layers;

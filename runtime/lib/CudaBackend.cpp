@@ -543,11 +543,9 @@ CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
     // map pointers appended by the compiler.
     std::vector<int64_t> words;
     words.reserve(64);
-    std::vector<size_t> starts;
     for (const std::string &name : step.args) {
       const GpuBuffer *b = findBuffer(name);
       auto ptr = static_cast<int64_t>(buffers[name]);
-      starts.push_back(words.size());
       words.push_back(ptr);
       words.push_back(ptr);
       words.push_back(0);
@@ -566,13 +564,11 @@ CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
       for (int64_t s : strides)
         words.push_back(s);
     }
-    size_t mapStart = words.size();
     for (CUdeviceptr map : maps[i])
       words.push_back(static_cast<int64_t>(map));
     std::vector<void *> params;
     for (size_t j = 0; j < words.size(); ++j)
       params.push_back(&words[j]);
-    (void)mapStart;
 
     LaunchAttribute cluster{};
     cluster.id = kLaunchAttributeClusterDimension;

@@ -74,6 +74,10 @@ struct CompileResult {
 /// Checks the options; returns an error message or "".
 std::string validateOptions(const CompileOptions &options);
 
+/// The row alignment of expert segments the options give: --alignment, or
+/// the target's default (1 on the host, 128 on sm_90a).
+int64_t alignmentFor(const CompileOptions &options);
+
 /// Compiles `input`, the text of a .mlir file or of a config.json named
 /// `inputName` (used in diagnostics).
 CompileResult compile(const std::string &input, const std::string &inputName,

@@ -17,6 +17,15 @@ namespace mlir::moe {
 /// Returns true if `value` is a positive power of two.
 bool isPowerOfTwo(int64_t value);
 
+/// The largest row alignment of expert segments (dispatch, decomposition,
+/// autodiff, moe-compile --alignment).
+constexpr int64_t kMaxAlignment = int64_t(1) << 16;
+
+/// The alignment rule, in one place: "" when `alignment` is a power of two
+/// <= kMaxAlignment, else the reason ("expected alignment to be a power of
+/// two <= 65536, got 96").
+std::string checkAlignment(int64_t alignment);
+
 /// Upper bound on the number of rows of the expert-contiguous buffer that
 /// `moe.dispatch` produces for `tokens` tokens routed to `topK` experts each
 /// over `experts` experts, when every expert's segment is padded up to a

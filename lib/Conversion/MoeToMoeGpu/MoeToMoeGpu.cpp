@@ -227,15 +227,14 @@ struct ConvertMoeToMoeGpu
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    SmallVector<LayerOp> layers;
-    module.walk([&](LayerOp layer) { layers.push_back(layer); });
-    if (layers.size() != 1) {
+    int64_t count = 0;
+    LayerOp layer = getOnlyLayer(module, &count);
+    if (!layer) {
       module.emitError() << "convert-moe-to-moegpu expects exactly one "
                             "moe.layer in the module, found "
-                         << layers.size();
+                         << count;
       return signalPassFailure();
     }
-    LayerOp layer = layers.front();
     auto func = layer->getParentOfType<FunctionOpInterface>();
     if (!func || func->getParentOp() != module.getOperation()) {
       layer.emitOpError() << "must be in a function at the top of the module";

@@ -213,12 +213,12 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
                                                  TimingScope &timing,
                                                  std::string &error) {
   MLIRContext *ctx = module.getContext();
-  LayerConfigAttr config;
-  module.walk([&](LayerOp layer) { config = layer.getConfig(); });
-  if (!config) {
-    error = "no moe.layer to compile";
+  LayerOp layer = getOnlyLayer(module);
+  if (!layer) {
+    error = "expected exactly one moe.layer to compile";
     return std::nullopt;
   }
+  LayerConfigAttr config = layer.getConfig();
   std::optional<int64_t> rows =
       paddedRowsUpperBound(options.maxTokens, config.getTopK(),
                            config.getExperts(), options.alignment);
