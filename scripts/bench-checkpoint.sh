@@ -2,7 +2,7 @@
 # Checkpoint benchmark: moe-train on a Mixtral-style layer of HIDDEN x
 # FFN with 8 experts (f32 masters and two AdamW moments: 3 x 4 bytes per
 # parameter), the time of each checkpoint write (serialize, SHA-256, write,
-# fsync, read back and hash again, marker, publish) from the run's trace,
+# fsync, marker, publish) from the run's trace,
 # and the time a resume spends verifying (SHA-256, shapes, finite values)
 # and restoring, as the difference between a resumed one-step run and a
 # fresh one.

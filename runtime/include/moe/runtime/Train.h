@@ -72,7 +72,7 @@ private:
 /// `dir/step-<steps>/state.safetensors` plus a `COMPLETE` marker holding
 /// the step, the stream, the ranks and each state file's size and SHA-256.
 /// Non-finite state is refused. Every file is written to a temporary
-/// directory, fsynced and read back; the directory then appears under its
+/// directory and fsynced; the directory then appears under its
 /// final name in one rename (an atomic exchange when a checkpoint of the
 /// same step exists), so a valid checkpoint is never removed before a
 /// newer one is complete. `keep` > 0 then removes this run's older
