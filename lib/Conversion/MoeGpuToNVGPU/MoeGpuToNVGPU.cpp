@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "moe/Conversion/KernelBuilder.h"
 #include "moe/Conversion/Passes.h"
 #include "moe/Transforms/Passes.h"
 #include "moegpu/MoeGpuDialect.h"
@@ -52,7 +53,7 @@ constexpr uint64_t kDescriptorBits =
     (1ull << 62) | (64ull << 32) | (1ull << 16);
 
 Value constIndex(ImplicitLocOpBuilder &b, int64_t value) {
-  return arith::ConstantIndexOp::create(b, value);
+  return moe::KernelBuilder{b}.idx(value);
 }
 
 Value constI64(ImplicitLocOpBuilder &b, int64_t value) {

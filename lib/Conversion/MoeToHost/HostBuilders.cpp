@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "HostBuilders.h"
+#include "moe/Conversion/KernelBuilder.h"
 
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
@@ -21,27 +22,19 @@ using namespace mlir::moe;
 namespace mlir::moe::host {
 
 Value indexConst(Builder &b, int64_t value) {
-  return arith::ConstantIndexOp::create(b, value);
+  return KernelBuilder{b}.idx(value);
 }
 
-Value f32Const(Builder &b, double value) {
-  return arith::ConstantOp::create(b, b.getF32FloatAttr(value));
-}
+Value f32Const(Builder &b, double value) { return KernelBuilder{b}.f32(value); }
 
 Value i32Const(Builder &b, int64_t value) {
-  return arith::ConstantOp::create(b, b.getI32IntegerAttr(value));
+  return KernelBuilder{b}.i32(value);
 }
 
-Value toF32(Builder &b, Value value) {
-  if (value.getType().isF32())
-    return value;
-  return arith::ExtFOp::create(b, b.getF32Type(), value);
-}
+Value toF32(Builder &b, Value value) { return KernelBuilder{b}.toF32(value); }
 
 Value fromF32(Builder &b, Value value, Type type) {
-  if (type.isF32())
-    return value;
-  return arith::TruncFOp::create(b, type, value);
+  return KernelBuilder{b}.truncTo(type, value);
 }
 
 Value dim(Builder &b, Value shaped, int64_t index) {

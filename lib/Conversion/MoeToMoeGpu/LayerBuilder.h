@@ -15,6 +15,7 @@
 #include "moe/MoeOps.h"
 #include "moe/Transforms/Autodiff.h"
 #include "moe/runtime/ScheduleAbi.h"
+#include "moe/Conversion/KernelBuilder.h"
 #include "moegpu/MoeGpuDialect.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -153,19 +154,10 @@ private:
 };
 
 
-/// Builders of the SIMT kernels' arithmetic.
-struct Emitter {
-  ImplicitLocOpBuilder &b;
-  Value idx(int64_t v) { return arith::ConstantIndexOp::create(b, v); }
-  Value f32(double v) {
-    return arith::ConstantFloatOp::create(b, b.getF32Type(),
-                                          APFloat(static_cast<float>(v)));
-  }
-  Value i32(int64_t v) { return arith::ConstantIntOp::create(b, v, 32); }
-  Value toF32(Value v) {
-    return v.getType().isF32() ? v
-                               : arith::ExtFOp::create(b, b.getF32Type(), v);
-  }
+/// The SIMT kernels' builder: KernelBuilder's shorthands and what only the
+/// GPU has (thread and block ids, SFU math, atomics, warp-level selection).
+struct Emitter : KernelBuilder {
+  explicit Emitter(ImplicitLocOpBuilder &b) : KernelBuilder{b} {}
   Value exp(Value x) { return moegpu::buildExp(b, x); }
   /// IEEE square root (sqrt.rn.f32): math.sqrt would become a libdevice
   /// call, as math.exp would.
@@ -179,46 +171,6 @@ struct Emitter {
     return arith::DivFOp::create(
         b, f32(1.0),
         arith::AddFOp::create(b, f32(1.0), exp(arith::NegFOp::create(b, x))));
-  }
-  Value cmp(arith::CmpIPredicate p, Value l, Value r) {
-    return arith::CmpIOp::create(b, p, l, r);
-  }
-  Value load(Value memref, ValueRange indices) {
-    return memref::LoadOp::create(b, memref, indices);
-  }
-  void store(Value v, Value memref, ValueRange indices) {
-    memref::StoreOp::create(b, v, memref, indices);
-  }
-  /// for (i = lb; i < ub; i += step) body(i, iterArgs) -> results.
-  ValueRange loop(Value lb, Value ub, Value step, ValueRange init,
-                  function_ref<SmallVector<Value>(Value, ValueRange)> body) {
-    auto op = scf::ForOp::create(b, lb, ub, step, init);
-    ImplicitLocOpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(op.getBody());
-    SmallVector<Value> next =
-        body(op.getInductionVar(), op.getRegionIterArgs());
-    if (op.getBody()->mightHaveTerminator())
-      op.getBody()->getTerminator()->erase();
-    b.setInsertionPointToEnd(op.getBody());
-    scf::YieldOp::create(b, next);
-    return op.getResults();
-  }
-  void when(Value cond, function_ref<void()> body) {
-    auto op = scf::IfOp::create(b, cond, /*withElseRegion=*/false);
-    ImplicitLocOpBuilder::InsertionGuard guard(b);
-    b.setInsertionPoint(op.thenBlock()->getTerminator());
-    body();
-  }
-  Value add(Value l, Value r) { return arith::AddFOp::create(b, l, r); }
-  Value sub(Value l, Value r) { return arith::SubFOp::create(b, l, r); }
-  Value mul(Value l, Value r) { return arith::MulFOp::create(b, l, r); }
-  Value div(Value l, Value r) { return arith::DivFOp::create(b, l, r); }
-  Value addi(Value l, Value r) { return arith::AddIOp::create(b, l, r); }
-  Value muli(Value l, Value r) { return arith::MulIOp::create(b, l, r); }
-  Value divi(Value l, Value r) { return arith::DivUIOp::create(b, l, r); }
-  Value remi(Value l, Value r) { return arith::RemUIOp::create(b, l, r); }
-  Value index(Value i32) {
-    return arith::IndexCastOp::create(b, b.getIndexType(), i32);
   }
   Value block() { return gpu::BlockIdOp::create(b, gpu::Dimension::x); }
   Value thread() { return gpu::ThreadIdOp::create(b, gpu::Dimension::x); }
@@ -234,42 +186,9 @@ struct Emitter {
   Value globalThread(int64_t perBlock) {
     return addi(muli(block(), idx(perBlock)), thread());
   }
-  Value dim(Value memref, int64_t i) {
-    return memref::DimOp::create(b, memref, i);
-  }
   void atomicAdd(Value v, Value memref, ValueRange indices) {
     memref::AtomicRMWOp::create(b, arith::AtomicRMWKind::addf, v, memref,
                                 indices);
-  }
-  Value truncTo(Type type, Value v) {
-    return type == v.getType() ? v : arith::TruncFOp::create(b, type, v);
-  }
-  /// The indices of element `linear` of a row-major memref.
-  SmallVector<Value> delinearize(Value linear, Value memref) {
-    auto type = cast<MemRefType>(memref.getType());
-    SmallVector<Value> out(type.getRank());
-    for (int64_t d = type.getRank() - 1; d >= 0; --d) {
-      Value size = dim(memref, d);
-      out[d] = d == 0 ? linear : remi(linear, size);
-      linear = divi(linear, size);
-    }
-    return out;
-  }
-  /// `base` to the power `n` (f32, 0 <= n < 2^31) by squaring.
-  Value powi(Value base, Value n) {
-    Value exponent = arith::FPToUIOp::create(b, b.getI32Type(), n);
-    ValueRange r = loop(
-        idx(0), idx(31), idx(1), {f32(1.0), base},
-        [&](Value bit, ValueRange it) {
-          Value mask = arith::ShLIOp::create(
-              b, i32(1), arith::IndexCastOp::create(b, b.getI32Type(), bit));
-          Value set = cmp(arith::CmpIPredicate::ne,
-                          arith::AndIOp::create(b, exponent, mask), i32(0));
-          Value next =
-              arith::SelectOp::create(b, set, mul(it[0], it[1]), it[0]);
-          return SmallVector<Value>{next, mul(it[1], it[1])};
-        });
-    return r[0];
   }
   /// Index of the largest of `n` values from `get` (ties: the lower
   /// index), skipping NaN, which marks what is excluded (chosen or masked):
