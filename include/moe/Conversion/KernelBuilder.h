@@ -46,15 +46,16 @@ struct KernelBuilder {
   /// for (i = lb; i < ub; i += step) body(i, iterArgs) -> results.
   ValueRange loop(Value lb, Value ub, Value step, ValueRange init,
                   function_ref<SmallVector<Value>(Value, ValueRange)> body) {
-    auto op = scf::ForOp::create(b, lb, ub, step, init);
-    ImplicitLocOpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(op.getBody());
-    SmallVector<Value> next =
-        body(op.getInductionVar(), op.getRegionIterArgs());
-    if (op.getBody()->mightHaveTerminator())
-      op.getBody()->getTerminator()->erase();
-    b.setInsertionPointToEnd(op.getBody());
-    scf::YieldOp::create(b, next);
+    // The body is built inside scf.for's builder callback, so no implicit
+    // terminator is made and erased (a rewriter listening to `b` would
+    // see an op vanish behind its back).
+    auto op = scf::ForOp::create(
+        b, lb, ub, step, init,
+        [&](OpBuilder &, Location, Value iv, ValueRange carried) {
+          ImplicitLocOpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToEnd(iv.getParentBlock());
+          scf::YieldOp::create(b, body(iv, carried));
+        });
     return op.getResults();
   }
   void when(Value cond, function_ref<void()> body) {

@@ -129,7 +129,8 @@ def ConvertMoeToMoeGpu : Pass<"convert-moe-to-moegpu", "::mlir::ModuleOp"> {
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::gpu::GPUDialect",
     "::mlir::LLVM::LLVMDialect", "::mlir::memref::MemRefDialect",
-    "::mlir::moegpu::MoeGpuDialect", "::mlir::scf::SCFDialect"
+    "::mlir::moegpu::MoeGpuDialect", "::mlir::scf::SCFDialect",
+    "::mlir::ub::UBDialect"
   ];
   let options = [
     Option<"alignment", "alignment", "int64_t", /*default=*/"128",

@@ -20,14 +20,12 @@
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 #include "mlir/IR/PatternMatch.h"
-#include "mlir/Pass/PassManager.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <map>
 
 namespace mlir::moe {
 #define GEN_PASS_DEF_CONVERTMOEGPUTONVGPU
-#define GEN_PASS_DEF_MOEGPULOWERKERNELS
 #include "moe/Conversion/Passes.h.inc"
 } // namespace mlir::moe
 
@@ -566,22 +564,5 @@ struct ConvertMoeGpuToNVGPU
   }
 };
 
-struct MoeGpuLowerKernels
-    : public mlir::moe::impl::MoeGpuLowerKernelsBase<MoeGpuLowerKernels> {
-  using MoeGpuLowerKernelsBase::MoeGpuLowerKernelsBase;
-
-  void runOnOperation() override {
-    OpPassManager pm(ModuleOp::getOperationName());
-    moe::MoeSelectTilesOptions tiles;
-    tiles.maxStages = maxStages;
-    tiles.report = report;
-    pm.addPass(moe::createMoeSelectTiles(tiles));
-    pm.addPass(moe::createMoePartitionSms());
-    pm.addPass(moe::createMoeGpuWarpSpecialize());
-    pm.addNestedPass<gpu::GPUModuleOp>(moe::createConvertMoeGpuToNVGPU());
-    if (failed(runPipeline(pm, getOperation())))
-      signalPassFailure();
-  }
-};
 
 } // namespace

@@ -15,7 +15,7 @@ using namespace mlir::moe;
 using namespace mlir::moe::lowering;
 
 void LayerBuilder::buildRoute(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
   int64_t experts = config.getExperts(), hidden = config.getHidden();
   int64_t topK = config.getTopK(), groups = config.getGroups();
@@ -163,7 +163,7 @@ void LayerBuilder::buildRoute(gpu::GPUFuncOp func) {
 }
 
 void LayerBuilder::buildCount(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
   Value ids = func.getArgument(0), counts = func.getArgument(1);
   int64_t topK = config.getTopK();
@@ -189,7 +189,7 @@ void LayerBuilder::buildCount(gpu::GPUFuncOp func) {
 }
 
 void LayerBuilder::buildScan(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
   Value ids = func.getArgument(0), counts = func.getArgument(1);
   Value offsets = func.getArgument(2), cursors = func.getArgument(3);
@@ -222,7 +222,7 @@ void LayerBuilder::buildScan(gpu::GPUFuncOp func) {
 }
 
 void LayerBuilder::buildScatter(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
   Value x = func.getArgument(0), ids = func.getArgument(1);
   Value weights = func.getArgument(2), cursors = func.getArgument(3);
@@ -268,7 +268,7 @@ void LayerBuilder::buildScatter(gpu::GPUFuncOp func) {
 }
 
 void LayerBuilder::buildCombine(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
   Value down = func.getArgument(0), rowMap = func.getArgument(1);
   bool shared = config.hasSharedExperts();
@@ -309,7 +309,7 @@ void LayerBuilder::buildCombine(gpu::GPUFuncOp func) {
 }
 
 void LayerBuilder::buildGemm(gpu::GPUFuncOp func, moegpu::Epilogue epilogue) {
-  OpBuilder b(func.front().getTerminator());
+  OpBuilder b = builderAt(func.front().getTerminator());
   Value scale =
       epilogue == moegpu::Epilogue::RowScale ? func.getArgument(4) : Value();
   moegpu::GroupedGemmOp::create(b, layer.getLoc(), func.getArgument(0),

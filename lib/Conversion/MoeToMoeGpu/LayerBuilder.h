@@ -54,9 +54,12 @@ struct Buffer {
 
 class LayerBuilder {
 public:
-  LayerBuilder(LayerOp layer, int64_t alignment, bool train)
+  /// Every op is created through builders that notify `listener` (the
+  /// conversion's rewriter), so a failed conversion can undo them.
+  LayerBuilder(LayerOp layer, int64_t alignment, bool train,
+               OpBuilder::Listener *listener = nullptr)
       : layer(layer), config(layer.getConfig()), ctx(layer.getContext()),
-        alignment(alignment), train(train) {}
+        alignment(alignment), train(train), listener(listener) {}
 
   LogicalResult build(ModuleOp module);
 
@@ -97,7 +100,28 @@ private:
       refs.push_back(FlatSymbolRefAttr::get(ctx, name));
     return ArrayAttr::get(ctx, refs);
   }
-  OpBuilder stepBuilder() { return OpBuilder::atBlockEnd(steps); }
+  /// Builders that notify the listener: before `op`, at the end or start
+  /// of `block`, and at the end of a kernel's body (before its return).
+  OpBuilder builderAt(Operation *op) {
+    OpBuilder b(ctx, listener);
+    b.setInsertionPoint(op);
+    return b;
+  }
+  OpBuilder builderAtEnd(Block *block) {
+    OpBuilder b(ctx, listener);
+    b.setInsertionPointToEnd(block);
+    return b;
+  }
+  OpBuilder builderAtStart(Block *block) {
+    OpBuilder b(ctx, listener);
+    b.setInsertionPointToStart(block);
+    return b;
+  }
+  ImplicitLocOpBuilder kernelBody(gpu::GPUFuncOp func) {
+    return ImplicitLocOpBuilder(layer.getLoc(),
+                                builderAt(func.front().getTerminator()));
+  }
+  OpBuilder stepBuilder() { return builderAtEnd(steps); }
   /// An expert-parallel exchange the runtime carries out between the
   /// launches (see moegpu.exchange for `args`).
   void addExchange(moegpu::ExchangeKind kind, ArrayRef<StringRef> args) {
@@ -149,6 +173,7 @@ private:
   SmallVector<Buffer> buffers;
   moegpu::ProgramOp program;
   moegpu::ScheduleOp forward, training;
+  OpBuilder::Listener *listener;
   /// Where the steps go: the forward schedule, then the training schedule.
   Block *steps = nullptr;
 };

@@ -9,6 +9,9 @@
 #include "moe/MoeOps.h"
 #include "moe/Transforms/Autodiff.h"
 
+#include "mlir/Dialect/UB/IR/UBOps.h"
+#include "mlir/Transforms/DialectConversion.h"
+
 namespace mlir::moe {
 #define GEN_PASS_DEF_CONVERTMOETOMOEGPU
 #include "moe/Conversion/Passes.h.inc"
@@ -24,7 +27,7 @@ gpu::GPUFuncOp LayerBuilder::addKernel(StringRef name, ArrayRef<StringRef> args,
   SmallVector<Type> types;
   for (StringRef arg : args)
     types.push_back(memrefType(arg));
-  OpBuilder b = OpBuilder::atBlockEnd(kernels.getBody());
+  OpBuilder b = builderAtEnd(kernels.getBody());
   auto func = gpu::GPUFuncOp::create(b, layer.getLoc(), name,
                                      b.getFunctionType(types, {}), workgroup);
   func->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
@@ -117,13 +120,12 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
     addBuffer("ep_down", dtype, {kReceivedRows, h}, "scratch");
   }
 
-  OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
+  OpBuilder b = builderAtEnd(module.getBody());
   kernels = gpu::GPUModuleOp::create(b, layer.getLoc(), "moe_kernels");
   // The typed schedule beside the kernels: buffers and entry points.
   program = moegpu::ProgramOp::create(b, layer.getLoc());
-  OpBuilder pb = OpBuilder::atBlockEnd(&program.getBody().front());
+  OpBuilder pb = builderAtEnd(&program.getBody().front());
   forward = moegpu::ScheduleOp::create(pb, layer.getLoc(), "forward");
-  training = moegpu::ScheduleOp::create(pb, layer.getLoc(), "train");
   steps = &forward.getBody().front();
   auto wg = gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup);
 
@@ -195,7 +197,7 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
     buildTraining();
 
   // The buffers, ahead of the schedules in the program.
-  OpBuilder bb = OpBuilder::atBlockBegin(&program.getBody().front());
+  OpBuilder bb = builderAtStart(&program.getBody().front());
   for (const Buffer &buf : buffers) {
     SmallVector<Attribute> dims;
     for (int64_t d : buf.shape)
@@ -208,18 +210,32 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
                              memrefType(buf.name), bb.getArrayAttr(dims),
                              buf.source);
   }
-  if (!train)
-    training.erase();
-  Builder attrs(ctx);
-  module->setAttr("moegpu.alignment", attrs.getI64IntegerAttr(alignment));
-  module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
-                  attrs.getUnitAttr());
-  if (SmPartitionAttr partition = layer.getPartitionAttr())
-    module->setAttr(MoeDialect::getSmPartitionAttrName(), partition);
   return success();
 }
 
 namespace {
+
+/// moe.layer -> its kernels (a gpu.module) and the typed schedule beside
+/// them, built through the rewriter; the layer's value becomes poison (the
+/// pass then erases the function around it).
+struct ConvertLayer : OpConversionPattern<LayerOp> {
+  ConvertLayer(MLIRContext *ctx, int64_t alignment, bool train)
+      : OpConversionPattern(ctx), alignment(alignment), train(train) {}
+
+  LogicalResult
+  matchAndRewrite(LayerOp layer, OpAdaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    auto module = layer->getParentOfType<ModuleOp>();
+    if (failed(LayerBuilder(layer, alignment, train, rewriter.getListener())
+                   .build(module)))
+      return failure();
+    rewriter.replaceOpWithNewOp<ub::PoisonOp>(layer, layer.getType());
+    return success();
+  }
+
+  int64_t alignment;
+  bool train;
+};
 
 struct ConvertMoeToMoeGpu
     : public mlir::moe::impl::ConvertMoeToMoeGpuBase<ConvertMoeToMoeGpu> {
@@ -244,9 +260,29 @@ struct ConvertMoeToMoeGpu
             MoeDialect::getSmPartitionAttrName());
         partition && !layer.getPartitionAttr())
       layer.setPartitionAttr(partition);
-    if (failed(LayerBuilder(layer, alignment, train).build(module)))
+    SmPartitionAttr partition = layer.getPartitionAttr();
+
+    // The layer is the one moe op this conversion takes; any other left in
+    // the module (a primitive the sm_90a target has no kernel for) fails
+    // to legalize.
+    MLIRContext *ctx = &getContext();
+    ConversionTarget target(*ctx);
+    target.addIllegalDialect<MoeDialect>();
+    target.markUnknownOpDynamicallyLegal([](Operation *) { return true; });
+    RewritePatternSet patterns(ctx);
+    patterns.add<ConvertLayer>(ctx, alignment, train);
+    if (failed(applyPartialConversion(module, target, std::move(patterns))))
       return signalPassFailure();
+
+    // The host function around the layer has served its purpose: the
+    // schedule is the entry point now.
     func->erase();
+    Builder attrs(ctx);
+    module->setAttr("moegpu.alignment", attrs.getI64IntegerAttr(alignment));
+    module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
+                    attrs.getUnitAttr());
+    if (partition)
+      module->setAttr(MoeDialect::getSmPartitionAttrName(), partition);
   }
 };
 

@@ -28,7 +28,7 @@ static Value gateRow(Emitter &e, Value f) {
 /// dst[i] = src[i] in dst's element type, over every element of two
 /// memrefs of equal size.
 void LayerBuilder::buildConvert(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
   Value src = func.getArgument(0), dst = func.getArgument(1);
   Type type = cast<MemRefType>(dst.getType()).getElementType();
@@ -43,7 +43,7 @@ void LayerBuilder::buildConvert(gpu::GPUFuncOp func) {
 /// The packed [G, 2F, H] compute weight from f32 gate and up weights
 /// ([G, F, H], or [F, H] for one group).
 void LayerBuilder::buildPack(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
   Value gate = func.getArgument(0), up = func.getArgument(1);
   Value packed = func.getArgument(2);
@@ -70,7 +70,7 @@ void LayerBuilder::buildPack(gpu::GPUFuncOp func) {
 /// dy = 2 (y - target) / (T * H); loss += sum of (y - target)^2 / (T * H),
 /// T every rank's tokens (hyper[kHyperTokens], which the runtime fills).
 void LayerBuilder::buildLoss(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
   Value y = func.getArgument(0), target = func.getArgument(1);
   Value hyper = func.getArgument(2), dy = func.getArgument(3);
@@ -92,7 +92,7 @@ void LayerBuilder::buildLoss(gpu::GPUFuncOp func) {
 /// row_token[r] = t * k + j + 1 for the row of assignment (t, j); padding
 /// rows keep 0.
 void LayerBuilder::buildRowTokens(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
   Value rowMap = func.getArgument(0), rowToken = func.getArgument(1);
   int64_t topK = config.getTopK();
@@ -134,7 +134,7 @@ static Value inGroups(Emitter &e, Value groups, Value r) {
 /// row_dy[r] = dy[t] for every dispatched row r of token t (padding rows
 /// stay as the memset left them: zero).
 void LayerBuilder::buildGatherRowDy(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
   Value dy = func.getArgument(0), rowToken = func.getArgument(1);
   Value offsets = func.getArgument(2), rowDy = func.getArgument(3);
@@ -153,7 +153,7 @@ void LayerBuilder::buildGatherRowDy(gpu::GPUFuncOp func) {
 
 /// dtw[t, j] = dtw_row[r] for the row r of assignment (t, j).
 void LayerBuilder::buildScatterRowWeightGrad(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
   Value rowGrad = func.getArgument(0), rowToken = func.getArgument(1);
   Value offsets = func.getArgument(2), dtw = func.getArgument(3);
@@ -177,7 +177,7 @@ void LayerBuilder::buildScatterRowWeightGrad(gpu::GPUFuncOp func) {
 /// sum_f act * gs into row_grad[r]. Padding rows have zero rows, dy and
 /// weight, so they contribute nothing.
 void LayerBuilder::buildActGrad(gpu::GPUFuncOp func, bool weighted) {
-  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
   int64_t hidden = config.getHidden();
   // rows, w13, w2, row_dy, groups, dgu [, weight, row_grad]
@@ -221,7 +221,7 @@ void LayerBuilder::buildActGrad(gpu::GPUFuncOp func, bool weighted) {
 
 /// d_rows[r, h] = sum_f dg[r, f] Wg[g][f, h] + du[r, f] Wu[g][f, h].
 void LayerBuilder::buildRowsGrad(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
   // w13, dgu, groups, drows
   Value w13 = func.getArgument(0), dgu = func.getArgument(1);
@@ -260,7 +260,7 @@ static Value sumOverGroup(Emitter &e, Value groups, Value g,
 /// dW2[g, h, f] = sum over group g's rows of (w * row_dy[r, h]) * act[r, f]
 /// (grad [H, F] for one group).
 void LayerBuilder::buildDownGrad(gpu::GPUFuncOp func, bool weighted) {
-  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
   int64_t hidden = config.getHidden();
   // act, row_dy, groups, grad [, weight]
@@ -287,7 +287,7 @@ void LayerBuilder::buildDownGrad(gpu::GPUFuncOp func, bool weighted) {
 /// dWg[g, c, h] (c < F) and dWu[g, c - F, h] = sum over group g's rows of
 /// dgu[r, c] * rows[r, h] (grads [F, H] for one group).
 void LayerBuilder::buildGateUpGrad(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
   // dgu, rows, groups, gate grad, up grad
   Value dgu = func.getArgument(0), rows = func.getArgument(1);
@@ -322,7 +322,7 @@ void LayerBuilder::buildGateUpGrad(gpu::GPUFuncOp func) {
 /// softmax) into dl[t], the selected scores' gradient from the routing
 /// weights' (moe.topk_grad), then the logits' (moe.router_grad), in place.
 void LayerBuilder::buildRouteGrad(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
   int64_t hidden = config.getHidden(), experts = config.getExperts();
   int64_t topK = config.getTopK();
@@ -402,7 +402,7 @@ void LayerBuilder::buildRouteGrad(gpu::GPUFuncOp func) {
 /// dx[t, h] = sum_j d_rows[row_map[t, j], h] (+ the shared experts' input
 /// gradient) + sum_e dl[t, e] * router[e, h].
 void LayerBuilder::buildInputGrad(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
   bool shared = config.hasSharedExperts();
   // drows, row_map, dl, router [, shared dx], dx
@@ -441,7 +441,7 @@ void LayerBuilder::buildInputGrad(gpu::GPUFuncOp func) {
 
 /// dRouter[e, h] = sum_t dl[t, e] * x[t, h].
 void LayerBuilder::buildRouterGrad(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
   Value dl = func.getArgument(0), x = func.getArgument(1);
   Value grad = func.getArgument(2);
@@ -459,7 +459,7 @@ void LayerBuilder::buildRouterGrad(gpu::GPUFuncOp func) {
 
 /// load[e] = this rank's tokens routed to expert e.
 void LayerBuilder::buildLoad(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
   Value counts = func.getArgument(0), load = func.getArgument(1);
   Value ex = e.globalThread(kCountThreads);
@@ -472,7 +472,7 @@ void LayerBuilder::buildLoad(gpu::GPUFuncOp func) {
 /// bias.next = bias + gamma * sign(T * k / E - load), T every rank's
 /// tokens (hyper[kHyperTokens]) and load summed over the ranks.
 void LayerBuilder::buildBias(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
   Value load = func.getArgument(0), hyper = func.getArgument(1);
   Value bias = func.getArgument(2), next = func.getArgument(3);
@@ -499,7 +499,7 @@ void LayerBuilder::buildBias(gpu::GPUFuncOp func) {
 /// AdamW with bias-corrected moments on one f32 master weight:
 /// (p, m, v, grad, hyper) -> (p.next, m.next, v.next).
 void LayerBuilder::buildAdamW(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b(layer.getLoc(), func.front().getTerminator());
+  ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
   Value p = func.getArgument(0), m = func.getArgument(1);
   Value v = func.getArgument(2), grad = func.getArgument(3);

@@ -65,6 +65,8 @@ void LayerBuilder::buildTraining() {
   }
   moegpu::GridAttr expertGrid = gridOf(sharded ? moegpu::GridKind::ReceivedRows : moegpu::GridKind::Rows);
 
+  OpBuilder pb = builderAtEnd(&program.getBody().front());
+  training = moegpu::ScheduleOp::create(pb, layer.getLoc(), "train");
   steps = &training.getBody().front();
   auto elementGrid = [&](int64_t n) {
     return fixedGrid((n + kCountThreads - 1) / kCountThreads);

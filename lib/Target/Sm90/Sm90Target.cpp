@@ -379,7 +379,12 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
     error = "no gpu.binary after the PTX pipeline";
     return std::nullopt;
   }
-  result.ptx = cast<gpu::ObjectAttr>(binary.getObjects()[0]).getObject().str();
+  auto object = dyn_cast<gpu::ObjectAttr>(binary.getObjects()[0]);
+  if (!object) {
+    error = "the gpu.binary holds no gpu.object";
+    return std::nullopt;
+  }
+  result.ptx = object.getObject().str();
 
   if (options.cubin) {
     TimingScope scope = timing.nest("ptxas");
