@@ -204,6 +204,9 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
   Fields f;
   WeightNaming naming = WeightNaming::DeepSeek;
   f.hidden = r.integer("hidden_size");
+  // The experts are SwiGLU: silu (transformers' "swish" is the same
+  // function). Anything else would compile into a different model.
+  r.oneOf("hidden_act", {"silu", "swish"}, "silu");
 
   if (modelType == "deepseek_v3" || modelType == "deepseek_v2") {
     bool v3 = modelType == "deepseek_v3";
