@@ -184,11 +184,12 @@ Expected<Tensor> SafetensorsFile::get(const std::string &tensor) const {
 }
 
 Expected<std::vector<uint8_t>>
-serializeSafetensors(const std::map<std::string, Tensor> &tensors) {
+serializeSafetensors(const std::map<std::string, const Tensor *> &tensors) {
   using Result = Expected<std::vector<uint8_t>>;
   json header = json::object();
   uint64_t offset = 0;
-  for (auto &[name, tensor] : tensors) {
+  for (auto &[name, pointer] : tensors) {
+    const Tensor &tensor = *pointer;
     std::optional<int64_t> count = elementCount(tensor.shape);
     if (!count || static_cast<uint64_t>(*count) * dtypeSize(tensor.dtype) !=
                       tensor.data.size())
@@ -210,13 +211,16 @@ serializeSafetensors(const std::map<std::string, Tensor> &tensors) {
     out[static_cast<size_t>(i)] = static_cast<uint8_t>(size >> (8 * i));
   out.insert(out.end(), text.begin(), text.end());
   for (auto &[name, tensor] : tensors)
-    out.insert(out.end(), tensor.data.begin(), tensor.data.end());
+    out.insert(out.end(), tensor->data.begin(), tensor->data.end());
   return out;
 }
 
 Status writeSafetensors(const std::string &path,
                         const std::map<std::string, Tensor> &tensors) {
-  Expected<std::vector<uint8_t>> bytes = serializeSafetensors(tensors);
+  std::map<std::string, const Tensor *> pointers;
+  for (const auto &[name, tensor] : tensors)
+    pointers[name] = &tensor;
+  Expected<std::vector<uint8_t>> bytes = serializeSafetensors(pointers);
   if (!bytes)
     return Status::failure(bytes.message());
   return writeFileAtomically(path, bytes->data(), bytes->size());

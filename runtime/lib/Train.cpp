@@ -304,30 +304,34 @@ static Status agree(Communicator *comm, Status status,
   return status;
 }
 
+/// A checkpoint directory with a marker: its step and path.
+struct MarkedCheckpoint {
+  int64_t step;
+  std::string path;
+};
+
 /// The checkpoints under `dir` that carry a marker, newest first.
-static Expected<std::vector<std::string>>
+static Expected<std::vector<MarkedCheckpoint>>
 markedCheckpoints(const std::string &dir) {
   DIR *d = ::opendir(dir.c_str());
   if (!d)
-    return Expected<std::vector<std::string>>::error(
+    return Expected<std::vector<MarkedCheckpoint>>::error(
         "cannot open checkpoint directory '" + dir +
         "': " + std::strerror(errno));
-  std::vector<std::pair<int64_t, std::string>> found;
+  std::vector<MarkedCheckpoint> found;
   while (struct dirent *entry = ::readdir(d)) {
-    std::string name = entry->d_name;
-    int64_t step = stepOfName(name);
+    std::string path = dir + "/" + entry->d_name;
+    int64_t step = stepOfName(entry->d_name);
     struct stat st;
-    if (step < 0 ||
-        ::stat((dir + "/" + name + "/" + kMarker).c_str(), &st) != 0)
-      continue;
-    found.emplace_back(step, name);
+    if (step >= 0 && ::stat((path + "/" + kMarker).c_str(), &st) == 0)
+      found.push_back({step, path});
   }
   ::closedir(d);
-  std::sort(found.rbegin(), found.rend());
-  std::vector<std::string> paths;
-  for (auto &[step, name] : found)
-    paths.push_back(dir + "/" + name);
-  return paths;
+  std::sort(found.begin(), found.end(),
+            [](const MarkedCheckpoint &a, const MarkedCheckpoint &b) {
+              return a.step > b.step;
+            });
+  return found;
 }
 
 Status writeCheckpoint(const std::string &dir, const Trainer &trainer,
@@ -376,29 +380,33 @@ Status writeCheckpointState(const std::string &dir,
   }
   if (Status s = agree(comm, made); !s.ok())
     return s;
-  std::map<std::string, Tensor> tensors = state;
   Tensor meta = Tensor::zeros(DType::I64, {2});
   meta.as<int64_t>()[0] = step;
   meta.as<int64_t>()[1] = static_cast<int64_t>(stream);
-  tensors["__step_and_stream__"] = meta;
+  std::map<std::string, const Tensor *> tensors = {
+      {"__step_and_stream__", &meta}};
+  for (const auto &[name, value] : state)
+    tensors[name] = &value;
   std::string file = tmp + "/" + stateFile(comm);
-  // Each rank's digest record: 64 hex digits and the size in decimal.
-  constexpr size_t kRecord = 96;
-  std::string record(kRecord, '\0');
+  // Each rank's digest, gathered on rank 0 for the marker.
+  struct Digest {
+    char sha256[64];
+    uint64_t bytes;
+  } digest{};
   Status written = [&]() -> Status {
     Expected<std::vector<uint8_t>> bytes = serializeSafetensors(tensors);
     if (!bytes)
       return Status::failure(bytes.message());
     Sha256 hash;
     hash.update(bytes->data(), bytes->size());
-    std::string digest = hash.hexDigest();
+    std::string hex = hash.hexDigest();
+    std::copy(hex.begin(), hex.end(), digest.sha256);
+    digest.bytes = bytes->size();
     // (Not read back: after fsync a read comes from the page cache, which
     // proves nothing about the disk; resume verifies the checksum.)
     if (Status s = writeFileAtomically(file, bytes->data(), bytes->size());
         !s.ok())
       return s;
-    std::string text = digest + " " + std::to_string(bytes->size());
-    std::copy(text.begin(), text.end(), record.begin());
     return Status::success();
   }();
   if (Status s = agree(comm, written); !s.ok())
@@ -408,28 +416,19 @@ Status writeCheckpointState(const std::string &dir,
   if (const char *kill = std::getenv("MOE_TEST_CHECKPOINT_KILL");
       kill && std::atoll(kill) == step)
     std::raise(SIGKILL);
-  std::vector<char> records(kRecord * ranks);
+  std::vector<Digest> digests(ranks, digest);
   if (comm && ranks > 1) {
-    std::vector<char> send(kRecord * ranks);
-    for (int r = 0; r < ranks; ++r)
-      std::copy(record.begin(), record.end(), send.begin() + kRecord * r);
-    comm->allToAll(send.data(), records.data(), kRecord);
-  } else {
-    std::copy(record.begin(), record.end(), records.begin());
+    std::vector<Digest> send(ranks, digest);
+    comm->allToAll(send.data(), digests.data(), sizeof(Digest));
   }
   Status published = Status::success();
   if (leader) {
     published = [&]() -> Status {
       nlohmann::json files = nlohmann::json::array();
-      for (int r = 0; r < ranks; ++r) {
-        std::string text(records.data() + kRecord * r, kRecord);
-        text = text.c_str();
-        size_t space = text.find(' ');
-        files.push_back(
-            {{"name", stateFile(r, ranks)},
-             {"sha256", text.substr(0, space)},
-             {"bytes", std::stoull(text.substr(space + 1))}});
-      }
+      for (int r = 0; r < ranks; ++r)
+        files.push_back({{"name", stateFile(r, ranks)},
+                         {"sha256", std::string(digests[r].sha256, 64)},
+                         {"bytes", digests[r].bytes}});
       nlohmann::json marker = {{"format", kMarkerFormat},
                                {"version", kMarkerVersion},
                                {"step", step},
@@ -461,16 +460,14 @@ Status writeCheckpointState(const std::string &dir,
       if (Status s = syncPath(dir); !s.ok())
         return s;
       if (keep > 0)
-        if (Expected<std::vector<std::string>> all = markedCheckpoints(dir)) {
+        if (Expected<std::vector<MarkedCheckpoint>> all =
+                markedCheckpoints(dir)) {
           // Older ones beyond the newest `keep` (this one counts); newer
           // ones of another run are not this run's to remove.
           int64_t kept = 0;
-          for (const std::string &path : *all) {
-            if (stepOfName(path.substr(dir.size() + 1)) > step)
-              continue;
-            if (++kept > keep)
-              removeDirectory(path);
-          }
+          for (const MarkedCheckpoint &c : *all)
+            if (c.step <= step && ++kept > keep)
+              removeDirectory(c.path);
         }
       return Status::success();
     }();
@@ -496,9 +493,10 @@ struct CheckpointState {
 /// tensor the trainer holds (shape, dtype, finite values) and the step and
 /// stream record.
 static Expected<CheckpointState>
-verifyCheckpoint(const std::string &path,
+verifyCheckpoint(const MarkedCheckpoint &checkpoint,
                  const std::map<std::string, std::vector<int64_t>> &shapes,
                  const Communicator *comm) {
+  const std::string &path = checkpoint.path;
   using Result = Expected<CheckpointState>;
   using nlohmann::json;
   Expected<std::vector<uint8_t>> markerBytes =
@@ -534,9 +532,8 @@ verifyCheckpoint(const std::string &path,
   }
   state.step = marker["step"].get<int64_t>();
   state.stream = marker["stream"].get<uint64_t>();
-  size_t slash = path.find_last_of('/');
-  int64_t named = stepOfName(path.substr(slash == std::string::npos ? 0 : slash + 1));
-  if (state.step < 0 || state.step > kMaxStep || state.step != named)
+  if (state.step < 0 || state.step > kMaxStep ||
+      state.step != checkpoint.step)
     return Result::error("its marker records step " +
                          std::to_string(state.step) +
                          ", which does not match its name");
@@ -614,15 +611,17 @@ readValidCheckpoint(const std::string &dir,
                     Communicator *comm, bool strict) {
   using Result = Expected<ValidCheckpoint>;
   bool leader = !comm || comm->rank() == 0;
-  Expected<std::vector<std::string>> all = markedCheckpoints(dir);
+  Expected<std::vector<MarkedCheckpoint>> all = markedCheckpoints(dir);
   if (!all)
     return Result::error(all.message());
   if (all->empty())
     return Result::error("no complete checkpoint in '" + dir +
                          "' (a complete one has a " + kMarker + " marker)");
   ValidCheckpoint valid;
-  for (const std::string &path : *all) {
-    Expected<CheckpointState> state = verifyCheckpoint(path, shapes, comm);
+  for (const MarkedCheckpoint &checkpoint : *all) {
+    const std::string &path = checkpoint.path;
+    Expected<CheckpointState> state =
+        verifyCheckpoint(checkpoint, shapes, comm);
     // Intact but not for this job: an error, never a fallback.
     Status fits = state && !state->incompatible.empty()
                       ? Status::failure(state->incompatible)

@@ -235,12 +235,15 @@ int main(int argc, char **argv) {
         {"topk_weights", &result->topkWeights}}) {
     const float *v = tensor->as<float>();
     int64_t width = tensor->shape.size() == 2 ? tensor->shape[1] : 1;
-    for (int64_t i = 0, n = tensor->numElements(); i < n; ++i)
-      if (!std::isfinite(v[i]) && bad++ >= 0 &&
-          (firstToken < 0 || i / width < firstToken)) {
+    for (int64_t i = 0, n = tensor->numElements(); i < n; ++i) {
+      if (std::isfinite(v[i]))
+        continue;
+      ++bad;
+      if (firstToken < 0 || i / width < firstToken) {
         firstToken = i / width;
         firstName = name;
       }
+    }
   }
   if (bad && !allowNonFinite)
     die(std::to_string(bad) + " non-finite value(s) in the outputs (first "

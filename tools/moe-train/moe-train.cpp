@@ -381,25 +381,18 @@ int main(int argc, char **argv) {
     if (Status s = trace.write(rankPath(tracePath, comm)); !s.ok())
       die(s.error);
   if (leader) {
-    std::string change;
-    char ratio[64];
-    if (lastLoss > 0 && firstLoss >= lastLoss) {
-      std::snprintf(ratio, sizeof(ratio), "%.1fx lower", firstLoss / lastLoss);
-      change = ratio;
-    } else if (firstLoss > 0 && lastLoss > firstLoss) {
-      std::snprintf(ratio, sizeof(ratio), "%.1fx higher",
+    char change[64] = "no ratio";
+    if (lastLoss > 0 && firstLoss >= lastLoss)
+      std::snprintf(change, sizeof(change), "%.1fx lower", firstLoss / lastLoss);
+    else if (firstLoss > 0 && lastLoss > firstLoss)
+      std::snprintf(change, sizeof(change), "%.1fx higher",
                     lastLoss / firstLoss);
-      change = ratio;
-    } else {
-      change = "no ratio";
-    }
+    std::string skips =
+        skipped ? ", " + std::to_string(skipped) + " skipped as non-finite"
+                : "";
     std::printf("moe-train: %lld steps, loss %.6g -> %.6g (%s)%s\n",
                 static_cast<long long>(steps - first + 1), firstLoss, lastLoss,
-                change.c_str(),
-                skipped ? (", " + std::to_string(skipped) +
-                           " skipped as non-finite")
-                              .c_str()
-                        : "");
+                change, skips.c_str());
   }
   if (!saveWeights.empty()) {
     if (Status s = (*trainer)->syncLayer(); !s.ok())

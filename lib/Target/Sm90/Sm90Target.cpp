@@ -140,23 +140,29 @@ bool runPtxas(const std::string &ptxas, const std::string &ptx,
   return true;
 }
 
-std::string describeGrid(const rt::GpuStep &step) {
-  if (step.gridKind == "persistent")
+std::string describeGrid(moegpu::GridKind kind, const rt::GpuStep &step) {
+  auto perBlock = [&](const std::string &count) {
+    return "ceil(" + count + "/" + std::to_string(step.perBlock) + ")";
+  };
+  switch (kind) {
+  case moegpu::GridKind::Persistent:
     return std::to_string(step.gridSize) + " (persistent)";
-  if (step.gridKind == "one")
+  case moegpu::GridKind::One:
     return "1";
-  if (step.gridKind == "fixed")
+  case moegpu::GridKind::Fixed:
     return std::to_string(step.gridSize);
-  if (step.gridKind == "rows" || step.gridKind == "received_rows") {
-    std::string count = step.gridKind == "rows" ? "R" : "ep*R";
-    return step.perBlock > 1
-               ? "ceil(" + count + "/" + std::to_string(step.perBlock) + ")"
-               : count + " (row capacity)";
+  case moegpu::GridKind::Rows:
+  case moegpu::GridKind::ReceivedRows: {
+    std::string count = kind == moegpu::GridKind::Rows ? "R" : "ep*R";
+    return step.perBlock > 1 ? perBlock(count) : count + " (row capacity)";
   }
-  std::string count = step.gridKind == "tokens" ? "T" : "T*k";
-  return step.perBlock == 1
-             ? count
-             : "ceil(" + count + "/" + std::to_string(step.perBlock) + ")";
+  case moegpu::GridKind::Tokens:
+  case moegpu::GridKind::Assignments: {
+    std::string count = kind == moegpu::GridKind::Tokens ? "T" : "T*k";
+    return step.perBlock == 1 ? count : perBlock(count);
+  }
+  }
+  llvm_unreachable("a GridKind the report lacks");
 }
 
 /// The schedule ABI's names for the dialect's enums.
@@ -320,7 +326,7 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
                std::vector<int64_t>(map.getBox().begin(), map.getBox().end()),
                map.getSwizzle()});
     }
-    report.grid = describeGrid(step);
+    report.grid = describeGrid(grid.getKind(), step);
     report.block = step.block;
     report.sharedMemory = step.sharedMemory;
     if (reported.insert(step.kernel).second)

@@ -59,9 +59,9 @@ private:
 };
 
 /// The bytes of a safetensors file holding `tensors` (sorted by name,
-/// contiguous, header padded to 8 bytes).
+/// contiguous, header padded to 8 bytes); the tensors are not copied.
 Expected<std::vector<uint8_t>>
-serializeSafetensors(const std::map<std::string, Tensor> &tensors);
+serializeSafetensors(const std::map<std::string, const Tensor *> &tensors);
 
 /// Writes tensors (sorted by name, contiguous, header padded to 8 bytes)
 /// atomically to `path`.
