@@ -314,7 +314,13 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
           {arg.name, arg.output, *toDType(arg.type.getElementType()),
            toShape(arg.type)});
   }
+  // The cubin, and beside it the PTX it was assembled from (NUL-ended): a
+  // driver that cannot run the cubin (a newer GPU, the emulator) JITs it,
+  // as with a fatbinary's PTX.
   bundle.blobs.push_back(std::move(compiled->cubin));
+  std::vector<uint8_t> ptx(compiled->ptx.begin(), compiled->ptx.end());
+  ptx.push_back(0);
+  bundle.blobs.push_back(std::move(ptx));
   result.output = rt::serializeBundle(bundle);
   return result;
 }

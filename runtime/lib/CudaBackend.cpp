@@ -204,16 +204,26 @@ Status CudaBackend::init(const Bundle &bundle) {
   if (Status s = makeContextCurrent(driver, device); !s.ok())
     return s;
   ready = true;
-  if (bundle.blobs.size() != 1 || bundle.blobs[0].size() < 4 ||
+  if (bundle.blobs.empty() || bundle.blobs.size() > 2 ||
+      bundle.blobs[0].size() < 4 ||
       std::memcmp(bundle.blobs[0].data(),
                   "\x7f"
                   "ELF",
                   4) != 0)
-    return Status::failure("the sm_90a bundle holds no cubin (expected one "
-                           "ELF blob)");
-  if (Status s = check(driver.moduleLoadData(&module, bundle.blobs[0].data()),
-                       "cannot load the bundle's cubin (is the GPU an sm_90 "
-                       "Hopper?)");
+    return Status::failure("the sm_90a bundle holds no cubin (expected an "
+                           "ELF blob, then optionally its PTX)");
+  const std::vector<uint8_t> *ptx =
+      bundle.blobs.size() == 2 ? &bundle.blobs[1] : nullptr;
+  if (ptx && (ptx->empty() || ptx->back() != 0))
+    return Status::failure("the sm_90a bundle's PTX is not NUL-terminated");
+  // The cubin first; a driver that has no binary for this GPU (a newer
+  // architecture, or the PTX emulator) gets the PTX to JIT instead.
+  CUresult loaded = driver.moduleLoadData(&module, bundle.blobs[0].data());
+  if (loaded == kErrorNoBinaryForGpu && ptx)
+    loaded = driver.moduleLoadData(&module, ptx->data());
+  if (Status s = check(loaded, std::string("cannot load the bundle's ") +
+                                   (ptx ? "cubin or PTX" : "cubin") +
+                                   " (is the GPU an sm_90 Hopper?)");
       !s.ok())
     return s;
   if (Status s = check(driver.streamCreate(&stream, 0), "cuStreamCreate");

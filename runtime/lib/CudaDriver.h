@@ -58,6 +58,7 @@ struct alignas(64) TensorMap {
 // Enum values of the driver API.
 constexpr int kLaunchAttributeClusterDimension = 4;
 constexpr CUresult kErrorNotReady = 600;
+constexpr CUresult kErrorNoBinaryForGpu = 209;
 constexpr unsigned kStreamNonBlocking = 1;
 constexpr int kFuncAttributeMaxDynamicSharedSize = 8;
 constexpr int kTensorMapFloat16 = 6, kTensorMapBFloat16 = 9;

@@ -1,0 +1,773 @@
+//===- CudaEmu.cpp - The CUDA driver API over the PTX emulator -------------===//
+//
+// Part of moe-compiler's PTX emulator. libcuda-emu.so exports the driver
+// API entry points that moe-compiler's runtime (and programs like it) bind,
+// with the documented C signatures, for an emulated sm_90 device:
+//
+//   MOE_CUDA_DRIVER=build/lib/libcuda-emu.so moe-run B --device=cuda ...
+//
+// Device memory is host memory; every stream is in order and synchronous
+// (work runs when it is enqueued), so events time the emulation itself.
+// Modules are PTX text: a cubin (SASS) is refused with
+// CUDA_ERROR_NO_BINARY_FOR_GPU, so a caller that carries both, as a fatbin
+// does, falls back to its PTX. A kernel that fails a check or traps fails
+// its launch (CUDA_ERROR_ILLEGAL_ADDRESS, _MISALIGNED_ADDRESS or
+// _LAUNCH_FAILED), prints the emulator's report to stderr, and leaves the
+// context's error sticky, as a GPU fault does.
+//
+// Environment: MOE_EMU_CHECKS=0 turns the sanitizer's optional checks off;
+// MOE_EMU_TRACE=<cta>:<warp> traces one warp's instructions (to
+// MOE_EMU_TRACE_FILE, else stderr); MOE_EMU_STATS=1 prints each kernel's
+// emulated instruction counts and rates at exit;
+// MOE_EMU_INSTRUCTION_LIMIT bounds one launch.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/emu/Emulator.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+using namespace moe::emu;
+
+namespace {
+
+using CUresult = int;
+using CUdeviceptr = unsigned long long;
+
+enum : CUresult {
+  kSuccess = 0,
+  kInvalidValue = 1,
+  kOutOfMemory = 2,
+  kNotInitialized = 3,
+  kInvalidDevice = 101,
+  kInvalidImage = 200,
+  kInvalidContext = 201,
+  kNoBinaryForGpu = 209,
+  kInvalidPtx = 218,
+  kInvalidHandle = 400,
+  kNotFound = 500,
+  kNotReady = 600,
+  kIllegalAddress = 700,
+  kLaunchOutOfResources = 701,
+  kMisalignedAddress = 716,
+  kLaunchFailed = 719,
+  kNotSupported = 801,
+  kUnknown = 999,
+};
+
+constexpr int kDevices = 8;
+
+struct LoadedModule {
+  std::shared_ptr<Module> module;
+};
+
+struct Function {
+  LoadedModule *module;
+  const Kernel *kernel;
+  int maxDynamicShared = 48 * 1024;
+};
+
+struct Event {
+  std::chrono::steady_clock::time_point when;
+  bool recorded = false;
+};
+
+struct KernelStats {
+  LaunchStats stats;
+  double seconds = 0;
+  uint64_t launches = 0;
+};
+
+struct State {
+  std::mutex mutex;
+  bool initialized = false;
+  int current = -1; // the device of the current context
+  GlobalMemory memory;
+  std::map<uint64_t, size_t> allocations;
+  size_t allocated = 0;
+  CUresult sticky = kSuccess;
+  LaunchOptions options;
+  bool stats = false;
+  std::map<std::string, KernelStats> kernelStats;
+
+  State() {
+    if (const char *c = std::getenv("MOE_EMU_CHECKS"))
+      options.checks = std::strcmp(c, "0") != 0;
+    if (const char *t = std::getenv("MOE_EMU_TRACE")) {
+      long cta = -1;
+      int warp = -1;
+      if (std::sscanf(t, "%ld:%d", &cta, &warp) == 2) {
+        options.traceCta = cta;
+        options.traceWarp = warp;
+      }
+    }
+    if (const char *f = std::getenv("MOE_EMU_TRACE_FILE"))
+      options.traceFile = f;
+    if (const char *l = std::getenv("MOE_EMU_INSTRUCTION_LIMIT"))
+      options.instructionLimit = std::strtoull(l, nullptr, 10);
+    if (const char *s = std::getenv("MOE_EMU_STATS"))
+      stats = std::strcmp(s, "0") != 0;
+  }
+
+  ~State() {
+    if (!stats || kernelStats.empty())
+      return;
+    std::fprintf(stderr, "moe-emu: %-28s %8s %14s %14s %10s %12s\n", "kernel",
+                 "launches", "warp instrs", "thread instrs", "seconds",
+                 "warp instr/s");
+    for (auto &[name, k] : kernelStats)
+      std::fprintf(stderr, "moe-emu: %-28s %8llu %14llu %14llu %10.3f %12.3g\n",
+                   name.c_str(), static_cast<unsigned long long>(k.launches),
+                   static_cast<unsigned long long>(k.stats.warpInstructions),
+                   static_cast<unsigned long long>(k.stats.threadInstructions),
+                   k.seconds,
+                   k.seconds > 0 ? k.stats.warpInstructions / k.seconds : 0.0);
+  }
+};
+
+State &state() {
+  static State s;
+  return s;
+}
+
+#define REQUIRE_INIT()                                                         \
+  do {                                                                         \
+    if (!state().initialized)                                                  \
+      return kNotInitialized;                                                  \
+  } while (0)
+
+#define REQUIRE_CONTEXT()                                                      \
+  do {                                                                         \
+    REQUIRE_INIT();                                                            \
+    if (state().current < 0)                                                   \
+      return kInvalidContext;                                                  \
+    if (state().sticky != kSuccess)                                            \
+      return state().sticky;                                                   \
+  } while (0)
+
+/// True when [p, p + bytes) lies in one allocation.
+bool inAllocation(CUdeviceptr p, size_t bytes) {
+  return bytes == 0 || state().memory.contains(p, bytes);
+}
+
+// Contexts are device ordinals + 1, so a null context stays invalid.
+void *contextOf(int device) {
+  return reinterpret_cast<void *>(static_cast<uintptr_t>(device + 1));
+}
+
+CUresult launchOn(Function *fn, Dim3 grid, Dim3 block, Dim3 cluster,
+                  unsigned shared, void **kernelParams, void **extra) {
+  State &s = state();
+  if (!fn || !fn->kernel)
+    return kInvalidHandle;
+  if (shared > static_cast<unsigned>(fn->maxDynamicShared)) {
+    std::fprintf(stderr,
+                 "moe-emu: kernel '%s' asks for %u bytes of dynamic shared "
+                 "memory; cuFuncSetAttribute allowed %d\n",
+                 kernelName(*fn->kernel).c_str(), shared, fn->maxDynamicShared);
+    return kInvalidValue;
+  }
+  ParamLayout layout = paramLayout(*fn->kernel);
+  std::vector<uint8_t> params(layout.bytes, 0);
+  if (kernelParams) {
+    for (size_t i = 0; i < layout.sizes.size(); ++i) {
+      if (!kernelParams[i])
+        return kInvalidValue;
+      std::memcpy(params.data() + layout.offsets[i], kernelParams[i],
+                  layout.sizes[i]);
+    }
+  } else if (extra) {
+    void *buffer = nullptr;
+    size_t size = 0;
+    for (size_t i = 0; extra[i]; i += 2) {
+      auto key = reinterpret_cast<uintptr_t>(extra[i]);
+      if (key == 1)
+        buffer = extra[i + 1];
+      else if (key == 2)
+        size = *static_cast<size_t *>(extra[i + 1]);
+      else
+        return kInvalidValue;
+    }
+    if (!buffer || size < layout.bytes)
+      return kInvalidValue;
+    std::memcpy(params.data(), buffer, layout.bytes);
+  } else if (!layout.sizes.empty()) {
+    return kInvalidValue;
+  }
+  LaunchStats stats;
+  auto begin = std::chrono::steady_clock::now();
+  std::string error =
+      launch(*fn->module->module, *fn->kernel, grid, block, cluster, shared,
+             params, s.memory, s.options, &stats);
+  double seconds = std::chrono::duration<double>(
+                       std::chrono::steady_clock::now() - begin)
+                       .count();
+  KernelStats &ks = s.kernelStats[kernelName(*fn->kernel)];
+  ks.stats.warpInstructions += stats.warpInstructions;
+  ks.stats.threadInstructions += stats.threadInstructions;
+  ks.seconds += seconds;
+  ++ks.launches;
+  if (error.empty())
+    return kSuccess;
+  std::fprintf(stderr, "moe-emu: %s\n", error.c_str());
+  CUresult rc = kLaunchFailed;
+  if (error.find("misaligned") != std::string::npos)
+    rc = kMisalignedAddress;
+  else if (error.find("out of bounds") != std::string::npos ||
+           error.find("outside every allocation") != std::string::npos ||
+           error.find("runs past") != std::string::npos ||
+           error.find("null pointer") != std::string::npos)
+    rc = kIllegalAddress;
+  else if (error.find("a CTA of") != std::string::npos ||
+           error.find("bytes of shared memory (") != std::string::npos)
+    return kLaunchOutOfResources; // not sticky: nothing ran
+  s.sticky = rc;
+  return rc;
+}
+
+} // namespace
+
+extern "C" {
+
+CUresult cuInit(unsigned flags) {
+  if (flags != 0)
+    return kInvalidValue;
+  state().initialized = true;
+  return kSuccess;
+}
+
+CUresult cuDriverGetVersion(int *version) {
+  if (!version)
+    return kInvalidValue;
+  *version = 13000;
+  return kSuccess;
+}
+
+CUresult cuDeviceGetCount(int *count) {
+  REQUIRE_INIT();
+  if (!count)
+    return kInvalidValue;
+  *count = kDevices;
+  return kSuccess;
+}
+
+CUresult cuDeviceGet(int *device, int ordinal) {
+  REQUIRE_INIT();
+  if (!device)
+    return kInvalidValue;
+  if (ordinal < 0 || ordinal >= kDevices)
+    return kInvalidDevice;
+  *device = ordinal;
+  return kSuccess;
+}
+
+CUresult cuDeviceGetName(char *name, int len, int device) {
+  REQUIRE_INIT();
+  if (!name || len <= 0)
+    return kInvalidValue;
+  if (device < 0 || device >= kDevices)
+    return kInvalidDevice;
+  std::snprintf(name, static_cast<size_t>(len), "moe-emu sm_90a (emulated H100)");
+  return kSuccess;
+}
+
+CUresult cuDeviceTotalMem_v2(size_t *bytes, int device) {
+  REQUIRE_INIT();
+  if (!bytes)
+    return kInvalidValue;
+  if (device < 0 || device >= kDevices)
+    return kInvalidDevice;
+  *bytes = 80ull << 30;
+  return kSuccess;
+}
+
+CUresult cuDeviceGetAttribute(int *value, int attribute, int device) {
+  REQUIRE_INIT();
+  if (!value)
+    return kInvalidValue;
+  if (device < 0 || device >= kDevices)
+    return kInvalidDevice;
+  static const std::map<int, int> attributes = {
+      {1, 1024},       {2, 1024},    {3, 1024},   {4, 64},
+      {5, 2147483647}, {6, 65535},   {7, 65535},  {8, 49152},
+      {9, 65536},      {10, 32},     {11, 2147483647}, {12, 65536},
+      {13, 1980000},   {14, 512},    {15, 1},     {16, 132},
+      {17, 0},         {18, 0},      {19, 1},     {20, 0},
+      {31, 1},         {33, 0},      {34, 0},     {35, 0},
+      {36, 2619000},   {37, 5120},   {38, 52428800}, {39, 2048},
+      {40, 1},         {41, 1},      {75, 9},     {76, 0},
+      {81, 233472},    {82, 65536},  {83, 1},     {84, 1},
+      {86, 0},         {87, 0},      {88, 1},     {89, 1},
+      {95, 1},         {97, 232448}, {106, 32},   {120, 1}};
+  auto it = attributes.find(attribute);
+  *value = it == attributes.end() ? 0 : it->second;
+  return kSuccess;
+}
+
+CUresult cuDeviceComputeCapability(int *major, int *minor, int device) {
+  REQUIRE_INIT();
+  if (!major || !minor)
+    return kInvalidValue;
+  if (device < 0 || device >= kDevices)
+    return kInvalidDevice;
+  *major = 9;
+  *minor = 0;
+  return kSuccess;
+}
+
+CUresult cuDevicePrimaryCtxRetain(void **context, int device) {
+  REQUIRE_INIT();
+  if (!context)
+    return kInvalidValue;
+  if (device < 0 || device >= kDevices)
+    return kInvalidDevice;
+  *context = contextOf(device);
+  return kSuccess;
+}
+
+CUresult cuDevicePrimaryCtxRelease_v2(int device) {
+  REQUIRE_INIT();
+  return device < 0 || device >= kDevices ? kInvalidDevice : kSuccess;
+}
+
+CUresult cuCtxCreate_v2(void **context, unsigned, int device) {
+  if (CUresult rc = cuDevicePrimaryCtxRetain(context, device))
+    return rc;
+  state().current = device;
+  return kSuccess;
+}
+
+CUresult cuCtxDestroy_v2(void *) { return kSuccess; }
+
+CUresult cuCtxSetCurrent(void *context) {
+  REQUIRE_INIT();
+  auto d = static_cast<int>(reinterpret_cast<uintptr_t>(context)) - 1;
+  if (context && (d < 0 || d >= kDevices))
+    return kInvalidContext;
+  state().current = context ? d : -1;
+  return kSuccess;
+}
+
+CUresult cuCtxGetCurrent(void **context) {
+  REQUIRE_INIT();
+  if (!context)
+    return kInvalidValue;
+  *context = state().current >= 0 ? contextOf(state().current) : nullptr;
+  return kSuccess;
+}
+
+CUresult cuCtxGetDevice(int *device) {
+  REQUIRE_CONTEXT();
+  if (!device)
+    return kInvalidValue;
+  *device = state().current;
+  return kSuccess;
+}
+
+CUresult cuCtxSynchronize() {
+  REQUIRE_CONTEXT();
+  return kSuccess;
+}
+
+CUresult cuModuleLoadData(void **module, const void *image) {
+  REQUIRE_CONTEXT();
+  if (!module || !image)
+    return kInvalidValue;
+  const auto *bytes = static_cast<const unsigned char *>(image);
+  if (std::memcmp(bytes, "\x7f" "ELF", 4) == 0) {
+    // SASS: the emulator runs PTX only.
+    return kNoBinaryForGpu;
+  }
+  uint32_t magic = 0;
+  std::memcpy(&magic, bytes, 4);
+  if (magic == 0xBA55ED50u) {
+    std::fprintf(stderr, "moe-emu: fatbinary images are not supported; "
+                         "load the PTX text\n");
+    return kNoBinaryForGpu;
+  }
+  std::string text(static_cast<const char *>(image));
+  std::string error;
+  std::shared_ptr<Module> m = loadModule(text, "ptx", error);
+  if (!m) {
+    std::fprintf(stderr, "moe-emu: cannot load the PTX module: %s\n",
+                 error.c_str());
+    return kInvalidPtx;
+  }
+  auto *loaded = new LoadedModule{std::move(m)};
+  *module = loaded;
+  return kSuccess;
+}
+
+CUresult cuModuleLoadDataEx(void **module, const void *image, unsigned,
+                            int *, void **) {
+  return cuModuleLoadData(module, image);
+}
+
+CUresult cuModuleUnload(void *module) {
+  REQUIRE_INIT();
+  if (!module)
+    return kInvalidHandle;
+  delete static_cast<LoadedModule *>(module);
+  return kSuccess;
+}
+
+CUresult cuModuleGetFunction(void **function, void *module, const char *name) {
+  REQUIRE_CONTEXT();
+  if (!function || !module || !name)
+    return kInvalidValue;
+  auto *m = static_cast<LoadedModule *>(module);
+  const Kernel *k = findKernel(*m->module, name);
+  if (!k)
+    return kNotFound;
+  *function = new Function{m, k};
+  return kSuccess;
+}
+
+CUresult cuFuncSetAttribute(void *function, int attribute, int value) {
+  REQUIRE_CONTEXT();
+  auto *f = static_cast<Function *>(function);
+  if (!f)
+    return kInvalidHandle;
+  if (attribute == 8) { // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    if (value < 0 ||
+        static_cast<uint32_t>(value) + staticSharedBytes(*f->kernel) > 232448)
+      return kInvalidValue;
+    f->maxDynamicShared = value;
+  }
+  return kSuccess;
+}
+
+CUresult cuFuncGetAttribute(int *value, int attribute, void *function) {
+  REQUIRE_CONTEXT();
+  auto *f = static_cast<Function *>(function);
+  if (!f || !value)
+    return kInvalidValue;
+  switch (attribute) {
+  case 0: { // MAX_THREADS_PER_BLOCK
+    uint32_t t = maxThreads(*f->kernel);
+    *value = t ? static_cast<int>(t) : 1024;
+    break;
+  }
+  case 1: *value = static_cast<int>(staticSharedBytes(*f->kernel)); break;
+  case 8: *value = f->maxDynamicShared; break;
+  default: *value = 0;
+  }
+  return kSuccess;
+}
+
+CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t bytes) {
+  REQUIRE_CONTEXT();
+  if (!ptr || bytes == 0)
+    return kInvalidValue;
+  uint64_t p = state().memory.allocate(bytes);
+  if (!p)
+    return kOutOfMemory;
+  std::lock_guard<std::mutex> lock(state().mutex);
+  state().allocations[p] = bytes;
+  state().allocated += bytes;
+  *ptr = p;
+  return kSuccess;
+}
+
+CUresult cuMemFree_v2(CUdeviceptr ptr) {
+  REQUIRE_INIT();
+  if (ptr == 0)
+    return kSuccess;
+  std::lock_guard<std::mutex> lock(state().mutex);
+  auto it = state().allocations.find(ptr);
+  if (it == state().allocations.end())
+    return kInvalidValue;
+  state().allocated -= it->second;
+  state().allocations.erase(it);
+  state().memory.release(ptr);
+  return kSuccess;
+}
+
+CUresult cuMemGetInfo_v2(size_t *free, size_t *total) {
+  REQUIRE_CONTEXT();
+  if (!free || !total)
+    return kInvalidValue;
+  *total = 80ull << 30;
+  *free = *total - std::min(*total, state().allocated);
+  return kSuccess;
+}
+
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t bytes) {
+  REQUIRE_CONTEXT();
+  if (!inAllocation(dst, bytes) || (!src && bytes))
+    return kInvalidValue;
+  if (bytes)
+    std::memcpy(reinterpret_cast<void *>(dst), src, bytes);
+  return kSuccess;
+}
+
+CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t bytes) {
+  REQUIRE_CONTEXT();
+  if (!inAllocation(src, bytes) || (!dst && bytes))
+    return kInvalidValue;
+  if (bytes)
+    std::memcpy(dst, reinterpret_cast<const void *>(src), bytes);
+  return kSuccess;
+}
+
+CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
+  REQUIRE_CONTEXT();
+  if (!inAllocation(dst, bytes) || !inAllocation(src, bytes))
+    return kInvalidValue;
+  if (bytes)
+    std::memmove(reinterpret_cast<void *>(dst),
+                 reinterpret_cast<const void *>(src), bytes);
+  return kSuccess;
+}
+
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t bytes,
+                              void *) {
+  return cuMemcpyHtoD_v2(dst, src, bytes);
+}
+CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t bytes,
+                              void *) {
+  return cuMemcpyDtoH_v2(dst, src, bytes);
+}
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes,
+                              void *) {
+  return cuMemcpyDtoD_v2(dst, src, bytes);
+}
+
+CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t count) {
+  REQUIRE_CONTEXT();
+  if (!inAllocation(dst, count))
+    return kInvalidValue;
+  if (count)
+    std::memset(reinterpret_cast<void *>(dst), value, count);
+  return kSuccess;
+}
+CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t count,
+                         void *) {
+  return cuMemsetD8_v2(dst, value, count);
+}
+CUresult cuMemsetD32_v2(CUdeviceptr dst, unsigned value, size_t count) {
+  REQUIRE_CONTEXT();
+  if (dst % 4 || !inAllocation(dst, count * 4))
+    return kInvalidValue;
+  auto *p = reinterpret_cast<unsigned *>(dst);
+  for (size_t i = 0; i < count; ++i)
+    p[i] = value;
+  return kSuccess;
+}
+CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned value, size_t count,
+                          void *) {
+  return cuMemsetD32_v2(dst, value, count);
+}
+
+// Streams and events: every stream runs its work when it is enqueued.
+CUresult cuStreamCreate(void **stream, unsigned) {
+  REQUIRE_CONTEXT();
+  if (!stream)
+    return kInvalidValue;
+  *stream = new char(0);
+  return kSuccess;
+}
+CUresult cuStreamCreateWithPriority(void **stream, unsigned flags, int) {
+  return cuStreamCreate(stream, flags);
+}
+CUresult cuStreamDestroy_v2(void *stream) {
+  REQUIRE_INIT();
+  delete static_cast<char *>(stream);
+  return kSuccess;
+}
+CUresult cuStreamSynchronize(void *) {
+  REQUIRE_CONTEXT();
+  return kSuccess;
+}
+CUresult cuStreamQuery(void *) {
+  REQUIRE_CONTEXT();
+  return kSuccess;
+}
+CUresult cuStreamWaitEvent(void *, void *, unsigned) {
+  REQUIRE_CONTEXT();
+  return kSuccess;
+}
+
+CUresult cuEventCreate(void **event, unsigned) {
+  REQUIRE_CONTEXT();
+  if (!event)
+    return kInvalidValue;
+  *event = new Event;
+  return kSuccess;
+}
+CUresult cuEventDestroy_v2(void *event) {
+  REQUIRE_INIT();
+  delete static_cast<Event *>(event);
+  return kSuccess;
+}
+CUresult cuEventRecord(void *event, void *) {
+  REQUIRE_CONTEXT();
+  auto *e = static_cast<Event *>(event);
+  if (!e)
+    return kInvalidHandle;
+  e->when = std::chrono::steady_clock::now();
+  e->recorded = true;
+  return kSuccess;
+}
+CUresult cuEventSynchronize(void *event) {
+  REQUIRE_CONTEXT();
+  return event ? kSuccess : kInvalidHandle;
+}
+CUresult cuEventQuery(void *event) {
+  REQUIRE_CONTEXT();
+  return event ? kSuccess : kInvalidHandle;
+}
+CUresult cuEventElapsedTime(float *ms, void *start, void *end) {
+  REQUIRE_CONTEXT();
+  auto *a = static_cast<Event *>(start), *b = static_cast<Event *>(end);
+  if (!ms || !a || !b)
+    return kInvalidHandle;
+  if (!a->recorded || !b->recorded)
+    return kNotReady;
+  *ms = std::chrono::duration<float, std::milli>(b->when - a->when).count();
+  return kSuccess;
+}
+
+CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz,
+                        unsigned bx, unsigned by, unsigned bz, unsigned shared,
+                        void *, void **params, void **extra) {
+  REQUIRE_CONTEXT();
+  return launchOn(static_cast<Function *>(function), {gx, gy, gz},
+                  {bx, by, bz}, {1, 1, 1}, shared, params, extra);
+}
+
+struct LaunchAttributeAbi {
+  int id;
+  char pad[4];
+  union {
+    char bytes[64];
+    struct {
+      unsigned x, y, z;
+    } clusterDim;
+  } value;
+};
+struct LaunchConfigAbi {
+  unsigned gridDimX, gridDimY, gridDimZ;
+  unsigned blockDimX, blockDimY, blockDimZ;
+  unsigned sharedMemBytes;
+  void *stream;
+  LaunchAttributeAbi *attrs;
+  unsigned numAttrs;
+};
+
+CUresult cuLaunchKernelEx(const LaunchConfigAbi *config, void *function,
+                          void **params, void **extra) {
+  REQUIRE_CONTEXT();
+  if (!config)
+    return kInvalidValue;
+  Dim3 cluster;
+  for (unsigned i = 0; i < config->numAttrs; ++i)
+    if (config->attrs[i].id == 4) { // CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+      cluster = {config->attrs[i].value.clusterDim.x,
+                 config->attrs[i].value.clusterDim.y,
+                 config->attrs[i].value.clusterDim.z};
+      if (cluster.count() == 0)
+        return kInvalidValue;
+    }
+  return launchOn(static_cast<Function *>(function),
+                  {config->gridDimX, config->gridDimY, config->gridDimZ},
+                  {config->blockDimX, config->blockDimY, config->blockDimZ},
+                  cluster, config->sharedMemBytes, params, extra);
+}
+
+CUresult cuTensorMapEncodeTiled(void *map, int dtype, unsigned rank,
+                                void *globalAddress,
+                                const unsigned long long *globalDim,
+                                const unsigned long long *globalStrides,
+                                const unsigned *boxDim,
+                                const unsigned *elementStrides, int interleave,
+                                int swizzle, int l2Promotion, int oobFill) {
+  (void)l2Promotion;
+  if (!map || !globalDim || !boxDim || !elementStrides ||
+      (rank > 1 && !globalStrides))
+    return kInvalidValue;
+  static const int sizes[] = {1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4};
+  if (dtype < 0 || dtype > 12 || rank < 1 || rank > 5 || interleave != 0 ||
+      swizzle < 0 || swizzle > 3 || oobFill < 0 || oobFill > 1)
+    return kInvalidValue;
+  auto address = reinterpret_cast<uint64_t>(globalAddress);
+  if (address % 16)
+    return kInvalidValue;
+  TensorMapDesc d{};
+  d.magic = kTensorMapMagic;
+  d.dtype = static_cast<uint8_t>(dtype);
+  d.rank = static_cast<uint8_t>(rank);
+  d.swizzle = static_cast<uint8_t>(swizzle);
+  d.oobFill = static_cast<uint8_t>(oobFill);
+  d.elementBytes = static_cast<uint8_t>(sizes[dtype]);
+  d.globalAddress = address;
+  for (unsigned i = 0; i < rank; ++i) {
+    if (globalDim[i] == 0 || globalDim[i] > (1ull << 32) || boxDim[i] == 0 ||
+        boxDim[i] > 256 || elementStrides[i] == 0 || elementStrides[i] > 8)
+      return kInvalidValue;
+    d.dims[i] = static_cast<uint32_t>(globalDim[i]);
+    d.box[i] = static_cast<uint16_t>(boxDim[i]);
+    d.elementStrides[i] = static_cast<uint8_t>(elementStrides[i]);
+    if (i > 0) {
+      unsigned long long s = globalStrides[i - 1];
+      if (s % 16 || s >= (1ull << 40))
+        return kInvalidValue;
+      d.strides[i - 1] = s;
+    }
+  }
+  if (boxDim[0] * static_cast<unsigned>(sizes[dtype]) % 16)
+    return kInvalidValue;
+  unsigned span = swizzle == 3 ? 128 : swizzle == 2 ? 64 : swizzle == 1 ? 32 : 0;
+  if (span && boxDim[0] * static_cast<unsigned>(sizes[dtype]) > span)
+    return kInvalidValue;
+  std::memset(map, 0, 128);
+  std::memcpy(map, &d, sizeof d);
+  return kSuccess;
+}
+
+CUresult cuGetErrorString(CUresult error, const char **text) {
+  if (!text)
+    return kInvalidValue;
+  static const std::map<int, const char *> texts = {
+      {kSuccess, "no error"},
+      {kInvalidValue, "invalid argument"},
+      {kOutOfMemory, "out of memory"},
+      {kNotInitialized, "initialization error"},
+      {kInvalidDevice, "invalid device ordinal"},
+      {kInvalidImage, "device kernel image is invalid"},
+      {kInvalidContext, "invalid device context"},
+      {kNoBinaryForGpu,
+       "no kernel image is available for execution on the device (the "
+       "emulator runs PTX, not SASS)"},
+      {kInvalidPtx, "a PTX JIT compilation failed"},
+      {kInvalidHandle, "invalid resource handle"},
+      {kNotFound, "named symbol not found"},
+      {kNotReady, "device not ready"},
+      {kIllegalAddress, "an illegal memory access was encountered"},
+      {kLaunchOutOfResources, "too many resources requested for launch"},
+      {kMisalignedAddress, "misaligned address"},
+      {kLaunchFailed, "unspecified launch failure"},
+      {kNotSupported, "operation not supported"},
+      {kUnknown, "unknown error"}};
+  auto it = texts.find(error);
+  if (it == texts.end()) {
+    *text = nullptr;
+    return kInvalidValue;
+  }
+  *text = it->second;
+  return kSuccess;
+}
+
+CUresult cuGetErrorName(CUresult error, const char **text) {
+  return cuGetErrorString(error, text);
+}
+
+} // extern "C"
