@@ -6,7 +6,7 @@ import lit.formats
 
 config.name = "moe-compiler"
 config.test_format = lit.formats.ShTest(execute_external=True)
-config.suffixes = [".mlir", ".test"]
+config.suffixes = [".mlir", ".test", ".ptx"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.moe_obj_root, "test")
 config.excludes = ["unittests", "Inputs", "CMakeLists.txt", "lit.cfg.py",
@@ -64,3 +64,15 @@ if os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0"):
     # Two GPUs: sharded layers over NCCL, one rank per GPU.
     if os.path.exists("/dev/nvidia1"):
         config.available_features.add("cuda-2")
+# The PTX emulator behind a drop-in CUDA driver (emu/). %cuda_emu names it
+# for the emulator's own tests; without a GPU, every test that needs one
+# runs on it (feature cuda-emu), the runtime directed there by
+# MOE_CUDA_DRIVER.
+cuda_emu = os.path.join(config.moe_obj_root, "lib", "libcuda-emu.so")
+if os.path.exists(cuda_emu):
+    config.available_features.add("emu")
+    config.substitutions.append(("%cuda_emu", cuda_emu))
+    if "cuda" not in config.available_features:
+        config.available_features.add("cuda")
+        config.available_features.add("cuda-emu")
+        config.environment["MOE_CUDA_DRIVER"] = cuda_emu

@@ -19,7 +19,9 @@
 // MOE_EMU_TRACE=<cta>:<warp> traces one warp's instructions (to
 // MOE_EMU_TRACE_FILE, else stderr); MOE_EMU_STATS=1 prints each kernel's
 // emulated instruction counts and rates at exit;
-// MOE_EMU_INSTRUCTION_LIMIT bounds one launch.
+// MOE_EMU_INSTRUCTION_LIMIT bounds one launch; MOE_EMU_PTX=<file> loads
+// that file's PTX in place of every PTX module the program loads (to run
+// an edited copy of a kernel).
 //
 //===----------------------------------------------------------------------===//
 
@@ -394,8 +396,23 @@ CUresult cuModuleLoadData(void **module, const void *image) {
     return kNoBinaryForGpu;
   }
   std::string text(static_cast<const char *>(image));
+  std::string ptxName = "module.ptx";
+  if (const char *path = std::getenv("MOE_EMU_PTX"); path && *path) {
+    // A debugging hook: run this file's PTX instead (an edited copy).
+    FILE *f = std::fopen(path, "rb");
+    if (!f) {
+      std::fprintf(stderr, "moe-emu: cannot read MOE_EMU_PTX '%s'\n", path);
+      return kInvalidPtx;
+    }
+    text.clear();
+    char buf[65536];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;)
+      text.append(buf, n);
+    std::fclose(f);
+    ptxName = path;
+  }
   std::string error;
-  std::shared_ptr<Module> m = loadModule(text, "ptx", error);
+  std::shared_ptr<Module> m = loadModule(text, ptxName, error);
   if (!m) {
     std::fprintf(stderr, "moe-emu: cannot load the PTX module: %s\n",
                  error.c_str());

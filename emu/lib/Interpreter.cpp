@@ -117,6 +117,19 @@ bool GlobalMemory::find(uint64_t address, uint64_t &start,
   return true;
 }
 
+bool GlobalMemory::nearestBelow(uint64_t address, uint64_t &start,
+                                uint64_t &size) const {
+  std::lock_guard<std::mutex> lock(impl->mutex);
+  auto it = impl->blocks.upper_bound(address);
+  if (it == impl->blocks.begin())
+    return false;
+  --it;
+  start = it->first;
+  size = it->second.size;
+  // Only close misses: within the allocation's rounding to 256 bytes.
+  return address < start + (size + 255) / 256 * 256;
+}
+
 bool GlobalMemory::contains(uint64_t address, size_t bytes) const {
   uint64_t start, size;
   return find(address, start, size) && address + bytes <= start + size;
@@ -402,6 +415,12 @@ private:
     if (!mem.find(addr, s, size)) {
       if (addr < 4096)
         fail(lane, "global access at " + hex(addr) + " (a null pointer)");
+      if (mem.nearestBelow(addr, s, size))
+        fail(lane, "global access of " + std::to_string(bytes) + " bytes at " +
+                       hex(addr) + " runs past the end of the " +
+                       std::to_string(size) + "-byte allocation at " + hex(s) +
+                       " (by " + std::to_string(addr + bytes - s - size) +
+                       " bytes)");
       fail(lane, "global access of " + std::to_string(bytes) + " bytes at " +
                      hex(addr) + " is outside every allocation");
     }
@@ -1898,8 +1917,15 @@ void Engine::execute(Cta &cta, Warp &w, uint32_t pc, uint32_t mask) {
       ++cta.exited;
     }
     advance(w, mask & ~active);
-    if (active)
+    if (active) {
       checkBarriers(cta);
+      // Warpgroups waiting to grow their registers look again.
+      for (Warp &o : cta.warps)
+        for (int l = 0; l < 32; ++l)
+          if (o.state[l] == AtCollective &&
+              k.code[o.pc[l]].op == Op::Setmaxnreg)
+            o.state[l] = Ready;
+    }
     return;
   case Op::Trap:
     if (active)

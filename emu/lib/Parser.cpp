@@ -869,6 +869,7 @@ private:
         in.text += ' ';
       in.text += tok.text;
     }
+    in.text += ';';
     decode(opcode, in);
     k->code.push_back(std::move(in));
   }

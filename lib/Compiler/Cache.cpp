@@ -16,9 +16,11 @@
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/TargetParser/Host.h"
 
+#include <climits>
 #include <cstdlib>
 #include <dlfcn.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -50,16 +52,31 @@ CompileResult mlir::moe::compileCached(const std::string &input,
 
 /// The file holding this compiler (library or executable), its size and
 /// modification time: a rebuilt compiler of the same version misses the
-/// cache instead of serving what the old one compiled.
-static std::string buildIdentity() {
+/// cache instead of serving what the old one compiled. For code in the
+/// executable, dladdr names it as it was started (argv[0], "moe-compile"
+/// when found on PATH), which is no path to stat: /proc/self/exe is.
+std::string mlir::moe::buildIdentity() {
   static const std::string identity = [] {
     Dl_info info;
-    struct stat st;
     if (!dladdr(reinterpret_cast<void *>(&buildIdentity), &info) ||
-        !info.dli_fname || ::stat(info.dli_fname, &st) != 0)
+        !info.dli_fname)
       return std::string();
-    return std::string(info.dli_fname) + ":" + std::to_string(st.st_size) +
-           ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+    std::string file = info.dli_fname;
+    char resolved[PATH_MAX];
+    struct stat st;
+    if (file.find('/') == std::string::npos || ::stat(file.c_str(), &st) != 0) {
+      ssize_t n = ::readlink("/proc/self/exe", resolved, sizeof resolved - 1);
+      if (n <= 0)
+        return std::string();
+      resolved[n] = 0;
+      file = resolved;
+    } else if (::realpath(file.c_str(), resolved)) {
+      file = resolved;
+    }
+    if (::stat(file.c_str(), &st) != 0)
+      return std::string();
+    return file + ":" + std::to_string(st.st_size) + ":" +
+           std::to_string(st.st_mtim.tv_sec) + "." +
            std::to_string(st.st_mtim.tv_nsec);
   }();
   return identity;

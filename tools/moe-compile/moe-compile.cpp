@@ -116,6 +116,11 @@ static cl::opt<bool> noCache("no-cache",
                                       "cache ($MOE_CACHE_DIR)"),
                              cl::init(false), cl::cat(category));
 
+static cl::opt<bool> printBuildIdentity(
+    "print-build-identity",
+    cl::desc("Print the build identity that cache keys include, and exit"),
+    cl::init(false), cl::Hidden, cl::cat(category));
+
 static int fail(const llvm::Twine &message) {
   llvm::errs() << "moe-compile: error: " << message << "\n";
   return 1;
@@ -205,6 +210,10 @@ int main(int argc, char **argv) {
   }
   cl::ParseCommandLineOptions(argc, argv, "moe-compiler: MoE layer compiler\n");
 
+  if (printBuildIdentity) {
+    llvm::outs() << buildIdentity() << "\n";
+    return 0;
+  }
   if (inputFile.empty() == hfConfig.empty())
     return fail("give exactly one input: a .mlir file or --hf-config=PATH");
   CompileOptions options;

@@ -100,6 +100,10 @@ CompileResult compileCached(const std::string &input,
 std::string cacheKey(const std::string &input, InputKind kind,
                      const CompileOptions &options);
 
+/// "<file>:<size>:<mtime>" of the file that holds this compiler (empty if
+/// it cannot be found): the build part of every cache key.
+std::string buildIdentity();
+
 /// The cache directory: $MOE_CACHE_DIR, else $XDG_CACHE_HOME/moe-compiler,
 /// else $HOME/.cache/moe-compiler.
 std::optional<std::string> cacheDirectory();

@@ -44,6 +44,9 @@ public:
   bool contains(uint64_t address, size_t bytes) const;
   /// The allocation containing `address`: its start and size, or false.
   bool find(uint64_t address, uint64_t &start, uint64_t &size) const;
+  /// The allocation just below `address` when `address` is a near miss past
+  /// its end (inside its 256-byte rounding).
+  bool nearestBelow(uint64_t address, uint64_t &start, uint64_t &size) const;
 
 private:
   struct Impl;

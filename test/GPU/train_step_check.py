@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""One sm_90a training step (moe-train --device=cuda, on a GPU or the PTX
+emulator) against one step of the host bundle of the same layer.
+
+Both runs take the same weights and batch (values bf16 represents
+exactly, so both compute copies agree), dump their gradients and write a
+checkpoint after the step. Compared: the loss and every gradient (the
+host's are checked against finite differences elsewhere), AdamW's first
+step on the GPU's own gradient (m, v and the updated f32 master, from
+AdamW's definition), and the selection bias after DeepSeek's
+auxiliary-loss-free update.
+
+  train_step_check.py --config C --bundle SM90.moeb --host-bundle HOST.moeb
+                      --moe-train P --work DIR [--tokens T] [--seed S]
+                      [--tol TOL]
+"""
+import argparse
+import glob
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "Integration"))
+import reference  # noqa: E402
+
+LR, GAMMA, BETA1, BETA2, EPS = 1e-3, 1e-3, 0.9, 0.999, 1e-8
+
+
+def read_manifest(path):
+    with open(path, "rb") as f:
+        head = f.read(32)
+        size, blobs = struct.unpack("<QQ", head[16:32])
+        f.seek(32 + 8 * blobs)
+        return json.loads(f.read(size))
+
+
+def bf16_round(a):
+    return reference.bf16_to_f32(reference.f32_to_bf16_bits(np.asarray(a, np.float32)))
+
+
+def stacked(manifest, raw):
+    """Per-expert tensors (checkpoint names) stacked under their roles."""
+    out = {}
+    for p in manifest["parameters"]:
+        if p["stack"]:
+            out[p["role"]] = np.stack([raw[p["name"].replace("{i}", str(i))]
+                                       for i in range(p["stack"])])
+        elif p["name"] in raw:
+            out[p["role"]] = raw[p["name"]]
+    return out
+
+
+def rel(got, want):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    d = np.linalg.norm(want)
+    return np.linalg.norm(got - want) / d if d > 0 else np.linalg.norm(got)
+
+
+def train(moe_train, bundle, work, weights, batch, device):
+    grads = os.path.join(work, device + "-grads.safetensors")
+    ckpt = os.path.join(work, device + "-ckpt")
+    run = subprocess.run([moe_train, bundle, "--device=" + device, "--steps", "1",
+                          "--lr", str(LR), "--bias-update", str(GAMMA),
+                          "--weights", weights, "--inputs", batch,
+                          "--dump-grads", grads, "--checkpoint", ckpt,
+                          "--checkpoint-every", "1"], capture_output=True, text=True)
+    if run.returncode:
+        sys.exit("moe-train --device=%s failed:\n%s%s" % (device, run.stdout, run.stderr))
+    loss = float(run.stdout.split("loss")[1].split()[0])
+    state = glob.glob(os.path.join(ckpt, "step-*", "state.safetensors"))
+    if len(state) != 1:
+        sys.exit("moe-train --device=%s wrote no checkpoint" % device)
+    return loss, reference.read_safetensors(grads), reference.read_safetensors(state[0])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    for name in ("config", "bundle", "host-bundle", "moe-train", "work"):
+        ap.add_argument("--" + name, required=True)
+    ap.add_argument("--tokens", type=int, default=37)
+    ap.add_argument("--seed", type=int, default=3)
+    ap.add_argument("--tol", type=float, default=2e-2)
+    ap.add_argument("--verbose", action="store_true")
+    args = ap.parse_args()
+    cfg = reference.Config(args.config)
+    manifest = read_manifest(args.host_bundle)
+    rng = np.random.default_rng(args.seed)
+    weights = {}
+    for p in manifest["parameters"]:
+        shape = p["shape"][1:] if p["stack"] else p["shape"]
+        bound = 0.1 if p["role"] == "score_bias" else 1.0 / np.sqrt(shape[-1])
+        for i in range(max(p["stack"], 1)):
+            weights[p["name"].replace("{i}", str(i))] = bf16_round(
+                rng.uniform(-bound, bound, size=shape))
+    x = bf16_round(rng.uniform(-1, 1, size=(args.tokens, cfg.hidden)))
+    target = rng.uniform(-0.1, 0.1, size=x.shape).astype(np.float32)
+    os.makedirs(args.work, exist_ok=True)
+    wpath = os.path.join(args.work, "w.safetensors")
+    batch = os.path.join(args.work, "batch.safetensors")
+    reference.write_safetensors(wpath, weights)
+    reference.write_safetensors(batch, {"x": x, "target": target})
+
+    host_loss, host_grads, host_state = train(args.moe_train, args.host_bundle,
+                                              args.work, wpath, batch, "host")
+    loss, grads, state = train(args.moe_train, args.bundle, args.work, wpath,
+                               batch, "cuda")
+    failures = []
+
+    def expect(what, err, bound):
+        if args.verbose:
+            print("%s: %.2e (bound %.0e)" % (what, err, bound))
+        if not err <= bound:
+            failures.append("%s: %.2e > %.0e" % (what, err, bound))
+
+    expect("loss", rel(loss, host_loss), args.tol)
+    names = sorted(host_grads)
+    if sorted(grads) != names:
+        failures.append("the runs dump different gradients")
+    for n in names:
+        expect(n + ".grad", rel(grads.get(n, 0), host_grads[n]), args.tol)
+    # AdamW's first step on the GPU's own gradient: bias-corrected moments
+    # m / (1 - beta1) = g and v / (1 - beta2) = g^2 (beta1 and beta2 as the
+    # f32 values the kernels read).
+    c1, c2 = 1 - float(np.float32(BETA1)), 1 - float(np.float32(BETA2))
+    g = stacked(manifest, grads)
+    w0 = stacked(manifest, weights)
+    checked = 0
+    for role, grad in g.items():
+        if role == "score_bias" or role + ".m" not in state:
+            continue
+        grad = grad.astype(np.float64)
+        m, v = c1 * grad, c2 * grad * grad
+        w = w0[role] - LR * (m / c1) / (np.sqrt(v / c2) + EPS)
+        expect(role + ".m", rel(state[role + ".m"], m), 1e-6)
+        expect(role + ".v", rel(state[role + ".v"], v), 1e-5)
+        expect(role + " (updated)", rel(state[role], w), 1e-6)
+        checked += 1
+    if cfg.bias:
+        expect("score_bias", float(np.abs(state["score_bias"] -
+                                          host_state["score_bias"]).max()), 1e-6)
+    for f in failures:
+        print("FAIL " + f)
+    print("train-step-check: loss and %d gradients, AdamW on %d weights, %d failed"
+          % (len(names), checked, len(failures)))
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
