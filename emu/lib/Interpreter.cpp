@@ -321,6 +321,10 @@ private:
       return o.imm;
     case Operand::Sym:
       return symbolAddress(o.sym);
+    case Operand::Vec:
+      if (o.elems.size() == 1) // {%r}: a one-element vector
+        return read(w, o.elems[0], lane);
+      [[fallthrough]];
     default:
       fail(lane, "this operand cannot be read as a value");
     }

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Regenerates the reference PTX the emulator's tests run (test/Emu/Inputs/
+reference/): Triton kernels compiled for sm_90a (GPUTarget("cuda", 90,
+64); no GPU needed) and, with nvcc, CUTLASS 3.x sm90 GEMMs. Each kernel's
+launch facts (shared memory, warps, tensor descriptors) go into
+kernels.json beside the PTX. Run by scripts/gen-reference-ptx.sh, which
+makes a virtual environment with triton and nvidia-cutlass.
+
+  generate.py OUT_DIR
+"""
+import json
+import os
+import sys
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import triton_kernels as tk  # noqa: E402
+
+TARGET = GPUTarget("cuda", 90, 64)
+
+
+def compile_triton(out, name, fn, signature, constexprs, num_warps, num_stages):
+    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
+    k = triton.compile(src, target=TARGET,
+                       options={"num_warps": num_warps, "num_stages": num_stages})
+    with open(os.path.join(out, name + ".ptx"), "w") as f:
+        f.write(k.asm["ptx"])
+    meta = {"kernel": k.metadata.name, "shared": k.metadata.shared,
+            "threads": 32 * k.metadata.num_warps, "compiler": "triton " + triton.__version__,
+            "constexprs": constexprs}
+    descs = getattr(k.metadata, "tensordesc_meta", None)
+    if descs:
+        meta["tensor_descriptors"] = [{"block": d["block_size"], "swizzle": d["swizzle"]}
+                                      for d in descs]
+    return meta
+
+
+def main():
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    kernels = {}
+    ptr = {"bf16": "*bf16", "fp8": "*fp8e4nv"}
+    i32 = "i32"
+    for dtype, warps in (("bf16", 8), ("fp8", 4)):
+        sig = {"a_ptr": ptr[dtype], "b_ptr": ptr[dtype], "c_ptr": "*bf16", "M": i32, "N": i32,
+               "K": i32, "stride_am": i32, "stride_bk": i32, "stride_cm": i32}
+        kernels["triton_matmul_" + dtype] = compile_triton(
+            out, "triton_matmul_" + dtype, tk.matmul, sig,
+            {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64 if dtype == "bf16" else 128},
+            warps, 3)
+    desc = "tensordesc<bf16[128, 64]>"
+    kernels["triton_matmul_tma"] = compile_triton(
+        out, "triton_matmul_tma", tk.matmul_tma,
+        {"a_desc": desc, "b_desc": desc, "c_desc": "tensordesc<bf16[128, 128]>",
+         "M": i32, "N": i32, "K": i32},
+        {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "NUM_SMS": 4}, 8, 3)
+    kernels["triton_fused_moe"] = compile_triton(
+        out, "triton_fused_moe", tk.fused_moe,
+        {"x_ptr": "*bf16", "w_ptr": "*bf16", "y_ptr": "*bf16", "topk_w_ptr": "*fp32",
+         "sorted_ids_ptr": "*i32", "expert_ids_ptr": "*i32", "num_valid": i32, "N": i32,
+         "K": i32},
+        {"TOP_K": 2, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64}, 4, 3)
+    with open(os.path.join(out, "kernels.json"), "w") as f:
+        json.dump(kernels, f, indent=1, sort_keys=True)
+        f.write("\n")
+    print("generate: %d kernels in %s" % (len(kernels), out))
+
+
+if __name__ == "__main__":
+    main()

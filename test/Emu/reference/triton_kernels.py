@@ -1,0 +1,73 @@
+"""Triton kernels whose sm_90a PTX the emulator must run: a tiled matmul
+(pointer loads, B read N-major by wgmma), a persistent matmul on TMA
+tensor descriptors, an e4m3 matmul, and a fused-MoE grouped GEMM (rows
+gathered through a sorted token list, one expert per M block, routing
+weights applied in the epilogue). Written for these tests; compiled by
+generate.py."""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
+           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        a = tl.load(a_ptr + rows[:, None] * stride_am + (k0 + ks)[None, :],
+                    mask=(rows[:, None] < M) & ((k0 + ks)[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + (k0 + ks)[:, None] * stride_bk + cols[None, :],
+                    mask=((k0 + ks)[:, None] < K) & (cols[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :], acc.to(c_ptr.dtype.element_ty),
+             mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+@triton.jit
+def matmul_tma(a_desc, b_desc, c_desc, M, N, K,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+               NUM_SMS: tl.constexpr):
+    # Persistent: each program walks tiles NUM_SMS apart; B is [N, K].
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    tiles = tl.cdiv(M, BLOCK_M) * tiles_n
+    for tile in tl.range(tl.program_id(0), tiles, NUM_SMS, flatten=True):
+        m0 = (tile // tiles_n) * BLOCK_M
+        n0 = (tile % tiles_n) * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            a = a_desc.load([m0, k0])
+            b = b_desc.load([n0, k0])
+            acc = tl.dot(a, b.T, acc)
+        c_desc.store([m0, n0], acc.to(tl.bfloat16))
+
+
+@triton.jit
+def fused_moe(x_ptr, w_ptr, y_ptr, topk_w_ptr, sorted_ids_ptr, expert_ids_ptr,
+              num_valid, N, K, TOP_K: tl.constexpr,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    # Rows of block pid_m are entries of sorted_ids (token * TOP_K + slot,
+    # padded with num_valid); all belong to expert expert_ids[pid_m].
+    # y[entry] = topk_w[entry] * (x[entry // TOP_K] @ w[e].T), w[e] is [N, K].
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    offs = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    entries = tl.load(sorted_ids_ptr + offs)
+    valid = entries < num_valid
+    expert = tl.load(expert_ids_ptr + pid_m)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        a = tl.load(x_ptr + (entries // TOP_K)[:, None] * K + (k0 + ks)[None, :],
+                    mask=valid[:, None] & ((k0 + ks)[None, :] < K), other=0.0)
+        b = tl.load(w_ptr + expert * N * K + cols[None, :] * K + (k0 + ks)[:, None],
+                    mask=(cols[None, :] < N) & ((k0 + ks)[:, None] < K), other=0.0)
+        acc = tl.dot(a, b, acc)
+    weight = tl.load(topk_w_ptr + entries, mask=valid, other=0.0)
+    acc = acc * weight[:, None]
+    tl.store(y_ptr + entries[:, None] * N + cols[None, :], acc.to(tl.bfloat16),
+             mask=valid[:, None] & (cols[None, :] < N))
