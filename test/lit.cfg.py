@@ -76,3 +76,8 @@ if os.path.exists(cuda_emu):
         config.available_features.add("cuda")
         config.available_features.add("cuda-emu")
         config.environment["MOE_CUDA_DRIVER"] = cuda_emu
+        # Several emulated GPUs, and NCCL between the ranks' processes.
+        nccl_emu = os.path.join(config.moe_obj_root, "lib", "libnccl-emu.so")
+        if os.path.exists(nccl_emu):
+            config.available_features.add("cuda-2")
+            config.environment["MOE_NCCL"] = nccl_emu

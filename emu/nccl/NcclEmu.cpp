@@ -1,0 +1,439 @@
+//===- NcclEmu.cpp - NCCL between the processes of one job, for the emulator ===//
+//
+// Part of moe-compiler's PTX emulator. libnccl-emu.so exports the NCCL
+// entry points moe-compiler's runtime binds (MOE_NCCL names it), for ranks
+// whose devices are libcuda-emu.so's: device memory is host memory in each
+// process, so ranks exchange bytes through files in a directory named by
+// the unique id (under $MOE_NCCL_EMU_DIR, else /dev/shm, else $TMPDIR).
+//
+// A send writes "<src>-<dst>-<n>" (the n-th message of the pair) to a
+// temporary name and renames it into place; the receive waits for it,
+// checks its size, copies it out and removes it. Calls between
+// ncclGroupStart and ncclGroupEnd run at ncclGroupEnd, every send before
+// any receive, so an all-to-all cannot deadlock. An all-reduce writes the
+// rank's contribution as "ar-<n>-<rank>", waits for every rank's, and sums
+// them in rank order, so every rank gets the same bits. A rank deletes its
+// contribution two all-reduces later (by then every rank has read it);
+// ncclCommDestroy waits for every rank and the last one out removes the
+// directory. Streams are ignored: the emulated driver runs all work at
+// once. A peer that does not answer within $MOE_NCCL_EMU_TIMEOUT seconds
+// (default 300) fails the call with ncclRemoteError.
+//
+//===----------------------------------------------------------------------===//
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <dirent.h>
+#include <fcntl.h>
+#include <random>
+#include <string>
+#include <sys/stat.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+namespace {
+
+using Result = int;
+enum : Result {
+  kSuccess = 0,
+  kSystemError = 2,
+  kInvalidArgument = 4,
+  kInvalidUsage = 5,
+  kRemoteError = 6,
+};
+
+struct UniqueId {
+  char internal[128];
+};
+
+struct Comm {
+  std::string dir;
+  int rank = 0, size = 1;
+  std::vector<uint64_t> sent, received; // messages per peer
+  uint64_t reductions = 0;
+  std::string lastError;
+};
+
+struct Pending {
+  bool isSend;
+  const void *send;
+  void *recv;
+  size_t bytes;
+  int peer;
+  Comm *comm;
+};
+
+thread_local int groupDepth = 0;
+thread_local std::vector<Pending> pending;
+thread_local std::string lastGlobalError;
+
+Result failWith(Comm *c, Result rc, const std::string &what) {
+  (c ? c->lastError : lastGlobalError) = what;
+  return rc;
+}
+
+double timeoutSeconds() {
+  const char *t = std::getenv("MOE_NCCL_EMU_TIMEOUT");
+  return t && *t ? std::atof(t) : 300.0;
+}
+
+size_t typeSize(int dtype) {
+  switch (dtype) {
+  case 0: case 1: return 1;       // int8, uint8
+  case 2: case 3: case 7: return 4; // int32, uint32, float32
+  case 4: case 5: case 8: return 8; // int64, uint64, float64
+  case 6: case 9: return 2;       // float16, bfloat16
+  default: return 0;
+  }
+}
+
+bool writeFile(const std::string &path, const void *data, size_t bytes) {
+  std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0)
+    return false;
+  const char *p = static_cast<const char *>(data);
+  size_t left = bytes;
+  while (left > 0) {
+    ssize_t n = ::write(fd, p, left);
+    if (n <= 0) {
+      ::close(fd);
+      return false;
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return ::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+/// Waits for `path` to appear; false on timeout.
+bool waitFor(const std::string &path) {
+  auto start = std::chrono::steady_clock::now();
+  double limit = timeoutSeconds();
+  struct stat st;
+  int spins = 0;
+  while (::stat(path.c_str(), &st) != 0) {
+    if (++spins > 1000)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    else
+      std::this_thread::yield();
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count() > limit)
+      return false;
+  }
+  return true;
+}
+
+bool readFile(const std::string &path, void *data, size_t bytes,
+              size_t &actual) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0)
+    return false;
+  struct stat st;
+  ::fstat(fd, &st);
+  actual = static_cast<size_t>(st.st_size);
+  bool ok = actual == bytes;
+  char *p = static_cast<char *>(data);
+  size_t left = ok ? bytes : 0;
+  while (left > 0) {
+    ssize_t n = ::read(fd, p, left);
+    if (n <= 0) {
+      ok = false;
+      break;
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return ok;
+}
+
+std::string pairPath(Comm *c, int src, int dst, uint64_t n) {
+  return c->dir + "/" + std::to_string(src) + "-" + std::to_string(dst) + "-" +
+         std::to_string(n);
+}
+
+Result doSend(const Pending &p) {
+  Comm *c = p.comm;
+  uint64_t n = c->sent[p.peer]++;
+  if (!writeFile(pairPath(c, c->rank, p.peer, n), p.send, p.bytes))
+    return failWith(c, kSystemError,
+                    "cannot write a message in '" + c->dir + "'");
+  return kSuccess;
+}
+
+Result doRecv(const Pending &p) {
+  Comm *c = p.comm;
+  uint64_t n = c->received[p.peer]++;
+  std::string path = pairPath(c, p.peer, c->rank, n);
+  if (!waitFor(path))
+    return failWith(c, kRemoteError,
+                    "rank " + std::to_string(p.peer) +
+                        " sent nothing within the timeout (died or hangs?)");
+  size_t actual = 0;
+  if (!readFile(path, p.recv, p.bytes, actual))
+    return failWith(c, kInvalidUsage,
+                    "rank " + std::to_string(p.peer) + " sent " +
+                        std::to_string(actual) + " bytes; rank " +
+                        std::to_string(c->rank) + " receives " +
+                        std::to_string(p.bytes));
+  ::unlink(path.c_str());
+  return kSuccess;
+}
+
+Result enqueue(const Pending &p) {
+  if (p.peer < 0 || p.peer >= p.comm->size)
+    return failWith(p.comm, kInvalidArgument,
+                    "peer " + std::to_string(p.peer) + " of " +
+                        std::to_string(p.comm->size) + " ranks");
+  if (groupDepth > 0) {
+    pending.push_back(p);
+    return kSuccess;
+  }
+  return p.isSend ? doSend(p) : doRecv(p);
+}
+
+void removeDirectory(const std::string &dir) {
+  if (DIR *d = ::opendir(dir.c_str())) {
+    while (dirent *e = ::readdir(d)) {
+      std::string name = e->d_name;
+      if (name != "." && name != "..")
+        ::unlink((dir + "/" + name).c_str());
+    }
+    ::closedir(d);
+  }
+  ::rmdir(dir.c_str());
+}
+
+} // namespace
+
+extern "C" {
+
+Result ncclGetVersion(int *version) {
+  if (!version)
+    return kInvalidArgument;
+  *version = 22800;
+  return kSuccess;
+}
+
+Result ncclGetUniqueId(UniqueId *id) {
+  if (!id)
+    return kInvalidArgument;
+  std::random_device rd;
+  uint64_t a = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+               static_cast<uint64_t>(::getpid());
+  uint64_t b = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  std::memset(id, 0, sizeof *id);
+  std::snprintf(id->internal, sizeof id->internal, "moe-nccl-emu-%016llx%016llx",
+                static_cast<unsigned long long>(a),
+                static_cast<unsigned long long>(b));
+  return kSuccess;
+}
+
+Result ncclCommInitRankConfig(void **comm, int nranks, UniqueId id, int rank,
+                              void *) {
+  if (!comm || nranks < 1 || rank < 0 || rank >= nranks)
+    return failWith(nullptr, kInvalidArgument, "bad rank or rank count");
+  if (std::strncmp(id.internal, "moe-nccl-emu-", 13) != 0)
+    return failWith(nullptr, kInvalidArgument,
+                    "the unique id is not one of libnccl-emu's");
+  std::string base;
+  if (const char *d = std::getenv("MOE_NCCL_EMU_DIR"); d && *d)
+    base = d;
+  else if (::access("/dev/shm", W_OK) == 0)
+    base = "/dev/shm";
+  else if (const char *t = std::getenv("TMPDIR"); t && *t)
+    base = t;
+  else
+    base = "/tmp";
+  auto *c = new Comm;
+  c->dir = base + "/" + std::string(id.internal, ::strnlen(id.internal, 127));
+  c->rank = rank;
+  c->size = nranks;
+  c->sent.assign(static_cast<size_t>(nranks), 0);
+  c->received.assign(static_cast<size_t>(nranks), 0);
+  if (::mkdir(c->dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    delete c;
+    return failWith(nullptr, kSystemError, "cannot make '" + base + "/...'");
+  }
+  *comm = c;
+  return kSuccess;
+}
+
+Result ncclCommInitRank(void **comm, int nranks, UniqueId id, int rank) {
+  return ncclCommInitRankConfig(comm, nranks, id, rank, nullptr);
+}
+
+Result ncclCommGetAsyncError(void *comm, Result *state) {
+  if (!comm || !state)
+    return kInvalidArgument;
+  *state = kSuccess;
+  return kSuccess;
+}
+
+Result ncclCommCount(void *comm, int *count) {
+  if (!comm || !count)
+    return kInvalidArgument;
+  *count = static_cast<Comm *>(comm)->size;
+  return kSuccess;
+}
+
+Result ncclCommUserRank(void *comm, int *rank) {
+  if (!comm || !rank)
+    return kInvalidArgument;
+  *rank = static_cast<Comm *>(comm)->rank;
+  return kSuccess;
+}
+
+Result ncclCommDestroy(void *comm) {
+  auto *c = static_cast<Comm *>(comm);
+  if (!c)
+    return kInvalidArgument;
+  // Every rank has finished its collectives once it announces it; the last
+  // rank to see all announcements and leave removes the directory.
+  std::string fin = c->dir + "/fin-" + std::to_string(c->rank);
+  writeFile(fin, "", 0);
+  bool all = true;
+  for (int r = 0; r < c->size && all; ++r)
+    all = waitFor(c->dir + "/fin-" + std::to_string(r));
+  if (all) {
+    writeFile(c->dir + "/left-" + std::to_string(c->rank), "", 0);
+    int left = 0;
+    struct stat st;
+    for (int r = 0; r < c->size; ++r)
+      left += ::stat((c->dir + "/left-" + std::to_string(r)).c_str(), &st) == 0;
+    if (left == c->size)
+      removeDirectory(c->dir);
+  }
+  delete c;
+  return kSuccess;
+}
+
+Result ncclCommAbort(void *comm) {
+  auto *c = static_cast<Comm *>(comm);
+  if (!c)
+    return kInvalidArgument;
+  removeDirectory(c->dir);
+  delete c;
+  return kSuccess;
+}
+
+Result ncclGroupStart() {
+  ++groupDepth;
+  return kSuccess;
+}
+
+Result ncclGroupEnd() {
+  if (groupDepth == 0)
+    return failWith(nullptr, kInvalidUsage, "ncclGroupEnd without a start");
+  if (--groupDepth > 0)
+    return kSuccess;
+  std::vector<Pending> ops;
+  ops.swap(pending);
+  for (const Pending &p : ops)
+    if (p.isSend)
+      if (Result rc = doSend(p))
+        return rc;
+  for (const Pending &p : ops)
+    if (!p.isSend)
+      if (Result rc = doRecv(p))
+        return rc;
+  return kSuccess;
+}
+
+Result ncclSend(const void *data, size_t count, int dtype, int peer,
+                void *comm, void *) {
+  size_t size = typeSize(dtype);
+  if (!comm || size == 0 || (count && !data))
+    return failWith(static_cast<Comm *>(comm), kInvalidArgument,
+                    "bad send arguments");
+  return enqueue({true, data, nullptr, count * size, peer,
+                  static_cast<Comm *>(comm)});
+}
+
+Result ncclRecv(void *data, size_t count, int dtype, int peer, void *comm,
+                void *) {
+  size_t size = typeSize(dtype);
+  if (!comm || size == 0 || (count && !data))
+    return failWith(static_cast<Comm *>(comm), kInvalidArgument,
+                    "bad receive arguments");
+  return enqueue({false, nullptr, data, count * size, peer,
+                  static_cast<Comm *>(comm)});
+}
+
+Result ncclAllReduce(const void *send, void *recv, size_t count, int dtype,
+                     int op, void *comm, void *) {
+  auto *c = static_cast<Comm *>(comm);
+  if (!c || (count && (!send || !recv)))
+    return kInvalidArgument;
+  if (op != 0 || (dtype != 7 && dtype != 8 && dtype != 2 && dtype != 4))
+    return failWith(c, kInvalidArgument,
+                    "libnccl-emu reduces sums of float32, float64, int32 and "
+                    "int64 only");
+  if (groupDepth > 0)
+    return failWith(c, kInvalidUsage,
+                    "libnccl-emu runs all-reduces outside groups only");
+  size_t bytes = count * typeSize(dtype);
+  uint64_t n = c->reductions++;
+  auto path = [&](uint64_t seq, int r) {
+    return c->dir + "/ar-" + std::to_string(seq) + "-" + std::to_string(r);
+  };
+  if (n >= 2)
+    ::unlink(path(n - 2, c->rank).c_str());
+  if (!writeFile(path(n, c->rank), send, bytes))
+    return failWith(c, kSystemError, "cannot write in '" + c->dir + "'");
+  std::vector<char> sum(bytes), part(bytes);
+  for (int r = 0; r < c->size; ++r) {
+    if (!waitFor(path(n, r)))
+      return failWith(c, kRemoteError,
+                      "rank " + std::to_string(r) +
+                          " did not join the all-reduce within the timeout");
+    size_t actual = 0;
+    if (!readFile(path(n, r), r == 0 ? sum.data() : part.data(), bytes, actual))
+      return failWith(c, kInvalidUsage,
+                      "rank " + std::to_string(r) + " reduces " +
+                          std::to_string(actual) + " bytes, this rank " +
+                          std::to_string(bytes));
+    if (r == 0)
+      continue;
+    auto add = [&](auto *acc, const auto *x) {
+      for (size_t i = 0; i < count; ++i)
+        acc[i] += x[i];
+    };
+    switch (dtype) {
+    case 7: add(reinterpret_cast<float *>(sum.data()),
+                reinterpret_cast<const float *>(part.data())); break;
+    case 8: add(reinterpret_cast<double *>(sum.data()),
+                reinterpret_cast<const double *>(part.data())); break;
+    case 2: add(reinterpret_cast<int32_t *>(sum.data()),
+                reinterpret_cast<const int32_t *>(part.data())); break;
+    default: add(reinterpret_cast<int64_t *>(sum.data()),
+                 reinterpret_cast<const int64_t *>(part.data())); break;
+    }
+  }
+  std::memcpy(recv, sum.data(), bytes);
+  return kSuccess;
+}
+
+const char *ncclGetErrorString(Result rc) {
+  switch (rc) {
+  case kSuccess: return "no error";
+  case kSystemError: return "unhandled system error";
+  case kInvalidArgument: return "invalid argument";
+  case kInvalidUsage: return "invalid usage";
+  case kRemoteError: return "remote process exited or there was a network error";
+  default: return "unknown result code";
+  }
+}
+
+const char *ncclGetLastError(void *comm) {
+  auto *c = static_cast<Comm *>(comm);
+  return c ? c->lastError.c_str() : lastGlobalError.c_str();
+}
+
+} // extern "C"
