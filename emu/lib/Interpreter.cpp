@@ -1025,6 +1025,23 @@ private:
     }
     if (dstFloat) {
       uint64_t out;
+      constexpr uint32_t kToIntegral = FRni | FRzi | FRmi | FRpi;
+      if (srcFloat && (flags & kToIntegral)) {
+        // cvt.rXi between float types: round to an integral value.
+        switch (roundOf(flags)) {
+        case Round::Nearest: x = std::nearbyint(x); break;
+        case Round::Zero: x = std::trunc(x); break;
+        case Round::Down: x = std::floor(x); break;
+        case Round::Up: x = std::ceil(x); break;
+        }
+        flags &= ~kToIntegral;
+      }
+      if (dt == Ty::F32 && !(flags & (FSat | FRz | FRm | FRp | FFtz)) &&
+          (st == Ty::BF16 || st == Ty::F16 || st == Ty::F32 ||
+           (!srcFloat && sbits <= 32))) {
+        // Exact, or rounded to nearest by the host as PTX asks.
+        return f32ToBits(static_cast<float>(x));
+      }
       if (dt == Ty::F64) {
         out = f64ToBits(x);
       } else if (dt == Ty::F32) {

@@ -20,34 +20,6 @@
 
 namespace moe::emu {
 
-unsigned bitsOf(Ty t) {
-  switch (t) {
-  case Ty::Pred: return 1;
-  case Ty::B8: case Ty::U8: case Ty::S8: case Ty::E4M3: case Ty::E5M2:
-    return 8;
-  case Ty::B16: case Ty::U16: case Ty::S16: case Ty::F16: case Ty::BF16:
-  case Ty::E4M3x2: case Ty::E5M2x2:
-    return 16;
-  case Ty::B32: case Ty::U32: case Ty::S32: case Ty::F32: case Ty::F16x2:
-  case Ty::BF16x2: case Ty::TF32:
-    return 32;
-  case Ty::B64: case Ty::U64: case Ty::S64: case Ty::F64:
-    return 64;
-  case Ty::B128: return 128;
-  case Ty::None: return 0;
-  }
-  return 0;
-}
-
-bool isSignedInt(Ty t) {
-  return t == Ty::S8 || t == Ty::S16 || t == Ty::S32 || t == Ty::S64;
-}
-
-bool isFloat(Ty t) {
-  return t == Ty::F16 || t == Ty::F16x2 || t == Ty::BF16 ||
-         t == Ty::BF16x2 || t == Ty::F32 || t == Ty::F64 || t == Ty::TF32;
-}
-
 const char *tyName(Ty t) {
   static const char *names[] = {
       "none", "pred", "b8",  "b16", "b32",   "b64",  "b128", "u8",

@@ -29,9 +29,17 @@ enum class Ty : uint8_t {
   E4M3, E5M2, E4M3x2, E5M2x2,
 };
 
-unsigned bitsOf(Ty t);
-bool isSignedInt(Ty t);
-bool isFloat(Ty t);
+/// Width in bits, signedness and floatness of each type, by its enum value.
+constexpr uint8_t kTyBits[] = {0, 1, 8, 16, 32, 64, 128, 8, 16, 32, 64, 8,
+                               16, 32, 64, 16, 32, 16, 32, 32, 64, 32, 8, 8,
+                               16, 16};
+inline unsigned bitsOf(Ty t) { return kTyBits[static_cast<int>(t)]; }
+inline bool isSignedInt(Ty t) {
+  return t == Ty::S8 || t == Ty::S16 || t == Ty::S32 || t == Ty::S64;
+}
+inline bool isFloat(Ty t) {
+  return t >= Ty::F16 && t <= Ty::TF32;
+}
 const char *tyName(Ty t);
 
 /// State spaces of memory instructions and variables.

@@ -70,13 +70,9 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
     return "unknown --emit '" + o.emit +
            "' for --target=host (expected mlir, llvm or bundle)";
   if (o.target == "sm_90a" && o.emit != "mlir" && o.emit != "ptx" &&
-      o.emit != "cubin" && o.emit != "bundle" && o.emit != "host-emulation")
+      o.emit != "cubin" && o.emit != "bundle")
     return "unknown --emit '" + o.emit +
-           "' for --target=sm_90a (expected mlir, ptx, cubin, bundle or "
-           "host-emulation)";
-  if (o.emit == "host-emulation" && !o.train)
-    return "--emit=host-emulation needs --train (it emulates the training "
-           "kernels)";
+           "' for --target=sm_90a (expected mlir, ptx, cubin or bundle)";
   if (o.target == "sm_90a" && o.alignment && o.alignment % 128 != 0)
     return "--alignment must be a multiple of 128 (the grouped GEMM's M "
            "block) for --target=sm_90a, got " +
@@ -93,9 +89,8 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
   if (o.train && o.emit == "mlir")
     return "--train needs --emit=llvm or --emit=bundle";
   if (o.train && o.target == "sm_90a" && o.emit != "bundle" &&
-      o.emit != "ptx" && o.emit != "host-emulation")
-    return "--train needs --emit=ptx, --emit=bundle or --emit=host-emulation "
-           "for --target=sm_90a";
+      o.emit != "ptx")
+    return "--train needs --emit=ptx or --emit=bundle for --target=sm_90a";
   if (o.target == "host" && (!o.smPartition.empty() || o.report))
     return std::string(o.report ? "--report" : "--sm-partition") +
            " needs --target=sm_90a";
@@ -218,40 +213,6 @@ static std::string formatReport(const std::vector<Sm90KernelReport> &kernels) {
   return text;
 }
 
-/// The training schedule's SIMT kernels as host functions in a shared
-/// object (moegpu-emulate-on-host), for checking them without a GPU.
-static CompileResult &emulateOnHost(ModuleOp module,
-                                    const CompileOptions &options,
-                                    TimingScope &timing,
-                                    CompileResult &result) {
-  {
-    PassManager pm(module.getContext());
-    TimingScope scope = timing.nest("Kernels as host functions");
-    pm.enableTiming(scope);
-    ConvertMoeToMoeGpuOptions convert;
-    convert.alignment = alignmentFor(options);
-    convert.train = true;
-    pm.addPass(createConvertMoeToMoeGpu(convert));
-    pm.addPass(createMoeGpuEmulateOnHost());
-    buildHostLoweringToLLVM(pm);
-    if (failed(pm.run(module))) {
-      if (result.diagnostics.empty())
-        result.error = "emulating the sm_90a kernels on the host failed";
-      return result;
-    }
-  }
-  addSoftFloatHelpers(module);
-  llvm::LLVMContext llvmContext;
-  std::unique_ptr<llvm::Module> llvmModule =
-      translateForHost(module, llvmContext, options.mcpu);
-  if (!llvmModule) {
-    result.error = "translation to LLVM IR failed";
-    return result;
-  }
-  emitSharedObject(*llvmModule, options.mcpu, result.output, result.error);
-  return result;
-}
-
 static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
                                      WeightNaming naming,
                                      const CompileOptions &options,
@@ -269,8 +230,6 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
   std::vector<TrainArgument> trainArguments;
   if (options.train)
     trainArguments = listTrainArguments(layer);
-  if (options.emit == "host-emulation")
-    return emulateOnHost(module, options, timing, result);
   // The kernel pipeline erases the layer's function.
   auto ranks = static_cast<int64_t>(layer.getEpSize());
   Sm90Options sm90;

@@ -48,10 +48,8 @@ static cl::opt<std::string>
     emit("emit",
          cl::desc("Output: mlir (the verified moe-level module, as parsed or "
                   "imported), llvm (host: optimized LLVM IR), ptx (sm_90a: "
-                  "one PTX module with every kernel), cubin (sm_90a), "
-                  "bundle, or host-emulation (sm_90a --train: the SIMT "
-                  "training kernels as host functions in a shared object, "
-                  "for checking them without a GPU)"),
+                  "one PTX module with every kernel), cubin (sm_90a) or "
+                  "bundle"),
          cl::init("bundle"), cl::cat(category));
 static cl::opt<std::string> outputFile("o", cl::desc("Output file"),
                                        cl::value_desc("path"), cl::init("-"),
@@ -234,7 +232,7 @@ int main(int argc, char **argv) {
   options.passManagerCLOptions = true;
   if (std::string error = validateOptions(options); !error.empty())
     return fail(error);
-  if ((emit == "bundle" || emit == "cubin" || emit == "host-emulation") &&
+  if ((emit == "bundle" || emit == "cubin") &&
       outputFile == "-")
     return fail("--emit=" + emit + " needs an output file (-o PATH)");
 

@@ -116,34 +116,6 @@ def MoeGpuWarpSpecialize : Pass<"moegpu-warp-specialize"> {
                            "::mlir::scf::SCFDialect"];
 }
 
-def MoeGpuEmulateOnHost : Pass<"moegpu-emulate-on-host", "::mlir::ModuleOp"> {
-  let summary = "Turn SIMT kernels into host functions, for checking them "
-                "without a GPU";
-  let description = [{
-    For every kernel of `gpu.module @moe_kernels` whose threads never talk
-    to each other (no barrier, shuffle or workgroup memory, no NVGPU,
-    moegpu or inline-PTX ops besides the SFU intrinsics below), adds
-
-    ```
-    func.func @emu_<kernel>(<its memref arguments>, %grid: index, %block: index)
-    ```
-
-    to the module: its body runs every (block, thread) pair of a 1-D launch
-    in turn, with `gpu.block_id x` and `gpu.thread_id x` the loop
-    counters. `llvm.nvvm.ex2.approx.ftz.f` becomes `math.exp2` and
-    `llvm.nvvm.sqrt.rn.f` becomes `math.sqrt`. Running threads one after
-    the other is a valid interleaving of kernels whose threads share only
-    atomics and disjoint stores, which is what these kernels promise.
-    The other kernels are listed in `moegpu.not_emulated`; the GPU module
-    is erased. moe-compile --emit=host-emulation links the result into a
-    shared object, and test/Integration/sm90_train_emu.py runs the
-    training kernels of a bundle with it.
-  }];
-  let dependentDialects = ["::mlir::func::FuncDialect",
-                           "::mlir::math::MathDialect",
-                           "::mlir::scf::SCFDialect"];
-}
-
 def MoeExpertParallel : Pass<"moe-expert-parallel", "::mlir::ModuleOp"> {
   let summary = "Shard every layer's experts over `ep` ranks";
   let description = [{
