@@ -38,6 +38,7 @@
 
 #include "Float.h"
 #include "Ptx.h"
+#include "Races.h"
 
 #include <algorithm>
 #include <chrono>
@@ -224,6 +225,7 @@ struct Cta {
   } bars[16];
   std::unordered_map<uint32_t, MBarrier> mbars;
   uint32_t threads = 0, exited = 0;
+  RaceDetector races;
 };
 
 struct Fault {};
@@ -444,6 +446,24 @@ private:
       fail(lane, "local memory access at " + hex(addr) + " is out of bounds (" +
                      std::to_string(k.localBytes) + " bytes per thread)");
     return w.local + static_cast<size_t>(lane) * k.localBytes + addr;
+  }
+
+  static uint32_t tidOf(const Warp &w, int lane) {
+    return w.index * 32 + static_cast<uint32_t>(lane);
+  }
+
+  /// The race check of an access to [p, p + bytes) when it is the CTA's
+  /// shared memory.
+  void checkShared(Cta &cta, Warp &w, int lane, const uint8_t *p,
+                   uint32_t bytes, bool isWrite) {
+    if (!cta.races.enabled() || p < cta.smem.data() ||
+        p >= cta.smem.data() + cta.smem.size())
+      return;
+    auto offset = static_cast<uint32_t>(p - cta.smem.data());
+    std::string race = isWrite ? cta.races.write(tidOf(w, lane), offset, bytes)
+                               : cta.races.read(tidOf(w, lane), offset, bytes);
+    if (!race.empty())
+      fail(lane, race);
   }
 
   uint8_t *paramPtr(uint64_t addr, size_t bytes, int lane) {
@@ -1121,6 +1141,9 @@ private:
     if (b.pending == 0 && b.tx == 0) {
       ++b.phase;
       b.pending = b.expected;
+      if (cta.races.enabled())
+        if (int s = cta.races.slot(addr, false); s >= 0)
+          cta.races.phaseCompleted(s, b.phase);
       wakeMbarrier(cta, addr);
     }
   }
@@ -1163,7 +1186,11 @@ private:
           if (w.state[l] == AtBarrier && w.wait[l] == id) {
             w.state[l] = Ready;
             ++w.pc[l];
+            if (cta.races.enabled())
+              cta.races.acquire(tidOf(w, l), cta.races.barrier(id));
           }
+      if (cta.races.enabled())
+        cta.races.clearBarrier(id);
       b = Cta::Bar{};
     }
   }
@@ -1279,9 +1306,22 @@ private:
       uint8_t *smem = target->smem.data();
       unsigned es = d.elementBytes;
       bool nanFill = d.oobFill == 1;
+      RaceDetector &races = target->races;
+      int slot = races.enabled() ? races.slot(mbarAddr, false) : -1;
+      uint32_t phase = mbarrier(*target, mbarAddr, lane).phase;
       walkBox(d, coords, dst, lane, [&](uint32_t s, uint64_t g, uint32_t) {
         if (s + es > target->smem.size())
           fail(lane, "the swizzled TMA box runs past shared memory");
+        if (races.enabled()) {
+          if (target == &cta) {
+            std::string race =
+                races.asyncWrite(tidOf(w, lane), slot, phase, s, es);
+            if (!race.empty())
+              fail(lane, "TMA copy: " + race);
+          } else {
+            races.recordAsync(slot, phase, s, es);
+          }
+        }
         if (g) {
           std::memcpy(smem + s, globalPtr(g, es, lane), es);
         } else if (nanFill) {
@@ -1292,6 +1332,8 @@ private:
       });
       uint32_t addr = mbarAddr;
       MBarrier &b = mbarrier(*target, addr, lane);
+      if (target == &cta && slot >= 0)
+        races.release(tidOf(w, lane), races.mbarrierAcc(slot));
       b.tx -= bytes;
       completePhaseIfDone(*target, addr, b);
     }
@@ -1315,6 +1357,7 @@ private:
     walkBox(d, coords, src, lane, [&](uint32_t s, uint64_t g, uint32_t) {
       if (s + es > cta.smem.size())
         fail(lane, "the TMA box runs past the end of shared memory");
+      checkShared(cta, w, lane, cta.smem.data() + s, es, false);
       if (g)
         std::memcpy(globalPtr(g, es, lane), cta.smem.data() + s, es);
     });
@@ -1450,16 +1493,25 @@ private:
             }
           }
         }
-    } else {
+    }
+    // An operand element: its shared address through the descriptor,
+    // read (for the race check) until the group retires.
+    auto element = [&](uint64_t desc, bool trans, int mn, int kk) {
+      uint32_t a = descAddress(desc, trans, mn, kk, es);
+      if (cta.races.enabled()) {
+        std::string race = cta.races.wgmmaRead(group, group * 128, a, es);
+        if (!race.empty())
+          fail(-1, race);
+      }
+      return static_cast<float>(loadElement(cta, a, t, -1));
+    };
+    if (!aRegs)
       for (int i = 0; i < M; ++i)
         for (int kk = 0; kk < K; ++kk)
-          A[i * K + kk] = static_cast<float>(loadElement(
-              cta, descAddress(aDesc, transA, i, kk, es), t, -1));
-    }
+          A[i * K + kk] = element(aDesc, transA, i, kk);
     for (int j = 0; j < N; ++j)
       for (int kk = 0; kk < K; ++kk)
-        B[kk * N + j] = static_cast<float>(
-            loadElement(cta, descAddress(bDesc, transB, j, kk, es), t, -1));
+        B[kk * N + j] = element(bDesc, transB, j, kk);
     if (scaleA < 0)
       for (float &x : A)
         x = -x;
@@ -1612,6 +1664,7 @@ void Engine::memoryOp(Cta &cta, Warp &w, const Instr &in, uint32_t active) {
     }
     uint8_t *p = resolve(cta, w, in.space, addr, static_cast<size_t>(bytes) * n,
                          l, static_cast<size_t>(bytes) * n);
+    checkShared(cta, w, l, p, bytes * n, in.op == Op::St);
     for (unsigned e = 0; e < n; ++e) {
       const Operand &o = n > 1 ? val.elems[e] : val;
       if (in.op == Op::Ld) {
@@ -1913,8 +1966,19 @@ void Engine::execute(Cta &cta, Warp &w, uint32_t pc, uint32_t mask) {
   case Op::CpAsyncCommit:
   case Op::CpAsyncWait:
   case Op::WgmmaFence:
+    break;
   case Op::WgmmaCommit:
   case Op::WgmmaWait:
+    // Once per warpgroup (its warps run the same sequence): the race
+    // check's record of which wgmma reads are still in flight.
+    if (cta.races.enabled() && w.index % 4 == 0) {
+      uint32_t group = w.index / 4;
+      if (in.op == Op::WgmmaCommit)
+        cta.races.wgmmaCommit(group);
+      else
+        cta.races.wgmmaWait(group, group * 128,
+                            static_cast<uint32_t>(in.ops[0].imm));
+    }
     break;
   case Op::Nop:
     if (in.sub == SubOp::Exch) // createpolicy: an opaque policy value
@@ -1982,6 +2046,8 @@ void Engine::execute(Cta &cta, Warp &w, uint32_t pc, uint32_t mask) {
                    std::to_string(b.expected) + " and " + std::to_string(count));
     b.expected = count;
     b.arrived += __builtin_popcount(active);
+    if (cta.races.enabled())
+      lanes([&](int l) { cta.races.release(tidOf(w, l), cta.races.barrier(id)); });
     if (in.op == Op::BarRed)
       lanes([&](int l) {
         bool c = read(w, in.ops.back(), l) != 0;
@@ -2200,6 +2266,8 @@ void Engine::execute(Cta &cta, Warp &w, uint32_t pc, uint32_t mask) {
       MBarrier b;
       b.pending = b.expected = count;
       c.mbars[addr] = b;
+      if (c.races.enabled())
+        c.races.slot(addr, true);
     });
     break;
   case Op::MbarArrive:
@@ -2221,6 +2289,9 @@ void Engine::execute(Cta &cta, Warp &w, uint32_t pc, uint32_t mask) {
                     " arrivals with only " + std::to_string(b.pending) +
                     " pending in its phase");
       write(w, in.ops[0], l, b.phase);
+      if (&c == &cta && c.races.enabled())
+        if (int s = c.races.slot(addr, false); s >= 0)
+          c.races.release(tidOf(w, l), c.races.mbarrierAcc(s));
       b.pending -= count;
       if (in.op == Op::MbarArriveDrop)
         b.expected -= std::min(b.expected, count);
@@ -2235,6 +2306,9 @@ void Engine::execute(Cta &cta, Warp &w, uint32_t pc, uint32_t mask) {
       MBarrier &b = mbarrier(c, addr, l);
       int64_t bytes = static_cast<int64_t>(read(w, in.ops[1], l) & 0xFFFFFFFF);
       b.tx += in.op == Op::MbarExpectTx ? bytes : -bytes;
+      if (&c == &cta && c.races.enabled())
+        if (int s = c.races.slot(addr, false); s >= 0)
+          c.races.release(tidOf(w, l), c.races.mbarrierAcc(s));
       completePhaseIfDone(c, addr, b);
     });
     break;
@@ -2250,6 +2324,9 @@ void Engine::execute(Cta &cta, Warp &w, uint32_t pc, uint32_t mask) {
       uint64_t v = read(w, in.ops[2], l);
       bool done = (in.flags & FParity) ? ((b.phase & 1) != (v & 1))
                                        : (b.phase != static_cast<uint32_t>(v));
+      if (done && c.races.enabled())
+        if (int s = c.races.slot(addr, false); s >= 0)
+          c.races.acquire(tidOf(w, l), c.races.mbarrierAcc(s));
       if (done || in.op == Op::MbarTestWait) {
         write(w, in.ops[0], l, done);
         if (!done)
@@ -2289,15 +2366,21 @@ void Engine::execute(Cta &cta, Warp &w, uint32_t pc, uint32_t mask) {
         fail(l, "cp.async.bulk needs 16-byte aligned addresses and sizes");
       if (in.space == Space::Shared) {
         uint8_t *d = resolve(cta, w, Space::SharedCluster, dst, size, l, 16);
+        checkShared(cta, w, l, d, size, true);
         std::memcpy(d, resolve(cta, w, Space::Global, src, size, l, 16), size);
         uint32_t addr;
         Cta &c = mbarrierCta(cta, w, in, in.ops[3], l, addr);
         MBarrier &b = mbarrier(c, addr, l);
+        if (&c == &cta && c.races.enabled())
+          if (int s = c.races.slot(addr, false); s >= 0)
+            c.races.release(tidOf(w, l), c.races.mbarrierAcc(s));
         b.tx -= size;
         completePhaseIfDone(c, addr, b);
       } else {
-        std::memcpy(resolve(cta, w, Space::Global, dst, size, l, 16),
-                    resolve(cta, w, Space::Shared, src, size, l, 16), size);
+        uint8_t *from = resolve(cta, w, Space::Shared, src, size, l, 16);
+        checkShared(cta, w, l, from, size, false);
+        std::memcpy(resolve(cta, w, Space::Global, dst, size, l, 16), from,
+                    size);
       }
     });
     break;
@@ -2310,6 +2393,7 @@ void Engine::execute(Cta &cta, Warp &w, uint32_t pc, uint32_t mask) {
                              ? static_cast<uint32_t>(read(w, in.ops[3], l))
                              : size;
       uint8_t *d = resolve(cta, w, Space::Shared, dst, size, l);
+      checkShared(cta, w, l, d, size, true);
       std::memset(d, 0, size);
       if (srcSize)
         std::memcpy(d, resolve(cta, w, Space::Global, src, srcSize, l, size),
@@ -2414,6 +2498,7 @@ void Engine::execute(Cta &cta, Warp &w, uint32_t pc, uint32_t mask) {
         int src = static_cast<int>(mat) * 8 + r;
         uint64_t a = effectiveAddress(w, in.ops[1], src);
         rows[r] = resolve(cta, w, in.space, a, 16, src, 16);
+        checkShared(cta, w, src, rows[r], 16, in.op == Op::Stmatrix);
       }
       for (int l = 0; l < 32; ++l) {
         int row = l / 4, col = (l % 4) * 2;
@@ -2463,6 +2548,10 @@ void Engine::initCta(Cta &cta, Dim3 id, uint32_t rank, uint64_t warpBase) {
   cta.linear = id.x + static_cast<uint64_t>(grid.x) * (id.y + static_cast<uint64_t>(grid.y) * id.z);
   cta.smem.assign(smemBytes, 0);
   cta.mbars.clear();
+  if (opt.checks && smemBytes > 0)
+    cta.races.reset(block.count(), smemBytes);
+  else
+    cta.races.disable();
   for (auto &b : cta.bars)
     b = Cta::Bar{};
   uint32_t threads = block.count();
