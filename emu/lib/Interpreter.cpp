@@ -140,10 +140,122 @@ bool GlobalMemory::contains(uint64_t address, size_t bytes) const {
 // Module queries
 //===----------------------------------------------------------------------===//
 
+namespace {
+
+/// Instructions the interpreter runs on a fast path: scalar integer and f32
+/// arithmetic whose operands are plain registers or integer/f32 literals,
+/// scalar global loads and stores through a register. Everything else
+/// takes the general path.
+enum Fast : uint8_t {
+  FastNone, FastMov, FastAdd, FastSub, FastMulLo, FastMulWide, FastMadLo,
+  FastMadWide, FastAnd, FastOr, FastXor, FastShl, FastShrU, FastShrS,
+  FastSelp, FastSetpInt, FastAddF, FastSubF, FastMulF, FastFmaF, FastSetpF,
+  FastCvtBf16F32, FastCvtF32Bf16, FastCvtInt, FastLdGlobal, FastStGlobal,
+};
+
+bool plainSource(const Operand &o, Ty t) {
+  if (o.kind == Operand::Reg)
+    return !o.isFloatLiteral && !(o.reg >= SrClock && o.reg <= SrGlobaltimer);
+  if (o.kind == Operand::Imm)
+    return !o.isDoubleLiteral && (t == Ty::F32 || !o.isFloatLiteral);
+  return false;
+}
+
+uint8_t classify(const Instr &in) {
+  constexpr uint32_t kRound = FRz | FRm | FRp | FRni | FRzi | FRmi | FRpi;
+  if (in.ops.empty() || in.ops[0].kind != Operand::Reg ||
+      in.ops[0].reg < kNumSpecial)
+    return in.op == Op::St ? 0 : FastNone;
+  auto sources = [&](size_t from, Ty t) {
+    for (size_t i = from; i < in.ops.size(); ++i)
+      if (!plainSource(in.ops[i], t))
+        return false;
+    return true;
+  };
+  Ty t = in.type;
+  bool integer = !isFloat(t) && t != Ty::B128 && t != Ty::None;
+  switch (in.op) {
+  case Op::Mov:
+    return (integer || t == Ty::F32) && sources(1, t) && t != Ty::Pred
+               ? FastMov
+               : FastNone;
+  case Op::Add: case Op::Sub: case Op::Mul: case Op::Mad:
+    if (t == Ty::F32 && sources(1, t) && !(in.flags & (kRound | FFtz | FSat)))
+      return in.op == Op::Add   ? FastAddF
+             : in.op == Op::Sub ? FastSubF
+             : in.op == Op::Mul ? FastMulF
+                                : FastNone;
+    if (!integer || !sources(1, t) || (in.flags & (FSat | FHi)))
+      return FastNone;
+    if (in.op == Op::Add) return FastAdd;
+    if (in.op == Op::Sub) return FastSub;
+    if (in.op == Op::Mul) return (in.flags & FWide) ? FastMulWide : FastMulLo;
+    return (in.flags & FWide) ? FastMadWide : FastMadLo;
+  case Op::Fma:
+    return t == Ty::F32 && sources(1, t) && !(in.flags & (kRound | FFtz | FSat))
+               ? FastFmaF
+               : FastNone;
+  case Op::And: case Op::Or: case Op::Xor:
+    if (!integer || !sources(1, t))
+      return FastNone;
+    return in.op == Op::And ? FastAnd : in.op == Op::Or ? FastOr : FastXor;
+  case Op::Shl: case Op::Shr:
+    if (!integer || t == Ty::Pred || !sources(1, t))
+      return FastNone;
+    return in.op == Op::Shl ? FastShl : isSignedInt(t) ? FastShrS : FastShrU;
+  case Op::Selp:
+    return (integer || t == Ty::F32) && sources(1, t) && t != Ty::Pred
+               ? FastSelp
+               : FastNone;
+  case Op::Setp:
+    if (in.ops.size() != 3 || !sources(1, t))
+      return FastNone;
+    if (integer && t != Ty::Pred)
+      return FastSetpInt;
+    return t == Ty::F32 && !(in.flags & FFtz) ? FastSetpF : FastNone;
+  case Op::Cvt:
+    if (in.ops.size() != 2 || !plainSource(in.ops[1], in.type2))
+      return FastNone;
+    if (t == Ty::BF16 && in.type2 == Ty::F32 && (in.flags & FRn) &&
+        !(in.flags & (FSat | FRelu | FFtz)))
+      return FastCvtBf16F32;
+    if (t == Ty::F32 && in.type2 == Ty::BF16 && !(in.flags & (FFtz | FSat)))
+      return FastCvtF32Bf16;
+    if (integer && !isFloat(in.type2) && in.type2 != Ty::Pred &&
+        !(in.flags & FSat))
+      return FastCvtInt;
+    return FastNone;
+  case Op::Ld:
+    return in.space == Space::Global && in.vec == 1 &&
+                   in.ops[1].kind == Operand::Addr && in.ops[1].reg >= 0 &&
+                   integer && bitsOf(t) <= 64 && in.ops.size() == 2
+               ? FastLdGlobal
+               : FastNone;
+  default:
+    return FastNone;
+  }
+}
+
+uint8_t classifyStore(const Instr &in) {
+  Ty t = in.type;
+  if (in.op != Op::St || in.space != Space::Global || in.vec != 1 ||
+      in.ops.size() != 2 || in.ops[1].kind != Operand::Addr ||
+      in.ops[1].reg < 0 || isFloat(t) || bitsOf(t) > 64 ||
+      in.ops[0].kind != Operand::Reg || !plainSource(in.ops[0], t))
+    return FastNone;
+  return FastStGlobal;
+}
+
+} // namespace
+
 std::shared_ptr<Module> loadModule(const std::string &ptx,
                                    const std::string &name,
                                    std::string &error) {
   std::unique_ptr<Module> m = parseModule(ptx, name, error);
+  if (m)
+    for (Kernel &k : m->kernels)
+      for (Instr &in : k.code)
+        in.fast = in.op == Op::St ? classifyStore(in) : classify(in);
   return std::shared_ptr<Module>(std::move(m));
 }
 
@@ -1631,6 +1743,7 @@ private:
   }
 
   void memoryOp(Cta &cta, Warp &w, const Instr &in, uint32_t active);
+  bool fastPath(Cta &cta, Warp &w, const Instr &in, uint32_t active);
   void atomicOp(Cta &cta, Warp &w, const Instr &in, uint32_t active);
   void execute(Cta &cta, Warp &w, uint32_t pc, uint32_t mask);
   void runCluster(const std::vector<Dim3> &ids);
@@ -1684,6 +1797,186 @@ void Engine::memoryOp(Cta &cta, Warp &w, const Instr &in, uint32_t active) {
         std::memcpy(p + e * bytes, &v, std::min(bytes, 8u));
       }
     }
+  }
+}
+
+/// Runs an instruction `classify` marked, for the active lanes. False when
+/// a lane needs the general path (then nothing was done).
+bool Engine::fastPath(Cta &cta, Warp &w, const Instr &in, uint32_t active) {
+  struct Src {
+    const uint64_t *row;
+    uint64_t imm;
+    uint64_t operator[](int l) const { return row ? row[l] : imm; }
+  };
+  auto src = [&](size_t i) {
+    const Operand &o = in.ops[i];
+    return o.kind == Operand::Reg ? Src{w.regs + o.reg * 32, 0}
+                                  : Src{nullptr, o.imm};
+  };
+  uint64_t *d = w.regs + in.ops[0].reg * 32;
+  unsigned bits = bitsOf(in.type);
+  uint64_t m = bits >= 64 ? ~0ull : (1ull << bits) - 1;
+  auto each = [&](auto fn) {
+    if (active == 0xFFFFFFFFu) {
+      for (int l = 0; l < 32; ++l)
+        fn(l);
+    } else {
+      for (uint32_t mm = active; mm; mm &= mm - 1)
+        fn(__builtin_ctz(mm));
+    }
+  };
+  auto f = [](uint64_t v) { return bitsToF32(static_cast<uint32_t>(v)); };
+  switch (in.fast) {
+  case FastMov: { Src a = src(1); each([&](int l) { d[l] = a[l] & m; }); return true; }
+  case FastAdd: { Src a = src(1), b = src(2); each([&](int l) { d[l] = (a[l] + b[l]) & m; }); return true; }
+  case FastSub: { Src a = src(1), b = src(2); each([&](int l) { d[l] = (a[l] - b[l]) & m; }); return true; }
+  case FastMulLo: { Src a = src(1), b = src(2); each([&](int l) { d[l] = (a[l] * b[l]) & m; }); return true; }
+  case FastMadLo: { Src a = src(1), b = src(2), c = src(3); each([&](int l) { d[l] = (a[l] * b[l] + c[l]) & m; }); return true; }
+  case FastMulWide:
+  case FastMadWide: {
+    Src a = src(1), b = src(2);
+    Src c = in.fast == FastMadWide ? src(3) : Src{nullptr, 0};
+    uint64_t wm = bits >= 32 ? ~0ull : (1ull << (2 * bits)) - 1;
+    if (isSignedInt(in.type))
+      each([&](int l) {
+        d[l] = (static_cast<uint64_t>(signExtend(a[l], bits) * signExtend(b[l], bits)) + c[l]) & wm;
+      });
+    else
+      each([&](int l) { d[l] = ((a[l] & m) * (b[l] & m) + c[l]) & wm; });
+    return true;
+  }
+  case FastAnd: { Src a = src(1), b = src(2); each([&](int l) { d[l] = a[l] & b[l] & m; }); return true; }
+  case FastOr: { Src a = src(1), b = src(2); each([&](int l) { d[l] = (a[l] | b[l]) & m; }); return true; }
+  case FastXor: { Src a = src(1), b = src(2); each([&](int l) { d[l] = (a[l] ^ b[l]) & m; }); return true; }
+  case FastShl: {
+    Src a = src(1), b = src(2);
+    each([&](int l) { uint64_t s = b[l] & 0xFFFFFFFF; d[l] = s >= bits ? 0 : (a[l] << s) & m; });
+    return true;
+  }
+  case FastShrU: {
+    Src a = src(1), b = src(2);
+    each([&](int l) { uint64_t s = b[l] & 0xFFFFFFFF; d[l] = s >= bits ? 0 : (a[l] & m) >> s; });
+    return true;
+  }
+  case FastShrS: {
+    Src a = src(1), b = src(2);
+    each([&](int l) {
+      uint64_t s = std::min<uint64_t>(b[l] & 0xFFFFFFFF, bits - 1);
+      d[l] = static_cast<uint64_t>(signExtend(a[l], bits) >> s) & m;
+    });
+    return true;
+  }
+  case FastSelp: {
+    Src a = src(1), b = src(2), c = src(3);
+    each([&](int l) { d[l] = (c[l] ? a[l] : b[l]) & m; });
+    return true;
+  }
+  case FastSetpInt: {
+    Src a = src(1), b = src(2);
+    bool sgn = isSignedInt(in.type);
+    Cmp cmp = in.cmp;
+    each([&](int l) {
+      uint64_t x = a[l] & m, y = b[l] & m;
+      int64_t sx = signExtend(x, bits), sy = signExtend(y, bits);
+      bool r;
+      switch (cmp) {
+      case Cmp::Eq: r = x == y; break;
+      case Cmp::Ne: r = x != y; break;
+      case Cmp::Lt: r = sgn ? sx < sy : x < y; break;
+      case Cmp::Le: r = sgn ? sx <= sy : x <= y; break;
+      case Cmp::Gt: r = sgn ? sx > sy : x > y; break;
+      case Cmp::Ge: r = sgn ? sx >= sy : x >= y; break;
+      case Cmp::Lo: r = x < y; break;
+      case Cmp::Ls: r = x <= y; break;
+      case Cmp::Hi: r = x > y; break;
+      case Cmp::Hs: r = x >= y; break;
+      default: r = false; break;
+      }
+      d[l] = r;
+    });
+    return in.cmp <= Cmp::Hs;
+  }
+  case FastAddF: { Src a = src(1), b = src(2); each([&](int l) { d[l] = f32ToBits(f(a[l]) + f(b[l])); }); return true; }
+  case FastSubF: { Src a = src(1), b = src(2); each([&](int l) { d[l] = f32ToBits(f(a[l]) - f(b[l])); }); return true; }
+  case FastMulF: { Src a = src(1), b = src(2); each([&](int l) { d[l] = f32ToBits(f(a[l]) * f(b[l])); }); return true; }
+  case FastFmaF: {
+    Src a = src(1), b = src(2), c = src(3);
+    each([&](int l) { d[l] = f32ToBits(std::fma(f(a[l]), f(b[l]), f(c[l]))); });
+    return true;
+  }
+  case FastSetpF: {
+    Src a = src(1), b = src(2);
+    Cmp cmp = in.cmp;
+    if (cmp > Cmp::Nan || (cmp >= Cmp::Lo && cmp <= Cmp::Hs))
+      return false;
+    each([&](int l) {
+      float x = f(a[l]), y = f(b[l]);
+      bool nan = std::isnan(x) || std::isnan(y);
+      bool r;
+      switch (cmp) {
+      case Cmp::Eq: r = !nan && x == y; break;
+      case Cmp::Ne: r = !nan && x != y; break;
+      case Cmp::Lt: r = !nan && x < y; break;
+      case Cmp::Le: r = !nan && x <= y; break;
+      case Cmp::Gt: r = !nan && x > y; break;
+      case Cmp::Ge: r = !nan && x >= y; break;
+      case Cmp::Equ: r = nan || x == y; break;
+      case Cmp::Neu: r = nan || x != y; break;
+      case Cmp::Ltu: r = nan || x < y; break;
+      case Cmp::Leu: r = nan || x <= y; break;
+      case Cmp::Gtu: r = nan || x > y; break;
+      case Cmp::Geu: r = nan || x >= y; break;
+      case Cmp::Num: r = !nan; break;
+      default: r = nan; break;
+      }
+      d[l] = r;
+    });
+    return true;
+  }
+  case FastCvtBf16F32: { Src a = src(1); each([&](int l) { d[l] = f32ToBf16(f(a[l])); }); return true; }
+  case FastCvtF32Bf16: { Src a = src(1); each([&](int l) { d[l] = f32ToBits(bf16ToF32(static_cast<uint32_t>(a[l]))); }); return true; }
+  case FastCvtInt: {
+    Src a = src(1);
+    unsigned sbits = bitsOf(in.type2);
+    if (isSignedInt(in.type2))
+      each([&](int l) { d[l] = static_cast<uint64_t>(signExtend(a[l], sbits)) & m; });
+    else
+      each([&](int l) { d[l] = maskBits(a[l], sbits) & m; });
+    return true;
+  }
+  case FastLdGlobal:
+  case FastStGlobal: {
+    const Operand &ao = in.ops[1];
+    const uint64_t *base = w.regs + ao.reg * 32;
+    unsigned bytes = std::max(1u, bits / 8);
+    // Every lane inside the last allocation hit and aligned, or the
+    // general path (which checks and reports).
+    uint32_t bad = 0;
+    each([&](int l) {
+      uint64_t addr = base[l] + static_cast<uint64_t>(ao.offset);
+      if (addr < hitStart || addr + bytes > hitEnd || (addr & (bytes - 1)))
+        bad |= 1u << l;
+    });
+    if (bad)
+      return false;
+    (void)cta;
+    if (in.fast == FastLdGlobal) {
+      bool sgn = isSignedInt(in.type);
+      each([&](int l) {
+        uint64_t v = 0;
+        std::memcpy(&v, reinterpret_cast<const void *>(base[l] + ao.offset), bytes);
+        d[l] = sgn ? static_cast<uint64_t>(signExtend(v, bits)) : v;
+      });
+    } else {
+      const uint64_t *v = w.regs + in.ops[0].reg * 32;
+      each([&](int l) {
+        std::memcpy(reinterpret_cast<void *>(base[l] + ao.offset), &v[l], bytes);
+      });
+    }
+    return true;
+  }
+  default:
+    return false;
   }
 }
 
@@ -1801,6 +2094,10 @@ void Engine::execute(Cta &cta, Warp &w, uint32_t pc, uint32_t mask) {
   }
   uint32_t active = guardMask(w, in, mask);
   threadInstructions += __builtin_popcount(active);
+  if (in.fast && fastPath(cta, w, in, active)) {
+    advance(w, mask);
+    return;
+  }
   auto lanes = [&](auto fn) {
     for (uint32_t mm = active; mm; mm &= mm - 1)
       fn(__builtin_ctz(mm));

@@ -142,6 +142,7 @@ struct Instr {
   int32_t line = 0;          // PTX source line
   // wgmma: M, N, K of the shape; ld/st: tensor rank; ldmatrix: count.
   int32_t shapeM = 0, shapeN = 0, shapeK = 0;
+  uint8_t fast = 0; // the interpreter's fast path for this instruction, or 0
   std::vector<Operand> ops;
   std::string text; // the instruction as written, for reports
 };
