@@ -418,6 +418,7 @@ CUresult cuModuleLoadData(void **module, const void *image) {
                  error.c_str());
     return kInvalidPtx;
   }
+  adoptVariables(*m, state().memory);
   auto *loaded = new LoadedModule{std::move(m)};
   *module = loaded;
   return kSuccess;
@@ -432,7 +433,9 @@ CUresult cuModuleUnload(void *module) {
   REQUIRE_INIT();
   if (!module)
     return kInvalidHandle;
-  delete static_cast<LoadedModule *>(module);
+  auto *loaded = static_cast<LoadedModule *>(module);
+  forgetVariables(*loaded->module, state().memory);
+  delete loaded;
   return kSuccess;
 }
 

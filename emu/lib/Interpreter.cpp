@@ -259,6 +259,18 @@ std::shared_ptr<Module> loadModule(const std::string &ptx,
   return std::shared_ptr<Module>(std::move(m));
 }
 
+void adoptVariables(const Module &module, GlobalMemory &memory) {
+  for (const Symbol &s : module.symbols)
+    if ((s.space == Space::Global || s.space == Space::Const) && s.address)
+      memory.adopt(s.address, std::max<uint64_t>(s.bytes, 1));
+}
+
+void forgetVariables(const Module &module, GlobalMemory &memory) {
+  for (const Symbol &s : module.symbols)
+    if ((s.space == Space::Global || s.space == Space::Const) && s.address)
+      memory.forget(s.address);
+}
+
 const Kernel *findKernel(const Module &module, const std::string &name) {
   auto it = module.kernelIndex.find(name);
   if (it == module.kernelIndex.end() || !module.kernels[it->second].isEntry)
@@ -1765,8 +1777,12 @@ void Engine::memoryOp(Cta &cta, Warp &w, const Instr &in, uint32_t active) {
   for (uint32_t mm = active; mm; mm &= mm - 1) {
     int l = __builtin_ctz(mm);
     uint64_t addr = effectiveAddress(w, addrOp, l);
+    Space space = in.space;
     if (addrOp.sym <= -2 && in.space == Space::Param)
       addr = k.params[-2 - addrOp.sym].offset + addrOp.offset;
+    else if (addrOp.sym >= 0 && in.space == Space::Param &&
+             m.symbols[addrOp.sym].space == Space::Local)
+      space = Space::Local; // a call's argument
     else if (addrOp.sym >= 0 && in.space == Space::Generic) {
       // A variable named in a generic access: its generic address.
       const Symbol &s = m.symbols[addrOp.sym];
@@ -1775,7 +1791,7 @@ void Engine::memoryOp(Cta &cta, Warp &w, const Instr &in, uint32_t active) {
       else if (s.space == Space::Local)
         addr |= kLocalWindow;
     }
-    uint8_t *p = resolve(cta, w, in.space, addr, static_cast<size_t>(bytes) * n,
+    uint8_t *p = resolve(cta, w, space, addr, static_cast<size_t>(bytes) * n,
                          l, static_cast<size_t>(bytes) * n);
     checkShared(cta, w, l, p, bytes * n, in.op == Op::St);
     for (unsigned e = 0; e < n; ++e) {
@@ -2833,8 +2849,47 @@ void Engine::execute(Cta &cta, Warp &w, uint32_t pc, uint32_t mask) {
       write(w, in.ops[0], l, r);
     });
     break;
-  case Op::Call:
-    fail(-1, "function calls are not supported");
+  case Op::Call: {
+    if (!active)
+      break;
+    int l = __builtin_ctz(active);
+    const Operand *callee = nullptr;
+    const Operand *args = nullptr;
+    for (const Operand &o : in.ops) {
+      if (o.kind == Operand::Label && !callee)
+        callee = &o;
+      else if (o.kind == Operand::Vec && callee)
+        args = &o;
+    }
+    if (!callee || callee->name != "__assertfail")
+      fail(l, "function calls are not supported (call of '" +
+                  (callee ? callee->name : std::string("?")) + "')");
+    // __assertfail(message, file, line, function, size): read its
+    // arguments back from the call's .param variables.
+    auto arg = [&](size_t i, unsigned bytes) -> uint64_t {
+      if (!args || i >= args->elems.size() || args->elems[i].kind != Operand::Sym)
+        return 0;
+      uint64_t v = 0;
+      std::memcpy(&v, localPtr(w, symbolAddress(args->elems[i].sym), bytes, l),
+                  bytes);
+      return v;
+    };
+    auto text = [&](uint64_t addr) {
+      std::string out;
+      uint64_t start = 0, size = 0;
+      if (!addr || !mem.find(addr, start, size))
+        return std::string("?");
+      for (uint64_t a = addr; a < start + size && out.size() < 512; ++a) {
+        char c = *reinterpret_cast<const char *>(a);
+        if (!c)
+          break;
+        out += c;
+      }
+      return out;
+    };
+    fail(l, "assertion failed: " + text(arg(0, 8)) + " (" + text(arg(1, 8)) +
+                ":" + std::to_string(arg(2, 4)) + ", " + text(arg(3, 8)) + ")");
+  }
   }
   advance(w, mask);
 }

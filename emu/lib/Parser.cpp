@@ -316,7 +316,7 @@ private:
     s.space = space == ".global"   ? Space::Global
               : space == ".shared" ? Space::Shared
               : space == ".const"  ? Space::Const
-                                   : Space::Local;
+                                   : Space::Local; // .local, a call's .param
     s.external = external;
     s.kernel = kernel;
     Ty ty = Ty::B8;
@@ -666,6 +666,17 @@ private:
       }
       return o;
     }
+    if (accept("(")) {
+      // A call's argument or return list.
+      o.kind = Operand::Vec;
+      if (!accept(")")) {
+        do
+          o.elems.push_back(operand(instrIndex, operandIndex));
+        while (accept(","));
+        expect(")");
+      }
+      return o;
+    }
     bool negated = accept("!");
     if (peek().kind == Token::Number ||
         (peek().kind == Token::Punct && peek().text == "-")) {
@@ -746,6 +757,7 @@ private:
       fail("unknown register '" + name + "'");
     // A label (resolved when the function ends) or a function name.
     o.kind = Operand::Label;
+    o.name = name;
     pending.push_back({instrIndex, operandIndex, scope, name});
     return o;
   }
@@ -787,7 +799,8 @@ private:
       }
       if (t.kind == Token::Ident &&
           (t.text == ".shared" || t.text == ".local" || t.text == ".global" ||
-           t.text == ".const")) {
+           t.text == ".const" || t.text == ".param")) {
+        // A .param in a body is a call's argument: thread-local storage.
         variable(false, kernelIndex);
         continue;
       }
@@ -1125,8 +1138,11 @@ private:
     } else if (base == "exit") {
       in.op = Op::Exit;
     } else if (base == "call") {
-      throw ParseError(in.line, "unsupported instruction '" + opcode +
-                                    "' (function calls)");
+      // call[.uni] [(ret),] func, (args): only __assertfail runs (as a
+      // failed assertion); other calls are refused when executed.
+      in.op = Op::Call;
+      if (in.ops.empty())
+        bad();
     } else if (base == "trap") {
       in.op = Op::Trap;
     } else if (base == "brkpt") {

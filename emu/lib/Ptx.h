@@ -84,6 +84,7 @@ struct Operand {
   uint64_t imm = 0;
   int32_t target = -1;
   std::vector<Operand> elems;
+  std::string name; // a label's or callee's name
 };
 
 enum class Op : uint16_t {

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Runs the reference PTX of other compilers (test/Emu/Inputs/reference/,
-made by reference/generate.py) through a CUDA driver and checks each
-kernel's output against numpy, computed in float64 from the same inputs.
+made by reference/generate.py: Triton's kernels, and nvcc's of CUTLASS's
+sm90 GEMMs) through a CUDA driver and checks each kernel's output against
+numpy, computed in float64 from the same inputs.
 
   run_reference.py DRIVER DIR [CASE...]
 
@@ -47,7 +48,7 @@ def e4m3_values():
 class Case:
     def __init__(self, drv, directory, name, meta):
         self.drv, self.name, self.meta = drv, name, meta
-        with open(os.path.join(directory, name + ".ptx"), "rb") as f:
+        with open(os.path.join(directory, meta.get("ptx", name + ".ptx")), "rb") as f:
             text = f.read() + b"\0"
         self.module = ctypes.c_void_p()
         drv.check(drv.cu.cuModuleLoadData(ctypes.byref(self.module), text), name + ": load")
@@ -155,7 +156,61 @@ def run_fused_moe(case, rng):
     return case.read_bf16(py, (entries, N)), ref
 
 
+def run_cutlass(case, rng):
+    """A CUTLASS kernel: its Params rebuilt over this run's buffers (each
+    tensor map encoded again with the arguments CUTLASS gave, at the
+    buffer's address), launched with its cluster shape.
+    D = A.B^T + 0.5 C."""
+    meta = case.meta
+    M, N, K = meta["problem"]
+    a16, b16 = to_bf16(rng.uniform(-1, 1, (M, K))), to_bf16(rng.uniform(-1, 1, (N, K)))
+    c16 = to_bf16(rng.uniform(-1, 1, (M, N)))
+    ptr = {"A": case.buffer(a16), "B": case.buffer(b16), "C": case.buffer(c16),
+           "D": case.drv.alloc(M * N * 2)}
+    params = bytearray(bytes.fromhex(meta["params"]))
+    for p in meta["pointers"]:
+        params[p["offset"]:p["offset"] + 8] = ptr[p["buffer"]].to_bytes(8, "little")
+    cu = case.drv.cu
+    for t in meta["tensor_maps"]:
+        r = len(t["dims"])
+        tmap = (ctypes.c_ubyte * 128)()
+        rc = cu.cuTensorMapEncodeTiled(
+            tmap, t["dtype"], r, ctypes.c_void_p(ptr[t["buffer"]] + t["byte_offset"]),
+            (ctypes.c_ulonglong * r)(*t["dims"]),
+            (ctypes.c_ulonglong * max(1, r - 1))(*(t["strides"] or [0])),
+            (ctypes.c_uint * r)(*t["box"]), (ctypes.c_uint * r)(*t["element_strides"]),
+            t["interleave"], t["swizzle"], t["l2"], t["oob"])
+        if rc:
+            raise RuntimeError("cuTensorMapEncodeTiled: " + case.drv.error(rc))
+        params[t["offset"]:t["offset"] + 128] = bytes(tmap)
+    buf = (ctypes.c_ubyte * len(params)).from_buffer(params)
+    args = (ctypes.c_void_p * 1)(ctypes.cast(buf, ctypes.c_void_p))
+
+    class Attr(ctypes.Structure):
+        _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4),
+                    ("value", ctypes.c_uint * 16)]
+
+    class Config(ctypes.Structure):
+        _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
+                    ("shared", ctypes.c_uint), ("stream", ctypes.c_void_p),
+                    ("attrs", ctypes.POINTER(Attr)), ("numAttrs", ctypes.c_uint)]
+
+    attr = Attr()
+    attr.id = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    attr.value[0], attr.value[1], attr.value[2] = meta["cluster"]
+    config = Config((ctypes.c_uint * 3)(*meta["grid"]), (ctypes.c_uint * 3)(*meta["block"]),
+                    meta["shared"], None, ctypes.pointer(attr), 1)
+    case.drv.check(cu.cuFuncSetAttribute(case.fn, 8, meta["shared"]), "attribute")
+    rc = cu.cuLaunchKernelEx(ctypes.byref(config), case.fn, args, None)
+    if rc:
+        raise RuntimeError("launch: " + case.drv.error(rc))
+    a, b = from_bf16(a16).astype(np.float64), from_bf16(b16).astype(np.float64)
+    return case.read_bf16(ptr["D"], (M, N)), a @ b.T + 0.5 * from_bf16(c16)
+
+
 RUNNERS = {
+    "cutlass_cooperative": run_cutlass,
+    "cutlass_pingpong": run_cutlass,
     "triton_matmul_bf16": lambda case, rng: run_matmul(case, rng, False),
     "triton_matmul_fp8": lambda case, rng: run_matmul(case, rng, True),
     "triton_matmul_tma": run_matmul_tma,

@@ -10,7 +10,11 @@ makes a virtual environment with triton and nvidia-cutlass.
 """
 import json
 import os
+import re
+import shutil
+import subprocess
 import sys
+import tempfile
 
 import triton
 from triton.backends.compiler import GPUTarget
@@ -38,6 +42,34 @@ def compile_triton(out, name, fn, signature, constexprs, num_warps, num_stages):
     return meta
 
 
+def compile_cutlass(out):
+    """cutlass_gemm.cu through nvcc: its PTX, and the host program's
+    description of each kernel's Params (with relocations)."""
+    import cutlass_library
+    source = os.path.join(os.path.dirname(cutlass_library.__file__), "source")
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    here = os.path.dirname(os.path.abspath(__file__))
+    flags = ["-std=c++17", "-arch=sm_90a", "--expt-relaxed-constexpr",
+             "-DCUTLASS_ENABLE_DIRECT_CUDA_DRIVER_CALL=1",
+             "-I" + os.path.join(source, "include"),
+             "-I" + os.path.join(source, "tools", "util", "include")]
+    cu = os.path.join(here, "cutlass_gemm.cu")
+    ptx = os.path.join(out, "cutlass_gemm.ptx")
+    subprocess.run([nvcc] + flags + ["--ptx", cu, "-o", ptx], check=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = os.path.join(tmp, "describe")
+        subprocess.run([nvcc] + flags + [cu, "-o", exe], check=True)
+        described = json.loads(subprocess.run([exe], check=True, capture_output=True,
+                                              text=True).stdout)
+    with open(ptx) as f:
+        entries = re.findall(r"\.entry\s+(\S+)\(", f.read())
+    for name, meta in described.items():
+        schedule = "Cooperative" if "cooperative" in name else "Pingpong"
+        meta["kernel"] = next(e for e in entries if schedule in e)
+        meta["ptx"] = "cutlass_gemm.ptx"
+    return described
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
@@ -63,6 +95,7 @@ def main():
          "sorted_ids_ptr": "*i32", "expert_ids_ptr": "*i32", "num_valid": i32, "N": i32,
          "K": i32},
         {"TOP_K": 2, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64}, 4, 3)
+    kernels.update(compile_cutlass(out))
     with open(os.path.join(out, "kernels.json"), "w") as f:
         json.dump(kernels, f, indent=1, sort_keys=True)
         f.write("\n")

@@ -85,6 +85,11 @@ std::shared_ptr<Module> loadModule(const std::string &ptx,
                                    const std::string &name,
                                    std::string &error);
 
+/// Makes a module's .global and .const variables addressable by its
+/// kernels (adopted by `memory`), and forgets them again.
+void adoptVariables(const Module &module, GlobalMemory &memory);
+void forgetVariables(const Module &module, GlobalMemory &memory);
+
 /// A kernel (.entry) of a module, or null.
 const Kernel *findKernel(const Module &module, const std::string &name);
 
