@@ -683,11 +683,12 @@ struct LaunchConfigAbi {
   unsigned numAttrs;
 };
 
-CUresult cuLaunchKernelEx(const LaunchConfigAbi *config, void *function,
+CUresult cuLaunchKernelEx(const void *configBytes, void *function,
                           void **params, void **extra) {
   REQUIRE_CONTEXT();
-  if (!config)
+  if (!configBytes)
     return kInvalidValue;
+  const auto *config = static_cast<const LaunchConfigAbi *>(configBytes);
   Dim3 cluster;
   for (unsigned i = 0; i < config->numAttrs; ++i)
     if (config->attrs[i].id == 4) { // CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION

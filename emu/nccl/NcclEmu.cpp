@@ -35,6 +35,12 @@
 #include <unistd.h>
 #include <vector>
 
+/// NCCL's unique id, by its name at global scope (it passes by value, so
+/// the entry points' types must be those the caller declares).
+struct ncclUniqueId {
+  char internal[128];
+};
+
 namespace {
 
 using Result = int;
@@ -46,9 +52,6 @@ enum : Result {
   kRemoteError = 6,
 };
 
-struct UniqueId {
-  char internal[128];
-};
 
 struct Comm {
   std::string dir;
@@ -221,7 +224,7 @@ Result ncclGetVersion(int *version) {
   return kSuccess;
 }
 
-Result ncclGetUniqueId(UniqueId *id) {
+Result ncclGetUniqueId(ncclUniqueId *id) {
   if (!id)
     return kInvalidArgument;
   std::random_device rd;
@@ -235,7 +238,7 @@ Result ncclGetUniqueId(UniqueId *id) {
   return kSuccess;
 }
 
-Result ncclCommInitRankConfig(void **comm, int nranks, UniqueId id, int rank,
+Result ncclCommInitRankConfig(void **comm, int nranks, ncclUniqueId id, int rank,
                               void *) {
   if (!comm || nranks < 1 || rank < 0 || rank >= nranks)
     return failWith(nullptr, kInvalidArgument, "bad rank or rank count");
@@ -265,7 +268,7 @@ Result ncclCommInitRankConfig(void **comm, int nranks, UniqueId id, int rank,
   return kSuccess;
 }
 
-Result ncclCommInitRank(void **comm, int nranks, UniqueId id, int rank) {
+Result ncclCommInitRank(void **comm, int nranks, ncclUniqueId id, int rank) {
   return ncclCommInitRankConfig(comm, nranks, id, rank, nullptr);
 }
 

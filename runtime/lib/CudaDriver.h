@@ -88,9 +88,12 @@ struct Driver {
   CUresult (*eventRecord)(CUevent, CUstream);
   CUresult (*eventSynchronize)(CUevent);
   CUresult (*eventElapsedTime)(float *, CUevent, CUevent);
-  CUresult (*launchKernelEx)(const LaunchConfig *, CUfunction, void **,
+  // Structures pass as void pointers: the callee's type is the driver's
+  // own (UBSan's function check compares the two exactly, and the
+  // emulator's driver defines these with void pointers too).
+  CUresult (*launchKernelEx)(const void *config, CUfunction, void **,
                              void **);
-  CUresult (*tensorMapEncodeTiled)(TensorMap *, int, unsigned, void *,
+  CUresult (*tensorMapEncodeTiled)(void *map, int, unsigned, void *,
                                    const unsigned long long *,
                                    const unsigned long long *, const unsigned *,
                                    const unsigned *, int, int, int, int);

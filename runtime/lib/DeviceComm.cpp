@@ -16,6 +16,12 @@
 #include <dlfcn.h>
 #include <thread>
 
+/// ncclUniqueId, under NCCL's name at global scope: it passes by value, so
+/// the entry points' types name it (and libnccl-emu declares the same).
+struct ncclUniqueId {
+  char internal[128];
+};
+
 namespace moe::rt {
 
 DeviceCommunicator::~DeviceCommunicator() = default;
@@ -29,10 +35,6 @@ using NcclComm = void *;
 constexpr NcclResult kNcclSuccess = 0, kNcclInProgress = 7;
 constexpr int kNcclInt8 = 0, kNcclFloat32 = 7, kNcclSum = 0;
 
-/// ncclUniqueId.
-struct UniqueId {
-  char internal[128];
-};
 
 /// ncclConfig_t with the fields of NCCL 2.18. NCCL reads `size` bytes of a
 /// config over its defaults, so later versions accept this prefix.
@@ -54,9 +56,10 @@ constexpr int kMinimumVersion = 21800;
 
 struct Nccl {
   NcclResult (*getVersion)(int *);
-  NcclResult (*getUniqueId)(UniqueId *);
-  NcclResult (*commInitRankConfig)(NcclComm *, int, UniqueId, int,
-                                   NcclConfig *);
+  NcclResult (*getUniqueId)(ncclUniqueId *);
+  // The config passes as a void pointer (see CudaDriver.h).
+  NcclResult (*commInitRankConfig)(NcclComm *, int, ncclUniqueId, int,
+                                   void *config);
   NcclResult (*commGetAsyncError)(NcclComm, NcclResult *);
   NcclResult (*commAbort)(NcclComm);
   NcclResult (*commDestroy)(NcclComm);
@@ -206,13 +209,13 @@ Status NcclCommunicator::init() {
   if (!n)
     return Status::failure(n.message());
   nccl = *n;
-  UniqueId id{};
+  ncclUniqueId id{};
   NcclResult idResult = kNcclSuccess;
   if (rank() == 0)
     idResult = nccl.getUniqueId(&id);
   // Rank 0's result travels with the id, so all ranks fail together.
   struct {
-    UniqueId id;
+    ncclUniqueId id;
     int32_t result;
   } message{id, idResult};
   broadcast(host, &message, sizeof(message), 0);
