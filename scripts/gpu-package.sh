@@ -5,25 +5,50 @@
 # DeepSeek-V3 shapes with 32 experts, Mixtral-8x7B, Qwen3-30B-A3B),
 # training bundles of two tiny configs, and the check script itself.
 #
-#   scripts/gpu-package.sh [OUT_DIR]        (default build/gpu-package)
+#   scripts/gpu-package.sh [--tiny] [--no-build] [OUT_DIR]
+#                                       (default build/gpu-package)
 #
 # Carry OUT_DIR to the GPU machine (it is under build/, which git ignores)
-# and run tools/gpu-check.sh OUT_DIR there.
+# and run tools/gpu-check.sh OUT_DIR there. With --tiny the forward bundles
+# are the tiny configs of every family (test/Integration/Inputs), small
+# enough for the PTX emulator:
+#   MOE_CUDA_DRIVER=build/lib/libcuda-emu.so MOE_NCCL=build/lib/libnccl-emu.so \
+#     PYTHON=<python with torch> tools/gpu-check.sh OUT_DIR --emulator --tokens 200
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${MOE_BUILD_DIR:-$root/build}
+tiny=0 rebuild=1
+while [[ ${1:-} == --* ]]; do
+  case $1 in
+    --tiny) tiny=1 ;;
+    --no-build) rebuild=0 ;; # the build is current (the suite's own use)
+    *) echo "gpu-package.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
 out=${1:-$build/gpu-package}
-"$root/scripts/build.sh" --target moe-run moe-compile moe-comm-bench moe-train >/dev/null
+if [[ $rebuild == 1 ]]; then
+  "$root/scripts/build.sh" --target moe-run moe-compile moe-comm-bench moe-train >/dev/null
+fi
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/bundles/train"
 cp "$build/bin/moe-run" "$build/bin/moe-comm-bench" "$build/bin/moe-train" "$out/bin/"
 cp -L "$build"/lib/libmoe_runtime.so* "$out/lib/" 2>/dev/null ||
   cp -L "$(find "$build" -name 'libmoe_runtime.so*' | head -1)" "$out/lib/"
 cp "$root/tools/gpu-check/gpu_check.py" "$root/tools/gpu-check.sh" "$out/"
-for config in "$root"/tools/gpu-check/configs/*.json; do
+configs=("$root"/tools/gpu-check/configs/*.json)
+tokens=4096
+if [[ $tiny == 1 ]]; then
+  configs=()
+  for name in deepseek-v3-tiny deepseek-v2-tiny mixtral-tiny qwen3-moe-tiny qwen3-moe-top1; do
+    configs+=("$root/test/Integration/Inputs/$name.json")
+  done
+  tokens=256
+fi
+for config in "${configs[@]}"; do
   name=$(basename "$config" .json)
   "$build/bin/moe-compile" --hf-config "$config" --target=sm_90a \
-    --max-tokens=4096 --no-cache --report -o "$out/bundles/$name.moeb" \
+    --max-tokens=$tokens --no-cache --report -o "$out/bundles/$name.moeb" \
     2> "$out/bundles/$name.report"
 done
 # Training steps (SIMT kernels around the forward schedule) of two tiny

@@ -1,6 +1,7 @@
 # lit configuration of the moe-compiler lit tests.
 import os
 import shutil
+import subprocess
 
 import lit.formats
 
@@ -81,3 +82,11 @@ if os.path.exists(cuda_emu):
         if os.path.exists(nccl_emu):
             config.available_features.add("cuda-2")
             config.environment["MOE_NCCL"] = nccl_emu
+
+# PyTorch, for the GPU check's references (tools/gpu-check): the Python
+# that has it, $MOE_TORCH_PYTHON, else the tests' own.
+torch_python = os.environ.get("MOE_TORCH_PYTHON", config.python_executable)
+if subprocess.run([torch_python, "-c", "import torch"],
+                  capture_output=True).returncode == 0:
+    config.available_features.add("torch")
+    config.substitutions.append(("%torch_python", torch_python))

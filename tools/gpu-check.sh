@@ -19,4 +19,4 @@ if [[ ! -x "$package/bin/moe-run" ]]; then
 fi
 export LD_LIBRARY_PATH="$package/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-exec python3 "$package/gpu_check.py" --package "$package" "$@"
+exec "${PYTHON:-python3}" "$package/gpu_check.py" --package "$package" "$@"

@@ -212,8 +212,9 @@ def check_bundle(args, bundle, rows_out):
     cmd = [args.moe_run, bundle, "--device=cuda", "--random-weights",
            "--seed", str(args.seed), "--tokens", str(tokens),
            "--save-weights", files["weights"], "--save-inputs", files["inputs"],
-           "--outputs", files["outputs"], "--dump-buffers", files["buffers"],
-           "--repeat", str(args.repeats), "--profile"]
+           "--outputs", files["outputs"], "--dump-buffers", files["buffers"]]
+    if not args.emulator:
+        cmd += ["--repeat", str(args.repeats), "--profile"]
     started = time.time()
     run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode != 0:
@@ -227,7 +228,7 @@ def check_bundle(args, bundle, rows_out):
     print(f"{name}: moe-run {time.time() - started:.1f} s; " +
           run.stdout.strip().splitlines()[-1])
 
-    dev = "cuda"
+    dev = args.reference_device
     dtypes = {p["role"]: p["dtype"] for p in manifest["parameters"]}
     w = {role: t.to(dev).to(torch.bfloat16 if dtypes[role] == "bf16" else torch.float32)
          for role, t in stacked(manifest, read_safetensors(files["weights"])).items()}
@@ -318,6 +319,9 @@ def check_bundle(args, bundle, rows_out):
         print(f"  {'PASS' if passed else 'FAIL'} {kernel:28s} rel err {err:.2e} "
               f"(bound {bound:.0e}) {note}")
 
+    if args.emulator:
+        # The emulator's times say nothing about a GPU's.
+        return ok
     # Timings next to PyTorch.
     h, f = layer["hidden"], layer["ffn"]
     s = layer["shared_experts"] * layer["shared_ffn"]
@@ -349,7 +353,8 @@ def check_bundle(args, bundle, rows_out):
                      f"{tokens / total * 1e3:.0f} tokens/s",
                      f"PyTorch MoE layer {torch_layer:.3f} ms"))
     del w, buf
-    torch.cuda.empty_cache()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
     return ok
 
 
@@ -371,7 +376,7 @@ def check_training(args, bundle):
     if run.returncode:
         print(f"  FAIL train {name}: moe-run failed\n{run.stdout}{run.stderr}")
         return False
-    dev = "cuda"
+    dev = args.reference_device
     w0 = {k: v.to(dev).float() for k, v in
           stacked(manifest, read_safetensors(f["weights"])).items()}
     x = read_safetensors(f["inputs"])["x"].to(dev).float()
@@ -488,16 +493,27 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--work", default=None,
                         help="scratch directory (default PACKAGE/work)")
+    parser.add_argument("--emulator", action="store_true",
+                        help="the device is the PTX emulator (MOE_CUDA_DRIVER=libcuda-emu.so, "
+                             "MOE_NCCL=libnccl-emu.so): PyTorch computes the references on the "
+                             "CPU and no times are taken")
     args = parser.parse_args()
+    args.reference_device = "cpu" if args.emulator else "cuda"
     args.moe_run = os.path.join(args.package, "bin", "moe-run")
     args.moe_comm_bench = os.path.join(args.package, "bin", "moe-comm-bench")
     args.moe_train = os.path.join(args.package, "bin", "moe-train")
     args.work = args.work or os.path.join(args.package, "work")
-    if not torch.cuda.is_available():
-        sys.exit("gpu_check.py: PyTorch sees no CUDA device")
-    props = torch.cuda.get_device_properties(0)
-    print(f"device: {props.name}, {props.multi_processor_count} SMs, "
-          f"sm_{props.major}{props.minor}, torch {torch.__version__}")
+    if args.emulator:
+        if "libcuda-emu" not in os.environ.get("MOE_CUDA_DRIVER", ""):
+            sys.exit("gpu_check.py: --emulator needs MOE_CUDA_DRIVER set to libcuda-emu.so")
+        print(f"device: the PTX emulator ({os.environ['MOE_CUDA_DRIVER']}), "
+              f"references on the CPU, torch {torch.__version__}")
+    else:
+        if not torch.cuda.is_available():
+            sys.exit("gpu_check.py: PyTorch sees no CUDA device")
+        props = torch.cuda.get_device_properties(0)
+        print(f"device: {props.name}, {props.multi_processor_count} SMs, "
+              f"sm_{props.major}{props.minor}, torch {torch.__version__}")
     bundles = sorted(os.path.join(args.package, "bundles", b)
                      for b in os.listdir(os.path.join(args.package, "bundles"))
                      if b.endswith(".moeb"))
@@ -520,11 +536,12 @@ def main():
         except Exception as error:  # one bundle's failure must not hide the rest
             print(f"{bundle}: check failed: {error!r}")
             ok = False
-    print()
-    print(f"{'layer':18s} {'kernel':17s} {'shape':18s} {'time ms':>9s} "
-          f"{'rate':>18s}  torch")
-    for layer, kernel, shape, ms, rate, ref in rows:
-        print(f"{layer:18s} {kernel:17s} {shape:18s} {ms:9.4f} {rate:>18s}  {ref}")
+    if rows:
+        print()
+        print(f"{'layer':18s} {'kernel':17s} {'shape':18s} {'time ms':>9s} "
+              f"{'rate':>18s}  torch")
+        for layer, kernel, shape, ms, rate, ref in rows:
+            print(f"{layer:18s} {kernel:17s} {shape:18s} {ms:9.4f} {rate:>18s}  {ref}")
     print("\nALL CHECKS PASSED" if ok else "\nSOME CHECKS FAILED")
     sys.exit(0 if ok else 1)
 
