@@ -816,24 +816,19 @@ private:
           return f32ToBits(roundF32(std::sqrt(a), in.flags & FFtz));
         return f32ToBits(roundF32(std::sqrt(static_cast<double>(a)),
                                   in.flags & ~FSat));
-      case Op::Rsqrt:
-        return f32ToBits(roundF32(1.0 / std::sqrt(static_cast<double>(a)),
-                                  in.flags & FFtz));
-      case Op::Ex2:
-        return f32ToBits(roundF32(std::exp2(static_cast<double>(a)),
-                                  in.flags & FFtz));
-      case Op::Lg2:
-        return f32ToBits(roundF32(std::log2(static_cast<double>(a)),
-                                  in.flags & FFtz));
-      case Op::Sin:
-        return f32ToBits(roundF32(std::sin(static_cast<double>(a)),
-                                  in.flags & FFtz));
-      case Op::Cos:
-        return f32ToBits(roundF32(std::cos(static_cast<double>(a)),
-                                  in.flags & FFtz));
-      case Op::Tanh:
-        return f32ToBits(roundF32(std::tanh(static_cast<double>(a)),
-                                  in.flags & FFtz));
+      case Op::Rsqrt: case Op::Ex2: case Op::Lg2: case Op::Sin:
+      case Op::Cos: case Op::Tanh: {
+        // The approximations, computed in double and rounded once (well
+        // inside the PTX ISA's error bounds).
+        double x = a;
+        double r = op == Op::Rsqrt ? 1.0 / std::sqrt(x)
+                   : op == Op::Ex2 ? std::exp2(x)
+                   : op == Op::Lg2 ? std::log2(x)
+                   : op == Op::Sin ? std::sin(x)
+                   : op == Op::Cos ? std::cos(x)
+                                   : std::tanh(x);
+        return f32ToBits(roundF32(r, in.flags & FFtz));
+      }
       case Op::Copysign:
         return f32ToBits(std::copysign(b, a));
       default:

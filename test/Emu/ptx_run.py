@@ -78,6 +78,29 @@ class Driver:
         return tmap
 
 
+class LaunchAttribute(ctypes.Structure):
+    """CUlaunchAttribute: an id, padding, a 64-byte value."""
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4),
+                ("value", ctypes.c_uint * 16)]
+
+
+class LaunchConfig(ctypes.Structure):
+    """CUlaunchConfig."""
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
+                ("shared", ctypes.c_uint), ("stream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(LaunchAttribute)), ("numAttrs", ctypes.c_uint)]
+
+
+def launch_ex(drv, fn, grid, block, cluster, shared, params):
+    """cuLaunchKernelEx with a cluster dimension; returns the CUresult."""
+    attr = LaunchAttribute()
+    attr.id = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    attr.value[0], attr.value[1], attr.value[2] = cluster
+    config = LaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block),
+                          shared, None, ctypes.pointer(attr), 1)
+    return drv.cu.cuLaunchKernelEx(ctypes.byref(config), fn, params, None)
+
+
 def triple(text):
     parts = [int(x) for x in text.split(",")]
     return (parts + [1, 1, 1])[:3]
@@ -152,23 +175,7 @@ def main():
     g, b = triple(a.grid), triple(a.block)
     if a.shared > 48 * 1024:
         drv.check(drv.cu.cuFuncSetAttribute(fn, 8, a.shared), "shared")
-    c = triple(a.cluster)
-
-    class Attr(ctypes.Structure):
-        _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4),
-                    ("value", ctypes.c_uint * 16)]
-
-    class Config(ctypes.Structure):
-        _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
-                    ("shared", ctypes.c_uint), ("stream", ctypes.c_void_p),
-                    ("attrs", ctypes.POINTER(Attr)), ("numAttrs", ctypes.c_uint)]
-
-    attr = Attr()
-    attr.id = 4
-    attr.value[0], attr.value[1], attr.value[2] = c
-    config = Config((ctypes.c_uint * 3)(*g), (ctypes.c_uint * 3)(*b), a.shared,
-                    None, ctypes.pointer(attr), 1)
-    rc = drv.cu.cuLaunchKernelEx(ctypes.byref(config), fn, params, None)
+    rc = launch_ex(drv, fn, g, b, triple(a.cluster), a.shared, params)
     if rc == 0:
         rc = drv.cu.cuCtxSynchronize()
     if rc != 0:

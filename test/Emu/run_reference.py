@@ -17,7 +17,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ptx_run import Driver  # noqa: E402
+from ptx_run import Driver, launch_ex  # noqa: E402
 
 
 def to_bf16(x):
@@ -185,23 +185,9 @@ def run_cutlass(case, rng):
         params[t["offset"]:t["offset"] + 128] = bytes(tmap)
     buf = (ctypes.c_ubyte * len(params)).from_buffer(params)
     args = (ctypes.c_void_p * 1)(ctypes.cast(buf, ctypes.c_void_p))
-
-    class Attr(ctypes.Structure):
-        _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4),
-                    ("value", ctypes.c_uint * 16)]
-
-    class Config(ctypes.Structure):
-        _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
-                    ("shared", ctypes.c_uint), ("stream", ctypes.c_void_p),
-                    ("attrs", ctypes.POINTER(Attr)), ("numAttrs", ctypes.c_uint)]
-
-    attr = Attr()
-    attr.id = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-    attr.value[0], attr.value[1], attr.value[2] = meta["cluster"]
-    config = Config((ctypes.c_uint * 3)(*meta["grid"]), (ctypes.c_uint * 3)(*meta["block"]),
-                    meta["shared"], None, ctypes.pointer(attr), 1)
     case.drv.check(cu.cuFuncSetAttribute(case.fn, 8, meta["shared"]), "attribute")
-    rc = cu.cuLaunchKernelEx(ctypes.byref(config), case.fn, args, None)
+    rc = launch_ex(case.drv, case.fn, meta["grid"], meta["block"], meta["cluster"],
+                   meta["shared"], args)
     if rc:
         raise RuntimeError("launch: " + case.drv.error(rc))
     a, b = from_bf16(a16).astype(np.float64), from_bf16(b16).astype(np.float64)
