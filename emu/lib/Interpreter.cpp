@@ -1582,6 +1582,15 @@ private:
     // The first lane's descriptors stand for the warpgroup (they must agree).
     uint64_t bDesc = read(*ws[0], bOp, 0);
     uint64_t aDesc = aRegs ? 0 : read(*ws[0], aOp, 0);
+    // Swizzling follows the absolute shared address, as TMA writes it; a
+    // base offset (for operands not aligned to the swizzle pattern) is not
+    // modelled, so it is refused rather than ignored.
+    for (uint64_t desc : {aDesc, bDesc})
+      if ((desc >> 49) & 7)
+        fail(-1, "a wgmma descriptor with base offset " +
+                     std::to_string((desc >> 49) & 7) +
+                     " (not supported: align the operand to its swizzle "
+                     "pattern)");
     for (int wi = 0; wi < 4; ++wi)
       for (int l = 0; l < 32; ++l) {
         if (read(*ws[wi], bOp, l) != bDesc ||
