@@ -42,6 +42,10 @@ constexpr int64_t kMaxSharedMemoryBytes = 232448;
 /// its #moegpu.kernel_launch, and an array of its #moegpu.tensor_map.
 constexpr llvm::StringLiteral kKernelLaunchAttrName = "moegpu.kernel_launch";
 constexpr llvm::StringLiteral kTensorMapsAttrName = "moegpu.tensor_maps";
+/// And on a warp-specialized kernel: the registers per thread its
+/// setmaxnreg plan needs the CTA to start with (ptxas must allocate them).
+constexpr llvm::StringLiteral kRequiredRegistersAttrName =
+    "moegpu.required_registers";
 
 /// e^x of an f32 in a kernel, as 2^(x * log2(e)) on the SFU's ex2.approx:
 /// math.exp would become a libdevice call, which gpu-module-to-binary would

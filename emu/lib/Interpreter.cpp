@@ -2752,6 +2752,14 @@ void Engine::execute(Cta &cta, Warp &w, uint32_t pc, uint32_t mask) {
     uint32_t group = w.index / 4;
     uint32_t current = cta.warps[group * 4].nreg;
     bool inc = in.flags & FInc;
+    if (current == 0 && opt.checks)
+      fail(-1, std::string("setmaxnreg.") + (inc ? "inc " : "dec ") +
+                   std::to_string(count) +
+                   " in a kernel that pins no register count: ptxas gives "
+                   "it as few registers per thread as its code needs, so "
+                   "what setmaxnreg redistributes is unknown and an inc "
+                   "may wait forever (give the kernel .minnctapersm 1, as "
+                   "__launch_bounds__(threads, 1) does, or .maxnreg)");
     if (inc ? count < current : count > current)
       fail(-1, std::string("setmaxnreg.") + (inc ? "inc" : "dec") + " to " +
                    std::to_string(count) + " from " + std::to_string(current) +
@@ -2778,7 +2786,7 @@ void Engine::execute(Cta &cta, Warp &w, uint32_t pc, uint32_t mask) {
                        std::to_string(needed) +
                        " more (the CTA starts with " +
                        std::to_string(initialRegs) +
-                       " registers per thread, the most ptxas can give " +
+                       " registers per thread for its " +
                        std::to_string(cta.threads) + " threads)");
         // Leave the lanes waiting; a later dec wakes them.
         for (uint32_t i = group * 4; i < group * 4 + 4; ++i)
@@ -3141,9 +3149,18 @@ std::string Engine::run(LaunchStats *stats) {
                    " dynamic); sm_90 has " + std::to_string(kMaxShared));
     smemBytes = static_cast<uint32_t>(total);
     warpsPerCta = (block.count() + 31) / 32;
-    // The most registers per thread ptxas can give this CTA size.
-    uint32_t byThreads = kRegisterFile / (warpsPerCta * 32);
-    initialRegs = std::min<uint32_t>(255, byThreads) / 8 * 8;
+    // The CTA's registers per thread, where the kernel pins them: ptxas
+    // gives at most .maxnreg, and with .minnctapersm N it may use as many
+    // as N CTAs of this size leave (it does, for kernels that use
+    // setmaxnreg). Otherwise the count is ptxas's choice, unknown here (0).
+    initialRegs = 0;
+    if (k.minnctapersm) {
+      uint32_t byThreads = kRegisterFile / (k.minnctapersm * warpsPerCta * 32);
+      initialRegs = std::min<uint32_t>(255, byThreads) / 8 * 8;
+    }
+    if (k.maxnreg)
+      initialRegs = initialRegs ? std::min(initialRegs, k.maxnreg / 8 * 8)
+                                : k.maxnreg / 8 * 8;
     size_t ctasPerCluster = cluster.count();
     regStore.assign(ctasPerCluster * warpsPerCta * k.numRegs * 32, 0);
     localStore.assign(ctasPerCluster * warpsPerCta * 32 * k.localBytes, 0);

@@ -430,8 +430,9 @@ private:
         dims(kernel.clusterDim);
       else if (d == ".minnctapersm")
         kernel.minnctapersm = static_cast<uint32_t>(integer());
-      else if (d == ".maxnreg" || d == ".maxclusterrank" ||
-               d == ".maxnctapersm")
+      else if (d == ".maxnreg")
+        kernel.maxnreg = static_cast<uint32_t>(integer());
+      else if (d == ".maxclusterrank" || d == ".maxnctapersm")
         integer();
       else if (d == ".explicitcluster" || d == ".noreturn")
         continue;

@@ -187,6 +187,7 @@ struct Kernel {
   uint32_t reqntid[3] = {0, 0, 0};
   uint32_t clusterDim[3] = {0, 0, 0};
   uint32_t minnctapersm = 0;
+  uint32_t maxnreg = 0;
   int32_t line = 0;
 };
 

@@ -39,6 +39,9 @@ struct Sm90KernelReport {
   int64_t sharedMemory = 0; // dynamic shared memory
   std::string tile;         // GEMMs: "128x128x64, 7 stages"
   int64_t registers = -1, spillStores = -1, spillLoads = -1;
+  /// Registers per thread a warp-specialized kernel's setmaxnreg plan
+  /// needs ptxas to allocate (0: none).
+  int64_t requiredRegisters = 0;
   int64_t staticSharedMemory = -1;
 };
 

@@ -452,6 +452,22 @@ void KernelLowering::lowerTileLoop(TileLoopOp op) {
 }
 
 void KernelLowering::lowerWarpRoles(WarpRolesOp op) {
+  // setmaxnreg moves registers between the warpgroups of a CTA whose own
+  // count ptxas fixes; unless the kernel pins it, ptxas gives it only what
+  // the code needs (68 for these GEMMs) and the consumers' inc would wait
+  // forever. One CTA per SM (.minnctapersm 1) lets ptxas give the most its
+  // threads can have, which the plan needs; the target checks ptxas's
+  // count against kRequiredRegistersAttrName.
+  Builder attrs(op.getContext());
+  int64_t threads = (op.getConsumers() + 1) * kWarpgroupThreads;
+  int64_t planned = (op.getProducerRegs() +
+                     op.getConsumers() * op.getConsumerRegs()) *
+                    kWarpgroupThreads;
+  int64_t perThread = llvm::divideCeil(planned, threads);
+  func->setAttr(NVVM::NVVMDialect::getMinctasmAttrName(),
+                attrs.getI32IntegerAttr(1));
+  func->setAttr(kRequiredRegistersAttrName,
+                attrs.getI64IntegerAttr(llvm::alignTo(perThread, 8)));
   ImplicitLocOpBuilder b(op.getLoc(), op);
   Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
   Value warpgroup =

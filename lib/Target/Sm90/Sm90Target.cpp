@@ -304,6 +304,10 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
     auto func = kernels.lookupSymbol<gpu::GPUFuncOp>(step.kernel);
     Sm90KernelReport report;
     report.name = step.kernel;
+    if (auto required = func ? func->getAttrOfType<IntegerAttr>(
+                                   moegpu::kRequiredRegistersAttrName)
+                             : IntegerAttr())
+      report.requiredRegisters = required.getInt();
     if (auto config = func ? func->getAttrOfType<moegpu::KernelLaunchAttr>(
                                  moegpu::kKernelLaunchAttrName)
                            : moegpu::KernelLaunchAttr()) {
@@ -404,6 +408,22 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
     }
     if (!runPtxas(*ptxas, result.ptx, result.cubin, result.kernels, error))
       return std::nullopt;
+    // A warp-specialized kernel must start with the registers its
+    // setmaxnreg plan hands out, or the consumers' setmaxnreg.inc waits
+    // forever on the GPU.
+    for (const Sm90KernelReport &k : result.kernels)
+      if (k.requiredRegisters > 0 && k.registers >= 0 &&
+          k.registers < k.requiredRegisters) {
+        error = "kernel '" + k.name + "': ptxas allocated " +
+                std::to_string(k.registers) +
+                " registers per thread, but its warp specialization's "
+                "setmaxnreg plan needs " +
+                std::to_string(k.requiredRegisters) + " for its " +
+                std::to_string(k.block) +
+                " threads (its consumer warpgroups' setmaxnreg.inc would "
+                "never be satisfied)";
+        return std::nullopt;
+      }
   }
   return result;
 }

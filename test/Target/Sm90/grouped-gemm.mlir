@@ -14,6 +14,9 @@
 
 // CHECK-LABEL: .entry up(
 // CHECK: .maxntid 384, 1, 1
+// One CTA per SM: ptxas then gives the kernel the 168 registers per thread
+// that the setmaxnreg plan (40 + 2 x 232, x 128 threads) hands out.
+// CHECK-NEXT: .minnctapersm 1
 // CHECK: mbarrier.init.shared.b64
 // CHECK: setmaxnreg.dec.sync.aligned.u32 40
 // CHECK: %nctaid.x
