@@ -1,8 +1,10 @@
 // DeepSeek-V3 MoE layer (config.json: hidden_size 7168, n_routed_experts 256,
 // num_experts_per_tok 8, n_group 8, topk_group 4, scoring_func sigmoid,
 // topk_method noaux_tc, norm_topk_prob true, routed_scaling_factor 2.5,
-// n_shared_experts 1, moe_intermediate_size 2048), with the SM split
-// DeepSeek-V3 trained with: 20 of 132 SMs left to communication.
+// n_shared_experts 1, moe_intermediate_size 2048), on all 132 SMs of an
+// H100/H200. Sharded over ranks, DeepSeek-V3 left 20 of them to
+// communication: moe-compile --ep 8 --sm-partition=132:20 (an unsharded
+// layer keeps none: they would stand idle).
 func.func @deepseek_v3(
     %x: tensor<?x7168xbf16>,
     %router: tensor<256x7168xbf16>,
@@ -24,7 +26,7 @@ func.func @deepseek_v3(
                                      routed_scale = 2.5, ffn = 2048,
                                      shared_experts = 1, shared_ffn = 2048,
                                      dtype = bf16>,
-          partition = #moe.sm_partition<sms = 132, comm = 20>}
+          partition = #moe.sm_partition<sms = 132, comm = 0>}
        : (tensor<?x7168xbf16>, tensor<256x7168xbf16>, tensor<256xf32>,
           tensor<256x2048x7168xbf16>, tensor<256x2048x7168xbf16>,
           tensor<256x7168x2048xbf16>,

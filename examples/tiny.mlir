@@ -20,7 +20,7 @@ func.func @tiny(%x: tensor<?x64xf32>,
                                      routed_scale = 2.5, ffn = 32,
                                      shared_experts = 1, shared_ffn = 32,
                                      dtype = f32>,
-          partition = #moe.sm_partition<sms = 132, comm = 20>}
+          partition = #moe.sm_partition<sms = 132, comm = 0>}
        : (tensor<?x64xf32>, tensor<16x64xf32>, tensor<16xf32>,
           tensor<16x32x64xf32>, tensor<16x32x64xf32>, tensor<16x64x32xf32>,
           tensor<32x64xf32>, tensor<32x64xf32>, tensor<64x32xf32>)

@@ -45,7 +45,8 @@ CompileResult mlir::moe::compileCached(const std::string &input,
       return result;
     }
   CompileResult result = compile(input, inputName, kind, options);
-  if (result.ok())
+  // A compile with a warning is not stored: a hit would not repeat it.
+  if (result.ok() && result.warning.empty())
     result.warning = storeCache(*dir, key, result.output);
   return result;
 }

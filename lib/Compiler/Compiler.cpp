@@ -232,6 +232,19 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
     trainArguments = listTrainArguments(layer);
   // The kernel pipeline erases the layer's function.
   auto ranks = static_cast<int64_t>(layer.getEpSize());
+  // SMs kept for communication serve the all-to-alls of a sharded layer;
+  // without one they only stand idle.
+  if (SmPartitionAttr partition = layer.getPartitionAttr();
+      partition && partition.getComm() > 0 && ranks == 1)
+    result.warning =
+        "the layer keeps " + std::to_string(partition.getComm()) + " of " +
+        std::to_string(partition.getSms()) +
+        " SMs for communication but is not sharded (--ep): they stay idle "
+        "and its GEMMs run on " +
+        std::to_string(partition.getSms() - partition.getComm()) +
+        "; a partition with comm = 0 (--sm-partition=" +
+        std::to_string(partition.getSms()) + ":0) gives them all " +
+        std::to_string(partition.getSms());
   Sm90Options sm90;
   sm90.train = options.train;
   sm90.alignment = alignmentFor(options);
