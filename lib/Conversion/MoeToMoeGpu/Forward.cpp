@@ -188,29 +188,67 @@ void LayerBuilder::buildCount(gpu::GPUFuncOp func) {
   });
 }
 
+/// Each expert's segment of the dispatched rows, aligned: offsets are the
+/// exclusive prefix sums of the aligned counts. One CTA: thread t sums the
+/// aligned counts of its run of ceil(E / kScanThreads) experts, a
+/// Hillis-Steele scan over the threads' sums in shared memory gives each
+/// run's start, and each thread then writes its experts' offsets and
+/// cursors.
 void LayerBuilder::buildScan(gpu::GPUFuncOp func) {
   ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
   Value ids = func.getArgument(0), counts = func.getArgument(1);
   Value offsets = func.getArgument(2), cursors = func.getArgument(3);
-  Value first = e.cmp(arith::CmpIPredicate::eq,
-                      gpu::ThreadIdOp::create(b, gpu::Dimension::x), e.idx(0));
-  e.when(first, [&] {
+  Value sums = func.getWorkgroupAttributions()[0];
+  int64_t experts = config.getExperts();
+  int64_t run = llvm::divideCeil(experts, kScanThreads);
+  Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+  Value begin = arith::MinUIOp::create(
+      b, arith::MulIOp::create(b, tid, e.idx(run)), e.idx(experts));
+  Value end = arith::MinUIOp::create(
+      b, arith::AddIOp::create(b, begin, e.idx(run)), e.idx(experts));
+  Value a = e.i32(alignment);
+  auto aligned = [&](Value ex) {
+    Value c = e.load(counts, {ex});
+    return arith::MulIOp::create(
+        b,
+        arith::DivUIOp::create(
+            b, arith::AddIOp::create(b, c, e.i32(alignment - 1)), a),
+        a);
+  };
+  Value local = e.loop(begin, end, e.idx(1), {e.i32(0)},
+                       [&](Value ex, ValueRange it) {
+                         return SmallVector<Value>{
+                             arith::AddIOp::create(b, it[0], aligned(ex))};
+                       })[0];
+  e.store(local, sums, {tid});
+  gpu::BarrierOp::create(b);
+  // Inclusive scan over the threads' sums: log2(kScanThreads) steps, each
+  // reading before any thread writes.
+  for (int64_t d = 1; d < kScanThreads; d *= 2) {
+    Value has = e.cmp(arith::CmpIPredicate::uge, tid, e.idx(d));
+    Value from = arith::SelectOp::create(
+        b, has, arith::SubIOp::create(b, tid, e.idx(d)), e.idx(0));
+    Value add =
+        arith::SelectOp::create(b, has, e.load(sums, {from}), e.i32(0));
+    gpu::BarrierOp::create(b);
+    e.store(arith::AddIOp::create(b, e.load(sums, {tid}), add), sums, {tid});
+    gpu::BarrierOp::create(b);
+  }
+  Value isFirst = e.cmp(arith::CmpIPredicate::eq, tid, e.idx(0));
+  Value start = arith::SelectOp::create(
+      b, isFirst, e.i32(0),
+      e.load(sums, {arith::SelectOp::create(
+                       b, isFirst, e.idx(0),
+                       arith::SubIOp::create(b, tid, e.idx(1)))}));
+  e.loop(begin, end, e.idx(1), {start}, [&](Value ex, ValueRange it) {
+    e.store(it[0], cursors, {ex});
+    Value next = arith::AddIOp::create(b, it[0], aligned(ex));
+    e.store(next, offsets, {arith::AddIOp::create(b, ex, e.idx(1))});
+    return SmallVector<Value>{next};
+  });
+  e.when(isFirst, [&] {
     e.store(e.i32(0), offsets, {e.idx(0)});
-    Value a = e.i32(alignment);
-    e.loop(e.idx(0), e.idx(config.getExperts()), e.idx(1), {e.i32(0)},
-           [&](Value ex, ValueRange it) {
-             e.store(it[0], cursors, {ex});
-             Value c = e.load(counts, {ex});
-             Value padded = arith::MulIOp::create(
-                 b,
-                 arith::DivUIOp::create(
-                     b, arith::AddIOp::create(b, c, e.i32(alignment - 1)), a),
-                 a);
-             Value next = arith::AddIOp::create(b, it[0], padded);
-             e.store(next, offsets, {arith::AddIOp::create(b, ex, e.idx(1))});
-             return SmallVector<Value>{next};
-           });
     if (func.getNumArguments() > 4) {
       Value shared = func.getArgument(4);
       e.store(e.i32(0), shared, {e.idx(0)});

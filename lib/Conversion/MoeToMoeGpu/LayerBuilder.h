@@ -35,6 +35,8 @@ namespace mlir::moe::lowering {
 constexpr int64_t kRouteWarps = 4;
 constexpr int64_t kCountThreads = 256;
 constexpr int64_t kRowThreads = 128;
+/// Threads of the one CTA that scans the expert counts.
+constexpr int64_t kScanThreads = 256;
 /// Shape markers of buffers sized at run time (the manifest's, from the
 /// schedule ABI): the token count, the dispatched-row capacity, and the
 /// rows an expert-parallel rank can receive (ranks x the capacity).

@@ -148,7 +148,9 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   SmallVector<StringRef> scanArgs{"topk_ids", "counts", "offsets", "cursors"};
   if (shared)
     scanArgs.push_back("shared_offsets");
-  buildScan(addKernel("dispatch_scan", scanArgs, gridOf(moegpu::GridKind::One), 1));
+  buildScan(addKernel("dispatch_scan", scanArgs, gridOf(moegpu::GridKind::One),
+                      kScanThreads,
+                      {MemRefType::get({kScanThreads}, i32, AffineMap(), wg)}));
   buildScatter(addKernel("dispatch_scatter",
                          {"x", "topk_ids", "topk_weights", "cursors", "rows",
                           "row_map", "row_weight"},

@@ -17,7 +17,7 @@
 // CHECK-NEXT: moegpu.launch @moe_kernels::@route [@x, @router_weight, @topk_ids, @topk_weights] grid <tokens, per_block = 4> block 128
 // CHECK-NEXT: moegpu.memset @counts
 // CHECK-NEXT: moegpu.launch @moe_kernels::@dispatch_count [@topk_ids, @counts] grid <assignments, per_block = 256> block 256
-// CHECK-NEXT: moegpu.launch @moe_kernels::@dispatch_scan [@topk_ids, @counts, @offsets, @cursors] grid <one> block 1
+// CHECK-NEXT: moegpu.launch @moe_kernels::@dispatch_scan [@topk_ids, @counts, @offsets, @cursors] grid <one> block 256
 // CHECK-NEXT: moegpu.launch @moe_kernels::@dispatch_scatter [@x, @topk_ids, @topk_weights, @cursors, @rows, @row_map, @row_weight] grid <assignments, per_block = 1> block 128
 // CHECK-NEXT: moegpu.launch @moe_kernels::@expert_up [@rows, @w13, @offsets, @act] grid <persistent> block 0
 // CHECK-NEXT: moegpu.launch @moe_kernels::@expert_down [@act, @w2, @offsets, @down, @row_weight] grid <persistent> block 0
