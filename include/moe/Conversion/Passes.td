@@ -130,7 +130,7 @@ def ConvertMoeToMoeGpu : Pass<"convert-moe-to-moegpu", "::mlir::ModuleOp"> {
     "::mlir::arith::ArithDialect", "::mlir::gpu::GPUDialect",
     "::mlir::LLVM::LLVMDialect", "::mlir::memref::MemRefDialect",
     "::mlir::moegpu::MoeGpuDialect", "::mlir::scf::SCFDialect",
-    "::mlir::ub::UBDialect"
+    "::mlir::ub::UBDialect", "::mlir::vector::VectorDialect"
   ];
   let options = [
     Option<"alignment", "alignment", "int64_t", /*default=*/"128",

@@ -297,12 +297,40 @@ void LayerBuilder::buildScatter(gpu::GPUFuncOp func) {
   Value p = e.load(pos, {e.idx(0)});
   e.when(e.cmp(arith::CmpIPredicate::sge, p, e.i32(0)), [&] {
     Value row = arith::IndexCastOp::create(b, b.getIndexType(), p);
-    e.loop(tid, e.idx(config.getHidden()), e.idx(kRowThreads), {},
+    forRowChunks(e, tid, [&](Value h, Type chunk) {
+      if (auto vec = dyn_cast_if_present<VectorType>(chunk))
+        vector::StoreOp::create(
+            b, vector::LoadOp::create(b, vec, x, ValueRange{t, h}, false,
+                                      b.getI64IntegerAttr(kChunkBytes)),
+            rows, ValueRange{row, h}, false, b.getI64IntegerAttr(kChunkBytes));
+      else
+        e.store(e.load(x, {t, h}), rows, {row, h});
+    });
+  });
+}
+
+/// Runs `body(h, chunk)` for this thread's share of a row of `hidden`
+/// 2-byte elements: 16-byte chunks (vector<8>) when whole rows are, every
+/// kRowThreads-th chunk from the thread's own; single elements otherwise.
+void LayerBuilder::forRowChunks(Emitter &e, Value tid,
+                                function_ref<void(Value, Type)> body) {
+  ImplicitLocOpBuilder &b = e.b;
+  int64_t hidden = config.getHidden();
+  int64_t per = kChunkBytes / 2;
+  if (hidden % per != 0) {
+    e.loop(tid, e.idx(hidden), e.idx(kRowThreads), {},
            [&](Value h, ValueRange) {
-             e.store(e.load(x, {t, h}), rows, {row, h});
+             body(h, Type());
              return SmallVector<Value>{};
            });
-  });
+    return;
+  }
+  auto chunk = VectorType::get({per}, config.getDtype());
+  e.loop(arith::MulIOp::create(b, tid, e.idx(per)), e.idx(hidden),
+         e.idx(kRowThreads * per), {}, [&](Value h, ValueRange) {
+           body(h, chunk);
+           return SmallVector<Value>{};
+         });
 }
 
 void LayerBuilder::buildCombine(gpu::GPUFuncOp func) {
@@ -315,35 +343,52 @@ void LayerBuilder::buildCombine(gpu::GPUFuncOp func) {
   Type outType = cast<MemRefType>(y.getType()).getElementType();
   Value t = gpu::BlockIdOp::create(b, gpu::Dimension::x);
   Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
-  e.loop(
-      tid, e.idx(config.getHidden()), e.idx(kRowThreads), {},
-      [&](Value h, ValueRange) {
-        Value acc = e.loop(
-            e.idx(0), e.idx(config.getTopK()), e.idx(1), {e.f32(0)},
-            [&](Value j, ValueRange it) {
-              Value r = e.load(rowMap, {t, j});
-              auto ifOp = scf::IfOp::create(
-                  b, b.getF32Type(),
-                  e.cmp(arith::CmpIPredicate::sge, r, e.i32(0)), true);
-              {
-                ImplicitLocOpBuilder::InsertionGuard guard(b);
-                b.setInsertionPointToStart(ifOp.thenBlock());
-                Value v = e.toF32(e.load(
-                    down,
-                    {arith::IndexCastOp::create(b, b.getIndexType(), r), h}));
-                scf::YieldOp::create(
-                    b, ValueRange{arith::AddFOp::create(b, it[0], v)});
-                b.setInsertionPointToStart(ifOp.elseBlock());
-                scf::YieldOp::create(b, it[0]);
-              }
-              return SmallVector<Value>{ifOp.getResult(0)};
-            })[0];
-        if (shared)
-          acc =
-              arith::AddFOp::create(b, acc, e.toF32(e.load(sharedOut, {t, h})));
-        e.store(arith::TruncFOp::create(b, outType, acc), y, {t, h});
-        return SmallVector<Value>{};
-      });
+  auto align = b.getI64IntegerAttr(kChunkBytes);
+  forRowChunks(e, tid, [&](Value h, Type chunk) {
+    // The token's k rows, summed in f32 over a chunk of columns (or one).
+    auto vec = dyn_cast_if_present<VectorType>(chunk);
+    Type accType = vec ? Type(VectorType::get(vec.getShape(), b.getF32Type()))
+                       : b.getF32Type();
+    auto loadF32 = [&](Value memref, Value row) -> Value {
+      if (!vec)
+        return e.toF32(e.load(memref, {row, h}));
+      Value loaded = vector::LoadOp::create(b, vec, memref, ValueRange{row, h},
+                                            false, align);
+      return arith::ExtFOp::create(b, accType, loaded);
+    };
+    Value zero = vec ? Value(arith::ConstantOp::create(
+                           b, DenseElementsAttr::get(cast<VectorType>(accType),
+                                                     b.getF32FloatAttr(0))))
+                     : e.f32(0);
+    Value acc = e.loop(
+        e.idx(0), e.idx(config.getTopK()), e.idx(1), {zero},
+        [&](Value j, ValueRange it) {
+          Value r = e.load(rowMap, {t, j});
+          auto ifOp = scf::IfOp::create(
+              b, accType, e.cmp(arith::CmpIPredicate::sge, r, e.i32(0)), true);
+          {
+            ImplicitLocOpBuilder::InsertionGuard guard(b);
+            b.setInsertionPointToStart(ifOp.thenBlock());
+            Value v = loadF32(
+                down, arith::IndexCastOp::create(b, b.getIndexType(), r));
+            scf::YieldOp::create(
+                b, ValueRange{arith::AddFOp::create(b, it[0], v)});
+            b.setInsertionPointToStart(ifOp.elseBlock());
+            scf::YieldOp::create(b, it[0]);
+          }
+          return SmallVector<Value>{ifOp.getResult(0)};
+        })[0];
+    if (shared)
+      acc = arith::AddFOp::create(b, acc, loadF32(sharedOut, t));
+    if (vec)
+      vector::StoreOp::create(
+          b,
+          arith::TruncFOp::create(b, VectorType::get(vec.getShape(), outType),
+                                  acc),
+          y, ValueRange{t, h}, false, align);
+    else
+      e.store(arith::TruncFOp::create(b, outType, acc), y, {t, h});
+  });
 }
 
 void LayerBuilder::buildGemm(gpu::GPUFuncOp func, moegpu::Epilogue epilogue) {

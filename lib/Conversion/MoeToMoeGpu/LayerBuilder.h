@@ -23,6 +23,7 @@
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 
@@ -37,6 +38,9 @@ constexpr int64_t kCountThreads = 256;
 constexpr int64_t kRowThreads = 128;
 /// Threads of the one CTA that scans the expert counts.
 constexpr int64_t kScanThreads = 256;
+/// Bytes a thread copies at once in row copies and sums (one 16-byte
+/// vector access: 8 bf16 or f16).
+constexpr int64_t kChunkBytes = 16;
 /// Shape markers of buffers sized at run time (the manifest's, from the
 /// schedule ABI): the token count, the dispatched-row capacity, and the
 /// rows an expert-parallel rank can receive (ranks x the capacity).
@@ -53,6 +57,8 @@ struct Buffer {
   /// input | output | param:<role> | pack:<gate role>,<up role> | scratch
   std::string source;
 };
+
+struct Emitter;
 
 class LayerBuilder {
 public:
@@ -143,6 +149,8 @@ private:
   void buildRoute(gpu::GPUFuncOp func);
   void buildCount(gpu::GPUFuncOp func);
   void buildScan(gpu::GPUFuncOp func);
+  void forRowChunks(Emitter &e, Value tid,
+                    function_ref<void(Value, Type)> body);
   void buildScatter(gpu::GPUFuncOp func);
   void buildCombine(gpu::GPUFuncOp func);
   void buildGemm(gpu::GPUFuncOp func, moegpu::Epilogue epilogue);

@@ -10,6 +10,7 @@
 #include "moe/Transforms/Autodiff.h"
 
 #include "mlir/Dialect/UB/IR/UBOps.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/Transforms/DialectConversion.h"
 
 namespace mlir::moe {
