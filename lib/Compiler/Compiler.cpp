@@ -213,6 +213,51 @@ static std::string formatReport(const std::vector<Sm90KernelReport> &kernels) {
   return text;
 }
 
+/// The performance model's projection of the forward pass (PerfModel.cpp)
+/// at 128, 512 and 4096 tokens, those the bundle takes.
+static std::string formatModel(const std::vector<Sm90KernelReport> &kernels,
+                               const Sm90LayerShape &shape,
+                               int64_t maxTokens) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  Sm90Machine machine;
+  os << llvm::formatv(
+      "model: H200 ({0:f0} TFLOP/s bf16 dense, {1:f0} TFLOP/s f32 SIMT, "
+      "{2:f1} TB/s); routing uniform over the experts; roofline = useful "
+      "work at peak; estimate = the kernel as built: padded tiles in waves "
+      "at {3:f0}% of the tensor cores or traffic at {4:f0}% of the "
+      "bandwidth, SIMT at the f32 peak, + {5:f0} us a launch\n",
+      machine.tensorFlops / 1e12, machine.simtFlops / 1e12,
+      machine.bandwidth / 1e12, machine.tensorEfficiency * 100,
+      machine.memoryEfficiency * 100, machine.launchMicroseconds);
+  os << llvm::formatv("{0,6} {1,-17} {2,10} {3,10} {4,12} {5,12}\n", "tokens",
+                      "kernel", "GFLOP", "MB", "roofline us", "estimate us");
+  std::vector<int64_t> counts;
+  for (int64_t t : {128, 512, 4096})
+    if (t <= maxTokens)
+      counts.push_back(t);
+  if (counts.empty())
+    counts.push_back(maxTokens);
+  for (int64_t t : counts) {
+    double flops = 0, bytes = 0, roofline = 0, estimate = 0;
+    for (const Sm90KernelCost &c : modelForward(shape, kernels, t, machine)) {
+      os << llvm::formatv("{0,6} {1,-17} {2,10:f2} {3,10:f2} {4,12:f1} "
+                          "{5,12:f1}\n",
+                          t, c.kernel, c.flops / 1e9, c.bytes / 1e6,
+                          c.rooflineUs, c.estimateUs);
+      flops += c.flops;
+      bytes += c.bytes;
+      roofline += c.rooflineUs;
+      estimate += c.estimateUs;
+    }
+    os << llvm::formatv("{0,6} {1,-17} {2,10:f2} {3,10:f2} {4,12:f1} "
+                        "{5,12:f1}  ({6:f2}x the roofline)\n",
+                        t, "layer", flops / 1e9, bytes / 1e6, roofline,
+                        estimate, roofline > 0 ? estimate / roofline : 0.0);
+  }
+  return text;
+}
+
 static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
                                      WeightNaming naming,
                                      const CompileOptions &options,
@@ -258,8 +303,18 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
       result.error.clear();
     return result;
   }
-  if (options.report)
-    result.report = formatReport(compiled->kernels);
+  if (options.report) {
+    Sm90LayerShape shape;
+    shape.hidden = config.getHidden();
+    shape.ffn = config.getFfn();
+    shape.experts = config.getExperts();
+    shape.topK = config.getTopK();
+    shape.sharedFfn = config.getSharedFfnTotal();
+    shape.alignment = sm90.alignment;
+    shape.ranks = ranks;
+    result.report = formatReport(compiled->kernels) +
+                    formatModel(compiled->kernels, shape, options.maxTokens);
+  }
   if (options.emit == "ptx") {
     setText(result, compiled->ptx);
     return result;

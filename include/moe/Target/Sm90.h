@@ -43,7 +43,49 @@ struct Sm90KernelReport {
   /// needs ptxas to allocate (0: none).
   int64_t requiredRegisters = 0;
   int64_t staticSharedMemory = -1;
+  /// GEMMs: the tile, and the persistent grid (CTAs, one per compute SM).
+  int64_t tileM = 0, tileN = 0, tileK = 0;
+  int64_t persistentCtas = 0;
 };
+
+/// The machine the performance model projects for: an H200 SXM (dense
+/// bf16 tensor-core peak, CUDA-core f32 FMA peak, HBM3e bandwidth).
+struct Sm90Machine {
+  double tensorFlops = 989e12;
+  double simtFlops = 67e12;
+  double bandwidth = 4.8e12;
+  int64_t sms = 132;
+  /// What a kernel reaches of those peaks in the estimate, and the fixed
+  /// cost of a launch.
+  double tensorEfficiency = 0.75, memoryEfficiency = 0.7;
+  double launchMicroseconds = 2.0;
+};
+
+/// The layer's shapes the model needs.
+struct Sm90LayerShape {
+  int64_t hidden = 0, ffn = 0, experts = 0, topK = 0;
+  int64_t sharedFfn = 0; // shared experts x their FFN width
+  int64_t alignment = 128;
+  int64_t elementBytes = 2;
+  int64_t ranks = 1;
+};
+
+/// One kernel's cost at a token count: FLOPs and bytes moved, the
+/// roofline time (the larger of compute at peak and traffic at full
+/// bandwidth) and the model's estimate, in microseconds.
+struct Sm90KernelCost {
+  std::string kernel;
+  double flops = 0, bytes = 0, rooflineUs = 0, estimateUs = 0;
+  bool tensorCores = false;
+};
+
+/// The forward kernels' costs at `tokens`, routing assumed uniform over the
+/// experts (each expert's rows padded to the alignment). Kernels the model
+/// does not know (training kernels) are left out.
+std::vector<Sm90KernelCost>
+modelForward(const Sm90LayerShape &shape,
+             const std::vector<Sm90KernelReport> &kernels, int64_t tokens,
+             const Sm90Machine &machine = {});
 
 struct Sm90Result {
   std::string ptx;

@@ -315,11 +315,16 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
       if (config.getBlock())
         step.block = config.getBlock();
       step.sharedMemory = config.getSmem();
-      if (moegpu::TileAttr tile = config.getTile())
+      if (moegpu::TileAttr tile = config.getTile()) {
         report.tile = std::to_string(tile.getM()) + "x" +
                       std::to_string(tile.getN()) + "x" +
                       std::to_string(tile.getK()) + ", " +
                       std::to_string(tile.getStages()) + " stages";
+        report.tileM = tile.getM();
+        report.tileN = tile.getN();
+        report.tileK = tile.getK();
+        report.persistentCtas = config.getGrid();
+      }
       if (auto maps =
               func->getAttrOfType<ArrayAttr>(moegpu::kTensorMapsAttrName))
         for (auto map : maps.getAsRange<moegpu::TensorMapAttr>())
