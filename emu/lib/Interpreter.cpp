@@ -1747,6 +1747,15 @@ private:
     return true;
   }
 
+  /// Warpgroups waiting in setmaxnreg.inc for registers look again (after
+  /// a dec, or when threads exit).
+  void wakeRegisterWaiters(Cta &cta) {
+    for (Warp &o : cta.warps)
+      for (int l = 0; l < 32; ++l)
+        if (o.state[l] == AtCollective && k.code[o.pc[l]].op == Op::Setmaxnreg)
+          o.state[l] = Ready;
+  }
+
   void releaseWarpgroup(Cta &cta, uint32_t group, bool advancePc) {
     for (uint32_t i = group * 4; i < group * 4 + 4; ++i) {
       Warp &o = cta.warps[i];
@@ -2321,12 +2330,7 @@ void Engine::execute(Cta &cta, Warp &w, uint32_t pc, uint32_t mask) {
     advance(w, mask & ~active);
     if (active) {
       checkBarriers(cta);
-      // Warpgroups waiting to grow their registers look again.
-      for (Warp &o : cta.warps)
-        for (int l = 0; l < 32; ++l)
-          if (o.state[l] == AtCollective &&
-              k.code[o.pc[l]].op == Op::Setmaxnreg)
-            o.state[l] = Ready;
+      wakeRegisterWaiters(cta);
     }
     return;
   case Op::Trap:
@@ -2798,12 +2802,8 @@ void Engine::execute(Cta &cta, Warp &w, uint32_t pc, uint32_t mask) {
     for (uint32_t i = group * 4; i < group * 4 + 4; ++i)
       cta.warps[i].nreg = count;
     releaseWarpgroup(cta, group, true);
-    if (!inc) // wake warpgroups waiting to grow
-      for (Warp &o : cta.warps)
-        for (int l = 0; l < 32; ++l)
-          if (o.state[l] == AtCollective &&
-              k.code[o.pc[l]].op == Op::Setmaxnreg)
-            o.state[l] = Ready;
+    if (!inc)
+      wakeRegisterWaiters(cta);
     return;
   }
   case Op::Ldmatrix:
