@@ -35,7 +35,6 @@ using NcclComm = void *;
 constexpr NcclResult kNcclSuccess = 0, kNcclInProgress = 7;
 constexpr int kNcclInt8 = 0, kNcclFloat32 = 7, kNcclSum = 0;
 
-
 /// ncclConfig_t with the fields of NCCL 2.18. NCCL reads `size` bytes of a
 /// config over its defaults, so later versions accept this prefix.
 struct NcclConfig {

@@ -11,6 +11,7 @@ from the runtime's code:
   bundle_tool.py gpu IN OUT KEY JSON        set field KEY of the gpu program, fix the checksum
   bundle_tool.py magic IN OUT               overwrite the magic
   bundle_tool.py edit IN OUT PYTHON         run PYTHON on the manifest `m`, fix the checksum
+  bundle_tool.py last-byte IN OUT BYTE      set the last blob's last byte, fix the checksum
 """
 import json
 import struct
@@ -42,6 +43,11 @@ def main():
     elif cmd == "version":
         body = data[:-8]
         body[8:12] = struct.pack("<I", int(rest[0]))
+        data = reseal(bytes(body))
+    elif cmd == "last-byte":
+        # The blobs end the body, right before the checksum.
+        body = bytearray(data[:-8])
+        body[-1] = int(rest[0], 0)
         data = reseal(bytes(body))
     elif cmd == "dump":
         manifest_size, blob_count = struct.unpack("<QQ", data[16:32])
