@@ -96,6 +96,37 @@ struct FieldReader {
     return value;
   }
 
+  /// An integer field that transformers also writes under other names (a
+  /// config class's attribute_map: transformers 5 saves Qwen-MoE's
+  /// num_experts as num_local_experts, for one). Names that are present
+  /// must agree.
+  int64_t integerAliased(llvm::ArrayRef<llvm::StringRef> keys) {
+    std::optional<int64_t> found;
+    llvm::StringRef foundKey;
+    for (llvm::StringRef key : keys) {
+      if (failed() || !object.get(key) ||
+          object.get(key)->kind() == llvm::json::Value::Null)
+        continue;
+      int64_t v = integer(key);
+      if (found && v != *found && !failed())
+        error = prefix + ": fields '" + foundKey.str() + "' (" +
+                std::to_string(*found) + ") and '" + key.str() + "' (" +
+                std::to_string(v) + ") disagree";
+      if (!found) {
+        found = v;
+        foundKey = key;
+      }
+    }
+    if (!found && !failed()) {
+      error = prefix + ": missing field '" + keys.front().str() + "'";
+      for (size_t i = 1; i < keys.size(); ++i)
+        error += (i == 1 ? " (or '" : ", '") + keys[i].str() + "'";
+      if (keys.size() > 1)
+        error += ")";
+    }
+    return found.value_or(0);
+  }
+
   int64_t integer(llvm::StringRef key, std::optional<int64_t> fallback = {}) {
     const llvm::json::Value *value = find(key, !fallback);
     if (!value)
@@ -210,7 +241,7 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
 
   if (modelType == "deepseek_v3" || modelType == "deepseek_v2") {
     bool v3 = modelType == "deepseek_v3";
-    f.experts = r.integer("n_routed_experts");
+    f.experts = r.integerAliased({"n_routed_experts", "num_local_experts"});
     f.topK = r.integer("num_experts_per_tok");
     f.ffn = r.integer("moe_intermediate_size");
     f.groups = r.integer("n_group", 1);
@@ -238,13 +269,13 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
     }
   } else if (modelType == "mixtral") {
     naming = WeightNaming::Mixtral;
-    f.experts = r.integer("num_local_experts");
+    f.experts = r.integerAliased({"num_local_experts", "num_experts"});
     f.topK = r.integer("num_experts_per_tok");
     f.ffn = r.integer("intermediate_size");
     f.normalize = true;
   } else { // qwen2_moe, qwen3_moe
     naming = WeightNaming::Qwen;
-    f.experts = r.integer("num_experts");
+    f.experts = r.integerAliased({"num_experts", "num_local_experts"});
     f.topK = r.integer("num_experts_per_tok");
     f.ffn = r.integer("moe_intermediate_size");
     f.normalize = r.boolean("norm_topk_prob", false);
