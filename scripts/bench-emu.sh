@@ -36,20 +36,12 @@ cat "$work/fwd.stats"
 echo "wall: $t s (process: load, upload, 9 launches)"
 "$py" "$root/test/Integration/reference.py" gen --config "$config" --tokens 64 --seed 2 \
   --weights "$work/w64.safetensors" --inputs "$work/x64.safetensors" --dtype bf16
-"$py" - "$work/x64.safetensors" "$work/batch.safetensors" <<'PY'
-import sys, json, struct
-raw = open(sys.argv[1], "rb").read()
-n = struct.unpack("<Q", raw[:8])[0]
-head = json.loads(raw[8:8 + n])
-x = head["x"]
-data = raw[8 + n + x["data_offsets"][0]:8 + n + x["data_offsets"][1]]
-# The batch: x and a zero target of x's shape and dtype.
-out = {"x": dict(x, data_offsets=[0, len(data)]),
-       "target": dict(x, data_offsets=[len(data), 2 * len(data)])}
-h = json.dumps(out).encode()
-h += b" " * (-len(h) % 8)
-open(sys.argv[2], "wb").write(struct.pack("<Q", len(h)) + h + data + bytes(len(data)))
-PY
+# The batch: x and a zero target, with reference.py's safetensors helpers.
+PYTHONPATH=$root/test/Integration "$py" -c "
+import sys, numpy as np, reference
+x = reference.read_safetensors(sys.argv[1])['x'].astype(np.float32)
+reference.write_safetensors(sys.argv[2], {'x': x, 'target': np.zeros_like(x)})
+" "$work/x64.safetensors" "$work/batch.safetensors"
 echo "== one training step, 64 tokens (moe-train --device=cuda)"
 t=$(seconds /dev/null "$work/train.stats" env MOE_EMU_STATS=1 "$build/bin/moe-train" "$work/train.moeb" \
   --device=cuda --steps 1 --weights "$work/w64.safetensors" --inputs "$work/batch.safetensors")

@@ -93,8 +93,6 @@ struct State {
   bool initialized = false;
   int current = -1; // the device of the current context
   GlobalMemory memory;
-  std::map<uint64_t, size_t> allocations;
-  size_t allocated = 0;
   CUresult sticky = kSuccess;
   LaunchOptions options;
   bool stats = false;
@@ -206,7 +204,7 @@ CUresult launchOn(Function *fn, Dim3 grid, Dim3 block, Dim3 cluster,
   }
   LaunchStats stats;
   auto begin = std::chrono::steady_clock::now();
-  std::string error =
+  LaunchResult result =
       launch(*fn->module->module, *fn->kernel, grid, block, cluster, shared,
              params, s.memory, s.options, &stats);
   double seconds = std::chrono::duration<double>(
@@ -217,22 +215,19 @@ CUresult launchOn(Function *fn, Dim3 grid, Dim3 block, Dim3 cluster,
   ks.stats.threadInstructions += stats.threadInstructions;
   ks.seconds += seconds;
   ++ks.launches;
-  if (error.empty())
+  if (result.ok())
     return kSuccess;
-  std::fprintf(stderr, "moe-emu: %s\n", error.c_str());
-  CUresult rc = kLaunchFailed;
-  if (error.find("misaligned") != std::string::npos)
-    rc = kMisalignedAddress;
-  else if (error.find("out of bounds") != std::string::npos ||
-           error.find("outside every allocation") != std::string::npos ||
-           error.find("runs past") != std::string::npos ||
-           error.find("null pointer") != std::string::npos)
-    rc = kIllegalAddress;
-  else if (error.find("a CTA of") != std::string::npos ||
-           error.find("bytes of shared memory (") != std::string::npos)
+  std::fprintf(stderr, "moe-emu: %s\n", result.report.c_str());
+  switch (result.failure) {
+  case LaunchFailure::BadLaunch:
     return kLaunchOutOfResources; // not sticky: nothing ran
-  s.sticky = rc;
-  return rc;
+  case LaunchFailure::IllegalAddress:
+    return s.sticky = kIllegalAddress;
+  case LaunchFailure::MisalignedAddress:
+    return s.sticky = kMisalignedAddress;
+  default:
+    return s.sticky = kLaunchFailed;
+  }
 }
 
 } // namespace
@@ -490,9 +485,6 @@ CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t bytes) {
   uint64_t p = state().memory.allocate(bytes);
   if (!p)
     return kOutOfMemory;
-  std::lock_guard<std::mutex> lock(state().mutex);
-  state().allocations[p] = bytes;
-  state().allocated += bytes;
   *ptr = p;
   return kSuccess;
 }
@@ -501,14 +493,8 @@ CUresult cuMemFree_v2(CUdeviceptr ptr) {
   REQUIRE_INIT();
   if (ptr == 0)
     return kSuccess;
-  std::lock_guard<std::mutex> lock(state().mutex);
-  auto it = state().allocations.find(ptr);
-  if (it == state().allocations.end())
-    return kInvalidValue;
-  state().allocated -= it->second;
-  state().allocations.erase(it);
-  state().memory.release(ptr);
-  return kSuccess;
+  // Only an allocation's start frees it (not an adopted module variable).
+  return state().memory.release(ptr) ? kSuccess : kInvalidValue;
 }
 
 CUresult cuMemGetInfo_v2(size_t *free, size_t *total) {
@@ -516,7 +502,7 @@ CUresult cuMemGetInfo_v2(size_t *free, size_t *total) {
   if (!free || !total)
     return kInvalidValue;
   *total = 80ull << 30;
-  *free = *total - std::min(*total, state().allocated);
+  *free = *total - std::min(*total, state().memory.allocatedBytes());
   return kSuccess;
 }
 

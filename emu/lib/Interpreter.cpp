@@ -56,12 +56,13 @@ namespace moe::emu {
 // Global memory
 //===----------------------------------------------------------------------===//
 
+struct GlobalMemory::Block {
+  uint64_t size;
+  void *owned; // null: adopted
+};
+
 struct GlobalMemory::Impl {
   mutable std::mutex mutex;
-  struct Block {
-    uint64_t size;
-    void *owned; // null: adopted
-  };
   std::map<uint64_t, Block> blocks;
 };
 
@@ -104,31 +105,40 @@ void GlobalMemory::forget(uint64_t address) {
   impl->blocks.erase(address);
 }
 
-bool GlobalMemory::find(uint64_t address, uint64_t &start,
-                        uint64_t &size) const {
-  std::lock_guard<std::mutex> lock(impl->mutex);
-  auto it = impl->blocks.upper_bound(address);
-  if (it == impl->blocks.begin())
+/// The allocation that starts at or below `address`, or false.
+static bool atOrBelow(const std::map<uint64_t, GlobalMemory::Block> &blocks,
+                      uint64_t address, uint64_t &start, uint64_t &size) {
+  auto it = blocks.upper_bound(address);
+  if (it == blocks.begin())
     return false;
   --it;
-  if (address - it->first >= it->second.size)
-    return false;
   start = it->first;
   size = it->second.size;
   return true;
 }
 
+bool GlobalMemory::find(uint64_t address, uint64_t &start,
+                        uint64_t &size) const {
+  std::lock_guard<std::mutex> lock(impl->mutex);
+  return atOrBelow(impl->blocks, address, start, size) &&
+         address - start < size;
+}
+
 bool GlobalMemory::nearestBelow(uint64_t address, uint64_t &start,
                                 uint64_t &size) const {
   std::lock_guard<std::mutex> lock(impl->mutex);
-  auto it = impl->blocks.upper_bound(address);
-  if (it == impl->blocks.begin())
-    return false;
-  --it;
-  start = it->first;
-  size = it->second.size;
   // Only close misses: within the allocation's rounding to 256 bytes.
-  return address < start + (size + 255) / 256 * 256;
+  return atOrBelow(impl->blocks, address, start, size) &&
+         address < start + (size + 255) / 256 * 256;
+}
+
+size_t GlobalMemory::allocatedBytes() const {
+  std::lock_guard<std::mutex> lock(impl->mutex);
+  size_t total = 0;
+  for (const auto &[address, block] : impl->blocks)
+    if (block.owned)
+      total += block.size;
+  return total;
 }
 
 bool GlobalMemory::contains(uint64_t address, size_t bytes) const {
@@ -155,7 +165,7 @@ enum Fast : uint8_t {
 
 bool plainSource(const Operand &o, Ty t) {
   if (o.kind == Operand::Reg)
-    return !o.isFloatLiteral && !(o.reg >= SrClock && o.reg <= SrGlobaltimer);
+    return !o.negated && !(o.reg >= SrClock && o.reg <= SrGlobaltimer);
   if (o.kind == Operand::Imm)
     return !o.isDoubleLiteral && (t == Ty::F32 || !o.isFloatLiteral);
   return false;
@@ -165,7 +175,7 @@ uint8_t classify(const Instr &in) {
   constexpr uint32_t kRound = FRz | FRm | FRp | FRni | FRzi | FRmi | FRpi;
   if (in.ops.empty() || in.ops[0].kind != Operand::Reg ||
       in.ops[0].reg < kNumSpecial)
-    return in.op == Op::St ? 0 : FastNone;
+    return FastNone;
   auto sources = [&](size_t from, Ty t) {
     for (size_t i = from; i < in.ops.size(); ++i)
       if (!plainSource(in.ops[i], t))
@@ -362,7 +372,7 @@ public:
       : m(m), k(k), grid(grid), block(block), cluster(cluster),
         dynShared(dynShared), params(params), mem(mem), opt(opt) {}
 
-  std::string run(LaunchStats *stats);
+  LaunchResult run(LaunchStats *stats);
 
 private:
   const Module &m;
@@ -394,6 +404,20 @@ private:
   Cta *curCta = nullptr;
   Warp *curWarp = nullptr;
   const Instr *curInstr = nullptr;
+
+  /// What a failed launch was, for the driver's error code.
+  LaunchFailure failure = LaunchFailure::Failed;
+
+  /// An access outside memory: the GPU's illegal address.
+  [[noreturn]] void badAddress(int lane, const std::string &what) {
+    failure = LaunchFailure::IllegalAddress;
+    fail(lane, what);
+  }
+  /// The launch itself cannot run (its shape or resources): nothing ran.
+  [[noreturn]] void badLaunch(const std::string &what) {
+    failure = LaunchFailure::BadLaunch;
+    fail(-1, what);
+  }
 
   [[noreturn]] void fail(int lane, const std::string &what) {
     std::ostringstream os;
@@ -441,7 +465,7 @@ private:
       if (o.reg >= SrClock && o.reg <= SrGlobaltimer)
         return clockValue();
       uint64_t v = reg(w, o.reg, lane);
-      return o.isFloatLiteral ? !v : v; // a negated predicate
+      return o.negated ? !v : v;
     }
     case Operand::Imm:
       return o.imm;
@@ -504,11 +528,6 @@ private:
 
   // ---- memory ------------------------------------------------------------
 
-  struct Place {
-    uint8_t *ptr;
-    Space space;
-  };
-
   uint8_t *sharedPtr(Cta &cta, uint64_t addr, size_t bytes, int lane,
                      bool cluster) {
     uint32_t rank = static_cast<uint32_t>((addr >> 24) & 0xFF);
@@ -525,10 +544,10 @@ private:
       target = &ctas[rank - 1];
     }
     if (offset + bytes > target->smem.size())
-      fail(lane, "shared memory access of " + std::to_string(bytes) +
-                     " bytes at " + hex(offset) + " is out of bounds (" +
-                     std::to_string(target->smem.size()) +
-                     " bytes of shared memory)");
+      badAddress(lane, "shared memory access of " + std::to_string(bytes) +
+                           " bytes at " + hex(offset) + " is out of bounds (" +
+                           std::to_string(target->smem.size()) +
+                           " bytes of shared memory)");
     return target->smem.data() + offset;
   }
 
@@ -544,22 +563,24 @@ private:
     uint64_t s = 0, size = 0;
     if (!mem.find(addr, s, size)) {
       if (addr < 4096)
-        fail(lane, "global access at " + hex(addr) + " (a null pointer)");
+        badAddress(lane, "global access at " + hex(addr) + " (a null pointer)");
       if (mem.nearestBelow(addr, s, size))
-        fail(lane, "global access of " + std::to_string(bytes) + " bytes at " +
+        badAddress(lane,
+                   "global access of " + std::to_string(bytes) + " bytes at " +
                        hex(addr) + " runs past the end of the " +
                        std::to_string(size) + "-byte allocation at " + hex(s) +
                        " (by " + std::to_string(addr + bytes - s - size) +
                        " bytes)");
-      fail(lane, "global access of " + std::to_string(bytes) + " bytes at " +
-                     hex(addr) + " is outside every allocation");
+      badAddress(lane, "global access of " + std::to_string(bytes) +
+                           " bytes at " + hex(addr) +
+                           " is outside every allocation");
     }
     if (addr + bytes > s + size)
-      fail(lane, "global access of " + std::to_string(bytes) + " bytes at " +
-                     hex(addr) + " runs past the end of the " +
-                     std::to_string(size) + "-byte allocation at " + hex(s) +
-                     " (by " + std::to_string(addr + bytes - s - size) +
-                     " bytes)");
+      badAddress(lane, "global access of " + std::to_string(bytes) +
+                           " bytes at " + hex(addr) +
+                           " runs past the end of the " + std::to_string(size) +
+                           "-byte allocation at " + hex(s) + " (by " +
+                           std::to_string(addr + bytes - s - size) + " bytes)");
     hitStart = s;
     hitEnd = s + size;
     return reinterpret_cast<uint8_t *>(addr);
@@ -567,8 +588,9 @@ private:
 
   uint8_t *localPtr(Warp &w, uint64_t addr, size_t bytes, int lane) {
     if (addr + bytes > k.localBytes)
-      fail(lane, "local memory access at " + hex(addr) + " is out of bounds (" +
-                     std::to_string(k.localBytes) + " bytes per thread)");
+      badAddress(lane, "local memory access at " + hex(addr) +
+                           " is out of bounds (" +
+                           std::to_string(k.localBytes) + " bytes per thread)");
     return w.local + static_cast<size_t>(lane) * k.localBytes + addr;
   }
 
@@ -604,9 +626,11 @@ private:
                    size_t bytes, int lane, size_t align = 0) {
     if (align == 0)
       align = bytes;
-    if (opt.checks && align > 1 && (addr & (std::min<size_t>(align, 16) - 1)))
+    if (opt.checks && align > 1 && (addr & (std::min<size_t>(align, 16) - 1))) {
+      failure = LaunchFailure::MisalignedAddress;
       fail(lane, "misaligned " + std::to_string(bytes) + "-byte access at " +
                      hex(addr));
+    }
     switch (space) {
     case Space::Generic:
       switch (addr & kWindowMask) {
@@ -1281,7 +1305,7 @@ private:
     uint32_t rank = static_cast<uint32_t>((a >> 24) & 0xFF);
     addr = static_cast<uint32_t>(a & 0xFFFFFF);
     if (addr + 8 > cta.smem.size())
-      fail(lane, "mbarrier address " + hex(a) + " is out of bounds");
+      badAddress(lane, "mbarrier address " + hex(a) + " is out of bounds");
     if (rank == 0)
       return cta;
     if (in.space != Space::SharedCluster && in.space != Space::Generic)
@@ -1419,9 +1443,9 @@ private:
     }
     for (Cta *target : targets) {
       if (dst + bytes > target->smem.size())
-        fail(lane, "the TMA box (" + std::to_string(bytes) +
-                       " bytes) runs past the end of shared memory at " +
-                       hex(dst));
+        badAddress(lane, "the TMA box (" + std::to_string(bytes) +
+                             " bytes) runs past the end of shared memory at " +
+                             hex(dst));
       uint8_t *smem = target->smem.data();
       unsigned es = d.elementBytes;
       bool nanFill = d.oobFill == 1;
@@ -1430,7 +1454,7 @@ private:
       uint32_t phase = mbarrier(*target, mbarAddr, lane).phase;
       walkBox(d, coords, dst, lane, [&](uint32_t s, uint64_t g, uint32_t) {
         if (s + es > target->smem.size())
-          fail(lane, "the swizzled TMA box runs past shared memory");
+          badAddress(lane, "the swizzled TMA box runs past shared memory");
         if (races.enabled()) {
           if (target == &cta) {
             std::string race =
@@ -1475,7 +1499,7 @@ private:
     unsigned es = d.elementBytes;
     walkBox(d, coords, src, lane, [&](uint32_t s, uint64_t g, uint32_t) {
       if (s + es > cta.smem.size())
-        fail(lane, "the TMA box runs past the end of shared memory");
+        badAddress(lane, "the TMA box runs past the end of shared memory");
       checkShared(cta, w, lane, cta.smem.data() + s, es, false);
       if (g)
         std::memcpy(globalPtr(g, es, lane), cta.smem.data() + s, es);
@@ -1790,13 +1814,7 @@ void Engine::memoryOp(Cta &cta, Warp &w, const Instr &in, uint32_t active) {
   for (uint32_t mm = active; mm; mm &= mm - 1) {
     int l = __builtin_ctz(mm);
     uint64_t addr = effectiveAddress(w, addrOp, l);
-    Space space = in.space;
-    if (addrOp.sym <= -2 && in.space == Space::Param)
-      addr = k.params[-2 - addrOp.sym].offset + addrOp.offset;
-    else if (addrOp.sym >= 0 && in.space == Space::Param &&
-             m.symbols[addrOp.sym].space == Space::Local)
-      space = Space::Local; // a call's argument
-    else if (addrOp.sym >= 0 && in.space == Space::Generic) {
+    if (addrOp.sym >= 0 && in.space == Space::Generic) {
       // A variable named in a generic access: its generic address.
       const Symbol &s = m.symbols[addrOp.sym];
       if (s.space == Space::Shared)
@@ -1804,7 +1822,7 @@ void Engine::memoryOp(Cta &cta, Warp &w, const Instr &in, uint32_t active) {
       else if (s.space == Space::Local)
         addr |= kLocalWindow;
     }
-    uint8_t *p = resolve(cta, w, space, addr, static_cast<size_t>(bytes) * n,
+    uint8_t *p = resolve(cta, w, in.space, addr, static_cast<size_t>(bytes) * n,
                          l, static_cast<size_t>(bytes) * n);
     checkShared(cta, w, l, p, bytes * n, in.op == Op::St);
     for (unsigned e = 0; e < n; ++e) {
@@ -2307,8 +2325,6 @@ void Engine::execute(Cta &cta, Warp &w, uint32_t pc, uint32_t mask) {
     }
     break;
   case Op::Nop:
-    if (in.sub == SubOp::Exch) // createpolicy: an opaque policy value
-      lanes([&](int l) { write(w, in.ops[0], l, 0); });
     break;
   case Op::Nanosleep:
     yieldFlag = true;
@@ -2667,9 +2683,6 @@ void Engine::execute(Cta &cta, Warp &w, uint32_t pc, uint32_t mask) {
       Cta &c = mbarrierCta(cta, w, in, in.ops[0], l, addr);
       c.mbars.erase(addr);
     });
-    break;
-  case Op::MbarPendingCount:
-    lanes([&](int l) { write(w, in.ops[0], l, 0); });
     break;
   case Op::TmaLoad:
     lanes([&](int l) { tmaLoad(cta, w, in, l); });
@@ -3111,18 +3124,18 @@ void Engine::runCluster(const std::vector<Dim3> &ids) {
         }
 }
 
-std::string Engine::run(LaunchStats *stats) {
+LaunchResult Engine::run(LaunchStats *stats) {
   try {
     if (block.count() == 0 || block.count() > 1024)
-      fail(-1, "a CTA of " + std::to_string(block.count()) +
-                   " threads (1-1024)");
+      badLaunch("a CTA of " + std::to_string(block.count()) +
+                " threads (1-1024)");
     if (grid.count() == 0)
       fail(-1, "an empty grid");
     uint32_t limit = maxThreads(k);
     if (limit && block.count() > limit)
-      fail(-1, "a CTA of " + std::to_string(block.count()) +
-                   " threads exceeds the kernel's .maxntid/.reqntid of " +
-                   std::to_string(limit));
+      badLaunch("a CTA of " + std::to_string(block.count()) +
+                " threads exceeds the kernel's .maxntid/.reqntid of " +
+                std::to_string(limit));
     if (k.reqntid[0] && (block.x != k.reqntid[0] || block.y != k.reqntid[1] ||
                          block.z != k.reqntid[2]))
       fail(-1, "the CTA shape differs from the kernel's .reqntid");
@@ -3143,10 +3156,10 @@ std::string Engine::run(LaunchStats *stats) {
     dynBase = (k.staticShared + align - 1) / align * align;
     uint64_t total = static_cast<uint64_t>(dynBase) + dynShared;
     if (total > kMaxShared)
-      fail(-1, "the CTA needs " + std::to_string(total) +
-                   " bytes of shared memory (" + std::to_string(k.staticShared) +
-                   " static, " + std::to_string(dynShared) +
-                   " dynamic); sm_90 has " + std::to_string(kMaxShared));
+      badLaunch("the CTA needs " + std::to_string(total) +
+                " bytes of shared memory (" + std::to_string(k.staticShared) +
+                " static, " + std::to_string(dynShared) +
+                " dynamic); sm_90 has " + std::to_string(kMaxShared));
     smemBytes = static_cast<uint32_t>(total);
     warpsPerCta = (block.count() + 31) / 32;
     // The CTA's registers per thread, where the kernel pins them: ptxas
@@ -3192,17 +3205,17 @@ std::string Engine::run(LaunchStats *stats) {
   } catch (const Fault &) {
     if (trace && trace != stderr)
       std::fclose(trace);
-    return error;
+    return {failure, error};
   }
-  return "";
+  return {};
 }
 
 } // namespace
 
-std::string launch(const Module &module, const Kernel &kernel, Dim3 grid,
-                   Dim3 block, Dim3 cluster, uint32_t dynamicShared,
-                   const std::vector<uint8_t> &params, GlobalMemory &memory,
-                   const LaunchOptions &options, LaunchStats *stats) {
+LaunchResult launch(const Module &module, const Kernel &kernel, Dim3 grid,
+                    Dim3 block, Dim3 cluster, uint32_t dynamicShared,
+                    const std::vector<uint8_t> &params, GlobalMemory &memory,
+                    const LaunchOptions &options, LaunchStats *stats) {
   Engine e(module, kernel, grid, block, cluster, dynamicShared, params, memory,
            options);
   return e.run(stats);

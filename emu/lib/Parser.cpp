@@ -452,8 +452,6 @@ private:
     m.kernels.push_back(std::move(kernel));
     m.kernelIndex[m.kernels.back().name] = index;
     k = &m.kernels.back();
-    for (int s = 0; s < kNumSpecial; ++s)
-      k->regNames.push_back("%special" + std::to_string(s));
     scopes.clear();
     pending.clear();
     expect("{");
@@ -507,11 +505,7 @@ private:
     scope = static_cast<int>(scopes.size()) - 1;
   }
 
-  int declareReg(const std::string &name) {
-    int r = static_cast<int>(k->numRegs++);
-    k->regNames.push_back(name);
-    return r;
-  }
+  int declareReg() { return static_cast<int>(k->numRegs++); }
 
   void regDecl() {
     Ty ty = Ty::None;
@@ -530,10 +524,10 @@ private:
         expect(">");
         int base = static_cast<int>(k->numRegs);
         for (int i = 0; i < count; ++i)
-          declareReg(name + std::to_string(i));
+          declareReg();
         scopes[scope].ranges[name] = {base, count};
       } else {
-        scopes[scope].regs[name] = declareReg(name);
+        scopes[scope].regs[name] = declareReg();
       }
     } while (accept(","));
     expect(";");
@@ -729,7 +723,7 @@ private:
     if (r >= 0) {
       o.kind = Operand::Reg;
       o.reg = r;
-      o.isFloatLiteral = negated; // reused: a negated predicate operand
+      o.negated = negated;
       if (accept("|")) {
         // d|p: a value and a predicate destination.
         Operand pair;
@@ -857,6 +851,11 @@ private:
     }
     in.text += ';';
     decode(opcode, in);
+    // A .param variable of a body is a call's argument, thread-local
+    // storage: its ld/st.param are local accesses.
+    if ((in.op == Op::Ld || in.op == Op::St) && in.space == Space::Param &&
+        in.ops[1].sym >= 0 && m.symbols[in.ops[1].sym].space == Space::Local)
+      in.space = Space::Local;
     k->code.push_back(std::move(in));
   }
 
@@ -1121,11 +1120,18 @@ private:
     } else if (base == "prefetch" || base == "prefetchu" ||
                base == "applypriority" || base == "discard" ||
                base == "createpolicy") {
-      in.op = base == "createpolicy" ? Op::Mov : Op::Prefetch;
+      in.op = Op::Prefetch;
       if (base == "createpolicy") {
-        // The policy is opaque: any value.
-        in.op = Op::Nop;
-        in.sub = SubOp::Exch;
+        // A cache policy is an opaque hint: any value serves, so it is a
+        // move of 0 into its register.
+        if (in.ops.empty() || in.ops[0].kind != Operand::Reg)
+          bad();
+        Operand zero;
+        zero.kind = Operand::Imm;
+        in.op = Op::Mov;
+        in.type = Ty::B64;
+        in.ops.resize(1);
+        in.ops.push_back(zero);
       }
     } else if (base == "bra" || base == "brx") {
       if (base == "brx")
@@ -1233,8 +1239,6 @@ private:
         in.op = Op::MbarTryWait;
       } else if (has("inval")) {
         in.op = Op::MbarInval;
-      } else if (has("pending_count")) {
-        in.op = Op::MbarPendingCount;
       } else {
         bad();
       }
@@ -1253,8 +1257,6 @@ private:
           bad();
         if (has("multicast::cluster"))
           in.flags |= FMulticast;
-        if (has("L2::cache_hint"))
-          in.flags |= FOob; // reused: a trailing cache-policy operand
         for (size_t i = 1; i < parts.size(); ++i)
           if (parts[i].size() == 2 && parts[i][1] == 'd' &&
               parts[i][0] >= '1' && parts[i][0] <= '5')

@@ -77,6 +77,7 @@ struct Operand {
   };
   Kind kind = None;
   bool isFloatLiteral = false;
+  bool negated = false; // !%p: a predicate read negated
   bool isDoubleLiteral = false;
   int32_t reg = -1;
   int32_t sym = -1; // index into Module::symbols
@@ -97,7 +98,7 @@ enum class Op : uint16_t {
   BarSync, BarArrive, BarRed, Membar, Fence,
   Shfl, Vote, Redux, Elect, Activemask, Match,
   MbarInit, MbarArrive, MbarArriveDrop, MbarExpectTx, MbarCompleteTx,
-  MbarTestWait, MbarTryWait, MbarInval, MbarPendingCount,
+  MbarTestWait, MbarTryWait, MbarInval,
   TmaLoad, TmaStore, TmaPrefetch, BulkCommit, BulkWait, BulkCopy,
   CpAsync, CpAsyncCommit, CpAsyncWait, CpAsyncMbarArrive,
   WgmmaFence, WgmmaCommit, WgmmaWait, WgmmaMma,
@@ -119,7 +120,7 @@ enum Flag : uint32_t {
   FShiftClamp = 1u << 20, FParity = 1u << 21, FNoCount = 1u << 22,
   FAligned = 1u << 23, FNaN = 1u << 24, FXorsign = 1u << 25,
   FAbsMod = 1u << 26, FMulticast = 1u << 27, FIm2col = 1u << 28,
-  FTrans = 1u << 29, FInc = 1u << 30, FOob = 1u << 31,
+  FTrans = 1u << 29, FInc = 1u << 30,
 };
 
 /// Sub-operations of atom/red/redux/vote/shfl/bar.red/setp's bool op.
@@ -177,7 +178,6 @@ struct Kernel {
   uint32_t paramBytes = 0;
   std::vector<Instr> code;
   uint32_t numRegs = kNumSpecial;
-  std::vector<std::string> regNames; // for reports
   // Shared memory: static variables first, then the dynamic window.
   uint32_t staticShared = 0;
   uint32_t dynamicSharedAlign = 16;

@@ -202,11 +202,15 @@ static std::string formatReport(const std::vector<Sm90KernelReport> &kernels) {
     auto num = [](int64_t v) {
       return v < 0 ? std::string("?") : std::to_string(v);
     };
+    std::string tile = k.tileM ? std::to_string(k.tileM) + "x" +
+                                     std::to_string(k.tileN) + "x" +
+                                     std::to_string(k.tileK) + ", " +
+                                     std::to_string(k.tileStages) + " stages"
+                               : "-";
     os << llvm::formatv("{0} {1,-16} {2,6} {3,8} {4,7} {5,5} {6,-20} {7}/{8}\n",
                         pad(k.name), k.grid, k.block, k.sharedMemory,
-                        num(k.staticSharedMemory), num(k.registers),
-                        k.tile.empty() ? "-" : k.tile, num(k.spillStores),
-                        num(k.spillLoads));
+                        num(k.staticSharedMemory), num(k.registers), tile,
+                        num(k.spillStores), num(k.spillLoads));
   }
   os << "cluster 1x1x1 for every kernel; smem is dynamic shared memory in "
         "bytes\n";

@@ -37,14 +37,14 @@ struct Sm90KernelReport {
   std::string grid; // e.g. "112 (persistent)" or "ceil(T / 4)"
   int64_t block = 0;
   int64_t sharedMemory = 0; // dynamic shared memory
-  std::string tile;         // GEMMs: "128x128x64, 7 stages"
   int64_t registers = -1, spillStores = -1, spillLoads = -1;
   /// Registers per thread a warp-specialized kernel's setmaxnreg plan
   /// needs ptxas to allocate (0: none).
   int64_t requiredRegisters = 0;
   int64_t staticSharedMemory = -1;
-  /// GEMMs: the tile, and the persistent grid (CTAs, one per compute SM).
-  int64_t tileM = 0, tileN = 0, tileK = 0;
+  /// GEMMs: the tile and its pipeline stages, and the persistent grid
+  /// (CTAs, one per compute SM); 0 for SIMT kernels.
+  int64_t tileM = 0, tileN = 0, tileK = 0, tileStages = 0;
   int64_t persistentCtas = 0;
 };
 
@@ -76,7 +76,6 @@ struct Sm90LayerShape {
 struct Sm90KernelCost {
   std::string kernel;
   double flops = 0, bytes = 0, rooflineUs = 0, estimateUs = 0;
-  bool tensorCores = false;
 };
 
 /// The forward kernels' costs at `tokens`, routing assumed uniform over the

@@ -75,7 +75,6 @@ modelForward(const Sm90LayerShape &s,
       tileRowsPerGroup = tokens;
     }
     if (gN > 0) {
-      c.tensorCores = true;
       // The useful work and traffic: real rows only (the kernel computes
       // the padded ones too, which the estimate counts), activations in
       // and out (SwiGLU halves the up GEMM's output), each busy group's

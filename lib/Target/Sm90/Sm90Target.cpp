@@ -316,13 +316,10 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
         step.block = config.getBlock();
       step.sharedMemory = config.getSmem();
       if (moegpu::TileAttr tile = config.getTile()) {
-        report.tile = std::to_string(tile.getM()) + "x" +
-                      std::to_string(tile.getN()) + "x" +
-                      std::to_string(tile.getK()) + ", " +
-                      std::to_string(tile.getStages()) + " stages";
         report.tileM = tile.getM();
         report.tileN = tile.getN();
         report.tileK = tile.getK();
+        report.tileStages = tile.getStages();
         report.persistentCtas = config.getGrid();
       }
       if (auto maps =

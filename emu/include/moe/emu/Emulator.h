@@ -47,6 +47,9 @@ public:
   /// The allocation just below `address` when `address` is a near miss past
   /// its end (inside its 256-byte rounding).
   bool nearestBelow(uint64_t address, uint64_t &start, uint64_t &size) const;
+  /// Bytes allocated (not adopted).
+  size_t allocatedBytes() const;
+  struct Block;
 
 private:
   struct Impl;
@@ -106,11 +109,27 @@ uint32_t staticSharedBytes(const Kernel &kernel);
 const std::string &kernelName(const Kernel &kernel);
 uint32_t maxThreads(const Kernel &kernel);
 
+/// How a launch failed: the GPU's error for it.
+enum class LaunchFailure {
+  None,
+  IllegalAddress,    // an access outside memory
+  MisalignedAddress, // an access not aligned to its size
+  BadLaunch,         // the launch's shape or resources: nothing ran
+  Failed,            // anything else (trap, deadlock, a failed check)
+};
+
+struct LaunchResult {
+  LaunchFailure failure = LaunchFailure::None;
+  /// What failed: "<module>:<line>: kernel '<k>', CTA (x,y,z), warp w,
+  /// lane l: <what>\n    <instruction>", or for a deadlock what each
+  /// blocked warp waits for.
+  std::string report;
+  bool ok() const { return failure == LaunchFailure::None; }
+};
+
 /// Runs a grid to completion. `params` is the packed parameter buffer
-/// (paramLayout). Returns an empty string, or the report of what failed:
-/// "<module>:<line>: kernel '<k>', CTA (x,y,z), warp w, lane l: <what>
-///  [instruction]" and, for a deadlock, what each blocked warp waits for.
-std::string launch(const Module &module, const Kernel &kernel, Dim3 grid,
+/// (paramLayout).
+LaunchResult launch(const Module &module, const Kernel &kernel, Dim3 grid,
                    Dim3 block, Dim3 cluster, uint32_t dynamicShared,
                    const std::vector<uint8_t> &params, GlobalMemory &memory,
                    const LaunchOptions &options, LaunchStats *stats = nullptr);
