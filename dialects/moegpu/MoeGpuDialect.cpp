@@ -18,6 +18,23 @@ using namespace mlir::moegpu;
 #include "moegpu/MoeGpuDialect.cpp.inc"
 #include "moegpu/MoeGpuEnums.cpp.inc"
 
+/// `type ,` of an optional operand, printed and parsed only when the
+/// operand is there (grouped_gemm's offsets, between b's and c's types).
+static ParseResult
+parseOptionalTypeComma(OpAsmParser &parser,
+                       std::optional<OpAsmParser::UnresolvedOperand> operand,
+                       Type &type) {
+  if (!operand)
+    return success();
+  return failure(parser.parseType(type) || parser.parseComma());
+}
+
+static void printOptionalTypeComma(OpAsmPrinter &printer, Operation *,
+                                   Value operand, Type type) {
+  if (operand)
+    printer << type << ", ";
+}
+
 #define GET_ATTRDEF_CLASSES
 #include "moegpu/MoeGpuAttrs.cpp.inc"
 
@@ -120,23 +137,26 @@ static LogicalResult checkScaleOperand(Operation *op, Epilogue epilogue,
 LogicalResult GroupedGemmOp::verify() {
   auto isI32 = [](Type t) { return t.isInteger(32); };
   auto isF32 = [](Type t) { return t.isF32(); };
+  auto isOutput = [](Type t) { return isHalfFloat(t) || t.isF32(); };
   if (failed(checkMemRef(*this, getA(), "a", 2, "bf16 or f16", isHalfFloat)) ||
-      failed(checkMemRef(*this, getB(), "b", 3, "bf16 or f16", isHalfFloat)) ||
-      failed(checkMemRef(*this, getOffsets(), "offsets", 1, "i32", isI32)) ||
-      failed(checkMemRef(*this, getC(), "c", 2, "bf16 or f16", isHalfFloat)))
+      failed(checkMemRef(*this, getB(), "b", isDense() ? 2 : 3, "bf16 or f16",
+                         isHalfFloat)) ||
+      (getOffsets() &&
+       failed(checkMemRef(*this, getOffsets(), "offsets", 1, "i32", isI32))) ||
+      failed(checkMemRef(*this, getC(), "c", 2, "bf16, f16 or f32", isOutput)))
     return failure();
-  MemRefType a = getA().getType(), b = getB().getType(),
-             offsets = getOffsets().getType(), c = getC().getType();
+  MemRefType a = getA().getType(), b = getB().getType(), c = getC().getType();
   if (a.getElementType() != b.getElementType() ||
-      a.getElementType() != c.getElementType())
-    return emitOpError() << "expects a, b and c to share their element type, "
-                            "got "
+      (a.getElementType() != c.getElementType() && !c.getElementType().isF32()))
+    return emitOpError() << "expects a and b to share their element type and "
+                            "c to have it too or be f32, got "
                          << a.getElementType() << ", " << b.getElementType()
                          << " and " << c.getElementType();
   if (!b.hasStaticShape())
-    return emitOpError() << "expects b to have a static shape [E, N, K], got "
+    return emitOpError() << "expects b to have a static shape "
+                         << (isDense() ? "[N, K]" : "[E, N, K]") << ", got "
                          << b;
-  int64_t experts = b.getDimSize(0), n = b.getDimSize(1), k = b.getDimSize(2);
+  int64_t experts = getNumExperts(), n = getN(), k = getK();
   if (a.getDimSize(1) != k)
     return emitOpError() << "expects a to have " << k
                          << " columns (the K of b), got " << a;
@@ -144,9 +164,13 @@ LogicalResult GroupedGemmOp::verify() {
     return emitOpError() << "expects K to be a multiple of 8 (16-byte TMA "
                             "strides), got "
                          << k;
-  if (n % 8 != 0)
+  // Each group's B rows start at a multiple of 8 (wgmma's N granule); one
+  // dense group masks whatever N it has.
+  if (n % 8 != 0 && !isDense())
     return emitOpError() << "expects N to be a multiple of 8, got " << n;
-  if (offsets.getDimSize(0) != experts + 1)
+  if (auto offsets = dyn_cast_if_present<MemRefType>(
+          getOffsets() ? getOffsets().getType() : Type());
+      offsets && offsets.getDimSize(0) != experts + 1)
     return emitOpError() << "expects offsets to have " << experts + 1
                          << " elements (experts + 1), got " << offsets;
   bool swiglu = getEpilogue() == Epilogue::SwiGLU;
@@ -206,12 +230,17 @@ LogicalResult WarpRolesOp::verify() {
 }
 
 LogicalResult TileLoopOp::verify() {
-  auto offsets = cast<MemRefType>(getOffsets().getType());
-  if (offsets.getRank() != 1 || !offsets.getElementType().isInteger(32) ||
-      ShapedType::isDynamic(offsets.getDimSize(0)) || offsets.getDimSize(0) < 2)
-    return emitOpError() << "expects offsets to be a static memref of at least "
-                            "2 i32, got "
-                         << offsets;
+  if (static_cast<bool>(getOffsets()) == static_cast<bool>(getRows()))
+    return emitOpError() << "expects either offsets or rows";
+  if (getOffsets()) {
+    auto offsets = cast<MemRefType>(getOffsets().getType());
+    if (offsets.getRank() != 1 || !offsets.getElementType().isInteger(32) ||
+        ShapedType::isDynamic(offsets.getDimSize(0)) ||
+        offsets.getDimSize(0) < 2)
+      return emitOpError() << "expects offsets to be a static memref of at "
+                              "least 2 i32, got "
+                           << offsets;
+  }
   if (getColumns() < 1 || getBlockM() < 1 || getBlockN() < 1)
     return emitOpError() << "expects positive columns and tile sizes";
   Block &body = getBody().front();
@@ -236,9 +265,10 @@ LogicalResult MmaOp::verify() {
 
 LogicalResult StoreTileOp::verify() {
   auto c = cast<MemRefType>(getC().getType());
-  if (c.getRank() != 2 || !isHalfFloat(c.getElementType()))
-    return emitOpError() << "expects c to be a rank-2 memref of bf16 or f16, "
-                            "got "
+  if (c.getRank() != 2 ||
+      !(isHalfFloat(c.getElementType()) || c.getElementType().isF32()))
+    return emitOpError() << "expects c to be a rank-2 memref of bf16, f16 or "
+                            "f32, got "
                          << c;
   int64_t fragment = getAcc().getType().getNumElements();
   if (fragment % 4 != 0)

@@ -16,7 +16,8 @@ include "mlir/Interfaces/SideEffectInterfaces.td"
 // Ops
 //===----------------------------------------------------------------------===//
 
-def MoeGpu_GroupedGemmOp : MoeGpu_Op<"grouped_gemm"> {
+def MoeGpu_GroupedGemmOp : MoeGpu_Op<"grouped_gemm",
+    [AttrSizedOperandSegments]> {
   let summary = "Per-expert GEMM over an expert-contiguous buffer";
   let description = [{
     `acc[r, n] = sum_k a[r, k] * b[e, n, k]` (f32) for every row `r` in
@@ -32,34 +33,47 @@ def MoeGpu_GroupedGemmOp : MoeGpu_Op<"grouped_gemm"> {
     Each expert's segment starts at a multiple of the tile's `m` (the
     dispatch alignment); rows from `offsets[E]` on are not written. `a` is
     `[R, K]`, `b` `[E, N, K]`, `offsets` `[E + 1]` i32, `c` `[R, N]` (or
-    `[R, N / 2]`), `scale` `[R]` f32; `a`, `b` and `c` share a 16-bit float
-    element type. `tile` and `sm_range` are chosen by `moe-select-tiles` and
-    `moe-partition-sms` when absent.
+    `[R, N / 2]`), `scale` `[R]` f32; `a` and `b` share a 16-bit float
+    element type, which `c` has too or is f32. `tile` and `sm_range` are
+    chosen by `moe-select-tiles` and `moe-partition-sms` when absent.
+
+    `dense` in place of `offsets` makes it one group of all `R` rows of `a`
+    (`R` any count) with `b` `[N, K]`: a plain GEMM, such as the router's
+    logits `[T, E] = x . router^T` in f32. Its N need not be a multiple of 8.
 
     ```mlir
     moegpu.grouped_gemm %a, %b, %offsets, %c {epilogue = #moegpu.epilogue<swiglu>}
       : memref<?x7168xbf16>, memref<256x4096x7168xbf16>, memref<257xi32>,
         memref<?x2048xbf16>
+    moegpu.grouped_gemm %x, %router, dense, %logits
+      : memref<?x7168xbf16>, memref<256x7168xbf16>, memref<?x256xf32>
     ```
   }];
-  let arguments = (ins AnyMemRef:$a, AnyMemRef:$b, AnyMemRef:$offsets,
-                       AnyMemRef:$c, Optional<AnyMemRef>:$scale,
+  let arguments = (ins AnyMemRef:$a, AnyMemRef:$b,
+                       Optional<AnyMemRef>:$offsets, AnyMemRef:$c,
+                       Optional<AnyMemRef>:$scale,
                        DefaultValuedAttr<MoeGpu_EpilogueAttr,
                            "::mlir::moegpu::Epilogue::None">:$epilogue,
                        OptionalAttr<MoeGpu_TileAttr>:$tile,
                        OptionalAttr<MoeGpu_SmRangeAttr>:$sm_range);
   let assemblyFormat = [{
-    $a `,` $b `,` $offsets `,` $c (`scale` $scale^)? attr-dict `:`
-    type($a) `,` type($b) `,` type($offsets) `,` type($c)
+    $a `,` $b `,` ($offsets^):(`dense`)? `,` $c (`scale` $scale^)? attr-dict
+    `:` type($a) `,` type($b) `,`
+    custom<OptionalTypeComma>(ref($offsets), type($offsets)) type($c)
     (`,` type($scale)^)?
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
-    int64_t getNumExperts() { return getB().getType().getDimSize(0); }
-    int64_t getN() { return getB().getType().getDimSize(1); }
-    int64_t getK() { return getB().getType().getDimSize(2); }
+    /// Groups, and the N and K of each: b is [E, N, K], or [N, K] dense.
+    int64_t getNumExperts() {
+      return isDense() ? 1 : getB().getType().getDimSize(0);
+    }
+    int64_t getN() { return getB().getType().getShape().end()[-2]; }
+    int64_t getK() { return getB().getType().getShape().back(); }
     /// Columns of `c`.
     int64_t getOutputColumns() { return getC().getType().getDimSize(1); }
+    /// One group of all of `a`'s rows (no offsets).
+    bool isDense() { return !getOffsets(); }
   }];
 }
 
@@ -109,12 +123,13 @@ def MoeGpu_WarpRolesOp : MoeGpu_Op<"warp_roles", [
 }
 
 def MoeGpu_TileLoopOp : MoeGpu_Op<"tile_loop", [
-    RecursiveMemoryEffects, SingleBlockImplicitTerminator<"YieldOp">]> {
+    AttrSizedOperandSegments, RecursiveMemoryEffects, SingleBlockImplicitTerminator<"YieldOp">]> {
   let summary = "Persistent scheduler over the tiles of a grouped GEMM";
   let description = [{
     Enumerates the `block_m x block_n` output tiles of a grouped problem with
     `columns` output columns whose row segments are given by `offsets`
-    (`[E + 1]` i32, each segment a multiple of `block_m` rows), and runs the
+    (`[E + 1]` i32, each segment a multiple of `block_m` rows), or of one
+    group of `rows` rows (any count) in their place, and runs the
     body for the tiles of this CTA: tile `t = blockIdx.x + i * count` for
     `i = 0, 1, ...`, with `count` the SMs of `sm_range` (the grid). Tiles are
     numbered row block first, so CTAs running at the same time share an A
@@ -130,11 +145,13 @@ def MoeGpu_TileLoopOp : MoeGpu_Op<"tile_loop", [
     }
     ```
   }];
-  let arguments = (ins AnyMemRef:$offsets, I64Attr:$columns, I64Attr:$block_m,
+  let arguments = (ins Optional<AnyMemRef>:$offsets, Optional<Index>:$rows,
+                       I64Attr:$columns, I64Attr:$block_m,
                        I64Attr:$block_n, MoeGpu_SmRangeAttr:$sm_range);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
-    $offsets `:` type($offsets) `columns` $columns `tiles` $block_m `x`
+    ($offsets^ `:` type($offsets))? (`rows` $rows^)? `columns` $columns
+    `tiles` $block_m `x`
     $block_n `on` $sm_range attr-dict-with-keyword $body
   }];
   let hasVerifier = 1;

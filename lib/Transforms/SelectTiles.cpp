@@ -21,17 +21,24 @@ namespace {
 /// padding that puts the dynamic region on a 1024-byte boundary.
 constexpr int64_t kReservedSharedMemory = 1024;
 
-TileAttr selectTile(MLIRContext *ctx, int64_t n, bool swiglu,
+TileAttr selectTile(MLIRContext *ctx, int64_t n, bool swiglu, bool dense,
                     int64_t maxStages) {
   constexpr int64_t m = 128, k = 64;
   int64_t tileN = 0;
+  // A dense GEMM (the router's logits over the experts: N = 8 to 384, K =
+  // hidden, and as few rows as tokens) takes N blocks of at most 64
+  // columns, rounded up to wgmma's granule of 8: with T = 128 one M block
+  // is 4 CTAs of DeepSeek-V3's 256 experts instead of 1, and with T = 4096
+  // 128 CTAs (one wave) instead of 32; each rereads its A rows, from L2.
+  // Columns past N read zero rows of B (TMA's out-of-bounds fill) and are
+  // not stored.
+  if (dense)
+    tileN = std::min<int64_t>(llvm::alignTo(n, swiglu ? 16 : 8), 64);
   for (int64_t candidate : {128, 256, 192, 64, 160, 224, 96, 32, 16}) {
-    if (swiglu && candidate % 16 != 0)
+    if (tileN || (swiglu && candidate % 16 != 0))
       continue;
-    if (n % candidate == 0) {
+    if (n % candidate == 0)
       tileN = candidate;
-      break;
-    }
   }
   if (!tileN)
     tileN = 128;
@@ -56,7 +63,7 @@ struct MoeSelectTiles
       if (!op.getTileAttr())
         op.setTileAttr(selectTile(op.getContext(), op.getN(),
                                   op.getEpilogue() == Epilogue::SwiGLU,
-                                  maxStages));
+                                  op.isDense(), maxStages));
       if (report) {
         TileAttr tile = op.getTileAttr();
         op.emitRemark() << "tile " << tile.getM() << "x" << tile.getN() << "x"

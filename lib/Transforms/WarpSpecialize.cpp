@@ -28,15 +28,17 @@ constexpr int64_t kProducerRegisters = 40;
 /// tile is 128 of them).
 constexpr int64_t kMaxConsumerRegisters = 232;
 
-/// Builds a `moegpu.tile_loop` for `op` whose body `buildBody` fills with
-/// the tile's (expert, row, col, ordinal).
+/// Builds a `moegpu.tile_loop` for `op` (over `rows` rows when it is
+/// dense) whose body `buildBody` fills with the tile's (expert, row, col,
+/// ordinal).
 void buildTileLoop(
-    OpBuilder &b, GroupedGemmOp op,
+    OpBuilder &b, GroupedGemmOp op, Value rows,
     function_ref<void(OpBuilder &, Value, Value, Value, Value)> buildBody) {
   Location loc = op.getLoc();
   TileAttr tile = op.getTileAttr();
-  auto loop = TileLoopOp::create(b, loc, op.getOffsets(), op.getN(),
-                                 tile.getM(), tile.getN(), op.getSmRangeAttr());
+  auto loop =
+      TileLoopOp::create(b, loc, op.getOffsets(), rows, op.getN(), tile.getM(),
+                         tile.getN(), op.getSmRangeAttr());
   Type index = b.getIndexType();
   Block *body = b.createBlock(&loop.getBody(), {}, {index, index, index, index},
                               {loc, loc, loc, loc});
@@ -75,6 +77,11 @@ LogicalResult specialize(GroupedGemmOp op) {
   int64_t kBlocks = llvm::divideCeil(op.getK(), tile.getK());
   int64_t n = op.getN();
 
+  // A dense GEMM's one group: all of a's rows.
+  Value rows;
+  if (op.isDense())
+    rows = memref::DimOp::create(b, loc, op.getA(), 0);
+
   Value pipeline = PipelineCreateOp::create(
       b, loc, PipelineType::get(ctx, tile, elementType));
   auto roles =
@@ -88,7 +95,7 @@ LogicalResult specialize(GroupedGemmOp op) {
     OpBuilder::InsertionGuard guard(b);
     b.createBlock(&roles.getProducer());
     buildTileLoop(
-        b, op,
+        b, op, rows,
         [&](OpBuilder &b, Value expert, Value row, Value col, Value ordinal) {
           Value base =
               arith::MulIOp::create(b, loc, ordinal, constant(b, kBlocks));
@@ -118,7 +125,7 @@ LogicalResult specialize(GroupedGemmOp op) {
     Value warpgroup = consumer->getArgument(0);
     auto fragmentType = VectorType::get({tile.getN() / 2}, b.getF32Type());
     buildTileLoop(
-        b, op,
+        b, op, rows,
         [&](OpBuilder &b, Value expert, Value row, Value col, Value ordinal) {
           Value base =
               arith::MulIOp::create(b, loc, ordinal, constant(b, kBlocks));
@@ -133,10 +140,13 @@ LogicalResult specialize(GroupedGemmOp op) {
                                            acc.front(), warpgroup);
                 scf::YieldOp::create(b, loc, next);
               });
-          Value next = arith::AddIOp::create(b, loc, expert, constant(b, 1));
-          Value end = memref::LoadOp::create(b, loc, op.getOffsets(), next);
-          Value rowEnd =
-              arith::IndexCastOp::create(b, loc, b.getIndexType(), end);
+          Value rowEnd = rows;
+          if (!rowEnd) {
+            Value next =
+                arith::AddIOp::create(b, loc, expert, constant(b, 1));
+            Value end = memref::LoadOp::create(b, loc, op.getOffsets(), next);
+            rowEnd = arith::IndexCastOp::create(b, loc, b.getIndexType(), end);
+          }
           StoreTileOp::create(b, loc, kLoop.getResult(0), op.getC(), row, col,
                               warpgroup, rowEnd, op.getScale(),
                               op.getEpilogueAttr());

@@ -331,8 +331,9 @@ def check_bundle(args, bundle, rows_out):
         "expert_up": (assigned, 2 * f, h), "expert_down": (assigned, h, f),
         "shared_up": (tokens, 2 * s, h), "shared_down": (tokens, h, s)}
     bytes_moved = {
-        "route": 2 * tokens * h + 2 * e_count * h + 8 * tokens * k,
-        "dispatch_count": 4 * tokens * k, "dispatch_scan": 8 * e_count,
+        "router": 2 * tokens * h + 2 * e_count * h + 4 * tokens * e_count,
+        "route": 4 * tokens * e_count + 12 * tokens * k,
+        "dispatch_scan": 8 * e_count,
         "dispatch_scatter": 4 * assigned * h + 8 * assigned,
         "combine": 2 * assigned * h + 2 * tokens * h * (2 if shared else 1)}
     for kernel, ms in kernel_ms.items():

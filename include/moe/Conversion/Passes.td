@@ -97,9 +97,9 @@ def ConvertMoeToMoeGpu : Pass<"convert-moe-to-moegpu", "::mlir::ModuleOp"> {
 
     | kernel | what | grid x block |
     |---|---|---|
-    | `route` | router GEMV + scoring + group-limited top-k, one warp per token | T/4 x 128 |
-    | `dispatch_count` | per-expert histogram (atomics) | T*k/256 x 256 |
-    | `dispatch_scan` | aligned prefix sum: expert offsets and cursors | 1 x 1 |
+    | `router` | router logits in f32: a dense `moegpu.grouped_gemm` (SIMT for an f32 router weight) | compute SMs |
+    | `route` | scoring, group-limited top-k, per-expert counts; one warp per token | T/4 x 128 |
+    | `dispatch_scan` | aligned prefix sum: expert offsets and cursors | 1 x 256 |
     | `dispatch_scatter` | row map, routing weight per row, row copy | T*k x 128 |
     | `expert_up` | `moegpu.grouped_gemm`, SwiGLU epilogue | compute SMs |
     | `expert_down` | `moegpu.grouped_gemm`, routing weight epilogue | compute SMs |

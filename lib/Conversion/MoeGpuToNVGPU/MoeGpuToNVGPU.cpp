@@ -391,11 +391,20 @@ LogicalResult KernelLowering::lowerStoreTile(StoreTileOp op) {
           arith::CmpIOp::create(rb, arith::CmpIPredicate::ult, col, columns);
       auto colIf = scf::IfOp::create(rb, inColumns, /*withElseRegion=*/false);
       ImplicitLocOpBuilder sb(op.getLoc(), colIf.thenBlock()->getTerminator());
-      memref::StoreOp::create(sb, arith::TruncFOp::create(sb, outType, v0), c,
-                              ValueRange{row, col});
+      auto narrow = [&](Value v) -> Value {
+        return outType.isF32() ? v : arith::TruncFOp::create(sb, outType, v);
+      };
+      memref::StoreOp::create(sb, narrow(v0), c, ValueRange{row, col});
       Value next = arith::AddIOp::create(sb, col, constIndex(sb, 1));
-      memref::StoreOp::create(sb, arith::TruncFOp::create(sb, outType, v1), c,
-                              ValueRange{row, next});
+      // A dense GEMM's N may be odd: its last pair has one column.
+      int64_t width = cType.getDimSize(1);
+      if (ShapedType::isDynamic(width) || width % 2 != 0) {
+        Value inside =
+            arith::CmpIOp::create(sb, arith::CmpIPredicate::ult, next, columns);
+        auto lastIf = scf::IfOp::create(sb, inside, /*withElseRegion=*/false);
+        sb.setInsertionPoint(lastIf.thenBlock()->getTerminator());
+      }
+      memref::StoreOp::create(sb, narrow(v1), c, ValueRange{row, next});
     }
   }
   op.erase();
@@ -404,8 +413,10 @@ LogicalResult KernelLowering::lowerStoreTile(StoreTileOp op) {
 
 void KernelLowering::lowerTileLoop(TileLoopOp op) {
   ImplicitLocOpBuilder b(op.getLoc(), op);
+  // A dense loop (rows, no offsets) has one group: expert 0 for every tile.
   Value offsets = op.getOffsets();
-  int64_t experts = cast<MemRefType>(offsets.getType()).getDimSize(0) - 1;
+  int64_t experts =
+      offsets ? cast<MemRefType>(offsets.getType()).getDimSize(0) - 1 : 1;
   int64_t blockM = op.getBlockM(), blockN = op.getBlockN();
   gridSize = op.getSmRange().getCount();
 
@@ -415,7 +426,7 @@ void KernelLowering::lowerTileLoop(TileLoopOp op) {
     Value v = memref::LoadOp::create(b, offsets, ValueRange{index});
     return arith::IndexCastUIOp::create(b, b.getIndexType(), v);
   };
-  Value rows = loadOffset(b, constIndex(b, experts));
+  Value rows = offsets ? loadOffset(b, constIndex(b, experts)) : op.getRows();
   Value mBlocks = arith::CeilDivUIOp::create(b, rows, constIndex(b, blockM));
   Value nBlocks = constIndex(b, llvm::divideCeil(op.getColumns(), blockN));
   Value tiles = arith::MulIOp::create(b, mBlocks, nBlocks);

@@ -14,176 +14,256 @@ using namespace mlir;
 using namespace mlir::moe;
 using namespace mlir::moe::lowering;
 
-void LayerBuilder::buildRoute(gpu::GPUFuncOp func) {
+void LayerBuilder::buildRouterGemm(gpu::GPUFuncOp func) {
+  OpBuilder b = builderAt(func.front().getTerminator());
+  moegpu::GroupedGemmOp::create(
+      b, layer.getLoc(), func.getArgument(0), func.getArgument(1),
+      /*offsets=*/Value(), func.getArgument(2), /*scale=*/Value(),
+      moegpu::EpilogueAttr::get(ctx, moegpu::Epilogue::None),
+      moegpu::TileAttr(), moegpu::SmRangeAttr());
+}
+
+void LayerBuilder::buildRouterLogits(gpu::GPUFuncOp func) {
   ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
   int64_t experts = config.getExperts(), hidden = config.getHidden();
-  int64_t topK = config.getTopK(), groups = config.getGroups();
-  bool bias = config.getScoreBias();
   Value x = func.getArgument(0), wr = func.getArgument(1);
-  Value biasArg = bias ? func.getArgument(2) : Value();
-  Value ids = func.getArgument(bias ? 3 : 2);
-  Value weights = func.getArgument(bias ? 4 : 3);
-  Value scores = func.getWorkgroupAttributions()[0];
-  Value sel = func.getWorkgroupAttributions()[1];
-
-  Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
-  Value warp = arith::DivUIOp::create(b, tid, e.idx(32));
-  Value lane = arith::RemUIOp::create(b, tid, e.idx(32));
-  Value token = arith::AddIOp::create(
-      b,
-      arith::MulIOp::create(b, gpu::BlockIdOp::create(b, gpu::Dimension::x),
-                            e.idx(kRouteWarps)),
-      warp);
-  Value tokens = memref::DimOp::create(b, x, 0);
-  Value valid = e.cmp(arith::CmpIPredicate::ult, token, tokens);
-  bool sigmoid = config.getScoring() == ScoringFunc::Sigmoid;
-
-  // Router logits: lane l computes experts l, l + 32, ...
-  e.when(valid, [&] {
+  Value logits = func.getArgument(2);
+  Value lane = e.remi(e.thread(), e.idx(32));
+  Value token = e.addi(e.muli(e.block(), e.idx(kRouteWarps)),
+                       e.divi(e.thread(), e.idx(32)));
+  e.when(e.cmp(arith::CmpIPredicate::ult, token, e.dim(x, 0)), [&] {
     e.loop(lane, e.idx(experts), e.idx(32), {}, [&](Value ex, ValueRange) {
-      Value acc = e.loop(
-          e.idx(0), e.idx(hidden), e.idx(1), {e.f32(0)},
-          [&](Value h, ValueRange it) {
-            Value p = arith::MulFOp::create(b, e.toF32(e.load(x, {token, h})),
-                                            e.toF32(e.load(wr, {ex, h})));
-            return SmallVector<Value>{arith::AddFOp::create(b, it[0], p)};
-          })[0];
-      e.store(sigmoid ? e.sigmoid(acc) : acc, scores, {warp, ex});
+      Value acc = e.loop(e.idx(0), e.idx(hidden), e.idx(1), {e.f32(0)},
+                         [&](Value h, ValueRange it) {
+                           Value p = e.mul(e.toF32(e.load(x, {token, h})),
+                                           e.toF32(e.load(wr, {ex, h})));
+                           return SmallVector<Value>{e.add(it[0], p)};
+                         })[0];
+      e.store(acc, logits, {token, ex});
       return SmallVector<Value>{};
     });
-  });
-  gpu::BarrierOp::create(b);
-
-  Value leader = arith::AndIOp::create(
-      b, valid, e.cmp(arith::CmpIPredicate::eq, lane, e.idx(0)));
-  e.when(leader, [&] {
-    Value zero = e.idx(0), one = e.idx(1), nE = e.idx(experts);
-    if (!sigmoid) {
-      Value max = e.loop(
-          zero, nE, one, {e.f32(-INFINITY)}, [&](Value i, ValueRange it) {
-            return SmallVector<Value>{
-                arith::MaximumFOp::create(b, it[0], e.load(scores, {warp, i}))};
-          })[0];
-      Value sum =
-          e.loop(zero, nE, one, {e.f32(0)}, [&](Value i, ValueRange it) {
-            Value v =
-                e.exp(arith::SubFOp::create(b, e.load(scores, {warp, i}), max));
-            e.store(v, scores, {warp, i});
-            return SmallVector<Value>{arith::AddFOp::create(b, it[0], v)};
-          })[0];
-      e.loop(zero, nE, one, {}, [&](Value i, ValueRange) {
-        e.store(arith::DivFOp::create(b, e.load(scores, {warp, i}), sum),
-                scores, {warp, i});
-        return SmallVector<Value>{};
-      });
-    }
-    // Selection scores: biased, NaN read as -inf (a NaN input never makes
-    // the selection repeat or leave the experts), and masked outside the
-    // kept groups. NaN in `sel` and `gsc` marks what is excluded.
-    e.loop(zero, nE, one, {}, [&](Value i, ValueRange) {
-      Value v = e.load(scores, {warp, i});
-      if (bias)
-        v = arith::AddFOp::create(b, v, e.load(biasArg, {i}));
-      e.store(e.ordered(v), sel, {warp, i});
-      return SmallVector<Value>{};
-    });
-    if (groups > 1) {
-      Value gsc = func.getWorkgroupAttributions()[2];
-      int64_t perGroup = config.getExpertsPerGroup();
-      bool top2 = config.getGroupScore() == GroupScore::SumTop2;
-      e.loop(zero, e.idx(groups), one, {}, [&](Value g, ValueRange) {
-        Value first = arith::MulIOp::create(b, g, e.idx(perGroup));
-        ValueRange best = e.loop(
-            zero, e.idx(perGroup), one, {e.f32(-INFINITY), e.f32(-INFINITY)},
-            [&](Value i, ValueRange it) {
-              Value v = e.load(sel, {warp, arith::AddIOp::create(b, first, i)});
-              Value gt1 =
-                  arith::CmpFOp::create(b, arith::CmpFPredicate::OGT, v, it[0]);
-              Value gt2 =
-                  arith::CmpFOp::create(b, arith::CmpFPredicate::OGT, v, it[1]);
-              Value m2 = arith::SelectOp::create(
-                  b, gt1, it[0], arith::SelectOp::create(b, gt2, v, it[1]));
-              Value m1 = arith::SelectOp::create(b, gt1, v, it[0]);
-              return SmallVector<Value>{m1, m2};
-            });
-        Value score =
-            top2 ? arith::AddFOp::create(b, best[0], best[1]) : best[0];
-        e.store(e.ordered(score), gsc, {warp, g});
-        return SmallVector<Value>{};
-      });
-      // Keep the topk_groups best groups: a kept group's score becomes
-      // NaN (excluded from the next argmax), every other group's experts
-      // are masked with NaN.
-      e.loop(zero, e.idx(config.getTopkGroups()), one, {},
-             [&](Value, ValueRange) {
-               auto [g, v] = e.argmax(
-                   groups, [&](Value i) { return e.load(gsc, {warp, i}); });
-               (void)v;
-               e.store(e.f32(NAN), gsc, {warp, g});
-               return SmallVector<Value>{};
-             });
-      e.loop(zero, nE, one, {}, [&](Value i, ValueRange) {
-        Value g = arith::DivUIOp::create(b, i, e.idx(perGroup));
-        Value s = e.load(gsc, {warp, g});
-        Value kept = arith::CmpFOp::create(b, arith::CmpFPredicate::UNO, s, s);
-        e.when(arith::XOrIOp::create(b, kept,
-                                     arith::ConstantIntOp::create(b, 1, 1)),
-               [&] { e.store(e.f32(NAN), sel, {warp, i}); });
-        return SmallVector<Value>{};
-      });
-    }
-    // Top-k over the selection scores; weights from the unbiased scores.
-    Value sum =
-        e.loop(zero, e.idx(topK), one, {e.f32(0)}, [&](Value j, ValueRange it) {
-          auto [best, v] = e.argmax(experts, [&](Value i) {
-            return e.load(sel, {warp, i});
-          });
-          (void)v;
-          Value w = e.load(scores, {warp, best});
-          e.store(arith::IndexCastOp::create(b, b.getI32Type(), best), ids,
-                  {token, j});
-          e.store(w, weights, {token, j});
-          e.store(e.f32(NAN), sel, {warp, best});
-          return SmallVector<Value>{arith::AddFOp::create(b, it[0], w)};
-        })[0];
-    bool normalize = config.getNormTopkProb();
-    double scale = config.getRoutedScaleValue();
-    if (normalize || scale != 1.0)
-      e.loop(zero, e.idx(topK), one, {}, [&](Value j, ValueRange) {
-        Value w = e.load(weights, {token, j});
-        if (normalize)
-          w = arith::DivFOp::create(b, w, sum);
-        if (scale != 1.0)
-          w = arith::MulFOp::create(b, w, e.f32(scale));
-        e.store(w, weights, {token, j});
-        return SmallVector<Value>{};
-      });
   });
 }
 
-void LayerBuilder::buildCount(gpu::GPUFuncOp func) {
+namespace {
+
+/// One candidate of a warp-wide argmax: value, expert and the unbiased
+/// score that goes with it. `value` NaN means no candidate.
+struct Candidate {
+  Value value, index, score;
+};
+
+} // namespace
+
+/// One warp per token. Lane l holds experts l, l + 32, ... (`slots` of
+/// them) in registers: scores, selection scores with NaN marking what is
+/// excluded, and every reduction over experts is the lanes' own values
+/// then a butterfly of shuffles, after which every lane holds the result.
+void LayerBuilder::buildRoute(gpu::GPUFuncOp func) {
   ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
-  Value ids = func.getArgument(0), counts = func.getArgument(1);
-  int64_t topK = config.getTopK();
-  Value i = arith::AddIOp::create(
-      b,
-      arith::MulIOp::create(b, gpu::BlockIdOp::create(b, gpu::Dimension::x),
-                            e.idx(kCountThreads)),
-      gpu::ThreadIdOp::create(b, gpu::Dimension::x));
-  Value n =
-      arith::MulIOp::create(b, memref::DimOp::create(b, ids, 0), e.idx(topK));
-  e.when(e.cmp(arith::CmpIPredicate::ult, i, n), [&] {
-    Value id = e.load(ids, {arith::DivUIOp::create(b, i, e.idx(topK)),
-                            arith::RemUIOp::create(b, i, e.idx(topK))});
-    Value inRange = arith::AndIOp::create(
-        b, e.cmp(arith::CmpIPredicate::sge, id, e.i32(0)),
-        e.cmp(arith::CmpIPredicate::slt, id, e.i32(config.getExperts())));
-    e.when(inRange, [&] {
-      memref::AtomicRMWOp::create(
-          b, arith::AtomicRMWKind::addi, e.i32(1), counts,
-          ValueRange{arith::IndexCastOp::create(b, b.getIndexType(), id)});
+  int64_t experts = config.getExperts();
+  int64_t topK = config.getTopK(), groups = config.getGroups();
+  int64_t slots = llvm::divideCeil(experts, 32);
+  bool bias = config.getScoreBias();
+  bool sigmoid = config.getScoring() == ScoringFunc::Sigmoid;
+  Value logits = func.getArgument(0);
+  Value biasArg = bias ? func.getArgument(1) : Value();
+  Value ids = func.getArgument(bias ? 2 : 1);
+  Value weights = func.getArgument(bias ? 3 : 2);
+  Value counts = func.getArgument(bias ? 4 : 3);
+
+  Value lane = e.remi(e.thread(), e.idx(32));
+  Value token = e.addi(e.muli(e.block(), e.idx(kRouteWarps)),
+                       e.divi(e.thread(), e.idx(32)));
+  Type i32 = b.getI32Type();
+  Value yes = arith::ConstantIntOp::create(b, 1, 1);
+  auto fcmp = [&](arith::CmpFPredicate p, Value l, Value r) -> Value {
+    return arith::CmpFOp::create(b, p, l, r);
+  };
+  auto select = [&](Value c, Value t, Value f) -> Value {
+    return arith::SelectOp::create(b, c, t, f);
+  };
+  auto isNan = [&](Value v) { return fcmp(arith::CmpFPredicate::UNO, v, v); };
+  auto shuffle = [&](Value v, int32_t offset) -> Value {
+    return gpu::ShuffleOp::create(b, v, offset, 32, gpu::ShuffleMode::XOR)
+        .getShuffleResult();
+  };
+  /// Butterfly reduction of `v` by `combine`: every lane ends with the
+  /// same result (each step combines two disjoint halves, commutatively).
+  auto allReduce = [&](Value v, function_ref<Value(Value, Value)> combine) {
+    for (int32_t offset = 16; offset >= 1; offset /= 2)
+      v = combine(v, shuffle(v, offset));
+    return v;
+  };
+  // `other` beats `mine`: a candidate against none, a larger value, or an
+  // equal one of a lower expert.
+  auto better = [&](const Candidate &other, const Candidate &mine) -> Value {
+    Value gt = fcmp(arith::CmpFPredicate::OGT, other.value, mine.value);
+    Value tie = arith::AndIOp::create(
+        b, fcmp(arith::CmpFPredicate::OEQ, other.value, mine.value),
+        e.cmp(arith::CmpIPredicate::slt, other.index, mine.index));
+    Value wins = arith::OrIOp::create(
+        b, isNan(mine.value), arith::OrIOp::create(b, gt, tie));
+    return arith::AndIOp::create(
+        b, arith::XOrIOp::create(b, isNan(other.value), yes), wins);
+  };
+  auto pick = [&](Value c, const Candidate &t, const Candidate &f) {
+    return Candidate{select(c, t.value, f.value), select(c, t.index, f.index),
+                     select(c, t.score, f.score)};
+  };
+
+  e.when(e.cmp(arith::CmpIPredicate::ult, token, e.dim(logits, 0)), [&] {
+    // The lane's experts; slots past E hold nothing (NaN selection).
+    SmallVector<Value> expert, inRange, score, sel;
+    for (int64_t i = 0; i < slots; ++i) {
+      Value ex = e.addi(lane, e.idx(32 * i));
+      Value in = 32 * (i + 1) <= experts
+                     ? yes
+                     : e.cmp(arith::CmpIPredicate::ult, ex, e.idx(experts));
+      Value safe = arith::MinUIOp::create(b, ex, e.idx(experts - 1));
+      expert.push_back(ex);
+      inRange.push_back(in);
+      score.push_back(e.load(logits, {token, safe}));
+    }
+    if (sigmoid) {
+      for (Value &s : score)
+        s = e.sigmoid(s);
+    } else {
+      // Softmax: the warp's max (NaN propagates, as in the serial form),
+      // then the sum of exponentials.
+      Value max = e.f32(-INFINITY);
+      for (int64_t i = 0; i < slots; ++i)
+        max = arith::MaximumFOp::create(
+            b, max, select(inRange[i], score[i], e.f32(-INFINITY)));
+      max = allReduce(max, [&](Value l, Value r) -> Value {
+        return arith::MaximumFOp::create(b, l, r);
+      });
+      Value sum = e.f32(0);
+      for (int64_t i = 0; i < slots; ++i) {
+        score[i] = e.exp(e.sub(score[i], max));
+        sum = e.add(sum, select(inRange[i], score[i], e.f32(0)));
+      }
+      sum = allReduce(sum, [&](Value l, Value r) { return e.add(l, r); });
+      for (Value &s : score)
+        s = e.div(s, sum);
+    }
+    // Selection scores: biased, NaN read as -inf (a NaN score never makes
+    // the selection repeat or leave the experts), NaN outside E.
+    for (int64_t i = 0; i < slots; ++i) {
+      Value v = score[i];
+      if (bias) {
+        Value safe = arith::MinUIOp::create(b, expert[i], e.idx(experts - 1));
+        v = e.add(v, e.load(biasArg, {safe}));
+      }
+      sel.push_back(select(inRange[i], e.ordered(v), e.f32(NAN)));
+    }
+
+    if (groups > 1) {
+      // Group scores (the best, or the sum of the best two), the same in
+      // every lane; keep the topk_groups best, lower group on ties.
+      int64_t perGroup = config.getExpertsPerGroup();
+      bool top2 = config.getGroupScore() == GroupScore::SumTop2;
+      SmallVector<Value> group, groupScore;
+      for (int64_t i = 0; i < slots; ++i)
+        group.push_back(e.divi(expert[i], e.idx(perGroup)));
+      for (int64_t g = 0; g < groups; ++g) {
+        Value best1 = e.f32(-INFINITY), best2 = e.f32(-INFINITY);
+        for (int64_t i = 0; i < slots; ++i) {
+          Value member = arith::AndIOp::create(
+              b, inRange[i], e.cmp(arith::CmpIPredicate::eq, group[i], e.idx(g)));
+          Value v = select(member, sel[i], e.f32(-INFINITY));
+          best2 = arith::MaximumFOp::create(
+              b, best2, arith::MinimumFOp::create(b, best1, v));
+          best1 = arith::MaximumFOp::create(b, best1, v);
+        }
+        for (int32_t offset = 16; offset >= 1; offset /= 2) {
+          Value o1 = shuffle(best1, offset), o2 = shuffle(best2, offset);
+          best2 = arith::MaximumFOp::create(
+              b, arith::MinimumFOp::create(b, best1, o1),
+              arith::MaximumFOp::create(b, best2, o2));
+          best1 = arith::MaximumFOp::create(b, best1, o1);
+        }
+        groupScore.push_back(e.ordered(top2 ? e.add(best1, best2) : best1));
+      }
+      SmallVector<Value> kept(groups, arith::ConstantIntOp::create(b, 0, 1));
+      for (int64_t r = 0; r < config.getTopkGroups(); ++r) {
+        Value bestGroup = e.idx(0), bestScore = e.f32(-INFINITY);
+        Value found = arith::ConstantIntOp::create(b, 0, 1);
+        for (int64_t g = 0; g < groups; ++g) {
+          Value gt = fcmp(arith::CmpFPredicate::OGT, groupScore[g], bestScore);
+          Value take = arith::AndIOp::create(
+              b, arith::XOrIOp::create(b, kept[g], yes),
+              arith::OrIOp::create(b, arith::XOrIOp::create(b, found, yes),
+                                   gt));
+          bestGroup = select(take, e.idx(g), bestGroup);
+          bestScore = select(take, groupScore[g], bestScore);
+          found = arith::OrIOp::create(b, found, take);
+        }
+        for (int64_t g = 0; g < groups; ++g)
+          kept[g] = arith::OrIOp::create(
+              b, kept[g], e.cmp(arith::CmpIPredicate::eq, bestGroup, e.idx(g)));
+      }
+      for (int64_t i = 0; i < slots; ++i) {
+        Value keep = arith::ConstantIntOp::create(b, 0, 1);
+        for (int64_t g = 0; g < groups; ++g)
+          keep = arith::OrIOp::create(
+              b, keep,
+              arith::AndIOp::create(
+                  b, kept[g],
+                  e.cmp(arith::CmpIPredicate::eq, group[i], e.idx(g))));
+        sel[i] = select(keep, sel[i], e.f32(NAN));
+      }
+    }
+
+    // Top-k: k warp-wide argmaxes over the selection scores; the chosen
+    // expert is marked NaN in its lane. Weights are the unbiased scores.
+    Value none = e.i32(std::numeric_limits<int32_t>::max());
+    SmallVector<Value> chosen, chosenScore;
+    Value sum = e.f32(0);
+    for (int64_t j = 0; j < topK; ++j) {
+      Candidate best{e.f32(NAN), none, e.f32(0)};
+      for (int64_t i = 0; i < slots; ++i) {
+        Candidate mine{sel[i], arith::IndexCastOp::create(b, i32, expert[i]),
+                       score[i]};
+        best = pick(better(mine, best), mine, best);
+      }
+      for (int32_t offset = 16; offset >= 1; offset /= 2) {
+        Candidate other{shuffle(best.value, offset), shuffle(best.index, offset),
+                        shuffle(best.score, offset)};
+        best = pick(better(other, best), other, best);
+      }
+      // Nothing left to choose (more picks than unmasked experts, which
+      // the layer's verifier rules out): expert 0, as the serial argmax.
+      Value index = select(e.cmp(arith::CmpIPredicate::eq, best.index, none),
+                           e.i32(0), best.index);
+      for (int64_t i = 0; i < slots; ++i)
+        sel[i] = select(
+            e.cmp(arith::CmpIPredicate::eq,
+                  arith::IndexCastOp::create(b, i32, expert[i]), index),
+            e.f32(NAN), sel[i]);
+      chosen.push_back(index);
+      chosenScore.push_back(best.score);
+      sum = e.add(sum, best.score);
+    }
+    bool normalize = config.getNormTopkProb();
+    double scale = config.getRoutedScaleValue();
+    // Lane 0 writes the token's choices and counts them for the dispatch.
+    e.when(e.cmp(arith::CmpIPredicate::eq, lane, e.idx(0)), [&] {
+      for (int64_t j = 0; j < topK; ++j) {
+        Value w = chosenScore[j];
+        if (normalize)
+          w = e.div(w, sum);
+        if (scale != 1.0)
+          w = e.mul(w, e.f32(scale));
+        e.store(chosen[j], ids, {token, e.idx(j)});
+        e.store(w, weights, {token, e.idx(j)});
+        memref::AtomicRMWOp::create(
+            b, arith::AtomicRMWKind::addi, e.i32(1), counts,
+            ValueRange{arith::IndexCastOp::create(b, b.getIndexType(),
+                                                  chosen[j])});
+      }
     });
   });
 }

@@ -34,6 +34,7 @@ namespace mlir::moe::lowering {
 
 
 constexpr int64_t kRouteWarps = 4;
+/// Threads of a CTA of the one-thread-per-element SIMT kernels.
 constexpr int64_t kCountThreads = 256;
 constexpr int64_t kRowThreads = 128;
 /// Threads of the one CTA that scans the expert counts.
@@ -146,8 +147,12 @@ private:
     moegpu::MemsetOp::create(b, layer.getLoc(), buffer);
   }
 
+  /// Router logits [T, E] in f32: a dense wgmma GEMM when the router
+  /// weight has the layer's 16-bit type, SIMT when it is f32.
+  void buildRouterGemm(gpu::GPUFuncOp func);
+  void buildRouterLogits(gpu::GPUFuncOp func);
+  /// Scores, group-limited top-k and the per-expert counts from logits.
   void buildRoute(gpu::GPUFuncOp func);
-  void buildCount(gpu::GPUFuncOp func);
   void buildScan(gpu::GPUFuncOp func);
   void forRowChunks(Emitter &e, Value tid,
                     function_ref<void(Value, Type)> body);

@@ -91,6 +91,7 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
               "pack:shared_gate_weight,shared_up_weight");
     addBuffer("ws2", dtype, {1, h, s}, "param:shared_down_weight");
   }
+  addBuffer("router_logits", f32, {kTokens, e}, "scratch");
   addBuffer("topk_ids", i32, {kTokens, k}, "output");
   addBuffer("topk_weights", f32, {kTokens, k}, "output");
   addBuffer("counts", i32, {e}, "scratch");
@@ -130,22 +131,23 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   steps = &forward.getBody().front();
   auto wg = gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup);
 
-  SmallVector<StringRef> routeArgs{"x", "router_weight"};
+  // Routing: the logits on tensor cores (SIMT for an f32 router weight),
+  // then one warp per token scores, selects and counts.
+  addMemset("counts");
+  if (routerType == dtype)
+    buildRouterGemm(addKernel("router", {"x", "router_weight", "router_logits"},
+                              gridOf(moegpu::GridKind::Persistent), 0));
+  else
+    buildRouterLogits(addKernel(
+        "router", {"x", "router_weight", "router_logits"},
+        gridOf(moegpu::GridKind::Tokens, kRouteWarps), kRouteWarps * 32));
+  SmallVector<StringRef> routeArgs{"router_logits"};
   if (bias)
     routeArgs.push_back("score_bias");
-  routeArgs.append({"topk_ids", "topk_weights"});
-  SmallVector<Type> routeScratch{
-      MemRefType::get({kRouteWarps, e}, f32, AffineMap(), wg),
-      MemRefType::get({kRouteWarps, e}, f32, AffineMap(), wg)};
-  if (config.getGroups() > 1)
-    routeScratch.push_back(MemRefType::get({kRouteWarps, config.getGroups()},
-                                           f32, AffineMap(), wg));
-  buildRoute(addKernel("route", routeArgs, gridOf(moegpu::GridKind::Tokens, kRouteWarps),
-                       kRouteWarps * 32, routeScratch));
-
-  addMemset("counts");
-  buildCount(addKernel("dispatch_count", {"topk_ids", "counts"},
-                       gridOf(moegpu::GridKind::Assignments, kCountThreads), kCountThreads));
+  routeArgs.append({"topk_ids", "topk_weights", "counts"});
+  buildRoute(addKernel("route", routeArgs,
+                       gridOf(moegpu::GridKind::Tokens, kRouteWarps),
+                       kRouteWarps * 32));
   SmallVector<StringRef> scanArgs{"topk_ids", "counts", "offsets", "cursors"};
   if (shared)
     scanArgs.push_back("shared_offsets");

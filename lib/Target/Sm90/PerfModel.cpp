@@ -55,9 +55,18 @@ modelForward(const Sm90LayerShape &s,
     Sm90KernelCost c;
     c.kernel = kr.name;
     // GEMMs: rows per group, N, K, groups with rows, weight bytes.
-    double gRows = 0, gN = 0, gK = 0, groups = 0;
+    double gRows = 0, gN = 0, gK = 0, groups = 0, outBytes = e;
     int64_t tileRowsPerGroup = 0;
-    if (kr.name == "expert_up" || kr.name == "expert_down") {
+    bool up = kr.name == "expert_up" || kr.name == "shared_up";
+    if (kr.name == "router" && kr.tileM) {
+      // The router's logits on tensor cores: one dense group, f32 out.
+      gRows = T;
+      gN = E;
+      gK = H;
+      groups = 1;
+      tileRowsPerGroup = tokens;
+      outBytes = 4;
+    } else if (kr.name == "expert_up" || kr.name == "expert_down") {
       bool up = kr.name == "expert_up";
       gRows = rows;
       gN = up ? 2 * F : H;
@@ -67,7 +76,6 @@ modelForward(const Sm90LayerShape &s,
     } else if (kr.name == "shared_up" || kr.name == "shared_down") {
       if (S == 0)
         continue;
-      bool up = kr.name == "shared_up";
       gRows = T;
       gN = up ? 2 * S : H;
       gK = up ? H : S;
@@ -80,9 +88,9 @@ modelForward(const Sm90LayerShape &s,
       // and out (SwiGLU halves the up GEMM's output), each busy group's
       // weights once.
       double useful = gRows == rows ? real : gRows;
-      bool up = kr.name == "expert_up" || kr.name == "shared_up";
       c.flops = 2 * useful * gN * gK;
-      c.bytes = e * (useful * gK + useful * gN / (up ? 2 : 1) + groups * gN * gK);
+      c.bytes = e * (useful * gK + groups * gN * gK) +
+                outBytes * useful * gN / (up ? 2 : 1);
       int64_t bm = kr.tileM ? kr.tileM : 128, bn = kr.tileN ? kr.tileN : 128;
       int64_t ctas = kr.persistentCtas ? kr.persistentCtas : m.sms;
       int64_t tiles = static_cast<int64_t>(groups) *
@@ -98,11 +106,13 @@ modelForward(const Sm90LayerShape &s,
       out.push_back(c);
       continue;
     }
-    if (kr.name == "route") {
+    if (kr.name == "router") {
+      // SIMT logits (an f32 router weight).
       c.flops = 2 * T * E * H;
-      c.bytes = e * (T * H + E * H) + 8 * T * k;
-    } else if (kr.name == "dispatch_count") {
-      c.bytes = 4 * T * k + 4 * E;
+      c.bytes = e * T * H + 4 * E * H + 4 * T * E;
+    } else if (kr.name == "route") {
+      // Logits in; ids, weights and the counts' atomics out.
+      c.bytes = 4 * T * E + 12 * T * k;
     } else if (kr.name == "dispatch_scan") {
       c.bytes = 12 * E;
     } else if (kr.name == "dispatch_scatter") {

@@ -1,27 +1,33 @@
 // RUN: moe-opt %s --convert-moe-to-moegpu | FileCheck %s
 
 // The sm_90a route kernel's selection is NaN-safe: scores are read with NaN
-// as -inf (cmpf uno + select), the argmax skips NaN (cmpf ord), and NaN
-// (0x7FC00000), not -inf, marks chosen experts, kept groups and masked
-// experts, so no expert repeats and no index leaves [0, E) whatever the
-// scores are. (Executed on the host target by test/Tools/moe-run.test; the
-// kernel itself runs only on a GPU until the PTX emulator lands.)
+// as -inf (cmpf uno + select), lanes past the experts hold NaN, NaN
+// (0x7FC00000), not -inf, marks chosen experts and masked groups, and a
+// warp-wide argmax never takes a NaN candidate, so no expert repeats and no
+// index leaves [0, E) whatever the scores are. (Executed on the PTX
+// emulator by test/GPU/moe-run-cuda.test.)
 // CHECK-LABEL: gpu.func @route(
-// Selection scores: NaN becomes -inf.
+// Selection scores: NaN becomes -inf, slots past the experts NaN.
 // CHECK: %[[NAN1:.*]] = arith.cmpf uno, %[[S:.*]], %[[S]] : f32
-// CHECK: arith.select %[[NAN1]], %{{.*}}, %[[S]] : f32
-// Group scores likewise.
-// CHECK: arith.cmpf uno
-// Kept groups are chosen by an argmax that skips NaN and are marked NaN.
-// CHECK: arith.cmpf ord
-// CHECK: arith.constant 0x7FC00000 : f32
+// CHECK: %[[ORD:.*]] = arith.select %[[NAN1]], %{{.*}}, %[[S]] : f32
+// CHECK: arith.select %{{.*}}, %[[ORD]], %{{.*}} : f32
+// Group scores: the best two of each lane, then a butterfly over lanes.
+// CHECK: gpu.shuffle xor %{{.*}}, %c16_i32
+// CHECK: gpu.shuffle xor %{{.*}}, %c1_i32
 // Experts outside the kept groups are masked with NaN.
-// CHECK: arith.cmpf uno
 // CHECK: arith.constant 0x7FC00000 : f32
-// Top-k: the argmax skips NaN; each chosen expert is marked NaN.
-// CHECK: arith.cmpf ord
+// Top-k: between lanes, a larger value or an equal one of a lower expert
+// wins, but a NaN candidate never does (cmpf uno, negated); the chosen
+// expert is then marked NaN in its lane.
+// CHECK: %[[OV:.*]], %{{.*}} = gpu.shuffle xor %[[MV:.*]], %c16_i32{{.*}} : f32
+// CHECK: %[[OI:.*]], %{{.*}} = gpu.shuffle xor %[[MI:.*]], %c16_i32{{.*}} : i32
+// CHECK: arith.cmpf ogt, %[[OV]], %[[MV]] : f32
+// CHECK: arith.cmpi slt, %[[OI]], %[[MI]] : i32
+// CHECK: %[[ONAN:.*]] = arith.cmpf uno, %[[OV]], %[[OV]] : f32
+// CHECK: arith.xori %[[ONAN]], %true : i1
+// Lane 0 writes the ids and counts each choice for the dispatch.
 // CHECK: memref.store %{{.*}}, %{{.*}} : memref<?x4xi32>
-// CHECK: arith.constant 0x7FC00000 : f32
+// CHECK: memref.atomic_rmw addi
 // CHECK-LABEL: gpu.func @
 func.func @tiny(%x: tensor<?x64xbf16>,
                 %router: tensor<16x64xbf16>,

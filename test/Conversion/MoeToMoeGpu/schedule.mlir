@@ -8,15 +8,16 @@
 // CHECK-LABEL: moegpu.program {
 // CHECK-DAG: moegpu.buffer @x : memref<?x64xbf16> dims [#moegpu.dim<tokens>] source "input"
 // CHECK-DAG: moegpu.buffer @router_weight : memref<8x64xbf16> dims [] source "param:router_weight"
+// CHECK-DAG: moegpu.buffer @router_logits : memref<?x8xf32> dims [#moegpu.dim<tokens>] source "scratch"
 // CHECK-DAG: moegpu.buffer @w13 : memref<8x64x64xbf16> dims [] source "pack:gate_weight,up_weight"
 // CHECK-DAG: moegpu.buffer @w2 : memref<8x64x32xbf16> dims [] source "param:down_weight"
 // CHECK-DAG: moegpu.buffer @rows : memref<?x64xbf16> dims [#moegpu.dim<rows>] source "scratch"
 // CHECK-DAG: moegpu.buffer @row_weight : memref<?xf32> dims [#moegpu.dim<rows>] source "scratch"
 // CHECK-DAG: moegpu.buffer @y : memref<?x64xbf16> dims [#moegpu.dim<tokens>] source "output"
 // CHECK: moegpu.schedule "forward" {
-// CHECK-NEXT: moegpu.launch @moe_kernels::@route [@x, @router_weight, @topk_ids, @topk_weights] grid <tokens, per_block = 4> block 128
 // CHECK-NEXT: moegpu.memset @counts
-// CHECK-NEXT: moegpu.launch @moe_kernels::@dispatch_count [@topk_ids, @counts] grid <assignments, per_block = 256> block 256
+// CHECK-NEXT: moegpu.launch @moe_kernels::@router [@x, @router_weight, @router_logits] grid <persistent> block 0
+// CHECK-NEXT: moegpu.launch @moe_kernels::@route [@router_logits, @topk_ids, @topk_weights, @counts] grid <tokens, per_block = 4> block 128
 // CHECK-NEXT: moegpu.launch @moe_kernels::@dispatch_scan [@topk_ids, @counts, @offsets, @cursors] grid <one> block 256
 // CHECK-NEXT: moegpu.launch @moe_kernels::@dispatch_scatter [@x, @topk_ids, @topk_weights, @cursors, @rows, @row_map, @row_weight] grid <assignments, per_block = 1> block 128
 // CHECK-NEXT: moegpu.launch @moe_kernels::@expert_up [@rows, @w13, @offsets, @act] grid <persistent> block 0
@@ -76,5 +77,21 @@ func.func @shard(%x: tensor<?x64xbf16>, %wr: tensor<8x64xbf16>, %wg: tensor<4x32
   %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd)
          {config = #moe.layer_config<hidden = 64, experts = 8, top_k = 2, ffn = 32, dtype = bf16>, ep_size = 2}
        : (tensor<?x64xbf16>, tensor<8x64xbf16>, tensor<4x32x64xbf16>, tensor<4x32x64xbf16>, tensor<4x64x32xbf16>) -> tensor<?x64xbf16>
+  return %y : tensor<?x64xbf16>
+}
+
+// -----
+
+// An f32 router weight beside bf16 experts: the logits come from a SIMT
+// kernel (one warp per token), not the bf16 tensor-core GEMM.
+// CHECK-LABEL: moegpu.program {
+// CHECK-DAG: moegpu.buffer @router_weight : memref<8x64xf32> dims [] source "param:router_weight"
+// CHECK: moegpu.launch @moe_kernels::@router [@x, @router_weight, @router_logits] grid <tokens, per_block = 4> block 128
+// CHECK-NEXT: moegpu.launch @moe_kernels::@route [@router_logits, @topk_ids, @topk_weights, @counts] grid <tokens, per_block = 4> block 128
+func.func @layer(%x: tensor<?x64xbf16>, %wr: tensor<8x64xf32>, %wg: tensor<8x32x64xbf16>,
+                 %wu: tensor<8x32x64xbf16>, %wd: tensor<8x64x32xbf16>) -> tensor<?x64xbf16> {
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd)
+         {config = #moe.layer_config<hidden = 64, experts = 8, top_k = 2, ffn = 32, dtype = bf16>}
+       : (tensor<?x64xbf16>, tensor<8x64xf32>, tensor<8x32x64xbf16>, tensor<8x32x64xbf16>, tensor<8x64x32xbf16>) -> tensor<?x64xbf16>
   return %y : tensor<?x64xbf16>
 }

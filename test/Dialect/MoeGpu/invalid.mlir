@@ -64,7 +64,7 @@ func.func @f(%a: memref<?x256xbf16>, %b: memref<8x64x256xbf16>, %o: memref<9xi32
 // -----
 
 func.func @f(%a: memref<?x256xbf16>, %b: memref<8x64x256xf16>, %o: memref<9xi32>, %c: memref<?x64xbf16>) {
-  // expected-error @+1 {{'moegpu.grouped_gemm' op expects a, b and c to share their element type, got 'bf16', 'f16' and 'bf16'}}
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects a and b to share their element type and c to have it too or be f32, got 'bf16', 'f16' and 'bf16'}}
   moegpu.grouped_gemm %a, %b, %o, %c : memref<?x256xbf16>, memref<8x64x256xf16>, memref<9xi32>, memref<?x64xbf16>
   return
 }
@@ -285,9 +285,9 @@ func.func @f(%p: !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 
 
 // -----
 
-func.func @f(%acc: vector<32xf32>, %c: memref<?x64xf32>, %i: index) {
-  // expected-error @+1 {{'moegpu.store_tile' op expects c to be a rank-2 memref of bf16 or f16, got 'memref<?x64xf32>'}}
-  moegpu.store_tile %acc, %c[%i, %i], warpgroup %i, row_end %i : vector<32xf32>, memref<?x64xf32>
+func.func @f(%acc: vector<32xf32>, %c: memref<?x64xi32>, %i: index) {
+  // expected-error @+1 {{'moegpu.store_tile' op expects c to be a rank-2 memref of bf16, f16 or f32, got 'memref<?x64xi32>'}}
+  moegpu.store_tile %acc, %c[%i, %i], warpgroup %i, row_end %i : vector<32xf32>, memref<?x64xi32>
   return
 }
 
@@ -472,3 +472,40 @@ moegpu.program {
 
 // expected-error @+1 {{'moegpu.memset' op expects parent op 'moegpu.schedule'}}
 moegpu.memset @x
+
+// -----
+
+// Dense (no offsets): b is [N, K].
+func.func @f(%a: memref<?x256xbf16>, %b: memref<1x64x256xbf16>, %c: memref<?x64xf32>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects b to be a rank-2 memref of bf16 or f16, got 'memref<1x64x256xbf16>'}}
+  moegpu.grouped_gemm %a, %b, dense, %c : memref<?x256xbf16>, memref<1x64x256xbf16>, memref<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xbf16>, %b: memref<60x256xbf16>, %c: memref<?x60xf16>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects a and b to share their element type and c to have it too or be f32, got 'bf16', 'bf16' and 'f16'}}
+  moegpu.grouped_gemm %a, %b, dense, %c : memref<?x256xbf16>, memref<60x256xbf16>, memref<?x60xf16>
+  return
+}
+
+// -----
+
+func.func @f(%o: memref<9xi32>, %n: index) {
+  // expected-error @+1 {{'moegpu.tile_loop' op expects either offsets or rows}}
+  moegpu.tile_loop %o : memref<9xi32> rows %n columns 64 tiles 128 x 64 on #moegpu.sm_range<first = 0, count = 4> {
+  ^bb0(%e: index, %r: index, %c: index, %s: index):
+  }
+  return
+}
+
+// -----
+
+func.func @f() {
+  // expected-error @+1 {{'moegpu.tile_loop' op expects either offsets or rows}}
+  moegpu.tile_loop columns 64 tiles 128 x 64 on #moegpu.sm_range<first = 0, count = 4> {
+  ^bb0(%e: index, %r: index, %c: index, %s: index):
+  }
+  return
+}

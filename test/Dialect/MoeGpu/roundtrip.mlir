@@ -7,15 +7,18 @@
 // CHECK: moegpu.grouped_gemm %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {epilogue = #moegpu.epilogue<swiglu>, sm_range = #moegpu.sm_range<first = 0, count = 112>, tile = #moegpu.tile<m = 128, n = 128, k = 64, stages = 7>} : memref<?x256xbf16>, memref<8x512x256xbf16>, memref<9xi32>, memref<?x256xbf16>
 // CHECK: moegpu.grouped_gemm %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} scale %{{.*}} {epilogue = #moegpu.epilogue<row_scale>} : memref<?x256xf16>, memref<8x64x256xf16>, memref<9xi32>, memref<?x64xf16>, memref<?xf32>
 // CHECK: moegpu.grouped_gemm %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : memref<?x256xbf16>, memref<1x64x256xbf16>, memref<2xi32>, memref<?x64xbf16>
+// CHECK: moegpu.grouped_gemm %{{.*}}, %{{.*}}, dense, %{{.*}} : memref<?x256xbf16>, memref<60x256xbf16>, memref<?x60xf32>
 func.func @grouped_gemm(%a: memref<?x256xbf16>, %b: memref<8x512x256xbf16>,
                         %offsets: memref<9xi32>, %c: memref<?x256xbf16>,
                         %ah: memref<?x256xf16>, %bh: memref<8x64x256xf16>,
                         %ch: memref<?x64xf16>, %scale: memref<?xf32>,
                         %b1: memref<1x64x256xbf16>, %o1: memref<2xi32>,
-                        %c1: memref<?x64xbf16>) {
+                        %c1: memref<?x64xbf16>, %router: memref<60x256xbf16>,
+                        %logits: memref<?x60xf32>) {
   moegpu.grouped_gemm %a, %b, %offsets, %c {epilogue = #moegpu.epilogue<swiglu>, tile = #moegpu.tile<m = 128, n = 128, k = 64, stages = 7>, sm_range = #moegpu.sm_range<first = 0, count = 112>} : memref<?x256xbf16>, memref<8x512x256xbf16>, memref<9xi32>, memref<?x256xbf16>
   moegpu.grouped_gemm %ah, %bh, %offsets, %ch scale %scale {epilogue = #moegpu.epilogue<row_scale>} : memref<?x256xf16>, memref<8x64x256xf16>, memref<9xi32>, memref<?x64xf16>, memref<?xf32>
   moegpu.grouped_gemm %a, %b1, %o1, %c1 {epilogue = #moegpu.epilogue<none>} : memref<?x256xbf16>, memref<1x64x256xbf16>, memref<2xi32>, memref<?x64xbf16>
+  moegpu.grouped_gemm %a, %router, dense, %logits : memref<?x256xbf16>, memref<60x256xbf16>, memref<?x60xf32>
   return
 }
 
@@ -27,6 +30,7 @@ func.func @grouped_gemm(%a: memref<?x256xbf16>, %b: memref<8x512x256xbf16>,
 // CHECK:     moegpu.produce %[[P]][%{{.*}}], %{{.*}}[%{{.*}}], %{{.*}}[%{{.*}}], k %{{.*}} : <<m = 64, n = 64, k = 64, stages = 4>, bf16>, memref<?x256xbf16>, memref<8x64x256xbf16>
 // CHECK: } consumer {
 // CHECK: ^bb0(%[[WG:.*]]: index):
+// CHECK:     moegpu.tile_loop rows %{{.*}} columns 60 tiles 64 x 64 on <first = 0, count = 4> {
 // CHECK:     %[[ACC:.*]] = moegpu.mma %[[P]][%{{.*}}], %{{.*}}, warpgroup %[[WG]] : <<m = 64, n = 64, k = 64, stages = 4>, bf16>, vector<32xf32>
 // CHECK:     moegpu.store_tile %[[ACC]], %{{.*}}[%{{.*}}, %{{.*}}], warpgroup %[[WG]], row_end %{{.*}} scale %{{.*}} {epilogue = #moegpu.epilogue<row_scale>} : vector<32xf32>, memref<?x64xbf16>, memref<?xf32>
 func.func @specialized(%a: memref<?x256xbf16>, %b: memref<8x64x256xbf16>,
@@ -40,6 +44,9 @@ func.func @specialized(%a: memref<?x256xbf16>, %b: memref<8x64x256xbf16>,
     }
   } consumer {
   ^bb0(%wg: index):
+    moegpu.tile_loop rows %end columns 60 tiles 64 x 64 on #moegpu.sm_range<first = 0, count = 4> {
+    ^bb0(%e: index, %row: index, %col: index, %seq: index):
+    }
     moegpu.tile_loop %offsets : memref<9xi32> columns 64 tiles 64 x 64 on #moegpu.sm_range<first = 0, count = 4> {
     ^bb0(%e: index, %row: index, %col: index, %seq: index):
       %zero = arith.constant dense<0.0> : vector<32xf32>
