@@ -253,6 +253,9 @@ LogicalResult TileLoopOp::verify() {
 }
 
 LogicalResult MmaOp::verify() {
+  if (getPending() < 0 || getPending() > 1)
+    return emitOpError() << "expects pending to be 0 or 1, got "
+                         << getPending();
   TileAttr tile = getPipeline().getType().getTile();
   int64_t expected = tile.getN() / 2;
   if (getAcc().getType().getNumElements() != expected)

@@ -187,19 +187,40 @@ def MoeGpu_MmaOp : MoeGpu_Op<"mma", [AllTypesMatch<["acc", "result"]>]> {
   let description = [{
     For pipeline iteration `iter`: waits until the slot is full, runs the
     wgmma instructions of the slot's `k` columns for the 64 rows of
-    consumer warpgroup `warpgroup` against the slot's `n` B rows, waits for
-    them and releases the slot. The accumulator is this thread's fragment
-    of the warpgroup's `64 x n` f32 tile: element `4 * j + 2 * h + v` is row
-    `16 * warp + lane / 4 + 8 * h`, column `8 * j + 2 * (lane % 4) + v`.
+    consumer warpgroup `warpgroup` against the slot's `n` B rows as one
+    commit group, then waits until at most `pending` groups are in flight.
+    With `pending = 0` the slot is read and released here; with
+    `pending = 1` (one batch kept in flight while the next slot is waited
+    for) the previous iteration's group is complete instead, and
+    `moegpu.release` gives back its slot. The accumulator is this thread's
+    fragment of the warpgroup's `64 x n` f32 tile: element `4 * j + 2 * h +
+    v` is row `16 * warp + lane / 4 + 8 * h`, column `8 * j + 2 * (lane %
+    4) + v`.
   }];
   let arguments = (ins MoeGpu_PipelineType:$pipeline, Index:$iter,
-                       VectorOfRankAndType<[1], [F32]>:$acc, Index:$warpgroup);
+                       VectorOfRankAndType<[1], [F32]>:$acc, Index:$warpgroup,
+                       DefaultValuedAttr<I64Attr, "0">:$pending);
   let results = (outs VectorOfRankAndType<[1], [F32]>:$result);
   let assemblyFormat = [{
     $pipeline `[` $iter `]` `,` $acc `,` `warpgroup` $warpgroup attr-dict `:`
     type($pipeline) `,` type($acc)
   }];
   let hasVerifier = 1;
+}
+
+def MoeGpu_ReleaseOp : MoeGpu_Op<"release"> {
+  let summary = "Give back the slot of a pipeline iteration to the producer";
+  let description = [{
+    One thread of the warpgroup arrives on the `empty` barrier of iteration
+    `iter`'s slot, whose wgmma group must be complete: after a later
+    `moegpu.mma` with `pending = 1`, or with `drain`, which first waits for
+    every wgmma group of the warpgroup (the end of a tile's k loop).
+  }];
+  let arguments = (ins MoeGpu_PipelineType:$pipeline, Index:$iter,
+                       UnitAttr:$drain);
+  let assemblyFormat = [{
+    $pipeline `[` $iter `]` (`drain` $drain^)? attr-dict `:` type($pipeline)
+  }];
 }
 
 def MoeGpu_StoreTileOp : MoeGpu_Op<"store_tile"> {

@@ -2748,9 +2748,14 @@ void Engine::execute(Cta &cta, Warp &w, uint32_t pc, uint32_t mask) {
     });
     break;
   case Op::WgmmaMma: {
-    if (active != mask || mask != w.live)
+    // Lanes of a warp that branched apart may reach it at different times
+    // (the lowest-PC order need not rejoin them first, where ptxas puts a
+    // convergence barrier at the branches' join): the arriving lanes wait
+    // for the rest of the warpgroup, and one that never comes is a
+    // deadlock, reported with this line.
+    if (active != mask)
       fail(-1, "wgmma.mma_async must be executed by all threads of the "
-               "warpgroup, unpredicated and converged");
+               "warpgroup, unpredicated");
     if (!gatherWarpgroup(cta, w, pc, mask))
       return;
     wgmma(cta, in, w.index / 4);
@@ -2762,8 +2767,9 @@ void Engine::execute(Cta &cta, Warp &w, uint32_t pc, uint32_t mask) {
     if (count < 24 || count > 256 || count % 8)
       fail(-1, "setmaxnreg count " + std::to_string(count) +
                    " is not a multiple of 8 in [24, 256]");
-    if (active != mask || mask != w.live)
-      fail(-1, "setmaxnreg must be executed by all threads of the warpgroup");
+    if (active != mask)
+      fail(-1, "setmaxnreg must be executed by all threads of the "
+               "warpgroup, unpredicated");
     if (!gatherWarpgroup(cta, w, pc, mask))
       return;
     uint32_t group = w.index / 4;

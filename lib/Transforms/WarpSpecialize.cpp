@@ -135,11 +135,28 @@ LogicalResult specialize(GroupedGemmOp op) {
               b, loc, constant(b, 0), constant(b, kBlocks), constant(b, 1),
               ValueRange{zero},
               [&](OpBuilder &b, Location loc, Value kb, ValueRange acc) {
+                // One wgmma batch stays in flight: this iteration's
+                // completes the previous one, whose slot goes back.
                 Value iter = arith::AddIOp::create(b, loc, base, kb);
-                Value next = MmaOp::create(b, loc, fragmentType, pipeline, iter,
-                                           acc.front(), warpgroup);
+                Value next =
+                    MmaOp::create(b, loc, fragmentType, pipeline, iter,
+                                  acc.front(), warpgroup, /*pending=*/1);
+                Value later = arith::CmpIOp::create(
+                    b, loc, arith::CmpIPredicate::ugt, kb, constant(b, 0));
+                scf::IfOp::create(b, loc, later, [&](OpBuilder &b,
+                                                     Location loc) {
+                  Value previous =
+                      arith::SubIOp::create(b, loc, iter, constant(b, 1));
+                  ReleaseOp::create(b, loc, pipeline, previous,
+                                    /*drain=*/false);
+                  scf::YieldOp::create(b, loc);
+                });
                 scf::YieldOp::create(b, loc, next);
               });
+          // The last batch: wait for it, then give its slot back.
+          Value last = arith::AddIOp::create(b, loc, base,
+                                             constant(b, kBlocks - 1));
+          ReleaseOp::create(b, loc, pipeline, last, /*drain=*/true);
           Value rowEnd = rows;
           if (!rowEnd) {
             Value next =

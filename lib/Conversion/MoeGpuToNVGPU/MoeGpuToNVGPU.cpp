@@ -80,6 +80,9 @@ private:
   LogicalResult lowerPipelineCreate(PipelineCreateOp op);
   LogicalResult lowerProduce(ProduceOp op);
   LogicalResult lowerMma(MmaOp op);
+  LogicalResult lowerRelease(ReleaseOp op);
+  void releaseSlot(ImplicitLocOpBuilder &b, const PipelineInfo &info,
+                   Value slot);
   LogicalResult lowerStoreTile(StoreTileOp op);
   void lowerTileLoop(TileLoopOp op);
   void lowerWarpRoles(WarpRolesOp op);
@@ -302,7 +305,7 @@ LogicalResult KernelLowering::lowerMma(MmaOp op) {
         /*satfinite=*/NVVM::MMAIntOverflowAttr());
   }
   NVVM::WgmmaGroupSyncAlignedOp::create(b);
-  NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
+  NVVM::WgmmaWaitGroupSyncOp::create(b, op.getPending());
 
   SmallVector<Value> elements;
   for (int64_t i = 0; i < fragment; ++i)
@@ -310,14 +313,35 @@ LogicalResult KernelLowering::lowerMma(MmaOp op) {
   Value result =
       vector::FromElementsOp::create(b, op.getAcc().getType(), elements);
 
-  // One thread per warpgroup releases the slot.
+  // With nothing left in flight the slot is free now.
+  if (op.getPending() == 0)
+    releaseSlot(b, info, slot);
+  rewriter.replaceOp(op, result);
+  return success();
+}
+
+void KernelLowering::releaseSlot(ImplicitLocOpBuilder &b,
+                                 const PipelineInfo &info, Value slot) {
+  // One thread per warpgroup arrives on the slot's empty barrier.
   Value leader = arith::CmpIOp::create(b, arith::CmpIPredicate::eq,
                                        threadInWarpgroup(b), constIndex(b, 0));
   auto ifOp = scf::IfOp::create(b, leader, /*withElseRegion=*/false);
+  ImplicitLocOpBuilder::InsertionGuard guard(b);
   b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
-  nvgpu::MBarrierArriveOp::create(b, nvgpu::MBarrierTokenType::get(ctx),
-                                  info.empty, slot);
-  rewriter.replaceOp(op, result);
+  nvgpu::MBarrierArriveOp::create(
+      b, nvgpu::MBarrierTokenType::get(b.getContext()), info.empty, slot);
+}
+
+LogicalResult KernelLowering::lowerRelease(ReleaseOp op) {
+  const PipelineInfo &info = pipelines.lookup(op.getPipeline());
+  if (!info.full)
+    return op.emitOpError() << "uses a pipeline not created in its kernel";
+  ImplicitLocOpBuilder b(op.getLoc(), op);
+  if (op.getDrain())
+    NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
+  Value slot = slotAndRound(b, op.getIter(), info.tile.getStages()).first;
+  releaseSlot(b, info, slot);
+  op.erase();
   return success();
 }
 
@@ -513,7 +537,7 @@ LogicalResult KernelLowering::run() {
   func.walk([&](Operation *op) {
     if (auto create = dyn_cast<PipelineCreateOp>(op))
       creates.push_back(create);
-    else if (isa<ProduceOp, MmaOp, StoreTileOp>(op))
+    else if (isa<ProduceOp, MmaOp, ReleaseOp, StoreTileOp>(op))
       steps.push_back(op);
     else if (auto loop = dyn_cast<TileLoopOp>(op))
       loops.push_back(loop);
@@ -533,6 +557,7 @@ LogicalResult KernelLowering::run() {
         TypeSwitch<Operation *, LogicalResult>(op)
             .Case([&](ProduceOp p) { return lowerProduce(p); })
             .Case([&](MmaOp m) { return lowerMma(m); })
+            .Case([&](ReleaseOp r) { return lowerRelease(r); })
             .Case([&](StoreTileOp s) { return lowerStoreTile(s); });
     if (failed(result))
       return failure();

@@ -40,8 +40,13 @@
 // CHECK:       nvvm.wgmma.fence.aligned
 // CHECK-COUNT-4: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 128, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <col>]
 // CHECK:       nvvm.wgmma.commit.group.sync.aligned
-// CHECK:       nvvm.wgmma.wait.group.sync.aligned 0
-// CHECK:       nvgpu.mbarrier.arrive %[[EMPTY]]
+// CHECK:       nvvm.wgmma.wait.group.sync.aligned 1
+// The previous k-block's slot goes back (one thread per warpgroup).
+// CHECK:       scf.if
+// CHECK:         nvgpu.mbarrier.arrive %[[EMPTY]]
+// After the k loop: the last batch drained, its slot given back.
+// CHECK:     nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK:     nvgpu.mbarrier.arrive %[[EMPTY]]
 // Epilogue: routing weight per row, bf16 stores.
 // CHECK:     memref.load %[[S]]
 // CHECK:     arith.mulf
@@ -121,6 +126,18 @@ module attributes {gpu.container_module} {
     gpu.func @passed(%p: !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 2>, bf16>, %acc: vector<32xf32>, %i: index) kernel {
       // expected-error @+1 {{'moegpu.mma' op uses a pipeline not created in its kernel}}
       %r = moegpu.mma %p[%i], %acc, warpgroup %i : !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 2>, bf16>, vector<32xf32>
+      gpu.return
+    }
+  }
+}
+
+// -----
+
+module attributes {gpu.container_module} {
+  gpu.module @kernels {
+    gpu.func @passed(%p: !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 2>, bf16>, %i: index) kernel {
+      // expected-error @+1 {{'moegpu.release' op uses a pipeline not created in its kernel}}
+      moegpu.release %p[%i] drain : !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 2>, bf16>
       gpu.return
     }
   }

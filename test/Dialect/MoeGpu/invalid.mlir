@@ -509,3 +509,11 @@ func.func @f() {
   }
   return
 }
+
+// -----
+
+func.func @f(%p: !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 4>, bf16>, %i: index, %acc: vector<32xf32>) {
+  // expected-error @+1 {{'moegpu.mma' op expects pending to be 0 or 1, got 2}}
+  %r = moegpu.mma %p[%i], %acc, warpgroup %i {pending = 2} : !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 4>, bf16>, vector<32xf32>
+  return
+}

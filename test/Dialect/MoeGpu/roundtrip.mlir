@@ -31,6 +31,9 @@ func.func @grouped_gemm(%a: memref<?x256xbf16>, %b: memref<8x512x256xbf16>,
 // CHECK: } consumer {
 // CHECK: ^bb0(%[[WG:.*]]: index):
 // CHECK:     moegpu.tile_loop rows %{{.*}} columns 60 tiles 64 x 64 on <first = 0, count = 4> {
+// CHECK:     %[[ACC1:.*]] = moegpu.mma %[[P]][%{{.*}}], %{{.*}}, warpgroup %[[WG]] {pending = 1 : i64}
+// CHECK:     moegpu.release %[[P]][%{{.*}}] : <<m = 64, n = 64, k = 64, stages = 4>, bf16>
+// CHECK:     moegpu.release %[[P]][%{{.*}}] drain : <<m = 64, n = 64, k = 64, stages = 4>, bf16>
 // CHECK:     %[[ACC:.*]] = moegpu.mma %[[P]][%{{.*}}], %{{.*}}, warpgroup %[[WG]] : <<m = 64, n = 64, k = 64, stages = 4>, bf16>, vector<32xf32>
 // CHECK:     moegpu.store_tile %[[ACC]], %{{.*}}[%{{.*}}, %{{.*}}], warpgroup %[[WG]], row_end %{{.*}} scale %{{.*}} {epilogue = #moegpu.epilogue<row_scale>} : vector<32xf32>, memref<?x64xbf16>, memref<?xf32>
 func.func @specialized(%a: memref<?x256xbf16>, %b: memref<8x64x256xbf16>,
@@ -50,6 +53,9 @@ func.func @specialized(%a: memref<?x256xbf16>, %b: memref<8x64x256xbf16>,
     moegpu.tile_loop %offsets : memref<9xi32> columns 64 tiles 64 x 64 on #moegpu.sm_range<first = 0, count = 4> {
     ^bb0(%e: index, %row: index, %col: index, %seq: index):
       %zero = arith.constant dense<0.0> : vector<32xf32>
+      %acc1 = moegpu.mma %p[%seq], %zero, warpgroup %wg {pending = 1} : !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 4>, bf16>, vector<32xf32>
+      moegpu.release %p[%seq] : !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 4>, bf16>
+      moegpu.release %p[%seq] drain : !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 4>, bf16>
       %acc = moegpu.mma %p[%seq], %zero, warpgroup %wg : !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 4>, bf16>, vector<32xf32>
       moegpu.store_tile %acc, %c[%row, %col], warpgroup %wg, row_end %end scale %scale {epilogue = #moegpu.epilogue<row_scale>} : vector<32xf32>, memref<?x64xbf16>, memref<?xf32>
     }

@@ -22,8 +22,16 @@
 // CHECK: ^bb0(%[[WG:.*]]: index):
 // CHECK:   moegpu.tile_loop %[[O]] : memref<257xi32> columns 7168 tiles 128 x 128 on <first = 0, count = 112> {
 // CHECK:   ^bb0(%[[E2:.*]]: index, %[[ROW2:.*]]: index, %[[COL2:.*]]: index, %[[SEQ2:.*]]: index):
-// CHECK:     %[[ACC:.*]] = scf.for {{.*}} iter_args(%[[X:.*]] = %{{.*}}) -> (vector<64xf32>)
-// CHECK:       moegpu.mma %[[P]][%{{.*}}], %[[X]], warpgroup %[[WG]]
+// One wgmma batch stays in flight: each k-block's mma gives back the
+// previous k-block's slot, and the last is drained after the loop.
+// CHECK:     %[[ACC:.*]] = scf.for %[[KJ:.*]] = {{.*}} iter_args(%[[X:.*]] = %{{.*}}) -> (vector<64xf32>)
+// CHECK:       %[[IT2:.*]] = arith.addi %{{.*}}, %[[KJ]]
+// CHECK:       moegpu.mma %[[P]][%[[IT2]]], %[[X]], warpgroup %[[WG]] {pending = 1 : i64}
+// CHECK:       scf.if
+// CHECK:         %[[PREV:.*]] = arith.subi %[[IT2]], %{{.*}}
+// CHECK:         moegpu.release %[[P]][%[[PREV]]] :
+// CHECK:     %[[LAST:.*]] = arith.addi %{{.*}}, %c31
+// CHECK:     moegpu.release %[[P]][%[[LAST]]] drain :
 // CHECK:     %[[NEXT:.*]] = arith.addi %[[E2]], %{{.*}}
 // CHECK:     %[[END:.*]] = memref.load %[[O]][%[[NEXT]]]
 // CHECK:     %[[ENDI:.*]] = arith.index_cast %[[END]]
