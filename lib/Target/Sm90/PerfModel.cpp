@@ -67,7 +67,6 @@ modelForward(const Sm90LayerShape &s,
       tileRowsPerGroup = tokens;
       outBytes = 4;
     } else if (kr.name == "expert_up" || kr.name == "expert_down") {
-      bool up = kr.name == "expert_up";
       gRows = rows;
       gN = up ? 2 * F : H;
       gK = up ? H : F;
