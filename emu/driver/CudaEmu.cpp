@@ -26,6 +26,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/emu/Emulator.h"
+#include "moe/runtime/CudaAbi.h"
 
 #include <chrono>
 #include <cstdio>
@@ -38,32 +39,9 @@
 #include <vector>
 
 using namespace moe::emu;
+using namespace moe::cuda;
 
 namespace {
-
-using CUresult = int;
-using CUdeviceptr = unsigned long long;
-
-enum : CUresult {
-  kSuccess = 0,
-  kInvalidValue = 1,
-  kOutOfMemory = 2,
-  kNotInitialized = 3,
-  kInvalidDevice = 101,
-  kInvalidImage = 200,
-  kInvalidContext = 201,
-  kNoBinaryForGpu = 209,
-  kInvalidPtx = 218,
-  kInvalidHandle = 400,
-  kNotFound = 500,
-  kNotReady = 600,
-  kIllegalAddress = 700,
-  kLaunchOutOfResources = 701,
-  kMisalignedAddress = 716,
-  kLaunchFailed = 719,
-  kNotSupported = 801,
-  kUnknown = 999,
-};
 
 constexpr int kDevices = 8;
 
@@ -141,14 +119,14 @@ State &state() {
 #define REQUIRE_INIT()                                                         \
   do {                                                                         \
     if (!state().initialized)                                                  \
-      return kNotInitialized;                                                  \
+      return kErrorNotInitialized;                                             \
   } while (0)
 
 #define REQUIRE_CONTEXT()                                                      \
   do {                                                                         \
     REQUIRE_INIT();                                                            \
     if (state().current < 0)                                                   \
-      return kInvalidContext;                                                  \
+      return kErrorInvalidContext;                                             \
     if (state().sticky != kSuccess)                                            \
       return state().sticky;                                                   \
   } while (0)
@@ -167,20 +145,20 @@ CUresult launchOn(Function *fn, Dim3 grid, Dim3 block, Dim3 cluster,
                   unsigned shared, void **kernelParams, void **extra) {
   State &s = state();
   if (!fn || !fn->kernel)
-    return kInvalidHandle;
+    return kErrorInvalidHandle;
   if (shared > static_cast<unsigned>(fn->maxDynamicShared)) {
     std::fprintf(stderr,
                  "moe-emu: kernel '%s' asks for %u bytes of dynamic shared "
                  "memory; cuFuncSetAttribute allowed %d\n",
                  kernelName(*fn->kernel).c_str(), shared, fn->maxDynamicShared);
-    return kInvalidValue;
+    return kErrorInvalidValue;
   }
   ParamLayout layout = paramLayout(*fn->kernel);
   std::vector<uint8_t> params(layout.bytes, 0);
   if (kernelParams) {
     for (size_t i = 0; i < layout.sizes.size(); ++i) {
       if (!kernelParams[i])
-        return kInvalidValue;
+        return kErrorInvalidValue;
       std::memcpy(params.data() + layout.offsets[i], kernelParams[i],
                   layout.sizes[i]);
     }
@@ -194,13 +172,13 @@ CUresult launchOn(Function *fn, Dim3 grid, Dim3 block, Dim3 cluster,
       else if (key == 2)
         size = *static_cast<size_t *>(extra[i + 1]);
       else
-        return kInvalidValue;
+        return kErrorInvalidValue;
     }
     if (!buffer || size < layout.bytes)
-      return kInvalidValue;
+      return kErrorInvalidValue;
     std::memcpy(params.data(), buffer, layout.bytes);
   } else if (!layout.sizes.empty()) {
-    return kInvalidValue;
+    return kErrorInvalidValue;
   }
   LaunchStats stats;
   auto begin = std::chrono::steady_clock::now();
@@ -220,13 +198,13 @@ CUresult launchOn(Function *fn, Dim3 grid, Dim3 block, Dim3 cluster,
   std::fprintf(stderr, "moe-emu: %s\n", result.report.c_str());
   switch (result.failure) {
   case LaunchFailure::BadLaunch:
-    return kLaunchOutOfResources; // not sticky: nothing ran
+    return kErrorLaunchOutOfResources; // not sticky: nothing ran
   case LaunchFailure::IllegalAddress:
-    return s.sticky = kIllegalAddress;
+    return s.sticky = kErrorIllegalAddress;
   case LaunchFailure::MisalignedAddress:
-    return s.sticky = kMisalignedAddress;
+    return s.sticky = kErrorMisalignedAddress;
   default:
-    return s.sticky = kLaunchFailed;
+    return s.sticky = kErrorLaunchFailed;
   }
 }
 
@@ -236,14 +214,14 @@ extern "C" {
 
 CUresult cuInit(unsigned flags) {
   if (flags != 0)
-    return kInvalidValue;
+    return kErrorInvalidValue;
   state().initialized = true;
   return kSuccess;
 }
 
 CUresult cuDriverGetVersion(int *version) {
   if (!version)
-    return kInvalidValue;
+    return kErrorInvalidValue;
   *version = 13000;
   return kSuccess;
 }
@@ -251,7 +229,7 @@ CUresult cuDriverGetVersion(int *version) {
 CUresult cuDeviceGetCount(int *count) {
   REQUIRE_INIT();
   if (!count)
-    return kInvalidValue;
+    return kErrorInvalidValue;
   *count = kDevices;
   return kSuccess;
 }
@@ -259,9 +237,9 @@ CUresult cuDeviceGetCount(int *count) {
 CUresult cuDeviceGet(int *device, int ordinal) {
   REQUIRE_INIT();
   if (!device)
-    return kInvalidValue;
+    return kErrorInvalidValue;
   if (ordinal < 0 || ordinal >= kDevices)
-    return kInvalidDevice;
+    return kErrorInvalidDevice;
   *device = ordinal;
   return kSuccess;
 }
@@ -269,9 +247,9 @@ CUresult cuDeviceGet(int *device, int ordinal) {
 CUresult cuDeviceGetName(char *name, int len, int device) {
   REQUIRE_INIT();
   if (!name || len <= 0)
-    return kInvalidValue;
+    return kErrorInvalidValue;
   if (device < 0 || device >= kDevices)
-    return kInvalidDevice;
+    return kErrorInvalidDevice;
   std::snprintf(name, static_cast<size_t>(len), "moe-emu sm_90a (emulated H100)");
   return kSuccess;
 }
@@ -279,9 +257,9 @@ CUresult cuDeviceGetName(char *name, int len, int device) {
 CUresult cuDeviceTotalMem_v2(size_t *bytes, int device) {
   REQUIRE_INIT();
   if (!bytes)
-    return kInvalidValue;
+    return kErrorInvalidValue;
   if (device < 0 || device >= kDevices)
-    return kInvalidDevice;
+    return kErrorInvalidDevice;
   *bytes = 80ull << 30;
   return kSuccess;
 }
@@ -289,9 +267,9 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, int device) {
 CUresult cuDeviceGetAttribute(int *value, int attribute, int device) {
   REQUIRE_INIT();
   if (!value)
-    return kInvalidValue;
+    return kErrorInvalidValue;
   if (device < 0 || device >= kDevices)
-    return kInvalidDevice;
+    return kErrorInvalidDevice;
   static const std::map<int, int> attributes = {
       {1, 1024},       {2, 1024},    {3, 1024},   {4, 64},
       {5, 2147483647}, {6, 65535},   {7, 65535},  {8, 49152},
@@ -312,9 +290,9 @@ CUresult cuDeviceGetAttribute(int *value, int attribute, int device) {
 CUresult cuDeviceComputeCapability(int *major, int *minor, int device) {
   REQUIRE_INIT();
   if (!major || !minor)
-    return kInvalidValue;
+    return kErrorInvalidValue;
   if (device < 0 || device >= kDevices)
-    return kInvalidDevice;
+    return kErrorInvalidDevice;
   *major = 9;
   *minor = 0;
   return kSuccess;
@@ -323,16 +301,16 @@ CUresult cuDeviceComputeCapability(int *major, int *minor, int device) {
 CUresult cuDevicePrimaryCtxRetain(void **context, int device) {
   REQUIRE_INIT();
   if (!context)
-    return kInvalidValue;
+    return kErrorInvalidValue;
   if (device < 0 || device >= kDevices)
-    return kInvalidDevice;
+    return kErrorInvalidDevice;
   *context = contextOf(device);
   return kSuccess;
 }
 
 CUresult cuDevicePrimaryCtxRelease_v2(int device) {
   REQUIRE_INIT();
-  return device < 0 || device >= kDevices ? kInvalidDevice : kSuccess;
+  return device < 0 || device >= kDevices ? kErrorInvalidDevice : kSuccess;
 }
 
 CUresult cuCtxCreate_v2(void **context, unsigned, int device) {
@@ -348,7 +326,7 @@ CUresult cuCtxSetCurrent(void *context) {
   REQUIRE_INIT();
   auto d = static_cast<int>(reinterpret_cast<uintptr_t>(context)) - 1;
   if (context && (d < 0 || d >= kDevices))
-    return kInvalidContext;
+    return kErrorInvalidContext;
   state().current = context ? d : -1;
   return kSuccess;
 }
@@ -356,7 +334,7 @@ CUresult cuCtxSetCurrent(void *context) {
 CUresult cuCtxGetCurrent(void **context) {
   REQUIRE_INIT();
   if (!context)
-    return kInvalidValue;
+    return kErrorInvalidValue;
   *context = state().current >= 0 ? contextOf(state().current) : nullptr;
   return kSuccess;
 }
@@ -364,7 +342,7 @@ CUresult cuCtxGetCurrent(void **context) {
 CUresult cuCtxGetDevice(int *device) {
   REQUIRE_CONTEXT();
   if (!device)
-    return kInvalidValue;
+    return kErrorInvalidValue;
   *device = state().current;
   return kSuccess;
 }
@@ -377,18 +355,18 @@ CUresult cuCtxSynchronize() {
 CUresult cuModuleLoadData(void **module, const void *image) {
   REQUIRE_CONTEXT();
   if (!module || !image)
-    return kInvalidValue;
+    return kErrorInvalidValue;
   const auto *bytes = static_cast<const unsigned char *>(image);
   if (std::memcmp(bytes, "\x7f" "ELF", 4) == 0) {
     // SASS: the emulator runs PTX only.
-    return kNoBinaryForGpu;
+    return kErrorNoBinaryForGpu;
   }
   uint32_t magic = 0;
   std::memcpy(&magic, bytes, 4);
   if (magic == 0xBA55ED50u) {
     std::fprintf(stderr, "moe-emu: fatbinary images are not supported; "
                          "load the PTX text\n");
-    return kNoBinaryForGpu;
+    return kErrorNoBinaryForGpu;
   }
   std::string text(static_cast<const char *>(image));
   std::string ptxName = "module.ptx";
@@ -397,7 +375,7 @@ CUresult cuModuleLoadData(void **module, const void *image) {
     FILE *f = std::fopen(path, "rb");
     if (!f) {
       std::fprintf(stderr, "moe-emu: cannot read MOE_EMU_PTX '%s'\n", path);
-      return kInvalidPtx;
+      return kErrorInvalidPtx;
     }
     text.clear();
     char buf[65536];
@@ -411,7 +389,7 @@ CUresult cuModuleLoadData(void **module, const void *image) {
   if (!m) {
     std::fprintf(stderr, "moe-emu: cannot load the PTX module: %s\n",
                  error.c_str());
-    return kInvalidPtx;
+    return kErrorInvalidPtx;
   }
   adoptVariables(*m, state().memory);
   auto *loaded = new LoadedModule{std::move(m)};
@@ -427,7 +405,7 @@ CUresult cuModuleLoadDataEx(void **module, const void *image, unsigned,
 CUresult cuModuleUnload(void *module) {
   REQUIRE_INIT();
   if (!module)
-    return kInvalidHandle;
+    return kErrorInvalidHandle;
   auto *loaded = static_cast<LoadedModule *>(module);
   forgetVariables(*loaded->module, state().memory);
   delete loaded;
@@ -437,11 +415,11 @@ CUresult cuModuleUnload(void *module) {
 CUresult cuModuleGetFunction(void **function, void *module, const char *name) {
   REQUIRE_CONTEXT();
   if (!function || !module || !name)
-    return kInvalidValue;
+    return kErrorInvalidValue;
   auto *m = static_cast<LoadedModule *>(module);
   const Kernel *k = findKernel(*m->module, name);
   if (!k)
-    return kNotFound;
+    return kErrorNotFound;
   *function = new Function{m, k};
   return kSuccess;
 }
@@ -450,11 +428,11 @@ CUresult cuFuncSetAttribute(void *function, int attribute, int value) {
   REQUIRE_CONTEXT();
   auto *f = static_cast<Function *>(function);
   if (!f)
-    return kInvalidHandle;
+    return kErrorInvalidHandle;
   if (attribute == 8) { // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
     if (value < 0 ||
         static_cast<uint32_t>(value) + staticSharedBytes(*f->kernel) > 232448)
-      return kInvalidValue;
+      return kErrorInvalidValue;
     f->maxDynamicShared = value;
   }
   return kSuccess;
@@ -464,7 +442,7 @@ CUresult cuFuncGetAttribute(int *value, int attribute, void *function) {
   REQUIRE_CONTEXT();
   auto *f = static_cast<Function *>(function);
   if (!f || !value)
-    return kInvalidValue;
+    return kErrorInvalidValue;
   switch (attribute) {
   case 0: { // MAX_THREADS_PER_BLOCK
     uint32_t t = maxThreads(*f->kernel);
@@ -481,10 +459,10 @@ CUresult cuFuncGetAttribute(int *value, int attribute, void *function) {
 CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t bytes) {
   REQUIRE_CONTEXT();
   if (!ptr || bytes == 0)
-    return kInvalidValue;
+    return kErrorInvalidValue;
   uint64_t p = state().memory.allocate(bytes);
   if (!p)
-    return kOutOfMemory;
+    return kErrorOutOfMemory;
   *ptr = p;
   return kSuccess;
 }
@@ -494,13 +472,13 @@ CUresult cuMemFree_v2(CUdeviceptr ptr) {
   if (ptr == 0)
     return kSuccess;
   // Only an allocation's start frees it (not an adopted module variable).
-  return state().memory.release(ptr) ? kSuccess : kInvalidValue;
+  return state().memory.release(ptr) ? kSuccess : kErrorInvalidValue;
 }
 
 CUresult cuMemGetInfo_v2(size_t *free, size_t *total) {
   REQUIRE_CONTEXT();
   if (!free || !total)
-    return kInvalidValue;
+    return kErrorInvalidValue;
   *total = 80ull << 30;
   *free = *total - std::min(*total, state().memory.allocatedBytes());
   return kSuccess;
@@ -509,7 +487,7 @@ CUresult cuMemGetInfo_v2(size_t *free, size_t *total) {
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t bytes) {
   REQUIRE_CONTEXT();
   if (!inAllocation(dst, bytes) || (!src && bytes))
-    return kInvalidValue;
+    return kErrorInvalidValue;
   if (bytes)
     std::memcpy(reinterpret_cast<void *>(dst), src, bytes);
   return kSuccess;
@@ -518,7 +496,7 @@ CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t bytes) {
 CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t bytes) {
   REQUIRE_CONTEXT();
   if (!inAllocation(src, bytes) || (!dst && bytes))
-    return kInvalidValue;
+    return kErrorInvalidValue;
   if (bytes)
     std::memcpy(dst, reinterpret_cast<const void *>(src), bytes);
   return kSuccess;
@@ -527,7 +505,7 @@ CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t bytes) {
 CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
   REQUIRE_CONTEXT();
   if (!inAllocation(dst, bytes) || !inAllocation(src, bytes))
-    return kInvalidValue;
+    return kErrorInvalidValue;
   if (bytes)
     std::memmove(reinterpret_cast<void *>(dst),
                  reinterpret_cast<const void *>(src), bytes);
@@ -550,7 +528,7 @@ CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes,
 CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t count) {
   REQUIRE_CONTEXT();
   if (!inAllocation(dst, count))
-    return kInvalidValue;
+    return kErrorInvalidValue;
   if (count)
     std::memset(reinterpret_cast<void *>(dst), value, count);
   return kSuccess;
@@ -562,7 +540,7 @@ CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t count,
 CUresult cuMemsetD32_v2(CUdeviceptr dst, unsigned value, size_t count) {
   REQUIRE_CONTEXT();
   if (dst % 4 || !inAllocation(dst, count * 4))
-    return kInvalidValue;
+    return kErrorInvalidValue;
   auto *p = reinterpret_cast<unsigned *>(dst);
   for (size_t i = 0; i < count; ++i)
     p[i] = value;
@@ -577,7 +555,7 @@ CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned value, size_t count,
 CUresult cuStreamCreate(void **stream, unsigned) {
   REQUIRE_CONTEXT();
   if (!stream)
-    return kInvalidValue;
+    return kErrorInvalidValue;
   *stream = new char(0);
   return kSuccess;
 }
@@ -605,7 +583,7 @@ CUresult cuStreamWaitEvent(void *, void *, unsigned) {
 CUresult cuEventCreate(void **event, unsigned) {
   REQUIRE_CONTEXT();
   if (!event)
-    return kInvalidValue;
+    return kErrorInvalidValue;
   *event = new Event;
   return kSuccess;
 }
@@ -618,26 +596,26 @@ CUresult cuEventRecord(void *event, void *) {
   REQUIRE_CONTEXT();
   auto *e = static_cast<Event *>(event);
   if (!e)
-    return kInvalidHandle;
+    return kErrorInvalidHandle;
   e->when = std::chrono::steady_clock::now();
   e->recorded = true;
   return kSuccess;
 }
 CUresult cuEventSynchronize(void *event) {
   REQUIRE_CONTEXT();
-  return event ? kSuccess : kInvalidHandle;
+  return event ? kSuccess : kErrorInvalidHandle;
 }
 CUresult cuEventQuery(void *event) {
   REQUIRE_CONTEXT();
-  return event ? kSuccess : kInvalidHandle;
+  return event ? kSuccess : kErrorInvalidHandle;
 }
 CUresult cuEventElapsedTime(float *ms, void *start, void *end) {
   REQUIRE_CONTEXT();
   auto *a = static_cast<Event *>(start), *b = static_cast<Event *>(end);
   if (!ms || !a || !b)
-    return kInvalidHandle;
+    return kErrorInvalidHandle;
   if (!a->recorded || !b->recorded)
-    return kNotReady;
+    return kErrorNotReady;
   *ms = std::chrono::duration<float, std::milli>(b->when - a->when).count();
   return kSuccess;
 }
@@ -650,39 +628,20 @@ CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz,
                   {bx, by, bz}, {1, 1, 1}, shared, params, extra);
 }
 
-struct LaunchAttributeAbi {
-  int id;
-  char pad[4];
-  union {
-    char bytes[64];
-    struct {
-      unsigned x, y, z;
-    } clusterDim;
-  } value;
-};
-struct LaunchConfigAbi {
-  unsigned gridDimX, gridDimY, gridDimZ;
-  unsigned blockDimX, blockDimY, blockDimZ;
-  unsigned sharedMemBytes;
-  void *stream;
-  LaunchAttributeAbi *attrs;
-  unsigned numAttrs;
-};
-
 CUresult cuLaunchKernelEx(const void *configBytes, void *function,
                           void **params, void **extra) {
   REQUIRE_CONTEXT();
   if (!configBytes)
-    return kInvalidValue;
-  const auto *config = static_cast<const LaunchConfigAbi *>(configBytes);
+    return kErrorInvalidValue;
+  const auto *config = static_cast<const LaunchConfig *>(configBytes);
   Dim3 cluster;
   for (unsigned i = 0; i < config->numAttrs; ++i)
-    if (config->attrs[i].id == 4) { // CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    if (config->attrs[i].id == kLaunchAttributeClusterDimension) {
       cluster = {config->attrs[i].value.clusterDim.x,
                  config->attrs[i].value.clusterDim.y,
                  config->attrs[i].value.clusterDim.z};
       if (cluster.count() == 0)
-        return kInvalidValue;
+        return kErrorInvalidValue;
     }
   return launchOn(static_cast<Function *>(function),
                   {config->gridDimX, config->gridDimY, config->gridDimZ},
@@ -700,14 +659,14 @@ CUresult cuTensorMapEncodeTiled(void *map, int dtype, unsigned rank,
   (void)l2Promotion;
   if (!map || !globalDim || !boxDim || !elementStrides ||
       (rank > 1 && !globalStrides))
-    return kInvalidValue;
+    return kErrorInvalidValue;
   static const int sizes[] = {1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4};
   if (dtype < 0 || dtype > 12 || rank < 1 || rank > 5 || interleave != 0 ||
       swizzle < 0 || swizzle > 3 || oobFill < 0 || oobFill > 1)
-    return kInvalidValue;
+    return kErrorInvalidValue;
   auto address = reinterpret_cast<uint64_t>(globalAddress);
   if (address % 16)
-    return kInvalidValue;
+    return kErrorInvalidValue;
   TensorMapDesc d{};
   d.magic = kTensorMapMagic;
   d.dtype = static_cast<uint8_t>(dtype);
@@ -719,22 +678,22 @@ CUresult cuTensorMapEncodeTiled(void *map, int dtype, unsigned rank,
   for (unsigned i = 0; i < rank; ++i) {
     if (globalDim[i] == 0 || globalDim[i] > (1ull << 32) || boxDim[i] == 0 ||
         boxDim[i] > 256 || elementStrides[i] == 0 || elementStrides[i] > 8)
-      return kInvalidValue;
+      return kErrorInvalidValue;
     d.dims[i] = static_cast<uint32_t>(globalDim[i]);
     d.box[i] = static_cast<uint16_t>(boxDim[i]);
     d.elementStrides[i] = static_cast<uint8_t>(elementStrides[i]);
     if (i > 0) {
       unsigned long long s = globalStrides[i - 1];
       if (s % 16 || s >= (1ull << 40))
-        return kInvalidValue;
+        return kErrorInvalidValue;
       d.strides[i - 1] = s;
     }
   }
   if (boxDim[0] * static_cast<unsigned>(sizes[dtype]) % 16)
-    return kInvalidValue;
+    return kErrorInvalidValue;
   unsigned span = swizzle == 3 ? 128 : swizzle == 2 ? 64 : swizzle == 1 ? 32 : 0;
   if (span && boxDim[0] * static_cast<unsigned>(sizes[dtype]) > span)
-    return kInvalidValue;
+    return kErrorInvalidValue;
   std::memset(map, 0, 128);
   std::memcpy(map, &d, sizeof d);
   return kSuccess;
@@ -742,32 +701,32 @@ CUresult cuTensorMapEncodeTiled(void *map, int dtype, unsigned rank,
 
 CUresult cuGetErrorString(CUresult error, const char **text) {
   if (!text)
-    return kInvalidValue;
+    return kErrorInvalidValue;
   static const std::map<int, const char *> texts = {
       {kSuccess, "no error"},
-      {kInvalidValue, "invalid argument"},
-      {kOutOfMemory, "out of memory"},
-      {kNotInitialized, "initialization error"},
-      {kInvalidDevice, "invalid device ordinal"},
-      {kInvalidImage, "device kernel image is invalid"},
-      {kInvalidContext, "invalid device context"},
-      {kNoBinaryForGpu,
+      {kErrorInvalidValue, "invalid argument"},
+      {kErrorOutOfMemory, "out of memory"},
+      {kErrorNotInitialized, "initialization error"},
+      {kErrorInvalidDevice, "invalid device ordinal"},
+      {kErrorInvalidImage, "device kernel image is invalid"},
+      {kErrorInvalidContext, "invalid device context"},
+      {kErrorNoBinaryForGpu,
        "no kernel image is available for execution on the device (the "
        "emulator runs PTX, not SASS)"},
-      {kInvalidPtx, "a PTX JIT compilation failed"},
-      {kInvalidHandle, "invalid resource handle"},
-      {kNotFound, "named symbol not found"},
-      {kNotReady, "device not ready"},
-      {kIllegalAddress, "an illegal memory access was encountered"},
-      {kLaunchOutOfResources, "too many resources requested for launch"},
-      {kMisalignedAddress, "misaligned address"},
-      {kLaunchFailed, "unspecified launch failure"},
-      {kNotSupported, "operation not supported"},
-      {kUnknown, "unknown error"}};
+      {kErrorInvalidPtx, "a PTX JIT compilation failed"},
+      {kErrorInvalidHandle, "invalid resource handle"},
+      {kErrorNotFound, "named symbol not found"},
+      {kErrorNotReady, "device not ready"},
+      {kErrorIllegalAddress, "an illegal memory access was encountered"},
+      {kErrorLaunchOutOfResources, "too many resources requested for launch"},
+      {kErrorMisalignedAddress, "misaligned address"},
+      {kErrorLaunchFailed, "unspecified launch failure"},
+      {kErrorNotSupported, "operation not supported"},
+      {kErrorUnknown, "unknown error"}};
   auto it = texts.find(error);
   if (it == texts.end()) {
     *text = nullptr;
-    return kInvalidValue;
+    return kErrorInvalidValue;
   }
   *text = it->second;
   return kSuccess;

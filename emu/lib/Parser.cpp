@@ -938,6 +938,14 @@ private:
         mods.insert(parts[i]);
     }
     auto has = [&](const char *m2) { return mods.count(m2) != 0; };
+    // The first of `names` among the modifiers, or SubOp::None.
+    auto subOf =
+        [&](std::initializer_list<std::pair<const char *, SubOp>> names) {
+          for (const auto &[name, sub] : names)
+            if (has(name))
+              return sub;
+          return SubOp::None;
+        };
     auto ty = [&](size_t i) { return i < types.size() ? types[i] : Ty::None; };
     auto bad = [&]() {
       throw ParseError(in.line, "unsupported instruction '" + opcode + "'");
@@ -1103,14 +1111,16 @@ private:
     } else if (base == "atom" || base == "red") {
       in.op = base == "atom" ? Op::Atom : Op::Red;
       in.space = spaceOf();
-      static const std::map<std::string, SubOp> subs = {
-          {"add", SubOp::Add}, {"min", SubOp::Min},   {"max", SubOp::Max},
-          {"inc", SubOp::Inc}, {"dec", SubOp::Dec},   {"and", SubOp::And},
-          {"or", SubOp::Or},   {"xor", SubOp::Xor},   {"exch", SubOp::Exch},
-          {"cas", SubOp::Cas}};
-      for (const auto &[name, s] : subs)
-        if (has(name.c_str()))
-          in.sub = s;
+      in.sub = subOf({{"add", SubOp::Add},
+                      {"min", SubOp::Min},
+                      {"max", SubOp::Max},
+                      {"inc", SubOp::Inc},
+                      {"dec", SubOp::Dec},
+                      {"and", SubOp::And},
+                      {"or", SubOp::Or},
+                      {"xor", SubOp::Xor},
+                      {"exch", SubOp::Exch},
+                      {"cas", SubOp::Cas}});
       if (in.sub == SubOp::None || in.type == Ty::None)
         bad();
       if (in.op == Op::Red)
@@ -1159,16 +1169,13 @@ private:
     } else if (base == "bar" || base == "barrier") {
       if (has("cluster")) {
         in.op = Op::BarCluster;
-        in.sub = has("arrive") ? SubOp::Arrive
-                 : has("wait") ? SubOp::Wait
-                               : SubOp::None;
+        in.sub = subOf({{"arrive", SubOp::Arrive}, {"wait", SubOp::Wait}});
         return;
       }
       if (has("red")) {
         in.op = Op::BarRed;
-        in.sub = has("popc") ? SubOp::Popc : has("and") ? SubOp::And
-                                            : has("or") ? SubOp::Or
-                                                        : SubOp::None;
+        in.sub = subOf(
+            {{"popc", SubOp::Popc}, {"and", SubOp::And}, {"or", SubOp::Or}});
         if (in.sub == SubOp::None)
           bad();
         return;
@@ -1179,33 +1186,30 @@ private:
       in.op = Op::Fence;
     } else if (base == "shfl") {
       in.op = Op::Shfl;
-      in.sub = has("up")     ? SubOp::Up
-               : has("down") ? SubOp::Down
-               : has("bfly") ? SubOp::Bfly
-               : has("idx")  ? SubOp::Idx
-                             : SubOp::None;
+      in.sub = subOf({{"up", SubOp::Up},
+                      {"down", SubOp::Down},
+                      {"bfly", SubOp::Bfly},
+                      {"idx", SubOp::Idx}});
       if (in.sub == SubOp::None || !has("sync"))
         bad();
       needOps(5, 5);
     } else if (base == "vote") {
       in.op = Op::Vote;
-      in.sub = has("all")      ? SubOp::All
-               : has("any")    ? SubOp::Any
-               : has("uni")    ? SubOp::Uni
-               : has("ballot") ? SubOp::Ballot
-                               : SubOp::None;
+      in.sub = subOf({{"all", SubOp::All},
+                      {"any", SubOp::Any},
+                      {"uni", SubOp::Uni},
+                      {"ballot", SubOp::Ballot}});
       if (in.sub == SubOp::None || !has("sync"))
         bad();
       needOps(3, 3);
     } else if (base == "redux") {
       in.op = Op::Redux;
-      in.sub = has("add")   ? SubOp::Add
-               : has("min") ? SubOp::Min
-               : has("max") ? SubOp::Max
-               : has("and") ? SubOp::And
-               : has("or")  ? SubOp::Or
-               : has("xor") ? SubOp::Xor
-                            : SubOp::None;
+      in.sub = subOf({{"add", SubOp::Add},
+                      {"min", SubOp::Min},
+                      {"max", SubOp::Max},
+                      {"and", SubOp::And},
+                      {"or", SubOp::Or},
+                      {"xor", SubOp::Xor}});
       if (in.sub == SubOp::None)
         bad();
       needOps(3, 3);

@@ -21,6 +21,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "moe/runtime/NcclAbi.h"
+
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -35,25 +37,11 @@
 #include <unistd.h>
 #include <vector>
 
-/// NCCL's unique id, by its name at global scope (it passes by value, so
-/// the entry points' types must be those the caller declares).
-struct ncclUniqueId {
-  char internal[128];
-};
-
 namespace {
 
-using Result = int;
-enum : Result {
-  kSuccess = 0,
-  kSystemError = 2,
-  kInvalidArgument = 4,
-  kInvalidUsage = 5,
-  kRemoteError = 6,
-};
+using namespace moe::nccl;
 
-
-struct Comm {
+struct Communicator {
   std::string dir;
   int rank = 0, size = 1;
   std::vector<uint64_t> sent, received; // messages per peer
@@ -67,14 +55,14 @@ struct Pending {
   void *recv;
   size_t bytes;
   int peer;
-  Comm *comm;
+  Communicator *comm;
 };
 
 thread_local int groupDepth = 0;
 thread_local std::vector<Pending> pending;
 thread_local std::string lastGlobalError;
 
-Result failWith(Comm *c, Result rc, const std::string &what) {
+Result failWith(Communicator *c, Result rc, const std::string &what) {
   (c ? c->lastError : lastGlobalError) = what;
   return rc;
 }
@@ -86,10 +74,20 @@ double timeoutSeconds() {
 
 size_t typeSize(int dtype) {
   switch (dtype) {
-  case 0: case 1: return 1;       // int8, uint8
-  case 2: case 3: case 7: return 4; // int32, uint32, float32
-  case 4: case 5: case 8: return 8; // int64, uint64, float64
-  case 6: case 9: return 2;       // float16, bfloat16
+  case kInt8:
+  case kUint8:
+    return 1;
+  case kInt32:
+  case kUint32:
+  case kFloat32:
+    return 4;
+  case kInt64:
+  case kUint64:
+  case kFloat64:
+    return 8;
+  case kFloat16:
+  case kBfloat16:
+    return 2;
   default: return 0;
   }
 }
@@ -156,13 +154,13 @@ bool readFile(const std::string &path, void *data, size_t bytes,
   return ok;
 }
 
-std::string pairPath(Comm *c, int src, int dst, uint64_t n) {
+std::string pairPath(Communicator *c, int src, int dst, uint64_t n) {
   return c->dir + "/" + std::to_string(src) + "-" + std::to_string(dst) + "-" +
          std::to_string(n);
 }
 
 Result doSend(const Pending &p) {
-  Comm *c = p.comm;
+  Communicator *c = p.comm;
   uint64_t n = c->sent[p.peer]++;
   if (!writeFile(pairPath(c, c->rank, p.peer, n), p.send, p.bytes))
     return failWith(c, kSystemError,
@@ -171,7 +169,7 @@ Result doSend(const Pending &p) {
 }
 
 Result doRecv(const Pending &p) {
-  Comm *c = p.comm;
+  Communicator *c = p.comm;
   uint64_t n = c->received[p.peer]++;
   std::string path = pairPath(c, p.peer, c->rank, n);
   if (!waitFor(path))
@@ -254,7 +252,7 @@ Result ncclCommInitRankConfig(void **comm, int nranks, ncclUniqueId id, int rank
     base = t;
   else
     base = "/tmp";
-  auto *c = new Comm;
+  auto *c = new Communicator;
   c->dir = base + "/" + std::string(id.internal, ::strnlen(id.internal, 127));
   c->rank = rank;
   c->size = nranks;
@@ -282,19 +280,19 @@ Result ncclCommGetAsyncError(void *comm, Result *state) {
 Result ncclCommCount(void *comm, int *count) {
   if (!comm || !count)
     return kInvalidArgument;
-  *count = static_cast<Comm *>(comm)->size;
+  *count = static_cast<Communicator *>(comm)->size;
   return kSuccess;
 }
 
 Result ncclCommUserRank(void *comm, int *rank) {
   if (!comm || !rank)
     return kInvalidArgument;
-  *rank = static_cast<Comm *>(comm)->rank;
+  *rank = static_cast<Communicator *>(comm)->rank;
   return kSuccess;
 }
 
 Result ncclCommDestroy(void *comm) {
-  auto *c = static_cast<Comm *>(comm);
+  auto *c = static_cast<Communicator *>(comm);
   if (!c)
     return kInvalidArgument;
   // Every rank has finished its collectives once it announces it; the last
@@ -318,7 +316,7 @@ Result ncclCommDestroy(void *comm) {
 }
 
 Result ncclCommAbort(void *comm) {
-  auto *c = static_cast<Comm *>(comm);
+  auto *c = static_cast<Communicator *>(comm);
   if (!c)
     return kInvalidArgument;
   removeDirectory(c->dir);
@@ -353,28 +351,29 @@ Result ncclSend(const void *data, size_t count, int dtype, int peer,
                 void *comm, void *) {
   size_t size = typeSize(dtype);
   if (!comm || size == 0 || (count && !data))
-    return failWith(static_cast<Comm *>(comm), kInvalidArgument,
+    return failWith(static_cast<Communicator *>(comm), kInvalidArgument,
                     "bad send arguments");
   return enqueue({true, data, nullptr, count * size, peer,
-                  static_cast<Comm *>(comm)});
+                  static_cast<Communicator *>(comm)});
 }
 
 Result ncclRecv(void *data, size_t count, int dtype, int peer, void *comm,
                 void *) {
   size_t size = typeSize(dtype);
   if (!comm || size == 0 || (count && !data))
-    return failWith(static_cast<Comm *>(comm), kInvalidArgument,
+    return failWith(static_cast<Communicator *>(comm), kInvalidArgument,
                     "bad receive arguments");
   return enqueue({false, nullptr, data, count * size, peer,
-                  static_cast<Comm *>(comm)});
+                  static_cast<Communicator *>(comm)});
 }
 
 Result ncclAllReduce(const void *send, void *recv, size_t count, int dtype,
                      int op, void *comm, void *) {
-  auto *c = static_cast<Comm *>(comm);
+  auto *c = static_cast<Communicator *>(comm);
   if (!c || (count && (!send || !recv)))
     return kInvalidArgument;
-  if (op != 0 || (dtype != 7 && dtype != 8 && dtype != 2 && dtype != 4))
+  if (op != kSum || (dtype != kFloat32 && dtype != kFloat64 &&
+                     dtype != kInt32 && dtype != kInt64))
     return failWith(c, kInvalidArgument,
                     "libnccl-emu reduces sums of float32, float64, int32 and "
                     "int64 only");
@@ -409,12 +408,18 @@ Result ncclAllReduce(const void *send, void *recv, size_t count, int dtype,
         acc[i] += x[i];
     };
     switch (dtype) {
-    case 7: add(reinterpret_cast<float *>(sum.data()),
-                reinterpret_cast<const float *>(part.data())); break;
-    case 8: add(reinterpret_cast<double *>(sum.data()),
-                reinterpret_cast<const double *>(part.data())); break;
-    case 2: add(reinterpret_cast<int32_t *>(sum.data()),
-                reinterpret_cast<const int32_t *>(part.data())); break;
+    case kFloat32:
+      add(reinterpret_cast<float *>(sum.data()),
+          reinterpret_cast<const float *>(part.data()));
+      break;
+    case kFloat64:
+      add(reinterpret_cast<double *>(sum.data()),
+          reinterpret_cast<const double *>(part.data()));
+      break;
+    case kInt32:
+      add(reinterpret_cast<int32_t *>(sum.data()),
+          reinterpret_cast<const int32_t *>(part.data()));
+      break;
     default: add(reinterpret_cast<int64_t *>(sum.data()),
                  reinterpret_cast<const int64_t *>(part.data())); break;
     }
@@ -435,7 +440,7 @@ const char *ncclGetErrorString(Result rc) {
 }
 
 const char *ncclGetLastError(void *comm) {
-  auto *c = static_cast<Comm *>(comm);
+  auto *c = static_cast<Communicator *>(comm);
   return c ? c->lastError.c_str() : lastGlobalError.c_str();
 }
 

@@ -1,15 +1,16 @@
 //===- CudaDriver.h - The CUDA driver API, opened with dlopen ---*- C++ -*-===//
 //
 // Part of moe-compiler's runtime (private). libcuda.so.1 is opened with
-// dlopen; the driver API's entry points and the few structures passed to
-// them are declared here by their documented C signatures and layouts, so
-// building needs no CUDA header.
+// dlopen; the driver API's entry points are declared here by their
+// documented C signatures (its types, values and structures are in
+// moe/runtime/CudaAbi.h), so building needs no CUDA header.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef MOE_RUNTIME_LIB_CUDADRIVER_H
 #define MOE_RUNTIME_LIB_CUDADRIVER_H
 
+#include "moe/runtime/CudaAbi.h"
 #include "moe/runtime/Support.h"
 
 #include <cstddef>
@@ -18,52 +19,8 @@
 
 namespace moe::rt::cuda {
 
-using CUresult = int;
-using CUdevice = int;
-using CUdeviceptr = unsigned long long;
-using CUcontext = void *;
-using CUmodule = void *;
-using CUfunction = void *;
-using CUstream = void *;
-using CUevent = void *;
-
-/// CUlaunchAttribute: a 4-byte id, 4 bytes of padding, a 64-byte value.
-struct LaunchAttribute {
-  int id;
-  char pad[4];
-  union {
-    char bytes[64];
-    struct {
-      unsigned x, y, z;
-    } clusterDim;
-  } value;
-};
-static_assert(sizeof(LaunchAttribute) == 72, "CUlaunchAttribute layout");
-
-/// CUlaunchConfig.
-struct LaunchConfig {
-  unsigned gridDimX, gridDimY, gridDimZ;
-  unsigned blockDimX, blockDimY, blockDimZ;
-  unsigned sharedMemBytes;
-  CUstream stream;
-  LaunchAttribute *attrs;
-  unsigned numAttrs;
-};
-
-/// CUtensorMap: 128 opaque bytes, 64-byte aligned.
-struct alignas(64) TensorMap {
-  unsigned long long opaque[16];
-};
-
-// Enum values of the driver API.
-constexpr int kLaunchAttributeClusterDimension = 4;
-constexpr CUresult kErrorNotReady = 600;
-constexpr CUresult kErrorNoBinaryForGpu = 209;
-constexpr unsigned kStreamNonBlocking = 1;
-constexpr int kFuncAttributeMaxDynamicSharedSize = 8;
-constexpr int kTensorMapFloat16 = 6, kTensorMapBFloat16 = 9;
-constexpr int kTensorMapSwizzle128B = 3;
-constexpr int kTensorMapL2Promotion256B = 3;
+// The driver API's types, values and structures.
+using namespace ::moe::cuda;
 
 struct Driver {
   CUresult (*init)(unsigned);
@@ -103,8 +60,8 @@ struct Driver {
     const char *text = nullptr;
     if (getErrorString && getErrorString(rc, &text) == 0 && text)
       return text;
-    // CUDA_ERROR_STUB_LIBRARY: the toolkit's link stub, not a driver.
-    if (rc == 34)
+    // The toolkit's link stub, not a driver.
+    if (rc == kErrorStubLibrary)
       return "CUDA error 34 (the library is the toolkit's stub, not a GPU "
              "driver)";
     return "CUDA error " + std::to_string(rc);

@@ -1,26 +1,22 @@
 //===- DeviceComm.cpp - Collectives on GPU memory through NCCL ------------===//
 //
 // Part of moe-compiler's runtime. NCCL is opened with dlopen, like the
-// driver (CudaDriver.h): its entry points and the two structures passed to
-// them are declared here from their documented C signatures and layouts, so
-// building needs no NCCL header and one rank never loads NCCL.
+// driver (CudaDriver.h): its entry points are declared here from their
+// documented C signatures (its types and structures are in
+// moe/runtime/NcclAbi.h), so building needs no NCCL header and one rank
+// never loads NCCL.
 //
 //===----------------------------------------------------------------------===//
 
 #include "moe/runtime/DeviceComm.h"
 
 #include "CudaDriver.h"
+#include "moe/runtime/NcclAbi.h"
 
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
 #include <thread>
-
-/// ncclUniqueId, under NCCL's name at global scope: it passes by value, so
-/// the entry points' types name it (and libnccl-emu declares the same).
-struct ncclUniqueId {
-  char internal[128];
-};
 
 namespace moe::rt {
 
@@ -30,48 +26,28 @@ namespace {
 
 using namespace cuda;
 
-using NcclResult = int;
-using NcclComm = void *;
-constexpr NcclResult kNcclSuccess = 0, kNcclInProgress = 7;
-constexpr int kNcclInt8 = 0, kNcclFloat32 = 7, kNcclSum = 0;
-
-/// ncclConfig_t with the fields of NCCL 2.18. NCCL reads `size` bytes of a
-/// config over its defaults, so later versions accept this prefix.
-struct NcclConfig {
-  size_t size;
-  unsigned magic;
-  unsigned version;
-  int blocking;
-  int cgaClusterSize;
-  int minCTAs;
-  int maxCTAs;
-  const char *netName;
-  int splitShare;
-};
-constexpr int kConfigUndefined = -2147483647 - 1; // NCCL_CONFIG_UNDEF_INT
-constexpr unsigned kConfigMagic = 0xcafebeef;
-constexpr unsigned kConfigVersion = 21800; // NCCL_VERSION(2, 18, 0)
-constexpr int kMinimumVersion = 21800;
+/// The config's fields are NCCL 2.18's.
+constexpr int kMinimumVersion = nccl::kConfigVersion;
 
 struct Nccl {
-  NcclResult (*getVersion)(int *);
-  NcclResult (*getUniqueId)(ncclUniqueId *);
+  nccl::Result (*getVersion)(int *);
+  nccl::Result (*getUniqueId)(ncclUniqueId *);
   // The config passes as a void pointer (see CudaDriver.h).
-  NcclResult (*commInitRankConfig)(NcclComm *, int, ncclUniqueId, int,
-                                   void *config);
-  NcclResult (*commGetAsyncError)(NcclComm, NcclResult *);
-  NcclResult (*commAbort)(NcclComm);
-  NcclResult (*commDestroy)(NcclComm);
-  NcclResult (*groupStart)();
-  NcclResult (*groupEnd)();
-  NcclResult (*send)(const void *, size_t, int, int, NcclComm, CUstream);
-  NcclResult (*recv)(void *, size_t, int, int, NcclComm, CUstream);
-  NcclResult (*allReduce)(const void *, void *, size_t, int, int, NcclComm,
-                          CUstream);
-  const char *(*getErrorString)(NcclResult);
-  const char *(*getLastError)(NcclComm);
+  nccl::Result (*commInitRankConfig)(nccl::Comm *, int, ncclUniqueId, int,
+                                     void *config);
+  nccl::Result (*commGetAsyncError)(nccl::Comm, nccl::Result *);
+  nccl::Result (*commAbort)(nccl::Comm);
+  nccl::Result (*commDestroy)(nccl::Comm);
+  nccl::Result (*groupStart)();
+  nccl::Result (*groupEnd)();
+  nccl::Result (*send)(const void *, size_t, int, int, nccl::Comm, CUstream);
+  nccl::Result (*recv)(void *, size_t, int, int, nccl::Comm, CUstream);
+  nccl::Result (*allReduce)(const void *, void *, size_t, int, int, nccl::Comm,
+                            CUstream);
+  const char *(*getErrorString)(nccl::Result);
+  const char *(*getLastError)(nccl::Comm);
 
-  std::string describe(NcclResult rc, NcclComm comm = nullptr) const {
+  std::string describe(nccl::Result rc, nccl::Comm comm = nullptr) const {
     std::string text = getErrorString(rc);
     const char *last = getLastError(comm);
     if (last && *last)
@@ -180,8 +156,8 @@ private:
   }
   /// An NCCL call's result: in progress is fine (non-blocking mode), an
   /// error marks the communicator for abort.
-  Status checkNccl(NcclResult rc, const std::string &what) {
-    if (rc == kNcclSuccess || rc == kNcclInProgress)
+  Status checkNccl(nccl::Result rc, const std::string &what) {
+    if (rc == nccl::kSuccess || rc == nccl::kInProgress)
       return Status::success();
     healthy = false;
     return Status::failure("NCCL " + what + " failed on " + where() + ": " +
@@ -194,7 +170,7 @@ private:
   DeviceCommOptions options;
   Nccl nccl{};
   Driver driver{};
-  NcclComm comm = nullptr;
+  nccl::Comm comm = nullptr;
   CUstream commStream = nullptr;
   bool healthy = true;
 };
@@ -209,7 +185,7 @@ Status NcclCommunicator::init() {
     return Status::failure(n.message());
   nccl = *n;
   ncclUniqueId id{};
-  NcclResult idResult = kNcclSuccess;
+  nccl::Result idResult = nccl::kSuccess;
   if (rank() == 0)
     idResult = nccl.getUniqueId(&id);
   // Rank 0's result travels with the id, so all ranks fail together.
@@ -218,7 +194,7 @@ Status NcclCommunicator::init() {
     int32_t result;
   } message{id, idResult};
   broadcast(host, &message, sizeof(message), 0);
-  if (message.result != kNcclSuccess)
+  if (message.result != nccl::kSuccess)
     return Status::failure("NCCL could not make a unique id on rank 0: " +
                            nccl.describe(message.result));
   Expected<Driver> d = openDriver();
@@ -231,9 +207,15 @@ Status NcclCommunicator::init() {
                            "cannot create the communication stream");
       !s.ok())
     return s;
-  NcclConfig config{sizeof(NcclConfig), kConfigMagic,     kConfigVersion,
-                    /*blocking=*/0,     kConfigUndefined, kConfigUndefined,
-                    kConfigUndefined,   nullptr,          kConfigUndefined};
+  nccl::Config config{sizeof(nccl::Config),
+                      nccl::kConfigMagic,
+                      nccl::kConfigVersion,
+                      /*blocking=*/0,
+                      nccl::kConfigUndefined,
+                      nccl::kConfigUndefined,
+                      nccl::kConfigUndefined,
+                      nullptr,
+                      nccl::kConfigUndefined};
   if (options.commSms > 0)
     config.minCTAs = config.maxCTAs = options.commSms;
   if (Status s = checkNccl(
@@ -247,13 +229,13 @@ Status NcclCommunicator::init() {
 Status NcclCommunicator::waitReady(const std::string &what) {
   double deadline = steadySeconds() + options.timeoutSeconds;
   for (;;) {
-    NcclResult state = kNcclSuccess;
+    nccl::Result state = nccl::kSuccess;
     if (Status s = checkNccl(nccl.commGetAsyncError(comm, &state), what);
         !s.ok())
       return s;
-    if (state == kNcclSuccess)
+    if (state == nccl::kSuccess)
       return Status::success();
-    if (state != kNcclInProgress)
+    if (state != nccl::kInProgress)
       return checkNccl(state, what);
     if (steadySeconds() > deadline) {
       healthy = false;
@@ -285,7 +267,7 @@ Status NcclCommunicator::allToAllV(const void *send,
     int p = static_cast<int>(peer);
     if (Status s = checkNccl(
             nccl.send(static_cast<const char *>(send) + sendOffsets[peer],
-                      bytes[peer], kNcclInt8, p, comm, commStream),
+                      bytes[peer], nccl::kInt8, p, comm, commStream),
             "all-to-all send");
         !s.ok()) {
       nccl.groupEnd();
@@ -293,7 +275,7 @@ Status NcclCommunicator::allToAllV(const void *send,
     }
     if (Status s = checkNccl(
             nccl.recv(static_cast<char *>(recv) + recvOffsets[peer],
-                      recvBytes[peer], kNcclInt8, p, comm, commStream),
+                      recvBytes[peer], nccl::kInt8, p, comm, commStream),
             "all-to-all receive");
         !s.ok()) {
       nccl.groupEnd();
@@ -322,13 +304,13 @@ Status NcclCommunicator::exchange(const void *send,
     if (status.ok())
       status =
           checkNccl(nccl.send(static_cast<const char *>(send) + t.offset,
-                              t.bytes, kNcclInt8, t.peer, comm, commStream),
+                              t.bytes, nccl::kInt8, t.peer, comm, commStream),
                     "exchange send");
   for (const SegmentTransfer &t : recvs)
     if (status.ok())
       status =
           checkNccl(nccl.recv(static_cast<char *>(recv) + t.offset, t.bytes,
-                              kNcclInt8, t.peer, comm, commStream),
+                              nccl::kInt8, t.peer, comm, commStream),
                     "exchange receive");
   if (Status s = checkNccl(nccl.groupEnd(), "exchange"); status.ok())
     status = s;
@@ -338,8 +320,8 @@ Status NcclCommunicator::exchange(const void *send,
 }
 
 Status NcclCommunicator::allReduceSum(float *data, size_t count) {
-  if (Status s = checkNccl(nccl.allReduce(data, data, count, kNcclFloat32,
-                                          kNcclSum, comm, commStream),
+  if (Status s = checkNccl(nccl.allReduce(data, data, count, nccl::kFloat32,
+                                          nccl::kSum, comm, commStream),
                            "all-reduce");
       !s.ok())
     return s;
@@ -356,9 +338,9 @@ Status NcclCommunicator::synchronize() {
       healthy = false;
       return checkCuda(rc, "the communication stream failed on " + where());
     }
-    NcclResult state = kNcclSuccess;
+    nccl::Result state = nccl::kSuccess;
     nccl.commGetAsyncError(comm, &state);
-    if (state != kNcclSuccess && state != kNcclInProgress)
+    if (state != nccl::kSuccess && state != nccl::kInProgress)
       return checkNccl(state, "collective");
     if (steadySeconds() > deadline) {
       healthy = false;
