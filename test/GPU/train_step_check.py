@@ -16,27 +16,19 @@ auxiliary-loss-free update.
 """
 import argparse
 import glob
-import json
 import os
-import struct
 import subprocess
 import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "..", "Integration"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "Integration"))
+sys.path.insert(0, os.path.join(HERE, "..", "Tools", "Inputs"))
 import reference  # noqa: E402
+from bundle_tool import read_manifest  # noqa: E402
 
 LR, GAMMA, BETA1, BETA2, EPS = 1e-3, 1e-3, 0.9, 0.999, 1e-8
-
-
-def read_manifest(path):
-    with open(path, "rb") as f:
-        head = f.read(32)
-        size, blobs = struct.unpack("<QQ", head[16:32])
-        f.seek(32 + 8 * blobs)
-        return json.loads(f.read(size))
 
 
 def bf16_round(a):

@@ -30,6 +30,19 @@ def reseal(body):
     return body + struct.pack("<Q", fnv1a64(body))
 
 
+def manifest_span(data):
+    """(start, size) of the manifest in a bundle's bytes."""
+    manifest_size, blob_count = struct.unpack("<QQ", data[16:32])
+    return 32 + 8 * blob_count, manifest_size
+
+
+def read_manifest(path):
+    """The manifest of the bundle at `path`, parsed."""
+    data = open(path, "rb").read()
+    start, size = manifest_span(data)
+    return json.loads(data[start : start + size])
+
+
 def main():
     cmd, src, dst, *rest = sys.argv[1:]
     data = bytearray(open(src, "rb").read())
@@ -50,13 +63,10 @@ def main():
         body[-1] = int(rest[0], 0)
         data = reseal(bytes(body))
     elif cmd == "dump":
-        manifest_size, blob_count = struct.unpack("<QQ", data[16:32])
-        start = 32 + 8 * blob_count
-        sys.stdout.write(json.dumps(json.loads(data[start : start + manifest_size]), indent=1) + "\n")
+        sys.stdout.write(json.dumps(read_manifest(src), indent=1) + "\n")
         return
     elif cmd in ("manifest", "gpu-step", "gpu", "edit"):
-        manifest_size, blob_count = struct.unpack("<QQ", data[16:32])
-        start = 32 + 8 * blob_count
+        start, manifest_size = manifest_span(data)
         manifest = json.loads(data[start : start + manifest_size])
         if cmd == "manifest":
             key, value = rest
