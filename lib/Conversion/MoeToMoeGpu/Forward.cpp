@@ -115,17 +115,18 @@ void LayerBuilder::buildRoute(gpu::GPUFuncOp func) {
   };
 
   e.when(e.cmp(arith::CmpIPredicate::ult, token, e.dim(logits, 0)), [&] {
-    // The lane's experts; slots past E hold nothing (NaN selection).
-    SmallVector<Value> expert, inRange, score, sel;
+    // The lane's experts; slots past E hold nothing (NaN selection) and
+    // read expert E - 1's values (`clamped`) in its place.
+    SmallVector<Value> expert, clamped, inRange, score, sel;
     for (int64_t i = 0; i < slots; ++i) {
       Value ex = e.addi(lane, e.idx(32 * i));
       Value in = 32 * (i + 1) <= experts
                      ? yes
                      : e.cmp(arith::CmpIPredicate::ult, ex, e.idx(experts));
-      Value safe = arith::MinUIOp::create(b, ex, e.idx(experts - 1));
       expert.push_back(ex);
+      clamped.push_back(arith::MinUIOp::create(b, ex, e.idx(experts - 1)));
       inRange.push_back(in);
-      score.push_back(e.load(logits, {token, safe}));
+      score.push_back(e.load(logits, {token, clamped.back()}));
     }
     if (sigmoid) {
       for (Value &s : score)
@@ -153,10 +154,8 @@ void LayerBuilder::buildRoute(gpu::GPUFuncOp func) {
     // the selection repeat or leave the experts), NaN outside E.
     for (int64_t i = 0; i < slots; ++i) {
       Value v = score[i];
-      if (bias) {
-        Value safe = arith::MinUIOp::create(b, expert[i], e.idx(experts - 1));
-        v = e.add(v, e.load(biasArg, {safe}));
-      }
+      if (bias)
+        v = e.add(v, e.load(biasArg, {clamped[i]}));
       sel.push_back(select(inRange[i], e.ordered(v), e.f32(NAN)));
     }
 
