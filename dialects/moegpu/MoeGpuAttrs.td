@@ -30,6 +30,21 @@ def MoeGpu_EpilogueAttr : EnumAttr<MoeGpu_Dialect, MoeGpu_Epilogue,
   let assemblyFormat = "`<` $value `>`";
 }
 
+def MoeGpu_GemmLayout : I32EnumAttr<"GemmLayout",
+    "which dimension of a grouped GEMM's operands is contiguous", [
+      I32EnumAttrCase<"NT", 0, "nt">,
+      I32EnumAttrCase<"NN", 1, "nn">,
+      I32EnumAttrCase<"TN", 2, "tn">
+    ]> {
+  let cppNamespace = "::mlir::moegpu";
+  let genSpecializedAttr = 0;
+}
+
+def MoeGpu_GemmLayoutAttr : EnumAttr<MoeGpu_Dialect, MoeGpu_GemmLayout,
+                                     "layout"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
 def MoeGpu_TileAttr : AttrDef<MoeGpu_Dialect, "Tile"> {
   let mnemonic = "tile";
   let summary = "Tile shape and pipeline depth of a warp-specialized GEMM";

@@ -35,6 +35,32 @@ static void printOptionalTypeComma(OpAsmPrinter &printer, Operation *,
     printer << type << ", ";
 }
 
+/// `[group,] row, col` of store_tile: two indices, or three with a group.
+static ParseResult
+parseTileIndices(OpAsmParser &parser,
+                 std::optional<OpAsmParser::UnresolvedOperand> &group,
+                 OpAsmParser::UnresolvedOperand &row,
+                 OpAsmParser::UnresolvedOperand &col) {
+  SmallVector<OpAsmParser::UnresolvedOperand, 3> indices;
+  SMLoc loc = parser.getCurrentLocation();
+  if (parser.parseOperandList(indices))
+    return failure();
+  if (indices.size() != 2 && indices.size() != 3)
+    return parser.emitError(loc) << "expects [row, col] or [group, row, col]";
+  if (indices.size() == 3)
+    group = indices.front();
+  row = indices.end()[-2];
+  col = indices.back();
+  return success();
+}
+
+static void printTileIndices(OpAsmPrinter &printer, Operation *, Value group,
+                             Value row, Value col) {
+  if (group)
+    printer << group << ", ";
+  printer << row << ", " << col;
+}
+
 #define GET_ATTRDEF_CLASSES
 #include "moegpu/MoeGpuAttrs.cpp.inc"
 
@@ -138,12 +164,22 @@ LogicalResult GroupedGemmOp::verify() {
   auto isI32 = [](Type t) { return t.isInteger(32); };
   auto isF32 = [](Type t) { return t.isF32(); };
   auto isOutput = [](Type t) { return isHalfFloat(t) || t.isF32(); };
+  GemmLayout layout = getLayout();
+  bool kGrouped = isKGrouped();
+  if (kGrouped && isDense())
+    return emitOpError() << "expects offsets with the tn layout (the groups "
+                            "of the reduction's rows)";
+  // b is [E, N, K] / [E, K, N], or rank 2 dense; with tn it is [R, N] and
+  // c [E, M, N], or [M, N] for one group.
+  int64_t bRank = kGrouped || isDense() ? 2 : 3;
+  int64_t cRank = kGrouped && getNumExperts() > 1 ? 3 : 2;
   if (failed(checkMemRef(*this, getA(), "a", 2, "bf16 or f16", isHalfFloat)) ||
-      failed(checkMemRef(*this, getB(), "b", isDense() ? 2 : 3, "bf16 or f16",
+      failed(checkMemRef(*this, getB(), "b", bRank, "bf16 or f16",
                          isHalfFloat)) ||
       (getOffsets() &&
        failed(checkMemRef(*this, getOffsets(), "offsets", 1, "i32", isI32))) ||
-      failed(checkMemRef(*this, getC(), "c", 2, "bf16, f16 or f32", isOutput)))
+      failed(checkMemRef(*this, getC(), "c", cRank, "bf16, f16 or f32",
+                         isOutput)))
     return failure();
   MemRefType a = getA().getType(), b = getB().getType(), c = getC().getType();
   if (a.getElementType() != b.getElementType() ||
@@ -152,10 +188,47 @@ LogicalResult GroupedGemmOp::verify() {
                             "c to have it too or be f32, got "
                          << a.getElementType() << ", " << b.getElementType()
                          << " and " << c.getElementType();
+  if (getEpilogue() != Epilogue::None && layout != GemmLayout::NT &&
+      !(layout == GemmLayout::NN && getEpilogue() == Epilogue::RowScale))
+    return emitOpError() << "expects the " << stringifyGemmLayout(layout)
+                         << " layout to have the "
+                         << (layout == GemmLayout::NN ? "none or row_scale"
+                                                      : "none")
+                         << " epilogue, got "
+                         << stringifyEpilogue(getEpilogue());
+  if (kGrouped) {
+    int64_t m = a.getDimSize(1), n = b.getDimSize(1);
+    if (m % 8 != 0 || n % 8 != 0)
+      return emitOpError() << "expects a and b to have multiples of 8 columns "
+                              "(16-byte TMA strides), got "
+                           << a << " and " << b;
+    if (!ShapedType::isDynamic(a.getDimSize(0)) &&
+        !ShapedType::isDynamic(b.getDimSize(0)) &&
+        a.getDimSize(0) != b.getDimSize(0))
+      return emitOpError() << "expects a and b to have the same rows (the "
+                              "reduction), got "
+                           << a << " and " << b;
+    if (!c.hasStaticShape())
+      return emitOpError() << "expects c to have a static shape, got " << c;
+    int64_t groups = getNumExperts();
+    SmallVector<int64_t> expected{m, n};
+    if (cRank == 3)
+      expected.insert(expected.begin(), groups);
+    if (c.getShape() != ArrayRef<int64_t>(expected)) {
+      InFlightDiagnostic diag = emitOpError() << "expects c to be [";
+      llvm::interleaveComma(expected, diag);
+      return diag << "] (" << (cRank == 3 ? "groups, " : "")
+                  << "a's columns, b's columns), got " << c;
+    }
+    if (failed(checkScaleOperand(*this, getEpilogue(), getScale())))
+      return failure();
+    return success();
+  }
   if (!b.hasStaticShape())
     return emitOpError() << "expects b to have a static shape "
-                         << (isDense() ? "[N, K]" : "[E, N, K]") << ", got "
-                         << b;
+                         << (isDense() ? "" : "[E, ")
+                         << (layout == GemmLayout::NT ? "N, K]" : "K, N]")
+                         << ", got " << b;
   int64_t experts = getNumExperts(), n = getN(), k = getK();
   if (a.getDimSize(1) != k)
     return emitOpError() << "expects a to have " << k
@@ -165,8 +238,8 @@ LogicalResult GroupedGemmOp::verify() {
                             "strides), got "
                          << k;
   // Each group's B rows start at a multiple of 8 (wgmma's N granule); one
-  // dense group masks whatever N it has.
-  if (n % 8 != 0 && !isDense())
+  // dense group masks whatever N it has. An N-major B's rows are N wide.
+  if (n % 8 != 0 && (!isDense() || layout == GemmLayout::NN))
     return emitOpError() << "expects N to be a multiple of 8, got " << n;
   if (auto offsets = dyn_cast_if_present<MemRefType>(
           getOffsets() ? getOffsets().getType() : Type());
@@ -230,7 +303,9 @@ LogicalResult WarpRolesOp::verify() {
 }
 
 LogicalResult TileLoopOp::verify() {
-  if (static_cast<bool>(getOffsets()) == static_cast<bool>(getRows()))
+  if (!getOffsets() && !getRows())
+    return emitOpError() << "expects either offsets or rows";
+  if (getOffsets() && getRows() && !getKGrouped())
     return emitOpError() << "expects either offsets or rows";
   if (getOffsets()) {
     auto offsets = cast<MemRefType>(getOffsets().getType());
@@ -241,14 +316,20 @@ LogicalResult TileLoopOp::verify() {
                               "least 2 i32, got "
                            << offsets;
   }
-  if (getColumns() < 1 || getBlockM() < 1 || getBlockN() < 1)
+  if (getColumns() < 1 || getBlockM() < 1 || getBlockN() < 1 ||
+      getBlockK() < 1)
     return emitOpError() << "expects positive columns and tile sizes";
+  if (getKGrouped() && (!getOffsets() || !getRows() || getDepth() != 0))
+    return emitOpError() << "expects k_grouped to have offsets, rows and "
+                            "depth 0 (the groups' rows are the reduction)";
+  if (!getKGrouped() && getDepth() < 1)
+    return emitOpError() << "expects a positive depth, got " << getDepth();
   Block &body = getBody().front();
-  if (body.getNumArguments() != 4 ||
+  if (body.getNumArguments() != 5 ||
       !llvm::all_of(body.getArgumentTypes(),
                     [](Type t) { return t.isIndex(); }))
-    return emitOpError() << "expects the body to take four index arguments "
-                            "(expert, row, column, ordinal)";
+    return emitOpError() << "expects the body to take five index arguments "
+                            "(group, row, column, first iteration, k blocks)";
   return success();
 }
 
@@ -268,11 +349,13 @@ LogicalResult MmaOp::verify() {
 
 LogicalResult StoreTileOp::verify() {
   auto c = cast<MemRefType>(getC().getType());
-  if (c.getRank() != 2 ||
+  int64_t rank = getGroup() ? 3 : 2;
+  if (c.getRank() != rank ||
       !(isHalfFloat(c.getElementType()) || c.getElementType().isF32()))
-    return emitOpError() << "expects c to be a rank-2 memref of bf16, f16 or "
-                            "f32, got "
-                         << c;
+    return emitOpError() << "expects c to be a rank-" << rank
+                         << " memref of bf16, f16 or f32"
+                         << (getGroup() ? " (indexed by a group)" : "")
+                         << ", got " << c;
   int64_t fragment = getAcc().getType().getNumElements();
   if (fragment % 4 != 0)
     return emitOpError() << "expects a fragment of a multiple of 4 f32, got "

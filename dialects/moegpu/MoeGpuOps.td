@@ -41,6 +41,22 @@ def MoeGpu_GroupedGemmOp : MoeGpu_Op<"grouped_gemm",
     (`R` any count) with `b` `[N, K]`: a plain GEMM, such as the router's
     logits `[T, E] = x . router^T` in f32. Its N need not be a multiple of 8.
 
+    `layout` names the operands' storage as DeepGEMM does, `n` for an
+    operand read along its rows of K (K-major) and `t` for one read down
+    its columns (MN-major, transposed by wgmma):
+
+    - `nt` (the default): the form above, `b` `[E, N, K]`;
+    - `nn`: `acc[r, n] = sum_k a[r, k] * b[e, k, n]` with `b` `[E, K, N]`
+      (or `[K, N]` dense): a backward pass's `dX = dY . W`, reading the
+      forward's weights as they are;
+    - `tn`: the groups split the reduction instead of the output rows:
+      `c[e, m, n] = sum_r a[r, m] * b[r, n]` over the rows `r` in
+      `[offsets[e], offsets[e+1])`, `a` `[R, M]`, `b` `[R, N]` and `c`
+      `[E, M, N]` (`[M, N]` for one group): a weight
+      gradient `dW_e = dY_e^T . X_e`. Rows of a group past a multiple of
+      64 must hold zeros in `a` or `b` (the dispatch's padding rows do);
+      an empty group's `c[e]` is zero. The epilogue is `none`.
+
     ```mlir
     moegpu.grouped_gemm %a, %b, %offsets, %c {epilogue = #moegpu.epilogue<swiglu>}
       : memref<?x7168xbf16>, memref<256x4096x7168xbf16>, memref<257xi32>,
@@ -54,6 +70,8 @@ def MoeGpu_GroupedGemmOp : MoeGpu_Op<"grouped_gemm",
                        Optional<AnyMemRef>:$scale,
                        DefaultValuedAttr<MoeGpu_EpilogueAttr,
                            "::mlir::moegpu::Epilogue::None">:$epilogue,
+                       DefaultValuedAttr<MoeGpu_GemmLayoutAttr,
+                           "::mlir::moegpu::GemmLayout::NT">:$layout,
                        OptionalAttr<MoeGpu_TileAttr>:$tile,
                        OptionalAttr<MoeGpu_SmRangeAttr>:$sm_range);
   let assemblyFormat = [{
@@ -64,16 +82,40 @@ def MoeGpu_GroupedGemmOp : MoeGpu_Op<"grouped_gemm",
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
-    /// Groups, and the N and K of each: b is [E, N, K], or [N, K] dense.
+    /// Groups: b is [E, N, K] (nt) or [E, K, N] (nn), or rank 2 dense;
+    /// with tn, the offsets' segments.
     int64_t getNumExperts() {
-      return isDense() ? 1 : getB().getType().getDimSize(0);
+      if (isDense())
+        return 1;
+      if (isKGrouped())
+        return getOffsets().getType().getDimSize(0) - 1;
+      return getB().getType().getDimSize(0);
     }
-    int64_t getN() { return getB().getType().getShape().end()[-2]; }
-    int64_t getK() { return getB().getType().getShape().back(); }
+    /// Output rows per group: all of a's rows but with tn, a's columns.
+    int64_t getM() {
+      return isKGrouped() ? getA().getType().getDimSize(1)
+                          : ::mlir::ShapedType::kDynamic;
+    }
+    int64_t getN() {
+      auto shape = getB().getType().getShape();
+      return getLayout() == GemmLayout::NT ? shape.end()[-2] : shape.back();
+    }
+    /// The reduction's length (dynamic with tn: the group's rows).
+    int64_t getK() {
+      auto shape = getB().getType().getShape();
+      switch (getLayout()) {
+      case GemmLayout::NT: return shape.back();
+      case GemmLayout::NN: return shape.end()[-2];
+      case GemmLayout::TN: return ::mlir::ShapedType::kDynamic;
+      }
+      return ::mlir::ShapedType::kDynamic;
+    }
     /// Columns of `c`.
-    int64_t getOutputColumns() { return getC().getType().getDimSize(1); }
+    int64_t getOutputColumns() { return getC().getType().getShape().back(); }
     /// One group of all of `a`'s rows (no offsets).
     bool isDense() { return !getOffsets(); }
+    /// The groups split the reduction (tn), not the output rows.
+    bool isKGrouped() { return getLayout() == GemmLayout::TN; }
   }];
 }
 
@@ -133,26 +175,36 @@ def MoeGpu_TileLoopOp : MoeGpu_Op<"tile_loop", [
     body for the tiles of this CTA: tile `t = blockIdx.x + i * count` for
     `i = 0, 1, ...`, with `count` the SMs of `sm_range` (the grid). Tiles are
     numbered row block first, so CTAs running at the same time share an A
-    row block. The body's arguments are the tile's expert, first row, first
-    column and its ordinal `i` in this CTA's sequence (what a pipeline
-    iteration count is derived from).
+    row block. Each tile reduces over `depth` in blocks of `block_k`.
+
+    With `k_grouped` the offsets split the reduction instead: every group
+    has the same `rows` output rows (the tiles are group-major, then row
+    block, then column block) and a tile of group `e` reduces over its
+    `offsets[e+1] - offsets[e]` rows (`depth` is then 0).
+
+    The body's arguments are the tile's group, first row, first column, the
+    pipeline iteration of its first k block (the k blocks of this CTA's
+    earlier tiles) and its count of k blocks.
 
     ```mlir
     moegpu.tile_loop %offsets : memref<257xi32> columns 4096 tiles 128 x 128
-        on #moegpu.sm_range<first = 0, count = 112> {
-    ^bb0(%expert: index, %row: index, %col: index, %seq: index):
+        x 64 depth 7168 on #moegpu.sm_range<first = 0, count = 112> {
+    ^bb0(%expert: index, %row: index, %col: index, %iter: index,
+         %kblocks: index):
       ...
     }
     ```
   }];
   let arguments = (ins Optional<AnyMemRef>:$offsets, Optional<Index>:$rows,
                        I64Attr:$columns, I64Attr:$block_m,
-                       I64Attr:$block_n, MoeGpu_SmRangeAttr:$sm_range);
+                       I64Attr:$block_n, I64Attr:$depth, I64Attr:$block_k,
+                       UnitAttr:$k_grouped, MoeGpu_SmRangeAttr:$sm_range);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
-    ($offsets^ `:` type($offsets))? (`rows` $rows^)? `columns` $columns
-    `tiles` $block_m `x`
-    $block_n `on` $sm_range attr-dict-with-keyword $body
+    ($offsets^ `:` type($offsets))? (`k_grouped` $k_grouped^)?
+    (`rows` $rows^)? `columns` $columns
+    `tiles` $block_m `x` $block_n `x` $block_k `depth` $depth
+    `on` $sm_range attr-dict-with-keyword $body
   }];
   let hasVerifier = 1;
 }
@@ -167,17 +219,20 @@ def MoeGpu_ProduceOp : MoeGpu_Op<"produce"> {
   let summary = "Fill one pipeline slot with A and B tiles through TMA";
   let description = [{
     For pipeline iteration `iter`: waits until the slot is empty, announces
-    the slot's byte count on its `full` barrier and issues two TMA loads:
-    the `m x k` box of `a` at `(a_row, k)` and the `n x k` box of `b`, viewed
-    as `[E * N, K]`, at `(b_row, k)`. Out-of-bounds elements are zero. Runs
-    on one thread of the producer warpgroup.
+    the slot's byte count on its `full` barrier and issues the TMA loads of
+    the `m x k` A tile and the `n x k` B tile, each at `[mn, k]`: a
+    K-major operand's box starts at row `mn`, column `k` (B viewed as
+    `[E * N, K]`); an MN-major one's (see `!moegpu.pipeline`) at row `k`,
+    column `mn` (B of `nn` viewed as `[E * K, N]`), in boxes of 64
+    columns. Out-of-bounds elements are zero. Runs on one thread of the
+    producer warpgroup.
   }];
   let arguments = (ins MoeGpu_PipelineType:$pipeline, Index:$iter,
-                       AnyMemRef:$a, Index:$a_row, AnyMemRef:$b, Index:$b_row,
-                       Index:$k);
+                       AnyMemRef:$a, Index:$a_mn, Index:$a_k, AnyMemRef:$b,
+                       Index:$b_mn, Index:$b_k);
   let assemblyFormat = [{
-    $pipeline `[` $iter `]` `,` $a `[` $a_row `]` `,` $b `[` $b_row `]` `,`
-    `k` $k attr-dict `:` type($pipeline) `,` type($a) `,`
+    $pipeline `[` $iter `]` `,` $a `[` $a_mn `,` $a_k `]` `,`
+    $b `[` $b_mn `,` $b_k `]` attr-dict `:` type($pipeline) `,` type($a) `,`
     type($b)
   }];
 }
@@ -223,7 +278,7 @@ def MoeGpu_ReleaseOp : MoeGpu_Op<"release"> {
   }];
 }
 
-def MoeGpu_StoreTileOp : MoeGpu_Op<"store_tile"> {
+def MoeGpu_StoreTileOp : MoeGpu_Op<"store_tile", [AttrSizedOperandSegments]> {
   let summary = "Apply the epilogue to a warpgroup's fragment and store it";
   let description = [{
     Stores this thread's part of consumer warpgroup `warpgroup`'s `64 x n`
@@ -232,15 +287,17 @@ def MoeGpu_StoreTileOp : MoeGpu_Op<"store_tile"> {
     `row_end` and columns past `c`'s width. With `swiglu`, fragment columns
     come in interleaved gate/up blocks of 8 and the stored column is
     `col / 2 + ...`; with `row_scale` each row is multiplied by
-    `scale[row]`.
+    `scale[row]`. A rank-3 `c` (a k-grouped GEMM's `[E, M, N]`) is indexed
+    by `group` first.
   }];
   let arguments = (ins VectorOfRankAndType<[1], [F32]>:$acc, AnyMemRef:$c,
+                       Optional<Index>:$group,
                        Index:$row, Index:$col, Index:$warpgroup, Index:$row_end,
                        Optional<AnyMemRef>:$scale,
                        DefaultValuedAttr<MoeGpu_EpilogueAttr,
                            "::mlir::moegpu::Epilogue::None">:$epilogue);
   let assemblyFormat = [{
-    $acc `,` $c `[` $row `,` $col `]` `,` `warpgroup` $warpgroup `,`
+    $acc `,` $c `[` custom<TileIndices>($group, $row, $col) `]` `,` `warpgroup` $warpgroup `,`
     `row_end` $row_end (`scale` $scale^)? attr-dict `:` type($acc) `,`
     type($c) (`,` type($scale)^)?
   }];

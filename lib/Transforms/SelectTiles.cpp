@@ -22,7 +22,7 @@ namespace {
 constexpr int64_t kReservedSharedMemory = 1024;
 
 TileAttr selectTile(MLIRContext *ctx, int64_t n, bool swiglu, bool dense,
-                    int64_t maxStages) {
+                    bool nMajor, int64_t maxStages) {
   constexpr int64_t m = 128, k = 64;
   int64_t tileN = 0;
   // A dense GEMM (the router's logits over the experts: N = 8 to 384, K =
@@ -32,16 +32,20 @@ TileAttr selectTile(MLIRContext *ctx, int64_t n, bool swiglu, bool dense,
   // 128 CTAs (one wave) instead of 32; each rereads its A rows, from L2.
   // Columns past N read zero rows of B (TMA's out-of-bounds fill) and are
   // not stored.
-  if (dense)
+  // An N-major B (the nn and tn layouts of the backward pass) is loaded
+  // in TMA boxes of 64 columns: its tile is a multiple of 64 (the last
+  // box of an N that is not reads zeros past N).
+  if (dense && !nMajor)
     tileN = std::min<int64_t>(llvm::alignTo(n, swiglu ? 16 : 8), 64);
   for (int64_t candidate : {128, 256, 192, 64, 160, 224, 96, 32, 16}) {
-    if (tileN || (swiglu && candidate % 16 != 0))
+    if (tileN || (swiglu && candidate % 16 != 0) ||
+        (nMajor && candidate % 64 != 0))
       continue;
     if (n % candidate == 0)
       tileN = candidate;
   }
   if (!tileN)
-    tileN = 128;
+    tileN = nMajor && n <= 64 ? 64 : 128;
   int64_t stageBytes = (m + tileN) * k * 2;
   int64_t stages = std::min(
       maxStages, (kMaxSharedMemoryBytes - kReservedSharedMemory) / stageBytes);
@@ -63,7 +67,9 @@ struct MoeSelectTiles
       if (!op.getTileAttr())
         op.setTileAttr(selectTile(op.getContext(), op.getN(),
                                   op.getEpilogue() == Epilogue::SwiGLU,
-                                  op.isDense(), maxStages));
+                                  op.isDense(),
+                                  op.getLayout() != GemmLayout::NT,
+                                  maxStages));
       if (report) {
         TileAttr tile = op.getTileAttr();
         op.emitRemark() << "tile " << tile.getM() << "x" << tile.getN() << "x"

@@ -28,24 +28,28 @@ constexpr int64_t kProducerRegisters = 40;
 /// tile is 128 of them).
 constexpr int64_t kMaxConsumerRegisters = 232;
 
-/// Builds a `moegpu.tile_loop` for `op` (over `rows` rows when it is
-/// dense) whose body `buildBody` fills with the tile's (expert, row, col,
-/// ordinal).
+/// Builds a `moegpu.tile_loop` for `op` (over `rows` rows when it is dense,
+/// of `rows` output rows per group when it is k-grouped) whose body
+/// `buildBody` fills with the tile's (group, row, col, first iteration, k
+/// blocks).
 void buildTileLoop(
     OpBuilder &b, GroupedGemmOp op, Value rows,
-    function_ref<void(OpBuilder &, Value, Value, Value, Value)> buildBody) {
+    function_ref<void(OpBuilder &, Value, Value, Value, Value, Value)>
+        buildBody) {
   Location loc = op.getLoc();
   TileAttr tile = op.getTileAttr();
-  auto loop =
-      TileLoopOp::create(b, loc, op.getOffsets(), rows, op.getN(), tile.getM(),
-                         tile.getN(), op.getSmRangeAttr());
+  bool kGrouped = op.isKGrouped();
+  auto loop = TileLoopOp::create(
+      b, loc, op.getOffsets(), rows, op.getN(), tile.getM(), tile.getN(),
+      kGrouped ? 0 : op.getK(), tile.getK(), kGrouped, op.getSmRangeAttr());
   Type index = b.getIndexType();
-  Block *body = b.createBlock(&loop.getBody(), {}, {index, index, index, index},
-                              {loc, loc, loc, loc});
+  Block *body =
+      b.createBlock(&loop.getBody(), {}, {index, index, index, index, index},
+                    {loc, loc, loc, loc, loc});
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(body);
   buildBody(b, body->getArgument(0), body->getArgument(1), body->getArgument(2),
-            body->getArgument(3));
+            body->getArgument(3), body->getArgument(4));
   YieldOp::create(b, loc);
 }
 
@@ -65,6 +69,8 @@ LogicalResult specialize(GroupedGemmOp op) {
   Location loc = op.getLoc();
   OpBuilder b(op);
   Type elementType = op.getA().getType().getElementType();
+  GemmLayout layout = op.getLayout();
+  bool kGrouped = op.isKGrouped();
   int64_t consumers = tile.getConsumers();
   int64_t budget = kRegistersPerSm / kWarpgroupThreads - kProducerRegisters;
   int64_t consumerRegs =
@@ -74,46 +80,73 @@ LogicalResult specialize(GroupedGemmOp op) {
            << "tile " << tile.getM() << "x" << tile.getN() << " leaves "
            << consumerRegs << " registers per consumer thread, too few for "
            << tile.getN() / 2 << " accumulators";
-  int64_t kBlocks = llvm::divideCeil(op.getK(), tile.getK());
-  int64_t n = op.getN();
+  int64_t n = op.getN(), k = op.getK();
+  auto constant = [&](OpBuilder &builder, int64_t v) -> Value {
+    return arith::ConstantIndexOp::create(builder, loc, v);
+  };
 
-  // A dense GEMM's one group: all of a's rows.
+  // A dense GEMM's one group: all of a's rows; a k-grouped one's output
+  // rows per group: a's columns.
   Value rows;
-  if (op.isDense())
+  if (kGrouped)
+    rows = constant(b, op.getM());
+  else if (op.isDense())
     rows = memref::DimOp::create(b, loc, op.getA(), 0);
 
   Value pipeline = PipelineCreateOp::create(
-      b, loc, PipelineType::get(ctx, tile, elementType));
+      b, loc, PipelineType::get(ctx, tile, elementType, layout));
   auto roles =
       WarpRolesOp::create(b, loc, consumers, kProducerRegisters, consumerRegs);
-  auto constant = [&](OpBuilder &builder, int64_t v) -> Value {
-    return arith::ConstantIndexOp::create(builder, loc, v);
+
+  // The first reduction row of a k-grouped tile: its group's first row.
+  auto groupStart = [&](OpBuilder &b, Value group) -> Value {
+    Value start = memref::LoadOp::create(b, loc, op.getOffsets(), group);
+    return arith::IndexCastOp::create(b, loc, b.getIndexType(), start);
   };
 
   // Producer: one thread walks the tiles and fills slots with TMA.
   {
     OpBuilder::InsertionGuard guard(b);
     b.createBlock(&roles.getProducer());
-    buildTileLoop(
-        b, op, rows,
-        [&](OpBuilder &b, Value expert, Value row, Value col, Value ordinal) {
-          Value base =
-              arith::MulIOp::create(b, loc, ordinal, constant(b, kBlocks));
-          Value bRow = arith::AddIOp::create(
-              b, loc, arith::MulIOp::create(b, loc, expert, constant(b, n)),
-              col);
-          scf::ForOp::create(
-              b, loc, constant(b, 0), constant(b, kBlocks), constant(b, 1),
-              ValueRange{},
-              [&](OpBuilder &b, Location loc, Value kb, ValueRange) {
-                Value iter = arith::AddIOp::create(b, loc, base, kb);
-                Value k =
-                    arith::MulIOp::create(b, loc, kb, constant(b, tile.getK()));
-                ProduceOp::create(b, loc, pipeline, iter, op.getA(), row,
-                                  op.getB(), bRow, k);
-                scf::YieldOp::create(b, loc);
-              });
-        });
+    buildTileLoop(b, op, rows,
+                  [&](OpBuilder &b, Value group, Value row, Value col,
+                      Value base, Value kBlocks) {
+                    // Where the tile's A and B boxes start, [mn, k]: a
+                    // group's B rows (nt) or B's K rows (nn) or the
+                    // group's reduction rows (tn) come first.
+                    Value bMn = col, aK0, bK0;
+                    switch (layout) {
+                    case GemmLayout::NT:
+                      bMn = arith::AddIOp::create(
+                          b, loc,
+                          arith::MulIOp::create(b, loc, group, constant(b, n)),
+                          col);
+                      break;
+                    case GemmLayout::NN:
+                      bK0 = arith::MulIOp::create(b, loc, group, constant(b, k));
+                      break;
+                    case GemmLayout::TN:
+                      aK0 = bK0 = groupStart(b, group);
+                      break;
+                    }
+                    auto plus = [&](OpBuilder &b, Value start, Value kk) {
+                      return start ? arith::AddIOp::create(b, loc, start, kk)
+                                   : kk;
+                    };
+                    scf::ForOp::create(
+                        b, loc, constant(b, 0), kBlocks, constant(b, 1),
+                        ValueRange{},
+                        [&](OpBuilder &b, Location loc, Value kb, ValueRange) {
+                          Value iter = arith::AddIOp::create(b, loc, base, kb);
+                          Value kk = arith::MulIOp::create(
+                              b, loc, kb, constant(b, tile.getK()));
+                          Value aK = plus(b, aK0, kk);
+                          Value bK = bK0 == aK0 ? aK : plus(b, bK0, kk);
+                          ProduceOp::create(b, loc, pipeline, iter, op.getA(),
+                                            row, aK, op.getB(), bMn, bK);
+                          scf::YieldOp::create(b, loc);
+                        });
+                  });
   }
 
   // Consumers: every warpgroup walks the same tiles, accumulates its 64
@@ -126,13 +159,12 @@ LogicalResult specialize(GroupedGemmOp op) {
     auto fragmentType = VectorType::get({tile.getN() / 2}, b.getF32Type());
     buildTileLoop(
         b, op, rows,
-        [&](OpBuilder &b, Value expert, Value row, Value col, Value ordinal) {
-          Value base =
-              arith::MulIOp::create(b, loc, ordinal, constant(b, kBlocks));
+        [&](OpBuilder &b, Value group, Value row, Value col, Value base,
+            Value kBlocks) {
           Value zero = arith::ConstantOp::create(
               b, loc, DenseElementsAttr::get(fragmentType, 0.0f));
           auto kLoop = scf::ForOp::create(
-              b, loc, constant(b, 0), constant(b, kBlocks), constant(b, 1),
+              b, loc, constant(b, 0), kBlocks, constant(b, 1),
               ValueRange{zero},
               [&](OpBuilder &b, Location loc, Value kb, ValueRange acc) {
                 // One wgmma batch stays in flight: this iteration's
@@ -153,20 +185,34 @@ LogicalResult specialize(GroupedGemmOp op) {
                 });
                 scf::YieldOp::create(b, loc, next);
               });
-          // The last batch: wait for it, then give its slot back.
-          Value last = arith::AddIOp::create(b, loc, base,
-                                             constant(b, kBlocks - 1));
-          ReleaseOp::create(b, loc, pipeline, last, /*drain=*/true);
+          // The last batch: wait for it, then give its slot back (a
+          // k-grouped tile of an empty group has none, and stores zeros).
+          auto drain = [&](OpBuilder &b) {
+            Value last = arith::SubIOp::create(
+                b, loc, arith::AddIOp::create(b, loc, base, kBlocks),
+                constant(b, 1));
+            ReleaseOp::create(b, loc, pipeline, last, /*drain=*/true);
+          };
+          if (kGrouped) {
+            Value any = arith::CmpIOp::create(
+                b, loc, arith::CmpIPredicate::ugt, kBlocks, constant(b, 0));
+            scf::IfOp::create(b, loc, any, [&](OpBuilder &b, Location loc) {
+              drain(b);
+              scf::YieldOp::create(b, loc);
+            });
+          } else {
+            drain(b);
+          }
           Value rowEnd = rows;
           if (!rowEnd) {
-            Value next =
-                arith::AddIOp::create(b, loc, expert, constant(b, 1));
+            Value next = arith::AddIOp::create(b, loc, group, constant(b, 1));
             Value end = memref::LoadOp::create(b, loc, op.getOffsets(), next);
             rowEnd = arith::IndexCastOp::create(b, loc, b.getIndexType(), end);
           }
-          StoreTileOp::create(b, loc, kLoop.getResult(0), op.getC(), row, col,
-                              warpgroup, rowEnd, op.getScale(),
-                              op.getEpilogueAttr());
+          bool grouped = kGrouped && op.getC().getType().getRank() == 3;
+          StoreTileOp::create(b, loc, kLoop.getResult(0), op.getC(),
+                              grouped ? group : Value(), row, col, warpgroup,
+                              rowEnd, op.getScale(), op.getEpilogueAttr());
         });
   }
   op.erase();

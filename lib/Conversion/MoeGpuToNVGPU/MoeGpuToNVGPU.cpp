@@ -43,12 +43,21 @@ constexpr int64_t kSharedMemoryAlignment = 1024;
 constexpr int64_t kWaitTicks = 10000000;
 /// Columns of one wgmma instruction (16-bit inputs).
 constexpr int64_t kWgmmaK = 16;
-/// Bits of a wgmma shared-memory descriptor besides the start address:
-/// 128-byte swizzle (bits 62-63 = 1), stride byte offset 1024 = 8 rows of
-/// 128 bytes (bits 32-45, in units of 16 bytes), leading byte offset 16
-/// (bits 16-29; unused by swizzled K-major layouts).
-constexpr uint64_t kDescriptorBits =
+/// Bits of a wgmma shared-memory descriptor besides the start address, in
+/// the PTX ISA's canonical 128-byte-swizzled layouts: swizzle mode 1 (bits
+/// 62-63), the stride byte offset (bits 32-45) and the leading byte offset
+/// (bits 16-29), both in units of 16 bytes.
+/// - K-major: 8 rows of 128 bytes repeat every 1024 bytes (the stride);
+///   the leading offset is unused (16).
+/// - MN-major, a TMA box of 64 rows of K by 64 elements of M or N: 8 rows
+///   of K repeat every 1024 bytes (the stride) and the next 64 elements of
+///   M or N are the next box, 8192 bytes on (the leading offset).
+constexpr uint64_t kKMajorDescriptorBits =
     (1ull << 62) | (64ull << 32) | (1ull << 16);
+constexpr uint64_t kMnMajorDescriptorBits =
+    (1ull << 62) | (64ull << 32) | (512ull << 16);
+/// Elements of M or N in one MN-major box (one 128-byte swizzle row).
+constexpr int64_t kMnBox = 64;
 
 Value constIndex(ImplicitLocOpBuilder &b, int64_t value) {
   return moe::KernelBuilder{b}.idx(value);
@@ -66,6 +75,7 @@ struct PipelineInfo {
   Value full, empty;
   TileAttr tile;
   Type elementType;
+  GemmLayout layout;
 };
 
 /// Lowers the moegpu ops of one kernel.
@@ -152,7 +162,8 @@ LogicalResult KernelLowering::lowerPipelineCreate(PipelineCreateOp op) {
     NVVM::FenceMbarrierInitOp::create(b);
   }
   gpu::BarrierOp::create(b);
-  pipelines[op.getPipeline()] = {full, empty, tile, type.getElementType()};
+  pipelines[op.getPipeline()] = {full, empty, tile, type.getElementType(),
+                                 type.getLayout()};
   sharedMemoryBytes = tile.getSharedMemoryBytes();
   blockThreads = (tile.getConsumers() + 1) * kWarpgroupThreads;
   return success();
@@ -206,10 +217,21 @@ LogicalResult KernelLowering::lowerProduce(ProduceOp op) {
   if (!info.full)
     return op.emitOpError() << "uses a pipeline not created in its kernel";
   TileAttr tile = info.tile;
-  FailureOr<Value> aMap =
-      getTensorMap(op, op.getA(), tile.getM(), info.elementType);
-  FailureOr<Value> bMap =
-      getTensorMap(op, op.getB(), tile.getN(), info.elementType);
+  bool aMn = info.layout == GemmLayout::TN;
+  bool bMn = info.layout != GemmLayout::NT;
+  if ((aMn && tile.getM() % kMnBox != 0) || (bMn && tile.getN() % kMnBox != 0))
+    return op.emitOpError() << "needs the tile's M-major and N-major sides to "
+                               "be multiples of "
+                            << kMnBox << ", got " << tile.getM() << "x"
+                            << tile.getN();
+  // A K-major tile is one box of its rows; an MN-major one boxes of 64 rows
+  // of K.
+  FailureOr<Value> aMap = getTensorMap(op, op.getA(),
+                                       aMn ? tile.getK() : tile.getM(),
+                                       info.elementType);
+  FailureOr<Value> bMap = getTensorMap(op, op.getB(),
+                                       bMn ? tile.getK() : tile.getN(),
+                                       info.elementType);
   if (failed(aMap) || failed(bMap))
     return failure();
 
@@ -231,16 +253,29 @@ LogicalResult KernelLowering::lowerProduce(ProduceOp op) {
   Value bOffset =
       arith::AddIOp::create(b, aOffset, constIndex(b, tile.getABytes()));
   auto view = [&](Value offset, int64_t rows) -> Value {
-    auto type = MemRefType::get({rows, tile.getK()}, info.elementType,
-                                AffineMap(), workgroupSpace(ctx));
+    auto type = MemRefType::get({rows, kMnBox}, info.elementType, AffineMap(),
+                                workgroupSpace(ctx));
     return memref::ViewOp::create(b, type, base, offset, ValueRange{});
   };
-  nvgpu::TmaAsyncLoadOp::create(b, view(aOffset, tile.getM()), info.full, *aMap,
-                                ValueRange{op.getK(), op.getARow()}, slot,
-                                Value(), Value());
-  nvgpu::TmaAsyncLoadOp::create(b, view(bOffset, tile.getN()), info.full, *bMap,
-                                ValueRange{op.getK(), op.getBRow()}, slot,
-                                Value(), Value());
+  // TMA coordinates run innermost first: (column, row).
+  auto load = [&](Value offset, Value map, bool mnMajor, int64_t extent,
+                  Value mn, Value k) {
+    if (!mnMajor) {
+      nvgpu::TmaAsyncLoadOp::create(b, view(offset, extent), info.full, map,
+                                    ValueRange{k, mn}, slot, Value(), Value());
+      return;
+    }
+    int64_t boxBytes = tile.getK() * kMnBox * 2;
+    for (int64_t i = 0; i < extent / kMnBox; ++i) {
+      Value at = arith::AddIOp::create(b, offset, constIndex(b, i * boxBytes));
+      Value column = arith::AddIOp::create(b, mn, constIndex(b, i * kMnBox));
+      nvgpu::TmaAsyncLoadOp::create(b, view(at, tile.getK()), info.full, map,
+                                    ValueRange{column, k}, slot, Value(),
+                                    Value());
+    }
+  };
+  load(aOffset, *aMap, aMn, tile.getM(), op.getAMn(), op.getAK());
+  load(bOffset, *bMap, bMn, tile.getN(), op.getBMn(), op.getBK());
   op.erase();
   return success();
 }
@@ -268,14 +303,19 @@ LogicalResult KernelLowering::lowerMma(MmaOp op) {
                             constIndex(b, 64 * tile.getK() * 2)));
   Value bAddress =
       arith::AddIOp::create(b, stage, constIndex(b, tile.getABytes()));
-  auto descriptor = [&](Value address) -> Value {
+  PipelineType type = op.getPipeline().getType();
+  bool aMn = type.isAMnMajor(), bMn = type.isBMnMajor();
+  auto descriptor = [&](Value address, bool mnMajor) -> Value {
     Value a = arith::IndexCastUIOp::create(b, b.getI64Type(), address);
     a = arith::ShRUIOp::create(b, a, constI64(b, 4));
     a = arith::AndIOp::create(b, a, constI64(b, 0x3FFF));
-    return arith::OrIOp::create(
-        b, a, constI64(b, static_cast<int64_t>(kDescriptorBits)));
+    uint64_t bits = mnMajor ? kMnMajorDescriptorBits : kKMajorDescriptorBits;
+    return arith::OrIOp::create(b, a,
+                                constI64(b, static_cast<int64_t>(bits)));
   };
-  Value aDesc = descriptor(aAddress), bDesc = descriptor(bAddress);
+  // A warpgroup's 64 A rows: 64 K-major rows of 128 bytes, or the 64-wide
+  // box of an M-major tile; both 8192 bytes.
+  Value aDesc = descriptor(aAddress, aMn), bDesc = descriptor(bAddress, bMn);
 
   int64_t fragment = op.getAcc().getType().getNumElements();
   Type f32 = b.getF32Type();
@@ -291,17 +331,24 @@ LogicalResult KernelLowering::lowerMma(MmaOp op) {
                                    : NVVM::WGMMATypes::f16;
   auto shape = NVVM::MMAShapeAttr::get(ctx, 64, tile.getN(), kWgmmaK);
   NVVM::WgmmaFenceAlignedOp::create(b);
-  // Each k step of 16 columns advances both K-major descriptors by 32 bytes
-  // (2 in the descriptor's 16-byte units) inside the 128-byte swizzle atom.
+  // Each k step of 16 advances a K-major descriptor by 32 bytes (2 in the
+  // descriptor's 16-byte units) inside the 128-byte swizzle atom, and an
+  // MN-major one by 16 rows of 128 bytes (128 units). wgmma reads an
+  // MN-major operand transposed: A in column layout, B in row layout.
+  auto advance = [&](Value desc, bool mnMajor, int64_t step) -> Value {
+    if (!step)
+      return desc;
+    int64_t units = mnMajor ? step * kWgmmaK * 128 / 16 : step * kWgmmaK * 2 / 16;
+    return arith::AddIOp::create(b, desc, constI64(b, units));
+  };
   for (int64_t step = 0; step < tile.getK() / kWgmmaK; ++step) {
-    Value advance = constI64(b, step * kWgmmaK * 2 / 16);
-    Value a = step ? arith::AddIOp::create(b, aDesc, advance) : aDesc;
-    Value bb = step ? arith::AddIOp::create(b, bDesc, advance) : bDesc;
     acc = NVVM::WgmmaMmaAsyncOp::create(
-        b, structType, acc, a, bb, shape, inputType, inputType,
+        b, structType, acc, advance(aDesc, aMn, step),
+        advance(bDesc, bMn, step), shape, inputType, inputType,
         NVVM::WGMMATypes::f32, NVVM::WGMMAScaleOut::one,
-        NVVM::WGMMAScaleIn::one, NVVM::WGMMAScaleIn::one, NVVM::MMALayout::row,
-        NVVM::MMALayout::col,
+        NVVM::WGMMAScaleIn::one, NVVM::WGMMAScaleIn::one,
+        aMn ? NVVM::MMALayout::col : NVVM::MMALayout::row,
+        bMn ? NVVM::MMALayout::row : NVVM::MMALayout::col,
         /*satfinite=*/NVVM::MMAIntOverflowAttr());
   }
   NVVM::WgmmaGroupSyncAlignedOp::create(b);
@@ -350,7 +397,7 @@ LogicalResult KernelLowering::lowerStoreTile(StoreTileOp op) {
   Value c = op.getC();
   auto cType = cast<MemRefType>(c.getType());
   Type outType = cType.getElementType();
-  Value columns = memref::DimOp::create(b, c, 1);
+  Value columns = memref::DimOp::create(b, c, cType.getRank() - 1);
   Value t = threadInWarpgroup(b);
   Value warp = arith::DivUIOp::create(b, t, constIndex(b, 32));
   Value lane = arith::RemUIOp::create(b, t, constIndex(b, 32));
@@ -418,17 +465,22 @@ LogicalResult KernelLowering::lowerStoreTile(StoreTileOp op) {
       auto narrow = [&](Value v) -> Value {
         return outType.isF32() ? v : arith::TruncFOp::create(sb, outType, v);
       };
-      memref::StoreOp::create(sb, narrow(v0), c, ValueRange{row, col});
+      auto at = [&](Value column) -> SmallVector<Value> {
+        if (op.getGroup())
+          return {op.getGroup(), row, column};
+        return {row, column};
+      };
+      memref::StoreOp::create(sb, narrow(v0), c, at(col));
       Value next = arith::AddIOp::create(sb, col, constIndex(sb, 1));
       // A dense GEMM's N may be odd: its last pair has one column.
-      int64_t width = cType.getDimSize(1);
+      int64_t width = cType.getShape().back();
       if (ShapedType::isDynamic(width) || width % 2 != 0) {
         Value inside =
             arith::CmpIOp::create(sb, arith::CmpIPredicate::ult, next, columns);
         auto lastIf = scf::IfOp::create(sb, inside, /*withElseRegion=*/false);
         sb.setInsertionPoint(lastIf.thenBlock()->getTerminator());
       }
-      memref::StoreOp::create(sb, narrow(v1), c, ValueRange{row, next});
+      memref::StoreOp::create(sb, narrow(v1), c, at(next));
     }
   }
   op.erase();
@@ -437,11 +489,13 @@ LogicalResult KernelLowering::lowerStoreTile(StoreTileOp op) {
 
 void KernelLowering::lowerTileLoop(TileLoopOp op) {
   ImplicitLocOpBuilder b(op.getLoc(), op);
-  // A dense loop (rows, no offsets) has one group: expert 0 for every tile.
+  // A dense loop (rows, no offsets) has one group: group 0 for every tile.
   Value offsets = op.getOffsets();
-  int64_t experts =
+  bool kGrouped = op.getKGrouped();
+  int64_t groups =
       offsets ? cast<MemRefType>(offsets.getType()).getDimSize(0) - 1 : 1;
   int64_t blockM = op.getBlockM(), blockN = op.getBlockN();
+  int64_t blockK = op.getBlockK();
   gridSize = op.getSmRange().getCount();
 
   Value blockId = gpu::BlockIdOp::create(b, gpu::Dimension::x);
@@ -450,39 +504,62 @@ void KernelLowering::lowerTileLoop(TileLoopOp op) {
     Value v = memref::LoadOp::create(b, offsets, ValueRange{index});
     return arith::IndexCastUIOp::create(b, b.getIndexType(), v);
   };
-  Value rows = offsets ? loadOffset(b, constIndex(b, experts)) : op.getRows();
+  // Row blocks: of all rows, or of one group's output rows (k-grouped).
+  Value rows = offsets && !kGrouped ? loadOffset(b, constIndex(b, groups))
+                                    : op.getRows();
   Value mBlocks = arith::CeilDivUIOp::create(b, rows, constIndex(b, blockM));
   Value nBlocks = constIndex(b, llvm::divideCeil(op.getColumns(), blockN));
   Value tiles = arith::MulIOp::create(b, mBlocks, nBlocks);
-  // The ordinal is carried by the loop: no division by the grid size.
+  if (kGrouped)
+    tiles = arith::MulIOp::create(b, tiles, constIndex(b, groups));
+  // The pipeline iteration is carried by the loop: no division by the grid
+  // size, and k-grouped tiles of different depths count right.
   auto loop = scf::ForOp::create(b, blockId, tiles, gridDim,
                                  ValueRange{constIndex(b, 0)});
   ImplicitLocOpBuilder lb =
       ImplicitLocOpBuilder::atBlockEnd(op.getLoc(), loop.getBody());
   Value tile = loop.getInductionVar();
-  Value ordinal = loop.getRegionIterArgs().front();
-  auto next = scf::YieldOp::create(
-      lb, ValueRange{arith::AddIOp::create(lb, ordinal, constIndex(lb, 1))});
-  lb.setInsertionPoint(next);
-  Value row = arith::MulIOp::create(
-      lb, arith::DivUIOp::create(lb, tile, nBlocks), constIndex(lb, blockM));
-  Value col = arith::MulIOp::create(
-      lb, arith::RemUIOp::create(lb, tile, nBlocks), constIndex(lb, blockN));
-  // The expert whose segment holds `row`: offsets[lo] <= row < offsets[hi]
-  // narrows to hi = lo + 1 in ceil(log2(E)) steps.
-  Value lo = constIndex(lb, 0), hi = constIndex(lb, experts);
-  for (int64_t span = experts; span > 1; span = (span + 1) / 2) {
-    Value mid = arith::DivUIOp::create(lb, arith::AddIOp::create(lb, lo, hi),
-                                       constIndex(lb, 2));
-    Value below = arith::CmpIOp::create(lb, arith::CmpIPredicate::ule,
-                                        loadOffset(lb, mid), row);
-    lo = arith::SelectOp::create(lb, below, mid, lo);
-    hi = arith::SelectOp::create(lb, below, hi, mid);
+  Value base = loop.getRegionIterArgs().front();
+  Value group, row, col, kBlocks;
+  if (kGrouped) {
+    Value perGroup = arith::MulIOp::create(lb, mBlocks, nBlocks);
+    group = arith::DivUIOp::create(lb, tile, perGroup);
+    Value within = arith::RemUIOp::create(lb, tile, perGroup);
+    row = arith::MulIOp::create(
+        lb, arith::DivUIOp::create(lb, within, nBlocks), constIndex(lb, blockM));
+    col = arith::MulIOp::create(
+        lb, arith::RemUIOp::create(lb, within, nBlocks), constIndex(lb, blockN));
+    Value begin = loadOffset(lb, group);
+    Value end =
+        loadOffset(lb, arith::AddIOp::create(lb, group, constIndex(lb, 1)));
+    kBlocks = arith::CeilDivUIOp::create(
+        lb, arith::SubIOp::create(lb, end, begin), constIndex(lb, blockK));
+  } else {
+    row = arith::MulIOp::create(
+        lb, arith::DivUIOp::create(lb, tile, nBlocks), constIndex(lb, blockM));
+    col = arith::MulIOp::create(
+        lb, arith::RemUIOp::create(lb, tile, nBlocks), constIndex(lb, blockN));
+    kBlocks = constIndex(lb, llvm::divideCeil(op.getDepth(), blockK));
+    // The group whose segment holds `row`: offsets[lo] <= row <
+    // offsets[hi] narrows to hi = lo + 1 in ceil(log2(E)) steps.
+    Value lo = constIndex(lb, 0), hi = constIndex(lb, groups);
+    for (int64_t span = groups; span > 1; span = (span + 1) / 2) {
+      Value mid = arith::DivUIOp::create(lb, arith::AddIOp::create(lb, lo, hi),
+                                         constIndex(lb, 2));
+      Value below = arith::CmpIOp::create(lb, arith::CmpIPredicate::ule,
+                                          loadOffset(lb, mid), row);
+      lo = arith::SelectOp::create(lb, below, mid, lo);
+      hi = arith::SelectOp::create(lb, below, hi, mid);
+    }
+    group = lo;
   }
+  auto next = scf::YieldOp::create(
+      lb, ValueRange{arith::AddIOp::create(lb, base, kBlocks)});
   Block &body = op.getBody().front();
   Operation *yield = body.getTerminator();
   rewriter.eraseOp(yield);
-  rewriter.inlineBlockBefore(&body, next, ValueRange{lo, row, col, ordinal});
+  rewriter.inlineBlockBefore(&body, next,
+                             ValueRange{group, row, col, base, kBlocks});
   rewriter.eraseOp(op);
 }
 

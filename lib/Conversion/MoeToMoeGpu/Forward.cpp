@@ -20,6 +20,7 @@ void LayerBuilder::buildRouterGemm(gpu::GPUFuncOp func) {
       b, layer.getLoc(), func.getArgument(0), func.getArgument(1),
       /*offsets=*/Value(), func.getArgument(2), /*scale=*/Value(),
       moegpu::EpilogueAttr::get(ctx, moegpu::Epilogue::None),
+      moegpu::GemmLayoutAttr::get(ctx, moegpu::GemmLayout::NT),
       moegpu::TileAttr(), moegpu::SmRangeAttr());
 }
 
@@ -470,14 +471,16 @@ void LayerBuilder::buildCombine(gpu::GPUFuncOp func) {
   });
 }
 
-void LayerBuilder::buildGemm(gpu::GPUFuncOp func, moegpu::Epilogue epilogue) {
+void LayerBuilder::buildGemm(gpu::GPUFuncOp func, moegpu::Epilogue epilogue,
+                             moegpu::GemmLayout layout) {
   OpBuilder b = builderAt(func.front().getTerminator());
   Value scale =
       epilogue == moegpu::Epilogue::RowScale ? func.getArgument(4) : Value();
-  moegpu::GroupedGemmOp::create(b, layer.getLoc(), func.getArgument(0),
-                                func.getArgument(1), func.getArgument(2),
-                                func.getArgument(3), scale,
-                                moegpu::EpilogueAttr::get(ctx, epilogue),
-                                moegpu::TileAttr(), moegpu::SmRangeAttr());
+  moegpu::GroupedGemmOp::create(
+      b, layer.getLoc(), func.getArgument(0), func.getArgument(1),
+      func.getArgument(2), func.getArgument(3), scale,
+      moegpu::EpilogueAttr::get(ctx, epilogue),
+      moegpu::GemmLayoutAttr::get(ctx, layout), moegpu::TileAttr(),
+      moegpu::SmRangeAttr());
 }
 

@@ -158,7 +158,9 @@ private:
                     function_ref<void(Value, Type)> body);
   void buildScatter(gpu::GPUFuncOp func);
   void buildCombine(gpu::GPUFuncOp func);
-  void buildGemm(gpu::GPUFuncOp func, moegpu::Epilogue epilogue);
+  /// A grouped GEMM kernel on (a, b, offsets, c [, scale]).
+  void buildGemm(gpu::GPUFuncOp func, moegpu::Epilogue epilogue,
+                 moegpu::GemmLayout layout = moegpu::GemmLayout::NT);
 
   // The training step (TrainKernels below).
   void buildTraining();

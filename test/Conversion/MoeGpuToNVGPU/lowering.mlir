@@ -80,6 +80,63 @@ module attributes {gpu.container_module} {
 
 // -----
 
+// A weight gradient (tn): both operands M- or N-major, loaded in boxes of
+// 64 rows of K by 64 columns (two per 128-wide side) and read by wgmma
+// transposed (A column, B row) through descriptors whose leading offset
+// is the next box (8192 bytes = 512 units) and stride 8 rows of K (1024 =
+// 64 units); each k step of 16 moves 16 rows of 128 bytes (128 units).
+// The stores go to [group, row, col].
+// CHECK-LABEL: gpu.func @dw
+// CHECK-SAME: moegpu.tensor_maps = [#moegpu.tensor_map<arg = 4, source = 0, view = [-1, 384], box = [64, 64], swizzle = 128>, #moegpu.tensor_map<arg = 5, source = 1, view = [-1, 256], box = [64, 64], swizzle = 128>]
+// CHECK: nvgpu.mbarrier.arrive.expect_tx %{{.*}}, %c32768
+// CHECK-COUNT-4: nvgpu.tma.async.load {{.*}} -> memref<64x64xbf16, #gpu.address_space<workgroup>>
+// CHECK: arith.constant 4611686293338849280 : i64
+// CHECK: nvvm.wgmma.mma_async {{.*}} A[<bf16>, <one>, <col>], B[<bf16>, <one>, <row>]
+// CHECK: arith.constant 128 : i64
+// CHECK-COUNT-3: nvvm.wgmma.mma_async {{.*}} A[<bf16>, <one>, <col>], B[<bf16>, <one>, <row>]
+// CHECK: memref.store %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}] : memref<8x384x256xf32>
+module attributes {gpu.container_module} {
+  gpu.module @kernels {
+    gpu.func @dw(%a: memref<?x384xbf16>, %b: memref<?x256xbf16>, %o: memref<9xi32>, %c: memref<8x384x256xf32>) kernel {
+      moegpu.grouped_gemm %a, %b, %o, %c {layout = #moegpu.layout<tn>, tile = #moegpu.tile<m = 128, n = 128, k = 64, stages = 4>, sm_range = #moegpu.sm_range<first = 0, count = 16>} : memref<?x384xbf16>, memref<?x256xbf16>, memref<9xi32>, memref<8x384x256xf32>
+      gpu.return
+    }
+  }
+}
+
+// -----
+
+// An input gradient (nn): A K-major as in the forward pass (one box of 128
+// rows), B N-major from the weights as stored, viewed [E * K, N].
+// CHECK-LABEL: gpu.func @dx
+// CHECK-SAME: moegpu.tensor_maps = [#moegpu.tensor_map<arg = 4, source = 0, view = [-1, 512], box = [128, 64], swizzle = 128>, #moegpu.tensor_map<arg = 5, source = 1, view = [4096, 256], box = [64, 64], swizzle = 128>]
+// CHECK: nvgpu.tma.async.load {{.*}} -> memref<128x64xbf16, #gpu.address_space<workgroup>>
+// CHECK-COUNT-2: nvgpu.tma.async.load {{.*}} -> memref<64x64xbf16, #gpu.address_space<workgroup>>
+// CHECK: nvvm.wgmma.mma_async {{.*}} A[<bf16>, <one>, <row>], B[<bf16>, <one>, <row>]
+module attributes {gpu.container_module} {
+  gpu.module @kernels {
+    gpu.func @dx(%a: memref<?x512xbf16>, %b: memref<8x512x256xbf16>, %o: memref<9xi32>, %c: memref<?x256xf32>) kernel {
+      moegpu.grouped_gemm %a, %b, %o, %c {layout = #moegpu.layout<nn>, tile = #moegpu.tile<m = 128, n = 128, k = 64, stages = 4>, sm_range = #moegpu.sm_range<first = 0, count = 16>} : memref<?x512xbf16>, memref<8x512x256xbf16>, memref<9xi32>, memref<?x256xf32>
+      gpu.return
+    }
+  }
+}
+
+// -----
+
+// An N-major side must be whole boxes of 64.
+module attributes {gpu.container_module} {
+  gpu.module @kernels {
+    gpu.func @narrow(%a: memref<?x512xbf16>, %b: memref<8x512x256xbf16>, %o: memref<9xi32>, %c: memref<?x256xf32>) kernel {
+      // expected-error @+1 {{'moegpu.produce' op needs the tile's M-major and N-major sides to be multiples of 64, got 128x32}}
+      moegpu.grouped_gemm %a, %b, %o, %c {layout = #moegpu.layout<nn>, tile = #moegpu.tile<m = 128, n = 32, k = 64, stages = 4>, sm_range = #moegpu.sm_range<first = 0, count = 16>} : memref<?x512xbf16>, memref<8x512x256xbf16>, memref<9xi32>, memref<?x256xf32>
+      gpu.return
+    }
+  }
+}
+
+// -----
+
 module attributes {gpu.container_module} {
   gpu.module @kernels {
     gpu.func @view(%a: memref<?x64xbf16>, %b: memref<4x64x64xbf16>, %o: memref<5xi32>, %c: memref<?x64xbf16>) kernel {
@@ -88,7 +145,7 @@ module attributes {gpu.container_module} {
       %p = moegpu.pipeline.create : !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 2>, bf16>
       %i = arith.constant 0 : index
       // expected-error @+1 {{'moegpu.produce' op needs its TMA source to be an argument of kernel @view (the runtime encodes its tensor map)}}
-      moegpu.produce %p[%i], %cast[%i], %b[%i], k %i : !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 2>, bf16>, memref<?x64xbf16, strided<[64, 1]>>, memref<4x64x64xbf16>
+      moegpu.produce %p[%i], %cast[%i, %i], %b[%i, %i] : !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 2>, bf16>, memref<?x64xbf16, strided<[64, 1]>>, memref<4x64x64xbf16>
       gpu.return
     }
   }

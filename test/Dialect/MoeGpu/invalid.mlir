@@ -249,8 +249,8 @@ func.func @f() {
 
 func.func @f(%o: memref<?xi32>) {
   // expected-error @+1 {{'moegpu.tile_loop' op expects offsets to be a static memref of at least 2 i32, got 'memref<?xi32>'}}
-  moegpu.tile_loop %o : memref<?xi32> columns 64 tiles 128 x 64 on #moegpu.sm_range<first = 0, count = 4> {
-  ^bb0(%e: index, %r: index, %c: index, %s: index):
+  moegpu.tile_loop %o : memref<?xi32> columns 64 tiles 128 x 64 x 64 depth 256 on #moegpu.sm_range<first = 0, count = 4> {
+  ^bb0(%e: index, %r: index, %c: index, %s: index, %k: index):
   }
   return
 }
@@ -259,8 +259,8 @@ func.func @f(%o: memref<?xi32>) {
 
 func.func @f(%o: memref<9xi32>) {
   // expected-error @+1 {{'moegpu.tile_loop' op expects positive columns and tile sizes}}
-  moegpu.tile_loop %o : memref<9xi32> columns 64 tiles 128 x 0 on #moegpu.sm_range<first = 0, count = 4> {
-  ^bb0(%e: index, %r: index, %c: index, %s: index):
+  moegpu.tile_loop %o : memref<9xi32> columns 64 tiles 128 x 0 x 64 depth 256 on #moegpu.sm_range<first = 0, count = 4> {
+  ^bb0(%e: index, %r: index, %c: index, %s: index, %k: index):
   }
   return
 }
@@ -268,8 +268,8 @@ func.func @f(%o: memref<9xi32>) {
 // -----
 
 func.func @f(%o: memref<9xi32>) {
-  // expected-error @+1 {{'moegpu.tile_loop' op expects the body to take four index arguments (expert, row, column, ordinal)}}
-  moegpu.tile_loop %o : memref<9xi32> columns 64 tiles 128 x 64 on #moegpu.sm_range<first = 0, count = 4> {
+  // expected-error @+1 {{'moegpu.tile_loop' op expects the body to take five index arguments (group, row, column, first iteration, k blocks)}}
+  moegpu.tile_loop %o : memref<9xi32> columns 64 tiles 128 x 64 x 64 depth 256 on #moegpu.sm_range<first = 0, count = 4> {
   ^bb0(%e: index, %r: index, %c: index):
   }
   return
@@ -494,8 +494,8 @@ func.func @f(%a: memref<?x256xbf16>, %b: memref<60x256xbf16>, %c: memref<?x60xf1
 
 func.func @f(%o: memref<9xi32>, %n: index) {
   // expected-error @+1 {{'moegpu.tile_loop' op expects either offsets or rows}}
-  moegpu.tile_loop %o : memref<9xi32> rows %n columns 64 tiles 128 x 64 on #moegpu.sm_range<first = 0, count = 4> {
-  ^bb0(%e: index, %r: index, %c: index, %s: index):
+  moegpu.tile_loop %o : memref<9xi32> rows %n columns 64 tiles 128 x 64 x 64 depth 256 on #moegpu.sm_range<first = 0, count = 4> {
+  ^bb0(%e: index, %r: index, %c: index, %s: index, %k: index):
   }
   return
 }
@@ -504,8 +504,8 @@ func.func @f(%o: memref<9xi32>, %n: index) {
 
 func.func @f() {
   // expected-error @+1 {{'moegpu.tile_loop' op expects either offsets or rows}}
-  moegpu.tile_loop columns 64 tiles 128 x 64 on #moegpu.sm_range<first = 0, count = 4> {
-  ^bb0(%e: index, %r: index, %c: index, %s: index):
+  moegpu.tile_loop columns 64 tiles 128 x 64 x 64 depth 256 on #moegpu.sm_range<first = 0, count = 4> {
+  ^bb0(%e: index, %r: index, %c: index, %s: index, %k: index):
   }
   return
 }
@@ -515,5 +515,89 @@ func.func @f() {
 func.func @f(%p: !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 4>, bf16>, %i: index, %acc: vector<32xf32>) {
   // expected-error @+1 {{'moegpu.mma' op expects pending to be 0 or 1, got 2}}
   %r = moegpu.mma %p[%i], %acc, warpgroup %i {pending = 2} : !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 4>, bf16>, vector<32xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x512xbf16>, %b: memref<8x512x256xbf16>, %o: memref<9xi32>, %c: memref<?x256xbf16>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects the nn layout to have the none or row_scale epilogue, got swiglu}}
+  moegpu.grouped_gemm %a, %b, %o, %c {layout = #moegpu.layout<nn>, epilogue = #moegpu.epilogue<swiglu>} : memref<?x512xbf16>, memref<8x512x256xbf16>, memref<9xi32>, memref<?x256xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xbf16>, %b: memref<8x512x256xbf16>, %o: memref<9xi32>, %c: memref<?x256xf32>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects a to have 512 columns (the K of b), got 'memref<?x256xbf16>'}}
+  moegpu.grouped_gemm %a, %b, %o, %c {layout = #moegpu.layout<nn>} : memref<?x256xbf16>, memref<8x512x256xbf16>, memref<9xi32>, memref<?x256xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xbf16>, %b: memref<?x64xbf16>, %c: memref<256x64xf32>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects offsets with the tn layout (the groups of the reduction's rows)}}
+  moegpu.grouped_gemm %a, %b, dense, %c {layout = #moegpu.layout<tn>} : memref<?x256xbf16>, memref<?x64xbf16>, memref<256x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xbf16>, %b: memref<?x64xbf16>, %o: memref<9xi32>, %c: memref<8x64x256xf32>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects c to be [8, 256, 64] (groups, a's columns, b's columns), got 'memref<8x64x256xf32>'}}
+  moegpu.grouped_gemm %a, %b, %o, %c {layout = #moegpu.layout<tn>} : memref<?x256xbf16>, memref<?x64xbf16>, memref<9xi32>, memref<8x64x256xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xbf16>, %b: memref<?x60xbf16>, %o: memref<9xi32>, %c: memref<8x256x60xf32>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects a and b to have multiples of 8 columns (16-byte TMA strides), got 'memref<?x256xbf16>' and 'memref<?x60xbf16>'}}
+  moegpu.grouped_gemm %a, %b, %o, %c {layout = #moegpu.layout<tn>} : memref<?x256xbf16>, memref<?x60xbf16>, memref<9xi32>, memref<8x256x60xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<128x256xbf16>, %b: memref<64x64xbf16>, %o: memref<9xi32>, %c: memref<8x256x64xf32>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects a and b to have the same rows (the reduction), got 'memref<128x256xbf16>' and 'memref<64x64xbf16>'}}
+  moegpu.grouped_gemm %a, %b, %o, %c {layout = #moegpu.layout<tn>} : memref<128x256xbf16>, memref<64x64xbf16>, memref<9xi32>, memref<8x256x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%o: memref<9xi32>) {
+  // expected-error @+1 {{'moegpu.tile_loop' op expects k_grouped to have offsets, rows and depth 0 (the groups' rows are the reduction)}}
+  moegpu.tile_loop %o : memref<9xi32> k_grouped columns 64 tiles 128 x 64 x 64 depth 0 on #moegpu.sm_range<first = 0, count = 4> {
+  ^bb0(%e: index, %r: index, %c: index, %s: index, %k: index):
+  }
+  return
+}
+
+// -----
+
+func.func @f(%o: memref<9xi32>) {
+  // expected-error @+1 {{'moegpu.tile_loop' op expects a positive depth, got 0}}
+  moegpu.tile_loop %o : memref<9xi32> columns 64 tiles 128 x 64 x 64 depth 0 on #moegpu.sm_range<first = 0, count = 4> {
+  ^bb0(%e: index, %r: index, %c: index, %s: index, %k: index):
+  }
+  return
+}
+
+// -----
+
+func.func @f(%acc: vector<32xf32>, %c: memref<?x64xf32>, %i: index) {
+  // expected-error @+1 {{'moegpu.store_tile' op expects c to be a rank-3 memref of bf16, f16 or f32 (indexed by a group), got 'memref<?x64xf32>'}}
+  moegpu.store_tile %acc, %c[%i, %i, %i], warpgroup %i, row_end %i : vector<32xf32>, memref<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%acc: vector<32xf32>, %c: memref<?x64xf32>, %i: index) {
+  // expected-error @+1 {{expects [row, col] or [group, row, col]}}
+  moegpu.store_tile %acc, %c[%i], warpgroup %i, row_end %i : vector<32xf32>, memref<?x64xf32>
   return
 }

@@ -7,21 +7,19 @@
 // CHECK-SAME: (%[[A:.*]]: memref<?x2048xbf16>, %[[B:.*]]: memref<256x7168x2048xbf16>, %[[O:.*]]: memref<257xi32>, %[[C:.*]]: memref<?x7168xbf16>, %[[S:.*]]: memref<?xf32>)
 // CHECK: %[[P:.*]] = moegpu.pipeline.create : <<m = 128, n = 128, k = 64, stages = 7>, bf16>
 // CHECK: moegpu.warp_roles consumers = 2, producer_regs = 40, consumer_regs = 232 producer {
-// CHECK:   moegpu.tile_loop %[[O]] : memref<257xi32> columns 7168 tiles 128 x 128 on <first = 0, count = 112> {
-// CHECK:   ^bb0(%[[E:.*]]: index, %[[ROW:.*]]: index, %[[COL:.*]]: index, %[[SEQ:.*]]: index):
-// CHECK:     %[[KB:.*]] = arith.constant 32 : index
-// CHECK:     %[[BASE:.*]] = arith.muli %[[SEQ]], %[[KB]]
+// CHECK:   moegpu.tile_loop %[[O]] : memref<257xi32> columns 7168 tiles 128 x 128 x 64 depth 2048 on <first = 0, count = 112> {
+// CHECK:   ^bb0(%[[E:.*]]: index, %[[ROW:.*]]: index, %[[COL:.*]]: index, %[[BASE:.*]]: index, %[[KBS:.*]]: index):
 // CHECK:     %[[N:.*]] = arith.constant 7168 : index
 // CHECK:     %[[EN:.*]] = arith.muli %[[E]], %[[N]]
 // CHECK:     %[[BROW:.*]] = arith.addi %[[EN]], %[[COL]]
-// CHECK:     scf.for %[[KI:.*]] = %{{.*}} to %{{.*}} step
+// CHECK:     scf.for %[[KI:.*]] = %{{.*}} to %[[KBS]] step
 // CHECK:       %[[IT:.*]] = arith.addi %[[BASE]], %[[KI]]
 // CHECK:       %[[K:.*]] = arith.muli %[[KI]], %{{.*}}
-// CHECK:       moegpu.produce %[[P]][%[[IT]]], %[[A]][%[[ROW]]], %[[B]][%[[BROW]]], k %[[K]]
+// CHECK:       moegpu.produce %[[P]][%[[IT]]], %[[A]][%[[ROW]], %[[K]]], %[[B]][%[[BROW]], %[[K]]]
 // CHECK: } consumer {
 // CHECK: ^bb0(%[[WG:.*]]: index):
-// CHECK:   moegpu.tile_loop %[[O]] : memref<257xi32> columns 7168 tiles 128 x 128 on <first = 0, count = 112> {
-// CHECK:   ^bb0(%[[E2:.*]]: index, %[[ROW2:.*]]: index, %[[COL2:.*]]: index, %[[SEQ2:.*]]: index):
+// CHECK:   moegpu.tile_loop %[[O]] : memref<257xi32> columns 7168 tiles 128 x 128 x 64 depth 2048 on <first = 0, count = 112> {
+// CHECK:   ^bb0(%[[E2:.*]]: index, %[[ROW2:.*]]: index, %[[COL2:.*]]: index, %[[BASE2:.*]]: index, %[[KBS2:.*]]: index):
 // One wgmma batch stays in flight: each k-block's mma gives back the
 // previous k-block's slot, and the last is drained after the loop.
 // CHECK:     %[[ACC:.*]] = scf.for %[[KJ:.*]] = {{.*}} iter_args(%[[X:.*]] = %{{.*}}) -> (vector<64xf32>)
@@ -30,7 +28,8 @@
 // CHECK:       scf.if
 // CHECK:         %[[PREV:.*]] = arith.subi %[[IT2]], %{{.*}}
 // CHECK:         moegpu.release %[[P]][%[[PREV]]] :
-// CHECK:     %[[LAST:.*]] = arith.addi %{{.*}}, %c31
+// CHECK:     %[[PAST:.*]] = arith.addi %[[BASE2]], %[[KBS2]]
+// CHECK:     %[[LAST:.*]] = arith.subi %[[PAST]], %{{.*}}
 // CHECK:     moegpu.release %[[P]][%[[LAST]]] drain :
 // CHECK:     %[[NEXT:.*]] = arith.addi %[[E2]], %{{.*}}
 // CHECK:     %[[END:.*]] = memref.load %[[O]][%[[NEXT]]]
@@ -74,5 +73,48 @@ func.func @too_much_smem(%a: memref<?x64xbf16>, %b: memref<4x256x64xbf16>, %o: m
 func.func @too_few_registers(%a: memref<?x64xbf16>, %b: memref<4x256x64xbf16>, %o: memref<5xi32>, %c: memref<?x256xbf16>) {
   // expected-error @+1 {{'moegpu.grouped_gemm' op tile 256x256 leaves 112 registers per consumer thread, too few for 128 accumulators}}
   moegpu.grouped_gemm %a, %b, %o, %c {tile = #moegpu.tile<m = 256, n = 256, k = 64, stages = 2>, sm_range = #moegpu.sm_range<first = 0, count = 8>} : memref<?x64xbf16>, memref<4x256x64xbf16>, memref<5xi32>, memref<?x256xbf16>
+  return
+}
+
+// -----
+
+// dX = dY . W: B read as stored, [E, K, N], from row e * K + k.
+// CHECK-LABEL: func.func @dx
+// CHECK: %[[P:.*]] = moegpu.pipeline.create : <<m = 128, n = 128, k = 64, stages = 7>, bf16, nn>
+// CHECK: moegpu.tile_loop %{{.*}} : memref<9xi32> columns 256 tiles 128 x 128 x 64 depth 512
+// CHECK: ^bb0(%[[E:.*]]: index, %[[ROW:.*]]: index, %[[COL:.*]]: index, %{{.*}}: index, %{{.*}}: index):
+// CHECK:   %[[EK:.*]] = arith.muli %[[E]], %c512
+// CHECK:   scf.for
+// CHECK:     %[[K:.*]] = arith.muli
+// CHECK:     %[[BK:.*]] = arith.addi %[[EK]], %[[K]]
+// CHECK:     moegpu.produce %[[P]][%{{.*}}], %{{.*}}[%[[ROW]], %[[K]]], %{{.*}}[%[[COL]], %[[BK]]]
+// CHECK: moegpu.store_tile %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}], warpgroup
+func.func @dx(%a: memref<?x512xbf16>, %b: memref<8x512x256xbf16>, %o: memref<9xi32>, %c: memref<?x256xf32>) {
+  moegpu.grouped_gemm %a, %b, %o, %c {layout = #moegpu.layout<nn>, tile = #moegpu.tile<m = 128, n = 128, k = 64, stages = 7>, sm_range = #moegpu.sm_range<first = 0, count = 16>} : memref<?x512xbf16>, memref<8x512x256xbf16>, memref<9xi32>, memref<?x256xf32>
+  return
+}
+
+// -----
+
+// dW_e = dY_e^T . X_e: the group's rows are the reduction, its k blocks
+// counted per tile; an empty group drains nothing and stores zeros.
+// CHECK-LABEL: func.func @dw
+// CHECK: %[[P:.*]] = moegpu.pipeline.create : <<m = 128, n = 128, k = 64, stages = 7>, bf16, tn>
+// CHECK: moegpu.tile_loop %[[O:.*]] : memref<9xi32> k_grouped rows %{{.*}} columns 256 tiles 128 x 128 x 64 depth 0
+// CHECK: ^bb0(%[[E:.*]]: index, %[[ROW:.*]]: index, %[[COL:.*]]: index, %{{.*}}: index, %[[KBS:.*]]: index):
+// CHECK:   %[[START:.*]] = memref.load %[[O]][%[[E]]]
+// CHECK:   %[[FIRST:.*]] = arith.index_cast %[[START]]
+// CHECK:   scf.for %{{.*}} = %{{.*}} to %[[KBS]]
+// CHECK:     %[[K:.*]] = arith.muli
+// CHECK:     %[[R:.*]] = arith.addi %[[FIRST]], %[[K]]
+// CHECK:     moegpu.produce %[[P]][%{{.*}}], %{{.*}}[%[[ROW]], %[[R]]], %{{.*}}[%[[COL]], %[[R]]]
+// CHECK: } consumer {
+// CHECK: ^bb0(%{{.*}}: index, %[[ROW2:.*]]: index, %[[COL2:.*]]: index, %{{.*}}: index, %[[KBS2:.*]]: index):
+// CHECK:   %[[ANY:.*]] = arith.cmpi ugt, %[[KBS2]], %c0
+// CHECK:   scf.if %[[ANY]] {
+// CHECK:     moegpu.release %[[P]][%{{.*}}] drain
+// CHECK:   moegpu.store_tile %{{.*}}, %{{.*}}[%{{.*}}, %[[ROW2]], %[[COL2]]], warpgroup %{{.*}}, row_end %{{.*}} : vector<64xf32>, memref<8x384x256xf32>
+func.func @dw(%a: memref<?x384xbf16>, %b: memref<?x256xbf16>, %o: memref<9xi32>, %c: memref<8x384x256xf32>) {
+  moegpu.grouped_gemm %a, %b, %o, %c {layout = #moegpu.layout<tn>, tile = #moegpu.tile<m = 128, n = 128, k = 64, stages = 7>, sm_range = #moegpu.sm_range<first = 0, count = 16>} : memref<?x384xbf16>, memref<?x256xbf16>, memref<9xi32>, memref<8x384x256xf32>
   return
 }
