@@ -239,6 +239,12 @@ Status CudaBackend::init(const Bundle &bundle) {
         !s.ok())
       return s;
     buffers[b.name] = ptr;
+    // Zeroed once: a weight gradient's GEMM reads whole 64-row blocks of
+    // its operands, and rows no step has written yet must not be NaN.
+    if (Status s = check(driver.memsetD8Async(ptr, 0, bytes, stream),
+                         "cannot clear buffer '" + b.name + "'");
+        !s.ok())
+      return s;
   }
 
   // Kernels, their shared memory, and the tensor maps (encoded once over
@@ -703,10 +709,19 @@ Status CudaBackend::runEntry(const std::string &symbol,
                              "' must be " + std::string(mlirName(b->dtype)) +
                              " of " + std::to_string(bytes) + " bytes");
     targets.push_back(b);
-    if (!spec.output)
-      if (Status s =
-              check(driver.memcpyHtoD(buffers[b->name], t.data.data(), bytes),
-                    "cannot upload '" + spec.name + "'");
+    if (spec.output)
+      continue;
+    if (Status s =
+            check(driver.memcpyHtoD(buffers[b->name], t.data.data(), bytes),
+                  "cannot upload '" + spec.name + "'");
+        !s.ok())
+      return s;
+    // Rows past this step's tokens are zero: the shared experts' weight
+    // gradients reduce over the tokens in blocks of 64 rows.
+    if (size_t capacity = capacityBytes(*b); capacity > bytes)
+      if (Status s = check(driver.memsetD8Async(buffers[b->name] + bytes, 0,
+                                                capacity - bytes, stream),
+                           "cannot clear the rows past '" + spec.name + "'");
           !s.ok())
         return s;
   }

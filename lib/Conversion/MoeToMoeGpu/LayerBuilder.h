@@ -171,9 +171,7 @@ private:
   void buildGatherRowDy(gpu::GPUFuncOp func);
   void buildScatterRowWeightGrad(gpu::GPUFuncOp func);
   void buildActGrad(gpu::GPUFuncOp func, bool weighted);
-  void buildRowsGrad(gpu::GPUFuncOp func);
-  void buildDownGrad(gpu::GPUFuncOp func, bool weighted);
-  void buildGateUpGrad(gpu::GPUFuncOp func);
+  void buildScaleToHalf(gpu::GPUFuncOp func, bool weighted);
   void buildRouteGrad(gpu::GPUFuncOp func);
   void buildInputGrad(gpu::GPUFuncOp func);
   void buildRouterGrad(gpu::GPUFuncOp func);

@@ -172,23 +172,28 @@ void LayerBuilder::buildScatterRowWeightGrad(gpu::GPUFuncOp func) {
 /// Per row r of group g (an expert's rows, or every token for the shared
 /// experts) and FFN column f: the gate and up pre-activations g, u (the
 /// row times the compute weights), gs = row_dy[r] . W2[g][:, f]; then
-/// d_act = w * gs, dg = d_act * u * silu'(g), du = d_act * silu(g) into
-/// dgu[r] = [dg, du] and, with routing weights, the weight's gradient
-/// sum_f act * gs into row_grad[r]. Padding rows have zero rows, dy and
-/// weight, so they contribute nothing.
+/// d_act = w * gs, dg = d_act * u * silu'(g), du = d_act * silu(g) in the
+/// compute type: into dgu[r] interleaved as w13's rows are (the input
+/// gradient's GEMM multiplies it by w13), and into dg[r, f] and du[r, f]
+/// (the weight gradients' GEMMs); with routing weights, the weight's
+/// gradient sum_f act * gs into row_grad[r]. Padding rows have zero rows,
+/// dy and weight, so they contribute nothing.
 void LayerBuilder::buildActGrad(gpu::GPUFuncOp func, bool weighted) {
   ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
   int64_t hidden = config.getHidden();
-  // rows, w13, w2, row_dy, groups, dgu [, weight, row_grad]
+  // rows, w13, w2, row_dy, groups, dgu, dg, du [, weight, row_grad]
   Value rows = func.getArgument(0), w13 = func.getArgument(1);
   Value w2 = func.getArgument(2), rowDy = func.getArgument(3);
   Value groups = func.getArgument(4), dgu = func.getArgument(5);
-  int64_t ffn = cast<MemRefType>(dgu.getType()).getDimSize(1) / 2;
+  Value dgOut = func.getArgument(6), duOut = func.getArgument(7);
+  auto dguType = cast<MemRefType>(dgu.getType());
+  int64_t ffn = dguType.getDimSize(1) / 2;
+  Type half = dguType.getElementType();
   Value r = e.block();
   e.when(inGroups(e, groups, r), [&] {
     Value ex = groupOf(e, b, groups, r);
-    Value weight = weighted ? e.load(func.getArgument(6), {r}) : e.f32(1.0);
+    Value weight = weighted ? e.load(func.getArgument(8), {r}) : e.f32(1.0);
     Value partial = e.loop(
         e.thread(), e.idx(ffn), e.idx(kRowThreads), {e.f32(0)},
         [&](Value f, ValueRange it) {
@@ -210,111 +215,38 @@ void LayerBuilder::buildActGrad(gpu::GPUFuncOp func, bool weighted) {
           // silu'(g) = sig * (1 + g * (1 - sig))
           Value dsilu =
               e.mul(sig, e.add(e.f32(1.0), e.mul(g, e.sub(e.f32(1.0), sig))));
-          e.store(e.mul(e.mul(dact, u), dsilu), dgu, {r, f});
-          e.store(e.mul(dact, silu), dgu, {r, e.addi(f, e.idx(ffn))});
+          Value dg = arith::TruncFOp::create(b, half, e.mul(e.mul(dact, u), dsilu));
+          Value du = arith::TruncFOp::create(b, half, e.mul(dact, silu));
+          e.store(dg, dgu, {r, gr});
+          e.store(du, dgu, {r, ur});
+          e.store(dg, dgOut, {r, f});
+          e.store(du, duOut, {r, f});
           return SmallVector<Value>{e.add(it[0], e.mul(e.mul(silu, u), gs))};
         })[0];
     if (weighted)
-      e.atomicAdd(partial, func.getArgument(7), {r});
+      e.atomicAdd(partial, func.getArgument(9), {r});
   });
 }
 
-/// d_rows[r, h] = sum_f dg[r, f] Wg[g][f, h] + du[r, f] Wu[g][f, h].
-void LayerBuilder::buildRowsGrad(gpu::GPUFuncOp func) {
+/// dst[r, h] = w[r] * src[r, h] (w = 1 without weights) in the compute
+/// type, for the rows in `groups`: the output gradient as the backward
+/// GEMMs read it.
+void LayerBuilder::buildScaleToHalf(gpu::GPUFuncOp func, bool weighted) {
   ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
-  // w13, dgu, groups, drows
-  Value w13 = func.getArgument(0), dgu = func.getArgument(1);
-  Value groups = func.getArgument(2), drows = func.getArgument(3);
-  int64_t ffn = cast<MemRefType>(dgu.getType()).getDimSize(1) / 2;
+  // src, groups, dst [, weight]
+  Value src = func.getArgument(0), groups = func.getArgument(1);
+  Value dst = func.getArgument(2);
+  Type half = cast<MemRefType>(dst.getType()).getElementType();
   Value r = e.block();
   e.when(inGroups(e, groups, r), [&] {
-    Value ex = groupOf(e, b, groups, r);
+    Value w = weighted ? e.load(func.getArgument(3), {r}) : Value();
     e.columns(config.getHidden(), [&](Value h) {
-      Value acc = e.loop(e.idx(0), e.idx(ffn), e.idx(1), {e.f32(0)},
-                         [&](Value f, ValueRange it) {
-                           Value gr = gateRow(e, f);
-                           Value ur = e.addi(gr, e.idx(8));
-                           Value dg = e.load(dgu, {r, f});
-                           Value du = e.load(dgu, {r, e.addi(f, e.idx(ffn))});
-                           Value v = e.add(
-                               e.mul(dg, e.toF32(e.load(w13, {ex, gr, h}))),
-                               e.mul(du, e.toF32(e.load(w13, {ex, ur, h}))));
-                           return SmallVector<Value>{e.add(it[0], v)};
-                         })[0];
-      e.store(acc, drows, {r, h});
+      Value v = e.load(src, {r, h});
+      if (w)
+        v = e.mul(w, v);
+      e.store(arith::TruncFOp::create(b, half, v), dst, {r, h});
     });
-  });
-}
-
-/// The sum over the rows of group `g` of `body(r)`.
-static Value sumOverGroup(Emitter &e, Value groups, Value g,
-                          function_ref<Value(Value)> body) {
-  Value begin = e.index(e.load(groups, {g}));
-  Value end = e.index(e.load(groups, {e.addi(g, e.idx(1))}));
-  return e.loop(begin, end, e.idx(1), {e.f32(0)}, [&](Value r, ValueRange it) {
-    return SmallVector<Value>{e.add(it[0], body(r))};
-  })[0];
-}
-
-/// dW2[g, h, f] = sum over group g's rows of (w * row_dy[r, h]) * act[r, f]
-/// (grad [H, F] for one group).
-void LayerBuilder::buildDownGrad(gpu::GPUFuncOp func, bool weighted) {
-  ImplicitLocOpBuilder b = kernelBody(func);
-  Emitter e{b};
-  int64_t hidden = config.getHidden();
-  // act, row_dy, groups, grad [, weight]
-  Value act = func.getArgument(0), rowDy = func.getArgument(1);
-  Value groups = func.getArgument(2), grad = func.getArgument(3);
-  int64_t ffn = cast<MemRefType>(act.getType()).getDimSize(1);
-  bool stacked = cast<MemRefType>(grad.getType()).getRank() == 3;
-  Value g = e.divi(e.block(), e.idx(hidden));
-  Value h = e.remi(e.block(), e.idx(hidden));
-  e.columns(ffn, [&](Value f) {
-    Value acc = sumOverGroup(e, groups, g, [&](Value r) {
-      Value dyv = e.load(rowDy, {r, h});
-      if (weighted)
-        dyv = e.mul(e.load(func.getArgument(4), {r}), dyv);
-      return e.mul(dyv, e.toF32(e.load(act, {r, f})));
-    });
-    if (stacked)
-      e.store(acc, grad, {g, h, f});
-    else
-      e.store(acc, grad, {h, f});
-  });
-}
-
-/// dWg[g, c, h] (c < F) and dWu[g, c - F, h] = sum over group g's rows of
-/// dgu[r, c] * rows[r, h] (grads [F, H] for one group).
-void LayerBuilder::buildGateUpGrad(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b = kernelBody(func);
-  Emitter e{b};
-  // dgu, rows, groups, gate grad, up grad
-  Value dgu = func.getArgument(0), rows = func.getArgument(1);
-  Value groups = func.getArgument(2);
-  Value gateGrad = func.getArgument(3), upGrad = func.getArgument(4);
-  int64_t ffn = cast<MemRefType>(dgu.getType()).getDimSize(1) / 2;
-  bool stacked = cast<MemRefType>(gateGrad.getType()).getRank() == 3;
-  Value g = e.divi(e.block(), e.idx(2 * ffn));
-  Value c = e.remi(e.block(), e.idx(2 * ffn));
-  Value isGate = e.cmp(arith::CmpIPredicate::ult, c, e.idx(ffn));
-  Value f = arith::SelectOp::create(b, isGate, c,
-                                    arith::SubIOp::create(b, c, e.idx(ffn)));
-  e.columns(config.getHidden(), [&](Value h) {
-    Value acc = sumOverGroup(e, groups, g, [&](Value r) {
-      return e.mul(e.load(dgu, {r, c}), e.toF32(e.load(rows, {r, h})));
-    });
-    SmallVector<Value> at{f, h};
-    if (stacked)
-      at.insert(at.begin(), g);
-    auto ifOp = scf::IfOp::create(b, isGate, /*withElseRegion=*/true);
-    {
-      ImplicitLocOpBuilder::InsertionGuard guard(b);
-      b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
-      e.store(acc, gateGrad, at);
-      b.setInsertionPoint(ifOp.elseBlock()->getTerminator());
-      e.store(acc, upGrad, at);
-    }
   });
 }
 

@@ -43,7 +43,11 @@ void LayerBuilder::buildTraining() {
   addBuffer("drows", f32, {kRows, h}, "scratch");
   addBuffer("dl", f32, {kTokens, e}, "scratch");
   if (shared) {
-    addBuffer("shared_dgu", f32, {kTokens, 2 * s}, "scratch");
+    Type half = memrefType("ws13").getElementType();
+    addBuffer("dy_half", half, {kTokens, h}, "scratch");
+    addBuffer("shared_dgu", half, {kTokens, 2 * s}, "scratch");
+    addBuffer("shared_dg", half, {kTokens, s}, "scratch");
+    addBuffer("shared_du", half, {kTokens, s}, "scratch");
     addBuffer("shared_dx", f32, {kTokens, h}, "scratch");
   }
   // The experts' side: this rank's dispatched rows, or with expert
@@ -57,7 +61,14 @@ void LayerBuilder::buildTraining() {
   std::string xDy = sharded ? "ep_row_dy" : "row_dy";
   std::string xDrows = sharded ? "ep_drows" : "drows";
   std::string xWeightGrad = sharded ? "ep_row_weight_grad" : "row_weight_grad";
-  addBuffer("dgu", f32, {expertRows, 2 * f}, "scratch");
+  // The backward GEMMs' operands in the compute type: the output gradient
+  // (times the routing weight) and the gate/up pre-activations' gradient,
+  // interleaved as w13's rows for dX and split for dW.
+  Type half = memrefType("w13").getElementType();
+  addBuffer("dyw", half, {expertRows, h}, "scratch");
+  addBuffer("dgu", half, {expertRows, 2 * f}, "scratch");
+  addBuffer("dg", half, {expertRows, f}, "scratch");
+  addBuffer("du", half, {expertRows, f}, "scratch");
   if (sharded) {
     addBuffer("ep_row_dy", f32, {kReceivedRows, h}, "scratch");
     addBuffer("ep_row_weight_grad", f32, {kReceivedRows}, "scratch");
@@ -116,25 +127,35 @@ void LayerBuilder::buildTraining() {
                              gridOf(moegpu::GridKind::Rows), kRowThreads));
   if (sharded)
     addExchange(moegpu::ExchangeKind::DispatchRows, {"row_dy", "ep_row_dy"});
-  // The experts.
+  // The experts: the SwiGLU backward (SIMT, recomputing the pre-activations
+  // and dY . W2), then dX and the weight gradients as grouped GEMMs on
+  // tensor cores: dX = dGU . W13 (nn), dW2 = (w dY)^T . act and dWg, dWu =
+  // dG^T . X, dU^T . X (tn, k-grouped over each expert's rows).
+  auto persistent = gridOf(moegpu::GridKind::Persistent);
   addMemset(xWeightGrad);
-  buildActGrad(
-      addKernel("train_expert_act_grad",
-                {xRows, "w13", "w2", xDy, xGroups, "dgu", xWeight, xWeightGrad},
-                expertGrid, kRowThreads),
-      /*weighted=*/true);
-  buildRowsGrad(addKernel("train_expert_rows_grad",
-                          {"w13", "dgu", xGroups, xDrows}, expertGrid,
-                          kRowThreads));
-  buildDownGrad(
-      addKernel("train_expert_down_grad",
-                {xAct, xDy, xGroups, arg("down_weight.grad"), xWeight},
-                fixedGrid(local * h), kRowThreads),
-      /*weighted=*/true);
-  buildGateUpGrad(addKernel(
-      "train_expert_gate_up_grad",
-      {"dgu", xRows, xGroups, arg("gate_weight.grad"), arg("up_weight.grad")},
-      fixedGrid(local * 2 * f), kRowThreads));
+  buildActGrad(addKernel("train_expert_act_grad",
+                         {xRows, "w13", "w2", xDy, xGroups, "dgu", "dg", "du",
+                          xWeight, xWeightGrad},
+                         expertGrid, kRowThreads),
+               /*weighted=*/true);
+  buildScaleToHalf(addKernel("train_expert_dy", {xDy, xGroups, "dyw", xWeight},
+                             expertGrid, kRowThreads),
+                   /*weighted=*/true);
+  buildGemm(addKernel("train_expert_rows_grad", {"dgu", "w13", xGroups, xDrows},
+                      persistent, 0),
+            moegpu::Epilogue::None, moegpu::GemmLayout::NN);
+  buildGemm(addKernel("train_expert_down_grad",
+                      {"dyw", xAct, xGroups, arg("down_weight.grad")},
+                      persistent, 0),
+            moegpu::Epilogue::None, moegpu::GemmLayout::TN);
+  buildGemm(addKernel("train_expert_gate_grad",
+                      {"dg", xRows, xGroups, arg("gate_weight.grad")},
+                      persistent, 0),
+            moegpu::Epilogue::None, moegpu::GemmLayout::TN);
+  buildGemm(addKernel("train_expert_up_grad",
+                      {"du", xRows, xGroups, arg("up_weight.grad")},
+                      persistent, 0),
+            moegpu::Epilogue::None, moegpu::GemmLayout::TN);
   if (sharded) {
     addExchange(moegpu::ExchangeKind::CombineRows, {"ep_drows", "drows"});
     addExchange(moegpu::ExchangeKind::CombineRows, {"ep_row_weight_grad", "row_weight_grad"});
@@ -144,27 +165,43 @@ void LayerBuilder::buildTraining() {
       addKernel("train_scatter_row_weight_grad",
                 {"row_weight_grad", "row_token", "offsets", "dtw"},
                 gridOf(moegpu::GridKind::Rows, kCountThreads), kCountThreads));
-  // Shared experts: one group of every token, weight 1.
+  // Shared experts: one group of every token, weight 1. Their weight
+  // gradients reduce over the tokens in blocks of 64 rows: rows past T
+  // are zero in dG and dU (the memsets) and in x (the runtime clears the
+  // rows past an input's tokens).
   if (shared) {
-    buildActGrad(
-        addKernel("train_shared_act_grad",
-                  {"x", "ws13", "ws2", "dy", "shared_offsets", "shared_dgu"},
-                  gridOf(moegpu::GridKind::Tokens, 1), kRowThreads),
-        /*weighted=*/false);
-    buildRowsGrad(
-        addKernel("train_shared_rows_grad",
-                  {"ws13", "shared_dgu", "shared_offsets", "shared_dx"},
-                  gridOf(moegpu::GridKind::Tokens, 1), kRowThreads));
-    buildDownGrad(addKernel("train_shared_down_grad",
-                            {"shared_act", "dy", "shared_offsets",
-                             arg("shared_down_weight.grad")},
-                            fixedGrid(h), kRowThreads),
-                  /*weighted=*/false);
-    buildGateUpGrad(addKernel("train_shared_gate_up_grad",
-                              {"shared_dgu", "x", "shared_offsets",
-                               arg("shared_gate_weight.grad"),
-                               arg("shared_up_weight.grad")},
-                              fixedGrid(2 * s), kRowThreads));
+    addMemset("shared_dg");
+    addMemset("shared_du");
+    buildActGrad(addKernel("train_shared_act_grad",
+                           {"x", "ws13", "ws2", "dy", "shared_offsets",
+                            "shared_dgu", "shared_dg", "shared_du"},
+                           gridOf(moegpu::GridKind::Tokens, 1), kRowThreads),
+                 /*weighted=*/false);
+    addMemset("dy_half");
+    buildScaleToHalf(addKernel("train_shared_dy",
+                               {"dy", "shared_offsets", "dy_half"},
+                               gridOf(moegpu::GridKind::Tokens, 1),
+                               kRowThreads),
+                     /*weighted=*/false);
+    buildGemm(addKernel("train_shared_rows_grad",
+                        {"shared_dgu", "ws13", "shared_offsets", "shared_dx"},
+                        persistent, 0),
+              moegpu::Epilogue::None, moegpu::GemmLayout::NN);
+    buildGemm(addKernel("train_shared_down_grad",
+                        {"dy_half", "shared_act", "shared_offsets",
+                         arg("shared_down_weight.grad")},
+                        persistent, 0),
+              moegpu::Epilogue::None, moegpu::GemmLayout::TN);
+    buildGemm(addKernel("train_shared_gate_grad",
+                        {"shared_dg", "x", "shared_offsets",
+                         arg("shared_gate_weight.grad")},
+                        persistent, 0),
+              moegpu::Epilogue::None, moegpu::GemmLayout::TN);
+    buildGemm(addKernel("train_shared_up_grad",
+                        {"shared_du", "x", "shared_offsets",
+                         arg("shared_up_weight.grad")},
+                        persistent, 0),
+              moegpu::Epilogue::None, moegpu::GemmLayout::TN);
   }
   // Router and input.
   buildRouteGrad(addKernel("train_route_grad",
