@@ -110,6 +110,21 @@ def run_matmul(case, rng, fp8):
     return case.read_bf16(pc, (M, N)), a @ b
 
 
+def run_matmul_tn(case, rng):
+    # dW = dY^T . X in shape: M and N of 200 and 136, a reduction of 300
+    # rows (not a multiple of the 64-row block).
+    M, N, K = 200, 136, 300
+    a16 = to_bf16(rng.uniform(-1, 1, (K, M)))
+    b16 = to_bf16(rng.uniform(-1, 1, (K, N)))
+    a, b = from_bf16(a16).astype(np.float64), from_bf16(b16).astype(np.float64)
+    pa, pb = case.buffer(a16), case.buffer(b16)
+    pc = case.drv.alloc(M * N * 2)
+    c = case.meta["constexprs"]
+    grid = (-(-M // c["BLOCK_M"]), -(-N // c["BLOCK_N"]))
+    case.launch(grid, [u64(pa), u64(pb), u64(pc), i32(M), i32(N), i32(K), i32(M), i32(N), i32(N)])
+    return case.read_bf16(pc, (M, N)), a.T @ b
+
+
 def run_matmul_tma(case, rng):
     M, N, K = 300, 200, 192
     a16, b16 = to_bf16(rng.uniform(-1, 1, (M, K))), to_bf16(rng.uniform(-1, 1, (N, K)))
@@ -198,6 +213,7 @@ RUNNERS = {
     "cutlass_cooperative": run_cutlass,
     "cutlass_pingpong": run_cutlass,
     "triton_matmul_bf16": lambda case, rng: run_matmul(case, rng, False),
+    "triton_matmul_tn": run_matmul_tn,
     "triton_matmul_fp8": lambda case, rng: run_matmul(case, rng, True),
     "triton_matmul_tma": run_matmul_tma,
     "triton_fused_moe": run_fused_moe,

@@ -83,6 +83,11 @@ def main():
             out, "triton_matmul_" + dtype, tk.matmul, sig,
             {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64 if dtype == "bf16" else 128},
             warps, 3)
+    kernels["triton_matmul_tn"] = compile_triton(
+        out, "triton_matmul_tn", tk.matmul_tn,
+        {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*bf16", "M": i32, "N": i32, "K": i32,
+         "stride_ak": i32, "stride_bk": i32, "stride_cm": i32},
+        {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64}, 8, 3)
     desc = "tensordesc<bf16[128, 64]>"
     kernels["triton_matmul_tma"] = compile_triton(
         out, "triton_matmul_tma", tk.matmul_tma,

@@ -1,5 +1,7 @@
 """Triton kernels whose sm_90a PTX the emulator must run: a tiled matmul
-(pointer loads, B read N-major by wgmma), a persistent matmul on TMA
+(pointer loads, B read N-major by wgmma), a weight-gradient matmul A^T.B
+(both operands stored with the reduction as rows: A read M-major and B
+N-major by wgmma), a persistent matmul on TMA
 tensor descriptors, an e4m3 matmul, and a fused-MoE grouped GEMM (rows
 gathered through a sorted token list, one expert per M block, routing
 weights applied in the epilogue). Written for these tests; compiled by
@@ -23,6 +25,26 @@ def matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
         b = tl.load(b_ptr + (k0 + ks)[:, None] * stride_bk + cols[None, :],
                     mask=((k0 + ks)[:, None] < K) & (cols[None, :] < N), other=0.0)
         acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :], acc.to(c_ptr.dtype.element_ty),
+             mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+@triton.jit
+def matmul_tn(a_ptr, b_ptr, c_ptr, M, N, K, stride_ak, stride_bk, stride_cm,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    # C[M, N] = A^T . B with A [K, M] and B [K, N], as dW = dY^T . X.
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        a = tl.load(a_ptr + (k0 + ks)[:, None] * stride_ak + rows[None, :],
+                    mask=((k0 + ks)[:, None] < K) & (rows[None, :] < M), other=0.0)
+        b = tl.load(b_ptr + (k0 + ks)[:, None] * stride_bk + cols[None, :],
+                    mask=((k0 + ks)[:, None] < K) & (cols[None, :] < N), other=0.0)
+        acc = tl.dot(tl.trans(a), b, acc)
     tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :], acc.to(c_ptr.dtype.element_ty),
              mask=(rows[:, None] < M) & (cols[None, :] < N))
 
