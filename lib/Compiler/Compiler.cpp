@@ -218,10 +218,11 @@ static std::string formatReport(const std::vector<Sm90KernelReport> &kernels) {
 }
 
 /// The performance model's projection of the forward pass (PerfModel.cpp)
-/// at 128, 512 and 4096 tokens, those the bundle takes.
+/// at 128, 512 and 4096 tokens, those the bundle takes, and of a training
+/// bundle's step at the largest.
 static std::string formatModel(const std::vector<Sm90KernelReport> &kernels,
-                               const Sm90LayerShape &shape,
-                               int64_t maxTokens) {
+                               const Sm90LayerShape &shape, int64_t maxTokens,
+                               bool train) {
   std::string text;
   llvm::raw_string_ostream os(text);
   Sm90Machine machine;
@@ -259,6 +260,28 @@ static std::string formatModel(const std::vector<Sm90KernelReport> &kernels,
                         t, "layer", flops / 1e9, bytes / 1e6, roofline,
                         estimate, roofline > 0 ? estimate / roofline : 0.0);
   }
+  if (!train)
+    return text;
+  // The training step at the largest of those counts: each kernel's
+  // engine, and the share of the step's FLOPs on the tensor cores.
+  int64_t t = counts.back();
+  os << llvm::formatv("training step, {0} tokens:\n", t);
+  os << llvm::formatv("{0,-31} {1,-6} {2,10} {3,10} {4,12}\n", "kernel",
+                      "engine", "GFLOP", "MB", "estimate us");
+  double flops = 0, tensor = 0, estimate = 0;
+  for (const Sm90KernelCost &c : modelTraining(shape, kernels, t, machine)) {
+    os << llvm::formatv("{0,-31} {1,-6} {2,10:f2} {3,10:f2} {4,12:f1}\n",
+                        c.kernel, c.engine, c.flops / 1e9, c.bytes / 1e6,
+                        c.estimateUs);
+    flops += c.flops;
+    if (c.engine == "wgmma")
+      tensor += c.flops;
+    estimate += c.estimateUs;
+  }
+  os << llvm::formatv("{0,-31} {1,-6} {2,10:f2} {3,10} {4,12:f1}  "
+                      "({5:f1}% of the FLOPs on tensor cores)\n",
+                      "step", "", flops / 1e9, "", estimate,
+                      flops > 0 ? 100 * tensor / flops : 0.0);
   return text;
 }
 
@@ -317,7 +340,8 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
     shape.alignment = sm90.alignment;
     shape.ranks = ranks;
     result.report = formatReport(compiled->kernels) +
-                    formatModel(compiled->kernels, shape, options.maxTokens);
+                    formatModel(compiled->kernels, shape, options.maxTokens,
+                                options.train);
   }
   if (options.emit == "ptx") {
     setText(result, compiled->ptx);

@@ -75,6 +75,8 @@ struct Sm90LayerShape {
 /// bandwidth) and the model's estimate, in microseconds.
 struct Sm90KernelCost {
   std::string kernel;
+  /// What runs its arithmetic: "wgmma" (tensor cores) or "SIMT".
+  std::string engine;
   double flops = 0, bytes = 0, rooflineUs = 0, estimateUs = 0;
 };
 
@@ -85,6 +87,13 @@ std::vector<Sm90KernelCost>
 modelForward(const Sm90LayerShape &shape,
              const std::vector<Sm90KernelReport> &kernels, int64_t tokens,
              const Sm90Machine &machine = {});
+
+/// The training step's kernels' costs at `tokens` (the forward launches
+/// it holds, then the step's own), routing as in modelForward.
+std::vector<Sm90KernelCost>
+modelTraining(const Sm90LayerShape &shape,
+              const std::vector<Sm90KernelReport> &kernels, int64_t tokens,
+              const Sm90Machine &machine = {});
 
 struct Sm90Result {
   std::string ptx;

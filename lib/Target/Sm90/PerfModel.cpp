@@ -1,7 +1,7 @@
-//===- PerfModel.cpp - What the forward kernels should cost on an H200 ----===//
+//===- PerfModel.cpp - What the kernels should cost on an H200 ------------===//
 //
-// Part of moe-compiler. A first-order model of the sm_90a forward pass, for
-// --report: each kernel's useful FLOPs and bytes from the layer's shapes,
+// Part of moe-compiler. A first-order model of the sm_90a forward pass and
+// training step, for --report: each kernel's useful FLOPs and bytes from the layer's shapes,
 // the roofline time on an H200 (the larger of those at peak), and an
 // estimate of what the kernel as built reaches. Routing is assumed
 // uniform: every expert gets T * k / E rows, which the GEMMs pad to the
@@ -26,6 +26,53 @@ namespace {
 
 int64_t ceilDiv(int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : 0; }
 
+/// A wgmma GEMM's cost: `tiles` output tiles of the kernel's tile, each
+/// reducing over `depth`, in waves over its persistent grid, and no
+/// faster than its traffic.
+void costGemm(Sm90KernelCost &c, const Sm90KernelReport &kr, int64_t tiles,
+              double depth, const Sm90Machine &m) {
+  int64_t bm = kr.tileM ? kr.tileM : 128, bn = kr.tileN ? kr.tileN : 128;
+  int64_t ctas = kr.persistentCtas ? kr.persistentCtas : m.sms;
+  double perTile =
+      2.0 * bm * bn * depth / (m.tensorFlops / m.sms * m.tensorEfficiency);
+  double compute = static_cast<double>(ceilDiv(tiles, ctas)) * perTile;
+  c.engine = "wgmma";
+  c.rooflineUs = 1e6 * std::max(c.flops / m.tensorFlops, c.bytes / m.bandwidth);
+  c.estimateUs =
+      1e6 * std::max(compute, c.bytes / (m.bandwidth * m.memoryEfficiency)) +
+      m.launchMicroseconds;
+}
+
+/// A SIMT kernel's cost: its FLOPs on the CUDA cores or its traffic.
+void costSimt(Sm90KernelCost &c, const Sm90Machine &m) {
+  c.engine = "SIMT";
+  c.rooflineUs = 1e6 * std::max(c.flops / m.tensorFlops, c.bytes / m.bandwidth);
+  c.estimateUs = 1e6 * std::max(c.flops / m.simtFlops,
+                                c.bytes / (m.bandwidth * m.memoryEfficiency)) +
+                 m.launchMicroseconds;
+}
+
+/// The routed rows of a layer at a token count, routing uniform: experts
+/// of this rank with rows, their rows, padded to the alignment, and real.
+struct Rows {
+  int64_t busy = 0, perExpert = 0, paddedPerExpert = 0;
+  double padded = 0, real = 0;
+};
+
+Rows routedRows(const Sm90LayerShape &s, int64_t tokens) {
+  Rows r;
+  const int64_t local =
+      std::max<int64_t>(1, s.experts / std::max<int64_t>(1, s.ranks));
+  const int64_t assignments = tokens * s.topK;
+  r.perExpert = ceilDiv(assignments, s.experts);
+  r.busy = std::min<int64_t>(local, assignments);
+  r.paddedPerExpert =
+      r.perExpert ? ceilDiv(r.perExpert, s.alignment) * s.alignment : 0;
+  r.padded = static_cast<double>(r.busy * r.paddedPerExpert);
+  r.real = static_cast<double>(r.busy * r.perExpert);
+  return r;
+}
+
 } // namespace
 
 std::vector<Sm90KernelCost>
@@ -42,14 +89,10 @@ modelForward(const Sm90LayerShape &s,
   const double k = static_cast<double>(s.topK);
   // This rank's experts and the rows they get (sharded: every rank's
   // tokens reach a rank's experts in the same proportion).
-  const int64_t local = std::max<int64_t>(1, s.experts / std::max<int64_t>(1, s.ranks));
-  const int64_t assignments = tokens * s.topK;
-  const int64_t perExpert = ceilDiv(assignments, s.experts);
-  const int64_t busy = std::min<int64_t>(local, assignments);
-  const int64_t paddedPerExpert =
-      perExpert ? ceilDiv(perExpert, s.alignment) * s.alignment : 0;
-  const double rows = static_cast<double>(busy * paddedPerExpert);
-  const double real = static_cast<double>(busy * perExpert);
+  const Rows routed = routedRows(s, tokens);
+  const int64_t busy = routed.busy;
+  const int64_t paddedPerExpert = routed.paddedPerExpert;
+  const double rows = routed.padded, real = routed.real;
 
   for (const Sm90KernelReport &kr : kernels) {
     Sm90KernelCost c;
@@ -91,17 +134,10 @@ modelForward(const Sm90LayerShape &s,
       c.bytes = e * (useful * gK + groups * gN * gK) +
                 outBytes * useful * gN / (up ? 2 : 1);
       int64_t bm = kr.tileM ? kr.tileM : 128, bn = kr.tileN ? kr.tileN : 128;
-      int64_t ctas = kr.persistentCtas ? kr.persistentCtas : m.sms;
       int64_t tiles = static_cast<int64_t>(groups) *
                       ceilDiv(tileRowsPerGroup, bm) *
                       ceilDiv(static_cast<int64_t>(gN), bn);
-      double perTile = 2.0 * bm * bn * gK /
-                       (m.tensorFlops / m.sms * m.tensorEfficiency);
-      double compute = static_cast<double>(ceilDiv(tiles, ctas)) * perTile;
-      c.rooflineUs = 1e6 * std::max(c.flops / m.tensorFlops, c.bytes / m.bandwidth);
-      c.estimateUs =
-          1e6 * std::max(compute, c.bytes / (m.bandwidth * m.memoryEfficiency)) +
-          m.launchMicroseconds;
+      costGemm(c, kr, tiles, gK, m);
       out.push_back(c);
       continue;
     }
@@ -121,10 +157,119 @@ modelForward(const Sm90LayerShape &s,
     } else {
       continue; // not a forward kernel the model knows
     }
-    c.rooflineUs = 1e6 * std::max(c.flops / m.tensorFlops, c.bytes / m.bandwidth);
-    c.estimateUs = 1e6 * std::max(c.flops / m.simtFlops,
-                                  c.bytes / (m.bandwidth * m.memoryEfficiency)) +
-                   m.launchMicroseconds;
+    costSimt(c, m);
+    out.push_back(c);
+  }
+  return out;
+}
+
+std::vector<Sm90KernelCost>
+modelTraining(const Sm90LayerShape &s,
+              const std::vector<Sm90KernelReport> &kernels, int64_t tokens,
+              const Sm90Machine &m) {
+  // The forward launches inside the step cost what they cost alone.
+  std::vector<Sm90KernelCost> out = modelForward(s, kernels, tokens, m);
+  const double e = static_cast<double>(s.elementBytes);
+  const double T = static_cast<double>(tokens);
+  const double H = static_cast<double>(s.hidden);
+  const double F = static_cast<double>(s.ffn);
+  const double S = static_cast<double>(s.sharedFfn);
+  const double E = static_cast<double>(s.experts);
+  const double k = static_cast<double>(s.topK);
+  const int64_t local =
+      std::max<int64_t>(1, s.experts / std::max<int64_t>(1, s.ranks));
+  const Rows r = routedRows(s, tokens);
+  const double busy = static_cast<double>(r.busy);
+  // The routed experts' weights this rank trains.
+  const double expertWeights = 3.0 * static_cast<double>(local) * F * H;
+  auto tilesOf = [](double groups, double rows, double cols, int64_t bm,
+                    int64_t bn) {
+    return static_cast<int64_t>(groups) *
+           ceilDiv(static_cast<int64_t>(rows), bm) *
+           ceilDiv(static_cast<int64_t>(cols), bn);
+  };
+  for (const Sm90KernelReport &kr : kernels) {
+    const std::string &n = kr.name;
+    if (n.rfind("train_", 0) != 0)
+      continue;
+    Sm90KernelCost c;
+    c.kernel = n;
+    int64_t bm = kr.tileM ? kr.tileM : 128, bn = kr.tileN ? kr.tileN : 128;
+    bool routed = n.rfind("train_expert_", 0) == 0;
+    bool sharedK = n.rfind("train_shared_", 0) == 0;
+    // Rows, groups, FFN width and reduction depth of the expert kernels.
+    double rows = routed ? r.real : T, groups = routed ? busy : 1;
+    double width = routed ? F : S;
+    double depth = routed ? static_cast<double>(r.paddedPerExpert) : T;
+    if ((routed || sharedK) && width == 0)
+      continue;
+    if (kr.tileM && (routed || sharedK)) {
+      // After "train_expert_" or "train_shared_".
+      std::string what = n.substr(13);
+      if (what == "rows_grad") {
+        // dX = dGU . W13 (nn): K = 2F.
+        c.flops = 2 * rows * 2 * width * H;
+        c.bytes = e * (rows * 2 * width + groups * 2 * width * H) + 4 * rows * H;
+        costGemm(c, kr,
+                 tilesOf(groups, routed ? r.paddedPerExpert : T, H, bm, bn),
+                 2 * width, m);
+      } else if (what == "down_grad") {
+        // dW2 = dY^T . act (tn): H x F per group over its rows.
+        c.flops = 2 * rows * H * width;
+        c.bytes = e * rows * (H + width) + 4 * groups * H * width;
+        costGemm(c, kr, tilesOf(groups, H, width, bm, bn), depth, m);
+      } else {
+        // dWg or dWu = dG^T . X (tn): F x H per group.
+        c.flops = 2 * rows * width * H;
+        c.bytes = e * rows * (width + H) + 4 * groups * width * H;
+        costGemm(c, kr, tilesOf(groups, width, H, bm, bn), depth, m);
+      }
+      out.push_back(c);
+      continue;
+    }
+    if (n == "train_expert_act_grad" || n == "train_shared_act_grad") {
+      // Recomputes the gate and up pre-activations and dY . W2 per row.
+      c.flops = 2 * rows * 3 * width * H;
+      c.bytes = e * (rows * H + groups * 3 * width * H) + 4 * rows * H +
+                3 * e * rows * width;
+    } else if (n == "train_expert_dy" || n == "train_shared_dy") {
+      c.bytes = (4 + e) * rows * H;
+    } else if (n == "train_route_grad" || n == "train_router_grad") {
+      // The logits again, or their gradient times x.
+      c.flops = 2 * T * E * H;
+      c.bytes = e * (T * H + E * H) + 4 * T * E;
+    } else if (n == "train_input_grad") {
+      c.flops = 2 * T * E * H;
+      c.bytes = 4 * (r.real * H + 2 * T * H + T * E) + e * E * H;
+    } else if (n == "train_loss") {
+      c.bytes = (e + 8) * T * H;
+    } else if (n == "train_gather_row_dy") {
+      c.bytes = 8 * r.real * H;
+    } else if (n == "train_row_tokens" || n == "train_scatter_row_weight_grad") {
+      c.bytes = 12 * T * k;
+    } else if (n == "train_load" || n == "train_bias") {
+      c.bytes = 12 * E;
+    } else if (n.rfind("train_adamw_", 0) == 0) {
+      // Read w, m, v, grad; write the next w, m, v (f32), this weight's
+      // share of the trained weights.
+      std::string w = n.substr(12);
+      double count = w == "router_weight" ? E * H
+                     : w.rfind("shared_", 0) == 0 ? S * H
+                                                  : expertWeights / 3;
+      c.bytes = 28 * count;
+    } else {
+      // Compute copies of the masters: f32 in, the compute type out.
+      double count = n == "train_router_weight" ? E * H
+                     : n == "train_pack_gate_up" ? 2 * expertWeights / 3
+                     : n == "train_down_weight"  ? expertWeights / 3
+                     : n == "train_pack_shared_gate_up" ? 2 * S * H
+                     : n == "train_shared_down_weight"  ? S * H
+                                                        : 0;
+      if (count == 0)
+        continue;
+      c.bytes = (4 + e) * count;
+    }
+    costSimt(c, m);
     out.push_back(c);
   }
   return out;
