@@ -108,21 +108,6 @@ void LayerBuilder::buildRowTokens(gpu::GPUFuncOp func) {
   });
 }
 
-/// The group of row `r` among `groups` ([G + 1] i32 offsets): the g with
-/// groups[g] <= r < groups[g + 1] (a short scan: G is an expert count).
-static Value groupOf(Emitter &e, ImplicitLocOpBuilder &b, Value groups,
-                     Value r) {
-  int64_t count = cast<MemRefType>(groups.getType()).getDimSize(0) - 1;
-  Value rI32 = arith::IndexCastOp::create(b, b.getI32Type(), r);
-  return e.loop(
-      e.idx(1), e.idx(count), e.idx(1), {e.idx(0)},
-      [&](Value g, ValueRange it) {
-        Value past =
-            e.cmp(arith::CmpIPredicate::sge, rI32, e.load(groups, {g}));
-        return SmallVector<Value>{arith::SelectOp::create(b, past, g, it[0])};
-      })[0];
-}
-
 /// Whether row `r` lies inside `groups`' last offset (rows past it are
 /// capacity nobody wrote).
 static Value inGroups(Emitter &e, Value groups, Value r) {
@@ -169,46 +154,35 @@ void LayerBuilder::buildScatterRowWeightGrad(gpu::GPUFuncOp func) {
   });
 }
 
-/// Per row r of group g (an expert's rows, or every token for the shared
-/// experts) and FFN column f: the gate and up pre-activations g, u (the
-/// row times the compute weights), gs = row_dy[r] . W2[g][:, f]; then
-/// d_act = w * gs, dg = d_act * u * silu'(g), du = d_act * silu(g) in the
-/// compute type: into dgu[r] interleaved as w13's rows are (the input
-/// gradient's GEMM multiplies it by w13), and into dg[r, f] and du[r, f]
-/// (the weight gradients' GEMMs); with routing weights, the weight's
-/// gradient sum_f act * gs into row_grad[r]. Padding rows have zero rows,
-/// dy and weight, so they contribute nothing.
+/// The SwiGLU backward, elementwise per row r of a group (an expert's rows,
+/// or every token for the shared experts) and FFN column f, from the
+/// backward GEMMs' gu (the gate and up pre-activations g, u, at w13's
+/// interleaved rows) and gs = dY[r] . W2[:, f]: d_act = w * gs, dg = d_act
+/// * u * silu'(g), du = d_act * silu(g) in the compute type, into dgu[r]
+/// interleaved as w13's rows are (the input gradient's GEMM multiplies it
+/// by w13) and into dg[r, f] and du[r, f] (the weight gradients' GEMMs);
+/// with routing weights, the weight's gradient sum_f act * gs into
+/// row_grad[r]. Padding rows have zero rows, dy and weight, so they
+/// contribute nothing.
 void LayerBuilder::buildActGrad(gpu::GPUFuncOp func, bool weighted) {
   ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
-  int64_t hidden = config.getHidden();
-  // rows, w13, w2, row_dy, groups, dgu, dg, du [, weight, row_grad]
-  Value rows = func.getArgument(0), w13 = func.getArgument(1);
-  Value w2 = func.getArgument(2), rowDy = func.getArgument(3);
-  Value groups = func.getArgument(4), dgu = func.getArgument(5);
-  Value dgOut = func.getArgument(6), duOut = func.getArgument(7);
+  // gu, gs, groups, dgu, dg, du [, weight, row_grad]
+  Value gu = func.getArgument(0), gsIn = func.getArgument(1);
+  Value groups = func.getArgument(2), dgu = func.getArgument(3);
+  Value dgOut = func.getArgument(4), duOut = func.getArgument(5);
   auto dguType = cast<MemRefType>(dgu.getType());
   int64_t ffn = dguType.getDimSize(1) / 2;
   Type half = dguType.getElementType();
   Value r = e.block();
   e.when(inGroups(e, groups, r), [&] {
-    Value ex = groupOf(e, b, groups, r);
-    Value weight = weighted ? e.load(func.getArgument(8), {r}) : e.f32(1.0);
+    Value weight = weighted ? e.load(func.getArgument(6), {r}) : e.f32(1.0);
     Value partial = e.loop(
         e.thread(), e.idx(ffn), e.idx(kRowThreads), {e.f32(0)},
         [&](Value f, ValueRange it) {
           Value gr = gateRow(e, f), ur = e.addi(gateRow(e, f), e.idx(8));
-          ValueRange sums = e.loop(
-              e.idx(0), e.idx(hidden), e.idx(1), {e.f32(0), e.f32(0), e.f32(0)},
-              [&](Value h, ValueRange acc) {
-                Value xv = e.toF32(e.load(rows, {r, h}));
-                return SmallVector<Value>{
-                    e.add(acc[0], e.mul(xv, e.toF32(e.load(w13, {ex, gr, h})))),
-                    e.add(acc[1], e.mul(xv, e.toF32(e.load(w13, {ex, ur, h})))),
-                    e.add(acc[2], e.mul(e.load(rowDy, {r, h}),
-                                        e.toF32(e.load(w2, {ex, h, f}))))};
-              });
-          Value g = sums[0], u = sums[1], gs = sums[2];
+          Value g = e.load(gu, {r, gr}), u = e.load(gu, {r, ur});
+          Value gs = e.load(gsIn, {r, f});
           Value sig = e.sigmoid(g);
           Value silu = e.mul(g, sig);
           Value dact = e.mul(weight, gs);
@@ -224,17 +198,17 @@ void LayerBuilder::buildActGrad(gpu::GPUFuncOp func, bool weighted) {
           return SmallVector<Value>{e.add(it[0], e.mul(e.mul(silu, u), gs))};
         })[0];
     if (weighted)
-      e.atomicAdd(partial, func.getArgument(9), {r});
+      e.atomicAdd(partial, func.getArgument(7), {r});
   });
 }
 
-/// dst[r, h] = w[r] * src[r, h] (w = 1 without weights) in the compute
-/// type, for the rows in `groups`: the output gradient as the backward
-/// GEMMs read it.
+/// dst[r, h] = src[r, h] and, with weights, weighted[r, h] = w[r] *
+/// src[r, h], in the compute type, for the rows in `groups`: the output
+/// gradient as the backward GEMMs read it.
 void LayerBuilder::buildScaleToHalf(gpu::GPUFuncOp func, bool weighted) {
   ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
-  // src, groups, dst [, weight]
+  // src, groups, dst [, weight, weighted]
   Value src = func.getArgument(0), groups = func.getArgument(1);
   Value dst = func.getArgument(2);
   Type half = cast<MemRefType>(dst.getType()).getElementType();
@@ -243,9 +217,10 @@ void LayerBuilder::buildScaleToHalf(gpu::GPUFuncOp func, bool weighted) {
     Value w = weighted ? e.load(func.getArgument(3), {r}) : Value();
     e.columns(config.getHidden(), [&](Value h) {
       Value v = e.load(src, {r, h});
-      if (w)
-        v = e.mul(w, v);
       e.store(arith::TruncFOp::create(b, half, v), dst, {r, h});
+      if (w)
+        e.store(arith::TruncFOp::create(b, half, e.mul(w, v)),
+                func.getArgument(4), {r, h});
     });
   });
 }

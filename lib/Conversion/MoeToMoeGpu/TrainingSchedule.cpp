@@ -19,7 +19,6 @@ void LayerBuilder::buildTraining() {
   int64_t f = config.getFfn(), s = config.getSharedFfnTotal();
   bool shared = config.hasSharedExperts(), bias = config.getScoreBias();
   auto ep = static_cast<int64_t>(layer.getEpSize());
-  int64_t local = e / ep;
   Type f32 = Builder(ctx).getF32Type(), i32 = Builder(ctx).getI32Type();
 
   // The step's arguments: x and score_bias are the forward pass's own
@@ -45,6 +44,8 @@ void LayerBuilder::buildTraining() {
   if (shared) {
     Type half = memrefType("ws13").getElementType();
     addBuffer("dy_half", half, {kTokens, h}, "scratch");
+    addBuffer("shared_gu", f32, {kTokens, 2 * s}, "scratch");
+    addBuffer("shared_gs", f32, {kTokens, s}, "scratch");
     addBuffer("shared_dgu", half, {kTokens, 2 * s}, "scratch");
     addBuffer("shared_dg", half, {kTokens, s}, "scratch");
     addBuffer("shared_du", half, {kTokens, s}, "scratch");
@@ -65,7 +66,10 @@ void LayerBuilder::buildTraining() {
   // (times the routing weight) and the gate/up pre-activations' gradient,
   // interleaved as w13's rows for dX and split for dW.
   Type half = memrefType("w13").getElementType();
+  addBuffer("dy_rows", half, {expertRows, h}, "scratch");
   addBuffer("dyw", half, {expertRows, h}, "scratch");
+  addBuffer("gu", f32, {expertRows, 2 * f}, "scratch");
+  addBuffer("gs", f32, {expertRows, f}, "scratch");
   addBuffer("dgu", half, {expertRows, 2 * f}, "scratch");
   addBuffer("dg", half, {expertRows, f}, "scratch");
   addBuffer("du", half, {expertRows, f}, "scratch");
@@ -127,20 +131,28 @@ void LayerBuilder::buildTraining() {
                              gridOf(moegpu::GridKind::Rows), kRowThreads));
   if (sharded)
     addExchange(moegpu::ExchangeKind::DispatchRows, {"row_dy", "ep_row_dy"});
-  // The experts: the SwiGLU backward (SIMT, recomputing the pre-activations
-  // and dY . W2), then dX and the weight gradients as grouped GEMMs on
-  // tensor cores: dX = dGU . W13 (nn), dW2 = (w dY)^T . act and dWg, dWu =
-  // dG^T . X, dU^T . X (tn, k-grouped over each expert's rows).
+  // The experts, every GEMM on tensor cores: the gate and up
+  // pre-activations again, GU = X . W13^T (nt, as the forward pass), and
+  // GS = dY . W2 (nn); the SwiGLU backward elementwise; then dX = dGU . W13
+  // (nn), dW2 = (w dY)^T . act and dWg, dWu = dG^T . X, dU^T . X (tn,
+  // k-grouped over each expert's rows).
   auto persistent = gridOf(moegpu::GridKind::Persistent);
-  addMemset(xWeightGrad);
-  buildActGrad(addKernel("train_expert_act_grad",
-                         {xRows, "w13", "w2", xDy, xGroups, "dgu", "dg", "du",
-                          xWeight, xWeightGrad},
-                         expertGrid, kRowThreads),
-               /*weighted=*/true);
-  buildScaleToHalf(addKernel("train_expert_dy", {xDy, xGroups, "dyw", xWeight},
+  buildScaleToHalf(addKernel("train_expert_dy",
+                             {xDy, xGroups, "dy_rows", xWeight, "dyw"},
                              expertGrid, kRowThreads),
                    /*weighted=*/true);
+  buildGemm(addKernel("train_expert_gate_up", {xRows, "w13", xGroups, "gu"},
+                      persistent, 0),
+            moegpu::Epilogue::None);
+  buildGemm(addKernel("train_expert_dact", {"dy_rows", "w2", xGroups, "gs"},
+                      persistent, 0),
+            moegpu::Epilogue::None, moegpu::GemmLayout::NN);
+  addMemset(xWeightGrad);
+  buildActGrad(addKernel("train_expert_act_grad",
+                         {"gu", "gs", xGroups, "dgu", "dg", "du", xWeight,
+                          xWeightGrad},
+                         expertGrid, kRowThreads),
+               /*weighted=*/true);
   buildGemm(addKernel("train_expert_rows_grad", {"dgu", "w13", xGroups, xDrows},
                       persistent, 0),
             moegpu::Epilogue::None, moegpu::GemmLayout::NN);
@@ -170,19 +182,27 @@ void LayerBuilder::buildTraining() {
   // are zero in dG and dU (the memsets) and in x (the runtime clears the
   // rows past an input's tokens).
   if (shared) {
-    addMemset("shared_dg");
-    addMemset("shared_du");
-    buildActGrad(addKernel("train_shared_act_grad",
-                           {"x", "ws13", "ws2", "dy", "shared_offsets",
-                            "shared_dgu", "shared_dg", "shared_du"},
-                           gridOf(moegpu::GridKind::Tokens, 1), kRowThreads),
-                 /*weighted=*/false);
     addMemset("dy_half");
     buildScaleToHalf(addKernel("train_shared_dy",
                                {"dy", "shared_offsets", "dy_half"},
                                gridOf(moegpu::GridKind::Tokens, 1),
                                kRowThreads),
                      /*weighted=*/false);
+    buildGemm(addKernel("train_shared_gate_up",
+                        {"x", "ws13", "shared_offsets", "shared_gu"},
+                        persistent, 0),
+              moegpu::Epilogue::None);
+    buildGemm(addKernel("train_shared_dact",
+                        {"dy_half", "ws2", "shared_offsets", "shared_gs"},
+                        persistent, 0),
+              moegpu::Epilogue::None, moegpu::GemmLayout::NN);
+    addMemset("shared_dg");
+    addMemset("shared_du");
+    buildActGrad(addKernel("train_shared_act_grad",
+                           {"shared_gu", "shared_gs", "shared_offsets",
+                            "shared_dgu", "shared_dg", "shared_du"},
+                           gridOf(moegpu::GridKind::Tokens, 1), kRowThreads),
+                 /*weighted=*/false);
     buildGemm(addKernel("train_shared_rows_grad",
                         {"shared_dgu", "ws13", "shared_offsets", "shared_dx"},
                         persistent, 0),

@@ -206,13 +206,22 @@ modelTraining(const Sm90LayerShape &s,
     if (kr.tileM && (routed || sharedK)) {
       // After "train_expert_" or "train_shared_".
       std::string what = n.substr(13);
-      if (what == "rows_grad") {
+      double rowTiles = routed ? static_cast<double>(r.paddedPerExpert) : T;
+      if (what == "gate_up") {
+        // GU = X . W13^T again (nt): N = 2F, K = H, f32 out.
+        c.flops = 2 * rows * 2 * width * H;
+        c.bytes = e * (rows * H + groups * 2 * width * H) + 4 * rows * 2 * width;
+        costGemm(c, kr, tilesOf(groups, rowTiles, 2 * width, bm, bn), H, m);
+      } else if (what == "dact") {
+        // GS = dY . W2 (nn): N = F, K = H, f32 out.
+        c.flops = 2 * rows * width * H;
+        c.bytes = e * (rows * H + groups * H * width) + 4 * rows * width;
+        costGemm(c, kr, tilesOf(groups, rowTiles, width, bm, bn), H, m);
+      } else if (what == "rows_grad") {
         // dX = dGU . W13 (nn): K = 2F.
         c.flops = 2 * rows * 2 * width * H;
         c.bytes = e * (rows * 2 * width + groups * 2 * width * H) + 4 * rows * H;
-        costGemm(c, kr,
-                 tilesOf(groups, routed ? r.paddedPerExpert : T, H, bm, bn),
-                 2 * width, m);
+        costGemm(c, kr, tilesOf(groups, rowTiles, H, bm, bn), 2 * width, m);
       } else if (what == "down_grad") {
         // dW2 = dY^T . act (tn): H x F per group over its rows.
         c.flops = 2 * rows * H * width;
@@ -228,12 +237,11 @@ modelTraining(const Sm90LayerShape &s,
       continue;
     }
     if (n == "train_expert_act_grad" || n == "train_shared_act_grad") {
-      // Recomputes the gate and up pre-activations and dY . W2 per row.
-      c.flops = 2 * rows * 3 * width * H;
-      c.bytes = e * (rows * H + groups * 3 * width * H) + 4 * rows * H +
-                3 * e * rows * width;
+      // The SwiGLU backward: GU and GS in (f32), dGU, dG and dU out.
+      c.bytes = 4 * rows * 3 * width + e * rows * 4 * width;
     } else if (n == "train_expert_dy" || n == "train_shared_dy") {
-      c.bytes = (4 + e) * rows * H;
+      // dY in; dY and the weighted dY out in the compute type.
+      c.bytes = (4 + (routed ? 2 : 1) * e) * rows * H;
     } else if (n == "train_route_grad" || n == "train_router_grad") {
       // The logits again, or their gradient times x.
       c.flops = 2 * T * E * H;
