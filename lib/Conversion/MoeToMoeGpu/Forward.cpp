@@ -472,13 +472,15 @@ void LayerBuilder::buildCombine(gpu::GPUFuncOp func) {
 }
 
 void LayerBuilder::buildGemm(gpu::GPUFuncOp func, moegpu::Epilogue epilogue,
-                             moegpu::GemmLayout layout) {
+                             moegpu::GemmLayout layout, bool dense) {
   OpBuilder b = builderAt(func.front().getTerminator());
-  Value scale =
-      epilogue == moegpu::Epilogue::RowScale ? func.getArgument(4) : Value();
+  unsigned c = dense ? 2 : 3;
+  Value scale = epilogue == moegpu::Epilogue::RowScale
+                    ? func.getArgument(c + 1)
+                    : Value();
   moegpu::GroupedGemmOp::create(
       b, layer.getLoc(), func.getArgument(0), func.getArgument(1),
-      func.getArgument(2), func.getArgument(3), scale,
+      dense ? Value() : func.getArgument(2), func.getArgument(c), scale,
       moegpu::EpilogueAttr::get(ctx, epilogue),
       moegpu::GemmLayoutAttr::get(ctx, layout), moegpu::TileAttr(),
       moegpu::SmRangeAttr());

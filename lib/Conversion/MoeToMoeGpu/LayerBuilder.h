@@ -158,9 +158,11 @@ private:
                     function_ref<void(Value, Type)> body);
   void buildScatter(gpu::GPUFuncOp func);
   void buildCombine(gpu::GPUFuncOp func);
-  /// A grouped GEMM kernel on (a, b, offsets, c [, scale]).
+  /// A grouped GEMM kernel on (a, b, offsets, c [, scale]), or a dense one
+  /// on (a, b, c [, scale]).
   void buildGemm(gpu::GPUFuncOp func, moegpu::Epilogue epilogue,
-                 moegpu::GemmLayout layout = moegpu::GemmLayout::NT);
+                 moegpu::GemmLayout layout = moegpu::GemmLayout::NT,
+                 bool dense = false);
 
   // The training step (TrainKernels below).
   void buildTraining();
@@ -173,7 +175,9 @@ private:
   void buildActGrad(gpu::GPUFuncOp func, bool weighted);
   void buildScaleToHalf(gpu::GPUFuncOp func, bool weighted);
   void buildRouteGrad(gpu::GPUFuncOp func);
-  void buildInputGrad(gpu::GPUFuncOp func);
+  /// With `routerGemm` the router's part of dx comes from a GEMM's output.
+  void buildInputGrad(gpu::GPUFuncOp func, bool routerGemm);
+  void buildTokenOffsets(gpu::GPUFuncOp func);
   void buildRouterGrad(gpu::GPUFuncOp func);
   void buildLoad(gpu::GPUFuncOp func);
   void buildBias(gpu::GPUFuncOp func);

@@ -225,31 +225,30 @@ void LayerBuilder::buildScaleToHalf(gpu::GPUFuncOp func, bool weighted) {
   });
 }
 
-/// One thread per token: the scores again (router logits, then sigmoid or
-/// softmax) into dl[t], the selected scores' gradient from the routing
-/// weights' (moe.topk_grad), then the logits' (moe.router_grad), in place.
+/// One thread per token: the scores again from the forward pass's router
+/// logits (then sigmoid or softmax) into dl[t], the selected scores'
+/// gradient from the routing weights' (moe.topk_grad), then the logits'
+/// (moe.router_grad), in place; with a dl_half argument, also in the
+/// compute type for the router's gradient GEMMs.
 void LayerBuilder::buildRouteGrad(gpu::GPUFuncOp func) {
   ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
-  int64_t hidden = config.getHidden(), experts = config.getExperts();
+  int64_t experts = config.getExperts();
   int64_t topK = config.getTopK();
   bool sigmoid = config.getScoring() == ScoringFunc::Sigmoid;
   bool normalize = config.getNormTopkProb();
   double scale = config.getRoutedScaleValue();
-  Value x = func.getArgument(0), wr = func.getArgument(1);
-  Value ids = func.getArgument(2), dtw = func.getArgument(3);
-  Value dl = func.getArgument(4);
+  // logits, ids, dtw, dl [, dl_half]
+  Value logits = func.getArgument(0);
+  Value ids = func.getArgument(1), dtw = func.getArgument(2);
+  Value dl = func.getArgument(3);
+  Value dlHalf = func.getNumArguments() > 4 ? func.getArgument(4) : Value();
   Value t = e.globalThread(kCountThreads);
   Value zero = e.idx(0), one = e.idx(1), nE = e.idx(experts), nK = e.idx(topK);
-  e.when(e.cmp(arith::CmpIPredicate::ult, t, e.dim(x, 0)), [&] {
+  e.when(e.cmp(arith::CmpIPredicate::ult, t, e.dim(ids, 0)), [&] {
     e.loop(zero, nE, one, {}, [&](Value ex, ValueRange) {
-      Value acc = e.loop(
-          zero, e.idx(hidden), one, {e.f32(0)}, [&](Value h, ValueRange it) {
-            Value p =
-                e.mul(e.toF32(e.load(x, {t, h})), e.toF32(e.load(wr, {ex, h})));
-            return SmallVector<Value>{e.add(it[0], p)};
-          })[0];
-      e.store(sigmoid ? e.sigmoid(acc) : acc, dl, {t, ex});
+      Value logit = e.load(logits, {t, ex});
+      e.store(sigmoid ? e.sigmoid(logit) : logit, dl, {t, ex});
       return SmallVector<Value>{};
     });
     if (!sigmoid) {
@@ -301,6 +300,10 @@ void LayerBuilder::buildRouteGrad(gpu::GPUFuncOp func) {
       Value g = sigmoid ? e.mul(e.mul(ds, s), e.sub(e.f32(1.0), s))
                         : e.mul(s, e.sub(ds, dot));
       e.store(g, dl, {t, ex});
+      if (dlHalf)
+        e.store(arith::TruncFOp::create(
+                    b, cast<MemRefType>(dlHalf.getType()).getElementType(), g),
+                dlHalf, {t, ex});
       return SmallVector<Value>{};
     });
   });
@@ -308,15 +311,22 @@ void LayerBuilder::buildRouteGrad(gpu::GPUFuncOp func) {
 
 /// dx[t, h] = sum_j d_rows[row_map[t, j], h] (+ the shared experts' input
 /// gradient) + sum_e dl[t, e] * router[e, h].
-void LayerBuilder::buildInputGrad(gpu::GPUFuncOp func) {
+void LayerBuilder::buildInputGrad(gpu::GPUFuncOp func, bool routerGemm) {
   ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
   bool shared = config.hasSharedExperts();
-  // drows, row_map, dl, router [, shared dx], dx
+  // drows, row_map, (dl, router | the router's dx) [, shared dx], dx
   Value drows = func.getArgument(0), rowMap = func.getArgument(1);
-  Value dl = func.getArgument(2), wr = func.getArgument(3);
-  Value sharedDx = shared ? func.getArgument(4) : Value();
-  Value dx = func.getArgument(shared ? 5 : 4);
+  unsigned next = 2;
+  Value routerDx, dl, wr;
+  if (routerGemm) {
+    routerDx = func.getArgument(next++);
+  } else {
+    dl = func.getArgument(next++);
+    wr = func.getArgument(next++);
+  }
+  Value sharedDx = shared ? func.getArgument(next++) : Value();
+  Value dx = func.getArgument(next);
   Value t = e.block();
   e.columns(config.getHidden(), [&](Value h) {
     Value acc = e.loop(
@@ -336,12 +346,16 @@ void LayerBuilder::buildInputGrad(gpu::GPUFuncOp func) {
         })[0];
     if (shared)
       acc = e.add(acc, e.load(sharedDx, {t, h}));
-    acc = e.loop(
-        e.idx(0), e.idx(config.getExperts()), e.idx(1), {acc},
-        [&](Value ex, ValueRange it) {
-          Value p = e.mul(e.load(dl, {t, ex}), e.toF32(e.load(wr, {ex, h})));
-          return SmallVector<Value>{e.add(it[0], p)};
-        })[0];
+    if (routerDx) {
+      acc = e.add(acc, e.load(routerDx, {t, h}));
+    } else {
+      acc = e.loop(
+          e.idx(0), e.idx(config.getExperts()), e.idx(1), {acc},
+          [&](Value ex, ValueRange it) {
+            Value p = e.mul(e.load(dl, {t, ex}), e.toF32(e.load(wr, {ex, h})));
+            return SmallVector<Value>{e.add(it[0], p)};
+          })[0];
+    }
     e.store(acc, dx, {t, h});
   });
 }
@@ -361,6 +375,19 @@ void LayerBuilder::buildRouterGrad(gpu::GPUFuncOp func) {
           return SmallVector<Value>{e.add(it[0], p)};
         })[0];
     e.store(acc, grad, {ex, h});
+  });
+}
+
+/// offsets = [0, T]: one group of every token, for the k-grouped GEMM of
+/// the router's weight gradient.
+void LayerBuilder::buildTokenOffsets(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder b = kernelBody(func);
+  Emitter e{b};
+  Value x = func.getArgument(0), offsets = func.getArgument(1);
+  e.when(e.cmp(arith::CmpIPredicate::eq, e.thread(), e.idx(0)), [&] {
+    e.store(e.i32(0), offsets, {e.idx(0)});
+    e.store(arith::IndexCastOp::create(b, b.getI32Type(), e.dim(x, 0)),
+            offsets, {e.idx(1)});
   });
 }
 

@@ -223,20 +223,57 @@ void LayerBuilder::buildTraining() {
                         persistent, 0),
               moegpu::Epilogue::None, moegpu::GemmLayout::TN);
   }
-  // Router and input.
-  buildRouteGrad(addKernel("train_route_grad",
-                           {"x", "router_weight", "topk_ids", "dtw", "dl"},
-                           gridOf(moegpu::GridKind::Tokens, kCountThreads), kCountThreads));
-  SmallVector<StringRef> dxArgs{"drows", "row_map", "dl", "router_weight"};
+  // Router and input. The router's gradients are GEMMs over the experts
+  // (dRouter = dl^T . x, tn over one group of every token; its part of dx
+  // = dl . router, nn) when the router weight is in the compute type and
+  // the experts fill 16-byte rows; SIMT otherwise (an f32 router weight).
+  Type routerType = memrefType("router_weight").getElementType();
+  bool routerGemm = !routerType.isF32() && e % 8 == 0;
+  SmallVector<StringRef> routeArgs{"router_logits", "topk_ids", "dtw", "dl"};
+  if (routerGemm) {
+    addBuffer("dl_half", routerType, {kTokens, e}, "scratch");
+    addBuffer("token_offsets", i32, {2}, "scratch");
+    addBuffer("router_dx", f32, {kTokens, h}, "scratch");
+    routeArgs.push_back("dl_half");
+    // Rows past T are zero in dl_half and x: the GEMM reduces over whole
+    // blocks of 64 tokens.
+    addMemset("dl_half");
+  }
+  buildRouteGrad(addKernel("train_route_grad", routeArgs,
+                           gridOf(moegpu::GridKind::Tokens, kCountThreads),
+                           kCountThreads));
+  if (routerGemm) {
+    buildGemm(addKernel("train_router_dx",
+                        {"dl_half", "router_weight", "router_dx"}, persistent,
+                        0),
+              moegpu::Epilogue::None, moegpu::GemmLayout::NN,
+              /*dense=*/true);
+    buildTokenOffsets(addKernel("train_token_offsets", {"x", "token_offsets"},
+                                gridOf(moegpu::GridKind::One), 32));
+    buildGemm(addKernel("train_router_grad",
+                        {"dl_half", "x", "token_offsets",
+                         arg("router_weight.grad")},
+                        persistent, 0),
+              moegpu::Epilogue::None, moegpu::GemmLayout::TN);
+  }
+  SmallVector<StringRef> dxArgs{"drows", "row_map"};
+  if (routerGemm) {
+    dxArgs.push_back("router_dx");
+  } else {
+    dxArgs.push_back("dl");
+    dxArgs.push_back("router_weight");
+  }
   std::string xGrad = arg("x.grad");
   if (shared)
     dxArgs.push_back("shared_dx");
   dxArgs.push_back(xGrad);
-  buildInputGrad(
-      addKernel("train_input_grad", dxArgs, gridOf(moegpu::GridKind::Tokens, 1), kRowThreads));
-  buildRouterGrad(addKernel("train_router_grad",
-                            {"dl", "x", arg("router_weight.grad")},
-                            fixedGrid(e), kRowThreads));
+  buildInputGrad(addKernel("train_input_grad", dxArgs,
+                           gridOf(moegpu::GridKind::Tokens, 1), kRowThreads),
+                 routerGemm);
+  if (!routerGemm)
+    buildRouterGrad(addKernel("train_router_grad",
+                              {"dl", "x", arg("router_weight.grad")},
+                              fixedGrid(e), kRowThreads));
   buildLoad(addKernel("train_load", {"counts", arg("load")}, elementGrid(e),
                       kCountThreads));
   // With expert parallelism: what every rank computed in part. Each

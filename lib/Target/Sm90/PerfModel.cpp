@@ -236,19 +236,42 @@ modelTraining(const Sm90LayerShape &s,
       out.push_back(c);
       continue;
     }
+    if (kr.tileM && (n == "train_router_dx" || n == "train_router_grad")) {
+      // The router's part of dx = dl . router (nn, dense over the tokens),
+      // or dRouter = dl^T . x (tn over one group of every token).
+      c.flops = 2 * T * E * H;
+      bool dx = n == "train_router_dx";
+      c.bytes = e * (T * E + (dx ? E * H : T * H)) + 4 * (dx ? T * H : E * H);
+      int64_t tiles = dx ? tilesOf(1, T, H, bm, bn) : tilesOf(1, E, H, bm, bn);
+      costGemm(c, kr, tiles, dx ? E : T, m);
+      out.push_back(c);
+      continue;
+    }
     if (n == "train_expert_act_grad" || n == "train_shared_act_grad") {
       // The SwiGLU backward: GU and GS in (f32), dGU, dG and dU out.
       c.bytes = 4 * rows * 3 * width + e * rows * 4 * width;
     } else if (n == "train_expert_dy" || n == "train_shared_dy") {
       // dY in; dY and the weighted dY out in the compute type.
       c.bytes = (4 + (routed ? 2 : 1) * e) * rows * H;
-    } else if (n == "train_route_grad" || n == "train_router_grad") {
-      // The logits again, or their gradient times x.
+    } else if (n == "train_route_grad") {
+      // The forward's logits in; their gradient out (f32 and, for the
+      // GEMMs, the compute type).
+      c.bytes = (8 + e) * T * E + 4 * T * k;
+    } else if (n == "train_router_grad") {
+      // SIMT (an f32 router weight): dl^T . x.
       c.flops = 2 * T * E * H;
-      c.bytes = e * (T * H + E * H) + 4 * T * E;
+      c.bytes = e * T * H + 4 * (T * E + E * H);
     } else if (n == "train_input_grad") {
-      c.flops = 2 * T * E * H;
-      c.bytes = 4 * (r.real * H + 2 * T * H + T * E) + e * E * H;
+      // The rows' dx summed per token, the shared experts' and the
+      // router's added (SIMT: dl . router computed here).
+      bool simtRouter = std::any_of(
+          kernels.begin(), kernels.end(), [](const Sm90KernelReport &o) {
+            return o.name == "train_router_grad" && !o.tileM;
+          });
+      c.flops = simtRouter ? 2 * T * E * H : 0;
+      c.bytes = 4 * (r.real * H + 3 * T * H) + (simtRouter ? 4 * T * E : 0);
+    } else if (n == "train_token_offsets") {
+      c.bytes = 8;
     } else if (n == "train_loss") {
       c.bytes = (e + 8) * T * H;
     } else if (n == "train_gather_row_dy") {
