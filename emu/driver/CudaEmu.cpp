@@ -19,7 +19,8 @@
 // MOE_EMU_TRACE=<cta>:<warp> traces one warp's instructions (to
 // MOE_EMU_TRACE_FILE, else stderr); MOE_EMU_STATS=1 prints each kernel's
 // emulated instruction counts and rates at exit;
-// MOE_EMU_INSTRUCTION_LIMIT bounds one launch; MOE_EMU_PTX=<file> loads
+// MOE_EMU_INSTRUCTION_LIMIT bounds one launch; MOE_EMU_DEVICE_MEMORY sets
+// the device's memory in bytes (80 GiB); MOE_EMU_PTX=<file> loads
 // that file's PTX in place of every PTX module the program loads (to run
 // an edited copy of a kernel).
 //
@@ -208,6 +209,17 @@ CUresult launchOn(Function *fn, Dim3 grid, Dim3 block, Dim3 cluster,
   }
 }
 
+/// The emulated device's memory: 80 GiB, or MOE_EMU_DEVICE_MEMORY bytes
+/// (to try what does not fit).
+size_t deviceMemory() {
+  static const size_t bytes = [] {
+    if (const char *v = std::getenv("MOE_EMU_DEVICE_MEMORY"); v && *v)
+      return static_cast<size_t>(std::strtoull(v, nullptr, 10));
+    return static_cast<size_t>(80ull << 30);
+  }();
+  return bytes;
+}
+
 } // namespace
 
 extern "C" {
@@ -260,7 +272,7 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, int device) {
     return kErrorInvalidValue;
   if (device < 0 || device >= kDevices)
     return kErrorInvalidDevice;
-  *bytes = 80ull << 30;
+  *bytes = deviceMemory();
   return kSuccess;
 }
 
@@ -479,7 +491,7 @@ CUresult cuMemGetInfo_v2(size_t *free, size_t *total) {
   REQUIRE_CONTEXT();
   if (!free || !total)
     return kErrorInvalidValue;
-  *total = 80ull << 30;
+  *total = deviceMemory();
   *free = *total - std::min(*total, state().memory.allocatedBytes());
   return kSuccess;
 }

@@ -91,8 +91,11 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
   if (o.train && o.target == "sm_90a" && o.emit != "bundle" &&
       o.emit != "ptx")
     return "--train needs --emit=ptx or --emit=bundle for --target=sm_90a";
-  if (o.target == "host" && (!o.smPartition.empty() || o.report))
-    return std::string(o.report ? "--report" : "--sm-partition") +
+  if (o.target == "host" &&
+      (!o.smPartition.empty() || o.report || o.deviceMemory))
+    return std::string(o.report         ? "--report"
+                       : o.deviceMemory ? "--device-memory"
+                                        : "--sm-partition") +
            " needs --target=sm_90a";
   if (!o.smPartition.empty() && !parseSmPartition(o.smPartition))
     return "--sm-partition must be SMS:COMM with 0 <= COMM < SMS <= 1024, "
@@ -285,6 +288,28 @@ static std::string formatModel(const std::vector<Sm90KernelReport> &kernels,
   return text;
 }
 
+/// The device memory of each rank (the buffers at their capacities).
+static std::string formatMemory(const rt::GpuMemoryPlan &plan,
+                                int64_t maxTokens, int64_t ranks) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << llvm::formatv("device memory per rank ({0} tokens{1}): {2}\n",
+                      maxTokens,
+                      ranks > 1 ? ", received rows for " +
+                                      std::to_string(ranks) + " ranks"
+                                : std::string(),
+                      rt::formatBytes(plan.total()));
+  for (auto [what, bytes] :
+       {std::pair<const char *, uint64_t>{"weights (compute and fp32 masters)",
+                                          plan.weights},
+        {"optimizer state", plan.optimizer},
+        {"gradients", plan.gradients},
+        {"activations (inputs, kept for backward)", plan.activations},
+        {"workspace", plan.workspace}})
+    os << llvm::formatv("  {0,-41} {1,12}\n", what, rt::formatBytes(bytes));
+  return text;
+}
+
 static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
                                      WeightNaming naming,
                                      const CompileOptions &options,
@@ -330,6 +355,19 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
       result.error.clear();
     return result;
   }
+  // What each rank allocates, against the budget given.
+  rt::GpuMemoryPlan memory =
+      rt::planGpuMemory(compiled->program, options.maxTokens, ranks);
+  if (options.deviceMemory && memory.total() > options.deviceMemory) {
+    std::string over = "each rank needs " + rt::formatBytes(memory.total()) +
+                       " of device memory, more than the " +
+                       rt::formatBytes(options.deviceMemory) +
+                       " of --device-memory (--report itemizes it; more "
+                       "ranks (--ep) or fewer tokens (--max-tokens) need "
+                       "less)";
+    result.warning =
+        result.warning.empty() ? over : result.warning + "; " + over;
+  }
   if (options.report) {
     Sm90LayerShape shape;
     shape.hidden = config.getHidden();
@@ -341,7 +379,8 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
     shape.ranks = ranks;
     result.report = formatReport(compiled->kernels) +
                     formatModel(compiled->kernels, shape, options.maxTokens,
-                                options.train);
+                                options.train) +
+                    formatMemory(memory, options.maxTokens, ranks);
   }
   if (options.emit == "ptx") {
     setText(result, compiled->ptx);

@@ -93,11 +93,8 @@ private:
     return nullptr;
   }
   size_t capacityBytes(const GpuBuffer &b) const {
-    size_t n = dtypeSize(b.dtype);
-    for (int64_t d : b.shape)
-      n *= static_cast<size_t>(resolveDim(
-          d, manifest.maxTokens, manifest.gpu.rowCapacity, receivedRows()));
-    return n;
+    return gpuBufferBytes(manifest.gpu, b, manifest.maxTokens,
+                          manifest.expertParallel);
   }
   Status uploadParameters(const std::vector<const Tensor *> &arguments);
   int64_t receivedRows() const {
@@ -229,6 +226,28 @@ Status CudaBackend::init(const Bundle &bundle) {
   if (Status s = check(driver.streamCreate(&stream, 0), "cuStreamCreate");
       !s.ok())
     return s;
+
+  // The buffers must fit what the device has free: one clear failure
+  // here rather than an allocation failing halfway.
+  GpuMemoryPlan plan = planGpuMemory(manifest.gpu, manifest.maxTokens,
+                                     manifest.expertParallel);
+  size_t freeBytes = 0, totalBytes = 0;
+  if (Status s = check(driver.memGetInfo(&freeBytes, &totalBytes),
+                       "cannot query the device's memory");
+      !s.ok())
+    return s;
+  if (plan.total() > freeBytes)
+    return Status::failure(
+        "the bundle needs " + formatBytes(plan.total()) +
+        " of device memory on this rank (weights " + formatBytes(plan.weights) +
+        ", optimizer state " + formatBytes(plan.optimizer) + ", gradients " +
+        formatBytes(plan.gradients) + ", activations " +
+        formatBytes(plan.activations) + ", workspace " +
+        formatBytes(plan.workspace) + ") but device " + std::to_string(device) +
+        " has " + formatBytes(freeBytes) + " free of " +
+        formatBytes(totalBytes) +
+        "; compile with more expert-parallel ranks (--ep) or fewer tokens "
+        "(--max-tokens)");
 
   for (const GpuBuffer &b : manifest.gpu.buffers) {
     CUdeviceptr ptr = 0;

@@ -31,6 +31,7 @@ Expected<Driver> openDriver() {
   bind(d.funcSetAttribute, "cuFuncSetAttribute");
   bind(d.memAlloc, "cuMemAlloc_v2");
   bind(d.memFree, "cuMemFree_v2");
+  bind(d.memGetInfo, "cuMemGetInfo_v2");
   bind(d.memcpyHtoD, "cuMemcpyHtoD_v2");
   bind(d.memcpyDtoH, "cuMemcpyDtoH_v2");
   bind(d.memsetD8Async, "cuMemsetD8Async");

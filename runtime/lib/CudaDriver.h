@@ -33,6 +33,7 @@ struct Driver {
   CUresult (*funcSetAttribute)(CUfunction, int, int);
   CUresult (*memAlloc)(CUdeviceptr *, size_t);
   CUresult (*memFree)(CUdeviceptr);
+  CUresult (*memGetInfo)(size_t *free, size_t *total);
   CUresult (*memcpyHtoD)(CUdeviceptr, const void *, size_t);
   CUresult (*memcpyDtoH)(void *, CUdeviceptr, size_t);
   CUresult (*memsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);

@@ -13,6 +13,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -20,6 +21,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <csignal>
+#include <optional>
 #include <cstring>
 #include <sys/stat.h>
 
@@ -91,6 +93,11 @@ static cl::opt<std::string>
           cl::desc("sm_90a: the ptxas to make cubins with (default: "
                    "$MOE_PTXAS, the configured CUDA toolkit, PATH)"),
           cl::init(""), cl::cat(category));
+static cl::opt<std::string> deviceMemory(
+    "device-memory",
+    cl::desc("sm_90a: warn when a rank's buffers need more device memory "
+             "than this (e.g. 141G, 80GiB, or bytes)"),
+    cl::init(""), cl::cat(category));
 static cl::opt<bool>
     train("train",
           cl::desc("Also compile the training step (host): forward, MSE "
@@ -186,6 +193,34 @@ static int writeOutput(const std::string &path,
   return 0;
 }
 
+/// "141G", "141GB", "80GiB", "512M", "1000000": decimal (k, M, G, T) or
+/// binary (KiB, MiB, GiB, TiB) units, a trailing B optional.
+static std::optional<uint64_t> parseByteSize(llvm::StringRef text) {
+  llvm::StringRef digits = text.take_while(
+      [](char c) { return llvm::isDigit(c) || c == '.'; });
+  llvm::StringRef unit = text.drop_front(digits.size());
+  double value = 0;
+  if (digits.empty() || digits.getAsDouble(value))
+    return std::nullopt;
+  double scale = 1;
+  std::string u = unit.lower();
+  if (!u.empty() && u.back() == 'b')
+    u.pop_back();
+  if (u == "k") scale = 1e3;
+  else if (u == "m") scale = 1e6;
+  else if (u == "g") scale = 1e9;
+  else if (u == "t") scale = 1e12;
+  else if (u == "ki") scale = 1024.0;
+  else if (u == "mi") scale = 1024.0 * 1024;
+  else if (u == "gi") scale = 1024.0 * 1024 * 1024;
+  else if (u == "ti") scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (!u.empty()) return std::nullopt;
+  double bytes = value * scale;
+  if (!(bytes >= 0) || bytes > 1.8e19)
+    return std::nullopt;
+  return static_cast<uint64_t>(bytes);
+}
+
 int main(int argc, char **argv) {
   // LLVM's crash handlers take SIGXFSZ; a caller that ignores it (to see
   // EFBIG from a file size limit instead) keeps it ignored.
@@ -226,6 +261,14 @@ int main(int argc, char **argv) {
   options.smPartition = smPartition;
   options.report = report;
   options.ptxas = ptxas;
+  if (!deviceMemory.empty()) {
+    std::optional<uint64_t> bytes = parseByteSize(deviceMemory);
+    if (!bytes || *bytes == 0)
+      return fail("--device-memory must be a size such as 141G, 80GiB or "
+                  "1000000 (bytes), got '" +
+                  deviceMemory + "'");
+    options.deviceMemory = *bytes;
+  }
   options.train = train;
   options.ep = ep;
   options.epChunks = epChunks;

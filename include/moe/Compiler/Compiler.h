@@ -39,6 +39,9 @@ struct CompileOptions {
   bool report = false;
   /// sm_90a: the ptxas to run; "" finds one.
   std::string ptxas;
+  /// sm_90a: warn when a rank's buffers need more device memory than this
+  /// many bytes; 0 for no budget.
+  uint64_t deviceMemory = 0;
   /// Also compile the training step (host): forward, MSE loss, backward,
   /// AdamW and the auxiliary-loss-free bias update.
   bool train = false;

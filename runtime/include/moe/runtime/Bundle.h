@@ -128,6 +128,36 @@ struct GpuProgram {
   std::vector<GpuStep> trainSteps;
 };
 
+/// Bytes of an sm_90a buffer at its capacity: `maxTokens` tokens, the
+/// program's dispatched-row capacity and, for a rank of `ranks`, the rows
+/// it can receive (every rank's rows).
+uint64_t gpuBufferBytes(const GpuProgram &program, const GpuBuffer &buffer,
+                        int64_t maxTokens, int64_t ranks);
+
+/// The device memory an sm_90a program allocates on each rank, by what
+/// its buffers hold.
+struct GpuMemoryPlan {
+  /// The compute copies of the weights (bf16) and the fp32 masters.
+  uint64_t weights = 0;
+  /// AdamW's moments, and the updated masters and moments (`.next`).
+  uint64_t optimizer = 0;
+  uint64_t gradients = 0;
+  /// The step's inputs and outputs, and the forward pass's buffers that
+  /// the backward kernels read.
+  uint64_t activations = 0;
+  /// Everything else: buffers live within one pass.
+  uint64_t workspace = 0;
+  uint64_t total() const {
+    return weights + optimizer + gradients + activations + workspace;
+  }
+};
+
+GpuMemoryPlan planGpuMemory(const GpuProgram &program, int64_t maxTokens,
+                            int64_t ranks);
+
+/// "12.3 GB" (decimal units, as device memory is quoted).
+std::string formatBytes(uint64_t bytes);
+
 /// One argument of the compiled training step (see moe-compile --train).
 struct TrainArgumentSpec {
   std::string name;

@@ -1,0 +1,102 @@
+//===- MemoryPlan.cpp - The device memory of an sm_90a program ------------===//
+//
+// Part of moe-compiler. What each rank allocates for a program's buffers
+// at their capacities, by what they hold: moe-compile's --report and
+// --device-memory, and the CUDA backend's check at load.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/runtime/Bundle.h"
+#include "moe/runtime/ScheduleAbi.h"
+
+#include <cstdio>
+#include <set>
+
+namespace moe::rt {
+
+namespace {
+
+bool endsWith(const std::string &s, const char *suffix) {
+  std::string t(suffix);
+  return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
+}
+
+} // namespace
+
+uint64_t gpuBufferBytes(const GpuProgram &program, const GpuBuffer &buffer,
+                        int64_t maxTokens, int64_t ranks) {
+  uint64_t n = dtypeSize(buffer.dtype);
+  for (int64_t d : buffer.shape) {
+    int64_t size = d;
+    if (abi::isBufferDim(d)) {
+      switch (static_cast<abi::BufferDim>(d)) {
+      case abi::BufferDim::Tokens: size = maxTokens; break;
+      case abi::BufferDim::Rows: size = program.rowCapacity; break;
+      case abi::BufferDim::ReceivedRows:
+        size = ranks * program.rowCapacity;
+        break;
+      }
+    }
+    n *= static_cast<uint64_t>(std::max<int64_t>(size, 0));
+  }
+  return n;
+}
+
+GpuMemoryPlan planGpuMemory(const GpuProgram &program, int64_t maxTokens,
+                            int64_t ranks) {
+  // Which buffers the forward pass's kernels touch, and which the training
+  // step's own kernels and exchanges do.
+  std::set<std::string> forwardKernels, forward, backward;
+  for (const GpuStep &step : program.steps) {
+    if (step.op == "launch")
+      forwardKernels.insert(step.kernel);
+    forward.insert(step.args.begin(), step.args.end());
+  }
+  for (const GpuStep &step : program.trainSteps)
+    if (step.op != "launch" || !forwardKernels.count(step.kernel))
+      backward.insert(step.args.begin(), step.args.end());
+
+  GpuMemoryPlan plan;
+  for (const GpuBuffer &b : program.buffers) {
+    uint64_t bytes = gpuBufferBytes(program, b, maxTokens, ranks);
+    const std::string &src = b.source;
+    if (src.rfind("param:", 0) == 0 || src.rfind("pack:", 0) == 0) {
+      plan.weights += bytes;
+    } else if (src.rfind("arg:", 0) == 0) {
+      std::string name = src.substr(4);
+      if (endsWith(name, ".grad"))
+        plan.gradients += bytes;
+      else if (endsWith(name, ".m") || endsWith(name, ".v") ||
+               endsWith(name, ".next"))
+        plan.optimizer += bytes;
+      else if (name == "x" || name == "target" || name == "hyper" ||
+               name == "loss" || name == "load")
+        plan.activations += bytes;
+      else
+        plan.weights += bytes; // an fp32 master
+    } else if (src == "input" || src == "output" ||
+               (forward.count(b.name) && backward.count(b.name))) {
+      plan.activations += bytes;
+    } else {
+      plan.workspace += bytes;
+    }
+  }
+  return plan;
+}
+
+std::string formatBytes(uint64_t bytes) {
+  char text[32];
+  double b = static_cast<double>(bytes);
+  if (b >= 1e9)
+    std::snprintf(text, sizeof(text), "%.2f GB", b / 1e9);
+  else if (b >= 1e6)
+    std::snprintf(text, sizeof(text), "%.2f MB", b / 1e6);
+  else if (b >= 1e3)
+    std::snprintf(text, sizeof(text), "%.2f kB", b / 1e3);
+  else
+    std::snprintf(text, sizeof(text), "%llu B",
+                  static_cast<unsigned long long>(bytes));
+  return text;
+}
+
+} // namespace moe::rt
