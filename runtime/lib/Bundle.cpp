@@ -116,6 +116,8 @@ std::string serializeManifest(const Manifest &m) {
                    {"comm_sms", m.gpu.commSms},
                    {"buffers", buffers},
                    {"steps", steps}};
+    if (m.gpu.receivedRowCapacity)
+      root["gpu"]["received_row_capacity"] = m.gpu.receivedRowCapacity;
     if (!m.gpu.trainSteps.empty())
       root["gpu"]["train_steps"] = stepList(m.gpu.trainSteps);
   }
@@ -234,6 +236,8 @@ static void readGpuProgram(Reader &r, const json &root, GpuProgram &program) {
   program.rowCapacity = r.integer(*gpu, "row_capacity", w);
   if (gpu->contains("comm_sms"))
     program.commSms = r.integer(*gpu, "comm_sms", w);
+  if (gpu->contains("received_row_capacity"))
+    program.receivedRowCapacity = r.integer(*gpu, "received_row_capacity", w);
   auto ints = [&](const json &o, const char *key, const char *where) {
     std::vector<int64_t> out;
     const json *v = r.array(o, key, where);

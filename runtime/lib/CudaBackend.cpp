@@ -98,7 +98,7 @@ private:
   }
   Status uploadParameters(const std::vector<const Tensor *> &arguments);
   int64_t receivedRows() const {
-    return manifest.expertParallel * manifest.gpu.rowCapacity;
+    return gpuReceivedRows(manifest.gpu, manifest.expertParallel);
   }
   /// An expert-parallel exchange step (GpuStep::exchange).
   Status runExchange(const GpuStep &step);

@@ -41,6 +41,8 @@ static Status validateGpuProgram(const Manifest &m) {
   const GpuProgram &g = m.gpu;
   if (g.rowCapacity < 0)
     return fail("row_capacity must not be negative");
+  if (g.receivedRowCapacity < 0)
+    return fail("received_row_capacity must not be negative");
   if (g.commSms < 0 || g.commSms > abi::kMaxSms)
     return fail("comm_sms must be in [0, " + std::to_string(abi::kMaxSms) +
                 "]");

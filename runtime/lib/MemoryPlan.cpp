@@ -23,6 +23,11 @@ bool endsWith(const std::string &s, const char *suffix) {
 
 } // namespace
 
+int64_t gpuReceivedRows(const GpuProgram &program, int64_t ranks) {
+  return program.receivedRowCapacity ? program.receivedRowCapacity
+                                     : ranks * program.rowCapacity;
+}
+
 uint64_t gpuBufferBytes(const GpuProgram &program, const GpuBuffer &buffer,
                         int64_t maxTokens, int64_t ranks) {
   uint64_t n = dtypeSize(buffer.dtype);
@@ -33,7 +38,7 @@ uint64_t gpuBufferBytes(const GpuProgram &program, const GpuBuffer &buffer,
       case abi::BufferDim::Tokens: size = maxTokens; break;
       case abi::BufferDim::Rows: size = program.rowCapacity; break;
       case abi::BufferDim::ReceivedRows:
-        size = ranks * program.rowCapacity;
+        size = gpuReceivedRows(program, ranks);
         break;
       }
     }

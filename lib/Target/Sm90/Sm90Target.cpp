@@ -233,6 +233,22 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
             " gives a dispatched buffer too large to address";
     return std::nullopt;
   }
+  // A rank of a sharded layer receives, from each of the ranks, that
+  // rank's rows for its own experts: at most min(k, local) per token, each
+  // (rank, expert) segment padded to the alignment.
+  auto ranks = static_cast<int64_t>(layer.getEpSize());
+  int64_t receivedRows = 0;
+  if (ranks > 1) {
+    int64_t local = config.getExperts() / ranks;
+    std::optional<int64_t> perRank = paddedRowsUpperBound(
+        options.maxTokens, std::min<int64_t>(config.getTopK(), local), local,
+        options.alignment);
+    if (!perRank || __builtin_mul_overflow(*perRank, ranks, &receivedRows)) {
+      error = "--max-tokens " + std::to_string(options.maxTokens) +
+              " gives a received-rows buffer too large to address";
+      return std::nullopt;
+    }
+  }
 
   Sm90PipelineOptions pipeline;
   pipeline.format = "isa";
@@ -254,6 +270,7 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
   Sm90Result result;
   rt::GpuProgram &program = result.program;
   program.rowCapacity = *rows;
+  program.receivedRowCapacity = receivedRows;
   program.commSms = 0;
   if (auto partition = module->getAttrOfType<SmPartitionAttr>(
           MoeDialect::getSmPartitionAttrName()))

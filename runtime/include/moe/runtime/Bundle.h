@@ -117,6 +117,9 @@ struct GpuStep {
 
 struct GpuProgram {
   int64_t rowCapacity = 0;
+  /// The rows a rank of a sharded program can receive (its experts' rows
+  /// from every rank, padded); 0 when not sharded.
+  int64_t receivedRowCapacity = 0;
   /// SMs left to communication (the layer's #moe.sm_partition): the NCCL
   /// communicator of a sharded layer may occupy that many.
   int64_t commSms = 0;
@@ -130,9 +133,11 @@ struct GpuProgram {
 
 /// Bytes of an sm_90a buffer at its capacity: `maxTokens` tokens, the
 /// program's dispatched-row capacity and, for a rank of `ranks`, the rows
-/// it can receive (every rank's rows).
+/// it can receive (the program's bound; `ranks` times the row capacity in
+/// bundles written before it had one).
 uint64_t gpuBufferBytes(const GpuProgram &program, const GpuBuffer &buffer,
                         int64_t maxTokens, int64_t ranks);
+int64_t gpuReceivedRows(const GpuProgram &program, int64_t ranks);
 
 /// The device memory an sm_90a program allocates on each rank, by what
 /// its buffers hold.

@@ -2,7 +2,7 @@
 """Checks moe-compile --report's device memory against the bundle: the
 total must be what the manifest's buffers take at their capacities (each
 dimension: a size, or -1 tokens, -2 the dispatched rows, -3 the rows a
-rank of `expert_parallel` receives), and the five parts must add up to
+rank can receive, `received_row_capacity`), and the five parts must add up to
 it. With --below, the total must be under that many bytes.
 
   memory_check.py BUNDLE REPORT [--below BYTES]
@@ -30,7 +30,8 @@ def main():
     m = read_manifest(bundle)
     gpu = m["gpu"]
     tokens, rows, ranks = m["max_tokens"], gpu["row_capacity"], m.get("expert_parallel", 1)
-    dims = {-1: tokens, -2: rows, -3: ranks * rows}
+    received = gpu.get("received_row_capacity") or ranks * rows
+    dims = {-1: tokens, -2: rows, -3: received}
     want = 0
     for b in gpu["buffers"]:
         n = SIZES[b["dtype"]]
