@@ -278,6 +278,17 @@ def MoeGpu_ReleaseOp : MoeGpu_Op<"release"> {
   }];
 }
 
+def MoeGpu_DrainOp : MoeGpu_Op<"drain"> {
+  let summary = "Wait for every wgmma group of the warpgroup";
+  let description = [{
+    `wgmma.wait_group 0`: the accumulator may be read after it on every
+    path. A k-grouped tile that ran no k block has no slot to release, so
+    it drains here and releases its last slot (if any) under a condition.
+  }];
+  let arguments = (ins MoeGpu_PipelineType:$pipeline);
+  let assemblyFormat = "$pipeline attr-dict `:` type($pipeline)";
+}
+
 def MoeGpu_StoreTileOp : MoeGpu_Op<"store_tile", [AttrSizedOperandSegments]> {
   let summary = "Apply the epilogue to a warpgroup's fragment and store it";
   let description = [{

@@ -185,23 +185,24 @@ LogicalResult specialize(GroupedGemmOp op) {
                 });
                 scf::YieldOp::create(b, loc, next);
               });
-          // The last batch: wait for it, then give its slot back (a
-          // k-grouped tile of an empty group has none, and stores zeros).
-          auto drain = [&](OpBuilder &b) {
-            Value last = arith::SubIOp::create(
-                b, loc, arith::AddIOp::create(b, loc, base, kBlocks),
-                constant(b, 1));
-            ReleaseOp::create(b, loc, pipeline, last, /*drain=*/true);
-          };
+          // The last batch: wait for it, then give its slot back. A
+          // k-grouped tile of an empty group has no slot, and stores
+          // zeros; it still waits on every path, or ptxas, unable to tell
+          // the accumulator is complete where the epilogue reads it,
+          // serializes every wgmma of the kernel.
+          Value last = arith::SubIOp::create(
+              b, loc, arith::AddIOp::create(b, loc, base, kBlocks),
+              constant(b, 1));
           if (kGrouped) {
+            DrainOp::create(b, loc, pipeline);
             Value any = arith::CmpIOp::create(
                 b, loc, arith::CmpIPredicate::ugt, kBlocks, constant(b, 0));
             scf::IfOp::create(b, loc, any, [&](OpBuilder &b, Location loc) {
-              drain(b);
+              ReleaseOp::create(b, loc, pipeline, last, /*drain=*/false);
               scf::YieldOp::create(b, loc);
             });
           } else {
-            drain(b);
+            ReleaseOp::create(b, loc, pipeline, last, /*drain=*/true);
           }
           Value rowEnd = rows;
           if (!rowEnd) {

@@ -42,6 +42,8 @@ struct Sm90KernelReport {
   /// needs ptxas to allocate (0: none).
   int64_t requiredRegisters = 0;
   int64_t staticSharedMemory = -1;
+  /// ptxas serialized the kernel's wgmma instructions (its C7514).
+  bool serializedWgmma = false;
   /// GEMMs: the tile and its pipeline stages, and the persistent grid
   /// (CTAs, one per compute SM); 0 for SIMT kernels.
   int64_t tileM = 0, tileN = 0, tileK = 0, tileStages = 0;

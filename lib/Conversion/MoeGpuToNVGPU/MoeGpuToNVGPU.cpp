@@ -614,7 +614,7 @@ LogicalResult KernelLowering::run() {
   func.walk([&](Operation *op) {
     if (auto create = dyn_cast<PipelineCreateOp>(op))
       creates.push_back(create);
-    else if (isa<ProduceOp, MmaOp, ReleaseOp, StoreTileOp>(op))
+    else if (isa<ProduceOp, MmaOp, ReleaseOp, DrainOp, StoreTileOp>(op))
       steps.push_back(op);
     else if (auto loop = dyn_cast<TileLoopOp>(op))
       loops.push_back(loop);
@@ -635,6 +635,12 @@ LogicalResult KernelLowering::run() {
             .Case([&](ProduceOp p) { return lowerProduce(p); })
             .Case([&](MmaOp m) { return lowerMma(m); })
             .Case([&](ReleaseOp r) { return lowerRelease(r); })
+            .Case([&](DrainOp d) {
+              ImplicitLocOpBuilder b(d.getLoc(), d);
+              NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
+              d.erase();
+              return success();
+            })
             .Case([&](StoreTileOp s) { return lowerStoreTile(s); });
     if (failed(result))
       return failure();

@@ -43,6 +43,7 @@ func.func @grouped_gemm(%a: memref<?x256xbf16>, %b: memref<8x512x256xbf16>,
 // CHECK:     %[[ACC1:.*]] = moegpu.mma %[[P]][%{{.*}}], %{{.*}}, warpgroup %[[WG]] {pending = 1 : i64}
 // CHECK:     moegpu.release %[[P]][%{{.*}}] : <<m = 64, n = 64, k = 64, stages = 4>, bf16>
 // CHECK:     moegpu.release %[[P]][%{{.*}}] drain : <<m = 64, n = 64, k = 64, stages = 4>, bf16>
+// CHECK:     moegpu.drain %[[P]] : <<m = 64, n = 64, k = 64, stages = 4>, bf16>
 // CHECK:     %[[ACC:.*]] = moegpu.mma %[[P]][%{{.*}}], %{{.*}}, warpgroup %[[WG]] : <<m = 64, n = 64, k = 64, stages = 4>, bf16>, vector<32xf32>
 // CHECK:     moegpu.store_tile %[[ACC]], %{{.*}}[%{{.*}}, %{{.*}}], warpgroup %[[WG]], row_end %{{.*}} scale %{{.*}} {epilogue = #moegpu.epilogue<row_scale>} : vector<32xf32>, memref<?x64xbf16>, memref<?xf32>
 // CHECK:     %[[Q:.*]] = moegpu.pipeline.create : <<m = 64, n = 64, k = 64, stages = 4>, bf16, tn>
@@ -71,6 +72,7 @@ func.func @specialized(%a: memref<?x256xbf16>, %b: memref<8x64x256xbf16>,
       %acc1 = moegpu.mma %p[%seq], %zero, warpgroup %wg {pending = 1} : !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 4>, bf16>, vector<32xf32>
       moegpu.release %p[%seq] : !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 4>, bf16>
       moegpu.release %p[%seq] drain : !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 4>, bf16>
+      moegpu.drain %p : !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 4>, bf16>
       %acc = moegpu.mma %p[%seq], %zero, warpgroup %wg : !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 4>, bf16>, vector<32xf32>
       moegpu.store_tile %acc, %c[%row, %col], warpgroup %wg, row_end %end scale %scale {epilogue = #moegpu.epilogue<row_scale>} : vector<32xf32>, memref<?x64xbf16>, memref<?xf32>
       %q = moegpu.pipeline.create : !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 4>, bf16, tn>

@@ -110,9 +110,12 @@ func.func @dx(%a: memref<?x512xbf16>, %b: memref<8x512x256xbf16>, %o: memref<9xi
 // CHECK:     moegpu.produce %[[P]][%{{.*}}], %{{.*}}[%[[ROW]], %[[R]]], %{{.*}}[%[[COL]], %[[R]]]
 // CHECK: } consumer {
 // CHECK: ^bb0(%{{.*}}: index, %[[ROW2:.*]]: index, %[[COL2:.*]]: index, %{{.*}}: index, %[[KBS2:.*]]: index):
+// The wait for the last batch is on every path (else ptxas serializes
+// the kernel's wgmma); only the slot release is conditional.
+// CHECK:   moegpu.drain %[[P]]
 // CHECK:   %[[ANY:.*]] = arith.cmpi ugt, %[[KBS2]], %c0
 // CHECK:   scf.if %[[ANY]] {
-// CHECK:     moegpu.release %[[P]][%{{.*}}] drain
+// CHECK:     moegpu.release %[[P]][%{{.*}}] :
 // CHECK:   moegpu.store_tile %{{.*}}, %{{.*}}[%{{.*}}, %[[ROW2]], %[[COL2]]], warpgroup %{{.*}}, row_end %{{.*}} : vector<64xf32>, memref<8x384x256xf32>
 func.func @dw(%a: memref<?x384xbf16>, %b: memref<?x256xbf16>, %o: memref<9xi32>, %c: memref<8x384x256xf32>) {
   moegpu.grouped_gemm %a, %b, %o, %c {layout = #moegpu.layout<tn>, tile = #moegpu.tile<m = 128, n = 128, k = 64, stages = 7>, sm_range = #moegpu.sm_range<first = 0, count = 16>} : memref<?x384xbf16>, memref<?x256xbf16>, memref<9xi32>, memref<8x384x256xf32>
