@@ -442,9 +442,10 @@ void ScheduleOp::build(OpBuilder &builder, OperationState &state,
 }
 
 LogicalResult ScheduleOp::verify() {
-  if (getEntry() != "forward" && getEntry() != "train")
+  if (getEntry() != "forward" && getEntry() != "train" &&
+      getEntry() != "update")
     return emitOpError() << "has entry '" << getEntry()
-                         << "', expected forward or train";
+                         << "', expected forward, train or update";
   return success();
 }
 

@@ -325,7 +325,9 @@ def MoeGpu_ProgramOp : MoeGpu_Op<"program", [
   let description = [{
     What `convert-moe-to-moegpu` leaves beside the kernels' `gpu.module`:
     the device buffers (`moegpu.buffer`) and one `moegpu.schedule` per
-    entry point (`forward`, and `train` for a training step). The sm_90a
+    entry point (`forward`; with a training step `train`, up to the
+    gradients and the check of the update, and `update`, which updates the
+    state in place and which the runtime runs only for a finite step). The sm_90a
     target turns it into the bundle's manifest (`GpuProgram` in
     moe/runtime/Bundle.h) and erases it before the kernels become PTX.
 

@@ -324,9 +324,10 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
   std::vector<EntryArgument> arguments = entryArguments(layer);
   LayerConfigAttr config = layer.getConfig();
 
+  // The sm_90a step keeps its state on the device (no `.next` outputs).
   std::vector<TrainArgument> trainArguments;
   if (options.train)
-    trainArguments = listTrainArguments(layer);
+    trainArguments = listDeviceTrainArguments(layer);
   // The kernel pipeline erases the layer's function.
   auto ranks = static_cast<int64_t>(layer.getEpSize());
   // SMs kept for communication serve the all-to-alls of a sharded layer;
@@ -403,6 +404,7 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
   if (options.train) {
     // The runtime runs the training schedule for this entry point.
     bundle.manifest.train.entry = "train_steps";
+    bundle.manifest.train.stateOnDevice = true;
     for (const TrainArgument &arg : trainArguments)
       bundle.manifest.train.arguments.push_back(
           {arg.name, arg.output, *toDType(arg.type.getElementType()),

@@ -79,6 +79,8 @@ std::string serializeManifest(const Manifest &m) {
                            {"dtype", mlirName(a.dtype)},
                            {"shape", a.shape}});
     root["train"] = {{"entry", m.train.entry}, {"arguments", arguments}};
+    if (m.train.stateOnDevice)
+      root["train"]["state"] = "device";
   }
   if (m.target == "sm_90a") {
     json buffers = json::array(), steps = json::array();
@@ -120,6 +122,8 @@ std::string serializeManifest(const Manifest &m) {
       root["gpu"]["received_row_capacity"] = m.gpu.receivedRowCapacity;
     if (!m.gpu.trainSteps.empty())
       root["gpu"]["train_steps"] = stepList(m.gpu.trainSteps);
+    if (!m.gpu.updateSteps.empty())
+      root["gpu"]["update_steps"] = stepList(m.gpu.updateSteps);
   }
   return root.dump(2);
 }
@@ -301,6 +305,9 @@ static void readGpuProgram(Reader &r, const json &root, GpuProgram &program) {
   if (gpu->contains("train_steps"))
     if (const json *steps = r.array(*gpu, "train_steps", w))
       readSteps(*steps, program.trainSteps);
+  if (gpu->contains("update_steps"))
+    if (const json *steps = r.array(*gpu, "update_steps", w))
+      readSteps(*steps, program.updateSteps);
 }
 
 Expected<Manifest> parseManifest(const std::string &text) {
@@ -390,6 +397,15 @@ Expected<Manifest> parseManifest(const std::string &text) {
         a.shape = r.shape(item, "a training argument");
         m.train.arguments.push_back(std::move(a));
       }
+    if (train.is_object() && train.contains("state")) {
+      std::string state = r.str(train, "state", "the training step");
+      if (state == "device")
+        m.train.stateOnDevice = true;
+      else if (r.error.empty())
+        r.error = "the training step's state must be \"device\" when "
+                  "given, got \"" +
+                  state + "\"";
+    }
   }
   if (!r.error.empty())
     return Expected<Manifest>::error("invalid manifest: " + r.error);

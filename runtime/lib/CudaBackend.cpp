@@ -23,6 +23,13 @@ namespace {
 
 using namespace cuda;
 
+/// A weight's gradient among a training step's outputs (not x.grad).
+bool isWeightGradient(const TrainArgumentSpec &spec) {
+  const std::string &n = spec.name;
+  return spec.output && n != "x.grad" && n.size() > 5 &&
+         n.compare(n.size() - 5, 5, ".grad") == 0;
+}
+
 /// A buffer dimension: the token count, the dispatched rows, the rows an
 /// expert-parallel rank can receive (`received`), or a static size.
 int64_t resolveDim(int64_t d, int64_t tokens, int64_t rows,
@@ -60,6 +67,10 @@ public:
   Status run(const std::vector<const Tensor *> &arguments) override;
   Status runEntry(const std::string &symbol,
                   const std::vector<const Tensor *> &arguments) override;
+  void invalidateTrainingState() override { trainingStateValid = false; }
+  Status
+  downloadTrainingTensors(const std::map<std::string, Tensor *> &) override;
+  Status runTrainingUpdate() override;
   /// A sharded layer's ranks: an NCCL communicator over `comm` on this
   /// rank's GPU, its CTAs capped at the program's comm SMs.
   Status setCommunicator(Communicator *comm) override {
@@ -153,7 +164,11 @@ private:
   CUdeviceptr mapsBuffer = 0;
   /// Per step of the forward and of the training schedule: the device
   /// address of each of its tensor maps.
-  std::vector<std::vector<CUdeviceptr>> stepMaps, trainStepMaps;
+  std::vector<std::vector<CUdeviceptr>> stepMaps, trainStepMaps,
+      updateStepMaps;
+  /// A step keeping its state on the device: whether the device holds it
+  /// (uploaded by a step; a restore invalidates it).
+  bool trainingStateValid = false;
   std::vector<CUevent> events;
   std::vector<KernelTime> profile;
   int64_t lastTokens = 0;
@@ -275,6 +290,8 @@ Status CudaBackend::init(const Bundle &bundle) {
     allSteps.push_back(&step);
   for (const GpuStep &step : manifest.gpu.trainSteps)
     allSteps.push_back(&step);
+  for (const GpuStep &step : manifest.gpu.updateSteps)
+    allSteps.push_back(&step);
   for (const GpuStep *stepPtr : allSteps) {
     const GpuStep &step = *stepPtr;
     mapIndex.emplace_back();
@@ -339,8 +356,12 @@ Status CudaBackend::init(const Bundle &bundle) {
         !s.ok())
       return s;
   }
+  size_t forwardSteps = manifest.gpu.steps.size();
+  size_t trainEnd = forwardSteps + manifest.gpu.trainSteps.size();
   for (size_t j = 0; j < mapIndex.size(); ++j) {
-    auto &into = j < manifest.gpu.steps.size() ? stepMaps : trainStepMaps;
+    auto &into = j < forwardSteps ? stepMaps
+                 : j < trainEnd   ? trainStepMaps
+                                  : updateStepMaps;
     into.emplace_back();
     for (size_t i : mapIndex[j])
       into.back().push_back(mapsBuffer + i * sizeof(TensorMap));
@@ -723,12 +744,24 @@ Status CudaBackend::runEntry(const std::string &symbol,
     for (int64_t d : spec.shape)
       bytes *= static_cast<size_t>(d < 0 ? tokens : d);
     const Tensor &t = *args[i];
+    // With the state on the device, the weights' gradients stay there
+    // until asked for (downloadTrainingTensors): their tensors may be
+    // empty.
+    if (train.stateOnDevice && isWeightGradient(spec) && t.data.empty()) {
+      targets.push_back(b);
+      continue;
+    }
     if (t.dtype != b->dtype || t.data.size() != bytes)
       return Status::failure("training step argument '" + spec.name +
                              "' must be " + std::string(mlirName(b->dtype)) +
                              " of " + std::to_string(bytes) + " bytes");
     targets.push_back(b);
     if (spec.output)
+      continue;
+    // State the device holds already stays there.
+    bool state = train.stateOnDevice && spec.name != "x" &&
+                 spec.name != "target" && spec.name != "hyper";
+    if (state && trainingStateValid)
       continue;
     if (Status s =
             check(driver.memcpyHtoD(buffers[b->name], t.data.data(), bytes),
@@ -746,6 +779,8 @@ Status CudaBackend::runEntry(const std::string &symbol,
   }
   lastTokens = tokens;
   profile.clear();
+  if (train.stateOnDevice)
+    trainingStateValid = true;
   if (Status s = launchSteps(manifest.gpu.trainSteps, trainStepMaps, tokens,
                              profiling);
       !s.ok())
@@ -759,9 +794,12 @@ Status CudaBackend::runEntry(const std::string &symbol,
   // The step rewrote the compute copies from its master weights.
   parametersUploaded = false;
   for (size_t i = 0; i < arguments.size(); ++i) {
-    if (!train.arguments[i].output)
+    const TrainArgumentSpec &spec = train.arguments[i];
+    if (!spec.output)
       continue;
     const Tensor &t = *arguments[i];
+    if (train.stateOnDevice && isWeightGradient(spec) && t.data.empty())
+      continue;
     if (Status s =
             check(driver.memcpyDtoH(const_cast<uint8_t *>(t.data.data()),
                                     buffers[targets[i]->name], t.data.size()),
@@ -770,6 +808,39 @@ Status CudaBackend::runEntry(const std::string &symbol,
       return s;
   }
   return Status::success();
+}
+
+Status CudaBackend::downloadTrainingTensors(
+    const std::map<std::string, Tensor *> &tensors) {
+  for (const auto &[name, tensor] : tensors) {
+    const GpuBuffer *b = argumentBuffer(name);
+    if (!b || b->dtype != tensor->dtype ||
+        tensor->data.size() > capacityBytes(*b))
+      return Status::failure("the training schedule has no " +
+                             std::string(mlirName(tensor->dtype)) +
+                             " buffer of " +
+                             std::to_string(tensor->data.size()) +
+                             " bytes for '" + name + "'");
+    if (Status s = check(driver.memcpyDtoH(tensor->data.data(),
+                                           buffers[b->name],
+                                           tensor->data.size()),
+                         "cannot download '" + name + "'");
+        !s.ok())
+      return s;
+  }
+  return Status::success();
+}
+
+Status CudaBackend::runTrainingUpdate() {
+  if (!manifest.train.stateOnDevice || !trainingStateValid)
+    return Status::failure("no training step ran whose state the device "
+                           "holds");
+  if (Status s = launchSteps(manifest.gpu.updateSteps, updateStepMaps,
+                             lastTokens, /*timed=*/false);
+      !s.ok())
+    return s;
+  return check(driver.streamSynchronize(stream),
+               "a kernel of the training update failed");
 }
 
 } // namespace

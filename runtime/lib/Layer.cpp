@@ -8,6 +8,7 @@
 #include "moe/runtime/CudaBackend.h"
 #include "moe/runtime/ScheduleAbi.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -128,7 +129,7 @@ static Status validateGpuProgram(const Manifest &m) {
     }
     return Status::success();
   };
-  for (const auto *list : {&g.steps, &g.trainSteps})
+  for (const auto *list : {&g.steps, &g.trainSteps, &g.updateSteps})
     for (const GpuStep &st : *list)
       if (Status s = checkStep(st); !s.ok())
         return s;
@@ -160,7 +161,9 @@ expectedParameters(const LayerSpec &l, int64_t ep) {
 
 /// The training step's arguments must each have the shape their name
 /// implies: a parameter's (also as .m, .v, .next, .grad), [T, hidden] for
-/// x, target and x.grad, [8] hyperparameters, a scalar loss, a load vector.
+/// x, target and x.grad, [8] hyperparameters, a scalar loss, a load vector,
+/// and with the state on the device one value per weight gradient for
+/// grad_sq and bad_updates.
 static Status validateTrainArguments(const Manifest &m) {
   auto fail = [](const std::string &what) {
     return Status::failure("invalid manifest: " + what);
@@ -188,6 +191,17 @@ static Status validateTrainArguments(const Manifest &m) {
     else if (a.name == "load" && a.shape.size() == 1 && a.shape[0] >= 1 &&
              a.shape[0] <= m.layer.experts)
       expected = a.shape;
+    else if (m.train.stateOnDevice &&
+             (a.name == "grad_sq" || a.name == "bad_updates")) {
+      // One per weight gradient the step outputs.
+      int64_t weights = std::count_if(
+          m.train.arguments.begin(), m.train.arguments.end(),
+          [](const TrainArgumentSpec &o) {
+            return o.output && o.name != "x.grad" && o.name.size() > 5 &&
+                   o.name.compare(o.name.size() - 5, 5, ".grad") == 0;
+          });
+      expected = std::vector<int64_t>{weights};
+    }
     if (!expected)
       return fail("unknown training argument '" + a.name + "' of shape " +
                   formatShape(a.shape));
@@ -217,6 +231,20 @@ Status validateManifest(const Manifest &m) {
   if (m.target == "sm_90a")
     if (Status s = validateGpuProgram(m); !s.ok())
       return s;
+  if (m.train.stateOnDevice) {
+    // The state is updated in place by the update steps, checked first by
+    // what the step reports per weight.
+    auto output = [&](const char *name) {
+      return std::any_of(
+          m.train.arguments.begin(), m.train.arguments.end(),
+          [&](const TrainArgumentSpec &a) { return a.output && a.name == name; });
+    };
+    if (m.target != "sm_90a" || m.gpu.updateSteps.empty() ||
+        !output("grad_sq") || !output("bad_updates"))
+      return fail("a training step with its state on the device needs the "
+                  "sm_90a target, update steps and the grad_sq and "
+                  "bad_updates outputs");
+  }
   if (m.inputs.size() != 1 || m.inputs[0].name != "x" ||
       m.inputs[0].shape != std::vector<int64_t>{-1, l.hidden} ||
       !isFloatType(m.inputs[0].dtype))

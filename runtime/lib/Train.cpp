@@ -98,7 +98,11 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
       if (d < 0)
         d = tokens;
     if (a.output) {
-      outputs[a.name] = Tensor::zeros(a.dtype, shape);
+      // A device that keeps the state keeps the weights' gradients too
+      // (lastGradients fetches them).
+      bool onDevice = spec.stateOnDevice && endsWith(a.name, ".grad") &&
+                      a.name != "x.grad";
+      outputs[a.name] = onDevice ? Tensor() : Tensor::zeros(a.dtype, shape);
       continue;
     }
     if (a.name == "x" || a.name == "target") {
@@ -137,19 +141,39 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
   const Tensor &load = outputs["load"];
   result.load.assign(load.as<float>(), load.as<float>() + load.numElements());
   // Numerical health, before anything is committed: the loss, the global
-  // gradient norm and the updated state must be finite.
+  // gradient norm and the updated state must be finite. A device that
+  // keeps the state reports each weight's sum of gradient squares and how
+  // many values its update would make non-finite (in the order of the
+  // `.grad` outputs); otherwise the gradients and the update are here.
   double squares = 0;
-  std::string firstBad;
-  for (auto &[name, value] : outputs) {
-    if (!endsWith(name, ".grad") || name == "x.grad")
-      continue;
-    const float *g = value.as<float>();
-    double sum = 0;
-    for (int64_t i = 0, n = value.numElements(); i < n; ++i)
-      sum += static_cast<double>(g[i]) * g[i];
-    if (!std::isfinite(sum) && firstBad.empty())
-      firstBad = name.substr(0, name.size() - 5);
-    squares += sum;
+  std::string firstBad, badUpdate;
+  if (spec.stateOnDevice) {
+    const float *sq = outputs["grad_sq"].as<float>();
+    const float *bad = outputs["bad_updates"].as<float>();
+    size_t w = 0;
+    for (const TrainArgumentSpec &a : spec.arguments) {
+      if (!a.output || !endsWith(a.name, ".grad") || a.name == "x.grad")
+        continue;
+      std::string weight = a.name.substr(0, a.name.size() - 5);
+      if (!std::isfinite(sq[w]) && firstBad.empty())
+        firstBad = weight;
+      if (bad[w] != 0 && badUpdate.empty())
+        badUpdate = weight;
+      squares += sq[w];
+      ++w;
+    }
+  } else {
+    for (auto &[name, value] : outputs) {
+      if (!endsWith(name, ".grad") || name == "x.grad")
+        continue;
+      const float *g = value.as<float>();
+      double sum = 0;
+      for (int64_t i = 0, n = value.numElements(); i < n; ++i)
+        sum += static_cast<double>(g[i]) * g[i];
+      if (!std::isfinite(sum) && firstBad.empty())
+        firstBad = name.substr(0, name.size() - 5);
+      squares += sum;
+    }
   }
   result.gradNorm = std::sqrt(squares);
   if (!std::isfinite(result.loss))
@@ -160,6 +184,8 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
   else if (!firstBad.empty())
     result.nonFinite =
         "the gradient norm is not finite (first in '" + firstBad + "')";
+  else if (!badUpdate.empty())
+    result.nonFinite = "the update makes '" + badUpdate + "' non-finite";
   else
     for (auto &[name, value] : outputs)
       if (endsWith(name, ".next") && !allFinite(value)) {
@@ -177,6 +203,21 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
   }
   // A non-finite step leaves the state as it was.
   gradients.clear();
+  gradientsOnDevice.clear();
+  if (spec.stateOnDevice) {
+    if (result.nonFinite.empty()) {
+      if (Status s = layer.getBackend().runTrainingUpdate(); !s.ok())
+        return Result::error(s.error);
+      stateOnDevice = true;
+    }
+    // The weights' gradients stay on the device until asked for.
+    gradients["x"] = std::move(outputs["x.grad"]);
+    for (const TrainArgumentSpec &a : spec.arguments)
+      if (a.output && endsWith(a.name, ".grad") && a.name != "x.grad")
+        gradientsOnDevice.push_back(a.name.substr(0, a.name.size() - 5));
+    ++stepCount;
+    return result;
+  }
   for (auto &[name, value] : outputs) {
     if (endsWith(name, ".next") && result.nonFinite.empty())
       tensors[name.substr(0, name.size() - 5)] = std::move(value);
@@ -187,7 +228,33 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
   return result;
 }
 
-std::map<std::string, Tensor> Trainer::lastGradients() const {
+Status Trainer::pullState() {
+  if (!stateOnDevice)
+    return Status::success();
+  std::map<std::string, Tensor *> into;
+  for (auto &[name, value] : tensors)
+    into[name] = &value;
+  if (Status s = layer.getBackend().downloadTrainingTensors(into); !s.ok())
+    return s;
+  stateOnDevice = false;
+  return Status::success();
+}
+
+Expected<std::map<std::string, Tensor>> Trainer::lastGradients() {
+  using Result = Expected<std::map<std::string, Tensor>>;
+  if (!gradientsOnDevice.empty()) {
+    std::map<std::string, Tensor *> into;
+    for (const std::string &w : gradientsOnDevice) {
+      auto it = tensors.find(w);
+      if (it == tensors.end())
+        return Result::error("no training state '" + w + "'");
+      gradients[w] = Tensor::zeros(DType::F32, it->second.shape);
+      into[w + ".grad"] = &gradients[w];
+    }
+    if (Status s = layer.getBackend().downloadTrainingTensors(into); !s.ok())
+      return Result::error(s.error);
+    gradientsOnDevice.clear();
+  }
   std::map<std::string, Tensor> named = layer.checkpointNames(gradients);
   if (auto it = gradients.find("x"); it != gradients.end())
     named["x"] = it->second;
@@ -195,6 +262,8 @@ std::map<std::string, Tensor> Trainer::lastGradients() const {
 }
 
 Status Trainer::syncLayer() {
+  if (Status s = pullState(); !s.ok())
+    return s;
   for (const auto &[name, value] : tensors) {
     if (endsWith(name, ".m") || endsWith(name, ".v"))
       continue;
@@ -225,6 +294,9 @@ Status Trainer::restore(const std::map<std::string, Tensor> &state,
   for (auto &[name, value] : tensors)
     value = state.at(name);
   stepCount = steps;
+  // The device's copy (if it keeps one) is no longer the state.
+  stateOnDevice = false;
+  layer.getBackend().invalidateTrainingState();
   return syncLayer();
 }
 
@@ -334,8 +406,10 @@ markedCheckpoints(const std::string &dir) {
   return found;
 }
 
-Status writeCheckpoint(const std::string &dir, const Trainer &trainer,
+Status writeCheckpoint(const std::string &dir, Trainer &trainer,
                        uint64_t stream, Communicator *comm, int64_t keep) {
+  if (Status s = trainer.pullState(); !s.ok())
+    return s;
   return writeCheckpointState(dir, trainer.state(), trainer.steps(), stream,
                               comm, keep);
 }

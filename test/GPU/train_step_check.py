@@ -12,7 +12,11 @@ auxiliary-loss-free update.
 
   train_step_check.py --config C --bundle SM90.moeb --host-bundle HOST.moeb
                       --moe-train P --work DIR [--tokens T] [--seed S]
-                      [--tol TOL]
+                      [--tol TOL] [--steps N]
+
+With --steps N > 1 both run N steps: the last loss, the first step's
+gradients and the final state (masters, moments, bias) are compared with
+the host's.
 """
 import argparse
 import glob
@@ -53,17 +57,18 @@ def rel(got, want):
     return np.linalg.norm(got - want) / d if d > 0 else np.linalg.norm(got)
 
 
-def train(moe_train, bundle, work, weights, batch, device):
+def train(moe_train, bundle, work, weights, batch, device, steps=1):
     grads = os.path.join(work, device + "-grads.safetensors")
     ckpt = os.path.join(work, device + "-ckpt")
-    run = subprocess.run([moe_train, bundle, "--device=" + device, "--steps", "1",
+    run = subprocess.run([moe_train, bundle, "--device=" + device, "--steps", str(steps),
                           "--lr", str(LR), "--bias-update", str(GAMMA),
                           "--weights", weights, "--inputs", batch,
                           "--dump-grads", grads, "--checkpoint", ckpt,
-                          "--checkpoint-every", "1"], capture_output=True, text=True)
+                          "--checkpoint-every", str(steps)], capture_output=True, text=True)
     if run.returncode:
         sys.exit("moe-train --device=%s failed:\n%s%s" % (device, run.stdout, run.stderr))
-    loss = float(run.stdout.split("loss")[1].split()[0])
+    # The last step's loss (its line before the summary).
+    loss = float(run.stdout.split("step %d loss" % steps)[1].split()[0])
     state = glob.glob(os.path.join(ckpt, "step-*", "state.safetensors"))
     if len(state) != 1:
         sys.exit("moe-train --device=%s wrote no checkpoint" % device)
@@ -78,6 +83,7 @@ def main():
     ap.add_argument("--seed", type=int, default=3)
     ap.add_argument("--tol", type=float, default=2e-2)
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--steps", type=int, default=1)
     args = ap.parse_args()
     cfg = reference.Config(args.config)
     manifest = read_manifest(args.host_bundle)
@@ -98,9 +104,10 @@ def main():
     reference.write_safetensors(batch, {"x": x, "target": target})
 
     host_loss, host_grads, host_state = train(args.moe_train, args.host_bundle,
-                                              args.work, wpath, batch, "host")
+                                              args.work, wpath, batch, "host",
+                                              args.steps)
     loss, grads, state = train(args.moe_train, args.bundle, args.work, wpath,
-                               batch, "cuda")
+                               batch, "cuda", args.steps)
     failures = []
 
     def expect(what, err, bound):
@@ -124,6 +131,22 @@ def main():
     checked = 0
     for role, grad in g.items():
         if role == "score_bias" or role + ".m" not in state:
+            continue
+        if args.steps > 1:
+            # After several steps: the host's state, within what bf16
+            # gradients move it (squares for v).
+            expect(role + ".m", rel(state[role + ".m"], host_state[role + ".m"]),
+                   args.tol)
+            expect(role + ".v", rel(state[role + ".v"], host_state[role + ".v"]),
+                   2 * args.tol)
+            # The masters' movement: Adam moves each element by about lr
+            # whatever its gradient's size, so elements whose gradient is
+            # about zero (where bf16 and f32 disagree in sign) move either
+            # way; the movement agrees to a few percent.
+            expect(role + " (moved)", rel(state[role] - w0[role],
+                                          host_state[role] - w0[role]),
+                   5 * args.tol)
+            checked += 1
             continue
         grad = grad.astype(np.float64)
         m, v = c1 * grad, c2 * grad * grad

@@ -14,6 +14,8 @@ step, the input stream, the ranks and each state file's size and SHA-256.
   ckpt_tool.py nan CKPT TENSOR         make element 0 of TENSOR NaN and fix
                                        the checksum (a consistent file of
                                        non-finite state)
+  ckpt_tool.py set CKPT TENSOR VALUE   set element 0 of TENSOR (finite or
+                                       not) and fix the checksum
   ckpt_tool.py rehash CKPT             recompute the marker's checksum
 """
 import hashlib
@@ -65,10 +67,11 @@ def main():
         struct.pack_into("<qq", data, start + begin, int(rest[0]), int(rest[1]))
         open(state_path(ckpt), "wb").write(data)
         rehash(ckpt)
-    elif cmd == "nan":
+    elif cmd in ("nan", "set"):
         data, header, start = read_state(ckpt)
         begin, _ = header[rest[0]]["data_offsets"]
-        struct.pack_into("<f", data, start + begin, float("nan"))
+        value = float("nan") if cmd == "nan" else float(rest[1])
+        struct.pack_into("<f", data, start + begin, value)
         open(state_path(ckpt), "wb").write(data)
         rehash(ckpt)
     elif cmd == "rehash":

@@ -345,11 +345,15 @@ int main(int argc, char **argv) {
     for (const CommEvent &e : comm.takeEvents())
       trace.add(e.compute ? codeLane : commLane, label + ": " + e.name,
                 trace.fromSteady(e.start), e.seconds);
-    if (step == first && !dumpGrads.empty())
-      if (Status s = writeSafetensors(rankPath(dumpGrads, comm),
-                                      (*trainer)->lastGradients());
+    if (step == first && !dumpGrads.empty()) {
+      Expected<std::map<std::string, Tensor>> grads =
+          (*trainer)->lastGradients();
+      if (!grads)
+        die(grads.message());
+      if (Status s = writeSafetensors(rankPath(dumpGrads, comm), *grads);
           !s.ok())
         die(s.error);
+    }
     double seconds = std::chrono::duration<double>(end - start).count();
     float maxLoad = 0, total = 0;
     for (float l : result->load) {

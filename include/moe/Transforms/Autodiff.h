@@ -64,9 +64,18 @@ enum TrainHyper {
   kHyperCount = 8
 };
 
-/// The arguments of a training step of `layer`, on every target: the host's
-/// `moe_train_step` and the sm_90a training schedule take the same ones.
+/// The arguments of a training step of `layer`: the host's `moe_train_step`
+/// takes these (its updated state comes out as `.next` outputs).
 std::vector<TrainArgument> listTrainArguments(LayerOp layer);
+
+/// The arguments of the sm_90a training step, which keeps its state on the
+/// device and updates it in place (a second schedule, "update", run once
+/// the step is known finite): those of listTrainArguments without the
+/// `.next` outputs, and per trained weight (in the order of the `.grad`
+/// outputs) `grad_sq`, the sum of its gradient's squares, and
+/// `bad_updates`, how many of its values its update would make
+/// non-finite.
+std::vector<TrainArgument> listDeviceTrainArguments(LayerOp layer);
 
 } // namespace mlir::moe
 

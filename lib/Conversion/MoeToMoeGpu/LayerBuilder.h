@@ -36,6 +36,8 @@ namespace mlir::moe::lowering {
 constexpr int64_t kRouteWarps = 4;
 /// Threads of a CTA of the one-thread-per-element SIMT kernels.
 constexpr int64_t kCountThreads = 256;
+/// CTAs of a grid-stride reduction over a weight (4 per SM of an H200).
+constexpr int64_t kCheckCtas = 528;
 constexpr int64_t kRowThreads = 128;
 /// Threads of the one CTA that scans the expert counts.
 constexpr int64_t kScanThreads = 256;
@@ -182,6 +184,7 @@ private:
   void buildLoad(gpu::GPUFuncOp func);
   void buildBias(gpu::GPUFuncOp func);
   void buildAdamW(gpu::GPUFuncOp func);
+  void buildUpdateCheck(gpu::GPUFuncOp func, int64_t index);
 
   LayerOp layer;
   LayerConfigAttr config;
@@ -191,7 +194,7 @@ private:
   gpu::GPUModuleOp kernels;
   SmallVector<Buffer> buffers;
   moegpu::ProgramOp program;
-  moegpu::ScheduleOp forward, training;
+  moegpu::ScheduleOp forward, training, update;
   OpBuilder::Listener *listener;
   /// Where the steps go: the forward schedule, then the training schedule.
   Block *steps = nullptr;

@@ -403,13 +403,14 @@ void LayerBuilder::buildLoad(gpu::GPUFuncOp func) {
   });
 }
 
-/// bias.next = bias + gamma * sign(T * k / E - load), T every rank's
-/// tokens (hyper[kHyperTokens]) and load summed over the ranks.
+/// The auxiliary-loss-free bias update, in place: bias += gamma *
+/// sign(T * k / E - load), T every rank's tokens (hyper[kHyperTokens]) and
+/// load summed over the ranks.
 void LayerBuilder::buildBias(gpu::GPUFuncOp func) {
   ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
   Value load = func.getArgument(0), hyper = func.getArgument(1);
-  Value bias = func.getArgument(2), next = func.getArgument(3);
+  Value bias = func.getArgument(2);
   int64_t experts = config.getExperts();
   Value ex = e.globalThread(kCountThreads);
   e.when(e.cmp(arith::CmpIPredicate::ult, ex, e.idx(experts)), [&] {
@@ -426,42 +427,100 @@ void LayerBuilder::buildBias(gpu::GPUFuncOp func) {
     Value sign = arith::SelectOp::create(
         b, above, e.f32(1.0),
         arith::SelectOp::create(b, below, e.f32(-1.0), e.f32(0)));
-    e.store(e.add(e.load(bias, {ex}), e.mul(gamma, sign)), next, {ex});
+    e.store(e.add(e.load(bias, {ex}), e.mul(gamma, sign)), bias, {ex});
   });
 }
 
-/// AdamW with bias-corrected moments on one f32 master weight:
-/// (p, m, v, grad, hyper) -> (p.next, m.next, v.next).
+namespace {
+/// One AdamW step with bias-corrected moments on element values: the new
+/// master, first and second moments.
+struct AdamWValues {
+  Value p, m, v;
+};
+
+AdamWValues adamwStep(Emitter &e, Value hyper, Value p, Value m, Value v,
+                      Value g) {
+  auto h = [&](TrainHyper k) { return e.load(hyper, {e.idx(k)}); };
+  Value lr = h(kHyperLearningRate), step = h(kHyperStep);
+  Value beta1 = h(kHyperBeta1), beta2 = h(kHyperBeta2);
+  Value eps = h(kHyperEpsilon), decay = h(kHyperWeightDecay);
+  Value one = e.f32(1.0);
+  Value m2 = e.add(e.mul(beta1, m), e.mul(e.sub(one, beta1), g));
+  Value v2 = e.add(e.mul(beta2, v), e.mul(e.sub(one, beta2), e.mul(g, g)));
+  Value mHat = e.div(m2, e.sub(one, e.powi(beta1, step)));
+  Value vHat = e.div(v2, e.sub(one, e.powi(beta2, step)));
+  Value update = e.add(e.div(mHat, e.add(e.sqrt(vHat), eps)), e.mul(decay, p));
+  return {e.sub(p, e.mul(lr, update)), m2, v2};
+}
+} // namespace
+
+/// AdamW on one f32 master weight, in place: (p, m, v, grad, hyper).
 void LayerBuilder::buildAdamW(gpu::GPUFuncOp func) {
   ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
   Value p = func.getArgument(0), m = func.getArgument(1);
   Value v = func.getArgument(2), grad = func.getArgument(3);
   Value hyper = func.getArgument(4);
-  Value pNext = func.getArgument(5), mNext = func.getArgument(6);
-  Value vNext = func.getArgument(7);
   auto type = cast<MemRefType>(p.getType());
   Value i = e.globalThread(kCountThreads);
   e.when(e.cmp(arith::CmpIPredicate::ult, i, e.idx(type.getNumElements())),
          [&] {
-           auto h = [&](TrainHyper k) { return e.load(hyper, {e.idx(k)}); };
-           Value lr = h(kHyperLearningRate), step = h(kHyperStep);
-           Value beta1 = h(kHyperBeta1), beta2 = h(kHyperBeta2);
-           Value eps = h(kHyperEpsilon), decay = h(kHyperWeightDecay);
-           Value one = e.f32(1.0);
            SmallVector<Value> at = e.delinearize(i, p);
-           Value pv = e.load(p, at), g = e.load(grad, at);
-           Value m2 =
-               e.add(e.mul(beta1, e.load(m, at)), e.mul(e.sub(one, beta1), g));
-           Value v2 = e.add(e.mul(beta2, e.load(v, at)),
-                            e.mul(e.sub(one, beta2), e.mul(g, g)));
-           Value mHat = e.div(m2, e.sub(one, e.powi(beta1, step)));
-           Value vHat = e.div(v2, e.sub(one, e.powi(beta2, step)));
-           Value update =
-               e.add(e.div(mHat, e.add(e.sqrt(vHat), eps)), e.mul(decay, pv));
-           e.store(e.sub(pv, e.mul(lr, update)), pNext, at);
-           e.store(m2, mNext, at);
-           e.store(v2, vNext, at);
+           AdamWValues next = adamwStep(e, hyper, e.load(p, at), e.load(m, at),
+                                        e.load(v, at), e.load(grad, at));
+           e.store(next.p, p, at);
+           e.store(next.m, m, at);
+           e.store(next.v, v, at);
          });
+}
+
+/// What the runtime checks before it runs the update: over weight
+/// `index`'s elements (a grid-stride loop), the sum of its gradient's
+/// squares into grad_sq[index] and the count of elements whose AdamW step
+/// would make the master or a moment non-finite into bad[index]; each
+/// warp adds its lanes' sums (a butterfly of shuffles) with one atomic.
+/// (p, m, v, grad, hyper, grad_sq, bad)
+void LayerBuilder::buildUpdateCheck(gpu::GPUFuncOp func, int64_t index) {
+  ImplicitLocOpBuilder b = kernelBody(func);
+  Emitter e{b};
+  Value p = func.getArgument(0), m = func.getArgument(1);
+  Value v = func.getArgument(2), grad = func.getArgument(3);
+  Value hyper = func.getArgument(4), gradSq = func.getArgument(5);
+  Value bad = func.getArgument(6);
+  int64_t elements = cast<MemRefType>(p.getType()).getNumElements();
+  Value stride = e.muli(gpu::GridDimOp::create(b, gpu::Dimension::x),
+                        e.idx(kCountThreads));
+  // x - x is 0 exactly when x is finite.
+  auto finite = [&](Value x) {
+    return arith::CmpFOp::create(b, arith::CmpFPredicate::OEQ, e.sub(x, x),
+                                 e.f32(0));
+  };
+  ValueRange sums = e.loop(
+      e.globalThread(kCountThreads), e.idx(elements), stride,
+      {e.f32(0), e.f32(0)}, [&](Value i, ValueRange it) {
+        SmallVector<Value> at = e.delinearize(i, p);
+        Value g = e.load(grad, at);
+        AdamWValues next = adamwStep(e, hyper, e.load(p, at), e.load(m, at),
+                                     e.load(v, at), g);
+        Value ok = arith::AndIOp::create(
+            b, finite(next.p),
+            arith::AndIOp::create(b, finite(next.m), finite(next.v)));
+        Value count = arith::SelectOp::create(b, ok, e.f32(0), e.f32(1.0));
+        return SmallVector<Value>{e.add(it[0], e.mul(g, g)),
+                                  e.add(it[1], count)};
+      });
+  auto warpSum = [&](Value x) {
+    for (int32_t offset = 16; offset >= 1; offset /= 2)
+      x = e.add(x, gpu::ShuffleOp::create(b, x, offset, 32,
+                                          gpu::ShuffleMode::XOR)
+                       .getShuffleResult());
+    return x;
+  };
+  Value squares = warpSum(sums[0]), count = warpSum(sums[1]);
+  Value lane = e.remi(e.thread(), e.idx(32));
+  e.when(e.cmp(arith::CmpIPredicate::eq, lane, e.idx(0)), [&] {
+    e.atomicAdd(squares, gradSq, {e.idx(index)});
+    e.atomicAdd(count, bad, {e.idx(index)});
+  });
 }
 

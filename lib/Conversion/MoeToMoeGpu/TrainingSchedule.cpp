@@ -23,7 +23,7 @@ void LayerBuilder::buildTraining() {
 
   // The step's arguments: x and score_bias are the forward pass's own
   // buffers; the others are `arg.<name>`.
-  std::vector<TrainArgument> args = listTrainArguments(layer);
+  std::vector<TrainArgument> args = listDeviceTrainArguments(layer);
   for (const TrainArgument &arg : args) {
     if (arg.name == "x" || arg.name == "score_bias")
       continue;
@@ -287,19 +287,44 @@ void LayerBuilder::buildTraining() {
         sums.push_back(arg(std::string(w) + ".grad"));
     addAllReduce(SmallVector<StringRef>(sums.begin(), sums.end()));
   }
-  if (bias)
-    buildBias(addKernel(
-        "train_bias",
-        {arg("load"), arg("hyper"), "score_bias", arg("score_bias.next")},
-        elementGrid(e), kCountThreads));
-  for (auto [name, value] : listTrainedWeights(layer)) {
+  // Before anything changes: each weight's sum of gradient squares and
+  // how many values its update would make non-finite (the runtime runs
+  // the update only if the whole step is finite).
+  addMemset(arg("grad_sq"));
+  addMemset(arg("bad_updates"));
+  SmallVector<std::pair<StringRef, Value>> trained = listTrainedWeights(layer);
+  auto adamwArgs = [&](StringRef name) {
     std::string w = name.str();
-    SmallVector<std::string> names{
-        arg(w),       arg(w + ".m"),    arg(w + ".v"),      arg(w + ".grad"),
-        arg("hyper"), arg(w + ".next"), arg(w + ".m.next"), arg(w + ".v.next")};
+    return SmallVector<std::string>{arg(w), arg(w + ".m"), arg(w + ".v"),
+                                    arg(w + ".grad"), arg("hyper")};
+  };
+  for (auto [i, weight] : llvm::enumerate(trained)) {
+    SmallVector<std::string> names = adamwArgs(weight.first);
+    names.push_back(arg("grad_sq"));
+    names.push_back(arg("bad_updates"));
+    int64_t elements = memrefType(arg(weight.first)).getNumElements();
+    buildUpdateCheck(
+        addKernel("train_check_" + weight.first.str(),
+                  SmallVector<StringRef>(names.begin(), names.end()),
+                  fixedGrid(std::min<int64_t>(
+                      kCheckCtas, llvm::divideCeil(elements, kCountThreads))),
+                  kCountThreads),
+        static_cast<int64_t>(i));
+  }
+
+  // The update, in place: the selection bias, then AdamW on every master.
+  OpBuilder ub = builderAtEnd(&program.getBody().front());
+  update = moegpu::ScheduleOp::create(ub, layer.getLoc(), "update");
+  steps = &update.getBody().front();
+  if (bias)
+    buildBias(addKernel("train_bias", {arg("load"), arg("hyper"), "score_bias"},
+                        elementGrid(e), kCountThreads));
+  for (auto [name, value] : trained) {
+    SmallVector<std::string> names = adamwArgs(name);
     buildAdamW(addKernel(
-        "train_adamw_" + w, SmallVector<StringRef>(names.begin(), names.end()),
-        elementGrid(memrefType(arg(w)).getNumElements()), kCountThreads));
+        "train_adamw_" + name.str(),
+        SmallVector<StringRef>(names.begin(), names.end()),
+        elementGrid(memrefType(arg(name)).getNumElements()), kCountThreads));
   }
   steps = &forward.getBody().front();
 }

@@ -386,6 +386,8 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
   for (auto schedule : gpuProgram.getOps<moegpu::ScheduleOp>()) {
     std::vector<rt::GpuStep> &into = schedule.getEntry() == "train"
                                          ? program.trainSteps
+                                     : schedule.getEntry() == "update"
+                                         ? program.updateSteps
                                          : program.steps;
     for (Operation &op : schedule.getBody().front()) {
       rt::GpuStep step;

@@ -356,7 +356,7 @@ moegpu.program {
 // -----
 
 moegpu.program {
-  // expected-error @+1 {{has entry 'backward', expected forward or train}}
+  // expected-error @+1 {{has entry 'backward', expected forward, train or update}}
   moegpu.schedule "backward" {
   }
 }

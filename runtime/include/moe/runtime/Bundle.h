@@ -127,8 +127,11 @@ struct GpuProgram {
   /// One forward pass.
   std::vector<GpuStep> steps;
   /// With --train: one training step (TrainSpec's arguments are the
-  /// buffers with source `arg:<name>`, and `x` and `score_bias`).
+  /// buffers with source `arg:<name>`, and `x` and `score_bias`) up to
+  /// the gradients and the update's check, then the update of the state
+  /// in place, which the runtime runs only when the step is finite.
   std::vector<GpuStep> trainSteps;
+  std::vector<GpuStep> updateSteps;
 };
 
 /// Bytes of an sm_90a buffer at its capacity: `maxTokens` tokens, the
@@ -175,6 +178,11 @@ struct TrainArgumentSpec {
 struct TrainSpec {
   std::string entry; // symbol of its packed entry point; "" if none
   std::vector<TrainArgumentSpec> arguments;
+  /// The state (the arguments besides x, target and hyper that are not
+  /// outputs) lives on the device and is updated in place (sm_90a): no
+  /// `.next` outputs, but `grad_sq` and `bad_updates` (see
+  /// listDeviceTrainArguments) and the program's updateSteps.
+  bool stateOnDevice = false;
 };
 
 struct Manifest {

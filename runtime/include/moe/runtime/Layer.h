@@ -40,6 +40,21 @@ public:
     return Status::failure("this device cannot run entry point '" + symbol +
                            "'");
   }
+  /// A training step that keeps its state on the device
+  /// (TrainSpec::stateOnDevice) uploads the state arguments it is given
+  /// only when the device does not hold them yet or any more: after
+  /// this (a restore), the next step uploads them.
+  virtual void invalidateTrainingState() {}
+  /// Copies training arguments the device holds (the state, or the last
+  /// step's weight gradients), by name, into the tensors given.
+  virtual Status
+  downloadTrainingTensors(const std::map<std::string, Tensor *> &) {
+    return Status::failure("this device keeps no training state");
+  }
+  /// Updates the state in place with the last step's gradients.
+  virtual Status runTrainingUpdate() {
+    return Status::failure("this device keeps no training state");
+  }
   /// Where the code's collectives go (bundles compiled with --ep).
   virtual Status setCommunicator(Communicator *) {
     return Status::failure("this device does not run expert-parallel code");

@@ -45,15 +45,20 @@ public:
   Expected<StepResult> step(const Tensor &x, const Tensor &target,
                             const TrainOptions &options);
   /// The gradients of the last step's loss, computed before its update,
-  /// under checkpoint names (f32), plus "x".
-  std::map<std::string, Tensor> lastGradients() const;
+  /// under checkpoint names (f32), plus "x" (from the device, if it keeps
+  /// the state).
+  Expected<std::map<std::string, Tensor>> lastGradients();
   /// Copies the master weights and the bias into the layer's parameters
   /// (its compute dtype), for forward passes and weights files.
   Status syncLayer();
+  /// Brings state() up to date when the device keeps the state and
+  /// updated it (TrainSpec::stateOnDevice); checkpoints and syncLayer do.
+  Status pullState();
 
   int64_t steps() const { return stepCount; }
   /// Every state tensor by its name in the training step (`W`, `W.m`,
   /// `W.v`, `score_bias`): what a checkpoint holds besides the step count.
+  /// When the device keeps the state, current after pullState().
   const std::map<std::string, Tensor> &state() const { return tensors; }
   /// Restores a state written by state() and the step count.
   Status restore(const std::map<std::string, Tensor> &state, int64_t steps);
@@ -64,6 +69,10 @@ private:
   TrainSpec spec;
   std::map<std::string, Tensor> tensors;
   std::map<std::string, Tensor> gradients;
+  /// The device's state is newer than `tensors`.
+  bool stateOnDevice = false;
+  /// Weights whose last gradients are still on the device only.
+  std::vector<std::string> gradientsOnDevice;
   int64_t stepCount = 0;
 };
 
@@ -80,7 +89,7 @@ private:
 /// With an expert-parallel `comm` every rank writes its own state file
 /// into the one directory (a filesystem all ranks share), and rank 0
 /// publishes it once all are written; every rank returns the same status.
-Status writeCheckpoint(const std::string &dir, const Trainer &trainer,
+Status writeCheckpoint(const std::string &dir, Trainer &trainer,
                        uint64_t stream, Communicator *comm = nullptr,
                        int64_t keep = 0);
 
