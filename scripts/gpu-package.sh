@@ -31,11 +31,12 @@ if [[ $rebuild == 1 ]]; then
   "$root/scripts/build.sh" --target moe-run moe-compile moe-comm-bench moe-train >/dev/null
 fi
 rm -rf "$out"
-mkdir -p "$out/bin" "$out/lib" "$out/bundles/train"
+mkdir -p "$out/bin" "$out/lib" "$out/bundles/train" "$out/bundles/train-host"
 cp "$build/bin/moe-run" "$build/bin/moe-comm-bench" "$build/bin/moe-train" "$out/bin/"
 cp -L "$build"/lib/libmoe_runtime.so* "$out/lib/" 2>/dev/null ||
   cp -L "$(find "$build" -name 'libmoe_runtime.so*' | head -1)" "$out/lib/"
-cp "$root/tools/gpu-check/gpu_check.py" "$root/tools/gpu-check.sh" "$out/"
+cp "$root/tools/gpu-check/gpu_check.py" "$root/tools/gpu-check/train_bench.py" \
+  "$root/test/Integration/reference.py" "$root/tools/gpu-check.sh" "$out/"
 configs=("$root"/tools/gpu-check/configs/*.json)
 tokens=4096
 if [[ $tiny == 1 ]]; then
@@ -51,11 +52,24 @@ for config in "${configs[@]}"; do
     --max-tokens=$tokens --no-cache --report -o "$out/bundles/$name.moeb" \
     2> "$out/bundles/$name.report"
 done
-# Training steps (SIMT kernels around the forward schedule) of two tiny
-# configs: DeepSeek-V3's routing with a shared expert, Mixtral's softmax.
+# Training steps of two tiny configs (DeepSeek-V3's routing with a shared
+# expert, Mixtral's softmax), and their host bundles for the multi-step
+# comparison.
 for name in deepseek-v3-tiny mixtral-tiny; do
   "$build/bin/moe-compile" --hf-config "$root/test/Integration/Inputs/$name.json" \
     --train --target=sm_90a --max-tokens=512 --no-cache \
     -o "$out/bundles/train/$name.moeb"
+  "$build/bin/moe-compile" --hf-config "$root/test/Integration/Inputs/$name.json" \
+    --train --dtype=bf16 --max-tokens=512 --no-cache \
+    -o "$out/bundles/train-host/$name.moeb"
 done
+# A larger layer's training step for its speed (DeepSeek-V2-Lite's shapes:
+# 64 experts of 1408, top-6, two shared experts; 4096 tokens). Not on the
+# emulator (--tiny).
+if [[ $tiny == 0 ]]; then
+  mkdir -p "$out/bundles/train-bench"
+  "$build/bin/moe-compile" --hf-config "$root/test/Import/Inputs/deepseek-v2-lite.json" \
+    --train --target=sm_90a --max-tokens=4096 --no-cache \
+    -o "$out/bundles/train-bench/deepseek-v2-lite.moeb"
+fi
 echo "gpu-package: $(du -sh "$out" | cut -f1) in $out"

@@ -21,7 +21,11 @@ DeepSeek-V3 and Mixtral configs), one `moe-train --device=cuda` step on a
 batch written here; every gradient (--dump-grads) is checked against
 PyTorch autograd of the float32 layer (routed as the device routed, from
 moe-run's topk_ids), and the checkpointed AdamW state and bias against the
-update rule applied to the step's own gradients.
+update rule applied to the step's own gradients; then 5 steps against the
+host bundle of the same layer (train-host/: every loss, the final moments,
+masters and bias). For each bundle under train-bench/ (a larger layer), the
+time of a training step and of each GEMM kernel in it, with their rate
+(tools/gpu-check/train_bench.py; not on the emulator).
 
 It also runs `moe-comm-bench --device=cuda` on one rank: the NCCL
 communicator is created (unique id, non-blocking init, CTA limits of the
@@ -41,6 +45,10 @@ import sys
 import time
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import train_bench  # noqa: E402
+from train_bench import read_manifest  # noqa: E402
 
 # --------------------------------------------------------------------------
 # Files: safetensors and the bundle's manifest (own readers)
@@ -85,12 +93,6 @@ def write_safetensors(path, tensors):
         f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
-def read_manifest(path):
-    with open(path, "rb") as f:
-        head = f.read(32)
-        manifest_size, blob_count = struct.unpack("<QQ", head[16:32])
-        f.seek(32 + 8 * blob_count)
-        return json.loads(f.read(manifest_size))
 
 
 def stacked(manifest, raw):
@@ -459,7 +461,14 @@ def check_training(args, bundle):
         adam_ok = adam_ok and err < 1e-6
     print(f"  {'PASS' if adam_ok else 'FAIL'} train {name + ' AdamW, bias':22s} "
           f"max rel err {adam_worst:.2e} (bound 1e-4)")
-    return ok and adam_ok
+    # Several steps, the state kept on the device, against the host's.
+    host = os.path.join(args.package, "bundles", "train-host", name + ".moeb")
+    steps_ok = True
+    if os.path.exists(host):
+        steps_ok = train_bench.check_steps(
+            args.moe_train, bundle, host, os.path.join(work, "steps"),
+            f["weights"], f["batch"], steps=5, label=name)
+    return ok and adam_ok and steps_ok
 
 
 def check_comm(args):
@@ -530,6 +539,19 @@ def main():
                     ok = check_training(args, os.path.join(train_dir, b)) and ok
                 except Exception as error:
                     print(f"  FAIL train {b}: {error!r}")
+                    ok = False
+    bench_dir = os.path.join(args.package, "bundles", "train-bench")
+    if os.path.isdir(bench_dir) and not args.emulator:
+        print("training step speed (the last of 4 steps, CUDA events)")
+        for b in sorted(os.listdir(bench_dir)):
+            if b.endswith(".moeb"):
+                try:
+                    ok = train_bench.measure(
+                        args.moe_train, os.path.join(bench_dir, b),
+                        os.path.join(args.work, "speed-" + b[:-5]),
+                        label=b[:-5]) and ok
+                except Exception as error:
+                    print(f"  FAIL train speed {b}: {error!r}")
                     ok = False
     for bundle in bundles:
         try:
