@@ -116,8 +116,8 @@ static Value inGroups(Emitter &e, Value groups, Value r) {
                e.index(e.load(groups, {e.idx(count)})));
 }
 
-/// row_dy[r] = dy[t] for every dispatched row r of token t (padding rows
-/// stay as the memset left them: zero).
+/// row_dy[r] = dy[t] (in the compute type) for every dispatched row r of
+/// token t (padding rows stay as the memset left them: zero).
 void LayerBuilder::buildGatherRowDy(gpu::GPUFuncOp func) {
   ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
@@ -129,8 +129,10 @@ void LayerBuilder::buildGatherRowDy(gpu::GPUFuncOp func) {
     e.when(e.cmp(arith::CmpIPredicate::sgt, code, e.i32(0)), [&] {
       Value t = e.divi(e.index(arith::SubIOp::create(b, code, e.i32(1))),
                        e.idx(config.getTopK()));
+      Type half = cast<MemRefType>(rowDy.getType()).getElementType();
       e.columns(config.getHidden(), [&](Value h) {
-        e.store(e.load(dy, {t, h}), rowDy, {r, h});
+        e.store(arith::TruncFOp::create(b, half, e.load(dy, {t, h})), rowDy,
+                {r, h});
       });
     });
   });
@@ -202,13 +204,12 @@ void LayerBuilder::buildActGrad(gpu::GPUFuncOp func, bool weighted) {
   });
 }
 
-/// dst[r, h] = src[r, h] and, with weights, weighted[r, h] = w[r] *
-/// src[r, h], in the compute type, for the rows in `groups`: the output
-/// gradient as the backward GEMMs read it.
+/// dst[r, h] = w[r] * src[r, h] (w = 1 without weights) in the compute
+/// type, for the rows in `groups`: the output gradient as the backward
+/// GEMMs read it. (src, groups, dst [, weight])
 void LayerBuilder::buildScaleToHalf(gpu::GPUFuncOp func, bool weighted) {
   ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
-  // src, groups, dst [, weight, weighted]
   Value src = func.getArgument(0), groups = func.getArgument(1);
   Value dst = func.getArgument(2);
   Type half = cast<MemRefType>(dst.getType()).getElementType();
@@ -216,11 +217,10 @@ void LayerBuilder::buildScaleToHalf(gpu::GPUFuncOp func, bool weighted) {
   e.when(inGroups(e, groups, r), [&] {
     Value w = weighted ? e.load(func.getArgument(3), {r}) : Value();
     e.columns(config.getHidden(), [&](Value h) {
-      Value v = e.load(src, {r, h});
-      e.store(arith::TruncFOp::create(b, half, v), dst, {r, h});
+      Value v = e.toF32(e.load(src, {r, h}));
       if (w)
-        e.store(arith::TruncFOp::create(b, half, e.mul(w, v)),
-                func.getArgument(4), {r, h});
+        v = e.mul(w, v);
+      e.store(arith::TruncFOp::create(b, half, v), dst, {r, h});
     });
   });
 }
@@ -339,7 +339,8 @@ void LayerBuilder::buildInputGrad(gpu::GPUFuncOp func, bool routerGemm) {
           ImplicitLocOpBuilder::InsertionGuard guard(b);
           b.setInsertionPointToStart(ifOp.thenBlock());
           scf::YieldOp::create(
-              b, ValueRange{e.add(it[0], e.load(drows, {e.index(r), h}))});
+              b, ValueRange{e.add(it[0],
+                                  e.toF32(e.load(drows, {e.index(r), h})))});
           b.setInsertionPointToStart(ifOp.elseBlock());
           scf::YieldOp::create(b, it[0]);
           return SmallVector<Value>{ifOp.getResult(0)};

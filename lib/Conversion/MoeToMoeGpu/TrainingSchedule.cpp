@@ -34,15 +34,18 @@ void LayerBuilder::buildTraining() {
               "arg:" + arg.name);
   }
   auto arg = [](StringRef name) { return ("arg." + name).str(); };
+  // The dispatched rows' output gradient and input gradient travel (and
+  // are kept) in the compute type, as the backward GEMMs read and write
+  // them: half the bytes of f32 in the exchanges and in memory.
+  Type half = memrefType("w13").getElementType();
   addBuffer("dy", f32, {kTokens, h}, "scratch");
   addBuffer("row_token", i32, {kRows}, "scratch");
-  addBuffer("row_dy", f32, {kRows, h}, "scratch");
+  addBuffer("row_dy", half, {kRows, h}, "scratch");
   addBuffer("row_weight_grad", f32, {kRows}, "scratch");
   addBuffer("dtw", f32, {kTokens, config.getTopK()}, "scratch");
-  addBuffer("drows", f32, {kRows, h}, "scratch");
+  addBuffer("drows", half, {kRows, h}, "scratch");
   addBuffer("dl", f32, {kTokens, e}, "scratch");
   if (shared) {
-    Type half = memrefType("ws13").getElementType();
     addBuffer("dy_half", half, {kTokens, h}, "scratch");
     addBuffer("shared_gu", f32, {kTokens, 2 * s}, "scratch");
     addBuffer("shared_gs", f32, {kTokens, s}, "scratch");
@@ -62,11 +65,9 @@ void LayerBuilder::buildTraining() {
   std::string xDy = sharded ? "ep_row_dy" : "row_dy";
   std::string xDrows = sharded ? "ep_drows" : "drows";
   std::string xWeightGrad = sharded ? "ep_row_weight_grad" : "row_weight_grad";
-  // The backward GEMMs' operands in the compute type: the output gradient
-  // (times the routing weight) and the gate/up pre-activations' gradient,
-  // interleaved as w13's rows for dX and split for dW.
-  Type half = memrefType("w13").getElementType();
-  addBuffer("dy_rows", half, {expertRows, h}, "scratch");
+  // The backward GEMMs' other operands in the compute type: the output
+  // gradient times the routing weight, and the gate/up pre-activations'
+  // gradient, interleaved as w13's rows for dX and split for dW.
   addBuffer("dyw", half, {expertRows, h}, "scratch");
   addBuffer("gu", f32, {expertRows, 2 * f}, "scratch");
   addBuffer("gs", f32, {expertRows, f}, "scratch");
@@ -74,9 +75,9 @@ void LayerBuilder::buildTraining() {
   addBuffer("dg", half, {expertRows, f}, "scratch");
   addBuffer("du", half, {expertRows, f}, "scratch");
   if (sharded) {
-    addBuffer("ep_row_dy", f32, {kReceivedRows, h}, "scratch");
+    addBuffer("ep_row_dy", half, {kReceivedRows, h}, "scratch");
     addBuffer("ep_row_weight_grad", f32, {kReceivedRows}, "scratch");
-    addBuffer("ep_drows", f32, {kReceivedRows, h}, "scratch");
+    addBuffer("ep_drows", half, {kReceivedRows, h}, "scratch");
   }
   moegpu::GridAttr expertGrid = gridOf(sharded ? moegpu::GridKind::ReceivedRows : moegpu::GridKind::Rows);
 
@@ -138,13 +139,13 @@ void LayerBuilder::buildTraining() {
   // k-grouped over each expert's rows).
   auto persistent = gridOf(moegpu::GridKind::Persistent);
   buildScaleToHalf(addKernel("train_expert_dy",
-                             {xDy, xGroups, "dy_rows", xWeight, "dyw"},
+                             {xDy, xGroups, "dyw", xWeight},
                              expertGrid, kRowThreads),
                    /*weighted=*/true);
   buildGemm(addKernel("train_expert_gate_up", {xRows, "w13", xGroups, "gu"},
                       persistent, 0),
             moegpu::Epilogue::None);
-  buildGemm(addKernel("train_expert_dact", {"dy_rows", "w2", xGroups, "gs"},
+  buildGemm(addKernel("train_expert_dact", {xDy, "w2", xGroups, "gs"},
                       persistent, 0),
             moegpu::Epilogue::None, moegpu::GemmLayout::NN);
   addMemset(xWeightGrad);

@@ -251,8 +251,9 @@ modelTraining(const Sm90LayerShape &s,
       // The SwiGLU backward: GU and GS in (f32), dGU, dG and dU out.
       c.bytes = 4 * rows * 3 * width + e * rows * 4 * width;
     } else if (n == "train_expert_dy" || n == "train_shared_dy") {
-      // dY in; dY and the weighted dY out in the compute type.
-      c.bytes = (4 + (routed ? 2 : 1) * e) * rows * H;
+      // dY in (the rows' in the compute type, the tokens' in f32); the
+      // weighted rows' or the tokens' in the compute type out.
+      c.bytes = ((routed ? e : 4) + e) * rows * H;
     } else if (n == "train_route_grad") {
       // The forward's logits in; their gradient out (f32 and, for the
       // GEMMs, the compute type).
@@ -269,13 +270,13 @@ modelTraining(const Sm90LayerShape &s,
             return o.name == "train_router_grad" && !o.tileM;
           });
       c.flops = simtRouter ? 2 * T * E * H : 0;
-      c.bytes = 4 * (r.real * H + 3 * T * H) + (simtRouter ? 4 * T * E : 0);
+      c.bytes = e * r.real * H + 4 * 3 * T * H + (simtRouter ? 4 * T * E : 0);
     } else if (n == "train_token_offsets") {
       c.bytes = 8;
     } else if (n == "train_loss") {
       c.bytes = (e + 8) * T * H;
     } else if (n == "train_gather_row_dy") {
-      c.bytes = 8 * r.real * H;
+      c.bytes = (4 + e) * r.real * H;
     } else if (n == "train_row_tokens" || n == "train_scatter_row_weight_grad") {
       c.bytes = 12 * T * k;
     } else if (n == "train_load" || n == "train_bias") {
