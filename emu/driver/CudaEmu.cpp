@@ -647,7 +647,7 @@ CUresult cuLaunchKernelEx(const void *configBytes, void *function,
     return kErrorInvalidValue;
   const auto *config = static_cast<const LaunchConfig *>(configBytes);
   Dim3 cluster;
-  for (unsigned i = 0; i < config->numAttrs; ++i)
+  for (unsigned i = 0; i < config->numAttrs; ++i) {
     if (config->attrs[i].id == kLaunchAttributeClusterDimension) {
       cluster = {config->attrs[i].value.clusterDim.x,
                  config->attrs[i].value.clusterDim.y,
@@ -655,6 +655,13 @@ CUresult cuLaunchKernelEx(const void *configBytes, void *function,
       if (cluster.count() == 0)
         return kErrorInvalidValue;
     }
+    // Programmatic dependent launch: launches run one after another here,
+    // which is what griddepcontrol.wait guarantees a kernel anyway (and
+    // griddepcontrol executes as a no-op).
+    if (config->attrs[i].id == kLaunchAttributeProgrammaticStreamSerialization &&
+        (config->attrs[i].value.programmaticStreamSerializationAllowed & ~1))
+      return kErrorInvalidValue;
+  }
   return launchOn(static_cast<Function *>(function),
                   {config->gridDimX, config->gridDimY, config->gridDimZ},
                   {config->blockDimX, config->blockDimY, config->blockDimZ},

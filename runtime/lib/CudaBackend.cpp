@@ -626,9 +626,16 @@ CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
     for (size_t j = 0; j < words.size(); ++j)
       params.push_back(&words[j]);
 
-    LaunchAttribute cluster{};
-    cluster.id = kLaunchAttributeClusterDimension;
-    cluster.value.clusterDim = {1, 1, 1};
+    LaunchAttribute attrs[2]{};
+    attrs[0].id = kLaunchAttributeClusterDimension;
+    attrs[0].value.clusterDim = {1, 1, 1};
+    // A kernel right after another (no memset, exchange or timing event
+    // between): programmatic dependent launch. Every kernel waits
+    // (griddepcontrol.wait) for the one before to complete before it
+    // touches memory, so it may be scheduled while that one runs.
+    attrs[1].id = kLaunchAttributeProgrammaticStreamSerialization;
+    attrs[1].value.programmaticStreamSerializationAllowed = 1;
+    bool afterKernel = i > 0 && steps[i - 1].op == "launch" && !timed;
     LaunchConfig config{static_cast<unsigned>(grid),
                         1,
                         1,
@@ -637,8 +644,8 @@ CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
                         1,
                         static_cast<unsigned>(step.sharedMemory),
                         stream,
-                        &cluster,
-                        1};
+                        attrs,
+                        afterKernel ? 2u : 1u};
     if (timed)
       driver.eventRecord(events[2 * i], stream);
     if (Status s = check(driver.launchKernelEx(&config, functions[step.kernel],

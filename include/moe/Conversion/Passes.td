@@ -66,12 +66,20 @@ def ConvertMoeGpuToNVGPU : Pass<"convert-moegpu-to-nvgpu",
       barrier, `nvgpu.mbarrier.arrive.expect_tx` and two
       `nvgpu.tma.async.load`s. Each TMA source becomes a tensor-map pointer
       argument appended to the kernel;
-    - `moegpu.mma`: wait on the full barrier, K-major 128B-swizzle shared
-      memory descriptors, `nvvm.wgmma.mma_async` per 16 columns of k
-      between `wgmma.fence` and `commit_group`/`wait_group 0`, and the
-      release arrival on the empty barrier;
+    - `moegpu.mma`: wait on the full barrier, 128B-swizzle shared memory
+      descriptors (K-major, or MN-major read transposed), one
+      `nvvm.wgmma.mma_async` per 16 of k between `wgmma.fence` and
+      `commit_group`/`wait_group`, and the release arrival on the empty
+      barrier (`moegpu.release`, `moegpu.drain`);
     - `moegpu.store_tile`: the epilogue (SwiGLU on interleaved gate/up
       blocks, routing-weight scaling) and masked stores.
+
+    Every kernel of the module starts with `nvvm.griddepcontrol
+    launch_dependents` then `wait`: launched with programmatic stream
+    serialization (as the runtime launches one kernel after another), the
+    next kernel of the schedule is scheduled while this one runs and waits
+    for its completion and memory before its own first access, which hides
+    the launch latency between consecutive kernels.
 
     Each kernel gets `nvvm.maxntid`, and a `moegpu.launch` dictionary
     (`grid`, `block`, `smem`) and `moegpu.tensor_maps` list (for each

@@ -693,9 +693,19 @@ struct ConvertMoeGpuToNVGPU
           /*initial_value=*/Attribute(), /*constant=*/false,
           b.getI64IntegerAttr(kSharedMemoryAlignment));
     }
-    for (auto func : module.getOps<gpu::GPUFuncOp>())
+    for (auto func : module.getOps<gpu::GPUFuncOp>()) {
       if (failed(KernelLowering(func, sharedMemory).run()))
         return signalPassFailure();
+      // Programmatic dependent launch: let the next kernel be scheduled
+      // now, and touch memory only once the previous one is complete.
+      if (func.isKernel() && !func.getBody().empty()) {
+        OpBuilder b = OpBuilder::atBlockBegin(&func.getBody().front());
+        NVVM::GriddepcontrolOp::create(
+            b, func.getLoc(), NVVM::GridDepActionKind::launch_dependents);
+        NVVM::GriddepcontrolOp::create(b, func.getLoc(),
+                                       NVVM::GridDepActionKind::wait);
+      }
+    }
   }
 };
 

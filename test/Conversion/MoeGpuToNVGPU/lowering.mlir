@@ -9,6 +9,10 @@
 // CHECK-SAME: moegpu.kernel_launch = #moegpu.kernel_launch<grid = 112, block = 384, smem = 229376, tile = <m = 128, n = 128, k = 64, stages = 7>>
 // CHECK-SAME: moegpu.tensor_maps = [#moegpu.tensor_map<arg = 5, source = 0, view = [-1, 2048], box = [128, 64], swizzle = 128>, #moegpu.tensor_map<arg = 6, source = 1, view = [1835008, 2048], box = [128, 64], swizzle = 128>]
 // CHECK-SAME: nvvm.maxntid = array<i32: 384, 1, 1>
+// Programmatic dependent launch: the next kernel may be scheduled now;
+// this one waits for the previous before it touches memory.
+// CHECK: nvvm.griddepcontrol launch_dependents
+// CHECK-NEXT: nvvm.griddepcontrol wait
 // CHECK-DAG: %[[TMB:.*]] = builtin.unrealized_conversion_cast %[[BMAP]] : !llvm.ptr to !nvgpu.tensormap.descriptor<tensor = memref<128x64xbf16, #gpu.address_space<workgroup>>, swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, interleave = none>
 // CHECK-DAG: %[[TMA:.*]] = builtin.unrealized_conversion_cast %[[AMAP]] : !llvm.ptr to !nvgpu.tensormap.descriptor
 // Pipeline: full and empty barriers, initialized by thread 0.

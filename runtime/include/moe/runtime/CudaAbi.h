@@ -55,6 +55,7 @@ struct LaunchAttribute {
     struct {
       unsigned x, y, z;
     } clusterDim;
+    int programmaticStreamSerializationAllowed;
   } value;
 };
 static_assert(sizeof(LaunchAttribute) == 72, "CUlaunchAttribute layout");
@@ -76,6 +77,7 @@ struct alignas(64) TensorMap {
 
 // Enum values of the driver API.
 constexpr int kLaunchAttributeClusterDimension = 4;
+constexpr int kLaunchAttributeProgrammaticStreamSerialization = 6;
 constexpr unsigned kStreamNonBlocking = 1;
 constexpr int kFuncAttributeMaxDynamicSharedSize = 8;
 constexpr int kTensorMapFloat16 = 6, kTensorMapBFloat16 = 9;
