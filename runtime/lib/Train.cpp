@@ -60,6 +60,8 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(Layer &layer) {
                            formatShape(master->shape));
     trainer->tensors[a.name] = std::move(*master);
   }
+  // A device that keeps training state holds none of this trainer's yet.
+  layer.getBackend().invalidateTrainingState();
   return Result(std::move(trainer));
 }
 
