@@ -57,6 +57,8 @@ public:
       driver.memFree(mapsBuffer);
     for (CUevent e : events)
       driver.eventDestroy(e);
+    for (CUevent e : exchangeEvents)
+      driver.eventDestroy(e);
     if (stream)
       driver.streamDestroy(stream);
     if (module)
@@ -170,6 +172,53 @@ private:
   /// (uploaded by a step; a restore invalidates it).
   bool trainingStateValid = false;
   std::vector<CUevent> events;
+  /// An exchange whose sizes the host already has runs on the
+  /// communicator's stream while the compute stream goes on; a later step
+  /// that touches its buffers (or the end of the schedule) waits for it.
+  struct PendingExchange {
+    CUevent done;
+    std::vector<std::string> buffers;
+  };
+  std::vector<PendingExchange> pendingExchanges;
+  std::vector<CUevent> exchangeEvents, freeExchangeEvents;
+  Expected<CUevent> takeExchangeEvent() {
+    if (!freeExchangeEvents.empty()) {
+      CUevent e = freeExchangeEvents.back();
+      freeExchangeEvents.pop_back();
+      return e;
+    }
+    CUevent e = nullptr;
+    // No timing: the cheapest event to record and wait on.
+    if (Status s = check(driver.eventCreate(&e, /*DISABLE_TIMING=*/2),
+                         "cuEventCreate");
+        !s.ok())
+      return Expected<CUevent>::error(s.error);
+    exchangeEvents.push_back(e);
+    return e;
+  }
+  /// The compute stream waits for the pending exchanges that touch any of
+  /// `names` (all of them when `names` is null).
+  Status waitForExchanges(const std::vector<std::string> *names) {
+    for (size_t i = 0; i < pendingExchanges.size();) {
+      PendingExchange &p = pendingExchanges[i];
+      bool touches = !names;
+      for (size_t j = 0; names && !touches && j < names->size(); ++j)
+        touches = std::find(p.buffers.begin(), p.buffers.end(),
+                            (*names)[j]) != p.buffers.end();
+      if (!touches) {
+        ++i;
+        continue;
+      }
+      if (Status s = check(driver.streamWaitEvent(stream, p.done, 0),
+                           "cannot order the compute stream after an "
+                           "exchange");
+          !s.ok())
+        return s;
+      freeExchangeEvents.push_back(p.done);
+      pendingExchanges.erase(pendingExchanges.begin() + i);
+    }
+    return Status::success();
+  }
   std::vector<KernelTime> profile;
   int64_t lastTokens = 0;
 };
@@ -438,13 +487,33 @@ Status CudaBackend::runExchange(const GpuStep &step) {
   auto ptr = [&](size_t arg) {
     return reinterpret_cast<void *>(buffers[step.args[arg]]);
   };
-  // What the launches before wrote is needed on the host (the sizes) and
-  // by the communication stream.
-  if (Status s = check(driver.streamSynchronize(stream),
-                       "a kernel before the exchange failed");
-      !s.ok())
-    return s;
   std::optional<abi::ExchangeKind> kind = abi::parseExchangeKind(step.exchange);
+  // A dispatch needs what the launches before wrote on the host (the
+  // sizes). The others have their sizes from the dispatch: the
+  // communicator's stream waits for the compute stream's work so far,
+  // runs the exchange, and the compute stream goes on (the steps that
+  // touch the exchange's buffers wait for it).
+  bool async = kind && *kind != abi::ExchangeKind::Dispatch;
+  auto *commStream = static_cast<CUstream>(deviceComm->stream());
+  if (async) {
+    Expected<CUevent> ready = takeExchangeEvent();
+    if (!ready)
+      return Status::failure(ready.message());
+    if (Status s = check(driver.eventRecord(*ready, stream),
+                         "cannot record the compute stream's progress");
+        !s.ok())
+      return s;
+    Status waited = check(driver.streamWaitEvent(commStream, *ready, 0),
+                          "cannot order the exchange after the compute "
+                          "stream");
+    freeExchangeEvents.push_back(*ready);
+    if (!waited.ok())
+      return waited;
+  } else if (Status s = check(driver.streamSynchronize(stream),
+                              "a kernel before the exchange failed");
+             !s.ok()) {
+    return s;
+  }
   if (kind == abi::ExchangeKind::Dispatch) {
     dispatchedOffsets.assign(experts + 1, 0);
     receivedOffsets.assign(experts + 1, 0);
@@ -517,6 +586,20 @@ Status CudaBackend::runExchange(const GpuStep &step) {
     return Status::failure("unknown exchange '" + step.exchange +
                            "' in the bundle's schedule");
   }
+  if (async) {
+    Expected<CUevent> done = takeExchangeEvent();
+    if (!done)
+      return Status::failure(done.message());
+    if (Status s = check(driver.eventRecord(*done, commStream),
+                         "cannot record the exchange's completion");
+        !s.ok())
+      return s;
+    pendingExchanges.push_back({*done, step.args});
+    // For the trace: enqueueing it (it runs beside the next launches).
+    hostComm->record("all-to-all (" + step.exchange + ", NCCL, enqueued)",
+                     started);
+    return Status::success();
+  }
   Status done = deviceComm->synchronize();
   // For the trace: the exchange's span, sizes and NCCL together.
   hostComm->record("all-to-all (" + step.exchange + ", NCCL)", started);
@@ -541,6 +624,12 @@ Status CudaBackend::runAllReduce(const GpuStep &step) {
       return s;
   }
   Status done = deviceComm->synchronize();
+  // The communicator's stream is idle: every exchange before is complete.
+  if (done.ok())
+    for (PendingExchange &p : pendingExchanges)
+      freeExchangeEvents.push_back(p.done);
+  if (done.ok())
+    pendingExchanges.clear();
   hostComm->record("all-reduce (NCCL)", started);
   return done;
 }
@@ -564,6 +653,9 @@ CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
     }
     if (step.op == "memset") {
       const GpuBuffer *b = findBuffer(step.buffer);
+      std::vector<std::string> cleared{step.buffer};
+      if (Status s = waitForExchanges(&cleared); !s.ok())
+        return s;
       if (Status s = check(driver.memsetD8Async(buffers[step.buffer], 0,
                                                 capacityBytes(*b), stream),
                            "cannot clear '" + step.buffer + "'");
@@ -571,6 +663,8 @@ CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
         return s;
       continue;
     }
+    if (Status s = waitForExchanges(&step.args); !s.ok())
+      return s;
     // The manifest was validated: the grid kind is known.
     int64_t perBlock = std::max<int64_t>(step.perBlock, 1);
     int64_t grid = step.gridSize;
@@ -656,7 +750,8 @@ CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
     if (timed)
       driver.eventRecord(events[2 * i + 1], stream);
   }
-  return Status::success();
+  // Nothing of the schedule outlives it.
+  return waitForExchanges(nullptr);
 }
 
 Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {

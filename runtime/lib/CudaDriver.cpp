@@ -42,6 +42,7 @@ Expected<Driver> openDriver() {
   bind(d.eventCreate, "cuEventCreate");
   bind(d.eventDestroy, "cuEventDestroy_v2");
   bind(d.eventRecord, "cuEventRecord");
+  bind(d.streamWaitEvent, "cuStreamWaitEvent");
   bind(d.eventSynchronize, "cuEventSynchronize");
   bind(d.eventElapsedTime, "cuEventElapsedTime");
   bind(d.launchKernelEx, "cuLaunchKernelEx");

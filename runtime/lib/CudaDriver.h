@@ -44,6 +44,7 @@ struct Driver {
   CUresult (*eventCreate)(CUevent *, unsigned);
   CUresult (*eventDestroy)(CUevent);
   CUresult (*eventRecord)(CUevent, CUstream);
+  CUresult (*streamWaitEvent)(CUstream, CUevent, unsigned);
   CUresult (*eventSynchronize)(CUevent);
   CUresult (*eventElapsedTime)(float *, CUevent, CUevent);
   // Structures pass as void pointers: the callee's type is the driver's

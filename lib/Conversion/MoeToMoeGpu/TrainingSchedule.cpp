@@ -154,9 +154,17 @@ void LayerBuilder::buildTraining() {
                           xWeightGrad},
                          expertGrid, kRowThreads),
                /*weighted=*/true);
+  // With expert parallelism each gradient goes back to its token's rank
+  // as soon as it is complete: the exchanges run on the communicator's
+  // stream beside the weight gradients' GEMMs, which do not touch them.
+  if (sharded)
+    addExchange(moegpu::ExchangeKind::CombineRows,
+                {"ep_row_weight_grad", "row_weight_grad"});
   buildGemm(addKernel("train_expert_rows_grad", {"dgu", "w13", xGroups, xDrows},
                       persistent, 0),
             moegpu::Epilogue::None, moegpu::GemmLayout::NN);
+  if (sharded)
+    addExchange(moegpu::ExchangeKind::CombineRows, {"ep_drows", "drows"});
   buildGemm(addKernel("train_expert_down_grad",
                       {"dyw", xAct, xGroups, arg("down_weight.grad")},
                       persistent, 0),
@@ -169,10 +177,6 @@ void LayerBuilder::buildTraining() {
                       {"du", xRows, xGroups, arg("up_weight.grad")},
                       persistent, 0),
             moegpu::Epilogue::None, moegpu::GemmLayout::TN);
-  if (sharded) {
-    addExchange(moegpu::ExchangeKind::CombineRows, {"ep_drows", "drows"});
-    addExchange(moegpu::ExchangeKind::CombineRows, {"ep_row_weight_grad", "row_weight_grad"});
-  }
   addMemset("dtw");
   buildScatterRowWeightGrad(
       addKernel("train_scatter_row_weight_grad",
