@@ -75,8 +75,9 @@ GpuMemoryPlan planGpuMemory(const GpuProgram &program, int64_t maxTokens,
                endsWith(name, ".next"))
         plan.optimizer += bytes;
       else if (name == "x" || name == "target" || name == "hyper" ||
-               name == "loss" || name == "load")
-        plan.activations += bytes;
+               name == "loss" || name == "load" || name == "grad_sq" ||
+               name == "bad_updates")
+        plan.activations += bytes; // the step's inputs and outputs
       else
         plan.weights += bytes; // an fp32 master
     } else if (src == "input" || src == "output" ||
