@@ -23,13 +23,6 @@ namespace {
 
 using namespace cuda;
 
-/// A weight's gradient among a training step's outputs (not x.grad).
-bool isWeightGradient(const TrainArgumentSpec &spec) {
-  const std::string &n = spec.name;
-  return spec.output && n != "x.grad" && n.size() > 5 &&
-         n.compare(n.size() - 5, 5, ".grad") == 0;
-}
-
 /// A buffer dimension: the token count, the dispatched rows, the rows an
 /// expert-parallel rank can receive (`received`), or a static size.
 int64_t resolveDim(int64_t d, int64_t tokens, int64_t rows,

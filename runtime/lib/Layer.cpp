@@ -194,12 +194,9 @@ static Status validateTrainArguments(const Manifest &m) {
     else if (m.train.stateOnDevice &&
              (a.name == "grad_sq" || a.name == "bad_updates")) {
       // One per weight gradient the step outputs.
-      int64_t weights = std::count_if(
-          m.train.arguments.begin(), m.train.arguments.end(),
-          [](const TrainArgumentSpec &o) {
-            return o.output && o.name != "x.grad" && o.name.size() > 5 &&
-                   o.name.compare(o.name.size() - 5, 5, ".grad") == 0;
-          });
+      int64_t weights = std::count_if(m.train.arguments.begin(),
+                                      m.train.arguments.end(),
+                                      isWeightGradient);
       expected = std::vector<int64_t>{weights};
     }
     if (!expected)

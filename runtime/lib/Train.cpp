@@ -102,8 +102,7 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
     if (a.output) {
       // A device that keeps the state keeps the weights' gradients too
       // (lastGradients fetches them).
-      bool onDevice = spec.stateOnDevice && endsWith(a.name, ".grad") &&
-                      a.name != "x.grad";
+      bool onDevice = spec.stateOnDevice && isWeightGradient(a);
       outputs[a.name] = onDevice ? Tensor() : Tensor::zeros(a.dtype, shape);
       continue;
     }
@@ -154,7 +153,7 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
     const float *bad = outputs["bad_updates"].as<float>();
     size_t w = 0;
     for (const TrainArgumentSpec &a : spec.arguments) {
-      if (!a.output || !endsWith(a.name, ".grad") || a.name == "x.grad")
+      if (!isWeightGradient(a))
         continue;
       std::string weight = a.name.substr(0, a.name.size() - 5);
       if (!std::isfinite(sq[w]) && firstBad.empty())
@@ -215,7 +214,7 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
     // The weights' gradients stay on the device until asked for.
     gradients["x"] = std::move(outputs["x.grad"]);
     for (const TrainArgumentSpec &a : spec.arguments)
-      if (a.output && endsWith(a.name, ".grad") && a.name != "x.grad")
+      if (isWeightGradient(a))
         gradientsOnDevice.push_back(a.name.substr(0, a.name.size() - 5));
     ++stepCount;
     return result;

@@ -29,32 +29,16 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "Integration"))
 sys.path.insert(0, os.path.join(HERE, "..", "Tools", "Inputs"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tools", "gpu-check"))
 import reference  # noqa: E402
 from bundle_tool import read_manifest  # noqa: E402
+from train_bench import rel, stacked  # noqa: E402
 
 LR, GAMMA, BETA1, BETA2, EPS = 1e-3, 1e-3, 0.9, 0.999, 1e-8
 
 
 def bf16_round(a):
     return reference.bf16_to_f32(reference.f32_to_bf16_bits(np.asarray(a, np.float32)))
-
-
-def stacked(manifest, raw):
-    """Per-expert tensors (checkpoint names) stacked under their roles."""
-    out = {}
-    for p in manifest["parameters"]:
-        if p["stack"]:
-            out[p["role"]] = np.stack([raw[p["name"].replace("{i}", str(i))]
-                                       for i in range(p["stack"])])
-        elif p["name"] in raw:
-            out[p["role"]] = raw[p["name"]]
-    return out
-
-
-def rel(got, want):
-    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    d = np.linalg.norm(want)
-    return np.linalg.norm(got - want) / d if d > 0 else np.linalg.norm(got)
 
 
 def train(moe_train, bundle, work, weights, batch, device, steps=1):

@@ -75,7 +75,6 @@ struct PipelineInfo {
   Value full, empty;
   TileAttr tile;
   Type elementType;
-  GemmLayout layout;
 };
 
 /// Lowers the moegpu ops of one kernel.
@@ -162,8 +161,7 @@ LogicalResult KernelLowering::lowerPipelineCreate(PipelineCreateOp op) {
     NVVM::FenceMbarrierInitOp::create(b);
   }
   gpu::BarrierOp::create(b);
-  pipelines[op.getPipeline()] = {full, empty, tile, type.getElementType(),
-                                 type.getLayout()};
+  pipelines[op.getPipeline()] = {full, empty, tile, type.getElementType()};
   sharedMemoryBytes = tile.getSharedMemoryBytes();
   blockThreads = (tile.getConsumers() + 1) * kWarpgroupThreads;
   return success();
@@ -217,8 +215,8 @@ LogicalResult KernelLowering::lowerProduce(ProduceOp op) {
   if (!info.full)
     return op.emitOpError() << "uses a pipeline not created in its kernel";
   TileAttr tile = info.tile;
-  bool aMn = info.layout == GemmLayout::TN;
-  bool bMn = info.layout != GemmLayout::NT;
+  PipelineType type = op.getPipeline().getType();
+  bool aMn = type.isAMnMajor(), bMn = type.isBMnMajor();
   if ((aMn && tile.getM() % kMnBox != 0) || (bMn && tile.getN() % kMnBox != 0))
     return op.emitOpError() << "needs the tile's M-major and N-major sides to "
                                "be multiples of "

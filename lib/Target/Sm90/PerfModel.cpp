@@ -52,16 +52,28 @@ void costSimt(Sm90KernelCost &c, const Sm90Machine &m) {
                  m.launchMicroseconds;
 }
 
-/// The routed rows of a layer at a token count, routing uniform: experts
-/// of this rank with rows, their rows, padded to the alignment, and real.
+/// The layer's sizes at a token count, as doubles for the arithmetic.
+struct Dims {
+  double e, T, H, F, S, E, k;
+};
+
+Dims dimsOf(const Sm90LayerShape &s, int64_t tokens) {
+  auto d = [](int64_t v) { return static_cast<double>(v); };
+  return {d(s.elementBytes), d(tokens),  d(s.hidden), d(s.ffn),
+          d(s.sharedFfn),    d(s.experts), d(s.topK)};
+}
+
+/// The routed rows of a layer at a token count, routing uniform: this
+/// rank's experts, those with rows, their rows, padded to the alignment,
+/// and real.
 struct Rows {
-  int64_t busy = 0, perExpert = 0, paddedPerExpert = 0;
+  int64_t local = 0, busy = 0, perExpert = 0, paddedPerExpert = 0;
   double padded = 0, real = 0;
 };
 
 Rows routedRows(const Sm90LayerShape &s, int64_t tokens) {
   Rows r;
-  const int64_t local =
+  const int64_t local = r.local =
       std::max<int64_t>(1, s.experts / std::max<int64_t>(1, s.ranks));
   const int64_t assignments = tokens * s.topK;
   r.perExpert = ceilDiv(assignments, s.experts);
@@ -80,13 +92,7 @@ modelForward(const Sm90LayerShape &s,
              const std::vector<Sm90KernelReport> &kernels, int64_t tokens,
              const Sm90Machine &m) {
   std::vector<Sm90KernelCost> out;
-  const double e = static_cast<double>(s.elementBytes);
-  const double T = static_cast<double>(tokens);
-  const double H = static_cast<double>(s.hidden);
-  const double F = static_cast<double>(s.ffn);
-  const double S = static_cast<double>(s.sharedFfn);
-  const double E = static_cast<double>(s.experts);
-  const double k = static_cast<double>(s.topK);
+  const auto [e, T, H, F, S, E, k] = dimsOf(s, tokens);
   // This rank's experts and the rows they get (sharded: every rank's
   // tokens reach a rank's experts in the same proportion).
   const Rows routed = routedRows(s, tokens);
@@ -169,19 +175,11 @@ modelTraining(const Sm90LayerShape &s,
               const Sm90Machine &m) {
   // The forward launches inside the step cost what they cost alone.
   std::vector<Sm90KernelCost> out = modelForward(s, kernels, tokens, m);
-  const double e = static_cast<double>(s.elementBytes);
-  const double T = static_cast<double>(tokens);
-  const double H = static_cast<double>(s.hidden);
-  const double F = static_cast<double>(s.ffn);
-  const double S = static_cast<double>(s.sharedFfn);
-  const double E = static_cast<double>(s.experts);
-  const double k = static_cast<double>(s.topK);
-  const int64_t local =
-      std::max<int64_t>(1, s.experts / std::max<int64_t>(1, s.ranks));
+  const auto [e, T, H, F, S, E, k] = dimsOf(s, tokens);
   const Rows r = routedRows(s, tokens);
   const double busy = static_cast<double>(r.busy);
   // The routed experts' weights this rank trains.
-  const double expertWeights = 3.0 * static_cast<double>(local) * F * H;
+  const double expertWeights = 3.0 * static_cast<double>(r.local) * F * H;
   auto tilesOf = [](double groups, double rows, double cols, int64_t bm,
                     int64_t bn) {
     return static_cast<int64_t>(groups) *

@@ -174,6 +174,10 @@ struct TrainArgumentSpec {
   std::vector<int64_t> shape; // -1: the token count
 };
 
+/// A weight's gradient among a training step's outputs (`W.grad`, not
+/// `x.grad`).
+bool isWeightGradient(const TrainArgumentSpec &spec);
+
 /// The training step of a bundle compiled with --train.
 struct TrainSpec {
   std::string entry; // symbol of its packed entry point; "" if none
