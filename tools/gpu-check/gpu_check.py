@@ -40,7 +40,6 @@ import argparse
 import json
 import os
 import struct
-import subprocess
 import sys
 import time
 
@@ -48,7 +47,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import train_bench  # noqa: E402
-from train_bench import read_manifest  # noqa: E402
+from train_bench import read_manifest, run_tool  # noqa: E402
 
 # --------------------------------------------------------------------------
 # Files: safetensors and the bundle's manifest (own readers)
@@ -218,7 +217,7 @@ def check_bundle(args, bundle, rows_out):
     if not args.emulator:
         cmd += ["--repeat", str(args.repeats), "--profile"]
     started = time.time()
-    run = subprocess.run(cmd, capture_output=True, text=True)
+    run = run_tool(cmd)
     if run.returncode != 0:
         print(f"{name}: moe-run failed:\n{run.stdout}{run.stderr}")
         return False
@@ -371,11 +370,10 @@ def check_training(args, bundle):
     os.makedirs(work, exist_ok=True)
     f = {k: os.path.join(work, k + ".safetensors")
          for k in ("weights", "inputs", "outputs", "batch", "grads")}
-    run = subprocess.run(
+    run = run_tool(
         [args.moe_run, bundle, "--device=cuda", "--random-weights", "--seed",
          str(args.seed), "--tokens", str(tokens), "--save-weights", f["weights"],
-         "--save-inputs", f["inputs"], "--outputs", f["outputs"]],
-        capture_output=True, text=True)
+         "--save-inputs", f["inputs"], "--outputs", f["outputs"]])
     if run.returncode:
         print(f"  FAIL train {name}: moe-run failed\n{run.stdout}{run.stderr}")
         return False
@@ -390,11 +388,11 @@ def check_training(args, bundle):
     lr, gamma = 1e-3, 1e-3
     ckpt = os.path.join(work, "ckpt")
     started = time.time()
-    run = subprocess.run(
+    run = run_tool(
         [args.moe_train, bundle, "--device=cuda", "--steps", "1", "--lr", str(lr),
          "--bias-update", str(gamma), "--weights", f["weights"], "--inputs",
          f["batch"], "--dump-grads", f["grads"], "--checkpoint", ckpt,
-         "--checkpoint-every", "1"], capture_output=True, text=True)
+         "--checkpoint-every", "1"])
     if run.returncode:
         print(f"  FAIL train {name}: moe-train failed\n{run.stdout}{run.stderr}")
         return False
@@ -479,7 +477,7 @@ def check_comm(args):
                "--iters", "20", "--timeout", "60"]
         if sms:
             cmd += ["--comm-sms", str(sms)]
-        run = subprocess.run(cmd, capture_output=True, text=True)
+        run = run_tool(cmd)
         lines = [line for line in run.stdout.splitlines()
                  if line.startswith(("all_to_all", "all_reduce"))]
         passed = run.returncode == 0 and len(lines) == 2 and all(
@@ -528,8 +526,23 @@ def main():
                      for b in os.listdir(os.path.join(args.package, "bundles"))
                      if b.endswith(".moeb"))
     rows = []
+    ok = True
+    # The forward pass first (the product's main job), then training, the
+    # communicator and the training step's speed.
+    for bundle in bundles:
+        try:
+            ok = check_bundle(args, bundle, rows) and ok
+        except Exception as error:  # one bundle's failure must not hide the rest
+            print(f"{bundle}: check failed: {error!r}")
+            ok = False
+    if rows:
+        print(f"{'layer':18s} {'kernel':17s} {'shape':18s} {'time ms':>9s} "
+              f"{'rate':>18s}  torch")
+        for layer, kernel, shape, ms, rate, ref in rows:
+            print(f"{layer:18s} {kernel:17s} {shape:18s} {ms:9.4f} {rate:>18s}  {ref}")
+        print()
     print("communicator")
-    ok = check_comm(args)
+    ok = check_comm(args) and ok
     train_dir = os.path.join(args.package, "bundles", "train")
     if os.path.isdir(train_dir):
         print("training step")
@@ -553,18 +566,6 @@ def main():
                 except Exception as error:
                     print(f"  FAIL train speed {b}: {error!r}")
                     ok = False
-    for bundle in bundles:
-        try:
-            ok = check_bundle(args, bundle, rows) and ok
-        except Exception as error:  # one bundle's failure must not hide the rest
-            print(f"{bundle}: check failed: {error!r}")
-            ok = False
-    if rows:
-        print()
-        print(f"{'layer':18s} {'kernel':17s} {'shape':18s} {'time ms':>9s} "
-              f"{'rate':>18s}  torch")
-        for layer, kernel, shape, ms, rate, ref in rows:
-            print(f"{layer:18s} {kernel:17s} {shape:18s} {ms:9.4f} {rate:>18s}  {ref}")
     print("\nALL CHECKS PASSED" if ok else "\nSOME CHECKS FAILED")
     sys.exit(0 if ok else 1)
 

@@ -41,6 +41,26 @@ import reference  # noqa: E402
 LR, GAMMA = 1e-3, 1e-3
 
 
+# Seconds one tool run may take before it counts as hung (a kernel waiting
+# on an mbarrier that never completes spins for ever): the check goes on
+# with the next piece instead of spending the GPU lease.
+TOOL_TIMEOUT = float(os.environ.get("MOE_GPU_CHECK_TIMEOUT", "120"))
+
+
+def run_tool(cmd):
+    """subprocess.run with the tool timeout; a run past it is killed and
+    reported as failed (returncode 124, what timeout(1) uses)."""
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=TOOL_TIMEOUT)
+    except subprocess.TimeoutExpired as error:
+        def text(b):
+            return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+        return subprocess.CompletedProcess(
+            cmd, 124, text(error.stdout),
+            text(error.stderr) + "\n%s: killed after %.0f s (MOE_GPU_CHECK_TIMEOUT)\n"
+            % (os.path.basename(cmd[0]), TOOL_TIMEOUT))
+
+
 def rel(got, want):
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     d = np.linalg.norm(want)
@@ -53,7 +73,7 @@ def run_steps(moe_train, bundle, work, device, weights, batch, steps):
     cmd = [moe_train, bundle, "--device=" + device, "--steps", str(steps),
            "--lr", str(LR), "--bias-update", str(GAMMA), "--weights", weights,
            "--inputs", batch, "--checkpoint", ckpt, "--checkpoint-every", str(steps)]
-    run = subprocess.run(cmd, capture_output=True, text=True)
+    run = run_tool(cmd)
     if run.returncode:
         raise RuntimeError("moe-train --device=%s failed:\n%s%s"
                            % (device, run.stdout, run.stderr))
@@ -152,9 +172,8 @@ def measure(moe_train, bundle, work, steps=4, tokens=None, seed=1, label=""):
     manifest = read_manifest(bundle)
     tokens = tokens or manifest["max_tokens"]
     trace = os.path.join(work, "trace.json")
-    run = subprocess.run([moe_train, bundle, "--device=cuda", "--steps", str(steps),
-                          "--tokens", str(tokens), "--seed", str(seed), "--trace", trace],
-                         capture_output=True, text=True)
+    run = run_tool([moe_train, bundle, "--device=cuda", "--steps", str(steps),
+                    "--tokens", str(tokens), "--seed", str(seed), "--trace", trace])
     if run.returncode:
         print("  FAIL train speed %s: moe-train failed\n%s%s"
               % (label, run.stdout, run.stderr))
