@@ -36,8 +36,11 @@ namespace mlir::moe::lowering {
 constexpr int64_t kRouteWarps = 4;
 /// Threads of a CTA of the one-thread-per-element SIMT kernels.
 constexpr int64_t kCountThreads = 256;
-/// CTAs of a grid-stride reduction over a weight (4 per SM of an H200).
-constexpr int64_t kCheckCtas = 528;
+/// Most CTAs of a grid-stride kernel over a weight's elements (the
+/// conversions, checks and AdamW): 8 of kCountThreads fill an H200 SM.
+/// One element a thread with a CTA each ran at 0.6 TB/s on an H200 (CTA
+/// launches, not bytes, bound it).
+constexpr int64_t kStrideCtas = 132 * 8;
 constexpr int64_t kRowThreads = 128;
 /// Threads of the one CTA that scans the expert counts.
 constexpr int64_t kScanThreads = 256;
@@ -98,6 +101,11 @@ private:
                            moegpu::GridAttr grid, int64_t block,
                            TypeRange workgroup = {});
   /// A grid of `size` CTAs, fixed at compile time.
+  /// The grid of a gridStride kernel over n elements.
+  moegpu::GridAttr strideGrid(int64_t n) {
+    return fixedGrid(
+        std::min<int64_t>(kStrideCtas, llvm::divideCeil(n, kCountThreads)));
+  }
   moegpu::GridAttr fixedGrid(int64_t size) {
     return moegpu::GridAttr::get(ctx, moegpu::GridKind::Fixed, 0, size);
   }
@@ -236,6 +244,34 @@ struct Emitter : KernelBuilder {
   void atomicAdd(Value v, Value memref, ValueRange indices) {
     memref::AtomicRMWOp::create(b, arith::AtomicRMWKind::addf, v, memref,
                                 indices);
+  }
+  /// body(i) for the elements i < n this thread owns in a grid-stride
+  /// loop over a one-dimensional grid of kCountThreads-wide CTAs.
+  void gridStride(int64_t n, function_ref<void(Value)> body) {
+    Value stride =
+        muli(gpu::GridDimOp::create(b, gpu::Dimension::x), idx(kCountThreads));
+    loop(globalThread(kCountThreads), idx(n), stride, {},
+         [&](Value i, ValueRange) {
+           body(i);
+           return SmallVector<Value>{};
+         });
+  }
+  /// The sum of `v` over the warp, in every lane (butterfly shuffles).
+  Value warpSum(Value v) {
+    for (int32_t offset = 16; offset >= 1; offset /= 2)
+      v = add(v, gpu::ShuffleOp::create(b, v, offset, 32,
+                                        gpu::ShuffleMode::XOR)
+                     .getShuffleResult());
+    return v;
+  }
+  /// memref[indices] += the sum of `v` over the warp: one atomic per warp
+  /// instead of one per thread (a CTA's 128 atomics on one address
+  /// serialize in L2). Every lane of the warp must reach it.
+  void warpAtomicAdd(Value v, Value memref, ValueRange indices) {
+    Value sum = warpSum(v);
+    Value lane = remi(thread(), idx(32));
+    when(cmp(arith::CmpIPredicate::eq, lane, idx(0)),
+         [&] { atomicAdd(sum, memref, indices); });
   }
   /// Index of the largest of `n` values from `get` (ties: the lower
   /// index), skipping NaN, which marks what is excluded (chosen or masked):

@@ -32,9 +32,7 @@ void LayerBuilder::buildConvert(gpu::GPUFuncOp func) {
   Emitter e{b};
   Value src = func.getArgument(0), dst = func.getArgument(1);
   Type type = cast<MemRefType>(dst.getType()).getElementType();
-  Value i = e.globalThread(kCountThreads);
-  Value n = e.idx(cast<MemRefType>(src.getType()).getNumElements());
-  e.when(e.cmp(arith::CmpIPredicate::ult, i, n), [&] {
+  e.gridStride(cast<MemRefType>(src.getType()).getNumElements(), [&](Value i) {
     e.store(e.truncTo(type, e.load(src, e.delinearize(i, src))), dst,
             e.delinearize(i, dst));
   });
@@ -48,23 +46,21 @@ void LayerBuilder::buildPack(gpu::GPUFuncOp func) {
   Value gate = func.getArgument(0), up = func.getArgument(1);
   Value packed = func.getArgument(2);
   auto type = cast<MemRefType>(packed.getType());
-  Value i = e.globalThread(kCountThreads);
-  e.when(e.cmp(arith::CmpIPredicate::ult, i, e.idx(type.getNumElements())),
-         [&] {
-           SmallVector<Value> at = e.delinearize(i, packed);
-           Value c = at[1];
-           Value inBlock = e.remi(c, e.idx(16));
-           Value f = e.addi(e.muli(e.divi(c, e.idx(16)), e.idx(8)),
-                            e.remi(inBlock, e.idx(8)));
-           Value isGate = e.cmp(arith::CmpIPredicate::ult, inBlock, e.idx(8));
-           bool grouped = cast<MemRefType>(gate.getType()).getRank() == 3;
-           SmallVector<Value> src{f, at[2]};
-           if (grouped)
-             src.insert(src.begin(), at[0]);
-           Value v = arith::SelectOp::create(b, isGate, e.load(gate, src),
-                                             e.load(up, src));
-           e.store(e.truncTo(type.getElementType(), v), packed, at);
-         });
+  e.gridStride(type.getNumElements(), [&](Value i) {
+    SmallVector<Value> at = e.delinearize(i, packed);
+    Value c = at[1];
+    Value inBlock = e.remi(c, e.idx(16));
+    Value f = e.addi(e.muli(e.divi(c, e.idx(16)), e.idx(8)),
+                     e.remi(inBlock, e.idx(8)));
+    Value isGate = e.cmp(arith::CmpIPredicate::ult, inBlock, e.idx(8));
+    bool grouped = cast<MemRefType>(gate.getType()).getRank() == 3;
+    SmallVector<Value> src{f, at[2]};
+    if (grouped)
+      src.insert(src.begin(), at[0]);
+    Value v = arith::SelectOp::create(b, isGate, e.load(gate, src),
+                                      e.load(up, src));
+    e.store(e.truncTo(type.getElementType(), v), packed, at);
+  });
 }
 
 /// dy = 2 (y - target) / (T * H); loss += sum of (y - target)^2 / (T * H),
@@ -86,7 +82,7 @@ void LayerBuilder::buildLoss(gpu::GPUFuncOp func) {
         e.store(e.div(e.mul(e.f32(2.0), d), count), dy, {t, h});
         return SmallVector<Value>{e.add(it[0], e.div(e.mul(d, d), count))};
       })[0];
-  e.atomicAdd(partial, loss, {e.idx(0)});
+  e.warpAtomicAdd(partial, loss, {e.idx(0)});
 }
 
 /// row_token[r] = t * k + j + 1 for the row of assignment (t, j); padding
@@ -200,7 +196,7 @@ void LayerBuilder::buildActGrad(gpu::GPUFuncOp func, bool weighted) {
           return SmallVector<Value>{e.add(it[0], e.mul(e.mul(silu, u), gs))};
         })[0];
     if (weighted)
-      e.atomicAdd(partial, func.getArgument(7), {r});
+      e.warpAtomicAdd(partial, func.getArgument(7), {r});
   });
 }
 
@@ -462,17 +458,14 @@ void LayerBuilder::buildAdamW(gpu::GPUFuncOp func) {
   Value p = func.getArgument(0), m = func.getArgument(1);
   Value v = func.getArgument(2), grad = func.getArgument(3);
   Value hyper = func.getArgument(4);
-  auto type = cast<MemRefType>(p.getType());
-  Value i = e.globalThread(kCountThreads);
-  e.when(e.cmp(arith::CmpIPredicate::ult, i, e.idx(type.getNumElements())),
-         [&] {
-           SmallVector<Value> at = e.delinearize(i, p);
-           AdamWValues next = adamwStep(e, hyper, e.load(p, at), e.load(m, at),
-                                        e.load(v, at), e.load(grad, at));
-           e.store(next.p, p, at);
-           e.store(next.m, m, at);
-           e.store(next.v, v, at);
-         });
+  e.gridStride(cast<MemRefType>(p.getType()).getNumElements(), [&](Value i) {
+    SmallVector<Value> at = e.delinearize(i, p);
+    AdamWValues next = adamwStep(e, hyper, e.load(p, at), e.load(m, at),
+                                 e.load(v, at), e.load(grad, at));
+    e.store(next.p, p, at);
+    e.store(next.m, m, at);
+    e.store(next.v, v, at);
+  });
 }
 
 /// What the runtime checks before it runs the update: over weight
@@ -510,18 +503,7 @@ void LayerBuilder::buildUpdateCheck(gpu::GPUFuncOp func, int64_t index) {
         return SmallVector<Value>{e.add(it[0], e.mul(g, g)),
                                   e.add(it[1], count)};
       });
-  auto warpSum = [&](Value x) {
-    for (int32_t offset = 16; offset >= 1; offset /= 2)
-      x = e.add(x, gpu::ShuffleOp::create(b, x, offset, 32,
-                                          gpu::ShuffleMode::XOR)
-                       .getShuffleResult());
-    return x;
-  };
-  Value squares = warpSum(sums[0]), count = warpSum(sums[1]);
-  Value lane = e.remi(e.thread(), e.idx(32));
-  e.when(e.cmp(arith::CmpIPredicate::eq, lane, e.idx(0)), [&] {
-    e.atomicAdd(squares, gradSq, {e.idx(index)});
-    e.atomicAdd(count, bad, {e.idx(index)});
-  });
+  e.warpAtomicAdd(sums[0], gradSq, {e.idx(index)});
+  e.warpAtomicAdd(sums[1], bad, {e.idx(index)});
 }
 

@@ -91,19 +91,19 @@ void LayerBuilder::buildTraining() {
   auto convert = [&](StringRef name, StringRef master, StringRef compute) {
     std::string src = arg(master), dst = compute.str();
     buildConvert(addKernel(name, {src, dst},
-                           elementGrid(memrefType(src).getNumElements()),
+                           strideGrid(memrefType(src).getNumElements()),
                            kCountThreads));
   };
   convert("train_router_weight", "router_weight", "router_weight");
   buildPack(addKernel(
       "train_pack_gate_up", {arg("gate_weight"), arg("up_weight"), "w13"},
-      elementGrid(memrefType("w13").getNumElements()), kCountThreads));
+      strideGrid(memrefType("w13").getNumElements()), kCountThreads));
   convert("train_down_weight", "down_weight", "w2");
   if (shared) {
     buildPack(addKernel(
         "train_pack_shared_gate_up",
         {arg("shared_gate_weight"), arg("shared_up_weight"), "ws13"},
-        elementGrid(memrefType("ws13").getNumElements()), kCountThreads));
+        strideGrid(memrefType("ws13").getNumElements()), kCountThreads));
     convert("train_shared_down_weight", "shared_down_weight", "ws2");
   }
   // The forward pass, with the padding rows of the dispatched rows and
@@ -311,8 +311,7 @@ void LayerBuilder::buildTraining() {
     buildUpdateCheck(
         addKernel("train_check_" + weight.first.str(),
                   SmallVector<StringRef>(names.begin(), names.end()),
-                  fixedGrid(std::min<int64_t>(
-                      kCheckCtas, llvm::divideCeil(elements, kCountThreads))),
+                  strideGrid(elements),
                   kCountThreads),
         static_cast<int64_t>(i));
   }
@@ -329,7 +328,7 @@ void LayerBuilder::buildTraining() {
     buildAdamW(addKernel(
         "train_adamw_" + name.str(),
         SmallVector<StringRef>(names.begin(), names.end()),
-        elementGrid(memrefType(arg(name)).getNumElements()), kCountThreads));
+        strideGrid(memrefType(arg(name)).getNumElements()), kCountThreads));
   }
   steps = &forward.getBody().front();
 }
