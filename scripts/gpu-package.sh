@@ -5,8 +5,12 @@
 # DeepSeek-V3 shapes with 32 experts, Mixtral-8x7B, Qwen3-30B-A3B),
 # training bundles of two tiny configs, and the check script itself.
 #
-#   scripts/gpu-package.sh [--tiny] [--no-build] [OUT_DIR]
+#   scripts/gpu-package.sh [--tiny] [--no-build] [--tile-n N]... [OUT_DIR]
 #                                       (default build/gpu-package)
+#
+# Each --tile-n N adds, beside every forward bundle and the training-speed
+# bundle, a variant compiled with moe-compile --tile-n=N (its name ends in
+# -nN), so one GPU run compares tile shapes.
 #
 # Carry OUT_DIR to the GPU machine (it is under build/, which git ignores)
 # and run tools/gpu-check.sh OUT_DIR there. With --tiny the forward bundles
@@ -18,9 +22,11 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${MOE_BUILD_DIR:-$root/build}
 tiny=0 rebuild=1
+variants=()
 while [[ ${1:-} == --* ]]; do
   case $1 in
     --tiny) tiny=1 ;;
+    --tile-n) variants+=("$2"); shift ;;
     --no-build) rebuild=0 ;; # the build is current (the suite's own use)
     *) echo "gpu-package.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -51,6 +57,11 @@ for config in "${configs[@]}"; do
   "$build/bin/moe-compile" --hf-config "$config" --target=sm_90a \
     --max-tokens=$tokens --no-cache --report -o "$out/bundles/$name.moeb" \
     2> "$out/bundles/$name.report"
+  for n in "${variants[@]}"; do
+    "$build/bin/moe-compile" --hf-config "$config" --target=sm_90a \
+      --max-tokens=$tokens --no-cache --report --tile-n="$n" \
+      -o "$out/bundles/$name-n$n.moeb" 2> "$out/bundles/$name-n$n.report"
+  done
 done
 # Training steps of two tiny configs (DeepSeek-V3's routing with a shared
 # expert, Mixtral's softmax), and their host bundles for the multi-step
@@ -71,5 +82,10 @@ if [[ $tiny == 0 ]]; then
   "$build/bin/moe-compile" --hf-config "$root/test/Import/Inputs/deepseek-v2-lite.json" \
     --train --target=sm_90a --max-tokens=4096 --no-cache \
     -o "$out/bundles/train-bench/deepseek-v2-lite.moeb"
+  for n in "${variants[@]}"; do
+    "$build/bin/moe-compile" --hf-config "$root/test/Import/Inputs/deepseek-v2-lite.json" \
+      --train --target=sm_90a --max-tokens=4096 --no-cache --tile-n="$n" \
+      -o "$out/bundles/train-bench/deepseek-v2-lite-n$n.moeb"
+  done
 fi
 echo "gpu-package: $(du -sh "$out" | cut -f1) in $out"

@@ -111,6 +111,7 @@ std::string mlir::moe::cacheKey(const std::string &input, InputKind kind,
   field("max-tokens", std::to_string(o.maxTokens));
   field("alignment", std::to_string(alignmentFor(o)));
   field("sm-partition", o.smPartition);
+  field("tile-n", std::to_string(o.tileN));
   field("ptxas", o.ptxas);
   field("device-memory", std::to_string(o.deviceMemory));
   field("train", o.train ? "1" : "0");

@@ -92,11 +92,16 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
       o.emit != "ptx")
     return "--train needs --emit=ptx or --emit=bundle for --target=sm_90a";
   if (o.target == "host" &&
-      (!o.smPartition.empty() || o.report || o.deviceMemory))
+      (!o.smPartition.empty() || o.report || o.deviceMemory || o.tileN))
     return std::string(o.report         ? "--report"
                        : o.deviceMemory ? "--device-memory"
+                       : o.tileN        ? "--tile-n"
                                         : "--sm-partition") +
            " needs --target=sm_90a";
+  if (o.tileN && (o.tileN % 64 != 0 || o.tileN > 256 || o.tileN < 0))
+    return "--tile-n must be 64, 128, 192 or 256 (wgmma's N, a whole number "
+           "of 64-column TMA boxes), got " +
+           std::to_string(o.tileN);
   if (!o.smPartition.empty() && !parseSmPartition(o.smPartition))
     return "--sm-partition must be SMS:COMM with 0 <= COMM < SMS <= 1024, "
            "got '" +
@@ -347,6 +352,7 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
   sm90.train = options.train;
   sm90.alignment = alignmentFor(options);
   sm90.maxTokens = options.maxTokens;
+  sm90.tileN = options.tileN;
   sm90.cubin = options.emit != "ptx" || options.report;
   sm90.ptxas = options.ptxas;
   std::optional<Sm90Result> compiled =

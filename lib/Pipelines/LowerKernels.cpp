@@ -37,6 +37,7 @@ struct MoeGpuLowerKernels
     OpPassManager pm(ModuleOp::getOperationName());
     moe::MoeSelectTilesOptions tiles;
     tiles.maxStages = maxStages;
+    tiles.tileN = tileN;
     tiles.report = report;
     pm.addPass(moe::createMoeSelectTiles(tiles));
     pm.addPass(moe::createMoePartitionSms());

@@ -75,6 +75,7 @@ void moe::buildMoeGpuKernelPipeline(OpPassManager &pm,
                                     const Sm90PipelineOptions &options) {
   MoeGpuLowerKernelsOptions lower;
   lower.maxStages = options.maxStages;
+  lower.tileN = options.tileN;
   lower.report = options.report;
   pm.addPass(createMoeGpuLowerKernels(lower));
   pm.addPass(createCanonicalizerPass());

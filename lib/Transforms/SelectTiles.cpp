@@ -22,9 +22,13 @@ namespace {
 constexpr int64_t kReservedSharedMemory = 1024;
 
 TileAttr selectTile(MLIRContext *ctx, int64_t n, bool swiglu, bool dense,
-                    bool nMajor, int64_t maxStages) {
+                    bool nMajor, bool halfOutput, int64_t maxStages,
+                    int64_t forcedN) {
   constexpr int64_t m = 128, k = 64;
   int64_t tileN = 0;
+  // A BLOCK_N asked for (moe-compile --tile-n) where it divides N.
+  if (forcedN && !dense && n % forcedN == 0)
+    tileN = forcedN;
   // A dense GEMM (the router's logits over the experts: N = 8 to 384, K =
   // hidden, and as few rows as tokens) takes N blocks of at most 64
   // columns, rounded up to wgmma's granule of 8: with T = 128 one M block
@@ -32,11 +36,23 @@ TileAttr selectTile(MLIRContext *ctx, int64_t n, bool swiglu, bool dense,
   // 128 CTAs (one wave) instead of 32; each rereads its A rows, from L2.
   // Columns past N read zero rows of B (TMA's out-of-bounds fill) and are
   // not stored.
-  // An N-major B (the nn and tn layouts of the backward pass) is loaded
-  // in TMA boxes of 64 columns: its tile is a multiple of 64 (the last
-  // box of an N that is not reads zeros past N).
-  if (dense && !nMajor)
+  if (!tileN && dense && !nMajor)
     tileN = std::min<int64_t>(llvm::alignTo(n, swiglu ? 16 : 8), 64);
+  // 128x256 where it measured faster on an H200 (docs/Performance.md,
+  // 2026-11-30): the K-major (nt) GEMMs that store 16-bit results. Each
+  // wgmma reads its A fragment once per 256 columns instead of 128, and a
+  // tile's loads are 48 KB per k-block for 2x the FLOPs of 32 KB. Measured
+  // against 128x128: DeepSeek-V3's expert_up 4.08 -> 3.44 ms, expert_down
+  // 2.26 -> 2.04, Mixtral's expert_down 1.95 -> 1.55; no shape slower by
+  // more than 1.2%. The training step's f32-output nt GEMM, its k-grouped
+  // tn GEMMs and the nn GEMM (which spills at 256) were as fast or faster
+  // at 128 and keep it.
+  if (!tileN && !dense && !nMajor && halfOutput && n % 256 == 0)
+    tileN = 256;
+  // Otherwise the first of these that divides N. An N-major B (the nn and
+  // tn layouts of the backward pass) is loaded in TMA boxes of 64
+  // columns: its tile is a multiple of 64 (the last box of an N that is
+  // not reads zeros past N).
   for (int64_t candidate : {128, 256, 192, 64, 160, 224, 96, 32, 16}) {
     if (tileN || (swiglu && candidate % 16 != 0) ||
         (nMajor && candidate % 64 != 0))
@@ -57,6 +73,12 @@ struct MoeSelectTiles
   using MoeSelectTilesBase::MoeSelectTilesBase;
 
   void runOnOperation() override {
+    if (tileN < 0 || tileN % 64 != 0 || tileN > 256) {
+      getOperation()->emitError()
+          << "moe-select-tiles: tile-n must be 0, 64, 128, 192 or 256, got "
+          << static_cast<int64_t>(tileN);
+      return signalPassFailure();
+    }
     if (maxStages < 2) {
       getOperation()->emitError()
           << "moe-select-tiles: max-stages must be at least 2, got "
@@ -69,7 +91,11 @@ struct MoeSelectTiles
                                   op.getEpilogue() == Epilogue::SwiGLU,
                                   op.isDense(),
                                   op.getLayout() != GemmLayout::NT,
-                                  maxStages));
+                                  op.getC()
+                                          .getType()
+                                          .getElementType()
+                                          .getIntOrFloatBitWidth() == 16,
+                                  maxStages, tileN));
       if (report) {
         TileAttr tile = op.getTileAttr();
         op.emitRemark() << "tile " << tile.getM() << "x" << tile.getN() << "x"

@@ -83,6 +83,12 @@ static cl::opt<std::string>
                          "to communication (default: the layer's partition, "
                          "else 132:0)"),
                 cl::init(""), cl::cat(category));
+static cl::opt<int64_t>
+    tileN("tile-n",
+          cl::desc("sm_90a: BLOCK_N (64, 128, 192 or 256) of every grouped "
+                   "GEMM whose N it divides, in place of the cost model's "
+                   "choice (the router's GEMM keeps its own)"),
+          cl::init(0), cl::cat(category));
 static cl::opt<bool>
     report("report",
            cl::desc("sm_90a: print each kernel's grid, block, shared memory, "
@@ -259,6 +265,7 @@ int main(int argc, char **argv) {
   options.mcpu = mcpu;
   options.timing = timing;
   options.smPartition = smPartition;
+  options.tileN = tileN;
   options.report = report;
   options.ptxas = ptxas;
   if (!deviceMemory.empty()) {

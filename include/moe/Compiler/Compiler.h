@@ -35,6 +35,9 @@ struct CompileOptions {
   /// sm_90a: "SMS:COMM" overriding the layer's partition; "" keeps it
   /// (132:0 when the layer has none).
   std::string smPartition;
+  /// sm_90a: BLOCK_N of every grouped GEMM whose N it divides (64, 128,
+  /// 192 or 256); 0 leaves each to the cost model.
+  int64_t tileN = 0;
   /// sm_90a: per-kernel resource report (ptxas -v) in CompileResult.
   bool report = false;
   /// sm_90a: the ptxas to run; "" finds one.

@@ -167,6 +167,9 @@ def MoeGpuLowerKernels : Pass<"moegpu-lower-kernels", "::mlir::ModuleOp"> {
   let options = [
     Option<"maxStages", "max-stages", "int64_t", /*default=*/"8",
            "Most pipeline stages of a GEMM">,
+    Option<"tileN", "tile-n", "int64_t", /*default=*/"0",
+           "BLOCK_N of every grouped GEMM (not the dense router's) whose N "
+           "it divides; 0: the cost model's choice">,
     Option<"report", "report", "bool", /*default=*/"false",
            "Emit a remark with each GEMM's tile choice">
   ];

@@ -49,6 +49,11 @@ struct Sm90PipelineOptions : public PassPipelineOptions<Sm90PipelineOptions> {
   PassOptions::Option<int64_t> maxStages{
       *this, "max-stages", llvm::cl::desc("Most pipeline stages of a GEMM"),
       llvm::cl::init(8)};
+  PassOptions::Option<int64_t> tileN{
+      *this, "tile-n",
+      llvm::cl::desc("BLOCK_N of the grouped GEMMs whose N it divides (0: "
+                     "the cost model's choice)"),
+      llvm::cl::init(0)};
   PassOptions::Option<bool> report{
       *this, "report",
       llvm::cl::desc("Emit a remark with each GEMM's tile choice"),

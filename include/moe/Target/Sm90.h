@@ -23,6 +23,8 @@ struct Sm90Options {
   /// block.
   int64_t alignment = 128;
   int64_t maxTokens = 4096;
+  /// BLOCK_N of the grouped GEMMs whose N it divides; 0: the cost model's.
+  int64_t tileN = 0;
   /// Also build the training step (the program's trainSteps).
   bool train = false;
   /// Make a cubin with ptxas (for --emit=cubin, bundles and reports).

@@ -64,6 +64,9 @@ def MoeSelectTiles : Pass<"moe-select-tiles"> {
   let options = [
     Option<"maxStages", "max-stages", "int64_t", /*default=*/"8",
            "Most pipeline stages (more add latency hiding but no bandwidth)">,
+    Option<"tileN", "tile-n", "int64_t", /*default=*/"0",
+           "BLOCK_N of every grouped GEMM (not the dense router's) whose N "
+           "it divides; 0: the cost model's choice">,
     Option<"report", "report", "bool", /*default=*/"false",
            "Emit a remark with the choice on every grouped GEMM">
   ];

@@ -274,6 +274,7 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
 
   Sm90PipelineOptions pipeline;
   pipeline.format = "isa";
+  pipeline.tileN = options.tileN;
   {
     TimingScope scope = timing.nest("Kernels (moegpu)");
     PassManager pm(ctx);

@@ -25,7 +25,7 @@
 // CHECK: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
 // CHECK: setmaxnreg.inc.sync.aligned.u32 232
 // CHECK: wgmma.fence.sync.aligned
-// CHECK-COUNT-4: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16
+// CHECK-COUNT-4: wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16
 // CHECK: wgmma.commit_group.sync.aligned
 // CHECK: wgmma.wait_group.sync.aligned 0
 // CHECK: ex2.approx.ftz.f32
@@ -35,11 +35,11 @@
 // CHECK: setmaxnreg.dec.sync.aligned.u32 40
 // CHECK: cp.async.bulk.tensor.2d
 // CHECK: setmaxnreg.inc.sync.aligned.u32 232
-// CHECK-COUNT-4: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16
+// CHECK-COUNT-4: wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16
 
 // CHECK-LABEL: .entry shared(
 // CHECK: cp.async.bulk.tensor.2d
-// CHECK-COUNT-4: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16
+// CHECK-COUNT-4: wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16
 
 module attributes {gpu.container_module, moe.sm_partition = #moe.sm_partition<sms = 132, comm = 20>} {
   gpu.module @kernels {

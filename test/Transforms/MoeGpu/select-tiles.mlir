@@ -1,14 +1,20 @@
 // RUN: moe-opt %s -split-input-file -moe-select-tiles=report -verify-diagnostics | FileCheck %s
 // RUN: moe-opt %s -split-input-file -moe-select-tiles=max-stages=4 | FileCheck %s --check-prefix=CAP
+// RUN: moe-opt %s -split-input-file -moe-select-tiles=tile-n=128 | FileCheck %s --check-prefix=FORCE
+// RUN: not moe-opt %s -split-input-file -moe-select-tiles=tile-n=100 2>&1 | FileCheck %s --check-prefix=BAD
+// BAD: moe-select-tiles: tile-n must be 0, 64, 128, 192 or 256, got 100
 
-// Tile n: the first preferred size dividing N; stages: what fits in 227 KiB.
+// Tile n: 256 for a K-major GEMM with a 16-bit result whose N it divides,
+// else the first preferred size dividing N; stages: what fits in 227 KiB.
 
 // CHECK-LABEL: func.func @deepseek_up
-// CHECK: tile = #moegpu.tile<m = 128, n = 128, k = 64, stages = 7>
+// CHECK: tile = #moegpu.tile<m = 128, n = 256, k = 64, stages = 4>
 // CAP-LABEL: func.func @deepseek_up
-// CAP: tile = #moegpu.tile<m = 128, n = 128, k = 64, stages = 4>
+// CAP: tile = #moegpu.tile<m = 128, n = 256, k = 64, stages = 4>
+// FORCE-LABEL: func.func @deepseek_up
+// FORCE: tile = #moegpu.tile<m = 128, n = 128, k = 64, stages = 7>
 func.func @deepseek_up(%a: memref<?x7168xbf16>, %b: memref<256x4096x7168xbf16>, %o: memref<257xi32>, %c: memref<?x2048xbf16>) {
-  // expected-remark @+1 {{tile 128x128x64, 7 stages, 229376 bytes of shared memory}}
+  // expected-remark @+1 {{tile 128x256x64, 4 stages, 196608 bytes of shared memory}}
   moegpu.grouped_gemm %a, %b, %o, %c {epilogue = #moegpu.epilogue<swiglu>} : memref<?x7168xbf16>, memref<256x4096x7168xbf16>, memref<257xi32>, memref<?x2048xbf16>
   return
 }
@@ -43,5 +49,30 @@ func.func @n200(%a: memref<?x64xbf16>, %b: memref<4x200x64xbf16>, %o: memref<5xi
 func.func @kept(%a: memref<?x64xbf16>, %b: memref<4x64x64xbf16>, %o: memref<5xi32>, %c: memref<?x64xbf16>) {
   // expected-remark @+1 {{tile 64x64x64, 3 stages, 49152 bytes of shared memory}}
   moegpu.grouped_gemm %a, %b, %o, %c {tile = #moegpu.tile<m = 64, n = 64, k = 64, stages = 3>} : memref<?x64xbf16>, memref<4x64x64xbf16>, memref<5xi32>, memref<?x64xbf16>
+  return
+}
+
+// -----
+
+// An f32 result (the training step's recomputed pre-activations) keeps 128
+// columns: it measured no faster at 256.
+// CHECK-LABEL: func.func @f32_out
+// CHECK: tile = #moegpu.tile<m = 128, n = 128, k = 64, stages = 7>
+func.func @f32_out(%a: memref<?x2048xbf16>, %b: memref<8x512x2048xbf16>, %o: memref<9xi32>, %c: memref<?x512xf32>) {
+  // expected-remark @+1 {{tile 128x128x64, 7 stages}}
+  moegpu.grouped_gemm %a, %b, %o, %c : memref<?x2048xbf16>, memref<8x512x2048xbf16>, memref<9xi32>, memref<?x512xf32>
+  return
+}
+
+// -----
+
+// The router's dense GEMM keeps its 64-column blocks, also under tile-n.
+// CHECK-LABEL: func.func @router
+// CHECK: tile = #moegpu.tile<m = 128, n = 64, k = 64, stages = 8>
+// FORCE-LABEL: func.func @router
+// FORCE: tile = #moegpu.tile<m = 128, n = 64, k = 64, stages = 8>
+func.func @router(%a: memref<?x2048xbf16>, %b: memref<256x2048xbf16>, %c: memref<?x256xf32>) {
+  // expected-remark @+1 {{tile 128x64x64, 8 stages}}
+  moegpu.grouped_gemm %a, %b, dense, %c : memref<?x2048xbf16>, memref<256x2048xbf16>, memref<?x256xf32>
   return
 }
