@@ -30,10 +30,6 @@ float Random::uniform(float lo, float hi) {
   return lo + (hi - lo) * unit;
 }
 
-static bool isFloatType(DType d) {
-  return d == DType::F32 || d == DType::BF16 || d == DType::F16;
-}
-
 /// Checks an sm_90a program refers only to what it declares.
 static Status validateGpuProgram(const Manifest &m) {
   auto fail = [](const std::string &what) {

@@ -83,9 +83,19 @@ struct Tensor {
   }
 };
 
+/// f32, bf16 or f16.
+bool isFloatType(DType d);
+
 /// Converts between float types (f32, bf16, f16; round to nearest even).
 /// Integer dtypes convert only to themselves.
 Expected<Tensor> convertTensor(const Tensor &tensor, DType to);
+
+/// Converts `n` elements of float type `from` at `src` to `to` at `dst`
+/// (f32, bf16, f16; round to nearest even), as convertTensor does: f32 <->
+/// bf16, a layer's input and output, in typed loops, and a large count
+/// split over the machine's cores.
+void convertFloats(const uint8_t *src, DType from, uint8_t *dst, DType to,
+                   size_t n);
 
 /// Writes element `index` of a float tensor (f32, bf16 or f16).
 void setFloatElement(Tensor &tensor, size_t index, float value);
