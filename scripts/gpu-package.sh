@@ -5,12 +5,14 @@
 # DeepSeek-V3 shapes with 32 experts, Mixtral-8x7B, Qwen3-30B-A3B),
 # training bundles of two tiny configs, and the check script itself.
 #
-#   scripts/gpu-package.sh [--tiny] [--no-build] [--tile-n N]... [OUT_DIR]
+#   scripts/gpu-package.sh [--tiny] [--no-build] [--tile-n N]...
+#                          [--tile-cluster C]... [OUT_DIR]
 #                                       (default build/gpu-package)
 #
-# Each --tile-n N adds, beside every forward bundle and the training-speed
-# bundle, a variant compiled with moe-compile --tile-n=N (its name ends in
-# -nN), so one GPU run compares tile shapes.
+# Each --tile-n N (--tile-cluster C) adds, beside every forward bundle and
+# the training-speed bundle, a variant compiled with moe-compile
+# --tile-n=N (--tile-cluster=C), its name ending in -nN (-cC), so one GPU
+# run compares tile shapes.
 #
 # Carry OUT_DIR to the GPU machine (it is under build/, which git ignores)
 # and run tools/gpu-check.sh OUT_DIR there. With --tiny the forward bundles
@@ -26,7 +28,8 @@ variants=()
 while [[ ${1:-} == --* ]]; do
   case $1 in
     --tiny) tiny=1 ;;
-    --tile-n) variants+=("$2"); shift ;;
+    --tile-n) variants+=("n$2:--tile-n=$2"); shift ;;
+    --tile-cluster) variants+=("c$2:--tile-cluster=$2"); shift ;;
     --no-build) rebuild=0 ;; # the build is current (the suite's own use)
     *) echo "gpu-package.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -57,10 +60,10 @@ for config in "${configs[@]}"; do
   "$build/bin/moe-compile" --hf-config "$config" --target=sm_90a \
     --max-tokens=$tokens --no-cache --report -o "$out/bundles/$name.moeb" \
     2> "$out/bundles/$name.report"
-  for n in "${variants[@]}"; do
+  for v in "${variants[@]}"; do
     "$build/bin/moe-compile" --hf-config "$config" --target=sm_90a \
-      --max-tokens=$tokens --no-cache --report --tile-n="$n" \
-      -o "$out/bundles/$name-n$n.moeb" 2> "$out/bundles/$name-n$n.report"
+      --max-tokens=$tokens --no-cache --report "${v#*:}" \
+      -o "$out/bundles/$name-${v%%:*}.moeb" 2> "$out/bundles/$name-${v%%:*}.report"
   done
 done
 # Training steps of two tiny configs (DeepSeek-V3's routing with a shared
@@ -82,10 +85,10 @@ if [[ $tiny == 0 ]]; then
   "$build/bin/moe-compile" --hf-config "$root/test/Import/Inputs/deepseek-v2-lite.json" \
     --train --target=sm_90a --max-tokens=4096 --no-cache \
     -o "$out/bundles/train-bench/deepseek-v2-lite.moeb"
-  for n in "${variants[@]}"; do
+  for v in "${variants[@]}"; do
     "$build/bin/moe-compile" --hf-config "$root/test/Import/Inputs/deepseek-v2-lite.json" \
-      --train --target=sm_90a --max-tokens=4096 --no-cache --tile-n="$n" \
-      -o "$out/bundles/train-bench/deepseek-v2-lite-n$n.moeb"
+      --train --target=sm_90a --max-tokens=4096 --no-cache "${v#*:}" \
+      -o "$out/bundles/train-bench/deepseek-v2-lite-${v%%:*}.moeb"
   done
 fi
 echo "gpu-package: $(du -sh "$out" | cut -f1) in $out"

@@ -54,12 +54,22 @@ def MoeGpu_TileAttr : AttrDef<MoeGpu_Dialect, "Tile"> {
     rows (one `wgmma` M); `k = 64` bf16/f16 elements is one 128-byte
     swizzle atom per row.
 
+    `cluster = 2` (omitted when 1) pairs the CTAs of a cluster along M: the
+    two take the M blocks 2i and 2i+1 of one N block, and each loads half
+    of the shared B tile and multicasts it to both (TMA multicast), which
+    halves B's traffic through L2 whenever both blocks belong to one group;
+    when they do not, each loads its own B. The empty barriers of the two
+    pipelines count both CTAs' consumers, so a slot is refilled only once
+    both have read it.
+
     ```mlir
     #moegpu.tile<m = 128, n = 128, k = 64, stages = 6>
+    #moegpu.tile<m = 128, n = 256, k = 64, stages = 4, cluster = 2>
     ```
   }];
   let parameters = (ins "int64_t":$m, "int64_t":$n, "int64_t":$k,
-                        "int64_t":$stages);
+                        "int64_t":$stages,
+                        DefaultValuedParameter<"int64_t", "1">:$cluster);
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
   let extraClassDeclaration = [{

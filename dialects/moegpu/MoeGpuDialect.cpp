@@ -100,7 +100,7 @@ Value mlir::moegpu::buildExp(ImplicitLocOpBuilder &b, Value x) {
 
 LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                int64_t m, int64_t n, int64_t k,
-                               int64_t stages) {
+                               int64_t stages, int64_t cluster) {
   if (m < 64 || m > 256 || m % 64 != 0)
     return emitError() << "tile m must be 64, 128, 192 or 256 (64 rows per "
                           "consumer warpgroup), got "
@@ -115,6 +115,14 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                        << k;
   if (stages < 2 || stages > 32)
     return emitError() << "tile stages must be in [2, 32], got " << stages;
+  if (cluster != 1 && cluster != 2)
+    return emitError() << "tile cluster must be 1 or 2, got " << cluster;
+  // Each CTA of a pair loads half of B: half the rows of a K-major tile, or
+  // half of an MN-major tile's 64-column boxes.
+  if (cluster == 2 && n % 128 != 0)
+    return emitError() << "tile cluster 2 needs n to be a multiple of 128 "
+                          "(each CTA loads half of B), got "
+                       << n;
   return success();
 }
 

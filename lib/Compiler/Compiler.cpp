@@ -92,12 +92,18 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
       o.emit != "ptx")
     return "--train needs --emit=ptx or --emit=bundle for --target=sm_90a";
   if (o.target == "host" &&
-      (!o.smPartition.empty() || o.report || o.deviceMemory || o.tileN))
-    return std::string(o.report         ? "--report"
-                       : o.deviceMemory ? "--device-memory"
-                       : o.tileN        ? "--tile-n"
-                                        : "--sm-partition") +
+      (!o.smPartition.empty() || o.report || o.deviceMemory || o.tileN ||
+       o.tileCluster != 1))
+    return std::string(o.report              ? "--report"
+                       : o.deviceMemory      ? "--device-memory"
+                       : o.tileN             ? "--tile-n"
+                       : o.tileCluster != 1 ? "--tile-cluster"
+                                             : "--sm-partition") +
            " needs --target=sm_90a";
+  if (o.tileCluster != 1 && o.tileCluster != 2)
+    return "--tile-cluster must be 1 or 2 (CTAs sharing B by TMA "
+           "multicast), got " +
+           std::to_string(o.tileCluster);
   if (o.tileN && (o.tileN % 64 != 0 || o.tileN > 256 || o.tileN < 0))
     return "--tile-n must be 64, 128, 192 or 256 (wgmma's N, a whole number "
            "of 64-column TMA boxes), got " +
@@ -220,8 +226,16 @@ static std::string formatReport(const std::vector<Sm90KernelReport> &kernels) {
                         num(k.staticSharedMemory), num(k.registers), tile,
                         num(k.spillStores), num(k.spillLoads));
   }
-  os << "cluster 1x1x1 for every kernel; smem is dynamic shared memory in "
-        "bytes\n";
+  std::string paired;
+  for (const Sm90KernelReport &k : kernels)
+    if (k.cluster > 1)
+      paired += (paired.empty() ? "" : ", ") + k.name;
+  if (paired.empty())
+    os << "cluster 1x1x1 for every kernel";
+  else
+    os << "cluster 2x1x1 (B multicast) for " << paired
+       << "; 1x1x1 for the others";
+  os << "; smem is dynamic shared memory in bytes\n";
   return text;
 }
 
@@ -353,6 +367,7 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
   sm90.alignment = alignmentFor(options);
   sm90.maxTokens = options.maxTokens;
   sm90.tileN = options.tileN;
+  sm90.cluster = options.tileCluster;
   sm90.cubin = options.emit != "ptx" || options.report;
   sm90.ptxas = options.ptxas;
   std::optional<Sm90Result> compiled =

@@ -35,9 +35,18 @@ struct MoePartitionSms
         }
       }
       SmRangeAttr range = op.getSmRangeAttr();
+      // Pairs of CTAs (a tile's cluster of 2) take an even count of SMs.
+      int64_t cluster = op.getTileAttr() ? op.getTileAttr().getCluster() : 1;
       if (!range) {
-        op.setSmRangeAttr(SmRangeAttr::get(op.getContext(), 0, computeSms));
+        op.setSmRangeAttr(SmRangeAttr::get(
+            op.getContext(), 0, computeSms - computeSms % cluster));
         return WalkResult::advance();
+      }
+      if (range.getCount() % cluster != 0) {
+        op.emitOpError() << "sm_range of " << range.getCount()
+                         << " SMs for clusters of " << cluster
+                         << " CTAs: expected a multiple of " << cluster;
+        return WalkResult::interrupt();
       }
       if (range.getFirst() + range.getCount() > computeSms) {
         op.emitOpError() << "sm_range [" << range.getFirst() << ", "

@@ -23,7 +23,7 @@ constexpr int64_t kReservedSharedMemory = 1024;
 
 TileAttr selectTile(MLIRContext *ctx, int64_t n, bool swiglu, bool dense,
                     bool nMajor, bool halfOutput, int64_t maxStages,
-                    int64_t forcedN) {
+                    int64_t forcedN, int64_t cluster) {
   constexpr int64_t m = 128, k = 64;
   int64_t tileN = 0;
   // A BLOCK_N asked for (moe-compile --tile-n) where it divides N.
@@ -65,7 +65,10 @@ TileAttr selectTile(MLIRContext *ctx, int64_t n, bool swiglu, bool dense,
   int64_t stageBytes = (m + tileN) * k * 2;
   int64_t stages = std::min(
       maxStages, (kMaxSharedMemoryBytes - kReservedSharedMemory) / stageBytes);
-  return TileAttr::get(ctx, m, tileN, k, stages);
+  // A pair of CTAs sharing B (moe-compile --tile-cluster=2) where B's
+  // halves are whole boxes.
+  return TileAttr::get(ctx, m, tileN, k, stages,
+                       cluster == 2 && tileN % 128 == 0 ? 2 : 1);
 }
 
 struct MoeSelectTiles
@@ -77,6 +80,12 @@ struct MoeSelectTiles
       getOperation()->emitError()
           << "moe-select-tiles: tile-n must be 0, 64, 128, 192 or 256, got "
           << static_cast<int64_t>(tileN);
+      return signalPassFailure();
+    }
+    if (cluster != 1 && cluster != 2) {
+      getOperation()->emitError()
+          << "moe-select-tiles: cluster must be 1 or 2, got "
+          << static_cast<int64_t>(cluster);
       return signalPassFailure();
     }
     if (maxStages < 2) {
@@ -95,7 +104,7 @@ struct MoeSelectTiles
                                           .getType()
                                           .getElementType()
                                           .getIntOrFloatBitWidth() == 16,
-                                  maxStages, tileN));
+                                  maxStages, tileN, cluster));
       if (report) {
         TileAttr tile = op.getTileAttr();
         op.emitRemark() << "tile " << tile.getM() << "x" << tile.getN() << "x"

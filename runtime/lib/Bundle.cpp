@@ -109,6 +109,7 @@ std::string serializeManifest(const Manifest &m) {
                        {"grid_size", st.gridSize},
                        {"block", st.block},
                        {"smem", st.sharedMemory},
+                       {"cluster", st.cluster},
                        {"tensor_maps", maps}});
       }
       return out;
@@ -287,6 +288,9 @@ static void readGpuProgram(Reader &r, const json &root, GpuProgram &program) {
       st.gridSize = r.integer(item, "grid_size", sw);
       st.block = r.integer(item, "block", sw);
       st.sharedMemory = r.integer(item, "smem", sw);
+      // Bundles written before clusters have none: one CTA each.
+      if (item.contains("cluster"))
+        st.cluster = r.integer(item, "cluster", sw);
       if (const json *maps = r.array(item, "tensor_maps", sw))
         for (const json &m : *maps) {
           GpuTensorMap t;

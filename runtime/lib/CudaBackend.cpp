@@ -718,7 +718,7 @@ CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
 
     LaunchAttribute attrs[2]{};
     attrs[0].id = kLaunchAttributeClusterDimension;
-    attrs[0].value.clusterDim = {1, 1, 1};
+    attrs[0].value.clusterDim = {static_cast<unsigned>(step.cluster), 1, 1};
     // A kernel right after another (no memset, exchange or timing event
     // between): programmatic dependent launch. Every kernel waits
     // (griddepcontrol.wait) for the one before to complete before it

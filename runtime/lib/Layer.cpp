@@ -107,6 +107,12 @@ static Status validateGpuProgram(const Manifest &m) {
         (st.gridSize < 1 || st.gridSize > INT32_MAX))
       return fail("kernel '" + st.kernel +
                   "' has a fixed grid_size outside [1, 2^31)");
+    if (st.cluster != 1 &&
+        (st.cluster != 2 || grid != abi::GridKind::Persistent ||
+         st.gridSize % 2 != 0))
+      return fail("kernel '" + st.kernel + "' has cluster " +
+                  std::to_string(st.cluster) +
+                  ", expected 1, or 2 for a persistent grid of an even size");
     if (st.block < 1 || st.block > 1024 || st.sharedMemory < 0 ||
         st.sharedMemory > 232448)
       return fail("kernel '" + st.kernel +

@@ -89,6 +89,12 @@ static cl::opt<int64_t>
                    "GEMM whose N it divides, in place of the cost model's "
                    "choice (the router's GEMM keeps its own)"),
           cl::init(0), cl::cat(category));
+static cl::opt<int64_t> tileCluster(
+    "tile-cluster",
+    cl::desc("sm_90a: 2 runs the grouped GEMMs whose BLOCK_N is a multiple "
+             "of 128 on clusters of 2 CTAs along M that share the B tile "
+             "by TMA multicast (1: one CTA each)"),
+    cl::init(1), cl::cat(category));
 static cl::opt<bool>
     report("report",
            cl::desc("sm_90a: print each kernel's grid, block, shared memory, "
@@ -266,6 +272,7 @@ int main(int argc, char **argv) {
   options.timing = timing;
   options.smPartition = smPartition;
   options.tileN = tileN;
+  options.tileCluster = tileCluster;
   options.report = report;
   options.ptxas = ptxas;
   if (!deviceMemory.empty()) {

@@ -167,6 +167,9 @@ def MoeGpuLowerKernels : Pass<"moegpu-lower-kernels", "::mlir::ModuleOp"> {
   let options = [
     Option<"maxStages", "max-stages", "int64_t", /*default=*/"8",
            "Most pipeline stages of a GEMM">,
+    Option<"cluster", "cluster", "int64_t", /*default=*/"1",
+           "CTAs of a cluster pairing M blocks and sharing B by TMA "
+           "multicast (1 or 2; 2 where the tile's n is a multiple of 128)">,
     Option<"tileN", "tile-n", "int64_t", /*default=*/"0",
            "BLOCK_N of every grouped GEMM (not the dense router's) whose N "
            "it divides; 0: the cost model's choice">,

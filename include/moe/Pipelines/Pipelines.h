@@ -54,6 +54,10 @@ struct Sm90PipelineOptions : public PassPipelineOptions<Sm90PipelineOptions> {
       llvm::cl::desc("BLOCK_N of the grouped GEMMs whose N it divides (0: "
                      "the cost model's choice)"),
       llvm::cl::init(0)};
+  PassOptions::Option<int64_t> cluster{
+      *this, "cluster",
+      llvm::cl::desc("CTAs of a cluster sharing B by TMA multicast (1 or 2)"),
+      llvm::cl::init(1)};
   PassOptions::Option<bool> report{
       *this, "report",
       llvm::cl::desc("Emit a remark with each GEMM's tile choice"),

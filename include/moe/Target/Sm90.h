@@ -25,6 +25,8 @@ struct Sm90Options {
   int64_t maxTokens = 4096;
   /// BLOCK_N of the grouped GEMMs whose N it divides; 0: the cost model's.
   int64_t tileN = 0;
+  /// CTAs of a cluster sharing B by TMA multicast (1 or 2).
+  int64_t cluster = 1;
   /// Also build the training step (the program's trainSteps).
   bool train = false;
   /// Make a cubin with ptxas (for --emit=cubin, bundles and reports).
@@ -49,6 +51,8 @@ struct Sm90KernelReport {
   /// GEMMs: the tile and its pipeline stages, and the persistent grid
   /// (CTAs, one per compute SM); 0 for SIMT kernels.
   int64_t tileM = 0, tileN = 0, tileK = 0, tileStages = 0;
+  /// CTAs of a cluster (2: a pair sharing B by TMA multicast).
+  int64_t cluster = 1;
   int64_t persistentCtas = 0;
 };
 

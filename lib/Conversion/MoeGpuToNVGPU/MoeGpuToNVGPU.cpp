@@ -129,6 +129,20 @@ private:
   int64_t sharedMemoryBytes = 0;
   int64_t blockThreads = 0;
   int64_t gridSize = 0;
+  /// CTAs of the kernel's clusters (the pipeline tile's): with 2, a pair
+  /// takes the M blocks 2i and 2i+1 of one N block and shares B.
+  int64_t cluster = 1;
+  /// Per producer tile loop: this CTA's rank in its pair, and whether
+  /// both blocks of the pair's tile lie in one group (B is shared).
+  DenseMap<Operation *, std::pair<Value, Value>> pairs;
+
+  /// Rank and B-sharing flag of the pair tile `loop`'s body works on.
+  std::pair<Value, Value> pairOf(TileLoopOp loop);
+  /// barrier.cluster.arrive + wait by every thread of the cluster.
+  void clusterSync(ImplicitLocOpBuilder &b) {
+    NVVM::ClusterArriveOp::create(b, UnitAttr());
+    NVVM::ClusterWaitOp::create(b, UnitAttr());
+  }
 };
 
 LogicalResult KernelLowering::lowerPipelineCreate(PipelineCreateOp op) {
@@ -152,7 +166,9 @@ LogicalResult KernelLowering::lowerPipelineCreate(PipelineCreateOp op) {
     ImplicitLocOpBuilder::InsertionGuard guard(b);
     b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
     Value one = constIndex(b, 1);
-    Value consumers = constIndex(b, tile.getConsumers());
+    // With a pair, a slot is refilled (in both CTAs, by multicast) once
+    // the consumers of both have read it.
+    Value consumers = constIndex(b, tile.getConsumers() * tile.getCluster());
     for (int64_t s = 0; s < tile.getStages(); ++s) {
       Value slot = constIndex(b, s);
       nvgpu::MBarrierInitOp::create(b, full, one, slot, Value());
@@ -160,7 +176,13 @@ LogicalResult KernelLowering::lowerPipelineCreate(PipelineCreateOp op) {
     }
     NVVM::FenceMbarrierInitOp::create(b);
   }
-  gpu::BarrierOp::create(b);
+  cluster = tile.getCluster();
+  // The peer's barriers must be initialized before it is multicast to or
+  // arrived on.
+  if (cluster > 1)
+    clusterSync(b);
+  else
+    gpu::BarrierOp::create(b);
   pipelines[op.getPipeline()] = {full, empty, tile, type.getElementType()};
   sharedMemoryBytes = tile.getSharedMemoryBytes();
   blockThreads = (tile.getConsumers() + 1) * kWarpgroupThreads;
@@ -273,9 +295,108 @@ LogicalResult KernelLowering::lowerProduce(ProduceOp op) {
     }
   };
   load(aOffset, *aMap, aMn, tile.getM(), op.getAMn(), op.getAK());
-  load(bOffset, *bMap, bMn, tile.getN(), op.getBMn(), op.getBK());
+  if (cluster == 1) {
+    load(bOffset, *bMap, bMn, tile.getN(), op.getBMn(), op.getBK());
+    op.erase();
+    return success();
+  }
+  // A pair: B in two halves (half the rows of a K-major tile, half the
+  // 64-column boxes of an MN-major one). When both CTAs' blocks are in one
+  // group, each loads its half and multicasts it to both; otherwise each
+  // loads both halves itself. Either way its full barrier sees the whole
+  // stage's bytes.
+  auto loop = op->getParentOfType<TileLoopOp>();
+  if (!loop)
+    return op.emitOpError() << "of a paired pipeline must be inside a "
+                               "moegpu.tile_loop";
+  int64_t half = tile.getN() / 2;
+  FailureOr<Value> halfMap =
+      bMn ? bMap
+          : getTensorMap(op, op.getB(), half, info.elementType);
+  if (failed(halfMap))
+    return failure();
+  auto [rank, shared] = pairOf(loop);
+  int64_t halfBytes = tile.getBBytes() / 2;
+  auto viewIn = [&](ImplicitLocOpBuilder &b, Value offset,
+                    int64_t rows) -> Value {
+    auto type = MemRefType::get({rows, kMnBox}, info.elementType, AffineMap(),
+                                workgroupSpace(ctx));
+    return memref::ViewOp::create(b, type, base, offset, ValueRange{});
+  };
+  auto loadHalf = [&](ImplicitLocOpBuilder &b, Value h, Value mask) {
+    Value offset = arith::AddIOp::create(
+        b, bOffset, arith::MulIOp::create(b, h, constIndex(b, halfBytes)));
+    Value mn = arith::AddIOp::create(
+        b, op.getBMn(), arith::MulIOp::create(b, h, constIndex(b, half)));
+    if (!bMn) {
+      nvgpu::TmaAsyncLoadOp::create(b, viewIn(b, offset, half), info.full,
+                                    *halfMap, ValueRange{op.getBK(), mn}, slot,
+                                    mask, Value());
+      return;
+    }
+    int64_t boxBytes = tile.getK() * kMnBox * 2;
+    for (int64_t i = 0; i < half / kMnBox; ++i) {
+      Value at = arith::AddIOp::create(b, offset, constIndex(b, i * boxBytes));
+      Value column = arith::AddIOp::create(b, mn, constIndex(b, i * kMnBox));
+      nvgpu::TmaAsyncLoadOp::create(b, viewIn(b, at, tile.getK()), info.full,
+                                    *halfMap, ValueRange{column, op.getBK()},
+                                    slot, mask, Value());
+    }
+  };
+  auto ifOp = scf::IfOp::create(b, shared, /*withElseRegion=*/true);
+  {
+    ImplicitLocOpBuilder tb(op.getLoc(), ifOp.thenBlock()->getTerminator());
+    Value both = arith::ConstantIntOp::create(tb, 3, 16);
+    loadHalf(tb, rank, both);
+    ImplicitLocOpBuilder eb(op.getLoc(), ifOp.elseBlock()->getTerminator());
+    loadHalf(eb, constIndex(eb, 0), Value());
+    loadHalf(eb, constIndex(eb, 1), Value());
+  }
   op.erase();
   return success();
+}
+
+std::pair<Value, Value> KernelLowering::pairOf(TileLoopOp loop) {
+  if (auto it = pairs.find(loop); it != pairs.end())
+    return it->second;
+  Block &body = loop.getBody().front();
+  ImplicitLocOpBuilder b(loop.getLoc(), &body, body.begin());
+  Value group = body.getArgument(0), row = body.getArgument(1);
+  Value rank = arith::RemUIOp::create(
+      b, gpu::BlockIdOp::create(b, gpu::Dimension::x), constIndex(b, 2));
+  // The other block of the pair: one block on for rank 0, one back for 1.
+  Value first = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, rank,
+                                      constIndex(b, 0));
+  Value blockM = constIndex(b, loop.getBlockM());
+  Value peer = arith::SelectOp::create(b, first,
+                                       arith::AddIOp::create(b, row, blockM),
+                                       arith::SubIOp::create(b, row, blockM));
+  auto loadOffset = [&](Value index) -> Value {
+    Value v = memref::LoadOp::create(b, loop.getOffsets(), ValueRange{index});
+    return arith::IndexCastUIOp::create(b, b.getIndexType(), v);
+  };
+  // Both blocks hold rows (the last pair of an odd count has one) and,
+  // for a grouped GEMM over row segments, the same group's: the two CTAs
+  // decide alike.
+  Value offsets = loop.getOffsets();
+  bool segments = offsets && !loop.getKGrouped();
+  int64_t groups =
+      offsets ? cast<MemRefType>(offsets.getType()).getDimSize(0) - 1 : 1;
+  Value rows = segments ? loadOffset(constIndex(b, groups)) : loop.getRows();
+  auto below = [&](Value l, Value r) {
+    return arith::CmpIOp::create(b, arith::CmpIPredicate::ult, l, r);
+  };
+  Value shared = arith::AndIOp::create(b, below(row, rows), below(peer, rows));
+  if (segments) {
+    Value begin = loadOffset(group);
+    Value end = loadOffset(arith::AddIOp::create(b, group, constIndex(b, 1)));
+    Value inGroup = arith::AndIOp::create(
+        b,
+        arith::CmpIOp::create(b, arith::CmpIPredicate::uge, peer, begin),
+        below(peer, end));
+    shared = arith::AndIOp::create(b, shared, inGroup);
+  }
+  return pairs[loop] = {rank, shared};
 }
 
 LogicalResult KernelLowering::lowerMma(MmaOp op) {
@@ -375,6 +496,22 @@ void KernelLowering::releaseSlot(ImplicitLocOpBuilder &b,
   b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
   nvgpu::MBarrierArriveOp::create(
       b, nvgpu::MBarrierTokenType::get(b.getContext()), info.empty, slot);
+  if (cluster == 1)
+    return;
+  // And on the same slot's barrier of the other CTA of the pair, whose
+  // producer multicasts into this CTA's slot too.
+  MLIRContext *ctx = b.getContext();
+  Value local = nvgpu::MBarrierGetOp::create(b, b.getI32Type(), info.empty,
+                                             slot);
+  Value pointer = LLVM::IntToPtrOp::create(
+      b, LLVM::LLVMPointerType::get(ctx, /*shared=*/3), local);
+  Value rank = NVVM::ClusterId::create(b, b.getI32Type());
+  Value peer = arith::XOrIOp::create(b, rank,
+                                     arith::ConstantIntOp::create(b, 1, 32));
+  Value remote = NVVM::MapaOp::create(
+      b, LLVM::LLVMPointerType::get(ctx, /*shared_cluster=*/7), pointer, peer);
+  NVVM::MBarrierArriveOp::create(b, Type(), remote, Value(),
+                                 NVVM::MemScopeKind::CLUSTER, false);
 }
 
 LogicalResult KernelLowering::lowerRelease(ReleaseOp op) {
@@ -498,6 +635,14 @@ void KernelLowering::lowerTileLoop(TileLoopOp op) {
 
   Value blockId = gpu::BlockIdOp::create(b, gpu::Dimension::x);
   Value gridDim = gpu::GridDimOp::create(b, gpu::Dimension::x);
+  // A pair walks pair tiles (two M blocks of one N block) by cluster;
+  // its CTAs take the pair's first and second M block by rank.
+  Value rank;
+  if (cluster > 1) {
+    rank = arith::RemUIOp::create(b, blockId, constIndex(b, cluster));
+    blockId = arith::DivUIOp::create(b, blockId, constIndex(b, cluster));
+    gridDim = arith::DivUIOp::create(b, gridDim, constIndex(b, cluster));
+  }
   auto loadOffset = [&](ImplicitLocOpBuilder &b, Value index) -> Value {
     Value v = memref::LoadOp::create(b, offsets, ValueRange{index});
     return arith::IndexCastUIOp::create(b, b.getIndexType(), v);
@@ -506,6 +651,8 @@ void KernelLowering::lowerTileLoop(TileLoopOp op) {
   Value rows = offsets && !kGrouped ? loadOffset(b, constIndex(b, groups))
                                     : op.getRows();
   Value mBlocks = arith::CeilDivUIOp::create(b, rows, constIndex(b, blockM));
+  if (cluster > 1)
+    mBlocks = arith::CeilDivUIOp::create(b, mBlocks, constIndex(b, cluster));
   Value nBlocks = constIndex(b, llvm::divideCeil(op.getColumns(), blockN));
   Value tiles = arith::MulIOp::create(b, mBlocks, nBlocks);
   if (kGrouped)
@@ -519,12 +666,18 @@ void KernelLowering::lowerTileLoop(TileLoopOp op) {
   Value tile = loop.getInductionVar();
   Value base = loop.getRegionIterArgs().front();
   Value group, row, col, kBlocks;
+  // The M block of a tile's (pair's) row block index for this CTA.
+  auto rowOf = [&](ImplicitLocOpBuilder &b, Value mBlock) -> Value {
+    if (cluster > 1)
+      mBlock = arith::AddIOp::create(
+          b, arith::MulIOp::create(b, mBlock, constIndex(b, cluster)), rank);
+    return arith::MulIOp::create(b, mBlock, constIndex(b, blockM));
+  };
   if (kGrouped) {
     Value perGroup = arith::MulIOp::create(lb, mBlocks, nBlocks);
     group = arith::DivUIOp::create(lb, tile, perGroup);
     Value within = arith::RemUIOp::create(lb, tile, perGroup);
-    row = arith::MulIOp::create(
-        lb, arith::DivUIOp::create(lb, within, nBlocks), constIndex(lb, blockM));
+    row = rowOf(lb, arith::DivUIOp::create(lb, within, nBlocks));
     col = arith::MulIOp::create(
         lb, arith::RemUIOp::create(lb, within, nBlocks), constIndex(lb, blockN));
     Value begin = loadOffset(lb, group);
@@ -533,8 +686,7 @@ void KernelLowering::lowerTileLoop(TileLoopOp op) {
     kBlocks = arith::CeilDivUIOp::create(
         lb, arith::SubIOp::create(lb, end, begin), constIndex(lb, blockK));
   } else {
-    row = arith::MulIOp::create(
-        lb, arith::DivUIOp::create(lb, tile, nBlocks), constIndex(lb, blockM));
+    row = rowOf(lb, arith::DivUIOp::create(lb, tile, nBlocks));
     col = arith::MulIOp::create(
         lb, arith::RemUIOp::create(lb, tile, nBlocks), constIndex(lb, blockN));
     kBlocks = constIndex(lb, llvm::divideCeil(op.getDepth(), blockK));
@@ -601,6 +753,12 @@ void KernelLowering::lowerWarpRoles(WarpRolesOp op) {
   rewriter.inlineBlockBefore(&op.getConsumer().front(),
                              ifOp.elseBlock()->getTerminator(),
                              ValueRange{warpgroup});
+  // A CTA of a pair leaves only when the other is done with its barriers
+  // and shared memory (its consumers arrive on this CTA's barriers).
+  if (cluster > 1) {
+    b.setInsertionPointAfter(ifOp);
+    clusterSync(b);
+  }
   rewriter.eraseOp(op);
 }
 

@@ -275,6 +275,7 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
   Sm90PipelineOptions pipeline;
   pipeline.format = "isa";
   pipeline.tileN = options.tileN;
+  pipeline.cluster = options.cluster;
   {
     TimingScope scope = timing.nest("Kernels (moegpu)");
     PassManager pm(ctx);
@@ -360,6 +361,7 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
         report.tileN = tile.getN();
         report.tileK = tile.getK();
         report.tileStages = tile.getStages();
+        report.cluster = step.cluster = tile.getCluster();
         report.persistentCtas = config.getGrid();
       }
       if (auto maps =

@@ -21,6 +21,16 @@ func.func private @f() attributes {t = #moegpu.tile<m = 128, n = 128, k = 64, st
 
 // -----
 
+// expected-error @+1 {{tile cluster must be 1 or 2, got 4}}
+func.func private @f() attributes {t = #moegpu.tile<m = 128, n = 128, k = 64, stages = 4, cluster = 4>}
+
+// -----
+
+// expected-error @+1 {{tile cluster 2 needs n to be a multiple of 128 (each CTA loads half of B), got 64}}
+func.func private @f() attributes {t = #moegpu.tile<m = 128, n = 64, k = 64, stages = 4, cluster = 2>}
+
+// -----
+
 // expected-error @+1 {{sm_range first must be >= 0, got -1}}
 func.func private @f() attributes {r = #moegpu.sm_range<first = -1, count = 4>}
 

@@ -3,6 +3,9 @@
 // RUN: moe-opt %s -split-input-file -moe-select-tiles=tile-n=128 | FileCheck %s --check-prefix=FORCE
 // RUN: not moe-opt %s -split-input-file -moe-select-tiles=tile-n=100 2>&1 | FileCheck %s --check-prefix=BAD
 // BAD: moe-select-tiles: tile-n must be 0, 64, 128, 192 or 256, got 100
+// RUN: moe-opt %s -split-input-file -moe-select-tiles=cluster=2 | FileCheck %s --check-prefix=PAIR
+// RUN: not moe-opt %s -split-input-file -moe-select-tiles=cluster=3 2>&1 | FileCheck %s --check-prefix=BADPAIR
+// BADPAIR: moe-select-tiles: cluster must be 1 or 2, got 3
 
 // Tile n: 256 for a K-major GEMM with a 16-bit result whose N it divides,
 // else the first preferred size dividing N; stages: what fits in 227 KiB.
@@ -13,6 +16,8 @@
 // CAP: tile = #moegpu.tile<m = 128, n = 256, k = 64, stages = 4>
 // FORCE-LABEL: func.func @deepseek_up
 // FORCE: tile = #moegpu.tile<m = 128, n = 128, k = 64, stages = 7>
+// PAIR-LABEL: func.func @deepseek_up
+// PAIR: tile = #moegpu.tile<m = 128, n = 256, k = 64, stages = 4, cluster = 2>
 func.func @deepseek_up(%a: memref<?x7168xbf16>, %b: memref<256x4096x7168xbf16>, %o: memref<257xi32>, %c: memref<?x2048xbf16>) {
   // expected-remark @+1 {{tile 128x256x64, 4 stages, 196608 bytes of shared memory}}
   moegpu.grouped_gemm %a, %b, %o, %c {epilogue = #moegpu.epilogue<swiglu>} : memref<?x7168xbf16>, memref<256x4096x7168xbf16>, memref<257xi32>, memref<?x2048xbf16>
@@ -71,6 +76,9 @@ func.func @f32_out(%a: memref<?x2048xbf16>, %b: memref<8x512x2048xbf16>, %o: mem
 // CHECK: tile = #moegpu.tile<m = 128, n = 64, k = 64, stages = 8>
 // FORCE-LABEL: func.func @router
 // FORCE: tile = #moegpu.tile<m = 128, n = 64, k = 64, stages = 8>
+// A 64-column tile has no whole halves of B to share: one CTA each.
+// PAIR-LABEL: func.func @router
+// PAIR: tile = #moegpu.tile<m = 128, n = 64, k = 64, stages = 8>}
 func.func @router(%a: memref<?x2048xbf16>, %b: memref<256x2048xbf16>, %c: memref<?x256xf32>) {
   // expected-remark @+1 {{tile 128x64x64, 8 stages}}
   moegpu.grouped_gemm %a, %b, dense, %c : memref<?x2048xbf16>, memref<256x2048xbf16>, memref<?x256xf32>

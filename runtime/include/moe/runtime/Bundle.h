@@ -112,6 +112,8 @@ struct GpuStep {
   std::string gridKind;
   int64_t perBlock = 0, gridSize = 0;
   int64_t block = 0, sharedMemory = 0;
+  /// CTAs of a cluster along x (1 or 2); the grid is a multiple of it.
+  int64_t cluster = 1;
   std::vector<GpuTensorMap> tensorMaps;
 };
 
