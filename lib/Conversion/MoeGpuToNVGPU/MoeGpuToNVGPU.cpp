@@ -605,10 +605,22 @@ LogicalResult KernelLowering::lowerStoreTile(StoreTileOp op) {
           return {op.getGroup(), row, column};
         return {row, column};
       };
+      // A thread's two adjacent columns in one store (a warp's row of
+      // the fragment then fills whole 32-byte sectors) where the row
+      // width is even: the pair's first column is, so it is aligned.
+      int64_t width = cType.getShape().back();
+      if (!ShapedType::isDynamic(width) && width % 2 == 0) {
+        auto pairType = VectorType::get({2}, outType);
+        Value pair = vector::FromElementsOp::create(
+            sb, pairType, ValueRange{narrow(v0), narrow(v1)});
+        vector::StoreOp::create(
+            sb, pair, c, at(col), /*nontemporal=*/false,
+            sb.getI64IntegerAttr(2 * outType.getIntOrFloatBitWidth() / 8));
+        continue;
+      }
       memref::StoreOp::create(sb, narrow(v0), c, at(col));
       Value next = arith::AddIOp::create(sb, col, constIndex(sb, 1));
       // A dense GEMM's N may be odd: its last pair has one column.
-      int64_t width = cType.getShape().back();
       if (ShapedType::isDynamic(width) || width % 2 != 0) {
         Value inside =
             arith::CmpIOp::create(sb, arith::CmpIPredicate::ult, next, columns);

@@ -51,11 +51,12 @@
 // After the k loop: the last batch drained, its slot given back.
 // CHECK:     nvvm.wgmma.wait.group.sync.aligned 0
 // CHECK:     nvgpu.mbarrier.arrive %[[EMPTY]]
-// Epilogue: routing weight per row, bf16 stores.
+// Epilogue: routing weight per row, a thread's two adjacent columns in
+// one bf16 pair store.
 // CHECK:     memref.load %[[S]]
 // CHECK:     arith.mulf
 // CHECK:     arith.truncf %{{.*}} : f32 to bf16
-// CHECK:     memref.store %{{.*}}, %[[C]]
+// CHECK:     vector.store %{{.*}}, %[[C]][%{{.*}}, %{{.*}}] {alignment = 4 : i64} : memref<?x7168xbf16>, vector<2xbf16>
 // CHECK-NOT: moegpu.
 module attributes {gpu.container_module} {
   gpu.module @kernels {
@@ -98,7 +99,7 @@ module attributes {gpu.container_module} {
 // CHECK: nvvm.wgmma.mma_async {{.*}} A[<bf16>, <one>, <col>], B[<bf16>, <one>, <row>]
 // CHECK: arith.constant 128 : i64
 // CHECK-COUNT-3: nvvm.wgmma.mma_async {{.*}} A[<bf16>, <one>, <col>], B[<bf16>, <one>, <row>]
-// CHECK: memref.store %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}] : memref<8x384x256xf32>
+// CHECK: vector.store %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}] {alignment = 8 : i64} : memref<8x384x256xf32>, vector<2xf32>
 module attributes {gpu.container_module} {
   gpu.module @kernels {
     gpu.func @dw(%a: memref<?x384xbf16>, %b: memref<?x256xbf16>, %o: memref<9xi32>, %c: memref<8x384x256xf32>) kernel {

@@ -29,7 +29,9 @@
 // CHECK: wgmma.commit_group.sync.aligned
 // CHECK: wgmma.wait_group.sync.aligned 0
 // CHECK: ex2.approx.ftz.f32
-// CHECK: cvt.rn.bf16.f32
+// The epilogue converts and stores a thread's column pair at once.
+// CHECK: cvt.rn.bf16x2.f32
+// CHECK: st.global.b32
 
 // CHECK-LABEL: .entry down(
 // CHECK: setmaxnreg.dec.sync.aligned.u32 40
