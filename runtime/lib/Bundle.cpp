@@ -314,6 +314,12 @@ static void readGpuProgram(Reader &r, const json &root, GpuProgram &program) {
       readSteps(*steps, program.updateSteps);
 }
 
+bool isGradient(const TrainArgumentSpec &spec) {
+  const std::string &n = spec.name;
+  return spec.output && n.size() > 5 &&
+         n.compare(n.size() - 5, 5, ".grad") == 0;
+}
+
 bool isWeightGradient(const TrainArgumentSpec &spec) {
   const std::string &n = spec.name;
   return spec.output && n != "x.grad" && n.size() > 5 &&

@@ -411,8 +411,11 @@ Status CudaBackend::init(const Bundle &bundle) {
     for (size_t i : mapIndex[j])
       into.back().push_back(mapsBuffer + i * sizeof(TensorMap));
   }
+  // One pair of events per step of the longest schedule: a schedule's
+  // times are read before the next one runs.
   size_t timedSteps =
-      std::max(manifest.gpu.steps.size(), manifest.gpu.trainSteps.size());
+      std::max({manifest.gpu.steps.size(), manifest.gpu.trainSteps.size(),
+                manifest.gpu.updateSteps.size()});
   for (size_t i = 0; i < 2 * timedSteps; ++i) {
     CUevent e = nullptr;
     if (Status s = check(driver.eventCreate(&e, 0), "cuEventCreate"); !s.ok())
@@ -851,10 +854,10 @@ Status CudaBackend::runEntry(const std::string &symbol,
     for (int64_t d : spec.shape)
       bytes *= static_cast<size_t>(d < 0 ? tokens : d);
     const Tensor &t = *args[i];
-    // With the state on the device, the weights' gradients stay there
-    // until asked for (downloadTrainingTensors): their tensors may be
-    // empty.
-    if (train.stateOnDevice && isWeightGradient(spec) && t.data.empty()) {
+    // With the state on the device, the gradients (the weights' and the
+    // input's) stay there until asked for (downloadTrainingTensors): their
+    // tensors may be empty.
+    if (train.stateOnDevice && isGradient(spec) && t.data.empty()) {
       targets.push_back(b);
       continue;
     }
@@ -905,7 +908,7 @@ Status CudaBackend::runEntry(const std::string &symbol,
     if (!spec.output)
       continue;
     const Tensor &t = *arguments[i];
-    if (train.stateOnDevice && isWeightGradient(spec) && t.data.empty())
+    if (train.stateOnDevice && isGradient(spec) && t.data.empty())
       continue;
     if (Status s =
             check(driver.memcpyDtoH(const_cast<uint8_t *>(t.data.data()),
@@ -942,12 +945,18 @@ Status CudaBackend::runTrainingUpdate() {
   if (!manifest.train.stateOnDevice || !trainingStateValid)
     return Status::failure("no training step ran whose state the device "
                            "holds");
+  // Profiled, the update's kernels follow the step's in lastProfile().
   if (Status s = launchSteps(manifest.gpu.updateSteps, updateStepMaps,
-                             lastTokens, /*timed=*/false);
+                             lastTokens, profiling);
       !s.ok())
     return s;
-  return check(driver.streamSynchronize(stream),
-               "a kernel of the training update failed");
+  if (Status s = check(driver.streamSynchronize(stream),
+                       "a kernel of the training update failed");
+      !s.ok())
+    return s;
+  if (profiling)
+    collectProfile(manifest.gpu.updateSteps);
+  return Status::success();
 }
 
 } // namespace

@@ -100,9 +100,9 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
       if (d < 0)
         d = tokens;
     if (a.output) {
-      // A device that keeps the state keeps the weights' gradients too
-      // (lastGradients fetches them).
-      bool onDevice = spec.stateOnDevice && isWeightGradient(a);
+      // A device that keeps the state keeps the gradients too, the
+      // input's as well (lastGradients fetches them).
+      bool onDevice = spec.stateOnDevice && isGradient(a);
       outputs[a.name] = onDevice ? Tensor() : Tensor::zeros(a.dtype, shape);
       continue;
     }
@@ -211,11 +211,11 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
         return Result::error(s.error);
       stateOnDevice = true;
     }
-    // The weights' gradients stay on the device until asked for.
-    gradients["x"] = std::move(outputs["x.grad"]);
+    // The gradients stay on the device until asked for.
     for (const TrainArgumentSpec &a : spec.arguments)
-      if (isWeightGradient(a))
+      if (isGradient(a))
         gradientsOnDevice.push_back(a.name.substr(0, a.name.size() - 5));
+    lastTokens = tokens;
     ++stepCount;
     return result;
   }
@@ -246,10 +246,22 @@ Expected<std::map<std::string, Tensor>> Trainer::lastGradients() {
   if (!gradientsOnDevice.empty()) {
     std::map<std::string, Tensor *> into;
     for (const std::string &w : gradientsOnDevice) {
-      auto it = tensors.find(w);
-      if (it == tensors.end())
-        return Result::error("no training state '" + w + "'");
-      gradients[w] = Tensor::zeros(DType::F32, it->second.shape);
+      // The input's gradient has the last step's tokens; a weight's, the
+      // weight's shape.
+      std::vector<int64_t> shape;
+      if (w == "x") {
+        shape = {lastTokens, layer.getManifest().layer.hidden};
+      } else {
+        auto it = tensors.find(w);
+        if (it == tensors.end())
+          return Result::error("no training state '" + w + "'");
+        shape = it->second.shape;
+      }
+      DType dtype = DType::F32;
+      for (const TrainArgumentSpec &a : spec.arguments)
+        if (a.name == w + ".grad")
+          dtype = a.dtype;
+      gradients[w] = Tensor::zeros(dtype, shape);
       into[w + ".grad"] = &gradients[w];
     }
     if (Status s = layer.getBackend().downloadTrainingTensors(into); !s.ok())

@@ -180,6 +180,10 @@ struct TrainArgumentSpec {
 /// `x.grad`).
 bool isWeightGradient(const TrainArgumentSpec &spec);
 
+/// Any gradient among a training step's outputs (`W.grad` or `x.grad`):
+/// what a device that keeps the state keeps until asked for.
+bool isGradient(const TrainArgumentSpec &spec);
+
 /// The training step of a bundle compiled with --train.
 struct TrainSpec {
   std::string entry; // symbol of its packed entry point; "" if none

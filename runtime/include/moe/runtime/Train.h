@@ -71,8 +71,11 @@ private:
   std::map<std::string, Tensor> gradients;
   /// The device's state is newer than `tensors`.
   bool stateOnDevice = false;
-  /// Weights whose last gradients are still on the device only.
+  /// Weights (and "x", the input) whose last gradients are still on the
+  /// device only.
   std::vector<std::string> gradientsOnDevice;
+  /// Tokens of the last step (the input gradient's rows).
+  int64_t lastTokens = 0;
   int64_t stepCount = 0;
 };
 
