@@ -85,6 +85,31 @@ void MoeGpuDialect::initialize() {
       >();
 }
 
+bool mlir::moegpu::isPaddedSegments(Value offsets) {
+  auto type = offsets ? dyn_cast<MemRefType>(offsets.getType()) : MemRefType();
+  return type && type.getRank() == 1 && !type.isDynamicDim(0) &&
+         type.getDimSize(0) > 2;
+}
+
+bool mlir::moegpu::usesTmaStoreEpilogue(MemRefType c, bool paddedSegments,
+                                        bool kGrouped) {
+  Type element = c.getElementType();
+  int64_t bytes = element.isF32() ? 4 : element.isBF16() || element.isF16() ? 2
+                                                                           : 0;
+  int64_t width = c.getShape().back();
+  if (!bytes || ShapedType::isDynamic(width) || width * bytes % 16 != 0)
+    return false;
+  if (kGrouped) {
+    int64_t rows = c.getRank() >= 2 ? c.getShape()[c.getRank() - 2] : 0;
+    return !ShapedType::isDynamic(rows) && rows % 64 == 0;
+  }
+  return paddedSegments;
+}
+
+int64_t mlir::moegpu::tmaStoreStagingBytes(int64_t consumers) {
+  return consumers * 2 * 64 * 128;
+}
+
 Value mlir::moegpu::buildExp(ImplicitLocOpBuilder &b, Value x) {
   Value log2e = arith::ConstantOp::create(
       b, b.getF32FloatAttr(static_cast<float>(1.4426950408889634)));

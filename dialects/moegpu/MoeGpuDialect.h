@@ -51,6 +51,24 @@ constexpr llvm::StringLiteral kRequiredRegistersAttrName =
 /// math.exp would become a libdevice call, which gpu-module-to-binary would
 /// have to link.
 Value buildExp(ImplicitLocOpBuilder &b, Value x);
+
+/// Whether a grouped GEMM writing `c` stores its tiles through shared
+/// memory and TMA (a bulk tensor store per 64-row, 128-byte box, left to
+/// complete while the next tile's main loop runs) rather than from
+/// registers: its element is 16-bit or f32, its rows are whole 16-byte
+/// units, and every tile's rows end on a 64-row boundary of its group:
+/// `paddedSegments` (the experts' row segments, which the dispatch pads to
+/// the tile's m), or k-grouped output rows whose count is a static
+/// multiple of 64. A dense GEMM's rows, and the shared experts' one
+/// segment, end at the token count: they store from registers.
+bool usesTmaStoreEpilogue(MemRefType c, bool paddedSegments, bool kGrouped);
+/// Whether `offsets` ([G + 1] i32) are the dispatch's padded segments of
+/// several experts rather than the shared experts' [0, T].
+bool isPaddedSegments(Value offsets);
+/// Shared memory the TMA-store epilogue stages through: two boxes of 64
+/// rows x 128 bytes per consumer warpgroup, written while the other's
+/// store drains.
+int64_t tmaStoreStagingBytes(int64_t consumers);
 } // namespace mlir::moegpu
 
 #endif // MOE_DIALECT_MOEGPU_MOEGPUDIALECT_H

@@ -23,7 +23,7 @@ constexpr int64_t kReservedSharedMemory = 1024;
 
 TileAttr selectTile(MLIRContext *ctx, int64_t n, bool swiglu, bool dense,
                     bool nMajor, bool halfOutput, int64_t maxStages,
-                    int64_t forcedN, int64_t cluster) {
+                    int64_t forcedN, int64_t cluster, int64_t stagingBytes) {
   constexpr int64_t m = 128, k = 64;
   int64_t tileN = 0;
   // A BLOCK_N asked for (moe-compile --tile-n) where it divides N.
@@ -63,8 +63,11 @@ TileAttr selectTile(MLIRContext *ctx, int64_t n, bool swiglu, bool dense,
   if (!tileN)
     tileN = nMajor && n <= 64 ? 64 : 128;
   int64_t stageBytes = (m + tileN) * k * 2;
+  // The pipeline's stages in what the epilogue's staging leaves.
   int64_t stages = std::min(
-      maxStages, (kMaxSharedMemoryBytes - kReservedSharedMemory) / stageBytes);
+      maxStages,
+      (kMaxSharedMemoryBytes - kReservedSharedMemory - stagingBytes) /
+          stageBytes);
   // A pair of CTAs sharing B (moe-compile --tile-cluster=2) where B's
   // halves are whole boxes.
   return TileAttr::get(ctx, m, tileN, k, stages,
@@ -104,7 +107,14 @@ struct MoeSelectTiles
                                           .getType()
                                           .getElementType()
                                           .getIntOrFloatBitWidth() == 16,
-                                  maxStages, tileN, cluster));
+                                  maxStages, tileN, cluster,
+                                  usesTmaStoreEpilogue(
+                                      op.getC().getType(),
+                                      op.getLayout() != GemmLayout::TN &&
+                                          isPaddedSegments(op.getOffsets()),
+                                      op.getLayout() == GemmLayout::TN)
+                                      ? tmaStoreStagingBytes(2)
+                                      : 0));
       if (report) {
         TileAttr tile = op.getTileAttr();
         op.emitRemark() << "tile " << tile.getM() << "x" << tile.getN() << "x"

@@ -374,8 +374,9 @@ Status CudaBackend::init(const Bundle &bundle) {
                          static_cast<unsigned>(t.box[0])};
       unsigned elementStrides[2] = {1, 1};
       TensorMap map{};
-      int type =
-          b->dtype == DType::BF16 ? kTensorMapBFloat16 : kTensorMapFloat16;
+      int type = b->dtype == DType::BF16  ? kTensorMapBFloat16
+                 : b->dtype == DType::F32 ? kTensorMapFloat32
+                                          : kTensorMapFloat16;
       if (Status s = check(driver.tensorMapEncodeTiled(
                                &map, type, 2,
                                reinterpret_cast<void *>(buffers[b->name]), dims,

@@ -39,6 +39,9 @@ constexpr StringLiteral kSharedMemoryName = "moegpu_smem";
 /// Alignment of the dynamic shared memory: a 128-byte swizzled TMA box
 /// repeats every 1024 bytes and must start on such a boundary.
 constexpr int64_t kSharedMemoryAlignment = 1024;
+/// Shared memory besides the dynamic region: the static mbarriers and the
+/// padding that puts the dynamic region on a 1024-byte boundary.
+constexpr int64_t kReservedSharedMemoryBytes = 1024;
 /// Suspend-time hint of one mbarrier.try_wait (the wait loops until done).
 constexpr int64_t kWaitTicks = 10000000;
 /// Columns of one wgmma instruction (16-bit inputs).
@@ -97,7 +100,10 @@ private:
   void lowerWarpRoles(WarpRolesOp op);
 
   FailureOr<Value> getTensorMap(Operation *user, Value source, int64_t boxRows,
-                                Type elementType);
+                                Type elementType, int64_t boxCols = kMnBox);
+  /// The epilogue through shared memory and TMA stores; failure() when
+  /// the tile's columns are not whole boxes (the caller stores directly).
+  FailureOr<bool> lowerStoreTileByTma(StoreTileOp op);
   Value sharedMemoryBase(ImplicitLocOpBuilder &b) {
     return memref::GetGlobalOp::create(b, sharedMemory.getType(),
                                        sharedMemory.getSymName());
@@ -124,7 +130,10 @@ private:
   memref::GlobalOp sharedMemory;
   IRRewriter rewriter;
   DenseMap<Value, PipelineInfo> pipelines;
-  std::map<std::pair<unsigned, int64_t>, Value> tensorMaps;
+  std::map<std::tuple<unsigned, int64_t, int64_t>, Value> tensorMaps;
+  /// The kernel's epilogue leaves TMA stores in flight (waited for before
+  /// the consumers exit).
+  bool tmaStores = false;
   SmallVector<Attribute> tensorMapRecords; // #moegpu.tensor_map
   int64_t sharedMemoryBytes = 0;
   int64_t blockThreads = 0;
@@ -190,19 +199,19 @@ LogicalResult KernelLowering::lowerPipelineCreate(PipelineCreateOp op) {
 }
 
 FailureOr<Value> KernelLowering::getTensorMap(Operation *user, Value source,
-                                              int64_t boxRows,
-                                              Type elementType) {
+                                              int64_t boxRows, Type elementType,
+                                              int64_t boxCols) {
   auto arg = dyn_cast<BlockArgument>(source);
   if (!arg || arg.getOwner() != &func.front())
     return user->emitOpError()
            << "needs its TMA source to be an argument of kernel @"
            << func.getName() << " (the runtime encodes its tensor map)";
-  auto key = std::make_pair(arg.getArgNumber(), boxRows);
+  auto key = std::make_tuple(arg.getArgNumber(), boxRows, boxCols);
   if (auto it = tensorMaps.find(key); it != tensorMaps.end())
     return it->second;
 
   MLIRContext *ctx = func.getContext();
-  auto boxType = MemRefType::get({boxRows, 64}, elementType, AffineMap(),
+  auto boxType = MemRefType::get({boxRows, boxCols}, elementType, AffineMap(),
                                  workgroupSpace(ctx));
   auto mapType = nvgpu::TensorMapDescriptorType::get(
       ctx, boxType, nvgpu::TensorMapSwizzleKind::SWIZZLE_128B,
@@ -228,7 +237,7 @@ FailureOr<Value> KernelLowering::getTensorMap(Operation *user, Value source,
     rows = (ShapedType::isDynamic(d) || rows < 0) ? -1 : rows * d;
   tensorMapRecords.push_back(TensorMapAttr::get(
       ctx, index, arg.getArgNumber(), {rows, sourceType.getShape().back()},
-      {boxRows, 64}, /*swizzle=*/128));
+      {boxRows, boxCols}, /*swizzle=*/128));
   return map;
 }
 
@@ -528,6 +537,17 @@ LogicalResult KernelLowering::lowerRelease(ReleaseOp op) {
 }
 
 LogicalResult KernelLowering::lowerStoreTile(StoreTileOp op) {
+  if (auto loop = op->getParentOfType<TileLoopOp>();
+      loop && usesTmaStoreEpilogue(op.getC().getType(),
+                                   !loop.getKGrouped() &&
+                                       isPaddedSegments(loop.getOffsets()),
+                                   loop.getKGrouped())) {
+    FailureOr<bool> done = lowerStoreTileByTma(op);
+    if (failed(done))
+      return failure();
+    if (*done)
+      return success();
+  }
   ImplicitLocOpBuilder b(op.getLoc(), op);
   Value c = op.getC();
   auto cType = cast<MemRefType>(c.getType());
@@ -632,6 +652,189 @@ LogicalResult KernelLowering::lowerStoreTile(StoreTileOp op) {
   }
   op.erase();
   return success();
+}
+
+FailureOr<bool> KernelLowering::lowerStoreTileByTma(StoreTileOp op) {
+  const PipelineInfo &info = pipelines.begin()->second;
+  TileAttr tile = info.tile;
+  auto cType = cast<MemRefType>(op.getC().getType());
+  Type outType = cType.getElementType();
+  int64_t bytes = outType.getIntOrFloatBitWidth() / 8;
+  // A box is 64 rows of 128 bytes (the 128-byte swizzle's row).
+  int64_t boxCols = 128 / bytes;
+  bool swiglu = op.getEpilogue() == Epilogue::SwiGLU;
+  int64_t outCols = swiglu ? tile.getN() / 2 : tile.getN();
+  // A tile given with more stages than leave room for the staging (the
+  // tile selection reserves it) stores from registers.
+  if (outCols % boxCols != 0 || pipelines.size() != 1 ||
+      tile.getSharedMemoryBytes() + tmaStoreStagingBytes(tile.getConsumers()) >
+          kMaxSharedMemoryBytes - kReservedSharedMemoryBytes)
+    return false;
+  int64_t boxes = outCols / boxCols;
+  constexpr int64_t kBoxBytes = 64 * 128;
+  FailureOr<Value> map =
+      getTensorMap(op, op.getC(), 64, outType, boxCols);
+  if (failed(map))
+    return failure();
+  MLIRContext *ctx = op.getContext();
+  ImplicitLocOpBuilder b(op.getLoc(), op);
+  Type f32 = b.getF32Type(), i32 = b.getI32Type();
+  Value wg = op.getWarpgroup();
+  Value t = threadInWarpgroup(b);
+  Value warp = arith::DivUIOp::create(b, t, constIndex(b, 32));
+  Value lane = arith::RemUIOp::create(b, t, constIndex(b, 32));
+  // A thread's fragment: rows warp*16 + lane/4 (+8), column pairs at
+  // 2 * (lane % 4) in every 8 (or, SwiGLU, in every 4 of the output).
+  Value quarter = arith::DivUIOp::create(b, lane, constIndex(b, 4));
+  Value quad = arith::MulIOp::create(
+      b, arith::RemUIOp::create(b, lane, constIndex(b, 4)), constIndex(b, 2));
+  Value firstRow = arith::AddIOp::create(
+      b, op.getRow(), arith::MulIOp::create(b, wg, constIndex(b, 64)));
+  // This warpgroup's 64 rows are in the group, or wholly past its end (a
+  // k-grouped GEMM of 64 rows; the second CTA of a pair past the last
+  // block): they store nothing.
+  Value stores = arith::CmpIOp::create(b, arith::CmpIPredicate::ult, firstRow,
+                                       op.getRowEnd());
+  auto ifOp = scf::IfOp::create(b, stores, /*withElseRegion=*/false);
+  ImplicitLocOpBuilder sb(op.getLoc(), ifOp.thenBlock()->getTerminator());
+  int64_t pipelineBytes = tile.getSharedMemoryBytes();
+  sharedMemoryBytes = pipelineBytes + tmaStoreStagingBytes(tile.getConsumers());
+  tmaStores = true;
+  Value base = sharedMemoryBase(sb);
+  Value staging = arith::AddIOp::create(
+      sb, constIndex(sb, pipelineBytes),
+      arith::MulIOp::create(sb, wg, constIndex(sb, 2 * kBoxBytes)));
+  Value leader = arith::CmpIOp::create(sb, arith::CmpIPredicate::eq, t,
+                                       constIndex(sb, 0));
+  // Named barrier 1 + wg: this warpgroup's 128 threads.
+  Value barrierId = arith::IndexCastOp::create(
+      sb, i32, arith::AddIOp::create(sb, wg, constIndex(sb, 1)));
+  Value barrierThreads = arith::ConstantIntOp::create(sb, kWarpgroupThreads, 32);
+  auto warpgroupBarrier = [&] {
+    NVVM::BarrierOp::create(sb, TypeRange{}, barrierId, barrierThreads,
+                            NVVM::BarrierReductionAttr(), Value());
+  };
+  auto whenLeader = [&](function_ref<void(ImplicitLocOpBuilder &)> body) {
+    auto leaderIf = scf::IfOp::create(sb, leader, /*withElseRegion=*/false);
+    ImplicitLocOpBuilder lb(op.getLoc(), leaderIf.thenBlock()->getTerminator());
+    body(lb);
+  };
+  Value scale0, scale1;
+  if (op.getScale()) {
+    Value row0 = arith::AddIOp::create(
+        sb, firstRow,
+        arith::AddIOp::create(
+            sb, arith::MulIOp::create(sb, warp, constIndex(sb, 16)), quarter));
+    scale0 = memref::LoadOp::create(sb, op.getScale(), ValueRange{row0});
+    scale1 = memref::LoadOp::create(
+        sb, op.getScale(),
+        ValueRange{arith::AddIOp::create(sb, row0, constIndex(sb, 8))});
+  }
+  auto element = [&](int64_t i) -> Value {
+    return vector::ExtractOp::create(sb, op.getAcc(), i);
+  };
+  auto silu = [&](Value g) -> Value {
+    Value one =
+        arith::ConstantFloatOp::create(sb, cast<FloatType>(f32), APFloat(1.0f));
+    Value e = buildExp(sb, arith::NegFOp::create(sb, g));
+    return arith::DivFOp::create(sb, g, arith::AddFOp::create(sb, one, e));
+  };
+  auto narrow = [&](Value v) -> Value {
+    return outType.isF32() ? v : arith::TruncFOp::create(sb, outType, v);
+  };
+  auto flatType = MemRefType::get({64 * boxCols}, outType, AffineMap(),
+                                  workgroupSpace(ctx));
+  auto boxType = MemRefType::get({64, boxCols}, outType, AffineMap(),
+                                 workgroupSpace(ctx));
+  Value outCol0 = op.getCol();
+  if (swiglu)
+    outCol0 = arith::DivUIOp::create(sb, outCol0, constIndex(sb, 2));
+  Value outRow = firstRow;
+  if (op.getGroup())
+    outRow = arith::AddIOp::create(
+        sb, outRow,
+        arith::MulIOp::create(
+            sb, op.getGroup(),
+            constIndex(sb, cType.getShape()[cType.getRank() - 2])));
+  // Per fragment row: the box row's first byte and its swizzle (the
+  // 16-byte chunk index is XORed with the row modulo 8, which is lane/4).
+  Value rowBytes[2];
+  for (int64_t half = 0; half < 2; ++half) {
+    Value r = arith::AddIOp::create(
+        sb, arith::MulIOp::create(sb, warp, constIndex(sb, 16)),
+        arith::AddIOp::create(sb, quarter, constIndex(sb, 8 * half)));
+    rowBytes[half] = arith::MulIOp::create(sb, r, constIndex(sb, 128));
+  }
+  Value quadBytes = arith::MulIOp::create(sb, quad, constIndex(sb, bytes));
+  for (int64_t box = 0; box < boxes; ++box) {
+    Value offset = arith::AddIOp::create(
+        sb, staging, constIndex(sb, (box % 2) * kBoxBytes));
+    // The store that last read this buffer (two boxes back, or the last
+    // tile's) is done reading; the other buffer's may still be.
+    whenLeader([&](ImplicitLocOpBuilder &lb) {
+      NVVM::CpAsyncBulkWaitGroupOp::create(lb, box == 0 ? 0 : 1,
+                                           lb.getUnitAttr());
+    });
+    warpgroupBarrier();
+    Value flat = memref::ViewOp::create(sb, flatType, base, offset,
+                                        ValueRange{});
+    int64_t perBox = boxCols / (swiglu ? 4 : 8);
+    for (int64_t jj = 0; jj < perBox; jj += swiglu ? 2 : 1) {
+      int64_t j = box * perBox + jj;
+      for (int64_t half = 0; half < 2; ++half) {
+        Value v0, v1;
+        int64_t first = 4 * j + 2 * half;
+        if (swiglu) {
+          int64_t up = 4 * (j + 1) + 2 * half;
+          v0 = arith::MulFOp::create(sb, silu(element(first)), element(up));
+          v1 = arith::MulFOp::create(sb, silu(element(first + 1)),
+                                     element(up + 1));
+        } else {
+          v0 = element(first);
+          v1 = element(first + 1);
+          if (op.getScale()) {
+            Value s = half ? scale1 : scale0;
+            v0 = arith::MulFOp::create(sb, v0, s);
+            v1 = arith::MulFOp::create(sb, v1, s);
+          }
+        }
+        // Byte of the pair in the box row, before the swizzle.
+        int64_t colInBox = (swiglu ? 4 : 8) * jj;
+        Value cb = arith::AddIOp::create(
+            sb, constIndex(sb, colInBox * bytes), quadBytes);
+        Value chunk = arith::XOrIOp::create(
+            sb, arith::DivUIOp::create(sb, cb, constIndex(sb, 16)), quarter);
+        Value at = arith::AddIOp::create(
+            sb, rowBytes[half],
+            arith::AddIOp::create(
+                sb, arith::MulIOp::create(sb, chunk, constIndex(sb, 16)),
+                arith::RemUIOp::create(sb, cb, constIndex(sb, 16))));
+        Value index = arith::DivUIOp::create(sb, at, constIndex(sb, bytes));
+        auto pairType = VectorType::get({2}, outType);
+        Value pair = vector::FromElementsOp::create(
+            sb, pairType, ValueRange{narrow(v0), narrow(v1)});
+        vector::StoreOp::create(sb, pair, flat, ValueRange{index},
+                                /*nontemporal=*/false,
+                                sb.getI64IntegerAttr(2 * bytes));
+      }
+    }
+    // The writes, visible to the TMA unit, then one thread stores the box.
+    NVVM::FenceProxyOp::create(
+        sb, NVVM::ProxyKind::async_shared,
+        NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
+    warpgroupBarrier();
+    whenLeader([&](ImplicitLocOpBuilder &lb) {
+      Value boxView =
+          memref::ViewOp::create(lb, boxType, base, offset, ValueRange{});
+      Value col = arith::AddIOp::create(lb, outCol0,
+                                        constIndex(lb, box * boxCols));
+      nvgpu::TmaAsyncStoreOp::create(lb, boxView, *map,
+                                     ValueRange{col, outRow}, Value());
+      NVVM::CpAsyncBulkCommitGroupOp::create(lb);
+    });
+  }
+  op.erase();
+  return true;
 }
 
 void KernelLowering::lowerTileLoop(TileLoopOp op) {
@@ -765,6 +968,11 @@ void KernelLowering::lowerWarpRoles(WarpRolesOp op) {
   rewriter.inlineBlockBefore(&op.getConsumer().front(),
                              ifOp.elseBlock()->getTerminator(),
                              ValueRange{warpgroup});
+  // The epilogue's last TMA stores complete before the consumers exit.
+  if (tmaStores) {
+    cb.setInsertionPoint(ifOp.elseBlock()->getTerminator());
+    NVVM::CpAsyncBulkWaitGroupOp::create(cb, 0, UnitAttr());
+  }
   // A CTA of a pair leaves only when the other is done with its barriers
   // and shared memory (its consumers arrive on this CTA's barriers).
   if (cluster > 1) {

@@ -90,16 +90,31 @@ module attributes {gpu.container_module} {
 // transposed (A column, B row) through descriptors whose leading offset
 // is the next box (8192 bytes = 512 units) and stride 8 rows of K (1024 =
 // 64 units); each k step of 16 moves 16 rows of 128 bytes (128 units).
-// The stores go to [group, row, col].
+// The epilogue goes through shared memory: per warpgroup, boxes of 64 rows
+// x 32 f32 columns (one 128-byte swizzle row) to [group * 384 + row, col]
+// by TMA stores, two staging buffers alternating behind the pipeline's 4
+// stages (131072 bytes) while the stores drain.
 // CHECK-LABEL: gpu.func @dw
-// CHECK-SAME: moegpu.tensor_maps = [#moegpu.tensor_map<arg = 4, source = 0, view = [-1, 384], box = [64, 64], swizzle = 128>, #moegpu.tensor_map<arg = 5, source = 1, view = [-1, 256], box = [64, 64], swizzle = 128>]
+// CHECK-SAME: moegpu.kernel_launch = #moegpu.kernel_launch<grid = 16, block = 384, smem = 163840, tile = <m = 128, n = 128, k = 64, stages = 4>>
+// CHECK-SAME: moegpu.tensor_maps = [#moegpu.tensor_map<arg = 4, source = 0, view = [-1, 384], box = [64, 64], swizzle = 128>, #moegpu.tensor_map<arg = 5, source = 1, view = [-1, 256], box = [64, 64], swizzle = 128>, #moegpu.tensor_map<arg = 6, source = 3, view = [3072, 256], box = [64, 32], swizzle = 128>]
 // CHECK: nvgpu.mbarrier.arrive.expect_tx %{{.*}}, %c32768
 // CHECK-COUNT-4: nvgpu.tma.async.load {{.*}} -> memref<64x64xbf16, #gpu.address_space<workgroup>>
 // CHECK: arith.constant 4611686293338849280 : i64
 // CHECK: nvvm.wgmma.mma_async {{.*}} A[<bf16>, <one>, <col>], B[<bf16>, <one>, <row>]
 // CHECK: arith.constant 128 : i64
 // CHECK-COUNT-3: nvvm.wgmma.mma_async {{.*}} A[<bf16>, <one>, <col>], B[<bf16>, <one>, <row>]
-// CHECK: vector.store %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}] {alignment = 8 : i64} : memref<8x384x256xf32>, vector<2xf32>
+// CHECK: nvvm.cp.async.bulk.wait_group 0 {read}
+// CHECK: nvvm.barrier id = %{{.*}} number_of_threads = %{{.*}}
+// CHECK: vector.store %{{.*}}, %{{.*}}[%{{.*}}] {alignment = 8 : i64} : memref<2048xf32, #gpu.address_space<workgroup>>, vector<2xf32>
+// CHECK: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
+// CHECK: nvvm.barrier id = %{{.*}} number_of_threads = %{{.*}}
+// CHECK: nvgpu.tma.async.store %{{.*}} to %{{.*}}[%{{.*}}, %{{.*}}] : memref<64x32xf32, #gpu.address_space<workgroup>>
+// CHECK: nvvm.cp.async.bulk.commit.group
+// CHECK: nvvm.cp.async.bulk.wait_group 1 {read}
+// The consumers leave once their last stores are complete.
+// CHECK: nvvm.cp.async.bulk.wait_group 0
+// CHECK-NOT: {read}
+// CHECK: gpu.return
 module attributes {gpu.container_module} {
   gpu.module @kernels {
     gpu.func @dw(%a: memref<?x384xbf16>, %b: memref<?x256xbf16>, %o: memref<9xi32>, %c: memref<8x384x256xf32>) kernel {
@@ -114,7 +129,7 @@ module attributes {gpu.container_module} {
 // An input gradient (nn): A K-major as in the forward pass (one box of 128
 // rows), B N-major from the weights as stored, viewed [E * K, N].
 // CHECK-LABEL: gpu.func @dx
-// CHECK-SAME: moegpu.tensor_maps = [#moegpu.tensor_map<arg = 4, source = 0, view = [-1, 512], box = [128, 64], swizzle = 128>, #moegpu.tensor_map<arg = 5, source = 1, view = [4096, 256], box = [64, 64], swizzle = 128>]
+// CHECK-SAME: moegpu.tensor_maps = [#moegpu.tensor_map<arg = 4, source = 0, view = [-1, 512], box = [128, 64], swizzle = 128>, #moegpu.tensor_map<arg = 5, source = 1, view = [4096, 256], box = [64, 64], swizzle = 128>, #moegpu.tensor_map<arg = 6, source = 3, view = [-1, 256], box = [64, 32], swizzle = 128>]
 // CHECK: nvgpu.tma.async.load {{.*}} -> memref<128x64xbf16, #gpu.address_space<workgroup>>
 // CHECK-COUNT-2: nvgpu.tma.async.load {{.*}} -> memref<64x64xbf16, #gpu.address_space<workgroup>>
 // CHECK: nvvm.wgmma.mma_async {{.*}} A[<bf16>, <one>, <row>], B[<bf16>, <one>, <row>]

@@ -29,9 +29,14 @@
 // CHECK: wgmma.commit_group.sync.aligned
 // CHECK: wgmma.wait_group.sync.aligned 0
 // CHECK: ex2.approx.ftz.f32
-// The epilogue converts and stores a thread's column pair at once.
+// The epilogue converts a thread's column pair at once into the staging
+// boxes behind the pipeline, and one thread per warpgroup stores each box
+// by TMA.
 // CHECK: cvt.rn.bf16x2.f32
-// CHECK: st.global.b32
+// CHECK: st.shared.b32
+// CHECK: fence.proxy.async.shared::cta
+// CHECK: cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group
+// CHECK: cp.async.bulk.commit_group
 
 // CHECK-LABEL: .entry down(
 // CHECK: setmaxnreg.dec.sync.aligned.u32 40
