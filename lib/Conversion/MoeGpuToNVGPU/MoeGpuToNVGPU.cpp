@@ -101,8 +101,9 @@ private:
 
   FailureOr<Value> getTensorMap(Operation *user, Value source, int64_t boxRows,
                                 Type elementType, int64_t boxCols = kMnBox);
-  /// The epilogue through shared memory and TMA stores; failure() when
-  /// the tile's columns are not whole boxes (the caller stores directly).
+  /// The epilogue through shared memory and TMA stores. false when it does
+  /// not apply (the tile's columns are not whole boxes, or its stages
+  /// leave no room for the staging): the caller stores from registers.
   FailureOr<bool> lowerStoreTileByTma(StoreTileOp op);
   Value sharedMemoryBase(ImplicitLocOpBuilder &b) {
     return memref::GetGlobalOp::create(b, sharedMemory.getType(),
