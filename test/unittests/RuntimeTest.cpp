@@ -44,6 +44,45 @@ TEST(RuntimeTest, F16Conversion) {
   EXPECT_TRUE(std::isinf(f16ToFloat(0xfc00)));
 }
 
+// The bulk conversion: hand-computed patterns at both ends of a tensor
+// large enough to be split over threads, and an element in each thread's
+// share, must come out as the single-element conversions define them.
+TEST(RuntimeTest, BulkConversionOverThreads) {
+  const size_t n = (size_t(1) << 22) + 7; // several 1M-element shares
+  Tensor x = Tensor::zeros(DType::F32, {static_cast<int64_t>(n)});
+  float *v = x.as<float>();
+  for (size_t i = 0; i < n; ++i)
+    v[i] = 1.0f;
+  v[0] = 1.00390625f;     // a tie: to even, 0x3f80
+  v[n - 1] = 1.01171875f; // a tie: to even, 0x3f82
+  v[n / 2] = -2.0f;       // 0xc000
+  v[n / 3] = std::numeric_limits<float>::infinity(); // 0x7f80
+  v[(n / 4) * 3] = std::nanf("");                    // stays a NaN
+  Expected<Tensor> b = convertTensor(x, DType::BF16);
+  ASSERT_TRUE(static_cast<bool>(b));
+  const uint16_t *h = b->as<uint16_t>();
+  EXPECT_EQ(h[0], 0x3f80);
+  EXPECT_EQ(h[n - 1], 0x3f82);
+  EXPECT_EQ(h[n / 2], 0xc000);
+  EXPECT_EQ(h[n / 3], 0x7f80);
+  EXPECT_TRUE(std::isnan(bf16ToFloat(h[(n / 4) * 3])));
+  EXPECT_EQ(h[1], 0x3f80);
+  EXPECT_EQ(h[n / 4 + 1], 0x3f80);
+  // And back: every element of the bf16 tensor exactly.
+  Expected<Tensor> f = convertTensor(*b, DType::F32);
+  ASSERT_TRUE(static_cast<bool>(f));
+  const float *w = f->as<float>();
+  EXPECT_EQ(w[0], 1.0f);
+  EXPECT_EQ(w[n - 1], 1.015625f);
+  EXPECT_EQ(w[n / 2], -2.0f);
+  EXPECT_TRUE(std::isinf(w[n / 3]));
+  EXPECT_TRUE(std::isnan(w[(n / 4) * 3]));
+  size_t ones = 0;
+  for (size_t i = 0; i < n; ++i)
+    ones += w[i] == 1.0f;
+  EXPECT_EQ(ones, n - 4); // all but the tie rounded up, -2, inf and NaN
+}
+
 TEST(RuntimeTest, ElementCountOverflow) {
   EXPECT_EQ(elementCount({2, 3, 4}), 24);
   EXPECT_EQ(elementCount({}), 1);
