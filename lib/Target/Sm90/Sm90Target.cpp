@@ -15,6 +15,7 @@
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Pass/PassManager.h"
 #include "llvm/ADT/ScopeExit.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -24,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <set>
+#include <thread>
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -236,6 +238,83 @@ abi::ExchangeKind toAbi(moegpu::ExchangeKind kind) {
 
 } // namespace
 
+namespace {
+
+/// The kernels of `kernels` (a gpu.module) in `parts` modules of their own,
+/// each a builtin.module holding a copy of the gpu.module with a
+/// contiguous share of its kernels (by operation count) and everything
+/// else it declares: LLVM's NVPTX backend then compiles the shares on as
+/// many threads.
+SmallVector<OwningOpRef<ModuleOp>> splitKernels(gpu::GPUModuleOp kernels,
+                                                int64_t parts) {
+  SmallVector<gpu::GPUFuncOp> funcs(kernels.getOps<gpu::GPUFuncOp>());
+  SmallVector<int64_t> weights;
+  int64_t total = 0;
+  for (gpu::GPUFuncOp f : funcs) {
+    int64_t n = 0;
+    f.walk([&](Operation *) { ++n; });
+    weights.push_back(n);
+    total += n;
+  }
+  // Part p takes the kernels whose running weight falls in its share.
+  SmallVector<int64_t> partOf;
+  int64_t running = 0;
+  for (int64_t w : weights) {
+    partOf.push_back(std::min<int64_t>(parts - 1, running * parts / total));
+    running += w;
+  }
+  SmallVector<OwningOpRef<ModuleOp>> modules;
+  OpBuilder b(kernels.getContext());
+  for (int64_t p = 0; p < parts; ++p) {
+    OwningOpRef<ModuleOp> m = ModuleOp::create(kernels.getLoc());
+    (*m)->setAttrs(kernels->getParentOp()->getAttrDictionary());
+    b.setInsertionPointToEnd(m->getBody());
+    auto copy = cast<gpu::GPUModuleOp>(b.clone(*kernels));
+    SmallVector<gpu::GPUFuncOp> drop;
+    for (auto [i, f] : llvm::enumerate(copy.getOps<gpu::GPUFuncOp>()))
+      if (partOf[i] != p)
+        drop.push_back(f);
+    for (gpu::GPUFuncOp f : drop)
+      f.erase();
+    modules.push_back(std::move(m));
+  }
+  return modules;
+}
+
+/// One PTX module of the PTX of several, each as LLVM's NVPTX backend
+/// writes one (a header of .version, .target and .address_size, then the
+/// extern shared memory and the kernels): the first header and one
+/// declaration of each extern line, the kernels in order.
+std::optional<std::string> mergePtx(ArrayRef<std::string> parts) {
+  auto headerEnd = [](StringRef text) -> size_t {
+    size_t at = text.find(".address_size");
+    return at == StringRef::npos ? at : text.find('\n', at);
+  };
+  StringRef first = parts.front();
+  size_t end = headerEnd(first);
+  if (end == StringRef::npos)
+    return std::nullopt;
+  std::string out = first.str();
+  std::set<std::string> externs;
+  for (StringRef line : llvm::split(first, '\n'))
+    if (line.starts_with(".extern "))
+      externs.insert(line.str());
+  for (StringRef text : parts.drop_front()) {
+    size_t at = headerEnd(text);
+    if (at == StringRef::npos || text.take_front(at) != first.take_front(end))
+      return std::nullopt;
+    for (StringRef line : llvm::split(text.drop_front(at + 1), '\n')) {
+      if (line.starts_with(".extern ") && !externs.insert(line.str()).second)
+        continue;
+      out += line;
+      out += '\n';
+    }
+  }
+  return out;
+}
+
+} // namespace
+
 std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
                                                  const Sm90Options &options,
                                                  TimingScope &timing,
@@ -420,27 +499,66 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
   // Its job done, the program leaves before the kernels become PTX.
   gpuProgram.erase();
 
+  // The kernels in shares on the machine's cores (LLVM's NVPTX backend
+  // compiles a module's kernels one after another), merged back into one
+  // PTX module for ptxas.
+  int64_t kernelCount = std::distance(kernels.getOps<gpu::GPUFuncOp>().begin(),
+                                      kernels.getOps<gpu::GPUFuncOp>().end());
+  int64_t parts = ctx->isMultithreadingEnabled()
+                      ? std::min<int64_t>(
+                            {std::max(1u, std::thread::hardware_concurrency()),
+                             kernelCount, 8})
+                      : 1;
+  SmallVector<OwningOpRef<ModuleOp>> shares;
+  if (parts > 1) {
+    shares = splitKernels(kernels, parts);
+    kernels.erase();
+  }
+  SmallVector<ModuleOp> targets;
+  if (shares.empty())
+    targets.push_back(module);
+  for (OwningOpRef<ModuleOp> &share : shares)
+    targets.push_back(*share);
+  SmallVector<std::string> ptx(targets.size()), failures(targets.size());
   {
     TimingScope scope = timing.nest("PTX (NVPTX backend)");
-    PassManager pm(ctx);
-    pm.enableTiming(scope);
-    buildSm90BinaryPipeline(pm, pipeline);
-    if (failed(pm.run(module))) {
-      error = "lowering the kernels to PTX failed";
+    auto lower = [&](size_t i) {
+      PassManager pm(ctx);
+      if (targets.size() == 1)
+        pm.enableTiming(scope);
+      buildSm90BinaryPipeline(pm, pipeline);
+      if (failed(pm.run(targets[i]))) {
+        failures[i] = "lowering the kernels to PTX failed";
+        return;
+      }
+      auto binary = targets[i].lookupSymbol<gpu::BinaryOp>("moe_kernels");
+      auto object = binary && !binary.getObjects().empty()
+                        ? dyn_cast<gpu::ObjectAttr>(binary.getObjects()[0])
+                        : gpu::ObjectAttr();
+      if (!object) {
+        failures[i] = "no gpu.binary with a gpu.object after the PTX pipeline";
+        return;
+      }
+      ptx[i] = object.getObject().str();
+    };
+    std::vector<std::thread> threads;
+    for (size_t i = 1; i < targets.size(); ++i)
+      threads.emplace_back(lower, i);
+    lower(0);
+    for (std::thread &t : threads)
+      t.join();
+  }
+  for (const std::string &failure : failures)
+    if (!failure.empty()) {
+      error = failure;
       return std::nullopt;
     }
-  }
-  auto binary = module.lookupSymbol<gpu::BinaryOp>("moe_kernels");
-  if (!binary || binary.getObjects().empty()) {
-    error = "no gpu.binary after the PTX pipeline";
+  std::optional<std::string> merged = mergePtx(ptx);
+  if (!merged) {
+    error = "the PTX of the kernels' shares has different headers";
     return std::nullopt;
   }
-  auto object = dyn_cast<gpu::ObjectAttr>(binary.getObjects()[0]);
-  if (!object) {
-    error = "the gpu.binary holds no gpu.object";
-    return std::nullopt;
-  }
-  result.ptx = object.getObject().str();
+  result.ptx = std::move(*merged);
 
   if (options.cubin) {
     TimingScope scope = timing.nest("ptxas");
