@@ -50,12 +50,19 @@ def MoeSelectTiles : Pass<"moe-select-tiles"> {
 
     - `m = 128`: two consumer warpgroups of 64 rows (the dispatch alignment
       must be a multiple of it);
-    - `n`: the first of 128, 256, 192, 64, 160, 224, 96, 32, 16 that divides
-      N (a multiple of 16 with the swiglu epilogue), so no tile has a column
-      tail; 128 when none does (tails are masked);
+    - `n`: `tile-n` where given and dividing N; 256 for a K-major (nt)
+      GEMM with a 16-bit result whose N it divides (faster on an H200);
+      for a dense K-major GEMM (the router's) N rounded up to 8, at most
+      64; otherwise the first of 128, 256, 192, 64, 160, 224, 96, 32, 16
+      that divides N (a multiple of 16 with the swiglu epilogue, of 64 for
+      an N-major B), so no tile has a column tail; 128 when none does
+      (tails are masked);
     - `k = 64`: one 128-byte swizzle atom;
     - `stages`: as many as fit in the 227 KiB of dynamic shared memory (1 KiB
-      kept for the barriers), at most `max-stages`.
+      kept for the barriers, 32 KiB for the TMA-store epilogue's staging
+      where it applies), at most `max-stages`;
+    - `cluster`: 2 with `cluster=2` where n is a multiple of 128 (pairs of
+      CTAs sharing B by TMA multicast), else 1.
 
     With `report`, a remark on each op states the choice and the shared
     memory it takes.
