@@ -37,6 +37,10 @@ constexpr int64_t kWarpgroupThreads = 128;
 constexpr int64_t kRegistersPerSm = 65536;
 /// Opt-in dynamic shared memory limit of one CTA on sm_90 (227 KiB).
 constexpr int64_t kMaxSharedMemoryBytes = 232448;
+/// Of it, what a warp-specialized GEMM keeps out of its dynamic region:
+/// the static mbarriers and the padding that puts the region on a
+/// 1024-byte boundary.
+constexpr int64_t kReservedSharedMemoryBytes = 1024;
 
 /// Discardable attributes convert-moegpu-to-nvgpu sets on a lowered kernel:
 /// its #moegpu.kernel_launch, and an array of its #moegpu.tensor_map.

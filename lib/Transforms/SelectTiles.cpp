@@ -17,13 +17,9 @@ using namespace mlir::moegpu;
 
 namespace {
 
-/// Shared memory kept out of the pipeline: the static mbarriers and the
-/// padding that puts the dynamic region on a 1024-byte boundary.
-constexpr int64_t kReservedSharedMemory = 1024;
-
 TileAttr selectTile(MLIRContext *ctx, int64_t n, bool swiglu, bool dense,
                     bool nMajor, bool halfOutput, int64_t maxStages,
-                    int64_t forcedN, int64_t cluster, int64_t stagingBytes) {
+                    int64_t forcedN, int64_t cluster, bool tmaStore) {
   constexpr int64_t m = 128, k = 64;
   int64_t tileN = 0;
   // A BLOCK_N asked for (moe-compile --tile-n) where it divides N.
@@ -64,9 +60,10 @@ TileAttr selectTile(MLIRContext *ctx, int64_t n, bool swiglu, bool dense,
     tileN = nMajor && n <= 64 ? 64 : 128;
   int64_t stageBytes = (m + tileN) * k * 2;
   // The pipeline's stages in what the epilogue's staging leaves.
+  int64_t staging = tmaStore ? tmaStoreStagingBytes(m / 64) : 0;
   int64_t stages = std::min(
       maxStages,
-      (kMaxSharedMemoryBytes - kReservedSharedMemory - stagingBytes) /
+      (kMaxSharedMemoryBytes - kReservedSharedMemoryBytes - staging) /
           stageBytes);
   // A pair of CTAs sharing B (moe-compile --tile-cluster=2) where B's
   // halves are whole boxes.
@@ -112,9 +109,7 @@ struct MoeSelectTiles
                                       op.getC().getType(),
                                       op.getLayout() != GemmLayout::TN &&
                                           isPaddedSegments(op.getOffsets()),
-                                      op.getLayout() == GemmLayout::TN)
-                                      ? tmaStoreStagingBytes(2)
-                                      : 0));
+                                      op.getLayout() == GemmLayout::TN)));
       if (report) {
         TileAttr tile = op.getTileAttr();
         op.emitRemark() << "tile " << tile.getM() << "x" << tile.getN() << "x"

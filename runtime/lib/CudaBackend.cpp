@@ -192,6 +192,17 @@ private:
     exchangeEvents.push_back(e);
     return e;
   }
+  /// A free exchange event recorded on `on` (`what` names it in errors).
+  Expected<CUevent> recordExchangeEvent(CUstream on, const char *what) {
+    Expected<CUevent> e = takeExchangeEvent();
+    if (!e)
+      return e;
+    if (Status s = check(driver.eventRecord(*e, on),
+                         std::string("cannot record ") + what);
+        !s.ok())
+      return Expected<CUevent>::error(s.error);
+    return e;
+  }
   /// The compute stream waits for the pending exchanges that touch any of
   /// `names` (all of them when `names` is null).
   Status waitForExchanges(const std::vector<std::string> *names) {
@@ -496,13 +507,10 @@ Status CudaBackend::runExchange(const GpuStep &step) {
   bool async = kind && *kind != abi::ExchangeKind::Dispatch;
   auto *commStream = static_cast<CUstream>(deviceComm->stream());
   if (async) {
-    Expected<CUevent> ready = takeExchangeEvent();
+    Expected<CUevent> ready =
+        recordExchangeEvent(stream, "the compute stream's progress");
     if (!ready)
       return Status::failure(ready.message());
-    if (Status s = check(driver.eventRecord(*ready, stream),
-                         "cannot record the compute stream's progress");
-        !s.ok())
-      return s;
     Status waited = check(driver.streamWaitEvent(commStream, *ready, 0),
                           "cannot order the exchange after the compute "
                           "stream");
@@ -587,13 +595,10 @@ Status CudaBackend::runExchange(const GpuStep &step) {
                            "' in the bundle's schedule");
   }
   if (async) {
-    Expected<CUevent> done = takeExchangeEvent();
+    Expected<CUevent> done =
+        recordExchangeEvent(commStream, "the exchange's completion");
     if (!done)
       return Status::failure(done.message());
-    if (Status s = check(driver.eventRecord(*done, commStream),
-                         "cannot record the exchange's completion");
-        !s.ok())
-      return s;
     pendingExchanges.push_back({*done, step.args});
     // For the trace: enqueueing it (it runs beside the next launches).
     hostComm->record("all-to-all (" + step.exchange + ", NCCL, enqueued)",

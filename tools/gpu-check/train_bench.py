@@ -142,28 +142,26 @@ def check_steps(moe_train, gpu_bundle, host_bundle, work, weights, batch,
 def gemm_flops(layer, tokens):
     h, f, e, k = layer["hidden"], layer["ffn"], layer["experts"], layer["top_k"]
     s = layer.get("shared_experts", 0) * layer.get("shared_ffn", 0)
-    rows = tokens * k
-    flops = {
-        "expert_up": 2 * rows * 2 * f * h, "expert_down": 2 * rows * f * h,
-        "train_expert_gate_up": 2 * rows * 2 * f * h,
-        "train_expert_dact": 2 * rows * f * h,
-        "train_expert_rows_grad": 2 * rows * 2 * f * h,
-        "train_expert_down_grad": 2 * rows * h * f,
-        "train_expert_gate_grad": 2 * rows * f * h,
-        "train_expert_up_grad": 2 * rows * f * h,
-        "router": 2 * tokens * e * h, "train_router_dx": 2 * tokens * e * h,
-        "train_router_grad": 2 * tokens * e * h,
-    }
+    # The routed experts over T * k rows, the shared ones over T: the same
+    # GEMMs of width f or s. Gate and up are one GEMM of twice the width in
+    # the forward pass and its recomputation (gate_up), and in dX
+    # (rows_grad); each has its own dW.
+    def ffn(forward, train, rows, width):
+        return {
+            forward + "_up": 2 * rows * 2 * width * h,
+            forward + "_down": 2 * rows * width * h,
+            train + "_gate_up": 2 * rows * 2 * width * h,
+            train + "_dact": 2 * rows * width * h,
+            train + "_rows_grad": 2 * rows * 2 * width * h,
+            train + "_down_grad": 2 * rows * h * width,
+            train + "_gate_grad": 2 * rows * width * h,
+            train + "_up_grad": 2 * rows * width * h,
+        }
+    flops = ffn("expert", "train_expert", tokens * k, f)
+    flops.update({"router": 2 * tokens * e * h, "train_router_dx": 2 * tokens * e * h,
+                  "train_router_grad": 2 * tokens * e * h})
     if s:
-        flops.update({
-            "shared_up": 2 * tokens * 2 * s * h, "shared_down": 2 * tokens * s * h,
-            "train_shared_gate_up": 2 * tokens * 2 * s * h,
-            "train_shared_dact": 2 * tokens * s * h,
-            "train_shared_rows_grad": 2 * tokens * 2 * s * h,
-            "train_shared_down_grad": 2 * tokens * h * s,
-            "train_shared_gate_grad": 2 * tokens * s * h,
-            "train_shared_up_grad": 2 * tokens * s * h,
-        })
+        flops.update(ffn("shared", "train_shared", tokens, s))
     return flops
 
 

@@ -39,9 +39,6 @@ constexpr StringLiteral kSharedMemoryName = "moegpu_smem";
 /// Alignment of the dynamic shared memory: a 128-byte swizzled TMA box
 /// repeats every 1024 bytes and must start on such a boundary.
 constexpr int64_t kSharedMemoryAlignment = 1024;
-/// Shared memory besides the dynamic region: the static mbarriers and the
-/// padding that puts the dynamic region on a 1024-byte boundary.
-constexpr int64_t kReservedSharedMemoryBytes = 1024;
 /// Suspend-time hint of one mbarrier.try_wait (the wait loops until done).
 constexpr int64_t kWaitTicks = 10000000;
 /// Columns of one wgmma instruction (16-bit inputs).
@@ -72,6 +69,36 @@ Value constI64(ImplicitLocOpBuilder &b, int64_t value) {
 
 gpu::AddressSpaceAttr workgroupSpace(MLIRContext *ctx) {
   return gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup);
+}
+
+/// The epilogue's values of a thread's column pair in chunk `j` of its
+/// wgmma fragment, row `half` (0: lane/4, 1: lane/4 + 8): silu(gate) * up
+/// (SwiGLU: chunk j holds gate columns, j + 1 the same up columns), else the
+/// accumulators times the row's `scale` (if any).
+std::pair<Value, Value> epiloguePair(ImplicitLocOpBuilder &b, StoreTileOp op,
+                                     int64_t j, int64_t half, Value scale) {
+  auto element = [&](int64_t i) -> Value {
+    return vector::ExtractOp::create(b, op.getAcc(), i);
+  };
+  int64_t first = 4 * j + 2 * half;
+  if (op.getEpilogue() == Epilogue::SwiGLU) {
+    // silu(g) = g / (1 + e^-g).
+    auto silu = [&](Value g) -> Value {
+      Value one = arith::ConstantFloatOp::create(
+          b, cast<FloatType>(b.getF32Type()), APFloat(1.0f));
+      Value e = buildExp(b, arith::NegFOp::create(b, g));
+      return arith::DivFOp::create(b, g, arith::AddFOp::create(b, one, e));
+    };
+    int64_t up = 4 * (j + 1) + 2 * half;
+    return {arith::MulFOp::create(b, silu(element(first)), element(up)),
+            arith::MulFOp::create(b, silu(element(first + 1)),
+                                  element(up + 1))};
+  }
+  Value v0 = element(first), v1 = element(first + 1);
+  if (scale)
+    return {arith::MulFOp::create(b, v0, scale),
+            arith::MulFOp::create(b, v1, scale)};
+  return {v0, v1};
 }
 
 struct PipelineInfo {
@@ -572,18 +599,6 @@ LogicalResult KernelLowering::lowerStoreTile(StoreTileOp op) {
   if (swiglu)
     col0 = arith::DivUIOp::create(b, col0, constIndex(b, 2));
   int64_t chunks = op.getAcc().getType().getNumElements() / 4;
-  Type f32 = b.getF32Type();
-
-  auto element = [&](ImplicitLocOpBuilder &b, int64_t i) -> Value {
-    return vector::ExtractOp::create(b, op.getAcc(), i);
-  };
-  // silu(g) = g / (1 + e^-g).
-  auto silu = [&](ImplicitLocOpBuilder &b, Value g) -> Value {
-    Value one =
-        arith::ConstantFloatOp::create(b, cast<FloatType>(f32), APFloat(1.0f));
-    Value e = buildExp(b, arith::NegFOp::create(b, g));
-    return arith::DivFOp::create(b, g, arith::AddFOp::create(b, one, e));
-  };
 
   for (int64_t half = 0; half < 2; ++half) {
     Value row = arith::AddIOp::create(b, row0, constIndex(b, 8 * half));
@@ -595,24 +610,9 @@ LogicalResult KernelLowering::lowerStoreTile(StoreTileOp op) {
     if (op.getScale())
       scale = memref::LoadOp::create(rb, op.getScale(), ValueRange{row});
     for (int64_t j = 0; j < chunks; j += swiglu ? 2 : 1) {
-      int64_t first = 4 * j + 2 * half;
-      Value v0, v1, col;
-      if (swiglu) {
-        int64_t up = 4 * (j + 1) + 2 * half;
-        v0 = arith::MulFOp::create(rb, silu(rb, element(rb, first)),
-                                   element(rb, up));
-        v1 = arith::MulFOp::create(rb, silu(rb, element(rb, first + 1)),
-                                   element(rb, up + 1));
-        col = arith::AddIOp::create(rb, col0, constIndex(rb, 4 * j));
-      } else {
-        v0 = element(rb, first);
-        v1 = element(rb, first + 1);
-        if (scale) {
-          v0 = arith::MulFOp::create(rb, v0, scale);
-          v1 = arith::MulFOp::create(rb, v1, scale);
-        }
-        col = arith::AddIOp::create(rb, col0, constIndex(rb, 8 * j));
-      }
+      auto [v0, v1] = epiloguePair(rb, op, j, half, scale);
+      Value col = arith::AddIOp::create(
+          rb, col0, constIndex(rb, (swiglu ? 4 : 8) * j));
       col = arith::AddIOp::create(rb, col, quad);
       Value inColumns =
           arith::CmpIOp::create(rb, arith::CmpIPredicate::ult, col, columns);
@@ -679,7 +679,7 @@ FailureOr<bool> KernelLowering::lowerStoreTileByTma(StoreTileOp op) {
     return failure();
   MLIRContext *ctx = op.getContext();
   ImplicitLocOpBuilder b(op.getLoc(), op);
-  Type f32 = b.getF32Type(), i32 = b.getI32Type();
+  Type i32 = b.getI32Type();
   Value wg = op.getWarpgroup();
   Value t = threadInWarpgroup(b);
   Value warp = arith::DivUIOp::create(b, t, constIndex(b, 32));
@@ -731,15 +731,6 @@ FailureOr<bool> KernelLowering::lowerStoreTileByTma(StoreTileOp op) {
         sb, op.getScale(),
         ValueRange{arith::AddIOp::create(sb, row0, constIndex(sb, 8))});
   }
-  auto element = [&](int64_t i) -> Value {
-    return vector::ExtractOp::create(sb, op.getAcc(), i);
-  };
-  auto silu = [&](Value g) -> Value {
-    Value one =
-        arith::ConstantFloatOp::create(sb, cast<FloatType>(f32), APFloat(1.0f));
-    Value e = buildExp(sb, arith::NegFOp::create(sb, g));
-    return arith::DivFOp::create(sb, g, arith::AddFOp::create(sb, one, e));
-  };
   auto narrow = [&](Value v) -> Value {
     return outType.isF32() ? v : arith::TruncFOp::create(sb, outType, v);
   };
@@ -783,22 +774,7 @@ FailureOr<bool> KernelLowering::lowerStoreTileByTma(StoreTileOp op) {
     for (int64_t jj = 0; jj < perBox; jj += swiglu ? 2 : 1) {
       int64_t j = box * perBox + jj;
       for (int64_t half = 0; half < 2; ++half) {
-        Value v0, v1;
-        int64_t first = 4 * j + 2 * half;
-        if (swiglu) {
-          int64_t up = 4 * (j + 1) + 2 * half;
-          v0 = arith::MulFOp::create(sb, silu(element(first)), element(up));
-          v1 = arith::MulFOp::create(sb, silu(element(first + 1)),
-                                     element(up + 1));
-        } else {
-          v0 = element(first);
-          v1 = element(first + 1);
-          if (op.getScale()) {
-            Value s = half ? scale1 : scale0;
-            v0 = arith::MulFOp::create(sb, v0, s);
-            v1 = arith::MulFOp::create(sb, v1, s);
-          }
-        }
+        auto [v0, v1] = epiloguePair(sb, op, j, half, half ? scale1 : scale0);
         // Byte of the pair in the box row, before the swizzle.
         int64_t colInBox = (swiglu ? 4 : 8) * jj;
         Value cb = arith::AddIOp::create(

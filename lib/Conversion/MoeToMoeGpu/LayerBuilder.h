@@ -245,16 +245,20 @@ struct Emitter : KernelBuilder {
     memref::AtomicRMWOp::create(b, arith::AtomicRMWKind::addf, v, memref,
                                 indices);
   }
-  /// body(i) for the elements i < n this thread owns in a grid-stride
-  /// loop over a one-dimensional grid of kCountThreads-wide CTAs.
-  void gridStride(int64_t n, function_ref<void(Value)> body) {
+  /// body(i, carried) for the elements i < n this thread owns in a
+  /// grid-stride loop over a one-dimensional grid of kCountThreads-wide
+  /// CTAs, carrying values from `init` -> their final values.
+  ValueRange gridStride(int64_t n, ValueRange init,
+                        function_ref<SmallVector<Value>(Value, ValueRange)> body) {
     Value stride =
         muli(gpu::GridDimOp::create(b, gpu::Dimension::x), idx(kCountThreads));
-    loop(globalThread(kCountThreads), idx(n), stride, {},
-         [&](Value i, ValueRange) {
-           body(i);
-           return SmallVector<Value>{};
-         });
+    return loop(globalThread(kCountThreads), idx(n), stride, init, body);
+  }
+  void gridStride(int64_t n, function_ref<void(Value)> body) {
+    gridStride(n, {}, [&](Value i, ValueRange) {
+      body(i);
+      return SmallVector<Value>{};
+    });
   }
   /// The sum of `v` over the warp, in every lane (butterfly shuffles).
   Value warpSum(Value v) {

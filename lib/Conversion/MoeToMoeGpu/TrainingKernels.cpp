@@ -482,16 +482,13 @@ void LayerBuilder::buildUpdateCheck(gpu::GPUFuncOp func, int64_t index) {
   Value hyper = func.getArgument(4), gradSq = func.getArgument(5);
   Value bad = func.getArgument(6);
   int64_t elements = cast<MemRefType>(p.getType()).getNumElements();
-  Value stride = e.muli(gpu::GridDimOp::create(b, gpu::Dimension::x),
-                        e.idx(kCountThreads));
   // x - x is 0 exactly when x is finite.
   auto finite = [&](Value x) {
     return arith::CmpFOp::create(b, arith::CmpFPredicate::OEQ, e.sub(x, x),
                                  e.f32(0));
   };
-  ValueRange sums = e.loop(
-      e.globalThread(kCountThreads), e.idx(elements), stride,
-      {e.f32(0), e.f32(0)}, [&](Value i, ValueRange it) {
+  ValueRange sums = e.gridStride(
+      elements, {e.f32(0), e.f32(0)}, [&](Value i, ValueRange it) {
         SmallVector<Value> at = e.delinearize(i, p);
         Value g = e.load(grad, at);
         AdamWValues next = adamwStep(e, hyper, e.load(p, at), e.load(m, at),
