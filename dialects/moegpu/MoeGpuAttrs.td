@@ -164,7 +164,8 @@ def MoeGpu_ExchangeKind : I32EnumAttr<"ExchangeKind",
       I32EnumAttrCase<"Dispatch", 0, "dispatch">,
       I32EnumAttrCase<"Combine", 1, "combine">,
       I32EnumAttrCase<"DispatchRows", 2, "dispatch_rows">,
-      I32EnumAttrCase<"CombineRows", 3, "combine_rows">
+      I32EnumAttrCase<"CombineRows", 3, "combine_rows">,
+      I32EnumAttrCase<"DispatchPlan", 4, "dispatch_plan">
     ]> {
   let cppNamespace = "::mlir::moegpu";
   let genSpecializedAttr = 0;

@@ -534,6 +534,9 @@ LogicalResult LaunchOp::verifySymbolUses(SymbolTableCollection &symbols) {
   if (getBlock() < 0 || getBlock() > 1024)
     return emitOpError() << "has block " << getBlock()
                          << ", expected 0 (the kernel's own) to 1024";
+  if (std::optional<int64_t> chunk = getChunk(); chunk && *chunk < 0)
+    return emitOpError() << "has chunk " << *chunk
+                         << "; expected a chunk index >= 0";
   return success();
 }
 
@@ -542,9 +545,27 @@ LogicalResult MemsetOp::verifySymbolUses(SymbolTableCollection &symbols) {
 }
 
 LogicalResult ExchangeOp::verify() {
-  size_t arity = getKind() == ExchangeKind::Dispatch  ? 7
-                 : getKind() == ExchangeKind::Combine ? 4
-                                                      : 2;
+  ExchangeKind kind = getKind();
+  if (std::optional<int64_t> chunk = getChunk()) {
+    if (kind != ExchangeKind::DispatchRows && kind != ExchangeKind::CombineRows)
+      return emitOpError() << "of kind " << stringifyExchangeKind(kind)
+                           << " takes no chunk (only dispatch_rows and "
+                              "combine_rows move one chunk's rows)";
+    if (*chunk < 0)
+      return emitOpError() << "has chunk " << *chunk
+                           << "; expected a chunk index >= 0";
+  }
+  if (kind == ExchangeKind::DispatchPlan) {
+    if (getArgs().size() < 3)
+      return emitOpError() << "of kind dispatch_plan takes the offsets, "
+                              "ep_offsets and one group-offsets buffer per "
+                              "chunk (at least 3 buffers), got "
+                           << getArgs().size();
+    return success();
+  }
+  size_t arity = kind == ExchangeKind::Dispatch  ? 7
+                 : kind == ExchangeKind::Combine ? 4
+                                                 : 2;
   if (getArgs().size() != arity)
     return emitOpError() << "of kind " << stringifyExchangeKind(getKind())
                          << " takes " << arity << " buffers, got "

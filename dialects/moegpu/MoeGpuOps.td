@@ -403,9 +403,13 @@ def MoeGpu_LaunchOp : MoeGpu_StepOp<"launch"> {
     buffers `args` as its leading memref arguments (tensor-map pointers the
     lowering adds come after them), on a grid sized by `grid` and `block`
     threads per CTA (0: the kernel's own, from its `#moegpu.kernel_launch`).
+    A launch with a `chunk` works on that token chunk's share of its
+    buffers only (a chunked expert-parallel exchange's rows): it waits for
+    that chunk's exchanges, not the other chunks'.
   }];
   let arguments = (ins SymbolRefAttr:$kernel, FlatSymbolRefArrayAttr:$args,
-                       MoeGpu_GridAttr:$grid, I64Attr:$block);
+                       MoeGpu_GridAttr:$grid, I64Attr:$block,
+                       OptionalAttr<I64Attr>:$chunk);
   let assemblyFormat = [{
     $kernel $args `grid` $grid `block` $block attr-dict
   }];
@@ -426,9 +430,18 @@ def MoeGpu_ExchangeOp : MoeGpu_StepOp<"exchange"> {
     source rank); `combine` takes `[ep_offsets, ep_down, offsets, down]`:
     back; `dispatch_rows` and `combine_rows` take `[from, to]`: other rows
     of the last dispatch's segments, either way.
+
+    Chunked exchanges (`--ep-chunks`): `dispatch_plan` takes `[offsets,
+    ep_offsets, ep_group_offsets of chunk 0, ..., of chunk C - 1]`, where
+    `offsets` are the dispatched segments of (chunk, expert) pairs,
+    chunk-major; it exchanges every chunk's sizes (the one point where the
+    host waits for the device) and lays out what each chunk brings after
+    the chunk before. Then `dispatch_rows` and `combine_rows` with a
+    `chunk` move that chunk's segments only, on the communicator's stream.
   }];
   let arguments = (ins MoeGpu_ExchangeKindAttr:$kind,
-                       FlatSymbolRefArrayAttr:$args);
+                       FlatSymbolRefArrayAttr:$args,
+                       OptionalAttr<I64Attr>:$chunk);
   let assemblyFormat = "$kind $args attr-dict";
   let hasVerifier = 1;
 }

@@ -111,6 +111,8 @@ std::string serializeManifest(const Manifest &m) {
                        {"smem", st.sharedMemory},
                        {"cluster", st.cluster},
                        {"tensor_maps", maps}});
+        if (st.chunk >= 0)
+          out.back()["chunk"] = st.chunk;
       }
       return out;
     };
@@ -291,6 +293,8 @@ static void readGpuProgram(Reader &r, const json &root, GpuProgram &program) {
       // Bundles written before clusters have none: one CTA each.
       if (item.contains("cluster"))
         st.cluster = r.integer(item, "cluster", sw);
+      if (item.contains("chunk"))
+        st.chunk = r.integer(item, "chunk", sw);
       if (const json *maps = r.array(item, "tensor_maps", sw))
         for (const json &m : *maps) {
           GpuTensorMap t;

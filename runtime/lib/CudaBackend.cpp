@@ -108,6 +108,8 @@ private:
   }
   /// An expert-parallel exchange step (GpuStep::exchange).
   Status runExchange(const GpuStep &step);
+  /// A dispatch_plan: every chunk's sizes exchanged and laid out.
+  Status planChunks(const GpuStep &step);
   /// The time of every launch of `steps` after a timed run.
   void collectProfile(const std::vector<GpuStep> &steps) {
     for (size_t i = 0; i < steps.size(); ++i) {
@@ -151,6 +153,9 @@ private:
   /// The last dispatch's offsets on both sides: the combine sends back
   /// what came, so it needs no exchange of sizes.
   std::vector<int32_t> dispatchedOffsets, receivedOffsets;
+  /// The last dispatch_plan's, per token chunk: both sides' offsets of
+  /// the chunk's segments, absolute in the dispatched and received rows.
+  std::vector<std::vector<int32_t>> chunkDispatched, chunkReceived;
   bool ready = false, parametersUploaded = false, profiling = false;
   /// Host memory the forward pass's outputs are downloaded into before
   /// their conversion; it only grows.
@@ -174,6 +179,7 @@ private:
   struct PendingExchange {
     CUevent done;
     std::vector<std::string> buffers;
+    int64_t chunk = -1; // the token chunk it moves, or -1: all
   };
   std::vector<PendingExchange> pendingExchanges;
   std::vector<CUevent> exchangeEvents, freeExchangeEvents;
@@ -204,10 +210,17 @@ private:
     return e;
   }
   /// The compute stream waits for the pending exchanges that touch any of
-  /// `names` (all of them when `names` is null).
-  Status waitForExchanges(const std::vector<std::string> *names) {
+  /// `names` (all of them when `names` is null). A step of token chunk
+  /// `chunk` touches only that chunk's rows: another chunk's exchange of
+  /// the same buffers does not hold it back.
+  Status waitForExchanges(const std::vector<std::string> *names,
+                          int64_t chunk = -1) {
     for (size_t i = 0; i < pendingExchanges.size();) {
       PendingExchange &p = pendingExchanges[i];
+      if (chunk >= 0 && p.chunk >= 0 && p.chunk != chunk) {
+        ++i;
+        continue;
+      }
       bool touches = !names;
       for (size_t j = 0; names && !touches && j < names->size(); ++j)
         touches = std::find(p.buffers.begin(), p.buffers.end(),
@@ -504,7 +517,8 @@ Status CudaBackend::runExchange(const GpuStep &step) {
   // communicator's stream waits for the compute stream's work so far,
   // runs the exchange, and the compute stream goes on (the steps that
   // touch the exchange's buffers wait for it).
-  bool async = kind && *kind != abi::ExchangeKind::Dispatch;
+  bool async = kind && *kind != abi::ExchangeKind::Dispatch &&
+               *kind != abi::ExchangeKind::DispatchPlan;
   auto *commStream = static_cast<CUstream>(deviceComm->stream());
   if (async) {
     Expected<CUevent> ready =
@@ -566,6 +580,29 @@ Status CudaBackend::runExchange(const GpuStep &step) {
             deviceComm->exchange(ptr(2), weights.sends, ptr(6), weights.recvs);
         !s.ok())
       return s;
+  } else if (kind == abi::ExchangeKind::DispatchPlan) {
+    if (Status s = planChunks(step); !s.ok())
+      return s;
+  } else if ((kind == abi::ExchangeKind::DispatchRows ||
+              kind == abi::ExchangeKind::CombineRows) &&
+             step.chunk >= 0) {
+    // One chunk's segments of the last plan, either way.
+    auto c = static_cast<size_t>(step.chunk);
+    if (c >= chunkDispatched.size())
+      return Status::failure(
+          "the schedule exchanges chunk " + std::to_string(c) + " of " +
+          std::to_string(chunkDispatched.size()) +
+          " planned chunks (a dispatch_plan must come first)");
+    bool forth = kind == abi::ExchangeKind::DispatchRows;
+    const int32_t *sent = chunkDispatched[c].data();
+    const int32_t *came = chunkReceived[c].data();
+    ExchangePlan plan = planExchange(
+        forth ? comm::Kind::Dispatch : comm::Kind::Combine,
+        forth ? sent : came, forth ? came : sent, experts, ranks,
+        rowBytes(*findBuffer(step.args[0])));
+    if (Status s = deviceComm->exchange(ptr(0), plan.sends, ptr(1), plan.recvs);
+        !s.ok())
+      return s;
   } else if (kind == abi::ExchangeKind::DispatchRows ||
              kind == abi::ExchangeKind::CombineRows) {
     // More rows of the last dispatch's segments, either way.
@@ -599,16 +636,91 @@ Status CudaBackend::runExchange(const GpuStep &step) {
         recordExchangeEvent(commStream, "the exchange's completion");
     if (!done)
       return Status::failure(done.message());
-    pendingExchanges.push_back({*done, step.args});
+    pendingExchanges.push_back({*done, step.args, step.chunk});
     // For the trace: enqueueing it (it runs beside the next launches).
-    hostComm->record("all-to-all (" + step.exchange + ", NCCL, enqueued)",
-                     started);
+    std::string what = step.exchange;
+    if (step.chunk >= 0)
+      what += " of chunk " + std::to_string(step.chunk);
+    hostComm->record("all-to-all (" + what + ", NCCL, enqueued)", started);
+    return Status::success();
+  }
+  if (kind == abi::ExchangeKind::DispatchPlan) {
+    // Sizes only, over the host's communicator.
+    hostComm->record("all-to-all (dispatch_plan, sizes)", started);
     return Status::success();
   }
   Status done = deviceComm->synchronize();
   // For the trace: the exchange's span, sizes and NCCL together.
   hostComm->record("all-to-all (" + step.exchange + ", NCCL)", started);
   return done;
+}
+
+Status CudaBackend::planChunks(const GpuStep &step) {
+  int64_t experts = manifest.layer.experts;
+  int ranks = deviceComm->size();
+  int64_t local = experts / ranks;
+  auto chunks = static_cast<int64_t>(step.args.size()) - 2;
+  const GpuBuffer *offsets = findBuffer(step.args[0]);
+  const GpuBuffer *received = findBuffer(step.args[1]);
+  if (offsets->shape.size() != 1 || offsets->shape[0] != chunks * experts + 1 ||
+      received->shape.size() != 1 ||
+      received->shape[0] != chunks * (experts + 1))
+    return Status::failure(
+        "a dispatch_plan of " + std::to_string(chunks) +
+        " chunks needs offsets of " + std::to_string(chunks * experts + 1) +
+        " and ep_offsets of " + std::to_string(chunks * (experts + 1)) +
+        " entries");
+  std::vector<int32_t> all(static_cast<size_t>(chunks * experts + 1));
+  if (Status s = check(driver.memcpyDtoH(all.data(), buffers[step.args[0]],
+                                         all.size() * sizeof(int32_t)),
+                       "cannot read the chunks' expert offsets");
+      !s.ok())
+    return s;
+  chunkDispatched.assign(static_cast<size_t>(chunks), {});
+  chunkReceived.assign(static_cast<size_t>(chunks), {});
+  std::vector<int32_t> layout; // every chunk's received offsets in a row
+  int64_t base = 0;
+  for (int64_t c = 0; c < chunks; ++c) {
+    // The chunk's segments from 0 for the exchange of sizes, then where
+    // they lie: after the chunks before, on both sides.
+    std::vector<int32_t> sent(all.begin() + c * experts,
+                              all.begin() + (c + 1) * experts + 1);
+    int32_t sentBase = sent[0];
+    for (int32_t &o : sent)
+      o -= sentBase;
+    std::vector<int32_t> came(static_cast<size_t>(experts + 1));
+    exchangeOffsets(*hostComm, comm::Kind::Dispatch, sent.data(), came.data(),
+                    experts);
+    if (base + came[experts] > receivedRows())
+      return Status::failure(
+          "rank " + std::to_string(deviceComm->rank()) + " receives " +
+          std::to_string(base + came[experts]) + " rows in " +
+          std::to_string(c + 1) + " chunks, more than its " +
+          std::to_string(receivedRows()) + " (do the ranks run one bundle?)");
+    for (int32_t &o : sent)
+      o += sentBase;
+    for (int32_t &o : came)
+      o += static_cast<int32_t>(base);
+    base = came[experts];
+    std::vector<int32_t> groups(static_cast<size_t>(local + 1));
+    for (int64_t l = 0; l <= local; ++l)
+      groups[l] = came[l * ranks];
+    if (Status s = check(
+            driver.memcpyHtoD(buffers[step.args[2 + c]], groups.data(),
+                              groups.size() * sizeof(int32_t)),
+            "cannot write chunk " + std::to_string(c) + "'s expert offsets");
+        !s.ok())
+      return s;
+    layout.insert(layout.end(), came.begin(), came.end());
+    chunkDispatched[c] = std::move(sent);
+    chunkReceived[c] = std::move(came);
+  }
+  // A later unchunked exchange has no dispatch to refer to.
+  dispatchedOffsets.clear();
+  receivedOffsets.clear();
+  return check(driver.memcpyHtoD(buffers[step.args[1]], layout.data(),
+                                 layout.size() * sizeof(int32_t)),
+               "cannot write the received offsets");
 }
 
 Status CudaBackend::runAllReduce(const GpuStep &step) {
@@ -668,7 +780,7 @@ CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
         return s;
       continue;
     }
-    if (Status s = waitForExchanges(&step.args); !s.ok())
+    if (Status s = waitForExchanges(&step.args, step.chunk); !s.ok())
       return s;
     // The manifest was validated: the grid kind is known.
     int64_t perBlock = std::max<int64_t>(step.perBlock, 1);

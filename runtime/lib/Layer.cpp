@@ -59,6 +59,9 @@ static Status validateGpuProgram(const Manifest &m) {
     if (!g.steps.empty() && !buffers.count(name))
       return fail(std::string("the gpu program has no buffer '") + name + "'");
   auto checkStep = [&](const GpuStep &st) -> Status {
+    if (st.chunk < -1)
+      return fail("a gpu step has chunk " + std::to_string(st.chunk) +
+                  ", expected a chunk index >= 0 (or none)");
     if (st.op == "memset") {
       if (!buffers.count(st.buffer))
         return fail("memset of unknown gpu buffer '" + st.buffer + "'");
@@ -67,13 +70,23 @@ static Status validateGpuProgram(const Manifest &m) {
     if (st.op == "exchange" || st.op == "all_reduce") {
       std::optional<abi::ExchangeKind> kind =
           abi::parseExchangeKind(st.exchange);
+      bool plan = kind == abi::ExchangeKind::DispatchPlan;
       if (st.op == "exchange" &&
-          (!kind || st.args.size() != abi::exchangeArity(*kind)))
+          (!kind || (plan ? st.args.size() < abi::exchangeArity(*kind)
+                          : st.args.size() != abi::exchangeArity(*kind))))
         return fail("a gpu exchange must be a dispatch of 7 buffers, a "
-                    "combine of 4, or a dispatch_rows or combine_rows of 2 "
-                    "('" +
+                    "combine of 4, a dispatch_rows or combine_rows of 2, "
+                    "or a dispatch_plan of at least 3 ('" +
                     st.exchange + "' of " + std::to_string(st.args.size()) +
                     ")");
+      bool rows = kind == abi::ExchangeKind::DispatchRows ||
+                  kind == abi::ExchangeKind::CombineRows;
+      if (st.op == "exchange" && st.chunk >= 0 && !rows)
+        return fail("a gpu exchange of kind '" + st.exchange +
+                    "' takes no chunk (only dispatch_rows and combine_rows "
+                    "move one chunk's rows)");
+      if (st.chunk >= 0 && plan)
+        return fail("a dispatch_plan takes no chunk");
       if (m.expertParallel < 2)
         return fail("the gpu program has a collective (" + st.op +
                     "), but its layer is not sharded");

@@ -70,6 +70,7 @@ struct KernelBuilder {
   Value div(Value l, Value r) { return arith::DivFOp::create(b, l, r); }
   Value addi(Value l, Value r) { return arith::AddIOp::create(b, l, r); }
   Value muli(Value l, Value r) { return arith::MulIOp::create(b, l, r); }
+  Value subi(Value l, Value r) { return arith::SubIOp::create(b, l, r); }
   Value divi(Value l, Value r) { return arith::DivUIOp::create(b, l, r); }
   Value remi(Value l, Value r) { return arith::RemUIOp::create(b, l, r); }
   Value index(Value i32) {

@@ -259,13 +259,25 @@ void LayerBuilder::buildRoute(gpu::GPUFuncOp func) {
           w = e.mul(w, e.f32(scale));
         e.store(chosen[j], ids, {token, e.idx(j)});
         e.store(w, weights, {token, e.idx(j)});
-        memref::AtomicRMWOp::create(
-            b, arith::AtomicRMWKind::addi, e.i32(1), counts,
-            ValueRange{arith::IndexCastOp::create(b, b.getIndexType(),
-                                                  chosen[j])});
+        Value segment =
+            arith::IndexCastOp::create(b, b.getIndexType(), chosen[j]);
+        if (chunks > 1)
+          segment = e.addi(
+              e.muli(chunkOf(e, token, e.dim(logits, 0)), e.idx(experts)),
+              segment);
+        memref::AtomicRMWOp::create(b, arith::AtomicRMWKind::addi, e.i32(1),
+                                    counts, ValueRange{segment});
       }
     });
   });
+}
+
+/// Token t's chunk of T tokens in `chunks`: chunk c holds tokens
+/// [floor(T c / C), floor(T (c + 1) / C)), as the host target's chunks, so
+/// t's is the largest c with T c < (t + 1) C: ((t + 1) C - 1) / T.
+Value LayerBuilder::chunkOf(Emitter &e, Value token, Value tokens) {
+  Value scaled = e.muli(e.addi(token, e.idx(1)), e.idx(chunks));
+  return e.divi(e.subi(scaled, e.idx(1)), tokens);
 }
 
 /// Each expert's segment of the dispatched rows, aligned: offsets are the
@@ -280,7 +292,8 @@ void LayerBuilder::buildScan(gpu::GPUFuncOp func) {
   Value ids = func.getArgument(0), counts = func.getArgument(1);
   Value offsets = func.getArgument(2), cursors = func.getArgument(3);
   Value sums = func.getWorkgroupAttributions()[0];
-  int64_t experts = config.getExperts();
+  // The segments: experts, or (chunk, expert) pairs chunk-major.
+  int64_t experts = chunks * config.getExperts();
   int64_t run = llvm::divideCeil(experts, kScanThreads);
   Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
   Value begin = arith::MinUIOp::create(
@@ -361,9 +374,14 @@ void LayerBuilder::buildScatter(gpu::GPUFuncOp func) {
     {
       ImplicitLocOpBuilder::InsertionGuard guard(b);
       b.setInsertionPointToStart(ifOp.thenBlock());
+      Value segment = arith::IndexCastOp::create(b, b.getIndexType(), id);
+      if (chunks > 1)
+        segment = e.addi(e.muli(chunkOf(e, t, e.dim(ids, 0)),
+                                e.idx(config.getExperts())),
+                         segment);
       Value p = memref::AtomicRMWOp::create(
           b, arith::AtomicRMWKind::addi, e.i32(1), cursors,
-          ValueRange{arith::IndexCastOp::create(b, b.getIndexType(), id)});
+          ValueRange{segment});
       e.store(e.load(weights, {t, j}), rowWeight,
               {arith::IndexCastOp::create(b, b.getIndexType(), p)});
       scf::YieldOp::create(b, p);

@@ -99,7 +99,18 @@ private:
   /// Creates a kernel taking `args` and appends its launch to the schedule.
   gpu::GPUFuncOp addKernel(StringRef name, ArrayRef<StringRef> args,
                            moegpu::GridAttr grid, int64_t block,
-                           TypeRange workgroup = {});
+                           TypeRange workgroup = {},
+                           std::optional<int64_t> chunk = std::nullopt);
+  /// Appends a launch of `func` on `args` (of token chunk `chunk`).
+  void addLaunch(gpu::GPUFuncOp func, ArrayRef<StringRef> args,
+                 moegpu::GridAttr grid, int64_t block,
+                 std::optional<int64_t> chunk = std::nullopt);
+  /// The buffer of chunk c's received groups: each local expert's rows.
+  static std::string groupOffsets(int64_t c) {
+    return c == 0 ? "ep_group_offsets" : "ep_group_offsets.c" + std::to_string(c);
+  }
+  /// The chunked exchanges and expert GEMMs of a sharded layer.
+  void buildChunkedExperts();
   /// A grid of `size` CTAs, fixed at compile time.
   /// The grid of a gridStride kernel over n elements.
   moegpu::GridAttr strideGrid(int64_t n) {
@@ -143,9 +154,12 @@ private:
   OpBuilder stepBuilder() { return builderAtEnd(steps); }
   /// An expert-parallel exchange the runtime carries out between the
   /// launches (see moegpu.exchange for `args`).
-  void addExchange(moegpu::ExchangeKind kind, ArrayRef<StringRef> args) {
+  void addExchange(moegpu::ExchangeKind kind, ArrayRef<StringRef> args,
+                   std::optional<int64_t> chunk = std::nullopt) {
     OpBuilder b = stepBuilder();
-    moegpu::ExchangeOp::create(b, layer.getLoc(), kind, symbols(args));
+    moegpu::ExchangeOp::create(b, layer.getLoc(), kind, symbols(args),
+                               chunk ? b.getI64IntegerAttr(*chunk)
+                                     : IntegerAttr());
   }
   /// An elementwise f32 sum over the ranks of each buffer, in place.
   void addAllReduce(ArrayRef<StringRef> args) {
@@ -164,6 +178,8 @@ private:
   /// Scores, group-limited top-k and the per-expert counts from logits.
   void buildRoute(gpu::GPUFuncOp func);
   void buildScan(gpu::GPUFuncOp func);
+  /// The chunk of `token` among `tokens` (index values).
+  Value chunkOf(Emitter &e, Value token, Value tokens);
   void forRowChunks(Emitter &e, Value tid,
                     function_ref<void(Value, Type)> body);
   void buildScatter(gpu::GPUFuncOp func);
@@ -199,6 +215,8 @@ private:
   MLIRContext *ctx;
   int64_t alignment;
   bool train;
+  /// Token chunks of the expert-parallel exchanges (1: not chunked).
+  int64_t chunks = 1;
   gpu::GPUModuleOp kernels;
   SmallVector<Buffer> buffers;
   moegpu::ProgramOp program;

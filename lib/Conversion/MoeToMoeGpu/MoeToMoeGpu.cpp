@@ -24,7 +24,8 @@ using namespace mlir::moe::lowering;
 
 gpu::GPUFuncOp LayerBuilder::addKernel(StringRef name, ArrayRef<StringRef> args,
                                        moegpu::GridAttr grid, int64_t block,
-                                       TypeRange workgroup) {
+                                       TypeRange workgroup,
+                                       std::optional<int64_t> chunk) {
   SmallVector<Type> types;
   for (StringRef arg : args)
     types.push_back(memrefType(arg));
@@ -35,13 +36,20 @@ gpu::GPUFuncOp LayerBuilder::addKernel(StringRef name, ArrayRef<StringRef> args,
   b.setInsertionPointToEnd(&func.front());
   gpu::ReturnOp::create(b, layer.getLoc());
 
+  addLaunch(func, args, grid, block, chunk);
+  return func;
+}
+
+void LayerBuilder::addLaunch(gpu::GPUFuncOp func, ArrayRef<StringRef> args,
+                             moegpu::GridAttr grid, int64_t block,
+                             std::optional<int64_t> chunk) {
   OpBuilder sb = stepBuilder();
   moegpu::LaunchOp::create(
       sb, layer.getLoc(),
       SymbolRefAttr::get(kernels.getNameAttr(),
                          {FlatSymbolRefAttr::get(func.getNameAttr())}),
-      symbols(args), grid, sb.getI64IntegerAttr(block));
-  return func;
+      symbols(args), grid, sb.getI64IntegerAttr(block),
+      chunk ? sb.getI64IntegerAttr(*chunk) : IntegerAttr());
 }
 
 
@@ -53,10 +61,16 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
            << "; the sm_90a kernels take bf16 or f16 layers (compile with "
               "--dtype=bf16)";
   auto ep = static_cast<int64_t>(layer.getEpSize());
-  if (layer.getEpChunks() > 1)
+  // Token chunks of a sharded layer's exchanges: the dispatch sorts rows by
+  // (chunk, expert), so each chunk's all-to-all can run beside the expert
+  // GEMMs of the chunks before it.
+  chunks = ep > 1 ? std::max<int64_t>(1, layer.getEpChunks()) : 1;
+  if (chunks > 1 && train)
     return layer.emitOpError()
-           << "exchanges its tokens in " << layer.getEpChunks()
-           << " chunks; chunked exchanges run on the host target only";
+           << "exchanges its tokens in " << chunks
+           << " chunks; on sm_90a the training step's exchanges are not "
+              "chunked yet (compile the training step without --ep-chunks, "
+              "or for the host target)";
   if (config.getSharedGate())
     return layer.emitOpError() << "has a shared-expert gate (Qwen2-MoE), "
                                   "which the sm_90a target does not support "
@@ -94,9 +108,11 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   addBuffer("router_logits", f32, {kTokens, e}, "scratch");
   addBuffer("topk_ids", i32, {kTokens, k}, "output");
   addBuffer("topk_weights", f32, {kTokens, k}, "output");
-  addBuffer("counts", i32, {e}, "scratch");
-  addBuffer("offsets", i32, {e + 1}, "scratch");
-  addBuffer("cursors", i32, {e}, "scratch");
+  // Counts, segment offsets and scatter cursors of (chunk, expert) pairs,
+  // chunk-major (one chunk: the experts').
+  addBuffer("counts", i32, {chunks * e}, "scratch");
+  addBuffer("offsets", i32, {chunks * e + 1}, "scratch");
+  addBuffer("cursors", i32, {chunks * e}, "scratch");
   if (shared)
     addBuffer("shared_offsets", i32, {2}, "scratch");
   addBuffer("rows", dtype, {kRows, h}, "scratch");
@@ -114,8 +130,9 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
     // source rank): offsets of those segments, of each expert's rows
     // (what the GEMMs group by), the rows, their routing weights, and the
     // experts' outputs that go back.
-    addBuffer("ep_offsets", i32, {e + 1}, "scratch");
-    addBuffer("ep_group_offsets", i32, {local + 1}, "scratch");
+    addBuffer("ep_offsets", i32, {chunks * (e + 1)}, "scratch");
+    for (int64_t c = 0; c < chunks; ++c)
+      addBuffer(groupOffsets(c), i32, {local + 1}, "scratch");
     addBuffer("ep_rows", dtype, {kReceivedRows, h}, "scratch");
     addBuffer("ep_row_weight", f32, {kReceivedRows}, "scratch");
     addBuffer("ep_act", dtype, {kReceivedRows, f}, "scratch");
@@ -160,7 +177,9 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
                          gridOf(moegpu::GridKind::Assignments, 1), kRowThreads,
                          {MemRefType::get({1}, i32, AffineMap(), wg)}));
 
-  if (ep > 1) {
+  if (ep > 1 && chunks > 1) {
+    buildChunkedExperts();
+  } else if (ep > 1) {
     addExchange(moegpu::ExchangeKind::Dispatch, {"offsets", "rows", "row_weight", "ep_offsets",
                              "ep_group_offsets", "ep_rows", "ep_row_weight"});
     buildGemm(addKernel("expert_up",
@@ -216,6 +235,43 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
                              buf.source);
   }
   return success();
+}
+
+void LayerBuilder::buildChunkedExperts() {
+  // One wait of the host for the device: every chunk's sizes, exchanged
+  // at once, and the layout of what each chunk brings.
+  SmallVector<std::string> plan{"offsets", "ep_offsets"};
+  for (int64_t c = 0; c < chunks; ++c)
+    plan.push_back(groupOffsets(c));
+  SmallVector<StringRef> planArgs(plan.begin(), plan.end());
+  addExchange(moegpu::ExchangeKind::DispatchPlan, planArgs);
+  // Every chunk's rows and weights are enqueued on the communicator's
+  // stream at once: chunk c + 1's move while chunk c's GEMMs run.
+  for (int64_t c = 0; c < chunks; ++c) {
+    addExchange(moegpu::ExchangeKind::DispatchRows, {"rows", "ep_rows"}, c);
+    addExchange(moegpu::ExchangeKind::DispatchRows,
+                {"row_weight", "ep_row_weight"}, c);
+  }
+  // Each chunk's GEMMs wait for its own rows only; its outputs go back as
+  // soon as its down projection is done, beside the next chunk's GEMMs.
+  auto persistent = gridOf(moegpu::GridKind::Persistent);
+  gpu::GPUFuncOp up, down;
+  for (int64_t c = 0; c < chunks; ++c) {
+    std::string groups = groupOffsets(c);
+    SmallVector<StringRef> upArgs{"ep_rows", "w13", groups, "ep_act"};
+    SmallVector<StringRef> downArgs{"ep_act", "w2", groups, "ep_down",
+                                    "ep_row_weight"};
+    if (c == 0) {
+      up = addKernel("expert_up", upArgs, persistent, 0, {}, c);
+      buildGemm(up, moegpu::Epilogue::SwiGLU);
+      down = addKernel("expert_down", downArgs, persistent, 0, {}, c);
+      buildGemm(down, moegpu::Epilogue::RowScale);
+    } else {
+      addLaunch(up, upArgs, persistent, 0, c);
+      addLaunch(down, downArgs, persistent, 0, c);
+    }
+    addExchange(moegpu::ExchangeKind::CombineRows, {"ep_down", "down"}, c);
+  }
 }
 
 namespace {

@@ -232,6 +232,8 @@ abi::ExchangeKind toAbi(moegpu::ExchangeKind kind) {
     return abi::ExchangeKind::DispatchRows;
   case moegpu::ExchangeKind::CombineRows:
     return abi::ExchangeKind::CombineRows;
+  case moegpu::ExchangeKind::DispatchPlan:
+    return abi::ExchangeKind::DispatchPlan;
   }
   llvm_unreachable("an ExchangeKind the ABI lacks");
 }
@@ -326,9 +328,14 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
     return std::nullopt;
   }
   LayerConfigAttr config = layer.getConfig();
+  auto ranks = static_cast<int64_t>(layer.getEpSize());
+  // A chunked exchange pads each (chunk, expert) segment: as many
+  // segments as experts times chunks.
+  int64_t chunks =
+      ranks > 1 ? std::max<int64_t>(1, layer.getEpChunks()) : 1;
   std::optional<int64_t> rows =
       paddedRowsUpperBound(options.maxTokens, config.getTopK(),
-                           config.getExperts(), options.alignment);
+                           chunks * config.getExperts(), options.alignment);
   if (!rows) {
     error = "--max-tokens " + std::to_string(options.maxTokens) +
             " gives a dispatched buffer too large to address";
@@ -337,13 +344,12 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
   // A rank of a sharded layer receives, from each of the ranks, that
   // rank's rows for its own experts: at most min(k, local) per token, each
   // (rank, expert) segment padded to the alignment.
-  auto ranks = static_cast<int64_t>(layer.getEpSize());
   int64_t receivedRows = 0;
   if (ranks > 1) {
     int64_t local = config.getExperts() / ranks;
     std::optional<int64_t> perRank = paddedRowsUpperBound(
-        options.maxTokens, std::min<int64_t>(config.getTopK(), local), local,
-        options.alignment);
+        options.maxTokens, std::min<int64_t>(config.getTopK(), local),
+        chunks * local, options.alignment);
     if (!perRank || __builtin_mul_overflow(*perRank, ranks, &receivedRows)) {
       error = "--max-tokens " + std::to_string(options.maxTokens) +
               " gives a received-rows buffer too large to address";
@@ -476,6 +482,7 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
       if (auto launch = dyn_cast<moegpu::LaunchOp>(op)) {
         step.op = "launch";
         step.args = names(launch.getArgs());
+        step.chunk = launch.getChunk().value_or(-1);
         readLaunch(launch, step);
       } else if (auto memset = dyn_cast<moegpu::MemsetOp>(op)) {
         step.op = "memset";
@@ -485,6 +492,7 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
         step.exchange =
             std::string(abi::exchangeKindName(toAbi(exchange.getKind())));
         step.args = names(exchange.getArgs());
+        step.chunk = exchange.getChunk().value_or(-1);
       } else if (auto reduce = dyn_cast<moegpu::AllReduceOp>(op)) {
         step.op = "all_reduce";
         step.args = names(reduce.getArgs());

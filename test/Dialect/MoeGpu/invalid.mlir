@@ -453,11 +453,58 @@ module attributes {gpu.container_module} {
 
 // -----
 
+module attributes {gpu.container_module} {
+  gpu.module @kernels {
+    gpu.func @k(%a: memref<8xbf16>) kernel {
+      gpu.return
+    }
+  }
+  moegpu.program {
+    moegpu.buffer @x : memref<8xbf16> dims [] source "input"
+    moegpu.schedule "forward" {
+      // expected-error @+1 {{has chunk -2; expected a chunk index >= 0}}
+      moegpu.launch @kernels::@k [@x] grid <one> block 32 {chunk = -2 : i64}
+    }
+  }
+}
+
+// -----
+
 moegpu.program {
   moegpu.buffer @x : memref<8xbf16> dims [] source "input"
   moegpu.schedule "forward" {
     // expected-error @+1 {{of kind dispatch takes 7 buffers, got 1}}
     moegpu.exchange <dispatch> [@x]
+  }
+}
+
+// -----
+
+moegpu.program {
+  moegpu.buffer @x : memref<8xi32> dims [] source "scratch"
+  moegpu.schedule "forward" {
+    // expected-error @+1 {{of kind dispatch_plan takes the offsets, ep_offsets and one group-offsets buffer per chunk (at least 3 buffers), got 2}}
+    moegpu.exchange <dispatch_plan> [@x, @x]
+  }
+}
+
+// -----
+
+moegpu.program {
+  moegpu.buffer @x : memref<8xbf16> dims [] source "scratch"
+  moegpu.schedule "forward" {
+    // expected-error @+1 {{of kind combine takes no chunk (only dispatch_rows and combine_rows move one chunk's rows)}}
+    moegpu.exchange <combine> [@x, @x, @x, @x] {chunk = 0 : i64}
+  }
+}
+
+// -----
+
+moegpu.program {
+  moegpu.buffer @x : memref<8xbf16> dims [] source "scratch"
+  moegpu.schedule "forward" {
+    // expected-error @+1 {{has chunk -1; expected a chunk index >= 0}}
+    moegpu.exchange <dispatch_rows> [@x, @x] {chunk = -1 : i64}
   }
 }
 

@@ -101,7 +101,9 @@ struct GpuStep {
   /// goes to its rank, which lays them out by (local expert, source rank);
   /// "combine" with args [ep_offsets, ep_down, offsets, down]: back;
   /// "dispatch_rows" and "combine_rows" with args [from, to]: other rows
-  /// of the last dispatch's segments, either way. all_reduce: the f32
+  /// of the last dispatch's segments, either way, or with a `chunk`, that
+  /// chunk's segments of the last "dispatch_plan" (args [offsets,
+  /// ep_offsets, then each chunk's ep_group_offsets]). all_reduce: the f32
   /// buffers of args summed over the ranks, in place.
   std::string exchange;
   std::vector<std::string> args; // launch: the buffers of its memref args
@@ -114,6 +116,9 @@ struct GpuStep {
   int64_t block = 0, sharedMemory = 0;
   /// CTAs of a cluster along x (1 or 2); the grid is a multiple of it.
   int64_t cluster = 1;
+  /// The token chunk a launch or exchange works on (chunked
+  /// expert-parallel exchanges), or -1: all of its buffers.
+  int64_t chunk = -1;
   std::vector<GpuTensorMap> tensorMaps;
 };
 

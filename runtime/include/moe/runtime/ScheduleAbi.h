@@ -65,11 +65,19 @@ constexpr bool isBufferDim(int64_t size) { return size >= -3 && size <= -1; }
 
 /// The kinds of expert-parallel exchange between launches, and how many
 /// buffers each takes (GpuStep in moe/runtime/Bundle.h says which).
-enum class ExchangeKind { Dispatch, Combine, DispatchRows, CombineRows };
+enum class ExchangeKind {
+  Dispatch,
+  Combine,
+  DispatchRows,
+  CombineRows,
+  DispatchPlan
+};
 
 inline constexpr std::string_view kExchangeKindNames[] = {
-    "dispatch", "combine", "dispatch_rows", "combine_rows"};
-inline constexpr size_t kExchangeArity[] = {7, 4, 2, 2};
+    "dispatch", "combine", "dispatch_rows", "combine_rows", "dispatch_plan"};
+/// Buffers each kind takes; a dispatch_plan takes at least 3 (offsets,
+/// ep_offsets, then one group-offsets buffer per chunk).
+inline constexpr size_t kExchangeArity[] = {7, 4, 2, 2, 3};
 
 constexpr std::string_view exchangeKindName(ExchangeKind kind) {
   return kExchangeKindNames[static_cast<size_t>(kind)];
