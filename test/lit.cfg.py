@@ -39,7 +39,8 @@ config.substitutions.append(
 
 # Sanitizer builds: pass their options through, and skip what cannot run
 # there (building an outside project against instrumented libraries).
-for name in ("ASAN_OPTIONS", "UBSAN_OPTIONS"):
+# MOE_EMU_STREAMS=sync runs the emulated GPU's streams one call at a time.
+for name in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "MOE_EMU_STREAMS"):
     if name in os.environ:
         config.environment[name] = os.environ[name]
 if config.moe_sanitizers:

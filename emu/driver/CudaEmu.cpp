@@ -6,8 +6,11 @@
 //
 //   MOE_CUDA_DRIVER=build/lib/libcuda-emu.so moe-run B --device=cuda ...
 //
-// Device memory is host memory; every stream is in order and synchronous
-// (work runs when it is enqueued), so events time the emulation itself.
+// Device memory is host memory. Every stream is in order and runs its
+// work on a thread of its own, beside the host and the other streams, so
+// a program's missing waits show up as they would on a GPU
+// (MOE_EMU_STREAMS=sync runs work when it is enqueued). Events time the
+// emulation itself.
 // Modules are PTX text: a cubin (SASS) is refused with
 // CUDA_ERROR_NO_BINARY_FOR_GPU, so a caller that carries both, as a fatbin
 // does, falls back to its PTX. A kernel that fails a check or traps fails
@@ -15,7 +18,8 @@
 // _LAUNCH_FAILED), prints the emulator's report to stderr, and leaves the
 // context's error sticky, as a GPU fault does.
 //
-// Environment: MOE_EMU_CHECKS=0 turns the sanitizer's optional checks off;
+// Environment: MOE_EMU_STREAMS=sync (see above); MOE_EMU_CHECKS=0 turns
+// the sanitizer's optional checks off;
 // MOE_EMU_TRACE=<cta>:<warp> traces one warp's instructions (to
 // MOE_EMU_TRACE_FILE, else stderr); MOE_EMU_STATS=1 prints each kernel's
 // emulated instruction counts and rates at exit;
@@ -29,14 +33,20 @@
 #include "moe/emu/Emulator.h"
 #include "moe/runtime/CudaAbi.h"
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace moe::emu;
@@ -56,9 +66,153 @@ struct Function {
   int maxDynamicShared = 48 * 1024;
 };
 
+/// Every stream runs its work in order on a thread of its own,
+/// concurrently with the host and the other streams, as a GPU's streams do
+/// (an error of its work becomes the context's sticky error, reported by
+/// the next call). MOE_EMU_STREAMS=sync runs work when it is enqueued
+/// instead (a fault then fails the call that enqueued it).
+bool asyncStreams() {
+  static const bool async = [] {
+    const char *v = std::getenv("MOE_EMU_STREAMS");
+    return !v || std::strcmp(v, "sync") != 0;
+  }();
+  return async;
+}
+
+/// A stream: its work, in order. `blocking` streams (created without
+/// CU_STREAM_NON_BLOCKING) order with the legacy stream's work: the
+/// synchronous copies and fills wait for them.
+class Stream {
+public:
+  explicit Stream(bool blocking);
+  ~Stream();
+  Stream(const Stream &) = delete;
+  Stream &operator=(const Stream &) = delete;
+
+  void push(std::function<void()> work) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      queue.push_back(std::move(work));
+    }
+    wake.notify_all();
+  }
+  /// Waits until every piece of work enqueued so far has run.
+  void drain() {
+    std::unique_lock<std::mutex> lock(mutex);
+    done.wait(lock, [&] { return queue.empty() && !running; });
+  }
+  bool idle() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return queue.empty() && !running;
+  }
+
+  const bool blocking;
+
+private:
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex);
+    for (;;) {
+      wake.wait(lock, [&] { return stop || !queue.empty(); });
+      if (queue.empty())
+        return; // stopping, and nothing left
+      std::function<void()> work = std::move(queue.front());
+      queue.pop_front();
+      running = true;
+      lock.unlock();
+      work();
+      lock.lock();
+      running = false;
+      if (queue.empty())
+        done.notify_all();
+    }
+  }
+
+  std::mutex mutex;
+  std::condition_variable wake, done;
+  std::deque<std::function<void()>> queue;
+  bool running = false, stop = false;
+  std::thread worker;
+};
+
+/// Every live stream, for the legacy stream's and the context's waits.
+struct StreamRegistry {
+  std::mutex mutex;
+  std::set<Stream *> streams;
+};
+StreamRegistry &streamRegistry() {
+  static StreamRegistry r;
+  return r;
+}
+
+Stream::Stream(bool blocking) : blocking(blocking) {
+  {
+    std::lock_guard<std::mutex> lock(streamRegistry().mutex);
+    streamRegistry().streams.insert(this);
+  }
+  if (asyncStreams())
+    worker = std::thread([this] { run(); });
+}
+
+Stream::~Stream() {
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    stop = true;
+  }
+  wake.notify_all();
+  if (worker.joinable())
+    worker.join();
+  std::lock_guard<std::mutex> lock(streamRegistry().mutex);
+  streamRegistry().streams.erase(this);
+}
+
+/// Waits for the work of every stream (or every blocking one).
+void drainStreams(bool blockingOnly) {
+  std::vector<Stream *> streams;
+  {
+    std::lock_guard<std::mutex> lock(streamRegistry().mutex);
+    for (Stream *s : streamRegistry().streams)
+      if (!blockingOnly || s->blocking)
+        streams.push_back(s);
+  }
+  for (Stream *s : streams)
+    s->drain();
+}
+
+/// An event: records are numbered as they are enqueued and completed as
+/// their stream reaches them.
 struct Event {
+  std::mutex mutex;
+  std::condition_variable reachedRecord;
+  std::atomic<uint64_t> recordedSeq{0};
+  uint64_t completedSeq = 0;
   std::chrono::steady_clock::time_point when;
-  bool recorded = false;
+
+  void complete(uint64_t seq) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (seq > completedSeq) {
+        completedSeq = seq;
+        when = std::chrono::steady_clock::now();
+      }
+    }
+    reachedRecord.notify_all();
+  }
+  void waitFor(uint64_t seq) {
+    std::unique_lock<std::mutex> lock(mutex);
+    reachedRecord.wait(lock, [&] { return completedSeq >= seq; });
+  }
+  bool reached(uint64_t seq) {
+    std::lock_guard<std::mutex> lock(mutex);
+    return completedSeq >= seq;
+  }
+  /// The time of the last record, once it has completed.
+  bool completedAt(std::chrono::steady_clock::time_point &at) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (completedSeq == 0 || completedSeq < recordedSeq)
+      return false;
+    at = when;
+    return true;
+  }
 };
 
 struct KernelStats {
@@ -72,9 +226,10 @@ struct State {
   bool initialized = false;
   int current = -1; // the device of the current context
   GlobalMemory memory;
-  CUresult sticky = kSuccess;
+  std::atomic<CUresult> sticky{kSuccess}; // set by the streams' threads too
   LaunchOptions options;
   bool stats = false;
+  std::mutex statsMutex; // kernelStats: launches run on the streams' threads
   std::map<std::string, KernelStats> kernelStats;
 
   State() {
@@ -142,9 +297,27 @@ void *contextOf(int device) {
   return reinterpret_cast<void *>(static_cast<uintptr_t>(device + 1));
 }
 
+/// Runs `work` as `stream`'s: on the legacy stream (null) after the
+/// blocking streams' work and before returning, or enqueued on an
+/// asynchronous stream. Returns the context's sticky error (an earlier
+/// fault) when the work has run.
+CUresult onStream(void *stream, std::function<void()> work) {
+  if (!stream || !asyncStreams()) {
+    if (!stream)
+      drainStreams(/*blockingOnly=*/true);
+    work();
+    return state().sticky;
+  }
+  static_cast<Stream *>(stream)->push(std::move(work));
+  return kSuccess;
+}
+
+CUresult runLaunch(Function *fn, Dim3 grid, Dim3 block, Dim3 cluster,
+                   unsigned shared, const std::vector<uint8_t> &params);
+
 CUresult launchOn(Function *fn, Dim3 grid, Dim3 block, Dim3 cluster,
-                  unsigned shared, void **kernelParams, void **extra) {
-  State &s = state();
+                  unsigned shared, void **kernelParams, void **extra,
+                  void *stream) {
   if (!fn || !fn->kernel)
     return kErrorInvalidHandle;
   if (shared > static_cast<unsigned>(fn->maxDynamicShared)) {
@@ -181,6 +354,26 @@ CUresult launchOn(Function *fn, Dim3 grid, Dim3 block, Dim3 cluster,
   } else if (!layout.sizes.empty()) {
     return kErrorInvalidValue;
   }
+  if (!stream || !asyncStreams()) {
+    if (!stream)
+      drainStreams(/*blockingOnly=*/true);
+    return runLaunch(fn, grid, block, cluster, shared, params);
+  }
+  // The launch's failure is the context's sticky error from then on (a
+  // launch that cannot start included: it is found when it runs).
+  static_cast<Stream *>(stream)->push(
+      [=, params = std::move(params)] {
+        CUresult rc = runLaunch(fn, grid, block, cluster, shared, params);
+        CUresult none = kSuccess;
+        if (rc != kSuccess)
+          state().sticky.compare_exchange_strong(none, rc);
+      });
+  return kSuccess;
+}
+
+CUresult runLaunch(Function *fn, Dim3 grid, Dim3 block, Dim3 cluster,
+                   unsigned shared, const std::vector<uint8_t> &params) {
+  State &s = state();
   LaunchStats stats;
   auto begin = std::chrono::steady_clock::now();
   LaunchResult result =
@@ -189,11 +382,14 @@ CUresult launchOn(Function *fn, Dim3 grid, Dim3 block, Dim3 cluster,
   double seconds = std::chrono::duration<double>(
                        std::chrono::steady_clock::now() - begin)
                        .count();
-  KernelStats &ks = s.kernelStats[kernelName(*fn->kernel)];
-  ks.stats.warpInstructions += stats.warpInstructions;
-  ks.stats.threadInstructions += stats.threadInstructions;
-  ks.seconds += seconds;
-  ++ks.launches;
+  {
+    std::lock_guard<std::mutex> lock(s.statsMutex);
+    KernelStats &ks = s.kernelStats[kernelName(*fn->kernel)];
+    ks.stats.warpInstructions += stats.warpInstructions;
+    ks.stats.threadInstructions += stats.threadInstructions;
+    ks.seconds += seconds;
+    ++ks.launches;
+  }
   if (result.ok())
     return kSuccess;
   std::fprintf(stderr, "moe-emu: %s\n", result.report.c_str());
@@ -361,7 +557,8 @@ CUresult cuCtxGetDevice(int *device) {
 
 CUresult cuCtxSynchronize() {
   REQUIRE_CONTEXT();
-  return kSuccess;
+  drainStreams(/*blockingOnly=*/false);
+  return state().sticky;
 }
 
 CUresult cuModuleLoadData(void **module, const void *image) {
@@ -419,6 +616,7 @@ CUresult cuModuleUnload(void *module) {
   if (!module)
     return kErrorInvalidHandle;
   auto *loaded = static_cast<LoadedModule *>(module);
+  drainStreams(/*blockingOnly=*/false); // its kernels may still run
   forgetVariables(*loaded->module, state().memory);
   delete loaded;
   return kSuccess;
@@ -483,6 +681,8 @@ CUresult cuMemFree_v2(CUdeviceptr ptr) {
   REQUIRE_INIT();
   if (ptr == 0)
     return kSuccess;
+  // Freeing waits for the device, as cuMemFree does.
+  drainStreams(/*blockingOnly=*/false);
   // Only an allocation's start frees it (not an adopted module variable).
   return state().memory.release(ptr) ? kSuccess : kErrorInvalidValue;
 }
@@ -496,79 +696,110 @@ CUresult cuMemGetInfo_v2(size_t *free, size_t *total) {
   return kSuccess;
 }
 
+// Copies and fills. The synchronous forms run on the legacy stream: after
+// the blocking streams' work, before returning. The Async forms are work
+// of their stream; an HtoD copy reads its host bytes when it is called
+// (as a copy from pageable memory does), a DtoH copy writes them when it
+// runs.
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t bytes) {
   REQUIRE_CONTEXT();
   if (!inAllocation(dst, bytes) || (!src && bytes))
     return kErrorInvalidValue;
-  if (bytes)
-    std::memcpy(reinterpret_cast<void *>(dst), src, bytes);
-  return kSuccess;
+  return onStream(nullptr, [=] {
+    if (bytes)
+      std::memcpy(reinterpret_cast<void *>(dst), src, bytes);
+  });
 }
 
 CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t bytes) {
   REQUIRE_CONTEXT();
   if (!inAllocation(src, bytes) || (!dst && bytes))
     return kErrorInvalidValue;
-  if (bytes)
-    std::memcpy(dst, reinterpret_cast<const void *>(src), bytes);
-  return kSuccess;
+  return onStream(nullptr, [=] {
+    if (bytes)
+      std::memcpy(dst, reinterpret_cast<const void *>(src), bytes);
+  });
 }
 
 CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
   REQUIRE_CONTEXT();
   if (!inAllocation(dst, bytes) || !inAllocation(src, bytes))
     return kErrorInvalidValue;
-  if (bytes)
-    std::memmove(reinterpret_cast<void *>(dst),
-                 reinterpret_cast<const void *>(src), bytes);
-  return kSuccess;
+  return onStream(nullptr, [=] {
+    if (bytes)
+      std::memmove(reinterpret_cast<void *>(dst),
+                   reinterpret_cast<const void *>(src), bytes);
+  });
 }
 
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t bytes,
-                              void *) {
-  return cuMemcpyHtoD_v2(dst, src, bytes);
+                              void *stream) {
+  REQUIRE_CONTEXT();
+  if (!inAllocation(dst, bytes) || (!src && bytes))
+    return kErrorInvalidValue;
+  auto copy = std::make_shared<std::vector<char>>(
+      static_cast<const char *>(src), static_cast<const char *>(src) + bytes);
+  return onStream(stream, [=] {
+    if (bytes)
+      std::memcpy(reinterpret_cast<void *>(dst), copy->data(), bytes);
+  });
 }
 CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t bytes,
-                              void *) {
-  return cuMemcpyDtoH_v2(dst, src, bytes);
+                              void *stream) {
+  REQUIRE_CONTEXT();
+  if (!inAllocation(src, bytes) || (!dst && bytes))
+    return kErrorInvalidValue;
+  return onStream(stream, [=] {
+    if (bytes)
+      std::memcpy(dst, reinterpret_cast<const void *>(src), bytes);
+  });
 }
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes,
-                              void *) {
-  return cuMemcpyDtoD_v2(dst, src, bytes);
+                              void *stream) {
+  REQUIRE_CONTEXT();
+  if (!inAllocation(dst, bytes) || !inAllocation(src, bytes))
+    return kErrorInvalidValue;
+  return onStream(stream, [=] {
+    if (bytes)
+      std::memmove(reinterpret_cast<void *>(dst),
+                   reinterpret_cast<const void *>(src), bytes);
+  });
 }
 
-CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t count) {
+CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t count,
+                         void *stream) {
   REQUIRE_CONTEXT();
   if (!inAllocation(dst, count))
     return kErrorInvalidValue;
-  if (count)
-    std::memset(reinterpret_cast<void *>(dst), value, count);
-  return kSuccess;
+  return onStream(stream, [=] {
+    if (count)
+      std::memset(reinterpret_cast<void *>(dst), value, count);
+  });
 }
-CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t count,
-                         void *) {
-  return cuMemsetD8_v2(dst, value, count);
+CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t count) {
+  return cuMemsetD8Async(dst, value, count, nullptr);
 }
-CUresult cuMemsetD32_v2(CUdeviceptr dst, unsigned value, size_t count) {
+CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned value, size_t count,
+                          void *stream) {
   REQUIRE_CONTEXT();
   if (dst % 4 || !inAllocation(dst, count * 4))
     return kErrorInvalidValue;
-  auto *p = reinterpret_cast<unsigned *>(dst);
-  for (size_t i = 0; i < count; ++i)
-    p[i] = value;
-  return kSuccess;
+  return onStream(stream, [=] {
+    auto *p = reinterpret_cast<unsigned *>(dst);
+    for (size_t i = 0; i < count; ++i)
+      p[i] = value;
+  });
 }
-CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned value, size_t count,
-                          void *) {
-  return cuMemsetD32_v2(dst, value, count);
+CUresult cuMemsetD32_v2(CUdeviceptr dst, unsigned value, size_t count) {
+  return cuMemsetD32Async(dst, value, count, nullptr);
 }
 
-// Streams and events: every stream runs its work when it is enqueued.
-CUresult cuStreamCreate(void **stream, unsigned) {
+// Streams and events.
+CUresult cuStreamCreate(void **stream, unsigned flags) {
   REQUIRE_CONTEXT();
-  if (!stream)
+  if (!stream || (flags & ~1u))
     return kErrorInvalidValue;
-  *stream = new char(0);
+  *stream = new Stream(/*blocking=*/(flags & 1u) == 0);
   return kSuccess;
 }
 CUresult cuStreamCreateWithPriority(void **stream, unsigned flags, int) {
@@ -576,20 +807,32 @@ CUresult cuStreamCreateWithPriority(void **stream, unsigned flags, int) {
 }
 CUresult cuStreamDestroy_v2(void *stream) {
   REQUIRE_INIT();
-  delete static_cast<char *>(stream);
+  // Its work completes first (the worker finishes its queue).
+  delete static_cast<Stream *>(stream);
   return kSuccess;
 }
-CUresult cuStreamSynchronize(void *) {
+CUresult cuStreamSynchronize(void *stream) {
   REQUIRE_CONTEXT();
+  if (stream)
+    static_cast<Stream *>(stream)->drain();
+  else
+    drainStreams(/*blockingOnly=*/true);
+  return state().sticky;
+}
+CUresult cuStreamQuery(void *stream) {
+  REQUIRE_CONTEXT();
+  if (stream && !static_cast<Stream *>(stream)->idle())
+    return kErrorNotReady;
   return kSuccess;
 }
-CUresult cuStreamQuery(void *) {
+CUresult cuStreamWaitEvent(void *stream, void *event, unsigned) {
   REQUIRE_CONTEXT();
-  return kSuccess;
-}
-CUresult cuStreamWaitEvent(void *, void *, unsigned) {
-  REQUIRE_CONTEXT();
-  return kSuccess;
+  auto *e = static_cast<Event *>(event);
+  if (!e)
+    return kErrorInvalidHandle;
+  // The stream's later work waits for the event's last record as of now.
+  uint64_t target = e->recordedSeq;
+  return onStream(stream, [e, target] { e->waitFor(target); });
 }
 
 CUresult cuEventCreate(void **event, unsigned) {
@@ -604,40 +847,56 @@ CUresult cuEventDestroy_v2(void *event) {
   delete static_cast<Event *>(event);
   return kSuccess;
 }
-CUresult cuEventRecord(void *event, void *) {
+CUresult cuEventRecord(void *event, void *stream) {
   REQUIRE_CONTEXT();
   auto *e = static_cast<Event *>(event);
   if (!e)
     return kErrorInvalidHandle;
-  e->when = std::chrono::steady_clock::now();
-  e->recorded = true;
-  return kSuccess;
+  uint64_t seq = ++e->recordedSeq;
+  return onStream(stream, [e, seq] { e->complete(seq); });
 }
 CUresult cuEventSynchronize(void *event) {
   REQUIRE_CONTEXT();
-  return event ? kSuccess : kErrorInvalidHandle;
+  auto *e = static_cast<Event *>(event);
+  if (!e)
+    return kErrorInvalidHandle;
+  e->waitFor(e->recordedSeq);
+  return state().sticky;
 }
 CUresult cuEventQuery(void *event) {
   REQUIRE_CONTEXT();
-  return event ? kSuccess : kErrorInvalidHandle;
+  auto *e = static_cast<Event *>(event);
+  if (!e)
+    return kErrorInvalidHandle;
+  return e->reached(e->recordedSeq) ? kSuccess : kErrorNotReady;
 }
 CUresult cuEventElapsedTime(float *ms, void *start, void *end) {
   REQUIRE_CONTEXT();
   auto *a = static_cast<Event *>(start), *b = static_cast<Event *>(end);
   if (!ms || !a || !b)
     return kErrorInvalidHandle;
-  if (!a->recorded || !b->recorded)
+  std::chrono::steady_clock::time_point from, to;
+  if (!a->completedAt(from) || !b->completedAt(to))
     return kErrorNotReady;
-  *ms = std::chrono::duration<float, std::milli>(b->when - a->when).count();
+  *ms = std::chrono::duration<float, std::milli>(to - from).count();
   return kSuccess;
+}
+
+/// Runs fn(data) as work of `stream`, after its earlier work (a host
+/// function may block; the emulated NCCL runs its transfers so).
+CUresult cuLaunchHostFunc(void *stream, void (*fn)(void *), void *data) {
+  REQUIRE_CONTEXT();
+  if (!fn)
+    return kErrorInvalidValue;
+  return onStream(stream, [fn, data] { fn(data); });
 }
 
 CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz,
                         unsigned bx, unsigned by, unsigned bz, unsigned shared,
-                        void *, void **params, void **extra) {
+                        void *stream, void **params, void **extra) {
   REQUIRE_CONTEXT();
   return launchOn(static_cast<Function *>(function), {gx, gy, gz},
-                  {bx, by, bz}, {1, 1, 1}, shared, params, extra);
+                  {bx, by, bz}, {1, 1, 1}, shared, params, extra, stream);
 }
 
 CUresult cuLaunchKernelEx(const void *configBytes, void *function,
@@ -655,9 +914,9 @@ CUresult cuLaunchKernelEx(const void *configBytes, void *function,
       if (cluster.count() == 0)
         return kErrorInvalidValue;
     }
-    // Programmatic dependent launch: launches run one after another here,
-    // which is what griddepcontrol.wait guarantees a kernel anyway (and
-    // griddepcontrol executes as a no-op).
+    // Programmatic dependent launch: launches of a stream run one after
+    // another here, which is what griddepcontrol.wait guarantees a kernel
+    // anyway (and griddepcontrol executes as a no-op).
     if (config->attrs[i].id == kLaunchAttributeProgrammaticStreamSerialization &&
         (config->attrs[i].value.programmaticStreamSerializationAllowed & ~1))
       return kErrorInvalidValue;
@@ -665,7 +924,8 @@ CUresult cuLaunchKernelEx(const void *configBytes, void *function,
   return launchOn(static_cast<Function *>(function),
                   {config->gridDimX, config->gridDimY, config->gridDimZ},
                   {config->blockDimX, config->blockDimY, config->blockDimZ},
-                  cluster, config->sharedMemBytes, params, extra);
+                  cluster, config->sharedMemBytes, params, extra,
+                  config->stream);
 }
 
 CUresult cuTensorMapEncodeTiled(void *map, int dtype, unsigned rank,

@@ -15,21 +15,29 @@
 // them in rank order, so every rank gets the same bits. A rank deletes its
 // contribution two all-reduces later (by then every rank has read it);
 // ncclCommDestroy waits for every rank and the last one out removes the
-// directory. Streams are ignored: the emulated driver runs all work at
-// once. A peer that does not answer within $MOE_NCCL_EMU_TIMEOUT seconds
-// (default 300) fails the call with ncclRemoteError.
+// directory. A collective is work of the stream it is given: it runs
+// through the emulated driver's cuLaunchHostFunc (found in the library
+// $MOE_CUDA_DRIVER names), after the stream's earlier work, so it runs
+// beside the other streams' kernels and a failure is the communicator's
+// asynchronous error
+// (ncclCommGetAsyncError); without that driver it runs at once. A peer that
+// does not answer within $MOE_NCCL_EMU_TIMEOUT seconds (default 300) fails
+// the call with ncclRemoteError.
 //
 //===----------------------------------------------------------------------===//
 
 #include "moe/runtime/NcclAbi.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <functional>
 #include <random>
 #include <string>
 #include <sys/stat.h>
@@ -47,6 +55,9 @@ struct Communicator {
   std::vector<uint64_t> sent, received; // messages per peer
   uint64_t reductions = 0;
   std::string lastError;
+  /// The first failure of work run on a stream, and the work not yet run.
+  std::atomic<int> asyncError{0};
+  std::atomic<int> inFlight{0};
 };
 
 struct Pending {
@@ -56,7 +67,55 @@ struct Pending {
   size_t bytes;
   int peer;
   Communicator *comm;
+  void *stream;
 };
+
+/// The emulated driver's cuLaunchHostFunc, when the process has it loaded.
+using HostFunc = int (*)(void *, void (*)(void *), void *);
+HostFunc hostFunc() {
+  static const HostFunc fn = []() -> HostFunc {
+    const char *path = std::getenv("MOE_CUDA_DRIVER");
+    if (!path || !*path)
+      return nullptr;
+    void *lib = ::dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    return lib ? reinterpret_cast<HostFunc>(::dlsym(lib, "cuLaunchHostFunc"))
+               : nullptr;
+  }();
+  return fn;
+}
+
+/// Runs `work` as work of `stream` (at once without the emulated driver or
+/// a stream): its failure becomes the communicator's asynchronous error.
+Result submit(Communicator *c, void *stream, std::function<Result()> work) {
+  HostFunc launch = hostFunc();
+  if (!launch || !stream)
+    return work();
+  struct Job {
+    Communicator *comm;
+    std::function<Result()> work;
+  };
+  auto *job = new Job{c, std::move(work)};
+  ++c->inFlight;
+  int rc = launch(
+      stream,
+      [](void *p) {
+        auto *j = static_cast<Job *>(p);
+        int none = 0;
+        if (Result r = j->work())
+          j->comm->asyncError.compare_exchange_strong(none, r);
+        --j->comm->inFlight;
+        delete j;
+      },
+      job);
+  if (rc != 0) {
+    --c->inFlight;
+    delete job;
+    c->lastError = "the stream cannot take the collective (a CUDA error " +
+                   std::to_string(rc) + ")";
+    return kSystemError;
+  }
+  return kSuccess;
+}
 
 thread_local int groupDepth = 0;
 thread_local std::vector<Pending> pending;
@@ -196,8 +255,61 @@ Result enqueue(const Pending &p) {
     pending.push_back(p);
     return kSuccess;
   }
-  return p.isSend ? doSend(p) : doRecv(p);
+  return submit(p.comm, p.stream,
+                [p]() -> Result { return p.isSend ? doSend(p) : doRecv(p); });
 }
+
+/// A sum over the ranks, in rank order (every rank gets the same bits).
+Result allReduce(Communicator *c, const void *send, void *recv, size_t count,
+                 int dtype) {
+  size_t bytes = count * typeSize(dtype);
+  uint64_t n = c->reductions++;
+  auto path = [&](uint64_t seq, int r) {
+    return c->dir + "/ar-" + std::to_string(seq) + "-" + std::to_string(r);
+  };
+  if (n >= 2)
+    ::unlink(path(n - 2, c->rank).c_str());
+  if (!writeFile(path(n, c->rank), send, bytes))
+    return failWith(c, kSystemError, "cannot write in '" + c->dir + "'");
+  std::vector<char> sum(bytes), part(bytes);
+  for (int r = 0; r < c->size; ++r) {
+    if (!waitFor(path(n, r)))
+      return failWith(c, kRemoteError,
+                      "rank " + std::to_string(r) +
+                          " did not join the all-reduce within the timeout");
+    size_t actual = 0;
+    if (!readFile(path(n, r), r == 0 ? sum.data() : part.data(), bytes, actual))
+      return failWith(c, kInvalidUsage,
+                      "rank " + std::to_string(r) + " reduces " +
+                          std::to_string(actual) + " bytes, this rank " +
+                          std::to_string(bytes));
+    if (r == 0)
+      continue;
+    auto add = [&](auto *acc, const auto *x) {
+      for (size_t i = 0; i < count; ++i)
+        acc[i] += x[i];
+    };
+    switch (dtype) {
+    case kFloat32:
+      add(reinterpret_cast<float *>(sum.data()),
+          reinterpret_cast<const float *>(part.data()));
+      break;
+    case kFloat64:
+      add(reinterpret_cast<double *>(sum.data()),
+          reinterpret_cast<const double *>(part.data()));
+      break;
+    case kInt32:
+      add(reinterpret_cast<int32_t *>(sum.data()),
+          reinterpret_cast<const int32_t *>(part.data()));
+      break;
+    default: add(reinterpret_cast<int64_t *>(sum.data()),
+                 reinterpret_cast<const int64_t *>(part.data())); break;
+    }
+  }
+  std::memcpy(recv, sum.data(), bytes);
+  return kSuccess;
+}
+
 
 void removeDirectory(const std::string &dir) {
   if (DIR *d = ::opendir(dir.c_str())) {
@@ -273,7 +385,7 @@ Result ncclCommInitRank(void **comm, int nranks, ncclUniqueId id, int rank) {
 Result ncclCommGetAsyncError(void *comm, Result *state) {
   if (!comm || !state)
     return kInvalidArgument;
-  *state = kSuccess;
+  *state = static_cast<Result>(static_cast<Communicator *>(comm)->asyncError.load());
   return kSuccess;
 }
 
@@ -295,6 +407,9 @@ Result ncclCommDestroy(void *comm) {
   auto *c = static_cast<Communicator *>(comm);
   if (!c)
     return kInvalidArgument;
+  // Its collectives still on a stream finish first.
+  while (c->inFlight.load() > 0)
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
   // Every rank has finished its collectives once it announces it; the last
   // rank to see all announcements and leave removes the directory.
   std::string fin = c->dir + "/fin-" + std::to_string(c->rank);
@@ -336,39 +451,43 @@ Result ncclGroupEnd() {
     return kSuccess;
   std::vector<Pending> ops;
   ops.swap(pending);
-  for (const Pending &p : ops)
-    if (p.isSend)
-      if (Result rc = doSend(p))
-        return rc;
-  for (const Pending &p : ops)
-    if (!p.isSend)
-      if (Result rc = doRecv(p))
-        return rc;
-  return kSuccess;
+  if (ops.empty())
+    return kSuccess;
+  return submit(ops[0].comm, ops[0].stream, [ops]() -> Result {
+    for (const Pending &p : ops)
+      if (p.isSend)
+        if (Result rc = doSend(p))
+          return rc;
+    for (const Pending &p : ops)
+      if (!p.isSend)
+        if (Result rc = doRecv(p))
+          return rc;
+    return kSuccess;
+  });
 }
 
 Result ncclSend(const void *data, size_t count, int dtype, int peer,
-                void *comm, void *) {
+                void *comm, void *stream) {
   size_t size = typeSize(dtype);
   if (!comm || size == 0 || (count && !data))
     return failWith(static_cast<Communicator *>(comm), kInvalidArgument,
                     "bad send arguments");
   return enqueue({true, data, nullptr, count * size, peer,
-                  static_cast<Communicator *>(comm)});
+                  static_cast<Communicator *>(comm), stream});
 }
 
 Result ncclRecv(void *data, size_t count, int dtype, int peer, void *comm,
-                void *) {
+                void *stream) {
   size_t size = typeSize(dtype);
   if (!comm || size == 0 || (count && !data))
     return failWith(static_cast<Communicator *>(comm), kInvalidArgument,
                     "bad receive arguments");
   return enqueue({false, nullptr, data, count * size, peer,
-                  static_cast<Communicator *>(comm)});
+                  static_cast<Communicator *>(comm), stream});
 }
 
 Result ncclAllReduce(const void *send, void *recv, size_t count, int dtype,
-                     int op, void *comm, void *) {
+                     int op, void *comm, void *stream) {
   auto *c = static_cast<Communicator *>(comm);
   if (!c || (count && (!send || !recv)))
     return kInvalidArgument;
@@ -380,52 +499,8 @@ Result ncclAllReduce(const void *send, void *recv, size_t count, int dtype,
   if (groupDepth > 0)
     return failWith(c, kInvalidUsage,
                     "libnccl-emu runs all-reduces outside groups only");
-  size_t bytes = count * typeSize(dtype);
-  uint64_t n = c->reductions++;
-  auto path = [&](uint64_t seq, int r) {
-    return c->dir + "/ar-" + std::to_string(seq) + "-" + std::to_string(r);
-  };
-  if (n >= 2)
-    ::unlink(path(n - 2, c->rank).c_str());
-  if (!writeFile(path(n, c->rank), send, bytes))
-    return failWith(c, kSystemError, "cannot write in '" + c->dir + "'");
-  std::vector<char> sum(bytes), part(bytes);
-  for (int r = 0; r < c->size; ++r) {
-    if (!waitFor(path(n, r)))
-      return failWith(c, kRemoteError,
-                      "rank " + std::to_string(r) +
-                          " did not join the all-reduce within the timeout");
-    size_t actual = 0;
-    if (!readFile(path(n, r), r == 0 ? sum.data() : part.data(), bytes, actual))
-      return failWith(c, kInvalidUsage,
-                      "rank " + std::to_string(r) + " reduces " +
-                          std::to_string(actual) + " bytes, this rank " +
-                          std::to_string(bytes));
-    if (r == 0)
-      continue;
-    auto add = [&](auto *acc, const auto *x) {
-      for (size_t i = 0; i < count; ++i)
-        acc[i] += x[i];
-    };
-    switch (dtype) {
-    case kFloat32:
-      add(reinterpret_cast<float *>(sum.data()),
-          reinterpret_cast<const float *>(part.data()));
-      break;
-    case kFloat64:
-      add(reinterpret_cast<double *>(sum.data()),
-          reinterpret_cast<const double *>(part.data()));
-      break;
-    case kInt32:
-      add(reinterpret_cast<int32_t *>(sum.data()),
-          reinterpret_cast<const int32_t *>(part.data()));
-      break;
-    default: add(reinterpret_cast<int64_t *>(sum.data()),
-                 reinterpret_cast<const int64_t *>(part.data())); break;
-    }
-  }
-  std::memcpy(recv, sum.data(), bytes);
-  return kSuccess;
+  return submit(c, stream,
+                [=] { return allReduce(c, send, recv, count, dtype); });
 }
 
 const char *ncclGetErrorString(Result rc) {

@@ -52,6 +52,8 @@ public:
       driver.eventDestroy(e);
     for (CUevent e : exchangeEvents)
       driver.eventDestroy(e);
+    if (scheduleStart)
+      driver.eventDestroy(scheduleStart);
     if (stream)
       driver.streamDestroy(stream);
     if (module)
@@ -106,20 +108,42 @@ private:
   int64_t receivedRows() const {
     return gpuReceivedRows(manifest.gpu, manifest.expertParallel);
   }
-  /// An expert-parallel exchange step (GpuStep::exchange).
-  Status runExchange(const GpuStep &step);
+  /// An expert-parallel exchange step (GpuStep::exchange); one on the
+  /// communication stream records `begin` and `end` around it there when
+  /// they are given (returning whether it did in `timed`).
+  Status runExchange(const GpuStep &step, CUevent begin = nullptr,
+                     CUevent end = nullptr, bool *timed = nullptr);
   /// A dispatch_plan: every chunk's sizes exchanged and laid out.
   Status planChunks(const GpuStep &step);
-  /// The time of every launch of `steps` after a timed run.
+  /// The time and start of every launch of `steps`, and of every
+  /// exchange on the communication stream, after a timed run.
   void collectProfile(const std::vector<GpuStep> &steps) {
     for (size_t i = 0; i < steps.size(); ++i) {
-      if (steps[i].op != "launch")
+      const GpuStep &st = steps[i];
+      bool exchange = i < timedExchanges.size() && timedExchanges[i];
+      if (st.op != "launch" && !exchange)
         continue;
-      float ms = 0;
-      driver.eventElapsedTime(&ms, events[2 * i], events[2 * i + 1]);
-      profile.push_back({steps[i].kernel, ms});
+      KernelTime k;
+      k.exchange = exchange;
+      // "all-to-all (combine_rows ep_down -> down, chunk 1)".
+      k.kernel = exchange ? "all-to-all (" + st.exchange : st.kernel;
+      if (exchange && st.args.size() == 2)
+        k.kernel += " " + st.args[0] + " -> " + st.args[1];
+      if (st.chunk >= 0)
+        k.kernel += (exchange ? ", chunk " : " (chunk ") +
+                    std::to_string(st.chunk) + (exchange ? "" : ")");
+      if (exchange)
+        k.kernel += ")";
+      driver.eventElapsedTime(&k.milliseconds, events[2 * i],
+                              events[2 * i + 1]);
+      driver.eventElapsedTime(&k.startMilliseconds, scheduleStart,
+                              events[2 * i]);
+      profile.push_back(std::move(k));
     }
   }
+  /// A timed run: its first event, and the exchanges it timed (by step).
+  CUevent scheduleStart = nullptr;
+  std::vector<bool> timedExchanges;
   /// Sums each f32 buffer of `step` over the ranks.
   Status runAllReduce(const GpuStep &step);
   /// Bytes of one row of `b` (its dimensions after the first).
@@ -130,9 +154,12 @@ private:
     return n;
   }
   /// Enqueues the memsets and launches of `steps` for `tokens` tokens.
+  /// Timed, their starts count from this schedule's start, or with
+  /// `sameClock` from the last timed schedule's (the update after its
+  /// step).
   Status launchSteps(const std::vector<GpuStep> &steps,
                      const std::vector<std::vector<CUdeviceptr>> &maps,
-                     int64_t tokens, bool timed);
+                     int64_t tokens, bool timed, bool sameClock = false);
   /// The buffer of training step argument `name`.
   const GpuBuffer *argumentBuffer(const std::string &name) const {
     for (const GpuBuffer &b : manifest.gpu.buffers)
@@ -497,7 +524,8 @@ CudaBackend::uploadParameters(const std::vector<const Tensor *> &arguments) {
   return Status::success();
 }
 
-Status CudaBackend::runExchange(const GpuStep &step) {
+Status CudaBackend::runExchange(const GpuStep &step, CUevent begin,
+                                CUevent end, bool *timed) {
   if (!deviceComm)
     return Status::failure(
         "the bundle's layer is sharded over " +
@@ -531,6 +559,8 @@ Status CudaBackend::runExchange(const GpuStep &step) {
     freeExchangeEvents.push_back(*ready);
     if (!waited.ok())
       return waited;
+    if (begin)
+      driver.eventRecord(begin, commStream);
   } else if (Status s = check(driver.streamSynchronize(stream),
                               "a kernel before the exchange failed");
              !s.ok()) {
@@ -632,6 +662,11 @@ Status CudaBackend::runExchange(const GpuStep &step) {
                            "' in the bundle's schedule");
   }
   if (async) {
+    if (end) {
+      driver.eventRecord(end, commStream);
+      if (timed)
+        *timed = true;
+    }
     Expected<CUevent> done =
         recordExchangeEvent(commStream, "the exchange's completion");
     if (!done)
@@ -754,13 +789,31 @@ Status CudaBackend::runAllReduce(const GpuStep &step) {
 Status
 CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
                          const std::vector<std::vector<CUdeviceptr>> &maps,
-                         int64_t tokens, bool timed) {
+                         int64_t tokens, bool timed, bool sameClock) {
   int64_t k = manifest.layer.topK;
+  if (timed) {
+    timedExchanges.assign(steps.size(), false);
+    if (!scheduleStart) {
+      if (Status s = check(driver.eventCreate(&scheduleStart, 0),
+                           "cuEventCreate");
+          !s.ok())
+        return s;
+      sameClock = false;
+    }
+    if (!sameClock)
+      driver.eventRecord(scheduleStart, stream);
+  }
   for (size_t i = 0; i < steps.size(); ++i) {
     const GpuStep &step = steps[i];
     if (step.op == "exchange") {
-      if (Status s = runExchange(step); !s.ok())
+      bool recorded = false;
+      if (Status s = timed ? runExchange(step, events[2 * i],
+                                         events[2 * i + 1], &recorded)
+                           : runExchange(step);
+          !s.ok())
         return s;
+      if (timed)
+        timedExchanges[i] = recorded;
       continue;
     }
     if (step.op == "all_reduce") {
@@ -1065,7 +1118,7 @@ Status CudaBackend::runTrainingUpdate() {
                            "holds");
   // Profiled, the update's kernels follow the step's in lastProfile().
   if (Status s = launchSteps(manifest.gpu.updateSteps, updateStepMaps,
-                             lastTokens, profiling);
+                             lastTokens, profiling, /*sameClock=*/true);
       !s.ok())
     return s;
   if (Status s = check(driver.streamSynchronize(stream),

@@ -7,6 +7,7 @@
 #include "ToolSupport.h"
 #include "moe/runtime/Comm.h"
 #include "moe/runtime/Layer.h"
+#include "moe/runtime/Train.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <string>
 
 using namespace moe::rt;
@@ -48,6 +50,10 @@ static const char kUsage[] =
     "                           last pass (to check each kernel alone)\n"
     "  --profile                cuda: per-kernel device times (CUDA events),\n"
     "                           median over the repeats, after one warm-up\n"
+    "  --trace=FILE             cuda: write a Chrome trace (Perfetto) of the\n"
+    "                           passes: kernels on the compute stream and\n"
+    "                           exchanges on the communication stream, as\n"
+    "                           the device timed them (after one warm-up)\n"
     "  --timeout=SECONDS        limit of every collective (300)\n"
     "  --allow-nonfinite        accept NaN or Inf in the outputs (a warning\n"
     "                           instead of an error, and --outputs written)\n"
@@ -70,7 +76,7 @@ static int64_t parseInt(const std::string &text, const char *what) {
 
 int main(int argc, char **argv) {
   moe::tools::installOutOfMemoryHandler();
-  std::string dumpBuffers;
+  std::string dumpBuffers, tracePath;
   std::string bundlePath, device = "host", weights, prefix, inputs, outputs,
                           saveWeights, saveInputs, value;
   bool randomWeights = false, profile = false, allowNonFinite = false;
@@ -90,7 +96,8 @@ int main(int argc, char **argv) {
         flag(argc, argv, i, "--outputs", &outputs) ||
         flag(argc, argv, i, "--save-weights", &saveWeights) ||
         flag(argc, argv, i, "--save-inputs", &saveInputs) ||
-        flag(argc, argv, i, "--dump-buffers", &dumpBuffers))
+        flag(argc, argv, i, "--dump-buffers", &dumpBuffers) ||
+        flag(argc, argv, i, "--trace", &tracePath))
       continue;
     if (flag(argc, argv, i, "--random-weights", nullptr)) {
       randomWeights = true;
@@ -120,6 +127,8 @@ int main(int argc, char **argv) {
   }
   if (bundlePath.empty())
     die("no bundle given (see --help)");
+  if (!tracePath.empty() && device != "cuda")
+    die("--trace needs --device=cuda");
   if (weights.empty() == !randomWeights)
     die("give exactly one of --weights=FILE and --random-weights");
   if (inputs.empty() == (tokens < 0))
@@ -187,6 +196,15 @@ int main(int argc, char **argv) {
   Expected<ForwardResult> result = ForwardResult{};
   std::map<std::string, std::vector<float>> kernelTimes;
   std::vector<std::string> kernelOrder;
+  std::set<std::string> exchanges; // of kernelOrder: on the communication stream
+  Trace trace;
+  int passLane = -1, kernelLane = -1, exchangeLane = -1;
+  if (!tracePath.empty()) {
+    profile = true;
+    passLane = trace.lane("forward passes (host)");
+    kernelLane = trace.lane("kernels (compute stream)");
+    exchangeLane = trace.lane("exchanges (communication stream)");
+  }
   if (profile) {
     if (device != "cuda")
       die("--profile needs --device=cuda");
@@ -195,24 +213,39 @@ int main(int argc, char **argv) {
     layer.setProfiling(true);
   }
   for (int64_t r = 0; r < repeat; ++r) {
+    double began = trace.now();
     auto start = std::chrono::steady_clock::now();
     result = layer.forward(x);
     auto end = std::chrono::steady_clock::now();
     if (!result)
       die(result.message());
     seconds.push_back(std::chrono::duration<double>(end - start).count());
+    std::string label = "pass " + std::to_string(r + 1);
+    if (passLane >= 0)
+      trace.add(passLane, label, began, seconds.back());
     for (const KernelTime &k : layer.lastProfile()) {
+      if (passLane >= 0)
+        trace.add(k.exchange ? exchangeLane : kernelLane,
+                  label + ": " + k.kernel, began + k.startMilliseconds / 1e3,
+                  k.milliseconds / 1e3);
       if (!kernelTimes.count(k.kernel))
         kernelOrder.push_back(k.kernel);
+      if (k.exchange)
+        exchanges.insert(k.kernel);
       kernelTimes[k.kernel].push_back(k.milliseconds);
     }
   }
   for (const std::string &kernel : kernelOrder) {
     std::vector<float> &t = kernelTimes[kernel];
     std::sort(t.begin(), t.end());
-    std::printf("moe-run: kernel %-18s %10.4f ms (median of %zu)\n",
-                kernel.c_str(), t[t.size() / 2], t.size());
+    if (leader)
+      std::printf("moe-run: %s %-18s %10.4f ms (median of %zu)\n",
+                  exchanges.count(kernel) ? "exchange" : "kernel",
+                  kernel.c_str(), t[t.size() / 2], t.size());
   }
+  if (!tracePath.empty())
+    if (Status s = trace.write(moe::tools::rankPath(tracePath, comm)); !s.ok())
+      die(s.error);
   std::sort(seconds.begin(), seconds.end());
   double median = seconds[seconds.size() / 2];
 

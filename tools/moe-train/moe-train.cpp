@@ -281,11 +281,12 @@ int main(int argc, char **argv) {
   Trace trace;
   int dataLane = trace.lane("data (inputs, teacher)");
   int stepLane = trace.lane("training step (" + device + ")");
-  // On the GPU: each kernel's time (CUDA events), laid end to end from the
-  // step's start on the compute stream's lane.
-  int kernelLane = -1;
+  // On the GPU: each kernel's and each exchange's span (CUDA events on
+  // the device's clock), from the step's start, on its stream's lane.
+  int kernelLane = -1, exchangeLane = -1;
   if (device == "cuda" && !tracePath.empty()) {
     kernelLane = trace.lane("kernels (compute stream)");
+    exchangeLane = trace.lane("exchanges (communication stream)");
     (*student)->getBackend().setProfiling(true);
   }
   int ioLane = trace.lane("checkpoints");
@@ -334,14 +335,11 @@ int main(int argc, char **argv) {
     }
     trace.add(stepLane, label + ": forward, loss, backward, AdamW", t2,
               trace.now() - t2);
-    if (kernelLane >= 0) {
-      double at = t2;
-      for (const KernelTime &k : (*student)->getBackend().lastProfile()) {
-        trace.add(kernelLane, label + ": " + k.kernel, at,
+    if (kernelLane >= 0)
+      for (const KernelTime &k : (*student)->getBackend().lastProfile())
+        trace.add(k.exchange ? exchangeLane : kernelLane,
+                  label + ": " + k.kernel, t2 + k.startMilliseconds / 1e3,
                   k.milliseconds / 1e3);
-        at += k.milliseconds / 1e3;
-      }
-    }
     for (const CommEvent &e : comm.takeEvents())
       trace.add(e.compute ? codeLane : commLane, label + ": " + e.name,
                 trace.fromSteady(e.start), e.seconds);

@@ -201,11 +201,15 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
                         gridOf(moegpu::GridKind::Persistent), 0),
               moegpu::Epilogue::RowScale);
   }
-  if (shared) {
+  // Chunked, the shared experts' up projection ran beside the first
+  // chunk's dispatch (buildChunkedExperts); the rest runs beside the last
+  // chunk's way back.
+  if (shared && chunks == 1)
     buildGemm(addKernel("shared_up",
                         {"x", "ws13", "shared_offsets", "shared_act"},
                         gridOf(moegpu::GridKind::Persistent), 0),
               moegpu::Epilogue::SwiGLU);
+  if (shared) {
     buildGemm(addKernel("shared_down",
                         {"shared_act", "ws2", "shared_offsets", "shared_out"},
                         gridOf(moegpu::GridKind::Persistent), 0),
@@ -252,9 +256,16 @@ void LayerBuilder::buildChunkedExperts() {
     addExchange(moegpu::ExchangeKind::DispatchRows,
                 {"row_weight", "ep_row_weight"}, c);
   }
+  // The shared experts' up projection needs no exchanged rows: it runs
+  // while the first chunk's rows travel.
+  auto persistent = gridOf(moegpu::GridKind::Persistent);
+  if (config.hasSharedExperts())
+    buildGemm(addKernel("shared_up",
+                        {"x", "ws13", "shared_offsets", "shared_act"},
+                        persistent, 0),
+              moegpu::Epilogue::SwiGLU);
   // Each chunk's GEMMs wait for its own rows only; its outputs go back as
   // soon as its down projection is done, beside the next chunk's GEMMs.
-  auto persistent = gridOf(moegpu::GridKind::Persistent);
   gpu::GPUFuncOp up, down;
   for (int64_t c = 0; c < chunks; ++c) {
     std::string groups = groupOffsets(c);

@@ -25,8 +25,15 @@ struct ForwardResult {
 
 /// The time one kernel of a forward pass took on the device.
 struct KernelTime {
+  /// The kernel (with " (chunk c)" for a chunk's launch), or for an
+  /// exchange on the communication stream "all-to-all (<kind>[ of chunk
+  /// c])".
   std::string kernel;
   float milliseconds = 0;
+  /// Its start after the schedule's first work, in ms of the device's
+  /// clock, shared by the compute and communication streams.
+  float startMilliseconds = 0;
+  bool exchange = false; // on the communication stream
 };
 
 /// A device that runs a bundle's code.
