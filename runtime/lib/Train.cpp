@@ -421,23 +421,48 @@ markedCheckpoints(const std::string &dir) {
 
 Status writeCheckpoint(const std::string &dir, Trainer &trainer,
                        uint64_t stream, Communicator *comm, int64_t keep) {
-  if (Status s = trainer.pullState(); !s.ok())
+  CheckpointWriter writer;
+  if (Status s = writer.start(dir, trainer, stream, comm, keep); !s.ok())
     return s;
-  return writeCheckpointState(dir, trainer.state(), trainer.steps(), stream,
-                              comm, keep);
+  return writer.finish();
 }
 
 Status writeCheckpointState(const std::string &dir,
                             const std::map<std::string, Tensor> &state,
                             int64_t step, uint64_t stream, Communicator *comm,
                             int64_t keep) {
-  bool leader = !comm || comm->rank() == 0;
-  int ranks = comm ? comm->size() : 1;
+  CheckpointWriter writer;
+  if (Status s = writer.start(dir, state, step, stream, comm, keep); !s.ok())
+    return s;
+  return writer.finish();
+}
+
+CheckpointWriter::~CheckpointWriter() {
+  // An unfinished checkpoint stays unpublished (its temporary directory
+  // is removed by the next write of that step, or by a later run).
+  if (writing.joinable())
+    writing.join();
+}
+
+Status CheckpointWriter::start(const std::string &dir, Trainer &trainer,
+                               uint64_t stream, Communicator *comm,
+                               int64_t keep) {
+  if (Status s = trainer.pullState(); !s.ok())
+    return s;
+  return start(dir, trainer.state(), trainer.steps(), stream, comm, keep);
+}
+
+Status CheckpointWriter::start(const std::string &dir,
+                               const std::map<std::string, Tensor> &state,
+                               int64_t step, uint64_t stream,
+                               Communicator *comm, int64_t keep) {
+  if (Status s = finish(); !s.ok())
+    return s;
   if (step < 0 || step > kMaxStep)
     return Status::failure("a checkpoint's step must be in [0, 2^50], got " +
                            std::to_string(step));
+  bool leader = !comm || comm->rank() == 0;
   std::string name = checkpointName(step);
-  std::string final = dir + "/" + name;
   // Every rank writes into one temporary directory that rank 0 made.
   std::string tmp = dir + "/.tmp-" + name;
   // Never a checkpoint of state that cannot be resumed from.
@@ -467,35 +492,52 @@ Status writeCheckpointState(const std::string &dir,
   }
   if (Status s = agree(comm, made); !s.ok())
     return s;
-  Tensor meta = Tensor::zeros(DType::I64, {2});
-  meta.as<int64_t>()[0] = step;
-  meta.as<int64_t>()[1] = static_cast<int64_t>(stream);
-  std::map<std::string, const Tensor *> tensors = {
-      {"__step_and_stream__", &meta}};
-  for (const auto &[name, value] : state)
-    tensors[name] = &value;
+  this->dir = dir;
+  this->step = step;
+  this->stream = stream;
+  this->comm = comm;
+  this->keep = keep;
+  this->tmp = tmp;
+  active = true;
+  written = Status::success();
+  // The rank's state file: a copy of the state, serialized, hashed and
+  // written (fsynced) beside whatever the caller does next.
+  auto snapshot = std::make_shared<std::map<std::string, Tensor>>(state);
   std::string file = tmp + "/" + stateFile(comm);
-  // Each rank's digest, gathered on rank 0 for the marker.
-  struct Digest {
-    char sha256[64];
-    uint64_t bytes;
-  } digest{};
-  Status written = [&]() -> Status {
-    Expected<std::vector<uint8_t>> bytes = serializeSafetensors(tensors);
-    if (!bytes)
-      return Status::failure(bytes.message());
-    Sha256 hash;
-    hash.update(bytes->data(), bytes->size());
-    std::string hex = hash.hexDigest();
-    std::copy(hex.begin(), hex.end(), digest.sha256);
-    digest.bytes = bytes->size();
-    // (Not read back: after fsync a read comes from the page cache, which
-    // proves nothing about the disk; resume verifies the checksum.)
-    if (Status s = writeFileAtomically(file, bytes->data(), bytes->size());
-        !s.ok())
-      return s;
+  writing = std::thread([this, snapshot, file, step, stream] {
+    Tensor meta = Tensor::zeros(DType::I64, {2});
+    meta.as<int64_t>()[0] = step;
+    meta.as<int64_t>()[1] = static_cast<int64_t>(stream);
+    std::map<std::string, const Tensor *> tensors = {
+        {"__step_and_stream__", &meta}};
+    for (const auto &[name, value] : *snapshot)
+      tensors[name] = &value;
+    written = [&]() -> Status {
+      Expected<std::vector<uint8_t>> bytes = serializeSafetensors(tensors);
+      if (!bytes)
+        return Status::failure(bytes.message());
+      Sha256 hash;
+      hash.update(bytes->data(), bytes->size());
+      std::string hex = hash.hexDigest();
+      std::copy(hex.begin(), hex.end(), digest.sha256);
+      digest.bytes = bytes->size();
+      // (Not read back: after fsync a read comes from the page cache,
+      // which proves nothing about the disk; resume verifies the
+      // checksum.)
+      return writeFileAtomically(file, bytes->data(), bytes->size());
+    }();
+  });
+  return Status::success();
+}
+
+Status CheckpointWriter::finish() {
+  if (!active)
     return Status::success();
-  }();
+  writing.join();
+  active = false;
+  bool leader = !comm || comm->rank() == 0;
+  int ranks = comm ? comm->size() : 1;
+  std::string final = dir + "/" + checkpointName(step);
   if (Status s = agree(comm, written); !s.ok())
     return s;
   // A test hook: MOE_TEST_CHECKPOINT_KILL=S kills the process once step S's
@@ -503,6 +545,7 @@ Status writeCheckpointState(const std::string &dir,
   if (const char *kill = std::getenv("MOE_TEST_CHECKPOINT_KILL");
       kill && std::atoll(kill) == step)
     std::raise(SIGKILL);
+  // Each rank's digest, gathered on rank 0 for the marker.
   std::vector<Digest> digests(ranks, digest);
   if (comm && ranks > 1) {
     std::vector<Digest> send(ranks, digest);

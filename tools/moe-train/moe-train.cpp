@@ -278,6 +278,7 @@ int main(int argc, char **argv) {
   float firstLoss = 0, lastLoss = 0;
   int64_t skipped = 0;
   int64_t first = (*trainer)->steps() + 1;
+  CheckpointWriter checkpoints;
   Trace trace;
   int dataLane = trace.lane("data (inputs, teacher)");
   int stepLane = trace.lane("training step (" + device + ")");
@@ -319,6 +320,15 @@ int main(int argc, char **argv) {
     double t2 = trace.now();
     Expected<StepResult> result = (*trainer)->step(*x, *target, options);
     auto end = std::chrono::steady_clock::now();
+    // The last checkpoint was written beside this step: published now,
+    // before anything of this step can end the run.
+    if (checkpoints.pending()) {
+      double t = trace.now();
+      if (Status s = checkpoints.finish(); !s.ok())
+        die(s.error);
+      trace.add(ioLane, label + ": previous checkpoint published", t,
+                trace.now() - t);
+    }
     if (!result)
       die(result.message());
     if (!result->nonFinite.empty()) {
@@ -370,14 +380,22 @@ int main(int argc, char **argv) {
     if (!checkpointDir.empty() &&
         ((checkpointEvery > 0 && step % checkpointEvery == 0) ||
          step == steps)) {
+      // The state is copied out now; its file is written beside the
+      // next step and published after it (or below, after the last).
       double t3 = trace.now();
-      if (Status s =
-              writeCheckpoint(checkpointDir, **trainer, rng.getState(), &comm,
-                              keepCheckpoints);
+      if (Status s = checkpoints.start(checkpointDir, **trainer,
+                                       rng.getState(), &comm, keepCheckpoints);
           !s.ok())
         die(s.error);
-      trace.add(ioLane, label + ": checkpoint", t3, trace.now() - t3);
+      trace.add(ioLane, label + ": checkpoint copied out", t3,
+                trace.now() - t3);
     }
+  }
+  if (checkpoints.pending()) {
+    double t = trace.now();
+    if (Status s = checkpoints.finish(); !s.ok())
+      die(s.error);
+    trace.add(ioLane, "last checkpoint published", t, trace.now() - t);
   }
   if (!tracePath.empty())
     if (Status s = trace.write(rankPath(tracePath, comm)); !s.ok())

@@ -9,6 +9,8 @@
 
 #include "moe/runtime/Layer.h"
 
+#include <thread>
+
 namespace moe::rt {
 
 struct TrainOptions {
@@ -102,6 +104,47 @@ Status writeCheckpointState(const std::string &dir,
                             const std::map<std::string, Tensor> &state,
                             int64_t step, uint64_t stream,
                             Communicator *comm = nullptr, int64_t keep = 0);
+
+/// A checkpoint written while training goes on, as writeCheckpoint writes
+/// it (the same files, the same atomic publication). start() pulls the
+/// state off the device, copies it, and checks and prepares on every rank;
+/// the copy is then serialized, hashed and written (fsynced) on a thread
+/// of the writer's own. finish() waits for that and publishes the
+/// checkpoint (rank 0, once every rank's file is written): call it before
+/// the next start (which calls it too) and before the job ends. The
+/// collectives of both run on the caller's thread. A checkpoint never
+/// finished stays unpublished: resuming ignores it.
+class CheckpointWriter {
+public:
+  CheckpointWriter() = default;
+  CheckpointWriter(const CheckpointWriter &) = delete;
+  CheckpointWriter &operator=(const CheckpointWriter &) = delete;
+  ~CheckpointWriter();
+
+  Status start(const std::string &dir, Trainer &trainer, uint64_t stream,
+               Communicator *comm = nullptr, int64_t keep = 0);
+  Status start(const std::string &dir,
+               const std::map<std::string, Tensor> &state, int64_t step,
+               uint64_t stream, Communicator *comm = nullptr,
+               int64_t keep = 0);
+  /// Publishes the checkpoint started last; success when none is pending.
+  Status finish();
+  bool pending() const { return active; }
+
+private:
+  struct Digest {
+    char sha256[64];
+    uint64_t bytes;
+  };
+  std::string dir, tmp;
+  int64_t step = 0, keep = 0;
+  uint64_t stream = 0;
+  Communicator *comm = nullptr;
+  bool active = false;
+  std::thread writing;
+  Status written = Status::success(); // the thread's, read after the join
+  Digest digest{};
+};
 
 /// The newest valid checkpoint under `dir`, and the newer ones skipped.
 struct ValidCheckpoint {
