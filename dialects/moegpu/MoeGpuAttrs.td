@@ -19,7 +19,8 @@ def MoeGpu_Epilogue : I32EnumAttr<"Epilogue",
     "what a grouped GEMM does to its f32 accumulator before storing it", [
       I32EnumAttrCase<"None", 0, "none">,
       I32EnumAttrCase<"SwiGLU", 1, "swiglu">,
-      I32EnumAttrCase<"RowScale", 2, "row_scale">
+      I32EnumAttrCase<"RowScale", 2, "row_scale">,
+      I32EnumAttrCase<"Accumulate", 3, "accumulate">
     ]> {
   let cppNamespace = "::mlir::moegpu";
   let genSpecializedAttr = 0;

@@ -221,12 +221,17 @@ LogicalResult GroupedGemmOp::verify() {
                             "c to have it too or be f32, got "
                          << a.getElementType() << ", " << b.getElementType()
                          << " and " << c.getElementType();
-  if (getEpilogue() != Epilogue::None && layout != GemmLayout::NT &&
+  if (getEpilogue() == Epilogue::Accumulate && !c.getElementType().isF32())
+    return emitOpError() << "accumulates into an f32 c, got "
+                         << c.getElementType();
+  if (getEpilogue() != Epilogue::None &&
+      getEpilogue() != Epilogue::Accumulate && layout != GemmLayout::NT &&
       !(layout == GemmLayout::NN && getEpilogue() == Epilogue::RowScale))
     return emitOpError() << "expects the " << stringifyGemmLayout(layout)
                          << " layout to have the "
-                         << (layout == GemmLayout::NN ? "none or row_scale"
-                                                      : "none")
+                         << (layout == GemmLayout::NN
+                                 ? "none, accumulate or row_scale"
+                                 : "none or accumulate")
                          << " epilogue, got "
                          << stringifyEpilogue(getEpilogue());
   if (kGrouped) {

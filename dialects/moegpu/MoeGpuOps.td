@@ -29,6 +29,9 @@ def MoeGpu_GroupedGemmOp : MoeGpu_Op<"grouped_gemm",
     - `swiglu`: `b` holds gate and up rows interleaved in blocks of 8
       (rows `16j .. 16j+7` are gate rows `8j ..`, rows `16j+8 .. 16j+15` up
       rows `8j ..`), and `c[r, f] = silu(gate) * up` has `N / 2` columns.
+    - `accumulate`: `c[r, n] += acc[r, n]` into an f32 `c` (a weight
+      gradient summed over chunks of its rows, one launch after another;
+      every element has one writer, so no atomics).
 
     Each expert's segment starts at a multiple of the tile's `m` (the
     dispatch alignment); rows from `offsets[E]` on are not written. `a` is

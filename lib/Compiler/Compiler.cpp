@@ -84,10 +84,6 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
   if (o.epChunks > 1 && o.ep == 1)
     return "--ep-chunks needs --ep > 1 (chunks overlap expert-parallel "
            "exchanges)";
-  if (o.epChunks > 1 && o.target == "sm_90a" && o.train)
-    return "--ep-chunks with --train: on sm_90a only the forward pass's "
-           "exchanges are chunked (compile the training step without "
-           "--ep-chunks, or for the host target)";
   if (o.train && o.emit == "mlir")
     return "--train needs --emit=llvm or --emit=bundle";
   if (o.train && o.target == "sm_90a" && o.emit != "bundle" &&

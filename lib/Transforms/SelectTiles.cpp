@@ -105,7 +105,8 @@ struct MoeSelectTiles
                                           .getElementType()
                                           .getIntOrFloatBitWidth() == 16,
                                   maxStages, tileN, cluster,
-                                  usesTmaStoreEpilogue(
+                                  op.getEpilogue() != Epilogue::Accumulate &&
+                                      usesTmaStoreEpilogue(
                                       op.getC().getType(),
                                       op.getLayout() != GemmLayout::TN &&
                                           isPaddedSegments(op.getOffsets()),

@@ -565,8 +565,11 @@ LogicalResult KernelLowering::lowerRelease(ReleaseOp op) {
 }
 
 LogicalResult KernelLowering::lowerStoreTile(StoreTileOp op) {
+  // Accumulating reads c: from registers (each element has one thread).
+  bool accumulate = op.getEpilogue() == Epilogue::Accumulate;
   if (auto loop = op->getParentOfType<TileLoopOp>();
-      loop && usesTmaStoreEpilogue(op.getC().getType(),
+      loop && !accumulate &&
+      usesTmaStoreEpilogue(op.getC().getType(),
                                    !loop.getKGrouped() &&
                                        isPaddedSegments(loop.getOffsets()),
                                    loop.getKGrouped())) {
@@ -632,14 +635,26 @@ LogicalResult KernelLowering::lowerStoreTile(StoreTileOp op) {
       int64_t width = cType.getShape().back();
       if (!ShapedType::isDynamic(width) && width % 2 == 0) {
         auto pairType = VectorType::get({2}, outType);
+        IntegerAttr align =
+            sb.getI64IntegerAttr(2 * outType.getIntOrFloatBitWidth() / 8);
         Value pair = vector::FromElementsOp::create(
             sb, pairType, ValueRange{narrow(v0), narrow(v1)});
-        vector::StoreOp::create(
-            sb, pair, c, at(col), /*nontemporal=*/false,
-            sb.getI64IntegerAttr(2 * outType.getIntOrFloatBitWidth() / 8));
+        if (accumulate)
+          pair = arith::AddFOp::create(
+              sb, vector::LoadOp::create(sb, pairType, c, at(col),
+                                         /*nontemporal=*/false, align),
+              pair);
+        vector::StoreOp::create(sb, pair, c, at(col), /*nontemporal=*/false,
+                                align);
         continue;
       }
-      memref::StoreOp::create(sb, narrow(v0), c, at(col));
+      // c[i] = v, or c[i] += v.
+      auto put = [&](Value v, ValueRange i) {
+        if (accumulate)
+          v = arith::AddFOp::create(sb, memref::LoadOp::create(sb, c, i), v);
+        memref::StoreOp::create(sb, v, c, i);
+      };
+      put(narrow(v0), at(col));
       Value next = arith::AddIOp::create(sb, col, constIndex(sb, 1));
       // A dense GEMM's N may be odd: its last pair has one column.
       if (ShapedType::isDynamic(width) || width % 2 != 0) {
@@ -648,7 +663,7 @@ LogicalResult KernelLowering::lowerStoreTile(StoreTileOp op) {
         auto lastIf = scf::IfOp::create(sb, inside, /*withElseRegion=*/false);
         sb.setInsertionPoint(lastIf.thenBlock()->getTerminator());
       }
-      memref::StoreOp::create(sb, narrow(v1), c, at(next));
+      put(narrow(v1), at(next));
     }
   }
   op.erase();
@@ -839,9 +854,15 @@ void KernelLowering::lowerTileLoop(TileLoopOp op) {
     Value v = memref::LoadOp::create(b, offsets, ValueRange{index});
     return arith::IndexCastUIOp::create(b, b.getIndexType(), v);
   };
-  // Row blocks: of all rows, or of one group's output rows (k-grouped).
-  Value rows = offsets && !kGrouped ? loadOffset(b, constIndex(b, groups))
-                                    : op.getRows();
+  // Row blocks: of the groups' rows, from the first group's start (a
+  // chunk of a chunked exchange starts after the chunks before it), or
+  // of one group's output rows (k-grouped).
+  Value first = offsets && !kGrouped ? loadOffset(b, constIndex(b, 0))
+                                     : Value();
+  Value rows = op.getRows();
+  if (first)
+    rows = arith::SubIOp::create(b, loadOffset(b, constIndex(b, groups)),
+                                 first);
   Value mBlocks = arith::CeilDivUIOp::create(b, rows, constIndex(b, blockM));
   if (cluster > 1)
     mBlocks = arith::CeilDivUIOp::create(b, mBlocks, constIndex(b, cluster));
@@ -879,6 +900,8 @@ void KernelLowering::lowerTileLoop(TileLoopOp op) {
         lb, arith::SubIOp::create(lb, end, begin), constIndex(lb, blockK));
   } else {
     row = rowOf(lb, arith::DivUIOp::create(lb, tile, nBlocks));
+    if (first)
+      row = arith::AddIOp::create(lb, first, row);
     col = arith::MulIOp::create(
         lb, arith::RemUIOp::create(lb, tile, nBlocks), constIndex(lb, blockN));
     kBlocks = constIndex(lb, llvm::divideCeil(op.getDepth(), blockK));

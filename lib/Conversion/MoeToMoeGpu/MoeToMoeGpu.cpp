@@ -65,12 +65,6 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   // (chunk, expert), so each chunk's all-to-all can run beside the expert
   // GEMMs of the chunks before it.
   chunks = ep > 1 ? std::max<int64_t>(1, layer.getEpChunks()) : 1;
-  if (chunks > 1 && train)
-    return layer.emitOpError()
-           << "exchanges its tokens in " << chunks
-           << " chunks; on sm_90a the training step's exchanges are not "
-              "chunked yet (compile the training step without --ep-chunks, "
-              "or for the host target)";
   if (config.getSharedGate())
     return layer.emitOpError() << "has a shared-expert gate (Qwen2-MoE), "
                                   "which the sm_90a target does not support "

@@ -104,12 +104,15 @@ void LayerBuilder::buildRowTokens(gpu::GPUFuncOp func) {
   });
 }
 
-/// Whether row `r` lies inside `groups`' last offset (rows past it are
-/// capacity nobody wrote).
+/// Whether row `r` lies in [groups[0], groups[last]): the rows of the
+/// groups (rows past them are capacity nobody wrote; with chunked
+/// exchanges, rows before them are other chunks').
 static Value inGroups(Emitter &e, Value groups, Value r) {
   int64_t count = cast<MemRefType>(groups.getType()).getDimSize(0) - 1;
-  return e.cmp(arith::CmpIPredicate::ult, r,
-               e.index(e.load(groups, {e.idx(count)})));
+  Value first = e.index(e.load(groups, {e.idx(0)}));
+  Value end = e.index(e.load(groups, {e.idx(count)}));
+  return arith::AndIOp::create(e.b, e.cmp(arith::CmpIPredicate::uge, r, first),
+                               e.cmp(arith::CmpIPredicate::ult, r, end));
 }
 
 /// row_dy[r] = dy[t] (in the compute type) for every dispatched row r of
@@ -393,10 +396,15 @@ void LayerBuilder::buildLoad(gpu::GPUFuncOp func) {
   ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
   Value counts = func.getArgument(0), load = func.getArgument(1);
+  int64_t experts = config.getExperts();
   Value ex = e.globalThread(kCountThreads);
-  e.when(e.cmp(arith::CmpIPredicate::ult, ex, e.idx(config.getExperts())), [&] {
-    e.store(arith::SIToFPOp::create(b, b.getF32Type(), e.load(counts, {ex})),
-            load, {ex});
+  e.when(e.cmp(arith::CmpIPredicate::ult, ex, e.idx(experts)), [&] {
+    // An expert's rows in every token chunk (counts are chunk-major).
+    Value total = e.i32(0);
+    for (int64_t c = 0; c < chunks; ++c)
+      total = arith::AddIOp::create(
+          b, total, e.load(counts, {e.addi(ex, e.idx(c * experts))}));
+    e.store(arith::SIToFPOp::create(b, b.getF32Type(), total), load, {ex});
   });
 }
 

@@ -130,53 +130,85 @@ void LayerBuilder::buildTraining() {
   buildGatherRowDy(addKernel("train_gather_row_dy",
                              {"dy", "row_token", "offsets", "row_dy"},
                              gridOf(moegpu::GridKind::Rows), kRowThreads));
-  if (sharded)
-    addExchange(moegpu::ExchangeKind::DispatchRows, {"row_dy", "ep_row_dy"});
+  // The rows' dy go to the experts' ranks: all at once, or chunk by chunk
+  // as the forward pass's rows went (each chunk's backward below waits for
+  // its own).
+  bool chunked = sharded && chunks > 1;
+  int64_t passes = chunked ? chunks : 1;
+  for (int64_t c = 0; sharded && c < passes; ++c)
+    addExchange(moegpu::ExchangeKind::DispatchRows, {"row_dy", "ep_row_dy"},
+                chunked ? std::optional<int64_t>(c) : std::nullopt);
+  // The routing weights' gradients are summed into (atomics per row).
+  addMemset(xWeightGrad);
   // The experts, every GEMM on tensor cores: the gate and up
   // pre-activations again, GU = X . W13^T (nt, as the forward pass), and
   // GS = dY . W2 (nn); the SwiGLU backward elementwise; then dX = dGU . W13
   // (nn), dW2 = (w dY)^T . act and dWg, dWu = dG^T . X, dU^T . X (tn,
-  // k-grouped over each expert's rows).
+  // k-grouped over each expert's rows). Chunked, each chunk's rows go
+  // through all of it on that chunk's groups, its rows' gradients go back
+  // as soon as they are complete, and the weight gradients of the chunks
+  // after the first accumulate into the first's.
   auto persistent = gridOf(moegpu::GridKind::Persistent);
-  buildScaleToHalf(addKernel("train_expert_dy",
-                             {xDy, xGroups, "dyw", xWeight},
-                             expertGrid, kRowThreads),
-                   /*weighted=*/true);
-  buildGemm(addKernel("train_expert_gate_up", {xRows, "w13", xGroups, "gu"},
-                      persistent, 0),
-            moegpu::Epilogue::None);
-  buildGemm(addKernel("train_expert_dact", {xDy, "w2", xGroups, "gs"},
-                      persistent, 0),
-            moegpu::Epilogue::None, moegpu::GemmLayout::NN);
-  addMemset(xWeightGrad);
-  buildActGrad(addKernel("train_expert_act_grad",
-                         {"gu", "gs", xGroups, "dgu", "dg", "du", xWeight,
-                          xWeightGrad},
-                         expertGrid, kRowThreads),
-               /*weighted=*/true);
-  // With expert parallelism each gradient goes back to its token's rank
-  // as soon as it is complete: the exchanges run on the communicator's
-  // stream beside the weight gradients' GEMMs, which do not touch them.
-  if (sharded)
-    addExchange(moegpu::ExchangeKind::CombineRows,
-                {"ep_row_weight_grad", "row_weight_grad"});
-  buildGemm(addKernel("train_expert_rows_grad", {"dgu", "w13", xGroups, xDrows},
-                      persistent, 0),
-            moegpu::Epilogue::None, moegpu::GemmLayout::NN);
-  if (sharded)
-    addExchange(moegpu::ExchangeKind::CombineRows, {"ep_drows", "drows"});
-  buildGemm(addKernel("train_expert_down_grad",
-                      {"dyw", xAct, xGroups, arg("down_weight.grad")},
-                      persistent, 0),
-            moegpu::Epilogue::None, moegpu::GemmLayout::TN);
-  buildGemm(addKernel("train_expert_gate_grad",
-                      {"dg", xRows, xGroups, arg("gate_weight.grad")},
-                      persistent, 0),
-            moegpu::Epilogue::None, moegpu::GemmLayout::TN);
-  buildGemm(addKernel("train_expert_up_grad",
-                      {"du", xRows, xGroups, arg("up_weight.grad")},
-                      persistent, 0),
-            moegpu::Epilogue::None, moegpu::GemmLayout::TN);
+  llvm::StringMap<gpu::GPUFuncOp> made;
+  // Kernel `name` on `args` for this pass: built at its first launch.
+  auto launch = [&](StringRef name, ArrayRef<StringRef> args,
+                    moegpu::GridAttr grid, int64_t block,
+                    std::optional<int64_t> chunk,
+                    function_ref<void(gpu::GPUFuncOp)> build) {
+    auto it = made.find(name);
+    if (it != made.end())
+      return addLaunch(it->second, args, grid, block, chunk);
+    gpu::GPUFuncOp func = addKernel(name, args, grid, block, {}, chunk);
+    build(func);
+    made[name] = func;
+  };
+  auto gemm = [&](moegpu::Epilogue epilogue,
+                  moegpu::GemmLayout layout = moegpu::GemmLayout::NT) {
+    return [=, this](gpu::GPUFuncOp f) { buildGemm(f, epilogue, layout); };
+  };
+  auto none = moegpu::Epilogue::None;
+  auto nn = moegpu::GemmLayout::NN, tn = moegpu::GemmLayout::TN;
+  for (int64_t c = 0; c < passes; ++c) {
+    std::optional<int64_t> chunk =
+        chunked ? std::optional<int64_t>(c) : std::nullopt;
+    std::string groups = chunked ? groupOffsets(c) : xGroups;
+    launch("train_expert_dy", {xDy, groups, "dyw", xWeight}, expertGrid,
+           kRowThreads, chunk, [&](gpu::GPUFuncOp f) {
+             buildScaleToHalf(f, /*weighted=*/true);
+           });
+    launch("train_expert_gate_up", {xRows, "w13", groups, "gu"}, persistent,
+           0, chunk, gemm(none));
+    launch("train_expert_dact", {xDy, "w2", groups, "gs"}, persistent, 0,
+           chunk, gemm(none, nn));
+    launch("train_expert_act_grad",
+           {"gu", "gs", groups, "dgu", "dg", "du", xWeight, xWeightGrad},
+           expertGrid, kRowThreads, chunk, [&](gpu::GPUFuncOp f) {
+             buildActGrad(f, /*weighted=*/true);
+           });
+    // With expert parallelism each gradient goes back to its token's rank
+    // as soon as it is complete: the exchanges run on the communicator's
+    // stream beside the weight gradients' GEMMs, which do not touch them.
+    if (sharded)
+      addExchange(moegpu::ExchangeKind::CombineRows,
+                  {"ep_row_weight_grad", "row_weight_grad"}, chunk);
+    launch("train_expert_rows_grad", {"dgu", "w13", groups, xDrows},
+           persistent, 0, chunk, gemm(none, nn));
+    if (sharded)
+      addExchange(moegpu::ExchangeKind::CombineRows, {"ep_drows", "drows"},
+                  chunk);
+    // The first pass stores the weight gradients, later ones add to them.
+    std::string suffix = c == 0 ? "" : "_acc";
+    auto epilogue = c == 0 ? none : moegpu::Epilogue::Accumulate;
+    launch("train_expert_down_grad" + suffix,
+           {"dyw", xAct, groups, arg("down_weight.grad")}, persistent, 0,
+           chunk, gemm(epilogue, tn));
+    launch("train_expert_gate_grad" + suffix,
+           {"dg", xRows, groups, arg("gate_weight.grad")}, persistent, 0,
+           chunk, gemm(epilogue, tn));
+    launch("train_expert_up_grad" + suffix,
+           {"du", xRows, groups, arg("up_weight.grad")}, persistent, 0, chunk,
+           gemm(epilogue, tn));
+  }
   addMemset("dtw");
   buildScatterRowWeightGrad(
       addKernel("train_scatter_row_weight_grad",

@@ -188,7 +188,11 @@ modelTraining(const Sm90LayerShape &s,
   };
   for (const Sm90KernelReport &kr : kernels) {
     const std::string &n = kr.name;
-    if (n.rfind("train_", 0) != 0)
+    // A chunked step's weight gradients of the later chunks ("_acc") are
+    // modelled with the first chunk's kernel, which the model gives every
+    // row.
+    if (n.rfind("train_", 0) != 0 ||
+        (n.size() > 4 && n.compare(n.size() - 4, 4, "_acc") == 0))
       continue;
     Sm90KernelCost c;
     c.kernel = n;

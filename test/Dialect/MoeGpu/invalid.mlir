@@ -578,7 +578,15 @@ func.func @f(%p: !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 
 // -----
 
 func.func @f(%a: memref<?x512xbf16>, %b: memref<8x512x256xbf16>, %o: memref<9xi32>, %c: memref<?x256xbf16>) {
-  // expected-error @+1 {{'moegpu.grouped_gemm' op expects the nn layout to have the none or row_scale epilogue, got swiglu}}
+  // expected-error @+1 {{'moegpu.grouped_gemm' op accumulates into an f32 c, got 'bf16'}}
+  moegpu.grouped_gemm %a, %b, %o, %c {layout = #moegpu.layout<nn>, epilogue = #moegpu.epilogue<accumulate>} : memref<?x512xbf16>, memref<8x512x256xbf16>, memref<9xi32>, memref<?x256xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x512xbf16>, %b: memref<8x512x256xbf16>, %o: memref<9xi32>, %c: memref<?x256xbf16>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects the nn layout to have the none, accumulate or row_scale epilogue, got swiglu}}
   moegpu.grouped_gemm %a, %b, %o, %c {layout = #moegpu.layout<nn>, epilogue = #moegpu.epilogue<swiglu>} : memref<?x512xbf16>, memref<8x512x256xbf16>, memref<9xi32>, memref<?x256xbf16>
   return
 }
