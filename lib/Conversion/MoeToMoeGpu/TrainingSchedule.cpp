@@ -138,6 +138,54 @@ void LayerBuilder::buildTraining() {
   for (int64_t c = 0; sharded && c < passes; ++c)
     addExchange(moegpu::ExchangeKind::DispatchRows, {"row_dy", "ep_row_dy"},
                 chunked ? std::optional<int64_t>(c) : std::nullopt);
+  auto persistent = gridOf(moegpu::GridKind::Persistent);
+  // Shared experts (first: with expert parallelism they run while the
+  // rows' dy travel): one group of every token, weight 1. Their weight
+  // gradients reduce over the tokens in blocks of 64 rows: rows past T
+  // are zero in dG and dU (the memsets) and in x (the runtime clears the
+  // rows past an input's tokens).
+  if (shared) {
+    addMemset("dy_half");
+    buildScaleToHalf(addKernel("train_shared_dy",
+                               {"dy", "shared_offsets", "dy_half"},
+                               gridOf(moegpu::GridKind::Tokens, 1),
+                               kRowThreads),
+                     /*weighted=*/false);
+    buildGemm(addKernel("train_shared_gate_up",
+                        {"x", "ws13", "shared_offsets", "shared_gu"},
+                        persistent, 0),
+              moegpu::Epilogue::None);
+    buildGemm(addKernel("train_shared_dact",
+                        {"dy_half", "ws2", "shared_offsets", "shared_gs"},
+                        persistent, 0),
+              moegpu::Epilogue::None, moegpu::GemmLayout::NN);
+    addMemset("shared_dg");
+    addMemset("shared_du");
+    buildActGrad(addKernel("train_shared_act_grad",
+                           {"shared_gu", "shared_gs", "shared_offsets",
+                            "shared_dgu", "shared_dg", "shared_du"},
+                           gridOf(moegpu::GridKind::Tokens, 1), kRowThreads),
+                 /*weighted=*/false);
+    buildGemm(addKernel("train_shared_rows_grad",
+                        {"shared_dgu", "ws13", "shared_offsets", "shared_dx"},
+                        persistent, 0),
+              moegpu::Epilogue::None, moegpu::GemmLayout::NN);
+    buildGemm(addKernel("train_shared_down_grad",
+                        {"dy_half", "shared_act", "shared_offsets",
+                         arg("shared_down_weight.grad")},
+                        persistent, 0),
+              moegpu::Epilogue::None, moegpu::GemmLayout::TN);
+    buildGemm(addKernel("train_shared_gate_grad",
+                        {"shared_dg", "x", "shared_offsets",
+                         arg("shared_gate_weight.grad")},
+                        persistent, 0),
+              moegpu::Epilogue::None, moegpu::GemmLayout::TN);
+    buildGemm(addKernel("train_shared_up_grad",
+                        {"shared_du", "x", "shared_offsets",
+                         arg("shared_up_weight.grad")},
+                        persistent, 0),
+              moegpu::Epilogue::None, moegpu::GemmLayout::TN);
+  }
   // The routing weights' gradients are summed into (atomics per row).
   addMemset(xWeightGrad);
   // The experts, every GEMM on tensor cores: the gate and up
@@ -148,7 +196,6 @@ void LayerBuilder::buildTraining() {
   // through all of it on that chunk's groups, its rows' gradients go back
   // as soon as they are complete, and the weight gradients of the chunks
   // after the first accumulate into the first's.
-  auto persistent = gridOf(moegpu::GridKind::Persistent);
   llvm::StringMap<gpu::GPUFuncOp> made;
   // Kernel `name` on `args` for this pass: built at its first launch.
   auto launch = [&](StringRef name, ArrayRef<StringRef> args,
@@ -214,52 +261,6 @@ void LayerBuilder::buildTraining() {
       addKernel("train_scatter_row_weight_grad",
                 {"row_weight_grad", "row_token", "offsets", "dtw"},
                 gridOf(moegpu::GridKind::Rows, kCountThreads), kCountThreads));
-  // Shared experts: one group of every token, weight 1. Their weight
-  // gradients reduce over the tokens in blocks of 64 rows: rows past T
-  // are zero in dG and dU (the memsets) and in x (the runtime clears the
-  // rows past an input's tokens).
-  if (shared) {
-    addMemset("dy_half");
-    buildScaleToHalf(addKernel("train_shared_dy",
-                               {"dy", "shared_offsets", "dy_half"},
-                               gridOf(moegpu::GridKind::Tokens, 1),
-                               kRowThreads),
-                     /*weighted=*/false);
-    buildGemm(addKernel("train_shared_gate_up",
-                        {"x", "ws13", "shared_offsets", "shared_gu"},
-                        persistent, 0),
-              moegpu::Epilogue::None);
-    buildGemm(addKernel("train_shared_dact",
-                        {"dy_half", "ws2", "shared_offsets", "shared_gs"},
-                        persistent, 0),
-              moegpu::Epilogue::None, moegpu::GemmLayout::NN);
-    addMemset("shared_dg");
-    addMemset("shared_du");
-    buildActGrad(addKernel("train_shared_act_grad",
-                           {"shared_gu", "shared_gs", "shared_offsets",
-                            "shared_dgu", "shared_dg", "shared_du"},
-                           gridOf(moegpu::GridKind::Tokens, 1), kRowThreads),
-                 /*weighted=*/false);
-    buildGemm(addKernel("train_shared_rows_grad",
-                        {"shared_dgu", "ws13", "shared_offsets", "shared_dx"},
-                        persistent, 0),
-              moegpu::Epilogue::None, moegpu::GemmLayout::NN);
-    buildGemm(addKernel("train_shared_down_grad",
-                        {"dy_half", "shared_act", "shared_offsets",
-                         arg("shared_down_weight.grad")},
-                        persistent, 0),
-              moegpu::Epilogue::None, moegpu::GemmLayout::TN);
-    buildGemm(addKernel("train_shared_gate_grad",
-                        {"shared_dg", "x", "shared_offsets",
-                         arg("shared_gate_weight.grad")},
-                        persistent, 0),
-              moegpu::Epilogue::None, moegpu::GemmLayout::TN);
-    buildGemm(addKernel("train_shared_up_grad",
-                        {"shared_du", "x", "shared_offsets",
-                         arg("shared_up_weight.grad")},
-                        persistent, 0),
-              moegpu::Epilogue::None, moegpu::GemmLayout::TN);
-  }
   // Router and input. The router's gradients are GEMMs over the experts
   // (dRouter = dl^T . x, tn over one group of every token; its part of dx
   // = dl . router, nn) when the router weight is in the compute type and
