@@ -6,13 +6,13 @@
 # training bundles of two tiny configs, and the check script itself.
 #
 #   scripts/gpu-package.sh [--tiny] [--no-build] [--tile-n N]...
-#                          [--tile-cluster C]... [OUT_DIR]
+#                          [--tile-m M]... [--tile-cluster C]... [OUT_DIR]
 #                                       (default build/gpu-package)
 #
-# Each --tile-n N (--tile-cluster C) adds, beside every forward bundle and
-# the training-speed bundle, a variant compiled with moe-compile
-# --tile-n=N (--tile-cluster=C), its name ending in -nN (-cC), so one GPU
-# run compares tile shapes.
+# Each --tile-n N (--tile-m M, --tile-cluster C) adds, beside every
+# forward bundle and the training-speed bundle, a variant compiled with
+# moe-compile --tile-n=N (--tile-m=M, --tile-cluster=C), its name ending
+# in -nN (-mM, -cC), so one GPU run compares tile shapes.
 #
 # Carry OUT_DIR to the GPU machine (it is under build/, which git ignores)
 # and run tools/gpu-check.sh OUT_DIR there. With --tiny the forward bundles
@@ -29,6 +29,7 @@ while [[ ${1:-} == --* ]]; do
   case $1 in
     --tiny) tiny=1 ;;
     --tile-n) variants+=("n$2:--tile-n=$2"); shift ;;
+    --tile-m) variants+=("m$2:--tile-m=$2"); shift ;;
     --tile-cluster) variants+=("c$2:--tile-cluster=$2"); shift ;;
     --no-build) rebuild=0 ;; # the build is current (the suite's own use)
     *) echo "gpu-package.sh: unknown option $1" >&2; exit 2 ;;

@@ -112,6 +112,7 @@ std::string mlir::moe::cacheKey(const std::string &input, InputKind kind,
   field("alignment", std::to_string(alignmentFor(o)));
   field("sm-partition", o.smPartition);
   field("tile-n", std::to_string(o.tileN));
+  field("tile-m", std::to_string(o.tileM));
   field("tile-cluster", std::to_string(o.tileCluster));
   field("ptxas", o.ptxas);
   field("device-memory", std::to_string(o.deviceMemory));

@@ -59,7 +59,8 @@ parseSmPartition(llvm::StringRef text) {
 int64_t mlir::moe::alignmentFor(const CompileOptions &o) {
   if (o.alignment)
     return o.alignment;
-  return o.target == "sm_90a" ? 128 : 1;
+  // On sm_90a a segment is a whole number of the GEMMs' M blocks.
+  return o.target == "sm_90a" ? (o.tileM ? o.tileM : 128) : 1;
 }
 
 std::string mlir::moe::validateOptions(const CompileOptions &o) {
@@ -73,10 +74,17 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
       o.emit != "cubin" && o.emit != "bundle")
     return "unknown --emit '" + o.emit +
            "' for --target=sm_90a (expected mlir, ptx, cubin or bundle)";
-  if (o.target == "sm_90a" && o.alignment && o.alignment % 128 != 0)
-    return "--alignment must be a multiple of 128 (the grouped GEMM's M "
-           "block) for --target=sm_90a, got " +
-           std::to_string(o.alignment);
+  if (o.tileM && o.tileM != 64 && o.tileM != 128)
+    return "--tile-m must be 64 or 128 (one or two consumer warpgroups of "
+           "64 rows), got " +
+           std::to_string(o.tileM);
+  if (o.target == "sm_90a" && o.alignment &&
+      o.alignment % (o.tileM ? o.tileM : 128) != 0)
+    return "--alignment must be a multiple of " +
+           std::to_string(o.tileM ? o.tileM : 128) +
+           " (the grouped GEMM's M block) for --target=sm_90a, got " +
+           std::to_string(o.alignment) +
+           (o.tileM == 64 ? "" : " (--tile-m 64 takes multiples of 64)");
   if (o.ep < 1 || o.ep > 4096)
     return "--ep must be in [1, 4096], got " + std::to_string(o.ep);
   if (o.epChunks < 1 || o.epChunks > 64)
@@ -91,10 +99,11 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
     return "--train needs --emit=ptx or --emit=bundle for --target=sm_90a";
   if (o.target == "host" &&
       (!o.smPartition.empty() || o.report || o.deviceMemory || o.tileN ||
-       o.tileCluster != 1))
+       o.tileM || o.tileCluster != 1))
     return std::string(o.report              ? "--report"
                        : o.deviceMemory      ? "--device-memory"
                        : o.tileN             ? "--tile-n"
+                       : o.tileM             ? "--tile-m"
                        : o.tileCluster != 1 ? "--tile-cluster"
                                              : "--sm-partition") +
            " needs --target=sm_90a";
@@ -365,6 +374,7 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
   sm90.alignment = alignmentFor(options);
   sm90.maxTokens = options.maxTokens;
   sm90.tileN = options.tileN;
+  sm90.tileM = options.tileM;
   sm90.cluster = options.tileCluster;
   sm90.cubin = options.emit != "ptx" || options.report;
   sm90.ptxas = options.ptxas;

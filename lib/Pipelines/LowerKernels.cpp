@@ -38,6 +38,7 @@ struct MoeGpuLowerKernels
     moe::MoeSelectTilesOptions tiles;
     tiles.maxStages = maxStages;
     tiles.tileN = tileN;
+    tiles.tileM = tileM;
     tiles.cluster = cluster;
     tiles.report = report;
     pm.addPass(moe::createMoeSelectTiles(tiles));

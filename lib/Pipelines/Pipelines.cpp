@@ -76,6 +76,7 @@ void moe::buildMoeGpuKernelPipeline(OpPassManager &pm,
   MoeGpuLowerKernelsOptions lower;
   lower.maxStages = options.maxStages;
   lower.tileN = options.tileN;
+  lower.tileM = options.tileM;
   lower.cluster = options.cluster;
   lower.report = options.report;
   pm.addPass(createMoeGpuLowerKernels(lower));

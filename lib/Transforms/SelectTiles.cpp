@@ -19,8 +19,11 @@ namespace {
 
 TileAttr selectTile(MLIRContext *ctx, int64_t n, bool swiglu, bool dense,
                     bool nMajor, bool halfOutput, int64_t maxStages,
-                    int64_t forcedN, int64_t cluster, bool tmaStore) {
-  constexpr int64_t m = 128, k = 64;
+                    int64_t forcedN, int64_t forcedM, int64_t cluster,
+                    bool tmaStore) {
+  // BLOCK_M 128 (two consumer warpgroups) unless asked for 64 (one): with
+  // few rows per expert each segment is padded to half as many rows.
+  const int64_t m = forcedM ? forcedM : 128, k = 64;
   int64_t tileN = 0;
   // A BLOCK_N asked for (moe-compile --tile-n) where it divides N.
   if (forcedN && !dense && n % forcedN == 0)
@@ -82,6 +85,12 @@ struct MoeSelectTiles
           << static_cast<int64_t>(tileN);
       return signalPassFailure();
     }
+    if (tileM != 0 && tileM != 64 && tileM != 128) {
+      getOperation()->emitError()
+          << "moe-select-tiles: tile-m must be 0, 64 or 128, got "
+          << static_cast<int64_t>(tileM);
+      return signalPassFailure();
+    }
     if (cluster != 1 && cluster != 2) {
       getOperation()->emitError()
           << "moe-select-tiles: cluster must be 1 or 2, got "
@@ -94,6 +103,21 @@ struct MoeSelectTiles
           << static_cast<int64_t>(maxStages);
       return signalPassFailure();
     }
+    // Segments padded to fewer rows than a 128-row tile (--alignment 64)
+    // take 64-row tiles: a tile never spans two experts.
+    int64_t blockM = tileM;
+    if (auto alignment = getOperation()->getAttrOfType<IntegerAttr>(
+            "moegpu.alignment")) {
+      int64_t a = alignment.getInt();
+      if (blockM && a % blockM != 0) {
+        getOperation()->emitError()
+            << "moe-select-tiles: tile-m " << blockM
+            << " does not divide the segments' alignment " << a;
+        return signalPassFailure();
+      }
+      if (!blockM && a % 128 != 0)
+        blockM = 64;
+    }
     getOperation()->walk([&](GroupedGemmOp op) {
       if (!op.getTileAttr())
         op.setTileAttr(selectTile(op.getContext(), op.getN(),
@@ -104,7 +128,7 @@ struct MoeSelectTiles
                                           .getType()
                                           .getElementType()
                                           .getIntOrFloatBitWidth() == 16,
-                                  maxStages, tileN, cluster,
+                                  maxStages, tileN, blockM, cluster,
                                   op.getEpilogue() != Epilogue::Accumulate &&
                                       usesTmaStoreEpilogue(
                                       op.getC().getType(),

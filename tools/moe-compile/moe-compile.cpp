@@ -89,6 +89,12 @@ static cl::opt<int64_t>
                    "GEMM whose N it divides, in place of the cost model's "
                    "choice (the router's GEMM keeps its own)"),
           cl::init(0), cl::cat(category));
+static cl::opt<int64_t>
+    tileM("tile-m",
+          cl::desc("sm_90a: BLOCK_M of the GEMMs: 64 (one consumer "
+                   "warpgroup; expert segments padded to 64 rows, half the "
+                   "padding of few tokens per expert) or 128 (the default)"),
+          cl::init(0), cl::cat(category));
 static cl::opt<int64_t> tileCluster(
     "tile-cluster",
     cl::desc("sm_90a: 2 runs the grouped GEMMs whose BLOCK_N is a multiple "
@@ -272,6 +278,7 @@ int main(int argc, char **argv) {
   options.timing = timing;
   options.smPartition = smPartition;
   options.tileN = tileN;
+  options.tileM = tileM;
   options.tileCluster = tileCluster;
   options.report = report;
   options.ptxas = ptxas;

@@ -38,6 +38,8 @@ struct CompileOptions {
   /// sm_90a: BLOCK_N of every grouped GEMM whose N it divides (64, 128,
   /// 192 or 256); 0 leaves each to the cost model.
   int64_t tileN = 0;
+  /// sm_90a: BLOCK_M of the GEMMs, 64 or 128 (0: 128).
+  int64_t tileM = 0;
   /// sm_90a: 2 pairs the CTAs of the grouped GEMMs whose BLOCK_N is a
   /// multiple of 128 in clusters that share B by TMA multicast.
   int64_t tileCluster = 1;

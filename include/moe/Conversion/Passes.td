@@ -173,6 +173,8 @@ def MoeGpuLowerKernels : Pass<"moegpu-lower-kernels", "::mlir::ModuleOp"> {
     Option<"tileN", "tile-n", "int64_t", /*default=*/"0",
            "BLOCK_N of every grouped GEMM (not the dense router's) whose N "
            "it divides; 0: the cost model's choice">,
+    Option<"tileM", "tile-m", "int64_t", /*default=*/"0",
+           "BLOCK_M of every GEMM, 64 or 128 (0: 128)">,
     Option<"report", "report", "bool", /*default=*/"false",
            "Emit a remark with each GEMM's tile choice">
   ];

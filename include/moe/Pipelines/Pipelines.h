@@ -49,6 +49,10 @@ struct Sm90PipelineOptions : public PassPipelineOptions<Sm90PipelineOptions> {
   PassOptions::Option<int64_t> maxStages{
       *this, "max-stages", llvm::cl::desc("Most pipeline stages of a GEMM"),
       llvm::cl::init(8)};
+  PassOptions::Option<int64_t> tileM{
+      *this, "tile-m",
+      llvm::cl::desc("BLOCK_M of the GEMMs, 64 or 128 (0: 128)"),
+      llvm::cl::init(0)};
   PassOptions::Option<int64_t> tileN{
       *this, "tile-n",
       llvm::cl::desc("BLOCK_N of the grouped GEMMs whose N it divides (0: "

@@ -25,6 +25,8 @@ struct Sm90Options {
   int64_t maxTokens = 4096;
   /// BLOCK_N of the grouped GEMMs whose N it divides; 0: the cost model's.
   int64_t tileN = 0;
+  /// BLOCK_M of the GEMMs (64 or 128); 0: 128.
+  int64_t tileM = 0;
   /// CTAs of a cluster sharing B by TMA multicast (1 or 2).
   int64_t cluster = 1;
   /// Also build the training step (the program's trainSteps).

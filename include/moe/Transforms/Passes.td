@@ -77,6 +77,9 @@ def MoeSelectTiles : Pass<"moe-select-tiles"> {
     Option<"tileN", "tile-n", "int64_t", /*default=*/"0",
            "BLOCK_N of every grouped GEMM (not the dense router's) whose N "
            "it divides; 0: the cost model's choice">,
+    Option<"tileM", "tile-m", "int64_t", /*default=*/"0",
+           "BLOCK_M of every GEMM, 64 (one consumer warpgroup) or 128 (two); "
+           "0: 128">,
     Option<"report", "report", "bool", /*default=*/"false",
            "Emit a remark with the choice on every grouped GEMM">
   ];

@@ -943,8 +943,13 @@ void KernelLowering::lowerWarpRoles(WarpRolesOp op) {
   int64_t perThread = llvm::divideCeil(planned, threads);
   func->setAttr(NVVM::NVVMDialect::getMinctasmAttrName(),
                 attrs.getI32IntegerAttr(1));
-  func->setAttr(kRequiredRegistersAttrName,
-                attrs.getI64IntegerAttr(llvm::alignTo(perThread, 8)));
+  // One consumer warpgroup (BLOCK_M 64): the CTA's 256 threads may each
+  // hold all 255 registers, so nothing moves between the warpgroups and
+  // ptxas's own count serves both.
+  bool rebalance = op.getConsumers() > 1;
+  if (rebalance)
+    func->setAttr(kRequiredRegistersAttrName,
+                  attrs.getI64IntegerAttr(llvm::alignTo(perThread, 8)));
   ImplicitLocOpBuilder b(op.getLoc(), op);
   Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
   Value warpgroup =
@@ -954,8 +959,9 @@ void KernelLowering::lowerWarpRoles(WarpRolesOp op) {
   auto ifOp = scf::IfOp::create(b, producer, /*withElseRegion=*/true);
 
   ImplicitLocOpBuilder pb(op.getLoc(), ifOp.thenBlock()->getTerminator());
-  NVVM::SetMaxRegisterOp::create(pb, op.getProducerRegs(),
-                                 NVVM::SetMaxRegisterAction::decrease);
+  if (rebalance)
+    NVVM::SetMaxRegisterOp::create(pb, op.getProducerRegs(),
+                                   NVVM::SetMaxRegisterAction::decrease);
   Value leader = arith::CmpIOp::create(
       pb, arith::CmpIPredicate::eq, threadInWarpgroup(pb), constIndex(pb, 0));
   auto leaderIf = scf::IfOp::create(pb, leader, /*withElseRegion=*/false);
@@ -963,8 +969,9 @@ void KernelLowering::lowerWarpRoles(WarpRolesOp op) {
                              leaderIf.thenBlock()->getTerminator());
 
   ImplicitLocOpBuilder cb(op.getLoc(), ifOp.elseBlock()->getTerminator());
-  NVVM::SetMaxRegisterOp::create(cb, op.getConsumerRegs(),
-                                 NVVM::SetMaxRegisterAction::increase);
+  if (rebalance)
+    NVVM::SetMaxRegisterOp::create(cb, op.getConsumerRegs(),
+                                   NVVM::SetMaxRegisterAction::increase);
   rewriter.inlineBlockBefore(&op.getConsumer().front(),
                              ifOp.elseBlock()->getTerminator(),
                              ValueRange{warpgroup});

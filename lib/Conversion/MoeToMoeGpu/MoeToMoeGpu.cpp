@@ -69,10 +69,10 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
     return layer.emitOpError() << "has a shared-expert gate (Qwen2-MoE), "
                                   "which the sm_90a target does not support "
                                   "yet";
-  if (alignment < 128 || alignment % 128 != 0)
+  if (alignment < 64 || alignment % 64 != 0)
     return layer.emitOpError()
-           << "needs an alignment that is a multiple of 128 (the grouped "
-              "GEMM's M block) on sm_90a, got "
+           << "needs an alignment that is a multiple of 64 (the grouped "
+              "GEMM's smallest M block) on sm_90a, got "
            << alignment;
   if (config.getGroups() > 1 && config.getExpertsPerGroup() < 2 &&
       config.getGroupScore() == GroupScore::SumTop2)

@@ -360,6 +360,7 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
   Sm90PipelineOptions pipeline;
   pipeline.format = "isa";
   pipeline.tileN = options.tileN;
+  pipeline.tileM = options.tileM;
   pipeline.cluster = options.cluster;
   {
     TimingScope scope = timing.nest("Kernels (moegpu)");

@@ -6,6 +6,11 @@
 // RUN: moe-opt %s -split-input-file -moe-select-tiles=cluster=2 | FileCheck %s --check-prefix=PAIR
 // RUN: not moe-opt %s -split-input-file -moe-select-tiles=cluster=3 2>&1 | FileCheck %s --check-prefix=BADPAIR
 // BADPAIR: moe-select-tiles: cluster must be 1 or 2, got 3
+// RUN: moe-opt %s -split-input-file -moe-select-tiles=tile-m=64 | FileCheck %s --check-prefix=M64
+// RUN: not moe-opt %s -split-input-file -moe-select-tiles=tile-m=32 2>&1 | FileCheck %s --check-prefix=BADM
+// BADM: moe-select-tiles: tile-m must be 0, 64 or 128, got 32
+// RUN: not moe-opt %s -split-input-file -moe-select-tiles=tile-m=128 2>&1 | FileCheck %s --check-prefix=SPAN
+// SPAN: moe-select-tiles: tile-m 128 does not divide the segments' alignment 64
 
 // Tile n: 256 for a K-major GEMM with a 16-bit result whose N it divides,
 // else the first preferred size dividing N; stages: what fits in 227 KiB.
@@ -16,6 +21,9 @@
 // CAP: tile = #moegpu.tile<m = 128, n = 256, k = 64, stages = 4>
 // FORCE-LABEL: func.func @deepseek_up
 // FORCE: tile = #moegpu.tile<m = 128, n = 128, k = 64, stages = 6>
+// BLOCK_M 64: one consumer warpgroup, 40 KiB a stage, 16 KiB of staging.
+// M64-LABEL: func.func @deepseek_up
+// M64: tile = #moegpu.tile<m = 64, n = 256, k = 64, stages = 5>
 // PAIR-LABEL: func.func @deepseek_up
 // PAIR: tile = #moegpu.tile<m = 128, n = 256, k = 64, stages = 4, cluster = 2>
 func.func @deepseek_up(%a: memref<?x7168xbf16>, %b: memref<256x4096x7168xbf16>, %o: memref<257xi32>, %c: memref<?x2048xbf16>) {
@@ -79,6 +87,8 @@ func.func @f32_out(%a: memref<?x2048xbf16>, %b: memref<8x512x2048xbf16>, %o: mem
 // CHECK: tile = #moegpu.tile<m = 128, n = 64, k = 64, stages = 8>
 // FORCE-LABEL: func.func @router
 // FORCE: tile = #moegpu.tile<m = 128, n = 64, k = 64, stages = 8>
+// M64-LABEL: func.func @router
+// M64: tile = #moegpu.tile<m = 64, n = 64, k = 64, stages = 8>
 // A 64-column tile has no whole halves of B to share: one CTA each.
 // PAIR-LABEL: func.func @router
 // PAIR: tile = #moegpu.tile<m = 128, n = 64, k = 64, stages = 8>}
@@ -86,4 +96,19 @@ func.func @router(%a: memref<?x2048xbf16>, %b: memref<256x2048xbf16>, %c: memref
   // expected-remark @+1 {{tile 128x64x64, 8 stages}}
   moegpu.grouped_gemm %a, %b, dense, %c : memref<?x2048xbf16>, memref<256x2048xbf16>, memref<?x256xf32>
   return
+}
+
+// -----
+
+// Segments padded to 64 rows (moegpu.alignment, as --tile-m 64 sets it)
+// take 64-row tiles: one consumer warpgroup, and a tile never spans two
+// experts.
+// CHECK-LABEL: func.func @aligned_64
+// CHECK: tile = #moegpu.tile<m = 64,
+module attributes {moegpu.alignment = 64 : i64} {
+  func.func @aligned_64(%a: memref<?x2048xbf16>, %b: memref<8x512x2048xbf16>, %o: memref<9xi32>, %c: memref<?x512xbf16>) {
+    // expected-remark @+1 {{tile 64x256x64, 5 stages}}
+    moegpu.grouped_gemm %a, %b, %o, %c : memref<?x2048xbf16>, memref<8x512x2048xbf16>, memref<9xi32>, memref<?x512xbf16>
+    return
+  }
 }
