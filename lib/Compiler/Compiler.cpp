@@ -615,6 +615,9 @@ CompileResult mlir::moe::compile(const std::string &input,
     pm.enableTiming(pipelineTiming);
     HostPipelineOptions pipelineOptions;
     pipelineOptions.alignment = alignmentFor(options);
+    // A bundle's shared object brings the allocator that keeps buffers
+    // (emitSharedObject); LLVM IR for elsewhere calls malloc and free.
+    pipelineOptions.reuseBuffers = options.emit == "bundle";
     buildHostPipeline(pm, pipelineOptions);
     if (failed(pm.run(*entry))) {
       if (result.diagnostics.empty())

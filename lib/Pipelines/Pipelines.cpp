@@ -50,10 +50,10 @@ void moe::buildHostPipeline(OpPassManager &pm,
   pm.addPass(createConvertBufferizationToMemRefPass());
 
   pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
-  buildHostLoweringToLLVM(pm);
+  buildHostLoweringToLLVM(pm, options.reuseBuffers);
 }
 
-void moe::buildHostLoweringToLLVM(OpPassManager &pm) {
+void moe::buildHostLoweringToLLVM(OpPassManager &pm, bool reuseBuffers) {
   pm.addPass(memref::createExpandStridedMetadataPass());
   pm.addPass(createLowerAffinePass());
   pm.addPass(createSCFToControlFlowPass());
@@ -65,7 +65,9 @@ void moe::buildHostLoweringToLLVM(OpPassManager &pm) {
   pm.addPass(createConvertMathToLLVMPass());
   pm.addPass(createArithToLLVMConversionPass());
   pm.addPass(createConvertIndexToLLVMPass());
-  pm.addPass(createFinalizeMemRefToLLVMConversionPass());
+  FinalizeMemRefToLLVMConversionPassOptions memrefs;
+  memrefs.useGenericFunctions = reuseBuffers;
+  pm.addPass(createFinalizeMemRefToLLVMConversionPass(memrefs));
   pm.addPass(createConvertFuncToLLVMPass());
   pm.addPass(createConvertControlFlowToLLVMPass());
   pm.addPass(createReconcileUnrealizedCastsPass());

@@ -33,6 +33,12 @@ struct HostPipelineOptions : public PassPipelineOptions<HostPipelineOptions> {
                      "padded to (a power of two; 1 on the host wastes no "
                      "work)"),
       llvm::cl::init(1)};
+  PassOptions::Option<bool> reuseBuffers{
+      *this, "reuse-buffers",
+      llvm::cl::desc("Allocate through _mlir_memref_to_llvm_alloc and _free "
+                     "(a bundle's shared object defines them to keep freed "
+                     "buffers for reuse) instead of malloc and free"),
+      llvm::cl::init(false)};
 };
 
 /// moe ops (and the upstream ops around them, on tensors or memrefs) ->
@@ -41,8 +47,9 @@ struct HostPipelineOptions : public PassPipelineOptions<HostPipelineOptions> {
 void buildHostPipeline(OpPassManager &pm, const HostPipelineOptions &options);
 
 /// The tail of the host pipeline: memref, scf, arith (bf16 conversions as
-/// integer arithmetic), math, func and cf to the LLVM dialect.
-void buildHostLoweringToLLVM(OpPassManager &pm);
+/// integer arithmetic), math, func and cf to the LLVM dialect; heap
+/// buffers through the generic allocation functions with `reuseBuffers`.
+void buildHostLoweringToLLVM(OpPassManager &pm, bool reuseBuffers = false);
 
 /// Options of the Hopper (sm_90a) kernel pipelines.
 struct Sm90PipelineOptions : public PassPipelineOptions<Sm90PipelineOptions> {
