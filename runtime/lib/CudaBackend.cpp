@@ -675,7 +675,7 @@ Status CudaBackend::runExchange(const GpuStep &step, CUevent begin,
     // For the trace: enqueueing it (it runs beside the next launches).
     std::string what = step.exchange;
     if (step.chunk >= 0)
-      what += " of chunk " + std::to_string(step.chunk);
+      what += ", chunk " + std::to_string(step.chunk);
     hostComm->record("all-to-all (" + what + ", NCCL, enqueued)", started);
     return Status::success();
   }
@@ -726,6 +726,15 @@ Status CudaBackend::planChunks(const GpuStep &step) {
     std::vector<int32_t> came(static_cast<size_t>(experts + 1));
     exchangeOffsets(*hostComm, comm::Kind::Dispatch, sent.data(), came.data(),
                     experts);
+    chunkDispatched[c] = std::move(sent);
+    chunkReceived[c] = std::move(came);
+  }
+  // Every rank has taken part in every chunk's exchange of sizes before
+  // one can fail here.
+  for (int64_t c = 0; c < chunks; ++c) {
+    std::vector<int32_t> &sent = chunkDispatched[c];
+    std::vector<int32_t> &came = chunkReceived[c];
+    int32_t sentBase = all[c * experts];
     if (base + came[experts] > receivedRows())
       return Status::failure(
           "rank " + std::to_string(deviceComm->rank()) + " receives " +
@@ -747,8 +756,6 @@ Status CudaBackend::planChunks(const GpuStep &step) {
         !s.ok())
       return s;
     layout.insert(layout.end(), came.begin(), came.end());
-    chunkDispatched[c] = std::move(sent);
-    chunkReceived[c] = std::move(came);
   }
   // A later unchunked exchange has no dispatch to refer to.
   dispatchedOffsets.clear();
