@@ -498,6 +498,10 @@ def main():
                         help="directory from scripts/gpu-package.sh")
     parser.add_argument("--tokens", type=int, default=4096)
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--small-tokens", type=int, nargs="*", default=[256],
+                        help="token counts at which every forward bundle is also "
+                             "timed, kernels only (where BLOCK_M 64 variants, "
+                             "--tile-m 64, should pay)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--work", default=None,
                         help="scratch directory (default PACKAGE/work)")
@@ -541,6 +545,26 @@ def main():
         for layer, kernel, shape, ms, rate, ref in rows:
             print(f"{layer:18s} {kernel:17s} {shape:18s} {ms:9.4f} {rate:>18s}  {ref}")
         print()
+    # Few tokens per expert: each bundle's kernel times alone (the checks
+    # above ran at --tokens), so tile variants compare where padding costs.
+    for small in ([] if args.emulator else args.small_tokens):
+        for bundle in bundles:
+            name = os.path.basename(bundle)[:-len(".moeb")]
+            run = run_tool([args.moe_run, bundle, "--device=cuda", "--random-weights",
+                            "--seed", str(args.seed), "--tokens", str(small),
+                            "--repeat", str(args.repeats), "--profile"])
+            if run.returncode != 0:
+                print(f"{name} @ {small} tokens: moe-run failed:\n{run.stdout}{run.stderr}")
+                ok = False
+                continue
+            times = {}
+            for line in run.stdout.splitlines():
+                if line.startswith("moe-run: kernel "):
+                    parts = line.split()
+                    times[parts[2]] = float(parts[3])
+            detail = ", ".join(f"{k} {v:.4f}" for k, v in times.items()
+                               if k.startswith(("expert", "shared")))
+            print(f"{name} @ {small} tokens: kernels {sum(times.values()):.4f} ms ({detail})")
     print("communicator")
     ok = check_comm(args) and ok
     train_dir = os.path.join(args.package, "bundles", "train")
