@@ -253,11 +253,14 @@ def MoeGpu_MmaOp : MoeGpu_Op<"mma", [AllTypesMatch<["acc", "result"]>]> {
     `moegpu.release` gives back its slot. The accumulator is this thread's
     fragment of the warpgroup's `64 x n` f32 tile: element `4 * j + 2 * h +
     v` is row `16 * warp + lane / 4 + 8 * h`, column `8 * j + 2 * (lane %
-    4) + v`.
+    4) + v`. With `first` (a tile's first k block) `acc` is not read: the
+    first wgmma's scale-d is 0, so no zeros are written to the accumulator
+    registers between the fence and the wgmma.
   }];
   let arguments = (ins MoeGpu_PipelineType:$pipeline, Index:$iter,
                        VectorOfRankAndType<[1], [F32]>:$acc, Index:$warpgroup,
-                       DefaultValuedAttr<I64Attr, "0">:$pending);
+                       DefaultValuedAttr<I64Attr, "0">:$pending,
+                       UnitAttr:$first);
   let results = (outs VectorOfRankAndType<[1], [F32]>:$result);
   let assemblyFormat = [{
     $pipeline `[` $iter `]` `,` $acc `,` `warpgroup` $warpgroup attr-dict `:`

@@ -163,9 +163,19 @@ LogicalResult specialize(GroupedGemmOp op) {
             Value kBlocks) {
           Value zero = arith::ConstantOp::create(
               b, loc, DenseElementsAttr::get(fragmentType, 0.0f));
+          // A tile with a fixed depth (at least one k block) starts with
+          // its first block's wgmma ignoring the accumulator (`first`:
+          // scale-d 0), so no zeros are moved into the accumulator
+          // registers after the fence; a k-grouped tile may have none
+          // and starts from zeros.
+          Value start = constant(b, 0), init = zero;
+          if (!kGrouped) {
+            init = MmaOp::create(b, loc, fragmentType, pipeline, base, zero,
+                                 warpgroup, /*pending=*/1, /*first=*/true);
+            start = constant(b, 1);
+          }
           auto kLoop = scf::ForOp::create(
-              b, loc, constant(b, 0), kBlocks, constant(b, 1),
-              ValueRange{zero},
+              b, loc, start, kBlocks, constant(b, 1), ValueRange{init},
               [&](OpBuilder &b, Location loc, Value kb, ValueRange acc) {
                 // One wgmma batch stays in flight: this iteration's
                 // completes the previous one, whose slot goes back.

@@ -477,8 +477,10 @@ LogicalResult KernelLowering::lowerMma(MmaOp op) {
   Type f32 = b.getF32Type();
   auto structType =
       LLVM::LLVMStructType::getLiteral(ctx, SmallVector<Type>(fragment, f32));
+  // A tile's first k block ignores the accumulator (scale-d 0 below): its
+  // registers stay undefined rather than being zeroed after the fence.
   Value acc = LLVM::UndefOp::create(b, structType);
-  for (int64_t i = 0; i < fragment; ++i) {
+  for (int64_t i = 0; i < fragment && !op.getFirst(); ++i) {
     Value v = vector::ExtractOp::create(b, op.getAcc(), i);
     acc = LLVM::InsertValueOp::create(b, acc, v, i);
   }
@@ -501,7 +503,9 @@ LogicalResult KernelLowering::lowerMma(MmaOp op) {
     acc = NVVM::WgmmaMmaAsyncOp::create(
         b, structType, acc, advance(aDesc, aMn, step),
         advance(bDesc, bMn, step), shape, inputType, inputType,
-        NVVM::WGMMATypes::f32, NVVM::WGMMAScaleOut::one,
+        NVVM::WGMMATypes::f32,
+        op.getFirst() && step == 0 ? NVVM::WGMMAScaleOut::zero
+                                   : NVVM::WGMMAScaleOut::one,
         NVVM::WGMMAScaleIn::one, NVVM::WGMMAScaleIn::one,
         aMn ? NVVM::MMALayout::col : NVVM::MMALayout::row,
         bMn ? NVVM::MMALayout::row : NVVM::MMALayout::col,

@@ -39,6 +39,11 @@
 // CHECK: } else {
 // CHECK:   nvvm.setmaxregister increase 232
 // CHECK:   scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} {
+// The first k block: its first wgmma's scale-d is 0 (the accumulator is
+// not read), the rest accumulate.
+// CHECK:     nvvm.wgmma.fence.aligned
+// CHECK:     nvvm.wgmma.mma_async {{.*}} D[<f32>, <zero>]
+// CHECK-COUNT-3: nvvm.wgmma.mma_async {{.*}} D[<f32>, <one>]
 // CHECK:     scf.for {{.*}} -> (vector<64xf32>)
 // CHECK:       nvgpu.mbarrier.try_wait.parity %[[FULL]]
 // CHECK:       nvvm.wgmma.fence.aligned

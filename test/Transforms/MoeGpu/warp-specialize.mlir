@@ -20,9 +20,11 @@
 // CHECK: ^bb0(%[[WG:.*]]: index):
 // CHECK:   moegpu.tile_loop %[[O]] : memref<257xi32> columns 7168 tiles 128 x 128 x 64 depth 2048 on <first = 0, count = 112> {
 // CHECK:   ^bb0(%[[E2:.*]]: index, %[[ROW2:.*]]: index, %[[COL2:.*]]: index, %[[BASE2:.*]]: index, %[[KBS2:.*]]: index):
-// One wgmma batch stays in flight: each k-block's mma gives back the
-// previous k-block's slot, and the last is drained after the loop.
-// CHECK:     %[[ACC:.*]] = scf.for %[[KJ:.*]] = {{.*}} iter_args(%[[X:.*]] = %{{.*}}) -> (vector<64xf32>)
+// The tile's first k block ignores the accumulator (`first`); then one
+// wgmma batch stays in flight: each k-block's mma gives back the previous
+// k-block's slot, and the last is drained after the loop.
+// CHECK:     %[[FIRST:.*]] = moegpu.mma %[[P]][%[[BASE2]]], %{{.*}}, warpgroup %[[WG]] {first, pending = 1 : i64}
+// CHECK:     %[[ACC:.*]] = scf.for %[[KJ:.*]] = {{.*}} iter_args(%[[X:.*]] = %[[FIRST]]) -> (vector<64xf32>)
 // CHECK:       %[[IT2:.*]] = arith.addi %{{.*}}, %[[KJ]]
 // CHECK:       moegpu.mma %[[P]][%[[IT2]]], %[[X]], warpgroup %[[WG]] {pending = 1 : i64}
 // CHECK:       scf.if
