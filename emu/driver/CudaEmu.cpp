@@ -297,19 +297,35 @@ void *contextOf(int device) {
   return reinterpret_cast<void *>(static_cast<uintptr_t>(device + 1));
 }
 
+/// Whether work on `stream` runs later, on the stream's thread.
+bool deferred(void *stream) { return stream && asyncStreams(); }
+
 /// Runs `work` as `stream`'s: on the legacy stream (null) after the
 /// blocking streams' work and before returning, or enqueued on an
-/// asynchronous stream. Returns the context's sticky error (an earlier
-/// fault) when the work has run.
-CUresult onStream(void *stream, std::function<void()> work) {
-  if (!stream || !asyncStreams()) {
+/// asynchronous stream. Run at once, it returns the work's failure or the
+/// context's sticky error (an earlier fault); deferred, the work's
+/// failure becomes the sticky error when it runs.
+CUresult runOnStream(void *stream, std::function<CUresult()> work) {
+  if (!deferred(stream)) {
     if (!stream)
       drainStreams(/*blockingOnly=*/true);
-    work();
-    return state().sticky;
+    CUresult rc = work();
+    return rc != kSuccess ? rc : state().sticky.load();
   }
-  static_cast<Stream *>(stream)->push(std::move(work));
+  static_cast<Stream *>(stream)->push([work = std::move(work)] {
+    CUresult none = kSuccess;
+    if (CUresult rc = work(); rc != kSuccess)
+      state().sticky.compare_exchange_strong(none, rc);
+  });
   return kSuccess;
+}
+
+/// runOnStream for work that cannot fail.
+CUresult onStream(void *stream, std::function<void()> work) {
+  return runOnStream(stream, [work = std::move(work)]() -> CUresult {
+    work();
+    return kSuccess;
+  });
 }
 
 CUresult runLaunch(Function *fn, Dim3 grid, Dim3 block, Dim3 cluster,
@@ -354,21 +370,11 @@ CUresult launchOn(Function *fn, Dim3 grid, Dim3 block, Dim3 cluster,
   } else if (!layout.sizes.empty()) {
     return kErrorInvalidValue;
   }
-  if (!stream || !asyncStreams()) {
-    if (!stream)
-      drainStreams(/*blockingOnly=*/true);
+  // Deferred, the launch's failure (one that cannot start included) is
+  // the context's sticky error from when it runs.
+  return runOnStream(stream, [=, params = std::move(params)] {
     return runLaunch(fn, grid, block, cluster, shared, params);
-  }
-  // The launch's failure is the context's sticky error from then on (a
-  // launch that cannot start included: it is found when it runs).
-  static_cast<Stream *>(stream)->push(
-      [=, params = std::move(params)] {
-        CUresult rc = runLaunch(fn, grid, block, cluster, shared, params);
-        CUresult none = kSuccess;
-        if (rc != kSuccess)
-          state().sticky.compare_exchange_strong(none, rc);
-      });
-  return kSuccess;
+  });
 }
 
 CUresult runLaunch(Function *fn, Dim3 grid, Dim3 block, Dim3 cluster,
@@ -701,47 +707,21 @@ CUresult cuMemGetInfo_v2(size_t *free, size_t *total) {
 // of their stream; an HtoD copy reads its host bytes when it is called
 // (as a copy from pageable memory does), a DtoH copy writes them when it
 // runs.
-CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t bytes) {
-  REQUIRE_CONTEXT();
-  if (!inAllocation(dst, bytes) || (!src && bytes))
-    return kErrorInvalidValue;
-  return onStream(nullptr, [=] {
-    if (bytes)
-      std::memcpy(reinterpret_cast<void *>(dst), src, bytes);
-  });
-}
-
-CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t bytes) {
-  REQUIRE_CONTEXT();
-  if (!inAllocation(src, bytes) || (!dst && bytes))
-    return kErrorInvalidValue;
-  return onStream(nullptr, [=] {
-    if (bytes)
-      std::memcpy(dst, reinterpret_cast<const void *>(src), bytes);
-  });
-}
-
-CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
-  REQUIRE_CONTEXT();
-  if (!inAllocation(dst, bytes) || !inAllocation(src, bytes))
-    return kErrorInvalidValue;
-  return onStream(nullptr, [=] {
-    if (bytes)
-      std::memmove(reinterpret_cast<void *>(dst),
-                   reinterpret_cast<const void *>(src), bytes);
-  });
-}
-
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t bytes,
                               void *stream) {
   REQUIRE_CONTEXT();
   if (!inAllocation(dst, bytes) || (!src && bytes))
     return kErrorInvalidValue;
-  auto copy = std::make_shared<std::vector<char>>(
-      static_cast<const char *>(src), static_cast<const char *>(src) + bytes);
+  // Deferred, the host bytes are read now (the caller may reuse them).
+  std::shared_ptr<std::vector<char>> copy;
+  if (deferred(stream)) {
+    copy = std::make_shared<std::vector<char>>(
+        static_cast<const char *>(src), static_cast<const char *>(src) + bytes);
+    src = copy->data();
+  }
   return onStream(stream, [=] {
     if (bytes)
-      std::memcpy(reinterpret_cast<void *>(dst), copy->data(), bytes);
+      std::memcpy(reinterpret_cast<void *>(dst), src, bytes);
   });
 }
 CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t bytes,
@@ -764,6 +744,16 @@ CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes,
       std::memmove(reinterpret_cast<void *>(dst),
                    reinterpret_cast<const void *>(src), bytes);
   });
+}
+
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t bytes) {
+  return cuMemcpyHtoDAsync_v2(dst, src, bytes, nullptr);
+}
+CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t bytes) {
+  return cuMemcpyDtoHAsync_v2(dst, src, bytes, nullptr);
+}
+CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
+  return cuMemcpyDtoDAsync_v2(dst, src, bytes, nullptr);
 }
 
 CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t count,

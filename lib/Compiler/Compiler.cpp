@@ -56,11 +56,16 @@ parseSmPartition(llvm::StringRef text) {
   return std::make_pair(sms, comm);
 }
 
+/// The sm_90a GEMMs' BLOCK_M.
+static int64_t blockM(const CompileOptions &o) {
+  return o.tileM ? o.tileM : 128;
+}
+
 int64_t mlir::moe::alignmentFor(const CompileOptions &o) {
   if (o.alignment)
     return o.alignment;
   // On sm_90a a segment is a whole number of the GEMMs' M blocks.
-  return o.target == "sm_90a" ? (o.tileM ? o.tileM : 128) : 1;
+  return o.target == "sm_90a" ? blockM(o) : 1;
 }
 
 std::string mlir::moe::validateOptions(const CompileOptions &o) {
@@ -78,10 +83,8 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
     return "--tile-m must be 64 or 128 (one or two consumer warpgroups of "
            "64 rows), got " +
            std::to_string(o.tileM);
-  if (o.target == "sm_90a" && o.alignment &&
-      o.alignment % (o.tileM ? o.tileM : 128) != 0)
-    return "--alignment must be a multiple of " +
-           std::to_string(o.tileM ? o.tileM : 128) +
+  if (o.target == "sm_90a" && o.alignment && o.alignment % blockM(o) != 0)
+    return "--alignment must be a multiple of " + std::to_string(blockM(o)) +
            " (the grouped GEMM's M block) for --target=sm_90a, got " +
            std::to_string(o.alignment) +
            (o.tileM == 64 ? "" : " (--tile-m 64 takes multiples of 64)");

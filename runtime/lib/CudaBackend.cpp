@@ -125,15 +125,18 @@ private:
         continue;
       KernelTime k;
       k.exchange = exchange;
-      // "all-to-all (combine_rows ep_down -> down, chunk 1)".
-      k.kernel = exchange ? "all-to-all (" + st.exchange : st.kernel;
-      if (exchange && st.args.size() == 2)
-        k.kernel += " " + st.args[0] + " -> " + st.args[1];
-      if (st.chunk >= 0)
-        k.kernel += (exchange ? ", chunk " : " (chunk ") +
-                    std::to_string(st.chunk) + (exchange ? "" : ")");
-      if (exchange)
-        k.kernel += ")";
+      // "expert_up (chunk 1)", "all-to-all (combine_rows ep_down -> down,
+      // chunk 1)".
+      std::string chunk =
+          st.chunk >= 0 ? "chunk " + std::to_string(st.chunk) : "";
+      if (exchange) {
+        k.kernel = "all-to-all (" + st.exchange;
+        if (st.args.size() == 2)
+          k.kernel += " " + st.args[0] + " -> " + st.args[1];
+        k.kernel += (chunk.empty() ? "" : ", " + chunk) + ")";
+      } else {
+        k.kernel = st.kernel + (chunk.empty() ? "" : " (" + chunk + ")");
+      }
       driver.eventElapsedTime(&k.milliseconds, events[2 * i],
                               events[2 * i + 1]);
       driver.eventElapsedTime(&k.startMilliseconds, scheduleStart,
@@ -160,6 +163,23 @@ private:
   Status launchSteps(const std::vector<GpuStep> &steps,
                      const std::vector<std::vector<CUdeviceptr>> &maps,
                      int64_t tokens, bool timed, bool sameClock = false);
+  /// Runs `steps` for `tokens` tokens to completion (timed when profiling;
+  /// `what` names the schedule in errors).
+  Status runSchedule(const std::vector<GpuStep> &steps,
+                     const std::vector<std::vector<CUdeviceptr>> &maps,
+                     int64_t tokens, const std::string &what,
+                     bool sameClock = false) {
+    if (Status s = launchSteps(steps, maps, tokens, profiling, sameClock);
+        !s.ok())
+      return s;
+    if (Status s = check(driver.streamSynchronize(stream),
+                         "a kernel of " + what + " failed");
+        !s.ok())
+      return s;
+    if (profiling)
+      collectProfile(steps);
+    return Status::success();
+  }
   /// The buffer of training step argument `name`.
   const GpuBuffer *argumentBuffer(const std::string &name) const {
     for (const GpuBuffer &b : manifest.gpu.buffers)
@@ -720,11 +740,11 @@ Status CudaBackend::planChunks(const GpuStep &step) {
     // they lie: after the chunks before, on both sides.
     std::vector<int32_t> sent(all.begin() + c * experts,
                               all.begin() + (c + 1) * experts + 1);
-    int32_t sentBase = sent[0];
-    for (int32_t &o : sent)
-      o -= sentBase;
+    std::vector<int32_t> sizes(sent);
+    for (int32_t &o : sizes)
+      o -= sent[0];
     std::vector<int32_t> came(static_cast<size_t>(experts + 1));
-    exchangeOffsets(*hostComm, comm::Kind::Dispatch, sent.data(), came.data(),
+    exchangeOffsets(*hostComm, comm::Kind::Dispatch, sizes.data(), came.data(),
                     experts);
     chunkDispatched[c] = std::move(sent);
     chunkReceived[c] = std::move(came);
@@ -732,17 +752,13 @@ Status CudaBackend::planChunks(const GpuStep &step) {
   // Every rank has taken part in every chunk's exchange of sizes before
   // one can fail here.
   for (int64_t c = 0; c < chunks; ++c) {
-    std::vector<int32_t> &sent = chunkDispatched[c];
     std::vector<int32_t> &came = chunkReceived[c];
-    int32_t sentBase = all[c * experts];
     if (base + came[experts] > receivedRows())
       return Status::failure(
           "rank " + std::to_string(deviceComm->rank()) + " receives " +
           std::to_string(base + came[experts]) + " rows in " +
           std::to_string(c + 1) + " chunks, more than its " +
           std::to_string(receivedRows()) + " (do the ranks run one bundle?)");
-    for (int32_t &o : sent)
-      o += sentBase;
     for (int32_t &o : came)
       o += static_cast<int32_t>(base);
     base = came[experts];
@@ -945,16 +961,12 @@ Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {
     return s;
 
   profile.clear();
-  if (tokens > 0)
-    if (Status s = launchSteps(manifest.gpu.steps, stepMaps, tokens, profiling);
-        !s.ok())
-      return s;
-  if (Status s = check(driver.streamSynchronize(stream),
-                       "a kernel of the forward pass failed");
+  // No tokens: nothing to launch, only the stream to wait for.
+  static const std::vector<GpuStep> none;
+  if (Status s = runSchedule(tokens > 0 ? manifest.gpu.steps : none, stepMaps,
+                             tokens, "the forward pass");
       !s.ok())
     return s;
-  if (profiling && tokens > 0)
-    collectProfile(manifest.gpu.steps);
 
   // Outputs: y (converted to f32), topk_ids, topk_weights. One of the
   // output's dtype lands in it; another goes through a staging buffer kept
@@ -1069,16 +1081,10 @@ Status CudaBackend::runEntry(const std::string &symbol,
   profile.clear();
   if (train.stateOnDevice)
     trainingStateValid = true;
-  if (Status s = launchSteps(manifest.gpu.trainSteps, trainStepMaps, tokens,
-                             profiling);
+  if (Status s = runSchedule(manifest.gpu.trainSteps, trainStepMaps, tokens,
+                             "the training step");
       !s.ok())
     return s;
-  if (Status s = check(driver.streamSynchronize(stream),
-                       "a kernel of the training step failed");
-      !s.ok())
-    return s;
-  if (profiling)
-    collectProfile(manifest.gpu.trainSteps);
   // The step rewrote the compute copies from its master weights.
   parametersUploaded = false;
   for (size_t i = 0; i < arguments.size(); ++i) {
@@ -1124,17 +1130,8 @@ Status CudaBackend::runTrainingUpdate() {
     return Status::failure("no training step ran whose state the device "
                            "holds");
   // Profiled, the update's kernels follow the step's in lastProfile().
-  if (Status s = launchSteps(manifest.gpu.updateSteps, updateStepMaps,
-                             lastTokens, profiling, /*sameClock=*/true);
-      !s.ok())
-    return s;
-  if (Status s = check(driver.streamSynchronize(stream),
-                       "a kernel of the training update failed");
-      !s.ok())
-    return s;
-  if (profiling)
-    collectProfile(manifest.gpu.updateSteps);
-  return Status::success();
+  return runSchedule(manifest.gpu.updateSteps, updateStepMaps, lastTokens,
+                     "the training update", /*sameClock=*/true);
 }
 
 } // namespace

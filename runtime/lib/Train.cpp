@@ -823,6 +823,20 @@ void Trace::add(int lane, const std::string &name, double startSeconds,
   events.push_back({lane, name, startSeconds, seconds});
 }
 
+void Trace::addDeviceLanes() {
+  kernelLane = lane("kernels (compute stream)");
+  exchangeLane = lane("exchanges (communication stream)");
+}
+
+void Trace::addDeviceProfile(const std::vector<KernelTime> &profile,
+                             const std::string &label, double start) {
+  if (kernelLane < 0)
+    addDeviceLanes();
+  for (const KernelTime &k : profile)
+    add(k.exchange ? exchangeLane : kernelLane, label + ": " + k.kernel,
+        start + k.startMilliseconds / 1e3, k.milliseconds / 1e3);
+}
+
 Status Trace::write(const std::string &path) const {
   using nlohmann::json;
   json list = json::array();

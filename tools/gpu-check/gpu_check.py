@@ -39,6 +39,7 @@ warm-up), TFLOP/s or GB/s, next to torch.matmul in bf16 at the same FLOPs
 import argparse
 import json
 import os
+import re
 import struct
 import sys
 import time
@@ -198,6 +199,17 @@ def matmul_ms(m, n, k, repeats, l2_bytes):
     return bench(step, repeats)
 
 
+def kernel_times(stdout):
+    """{kernel: median ms} from moe-run --profile's `moe-run: kernel NAME
+    MS ms (median of N)` lines (a chunk's launch is `NAME (chunk C)`)."""
+    times = {}
+    for line in stdout.splitlines():
+        m = re.match(r"moe-run: kernel (.+?)\s+([0-9.]+) ms", line)
+        if m:
+            times[m.group(1)] = float(m.group(2))
+    return times
+
+
 # --------------------------------------------------------------------------
 # One bundle
 # --------------------------------------------------------------------------
@@ -221,11 +233,7 @@ def check_bundle(args, bundle, rows_out):
     if run.returncode != 0:
         print(f"{name}: moe-run failed:\n{run.stdout}{run.stderr}")
         return False
-    kernel_ms = {}
-    for line in run.stdout.splitlines():
-        if line.startswith("moe-run: kernel "):
-            parts = line.split()
-            kernel_ms[parts[2]] = float(parts[3])
+    kernel_ms = kernel_times(run.stdout)
     print(f"{name}: moe-run {time.time() - started:.1f} s; " +
           run.stdout.strip().splitlines()[-1])
 
@@ -557,11 +565,7 @@ def main():
                 print(f"{name} @ {small} tokens: moe-run failed:\n{run.stdout}{run.stderr}")
                 ok = False
                 continue
-            times = {}
-            for line in run.stdout.splitlines():
-                if line.startswith("moe-run: kernel "):
-                    parts = line.split()
-                    times[parts[2]] = float(parts[3])
+            times = kernel_times(run.stdout)
             detail = ", ".join(f"{k} {v:.4f}" for k, v in times.items()
                                if k.startswith(("expert", "shared")))
             print(f"{name} @ {small} tokens: kernels {sum(times.values()):.4f} ms ({detail})")

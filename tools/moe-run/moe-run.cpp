@@ -198,12 +198,11 @@ int main(int argc, char **argv) {
   std::vector<std::string> kernelOrder;
   std::set<std::string> exchanges; // of kernelOrder: on the communication stream
   Trace trace;
-  int passLane = -1, kernelLane = -1, exchangeLane = -1;
+  int passLane = -1;
   if (!tracePath.empty()) {
     profile = true;
     passLane = trace.lane("forward passes (host)");
-    kernelLane = trace.lane("kernels (compute stream)");
-    exchangeLane = trace.lane("exchanges (communication stream)");
+    trace.addDeviceLanes();
   }
   if (profile) {
     if (device != "cuda")
@@ -221,13 +220,11 @@ int main(int argc, char **argv) {
       die(result.message());
     seconds.push_back(std::chrono::duration<double>(end - start).count());
     std::string label = "pass " + std::to_string(r + 1);
-    if (passLane >= 0)
+    if (passLane >= 0) {
       trace.add(passLane, label, began, seconds.back());
+      trace.addDeviceProfile(layer.lastProfile(), label, began);
+    }
     for (const KernelTime &k : layer.lastProfile()) {
-      if (passLane >= 0)
-        trace.add(k.exchange ? exchangeLane : kernelLane,
-                  label + ": " + k.kernel, began + k.startMilliseconds / 1e3,
-                  k.milliseconds / 1e3);
       if (!kernelTimes.count(k.kernel))
         kernelOrder.push_back(k.kernel);
       if (k.exchange)

@@ -284,10 +284,9 @@ int main(int argc, char **argv) {
   int stepLane = trace.lane("training step (" + device + ")");
   // On the GPU: each kernel's and each exchange's span (CUDA events on
   // the device's clock), from the step's start, on its stream's lane.
-  int kernelLane = -1, exchangeLane = -1;
-  if (device == "cuda" && !tracePath.empty()) {
-    kernelLane = trace.lane("kernels (compute stream)");
-    exchangeLane = trace.lane("exchanges (communication stream)");
+  bool deviceTrace = device == "cuda" && !tracePath.empty();
+  if (deviceTrace) {
+    trace.addDeviceLanes();
     (*student)->getBackend().setProfiling(true);
   }
   int ioLane = trace.lane("checkpoints");
@@ -345,11 +344,9 @@ int main(int argc, char **argv) {
     }
     trace.add(stepLane, label + ": forward, loss, backward, AdamW", t2,
               trace.now() - t2);
-    if (kernelLane >= 0)
-      for (const KernelTime &k : (*student)->getBackend().lastProfile())
-        trace.add(k.exchange ? exchangeLane : kernelLane,
-                  label + ": " + k.kernel, t2 + k.startMilliseconds / 1e3,
-                  k.milliseconds / 1e3);
+    if (deviceTrace)
+      trace.addDeviceProfile((*student)->getBackend().lastProfile(), label,
+                             t2);
     for (const CommEvent &e : comm.takeEvents())
       trace.add(e.compute ? codeLane : commLane, label + ": " + e.name,
                 trace.fromSteady(e.start), e.seconds);

@@ -105,6 +105,18 @@ private:
   void addLaunch(gpu::GPUFuncOp func, ArrayRef<StringRef> args,
                  moegpu::GridAttr grid, int64_t block,
                  std::optional<int64_t> chunk = std::nullopt);
+  /// A launch of kernel `name` on `args` (once per token chunk): the
+  /// kernel is made, by `build`, at its first launch.
+  void launchKernel(StringRef name, ArrayRef<StringRef> args,
+                    moegpu::GridAttr grid, int64_t block,
+                    std::optional<int64_t> chunk,
+                    function_ref<void(gpu::GPUFuncOp)> build) {
+    if (auto it = launched.find(name); it != launched.end())
+      return addLaunch(it->second, args, grid, block, chunk);
+    gpu::GPUFuncOp func = addKernel(name, args, grid, block, {}, chunk);
+    build(func);
+    launched[name] = func;
+  }
   /// The buffer of chunk c's received groups: each local expert's rows.
   static std::string groupOffsets(int64_t c) {
     return c == 0 ? "ep_group_offsets" : "ep_group_offsets.c" + std::to_string(c);
@@ -217,6 +229,8 @@ private:
   bool train;
   /// Token chunks of the expert-parallel exchanges (1: not chunked).
   int64_t chunks = 1;
+  /// The kernels launchKernel made, by name.
+  llvm::StringMap<gpu::GPUFuncOp> launched;
   gpu::GPUModuleOp kernels;
   SmallVector<Buffer> buffers;
   moegpu::ProgramOp program;

@@ -260,21 +260,17 @@ void LayerBuilder::buildChunkedExperts() {
               moegpu::Epilogue::SwiGLU);
   // Each chunk's GEMMs wait for its own rows only; its outputs go back as
   // soon as its down projection is done, beside the next chunk's GEMMs.
-  gpu::GPUFuncOp up, down;
   for (int64_t c = 0; c < chunks; ++c) {
     std::string groups = groupOffsets(c);
-    SmallVector<StringRef> upArgs{"ep_rows", "w13", groups, "ep_act"};
-    SmallVector<StringRef> downArgs{"ep_act", "w2", groups, "ep_down",
-                                    "ep_row_weight"};
-    if (c == 0) {
-      up = addKernel("expert_up", upArgs, persistent, 0, {}, c);
-      buildGemm(up, moegpu::Epilogue::SwiGLU);
-      down = addKernel("expert_down", downArgs, persistent, 0, {}, c);
-      buildGemm(down, moegpu::Epilogue::RowScale);
-    } else {
-      addLaunch(up, upArgs, persistent, 0, c);
-      addLaunch(down, downArgs, persistent, 0, c);
-    }
+    launchKernel("expert_up", {"ep_rows", "w13", groups, "ep_act"},
+                 persistent, 0, c, [&](gpu::GPUFuncOp f) {
+                   buildGemm(f, moegpu::Epilogue::SwiGLU);
+                 });
+    launchKernel("expert_down",
+                 {"ep_act", "w2", groups, "ep_down", "ep_row_weight"},
+                 persistent, 0, c, [&](gpu::GPUFuncOp f) {
+                   buildGemm(f, moegpu::Epilogue::RowScale);
+                 });
     addExchange(moegpu::ExchangeKind::CombineRows, {"ep_down", "down"}, c);
   }
 }

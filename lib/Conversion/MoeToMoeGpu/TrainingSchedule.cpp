@@ -196,19 +196,6 @@ void LayerBuilder::buildTraining() {
   // through all of it on that chunk's groups, its rows' gradients go back
   // as soon as they are complete, and the weight gradients of the chunks
   // after the first accumulate into the first's.
-  llvm::StringMap<gpu::GPUFuncOp> made;
-  // Kernel `name` on `args` for this pass: built at its first launch.
-  auto launch = [&](StringRef name, ArrayRef<StringRef> args,
-                    moegpu::GridAttr grid, int64_t block,
-                    std::optional<int64_t> chunk,
-                    function_ref<void(gpu::GPUFuncOp)> build) {
-    auto it = made.find(name);
-    if (it != made.end())
-      return addLaunch(it->second, args, grid, block, chunk);
-    gpu::GPUFuncOp func = addKernel(name, args, grid, block, {}, chunk);
-    build(func);
-    made[name] = func;
-  };
   auto gemm = [&](moegpu::Epilogue epilogue,
                   moegpu::GemmLayout layout = moegpu::GemmLayout::NT) {
     return [=, this](gpu::GPUFuncOp f) { buildGemm(f, epilogue, layout); };
@@ -219,42 +206,41 @@ void LayerBuilder::buildTraining() {
     std::optional<int64_t> chunk =
         chunked ? std::optional<int64_t>(c) : std::nullopt;
     std::string groups = chunked ? groupOffsets(c) : xGroups;
-    launch("train_expert_dy", {xDy, groups, "dyw", xWeight}, expertGrid,
-           kRowThreads, chunk, [&](gpu::GPUFuncOp f) {
-             buildScaleToHalf(f, /*weighted=*/true);
-           });
-    launch("train_expert_gate_up", {xRows, "w13", groups, "gu"}, persistent,
-           0, chunk, gemm(none));
-    launch("train_expert_dact", {xDy, "w2", groups, "gs"}, persistent, 0,
-           chunk, gemm(none, nn));
-    launch("train_expert_act_grad",
-           {"gu", "gs", groups, "dgu", "dg", "du", xWeight, xWeightGrad},
-           expertGrid, kRowThreads, chunk, [&](gpu::GPUFuncOp f) {
-             buildActGrad(f, /*weighted=*/true);
-           });
+    launchKernel("train_expert_dy", {xDy, groups, "dyw", xWeight}, expertGrid,
+                 kRowThreads, chunk, [&](gpu::GPUFuncOp f) {
+                   buildScaleToHalf(f, /*weighted=*/true);
+                 });
+    launchKernel("train_expert_gate_up", {xRows, "w13", groups, "gu"},
+                 persistent, 0, chunk, gemm(none));
+    launchKernel("train_expert_dact", {xDy, "w2", groups, "gs"}, persistent, 0,
+                 chunk, gemm(none, nn));
+    launchKernel("train_expert_act_grad",
+                 {"gu", "gs", groups, "dgu", "dg", "du", xWeight, xWeightGrad},
+                 expertGrid, kRowThreads, chunk,
+                 [&](gpu::GPUFuncOp f) { buildActGrad(f, /*weighted=*/true); });
     // With expert parallelism each gradient goes back to its token's rank
     // as soon as it is complete: the exchanges run on the communicator's
     // stream beside the weight gradients' GEMMs, which do not touch them.
     if (sharded)
       addExchange(moegpu::ExchangeKind::CombineRows,
                   {"ep_row_weight_grad", "row_weight_grad"}, chunk);
-    launch("train_expert_rows_grad", {"dgu", "w13", groups, xDrows},
-           persistent, 0, chunk, gemm(none, nn));
+    launchKernel("train_expert_rows_grad", {"dgu", "w13", groups, xDrows},
+                 persistent, 0, chunk, gemm(none, nn));
     if (sharded)
       addExchange(moegpu::ExchangeKind::CombineRows, {"ep_drows", "drows"},
                   chunk);
     // The first pass stores the weight gradients, later ones add to them.
     std::string suffix = c == 0 ? "" : "_acc";
     auto epilogue = c == 0 ? none : moegpu::Epilogue::Accumulate;
-    launch("train_expert_down_grad" + suffix,
-           {"dyw", xAct, groups, arg("down_weight.grad")}, persistent, 0,
-           chunk, gemm(epilogue, tn));
-    launch("train_expert_gate_grad" + suffix,
-           {"dg", xRows, groups, arg("gate_weight.grad")}, persistent, 0,
-           chunk, gemm(epilogue, tn));
-    launch("train_expert_up_grad" + suffix,
-           {"du", xRows, groups, arg("up_weight.grad")}, persistent, 0, chunk,
-           gemm(epilogue, tn));
+    launchKernel("train_expert_down_grad" + suffix,
+                 {"dyw", xAct, groups, arg("down_weight.grad")}, persistent, 0,
+                 chunk, gemm(epilogue, tn));
+    launchKernel("train_expert_gate_grad" + suffix,
+                 {"dg", xRows, groups, arg("gate_weight.grad")}, persistent, 0,
+                 chunk, gemm(epilogue, tn));
+    launchKernel("train_expert_up_grad" + suffix,
+                 {"du", xRows, groups, arg("up_weight.grad")}, persistent, 0,
+                 chunk, gemm(epilogue, tn));
   }
   addMemset("dtw");
   buildScatterRowWeightGrad(

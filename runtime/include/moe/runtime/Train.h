@@ -186,6 +186,12 @@ public:
   /// Records `name` on `lane` from `start` for `seconds`.
   void add(int lane, const std::string &name, double startSeconds,
            double seconds);
+  /// Adds the lanes of a device's streams (kernels, exchanges).
+  void addDeviceLanes();
+  /// Records a device profile (KernelTime starts count from `start`) on
+  /// those lanes, each name after `label`.
+  void addDeviceProfile(const std::vector<KernelTime> &profile,
+                        const std::string &label, double start);
   /// Seconds since the trace began.
   double now() const;
   /// A steadySeconds() time on the trace's clock.
@@ -200,6 +206,7 @@ private:
   };
   std::vector<std::string> lanes;
   std::vector<Event> events;
+  int kernelLane = -1, exchangeLane = -1;
   double origin;
 };
 
