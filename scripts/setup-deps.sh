@@ -15,6 +15,8 @@ packages=(
   nlohmann-json3-dev
   # Expert-parallel training over several ranks (mpirun, the MPI plugin).
   libopenmpi-dev openmpi-bin
+  # The OpenMP runtime the host code's parallel loops run on (libomp.so.5).
+  libomp-dev
   # Independent numerics reference of the integration tests.
   python3-numpy
   # Fuzzing and sanitizer builds (scripts/fuzz.sh, scripts/sanitize.sh).

@@ -621,6 +621,13 @@ CompileResult mlir::moe::compile(const std::string &input,
     // A bundle's shared object brings the allocator that keeps buffers
     // (emitSharedObject); LLVM IR for elsewhere calls malloc and free.
     pipelineOptions.reuseBuffers = options.emit == "bundle";
+    HostVectorUnit vectors;
+    if (!getHostVectorUnit(options.mcpu, vectors, result.error))
+      return result;
+    pipelineOptions.vectorWidth = vectors.width;
+    pipelineOptions.vectorRegisters = vectors.registers;
+    // A bundle's shared object links the OpenMP runtime (emitSharedObject).
+    pipelineOptions.openmp = options.emit == "bundle";
     buildHostPipeline(pm, pipelineOptions);
     if (failed(pm.run(*entry))) {
       if (result.diagnostics.empty())

@@ -37,7 +37,10 @@ void moe::buildHostPipeline(OpPassManager &pm,
   GraphPipelineOptions graph;
   graph.alignment = options.alignment;
   buildGraphPipeline(pm, graph);
-  pm.addPass(createConvertMoeToHost());
+  ConvertMoeToHostOptions convert;
+  convert.vectorWidth = options.vectorWidth;
+  convert.vectorRegisters = options.vectorRegisters;
+  pm.addPass(createConvertMoeToHost(convert));
   pm.addPass(createConvertElementwiseToLinalgPass());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
@@ -50,18 +53,28 @@ void moe::buildHostPipeline(OpPassManager &pm,
   pm.addPass(createConvertBufferizationToMemRefPass());
 
   pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
-  buildHostLoweringToLLVM(pm, options.reuseBuffers);
+  buildHostLoweringToLLVM(pm, options.reuseBuffers, options.openmp);
 }
 
-void moe::buildHostLoweringToLLVM(OpPassManager &pm, bool reuseBuffers) {
+void moe::buildHostLoweringToLLVM(OpPassManager &pm, bool reuseBuffers,
+                                  bool openmp) {
   pm.addPass(memref::createExpandStridedMetadataPass());
   pm.addPass(createLowerAffinePass());
+  // scf.parallel: OpenMP's parallel loops, or (in scf-to-cf) loops in order.
+  // The canonicalizer inlines the memref.alloca_scope around each parallel
+  // body (it holds no alloca), which would otherwise refuse the blocks
+  // scf-to-cf makes inside it.
+  if (openmp) {
+    pm.addPass(createConvertSCFToOpenMPPass());
+    pm.addPass(createCanonicalizerPass());
+  }
   pm.addPass(createSCFToControlFlowPass());
   // bf16 conversions become integer arithmetic: the host's libgcc may lack
   // the soft-float helpers LLVM would call.
   arith::ArithExpandOpsPassOptions expand;
   expand.includeBf16 = true;
   pm.addPass(arith::createArithExpandOpsPass(expand));
+  pm.addPass(createConvertVectorToLLVMPass());
   pm.addPass(createConvertMathToLLVMPass());
   pm.addPass(createArithToLLVMConversionPass());
   pm.addPass(createConvertIndexToLLVMPass());
@@ -70,6 +83,8 @@ void moe::buildHostLoweringToLLVM(OpPassManager &pm, bool reuseBuffers) {
   pm.addPass(createFinalizeMemRefToLLVMConversionPass(memrefs));
   pm.addPass(createConvertFuncToLLVMPass());
   pm.addPass(createConvertControlFlowToLLVMPass());
+  if (openmp)
+    pm.addPass(createConvertOpenMPToLLVMPass());
   pm.addPass(createReconcileUnrealizedCastsPass());
 }
 

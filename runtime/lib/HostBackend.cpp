@@ -11,9 +11,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
 #include <sys/mman.h>
+#include <thread>
 #include <unistd.h>
 
 namespace moe::rt {
@@ -23,11 +25,28 @@ Backend::~Backend() = default;
 namespace {
 
 using PackedEntry = void (*)(void **);
+using SetThreads = void (*)(int32_t);
+
+/// The default thread count: the machine's cores, shared among the MPI
+/// ranks on this node (Open MPI, MPICH and Slurm say how many there are).
+int defaultThreads() {
+  int cores = static_cast<int>(std::thread::hardware_concurrency());
+  int local = 1;
+  for (const char *name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                           "SLURM_NTASKS_PER_NODE"})
+    if (const char *value = std::getenv(name)) {
+      local = std::max(1, std::atoi(value));
+      break;
+    }
+  return std::max(1, cores / local);
+}
 
 class HostBackend : public Backend {
 public:
-  HostBackend(void *handle, PackedEntry entry, int fd)
-      : handle(handle), entry(entry), fd(fd) {}
+  HostBackend(void *handle, PackedEntry entry, int fd, int threads)
+      : handle(handle), entry(entry), fd(fd), threads(threads),
+        setThreadsFn(reinterpret_cast<SetThreads>(
+            dlsym(handle, "moe_set_threads"))) {}
   ~HostBackend() override {
     context.reset();
     if (handle)
@@ -38,6 +57,8 @@ public:
   Status run(const std::vector<const Tensor *> &arguments) override {
     return call(entry, arguments);
   }
+
+  void setThreads(int count) override { threads = std::max(1, count); }
 
   Status setCommunicator(Communicator *comm) override {
     auto *table = static_cast<int64_t *>(dlsym(handle, comm::kTableName));
@@ -62,6 +83,9 @@ public:
 
 private:
   Status call(PackedEntry fn, const std::vector<const Tensor *> &arguments) {
+    // Bundles compiled before the code had parallel loops lack the hook.
+    if (setThreadsFn)
+      setThreadsFn(threads);
     if (context)
       context->enterCode();
     // A descriptor of rank r: allocated and aligned pointers, offset, r
@@ -98,6 +122,8 @@ private:
   /// the path) would be reused by the next layer, which would then share
   /// this one's code and globals (its communicator table).
   int fd;
+  int threads;
+  SetThreads setThreadsFn;
   std::unique_ptr<CommContext> context;
 };
 
@@ -110,6 +136,17 @@ Expected<std::unique_ptr<Backend>> createHostBackend(const Bundle &bundle) {
     return Result::error("host bundle must hold exactly one shared object, "
                          "it holds " +
                          std::to_string(bundle.blobs.size()) + " blobs");
+  int threads = defaultThreads();
+  if (const char *value = std::getenv("MOE_NUM_THREADS")) {
+    char *end = nullptr;
+    errno = 0;
+    long n = std::strtol(value, &end, 10);
+    if (*value == '\0' || *end != '\0' || errno != 0 || n < 1 || n > 4096)
+      return Result::error(std::string("MOE_NUM_THREADS must be a thread "
+                                       "count from 1 to 4096, got '") +
+                           value + "'");
+    threads = static_cast<int>(n);
+  }
   const std::vector<uint8_t> &so = bundle.blobs[0];
   static const uint8_t kElf[4] = {0x7f, 'E', 'L', 'F'};
   if (so.size() < 4 || std::memcmp(so.data(), kElf, 4) != 0)
@@ -144,7 +181,8 @@ Expected<std::unique_ptr<Backend>> createHostBackend(const Bundle &bundle) {
     return Result::error("the bundle's shared object has no entry point '" +
                          m.entry + "'");
   }
-  return std::unique_ptr<Backend>(new HostBackend(handle, entry, fd));
+  return std::unique_ptr<Backend>(
+      new HostBackend(handle, entry, fd, threads));
 }
 
 } // namespace moe::rt

@@ -103,7 +103,16 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
       // A device that keeps the state keeps the gradients too, the
       // input's as well (lastGradients fetches them).
       bool onDevice = spec.stateOnDevice && isGradient(a);
-      outputs[a.name] = onDevice ? Tensor() : Tensor::zeros(a.dtype, shape);
+      if (onDevice) {
+        outputs[a.name] = Tensor();
+        continue;
+      }
+      auto spare = spareOutputs.find(a.name);
+      if (spare != spareOutputs.end() && spare->second.dtype == a.dtype &&
+          spare->second.shape == shape)
+        outputs[a.name] = std::move(spare->second);
+      else
+        outputs[a.name] = Tensor::zeros(a.dtype, shape);
       continue;
     }
     if (a.name == "x" || a.name == "target") {
@@ -202,7 +211,11 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
     if (bad > 0 && result.nonFinite.empty())
       result.nonFinite = "the step of another rank is not finite";
   }
-  // A non-finite step leaves the state as it was.
+  // A non-finite step leaves the state as it was. The last step's
+  // gradients become spare buffers.
+  spareOutputs.clear();
+  for (auto &[name, value] : gradients)
+    spareOutputs[name + ".grad"] = std::move(value);
   gradients.clear();
   gradientsOnDevice.clear();
   if (spec.stateOnDevice) {
@@ -220,10 +233,15 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
     return result;
   }
   for (auto &[name, value] : outputs) {
-    if (endsWith(name, ".next") && result.nonFinite.empty())
-      tensors[name.substr(0, name.size() - 5)] = std::move(value);
-    else if (endsWith(name, ".grad"))
+    if (endsWith(name, ".next") && result.nonFinite.empty()) {
+      Tensor &state = tensors[name.substr(0, name.size() - 5)];
+      spareOutputs[name] = std::move(state);
+      state = std::move(value);
+    } else if (endsWith(name, ".grad")) {
       gradients[name.substr(0, name.size() - 5)] = std::move(value);
+    } else {
+      spareOutputs[name] = std::move(value);
+    }
   }
   ++stepCount;
   return result;

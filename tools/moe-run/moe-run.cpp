@@ -45,7 +45,12 @@ static const char kUsage[] =
     "  --save-weights=FILE      write the weights used (with "
     "--random-weights)\n"
     "  --save-inputs=FILE       write the input used (with --tokens)\n"
-    "  --repeat=N               run N times and report the median (1)\n"
+    "  --repeat=N               run N times and report the median (1);\n"
+    "                           with N > 1 after one untimed warm-up\n"
+    "  --threads=N              host: threads of the compiled code\n"
+    "                           ($MOE_NUM_THREADS, else the cores shared\n"
+    "                           among this node's ranks); any count gives\n"
+    "                           the same results to the bit\n"
     "  --dump-buffers=FILE      cuda: write every device buffer after the\n"
     "                           last pass (to check each kernel alone)\n"
     "  --profile                cuda: per-kernel device times (CUDA events),\n"
@@ -80,7 +85,7 @@ int main(int argc, char **argv) {
   std::string bundlePath, device = "host", weights, prefix, inputs, outputs,
                           saveWeights, saveInputs, value;
   bool randomWeights = false, profile = false, allowNonFinite = false;
-  int64_t tokens = -1, repeat = 1;
+  int64_t tokens = -1, repeat = 1, threads = 0;
   uint64_t seed = 0;
   double timeout = 300;
   for (int i = 1; i < argc; ++i) {
@@ -113,6 +118,10 @@ int main(int argc, char **argv) {
         die("expected --timeout >= 1");
     } else if (flag(argc, argv, i, "--profile", nullptr)) {
       profile = true;
+    } else if (flag(argc, argv, i, "--threads", &value)) {
+      threads = parseInt(value, "--threads");
+      if (threads < 1 || threads > 4096)
+        die("expected --threads from 1 to 4096");
     } else if (flag(argc, argv, i, "--repeat", &value)) {
       repeat = parseInt(value, "--repeat");
       if (repeat < 1)
@@ -138,6 +147,8 @@ int main(int argc, char **argv) {
   if (!loaded)
     die(loaded.message());
   Layer &layer = **loaded;
+  if (threads > 0)
+    layer.getBackend().setThreads(static_cast<int>(threads));
   const Manifest &m = layer.getManifest();
   Expected<std::unique_ptr<Communicator>> communicator =
       createCommunicator(timeout);
@@ -204,13 +215,16 @@ int main(int argc, char **argv) {
     passLane = trace.lane("forward passes (host)");
     trace.addDeviceLanes();
   }
-  if (profile) {
-    if (device != "cuda")
-      die("--profile needs --device=cuda");
+  if (profile && device != "cuda")
+    die("--profile needs --device=cuda");
+  // One pass before the timed ones (first-touch page faults, the OpenMP
+  // threads' start, the GPU's clocks), when there is more than one or a
+  // profile.
+  if (profile || repeat > 1)
     if (Expected<ForwardResult> warm = layer.forward(x); !warm)
       die(warm.message());
+  if (profile)
     layer.setProfiling(true);
-  }
   for (int64_t r = 0; r < repeat; ++r) {
     double began = trace.now();
     auto start = std::chrono::steady_clock::now();

@@ -77,6 +77,10 @@ static const char kUsage[] =
     "  --dump-grads=FILE        write the first step's gradients (before its\n"
     "                           update) under checkpoint names, plus x\n"
     "  --save-weights=FILE      write the student's weights at the end\n"
+    "  --threads=N              host: threads of the compiled code\n"
+    "                           ($MOE_NUM_THREADS, else the cores shared\n"
+    "                           among this node's ranks); any count gives\n"
+    "                           the same results to the bit\n"
     "  --timeout=SECONDS        limit of every collective (300): a rank\n"
     "                           that died or hangs ends the job\n"
     "\n"
@@ -120,6 +124,7 @@ int main(int argc, char **argv) {
   bool resumeStrict = false;
   uint64_t seed = 0;
   double timeout = 300;
+  int threads = 0; // the backend's default
   TrainOptions options;
   for (int i = 1; i < argc; ++i) {
     std::string value;
@@ -159,6 +164,11 @@ int main(int argc, char **argv) {
           static_cast<float>(parseNumber(value, "--weight-decay", 0, 1));
     else if (flag(argc, argv, i, "--timeout", &value))
       timeout = parseNumber(value, "--timeout", 0.001, 1e6);
+    else if (flag(argc, argv, i, "--threads", &value)) {
+      threads = static_cast<int>(parseCount(value, "--threads"));
+      if (threads < 1 || threads > 4096)
+        die("expected --threads from 1 to 4096, got '" + value + "'");
+    }
     else if (flag(argc, argv, i, "--bias-update", &value))
       options.biasUpdateRate =
           static_cast<float>(parseNumber(value, "--bias-update", 0, 1));
@@ -195,6 +205,8 @@ int main(int argc, char **argv) {
     die(student.message());
   if (Status s = (*student)->setCommunicator(&comm); !s.ok())
     die(s.error);
+  if (threads > 0)
+    (*student)->getBackend().setThreads(threads);
   const Manifest &m = (*student)->getManifest();
   int64_t hidden = m.layer.hidden;
   if (weights.empty()) {
@@ -236,6 +248,8 @@ int main(int argc, char **argv) {
     teacher = std::move(*t);
     if (Status s = teacher->setCommunicator(&comm); !s.ok())
       die(s.error);
+    if (threads > 0)
+      teacher->getBackend().setThreads(threads);
     teacher->randomWeights(seed ^ 0x7eac4e5ull);
   }
   if (tokens % comm.size() != 0)

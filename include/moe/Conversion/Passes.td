@@ -16,13 +16,19 @@ def ConvertMoeToHost : Pass<"convert-moe-to-host"> {
     Rewrites every moe primitive into upstream dialects on tensors, ready for
     one-shot bufferization:
 
-    - `moe.router`, `moe.swiglu`, `moe.shared_expert` become
-      `linalg.generic` ops (GEMMs with the weight transposed, softmax or
-      sigmoid, SwiGLU), accumulating in f32;
-    - `moe.topk`, `moe.dispatch`, `moe.grouped_matmul` and `moe.combine`,
-      whose access patterns depend on the routing, become `scf.for` loops
-      over buffers (`bufferization.to_buffer` of the operands, fresh
-      `memref.alloc` results returned through `bufferization.to_tensor`);
+    - every GEMM (the router's, the shared experts', `moe.grouped_matmul`
+      and its dX and dW, the router's gradients) becomes one of two
+      register-blocked micro-kernels in the vector dialect (vectors of
+      `vector-width` f32, register blocks sized for `vector-registers`),
+      accumulating in f32, tiled for the caches, inside `scf.parallel`
+      loops over blocks of the output that no two iterations share; each
+      sum's order depends on the shapes only, so the results do not depend
+      on how the parallel loops are run;
+    - the scoring functions and SwiGLU become `linalg.generic` ops;
+    - `moe.topk`, `moe.dispatch` and `moe.combine`, whose access patterns
+      depend on the routing, become `scf.for` loops over buffers
+      (`bufferization.to_buffer` of the operands, fresh `memref.alloc`
+      results returned through `bufferization.to_tensor`);
     - `moe.all_to_all` and `moe.all_reduce` with `ep_size = 1` are the
       identity; over several ranks they become calls through the module's
       communicator table `moe_comm`, an exported array of 64-bit words the
@@ -35,11 +41,21 @@ def ConvertMoeToHost : Pass<"convert-moe-to-host"> {
     skips row map entries outside the buffer, so no input makes the
     generated code read or write out of bounds.
   }];
+  let options = [
+    Option<"vectorWidth", "vector-width", "int64_t", /*default=*/"4",
+           "f32 lanes of the host's vector registers, which the GEMM "
+           "micro-kernels load and accumulate (4: SSE2 or NEON, 8: AVX2, "
+           "16: AVX-512)">,
+    Option<"vectorRegisters", "vector-registers", "int64_t",
+           /*default=*/"16",
+           "Vector registers of the host, which size the micro-kernels' "
+           "register blocks (16, or 32 with AVX-512 and on AArch64)">
+  ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::bufferization::BufferizationDialect",
     "::mlir::LLVM::LLVMDialect", "::mlir::linalg::LinalgDialect", "::mlir::math::MathDialect",
     "::mlir::memref::MemRefDialect", "::mlir::scf::SCFDialect",
-    "::mlir::tensor::TensorDialect"
+    "::mlir::tensor::TensorDialect", "::mlir::vector::VectorDialect"
   ];
 }
 

@@ -39,6 +39,22 @@ struct HostPipelineOptions : public PassPipelineOptions<HostPipelineOptions> {
                      "(a bundle's shared object defines them to keep freed "
                      "buffers for reuse) instead of malloc and free"),
       llvm::cl::init(false)};
+  PassOptions::Option<int64_t> vectorWidth{
+      *this, "vector-width",
+      llvm::cl::desc("f32 lanes of the host's vector registers (4: SSE2 or "
+                     "NEON, 8: AVX2, 16: AVX-512)"),
+      llvm::cl::init(4)};
+  PassOptions::Option<int64_t> vectorRegisters{
+      *this, "vector-registers",
+      llvm::cl::desc("Vector registers of the host (16, or 32 with AVX-512 "
+                     "and on AArch64)"),
+      llvm::cl::init(16)};
+  PassOptions::Option<bool> openmp{
+      *this, "openmp",
+      llvm::cl::desc("Run the parallel loops on OpenMP threads (the code "
+                     "then calls the LLVM OpenMP runtime, libomp); else "
+                     "they run in order on the calling thread"),
+      llvm::cl::init(false)};
 };
 
 /// moe ops (and the upstream ops around them, on tensors or memrefs) ->
@@ -49,7 +65,8 @@ void buildHostPipeline(OpPassManager &pm, const HostPipelineOptions &options);
 /// The tail of the host pipeline: memref, scf, arith (bf16 conversions as
 /// integer arithmetic), math, func and cf to the LLVM dialect; heap
 /// buffers through the generic allocation functions with `reuseBuffers`.
-void buildHostLoweringToLLVM(OpPassManager &pm, bool reuseBuffers = false);
+void buildHostLoweringToLLVM(OpPassManager &pm, bool reuseBuffers = false,
+                             bool openmp = false);
 
 /// Options of the Hopper (sm_90a) kernel pipelines.
 struct Sm90PipelineOptions : public PassPipelineOptions<Sm90PipelineOptions> {

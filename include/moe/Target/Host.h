@@ -78,6 +78,16 @@ std::vector<TrainArgument> addHostTrainEntry(ModuleOp module, LayerOp layer);
 /// bf16, and libgcc before GCC 13 does not provide it.
 void addSoftFloatHelpers(ModuleOp llvmDialectModule);
 
+/// The vector unit of `cpu` ("" generic, "native" this machine's, or a CPU
+/// name), as the host GEMMs block for it.
+struct HostVectorUnit {
+  int64_t width = 4;      // f32 lanes of a vector register
+  int64_t registers = 16; // vector registers
+};
+/// Returns false and sets `error` when no target machine exists for `cpu`.
+bool getHostVectorUnit(llvm::StringRef cpu, HostVectorUnit &unit,
+                       std::string &error);
+
 /// Translates an LLVM-dialect module to LLVM IR for the host (or `cpu`, ""
 /// for the target's generic CPU, "native" for this machine's) and runs the
 /// O3 pipeline. Returns null after emitting an error.
@@ -85,8 +95,12 @@ std::unique_ptr<llvm::Module> translateForHost(ModuleOp module,
                                                llvm::LLVMContext &context,
                                                llvm::StringRef cpu);
 
+/// The OpenMP runtime a bundle's shared object runs its parallel loops on.
+inline constexpr llvm::StringLiteral kOpenMPLibrary = "libomp.so.5";
+
 /// Emits `module` as a position-independent object and links it into a
-/// shared object with the system C compiler (`cc`, or $MOE_HOST_CC).
+/// shared object with the system C compiler (`cc`, or $MOE_HOST_CC), with
+/// the OpenMP runtime.
 /// Returns false and sets `error` on failure.
 bool emitSharedObject(llvm::Module &module, llvm::StringRef cpu,
                       std::vector<uint8_t> &sharedObject, std::string &error);

@@ -47,20 +47,21 @@ Value roundTo(Builder &b, Value f32Tensor, Type elt) {
                      [](Builder &, ValueRange v) { return v[0]; });
 }
 
-Value lowerSharedExpert(Builder &b, SharedExpertOp op) {
+Value lowerSharedExpert(Builder &b, SharedExpertOp op,
+                        const VectorTarget &target) {
   Type elt = op.getType().getElementType();
   Value x = op.getInput();
-  Value gate = roundTo(b, matmulTransposeB(b, x, op.getGateWeight()), elt);
-  Value up = roundTo(b, matmulTransposeB(b, x, op.getUpWeight()), elt);
+  Value gate = roundTo(b, matmulTransposeB(b, x, op.getGateWeight(), target), elt);
+  Value up = roundTo(b, matmulTransposeB(b, x, op.getUpWeight(), target), elt);
   Value act =
       elementwise(b, ValueRange{gate, up}, elt, [](Builder &nb, ValueRange v) {
         return arith::MulFOp::create(nb, silu(nb, v[0]), v[1]);
       });
-  Value down = matmulTransposeB(b, act, op.getDownWeight());
+  Value down = matmulTransposeB(b, act, op.getDownWeight(), target);
   if (!op.getExpertGate())
     return roundTo(b, down, elt);
   // Qwen2-MoE: the shared output times sigmoid(x * g^T), per token.
-  Value gateLogit = matmulTransposeB(b, x, op.getExpertGate()); // [T, 1]
+  Value gateLogit = matmulTransposeB(b, x, op.getExpertGate(), target); // [T, 1]
   auto gateType = cast<RankedTensorType>(gateLogit.getType());
   auto rowType =
       RankedTensorType::get({gateType.getDimSize(0)}, b.getF32Type());
@@ -90,53 +91,58 @@ std::pair<Value, Value> segment(Builder &b, Value offsets, Value e,
   return {lo, hi};
 }
 
-/// The grouped GEMM over expert segments: `out[r, c] = sum_i in[r, i] *
-/// w[e, c, i]`, or with `transposeWeight` `sum_i in[r, i] * w[e, i, c]`,
-/// accumulated in f32; rows outside every segment are zero.
-Value groupedGemm(Builder &b, Value inputTensor, Value weightTensor,
-                  Value offsetsTensor, RankedTensorType outType,
-                  bool transposeWeight) {
-  auto weightType = cast<RankedTensorType>(weightTensor.getType());
+/// [lo, hi) of block `index` of `size` within [0, limit).
+std::pair<Value, Value> blockRange(Builder &b, Value index, int64_t size,
+                                   Value limit) {
+  Value lo = arith::MulIOp::create(b, index, indexConst(b, size));
+  Value hi = arith::MinUIOp::create(
+      b, arith::AddIOp::create(b, lo, indexConst(b, size)), limit);
+  return {lo, hi};
+}
+
+/// out[r, c] = sum_i in[r, i] * w[e, c, i] over expert e's rows r,
+/// accumulated in f32; rows outside every segment are zero. In parallel
+/// over experts and blocks of columns.
+Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op,
+                         const VectorTarget &target) {
+  auto outType = cast<RankedTensorType>(op.getOutput().getType());
+  auto weightType = cast<RankedTensorType>(op.getWeight().getType());
   int64_t experts = weightType.getDimSize(0);
-  int64_t reduction = weightType.getDimSize(transposeWeight ? 1 : 2);
-  int64_t columns = outType.getDimSize(1);
+  int64_t columns = weightType.getDimSize(1);
+  int64_t depth = weightType.getDimSize(2);
   Type elt = outType.getElementType();
-  Value input = asBuffer(b, inputTensor);
-  Value weight = asBuffer(b, weightTensor);
-  Value offsets = asBuffer(b, offsetsTensor);
+  Value input = asBuffer(b, op.getInput());
+  Value weight = asBuffer(b, op.getWeight());
+  Value offsets = asBuffer(b, op.getOffsets());
   Value rows = dim(b, input, 0);
   Value out = alloc(b, MemRefType::get(outType.getShape(), elt),
                     dynamicSizes(b, outType, input));
   fillBuffer(b, out, arith::ConstantOp::create(b, b.getFloatAttr(elt, 0.0)));
-  forLoop(b, experts, [&](Builder &b, Value e) {
-    auto [lo, hi] = segment(b, offsets, e, rows);
-    forLoop(b, lo, hi, [&](Builder &b, Value r) {
-      forLoop(b, columns, [&](Builder &b, Value c) {
-        Value acc = forLoopCarrying(
-            b, indexConst(b, 0), indexConst(b, reduction),
-            ValueRange{f32Const(b, 0.0)},
-            [&](Builder &b, Value i, ValueRange carried) -> SmallVector<Value> {
-              Value a =
-                  toF32(b, memref::LoadOp::create(b, input, ValueRange{r, i}));
-              SmallVector<Value, 3> at{e, c, i};
-              if (transposeWeight)
-                std::swap(at[1], at[2]);
-              Value w = toF32(b, memref::LoadOp::create(b, weight, at));
-              Value prod = arith::MulFOp::create(b, a, w, reductionFlags(b));
-              return {arith::AddFOp::create(b, carried[0], prod,
-                                            reductionFlags(b))};
-            })[0];
-        memref::StoreOp::create(b, fromF32(b, acc, elt), out, ValueRange{r, c});
+  int64_t columnBlock = dotColumnBlock(target, depth, columns);
+  Value columnEnd = indexConst(b, columns);
+  parallelBlocks(
+      b,
+      {indexConst(b, experts),
+       indexConst(b, (columns + columnBlock - 1) / columnBlock)},
+      [&](Builder &b, ValueRange block) {
+        Value e = block[0];
+        auto [lo, hi] = segment(b, offsets, e, rows);
+        auto [c0, c1] = blockRange(b, block[1], columnBlock, columnEnd);
+        emitDotGemm(b,
+                    {lo, hi, c0, c1, depth,
+                     [&](Builder &b, Value r, Value k, int64_t width) {
+                       return loadVector(b, input, {r, k}, width);
+                     },
+                     [&](Builder &b, Value c, Value k, int64_t width) {
+                       return loadVector(b, weight, {e, c, k}, width);
+                     },
+                     [&](Builder &b, Value r, Value c, Value sum) {
+                       memref::StoreOp::create(b, fromF32(b, sum, elt), out,
+                                               ValueRange{r, c});
+                     }},
+                    target);
       });
-    });
-  });
   return asTensor(b, out);
-}
-
-Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op) {
-  return groupedGemm(b, op.getInput(), op.getWeight(), op.getOffsets(),
-                     cast<RankedTensorType>(op.getOutput().getType()),
-                     /*transposeWeight=*/false);
 }
 
 /// gate_grad and up_grad of silu(gate) * up, elementwise in f32.
@@ -162,52 +168,105 @@ std::pair<Value, Value> lowerSwiGLUGrad(Builder &b, SwiGLUGradOp op) {
   return {gateGrad, upGrad};
 }
 
-/// input_grad[r, k] = sum_n grad[r, n] * w[e, n, k] over expert e's rows.
-Value lowerGroupedMatmulDx(Builder &b, GroupedMatmulDxOp op) {
-  return groupedGemm(b, op.getGrad(), op.getWeight(), op.getOffsets(),
-                     cast<RankedTensorType>(op.getInputGrad().getType()),
-                     /*transposeWeight=*/true);
+/// input_grad[r, k] = sum_n grad[r, n] * w[e, n, k] over expert e's rows;
+/// rows outside every segment are zero. In parallel over experts and blocks
+/// of columns.
+Value lowerGroupedMatmulDx(Builder &b, GroupedMatmulDxOp op,
+                           const VectorTarget &target) {
+  auto outType = cast<RankedTensorType>(op.getInputGrad().getType());
+  auto weightType = cast<RankedTensorType>(op.getWeight().getType());
+  int64_t experts = weightType.getDimSize(0), n = weightType.getDimSize(1),
+          columns = weightType.getDimSize(2);
+  Type elt = outType.getElementType();
+  Value grad = asBuffer(b, op.getGrad());
+  Value weight = asBuffer(b, op.getWeight());
+  Value offsets = asBuffer(b, op.getOffsets());
+  Value rows = dim(b, grad, 0);
+  Value out = alloc(b, MemRefType::get(outType.getShape(), elt),
+                    dynamicSizes(b, outType, grad));
+  fillBuffer(b, out, arith::ConstantOp::create(b, b.getFloatAttr(elt, 0.0)));
+  int64_t columnBlock = outerColumnBlock(target);
+  Value columnEnd = indexConst(b, columns);
+  parallelBlocks(
+      b,
+      {indexConst(b, experts),
+       indexConst(b, (columns + columnBlock - 1) / columnBlock)},
+      [&](Builder &b, ValueRange block) {
+        Value e = block[0];
+        auto [lo, hi] = segment(b, offsets, e, rows);
+        auto [c0, c1] = blockRange(b, block[1], columnBlock, columnEnd);
+        emitOuterGemm(
+            b,
+            {lo, hi, indexConst(b, 0), indexConst(b, n), c0, c1,
+             [&](Builder &b, Value r, Value p) {
+               return toF32(b,
+                            memref::LoadOp::create(b, grad, ValueRange{r, p}));
+             },
+             [&](Builder &b, Value p, Value c, int64_t width) {
+               return loadVector(b, weight, {e, p, c}, width);
+             },
+             [&](Builder &b, Value r, Value c, Value v) {
+               storeVector(b, v, out, {r, c});
+             }},
+            target);
+      });
+  return asTensor(b, out);
 }
 
-/// weight_grad[e, n, k] = sum over expert e's rows r of grad[r, n] * in[r, k].
-Value lowerGroupedMatmulDw(Builder &b, GroupedMatmulDwOp op) {
+/// weight_grad[e, n, k] = sum over expert e's rows r of grad[r, n] * in[r, k],
+/// in f32. In parallel over experts and blocks of columns.
+Value lowerGroupedMatmulDw(Builder &b, GroupedMatmulDwOp op,
+                           const VectorTarget &target) {
   auto outType = cast<RankedTensorType>(op.getWeightGrad().getType());
   int64_t experts = outType.getDimSize(0), n = outType.getDimSize(1),
-          kSize = outType.getDimSize(2);
+          columns = outType.getDimSize(2);
   Value input = asBuffer(b, op.getInput());
   Value grad = asBuffer(b, op.getGrad());
   Value offsets = asBuffer(b, op.getOffsets());
   Value rows = dim(b, input, 0);
   Value out = alloc(b, MemRefType::get(outType.getShape(), b.getF32Type()));
-  forLoop(b, experts, [&](Builder &b, Value e) {
-    auto [lo, hi] = segment(b, offsets, e, rows);
-    forLoop(b, n, [&](Builder &b, Value col) {
-      forLoop(b, kSize, [&](Builder &b, Value kk) {
-        Value acc = forLoopCarrying(
-            b, lo, hi, ValueRange{f32Const(b, 0.0)},
-            [&](Builder &b, Value r, ValueRange carried) -> SmallVector<Value> {
-              Value g =
-                  toF32(b, memref::LoadOp::create(b, grad, ValueRange{r, col}));
-              Value x =
-                  toF32(b, memref::LoadOp::create(b, input, ValueRange{r, kk}));
-              Value prod = arith::MulFOp::create(b, g, x, reductionFlags(b));
-              return {arith::AddFOp::create(b, carried[0], prod,
-                                            reductionFlags(b))};
-            })[0];
-        memref::StoreOp::create(b, acc, out, ValueRange{e, col, kk});
+  int64_t columnBlock = outerColumnBlock(target);
+  Value columnEnd = indexConst(b, columns);
+  parallelBlocks(
+      b,
+      {indexConst(b, experts),
+       indexConst(b, (columns + columnBlock - 1) / columnBlock)},
+      [&](Builder &b, ValueRange block) {
+        Value e = block[0];
+        auto [lo, hi] = segment(b, offsets, e, rows);
+        auto [c0, c1] = blockRange(b, block[1], columnBlock, columnEnd);
+        emitOuterGemm(
+            b,
+            {indexConst(b, 0), indexConst(b, n), lo, hi, c0, c1,
+             [&](Builder &b, Value row, Value r) {
+               return toF32(
+                   b, memref::LoadOp::create(b, grad, ValueRange{r, row}));
+             },
+             [&](Builder &b, Value r, Value c, int64_t width) {
+               return loadVector(b, input, {r, c}, width);
+             },
+             [&](Builder &b, Value row, Value c, Value v) {
+               storeVector(b, v, out, {e, row, c});
+             }},
+            target);
       });
-    });
-  });
   return asTensor(b, out);
 }
 
 } // namespace
 
-void mlir::moe::host::populateExpertPatterns(RewritePatternSet &patterns) {
-  addLowering<GroupedMatmulOp>(patterns, lowerGroupedMatmul);
-  addLowering<GroupedMatmulDxOp>(patterns, lowerGroupedMatmulDx);
-  addLowering<GroupedMatmulDwOp>(patterns, lowerGroupedMatmulDw);
+void mlir::moe::host::populateExpertPatterns(RewritePatternSet &patterns,
+                                             const VectorTarget &target) {
+  // The GEMMs block for the host's vector unit.
+  auto with = [target](auto lower) {
+    return [target, lower](Builder &b, auto op) {
+      return lower(b, op, target);
+    };
+  };
+  addLowering<GroupedMatmulOp>(patterns, with(lowerGroupedMatmul));
+  addLowering<GroupedMatmulDxOp>(patterns, with(lowerGroupedMatmulDx));
+  addLowering<GroupedMatmulDwOp>(patterns, with(lowerGroupedMatmulDw));
   addLowering<SwiGLUOp>(patterns, lowerSwiGLU);
   addLowering<SwiGLUGradOp>(patterns, lowerSwiGLUGrad);
-  addLowering<SharedExpertOp>(patterns, lowerSharedExpert);
+  addLowering<SharedExpertOp>(patterns, with(lowerSharedExpert));
 }

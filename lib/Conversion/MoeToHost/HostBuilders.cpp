@@ -115,42 +115,53 @@ void fillBuffer(Builder &b, Value buffer, Value value) {
   linalg::FillOp::create(b, ValueRange{value}, ValueRange{buffer});
 }
 
-Value matmulTransposeB(Builder &b, Value lhs, Value rhs) {
+Value matmulTransposeB(Builder &b, Value lhs, Value rhs,
+                       const VectorTarget &target) {
   auto lhsType = cast<RankedTensorType>(lhs.getType());
   auto rhsType = cast<RankedTensorType>(rhs.getType());
-  auto resultType = RankedTensorType::get(
+  auto resultType = MemRefType::get(
       {lhsType.getDimSize(0), rhsType.getDimSize(0)}, b.getF32Type());
+  Value a = asBuffer(b, lhs);
+  Value w = asBuffer(b, rhs);
+  Value rows = dim(b, a, 0);
+  Value columns = dim(b, w, 0);
   SmallVector<Value> sizes;
   if (resultType.isDynamicDim(0))
-    sizes.push_back(dim(b, lhs, 0));
+    sizes.push_back(rows);
   if (resultType.isDynamicDim(1))
-    sizes.push_back(dim(b, rhs, 0));
-  Value empty = tensor::EmptyOp::create(b, resultType, sizes);
-  Value zero =
-      linalg::FillOp::create(b, ValueRange{f32Const(b, 0.0)}, ValueRange{empty})
-          .getResult(0);
-  MLIRContext *ctx = b.getContext();
-  AffineExpr m, n, k;
-  bindDims(ctx, m, n, k);
-  SmallVector<AffineMap> maps = {AffineMap::get(3, 0, {m, k}, ctx),
-                                 AffineMap::get(3, 0, {n, k}, ctx),
-                                 AffineMap::get(3, 0, {m, n}, ctx)};
-  SmallVector<utils::IteratorType> iterators = {utils::IteratorType::parallel,
-                                                utils::IteratorType::parallel,
-                                                utils::IteratorType::reduction};
-  return linalg::GenericOp::create(
-             b, TypeRange{resultType}, ValueRange{lhs, rhs}, ValueRange{zero},
-             maps, iterators,
-             [&](OpBuilder &nested, Location loc, ValueRange args) {
-               Builder nb(loc, nested);
-               Value prod = arith::MulFOp::create(nb, toF32(nb, args[0]),
-                                                  toF32(nb, args[1]),
-                                                  reductionFlags(nb));
-               linalg::YieldOp::create(
-                   nb, ValueRange{arith::AddFOp::create(nb, args[2], prod,
-                                                        reductionFlags(nb))});
-             })
-      .getResult(0);
+    sizes.push_back(columns);
+  Value out = alloc(b, resultType, sizes);
+  int64_t depth = lhsType.getDimSize(1);
+  // Blocks of rows by blocks of columns, one per parallel iteration.
+  constexpr int64_t kRowBlock = 64;
+  int64_t columnBlock =
+      dotColumnBlock(target, depth, rhsType.isDynamicDim(0)
+                                        ? 1 << 20
+                                        : rhsType.getDimSize(0));
+  parallelBlocks(
+      b, {ceilDiv(b, rows, kRowBlock), ceilDiv(b, columns, columnBlock)},
+      [&](Builder &b, ValueRange block) {
+        auto range = [&](Value index, int64_t size, Value limit) {
+          Value lo = arith::MulIOp::create(b, index, indexConst(b, size));
+          Value hi = arith::MinUIOp::create(
+              b, arith::AddIOp::create(b, lo, indexConst(b, size)), limit);
+          return std::pair<Value, Value>{lo, hi};
+        };
+        auto [i0, i1] = range(block[0], kRowBlock, rows);
+        auto [j0, j1] = range(block[1], columnBlock, columns);
+        DotGemm gemm{i0, i1, j0, j1, depth,
+                     [&](Builder &b, Value i, Value k, int64_t width) {
+                       return loadVector(b, a, {i, k}, width);
+                     },
+                     [&](Builder &b, Value j, Value k, int64_t width) {
+                       return loadVector(b, w, {j, k}, width);
+                     },
+                     [&](Builder &b, Value i, Value j, Value sum) {
+                       memref::StoreOp::create(b, sum, out, ValueRange{i, j});
+                     }};
+        emitDotGemm(b, gemm, target);
+      });
+  return asTensor(b, out);
 }
 
 Value elementwise(Builder &b, ValueRange inputs, Type elementType,

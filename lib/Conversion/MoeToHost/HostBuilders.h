@@ -25,6 +25,16 @@ namespace mlir::moe::host {
 using Builder = ImplicitLocOpBuilder;
 using BodyFn = function_ref<void(Builder &, Value)>;
 
+/// The host's vector unit, as the GEMM micro-kernels block for it.
+struct VectorTarget {
+  /// f32 lanes of one vector register (4: SSE2 or NEON, 8: AVX2, 16:
+  /// AVX-512).
+  int64_t width = 4;
+  /// Vector registers (16 on x86-64 up to AVX2, 32 with AVX-512 and on
+  /// AArch64).
+  int64_t registers = 16;
+};
+
 //===----------------------------------------------------------------------===//
 // Small builders
 //===----------------------------------------------------------------------===//
@@ -78,8 +88,10 @@ void fillBuffer(Builder &b, Value buffer, Value value);
 // Structured pieces on tensors
 //===----------------------------------------------------------------------===//
 
-/// `out[m, n] = sum_k lhs[m, k] * rhs[n, k]` in f32, as a tensor<MxNxf32>.
-Value matmulTransposeB(Builder &b, Value lhs, Value rhs);
+/// `out[m, n] = sum_k lhs[m, k] * rhs[n, k]` in f32, as a tensor<MxNxf32>
+/// (the dot micro-kernel, in parallel over blocks of rows and columns).
+Value matmulTransposeB(Builder &b, Value lhs, Value rhs,
+                       const VectorTarget &target);
 
 /// Applies `fn` elementwise to same-shaped 2-D tensors `inputs` (any float
 /// types, passed to `fn` as f32) and returns a tensor of `elementType`.
@@ -98,6 +110,58 @@ Value withRowValue(Builder &b, Value input, Value rowValue,
 
 /// Whether row map entry `r` names a row of a buffer of `rowCount` rows.
 Value validRow(Builder &b, Value r, Value rowCount);
+
+//===----------------------------------------------------------------------===//
+// GEMMs (Gemm.cpp)
+//===----------------------------------------------------------------------===//
+
+/// Loads `width` consecutive elements of `buffer` from `indices` (along its
+/// last dimension) as a vector of f32.
+Value loadVector(Builder &b, Value buffer, ValueRange indices, int64_t width);
+
+/// Stores a vector of f32 into `buffer` at `indices`, rounded to the
+/// buffer's element type.
+void storeVector(Builder &b, Value value, Value buffer, ValueRange indices);
+
+/// C(i, j) = sum_k A(i, k) B(j, k) over i in [iBegin, iEnd), j in
+/// [jBegin, jEnd), k in [0, depth): A and B are read `width` consecutive k
+/// at a time (as f32 vectors), each sum is stored as an f32 scalar.
+struct DotGemm {
+  Value iBegin, iEnd, jBegin, jEnd;
+  int64_t depth;
+  std::function<Value(Builder &, Value i, Value k, int64_t width)> aRow;
+  std::function<Value(Builder &, Value j, Value k, int64_t width)> bRow;
+  std::function<void(Builder &, Value i, Value j, Value sum)> store;
+};
+
+/// C(i, j) = sum_p A(i, p) B(p, j) over i in [iBegin, iEnd), j in
+/// [jBegin, jEnd), p in [pBegin, pEnd): A is read one f32 scalar at a time,
+/// B and C `width` consecutive j at a time (f32 vectors).
+struct OuterGemm {
+  Value iBegin, iEnd, pBegin, pEnd, jBegin, jEnd;
+  std::function<Value(Builder &, Value i, Value p)> aAt;
+  std::function<Value(Builder &, Value p, Value j, int64_t width)> bRow;
+  std::function<void(Builder &, Value i, Value j, Value vector)> store;
+};
+
+void emitDotGemm(Builder &b, const DotGemm &gemm, const VectorTarget &target);
+void emitOuterGemm(Builder &b, const OuterGemm &gemm,
+                   const VectorTarget &target);
+
+/// Columns of B per parallel block of a dot GEMM of `depth`, sized for the
+/// cache.
+int64_t dotColumnBlock(const VectorTarget &target, int64_t depth,
+                       int64_t columns);
+/// Columns of C per parallel block of an outer GEMM.
+int64_t outerColumnBlock(const VectorTarget &target);
+
+/// `scf.parallel` over [0, counts[d]) in each dimension d; each iteration
+/// must write elements no other iteration writes.
+void parallelBlocks(Builder &b, ArrayRef<Value> counts,
+                    function_ref<void(Builder &, ValueRange)> body);
+
+/// ceil(value / divisor) for a non-negative index.
+Value ceilDiv(Builder &b, Value value, int64_t divisor);
 
 //===----------------------------------------------------------------------===//
 // One op, one lowering function
@@ -154,12 +218,14 @@ void addLowering(RewritePatternSet &patterns, Fn lower) {
 //===----------------------------------------------------------------------===//
 
 /// moe.router, moe.topk and their gradients.
-void populateRoutingPatterns(RewritePatternSet &patterns);
+void populateRoutingPatterns(RewritePatternSet &patterns,
+                             const VectorTarget &target);
 /// moe.dispatch, moe.combine and their gradients.
 void populateDispatchPatterns(RewritePatternSet &patterns);
 /// The experts: moe.grouped_matmul (and its dX, dW), moe.swiglu (and its
 /// gradient), moe.shared_expert.
-void populateExpertPatterns(RewritePatternSet &patterns);
+void populateExpertPatterns(RewritePatternSet &patterns,
+                            const VectorTarget &target);
 
 /// The started all-to-alls' output buffers, by their handle: the wait hands
 /// the buffer out.

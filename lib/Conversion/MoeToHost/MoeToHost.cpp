@@ -2,9 +2,10 @@
 //
 // Part of moe-compiler.
 //
-// Structured ops (router, SwiGLU, shared expert) become linalg.generic on
-// tensors; routing-dependent ops (top-k, dispatch, grouped matmul, combine)
-// become scf loops over buffers. Every accumulation is in f32. Each op
+// The GEMMs become register-blocked vector micro-kernels in scf.parallel
+// loops (Gemm.cpp); the scoring functions and SwiGLU linalg.generic on
+// tensors; routing-dependent ops (top-k, dispatch, combine) scf loops over
+// buffers. Every accumulation is in f32. Each op
 // family is a set of conversion patterns in a file of its own; this pass
 // checks what the patterns cannot, then converts with the moe dialect
 // illegal, so an op without a pattern is an error.
@@ -22,6 +23,7 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/Transforms/DialectConversion.h"
 
 namespace mlir::moe {
@@ -102,9 +104,19 @@ struct ConvertMoeToHost
     target.markUnknownOpDynamicallyLegal([](Operation *) { return true; });
     RewritePatternSet patterns(ctx);
     host::PendingExchanges pending;
-    host::populateRoutingPatterns(patterns);
+    host::VectorTarget vectors{vectorWidth.getValue(),
+                               vectorRegisters.getValue()};
+    if (vectors.width < 1 || (vectors.width & (vectors.width - 1)) != 0 ||
+        vectors.registers < 16) {
+      getOperation()->emitError()
+          << "convert-moe-to-host: vector-width must be a power of two and "
+             "vector-registers at least 16 (got "
+          << vectors.width << " and " << vectors.registers << ")";
+      return signalPassFailure();
+    }
+    host::populateRoutingPatterns(patterns, vectors);
     host::populateDispatchPatterns(patterns);
-    host::populateExpertPatterns(patterns);
+    host::populateExpertPatterns(patterns, vectors);
     host::populateCollectivePatterns(patterns, pending);
     if (failed(applyPartialConversion(getOperation(), target,
                                       std::move(patterns))))

@@ -26,8 +26,8 @@ namespace {
 
 using Builder = host::Builder;
 
-Value lowerRouter(Builder &b, RouterOp op) {
-  Value logits = matmulTransposeB(b, op.getInput(), op.getWeight());
+Value lowerRouter(Builder &b, RouterOp op, const VectorTarget &target) {
+  Value logits = matmulTransposeB(b, op.getInput(), op.getWeight(), target);
   if (op.getScoring() == ScoringFunc::Sigmoid)
     return elementwise(
         b, logits, b.getF32Type(),
@@ -251,7 +251,8 @@ Value lowerTopKGrad(Builder &b, TopKGradOp op) {
 }
 
 /// input_grad and weight_grad of moe.router, through the scoring function.
-std::pair<Value, Value> lowerRouterGrad(Builder &b, RouterGradOp op) {
+std::pair<Value, Value> lowerRouterGrad(Builder &b, RouterGradOp op,
+                                        const VectorTarget &target) {
   auto inputType = cast<RankedTensorType>(op.getInput().getType());
   auto weightType = cast<RankedTensorType>(op.getWeight().getType());
   int64_t hidden = inputType.getDimSize(1), experts = weightType.getDimSize(0);
@@ -290,52 +291,74 @@ std::pair<Value, Value> lowerRouterGrad(Builder &b, RouterGradOp op) {
       memref::StoreOp::create(b, lg, logitsGrad, ValueRange{t, e});
     });
   });
-  // input_grad[t, h] = sum_e g[t, e] * w[e, h]
+  // input_grad[t, h] = sum_e g[t, e] * w[e, h], in blocks of tokens and
+  // of columns.
   Value inputGrad = alloc(b, MemRefType::get(inputType.getShape(), elt),
                           dynamicSizes(b, inputType, input));
-  forLoop(b, indexConst(b, 0), tokens, [&](Builder &b, Value t) {
-    forLoop(b, hidden, [&](Builder &b, Value h) {
-      Value acc = forLoopCarrying(
-          b, indexConst(b, 0), indexConst(b, experts),
-          ValueRange{f32Const(b, 0.0)},
-          [&](Builder &b, Value e, ValueRange carried) -> SmallVector<Value> {
-            Value g = memref::LoadOp::create(b, logitsGrad, ValueRange{t, e});
-            Value w =
-                toF32(b, memref::LoadOp::create(b, weight, ValueRange{e, h}));
-            return {arith::AddFOp::create(b, carried[0],
-                                          arith::MulFOp::create(b, g, w),
-                                          reductionFlags(b))};
-          })[0];
-      memref::StoreOp::create(b, fromF32(b, acc, elt), inputGrad,
-                              ValueRange{t, h});
-    });
-  });
-  // weight_grad[e, h] = sum_t g[t, e] * x[t, h]
+  constexpr int64_t kTokenBlock = 64;
+  int64_t columnBlock = outerColumnBlock(target);
+  Value zero = indexConst(b, 0);
+  Value hiddenEnd = indexConst(b, hidden);
+  auto range = [&](Builder &b, Value index, int64_t size, Value limit) {
+    Value lo = arith::MulIOp::create(b, index, indexConst(b, size));
+    Value hi = arith::MinUIOp::create(
+        b, arith::AddIOp::create(b, lo, indexConst(b, size)), limit);
+    return std::pair<Value, Value>{lo, hi};
+  };
+  parallelBlocks(
+      b,
+      {ceilDiv(b, tokens, kTokenBlock), ceilDiv(b, hiddenEnd, columnBlock)},
+      [&](Builder &b, ValueRange block) {
+        auto [t0, t1] = range(b, block[0], kTokenBlock, tokens);
+        auto [h0, h1] = range(b, block[1], columnBlock, hiddenEnd);
+        emitOuterGemm(
+            b,
+            {t0, t1, zero, indexConst(b, experts), h0, h1,
+             [&](Builder &b, Value t, Value e) -> Value {
+               return memref::LoadOp::create(b, logitsGrad, ValueRange{t, e});
+             },
+             [&](Builder &b, Value e, Value h, int64_t width) {
+               return loadVector(b, weight, {e, h}, width);
+             },
+             [&](Builder &b, Value t, Value h, Value v) {
+               storeVector(b, v, inputGrad, {t, h});
+             }},
+            target);
+      });
+  // weight_grad[e, h] = sum_t g[t, e] * x[t, h], in blocks of columns.
   Value weightGrad =
       alloc(b, MemRefType::get(weightType.getShape(), b.getF32Type()));
-  forLoop(b, experts, [&](Builder &b, Value e) {
-    forLoop(b, hidden, [&](Builder &b, Value h) {
-      Value acc = forLoopCarrying(
-          b, indexConst(b, 0), tokens, ValueRange{f32Const(b, 0.0)},
-          [&](Builder &b, Value t, ValueRange carried) -> SmallVector<Value> {
-            Value g = memref::LoadOp::create(b, logitsGrad, ValueRange{t, e});
-            Value x =
-                toF32(b, memref::LoadOp::create(b, input, ValueRange{t, h}));
-            return {arith::AddFOp::create(b, carried[0],
-                                          arith::MulFOp::create(b, g, x),
-                                          reductionFlags(b))};
-          })[0];
-      memref::StoreOp::create(b, acc, weightGrad, ValueRange{e, h});
-    });
-  });
+  parallelBlocks(
+      b, {ceilDiv(b, hiddenEnd, columnBlock)},
+      [&](Builder &b, ValueRange block) {
+        auto [h0, h1] = range(b, block[0], columnBlock, hiddenEnd);
+        emitOuterGemm(
+            b,
+            {zero, indexConst(b, experts), zero, tokens, h0, h1,
+             [&](Builder &b, Value e, Value t) -> Value {
+               return memref::LoadOp::create(b, logitsGrad, ValueRange{t, e});
+             },
+             [&](Builder &b, Value t, Value h, int64_t width) {
+               return loadVector(b, input, {t, h}, width);
+             },
+             [&](Builder &b, Value e, Value h, Value v) {
+               storeVector(b, v, weightGrad, {e, h});
+             }},
+            target);
+      });
   return {asTensor(b, inputGrad), asTensor(b, weightGrad)};
 }
 
 } // namespace
 
-void mlir::moe::host::populateRoutingPatterns(RewritePatternSet &patterns) {
-  addLowering<RouterOp>(patterns, lowerRouter);
+void mlir::moe::host::populateRoutingPatterns(RewritePatternSet &patterns,
+                                              const VectorTarget &target) {
+  addLowering<RouterOp>(patterns, [target](Builder &b, RouterOp op) {
+    return lowerRouter(b, op, target);
+  });
   addLowering<TopKOp>(patterns, lowerTopK);
   addLowering<TopKGradOp>(patterns, lowerTopKGrad);
-  addLowering<RouterGradOp>(patterns, lowerRouterGrad);
+  addLowering<RouterGradOp>(patterns, [target](Builder &b, RouterGradOp op) {
+    return lowerRouterGrad(b, op, target);
+  });
 }

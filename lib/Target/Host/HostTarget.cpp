@@ -17,6 +17,7 @@
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/OpenMP/OpenMPToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Export.h"
 
 #include "llvm/IR/LegacyPassManager.h"
@@ -28,6 +29,7 @@
 #include "llvm/Support/Program.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
+#include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/TargetParser/Host.h"
 #include "llvm/TargetParser/SubtargetFeature.h"
@@ -224,11 +226,32 @@ createHostMachine(llvm::StringRef cpu, std::string &error) {
   return machine;
 }
 
+bool mlir::moe::getHostVectorUnit(llvm::StringRef cpu, HostVectorUnit &unit,
+                                  std::string &error) {
+  std::unique_ptr<llvm::TargetMachine> machine = createHostMachine(cpu, error);
+  if (!machine)
+    return false;
+  const llvm::MCSubtargetInfo *info = machine->getMCSubtargetInfo();
+  const llvm::Triple &triple = machine->getTargetTriple();
+  unit = HostVectorUnit{};
+  if (triple.isX86()) {
+    // AVX-512 doubles both the width and the register file.
+    if (info->checkFeatures("+avx512f"))
+      unit = {16, 32};
+    else if (info->checkFeatures("+avx"))
+      unit = {8, 16};
+  } else if (triple.isAArch64()) {
+    unit = {4, 32};
+  }
+  return true;
+}
+
 std::unique_ptr<llvm::Module>
 mlir::moe::translateForHost(ModuleOp module, llvm::LLVMContext &context,
                             llvm::StringRef cpu) {
   registerBuiltinDialectTranslation(*module.getContext());
   registerLLVMDialectTranslation(*module.getContext());
+  registerOpenMPDialectTranslation(*module.getContext());
   std::unique_ptr<llvm::Module> llvmModule =
       translateModuleToLLVMIR(module, context, "moe_layer");
   if (!llvmModule) {
@@ -393,6 +416,14 @@ void memrefCopy(int64_t elemSize, UnrankedMemRef *src, UnrankedMemRef *dst) {
       return;
   }
 }
+
+/* The threads of the layer's parallel loops (OpenMP's), which the runtime
+   sets before every call. */
+extern void omp_set_num_threads(int);
+void moe_set_threads(int32_t count) {
+  if (count > 0)
+    omp_set_num_threads(count);
+}
 )c";
 
 bool mlir::moe::emitSharedObject(llvm::Module &module, llvm::StringRef cpu,
@@ -473,15 +504,20 @@ bool mlir::moe::emitSharedObject(llvm::Module &module, llvm::StringRef cpu,
       return false;
     }
   }
+  // The parallel loops call the LLVM OpenMP runtime (by its soname, so no
+  // development symlink is needed).
+  std::string openmp = "-l:" + std::string(kOpenMPLibrary);
   llvm::SmallVector<llvm::StringRef> args = {
-      *program,    "-shared",  "-O2",       "-fPIC", "-o",
-      libraryPath, objectPath, helpersPath, "-lm"};
+      *program,   "-shared",   "-O2",      "-fPIC",     "-o",
+      libraryPath, objectPath, helpersPath, "-lm",      openmp};
   std::string message;
   int rc = llvm::sys::ExecuteAndWait(*program, args, std::nullopt, {}, 0, 0,
                                      &message);
   if (rc != 0) {
     error = "linking the shared object with '" + *program + "' failed" +
-            (message.empty() ? "" : ": " + message);
+            (message.empty() ? "" : ": " + message) +
+            " (it needs the LLVM OpenMP runtime, " + kOpenMPLibrary.str() +
+            "; on Debian: apt-get install libomp-dev)";
     return false;
   }
   auto buffer = llvm::MemoryBuffer::getFile(libraryPath);

@@ -1,14 +1,24 @@
 // RUN: moe-opt %s --convert-moe-to-host --split-input-file | FileCheck %s
+// RUN: moe-opt %s --convert-moe-to-host="vector-width=16 vector-registers=32" --split-input-file | FileCheck %s --check-prefix=WIDE
+// RUN: not moe-opt %s --convert-moe-to-host="vector-width=6" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADWIDTH
+// BADWIDTH: error: convert-moe-to-host: vector-width must be a power of two and vector-registers at least 16 (got 6 and 16)
 
-// Router: a GEMM with the weight transposed, accumulated in f32 from bf16
-// operands, then sigmoid elementwise.
+// Router: the dot micro-kernel (a 3 x 4 block of vectors of 4 f32 by
+// default, loaded from bf16 along the hidden dimension) in parallel over
+// blocks of tokens and experts, reduced once per logit; then sigmoid
+// elementwise.
 // CHECK-LABEL: func @router_sigmoid
-// CHECK: %[[ZERO:.*]] = linalg.fill ins(%{{.*}} : f32) outs(%{{.*}} : tensor<?x8xf32>)
-// CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "reduction"]} ins(%{{.*}}, %{{.*}} : tensor<?x64xbf16>, tensor<8x64xbf16>) outs(%[[ZERO]] : tensor<?x8xf32>)
-// CHECK: arith.extf %{{.*}} : bf16 to f32
-// CHECK: arith.extf %{{.*}} : bf16 to f32
-// CHECK: arith.mulf
-// CHECK: arith.addf
+// CHECK: %[[LOGITS:.*]] = memref.alloc(%{{.*}}) : memref<?x8xf32>
+// CHECK: scf.parallel
+// CHECK: scf.for {{.*}} iter_args({{([^,]*, ){11}[^,]*}}) -> (vector<4xf32>, {{.*}}vector<4xf32>)
+// CHECK: vector.load %{{.*}} : memref<?x64xbf16>, vector<4xbf16>
+// CHECK: arith.extf %{{.*}} : vector<4xbf16> to vector<4xf32>
+// CHECK: vector.load %{{.*}} : memref<8x64xbf16>, vector<4xbf16>
+// CHECK: arith.mulf %{{.*}} fastmath<reassoc,contract> : vector<4xf32>
+// CHECK: arith.addf %{{.*}} fastmath<reassoc,contract> : vector<4xf32>
+// CHECK: vector.reduction <add>, %{{.*}} fastmath<reassoc,contract> : vector<4xf32> into f32
+// CHECK: memref.store %{{.*}}, %[[LOGITS]]
+// CHECK: bufferization.to_tensor %[[LOGITS]]
 // CHECK: linalg.generic
 // CHECK: math.exp
 // CHECK: arith.divf
@@ -23,7 +33,7 @@ func.func @router_sigmoid(%x: tensor<?x64xbf16>, %w: tensor<8x64xbf16>) -> tenso
 
 // Softmax: row max, exp of the difference, row sum, division.
 // CHECK-LABEL: func @router_softmax
-// CHECK: linalg.generic {{.*}}iterator_types = ["parallel", "parallel", "reduction"]
+// CHECK: vector.reduction <add>
 // CHECK: linalg.generic {{.*}}iterator_types = ["parallel", "reduction"]
 // CHECK: arith.maximumf
 // CHECK: math.exp
@@ -76,14 +86,26 @@ func.func @dispatch(%x: tensor<?x16xf32>, %ids: tensor<?x2xi32>)
 
 // -----
 
-// Grouped GEMM and combine: loops bounded by the offsets and the row map.
+// Grouped GEMM and combine: the dot micro-kernel over each expert's rows
+// (bounded by the clamped offsets), in parallel over experts and blocks of
+// columns; then loops over the row map. With AVX-512's vectors the register
+// block is 4 x 6, and a depth (8) shorter than a vector (16) is summed one
+// lane at a time.
 // CHECK-LABEL: func @gmm_combine
+// CHECK: scf.parallel (%[[E:.*]], %{{.*}}) = (%{{.*}}, %{{.*}}) to (%c4, %c1)
+// CHECK: memref.load %{{.*}}[%[[E]]] : memref<5xi32>
 // CHECK: arith.minsi
 // CHECK: scf.for
+// CHECK: vector.load %{{.*}} : memref<4x16x8xf32>, vector<4xf32>
 // CHECK: arith.mulf
 // CHECK: arith.addf
 // CHECK: memref.alloca() : memref<16xf32>
 // CHECK: scf.if
+// WIDE-LABEL: func @gmm_combine
+// WIDE: scf.parallel
+// WIDE-NOT: vector<16xf32>
+// WIDE: scf.for {{.*}} iter_args({{([^,]*, ){23}[^,]*}}) -> (vector<1xf32>,
+// WIDE-LABEL: func @shared_swiglu_a2a
 func.func @gmm_combine(%rows: tensor<?x8xf32>, %w: tensor<4x16x8xf32>, %off: tensor<5xi32>,
                        %map: tensor<?x2xi32>, %wts: tensor<?x2xf32>) -> tensor<?x16xf32> {
   %h = moe.grouped_matmul %rows, %w, %off
@@ -177,4 +199,28 @@ func.func @started(%rows: tensor<?x8xf32>, %off: tensor<5xi32>, %other: tensor<4
   %n = arith.negf %other : tensor<4xf32>
   %r = moe.all_to_all_wait %h : tensor<?x8xf32>
   return %r, %n : tensor<?x8xf32>, tensor<4xf32>
+}
+
+// -----
+
+// dX and dW: the outer-product micro-kernel, in parallel over experts and
+// blocks of columns: each row of the reduction broadcasts scalars of the
+// gradient against vectors of the weight (dX) or of the input (dW).
+// CHECK-LABEL: func @grouped_gradients
+// CHECK: scf.parallel
+// CHECK: vector.load %{{.*}} : memref<3x8x16xf32>, vector<4xf32>
+// CHECK: vector.broadcast %{{.*}} : f32 to vector<4xf32>
+// CHECK: vector.store %{{.*}} : memref<?x16xf32>, vector<4xf32>
+// CHECK: scf.parallel
+// CHECK: vector.load %{{.*}} : memref<?x16xf32>, vector<4xf32>
+// CHECK: vector.broadcast %{{.*}} : f32 to vector<4xf32>
+// CHECK: vector.store %{{.*}} : memref<3x8x16xf32>, vector<4xf32>
+func.func @grouped_gradients(%grad: tensor<?x8xf32>, %w: tensor<3x8x16xf32>,
+                             %x: tensor<?x16xf32>, %off: tensor<4xi32>)
+    -> (tensor<?x16xf32>, tensor<3x8x16xf32>) {
+  %dx = moe.grouped_matmul_dx %grad, %w, %off
+      : tensor<?x8xf32>, tensor<3x8x16xf32>, tensor<4xi32> -> tensor<?x16xf32>
+  %dw = moe.grouped_matmul_dw %x, %grad, %off
+      : tensor<?x16xf32>, tensor<?x8xf32>, tensor<4xi32> -> tensor<3x8x16xf32>
+  return %dx, %dw : tensor<?x16xf32>, tensor<3x8x16xf32>
 }

@@ -70,6 +70,10 @@ public:
   virtual void invalidateParameters() {}
   /// Time every kernel of the following forward passes (devices that can).
   virtual void setProfiling(bool) {}
+  /// Threads of the code's parallel loops (the host; other devices ignore
+  /// it). The default: $MOE_NUM_THREADS, else the cores shared among the
+  /// node's MPI ranks.
+  virtual void setThreads(int) {}
   /// The kernel times of the last forward pass, in launch order.
   virtual std::vector<KernelTime> lastProfile() const { return {}; }
   /// Every device buffer after the last forward pass, at its live size

@@ -71,6 +71,11 @@ private:
   TrainSpec spec;
   std::map<std::string, Tensor> tensors;
   std::map<std::string, Tensor> gradients;
+  /// The last step's output buffers (replaced state, gradients, the loss
+  /// and load), by output name, for the next step to write into: the step
+  /// writes every output whole, so reusing them saves the zeroing and the
+  /// page faults of fresh ones (gigabytes a step for large layers).
+  std::map<std::string, Tensor> spareOutputs;
   /// The device's state is newer than `tensors`.
   bool stateOnDevice = false;
   /// Weights (and "x", the input) whose last gradients are still on the

@@ -1,0 +1,276 @@
+//===- Gemm.cpp - Register-blocked GEMMs on the host ----------------------===//
+//
+// Part of moe-compiler.
+//
+// Every GEMM of the host target (the router, the shared experts, the grouped
+// expert GEMMs and all their gradients) is one of two register-blocked
+// micro-kernels written in the vector dialect, tiled for the caches and
+// spread over threads with scf.parallel:
+//
+// - dot: C(i, j) = sum_k A(i, k) B(j, k), both operands contiguous in k
+//   (the forward GEMMs, whose weights are [out, in]). An MR x NR block of
+//   C is held as vector accumulators along k and reduced once at the end.
+// - outer: C(i, j) = sum_p A(i, p) B(p, j), B contiguous in j (dX and dW).
+//   An MR x (NV vectors) block of C is held in registers; each p
+//   broadcasts MR scalars of A against NV vectors of B.
+//
+// Each element of C is summed by one thread in an order fixed by the
+// shapes alone, so results do not depend on the number of threads.
+//
+//===----------------------------------------------------------------------===//
+
+#include "HostBuilders.h"
+
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+using namespace mlir::moe::host;
+
+namespace {
+
+using Builder = host::Builder;
+
+VectorType f32Vector(Builder &b, int64_t width) {
+  return VectorType::get({width}, b.getF32Type());
+}
+
+Value zeroVector(Builder &b, int64_t width) {
+  return arith::ConstantOp::create(
+      b, DenseElementsAttr::get(f32Vector(b, width), b.getF32FloatAttr(0.0f)));
+}
+
+/// `acc + a * b`, which LLVM may fuse into one FMA where the host has one
+/// (an `llvm.fma` would be a libm call per lane on hosts without).
+Value multiplyAdd(Builder &b, Value acc, Value x, Value y) {
+  auto flags = reductionFlags(b);
+  return arith::AddFOp::create(b, acc, arith::MulFOp::create(b, x, y, flags),
+                               flags);
+}
+
+/// `for (iv = lb; iv < ub; iv += step)` carrying `init`.
+SmallVector<Value> stepLoop(
+    Builder &b, Value lb, Value ub, int64_t step, ValueRange init,
+    function_ref<SmallVector<Value>(Builder &, Value, ValueRange)> body) {
+  auto loop = scf::ForOp::create(
+      b, lb, ub, indexConst(b, step), init,
+      [&](OpBuilder &nested, Location loc, Value iv, ValueRange carried) {
+        Builder nb(loc, nested);
+        scf::YieldOp::create(nb, body(nb, iv, carried));
+      });
+  return SmallVector<Value>(loop.getResults());
+}
+
+/// Covers [lo, hi) with blocks of `step` (`fn(start, step)`), then the
+/// rest one at a time (`fn(start, 1)`).
+void blocked(Builder &b, Value lo, Value hi, int64_t step,
+             function_ref<void(Builder &, Value, int64_t)> fn) {
+  Value mainEnd = hi;
+  if (step > 1) {
+    Value length = arith::SubIOp::create(b, hi, lo);
+    Value blocks = arith::DivUIOp::create(b, length, indexConst(b, step));
+    mainEnd = arith::AddIOp::create(
+        b, lo, arith::MulIOp::create(b, blocks, indexConst(b, step)));
+  }
+  stepLoop(b, lo, mainEnd, step, {},
+           [&](Builder &b, Value start, ValueRange) -> SmallVector<Value> {
+             fn(b, start, step);
+             return {};
+           });
+  if (step > 1)
+    stepLoop(b, mainEnd, hi, 1, {},
+             [&](Builder &b, Value start, ValueRange) -> SmallVector<Value> {
+               fn(b, start, 1);
+               return {};
+             });
+}
+
+Value offset(Builder &b, Value base, int64_t delta) {
+  return delta == 0 ? base
+                    : Value(arith::AddIOp::create(b, base,
+                                                  indexConst(b, delta)));
+}
+
+/// The MR x NR block of the dot kernel: accumulators MR x NR, plus MR
+/// vectors of A live (B is read from memory by the multiply-add).
+std::pair<int64_t, int64_t> dotBlock(const VectorTarget &target) {
+  return target.registers >= 32 ? std::pair<int64_t, int64_t>{4, 6}
+                                : std::pair<int64_t, int64_t>{3, 4};
+}
+
+/// The MR x NV block of the outer kernel: accumulators MR x NV, NV vectors
+/// of B and one broadcast of A.
+std::pair<int64_t, int64_t> outerBlock(const VectorTarget &target) {
+  return target.registers >= 32 ? std::pair<int64_t, int64_t>{8, 3}
+                                : std::pair<int64_t, int64_t>{6, 2};
+}
+
+/// Sums of A(i0 + ii, k) B(j0 + jj, k) over k in [kBegin, kEnd), which is
+/// a multiple of `width` long, as mr x nr vectors.
+SmallVector<Value> dotPartials(Builder &b, const DotGemm &g, Value i0, Value j0,
+                               int64_t mr, int64_t nr, int64_t kBegin,
+                               int64_t kEnd, int64_t width) {
+  SmallVector<Value> init(mr * nr, zeroVector(b, width));
+  return stepLoop(
+      b, indexConst(b, kBegin), indexConst(b, kEnd), width, init,
+      [&](Builder &b, Value k, ValueRange acc) -> SmallVector<Value> {
+        SmallVector<Value> a;
+        for (int64_t ii = 0; ii < mr; ++ii)
+          a.push_back(g.aRow(b, offset(b, i0, ii), k, width));
+        SmallVector<Value> next(acc);
+        for (int64_t jj = 0; jj < nr; ++jj) {
+          Value row = g.bRow(b, offset(b, j0, jj), k, width);
+          for (int64_t ii = 0; ii < mr; ++ii)
+            next[ii * nr + jj] = multiplyAdd(b, acc[ii * nr + jj], a[ii], row);
+        }
+        return next;
+      });
+}
+
+void dotMicroKernel(Builder &b, const DotGemm &g, const VectorTarget &target,
+                    Value i0, Value j0, int64_t mr, int64_t nr) {
+  int64_t width = target.width;
+  int64_t vectorEnd = g.depth / width * width;
+  SmallVector<Value> sums(mr * nr, f32Const(b, 0.0));
+  auto addReduced = [&](ArrayRef<Value> partials) {
+    for (auto [sum, partial] : llvm::zip(sums, partials))
+      sum = arith::AddFOp::create(
+          b, sum,
+          vector::ReductionOp::create(b, vector::CombiningKind::ADD, partial,
+                                      Value(), reductionFlags(b).getValue()));
+  };
+  if (vectorEnd > 0)
+    addReduced(dotPartials(b, g, i0, j0, mr, nr, 0, vectorEnd, width));
+  if (vectorEnd < g.depth)
+    addReduced(dotPartials(b, g, i0, j0, mr, nr, vectorEnd, g.depth, 1));
+  for (int64_t ii = 0; ii < mr; ++ii)
+    for (int64_t jj = 0; jj < nr; ++jj)
+      g.store(b, offset(b, i0, ii), offset(b, j0, jj), sums[ii * nr + jj]);
+}
+
+void outerMicroKernel(Builder &b, const OuterGemm &g, Value i0, Value j0,
+                      int64_t mr, int64_t nv, int64_t width) {
+  SmallVector<Value> init(mr * nv, zeroVector(b, width));
+  SmallVector<Value> acc = stepLoop(
+      b, g.pBegin, g.pEnd, 1, init,
+      [&](Builder &b, Value p, ValueRange acc) -> SmallVector<Value> {
+        SmallVector<Value> rows;
+        for (int64_t v = 0; v < nv; ++v)
+          rows.push_back(g.bRow(b, p, offset(b, j0, v * width), width));
+        SmallVector<Value> next(acc);
+        for (int64_t ii = 0; ii < mr; ++ii) {
+          Value a = vector::BroadcastOp::create(
+              b, f32Vector(b, width), g.aAt(b, offset(b, i0, ii), p));
+          for (int64_t v = 0; v < nv; ++v)
+            next[ii * nv + v] = multiplyAdd(b, acc[ii * nv + v], a, rows[v]);
+        }
+        return next;
+      });
+  for (int64_t ii = 0; ii < mr; ++ii)
+    for (int64_t v = 0; v < nv; ++v)
+      g.store(b, offset(b, i0, ii), offset(b, j0, v * width), acc[ii * nv + v]);
+}
+
+} // namespace
+
+Value mlir::moe::host::loadVector(Builder &b, Value buffer, ValueRange indices,
+                                  int64_t width) {
+  Type elt = cast<MemRefType>(buffer.getType()).getElementType();
+  Value v = vector::LoadOp::create(b, VectorType::get({width}, elt), buffer,
+                                   indices);
+  if (!elt.isF32())
+    v = arith::ExtFOp::create(b, f32Vector(b, width), v);
+  return v;
+}
+
+void mlir::moe::host::storeVector(Builder &b, Value value, Value buffer,
+                                  ValueRange indices) {
+  Type elt = cast<MemRefType>(buffer.getType()).getElementType();
+  if (!elt.isF32())
+    value = arith::TruncFOp::create(
+        b,
+        VectorType::get(cast<VectorType>(value.getType()).getShape(), elt),
+        value);
+  vector::StoreOp::create(b, value, buffer, indices);
+}
+
+void mlir::moe::host::emitDotGemm(Builder &b, const DotGemm &g,
+                                  const VectorTarget &target) {
+  auto [mr, nr] = dotBlock(target);
+  // Rows outer: the MR rows of A stay in L1 while the column block of B
+  // (sized for L2 by the caller) streams past them.
+  blocked(b, g.iBegin, g.iEnd, mr, [&](Builder &b, Value i0, int64_t m) {
+    blocked(b, g.jBegin, g.jEnd, nr, [&](Builder &b, Value j0, int64_t n) {
+      dotMicroKernel(b, g, target, i0, j0, m, n);
+    });
+  });
+}
+
+void mlir::moe::host::emitOuterGemm(Builder &b, const OuterGemm &g,
+                                    const VectorTarget &target) {
+  auto [mr, nv] = outerBlock(target);
+  int64_t width = target.width;
+  // Columns outer: the B panel of NV vectors by the p range stays in cache
+  // while the row blocks of A pass. Column blocks of NV vectors, then of
+  // one vector, then single columns.
+  auto columns = [&](Value lo, Value hi, int64_t nvHere, int64_t w) -> Value {
+    int64_t step = nvHere * w;
+    Value length = arith::SubIOp::create(b, hi, lo);
+    Value end = arith::AddIOp::create(
+        b, lo,
+        arith::MulIOp::create(
+            b, arith::DivUIOp::create(b, length, indexConst(b, step)),
+            indexConst(b, step)));
+    stepLoop(b, lo, end, step, {},
+             [&](Builder &b, Value j0, ValueRange) -> SmallVector<Value> {
+               blocked(b, g.iBegin, g.iEnd, mr,
+                       [&](Builder &b, Value i0, int64_t m) {
+                         outerMicroKernel(b, g, i0, j0, m, nvHere, w);
+                       });
+               return {};
+             });
+    return end;
+  };
+  Value rest = g.jBegin;
+  if (nv > 1)
+    rest = columns(rest, g.jEnd, nv, width);
+  if (width > 1)
+    rest = columns(rest, g.jEnd, 1, width);
+  columns(rest, g.jEnd, 1, 1);
+}
+
+void mlir::moe::host::parallelBlocks(
+    Builder &b, ArrayRef<Value> counts,
+    function_ref<void(Builder &, ValueRange)> body) {
+  SmallVector<Value> lower(counts.size(), indexConst(b, 0));
+  SmallVector<Value> steps(counts.size(), indexConst(b, 1));
+  scf::ParallelOp::create(
+      b, lower, SmallVector<Value>(counts), steps,
+      [&](OpBuilder &nested, Location loc, ValueRange ivs) {
+        Builder nb(loc, nested);
+        body(nb, ivs);
+      });
+}
+
+Value mlir::moe::host::ceilDiv(Builder &b, Value value, int64_t divisor) {
+  return arith::DivUIOp::create(
+      b, arith::AddIOp::create(b, value, indexConst(b, divisor - 1)),
+      indexConst(b, divisor));
+}
+
+int64_t mlir::moe::host::dotColumnBlock(const VectorTarget &target,
+                                        int64_t depth, int64_t columns) {
+  // About 256 KiB of B per block (half of a small L2), whole register
+  // blocks of columns, at most the columns there are.
+  int64_t nr = dotBlock(target).second;
+  int64_t block = std::max<int64_t>(nr, (64 * 1024 / std::max<int64_t>(
+                                                          depth, 1)) /
+                                           nr * nr);
+  return std::min(block, std::max<int64_t>(columns, 1));
+}
+
+int64_t mlir::moe::host::outerColumnBlock(const VectorTarget &target) {
+  return 2 * outerBlock(target).second * target.width;
+}

@@ -1,0 +1,257 @@
+#!/usr/bin/env python3
+"""The host target against PyTorch on the CPU, in one run (issue 20).
+
+For each layer and token count: `moe-run` of a host bundle (seeded random
+weights and tokens, saved), then the same forward pass in PyTorch eager
+(the Hugging Face style loop over experts, float32, from the saved weights
+and tokens; its output is checked against moe-run's), both with the same
+number of threads; and a training step: `moe-train` (student and teacher on
+fresh tokens, the compiled forward, MSE loss, backward and AdamW on every
+weight) against PyTorch autograd and torch.optim.AdamW on the same layer.
+Times are medians after a warm-up. GFLOP/s counts the useful work (router,
+k routed experts and the shared experts per token; a training step counts
+3x its forward), against the machine's peak as `torch.matmul` of 2048 x 2048
+float32 measures it with the same threads.
+
+Prints a Markdown table; `--write-docs FILE` also replaces the table
+between the markers `<!-- bench-vs-torch -->` and `<!-- /bench-vs-torch -->`
+in FILE. Run through scripts/bench-vs-torch.sh (which makes a venv with a
+CPU PyTorch).
+"""
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tools", "gpu-check"))
+from gpu_check import moe_layer, read_safetensors, route, stacked  # noqa: E402
+from train_bench import read_manifest  # noqa: E402
+
+LAYERS = {
+    # name: (config.json, description)
+    "mixtral": ({"model_type": "mixtral", "hidden_size": 2048,
+                 "num_local_experts": 8, "num_experts_per_tok": 2,
+                 "intermediate_size": 4096},
+                "Mixtral-like (hidden 2048, 8 experts of 4096, top-2)"),
+    "dsv3": ({"model_type": "deepseek_v3", "hidden_size": 1024,
+              "n_routed_experts": 64, "num_experts_per_tok": 6,
+              "n_group": 1, "topk_group": 1, "moe_intermediate_size": 512,
+              "n_shared_experts": 1, "norm_topk_prob": True,
+              "routed_scaling_factor": 2.5},
+             "DeepSeek-V3-like (hidden 1024, 64 experts of 512, top-6, 1 shared)"),
+    "tiny": ({"model_type": "deepseek_v3", "hidden_size": 64,
+              "n_routed_experts": 16, "num_experts_per_tok": 4,
+              "n_group": 1, "topk_group": 1, "moe_intermediate_size": 32,
+              "n_shared_experts": 1, "norm_topk_prob": True,
+              "routed_scaling_factor": 2.5},
+             "tiny (hidden 64, 16 experts of 32, top-4, 1 shared)"),
+}
+
+
+def run(cmd):
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit("bench-vs-torch: %s failed (%d):\n%s%s" % (
+            " ".join(cmd), result.returncode, result.stdout, result.stderr))
+    return result.stdout
+
+
+def forward_flops(layer, tokens):
+    h, f, k = layer["hidden"], layer["ffn"], layer["top_k"]
+    flops = 2 * h * layer["experts"] + k * 6 * h * f
+    flops += layer["shared_experts"] * 6 * h * layer["shared_ffn"]
+    return flops * tokens
+
+
+def median(values):
+    values = sorted(values)
+    return values[len(values) // 2]
+
+
+def timed(fn, repeats):
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return median(times)
+
+
+def matmul_peak(repeats=5):
+    a = torch.randn(2048, 2048)
+    b = torch.randn(2048, 2048)
+    seconds = timed(lambda: torch.matmul(a, b), repeats)
+    return 2 * 2048 ** 3 / seconds / 1e9
+
+
+class TorchLayer(torch.nn.Module):
+    """The layer as trainable float32 parameters; forward as moe_layer."""
+
+    def __init__(self, layer, weights):
+        super().__init__()
+        self.layer = layer
+        self.w = torch.nn.ParameterDict(
+            {role: torch.nn.Parameter(t.float().clone())
+             for role, t in weights.items() if role != "score_bias"})
+        self.register_buffer("bias", weights.get(
+            "score_bias", torch.zeros(layer["experts"])).float().clone())
+
+    def forward(self, x):
+        return moe_layer(self.layer, x, self.w, self.bias)
+
+
+def bench_forward(args, work, name, tokens):
+    config, _ = LAYERS[name]
+    cfg = os.path.join(work, name + ".json")
+    with open(cfg, "w") as f:
+        json.dump(config, f)
+    bundle = os.path.join(work, "%s-%d.moeb" % (name, tokens))
+    run([args.bin + "/moe-compile", "--hf-config", cfg, "--max-tokens",
+         str(tokens), "--mcpu=" + args.mcpu, "--no-cache", "-o", bundle])
+    weights, inputs, outputs = (os.path.join(work, n) for n in
+                                ("w.safetensors", "x.safetensors",
+                                 "y.safetensors"))
+    out = run([args.bin + "/moe-run", bundle, "--random-weights", "--tokens",
+               str(tokens), "--repeat", str(args.repeat), "--threads",
+               str(args.threads), "--save-weights", weights, "--save-inputs",
+               inputs, "--outputs", outputs])
+    ours = float(re.search(r"in ([0-9.]+) ms", out).group(1)) / 1e3
+    manifest = read_manifest(bundle)
+    layer = manifest["layer"]
+    w = {role: t.float() for role, t in
+         stacked(manifest, read_safetensors(weights)).items()}
+    bias = w.get("score_bias", torch.zeros(layer["experts"]))
+    x = read_safetensors(inputs)["x"].float()
+    want = read_safetensors(outputs)["y"].float()
+    with torch.no_grad():
+        got = moe_layer(layer, x, w, bias)
+        err = ((got - want).norm() / want.norm()).item()
+        if err > 1e-4:
+            sys.exit("bench-vs-torch: %s T=%d: PyTorch and moe-run differ "
+                     "(relative error %.2e)" % (name, tokens, err))
+        theirs = timed(lambda: moe_layer(layer, x, w, bias), args.repeat)
+    for path in (bundle, weights, inputs, outputs):
+        os.remove(path)
+    return layer, ours, theirs, err
+
+
+def bench_train(args, work, name, tokens):
+    config, _ = LAYERS[name]
+    cfg = os.path.join(work, name + ".json")
+    with open(cfg, "w") as f:
+        json.dump(config, f)
+    bundle = os.path.join(work, "%s-%d-train.moeb" % (name, tokens))
+    run([args.bin + "/moe-compile", "--hf-config", cfg, "--train",
+         "--max-tokens", str(tokens), "--mcpu=" + args.mcpu, "--no-cache",
+         "-o", bundle])
+    steps = args.train_steps
+    out = run([args.bin + "/moe-train", bundle, "--steps", str(steps),
+               "--tokens", str(tokens), "--seed", "1", "--threads",
+               str(args.threads)])
+    rates = [float(m) for m in re.findall(r"tokens/s ([0-9.]+)", out)]
+    # The first step (and its page faults) is the warm-up.
+    ours = tokens / median(rates[1:])
+    layer = read_manifest(bundle)["layer"]
+    torch.manual_seed(1)
+    weights = {}
+    for p in read_manifest(bundle)["parameters"]:
+        shape = p["shape"]
+        scale = 1.0 / (shape[-1] ** 0.5)
+        weights[p["role"]] = (torch.rand(shape) * 2 - 1) * scale
+    student = TorchLayer(layer, weights)
+    teacher = TorchLayer(layer, {k: v * 1.1 for k, v in weights.items()})
+    optimizer = torch.optim.AdamW(student.parameters(), lr=1e-3)
+
+    def step():
+        x = torch.rand(tokens, layer["hidden"]) * 2 - 1
+        with torch.no_grad():
+            target = teacher(x)
+        optimizer.zero_grad(set_to_none=False)
+        loss = torch.nn.functional.mse_loss(student(x), target)
+        loss.backward()
+        optimizer.step()
+    theirs = timed(step, max(2, steps - 1))
+    os.remove(bundle)
+    return layer, ours, theirs
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--mcpu", default="native")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--train-steps", type=int, default=4)
+    ap.add_argument("--forward", default="mixtral:64,mixtral:2048,dsv3:64,"
+                    "dsv3:2048,tiny:64,tiny:2048",
+                    help="layer:tokens pairs of forward passes")
+    ap.add_argument("--train", default="dsv3:64,dsv3:512,tiny:64,tiny:2048",
+                    help="layer:tokens pairs of training steps")
+    ap.add_argument("--write-docs", default=None)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    peak = matmul_peak()
+    rows = []
+    with tempfile.TemporaryDirectory() as work:
+        for item in filter(None, args.forward.split(",")):
+            name, tokens = item.split(":")
+            layer, ours, theirs, err = bench_forward(args, work, name, int(tokens))
+            flops = forward_flops(layer, int(tokens))
+            rows.append(("forward", name, int(tokens), ours, theirs, flops,
+                         "%.0e" % err))
+            print("forward %s T=%s: ours %.2f ms, torch %.2f ms" %
+                  (name, tokens, ours * 1e3, theirs * 1e3), flush=True)
+        for item in filter(None, args.train.split(",")):
+            name, tokens = item.split(":")
+            layer, ours, theirs = bench_train(args, work, name, int(tokens))
+            flops = 3 * forward_flops(layer, int(tokens))
+            rows.append(("training step", name, int(tokens), ours, theirs,
+                         flops, ""))
+            print("train %s T=%s: ours %.2f ms, torch %.2f ms" %
+                  (name, tokens, ours * 1e3, theirs * 1e3), flush=True)
+    lines = [
+        "`scripts/bench-vs-torch.sh --threads %d` (moe-compile --mcpu=%s; "
+        "PyTorch %s, %d threads; %s, %d cores). Peak: torch.matmul 2048 x "
+        "2048 f32 at %.0f GFLOP/s." % (args.threads, args.mcpu,
+                                      torch.__version__, args.threads,
+                                      platform.processor() or platform.machine(),
+                                      os.cpu_count(), peak),
+        "",
+        "| work | layer | tokens | moe-compile host ms | GFLOP/s (of peak) "
+        "| PyTorch eager ms | GFLOP/s | ours / torch (speed) | y rel. diff |",
+        "|---|---|---|---|---|---|---|---|---|"]
+    for work, name, tokens, ours, theirs, flops, err in rows:
+        lines.append("| %s | %s | %d | %.2f | %.1f (%.0f%%) | %.2f | %.1f | "
+                     "%.2f | %s |" % (work, LAYERS[name][1], tokens, ours * 1e3,
+                                     flops / ours / 1e9,
+                                     100 * flops / ours / 1e9 / peak,
+                                     theirs * 1e3, flops / theirs / 1e9,
+                                     theirs / ours, err))
+    table = "\n".join(lines)
+    print()
+    print(table)
+    if args.write_docs:
+        with open(args.write_docs) as f:
+            text = f.read()
+        begin, end = "<!-- bench-vs-torch -->", "<!-- /bench-vs-torch -->"
+        if begin not in text or end not in text:
+            sys.exit("bench-vs-torch: %s has no %s ... %s markers" %
+                     (args.write_docs, begin, end))
+        head, rest = text.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        with open(args.write_docs, "w") as f:
+            f.write(head + begin + "\n" + table + "\n" + end + tail)
+
+
+if __name__ == "__main__":
+    main()
