@@ -94,19 +94,31 @@ def matmul_peak(repeats=5):
 
 
 class TorchLayer(torch.nn.Module):
-    """The layer as trainable float32 parameters; forward as moe_layer."""
+    """The layer as trainable float32 parameters, one per expert and
+    projection as in a Hugging Face module's nn.Linear experts (a stacked
+    [E, ...] parameter indexed per expert would make autograd build a
+    full-size gradient per expert); forward as moe_layer."""
 
     def __init__(self, layer, weights):
         super().__init__()
         self.layer = layer
-        self.w = torch.nn.ParameterDict(
-            {role: torch.nn.Parameter(t.float().clone())
-             for role, t in weights.items() if role != "score_bias"})
+        self.experts = torch.nn.ModuleDict()
+        self.dense = torch.nn.ParameterDict()
+        for role, t in weights.items():
+            if role == "score_bias":
+                continue
+            if role in ("gate_weight", "up_weight", "down_weight"):
+                self.experts[role] = torch.nn.ParameterList(
+                    [torch.nn.Parameter(e.float().clone()) for e in t])
+            else:
+                self.dense[role] = torch.nn.Parameter(t.float().clone())
         self.register_buffer("bias", weights.get(
             "score_bias", torch.zeros(layer["experts"])).float().clone())
 
     def forward(self, x):
-        return moe_layer(self.layer, x, self.w, self.bias)
+        w = dict(self.dense.items())
+        w.update({role: list(p) for role, p in self.experts.items()})
+        return moe_layer(self.layer, x, w, self.bias)
 
 
 def bench_forward(args, work, name, tokens):

@@ -84,6 +84,19 @@ if os.path.exists(cuda_emu):
             config.available_features.add("cuda-2")
             config.environment["MOE_NCCL"] = nccl_emu
 
+# The host CPU's vector extensions, for tests of the host code built for
+# them (moe-compile --mcpu).
+try:
+    with open("/proc/cpuinfo") as cpuinfo:
+        flags = next((line.split(":", 1)[1].split() for line in cpuinfo
+                      if line.startswith("flags")), [])
+except OSError:
+    flags = []
+if "avx2" in flags and "fma" in flags:
+    config.available_features.add("host-avx2")
+if "avx512f" in flags:
+    config.available_features.add("host-avx512")
+
 # PyTorch, for the GPU check's references (tools/gpu-check): the Python
 # that has it, $MOE_TORCH_PYTHON, else the tests' own.
 torch_python = os.environ.get("MOE_TORCH_PYTHON", config.python_executable)

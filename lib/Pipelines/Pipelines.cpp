@@ -42,6 +42,9 @@ void moe::buildHostPipeline(OpPassManager &pm,
   convert.vectorRegisters = options.vectorRegisters;
   pm.addPass(createConvertMoeToHost(convert));
   pm.addPass(createConvertElementwiseToLinalgPass());
+  // Chains of elementwise ops (AdamW's, the loss's, SwiGLU's gradient) as
+  // one loop each: one pass over memory instead of one per op.
+  pm.addPass(createLinalgElementwiseOpFusionPass());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
 
@@ -52,7 +55,8 @@ void moe::buildHostPipeline(OpPassManager &pm,
   bufferization::buildBufferDeallocationPipeline(pm, deallocation);
   pm.addPass(createConvertBufferizationToMemRefPass());
 
-  pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
+  // Parallel dimensions become scf.parallel (OpenMP threads in bundles).
+  pm.addNestedPass<func::FuncOp>(createConvertLinalgToParallelLoopsPass());
   buildHostLoweringToLLVM(pm, options.reuseBuffers, options.openmp);
 }
 

@@ -176,10 +176,7 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
     for (auto &[name, value] : outputs) {
       if (!endsWith(name, ".grad") || name == "x.grad")
         continue;
-      const float *g = value.as<float>();
-      double sum = 0;
-      for (int64_t i = 0, n = value.numElements(); i < n; ++i)
-        sum += static_cast<double>(g[i]) * g[i];
+      double sum = sumOfSquares(value.as<float>(), value.numElements());
       if (!std::isfinite(sum) && firstBad.empty())
         firstBad = name.substr(0, name.size() - 5);
       squares += sum;

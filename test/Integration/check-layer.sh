@@ -4,11 +4,12 @@
 #
 # usage: check-layer.sh WORKDIR CONFIG [--tokens N] [--seed N] [--case C]
 #          [--dtype f32|bf16] [--alignment A] [--prefix P] [--tol T]
+#          [--mcpu CPU]
 # Needs moe-compile and moe-run on PATH and $PYTHON with numpy.
 set -euo pipefail
 dir=$1 config=$2
 shift 2
-tokens=16 seed=0 case=random dtype=f32 alignment=1 prefix= tol=2e-5
+tokens=16 seed=0 case=random dtype=f32 alignment=1 prefix= tol=2e-5 mcpu=
 while [[ $# -gt 0 ]]; do
   case $1 in
     --tokens) tokens=$2 ;;
@@ -18,6 +19,7 @@ while [[ $# -gt 0 ]]; do
     --alignment) alignment=$2 ;;
     --prefix) prefix=$2 ;;
     --tol) tol=$2 ;;
+    --mcpu) mcpu=$2 ;;
     *) echo "check-layer.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -25,7 +27,7 @@ done
 reference=$(dirname "$0")/reference.py
 mkdir -p "$dir"
 moe-compile --hf-config "$config" --dtype "$dtype" --alignment "$alignment" \
-  -o "$dir/layer.moeb"
+  ${mcpu:+--mcpu "$mcpu"} -o "$dir/layer.moeb"
 "$PYTHON" "$reference" gen --config "$config" --tokens "$tokens" \
   --seed "$seed" --case "$case" --dtype "$dtype" --prefix "$prefix" \
   --weights "$dir/weights.safetensors" --inputs "$dir/x.safetensors"

@@ -17,6 +17,7 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 
 #include <limits>
+#include <numeric>
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -139,7 +140,8 @@ Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op,
                      [&](Builder &b, Value r, Value c, Value sum) {
                        memref::StoreOp::create(b, fromF32(b, sum, elt), out,
                                                ValueRange{r, c});
-                     }},
+                     },
+                     std::gcd(columnBlock, columns)},
                     target);
       });
   return asTensor(b, out);
@@ -207,7 +209,8 @@ Value lowerGroupedMatmulDx(Builder &b, GroupedMatmulDxOp op,
              },
              [&](Builder &b, Value r, Value c, Value v) {
                storeVector(b, v, out, {r, c});
-             }},
+             },
+             std::gcd(columnBlock, columns)},
             target);
       });
   return asTensor(b, out);
@@ -247,7 +250,8 @@ Value lowerGroupedMatmulDw(Builder &b, GroupedMatmulDwOp op,
              },
              [&](Builder &b, Value row, Value c, Value v) {
                storeVector(b, v, out, {e, row, c});
-             }},
+             },
+             std::gcd(columnBlock, columns)},
             target);
       });
   return asTensor(b, out);

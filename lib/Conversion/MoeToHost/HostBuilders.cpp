@@ -15,6 +15,7 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 
 #include <limits>
+#include <numeric>
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -158,7 +159,10 @@ Value matmulTransposeB(Builder &b, Value lhs, Value rhs,
                      },
                      [&](Builder &b, Value i, Value j, Value sum) {
                        memref::StoreOp::create(b, sum, out, ValueRange{i, j});
-                     }};
+                     },
+                     rhsType.isDynamicDim(0)
+                         ? 1
+                         : std::gcd(columnBlock, rhsType.getDimSize(0))};
         emitDotGemm(b, gemm, target);
       });
   return asTensor(b, out);

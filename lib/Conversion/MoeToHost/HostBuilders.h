@@ -132,6 +132,10 @@ struct DotGemm {
   std::function<Value(Builder &, Value i, Value k, int64_t width)> aRow;
   std::function<Value(Builder &, Value j, Value k, int64_t width)> bRow;
   std::function<void(Builder &, Value i, Value j, Value sum)> store;
+  /// A number jEnd - jBegin is known to be a multiple of: the loops for
+  /// the columns a register block does not cover are left out when it
+  /// covers them all.
+  int64_t jMultiple = 1;
 };
 
 /// C(i, j) = sum_p A(i, p) B(p, j) over i in [iBegin, iEnd), j in
@@ -142,6 +146,8 @@ struct OuterGemm {
   std::function<Value(Builder &, Value i, Value p)> aAt;
   std::function<Value(Builder &, Value p, Value j, int64_t width)> bRow;
   std::function<void(Builder &, Value i, Value j, Value vector)> store;
+  /// As DotGemm::jMultiple.
+  int64_t jMultiple = 1;
 };
 
 void emitDotGemm(Builder &b, const DotGemm &gemm, const VectorTarget &target);
@@ -149,10 +155,11 @@ void emitOuterGemm(Builder &b, const OuterGemm &gemm,
                    const VectorTarget &target);
 
 /// Columns of B per parallel block of a dot GEMM of `depth`, sized for the
-/// cache.
+/// cache (a multiple of the register block's columns).
 int64_t dotColumnBlock(const VectorTarget &target, int64_t depth,
                        int64_t columns);
-/// Columns of C per parallel block of an outer GEMM.
+/// Columns of C per parallel block of an outer GEMM (a multiple of the
+/// register block's columns).
 int64_t outerColumnBlock(const VectorTarget &target);
 
 /// `scf.parallel` over [0, counts[d]) in each dimension d; each iteration

@@ -17,6 +17,7 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 
 #include <limits>
+#include <numeric>
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -322,7 +323,8 @@ std::pair<Value, Value> lowerRouterGrad(Builder &b, RouterGradOp op,
              },
              [&](Builder &b, Value t, Value h, Value v) {
                storeVector(b, v, inputGrad, {t, h});
-             }},
+             },
+             std::gcd(columnBlock, hidden)},
             target);
       });
   // weight_grad[e, h] = sum_t g[t, e] * x[t, h], in blocks of columns.
@@ -343,7 +345,8 @@ std::pair<Value, Value> lowerRouterGrad(Builder &b, RouterGradOp op,
              },
              [&](Builder &b, Value e, Value h, Value v) {
                storeVector(b, v, weightGrad, {e, h});
-             }},
+             },
+             std::gcd(columnBlock, hidden)},
             target);
       });
   return {asTensor(b, inputGrad), asTensor(b, weightGrad)};

@@ -89,7 +89,7 @@ func.func @dispatch(%x: tensor<?x16xf32>, %ids: tensor<?x2xi32>)
 // Grouped GEMM and combine: the dot micro-kernel over each expert's rows
 // (bounded by the clamped offsets), in parallel over experts and blocks of
 // columns; then loops over the row map. With AVX-512's vectors the register
-// block is 4 x 6, and a depth (8) shorter than a vector (16) is summed one
+// block is 5 x 4, and a depth (8) shorter than a vector (16) is summed one
 // lane at a time.
 // CHECK-LABEL: func @gmm_combine
 // CHECK: scf.parallel (%[[E:.*]], %{{.*}}) = (%{{.*}}, %{{.*}}) to (%c4, %c1)
@@ -104,7 +104,7 @@ func.func @dispatch(%x: tensor<?x16xf32>, %ids: tensor<?x2xi32>)
 // WIDE-LABEL: func @gmm_combine
 // WIDE: scf.parallel
 // WIDE-NOT: vector<16xf32>
-// WIDE: scf.for {{.*}} iter_args({{([^,]*, ){23}[^,]*}}) -> (vector<1xf32>,
+// WIDE: scf.for {{.*}} iter_args({{([^,]*, ){19}[^,]*}}) -> (vector<1xf32>,
 // WIDE-LABEL: func @shared_swiglu_a2a
 func.func @gmm_combine(%rows: tensor<?x8xf32>, %w: tensor<4x16x8xf32>, %off: tensor<5xi32>,
                        %map: tensor<?x2xi32>, %wts: tensor<?x2xf32>) -> tensor<?x16xf32> {

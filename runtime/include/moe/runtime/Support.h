@@ -157,6 +157,9 @@ Status checkAllocation(uint64_t bytes, const std::string &what);
 /// always are); `first` gets the index of the first that is not.
 bool allFinite(const Tensor &tensor, int64_t *first = nullptr);
 
+/// sum of values[i]^2 in double, in an order that depends on `count` only.
+double sumOfSquares(const float *values, int64_t count);
+
 } // namespace moe::rt
 
 #endif // MOE_RUNTIME_SUPPORT_H
