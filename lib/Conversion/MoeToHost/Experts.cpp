@@ -92,13 +92,26 @@ std::pair<Value, Value> segment(Builder &b, Value offsets, Value e,
   return {lo, hi};
 }
 
-/// [lo, hi) of block `index` of `size` within [0, limit).
-std::pair<Value, Value> blockRange(Builder &b, Value index, int64_t size,
-                                   Value limit) {
-  Value lo = arith::MulIOp::create(b, index, indexConst(b, size));
-  Value hi = arith::MinUIOp::create(
-      b, arith::AddIOp::create(b, lo, indexConst(b, size)), limit);
-  return {lo, hi};
+/// The grouped GEMMs' parallel loop: over experts and blocks of
+/// `columnBlock` of the `columns` output columns, with expert e's rows
+/// [lo, hi) of `rows` (from `offsets`) and the block's columns [c0, c1).
+void overExpertBlocks(
+    Builder &b, int64_t experts, int64_t columns, int64_t columnBlock,
+    Value offsets, Value rows,
+    function_ref<void(Builder &, Value e, Value lo, Value hi, Value c0,
+                      Value c1)>
+        body) {
+  Value columnEnd = indexConst(b, columns);
+  parallelBlocks(b,
+                 {indexConst(b, experts),
+                  indexConst(b, (columns + columnBlock - 1) / columnBlock)},
+                 [&](Builder &b, ValueRange block) {
+                   Value e = block[0];
+                   auto [lo, hi] = segment(b, offsets, e, rows);
+                   auto [c0, c1] =
+                       blockRange(b, block[1], columnBlock, columnEnd);
+                   body(b, e, lo, hi, c0, c1);
+                 });
 }
 
 /// out[r, c] = sum_i in[r, i] * w[e, c, i] over expert e's rows r,
@@ -120,15 +133,9 @@ Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op,
                     dynamicSizes(b, outType, input));
   fillBuffer(b, out, arith::ConstantOp::create(b, b.getFloatAttr(elt, 0.0)));
   int64_t columnBlock = dotColumnBlock(target, depth, columns);
-  Value columnEnd = indexConst(b, columns);
-  parallelBlocks(
-      b,
-      {indexConst(b, experts),
-       indexConst(b, (columns + columnBlock - 1) / columnBlock)},
-      [&](Builder &b, ValueRange block) {
-        Value e = block[0];
-        auto [lo, hi] = segment(b, offsets, e, rows);
-        auto [c0, c1] = blockRange(b, block[1], columnBlock, columnEnd);
+  overExpertBlocks(
+      b, experts, columns, columnBlock, offsets, rows,
+      [&](Builder &b, Value e, Value lo, Value hi, Value c0, Value c1) {
         emitDotGemm(b,
                     {lo, hi, c0, c1, depth,
                      [&](Builder &b, Value r, Value k, int64_t width) {
@@ -188,15 +195,9 @@ Value lowerGroupedMatmulDx(Builder &b, GroupedMatmulDxOp op,
                     dynamicSizes(b, outType, grad));
   fillBuffer(b, out, arith::ConstantOp::create(b, b.getFloatAttr(elt, 0.0)));
   int64_t columnBlock = outerColumnBlock(target);
-  Value columnEnd = indexConst(b, columns);
-  parallelBlocks(
-      b,
-      {indexConst(b, experts),
-       indexConst(b, (columns + columnBlock - 1) / columnBlock)},
-      [&](Builder &b, ValueRange block) {
-        Value e = block[0];
-        auto [lo, hi] = segment(b, offsets, e, rows);
-        auto [c0, c1] = blockRange(b, block[1], columnBlock, columnEnd);
+  overExpertBlocks(
+      b, experts, columns, columnBlock, offsets, rows,
+      [&](Builder &b, Value e, Value lo, Value hi, Value c0, Value c1) {
         emitOuterGemm(
             b,
             {lo, hi, indexConst(b, 0), indexConst(b, n), c0, c1,
@@ -229,15 +230,9 @@ Value lowerGroupedMatmulDw(Builder &b, GroupedMatmulDwOp op,
   Value rows = dim(b, input, 0);
   Value out = alloc(b, MemRefType::get(outType.getShape(), b.getF32Type()));
   int64_t columnBlock = outerColumnBlock(target);
-  Value columnEnd = indexConst(b, columns);
-  parallelBlocks(
-      b,
-      {indexConst(b, experts),
-       indexConst(b, (columns + columnBlock - 1) / columnBlock)},
-      [&](Builder &b, ValueRange block) {
-        Value e = block[0];
-        auto [lo, hi] = segment(b, offsets, e, rows);
-        auto [c0, c1] = blockRange(b, block[1], columnBlock, columnEnd);
+  overExpertBlocks(
+      b, experts, columns, columnBlock, offsets, rows,
+      [&](Builder &b, Value e, Value lo, Value hi, Value c0, Value c1) {
         emitOuterGemm(
             b,
             {indexConst(b, 0), indexConst(b, n), lo, hi, c0, c1,

@@ -264,6 +264,14 @@ void mlir::moe::host::parallelBlocks(
       });
 }
 
+std::pair<Value, Value> mlir::moe::host::blockRange(Builder &b, Value index,
+                                                   int64_t size, Value limit) {
+  Value lo = arith::MulIOp::create(b, index, indexConst(b, size));
+  Value hi = arith::MinUIOp::create(
+      b, arith::AddIOp::create(b, lo, indexConst(b, size)), limit);
+  return {lo, hi};
+}
+
 Value mlir::moe::host::ceilDiv(Builder &b, Value value, int64_t divisor) {
   return arith::DivUIOp::create(
       b, arith::AddIOp::create(b, value, indexConst(b, divisor - 1)),

@@ -142,14 +142,8 @@ Value matmulTransposeB(Builder &b, Value lhs, Value rhs,
   parallelBlocks(
       b, {ceilDiv(b, rows, kRowBlock), ceilDiv(b, columns, columnBlock)},
       [&](Builder &b, ValueRange block) {
-        auto range = [&](Value index, int64_t size, Value limit) {
-          Value lo = arith::MulIOp::create(b, index, indexConst(b, size));
-          Value hi = arith::MinUIOp::create(
-              b, arith::AddIOp::create(b, lo, indexConst(b, size)), limit);
-          return std::pair<Value, Value>{lo, hi};
-        };
-        auto [i0, i1] = range(block[0], kRowBlock, rows);
-        auto [j0, j1] = range(block[1], columnBlock, columns);
+        auto [i0, i1] = blockRange(b, block[0], kRowBlock, rows);
+        auto [j0, j1] = blockRange(b, block[1], columnBlock, columns);
         DotGemm gemm{i0, i1, j0, j1, depth,
                      [&](Builder &b, Value i, Value k, int64_t width) {
                        return loadVector(b, a, {i, k}, width);

@@ -167,6 +167,10 @@ int64_t outerColumnBlock(const VectorTarget &target);
 void parallelBlocks(Builder &b, ArrayRef<Value> counts,
                     function_ref<void(Builder &, ValueRange)> body);
 
+/// [lo, hi) of block `index` of `size` within [0, limit).
+std::pair<Value, Value> blockRange(Builder &b, Value index, int64_t size,
+                                   Value limit);
+
 /// ceil(value / divisor) for a non-negative index.
 Value ceilDiv(Builder &b, Value value, int64_t divisor);
 

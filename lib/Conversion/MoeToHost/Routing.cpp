@@ -300,18 +300,12 @@ std::pair<Value, Value> lowerRouterGrad(Builder &b, RouterGradOp op,
   int64_t columnBlock = outerColumnBlock(target);
   Value zero = indexConst(b, 0);
   Value hiddenEnd = indexConst(b, hidden);
-  auto range = [&](Builder &b, Value index, int64_t size, Value limit) {
-    Value lo = arith::MulIOp::create(b, index, indexConst(b, size));
-    Value hi = arith::MinUIOp::create(
-        b, arith::AddIOp::create(b, lo, indexConst(b, size)), limit);
-    return std::pair<Value, Value>{lo, hi};
-  };
   parallelBlocks(
       b,
       {ceilDiv(b, tokens, kTokenBlock), ceilDiv(b, hiddenEnd, columnBlock)},
       [&](Builder &b, ValueRange block) {
-        auto [t0, t1] = range(b, block[0], kTokenBlock, tokens);
-        auto [h0, h1] = range(b, block[1], columnBlock, hiddenEnd);
+        auto [t0, t1] = blockRange(b, block[0], kTokenBlock, tokens);
+        auto [h0, h1] = blockRange(b, block[1], columnBlock, hiddenEnd);
         emitOuterGemm(
             b,
             {t0, t1, zero, indexConst(b, experts), h0, h1,
@@ -333,7 +327,7 @@ std::pair<Value, Value> lowerRouterGrad(Builder &b, RouterGradOp op,
   parallelBlocks(
       b, {ceilDiv(b, hiddenEnd, columnBlock)},
       [&](Builder &b, ValueRange block) {
-        auto [h0, h1] = range(b, block[0], columnBlock, hiddenEnd);
+        auto [h0, h1] = blockRange(b, block[0], columnBlock, hiddenEnd);
         emitOuterGemm(
             b,
             {zero, indexConst(b, experts), zero, tokens, h0, h1,
