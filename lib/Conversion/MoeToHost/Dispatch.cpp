@@ -153,34 +153,35 @@ Value lowerCombine(Builder &b, CombineOp op) {
 
   Value out = alloc(b, MemRefType::get(outType.getShape(), elt),
                     dynamicSizes(b, outType, rowMap));
-  Value acc =
-      memref::AllocaOp::create(b, MemRefType::get({hidden}, b.getF32Type()));
-  forLoop(b, zeroIdx, tokens, [&](Builder &b, Value t) {
-    fillBuffer(b, acc, f32Const(b, 0.0));
-    forLoop(b, k, [&](Builder &b, Value j) {
-      Value r = arith::IndexCastOp::create(
-          b, b.getIndexType(),
-          memref::LoadOp::create(b, rowMap, ValueRange{t, j}));
-      Value valid = arith::AndIOp::create(
-          b, arith::CmpIOp::create(b, arith::CmpIPredicate::sge, r, zeroIdx),
-          arith::CmpIOp::create(b, arith::CmpIPredicate::slt, r, rowCount));
-      Value w = memref::LoadOp::create(b, weights, ValueRange{t, j});
-      scf::IfOp::create(b, valid, [&](OpBuilder &nested, Location loc) {
-        Builder nb(loc, nested);
-        forLoop(nb, hidden, [&](Builder &b, Value h) {
-          Value v = toF32(b, memref::LoadOp::create(b, rows, ValueRange{r, h}));
-          Value a = memref::LoadOp::create(b, acc, ValueRange{h});
-          memref::StoreOp::create(
-              b, arith::AddFOp::create(b, a, arith::MulFOp::create(b, w, v)),
-              acc, ValueRange{h});
-        });
-        scf::YieldOp::create(nb);
-      });
-    });
-    forLoop(b, hidden, [&](Builder &b, Value h) {
-      Value a = memref::LoadOp::create(b, acc, ValueRange{h});
-      memref::StoreOp::create(b, fromF32(b, a, elt), out, ValueRange{t, h});
-    });
+  // Per token: its k rows (a row map entry outside the buffer contributes
+  // nothing), then each output element as the sum over the k rows in
+  // order, in f32. Tokens in parallel blocks; no scratch memory.
+  Value zeroF = f32Const(b, 0.0);
+  forTokenBlocks(b, tokens, [&](Builder &b, Value t) {
+          SmallVector<Value> valid, row, weight;
+          for (int64_t j = 0; j < k; ++j) {
+            Value jv = indexConst(b, j);
+            Value r = arith::IndexCastOp::create(
+                b, b.getIndexType(),
+                memref::LoadOp::create(b, rowMap, ValueRange{t, jv}));
+            Value ok = validRow(b, r, rowCount);
+            valid.push_back(ok);
+            row.push_back(arith::SelectOp::create(b, ok, r, zeroIdx));
+            weight.push_back(
+                memref::LoadOp::create(b, weights, ValueRange{t, jv}));
+          }
+          forLoop(b, hidden, [&](Builder &b, Value h) {
+            Value acc = zeroF;
+            for (int64_t j = 0; j < k; ++j) {
+              Value v =
+                  toF32(b, memref::LoadOp::create(b, rows, ValueRange{row[j], h}));
+              Value term = arith::MulFOp::create(b, weight[j], v);
+              acc = arith::SelectOp::create(
+                  b, valid[j], arith::AddFOp::create(b, acc, term), acc);
+            }
+            memref::StoreOp::create(b, fromF32(b, acc, elt), out,
+                                    ValueRange{t, h});
+          });
   });
   return asTensor(b, out);
 }
@@ -203,7 +204,8 @@ std::pair<Value, Value> lowerCombineGrad(Builder &b, CombineGradOp op) {
   Value weightsGrad =
       alloc(b, MemRefType::get(wType.getShape(), b.getF32Type()),
             dynamicSizes(b, wType, rowMap));
-  forLoop(b, indexConst(b, 0), tokens, [&](Builder &b, Value t) {
+  // Tokens in parallel blocks: each (token, j) owns its row of rows_grad.
+  forTokenBlocks(b, tokens, [&](Builder &b, Value t) {
     forLoop(b, k, [&](Builder &b, Value j) {
       Value r = arith::IndexCastOp::create(
           b, b.getIndexType(),
@@ -253,7 +255,7 @@ Value lowerDispatchGrad(Builder &b, DispatchGradOp op) {
   Value tokens = dim(b, rowMap, 0), rowCount = dim(b, rowsGrad, 0);
   Value out = alloc(b, MemRefType::get(outType.getShape(), elt),
                     dynamicSizes(b, outType, rowMap));
-  forLoop(b, indexConst(b, 0), tokens, [&](Builder &b, Value t) {
+  forTokenBlocks(b, tokens, [&](Builder &b, Value t) {
     forLoop(b, hidden, [&](Builder &b, Value h) {
       Value acc = forLoopCarrying(
           b, indexConst(b, 0), indexConst(b, k), ValueRange{f32Const(b, 0.0)},

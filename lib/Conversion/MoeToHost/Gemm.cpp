@@ -272,6 +272,15 @@ std::pair<Value, Value> mlir::moe::host::blockRange(Builder &b, Value index,
   return {lo, hi};
 }
 
+void mlir::moe::host::forTokenBlocks(Builder &b, Value tokens, BodyFn body) {
+  parallelBlocks(b, {ceilDiv(b, tokens, kTokenBlock)},
+                 [&](Builder &b, ValueRange block) {
+                   auto [t0, t1] =
+                       blockRange(b, block[0], kTokenBlock, tokens);
+                   forLoop(b, t0, t1, body);
+                 });
+}
+
 Value mlir::moe::host::ceilDiv(Builder &b, Value value, int64_t divisor) {
   return arith::DivUIOp::create(
       b, arith::AddIOp::create(b, value, indexConst(b, divisor - 1)),

@@ -167,6 +167,13 @@ int64_t outerColumnBlock(const VectorTarget &target);
 void parallelBlocks(Builder &b, ArrayRef<Value> counts,
                     function_ref<void(Builder &, ValueRange)> body);
 
+/// Tokens per iteration of the parallel loops over tokens.
+constexpr int64_t kTokenBlock = 64;
+
+/// `body(t)` for every token t in [0, tokens), in parallel blocks of
+/// kTokenBlock tokens; each token's work must write only its own elements.
+void forTokenBlocks(Builder &b, Value tokens, BodyFn body);
+
 /// [lo, hi) of block `index` of `size` within [0, limit).
 std::pair<Value, Value> blockRange(Builder &b, Value index, int64_t size,
                                    Value limit);

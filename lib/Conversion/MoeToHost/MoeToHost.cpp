@@ -51,11 +51,6 @@ std::pair<int64_t, std::string> stackScratch(Operation *op) {
     auto experts = static_cast<int64_t>(dispatch.getExperts());
     return {experts * 16, "experts = " + std::to_string(experts)};
   }
-  if (auto combine = dyn_cast<CombineOp>(op)) {
-    int64_t hidden =
-        cast<RankedTensorType>(combine.getOutput().getType()).getDimSize(1);
-    return {hidden * 4, "hidden = " + std::to_string(hidden)};
-  }
   return {0, ""};
 }
 

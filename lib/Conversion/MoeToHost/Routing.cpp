@@ -296,7 +296,6 @@ std::pair<Value, Value> lowerRouterGrad(Builder &b, RouterGradOp op,
   // of columns.
   Value inputGrad = alloc(b, MemRefType::get(inputType.getShape(), elt),
                           dynamicSizes(b, inputType, input));
-  constexpr int64_t kTokenBlock = 64;
   int64_t columnBlock = outerColumnBlock(target);
   Value zero = indexConst(b, 0);
   Value hiddenEnd = indexConst(b, hidden);

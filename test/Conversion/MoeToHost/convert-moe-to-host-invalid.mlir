@@ -27,10 +27,3 @@ func.func @huge_dispatch(%x: tensor<?x8xf32>, %ids: tensor<?x2xi32>) -> tensor<?
   return %r : tensor<?x8xf32>
 }
 
-// -----
-
-func.func @huge_combine(%r: tensor<?x524288xf32>, %m: tensor<?x2xi32>, %w: tensor<?x2xf32>) -> tensor<?x524288xf32> {
-  // expected-error @+1 {{'moe.combine' op needs 2097152 bytes of stack scratch on the host (hidden = 524288), more than the 1048576-byte limit}}
-  %y = moe.combine %r, %m, %w : tensor<?x524288xf32>, tensor<?x2xi32>, tensor<?x2xf32> -> tensor<?x524288xf32>
-  return %y : tensor<?x524288xf32>
-}

@@ -88,7 +88,9 @@ func.func @dispatch(%x: tensor<?x16xf32>, %ids: tensor<?x2xi32>)
 
 // Grouped GEMM and combine: the dot micro-kernel over each expert's rows
 // (bounded by the clamped offsets), in parallel over experts and blocks of
-// columns; then loops over the row map. With AVX-512's vectors the register
+// columns; then the combine, in parallel over blocks of tokens, each
+// output element the sum of the token's rows (entries outside the buffer
+// add nothing), without scratch memory. With AVX-512's vectors the register
 // block is 5 x 4, and a depth (8) shorter than a vector (16) is summed one
 // lane at a time.
 // CHECK-LABEL: func @gmm_combine
@@ -99,8 +101,10 @@ func.func @dispatch(%x: tensor<?x16xf32>, %ids: tensor<?x2xi32>)
 // CHECK: vector.load %{{.*}} : memref<4x16x8xf32>, vector<4xf32>
 // CHECK: arith.mulf
 // CHECK: arith.addf
-// CHECK: memref.alloca() : memref<16xf32>
-// CHECK: scf.if
+// CHECK-NOT: memref.alloca
+// CHECK: scf.parallel
+// CHECK: arith.select
+// CHECK: bufferization.to_tensor
 // WIDE-LABEL: func @gmm_combine
 // WIDE: scf.parallel
 // WIDE-NOT: vector<16xf32>
