@@ -121,29 +121,40 @@ class TorchLayer(torch.nn.Module):
         return moe_layer(self.layer, x, w, self.bias)
 
 
-def bench_forward(args, work, name, tokens):
-    config, _ = LAYERS[name]
-    cfg = os.path.join(work, name + ".json")
-    with open(cfg, "w") as f:
-        json.dump(config, f)
-    bundle = os.path.join(work, "%s-%d.moeb" % (name, tokens))
+def write_config(work, name):
+    path = os.path.join(work, name + ".json")
+    with open(path, "w") as f:
+        json.dump(LAYERS[name][0], f)
+    return path
+
+
+def ours_forward(args, work, name, tokens):
+    """moe-run's time; its weights, tokens and outputs stay for PyTorch."""
+    cfg = write_config(work, name)
+    base = os.path.join(work, "%s-%d" % (name, tokens))
+    bundle = base + ".moeb"
     run([args.bin + "/moe-compile", "--hf-config", cfg, "--max-tokens",
          str(tokens), "--mcpu=" + args.mcpu, "--no-cache", "-o", bundle])
-    weights, inputs, outputs = (os.path.join(work, n) for n in
-                                ("w.safetensors", "x.safetensors",
-                                 "y.safetensors"))
+    files = {n: base + "-" + n + ".safetensors" for n in ("w", "x", "y")}
     out = run([args.bin + "/moe-run", bundle, "--random-weights", "--tokens",
                str(tokens), "--repeat", str(args.repeat), "--threads",
-               str(args.threads), "--save-weights", weights, "--save-inputs",
-               inputs, "--outputs", outputs])
+               str(args.threads), "--save-weights", files["w"],
+               "--save-inputs", files["x"], "--outputs", files["y"]])
     ours = float(re.search(r"in ([0-9.]+) ms", out).group(1)) / 1e3
-    manifest = read_manifest(bundle)
+    return {"manifest": read_manifest(bundle), "ours": ours, "files": files}
+
+
+def torch_forward(args, name, tokens, item):
+    """PyTorch's time on moe-run's weights and tokens, and the relative
+    difference of the two outputs."""
+    manifest = item["manifest"]
     layer = manifest["layer"]
+    files = item["files"]
     w = {role: t.float() for role, t in
-         stacked(manifest, read_safetensors(weights)).items()}
+         stacked(manifest, read_safetensors(files["w"])).items()}
     bias = w.get("score_bias", torch.zeros(layer["experts"]))
-    x = read_safetensors(inputs)["x"].float()
-    want = read_safetensors(outputs)["y"].float()
+    x = read_safetensors(files["x"])["x"].float()
+    want = read_safetensors(files["y"])["y"].float()
     with torch.no_grad():
         got = moe_layer(layer, x, w, bias)
         err = ((got - want).norm() / want.norm()).item()
@@ -151,32 +162,35 @@ def bench_forward(args, work, name, tokens):
             sys.exit("bench-vs-torch: %s T=%d: PyTorch and moe-run differ "
                      "(relative error %.2e)" % (name, tokens, err))
         theirs = timed(lambda: moe_layer(layer, x, w, bias), args.repeat)
-    for path in (bundle, weights, inputs, outputs):
-        os.remove(path)
-    return layer, ours, theirs, err
+    return theirs, err
 
 
-def bench_train(args, work, name, tokens):
-    config, _ = LAYERS[name]
-    cfg = os.path.join(work, name + ".json")
-    with open(cfg, "w") as f:
-        json.dump(config, f)
+def ours_train(args, work, name, tokens):
+    """moe-train's median step time after the warm-up steps."""
+    cfg = write_config(work, name)
     bundle = os.path.join(work, "%s-%d-train.moeb" % (name, tokens))
     run([args.bin + "/moe-compile", "--hf-config", cfg, "--train",
          "--max-tokens", str(tokens), "--mcpu=" + args.mcpu, "--no-cache",
          "-o", bundle])
-    steps = args.train_steps
-    out = run([args.bin + "/moe-train", bundle, "--steps", str(steps),
-               "--tokens", str(tokens), "--seed", "1", "--threads",
-               str(args.threads)])
+    out = run([args.bin + "/moe-train", bundle, "--steps",
+               str(args.train_steps), "--tokens", str(tokens), "--seed", "1",
+               "--threads", str(args.threads)])
     rates = [float(m) for m in re.findall(r"tokens/s ([0-9.]+)", out)]
     # The first two steps are the warm-up: the first faults in the step's
     # buffers, the second the spare ones the runtime then reuses.
-    ours = tokens / median(rates[2:])
-    layer = read_manifest(bundle)["layer"]
+    manifest = read_manifest(bundle)
+    os.remove(bundle)
+    return {"manifest": manifest, "ours": tokens / median(rates[2:])}
+
+
+def torch_train(args, tokens, item):
+    """The same step in PyTorch: student and teacher, MSE, autograd,
+    AdamW."""
+    manifest = item["manifest"]
+    layer = manifest["layer"]
     torch.manual_seed(1)
     weights = {}
-    for p in read_manifest(bundle)["parameters"]:
+    for p in manifest["parameters"]:
         shape = p["shape"]
         scale = 1.0 / (shape[-1] ** 0.5)
         weights[p["role"]] = (torch.rand(shape) * 2 - 1) * scale
@@ -192,9 +206,7 @@ def bench_train(args, work, name, tokens):
         loss = torch.nn.functional.mse_loss(student(x), target)
         loss.backward()
         optimizer.step()
-    theirs = timed(step, max(3, steps - 2))
-    os.remove(bundle)
-    return layer, ours, theirs
+    return timed(step, max(3, args.train_steps - 2))
 
 
 def main():
@@ -215,25 +227,31 @@ def main():
     if args.train_steps < 3:
         ap.error("--train-steps must be at least 3 (two are the warm-up)")
     torch.set_num_threads(args.threads)
-    peak = matmul_peak()
+    forward = [(n, int(t)) for n, t in
+               (i.split(":") for i in filter(None, args.forward.split(",")))]
+    train = [(n, int(t)) for n, t in
+             (i.split(":") for i in filter(None, args.train.split(",")))]
     rows = []
     with tempfile.TemporaryDirectory() as work:
-        for item in filter(None, args.forward.split(",")):
-            name, tokens = item.split(":")
-            layer, ours, theirs, err = bench_forward(args, work, name, int(tokens))
-            flops = forward_flops(layer, int(tokens))
-            rows.append(("forward", name, int(tokens), ours, theirs, flops,
+        # Ours first, then PyTorch: PyTorch's idle threads (in this
+        # process) would otherwise compete with moe-run's for the cores.
+        ours_f = [ours_forward(args, work, n, t) for n, t in forward]
+        ours_t = [ours_train(args, work, n, t) for n, t in train]
+        peak = matmul_peak()
+        for (name, tokens), item in zip(forward, ours_f):
+            theirs, err = torch_forward(args, name, tokens, item)
+            flops = forward_flops(item["manifest"]["layer"], tokens)
+            rows.append(("forward", name, tokens, item["ours"], theirs, flops,
                          "%.0e" % err))
-            print("forward %s T=%s: ours %.2f ms, torch %.2f ms" %
-                  (name, tokens, ours * 1e3, theirs * 1e3), flush=True)
-        for item in filter(None, args.train.split(",")):
-            name, tokens = item.split(":")
-            layer, ours, theirs = bench_train(args, work, name, int(tokens))
-            flops = 3 * forward_flops(layer, int(tokens))
-            rows.append(("training step", name, int(tokens), ours, theirs,
+            print("forward %s T=%d: ours %.2f ms, torch %.2f ms" %
+                  (name, tokens, item["ours"] * 1e3, theirs * 1e3), flush=True)
+        for (name, tokens), item in zip(train, ours_t):
+            theirs = torch_train(args, tokens, item)
+            flops = 3 * forward_flops(item["manifest"]["layer"], tokens)
+            rows.append(("training step", name, tokens, item["ours"], theirs,
                          flops, ""))
-            print("train %s T=%s: ours %.2f ms, torch %.2f ms" %
-                  (name, tokens, ours * 1e3, theirs * 1e3), flush=True)
+            print("train %s T=%d: ours %.2f ms, torch %.2f ms" %
+                  (name, tokens, item["ours"] * 1e3, theirs * 1e3), flush=True)
     lines = [
         "`scripts/bench-vs-torch.sh --threads %d` (moe-compile --mcpu=%s; "
         "PyTorch %s, %d threads; %s, %d cores). Peak: torch.matmul 2048 x "

@@ -63,7 +63,8 @@ public:
   Status init(const Bundle &bundle);
   Status run(const std::vector<const Tensor *> &arguments) override;
   Status runEntry(const std::string &symbol,
-                  const std::vector<const Tensor *> &arguments) override;
+                  const std::vector<const Tensor *> &arguments,
+                  int64_t tokens) override;
   void invalidateTrainingState() override { trainingStateValid = false; }
   Status
   downloadTrainingTensors(const std::map<std::string, Tensor *> &) override;
@@ -1000,7 +1001,8 @@ Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {
 }
 
 Status CudaBackend::runEntry(const std::string &symbol,
-                             const std::vector<const Tensor *> &arguments) {
+                             const std::vector<const Tensor *> &arguments,
+                             int64_t) {
   const TrainSpec &train = manifest.train;
   if (train.entry.empty() || symbol != train.entry ||
       manifest.gpu.trainSteps.empty())

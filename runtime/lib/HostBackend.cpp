@@ -41,7 +41,8 @@ int defaultThreads() {
   return std::max(1, cores / local);
 }
 
-/// A forward pass of fewer FLOPs than this runs on one thread: waking the
+/// Work of fewer FLOPs than this (a forward pass, or a training step at 3x
+/// its forward) runs on one thread: waking the
 /// others and meeting them at every parallel loop's end costs more than
 /// they save (a 64-token pass of a tiny layer took 0.2 ms on one thread,
 /// 0.4 ms on two, and 6 ms whenever the other core was busy).
@@ -67,8 +68,7 @@ public:
     double tokens = arguments.empty() || arguments[0]->shape.empty()
                         ? 0
                         : static_cast<double>(arguments[0]->shape[0]);
-    return call(entry, arguments,
-                tokens * flopsPerToken < kParallelMinFlops ? 1 : threads);
+    return call(entry, arguments, threadsFor(tokens));
   }
 
   void setThreads(int count) override { threads = std::max(1, count); }
@@ -86,15 +86,26 @@ public:
   }
 
   Status runEntry(const std::string &symbol,
-                  const std::vector<const Tensor *> &arguments) override {
+                  const std::vector<const Tensor *> &arguments,
+                  int64_t tokens) override {
     auto fn = reinterpret_cast<PackedEntry>(dlsym(handle, symbol.c_str()));
     if (!fn)
       return Status::failure("the bundle's shared object has no entry point '" +
                              symbol + "'");
-    return call(fn, arguments, threads);
+    // A training step: its forward pass and about twice that backward.
+    return call(fn, arguments, threadsFor(3.0 * tokens));
   }
 
 private:
+  /// The threads for work of `forwardTokens` tokens' forward passes (0:
+  /// unknown).
+  int threadsFor(double forwardTokens) const {
+    return forwardTokens > 0 &&
+                   forwardTokens * flopsPerToken < kParallelMinFlops
+               ? 1
+               : threads;
+  }
+
   Status call(PackedEntry fn, const std::vector<const Tensor *> &arguments,
               int threadCount) {
     // Bundles compiled before the code had parallel loops lack the hook.

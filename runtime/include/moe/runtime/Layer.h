@@ -41,9 +41,11 @@ class Backend {
 public:
   virtual ~Backend();
   /// Runs another entry point of the bundle (the training step) on
-  /// arguments in its own order; devices without one say so.
+  /// arguments in its own order, for `tokens` tokens (0: unknown; the host
+  /// runs a small step on one thread); devices without one say so.
   virtual Status runEntry(const std::string &symbol,
-                          const std::vector<const Tensor *> &arguments) {
+                          const std::vector<const Tensor *> &arguments,
+                          int64_t tokens = 0) {
     return Status::failure("this device cannot run entry point '" + symbol +
                            "'");
   }
