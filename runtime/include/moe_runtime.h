@@ -41,6 +41,11 @@ int moe_layer_load_weights(moe_layer *layer, const char *safetensors_path,
 /** Binds seeded random parameters. */
 int moe_layer_random_weights(moe_layer *layer, uint64_t seed);
 
+/** Threads of the host code's parallel loops (1 to 4096; the default is
+ *  $MOE_NUM_THREADS, else the cores shared among the node's MPI ranks).
+ *  Any count gives the same results to the bit; other devices ignore it. */
+int moe_layer_set_threads(moe_layer *layer, int threads);
+
 int64_t moe_layer_hidden_size(const moe_layer *layer);
 int64_t moe_layer_top_k(const moe_layer *layer);
 int64_t moe_layer_max_tokens(const moe_layer *layer);

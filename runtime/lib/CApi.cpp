@@ -84,6 +84,17 @@ int moe_layer_random_weights(moe_layer *layer, uint64_t seed) {
   return 0;
 }
 
+int moe_layer_set_threads(moe_layer *layer, int threads) {
+  lastError.clear();
+  if (!layer)
+    return fail("moe_layer_set_threads: layer must not be NULL");
+  if (threads < 1 || threads > 4096)
+    return fail("moe_layer_set_threads: expected 1 to 4096 threads, got " +
+                std::to_string(threads));
+  layer->layer->getBackend().setThreads(threads);
+  return 0;
+}
+
 int64_t moe_layer_hidden_size(const moe_layer *layer) {
   return layer ? layer->layer->getManifest().layer.hidden : -1;
 }

@@ -26,6 +26,18 @@ int main(int argc, char **argv) {
     moe_layer_free(layer);
     return 1;
   }
+  /* A bad thread count is an error; two threads give what one does. */
+  if (moe_layer_set_threads(layer, 0) == 0) {
+    fprintf(stderr, "error: 0 threads were accepted\n");
+    moe_layer_free(layer);
+    return 1;
+  }
+  printf("zero threads: %s\n", moe_last_error());
+  if (moe_layer_set_threads(layer, 2) != 0) {
+    fprintf(stderr, "error: %s\n", moe_last_error());
+    moe_layer_free(layer);
+    return 1;
+  }
   int64_t tokens = atoll(argv[4]);
   int64_t hidden = moe_layer_hidden_size(layer), k = moe_layer_top_k(layer);
   float *x = malloc(sizeof(float) * tokens * hidden);

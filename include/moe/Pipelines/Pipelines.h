@@ -62,9 +62,11 @@ struct HostPipelineOptions : public PassPipelineOptions<HostPipelineOptions> {
 /// and buffer deallocation.
 void buildHostPipeline(OpPassManager &pm, const HostPipelineOptions &options);
 
-/// The tail of the host pipeline: memref, scf, arith (bf16 conversions as
-/// integer arithmetic), math, func and cf to the LLVM dialect; heap
-/// buffers through the generic allocation functions with `reuseBuffers`.
+/// The tail of the host pipeline: memref, scf (scf.parallel as OpenMP
+/// parallel loops with `openmp`, else loops in order), arith (bf16
+/// conversions as integer arithmetic), vector, math, func and cf to the
+/// LLVM dialect; heap buffers through the generic allocation functions
+/// with `reuseBuffers`.
 void buildHostLoweringToLLVM(OpPassManager &pm, bool reuseBuffers = false,
                              bool openmp = false);
 
