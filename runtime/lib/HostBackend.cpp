@@ -72,6 +72,7 @@ public:
   }
 
   void setThreads(int count) override { threads = std::max(1, count); }
+  int getThreads() const override { return threads; }
 
   Status setCommunicator(Communicator *comm) override {
     auto *table = static_cast<int64_t *>(dlsym(handle, comm::kTableName));

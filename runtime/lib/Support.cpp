@@ -505,7 +505,49 @@ Status checkAllocation(uint64_t bytes, const std::string &what) {
   return Status::success();
 }
 
-bool allFinite(const Tensor &tensor, int64_t *first) {
+void parallelFor(int64_t count, int threads,
+                 const std::function<void(int64_t)> &fn) {
+  int64_t workers = std::clamp<int64_t>(threads, 1, std::max<int64_t>(count, 1));
+  auto work = [&](int64_t worker) {
+    for (int64_t i = worker; i < count; i += workers)
+      fn(i);
+  };
+  std::vector<std::thread> pool;
+  for (int64_t w = 1; w < workers; ++w)
+    pool.emplace_back(work, w);
+  work(0);
+  for (std::thread &t : pool)
+    t.join();
+}
+
+/// Elements per item of the parallel scans: large enough that a thread's
+/// start is nothing next to its scan, and a fixed size, so that results do
+/// not depend on the thread count.
+constexpr int64_t kScanChunk = 1 << 20;
+
+/// The index of the first non-finite f32 in values[0, n), or -1. A block
+/// is scanned without branches (an exponent of all ones is Inf or NaN) and
+/// only a block with a non-finite value is searched.
+static int64_t firstNonFinite(const uint8_t *values, int64_t n) {
+  constexpr int64_t kBlock = 4096;
+  for (int64_t start = 0; start < n; start += kBlock) {
+    int64_t end = std::min(n, start + kBlock);
+    uint32_t bad = 0;
+    for (int64_t i = start; i < end; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, values + i * 4, 4);
+      bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+    }
+    if (!bad)
+      continue;
+    for (int64_t i = start; i < end; ++i)
+      if (!std::isfinite(loadFloat(values + i * 4, DType::F32)))
+        return i;
+  }
+  return -1;
+}
+
+bool allFinite(const Tensor &tensor, int64_t *first, int threads) {
   if (tensor.dtype == DType::I32 || tensor.dtype == DType::I64)
     return true;
   size_t n = static_cast<size_t>(tensor.numElements());
@@ -513,27 +555,22 @@ bool allFinite(const Tensor &tensor, int64_t *first) {
   if (n * size > tensor.data.size())
     n = tensor.data.size() / size;
   if (tensor.dtype == DType::F32) {
-    // The common case (training state), at memory speed: a block is
-    // scanned without branches (an exponent of all ones is Inf or NaN),
-    // and only a block with a non-finite value is searched.
-    constexpr size_t kBlock = 4096;
-    for (size_t start = 0; start < n; start += kBlock) {
-      size_t end = std::min(n, start + kBlock);
-      uint32_t bad = 0;
-      for (size_t i = start; i < end; ++i) {
-        uint32_t bits;
-        std::memcpy(&bits, tensor.data.data() + i * 4, 4);
-        bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+    // The common case (training state), at memory speed, in chunks.
+    auto count = static_cast<int64_t>(n);
+    int64_t chunks = (count + kScanChunk - 1) / kScanChunk;
+    std::vector<int64_t> found(chunks, -1);
+    parallelFor(chunks, threads, [&](int64_t c) {
+      int64_t begin = c * kScanChunk;
+      int64_t at = firstNonFinite(tensor.data.data() + begin * 4,
+                                  std::min(kScanChunk, count - begin));
+      found[c] = at < 0 ? -1 : begin + at;
+    });
+    for (int64_t at : found)
+      if (at >= 0) {
+        if (first)
+          *first = at;
+        return false;
       }
-      if (!bad)
-        continue;
-      for (size_t i = start; i < end; ++i)
-        if (!std::isfinite(loadFloat(tensor.data.data() + i * 4, DType::F32))) {
-          if (first)
-            *first = static_cast<int64_t>(i);
-          return false;
-        }
-    }
     return true;
   }
   for (size_t i = 0; i < n; ++i)
@@ -545,9 +582,9 @@ bool allFinite(const Tensor &tensor, int64_t *first) {
   return true;
 }
 
-double sumOfSquares(const float *values, int64_t count) {
-  // Eight partial sums (in double) in a fixed order, which the compiler
-  // vectorizes; the order does not depend on anything but `count`.
+/// sum of values[i]^2 in eight partial sums (in double) in a fixed order,
+/// which the compiler vectorizes.
+static double chunkSumOfSquares(const float *values, int64_t count) {
   double partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;
   for (; i + 8 <= count; i += 8)
@@ -561,6 +598,21 @@ double sumOfSquares(const float *values, int64_t count) {
   }
   return ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
          ((partial[4] + partial[5]) + (partial[6] + partial[7]));
+}
+
+double sumOfSquares(const float *values, int64_t count, int threads) {
+  // One sum per fixed-size chunk, the chunks' sums added in order.
+  int64_t chunks = (count + kScanChunk - 1) / kScanChunk;
+  std::vector<double> sums(chunks, 0.0);
+  parallelFor(chunks, threads, [&](int64_t c) {
+    int64_t begin = c * kScanChunk;
+    sums[c] =
+        chunkSumOfSquares(values + begin, std::min(kScanChunk, count - begin));
+  });
+  double total = 0;
+  for (double sum : sums)
+    total += sum;
+  return total;
 }
 
 } // namespace moe::rt

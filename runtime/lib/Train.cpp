@@ -158,6 +158,7 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
   // `.grad` outputs); otherwise the gradients and the update are here.
   double squares = 0;
   std::string firstBad, badUpdate;
+  int threads = layer.getBackend().getThreads();
   if (spec.stateOnDevice) {
     const float *sq = outputs["grad_sq"].as<float>();
     const float *bad = outputs["bad_updates"].as<float>();
@@ -177,7 +178,8 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
     for (auto &[name, value] : outputs) {
       if (!endsWith(name, ".grad") || name == "x.grad")
         continue;
-      double sum = sumOfSquares(value.as<float>(), value.numElements());
+      double sum =
+          sumOfSquares(value.as<float>(), value.numElements(), threads);
       if (!std::isfinite(sum) && firstBad.empty())
         firstBad = name.substr(0, name.size() - 5);
       squares += sum;
@@ -196,7 +198,7 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
     result.nonFinite = "the update makes '" + badUpdate + "' non-finite";
   else
     for (auto &[name, value] : outputs)
-      if (endsWith(name, ".next") && !allFinite(value)) {
+      if (endsWith(name, ".next") && !allFinite(value, nullptr, threads)) {
         result.nonFinite = "the update makes '" +
                            name.substr(0, name.size() - 5) + "' non-finite";
         break;

@@ -83,6 +83,35 @@ TEST(RuntimeTest, BulkConversionOverThreads) {
   EXPECT_EQ(ones, n - 4); // all but the tie rounded up, -2, inf and NaN
 }
 
+TEST(RuntimeTest, StepChecksOverThreads) {
+  // Several 1M-element chunks and a partial one.
+  const int64_t n = (int64_t(1) << 22) + 13;
+  Tensor x = Tensor::zeros(DType::F32, {n});
+  float *v = x.as<float>();
+  for (int64_t i = 0; i < n; ++i)
+    v[i] = (i % 4 == 0) ? 0.5f : -2.0f; // squares 0.25 and 4, exact
+  int64_t quarters = (n + 3) / 4;
+  double expected = 0.25 * static_cast<double>(quarters) +
+                    4.0 * static_cast<double>(n - quarters);
+  for (int threads : {1, 2, 3, 8}) {
+    EXPECT_EQ(sumOfSquares(v, n, threads), expected) << threads;
+    EXPECT_TRUE(allFinite(x, nullptr, threads)) << threads;
+  }
+  // The first non-finite value is found wherever the threads split.
+  int64_t late = n - 2, early = (int64_t(1) << 21) + 5;
+  v[late] = std::numeric_limits<float>::infinity();
+  v[early] = std::nanf("");
+  for (int threads : {1, 2, 3, 8}) {
+    int64_t first = -1;
+    EXPECT_FALSE(allFinite(x, &first, threads)) << threads;
+    EXPECT_EQ(first, early) << threads;
+    EXPECT_TRUE(std::isnan(sumOfSquares(v, n, threads))) << threads;
+  }
+  // No elements: a sum of 0 and nothing non-finite.
+  EXPECT_EQ(sumOfSquares(v, 0, 4), 0.0);
+  EXPECT_TRUE(allFinite(Tensor::zeros(DType::F32, {0}), nullptr, 4));
+}
+
 TEST(RuntimeTest, ElementCountOverflow) {
   EXPECT_EQ(elementCount({2, 3, 4}), 24);
   EXPECT_EQ(elementCount({}), 1);

@@ -100,16 +100,19 @@ SmallVector<Value> lowerDispatch(Builder &b, DispatchOp op) {
                           ValueRange{expertsV});
 
   // The buffer: exactly the used rows when the type is dynamic, the static
-  // bound otherwise; padding rows are zero.
+  // bound otherwise; padding rows are zero (without padding every row is
+  // copied below).
   auto rowsMemref =
       MemRefType::get(rowsType.getShape(), rowsType.getElementType());
   SmallVector<Value> rowSizes;
   if (rowsType.isDynamicDim(0))
     rowSizes.push_back(used);
   Value rows = alloc(b, rowsMemref, rowSizes);
-  Value zero = arith::ConstantOp::create(
-      b, b.getFloatAttr(rowsType.getElementType(), 0.0));
-  fillBuffer(b, rows, zero);
+  if (alignment > 1 || !rowsType.isDynamicDim(0)) {
+    Value zero = arith::ConstantOp::create(
+        b, b.getFloatAttr(rowsType.getElementType(), 0.0));
+    fillBuffer(b, rows, zero);
+  }
 
   Value rowMap = alloc(b, MemRefType::get(mapType.getShape(), i32),
                        dynamicSizes(b, mapType, ids));
@@ -125,7 +128,6 @@ SmallVector<Value> lowerDispatch(Builder &b, DispatchOp op) {
             Value r = memref::LoadOp::create(nb, cursor, ValueRange{e});
             memref::StoreOp::create(nb, arith::AddIOp::create(nb, r, oneIdx),
                                     cursor, ValueRange{e});
-            copyRow(nb, x, t, rows, r, hidden);
             scf::YieldOp::create(
                 nb, ValueRange{arith::IndexCastOp::create(nb, i32, r)});
           },
@@ -134,6 +136,20 @@ SmallVector<Value> lowerDispatch(Builder &b, DispatchOp op) {
             scf::YieldOp::create(nb, ValueRange{minusOne});
           });
       memref::StoreOp::create(b, ifOp.getResult(0), rowMap, ValueRange{t, j});
+    });
+  });
+  // The copies, in parallel: each slot has a row of its own.
+  forTokenBlocks(b, tokens, [&](Builder &b, Value t) {
+    forLoop(b, k, [&](Builder &b, Value j) {
+      Value r = memref::LoadOp::create(b, rowMap, ValueRange{t, j});
+      Value placed =
+          arith::CmpIOp::create(b, arith::CmpIPredicate::sge, r, i32Const(b, 0));
+      scf::IfOp::create(b, placed, [&](OpBuilder &nested, Location loc) {
+        Builder nb(loc, nested);
+        copyRow(nb, x, t, rows, arith::IndexCastOp::create(nb, index, r),
+                hidden);
+        scf::YieldOp::create(nb);
+      });
     });
   });
   return {asTensor(b, rows), asTensor(b, offsets), asTensor(b, rowMap)};

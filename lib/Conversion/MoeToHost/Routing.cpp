@@ -3,7 +3,8 @@
 // Part of moe-compiler.
 //
 // moe.router becomes a linalg GEMM with the scoring function; moe.topk a
-// loop over tokens with group-limited selection; their gradients loops.
+// parallel loop over blocks of tokens with group-limited selection; their
+// gradients parallel loops over tokens.
 //
 //===----------------------------------------------------------------------===//
 
@@ -49,23 +50,24 @@ Value lowerRouter(Builder &b, RouterOp op, const VectorTarget &target) {
   });
 }
 
-/// Index of the best allowed, not yet chosen entry of `values[0, n)`: the
-/// first maximum (ties go to the lower index), NaN read as -inf, so a NaN
-/// score never repeats a choice or beats a number. `allowed(i)` and
-/// `chosen` (an i1 buffer) filter candidates.
-Value argmaxUnchosen(Builder &b, Value values, Value chosen, int64_t n,
-                     function_ref<Value(Builder &, Value)> allowed) {
+/// Index of the best allowed, not yet chosen entry of `values[row, 0..n)`:
+/// the first maximum (ties go to the lower index), NaN read as -inf, so a
+/// NaN score never repeats a choice or beats a number. `allowed(i)` and
+/// `chosen` (an i1 buffer, indexed like `values`) filter candidates.
+Value argmaxUnchosen(Builder &b, Value values, Value chosen, Value row,
+                     int64_t n, function_ref<Value(Builder &, Value)> allowed) {
   Value negInf = f32Const(b, -std::numeric_limits<double>::infinity());
   Value none = indexConst(b, -1);
   ValueRange result = forLoopCarrying(
       b, indexConst(b, 0), indexConst(b, n), ValueRange{negInf, none},
       [&](Builder &nb, Value i, ValueRange carried) -> SmallVector<Value> {
         Value best = carried[0], bestIndex = carried[1];
-        Value raw = memref::LoadOp::create(nb, values, ValueRange{i});
+        Value raw = memref::LoadOp::create(nb, values, ValueRange{row, i});
         Value isNan =
             arith::CmpFOp::create(nb, arith::CmpFPredicate::UNO, raw, raw);
         Value v = arith::SelectOp::create(nb, isNan, negInf, raw);
-        Value isChosen = memref::LoadOp::create(nb, chosen, ValueRange{i});
+        Value isChosen =
+            memref::LoadOp::create(nb, chosen, ValueRange{row, i});
         Value free = arith::XOrIOp::create(
             nb, isChosen, arith::ConstantOp::create(nb, nb.getBoolAttr(true)));
         Value noneYet = arith::CmpIOp::create(nb, arith::CmpIPredicate::slt,
@@ -99,91 +101,99 @@ std::pair<Value, Value> lowerTopK(Builder &b, TopKOp op) {
   Value weights = alloc(
       b, MemRefType::get({ShapedType::kDynamic, k}, b.getF32Type()), tokens);
 
-  // Per-token scratch, reused across tokens.
+  // Scratch rows, one per parallel block of tokens, reused by its tokens.
   Type f32 = b.getF32Type(), i1 = b.getI1Type();
-  Value select = memref::AllocaOp::create(b, MemRefType::get({experts}, f32));
-  Value chosen = memref::AllocaOp::create(b, MemRefType::get({experts}, i1));
-  Value groupScore =
-      memref::AllocaOp::create(b, MemRefType::get({groups}, f32));
-  Value groupKept = memref::AllocaOp::create(b, MemRefType::get({groups}, i1));
+  Value blocks = ceilDiv(b, tokens, kTokenBlock);
+  auto scratch = [&](int64_t n, Type type) {
+    return alloc(b, MemRefType::get({ShapedType::kDynamic, n}, type), blocks);
+  };
+  Value select = scratch(experts, f32), chosen = scratch(experts, i1);
+  Value groupScore = scratch(groups, f32), groupKept = scratch(groups, i1);
   Value falseV = arith::ConstantOp::create(b, b.getBoolAttr(false));
   Value trueV = arith::ConstantOp::create(b, b.getBoolAttr(true));
   Value perGroupV = indexConst(b, perGroup);
 
-  forLoop(b, indexConst(b, 0), tokens, [&](Builder &b, Value t) {
-    // Selection scores: biased when there is a bias.
-    forLoop(b, experts, [&](Builder &b, Value e) {
-      Value s = memref::LoadOp::create(b, scores, ValueRange{t, e});
-      if (bias)
-        s = arith::AddFOp::create(
-            b, s, memref::LoadOp::create(b, bias, ValueRange{e}));
-      memref::StoreOp::create(b, s, select, ValueRange{e});
-      memref::StoreOp::create(b, falseV, chosen, ValueRange{e});
-    });
-
-    // Group-limited routing: keep the best groups.
-    if (groups > 1) {
-      forLoop(b, groups, [&](Builder &b, Value g) {
-        Value negInf = f32Const(b, -std::numeric_limits<double>::infinity());
-        Value base = arith::MulIOp::create(b, g, perGroupV);
-        ValueRange best = forLoopCarrying(
-            b, indexConst(b, 0), perGroupV, ValueRange{negInf, negInf},
-            [&](Builder &b, Value j, ValueRange top) -> SmallVector<Value> {
-              Value v = memref::LoadOp::create(
-                  b, select, ValueRange{arith::AddIOp::create(b, base, j)});
-              Value isFirst = arith::CmpFOp::create(
-                  b, arith::CmpFPredicate::OGT, v, top[0]);
-              Value isSecond = arith::CmpFOp::create(
-                  b, arith::CmpFPredicate::OGT, v, top[1]);
-              Value first = arith::SelectOp::create(b, isFirst, v, top[0]);
-              Value second = arith::SelectOp::create(
-                  b, isFirst, top[0],
-                  arith::SelectOp::create(b, isSecond, v, top[1]));
-              return {first, second};
-            });
-        Value score = sumTop2
-                          ? Value(arith::AddFOp::create(b, best[0], best[1]))
-                          : best[0];
-        memref::StoreOp::create(b, score, groupScore, ValueRange{g});
-        memref::StoreOp::create(b, falseV, groupKept, ValueRange{g});
+  parallelBlocks(b, {blocks}, [&](Builder &b, ValueRange block) {
+    Value r = block[0];
+    auto [t0, t1] = blockRange(b, r, kTokenBlock, tokens);
+    forLoop(b, t0, t1, [&](Builder &b, Value t) {
+      // Selection scores: biased when there is a bias.
+      forLoop(b, experts, [&](Builder &b, Value e) {
+        Value s = memref::LoadOp::create(b, scores, ValueRange{t, e});
+        if (bias)
+          s = arith::AddFOp::create(
+              b, s, memref::LoadOp::create(b, bias, ValueRange{e}));
+        memref::StoreOp::create(b, s, select, ValueRange{r, e});
+        memref::StoreOp::create(b, falseV, chosen, ValueRange{r, e});
       });
-      forLoop(b, keptGroups, [&](Builder &b, Value) {
-        Value g = argmaxUnchosen(
-            b, groupScore, groupKept, groups, [&](Builder &b, Value) {
-              return arith::ConstantOp::create(b, b.getBoolAttr(true));
-            });
-        memref::StoreOp::create(b, trueV, groupKept, ValueRange{g});
-      });
-    }
 
-    // Top-k over the experts of the kept groups; weights from the unbiased
-    // scores.
-    Value sum = forLoopCarrying(
-        b, indexConst(b, 0), indexConst(b, k), ValueRange{f32Const(b, 0.0)},
-        [&](Builder &b, Value j, ValueRange carried) -> SmallVector<Value> {
-          Value e = argmaxUnchosen(
-              b, select, chosen, experts, [&](Builder &b, Value e) -> Value {
-                if (groups == 1)
-                  return arith::ConstantOp::create(b, b.getBoolAttr(true));
-                Value g = arith::DivUIOp::create(b, e, perGroupV);
-                return memref::LoadOp::create(b, groupKept, ValueRange{g});
+      // Group-limited routing: keep the best groups.
+      if (groups > 1) {
+        forLoop(b, groups, [&](Builder &b, Value g) {
+          Value negInf = f32Const(b, -std::numeric_limits<double>::infinity());
+          Value base = arith::MulIOp::create(b, g, perGroupV);
+          ValueRange best = forLoopCarrying(
+              b, indexConst(b, 0), perGroupV, ValueRange{negInf, negInf},
+              [&](Builder &b, Value j, ValueRange top) -> SmallVector<Value> {
+                Value v = memref::LoadOp::create(
+                    b, select,
+                    ValueRange{r, arith::AddIOp::create(b, base, j)});
+                Value isFirst = arith::CmpFOp::create(
+                    b, arith::CmpFPredicate::OGT, v, top[0]);
+                Value isSecond = arith::CmpFOp::create(
+                    b, arith::CmpFPredicate::OGT, v, top[1]);
+                Value first = arith::SelectOp::create(b, isFirst, v, top[0]);
+                Value second = arith::SelectOp::create(
+                    b, isFirst, top[0],
+                    arith::SelectOp::create(b, isSecond, v, top[1]));
+                return {first, second};
               });
-          memref::StoreOp::create(b, trueV, chosen, ValueRange{e});
-          Value id = arith::IndexCastOp::create(b, b.getI32Type(), e);
-          memref::StoreOp::create(b, id, ids, ValueRange{t, j});
-          Value w = memref::LoadOp::create(b, scores, ValueRange{t, e});
-          memref::StoreOp::create(b, w, weights, ValueRange{t, j});
-          return {arith::AddFOp::create(b, carried[0], w)};
-        })[0];
+          Value score = sumTop2
+                            ? Value(arith::AddFOp::create(b, best[0], best[1]))
+                            : best[0];
+          memref::StoreOp::create(b, score, groupScore, ValueRange{r, g});
+          memref::StoreOp::create(b, falseV, groupKept, ValueRange{r, g});
+        });
+        forLoop(b, keptGroups, [&](Builder &b, Value) {
+          Value g = argmaxUnchosen(
+              b, groupScore, groupKept, r, groups, [&](Builder &b, Value) {
+                return arith::ConstantOp::create(b, b.getBoolAttr(true));
+              });
+          memref::StoreOp::create(b, trueV, groupKept, ValueRange{r, g});
+        });
+      }
 
-    double scale = op.getScale().convertToDouble();
-    Value factor = f32Const(b, scale);
-    if (op.getNormalize())
-      factor = arith::DivFOp::create(b, factor, sum);
-    forLoop(b, k, [&](Builder &b, Value j) {
-      Value w = memref::LoadOp::create(b, weights, ValueRange{t, j});
-      memref::StoreOp::create(b, arith::MulFOp::create(b, w, factor), weights,
-                              ValueRange{t, j});
+      // Top-k over the experts of the kept groups; weights from the
+      // unbiased scores.
+      Value sum = forLoopCarrying(
+          b, indexConst(b, 0), indexConst(b, k), ValueRange{f32Const(b, 0.0)},
+          [&](Builder &b, Value j, ValueRange carried) -> SmallVector<Value> {
+            Value e = argmaxUnchosen(
+                b, select, chosen, r, experts,
+                [&](Builder &b, Value e) -> Value {
+                  if (groups == 1)
+                    return arith::ConstantOp::create(b, b.getBoolAttr(true));
+                  Value g = arith::DivUIOp::create(b, e, perGroupV);
+                  return memref::LoadOp::create(b, groupKept,
+                                                ValueRange{r, g});
+                });
+            memref::StoreOp::create(b, trueV, chosen, ValueRange{r, e});
+            Value id = arith::IndexCastOp::create(b, b.getI32Type(), e);
+            memref::StoreOp::create(b, id, ids, ValueRange{t, j});
+            Value w = memref::LoadOp::create(b, scores, ValueRange{t, e});
+            memref::StoreOp::create(b, w, weights, ValueRange{t, j});
+            return {arith::AddFOp::create(b, carried[0], w)};
+          })[0];
+
+      double scale = op.getScale().convertToDouble();
+      Value factor = f32Const(b, scale);
+      if (op.getNormalize())
+        factor = arith::DivFOp::create(b, factor, sum);
+      forLoop(b, k, [&](Builder &b, Value j) {
+        Value w = memref::LoadOp::create(b, weights, ValueRange{t, j});
+        memref::StoreOp::create(b, arith::MulFOp::create(b, w, factor),
+                                weights, ValueRange{t, j});
+      });
     });
   });
   return {asTensor(b, ids), asTensor(b, weights)};
@@ -203,7 +213,7 @@ Value lowerTopKGrad(Builder &b, TopKGradOp op) {
   fillBuffer(b, out, f32Const(b, 0.0));
   Value scale = f32Const(b, op.getScale().convertToDouble());
   Value expertCount = indexConst(b, experts);
-  forLoop(b, indexConst(b, 0), tokens, [&](Builder &b, Value t) {
+  forTokenBlocks(b, tokens, [&](Builder &b, Value t) {
     // The selected experts' score (0 for an id out of range).
     auto selected = [&](Builder &b, Value j) -> std::pair<Value, Value> {
       Value e = arith::IndexCastOp::create(
@@ -268,7 +278,7 @@ std::pair<Value, Value> lowerRouterGrad(Builder &b, RouterGradOp op,
       alloc(b, MemRefType::get(scoresType.getShape(), b.getF32Type()),
             dynamicSizes(b, scoresType, scores));
   bool sigmoid = op.getScoring() == ScoringFunc::Sigmoid;
-  forLoop(b, indexConst(b, 0), tokens, [&](Builder &b, Value t) {
+  forTokenBlocks(b, tokens, [&](Builder &b, Value t) {
     Value dot = f32Const(b, 0.0);
     if (!sigmoid)
       dot = forLoopCarrying(

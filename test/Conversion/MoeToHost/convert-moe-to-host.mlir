@@ -48,14 +48,20 @@ func.func @router_softmax(%x: tensor<?x64xf32>, %w: tensor<8x64xf32>) -> tensor<
 
 // -----
 
-// Top-k: loops over tokens on buffers; results come back as tensors.
+// Top-k: a parallel loop over blocks of 64 tokens on buffers, each block
+// with its own rows of scratch; results come back as tensors.
 // CHECK-LABEL: func @topk
 // CHECK: bufferization.to_buffer %{{.*}} read_only : tensor<?x8xf32>
 // CHECK: memref.alloc(%{{.*}}) : memref<?x2xi32>
 // CHECK: memref.alloc(%{{.*}}) : memref<?x2xf32>
-// CHECK: memref.alloca() : memref<8xf32>
-// CHECK: memref.alloca() : memref<8xi1>
+// CHECK: %[[BLOCKS:.*]] = arith.divui %{{.*}}, %c64
+// CHECK: %[[SELECT:.*]] = memref.alloc(%[[BLOCKS]]) : memref<?x8xf32>
+// CHECK: memref.alloc(%[[BLOCKS]]) : memref<?x8xi1>
+// CHECK: memref.alloc(%[[BLOCKS]]) : memref<?x4xf32>
+// CHECK: memref.alloc(%[[BLOCKS]]) : memref<?x4xi1>
+// CHECK: scf.parallel (%[[R:.*]]) = (%{{.*}}) to (%[[BLOCKS]])
 // CHECK: scf.for
+// CHECK: memref.store %{{.*}}, %[[SELECT]][%[[R]], %{{.*}}]
 // CHECK: arith.cmpf ogt
 // CHECK: bufferization.to_tensor %{{.*}} restrict writable : memref<?x2xi32>
 // CHECK: bufferization.to_tensor %{{.*}} restrict writable : memref<?x2xf32>
@@ -68,18 +74,40 @@ func.func @topk(%s: tensor<?x8xf32>, %b: tensor<8xf32>) -> (tensor<?x2xi32>, ten
 
 // -----
 
-// Dispatch: histogram, aligned prefix sum, zero-filled rows, scatter.
+// Dispatch: histogram, aligned prefix sum, zero-filled rows (there is
+// padding), the row map, then the rows copied in parallel over blocks of
+// tokens.
 // CHECK-LABEL: func @dispatch
 // CHECK: memref.alloca() : memref<4xindex>
 // CHECK: memref.alloc() : memref<5xi32>
-// CHECK: memref.alloc(%{{.*}}) : memref<?x16xf32>
+// CHECK: %[[ROWS:.*]] = memref.alloc(%{{.*}}) : memref<?x16xf32>
 // CHECK: linalg.fill
-// CHECK: memref.alloc(%{{.*}}) : memref<?x2xi32>
+// CHECK: %[[MAP:.*]] = memref.alloc(%{{.*}}) : memref<?x2xi32>
 // CHECK: scf.if
+// CHECK: memref.store %{{.*}}, %[[MAP]]
+// CHECK: scf.parallel
+// CHECK: memref.load %[[MAP]]
+// CHECK: arith.cmpi sge
+// CHECK: scf.if
+// CHECK: memref.store %{{.*}}, %[[ROWS]]
 // CHECK: bufferization.to_tensor
 func.func @dispatch(%x: tensor<?x16xf32>, %ids: tensor<?x2xi32>)
     -> (tensor<?x16xf32>, tensor<5xi32>, tensor<?x2xi32>) {
   %rows, %off, %map = moe.dispatch %x, %ids {experts = 4, alignment = 8}
+      : tensor<?x16xf32>, tensor<?x2xi32> -> tensor<?x16xf32>, tensor<5xi32>, tensor<?x2xi32>
+  return %rows, %off, %map : tensor<?x16xf32>, tensor<5xi32>, tensor<?x2xi32>
+}
+
+// -----
+
+// Without padding (alignment 1, rows as many as slots) every row is copied:
+// no fill.
+// CHECK-LABEL: func @dispatch_unpadded
+// CHECK-NOT: linalg.fill ins(%{{.*}} : f32)
+// CHECK: scf.parallel
+func.func @dispatch_unpadded(%x: tensor<?x16xf32>, %ids: tensor<?x2xi32>)
+    -> (tensor<?x16xf32>, tensor<5xi32>, tensor<?x2xi32>) {
+  %rows, %off, %map = moe.dispatch %x, %ids {experts = 4, alignment = 1}
       : tensor<?x16xf32>, tensor<?x2xi32> -> tensor<?x16xf32>, tensor<5xi32>, tensor<?x2xi32>
   return %rows, %off, %map : tensor<?x16xf32>, tensor<5xi32>, tensor<?x2xi32>
 }

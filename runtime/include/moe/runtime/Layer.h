@@ -76,6 +76,9 @@ public:
   /// it). The default: $MOE_NUM_THREADS, else the cores shared among the
   /// node's MPI ranks.
   virtual void setThreads(int) {}
+  /// The threads the host's own work around the code may use too (the
+  /// runtime's checks of a training step's results).
+  virtual int getThreads() const { return 1; }
   /// The kernel times of the last forward pass, in launch order.
   virtual std::vector<KernelTime> lastProfile() const { return {}; }
   /// Every device buffer after the last forward pass, at its live size

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -154,11 +155,19 @@ private:
 Status checkAllocation(uint64_t bytes, const std::string &what);
 
 /// True when every element of a float tensor is finite (integer tensors
-/// always are); `first` gets the index of the first that is not.
-bool allFinite(const Tensor &tensor, int64_t *first = nullptr);
+/// always are); `first` gets the index of the first that is not. Large f32
+/// tensors are scanned by up to `threads` threads.
+bool allFinite(const Tensor &tensor, int64_t *first = nullptr,
+               int threads = 1);
 
-/// sum of values[i]^2 in double, in an order that depends on `count` only.
-double sumOfSquares(const float *values, int64_t count);
+/// sum of values[i]^2 in double, in an order that depends on `count` only
+/// (not on `threads`, the most threads that share the work).
+double sumOfSquares(const float *values, int64_t count, int threads = 1);
+
+/// fn(i) for every i in [0, count), on up to `threads` threads (the
+/// caller's included); fn must touch only what item i owns.
+void parallelFor(int64_t count, int threads,
+                 const std::function<void(int64_t)> &fn);
 
 } // namespace moe::rt
 
