@@ -322,6 +322,10 @@ std::vector<TrainArgument> mlir::moe::listTrainArguments(LayerOp layer) {
   args.push_back({"x.grad", true, RankedTensorType::get({dyn, hidden}, f32)});
   for (auto [name, value] : weights)
     args.push_back({(name + ".grad").str(), true, f32Like(value)});
+  auto perWeight = RankedTensorType::get(
+      {static_cast<int64_t>(weights.size())}, f32);
+  args.push_back({"grad_sq", true, perWeight});
+  args.push_back({"bad_updates", true, perWeight});
   return args;
 }
 
@@ -330,10 +334,5 @@ std::vector<TrainArgument> mlir::moe::listDeviceTrainArguments(LayerOp layer) {
   for (TrainArgument &arg : listTrainArguments(layer))
     if (!StringRef(arg.name).ends_with(".next"))
       args.push_back(std::move(arg));
-  Builder b(layer.getContext());
-  auto count = static_cast<int64_t>(listTrainedWeights(layer).size());
-  auto perWeight = RankedTensorType::get({count}, b.getF32Type());
-  args.push_back({"grad_sq", true, perWeight});
-  args.push_back({"bad_updates", true, perWeight});
   return args;
 }

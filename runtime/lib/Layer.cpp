@@ -183,8 +183,7 @@ expectedParameters(const LayerSpec &l, int64_t ep) {
 /// The training step's arguments must each have the shape their name
 /// implies: a parameter's (also as .m, .v, .next, .grad), [T, hidden] for
 /// x, target and x.grad, [8] hyperparameters, a scalar loss, a load vector,
-/// and with the state on the device one value per weight gradient for
-/// grad_sq and bad_updates.
+/// and one value per weight gradient for grad_sq and bad_updates.
 static Status validateTrainArguments(const Manifest &m) {
   auto fail = [](const std::string &what) {
     return Status::failure("invalid manifest: " + what);
@@ -212,8 +211,7 @@ static Status validateTrainArguments(const Manifest &m) {
     else if (a.name == "load" && a.shape.size() == 1 && a.shape[0] >= 1 &&
              a.shape[0] <= m.layer.experts)
       expected = a.shape;
-    else if (m.train.stateOnDevice &&
-             (a.name == "grad_sq" || a.name == "bad_updates")) {
+    else if (a.name == "grad_sq" || a.name == "bad_updates") {
       // One per weight gradient the step outputs.
       int64_t weights = std::count_if(m.train.arguments.begin(),
                                       m.train.arguments.end(),

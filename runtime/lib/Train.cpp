@@ -30,6 +30,19 @@ static bool endsWith(const std::string &s, const std::string &suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+/// Whether `name` ("W.next", "W.m.next", "W.v.next") is the updated state
+/// of a trained weight W: one with a gradient output.
+static bool isWeightState(const TrainSpec &spec, const std::string &name) {
+  std::string weight = name.substr(0, name.size() - 5);
+  for (const char *moment : {".m", ".v"})
+    if (endsWith(weight, moment))
+      weight.resize(weight.size() - 2);
+  for (const TrainArgumentSpec &a : spec.arguments)
+    if (a.output && a.name == weight + ".grad")
+      return true;
+  return false;
+}
+
 Expected<std::unique_ptr<Trainer>> Trainer::create(Layer &layer) {
   using Result = Expected<std::unique_ptr<Trainer>>;
   const Manifest &m = layer.getManifest();
@@ -152,14 +165,18 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
   const Tensor &load = outputs["load"];
   result.load.assign(load.as<float>(), load.as<float>() + load.numElements());
   // Numerical health, before anything is committed: the loss, the global
-  // gradient norm and the updated state must be finite. A device that
-  // keeps the state reports each weight's sum of gradient squares and how
-  // many values its update would make non-finite (in the order of the
-  // `.grad` outputs); otherwise the gradients and the update are here.
+  // gradient norm and the updated state must be finite. The step reports
+  // each weight's sum of gradient squares and how many values its update
+  // makes (or, a device that keeps the state, would make) non-finite, in
+  // the order of the `.grad` outputs; the score bias's update, and all of
+  // an older host bundle's, are checked here.
   double squares = 0;
   std::string firstBad, badUpdate;
   int threads = layer.getBackend().getThreads();
-  if (spec.stateOnDevice) {
+  // Host bundles since 2026-12 report them as well (from their fused AdamW
+  // loops); older ones are scanned here.
+  bool reported = outputs.count("grad_sq") && outputs.count("bad_updates");
+  if (reported) {
     const float *sq = outputs["grad_sq"].as<float>();
     const float *bad = outputs["bad_updates"].as<float>();
     size_t w = 0;
@@ -198,7 +215,9 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
     result.nonFinite = "the update makes '" + badUpdate + "' non-finite";
   else
     for (auto &[name, value] : outputs)
-      if (endsWith(name, ".next") && !allFinite(value, nullptr, threads)) {
+      if (endsWith(name, ".next") &&
+          (!reported || !isWeightState(spec, name)) &&
+          !allFinite(value, nullptr, threads)) {
         result.nonFinite = "the update makes '" +
                            name.substr(0, name.size() - 5) + "' non-finite";
         break;

@@ -65,16 +65,17 @@ enum TrainHyper {
 };
 
 /// The arguments of a training step of `layer`: the host's `moe_train_step`
-/// takes these (its updated state comes out as `.next` outputs).
+/// takes these (its updated state comes out as `.next` outputs). The last
+/// two outputs hold, per trained weight (in the order of the `.grad`
+/// outputs), `grad_sq`, the sum of its gradient's squares, and
+/// `bad_updates`, how many of its values the update makes non-finite.
 std::vector<TrainArgument> listTrainArguments(LayerOp layer);
 
 /// The arguments of the sm_90a training step, which keeps its state on the
 /// device and updates it in place (a second schedule, "update", run once
 /// the step is known finite): those of listTrainArguments without the
-/// `.next` outputs, and per trained weight (in the order of the `.grad`
-/// outputs) `grad_sq`, the sum of its gradient's squares, and
-/// `bad_updates`, how many of its values its update would make
-/// non-finite.
+/// `.next` outputs (`bad_updates` counts the values the update would make
+/// non-finite).
 std::vector<TrainArgument> listDeviceTrainArguments(LayerOp layer);
 
 } // namespace mlir::moe

@@ -15,6 +15,8 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
@@ -76,6 +78,137 @@ struct StepBuilder {
     return tensor::ExtractOp::create(b, loc, reduce.getResult(0), ValueRange{});
   }
 };
+
+/// Elements per parallel iteration of the fused AdamW loop: a fixed size,
+/// so that the partial sums, and the sums of them, do not depend on the
+/// thread count.
+constexpr int64_t kAdamChunk = 1 << 14;
+
+/// 1 when the f32 `value` is Inf or NaN (its exponent all ones), else 0.
+Value nonFinite(OpBuilder &b, Location loc, Value value) {
+  Type i32 = b.getI32Type();
+  Value bits = arith::BitcastOp::create(b, loc, i32, value);
+  Value mask = arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(0x7f800000));
+  Value exponent = arith::AndIOp::create(b, loc, bits, mask);
+  Value bad =
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, exponent, mask);
+  return arith::ExtUIOp::create(b, loc, i32, bad);
+}
+
+/// Scalars of one AdamW step.
+struct AdamHyper {
+  Value lr, beta1, beta2, eps, decay, correction1, correction2;
+};
+
+/// AdamW on one weight's flat buffers in one pass over memory: p, m, v and
+/// g are read once, p.next, m.next and v.next written once, and in the same
+/// pass (in registers) the sum of g's squares and how many updated values
+/// are not finite, which the runtime checks before it commits the step.
+/// The loop is parallel over fixed chunks; each chunk's sums are added in
+/// order afterwards. Results go to gradSq[index] and badUpdates[index].
+void emitFusedAdamW(OpBuilder &b, Location loc, ArrayRef<Value> buffers,
+                    const AdamHyper &h, Value gradSq, Value badUpdates,
+                    int64_t index) {
+  // buffers: p, m, v, g, p.next, m.next, v.next (identity layouts).
+  auto type = cast<MemRefType>(buffers[0].getType());
+  int64_t n = type.getNumElements();
+  SmallVector<ReassociationIndices> all(1);
+  for (int64_t d = 0; d < type.getRank(); ++d)
+    all[0].push_back(d);
+  SmallVector<Value> flat;
+  for (Value buffer : buffers)
+    flat.push_back(type.getRank() == 1 ? buffer
+                                       : Value(memref::CollapseShapeOp::create(
+                                             b, loc, buffer, all)));
+  Type f32 = b.getF32Type(), f64 = b.getF64Type(), i32 = b.getI32Type();
+  auto idx = [&](int64_t v) -> Value {
+    return arith::ConstantIndexOp::create(b, loc, v);
+  };
+  int64_t chunks = (n + kAdamChunk - 1) / kAdamChunk;
+  // (Freed by the buffer deallocation pipeline.)
+  Value sqParts = memref::AllocOp::create(b, loc, MemRefType::get({chunks}, f64));
+  Value badParts =
+      memref::AllocOp::create(b, loc, MemRefType::get({chunks}, i32));
+  Value one = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1.0));
+  Value oneMinusBeta1 = arith::SubFOp::create(b, loc, one, h.beta1);
+  Value oneMinusBeta2 = arith::SubFOp::create(b, loc, one, h.beta2);
+  auto reassoc = arith::FastMathFlagsAttr::get(
+      b.getContext(), arith::FastMathFlags::reassoc);
+  scf::ParallelOp::create(
+      b, loc, ValueRange{idx(0)}, ValueRange{idx(chunks)}, ValueRange{idx(1)},
+      [&](OpBuilder &pb, Location loc, ValueRange ivs) {
+        Value lo = arith::MulIOp::create(pb, loc, ivs[0], idx(kAdamChunk));
+        Value hi = arith::MinUIOp::create(
+            pb, loc, arith::AddIOp::create(pb, loc, lo, idx(kAdamChunk)),
+            idx(n));
+        Value zeroSq = arith::ConstantOp::create(pb, loc, pb.getF64FloatAttr(0));
+        Value zeroBad =
+            arith::ConstantOp::create(pb, loc, pb.getI32IntegerAttr(0));
+        auto loop = scf::ForOp::create(
+            pb, loc, lo, hi, idx(1), ValueRange{zeroSq, zeroBad},
+            [&](OpBuilder &fb, Location loc, Value i, ValueRange acc) {
+              auto load = [&](int k) -> Value {
+                return memref::LoadOp::create(fb, loc, flat[k], ValueRange{i});
+              };
+              Value p = load(0), m = load(1), v = load(2), g = load(3);
+              auto mul = [&](Value l, Value r) -> Value {
+                return arith::MulFOp::create(fb, loc, l, r);
+              };
+              auto add = [&](Value l, Value r) -> Value {
+                return arith::AddFOp::create(fb, loc, l, r);
+              };
+              auto div = [&](Value l, Value r) -> Value {
+                return arith::DivFOp::create(fb, loc, l, r);
+              };
+              Value m2 = add(mul(h.beta1, m), mul(oneMinusBeta1, g));
+              Value v2 = add(mul(h.beta2, v), mul(oneMinusBeta2, mul(g, g)));
+              Value mHat = div(m2, h.correction1);
+              Value vHat = div(v2, h.correction2);
+              Value update =
+                  add(div(mHat, add(math::SqrtOp::create(fb, loc, vHat), h.eps)),
+                      mul(h.decay, p));
+              Value p2 = arith::SubFOp::create(fb, loc, p, mul(h.lr, update));
+              memref::StoreOp::create(fb, loc, p2, flat[4], ValueRange{i});
+              memref::StoreOp::create(fb, loc, m2, flat[5], ValueRange{i});
+              memref::StoreOp::create(fb, loc, v2, flat[6], ValueRange{i});
+              Value gd = arith::ExtFOp::create(fb, loc, f64, g);
+              Value sq = arith::AddFOp::create(
+                  fb, loc, acc[0],
+                  arith::MulFOp::create(fb, loc, gd, gd, reassoc), reassoc);
+              Value bad = arith::OrIOp::create(
+                  fb, loc,
+                  arith::OrIOp::create(fb, loc, nonFinite(fb, loc, p2),
+                                       nonFinite(fb, loc, m2)),
+                  nonFinite(fb, loc, v2));
+              scf::YieldOp::create(
+                  fb, loc,
+                  ValueRange{sq, arith::AddIOp::create(fb, loc, acc[1], bad)});
+            });
+        memref::StoreOp::create(pb, loc, loop.getResult(0), sqParts, ivs);
+        memref::StoreOp::create(pb, loc, loop.getResult(1), badParts, ivs);
+        scf::ReduceOp::create(pb, loc);
+      });
+  // The chunks' sums, in order.
+  Value zeroSq = arith::ConstantOp::create(b, loc, b.getF64FloatAttr(0));
+  Value zeroBad = arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(0));
+  auto total = scf::ForOp::create(
+      b, loc, idx(0), idx(chunks), idx(1), ValueRange{zeroSq, zeroBad},
+      [&](OpBuilder &fb, Location loc, Value c, ValueRange acc) {
+        Value sq = memref::LoadOp::create(fb, loc, sqParts, ValueRange{c});
+        Value bad = memref::LoadOp::create(fb, loc, badParts, ValueRange{c});
+        scf::YieldOp::create(
+            fb, loc,
+            ValueRange{arith::AddFOp::create(fb, loc, acc[0], sq),
+                       arith::AddIOp::create(fb, loc, acc[1], bad)});
+      });
+  Value at = idx(index);
+  memref::StoreOp::create(
+      b, loc, arith::TruncFOp::create(b, loc, f32, total.getResult(0)), gradSq,
+      ValueRange{at});
+  memref::StoreOp::create(
+      b, loc, arith::SIToFPOp::create(b, loc, f32, total.getResult(1)),
+      badUpdates, ValueRange{at});
+}
 
 bool isExpertWeight(StringRef name) {
   return name == "gate_weight" || name == "up_weight" || name == "down_weight";
@@ -175,9 +308,13 @@ std::vector<TrainArgument> mlir::moe::addHostTrainEntry(ModuleOp module,
       s.sub(one, math::PowFOp::create(b, loc, beta1, step).getResult());
   Value correction2 =
       s.sub(one, math::PowFOp::create(b, loc, beta2, step).getResult());
+  AdamHyper adam{lr, beta1, beta2, eps, decay, correction1, correction2};
+  std::map<std::string, Value> argOf;
+  for (auto [i, arg] : llvm::enumerate(args))
+    argOf[arg.name] = body->getArgument(i);
   for (auto [i, entry] : llvm::enumerate(weights)) {
     std::string name = entry.first.str();
-    Value p = in[name], m = in[name + ".m"], v = in[name + ".v"];
+    Value p = in[name];
     Value g = grads.weights[i];
     // The ranks' gradients of replicated weights are partial sums; each
     // rank's experts already saw every token routed to them.
@@ -185,19 +322,16 @@ std::vector<TrainArgument> mlir::moe::addHostTrainEntry(ModuleOp module,
       g = allReduce(g);
     if (g.getType() != p.getType())
       g = tensor::CastOp::create(b, loc, p.getType(), g);
-    Value m2 = s.add(s.mul(s.splat(beta1, p), m),
-                     s.mul(s.splat(s.sub(one, beta1), p), g));
-    Value v2 = s.add(s.mul(s.splat(beta2, p), v),
-                     s.mul(s.splat(s.sub(one, beta2), p), s.mul(g, g)));
-    Value mHat = s.div(m2, s.splat(correction1, p));
-    Value vHat = s.div(v2, s.splat(correction2, p));
-    Value update = s.add(
-        s.div(mHat, s.add(math::SqrtOp::create(b, loc, vHat), s.splat(eps, p))),
-        s.mul(s.splat(decay, p), p));
-    out[name + ".next"] = s.sub(p, s.mul(s.splat(lr, p), update));
-    out[name + ".m.next"] = m2;
-    out[name + ".v.next"] = v2;
     out[name + ".grad"] = g;
+    auto pType = cast<RankedTensorType>(p.getType());
+    Value gBuffer = bufferization::ToBufferOp::create(
+        b, loc, MemRefType::get(pType.getShape(), f32), g, /*readOnly=*/true);
+    emitFusedAdamW(b, loc,
+                   {argOf[name], argOf[name + ".m"], argOf[name + ".v"],
+                    gBuffer, argOf[name + ".next"], argOf[name + ".m.next"],
+                    argOf[name + ".v.next"]},
+                   adam, argOf["grad_sq"], argOf["bad_updates"],
+                   static_cast<int64_t>(i));
   }
 
   // Tokens routed to each expert: the unpadded segment sizes.
@@ -236,6 +370,11 @@ std::vector<TrainArgument> mlir::moe::addHostTrainEntry(ModuleOp module,
   }
 
   for (size_t i = firstOutput; i < args.size(); ++i) {
+    // The fused AdamW loops wrote these already.
+    StringRef name = args[i].name;
+    if (name == "grad_sq" || name == "bad_updates" ||
+        (name.ends_with(".next") && name != "score_bias.next"))
+      continue;
     Value value = out.at(args[i].name);
     if (value.getType() != args[i].type)
       value = tensor::CastOp::create(b, loc, args[i].type, value);
