@@ -101,7 +101,8 @@ struct AdamHyper {
 };
 
 /// AdamW on one weight's flat buffers in one pass over memory: p, m, v and
-/// g are read once, p.next, m.next and v.next written once, and in the same
+/// g are read once, p.next, m.next, v.next and the gradient output (g's copy,
+/// without a pass of its own) written once, and in the same
 /// pass (in registers) the sum of g's squares and how many updated values
 /// are not finite, which the runtime checks before it commits the step.
 /// The loop is parallel over fixed chunks; each chunk's sums are added in
@@ -109,7 +110,8 @@ struct AdamHyper {
 void emitFusedAdamW(OpBuilder &b, Location loc, ArrayRef<Value> buffers,
                     const AdamHyper &h, Value gradSq, Value badUpdates,
                     int64_t index) {
-  // buffers: p, m, v, g, p.next, m.next, v.next (identity layouts).
+  // buffers: p, m, v, g, p.next, m.next, v.next, g's output (identity
+  // layouts).
   auto type = cast<MemRefType>(buffers[0].getType());
   int64_t n = type.getNumElements();
   SmallVector<ReassociationIndices> all(1);
@@ -171,6 +173,7 @@ void emitFusedAdamW(OpBuilder &b, Location loc, ArrayRef<Value> buffers,
               memref::StoreOp::create(fb, loc, p2, flat[4], ValueRange{i});
               memref::StoreOp::create(fb, loc, m2, flat[5], ValueRange{i});
               memref::StoreOp::create(fb, loc, v2, flat[6], ValueRange{i});
+              memref::StoreOp::create(fb, loc, g, flat[7], ValueRange{i});
               Value gd = arith::ExtFOp::create(fb, loc, f64, g);
               Value sq = arith::AddFOp::create(
                   fb, loc, acc[0],
@@ -322,14 +325,13 @@ std::vector<TrainArgument> mlir::moe::addHostTrainEntry(ModuleOp module,
       g = allReduce(g);
     if (g.getType() != p.getType())
       g = tensor::CastOp::create(b, loc, p.getType(), g);
-    out[name + ".grad"] = g;
     auto pType = cast<RankedTensorType>(p.getType());
     Value gBuffer = bufferization::ToBufferOp::create(
         b, loc, MemRefType::get(pType.getShape(), f32), g, /*readOnly=*/true);
     emitFusedAdamW(b, loc,
                    {argOf[name], argOf[name + ".m"], argOf[name + ".v"],
                     gBuffer, argOf[name + ".next"], argOf[name + ".m.next"],
-                    argOf[name + ".v.next"]},
+                    argOf[name + ".v.next"], argOf[name + ".grad"]},
                    adam, argOf["grad_sq"], argOf["bad_updates"],
                    static_cast<int64_t>(i));
   }
@@ -373,7 +375,8 @@ std::vector<TrainArgument> mlir::moe::addHostTrainEntry(ModuleOp module,
     // The fused AdamW loops wrote these already.
     StringRef name = args[i].name;
     if (name == "grad_sq" || name == "bad_updates" ||
-        (name.ends_with(".next") && name != "score_bias.next"))
+        (name.ends_with(".next") && name != "score_bias.next") ||
+        (name.ends_with(".grad") && name != "x.grad"))
       continue;
     Value value = out.at(args[i].name);
     if (value.getType() != args[i].type)
