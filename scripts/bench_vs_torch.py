@@ -86,6 +86,18 @@ def timed(fn, repeats):
     return median(times)
 
 
+def cpu_name():
+    """The CPU's model name (the table's numbers depend on it)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def matmul_peak(repeats=5):
     a = torch.randn(2048, 2048)
     b = torch.randn(2048, 2048)
@@ -257,7 +269,7 @@ def main():
         "PyTorch %s, %d threads; %s, %d cores). Peak: torch.matmul 2048 x "
         "2048 f32 at %.0f GFLOP/s." % (args.threads, args.mcpu,
                                       torch.__version__, args.threads,
-                                      platform.processor() or platform.machine(),
+                                      cpu_name(),
                                       os.cpu_count(), peak),
         "",
         "| work | layer | tokens | moe-compile host ms | GFLOP/s (of peak) "
