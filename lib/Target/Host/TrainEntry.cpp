@@ -101,9 +101,9 @@ struct AdamHyper {
 };
 
 /// AdamW on one weight's flat buffers in one pass over memory: p, m, v and
-/// g are read once, p.next, m.next, v.next and the gradient output (g's copy,
-/// without a pass of its own) written once, and in the same
-/// pass (in registers) the sum of g's squares and how many updated values
+/// g are read once; p.next, m.next, v.next and the gradient output (g's
+/// copy, without a pass of its own) are written once; and in the same pass
+/// (in registers) come the sum of g's squares and how many updated values
 /// are not finite, which the runtime checks before it commits the step.
 /// The loop is parallel over fixed chunks; each chunk's sums are added in
 /// order afterwards. Results go to gradSq[index] and badUpdates[index].
