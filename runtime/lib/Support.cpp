@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <limits>
 #include <sys/stat.h>
+#include <system_error>
 #include <thread>
 #include <unistd.h>
 
@@ -512,10 +513,20 @@ void parallelFor(int64_t count, int threads,
     for (int64_t i = worker; i < count; i += workers)
       fn(i);
   };
+  // A thread that cannot start (a process at its limit) leaves its share
+  // to the caller.
   std::vector<std::thread> pool;
-  for (int64_t w = 1; w < workers; ++w)
-    pool.emplace_back(work, w);
+  std::vector<int64_t> unstarted;
+  for (int64_t w = 1; w < workers; ++w) {
+    try {
+      pool.emplace_back(work, w);
+    } catch (const std::system_error &) {
+      unstarted.push_back(w);
+    }
+  }
   work(0);
+  for (int64_t w : unstarted)
+    work(w);
   for (std::thread &t : pool)
     t.join();
 }
