@@ -322,8 +322,8 @@ std::vector<TrainArgument> mlir::moe::listTrainArguments(LayerOp layer) {
   args.push_back({"x.grad", true, RankedTensorType::get({dyn, hidden}, f32)});
   for (auto [name, value] : weights)
     args.push_back({(name + ".grad").str(), true, f32Like(value)});
-  auto perWeight = RankedTensorType::get(
-      {static_cast<int64_t>(weights.size())}, f32);
+  auto perWeight =
+      RankedTensorType::get({static_cast<int64_t>(weights.size())}, f32);
   args.push_back({"grad_sq", true, perWeight});
   args.push_back({"bad_updates", true, perWeight});
   return args;

@@ -53,9 +53,8 @@ public:
   HostBackend(void *handle, PackedEntry entry, int fd, int threads,
               double flopsPerToken)
       : handle(handle), entry(entry), fd(fd), threads(threads),
-        flopsPerToken(flopsPerToken),
-        setThreadsFn(reinterpret_cast<SetThreads>(
-            dlsym(handle, "moe_set_threads"))) {}
+        flopsPerToken(flopsPerToken), setThreadsFn(reinterpret_cast<SetThreads>(
+                                          dlsym(handle, "moe_set_threads"))) {}
   ~HostBackend() override {
     context.reset();
     if (handle)

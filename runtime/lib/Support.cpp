@@ -229,7 +229,8 @@ void convertFloats(const uint8_t *src, DType from, uint8_t *dst, DType to,
   // DeepSeek-V3 layer's 4096 x 7168 input is 29M.
   constexpr size_t kChunk = size_t(1) << 20;
   auto chunks = static_cast<int64_t>((n + kChunk - 1) / kChunk);
-  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int cores =
+      static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   parallelFor(chunks, cores, [&](int64_t c) {
     size_t begin = static_cast<size_t>(c) * kChunk;
     convertRange(src, from, dst, to, begin, std::min(n, begin + kChunk));
@@ -500,7 +501,8 @@ Status checkAllocation(uint64_t bytes, const std::string &what) {
 
 void parallelFor(int64_t count, int threads,
                  const std::function<void(int64_t)> &fn) {
-  int64_t workers = std::clamp<int64_t>(threads, 1, std::max<int64_t>(count, 1));
+  int64_t workers =
+      std::clamp<int64_t>(threads, 1, std::max<int64_t>(count, 1));
   auto work = [&](int64_t worker) {
     for (int64_t i = worker; i < count; i += workers)
       fn(i);

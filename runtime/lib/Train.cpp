@@ -156,8 +156,7 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
     else
       args.push_back(&tensors[a.name]);
   }
-  if (Status s = layer.getBackend().runEntry(spec.entry, args, tokens);
-      !s.ok())
+  if (Status s = layer.getBackend().runEntry(spec.entry, args, tokens); !s.ok())
     return Result::error(s.error);
 
   StepResult result;

@@ -142,8 +142,8 @@ SmallVector<Value> lowerDispatch(Builder &b, DispatchOp op) {
   forTokenBlocks(b, tokens, [&](Builder &b, Value t) {
     forLoop(b, k, [&](Builder &b, Value j) {
       Value r = memref::LoadOp::create(b, rowMap, ValueRange{t, j});
-      Value placed =
-          arith::CmpIOp::create(b, arith::CmpIPredicate::sge, r, i32Const(b, 0));
+      Value placed = arith::CmpIOp::create(b, arith::CmpIPredicate::sge, r,
+                                           i32Const(b, 0));
       scf::IfOp::create(b, placed, [&](OpBuilder &nested, Location loc) {
         Builder nb(loc, nested);
         copyRow(nb, x, t, rows, arith::IndexCastOp::create(nb, index, r),
@@ -174,30 +174,28 @@ Value lowerCombine(Builder &b, CombineOp op) {
   // order, in f32. Tokens in parallel blocks; no scratch memory.
   Value zeroF = f32Const(b, 0.0);
   forTokenBlocks(b, tokens, [&](Builder &b, Value t) {
-          SmallVector<Value> valid, row, weight;
-          for (int64_t j = 0; j < k; ++j) {
-            Value jv = indexConst(b, j);
-            Value r = arith::IndexCastOp::create(
-                b, b.getIndexType(),
-                memref::LoadOp::create(b, rowMap, ValueRange{t, jv}));
-            Value ok = validRow(b, r, rowCount);
-            valid.push_back(ok);
-            row.push_back(arith::SelectOp::create(b, ok, r, zeroIdx));
-            weight.push_back(
-                memref::LoadOp::create(b, weights, ValueRange{t, jv}));
-          }
-          forLoop(b, hidden, [&](Builder &b, Value h) {
-            Value acc = zeroF;
-            for (int64_t j = 0; j < k; ++j) {
-              Value v =
-                  toF32(b, memref::LoadOp::create(b, rows, ValueRange{row[j], h}));
-              Value term = arith::MulFOp::create(b, weight[j], v);
-              acc = arith::SelectOp::create(
-                  b, valid[j], arith::AddFOp::create(b, acc, term), acc);
-            }
-            memref::StoreOp::create(b, fromF32(b, acc, elt), out,
-                                    ValueRange{t, h});
-          });
+    SmallVector<Value> valid, row, weight;
+    for (int64_t j = 0; j < k; ++j) {
+      Value jv = indexConst(b, j);
+      Value r = arith::IndexCastOp::create(
+          b, b.getIndexType(),
+          memref::LoadOp::create(b, rowMap, ValueRange{t, jv}));
+      Value ok = validRow(b, r, rowCount);
+      valid.push_back(ok);
+      row.push_back(arith::SelectOp::create(b, ok, r, zeroIdx));
+      weight.push_back(memref::LoadOp::create(b, weights, ValueRange{t, jv}));
+    }
+    forLoop(b, hidden, [&](Builder &b, Value h) {
+      Value acc = zeroF;
+      for (int64_t j = 0; j < k; ++j) {
+        Value v =
+            toF32(b, memref::LoadOp::create(b, rows, ValueRange{row[j], h}));
+        Value term = arith::MulFOp::create(b, weight[j], v);
+        acc = arith::SelectOp::create(b, valid[j],
+                                      arith::AddFOp::create(b, acc, term), acc);
+      }
+      memref::StoreOp::create(b, fromF32(b, acc, elt), out, ValueRange{t, h});
+    });
   });
   return asTensor(b, out);
 }

@@ -95,12 +95,11 @@ std::pair<Value, Value> segment(Builder &b, Value offsets, Value e,
 /// The grouped GEMMs' parallel loop: over experts and blocks of
 /// `columnBlock` of the `columns` output columns, with expert e's rows
 /// [lo, hi) of `rows` (from `offsets`) and the block's columns [c0, c1).
-void overExpertBlocks(
-    Builder &b, int64_t experts, int64_t columns, int64_t columnBlock,
-    Value offsets, Value rows,
-    function_ref<void(Builder &, Value e, Value lo, Value hi, Value c0,
-                      Value c1)>
-        body) {
+void overExpertBlocks(Builder &b, int64_t experts, int64_t columns,
+                      int64_t columnBlock, Value offsets, Value rows,
+                      function_ref<void(Builder &, Value e, Value lo, Value hi,
+                                        Value c0, Value c1)>
+                          body) {
   Value columnEnd = indexConst(b, columns);
   parallelBlocks(b,
                  {indexConst(b, experts),

@@ -265,7 +265,7 @@ void mlir::moe::host::parallelBlocks(
 }
 
 std::pair<Value, Value> mlir::moe::host::blockRange(Builder &b, Value index,
-                                                   int64_t size, Value limit) {
+                                                    int64_t size, Value limit) {
   Value lo = arith::MulIOp::create(b, index, indexConst(b, size));
   Value hi = arith::MinUIOp::create(
       b, arith::AddIOp::create(b, lo, indexConst(b, size)), limit);
@@ -275,8 +275,7 @@ std::pair<Value, Value> mlir::moe::host::blockRange(Builder &b, Value index,
 void mlir::moe::host::forTokenBlocks(Builder &b, Value tokens, BodyFn body) {
   parallelBlocks(b, {ceilDiv(b, tokens, kTokenBlock)},
                  [&](Builder &b, ValueRange block) {
-                   auto [t0, t1] =
-                       blockRange(b, block[0], kTokenBlock, tokens);
+                   auto [t0, t1] = blockRange(b, block[0], kTokenBlock, tokens);
                    forLoop(b, t0, t1, body);
                  });
 }

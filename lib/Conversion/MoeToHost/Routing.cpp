@@ -66,8 +66,7 @@ Value argmaxUnchosen(Builder &b, Value values, Value chosen, Value row,
         Value isNan =
             arith::CmpFOp::create(nb, arith::CmpFPredicate::UNO, raw, raw);
         Value v = arith::SelectOp::create(nb, isNan, negInf, raw);
-        Value isChosen =
-            memref::LoadOp::create(nb, chosen, ValueRange{row, i});
+        Value isChosen = memref::LoadOp::create(nb, chosen, ValueRange{row, i});
         Value free = arith::XOrIOp::create(
             nb, isChosen, arith::ConstantOp::create(nb, nb.getBoolAttr(true)));
         Value noneYet = arith::CmpIOp::create(nb, arith::CmpIPredicate::slt,
@@ -174,8 +173,7 @@ std::pair<Value, Value> lowerTopK(Builder &b, TopKOp op) {
                   if (groups == 1)
                     return arith::ConstantOp::create(b, b.getBoolAttr(true));
                   Value g = arith::DivUIOp::create(b, e, perGroupV);
-                  return memref::LoadOp::create(b, groupKept,
-                                                ValueRange{r, g});
+                  return memref::LoadOp::create(b, groupKept, ValueRange{r, g});
                 });
             memref::StoreOp::create(b, trueV, chosen, ValueRange{r, e});
             Value id = arith::IndexCastOp::create(b, b.getI32Type(), e);
@@ -191,8 +189,8 @@ std::pair<Value, Value> lowerTopK(Builder &b, TopKOp op) {
         factor = arith::DivFOp::create(b, factor, sum);
       forLoop(b, k, [&](Builder &b, Value j) {
         Value w = memref::LoadOp::create(b, weights, ValueRange{t, j});
-        memref::StoreOp::create(b, arith::MulFOp::create(b, w, factor),
-                                weights, ValueRange{t, j});
+        memref::StoreOp::create(b, arith::MulFOp::create(b, w, factor), weights,
+                                ValueRange{t, j});
       });
     });
   });
@@ -310,8 +308,7 @@ std::pair<Value, Value> lowerRouterGrad(Builder &b, RouterGradOp op,
   Value zero = indexConst(b, 0);
   Value hiddenEnd = indexConst(b, hidden);
   parallelBlocks(
-      b,
-      {ceilDiv(b, tokens, kTokenBlock), ceilDiv(b, hiddenEnd, columnBlock)},
+      b, {ceilDiv(b, tokens, kTokenBlock), ceilDiv(b, hiddenEnd, columnBlock)},
       [&](Builder &b, ValueRange block) {
         auto [t0, t1] = blockRange(b, block[0], kTokenBlock, tokens);
         auto [h0, h1] = blockRange(b, block[1], columnBlock, hiddenEnd);

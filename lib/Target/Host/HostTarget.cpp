@@ -368,8 +368,8 @@ bool mlir::moe::emitSharedObject(llvm::Module &module, llvm::StringRef cpu,
   // development symlink is needed).
   std::string openmp = "-l:" + std::string(kOpenMPLibrary);
   llvm::SmallVector<llvm::StringRef> args = {
-      *program,   "-shared",  "-fPIC",     "-o",
-      libraryPath, objectPath, helpersPath, "-lm", openmp};
+      *program,   "-shared",   "-fPIC", "-o",  libraryPath,
+      objectPath, helpersPath, "-lm",   openmp};
   std::string message;
   int rc = llvm::sys::ExecuteAndWait(*program, args, std::nullopt, {}, 0, 0,
                                      &message);

@@ -88,7 +88,8 @@ constexpr int64_t kAdamChunk = 1 << 14;
 Value nonFinite(OpBuilder &b, Location loc, Value value) {
   Type i32 = b.getI32Type();
   Value bits = arith::BitcastOp::create(b, loc, i32, value);
-  Value mask = arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(0x7f800000));
+  Value mask =
+      arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(0x7f800000));
   Value exponent = arith::AndIOp::create(b, loc, bits, mask);
   Value bad =
       arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, exponent, mask);
@@ -128,14 +129,15 @@ void emitFusedAdamW(OpBuilder &b, Location loc, ArrayRef<Value> buffers,
   };
   int64_t chunks = (n + kAdamChunk - 1) / kAdamChunk;
   // (Freed by the buffer deallocation pipeline.)
-  Value sqParts = memref::AllocOp::create(b, loc, MemRefType::get({chunks}, f64));
+  Value sqParts =
+      memref::AllocOp::create(b, loc, MemRefType::get({chunks}, f64));
   Value badParts =
       memref::AllocOp::create(b, loc, MemRefType::get({chunks}, i32));
   Value one = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1.0));
   Value oneMinusBeta1 = arith::SubFOp::create(b, loc, one, h.beta1);
   Value oneMinusBeta2 = arith::SubFOp::create(b, loc, one, h.beta2);
-  auto reassoc = arith::FastMathFlagsAttr::get(
-      b.getContext(), arith::FastMathFlags::reassoc);
+  auto reassoc = arith::FastMathFlagsAttr::get(b.getContext(),
+                                               arith::FastMathFlags::reassoc);
   scf::ParallelOp::create(
       b, loc, ValueRange{idx(0)}, ValueRange{idx(chunks)}, ValueRange{idx(1)},
       [&](OpBuilder &pb, Location loc, ValueRange ivs) {
@@ -143,7 +145,8 @@ void emitFusedAdamW(OpBuilder &b, Location loc, ArrayRef<Value> buffers,
         Value hi = arith::MinUIOp::create(
             pb, loc, arith::AddIOp::create(pb, loc, lo, idx(kAdamChunk)),
             idx(n));
-        Value zeroSq = arith::ConstantOp::create(pb, loc, pb.getF64FloatAttr(0));
+        Value zeroSq =
+            arith::ConstantOp::create(pb, loc, pb.getF64FloatAttr(0));
         Value zeroBad =
             arith::ConstantOp::create(pb, loc, pb.getI32IntegerAttr(0));
         auto loop = scf::ForOp::create(
@@ -166,9 +169,9 @@ void emitFusedAdamW(OpBuilder &b, Location loc, ArrayRef<Value> buffers,
               Value v2 = add(mul(h.beta2, v), mul(oneMinusBeta2, mul(g, g)));
               Value mHat = div(m2, h.correction1);
               Value vHat = div(v2, h.correction2);
-              Value update =
-                  add(div(mHat, add(math::SqrtOp::create(fb, loc, vHat), h.eps)),
-                      mul(h.decay, p));
+              Value update = add(
+                  div(mHat, add(math::SqrtOp::create(fb, loc, vHat), h.eps)),
+                  mul(h.decay, p));
               Value p2 = arith::SubFOp::create(fb, loc, p, mul(h.lr, update));
               memref::StoreOp::create(fb, loc, p2, flat[4], ValueRange{i});
               memref::StoreOp::create(fb, loc, m2, flat[5], ValueRange{i});

@@ -157,8 +157,7 @@ Status checkAllocation(uint64_t bytes, const std::string &what);
 /// True when every element of a float tensor is finite (integer tensors
 /// always are); `first` gets the index of the first that is not. Large f32
 /// tensors are scanned by up to `threads` threads.
-bool allFinite(const Tensor &tensor, int64_t *first = nullptr,
-               int threads = 1);
+bool allFinite(const Tensor &tensor, int64_t *first = nullptr, int threads = 1);
 
 /// sum of values[i]^2 in double, in an order that depends on `count` only
 /// (not on `threads`, the most threads that share the work).
