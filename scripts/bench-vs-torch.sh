@@ -4,17 +4,11 @@
 # and moe-train next to PyTorch eager with the same threads, as a Markdown
 # table (scripts/bench_vs_torch.py --help for the options; --write-docs
 # docs/Performance.md puts the table there).
-# PyTorch: $MOE_TORCH_PYTHON, else a venv under build/ (made here, with
-# `pip install torch numpy` from PyPI).
+# PyTorch: $MOE_TORCH_PYTHON, else the venv of scripts/torch-venv.sh.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 python=${MOE_TORCH_PYTHON:-}
 if [[ -z $python ]]; then
-  venv=${MOE_BUILD_DIR:-$root/build}/venv-bench
-  if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install -q --disable-pip-version-check torch numpy
-  fi
-  python=$venv/bin/python
+  python=$("$root/scripts/torch-venv.sh")
 fi
 exec "$python" "$root/scripts/bench_vs_torch.py" --bin "${MOE_BUILD_DIR:-$root/build}/bin" "$@"

@@ -17,8 +17,9 @@ packages=(
   libopenmpi-dev openmpi-bin
   # The OpenMP runtime the host code's parallel loops run on (libomp.so.5).
   libomp-dev
-  # Independent numerics reference of the integration tests.
-  python3-numpy
+  # Independent numerics reference of the integration tests; venvs for the
+  # optional PyTorch/transformers comparisons (scripts/torch-venv.sh).
+  python3-numpy python3-venv
   # Fuzzing and sanitizer builds (scripts/fuzz.sh, scripts/sanitize.sh).
   clang-22 libclang-rt-22-dev libfuzzer-22-dev
 )

@@ -99,8 +99,24 @@ if "avx512f" in flags:
 
 # PyTorch, for the GPU check's references (tools/gpu-check): the Python
 # that has it, $MOE_TORCH_PYTHON, else the tests' own.
-torch_python = os.environ.get("MOE_TORCH_PYTHON", config.python_executable)
+torch_python = os.environ.get("MOE_TORCH_PYTHON") or config.python_executable
 if subprocess.run([torch_python, "-c", "import torch"],
                   capture_output=True).returncode == 0:
     config.available_features.add("torch")
     config.substitutions.append(("%torch_python", torch_python))
+    # transformers 5, whose MoE modules define each model family.
+    if subprocess.run([torch_python, "-c",
+                       "import transformers, safetensors, sys; "
+                       "sys.exit(int(transformers.__version__.split('.')[0]) < 5)"],
+                      capture_output=True).returncode == 0:
+        config.available_features.add("transformers")
+    else:
+        lit_config.note("transformers 5 not found in %s: the model-family "
+                        "tests against transformers are skipped "
+                        "(scripts/torch-venv.sh makes a venv that has it)"
+                        % torch_python)
+else:
+    lit_config.note("PyTorch not found in %s (set MOE_TORCH_PYTHON): the "
+                    "tests against PyTorch and transformers are skipped "
+                    "(scripts/torch-venv.sh makes a venv that has them)"
+                    % torch_python)

@@ -50,9 +50,9 @@ int main(void) {
            w[t * K] + w[t * K + 1]);
 
   /* A broken config is a diagnostic, not a crash. */
-  moe_compile_result *bad =
-      moe_compile("{\"model_type\": \"mixtral\"}", 25, MOE_INPUT_HF_CONFIG,
-                  "bad.json", &options);
+  const char *kBad = "{\"model_type\": \"mixtral\", \"hidden_size\": \"big\"}";
+  moe_compile_result *bad = moe_compile(kBad, strlen(kBad), MOE_INPUT_HF_CONFIG,
+                                        "bad.json", &options);
   printf("bad config: %s", moe_compile_result_diagnostics(bad));
   moe_compile_result_free(bad);
   moe_layer_free(layer);

@@ -2,20 +2,26 @@
 //
 // Part of moe-compiler.
 //
-// Semantics per family (from each family's reference modeling code):
-// - deepseek_v3 (topk_method noaux_tc): sigmoid scores, a selection-only
-//   e_score_correction_bias, group score = sum of the group's top-2 biased
-//   scores, weights renormalized when top_k > 1 and norm_topk_prob, then
-//   times routed_scaling_factor.
+// Semantics per family (from each family's transformers 5 modeling code,
+// which wins where a family's original code differs):
+// - deepseek_v3, deepseek_v32, glm4_moe, dots1 (one router in transformers
+//   5): sigmoid scores, a selection-only e_score_correction_bias, group
+//   score = sum of the group's top-2 biased scores, weights renormalized
+//   when norm_topk_prob (for top_k = 1 too: DeepSeek's own code skipped
+//   it there), then times routed_scaling_factor.
 // - deepseek_v2: softmax scores; topk_method greedy (no groups) or
-//   group_limited_greedy (group score = max); weights renormalized when
-//   top_k > 1 and norm_topk_prob, otherwise times routed_scaling_factor.
+//   group_limited_greedy (group score = max); the weights times
+//   routed_scaling_factor, never renormalized (transformers 5 ignores
+//   norm_topk_prob; DeepSeek's code renormalized instead of scaling).
 // - mixtral: softmax over all experts, top-k, renormalized.
 // - qwen2_moe / qwen3_moe: softmax, top-k, renormalized when
 //   norm_topk_prob; Qwen2-MoE adds a shared expert gated by
 //   sigmoid(shared_expert_gate(x)).
 // Shared experts of DeepSeek act as one dense FFN of n_shared_experts *
-// moe_intermediate_size.
+// moe_intermediate_size. A field that is absent (or null) takes the
+// default of the family's transformers 5 config class. A model_type we do
+// not know (Kimi-K2's kimi_k2) is read as the family of the first known
+// entry of `architectures` (DeepseekV3ForCausalLM).
 //
 //===----------------------------------------------------------------------===//
 
@@ -56,7 +62,8 @@ namespace {
 /// config.json names of the #moe.layer_config fields, per model_type.
 SmallVector<std::pair<llvm::StringRef, llvm::StringRef>>
 aliasesOf(llvm::StringRef modelType) {
-  if (modelType.starts_with("deepseek"))
+  if (modelType.starts_with("deepseek") || modelType == "glm4_moe" ||
+      modelType == "dots1")
     return {{"hidden", "hidden_size"},
             {"experts", "n_routed_experts"},
             {"top_k", "num_experts_per_tok"},
@@ -99,8 +106,9 @@ struct FieldReader {
   /// An integer field that transformers also writes under other names (a
   /// config class's attribute_map: transformers 5 saves Qwen-MoE's
   /// num_experts as num_local_experts, for one). Names that are present
-  /// must agree.
-  int64_t integerAliased(llvm::ArrayRef<llvm::StringRef> keys) {
+  /// must agree; `fallback` when none is.
+  int64_t integerAliased(llvm::ArrayRef<llvm::StringRef> keys,
+                         std::optional<int64_t> fallback = {}) {
     std::optional<int64_t> found;
     llvm::StringRef foundKey;
     for (llvm::StringRef key : keys) {
@@ -117,6 +125,8 @@ struct FieldReader {
         foundKey = key;
       }
     }
+    if (!found && fallback)
+      return *fallback;
     if (!found && !failed()) {
       error = prefix + ": missing field '" + keys.front().str() + "'";
       for (size_t i = 1; i < keys.size(); ++i)
@@ -224,63 +234,130 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
     return std::nullopt;
   }
   FieldReader top{*root, fileName.str(), {}};
-  static const llvm::StringRef kTypes[] = {"deepseek_v3", "deepseek_v2",
-                                           "mixtral", "qwen2_moe", "qwen3_moe"};
-  std::string modelType = top.oneOf("model_type", kTypes);
+  static const llvm::StringRef kTypes[] = {
+      "deepseek_v3", "deepseek_v32", "glm4_moe",  "dots1",
+      "deepseek_v2", "mixtral",      "qwen2_moe", "qwen3_moe"};
+  // The families' causal-LM class names, for a model_type we do not know.
+  static const std::pair<llvm::StringRef, llvm::StringRef> kArchitectures[] = {
+      {"DeepseekV3ForCausalLM", "deepseek_v3"},
+      {"DeepseekV32ForCausalLM", "deepseek_v32"},
+      {"Glm4MoeForCausalLM", "glm4_moe"},
+      {"Dots1ForCausalLM", "dots1"},
+      {"DeepseekV2ForCausalLM", "deepseek_v2"},
+      {"MixtralForCausalLM", "mixtral"},
+      {"Qwen2MoeForCausalLM", "qwen2_moe"},
+      {"Qwen3MoeForCausalLM", "qwen3_moe"}};
+  std::string declared = top.string("model_type", "");
+  std::string modelType = declared;
+  std::string via;
+  if (!top.failed() && !llvm::is_contained(kTypes, declared)) {
+    if (const llvm::json::Array *archs = root->getArray("architectures"))
+      for (const llvm::json::Value &arch : *archs) {
+        std::optional<llvm::StringRef> name = arch.getAsString();
+        for (auto [cls, type] : kArchitectures)
+          if (name && *name == cls && via.empty()) {
+            modelType = type.str();
+            via = cls.str();
+          }
+      }
+    if (via.empty()) {
+      top.error =
+          fileName.str() + ": " +
+          (declared.empty() ? std::string("missing field 'model_type'")
+                            : "field 'model_type' is '" + declared + "'") +
+          ", expected ";
+      for (size_t i = 0; i < std::size(kTypes); ++i)
+        top.error +=
+            (i ? (i + 1 == std::size(kTypes) ? " or '" : ", '") : "'") +
+            kTypes[i].str() + "'";
+      top.error += " (or an 'architectures' entry of one of them, such as "
+                   "'DeepseekV3ForCausalLM')";
+    }
+  }
   if (top.failed()) {
     error = top.error;
     return std::nullopt;
   }
-  FieldReader r{*root, fileName.str() + " (model_type " + modelType + ")", {}};
+  FieldReader r{*root,
+                fileName.str() + " (model_type " +
+                    (via.empty() ? modelType
+                                 : declared + ", read as " + modelType +
+                                       " from architectures " + via) +
+                    ")",
+                {}};
   Fields f;
   WeightNaming naming = WeightNaming::DeepSeek;
-  f.hidden = r.integer("hidden_size");
   // The experts are SwiGLU: silu (transformers' "swish" is the same
   // function). Anything else would compile into a different model.
   r.oneOf("hidden_act", {"silu", "swish"}, "silu");
 
-  if (modelType == "deepseek_v3" || modelType == "deepseek_v2") {
-    bool v3 = modelType == "deepseek_v3";
-    f.experts = r.integerAliased({"n_routed_experts", "num_local_experts"});
-    f.topK = r.integer("num_experts_per_tok");
-    f.ffn = r.integer("moe_intermediate_size");
-    f.groups = r.integer("n_group", 1);
-    f.topkGroups = r.integer("topk_group", 1);
-    f.sharedExperts = r.integer("n_shared_experts", 0);
+  // Absent fields take the defaults of the family's transformers 5 config
+  // class (std::nullopt: the class has none, the field is required).
+  using Int = std::optional<int64_t>;
+  if (modelType == "deepseek_v3" || modelType == "deepseek_v32" ||
+      modelType == "glm4_moe" || modelType == "dots1") {
+    struct {
+      Int hidden, experts, topK, groups, topkGroups, shared, ffn;
+      bool norm;
+      double scale;
+    } d;
+    if (modelType == "glm4_moe")
+      d = {4096, 128, 8, 1, 1, 1, 1408, true, 1.0};
+    else if (modelType == "dots1")
+      d = {4608, {}, {}, 1, 1, {}, 1408, false, 1.0};
+    else // deepseek_v3, deepseek_v32
+      d = {7168, 256, 8, 8, 4, 1, 2048, true, 2.5};
+    f.hidden = r.integer("hidden_size", d.hidden);
+    f.experts =
+        r.integerAliased({"n_routed_experts", "num_local_experts"}, d.experts);
+    f.topK = r.integer("num_experts_per_tok", d.topK);
+    f.ffn = r.integer("moe_intermediate_size", d.ffn);
+    f.groups = r.integer("n_group", d.groups);
+    f.topkGroups = r.integer("topk_group", d.topkGroups);
+    f.sharedExperts = r.integer("n_shared_experts", d.shared);
     f.sharedFfn = f.sharedExperts > 0 ? f.ffn : 0;
-    bool norm = r.boolean("norm_topk_prob", false);
-    double routedScale = r.number("routed_scaling_factor", 1.0);
-    if (v3) {
-      r.oneOf("topk_method", {"noaux_tc"}, "noaux_tc");
-      r.oneOf("scoring_func", {"sigmoid"}, "sigmoid");
-      f.scoring = ScoringFunc::Sigmoid;
-      f.scoreBias = true;
-      f.groupScore = GroupScore::SumTop2;
-      f.normalize = f.topK > 1 && norm;
-      f.scale = routedScale;
-    } else {
-      std::string method =
-          r.oneOf("topk_method", {"greedy", "group_limited_greedy"}, "greedy");
-      r.oneOf("scoring_func", {"softmax"}, "softmax");
-      if (method == "greedy")
-        f.groups = f.topkGroups = 1;
-      f.normalize = f.topK > 1 && norm;
-      f.scale = f.normalize ? 1.0 : routedScale;
+    // Fields transformers 5 does not read, but which would name another
+    // router if they were set to something else.
+    r.oneOf("topk_method", {"noaux_tc"}, "noaux_tc");
+    r.oneOf("scoring_func", {"sigmoid"}, "sigmoid");
+    f.scoring = ScoringFunc::Sigmoid;
+    f.scoreBias = true;
+    f.groupScore = GroupScore::SumTop2;
+    f.normalize = r.boolean("norm_topk_prob", d.norm);
+    f.scale = r.number("routed_scaling_factor", d.scale);
+  } else if (modelType == "deepseek_v2") {
+    f.hidden = r.integer("hidden_size", 4096);
+    f.experts = r.integerAliased({"n_routed_experts", "num_experts"}, 64);
+    f.topK = r.integer("num_experts_per_tok");
+    f.ffn = r.integer("moe_intermediate_size", 1407);
+    f.sharedExperts = r.integer("n_shared_experts", 2);
+    f.sharedFfn = f.sharedExperts > 0 ? f.ffn : 0;
+    r.oneOf("scoring_func", {"softmax"}, "softmax");
+    std::string method =
+        r.oneOf("topk_method", {"greedy", "group_limited_greedy"}, "greedy");
+    if (method == "group_limited_greedy") {
+      f.groups = r.integer("n_group");
+      f.topkGroups = r.integer("topk_group");
     }
+    f.scale = r.number("routed_scaling_factor", 1.0);
   } else if (modelType == "mixtral") {
     naming = WeightNaming::Mixtral;
-    f.experts = r.integerAliased({"num_local_experts", "num_experts"});
-    f.topK = r.integer("num_experts_per_tok");
-    f.ffn = r.integer("intermediate_size");
+    f.hidden = r.integer("hidden_size", 4096);
+    f.experts = r.integerAliased({"num_local_experts", "num_experts"}, 8);
+    f.topK = r.integer("num_experts_per_tok", 2);
+    f.ffn = r.integer("intermediate_size", 14336);
     f.normalize = true;
   } else { // qwen2_moe, qwen3_moe
     naming = WeightNaming::Qwen;
-    f.experts = r.integerAliased({"num_experts", "num_local_experts"});
-    f.topK = r.integer("num_experts_per_tok");
-    f.ffn = r.integer("moe_intermediate_size");
+    bool qwen2 = modelType == "qwen2_moe";
+    f.hidden = r.integer("hidden_size", 2048);
+    f.experts = r.integerAliased({"num_experts", "num_local_experts"},
+                                 qwen2 ? 60 : 128);
+    f.topK = r.integer("num_experts_per_tok", qwen2 ? 4 : 8);
+    f.ffn = r.integer("moe_intermediate_size", qwen2 ? 1408 : 768);
     f.normalize = r.boolean("norm_topk_prob", false);
-    if (modelType == "qwen2_moe") {
-      f.sharedFfn = r.integer("shared_expert_intermediate_size", 0);
+    if (qwen2) {
+      f.sharedFfn = r.integer("shared_expert_intermediate_size", 5632);
       f.sharedExperts = f.sharedFfn > 0 ? 1 : 0;
       f.sharedGate = f.sharedExperts > 0;
     }
