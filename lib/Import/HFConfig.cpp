@@ -13,8 +13,10 @@
 //   group_limited_greedy (group score = max); the weights times
 //   routed_scaling_factor, never renormalized (transformers 5 ignores
 //   norm_topk_prob; DeepSeek's code renormalized instead of scaling).
-// - mixtral: softmax over all experts, top-k, renormalized.
-// - qwen2_moe / qwen3_moe: softmax, top-k, renormalized when
+// - mixtral, minimax: softmax over all experts, top-k, renormalized.
+// - minimax_m2: sigmoid scores, a selection-only e_score_correction_bias
+//   (on the block, not the router), top-k, renormalized.
+// - qwen2_moe / qwen3_moe / olmoe: softmax, top-k, renormalized when
 //   norm_topk_prob; Qwen2-MoE adds a shared expert gated by
 //   sigmoid(shared_expert_gate(x)).
 // Shared experts of DeepSeek act as one dense FFN of n_shared_experts *
@@ -43,6 +45,7 @@ std::optional<WeightNaming> mlir::moe::parseWeightNaming(llvm::StringRef name) {
       .Case("deepseek", WeightNaming::DeepSeek)
       .Case("mixtral", WeightNaming::Mixtral)
       .Case("qwen", WeightNaming::Qwen)
+      .Case("minimax", WeightNaming::MiniMax)
       .Default(std::nullopt);
 }
 
@@ -54,6 +57,8 @@ llvm::StringRef mlir::moe::stringifyWeightNaming(WeightNaming naming) {
     return "mixtral";
   case WeightNaming::Qwen:
     return "qwen";
+  case WeightNaming::MiniMax:
+    return "minimax";
   }
   return "deepseek";
 }
@@ -72,7 +77,12 @@ aliasesOf(llvm::StringRef modelType) {
             {"ffn", "moe_intermediate_size"},
             {"routed_scale", "routed_scaling_factor"},
             {"shared_experts", "n_shared_experts"}};
-  if (modelType == "mixtral")
+  if (modelType == "olmoe")
+    return {{"hidden", "hidden_size"},
+            {"experts", "num_experts"},
+            {"top_k", "num_experts_per_tok"},
+            {"ffn", "intermediate_size"}};
+  if (modelType.starts_with("mixtral") || modelType.starts_with("minimax"))
     return {{"hidden", "hidden_size"},
             {"experts", "num_local_experts"},
             {"top_k", "num_experts_per_tok"},
@@ -235,8 +245,9 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
   }
   FieldReader top{*root, fileName.str(), {}};
   static const llvm::StringRef kTypes[] = {
-      "deepseek_v3", "deepseek_v32", "glm4_moe",  "dots1",
-      "deepseek_v2", "mixtral",      "qwen2_moe", "qwen3_moe"};
+      "deepseek_v3", "deepseek_v32", "glm4_moe", "dots1",
+      "deepseek_v2", "mixtral",      "minimax",  "minimax_m2",
+      "qwen2_moe",   "qwen3_moe",    "olmoe"};
   // The families' causal-LM class names, for a model_type we do not know.
   static const std::pair<llvm::StringRef, llvm::StringRef> kArchitectures[] = {
       {"DeepseekV3ForCausalLM", "deepseek_v3"},
@@ -245,6 +256,9 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
       {"Dots1ForCausalLM", "dots1"},
       {"DeepseekV2ForCausalLM", "deepseek_v2"},
       {"MixtralForCausalLM", "mixtral"},
+      {"MiniMaxForCausalLM", "minimax"},
+      {"MiniMaxM2ForCausalLM", "minimax_m2"},
+      {"OlmoeForCausalLM", "olmoe"},
       {"Qwen2MoeForCausalLM", "qwen2_moe"},
       {"Qwen3MoeForCausalLM", "qwen3_moe"}};
   std::string declared = top.string("model_type", "");
@@ -340,13 +354,31 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
       f.topkGroups = r.integer("topk_group");
     }
     f.scale = r.number("routed_scaling_factor", 1.0);
-  } else if (modelType == "mixtral") {
+  } else if (modelType == "mixtral" || modelType == "minimax") {
+    // MiniMax-Text-01's experts are Mixtral's (its attention is not).
     naming = WeightNaming::Mixtral;
     f.hidden = r.integer("hidden_size", 4096);
     f.experts = r.integerAliased({"num_local_experts", "num_experts"}, 8);
     f.topK = r.integer("num_experts_per_tok", 2);
     f.ffn = r.integer("intermediate_size", 14336);
     f.normalize = true;
+  } else if (modelType == "minimax_m2") {
+    naming = WeightNaming::MiniMax;
+    f.hidden = r.integer("hidden_size", 3072);
+    f.experts = r.integerAliased({"num_local_experts", "num_experts"}, 256);
+    f.topK = r.integer("num_experts_per_tok", 8);
+    f.ffn = r.integer("intermediate_size", 1536);
+    r.oneOf("scoring_func", {"sigmoid"}, "sigmoid");
+    f.scoring = ScoringFunc::Sigmoid;
+    f.scoreBias = true;
+    f.normalize = true;
+  } else if (modelType == "olmoe") {
+    naming = WeightNaming::Qwen;
+    f.hidden = r.integer("hidden_size", 2048);
+    f.experts = r.integerAliased({"num_experts", "num_local_experts"}, 64);
+    f.topK = r.integer("num_experts_per_tok", 8);
+    f.ffn = r.integer("intermediate_size", 2048);
+    f.normalize = r.boolean("norm_topk_prob", false);
   } else { // qwen2_moe, qwen3_moe
     naming = WeightNaming::Qwen;
     bool qwen2 = modelType == "qwen2_moe";
@@ -447,12 +479,15 @@ OwningOpRef<ModuleOp> mlir::moe::buildLayerModule(MLIRContext *context,
 }
 
 std::string mlir::moe::hfWeightName(WeightNaming naming, llvm::StringRef role) {
-  bool mixtral = naming == WeightNaming::Mixtral;
+  bool mixtral =
+      naming == WeightNaming::Mixtral || naming == WeightNaming::MiniMax;
   std::string shared =
       naming == WeightNaming::Qwen ? "shared_expert." : "shared_experts.";
   return llvm::StringSwitch<std::string>(role)
       .Case("router_weight", "gate.weight")
-      .Case("score_bias", "gate.e_score_correction_bias")
+      .Case("score_bias", naming == WeightNaming::MiniMax
+                              ? "e_score_correction_bias"
+                              : "gate.e_score_correction_bias")
       .Case("gate_weight",
             mixtral ? "experts.{i}.w1.weight" : "experts.{i}.gate_proj.weight")
       .Case("up_weight",

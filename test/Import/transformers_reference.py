@@ -48,6 +48,15 @@ CASES = {
     "mixtral": ("MixtralConfig", "MixtralSparseMoeBlock",
                 dict(hidden_size=64, num_local_experts=8,
                      num_experts_per_tok=2, intermediate_size=48)),
+    "minimax": ("MiniMaxConfig", "MiniMaxSparseMoeBlock",
+                dict(hidden_size=64, num_local_experts=8,
+                     num_experts_per_tok=3, intermediate_size=40)),
+    "minimax_m2": ("MiniMaxM2Config", "MiniMaxM2SparseMoeBlock",
+                   dict(hidden_size=64, num_local_experts=16,
+                        num_experts_per_tok=4, intermediate_size=32)),
+    "olmoe": ("OlmoeConfig", "OlmoeSparseMoeBlock",
+              dict(hidden_size=64, num_experts=16, num_experts_per_tok=4,
+                   intermediate_size=32)),
     "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeSparseMoeBlock",
                   dict(hidden_size=64, num_experts=8, num_experts_per_tok=2,
                        moe_intermediate_size=32,
@@ -109,7 +118,9 @@ for case, (config_cls, module_cls, fields) in CASES.items():
     y = y.reshape(TOKENS, -1)
 
     weights = os.path.join(directory, "weights.safetensors")
-    save_file(hub_names(module.state_dict(), family == "mixtral"), weights)
+    save_file(hub_names(module.state_dict(), family in ("mixtral", "minimax",
+                                                        "minimax_m2")),
+              weights)
     save_file({"x": x.contiguous()}, os.path.join(directory, "x.safetensors"))
     bundle = os.path.join(directory, "layer.moeb")
     run([BIN + "/moe-compile", "--hf-config",

@@ -19,7 +19,12 @@
 namespace mlir::moe {
 
 /// Weight-naming conventions of the supported families.
-enum class WeightNaming { DeepSeek, Mixtral, Qwen };
+/// Names of a layer's tensors in a family's published checkpoints:
+/// DeepSeek's (`gate.weight`, `experts.{i}.gate_proj.weight`,
+/// `shared_experts.*`), Mixtral's (`experts.{i}.w1.weight`), Qwen's
+/// (`shared_expert.*`) and MiniMax's (Mixtral's, with the score bias on the
+/// block: `e_score_correction_bias`).
+enum class WeightNaming { DeepSeek, Mixtral, Qwen, MiniMax };
 
 std::optional<WeightNaming> parseWeightNaming(llvm::StringRef name);
 llvm::StringRef stringifyWeightNaming(WeightNaming naming);
