@@ -152,10 +152,19 @@ static std::vector<int64_t> toShape(RankedTensorType type) {
   return shape;
 }
 
+/// Where the layers are in the model's checkpoints (from a config.json).
+struct CheckpointLayout {
+  std::string prefix;
+  std::vector<int64_t> moeLayers;
+};
+
 static rt::Manifest buildManifest(LayerConfigAttr config, WeightNaming naming,
                                   const std::vector<EntryArgument> &args,
-                                  const CompileOptions &o) {
+                                  const CompileOptions &o,
+                                  const CheckpointLayout &checkpoint) {
   rt::Manifest m;
+  m.checkpointPrefix = checkpoint.prefix;
+  m.moeLayers = checkpoint.moeLayers;
   m.target = "host";
   m.compiler = kCompilerVersion;
   m.entry = kHostPackedEntryName.str();
@@ -341,6 +350,7 @@ static std::string formatMemory(const rt::GpuMemoryPlan &plan,
 
 static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
                                      WeightNaming naming,
+                                     const CheckpointLayout &checkpoint,
                                      const CompileOptions &options,
                                      TimingScope &timing,
                                      CompileResult &result) {
@@ -424,7 +434,8 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
     return result;
   }
   rt::Bundle bundle;
-  bundle.manifest = buildManifest(config, naming, arguments, options);
+  bundle.manifest =
+      buildManifest(config, naming, arguments, options, checkpoint);
   bundle.manifest.target = "sm_90a";
   bundle.manifest.entry = "";
   bundle.manifest.schedule.clear();
@@ -510,6 +521,7 @@ CompileResult mlir::moe::compile(const std::string &input,
   std::optional<WeightNaming> naming = parseWeightNaming(options.weightNames);
 
   OwningOpRef<ModuleOp> module;
+  CheckpointLayout checkpoint;
   {
     TimingScope scope = rootTiming.nest("Import");
     if (kind == InputKind::HFConfig) {
@@ -523,6 +535,7 @@ CompileResult mlir::moe::compile(const std::string &input,
         return result;
       if (!naming)
         naming = imported->naming;
+      checkpoint = {imported->checkpointPrefix, imported->moeLayers};
       module = buildLayerModule(&context, imported->config, SmPartitionAttr());
       // Diagnostics about the imported layer name the config file.
       Location fileLoc = FileLineColLoc::get(&context, inputName, 1, 1);
@@ -599,8 +612,8 @@ CompileResult mlir::moe::compile(const std::string &input,
 
   if (options.target == "sm_90a")
     return compileForSm90(*module, layer,
-                          naming.value_or(WeightNaming::DeepSeek), options,
-                          rootTiming, result);
+                          naming.value_or(WeightNaming::DeepSeek), checkpoint,
+                          options, rootTiming, result);
 
   std::vector<EntryArgument> arguments;
   OwningOpRef<ModuleOp> entry =
@@ -661,8 +674,9 @@ CompileResult mlir::moe::compile(const std::string &input,
   }
 
   rt::Bundle bundle;
-  bundle.manifest = buildManifest(
-      config, naming.value_or(WeightNaming::DeepSeek), arguments, options);
+  bundle.manifest =
+      buildManifest(config, naming.value_or(WeightNaming::DeepSeek), arguments,
+                    options, checkpoint);
   // From the layer: --ep, or a layer the input already sharded.
   bundle.manifest.expertParallel = static_cast<int64_t>(layer.getEpSize());
   if (options.train) {

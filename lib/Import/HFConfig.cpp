@@ -37,6 +37,8 @@
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/Regex.h"
 
+#include <functional>
+
 using namespace mlir;
 using namespace mlir::moe;
 
@@ -394,6 +396,69 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
       f.sharedGate = f.sharedExperts > 0;
     }
   }
+  // Which layers are MoE layers, by the family's rule, and where their
+  // tensors are in the published checkpoints.
+  bool blockSparse = modelType == "mixtral" || modelType == "minimax" ||
+                     modelType == "minimax_m2";
+  std::string checkpointPrefix = blockSparse
+                                     ? "model.layers.{layer}.block_sparse_moe."
+                                     : "model.layers.{layer}.mlp.";
+  std::vector<int64_t> moeLayers;
+  if (root->get("num_hidden_layers") &&
+      root->get("num_hidden_layers")->kind() != llvm::json::Value::Null) {
+    int64_t layers = r.integer("num_hidden_layers");
+    if (!r.failed() && (layers < 1 || layers > 100000))
+      r.error = r.prefix + ": field 'num_hidden_layers' is " +
+                std::to_string(layers) + ", expected 1 to 100000";
+    std::function<bool(int64_t)> isMoe = [](int64_t) { return true; };
+    std::vector<std::string> types;
+    std::vector<int64_t> mlpOnly;
+    if (modelType == "deepseek_v32" && root->getArray("mlp_layer_types")) {
+      for (const llvm::json::Value &v : *root->getArray("mlp_layer_types")) {
+        std::optional<llvm::StringRef> t = v.getAsString();
+        if ((!t || (*t != "dense" && *t != "sparse")) && !r.failed())
+          r.error = r.prefix +
+                    ": field 'mlp_layer_types' must be a list of 'dense' "
+                    "or 'sparse'";
+        types.push_back(t ? t->str() : "");
+      }
+      if (!r.failed() && static_cast<int64_t>(types.size()) != layers)
+        r.error = r.prefix + ": field 'mlp_layer_types' has " +
+                  std::to_string(types.size()) +
+                  " entries, expected num_hidden_layers (" +
+                  std::to_string(layers) + ")";
+      isMoe = [&](int64_t i) { return types[i] == "sparse"; };
+    } else if (llvm::StringRef(modelType).starts_with("deepseek") ||
+               modelType == "glm4_moe" || modelType == "dots1") {
+      int64_t dense = modelType == "deepseek_v3" || modelType == "deepseek_v32"
+                          ? 3
+                      : modelType == "glm4_moe" ? 1
+                                                : 0;
+      dense = r.integer("first_k_dense_replace", dense);
+      isMoe = [dense](int64_t i) { return i >= dense; };
+    } else if (modelType == "qwen2_moe" || modelType == "qwen3_moe") {
+      int64_t step = r.integer("decoder_sparse_step", 1);
+      if (!r.failed() && step < 1)
+        r.error = r.prefix + ": field 'decoder_sparse_step' is " +
+                  std::to_string(step) + ", expected at least 1";
+      if (const llvm::json::Array *only = root->getArray("mlp_only_layers"))
+        for (const llvm::json::Value &v : *only) {
+          if (!v.getAsInteger() && !r.failed())
+            r.error = r.prefix +
+                      ": field 'mlp_only_layers' must be a list of integers";
+          mlpOnly.push_back(v.getAsInteger().value_or(-1));
+        }
+      isMoe = [&, step](int64_t i) {
+        return !llvm::is_contained(mlpOnly, i) && (i + 1) % step == 0;
+      };
+    }
+    for (int64_t i = 0; !r.failed() && i < layers; ++i)
+      if (isMoe(i))
+        moeLayers.push_back(i);
+    if (!r.failed() && moeLayers.empty())
+      r.error = r.prefix + ": none of the " + std::to_string(layers) +
+                " layers is an MoE layer";
+  }
   if (r.failed()) {
     error = r.error;
     return std::nullopt;
@@ -429,7 +494,8 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
       error += " (" + aliases + ")";
     return std::nullopt;
   }
-  return ImportedConfig{modelType, naming, config};
+  return ImportedConfig{modelType, naming, config, checkpointPrefix,
+                        std::move(moeLayers)};
 }
 
 OwningOpRef<ModuleOp> mlir::moe::buildLayerModule(MLIRContext *context,

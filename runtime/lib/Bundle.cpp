@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstring>
 
 namespace moe::rt {
@@ -71,6 +72,9 @@ std::string serializeManifest(const Manifest &m) {
     root["expert_parallel"] = m.expertParallel;
   if (m.staticTokens != 0)
     root["static_tokens"] = m.staticTokens;
+  if (!m.checkpointPrefix.empty())
+    root["checkpoint"] = {{"prefix", m.checkpointPrefix},
+                          {"moe_layers", m.moeLayers}};
   if (!m.train.entry.empty()) {
     json arguments = json::array();
     for (const TrainArgumentSpec &a : m.train.arguments)
@@ -349,6 +353,25 @@ Expected<Manifest> parseManifest(const std::string &text) {
     m.expertParallel = r.integer(root, "expert_parallel", "the manifest");
   if (root.is_object() && root.contains("static_tokens"))
     m.staticTokens = r.integer(root, "static_tokens", "the manifest");
+  if (root.is_object() && root.contains("checkpoint")) {
+    const json &c = root["checkpoint"];
+    const char *w = "the manifest's checkpoint";
+    m.checkpointPrefix = r.str(c, "prefix", w);
+    if (const json *layers = r.field(c, "moe_layers", w)) {
+      if (!layers->is_array())
+        r.error = "expected 'moe_layers' in the manifest's checkpoint to be "
+                  "an array";
+      else
+        for (const json &l : *layers) {
+          if (!l.is_number_integer() || l.get<int64_t>() < 0) {
+            r.error = "expected 'moe_layers' in the manifest's checkpoint to "
+                      "hold layer indices";
+            break;
+          }
+          m.moeLayers.push_back(l.get<int64_t>());
+        }
+    }
+  }
   if (const json *layer = r.field(root, "layer", "the manifest")) {
     const char *w = "the layer";
     LayerSpec &l = m.layer;
@@ -534,6 +557,39 @@ Expected<Bundle> readBundle(const std::string &path) {
 Status writeBundle(const std::string &path, const Bundle &bundle) {
   std::vector<uint8_t> bytes = serializeBundle(bundle);
   return writeFileAtomically(path, bytes.data(), bytes.size());
+}
+
+Expected<std::string> checkpointPrefixOf(const Manifest &manifest,
+                                         int64_t layer) {
+  using Result = Expected<std::string>;
+  if (manifest.checkpointPrefix.empty())
+    return Result::error("--layer needs a bundle compiled from a config.json "
+                         "(moe-compile --hf-config), which records where the "
+                         "layers are in the checkpoint; give the tensors' "
+                         "prefix with --weights-prefix instead");
+  const std::vector<int64_t> &moe = manifest.moeLayers;
+  if (layer < 0 ||
+      (!moe.empty() && std::find(moe.begin(), moe.end(), layer) == moe.end())) {
+    std::string which;
+    // The MoE layers as ranges: "3-60", "1, 3, 5-7".
+    for (size_t i = 0; i < moe.size();) {
+      size_t j = i;
+      while (j + 1 < moe.size() && moe[j + 1] == moe[j] + 1)
+        ++j;
+      which += (which.empty() ? "" : ", ") + std::to_string(moe[i]) +
+               (j > i ? "-" + std::to_string(moe[j]) : "");
+      i = j + 1;
+    }
+    return Result::error(
+        "layer " + std::to_string(layer) +
+        " is not an MoE layer of this model" +
+        (which.empty() ? std::string() : " (its MoE layers: " + which + ")"));
+  }
+  std::string prefix = manifest.checkpointPrefix;
+  size_t at = prefix.find("{layer}");
+  if (at != std::string::npos)
+    prefix.replace(at, 7, std::to_string(layer));
+  return prefix;
 }
 
 } // namespace moe::rt

@@ -69,10 +69,10 @@ int moe_layer_load_weights(moe_layer *layer, const char *path,
   lastError.clear();
   if (!layer || !path)
     return fail("moe_layer_load_weights: layer and path must not be NULL");
-  Expected<SafetensorsFile> file = SafetensorsFile::open(path);
-  if (!file)
-    return fail(file.message());
-  Status s = layer->layer->loadWeights(*file, prefix ? prefix : "");
+  Expected<Checkpoint> checkpoint = Checkpoint::open(path);
+  if (!checkpoint)
+    return fail(checkpoint.message());
+  Status s = layer->layer->loadWeights(*checkpoint, prefix ? prefix : "");
   return s.ok() ? 0 : fail(s.error);
 }
 

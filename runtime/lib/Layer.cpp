@@ -391,8 +391,7 @@ static std::string expertName(const std::string &pattern, int64_t expert) {
   return name;
 }
 
-Status Layer::loadWeights(const SafetensorsFile &file,
-                          const std::string &prefix) {
+Status Layer::loadWeights(const Checkpoint &file, const std::string &prefix) {
   const Manifest &m = bundle.manifest;
   for (size_t i = 0; i < m.parameters.size(); ++i) {
     const ParameterSpec &p = m.parameters[i];
@@ -411,11 +410,11 @@ Status Layer::loadWeights(const SafetensorsFile &file,
       if (!tensor)
         return Status::failure(tensor.message());
       if (tensor->shape != pieceShape)
-        return Status::failure(file.getName() + ": tensor '" + name +
+        return Status::failure(file.fileOf(name) + ": tensor '" + name +
                                "' has shape " + formatShape(tensor->shape) +
                                ", expected " + formatShape(pieceShape));
       if (!isFloatType(tensor->dtype))
-        return Status::failure(file.getName() + ": tensor '" + name +
+        return Status::failure(file.fileOf(name) + ": tensor '" + name +
                                "' has dtype " + safetensorsName(tensor->dtype) +
                                ", expected F32, BF16 or F16");
       Expected<Tensor> converted = convertTensor(*tensor, p.dtype);

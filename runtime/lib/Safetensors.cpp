@@ -226,4 +226,91 @@ Status writeSafetensors(const std::string &path,
   return writeFileAtomically(path, bytes->data(), bytes->size());
 }
 
+//===----------------------------------------------------------------------===//
+// Checkpoint
+//===----------------------------------------------------------------------===//
+
+Checkpoint::Checkpoint(SafetensorsFile file)
+    : name(file.getName()),
+      single(std::make_shared<SafetensorsFile>(std::move(file))) {}
+
+Expected<Checkpoint> Checkpoint::open(const std::string &path) {
+  using Result = Expected<Checkpoint>;
+  bool index =
+      path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+  if (!index) {
+    Expected<SafetensorsFile> file = SafetensorsFile::open(path);
+    if (!file)
+      return Result::error(file.message());
+    return Checkpoint(std::move(*file));
+  }
+  Expected<std::vector<uint8_t>> bytes = readFile(path);
+  if (!bytes)
+    return Result::error(bytes.message());
+  auto fail = [&](const std::string &what) {
+    return Result::error(path + ": invalid checkpoint index: " + what);
+  };
+  const char *text = reinterpret_cast<const char *>(bytes->data());
+  if (Status s = checkJsonDepth(text, bytes->size(), path); !s.ok())
+    return Result::error(s.error);
+  json root = json::parse(text, text + bytes->size(), nullptr,
+                          /*allow_exceptions=*/false);
+  if (root.is_discarded())
+    return fail("not JSON");
+  if (!root.is_object() || !root.contains("weight_map") ||
+      !root["weight_map"].is_object())
+    return fail("expected an object with a 'weight_map' object (tensor "
+                "name -> shard file)");
+  Checkpoint checkpoint;
+  checkpoint.name = path;
+  size_t slash = path.find_last_of('/');
+  checkpoint.directory =
+      slash == std::string::npos ? "." : path.substr(0, slash);
+  for (auto &[tensor, shard] : root["weight_map"].items()) {
+    if (!shard.is_string())
+      return fail("the shard of '" + tensor + "' is not a string");
+    std::string file = shard.get<std::string>();
+    // Shards are files next to the index, as the Hugging Face hub has
+    // them: no directories, so an index cannot name a file elsewhere.
+    if (file.empty() || file.find('/') != std::string::npos || file == "." ||
+        file == "..")
+      return fail("the shard of '" + tensor + "' is '" + file +
+                  "', expected a file name in the index's directory");
+    checkpoint.weightMap[tensor] = file;
+  }
+  return checkpoint;
+}
+
+bool Checkpoint::contains(const std::string &tensor) const {
+  return single ? single->contains(tensor) : weightMap.count(tensor) != 0;
+}
+
+std::string Checkpoint::fileOf(const std::string &tensor) const {
+  auto it = weightMap.find(tensor);
+  return it == weightMap.end() ? name : directory + "/" + it->second;
+}
+
+Expected<Tensor> Checkpoint::get(const std::string &tensor) const {
+  if (single)
+    return single->get(tensor);
+  auto it = weightMap.find(tensor);
+  if (it == weightMap.end())
+    return Expected<Tensor>::error(name + ": no tensor '" + tensor +
+                                   "' in the index");
+  std::shared_ptr<SafetensorsFile> &shard = shards[it->second];
+  if (!shard) {
+    Expected<SafetensorsFile> file =
+        SafetensorsFile::open(directory + "/" + it->second);
+    if (!file)
+      return Expected<Tensor>::error(name + ": shard of '" + tensor +
+                                     "': " + file.message());
+    shard = std::make_shared<SafetensorsFile>(std::move(*file));
+  }
+  if (!shard->contains(tensor))
+    return Expected<Tensor>::error(name + ": the index puts '" + tensor +
+                                   "' in " + shard->getName() +
+                                   ", which does not hold it");
+  return shard->get(tensor);
+}
+
 } // namespace moe::rt

@@ -10,6 +10,7 @@
 
 #include "moe/runtime/Comm.h"
 #include "moe/runtime/Layer.h"
+#include "moe/runtime/Safetensors.h"
 
 #include <cerrno>
 #include <cstdio>
@@ -130,6 +131,30 @@ inline rt::Tensor rankRows(rt::Tensor batch, const rt::Communicator &c) {
   size_t bytes = part.data.size();
   std::memcpy(part.data.data(), batch.data.data() + bytes * c.rank(), bytes);
   return part;
+}
+
+/// Loads `layer`'s weights from `path`, a safetensors file or a sharded
+/// checkpoint's index (`model.safetensors.index.json`), named under
+/// `prefix`, or, with `checkpointLayer` >= 0 (`--layer N`), under the
+/// prefix of that layer of the model, which the bundle records.
+inline void loadWeightsOrDie(rt::Layer &layer, const std::string &path,
+                             const std::string &prefix,
+                             int64_t checkpointLayer) {
+  std::string names = prefix;
+  if (checkpointLayer >= 0) {
+    if (!prefix.empty())
+      die("give --layer or --weights-prefix, not both");
+    rt::Expected<std::string> at =
+        rt::checkpointPrefixOf(layer.getManifest(), checkpointLayer);
+    if (!at)
+      die(at.message());
+    names = *at;
+  }
+  rt::Expected<rt::Checkpoint> checkpoint = rt::Checkpoint::open(path);
+  if (!checkpoint)
+    die(checkpoint.message());
+  if (rt::Status s = layer.loadWeights(*checkpoint, names); !s.ok())
+    die(s.error);
 }
 
 } // namespace moe::tools

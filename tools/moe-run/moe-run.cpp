@@ -22,6 +22,7 @@
 using namespace moe::rt;
 using moe::tools::die;
 using moe::tools::flag;
+using moe::tools::loadWeightsOrDie;
 
 const char *const moe::tools::kToolName = "moe-run";
 
@@ -34,9 +35,14 @@ static const char kUsage[] =
     "  --device=D               host (host bundles) or cuda (sm_90a\n"
     "                           bundles on GPU 0) (host)\n"
     "  --weights=FILE           weights, named as in the model family's\n"
-    "                           checkpoints (gate.weight, experts.{i}...)\n"
+    "                           checkpoints (gate.weight, experts.{i}...):\n"
+    "                           a safetensors file or a sharded\n"
+    "                           checkpoint's model.safetensors.index.json\n"
     "  --weights-prefix=P       prefix of the layer's names in FILE, e.g.\n"
     "                           model.layers.3.mlp.\n"
+    "  --layer=N                the model's layer N (bundles compiled from\n"
+    "                           a config.json know where it is and which\n"
+    "                           layers are MoE layers)\n"
     "  --random-weights         seeded uniform weights instead of a file\n"
     "  --inputs=FILE            tensor 'x' [T, hidden] (f32, bf16 or f16)\n"
     "  --tokens=T               random input of T tokens instead of a file\n"
@@ -88,6 +94,7 @@ int main(int argc, char **argv) {
   int64_t tokens = -1, repeat = 1, threads = 0;
   uint64_t seed = 0;
   double timeout = 300;
+  int64_t checkpointLayer = -1;
   for (int i = 1; i < argc; ++i) {
     const char *a = argv[i];
     if (!std::strcmp(a, "--help") || !std::strcmp(a, "-h")) {
@@ -108,6 +115,8 @@ int main(int argc, char **argv) {
       randomWeights = true;
     } else if (flag(argc, argv, i, "--allow-nonfinite", nullptr)) {
       allowNonFinite = true;
+    } else if (flag(argc, argv, i, "--layer", &value)) {
+      checkpointLayer = parseInt(value, "--layer");
     } else if (flag(argc, argv, i, "--tokens", &value)) {
       tokens = parseInt(value, "--tokens");
     } else if (flag(argc, argv, i, "--seed", &value)) {
@@ -166,11 +175,7 @@ int main(int argc, char **argv) {
           !s.ok())
         die(s.error);
   } else {
-    Expected<SafetensorsFile> file = SafetensorsFile::open(weights);
-    if (!file)
-      die(file.message());
-    if (Status s = layer.loadWeights(*file, prefix); !s.ok())
-      die(s.error);
+    loadWeightsOrDie(layer, weights, prefix, checkpointLayer);
   }
 
   Tensor x;

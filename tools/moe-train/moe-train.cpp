@@ -27,6 +27,7 @@ using namespace moe::rt;
 using moe::tools::die;
 using moe::tools::flag;
 using moe::tools::kTokenSeedSalt;
+using moe::tools::loadWeightsOrDie;
 using moe::tools::parseCount;
 using moe::tools::parseNumber;
 using moe::tools::randomTokens;
@@ -52,6 +53,8 @@ static const char kUsage[] =
     "  --tokens=T               tokens per step (64)\n"
     "  --weights=FILE           student weights instead of random ones\n"
     "  --weights-prefix=P       prefix of the layer's names in FILE\n"
+    "  --layer=N                the model's layer N in FILE (a safetensors\n"
+    "                           file or a model.safetensors.index.json)\n"
     "  --inputs=FILE            train on tensors x and target [T, hidden]\n"
     "  --weight-decay=W         AdamW weight decay (0)\n"
     "  --bias-update=GAMMA      auxiliary-loss-free bias update rate (1e-3;\n"
@@ -125,6 +128,7 @@ int main(int argc, char **argv) {
   uint64_t seed = 0;
   double timeout = 300;
   int threads = 0; // the backend's default
+  int64_t checkpointLayer = -1;
   TrainOptions options;
   for (int i = 1; i < argc; ++i) {
     std::string value;
@@ -154,6 +158,8 @@ int main(int argc, char **argv) {
       checkpointEvery = parseCount(value, "--checkpoint-every");
     else if (flag(argc, argv, i, "--tokens", &value))
       tokens = parseCount(value, "--tokens");
+    else if (flag(argc, argv, i, "--layer", &value))
+      checkpointLayer = parseCount(value, "--layer");
     else if (flag(argc, argv, i, "--seed", &value))
       seed = static_cast<uint64_t>(parseCount(value, "--seed"));
     else if (flag(argc, argv, i, "--lr", &value))
@@ -212,11 +218,7 @@ int main(int argc, char **argv) {
   if (weights.empty()) {
     (*student)->randomWeights(seed);
   } else {
-    Expected<SafetensorsFile> file = SafetensorsFile::open(weights);
-    if (!file)
-      die(file.message());
-    if (Status s = (*student)->loadWeights(*file, prefix); !s.ok())
-      die(s.error);
+    loadWeightsOrDie(**student, weights, prefix, checkpointLayer);
   }
   Expected<std::unique_ptr<Trainer>> trainer = Trainer::create(**student);
   if (!trainer)

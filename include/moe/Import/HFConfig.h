@@ -15,6 +15,7 @@
 #include "mlir/IR/OwningOpRef.h"
 
 #include <string>
+#include <vector>
 
 namespace mlir::moe {
 
@@ -33,6 +34,13 @@ struct ImportedConfig {
   std::string modelType;
   WeightNaming naming;
   LayerConfigAttr config;
+  /// Where a layer's tensors are in the model's published checkpoints,
+  /// "{layer}" standing for its index ("model.layers.{layer}.mlp.").
+  std::string checkpointPrefix;
+  /// The indices of the model's MoE layers by the family's rule
+  /// (first_k_dense_replace, mlp_layer_types, decoder_sparse_step,
+  /// mlp_only_layers); empty when the config has no num_hidden_layers.
+  std::vector<int64_t> moeLayers;
 };
 
 /// Imports the MoE layer of a config.json. `dtype` is the compute element

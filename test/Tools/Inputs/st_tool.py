@@ -11,6 +11,10 @@ size, JSON header, data), not from the runtime's code:
   st_tool.py rename IN OUT NAME NEW    rename a tensor
   st_tool.py reshape IN OUT NAME       flatten a tensor to 1-D
   st_tool.py int IN OUT NAME           relabel an F32 tensor as I32
+  st_tool.py shard IN DIR PREFIX N     a sharded checkpoint in DIR: IN's
+                                       tensors named PREFIX + name, dealt
+                                       round-robin over N shards, and
+                                       DIR/model.safetensors.index.json
   st_tool.py raw OUT HEADER DATA_BYTES [HEADER_SIZE]
                                        a file with this header text and
                                        DATA_BYTES zero bytes of data; the
@@ -41,6 +45,26 @@ def main():
         text = header.encode()
         n = int(override[0]) if override else len(text)
         open(out, "wb").write(struct.pack("<Q", n) + text + b"\0" * int(size))
+        return
+    if cmd == "shard":
+        src, directory, prefix, count = args
+        header, body = load(src)
+        count = int(count)
+        names = sorted(k for k in header if k != "__metadata__")
+        shards = [({}, b"") for _ in range(count)]
+        weight_map = {}
+        for i, name in enumerate(names):
+            file = "model-%05d-of-%05d.safetensors" % (i % count + 1, count)
+            h, b = shards[i % count]
+            begin, end = header[name]["data_offsets"]
+            entry = dict(header[name], data_offsets=[len(b), len(b) + end - begin])
+            h[prefix + name] = entry
+            shards[i % count] = (h, b + body[begin:end])
+            weight_map[prefix + name] = file
+        for i, (h, b) in enumerate(shards):
+            save("%s/model-%05d-of-%05d.safetensors" % (directory, i + 1, count), h, b)
+        json.dump({"metadata": {"total_size": len(body)}, "weight_map": weight_map},
+                  open(directory + "/model.safetensors.index.json", "w"))
         return
     src, dst, name, *rest = args
     header, body = load(src)

@@ -222,7 +222,19 @@ struct Manifest {
   GpuProgram gpu;
   /// With --train: the training step.
   TrainSpec train;
+  /// From a config.json: where a layer's tensors are in the model's
+  /// published checkpoints, "{layer}" standing for the layer's index
+  /// ("model.layers.{layer}.mlp."; empty when unknown), and the indices of
+  /// the model's MoE layers (empty when unknown).
+  std::string checkpointPrefix;
+  std::vector<int64_t> moeLayers;
 };
+
+/// The prefix of layer `layer`'s tensors in the model's checkpoints
+/// (`--layer N`), or why there is none: the bundle was not compiled from a
+/// config.json, or that layer is not one of the model's MoE layers.
+Expected<std::string> checkpointPrefixOf(const Manifest &manifest,
+                                         int64_t layer);
 
 std::string serializeManifest(const Manifest &manifest);
 Expected<Manifest> parseManifest(const std::string &text);

@@ -117,7 +117,7 @@ public:
   /// expert weights one tensor per expert). Float tensors are converted to
   /// the compute dtype; a missing tensor or a wrong shape or dtype is an
   /// error naming it.
-  Status loadWeights(const SafetensorsFile &file, const std::string &prefix);
+  Status loadWeights(const Checkpoint &checkpoint, const std::string &prefix);
   /// Fills every parameter with seeded uniform values in
   /// [-1/sqrt(fan_in), 1/sqrt(fan_in)] (biases in [-0.1, 0.1]). A seed
   /// gives the same layer whatever the number of expert-parallel ranks.

@@ -58,6 +58,38 @@ private:
   std::map<std::string, SafetensorsEntry> entries;
 };
 
+/// The tensors of a checkpoint: one safetensors file, or a sharded
+/// checkpoint's index (`model.safetensors.index.json`: a `weight_map` from
+/// each tensor's name to its shard, a file in the index's directory). A
+/// shard is opened (memory-mapped and validated) when one of its tensors
+/// is first asked for, so a layer reads only the shards that hold it.
+class Checkpoint {
+public:
+  /// An index when `path` ends in `.json`, else a safetensors file.
+  static Expected<Checkpoint> open(const std::string &path);
+  /// A checkpoint of one file already open.
+  explicit Checkpoint(SafetensorsFile file);
+
+  bool contains(const std::string &tensor) const;
+  /// Copies one tensor out (opening its shard), or says why it cannot.
+  Expected<Tensor> get(const std::string &tensor) const;
+  /// The file `tensor` is in (its shard), or the checkpoint's name.
+  std::string fileOf(const std::string &tensor) const;
+  const std::string &getName() const { return name; }
+
+  /// A checkpoint without tensors.
+  Checkpoint() = default;
+
+private:
+  std::string name;
+  std::shared_ptr<SafetensorsFile> single;
+  // An index: tensor -> shard file name, the shards' directory, and the
+  // shards opened so far.
+  std::map<std::string, std::string> weightMap;
+  std::string directory;
+  mutable std::map<std::string, std::shared_ptr<SafetensorsFile>> shards;
+};
+
 /// The bytes of a safetensors file holding `tensors` (sorted by name,
 /// contiguous, header padded to 8 bytes); the tensors are not copied.
 Expected<std::vector<uint8_t>>
