@@ -396,6 +396,37 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
       f.sharedGate = f.sharedExperts > 0;
     }
   }
+  // Quantized checkpoints: FP8 with 128 x 128 block scales (DeepSeek-V3/R1,
+  // Kimi-K2) is dequantized when the weights are loaded; the layer computes
+  // in its own dtype. Any other method would be read as something else.
+  if (const llvm::json::Object *quant =
+          root->getObject("quantization_config")) {
+    FieldReader q{*quant, r.prefix + ": quantization_config", {}};
+    std::string method = q.string("quant_method", "");
+    if (method != "fp8" && !q.failed())
+      q.error = q.prefix + ": 'quant_method' is '" + method +
+                "', expected 'fp8' (128 x 128 block-scaled e4m3 weights, "
+                "dequantized on load); other methods are not supported";
+    q.oneOf("fmt", {"e4m3"}, "e4m3");
+    if (const llvm::json::Value *block = quant->get("weight_block_size")) {
+      const llvm::json::Array *sizes = block->getAsArray();
+      if (!q.failed() &&
+          (!sizes || sizes->size() != 2 || (*sizes)[0].getAsInteger() != 128 ||
+           (*sizes)[1].getAsInteger() != 128))
+        q.error = q.prefix + ": 'weight_block_size' must be [128, 128]";
+    } else if (!q.failed()) {
+      q.error = q.prefix + ": missing field 'weight_block_size' (expected "
+                           "[128, 128])";
+    }
+    if (q.failed() && !r.failed())
+      r.error = q.error;
+  } else if (root->get("quantization_config") &&
+             root->get("quantization_config")->kind() !=
+                 llvm::json::Value::Null &&
+             !r.failed()) {
+    r.error = r.prefix + ": field 'quantization_config' must be an object";
+  }
+
   // Which layers are MoE layers, by the family's rule, and where their
   // tensors are in the published checkpoints.
   bool blockSparse = modelType == "mixtral" || modelType == "minimax" ||

@@ -391,6 +391,50 @@ static std::string expertName(const std::string &pattern, int64_t expert) {
   return name;
 }
 
+/// The weight of an FP8 checkpoint (DeepSeek-V3/R1, Kimi-K2): e4m3 values
+/// times one f32 scale per 128 x 128 block, `NAME_scale_inv` [ceil(rows /
+/// 128), ceil(columns / 128)], as f32.
+static Expected<Tensor> dequantizeFp8(const Checkpoint &file,
+                                      const std::string &name,
+                                      const Tensor &values) {
+  using Result = Expected<Tensor>;
+  constexpr int64_t kBlock = 128;
+  std::string scaleName = name + "_scale_inv";
+  if (values.shape.size() != 2)
+    return Result::error(
+        file.fileOf(name) + ": tensor '" + name + "' is F8_E4M3 with shape " +
+        formatShape(values.shape) + ", expected a matrix with block scales");
+  if (!file.contains(scaleName))
+    return Result::error(file.getName() + ": tensor '" + name +
+                         "' is F8_E4M3 but '" + scaleName +
+                         "' (its 128 x 128 block scales) is missing");
+  Expected<Tensor> scale = file.get(scaleName);
+  if (!scale)
+    return Result::error(scale.message());
+  int64_t rows = values.shape[0], columns = values.shape[1];
+  std::vector<int64_t> blocks = {(rows + kBlock - 1) / kBlock,
+                                 (columns + kBlock - 1) / kBlock};
+  if (scale->shape != blocks || !isFloatType(scale->dtype))
+    return Result::error(file.fileOf(scaleName) + ": tensor '" + scaleName +
+                         "' has dtype " + safetensorsName(scale->dtype) +
+                         " and shape " + formatShape(scale->shape) +
+                         ", expected float scales of shape " +
+                         formatShape(blocks) + " (128 x 128 blocks of " +
+                         formatShape(values.shape) + ")");
+  Expected<Tensor> scales = convertTensor(*scale, DType::F32);
+  if (!scales)
+    return Result::error(scales.message());
+  const auto *s = reinterpret_cast<const float *>(scales->data.data());
+  Tensor out = Tensor::zeros(DType::F32, values.shape);
+  auto *o = reinterpret_cast<float *>(out.data.data());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < columns; ++c)
+      o[r * columns + c] =
+          fp8e4m3ToFloat(values.data[static_cast<size_t>(r * columns + c)]) *
+          s[(r / kBlock) * blocks[1] + c / kBlock];
+  return out;
+}
+
 Status Layer::loadWeights(const Checkpoint &file, const std::string &prefix) {
   const Manifest &m = bundle.manifest;
   for (size_t i = 0; i < m.parameters.size(); ++i) {
@@ -413,10 +457,17 @@ Status Layer::loadWeights(const Checkpoint &file, const std::string &prefix) {
         return Status::failure(file.fileOf(name) + ": tensor '" + name +
                                "' has shape " + formatShape(tensor->shape) +
                                ", expected " + formatShape(pieceShape));
+      if (tensor->dtype == DType::F8E4M3) {
+        Expected<Tensor> dequantized = dequantizeFp8(file, name, *tensor);
+        if (!dequantized)
+          return Status::failure(dequantized.message());
+        tensor = std::move(dequantized);
+      }
       if (!isFloatType(tensor->dtype))
         return Status::failure(file.fileOf(name) + ": tensor '" + name +
                                "' has dtype " + safetensorsName(tensor->dtype) +
-                               ", expected F32, BF16 or F16");
+                               ", expected F32, BF16, F16 or F8_E4M3 with "
+                               "block scales");
       Expected<Tensor> converted = convertTensor(*tensor, p.dtype);
       if (!converted)
         return Status::failure(converted.message());

@@ -107,7 +107,7 @@ SafetensorsFile::parseBytes(std::shared_ptr<const uint8_t> bytes, size_t size,
     if (!dtype)
       return fail(where + ": unsupported dtype '" +
                   dtypeIt->get<std::string>() +
-                  "' (expected F32, BF16, F16, I32 or I64)");
+                  "' (expected F32, BF16, F16, F8_E4M3, I32 or I64)");
     entry.dtype = *dtype;
     for (const json &dim : *shapeIt) {
       if (!dim.is_number_unsigned())

@@ -28,11 +28,10 @@ struct DTypeInfo {
   const char *safetensors; // name in safetensors headers
   const char *mlir;        // name in MLIR and manifests
 };
-constexpr DTypeInfo kDTypes[] = {{DType::F32, 4, "F32", "f32"},
-                                 {DType::BF16, 2, "BF16", "bf16"},
-                                 {DType::F16, 2, "F16", "f16"},
-                                 {DType::I32, 4, "I32", "i32"},
-                                 {DType::I64, 8, "I64", "i64"}};
+constexpr DTypeInfo kDTypes[] = {
+    {DType::F32, 4, "F32", "f32"}, {DType::BF16, 2, "BF16", "bf16"},
+    {DType::F16, 2, "F16", "f16"}, {DType::I32, 4, "I32", "i32"},
+    {DType::I64, 8, "I64", "i64"}, {DType::F8E4M3, 1, "F8_E4M3", "f8E4M3FN"}};
 
 const DTypeInfo &info(DType dtype) {
   for (const DTypeInfo &entry : kDTypes)
@@ -148,6 +147,17 @@ uint16_t floatToF16(float value) {
   if (biased >= 31)
     return sign | 0x7c00;
   return sign | static_cast<uint16_t>((biased << 10) | mantissa);
+}
+
+float fp8e4m3ToFloat(uint8_t bits) {
+  float sign = bits & 0x80 ? -1.0f : 1.0f;
+  int exponent = (bits >> 3) & 0xf, mantissa = bits & 0x7;
+  if (exponent == 0xf && mantissa == 0x7)
+    return std::numeric_limits<float>::quiet_NaN();
+  if (exponent == 0) // subnormal: m/8 * 2^-6
+    return sign * std::ldexp(static_cast<float>(mantissa), -9);
+  return sign *
+         std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
 }
 
 bool isFloatType(DType d) {

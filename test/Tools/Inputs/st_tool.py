@@ -15,6 +15,14 @@ size, JSON header, data), not from the runtime's code:
                                        tensors named PREFIX + name, dealt
                                        round-robin over N shards, and
                                        DIR/model.safetensors.index.json
+  st_tool.py fp8 IN OUT_FP8 OUT_F32 SEED
+                                       IN's expert matrices (names with
+                                       "experts") as an FP8 checkpoint:
+                                       random e4m3 codes (F8_E4M3) with
+                                       NAME_scale_inv block scales (128 x
+                                       128), and the same values dequantized
+                                       to F32 (decoded from the e4m3fn
+                                       definition)
   st_tool.py raw OUT HEADER DATA_BYTES [HEADER_SIZE]
                                        a file with this header text and
                                        DATA_BYTES zero bytes of data; the
@@ -38,6 +46,54 @@ def save(path, header, body):
     open(path, "wb").write(struct.pack("<Q", len(text)) + text + body)
 
 
+def e4m3(code):
+    """The e4m3fn value of a byte: 1 sign, 4 exponent (bias 7), 3 mantissa
+    bits; exponent 0 is subnormal; S.1111.111 is NaN (not drawn here)."""
+    sign = -1.0 if code & 0x80 else 1.0
+    e, m = (code >> 3) & 0xF, code & 0x7
+    if e == 0:
+        return sign * m / 8.0 * 2.0 ** -6
+    return sign * (1 + m / 8.0) * 2.0 ** (e - 7)
+
+
+def fp8(src, out_fp8, out_f32, seed):
+    import random
+    rng = random.Random(seed)
+    header, body = load(src)
+    tensors = {}
+    for name, v in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = v["data_offsets"]
+        tensors[name] = (v["dtype"], v["shape"], body[begin:end])
+    q, f = {}, {}
+    for name, (dtype, shape, data) in tensors.items():
+        if "experts" not in name or len(shape) != 2:
+            q[name] = f[name] = (dtype, shape, data)
+            continue
+        rows, cols = shape
+        br, bc = -(-rows // 128), -(-cols // 128)
+        # Exact f32 scales around 1/64, so the values stay near the
+        # layer's scale.
+        scales = [struct.unpack("<f", struct.pack("<f", rng.uniform(0.5, 2.0) / 64))[0]
+                  for _ in range(br * bc)]
+        codes = bytes(rng.choice([c for c in range(256) if c & 0x7F != 0x7F])
+                      for _ in range(rows * cols))
+        values = [e4m3(codes[r * cols + c]) * scales[(r // 128) * bc + c // 128]
+                  for r in range(rows) for c in range(cols)]
+        q[name] = ("F8_E4M3", shape, codes)
+        q[name + "_scale_inv"] = ("F32", [br, bc], struct.pack("<%df" % len(scales), *scales))
+        f[name] = ("F32", shape, struct.pack("<%df" % len(values), *values))
+    for path, table in ((out_fp8, q), (out_f32, f)):
+        h, b = {}, b""
+        for name in sorted(table):
+            dtype, shape, data = table[name]
+            h[name] = {"dtype": dtype, "shape": shape,
+                       "data_offsets": [len(b), len(b) + len(data)]}
+            b += data
+        save(path, h, b)
+
+
 def main():
     cmd, *args = sys.argv[1:]
     if cmd == "raw":
@@ -45,6 +101,10 @@ def main():
         text = header.encode()
         n = int(override[0]) if override else len(text)
         open(out, "wb").write(struct.pack("<Q", n) + text + b"\0" * int(size))
+        return
+    if cmd == "fp8":
+        src, out_fp8, out_f32, seed = args
+        fp8(src, out_fp8, out_f32, int(seed))
         return
     if cmd == "shard":
         src, directory, prefix, count = args

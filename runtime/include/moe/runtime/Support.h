@@ -54,7 +54,9 @@ struct Status {
 };
 
 /// Element types of tensors the runtime handles.
-enum class DType { F32, BF16, F16, I32, I64 };
+/// F8E4M3 (safetensors F8_E4M3, the e4m3fn format: no infinities) is read
+/// from checkpoints only, as the block-scaled weights of FP8 checkpoints.
+enum class DType { F32, BF16, F16, I32, I64, F8E4M3 };
 
 /// Size of one element in bytes.
 size_t dtypeSize(DType dtype);
@@ -105,6 +107,8 @@ float bf16ToFloat(uint16_t bits);
 uint16_t floatToBf16(float value);
 float f16ToFloat(uint16_t bits);
 uint16_t floatToF16(float value);
+/// The value of an e4m3fn byte (NaN for S.1111.111).
+float fp8e4m3ToFloat(uint8_t bits);
 
 /// Largest file readFile takes unless told otherwise (bundles, manifests,
 /// configs, checkpoint markers; weights are memory-mapped instead).
