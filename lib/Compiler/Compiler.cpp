@@ -131,7 +131,7 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
            std::to_string(o.alignment);
   if (!o.weightNames.empty() && !parseWeightNaming(o.weightNames))
     return "unknown --weight-names '" + o.weightNames +
-           "' (expected deepseek, mixtral, qwen or minimax)";
+           "' (expected deepseek, mixtral, qwen, minimax or ernie)";
   if (!o.dtype.empty() && o.dtype != "f32" && o.dtype != "bf16" &&
       o.dtype != "f16")
     return "unknown --dtype '" + o.dtype + "' (expected f32, bf16 or f16)";

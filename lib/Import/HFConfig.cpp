@@ -14,6 +14,9 @@
 //   routed_scaling_factor, never renormalized (transformers 5 ignores
 //   norm_topk_prob; DeepSeek's code renormalized instead of scaling).
 // - mixtral, minimax: softmax over all experts, top-k, renormalized.
+// - ernie4_5_moe: softmax scores, a selection-only e_score_correction_bias
+//   (in moe_statics), top-k, renormalized (by the sum clamped to
+//   moe_norm_min, 1e-12: the same for any sum that is not denormal).
 // - minimax_m2: sigmoid scores, a selection-only e_score_correction_bias
 //   (on the block, not the router), top-k, renormalized.
 // - qwen2_moe / qwen3_moe / olmoe: softmax, top-k, renormalized when
@@ -48,6 +51,7 @@ std::optional<WeightNaming> mlir::moe::parseWeightNaming(llvm::StringRef name) {
       .Case("mixtral", WeightNaming::Mixtral)
       .Case("qwen", WeightNaming::Qwen)
       .Case("minimax", WeightNaming::MiniMax)
+      .Case("ernie", WeightNaming::Ernie)
       .Default(std::nullopt);
 }
 
@@ -61,6 +65,8 @@ llvm::StringRef mlir::moe::stringifyWeightNaming(WeightNaming naming) {
     return "qwen";
   case WeightNaming::MiniMax:
     return "minimax";
+  case WeightNaming::Ernie:
+    return "ernie";
   }
   return "deepseek";
 }
@@ -79,6 +85,12 @@ aliasesOf(llvm::StringRef modelType) {
             {"ffn", "moe_intermediate_size"},
             {"routed_scale", "routed_scaling_factor"},
             {"shared_experts", "n_shared_experts"}};
+  if (modelType == "ernie4_5_moe")
+    return {{"hidden", "hidden_size"},
+            {"experts", "num_experts"},
+            {"top_k", "num_experts_per_tok"},
+            {"ffn", "moe_intermediate_size"},
+            {"shared_experts", "moe_num_shared_experts"}};
   if (modelType == "olmoe")
     return {{"hidden", "hidden_size"},
             {"experts", "num_experts"},
@@ -249,7 +261,7 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
   static const llvm::StringRef kTypes[] = {
       "deepseek_v3", "deepseek_v32", "glm4_moe", "dots1",
       "deepseek_v2", "mixtral",      "minimax",  "minimax_m2",
-      "qwen2_moe",   "qwen3_moe",    "olmoe"};
+      "qwen2_moe",   "qwen3_moe",    "olmoe",    "ernie4_5_moe"};
   // The families' causal-LM class names, for a model_type we do not know.
   static const std::pair<llvm::StringRef, llvm::StringRef> kArchitectures[] = {
       {"DeepseekV3ForCausalLM", "deepseek_v3"},
@@ -261,6 +273,7 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
       {"MiniMaxForCausalLM", "minimax"},
       {"MiniMaxM2ForCausalLM", "minimax_m2"},
       {"OlmoeForCausalLM", "olmoe"},
+      {"Ernie4_5_MoeForCausalLM", "ernie4_5_moe"},
       {"Qwen2MoeForCausalLM", "qwen2_moe"},
       {"Qwen3MoeForCausalLM", "qwen3_moe"}};
   std::string declared = top.string("model_type", "");
@@ -374,6 +387,19 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
     f.scoring = ScoringFunc::Sigmoid;
     f.scoreBias = true;
     f.normalize = true;
+  } else if (modelType == "ernie4_5_moe") {
+    naming = WeightNaming::Ernie;
+    f.hidden = r.integer("hidden_size", 2560);
+    f.experts = r.integerAliased({"num_experts", "moe_num_experts"}, 64);
+    f.topK = r.integerAliased({"num_experts_per_tok", "moe_k"}, 6);
+    f.ffn = r.integer("moe_intermediate_size", 1536);
+    f.sharedExperts = r.integer("moe_num_shared_experts", 2);
+    f.sharedFfn = f.sharedExperts > 0 ? f.ffn : 0;
+    f.scoreBias = true;
+    f.normalize = true;
+    if (r.boolean("use_bias", false) && !r.failed())
+      r.error = r.prefix + ": field 'use_bias' is true: biases of the "
+                           "experts' projections are not supported";
   } else if (modelType == "olmoe") {
     naming = WeightNaming::Qwen;
     f.hidden = r.integer("hidden_size", 2048);
@@ -467,6 +493,16 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
                                                 : 0;
       dense = r.integer("first_k_dense_replace", dense);
       isMoe = [dense](int64_t i) { return i >= dense; };
+    } else if (modelType == "ernie4_5_moe") {
+      int64_t interval = r.integer("moe_layer_interval", 1);
+      int64_t start = r.integer("moe_layer_start_index", 1);
+      int64_t end = r.integer("moe_layer_end_index", layers - 1);
+      if (!r.failed() && interval < 1)
+        r.error = r.prefix + ": field 'moe_layer_interval' is " +
+                  std::to_string(interval) + ", expected at least 1";
+      isMoe = [=](int64_t i) {
+        return (i + 1) % interval == 0 && i >= start && i <= end;
+      };
     } else if (modelType == "qwen2_moe" || modelType == "qwen3_moe") {
       int64_t step = r.integer("decoder_sparse_step", 1);
       if (!r.failed() && step < 1)
@@ -584,6 +620,8 @@ std::string mlir::moe::hfWeightName(WeightNaming naming, llvm::StringRef role) {
       .Case("router_weight", "gate.weight")
       .Case("score_bias", naming == WeightNaming::MiniMax
                               ? "e_score_correction_bias"
+                          : naming == WeightNaming::Ernie
+                              ? "moe_statics.e_score_correction_bias"
                               : "gate.e_score_correction_bias")
       .Case("gate_weight",
             mixtral ? "experts.{i}.w1.weight" : "experts.{i}.gate_proj.weight")

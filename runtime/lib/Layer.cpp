@@ -453,7 +453,11 @@ Status Layer::loadWeights(const Checkpoint &file, const std::string &prefix) {
       Expected<Tensor> tensor = file.get(name);
       if (!tensor)
         return Status::failure(tensor.message());
-      if (tensor->shape != pieceShape)
+      // ERNIE keeps its [E] score bias as [1, E]: leading 1s are dropped.
+      std::vector<int64_t> shape = tensor->shape;
+      while (shape.size() > pieceShape.size() && shape.front() == 1)
+        shape.erase(shape.begin());
+      if (shape != pieceShape)
         return Status::failure(file.fileOf(name) + ": tensor '" + name +
                                "' has shape " + formatShape(tensor->shape) +
                                ", expected " + formatShape(pieceShape));

@@ -23,9 +23,10 @@ namespace mlir::moe {
 /// Names of a layer's tensors in a family's published checkpoints:
 /// DeepSeek's (`gate.weight`, `experts.{i}.gate_proj.weight`,
 /// `shared_experts.*`), Mixtral's (`experts.{i}.w1.weight`), Qwen's
-/// (`shared_expert.*`) and MiniMax's (Mixtral's, with the score bias on the
-/// block: `e_score_correction_bias`).
-enum class WeightNaming { DeepSeek, Mixtral, Qwen, MiniMax };
+/// (`shared_expert.*`), MiniMax's (Mixtral's, with the score bias on the
+/// block: `e_score_correction_bias`) and ERNIE's (DeepSeek's, with the score
+/// bias in `moe_statics`).
+enum class WeightNaming { DeepSeek, Mixtral, Qwen, MiniMax, Ernie };
 
 std::optional<WeightNaming> parseWeightNaming(llvm::StringRef name);
 llvm::StringRef stringifyWeightNaming(WeightNaming naming);
