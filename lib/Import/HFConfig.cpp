@@ -75,7 +75,7 @@ namespace {
 /// config.json names of the #moe.layer_config fields, per model_type.
 SmallVector<std::pair<llvm::StringRef, llvm::StringRef>>
 aliasesOf(llvm::StringRef modelType) {
-  if (modelType.starts_with("deepseek") || modelType == "glm4_moe" ||
+  if (modelType.starts_with("deepseek") || modelType.starts_with("glm4_moe") ||
       modelType == "dots1")
     return {{"hidden", "hidden_size"},
             {"experts", "n_routed_experts"},
@@ -259,14 +259,16 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
   }
   FieldReader top{*root, fileName.str(), {}};
   static const llvm::StringRef kTypes[] = {
-      "deepseek_v3", "deepseek_v32", "glm4_moe", "dots1",
-      "deepseek_v2", "mixtral",      "minimax",  "minimax_m2",
-      "qwen2_moe",   "qwen3_moe",    "olmoe",    "ernie4_5_moe"};
+      "deepseek_v3", "deepseek_v32", "glm4_moe",  "glm4_moe_lite",
+      "dots1",       "deepseek_v2",  "mixtral",   "minimax",
+      "minimax_m2",  "qwen2_moe",    "qwen3_moe", "olmoe",
+      "ernie4_5_moe"};
   // The families' causal-LM class names, for a model_type we do not know.
   static const std::pair<llvm::StringRef, llvm::StringRef> kArchitectures[] = {
       {"DeepseekV3ForCausalLM", "deepseek_v3"},
       {"DeepseekV32ForCausalLM", "deepseek_v32"},
       {"Glm4MoeForCausalLM", "glm4_moe"},
+      {"Glm4MoeLiteForCausalLM", "glm4_moe_lite"},
       {"Dots1ForCausalLM", "dots1"},
       {"DeepseekV2ForCausalLM", "deepseek_v2"},
       {"MixtralForCausalLM", "mixtral"},
@@ -279,17 +281,39 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
   std::string declared = top.string("model_type", "");
   std::string modelType = declared;
   std::string via;
-  if (!top.failed() && !llvm::is_contained(kTypes, declared)) {
-    if (const llvm::json::Array *archs = root->getArray("architectures"))
+  // The family of a config object: its model_type, else its first known
+  // architectures entry (recorded in `via`).
+  auto known = [&](const llvm::json::Object &object) {
+    if (llvm::is_contained(kTypes, modelType))
+      return true;
+    if (const llvm::json::Array *archs = object.getArray("architectures"))
       for (const llvm::json::Value &arch : *archs) {
         std::optional<llvm::StringRef> name = arch.getAsString();
         for (auto [cls, type] : kArchitectures)
-          if (name && *name == cls && via.empty()) {
+          if (name && *name == cls) {
             modelType = type.str();
-            via = cls.str();
+            via = "architectures " + cls.str();
+            return true;
           }
       }
-    if (via.empty()) {
+    return false;
+  };
+  if (!top.failed() && !known(*root)) {
+    // A multimodal wrapper (Llama 4, the VL models) keeps its language
+    // model's config in text_config.
+    const llvm::json::Object *text = root->getObject("text_config");
+    std::string textType;
+    if (text) {
+      FieldReader inner{*text, fileName.str() + ": text_config", {}};
+      textType = modelType = inner.string("model_type", "");
+      if (!inner.failed() && known(*text)) {
+        via = "text_config" + (via.empty() ? "" : ", " + via);
+        root = text;
+      } else {
+        textType = inner.failed() ? "" : textType;
+      }
+    }
+    if (root != text) {
       top.error =
           fileName.str() + ": " +
           (declared.empty() ? std::string("missing field 'model_type'")
@@ -301,19 +325,21 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
             kTypes[i].str() + "'";
       top.error += " (or an 'architectures' entry of one of them, such as "
                    "'DeepseekV3ForCausalLM')";
+      if (text)
+        top.error += "; nor is its text_config's model_type '" + textType + "'";
     }
   }
   if (top.failed()) {
     error = top.error;
     return std::nullopt;
   }
-  FieldReader r{*root,
-                fileName.str() + " (model_type " +
-                    (via.empty() ? modelType
-                                 : declared + ", read as " + modelType +
-                                       " from architectures " + via) +
-                    ")",
-                {}};
+  FieldReader r{
+      *root,
+      fileName.str() + " (model_type " +
+          (via.empty() ? modelType
+                       : declared + ", read as " + modelType + " from " + via) +
+          ")",
+      {}};
   Fields f;
   WeightNaming naming = WeightNaming::DeepSeek;
   // The experts are SwiGLU: silu (transformers' "swish" is the same
@@ -324,7 +350,8 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
   // class (std::nullopt: the class has none, the field is required).
   using Int = std::optional<int64_t>;
   if (modelType == "deepseek_v3" || modelType == "deepseek_v32" ||
-      modelType == "glm4_moe" || modelType == "dots1") {
+      modelType == "glm4_moe" || modelType == "glm4_moe_lite" ||
+      modelType == "dots1") {
     struct {
       Int hidden, experts, topK, groups, topkGroups, shared, ffn;
       bool norm;
@@ -332,6 +359,8 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
     } d;
     if (modelType == "glm4_moe")
       d = {4096, 128, 8, 1, 1, 1, 1408, true, 1.0};
+    else if (modelType == "glm4_moe_lite")
+      d = {2048, 64, 4, 1, 1, 1, 1536, true, 1.8};
     else if (modelType == "dots1")
       d = {4608, {}, {}, 1, 1, {}, 1408, false, 1.0};
     else // deepseek_v3, deepseek_v32
@@ -457,9 +486,12 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
   // tensors are in the published checkpoints.
   bool blockSparse = modelType == "mixtral" || modelType == "minimax" ||
                      modelType == "minimax_m2";
-  std::string checkpointPrefix = blockSparse
-                                     ? "model.layers.{layer}.block_sparse_moe."
-                                     : "model.layers.{layer}.mlp.";
+  // (A wrapper's language model is elsewhere in its checkpoints, under a
+  // name of the wrapper's: not recorded, --weights-prefix names it.)
+  std::string checkpointPrefix =
+      llvm::StringRef(via).starts_with("text_config") ? ""
+      : blockSparse ? "model.layers.{layer}.block_sparse_moe."
+                    : "model.layers.{layer}.mlp.";
   std::vector<int64_t> moeLayers;
   if (root->get("num_hidden_layers") &&
       root->get("num_hidden_layers")->kind() != llvm::json::Value::Null) {
@@ -470,7 +502,8 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
     std::function<bool(int64_t)> isMoe = [](int64_t) { return true; };
     std::vector<std::string> types;
     std::vector<int64_t> mlpOnly;
-    if (modelType == "deepseek_v32" && root->getArray("mlp_layer_types")) {
+    if ((modelType == "deepseek_v32" || modelType == "glm4_moe_lite") &&
+        root->getArray("mlp_layer_types")) {
       for (const llvm::json::Value &v : *root->getArray("mlp_layer_types")) {
         std::optional<llvm::StringRef> t = v.getAsString();
         if ((!t || (*t != "dense" && *t != "sparse")) && !r.failed())
@@ -485,6 +518,9 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
                   " entries, expected num_hidden_layers (" +
                   std::to_string(layers) + ")";
       isMoe = [&](int64_t i) { return types[i] == "sparse"; };
+    } else if (modelType == "glm4_moe_lite") {
+      // Its class ignores first_k_dense_replace: layer 0 is dense.
+      isMoe = [](int64_t i) { return i >= 1; };
     } else if (llvm::StringRef(modelType).starts_with("deepseek") ||
                modelType == "glm4_moe" || modelType == "dots1") {
       int64_t dense = modelType == "deepseek_v3" || modelType == "deepseek_v32"

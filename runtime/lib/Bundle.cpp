@@ -563,10 +563,11 @@ Expected<std::string> checkpointPrefixOf(const Manifest &manifest,
                                          int64_t layer) {
   using Result = Expected<std::string>;
   if (manifest.checkpointPrefix.empty())
-    return Result::error("--layer needs a bundle compiled from a config.json "
-                         "(moe-compile --hf-config), which records where the "
-                         "layers are in the checkpoint; give the tensors' "
-                         "prefix with --weights-prefix instead");
+    return Result::error(
+        "this bundle does not record where its layers are in the model's "
+        "checkpoints (it was compiled from a .mlir file, or from a "
+        "multimodal config's text_config): name the layer's tensors with "
+        "--weights-prefix instead of --layer");
   const std::vector<int64_t> &moe = manifest.moeLayers;
   if (layer < 0 ||
       (!moe.empty() && std::find(moe.begin(), moe.end(), layer) == moe.end())) {

@@ -38,6 +38,9 @@ CASES = {
     "deepseek_v32": ("DeepseekV32Config", "DeepseekV32ForCausalLM", SMALL_V3),
     "glm4_moe": ("Glm4MoeConfig", "Glm4MoeForCausalLM",
                  dict(SMALL_V3, n_shared_experts=1, routed_scaling_factor=1.5)),
+    "glm4_moe_lite": ("Glm4MoeLiteConfig", "Glm4MoeLiteForCausalLM",
+                      dict(SMALL_V3, n_group=2, topk_group=1,
+                           num_experts_per_tok=3)),
     # top-1: transformers 5 normalizes one weight to 1 as well.
     "glm4_moe-top1": ("Glm4MoeConfig", "Glm4MoeForCausalLM",
                       dict(SMALL_V3, num_experts_per_tok=1, n_group=1,

@@ -149,6 +149,9 @@ int main(int argc, char **argv) {
     die("--trace needs --device=cuda");
   if (weights.empty() == !randomWeights)
     die("give exactly one of --weights=FILE and --random-weights");
+  if (randomWeights && (checkpointLayer >= 0 || !prefix.empty()))
+    die("--layer and --weights-prefix name the tensors of --weights; not "
+        "with --random-weights");
   if (inputs.empty() == (tokens < 0))
     die("give exactly one of --inputs=FILE and --tokens=T");
 

@@ -215,6 +215,8 @@ int main(int argc, char **argv) {
     (*student)->getBackend().setThreads(threads);
   const Manifest &m = (*student)->getManifest();
   int64_t hidden = m.layer.hidden;
+  if (weights.empty() && (checkpointLayer >= 0 || !prefix.empty()))
+    die("--layer and --weights-prefix name the tensors of --weights");
   if (weights.empty()) {
     (*student)->randomWeights(seed);
   } else {
