@@ -398,6 +398,9 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
       f.topkGroups = r.integer("topk_group");
     }
     f.scale = r.number("routed_scaling_factor", 1.0);
+    if (r.boolean("mlp_bias", false) && !r.failed())
+      r.error = r.prefix + ": field 'mlp_bias' is true: biases of the "
+                           "shared experts' projections are not supported";
   } else if (modelType == "mixtral" || modelType == "minimax") {
     // MiniMax-Text-01's experts are Mixtral's (its attention is not).
     naming = WeightNaming::Mixtral;
