@@ -573,11 +573,6 @@ CompileResult mlir::moe::compile(const std::string &input,
     options.staticTokens = options.maxTokens = tokens;
     relaxTokenDimension(layer);
   }
-  if (options.train && layer.getSharedExpertGate()) {
-    result.error = "--train: the shared-expert gate (Qwen2-MoE) is not "
-                   "differentiated yet";
-    return result;
-  }
   if (options.ep > 1) {
     PassManager pm(&context);
     pm.addPass(createMoeExpertParallel(

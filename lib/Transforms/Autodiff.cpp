@@ -37,10 +37,13 @@ RankedTensorType f32Like(Value v) {
 /// [S, H] and down [H, S].
 struct DenseGrads {
   Value dx, gate, up, down;
+  /// The f32 gradient of the gate on the output ([1, H]), when gated.
+  Value expertGate;
 };
 
 DenseGrads denseFfnBackward(OpBuilder &b, Location loc, Value x, Value gate,
-                            Value up, Value down, Value dy) {
+                            Value up, Value down, Value dy,
+                            Value expertGate = Value()) {
   Value rows = tensor::DimOp::create(b, loc, x, 0);
   Value zero = arith::ConstantIntOp::create(b, loc, 0, 32);
   Value end = arith::IndexCastOp::create(b, loc, b.getI32Type(), rows);
@@ -63,6 +66,32 @@ DenseGrads denseFfnBackward(OpBuilder &b, Location loc, Value x, Value gate,
   Value g = GroupedMatmulOp::create(b, loc, x, g1, offsets);
   Value u = GroupedMatmulOp::create(b, loc, x, u1, offsets);
   Value a = SwiGLUOp::create(b, loc, g, u);
+  // Qwen2-MoE's gate: the output is s * down(a) with s = sigmoid(x . g^T)
+  // per token, a combine of one row per token weighted by s and the
+  // gate a router of one expert. Its gradients: down(a)'s is s * dy and
+  // the gate's score's dy . down(a) (combine_grad), then through the
+  // sigmoid to the gate and x (router_grad).
+  Value dxGate, dExpertGate;
+  if (expertGate) {
+    Value scores =
+        RouterOp::create(b, loc, x, expertGate, ScoringFunc::Sigmoid);
+    Value out = GroupedMatmulOp::create(b, loc, a, d1, offsets);
+    auto mapType =
+        RankedTensorType::get({ShapedType::kDynamic, 1}, b.getI32Type());
+    Value rowMap = tensor::GenerateOp::create(
+        b, loc, mapType, ValueRange{rows},
+        [](OpBuilder &nb, Location nl, ValueRange ids) {
+          Value t = arith::IndexCastOp::create(nb, nl, nb.getI32Type(), ids[0]);
+          tensor::YieldOp::create(nb, nl, t);
+        });
+    auto combine = CombineGradOp::create(b, loc, dy, out, rowMap, scores);
+    dy = combine.getRowsGrad();
+    auto router =
+        RouterGradOp::create(b, loc, x, expertGate, scores,
+                             combine.getWeightsGrad(), ScoringFunc::Sigmoid);
+    dxGate = router.getInputGrad();
+    dExpertGate = router.getWeightGrad();
+  }
   Value da = GroupedMatmulDxOp::create(b, loc, dy, d1, offsets);
   Value dDown = GroupedMatmulDwOp::create(b, loc, a, dy, offsets);
   auto swigluGrad = SwiGLUGradOp::create(b, loc, g, u, da);
@@ -72,7 +101,9 @@ DenseGrads denseFfnBackward(OpBuilder &b, Location loc, Value x, Value gate,
       GroupedMatmulDxOp::create(b, loc, du, u1, offsets));
   Value dGate = GroupedMatmulDwOp::create(b, loc, x, dg, offsets);
   Value dUp = GroupedMatmulDwOp::create(b, loc, x, du, offsets);
-  return {dx, ungroup(dGate), ungroup(dUp), ungroup(dDown)};
+  if (dxGate)
+    dx = arith::AddFOp::create(b, loc, dx, dxGate);
+  return {dx, ungroup(dGate), ungroup(dUp), ungroup(dDown), dExpertGate};
 }
 
 } // namespace
@@ -177,11 +208,13 @@ LayerGradients mlir::moe::buildLayerBackward(OpBuilder &b, LayerOp layer,
   LayerGradients grads;
   grads.weights = {router.getWeightGrad(), gGate, gUp, gDown};
   if (config.hasSharedExperts()) {
-    DenseGrads shared = denseFfnBackward(b, loc, x, copy.getSharedGateWeight(),
-                                         copy.getSharedUpWeight(),
-                                         copy.getSharedDownWeight(), dy);
+    DenseGrads shared = denseFfnBackward(
+        b, loc, x, copy.getSharedGateWeight(), copy.getSharedUpWeight(),
+        copy.getSharedDownWeight(), dy, copy.getSharedExpertGate());
     dx = arith::AddFOp::create(b, loc, dx, shared.dx);
     grads.weights.append({shared.gate, shared.up, shared.down});
+    if (shared.expertGate)
+      grads.weights.push_back(shared.expertGate);
   }
   grads.input = dx;
   return grads;
@@ -192,10 +225,6 @@ namespace {
 LogicalResult addBackward(ModuleOp module, func::FuncOp forward, LayerOp layer,
                           int64_t alignment) {
   LayerConfigAttr config = layer.getConfig();
-  if (layer.getSharedExpertGate())
-    return layer.emitOpError()
-           << "has a shared-expert gate (Qwen2-MoE), which moe-autodiff "
-              "does not differentiate yet";
   Location loc = layer.getLoc();
 
   // Arguments: the layer's operands, then dy.
@@ -207,8 +236,9 @@ LogicalResult addBackward(ModuleOp module, func::FuncOp forward, LayerOp layer,
       f32Like(layer.getDownWeight())};
   if (config.hasSharedExperts())
     for (Value w : {layer.getSharedGateWeight(), layer.getSharedUpWeight(),
-                    layer.getSharedDownWeight()})
-      resultTypes.push_back(f32Like(w));
+                    layer.getSharedDownWeight(), layer.getSharedExpertGate()})
+      if (w)
+        resultTypes.push_back(f32Like(w));
 
   OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
   std::string name = (forward.getName() + "_backward").str();
@@ -285,6 +315,8 @@ mlir::moe::listTrainedWeights(LayerOp layer) {
     weights.append({{"shared_gate_weight", layer.getSharedGateWeight()},
                     {"shared_up_weight", layer.getSharedUpWeight()},
                     {"shared_down_weight", layer.getSharedDownWeight()}});
+  if (Value gate = layer.getSharedExpertGate())
+    weights.push_back({"shared_expert_gate", gate});
   return weights;
 }
 

@@ -47,6 +47,29 @@ void LayerBuilder::buildRouterLogits(gpu::GPUFuncOp func) {
   });
 }
 
+void LayerBuilder::buildSharedGate(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder b = kernelBody(func);
+  Emitter e{b};
+  Value x = func.getArgument(0), g = func.getArgument(1);
+  Value scale = func.getArgument(2);
+  Value lane = e.remi(e.thread(), e.idx(32));
+  Value token = e.addi(e.muli(e.block(), e.idx(kRouteWarps)),
+                       e.divi(e.thread(), e.idx(32)));
+  // Every lane of a token's warp reaches the shuffles: the guard is around
+  // the whole warp.
+  e.when(e.cmp(arith::CmpIPredicate::ult, token, e.dim(x, 0)), [&] {
+    Value part = e.loop(lane, e.idx(config.getHidden()), e.idx(32), {e.f32(0)},
+                        [&](Value h, ValueRange it) {
+                          Value p = e.mul(e.toF32(e.load(x, {token, h})),
+                                          e.toF32(e.load(g, {e.idx(0), h})));
+                          return SmallVector<Value>{e.add(it[0], p)};
+                        })[0];
+    Value gate = e.sigmoid(e.warpSum(part));
+    e.when(e.cmp(arith::CmpIPredicate::eq, lane, e.idx(0)),
+           [&] { e.store(gate, scale, {token}); });
+  });
+}
+
 namespace {
 
 /// One candidate of a warp-wide argmax: value, expert and the unbiased
@@ -436,8 +459,10 @@ void LayerBuilder::buildCombine(gpu::GPUFuncOp func) {
   Emitter e{b};
   Value down = func.getArgument(0), rowMap = func.getArgument(1);
   bool shared = config.hasSharedExperts();
+  bool gated = shared && config.getSharedGate();
   Value sharedOut = shared ? func.getArgument(2) : Value();
-  Value y = func.getArgument(shared ? 3 : 2);
+  Value sharedScale = gated ? func.getArgument(3) : Value();
+  Value y = func.getArgument(2 + (shared ? 1 : 0) + (gated ? 1 : 0));
   Type outType = cast<MemRefType>(y.getType()).getElementType();
   Value t = gpu::BlockIdOp::create(b, gpu::Dimension::x);
   Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
@@ -476,8 +501,16 @@ void LayerBuilder::buildCombine(gpu::GPUFuncOp func) {
           }
           return SmallVector<Value>{ifOp.getResult(0)};
         })[0];
-    if (shared)
-      acc = arith::AddFOp::create(b, acc, loadF32(sharedOut, t));
+    if (shared) {
+      Value out = loadF32(sharedOut, t);
+      if (gated) {
+        Value g = e.load(sharedScale, {t});
+        if (vec)
+          g = vector::BroadcastOp::create(b, accType, g);
+        out = arith::MulFOp::create(b, out, g);
+      }
+      acc = arith::AddFOp::create(b, acc, out);
+    }
     if (vec)
       vector::StoreOp::create(
           b,

@@ -187,6 +187,9 @@ private:
   /// weight has the layer's 16-bit type, SIMT when it is f32.
   void buildRouterGemm(gpu::GPUFuncOp func);
   void buildRouterLogits(gpu::GPUFuncOp func);
+  /// Qwen2-MoE's per-token scale of the shared experts' output,
+  /// sigmoid(x . g) in f32: one warp per token.
+  void buildSharedGate(gpu::GPUFuncOp func);
   /// Scores, group-limited top-k and the per-expert counts from logits.
   void buildRoute(gpu::GPUFuncOp func);
   void buildScan(gpu::GPUFuncOp func);
@@ -217,6 +220,7 @@ private:
   void buildInputGrad(gpu::GPUFuncOp func, bool routerGemm);
   void buildTokenOffsets(gpu::GPUFuncOp func);
   void buildRouterGrad(gpu::GPUFuncOp func);
+  void buildSharedScaleGrad(gpu::GPUFuncOp func);
   void buildLoad(gpu::GPUFuncOp func);
   void buildBias(gpu::GPUFuncOp func);
   void buildAdamW(gpu::GPUFuncOp func);

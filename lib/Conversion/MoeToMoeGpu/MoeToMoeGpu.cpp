@@ -65,10 +65,6 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   // (chunk, expert), so each chunk's all-to-all can run beside the expert
   // GEMMs of the chunks before it.
   chunks = ep > 1 ? std::max<int64_t>(1, layer.getEpChunks()) : 1;
-  if (config.getSharedGate())
-    return layer.emitOpError() << "has a shared-expert gate (Qwen2-MoE), "
-                                  "which the sm_90a target does not support "
-                                  "yet";
   if (alignment < 64 || alignment % 64 != 0)
     return layer.emitOpError()
            << "needs an alignment that is a multiple of 64 (the grouped "
@@ -99,6 +95,12 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
               "pack:shared_gate_weight,shared_up_weight");
     addBuffer("ws2", dtype, {1, h, s}, "param:shared_down_weight");
   }
+  bool gated = config.getSharedGate();
+  if (gated)
+    addBuffer("shared_expert_gate",
+              cast<RankedTensorType>(layer.getSharedExpertGate().getType())
+                  .getElementType(),
+              {1, h}, "param:shared_expert_gate");
   addBuffer("router_logits", f32, {kTokens, e}, "scratch");
   addBuffer("topk_ids", i32, {kTokens, k}, "output");
   addBuffer("topk_weights", f32, {kTokens, k}, "output");
@@ -118,6 +120,8 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
     addBuffer("shared_act", dtype, {kTokens, s}, "scratch");
     addBuffer("shared_out", dtype, {kTokens, h}, "scratch");
   }
+  if (gated)
+    addBuffer("shared_scale", f32, {kTokens}, "scratch");
   addBuffer("y", dtype, {kTokens, h}, "output");
   if (ep > 1) {
     // What the exchange brings this rank's experts, by (local expert,
@@ -151,6 +155,10 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   else
     buildRouterLogits(addKernel(
         "router", {"x", "router_weight", "router_logits"},
+        gridOf(moegpu::GridKind::Tokens, kRouteWarps), kRouteWarps * 32));
+  if (gated)
+    buildSharedGate(addKernel(
+        "shared_gate", {"x", "shared_expert_gate", "shared_scale"},
         gridOf(moegpu::GridKind::Tokens, kRouteWarps), kRouteWarps * 32));
   SmallVector<StringRef> routeArgs{"router_logits"};
   if (bias)
@@ -212,6 +220,8 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   SmallVector<StringRef> combineArgs{"down", "row_map"};
   if (shared)
     combineArgs.push_back("shared_out");
+  if (gated)
+    combineArgs.push_back("shared_scale");
   combineArgs.push_back("y");
   buildCombine(
       addKernel("combine", combineArgs, gridOf(moegpu::GridKind::Tokens, 1), kRowThreads));

@@ -325,6 +325,11 @@ void LayerBuilder::buildInputGrad(gpu::GPUFuncOp func, bool routerGemm) {
     wr = func.getArgument(next++);
   }
   Value sharedDx = shared ? func.getArgument(next++) : Value();
+  Value dz, gate;
+  if (shared && config.getSharedGate()) {
+    dz = func.getArgument(next++);
+    gate = func.getArgument(next++);
+  }
   Value dx = func.getArgument(next);
   Value t = e.block();
   e.columns(config.getHidden(), [&](Value h) {
@@ -346,6 +351,9 @@ void LayerBuilder::buildInputGrad(gpu::GPUFuncOp func, bool routerGemm) {
         })[0];
     if (shared)
       acc = e.add(acc, e.load(sharedDx, {t, h}));
+    if (dz)
+      acc = e.add(acc, e.mul(e.load(dz, {t, e.idx(0)}),
+                             e.toF32(e.load(gate, {e.idx(0), h}))));
     if (routerDx) {
       acc = e.add(acc, e.load(routerDx, {t, h}));
     } else {
@@ -357,6 +365,33 @@ void LayerBuilder::buildInputGrad(gpu::GPUFuncOp func, bool routerGemm) {
           })[0];
     }
     e.store(acc, dx, {t, h});
+  });
+}
+
+/// One warp per token: dz[t] = (dy[t] . shared_out[t]) * s (1 - s), the
+/// gradient of the gate's logit, with s = sigmoid of it (the forward
+/// pass's shared_scale).
+void LayerBuilder::buildSharedScaleGrad(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder b = kernelBody(func);
+  Emitter e{b};
+  Value dy = func.getArgument(0), out = func.getArgument(1);
+  Value scale = func.getArgument(2), dz = func.getArgument(3);
+  Value lane = e.remi(e.thread(), e.idx(32));
+  Value token = e.addi(e.muli(e.block(), e.idx(kRouteWarps)),
+                       e.divi(e.thread(), e.idx(32)));
+  e.when(e.cmp(arith::CmpIPredicate::ult, token, e.dim(dy, 0)), [&] {
+    Value part = e.loop(lane, e.idx(config.getHidden()), e.idx(32), {e.f32(0)},
+                        [&](Value h, ValueRange it) {
+                          Value p = e.mul(e.load(dy, {token, h}),
+                                          e.toF32(e.load(out, {token, h})));
+                          return SmallVector<Value>{e.add(it[0], p)};
+                        })[0];
+    Value sum = e.warpSum(part);
+    Value s = e.load(scale, {token});
+    Value grad = e.mul(sum, e.mul(s, e.sub(e.f32(1.0), s)));
+    e.when(e.cmp(arith::CmpIPredicate::eq, lane, e.idx(0)), [&] {
+      e.store(grad, dz, {token, e.idx(0)});
+    });
   });
 }
 

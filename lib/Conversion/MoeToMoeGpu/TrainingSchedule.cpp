@@ -54,6 +54,10 @@ void LayerBuilder::buildTraining() {
     addBuffer("shared_du", half, {kTokens, s}, "scratch");
     addBuffer("shared_dx", f32, {kTokens, h}, "scratch");
   }
+  // Qwen2-MoE's gate on the shared output: its logit's gradient a token.
+  bool gated = config.getSharedGate();
+  if (gated)
+    addBuffer("shared_dz", f32, {kTokens, 1}, "scratch");
   // The experts' side: this rank's dispatched rows, or with expert
   // parallelism the rows it received, grouped by local expert.
   bool sharded = ep > 1;
@@ -106,6 +110,9 @@ void LayerBuilder::buildTraining() {
         strideGrid(memrefType("ws13").getNumElements()), kCountThreads));
     convert("train_shared_down_weight", "shared_down_weight", "ws2");
   }
+  if (gated)
+    convert("train_shared_expert_gate", "shared_expert_gate",
+            "shared_expert_gate");
   // The forward pass, with the padding rows of the dispatched rows and
   // their weights zeroed: the backward pass sums over whole segments.
   for (Operation &step : forward.getBody().front()) {
@@ -146,11 +153,24 @@ void LayerBuilder::buildTraining() {
   // rows past an input's tokens).
   if (shared) {
     addMemset("dy_half");
-    buildScaleToHalf(addKernel("train_shared_dy",
-                               {"dy", "shared_offsets", "dy_half"},
+    // Gated, the shared output's gradient is dy scaled by the gate, and
+    // the gate's logit gets dy . shared_out through the sigmoid.
+    SmallVector<StringRef> dyArgs{"dy", "shared_offsets", "dy_half"};
+    if (gated) {
+      dyArgs.push_back("shared_scale");
+      buildSharedScaleGrad(addKernel(
+          "train_shared_scale_grad",
+          {"dy", "shared_out", "shared_scale", "shared_dz"},
+          gridOf(moegpu::GridKind::Tokens, kRouteWarps), kRouteWarps * 32));
+      buildRouterGrad(
+          addKernel("train_shared_expert_gate_grad",
+                    {"shared_dz", "x", arg("shared_expert_gate.grad")},
+                    fixedGrid(1), kRowThreads));
+    }
+    buildScaleToHalf(addKernel("train_shared_dy", dyArgs,
                                gridOf(moegpu::GridKind::Tokens, 1),
                                kRowThreads),
-                     /*weighted=*/false);
+                     /*weighted=*/gated);
     buildGemm(addKernel("train_shared_gate_up",
                         {"x", "ws13", "shared_offsets", "shared_gu"},
                         persistent, 0),
@@ -290,6 +310,10 @@ void LayerBuilder::buildTraining() {
   std::string xGrad = arg("x.grad");
   if (shared)
     dxArgs.push_back("shared_dx");
+  if (gated) {
+    dxArgs.push_back("shared_dz");
+    dxArgs.push_back("shared_expert_gate");
+  }
   dxArgs.push_back(xGrad);
   buildInputGrad(addKernel("train_input_grad", dxArgs,
                            gridOf(moegpu::GridKind::Tokens, 1), kRowThreads),
@@ -309,6 +333,8 @@ void LayerBuilder::buildTraining() {
       for (const char *w :
            {"shared_gate_weight", "shared_up_weight", "shared_down_weight"})
         sums.push_back(arg(std::string(w) + ".grad"));
+    if (gated)
+      sums.push_back(arg("shared_expert_gate.grad"));
     addAllReduce(SmallVector<StringRef>(sums.begin(), sums.end()));
   }
   // Before anything changes: each weight's sum of gradient squares and

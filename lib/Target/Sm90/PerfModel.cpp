@@ -151,6 +151,10 @@ modelForward(const Sm90LayerShape &s,
       // SIMT logits (an f32 router weight).
       c.flops = 2 * T * E * H;
       c.bytes = e * T * H + 4 * E * H + 4 * T * E;
+    } else if (kr.name == "shared_gate") {
+      // Qwen2-MoE's gate on the shared output: x . g, one scale a token.
+      c.flops = 2 * T * H;
+      c.bytes = e * (T * H + H) + 4 * T;
     } else if (kr.name == "route") {
       // Logits in; ids, weights and the counts' atomics out.
       c.bytes = 4 * T * E + 12 * T * k;
@@ -256,6 +260,14 @@ modelTraining(const Sm90LayerShape &s,
       // dY in (the rows' in the compute type, the tokens' in f32); the
       // weighted rows' or the tokens' in the compute type out.
       c.bytes = ((routed ? e : 4) + e) * rows * H;
+    } else if (n == "train_shared_scale_grad") {
+      // Qwen2-MoE's gate: dy (f32) . shared_out a token.
+      c.flops = 2 * T * H;
+      c.bytes = (4 + e) * T * H + 8 * T;
+    } else if (n == "train_shared_expert_gate_grad") {
+      // dg = dz^T . x.
+      c.flops = 2 * T * H;
+      c.bytes = e * T * H + 4 * (T + H);
     } else if (n == "train_route_grad") {
       // The forward's logits in; their gradient out (f32 and, for the
       // GEMMs, the compute type).
@@ -279,7 +291,8 @@ modelTraining(const Sm90LayerShape &s,
       c.bytes = (e + 8) * T * H;
     } else if (n == "train_gather_row_dy") {
       c.bytes = (4 + e) * r.real * H;
-    } else if (n == "train_row_tokens" || n == "train_scatter_row_weight_grad") {
+    } else if (n == "train_row_tokens" ||
+               n == "train_scatter_row_weight_grad") {
       c.bytes = 12 * T * k;
     } else if (n == "train_load" || n == "train_bias") {
       c.bytes = 12 * E;
@@ -287,17 +300,19 @@ modelTraining(const Sm90LayerShape &s,
       // Read w, m, v, grad; write the next w, m, v (f32), this weight's
       // share of the trained weights.
       std::string w = n.substr(12);
-      double count = w == "router_weight" ? E * H
+      double count = w == "router_weight"         ? E * H
+                     : w == "shared_expert_gate"  ? H
                      : w.rfind("shared_", 0) == 0 ? S * H
                                                   : expertWeights / 3;
       c.bytes = 28 * count;
     } else {
       // Compute copies of the masters: f32 in, the compute type out.
-      double count = n == "train_router_weight" ? E * H
-                     : n == "train_pack_gate_up" ? 2 * expertWeights / 3
-                     : n == "train_down_weight"  ? expertWeights / 3
+      double count = n == "train_router_weight"         ? E * H
+                     : n == "train_pack_gate_up"        ? 2 * expertWeights / 3
+                     : n == "train_down_weight"         ? expertWeights / 3
                      : n == "train_pack_shared_gate_up" ? 2 * S * H
                      : n == "train_shared_down_weight"  ? S * H
+                     : n == "train_shared_expert_gate"  ? H
                                                         : 0;
       if (count == 0)
         continue;
