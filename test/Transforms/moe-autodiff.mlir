@@ -55,10 +55,24 @@ func.func @shared(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x4x8xf
 
 // -----
 
+// Qwen2-MoE's gate on the shared output, s = sigmoid(x . g^T): a router of
+// one expert whose score weights a combine of one row a token. The shared
+// expert gets s * dy, the gate's score dy . down(a), and g its gradient
+// through the sigmoid, which is also added to dx.
+// CHECK-LABEL: func.func @gated_backward
+// CHECK-SAME: %[[G:[a-z0-9]+]]: tensor<1x8xf32>, %[[DY:[a-z0-9]+]]: tensor<?x8xf32>)
+// CHECK-SAME: -> (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>, tensor<6x8xf32>, tensor<6x8xf32>, tensor<8x6xf32>, tensor<1x8xf32>)
+// CHECK: %[[S:.*]] = moe.router %{{.*}}, %[[G]] {scoring = #moe.scoring<sigmoid>}
+// CHECK: %[[OUT:.*]] = moe.grouped_matmul
+// CHECK: %[[MAP:.*]] = tensor.generate
+// CHECK: %[[DOUT:.*]], %[[DS:.*]] = moe.combine_grad %[[DY]], %[[OUT]], %[[MAP]], %[[S]]
+// CHECK: %[[DXG:.*]], %[[DG:.*]] = moe.router_grad %{{.*}}, %[[G]], %[[S]], %[[DS]] {scoring = #moe.scoring<sigmoid>}
+// CHECK: moe.grouped_matmul_dx %[[DOUT]]
+// CHECK: arith.addf %{{.*}}, %[[DXG]]
+// CHECK: return {{.*}}, %[[DG]] :
 func.func @gated(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x4x8xf32>,
                  %wu: tensor<4x4x8xf32>, %wd: tensor<4x8x4xf32>, %sg: tensor<6x8xf32>,
                  %su: tensor<6x8xf32>, %sd: tensor<8x6xf32>, %g: tensor<1x8xf32>) -> tensor<?x8xf32> {
-  // expected-error @+1 {{'moe.layer' op has a shared-expert gate (Qwen2-MoE), which moe-autodiff does not differentiate yet}}
   %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) shared(%sg, %su, %sd) shared_gate(%g)
       {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, shared_experts = 1, shared_ffn = 6, shared_gate = true, dtype = f32>}
       : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>, tensor<6x8xf32>, tensor<6x8xf32>, tensor<8x6xf32>, tensor<1x8xf32>) -> tensor<?x8xf32>
