@@ -131,7 +131,8 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
            std::to_string(o.alignment);
   if (!o.weightNames.empty() && !parseWeightNaming(o.weightNames))
     return "unknown --weight-names '" + o.weightNames +
-           "' (expected deepseek, mixtral, qwen, minimax or ernie)";
+           "' (expected deepseek, mixtral, qwen, minimax, ernie, granite or "
+           "hunyuan)";
   if (!o.dtype.empty() && o.dtype != "f32" && o.dtype != "bf16" &&
       o.dtype != "f16")
     return "unknown --dtype '" + o.dtype + "' (expected f32, bf16 or f16)";
@@ -201,8 +202,14 @@ static rt::Manifest buildManifest(LayerConfigAttr config, WeightNaming naming,
       rt::ParameterSpec p;
       p.role = arg.role;
       p.name = hfWeightName(naming, arg.role);
-      p.stack =
-          p.name.find("{i}") != std::string::npos ? arg.type.getDimSize(0) : 0;
+      // Expert weights stack the experts along dim 0, from one tensor per
+      // expert or one tensor of them all.
+      bool expert = arg.role == "gate_weight" || arg.role == "up_weight" ||
+                    arg.role == "down_weight";
+      p.stack = p.name.find("{i}") != std::string::npos || expert
+                    ? arg.type.getDimSize(0)
+                    : 0;
+      std::tie(p.part, p.parts) = hfWeightPart(naming, arg.role);
       p.dtype = dt;
       p.shape = toShape(arg.type);
       m.parameters.push_back(std::move(p));

@@ -13,12 +13,15 @@
 //   group_limited_greedy (group score = max); the weights times
 //   routed_scaling_factor, never renormalized (transformers 5 ignores
 //   norm_topk_prob; DeepSeek's code renormalized instead of scaling).
-// - mixtral, minimax: softmax over all experts, top-k, renormalized.
+// - mixtral, minimax, granitemoe: softmax over all experts, top-k,
+//   renormalized (GraniteMoE: softmax over the top-k logits, the same).
 // - ernie4_5_moe: softmax scores, a selection-only e_score_correction_bias
 //   (in moe_statics), top-k, renormalized (by the sum clamped to
 //   moe_norm_min, 1e-12: the same for any sum that is not denormal).
 // - minimax_m2: sigmoid scores, a selection-only e_score_correction_bias
 //   (on the block, not the router), top-k, renormalized.
+// - hunyuan_v1_moe: softmax, top-k (moe_topk, the same for every
+//   layer), renormalized, plus one shared MLP of intermediate_size.
 // - qwen2_moe / qwen3_moe / olmoe: softmax, top-k, renormalized when
 //   norm_topk_prob; Qwen2-MoE adds a shared expert gated by
 //   sigmoid(shared_expert_gate(x)).
@@ -52,6 +55,8 @@ std::optional<WeightNaming> mlir::moe::parseWeightNaming(llvm::StringRef name) {
       .Case("qwen", WeightNaming::Qwen)
       .Case("minimax", WeightNaming::MiniMax)
       .Case("ernie", WeightNaming::Ernie)
+      .Case("granite", WeightNaming::Granite)
+      .Case("hunyuan", WeightNaming::Hunyuan)
       .Default(std::nullopt);
 }
 
@@ -67,6 +72,10 @@ llvm::StringRef mlir::moe::stringifyWeightNaming(WeightNaming naming) {
     return "minimax";
   case WeightNaming::Ernie:
     return "ernie";
+  case WeightNaming::Granite:
+    return "granite";
+  case WeightNaming::Hunyuan:
+    return "hunyuan";
   }
   return "deepseek";
 }
@@ -91,12 +100,19 @@ aliasesOf(llvm::StringRef modelType) {
             {"top_k", "num_experts_per_tok"},
             {"ffn", "moe_intermediate_size"},
             {"shared_experts", "moe_num_shared_experts"}};
+  if (modelType == "hunyuan_v1_moe")
+    return {{"hidden", "hidden_size"},
+            {"experts", "num_experts"},
+            {"top_k", "moe_topk"},
+            {"ffn", "intermediate_size"},
+            {"shared_ffn", "intermediate_size"}};
   if (modelType == "olmoe")
     return {{"hidden", "hidden_size"},
             {"experts", "num_experts"},
             {"top_k", "num_experts_per_tok"},
             {"ffn", "intermediate_size"}};
-  if (modelType.starts_with("mixtral") || modelType.starts_with("minimax"))
+  if (modelType.starts_with("mixtral") || modelType.starts_with("minimax") ||
+      modelType == "granitemoe")
     return {{"hidden", "hidden_size"},
             {"experts", "num_local_experts"},
             {"top_k", "num_experts_per_tok"},
@@ -171,6 +187,37 @@ struct FieldReader {
       return 0;
     }
     return *v;
+  }
+
+  /// An integer that a family may also give per layer, as a list
+  /// (Hunyuan's moe_topk): one layer configuration takes one value, so a
+  /// list must hold the same value for every layer.
+  int64_t uniformInteger(llvm::StringRef key, int64_t fallback) {
+    const llvm::json::Value *value = find(key, false);
+    if (!value || !value->getAsArray())
+      return integer(key, fallback);
+    const llvm::json::Array &list = *value->getAsArray();
+    std::optional<int64_t> first;
+    for (const llvm::json::Value &v : list) {
+      std::optional<int64_t> i = v.getAsInteger();
+      if (!i) {
+        error = prefix + ": field '" + key.str() +
+                "' must be an integer or a list of integers";
+        return 0;
+      }
+      if (first && *i != *first) {
+        error = prefix + ": field '" + key.str() +
+                "' differs between layers (" + std::to_string(*first) +
+                " and " + std::to_string(*i) +
+                "); a layer configuration takes one value, so give the "
+                "layer's as an integer";
+        return 0;
+      }
+      first = first.value_or(*i);
+    }
+    if (!first)
+      error = prefix + ": field '" + key.str() + "' is an empty list";
+    return first.value_or(0);
   }
 
   double number(llvm::StringRef key, std::optional<double> fallback = {}) {
@@ -259,10 +306,10 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
   }
   FieldReader top{*root, fileName.str(), {}};
   static const llvm::StringRef kTypes[] = {
-      "deepseek_v3", "deepseek_v32", "glm4_moe",  "glm4_moe_lite",
-      "dots1",       "deepseek_v2",  "mixtral",   "minimax",
-      "minimax_m2",  "qwen2_moe",    "qwen3_moe", "olmoe",
-      "ernie4_5_moe"};
+      "deepseek_v3",  "deepseek_v32", "glm4_moe",      "glm4_moe_lite",
+      "dots1",        "deepseek_v2",  "mixtral",       "minimax",
+      "minimax_m2",   "qwen2_moe",    "qwen3_moe",     "olmoe",
+      "ernie4_5_moe", "granitemoe",   "hunyuan_v1_moe"};
   // The families' causal-LM class names, for a model_type we do not know.
   static const std::pair<llvm::StringRef, llvm::StringRef> kArchitectures[] = {
       {"DeepseekV3ForCausalLM", "deepseek_v3"},
@@ -277,7 +324,9 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
       {"OlmoeForCausalLM", "olmoe"},
       {"Ernie4_5_MoeForCausalLM", "ernie4_5_moe"},
       {"Qwen2MoeForCausalLM", "qwen2_moe"},
-      {"Qwen3MoeForCausalLM", "qwen3_moe"}};
+      {"Qwen3MoeForCausalLM", "qwen3_moe"},
+      {"GraniteMoeForCausalLM", "granitemoe"},
+      {"HunYuanMoEV1ForCausalLM", "hunyuan_v1_moe"}};
   std::string declared = top.string("model_type", "");
   std::string modelType = declared;
   std::string via;
@@ -409,6 +458,35 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
     f.topK = r.integer("num_experts_per_tok", 2);
     f.ffn = r.integer("intermediate_size", 14336);
     f.normalize = true;
+  } else if (modelType == "granitemoe") {
+    // Mixtral's routing (softmax over the top-k logits); every expert's
+    // gate and up projections in one tensor, the down projections in
+    // another.
+    naming = WeightNaming::Granite;
+    f.hidden = r.integer("hidden_size", 4096);
+    f.experts = r.integerAliased({"num_local_experts", "num_experts"}, 8);
+    f.topK = r.integer("num_experts_per_tok", 2);
+    f.ffn = r.integer("intermediate_size", 11008);
+    f.normalize = true;
+  } else if (modelType == "hunyuan_v1_moe") {
+    // Softmax, top-k, renormalized; one always-on shared MLP. In
+    // transformers 5 the routed experts and the shared MLP are both
+    // intermediate_size wide (moe_intermediate_size and
+    // num_shared_expert, per layer in the published configs, are not
+    // read there).
+    naming = WeightNaming::Hunyuan;
+    f.hidden = r.integer("hidden_size", 4096);
+    f.experts = r.integerAliased({"num_experts", "num_local_experts"}, 1);
+    // (num_experts_per_tok is the config class's alias of moe_topk.)
+    f.topK = root->get("moe_topk") ? r.uniformInteger("moe_topk", 1)
+                                   : r.integer("num_experts_per_tok", 1);
+    f.ffn = r.integer("intermediate_size", 11008);
+    f.sharedExperts = 1;
+    f.sharedFfn = f.ffn;
+    f.normalize = true;
+    if (r.boolean("mlp_bias", false) && !r.failed())
+      r.error = r.prefix + ": field 'mlp_bias' is true: biases of the "
+                           "projections are not supported";
   } else if (modelType == "minimax_m2") {
     naming = WeightNaming::MiniMax;
     f.hidden = r.integer("hidden_size", 3072);
@@ -488,7 +566,7 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
   // Which layers are MoE layers, by the family's rule, and where their
   // tensors are in the published checkpoints.
   bool blockSparse = modelType == "mixtral" || modelType == "minimax" ||
-                     modelType == "minimax_m2";
+                     modelType == "minimax_m2" || modelType == "granitemoe";
   // (A wrapper's language model is elsewhere in its checkpoints, under a
   // name of the wrapper's: not recorded, --weights-prefix names it.)
   std::string checkpointPrefix =
@@ -650,13 +728,30 @@ OwningOpRef<ModuleOp> mlir::moe::buildLayerModule(MLIRContext *context,
   return module;
 }
 
+std::pair<int64_t, int64_t> mlir::moe::hfWeightPart(WeightNaming naming,
+                                                    llvm::StringRef role) {
+  if (naming == WeightNaming::Granite && role == "gate_weight")
+    return {0, 2};
+  if (naming == WeightNaming::Granite && role == "up_weight")
+    return {1, 2};
+  return {0, 1};
+}
+
 std::string mlir::moe::hfWeightName(WeightNaming naming, llvm::StringRef role) {
+  if (naming == WeightNaming::Granite)
+    return llvm::StringSwitch<std::string>(role)
+        .Case("router_weight", "router.layer.weight")
+        .Cases({"gate_weight", "up_weight"}, "input_linear.weight")
+        .Case("down_weight", "output_linear.weight")
+        .Default(role.str());
   bool mixtral =
       naming == WeightNaming::Mixtral || naming == WeightNaming::MiniMax;
-  std::string shared =
-      naming == WeightNaming::Qwen ? "shared_expert." : "shared_experts.";
+  std::string shared = naming == WeightNaming::Qwen      ? "shared_expert."
+                       : naming == WeightNaming::Hunyuan ? "shared_mlp."
+                                                         : "shared_experts.";
   return llvm::StringSwitch<std::string>(role)
-      .Case("router_weight", "gate.weight")
+      .Case("router_weight",
+            naming == WeightNaming::Hunyuan ? "gate.wg.weight" : "gate.weight")
       .Case("score_bias", naming == WeightNaming::MiniMax
                               ? "e_score_correction_bias"
                           : naming == WeightNaming::Ernie

@@ -57,12 +57,18 @@ std::string serializeManifest(const Manifest &m) {
     inputs.push_back(tensorToJson(t));
   for (const TensorSpec &t : m.outputs)
     outputs.push_back(tensorToJson(t));
-  for (const ParameterSpec &p : m.parameters)
-    params.push_back({{"role", p.role},
-                      {"name", p.name},
-                      {"stack", p.stack},
-                      {"dtype", mlirName(p.dtype)},
-                      {"shape", p.shape}});
+  for (const ParameterSpec &p : m.parameters) {
+    json param = {{"role", p.role},
+                  {"name", p.name},
+                  {"stack", p.stack},
+                  {"dtype", mlirName(p.dtype)},
+                  {"shape", p.shape}};
+    if (p.parts != 1) {
+      param["part"] = p.part;
+      param["parts"] = p.parts;
+    }
+    params.push_back(std::move(param));
+  }
   json root = {{"format", "moe-bundle"},    {"target", m.target},
                {"compiler", m.compiler},    {"entry", m.entry},
                {"max_tokens", m.maxTokens}, {"layer", layer},
@@ -413,6 +419,11 @@ Expected<Manifest> parseManifest(const std::string &text) {
       p.role = r.str(item, "role", "parameters");
       p.name = r.str(item, "name", "parameters");
       p.stack = r.integer(item, "stack", "parameters");
+      // A slice of a fused tensor; absent: the whole tensor.
+      if (item.is_object() && item.contains("parts")) {
+        p.part = r.integer(item, "part", "parameters");
+        p.parts = r.integer(item, "parts", "parameters");
+      }
       p.dtype = r.dtype(item, "parameters");
       p.shape = r.shape(item, "parameters");
       m.parameters.push_back(std::move(p));

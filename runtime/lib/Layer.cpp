@@ -325,9 +325,16 @@ Status validateManifest(const Manifest &m) {
       return fail("parameter '" + p.name + "' has an invalid shape " +
                   formatShape(p.shape));
     bool pattern = p.name.find("{i}") != std::string::npos;
-    if ((p.stack > 0) != pattern || (p.stack > 0 && p.shape[0] != p.stack))
+    if ((pattern && p.stack == 0) || p.stack < 0 ||
+        (p.stack > 0 && p.shape[0] != p.stack))
       return fail("parameter '" + p.name + "' has an inconsistent stack of " +
                   std::to_string(p.stack));
+    size_t sliced = p.stack > 0 ? 1 : 0;
+    if (p.parts < 1 || p.parts > 64 || p.part < 0 || p.part >= p.parts ||
+        (p.parts > 1 && p.shape.size() <= sliced))
+      return fail("parameter '" + p.name + "' is part " +
+                  std::to_string(p.part) + " of " + std::to_string(p.parts) +
+                  "; expected 0 <= part < parts <= 64 of a dimension it has");
     if (!isFloatType(p.dtype))
       return fail("parameter '" + p.name + "' must have a float dtype");
   }
@@ -435,14 +442,45 @@ static Expected<Tensor> dequantizeFp8(const Checkpoint &file,
   return out;
 }
 
+/// Copies slice `part` of `parts` of dimension `dim` of `src` (shape
+/// `shape`) into `dst`, for each index of the dimensions before it in
+/// [firstOuter, firstOuter + outers).
+static void copySlice(const Tensor &src, const std::vector<int64_t> &shape,
+                      size_t dim, int64_t part, int64_t parts,
+                      int64_t firstOuter, int64_t outers, uint8_t *dst) {
+  size_t element = dtypeSize(src.dtype);
+  size_t inner = element;
+  for (size_t d = dim + 1; d < shape.size(); ++d)
+    inner *= static_cast<size_t>(shape[d]);
+  size_t rows = static_cast<size_t>(shape[dim] / parts);
+  size_t sliceBytes = rows * inner;
+  size_t outerBytes = static_cast<size_t>(shape[dim]) * inner;
+  for (int64_t o = 0; o < outers; ++o)
+    std::memcpy(dst + static_cast<size_t>(o) * sliceBytes,
+                src.data.data() +
+                    static_cast<size_t>(firstOuter + o) * outerBytes +
+                    static_cast<size_t>(part) * sliceBytes,
+                sliceBytes);
+}
+
 Status Layer::loadWeights(const Checkpoint &file, const std::string &prefix) {
   const Manifest &m = bundle.manifest;
   for (size_t i = 0; i < m.parameters.size(); ++i) {
     const ParameterSpec &p = m.parameters[i];
-    int64_t pieces = p.stack > 0 ? p.stack : 1;
+    bool pattern = p.name.find("{i}") != std::string::npos;
+    // Per-expert tensors are read one by one; a tensor of every expert
+    // (GraniteMoE's) once, for this rank's experts.
+    int64_t pieces = pattern ? p.stack : 1;
     std::vector<int64_t> pieceShape = p.shape;
-    if (p.stack > 0)
+    if (pattern)
       pieceShape.erase(pieceShape.begin());
+    // The checkpoint's shape: every expert's, and the fused dimension
+    // whole (the first after the experts').
+    std::vector<int64_t> fileShape = pieceShape;
+    size_t sliced = p.stack > 0 && !pattern ? 1 : 0;
+    if (p.stack > 0 && !pattern)
+      fileShape[0] = m.layer.experts;
+    fileShape[sliced] *= p.parts;
     size_t pieceBytes =
         static_cast<size_t>(*elementCount(pieceShape)) * dtypeSize(p.dtype);
     for (int64_t e = 0; e < pieces; ++e) {
@@ -455,12 +493,17 @@ Status Layer::loadWeights(const Checkpoint &file, const std::string &prefix) {
         return Status::failure(tensor.message());
       // ERNIE keeps its [E] score bias as [1, E]: leading 1s are dropped.
       std::vector<int64_t> shape = tensor->shape;
-      while (shape.size() > pieceShape.size() && shape.front() == 1)
+      while (shape.size() > fileShape.size() && shape.front() == 1)
         shape.erase(shape.begin());
-      if (shape != pieceShape)
+      if (shape != fileShape)
         return Status::failure(file.fileOf(name) + ": tensor '" + name +
                                "' has shape " + formatShape(tensor->shape) +
-                               ", expected " + formatShape(pieceShape));
+                               ", expected " + formatShape(fileShape) +
+                               (p.parts > 1
+                                    ? " (" + p.role + " is part " +
+                                          std::to_string(p.part + 1) + " of " +
+                                          std::to_string(p.parts) + " of it)"
+                                    : std::string()));
       if (tensor->dtype == DType::F8E4M3) {
         Expected<Tensor> dequantized = dequantizeFp8(file, name, *tensor);
         if (!dequantized)
@@ -475,9 +518,13 @@ Status Layer::loadWeights(const Checkpoint &file, const std::string &prefix) {
       Expected<Tensor> converted = convertTensor(*tensor, p.dtype);
       if (!converted)
         return Status::failure(converted.message());
-      std::memcpy(parameters[i].data.data() +
-                      static_cast<size_t>(e) * pieceBytes,
-                  converted->data.data(), pieceBytes);
+      uint8_t *dst =
+          parameters[i].data.data() + static_cast<size_t>(e) * pieceBytes;
+      if (sliced)
+        copySlice(*converted, fileShape, 1, p.part, p.parts, firstExpert,
+                  p.stack, dst);
+      else
+        copySlice(*converted, fileShape, 0, p.part, p.parts, 0, 1, dst);
     }
   }
   weightsBound = true;
@@ -542,13 +589,33 @@ Status Layer::checkCommunicator() const {
 std::map<std::string, Tensor>
 Layer::checkpointNames(const std::map<std::string, Tensor> &byRole) const {
   std::map<std::string, Tensor> named;
+  // Writes `value` (one expert's, or the whole parameter's) as slice
+  // `part` of `parts` of dimension `dim` of the named tensor of `shape`.
+  auto place = [&](const std::string &name, const Tensor &value,
+                   std::vector<int64_t> shape, size_t dim,
+                   const ParameterSpec &p) {
+    shape[dim] *= p.parts;
+    auto [it, fresh] = named.try_emplace(name);
+    if (fresh)
+      it->second = Tensor::zeros(value.dtype, shape);
+    size_t inner = dtypeSize(value.dtype);
+    for (size_t d = dim + 1; d < shape.size(); ++d)
+      inner *= static_cast<size_t>(shape[d]);
+    size_t slice = static_cast<size_t>(shape[dim] / p.parts) * inner;
+    size_t outers = value.data.size() / slice;
+    for (size_t o = 0; o < outers; ++o)
+      std::memcpy(it->second.data.data() + (o * p.parts + p.part) * slice,
+                  value.data.data() + o * slice, slice);
+  };
   for (const ParameterSpec &p : bundle.manifest.parameters) {
     auto it = byRole.find(p.role);
     if (it == byRole.end())
       continue;
     const Tensor &value = it->second;
-    if (p.stack == 0) {
-      named[p.name] = value;
+    bool pattern = p.name.find("{i}") != std::string::npos;
+    if (!pattern) {
+      // A tensor of this rank's experts (stacked) or the whole parameter.
+      place(p.name, value, value.shape, p.stack > 0 ? 1 : 0, p);
       continue;
     }
     std::vector<int64_t> pieceShape(value.shape.begin() + 1, value.shape.end());
@@ -558,7 +625,7 @@ Layer::checkpointNames(const std::map<std::string, Tensor> &byRole) const {
                   value.data.data() +
                       static_cast<size_t>(e) * piece.data.size(),
                   piece.data.size());
-      named[expertName(p.name, firstExpert + e)] = piece;
+      place(expertName(p.name, firstExpert + e), piece, pieceShape, 0, p);
     }
   }
   return named;

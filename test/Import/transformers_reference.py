@@ -67,6 +67,16 @@ CASES = {
     "minimax_m2": ("MiniMaxM2Config", "MiniMaxM2ForCausalLM",
                    dict(hidden_size=64, num_local_experts=16,
                         num_experts_per_tok=4, intermediate_size=32)),
+    # The checkpoint's input_linear.weight holds every expert's gate and up
+    # projections ([E, 2F, H]); output_linear.weight the down projections.
+    "granitemoe": ("GraniteMoeConfig", "GraniteMoeForCausalLM",
+                   dict(hidden_size=64, num_local_experts=8,
+                        num_experts_per_tok=3, intermediate_size=40)),
+    # Softmax top-k renormalized and a shared MLP, both intermediate_size
+    # wide; the router is gate.wg.
+    "hunyuan_v1_moe": ("HunYuanMoEV1Config", "HunYuanMoEV1ForCausalLM",
+                       dict(hidden_size=64, num_experts=8, moe_topk=3,
+                            intermediate_size=40)),
     "olmoe": ("OlmoeConfig", "OlmoeForCausalLM",
               dict(hidden_size=64, num_experts=16, num_experts_per_tok=4,
                    intermediate_size=32)),
@@ -99,7 +109,8 @@ for case, (config_cls, model_cls, fields) in CASES.items():
     config = getattr(transformers, config_cls)(**dict(MODEL, **fields))
     model = getattr(transformers, model_cls)(config).float().eval()
     layer = LAYER + (1 if case == "qwen3_moe" else 0)
-    block = model.model.layers[layer].mlp
+    decoder = model.model.layers[layer]
+    block = getattr(decoder, "block_sparse_moe", None) or decoder.mlp
     with torch.no_grad():
         for name, p in list(block.named_parameters()) + list(
                 block.named_buffers()):

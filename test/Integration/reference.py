@@ -85,7 +85,9 @@ class Config:
             c = json.load(f)
         self.type = c["model_type"]
         self.hidden = c["hidden_size"]
-        self.k = c["num_experts_per_tok"]
+        k = c["moe_topk"] if "moe_topk" in c else c["num_experts_per_tok"]
+        # Hunyuan writes one top-k per layer; the layers must agree.
+        self.k = k[0] if isinstance(k, list) else k
         self.shared_ffn = 0
         self.shared_gate = False
         self.bias = False
@@ -99,7 +101,14 @@ class Config:
             self.shared_ffn = c.get("n_shared_experts", 0) * self.ffn
             self.method = c.get("topk_method", "noaux_tc" if self.type == "deepseek_v3" else "greedy")
             self.bias = self.type == "deepseek_v3"
-        elif self.type == "mixtral":
+        elif self.type == "hunyuan_v1_moe":
+            # transformers 5: experts and the one shared MLP are
+            # intermediate_size wide; softmax, top-k, renormalized.
+            self.experts = c["num_experts"]
+            self.ffn = c["intermediate_size"]
+            self.shared_ffn = self.ffn
+            self.norm = True
+        elif self.type in ("mixtral", "granitemoe"):
             self.experts = c["num_local_experts"]
             self.ffn = c["intermediate_size"]
         else:  # qwen2_moe, qwen3_moe
@@ -110,13 +119,28 @@ class Config:
                 self.shared_ffn = c.get("shared_expert_intermediate_size", 0)
                 self.shared_gate = self.shared_ffn > 0
 
+    def router_name(self):
+        return {"granitemoe": "router.layer.weight",
+                "hunyuan_v1_moe": "gate.wg.weight"}.get(self.type, "gate.weight")
+
+    def expert_tensors(self, get, e):
+        """Expert e's (gate [F, H], up [F, H], down [H, F]); GraniteMoE keeps
+        every expert's gate and up in input_linear [E, 2F, H] (gate first)
+        and the down projections in output_linear [E, H, F]."""
+        if self.type == "granitemoe":
+            gate_up = get("input_linear.weight")[e]
+            return gate_up[:self.ffn], gate_up[self.ffn:], get("output_linear.weight")[e]
+        (eg, eu, ed), _ = self.names()
+        return get(eg.format(e)), get(eu.format(e)), get(ed.format(e))
+
     def names(self):
         """Checkpoint names: router, bias, per-expert (gate, up, down), shared."""
         if self.type == "mixtral":
             expert = ("experts.{}.w1.weight", "experts.{}.w3.weight", "experts.{}.w2.weight")
         else:
             expert = tuple("experts.{}.%s_proj.weight" % p for p in ("gate", "up", "down"))
-        shared_prefix = "shared_expert." if self.type == "qwen2_moe" else "shared_experts."
+        shared_prefix = {"qwen2_moe": "shared_expert.",
+                         "hunyuan_v1_moe": "shared_mlp."}.get(self.type, "shared_experts.")
         shared = tuple(shared_prefix + "%s_proj.weight" % p for p in ("gate", "up", "down"))
         return expert, shared
 
@@ -177,7 +201,7 @@ def route(cfg, logits, bias):
             scores = softmax(logits[t])
             chosen = top_indices(scores, cfg.k)
             w = scores[chosen]
-            if cfg.type == "mixtral" or cfg.norm:
+            if cfg.type in ("mixtral", "granitemoe") or cfg.norm:
                 w = w / w.sum()
         ids[t], weights[t] = chosen, w
     return ids, weights
@@ -193,15 +217,14 @@ def ffn(x, gate, up, down):
 
 def forward(cfg, tensors, prefix, x):
     get = lambda name: tensors[prefix + name].astype(np.float64)
-    logits = x @ get("gate.weight").T
+    logits = x @ get(cfg.router_name()).T
     bias = get("gate.e_score_correction_bias") if cfg.bias else None
     ids, weights = route(cfg, logits, bias)
-    (eg, eu, ed), (sg, su, sd) = cfg.names()
+    _, (sg, su, sd) = cfg.names()
     y = np.zeros_like(x)
     for t in range(x.shape[0]):
         for j in range(cfg.k):
-            e = ids[t, j]
-            y[t] += weights[t, j] * ffn(x[t], get(eg.format(e)), get(eu.format(e)), get(ed.format(e)))
+            y[t] += weights[t, j] * ffn(x[t], *cfg.expert_tensors(get, ids[t, j]))
     if cfg.shared_ffn:
         shared = ffn(x, get(sg), get(su), get(sd))
         if cfg.shared_gate:
@@ -219,14 +242,18 @@ def generate(args):
     h, f, e = cfg.hidden, cfg.ffn, cfg.experts
     u = lambda shape, bound: rng.uniform(-bound, bound, size=shape).astype(np.float32)
     p = args.prefix
-    tensors = {p + "gate.weight": u((e, h), 1.0 / np.sqrt(h))}
+    tensors = {p + cfg.router_name(): u((e, h), 1.0 / np.sqrt(h))}
     if cfg.bias:
         tensors[p + "gate.e_score_correction_bias"] = u((e,), 0.1)
     (eg, eu, ed), (sg, su, sd) = cfg.names()
-    for i in range(e):
-        tensors[p + eg.format(i)] = u((f, h), 1.0 / np.sqrt(h))
-        tensors[p + eu.format(i)] = u((f, h), 1.0 / np.sqrt(h))
-        tensors[p + ed.format(i)] = u((h, f), 1.0 / np.sqrt(f))
+    if cfg.type == "granitemoe":
+        tensors[p + "input_linear.weight"] = u((e, 2 * f, h), 1.0 / np.sqrt(h))
+        tensors[p + "output_linear.weight"] = u((e, h, f), 1.0 / np.sqrt(f))
+    else:
+        for i in range(e):
+            tensors[p + eg.format(i)] = u((f, h), 1.0 / np.sqrt(h))
+            tensors[p + eu.format(i)] = u((f, h), 1.0 / np.sqrt(h))
+            tensors[p + ed.format(i)] = u((h, f), 1.0 / np.sqrt(f))
     if cfg.shared_ffn:
         s = cfg.shared_ffn
         tensors[p + sg] = u((s, h), 1.0 / np.sqrt(h))
@@ -237,7 +264,7 @@ def generate(args):
     # Unrelated tensors of the checkpoint around the layer.
     tensors["model.embed_tokens.weight"] = u((4, h), 1.0)
     x = u((args.tokens, h), 1.0)
-    router = tensors[p + "gate.weight"]
+    router = tensors[p + cfg.router_name()]
     if args.case == "ties":
         # Experts 1, 2, 3 (and, with groups, a whole second group) score
         # exactly alike: the lower index must win.

@@ -69,8 +69,8 @@ static cl::opt<int64_t>
 static cl::opt<std::string>
     weightNames("weight-names",
                 cl::desc("Checkpoint naming of the weights: deepseek, "
-                         "mixtral, qwen, minimax or ernie (default: from "
-                         "the config, else deepseek)"),
+                         "mixtral, qwen, minimax, ernie, granite or hunyuan "
+                         "(default: from the config, else deepseek)"),
                 cl::init(""), cl::cat(category));
 static cl::opt<std::string>
     mcpu("mcpu",

@@ -26,7 +26,15 @@ namespace mlir::moe {
 /// (`shared_expert.*`), MiniMax's (Mixtral's, with the score bias on the
 /// block: `e_score_correction_bias`) and ERNIE's (DeepSeek's, with the score
 /// bias in `moe_statics`).
-enum class WeightNaming { DeepSeek, Mixtral, Qwen, MiniMax, Ernie };
+enum class WeightNaming {
+  DeepSeek,
+  Mixtral,
+  Qwen,
+  MiniMax,
+  Ernie,
+  Granite,
+  Hunyuan
+};
 
 std::optional<WeightNaming> parseWeightNaming(llvm::StringRef name);
 llvm::StringRef stringifyWeightNaming(WeightNaming naming);
@@ -62,6 +70,12 @@ OwningOpRef<ModuleOp> buildLayerModule(MLIRContext *context,
 /// with role `role` (as in EntryArgument); stacked expert weights are
 /// patterns with "{i}".
 std::string hfWeightName(WeightNaming naming, llvm::StringRef role);
+
+/// Where the operand is inside that tensor: slice `part` of `parts` of its
+/// first dimension after the experts' ({0, 1}: all of it). GraniteMoE keeps
+/// the gate and up projections of every expert in one [E, 2F, H] tensor.
+std::pair<int64_t, int64_t> hfWeightPart(WeightNaming naming,
+                                         llvm::StringRef role);
 
 } // namespace mlir::moe
 

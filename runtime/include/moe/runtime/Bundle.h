@@ -48,11 +48,18 @@ struct ParameterSpec {
   /// Hugging Face name relative to the MoE block; for stacked expert
   /// weights a pattern with "{i}", e.g. "experts.{i}.gate_proj.weight".
   std::string name;
-  /// Number of experts stacked along dim 0 (0: not stacked).
+  /// Number of experts stacked along dim 0 (0: not stacked): from one
+  /// tensor per expert ("{i}" in `name`) or one tensor of every expert
+  /// [E, ...] (GraniteMoE's), of which a rank takes its own experts.
   int64_t stack = 0;
   /// Compute dtype and full (stacked) shape.
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
+  /// The parameter is slice `part` of `parts` equal slices of the
+  /// checkpoint tensor's first dimension after the experts' (GraniteMoE's
+  /// gate and up projections in one [E, 2F, H] tensor: parts 0 and 1 of
+  /// 2). parts == 1: the whole tensor.
+  int64_t part = 0, parts = 1;
 };
 
 /// The layer's routing configuration, for reports and reference checks.

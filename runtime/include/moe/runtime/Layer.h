@@ -137,7 +137,8 @@ public:
   /// split per expert), for writing a weights file.
   std::map<std::string, Tensor> namedParameters() const;
   /// `byRole` (tensors of the manifest's parameter shapes, by role) under
-  /// checkpoint names, stacked weights split per expert.
+  /// checkpoint names, stacked weights split per expert and the parts of a
+  /// fused tensor joined (a tensor of every expert holds this rank's).
   std::map<std::string, Tensor>
   checkpointNames(const std::map<std::string, Tensor> &byRole) const;
   /// The bound parameter of `role`, or null.
