@@ -71,14 +71,13 @@ static LogicalResult checkSize(function_ref<InFlightDiagnostic()> emitError,
   return success();
 }
 
-LogicalResult
-LayerConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
-                        int64_t hidden, int64_t experts, int64_t topK,
-                        int64_t groups, int64_t topkGroups, ScoringFunc scoring,
-                        GroupScore groupScore, bool scoreBias,
-                        bool normTopkProb, llvm::APFloat routedScale,
-                        int64_t ffn, int64_t sharedExperts, int64_t sharedFfn,
-                        bool sharedGate, Activation activation, Type dtype) {
+LogicalResult LayerConfigAttr::verify(
+    function_ref<InFlightDiagnostic()> emitError, int64_t hidden,
+    int64_t experts, int64_t topK, int64_t groups, int64_t topkGroups,
+    ScoringFunc scoring, GroupScore groupScore, bool scoreBias,
+    bool normTopkProb, llvm::APFloat routedScale, int64_t ffn,
+    int64_t sharedExperts, int64_t sharedFfn, bool sharedGate, bool scaleInput,
+    Activation activation, Type dtype) {
   if (failed(checkSize(emitError, "hidden", hidden)) ||
       failed(checkSize(emitError, "experts", experts)) ||
       failed(checkSize(emitError, "ffn", ffn)))

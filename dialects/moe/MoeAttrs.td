@@ -117,6 +117,7 @@ def Moe_LayerConfigAttr : Moe_Attr<"LayerConfig", "layer_config"> {
     | `shared_experts` | number of shared (dense) experts | 0 |
     | `shared_ffn` | intermediate size of one shared expert | 0 |
     | `shared_gate` | shared output scaled by sigmoid(x * g^T) (Qwen2-MoE) | `false` |
+    | `scale_input` | a routed weight scales its expert's input, not output (Llama 4) | `false` |
     | `activation` | gated activation of the FFNs | `swiglu` |
     | `dtype` | element type of activations and weights (f32, bf16, f16) | required |
 
@@ -127,6 +128,10 @@ def Moe_LayerConfigAttr : Moe_Attr<"LayerConfig", "layer_config"> {
     bias, when present, is added for these selections only; the weights are
     the unbiased scores of the selected experts, renormalized when
     `norm_topk_prob`, then multiplied by `routed_scale`.
+
+    A token's routed output is `sum_j w_j * FFN_j(x)`, or with `scale_input`
+    `sum_j FFN_j(w_j * x)` where `w_j * x` is rounded to `dtype` (Llama 4
+    multiplies the token by its router score before the expert).
 
     Example (DeepSeek-V3):
 
@@ -152,6 +157,7 @@ def Moe_LayerConfigAttr : Moe_Attr<"LayerConfig", "layer_config"> {
     DefaultValuedParameter<"int64_t", "0">:$shared_experts,
     DefaultValuedParameter<"int64_t", "0">:$shared_ffn,
     Moe_BoolParameter<"sigmoid gate on the shared expert output">:$shared_gate,
+    Moe_BoolParameter<"routed weights scale the experts' inputs">:$scale_input,
     Moe_EnumParameter<Moe_Activation, "::mlir::moe::Activation::SwiGLU">:$activation,
     "::mlir::Type":$dtype
   );

@@ -367,6 +367,11 @@ LogicalResult DispatchOp::verify() {
   if (k < 1 || k > experts)
     return emitOpError() << "expected 1 <= experts per token <= experts ("
                          << experts << "), got " << k;
+  if (getScales() &&
+      failed(verifyCompatibleShape(indices, asRanked(getScales()))))
+    return emitOpError() << "expected indices and scales of the same shape, "
+                            "got "
+                         << indices << " and " << asRanked(getScales());
 
   int64_t tokens = mergeDims(input.getDimSize(0), indices.getDimSize(0));
   int64_t rows = asRanked(getRows()).getDimSize(0);
@@ -453,11 +458,13 @@ CombineOp::inferReturnTypes(MLIRContext *, std::optional<Location>,
                             SmallVectorImpl<Type> &inferredReturnTypes) {
   auto rows = cast<RankedTensorType>(adaptor.getRows().getType());
   auto rowMap = cast<RankedTensorType>(adaptor.getRowMap().getType());
-  auto weights = cast<RankedTensorType>(adaptor.getWeights().getType());
+  int64_t tokens = rowMap.getDimSize(0);
+  if (adaptor.getWeights())
+    tokens = mergeDims(
+        tokens,
+        cast<RankedTensorType>(adaptor.getWeights().getType()).getDimSize(0));
   inferredReturnTypes.push_back(
-      getTensor({mergeDims(rowMap.getDimSize(0), weights.getDimSize(0)),
-                 rows.getDimSize(1)},
-                rows.getElementType()));
+      getTensor({tokens, rows.getDimSize(1)}, rows.getElementType()));
   return success();
 }
 
@@ -468,10 +475,12 @@ bool CombineOp::isCompatibleReturnTypes(TypeRange l, TypeRange r) {
 LogicalResult CombineOp::verify() {
   Operation *op = getOperation();
   auto rowMap = asRanked(getRowMap());
-  auto weights = asRanked(getWeights());
   if (failed(requireStaticDims(op, "the row map", rowMap, {1})) ||
       failed(requireStaticDims(op, "the rows", asRanked(getRows()), {1})))
     return failure();
+  if (!getWeights())
+    return verifyResultTypes(*this);
+  auto weights = asRanked(getWeights());
   if (failed(verifyCompatibleShape(rowMap, weights)))
     return emitOpError() << "expected row map and weights of the same shape, "
                             "got "

@@ -177,7 +177,10 @@ def Moe_DispatchOp : Moe_InferredOp<"dispatch", [Pure]> {
     (token, slot) pair's row of `x` into `rows`, grouped by expert in
     ascending expert order and, within an expert, in ascending token order.
     Each expert's segment starts at a multiple of `alignment` (a power of
-    two: the GEMM's M block) and its padding rows are zero.
+    two: the GEMM's M block) and its padding rows are zero. With `scales`
+    (f32 `[T, k]`, Llama 4's router scores), the row of (token, slot) is
+    `x[t] * scales[t, j]`, the scale rounded to the element type and the
+    product computed in f32 and rounded again.
 
     - `offsets` `[E + 1]`: expert `e` owns rows `[offsets[e], offsets[e+1])`;
       `offsets[0] = 0` and `offsets[E]` is the used row count.
@@ -195,13 +198,15 @@ def Moe_DispatchOp : Moe_InferredOp<"dispatch", [Pure]> {
     ```
   }];
   let arguments = (ins Moe_Activations:$input, Moe_I32Matrix:$indices,
+                       Optional<Moe_F32Matrix>:$scales,
                        I64Attr:$experts,
                        DefaultValuedAttr<I64Attr, "128">:$alignment);
   let results = (outs Moe_Activations:$rows, Moe_I32Vector:$offsets,
                       Moe_I32Matrix:$row_map);
   let assemblyFormat = [{
-    $input `,` $indices attr-dict `:` type($input) `,` type($indices)
-    `->` type($rows) `,` type($offsets) `,` type($row_map)
+    $input `,` $indices (`scales` $scales^)? attr-dict `:` type($input) `,`
+    type($indices) (`,` type($scales)^)? `->` type($rows) `,` type($offsets)
+    `,` type($row_map)
   }];
   let hasVerifier = 1;
 }
@@ -251,7 +256,8 @@ def Moe_CombineOp : Moe_InferredOp<"combine", [Pure]> {
   let description = [{
     `y[t, h] = sum_j weights[t, j] * rows[row_map[t, j], h]`, accumulated in
     f32; `rows` `[R, H]`, `row_map` and `weights` `[T, k]`, the result
-    `[T, H]` with the element type of `rows`.
+    `[T, H]` with the element type of `rows`. Without `weights` (the
+    dispatch scaled the rows already), the rows are summed as they are.
 
     ```mlir
     %y = moe.combine %rows, %map, %w
@@ -260,11 +266,11 @@ def Moe_CombineOp : Moe_InferredOp<"combine", [Pure]> {
     ```
   }];
   let arguments = (ins Moe_Activations:$rows, Moe_I32Matrix:$row_map,
-                       Moe_F32Matrix:$weights);
+                       Optional<Moe_F32Matrix>:$weights);
   let results = (outs Moe_Activations:$output);
   let assemblyFormat = [{
-    $rows `,` $row_map `,` $weights attr-dict `:` type($rows) `,`
-    type($row_map) `,` type($weights) `->` type($output)
+    $rows `,` $row_map (`,` $weights^)? attr-dict `:` type($rows) `,`
+    type($row_map) (`,` type($weights)^)? `->` type($output)
   }];
   let hasVerifier = 1;
 }

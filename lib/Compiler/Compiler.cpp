@@ -131,8 +131,8 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
            std::to_string(o.alignment);
   if (!o.weightNames.empty() && !parseWeightNaming(o.weightNames))
     return "unknown --weight-names '" + o.weightNames +
-           "' (expected deepseek, mixtral, qwen, minimax, ernie, granite or "
-           "hunyuan)";
+           "' (expected deepseek, mixtral, qwen, minimax, ernie, granite, "
+           "hunyuan or llama4)";
   if (!o.dtype.empty() && o.dtype != "f32" && o.dtype != "bf16" &&
       o.dtype != "f16")
     return "unknown --dtype '" + o.dtype + "' (expected f32, bf16 or f16)";
@@ -187,6 +187,7 @@ static rt::Manifest buildManifest(LayerConfigAttr config, WeightNaming naming,
   l.sharedExperts = config.getSharedExperts();
   l.sharedFfn = config.getSharedFfn();
   l.sharedGate = config.getSharedGate();
+  l.scaleInput = config.getScaleInput();
   llvm::raw_string_ostream(l.dtype) << config.getDtype();
   l.alignment = alignmentFor(o);
   for (const EntryArgument &arg : args) {
@@ -210,6 +211,7 @@ static rt::Manifest buildManifest(LayerConfigAttr config, WeightNaming naming,
                     ? arg.type.getDimSize(0)
                     : 0;
       std::tie(p.part, p.parts) = hfWeightPart(naming, arg.role);
+      p.transposed = hfWeightTransposed(naming, arg.role);
       p.dtype = dt;
       p.shape = toShape(arg.type);
       m.parameters.push_back(std::move(p));
@@ -568,6 +570,12 @@ CompileResult mlir::moe::compile(const std::string &input,
     return result;
   }
   LayerConfigAttr config = layer.getConfig();
+  if (options.train && config.getScaleInput()) {
+    result.error = "--train: the layer's routed weights scale the experts' "
+                   "inputs (scale_input, Llama 4), which has no training "
+                   "step yet; compile it without --train";
+    return result;
+  }
   // A static token count: the bundle takes exactly that many tokens.
   if (auto inType = cast<RankedTensorType>(layer.getInput().getType());
       !inType.isDynamicDim(0)) {

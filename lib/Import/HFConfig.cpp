@@ -22,6 +22,10 @@
 //   (on the block, not the router), top-k, renormalized.
 // - hunyuan_v1_moe: softmax, top-k (moe_topk, the same for every
 //   layer), renormalized, plus one shared MLP of intermediate_size.
+// - llama4_text (and llama4's text_config): the sigmoids of the top-k
+//   logits, not renormalized, scale the token before its experts; one
+//   shared MLP of intermediate_size; MoE layers by moe_layers or
+//   interleave_moe_layer_step.
 // - qwen2_moe / qwen3_moe / olmoe: softmax, top-k, renormalized when
 //   norm_topk_prob; Qwen2-MoE adds a shared expert gated by
 //   sigmoid(shared_expert_gate(x)).
@@ -57,6 +61,7 @@ std::optional<WeightNaming> mlir::moe::parseWeightNaming(llvm::StringRef name) {
       .Case("ernie", WeightNaming::Ernie)
       .Case("granite", WeightNaming::Granite)
       .Case("hunyuan", WeightNaming::Hunyuan)
+      .Case("llama4", WeightNaming::Llama4)
       .Default(std::nullopt);
 }
 
@@ -76,6 +81,8 @@ llvm::StringRef mlir::moe::stringifyWeightNaming(WeightNaming naming) {
     return "granite";
   case WeightNaming::Hunyuan:
     return "hunyuan";
+  case WeightNaming::Llama4:
+    return "llama4";
   }
   return "deepseek";
 }
@@ -104,6 +111,12 @@ aliasesOf(llvm::StringRef modelType) {
     return {{"hidden", "hidden_size"},
             {"experts", "num_experts"},
             {"top_k", "moe_topk"},
+            {"ffn", "intermediate_size"},
+            {"shared_ffn", "intermediate_size"}};
+  if (modelType == "llama4_text")
+    return {{"hidden", "hidden_size"},
+            {"experts", "num_local_experts"},
+            {"top_k", "num_experts_per_tok"},
             {"ffn", "intermediate_size"},
             {"shared_ffn", "intermediate_size"}};
   if (modelType == "olmoe")
@@ -276,7 +289,8 @@ struct Fields {
   int64_t hidden = 0, experts = 0, topK = 0, groups = 1, topkGroups = 1;
   ScoringFunc scoring = ScoringFunc::Softmax;
   GroupScore groupScore = GroupScore::Max;
-  bool scoreBias = false, normalize = false, sharedGate = false;
+  bool scoreBias = false, normalize = false, sharedGate = false,
+       scaleInput = false;
   double scale = 1.0;
   int64_t ffn = 0, sharedExperts = 0, sharedFfn = 0;
 };
@@ -306,10 +320,10 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
   }
   FieldReader top{*root, fileName.str(), {}};
   static const llvm::StringRef kTypes[] = {
-      "deepseek_v3",  "deepseek_v32", "glm4_moe",      "glm4_moe_lite",
-      "dots1",        "deepseek_v2",  "mixtral",       "minimax",
-      "minimax_m2",   "qwen2_moe",    "qwen3_moe",     "olmoe",
-      "ernie4_5_moe", "granitemoe",   "hunyuan_v1_moe"};
+      "deepseek_v3",  "deepseek_v32", "glm4_moe",       "glm4_moe_lite",
+      "dots1",        "deepseek_v2",  "mixtral",        "minimax",
+      "minimax_m2",   "qwen2_moe",    "qwen3_moe",      "olmoe",
+      "ernie4_5_moe", "granitemoe",   "hunyuan_v1_moe", "llama4_text"};
   // The families' causal-LM class names, for a model_type we do not know.
   static const std::pair<llvm::StringRef, llvm::StringRef> kArchitectures[] = {
       {"DeepseekV3ForCausalLM", "deepseek_v3"},
@@ -326,7 +340,8 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
       {"Qwen2MoeForCausalLM", "qwen2_moe"},
       {"Qwen3MoeForCausalLM", "qwen3_moe"},
       {"GraniteMoeForCausalLM", "granitemoe"},
-      {"HunYuanMoEV1ForCausalLM", "hunyuan_v1_moe"}};
+      {"HunYuanMoEV1ForCausalLM", "hunyuan_v1_moe"},
+      {"Llama4ForCausalLM", "llama4_text"}};
   std::string declared = top.string("model_type", "");
   std::string modelType = declared;
   std::string via;
@@ -487,6 +502,18 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
     if (r.boolean("mlp_bias", false) && !r.failed())
       r.error = r.prefix + ": field 'mlp_bias' is true: biases of the "
                            "projections are not supported";
+  } else if (modelType == "llama4_text") {
+    // The top-k logits' sigmoids (no renormalization) scale the token
+    // before its experts; one always-on shared MLP as wide as an expert.
+    naming = WeightNaming::Llama4;
+    f.hidden = r.integer("hidden_size", 5120);
+    f.experts = r.integer("num_local_experts", 16);
+    f.topK = r.integer("num_experts_per_tok", 1);
+    f.ffn = r.integer("intermediate_size", 8192);
+    f.sharedExperts = 1;
+    f.sharedFfn = f.ffn;
+    f.scoring = ScoringFunc::Sigmoid;
+    f.scaleInput = true;
   } else if (modelType == "minimax_m2") {
     naming = WeightNaming::MiniMax;
     f.hidden = r.integer("hidden_size", 3072);
@@ -571,8 +598,9 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
   // name of the wrapper's: not recorded, --weights-prefix names it.)
   std::string checkpointPrefix =
       llvm::StringRef(via).starts_with("text_config") ? ""
-      : blockSparse ? "model.layers.{layer}.block_sparse_moe."
-                    : "model.layers.{layer}.mlp.";
+      : blockSparse                ? "model.layers.{layer}.block_sparse_moe."
+      : modelType == "llama4_text" ? "model.layers.{layer}.feed_forward."
+                                   : "model.layers.{layer}.mlp.";
   std::vector<int64_t> moeLayers;
   if (root->get("num_hidden_layers") &&
       root->get("num_hidden_layers")->kind() != llvm::json::Value::Null) {
@@ -582,7 +610,7 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
                 std::to_string(layers) + ", expected 1 to 100000";
     std::function<bool(int64_t)> isMoe = [](int64_t) { return true; };
     std::vector<std::string> types;
-    std::vector<int64_t> mlpOnly;
+    std::vector<int64_t> mlpOnly, listed;
     if ((modelType == "deepseek_v32" || modelType == "glm4_moe_lite") &&
         root->getArray("mlp_layer_types")) {
       for (const llvm::json::Value &v : *root->getArray("mlp_layer_types")) {
@@ -620,6 +648,31 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
       isMoe = [=](int64_t i) {
         return (i + 1) % interval == 0 && i >= start && i <= end;
       };
+    } else if (modelType == "llama4_text") {
+      // moe_layers, else every interleave_moe_layer_step-th layer.
+      if (root->get("moe_layers") &&
+          root->get("moe_layers")->kind() != llvm::json::Value::Null) {
+        const llvm::json::Array *list = root->getArray("moe_layers");
+        if (!list && !r.failed())
+          r.error = r.prefix + ": field 'moe_layers' must be a list of "
+                               "layer indices";
+        for (const llvm::json::Value &v : list ? *list : llvm::json::Array()) {
+          std::optional<int64_t> i = v.getAsInteger();
+          if ((!i || *i < 0 || *i >= layers) && !r.failed())
+            r.error = r.prefix +
+                      ": field 'moe_layers' must hold layer "
+                      "indices in [0, " +
+                      std::to_string(layers) + ")";
+          listed.push_back(i.value_or(-1));
+        }
+        isMoe = [&](int64_t i) { return llvm::is_contained(listed, i); };
+      } else {
+        int64_t step = r.integer("interleave_moe_layer_step", 1);
+        if (!r.failed() && step < 1)
+          r.error = r.prefix + ": field 'interleave_moe_layer_step' is " +
+                    std::to_string(step) + ", expected at least 1";
+        isMoe = [step](int64_t i) { return (i + 1) % step == 0; };
+      }
     } else if (modelType == "qwen2_moe" || modelType == "qwen3_moe") {
       int64_t step = r.integer("decoder_sparse_step", 1);
       if (!r.failed() && step < 1)
@@ -663,7 +716,8 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
         },
         context, f.hidden, f.experts, f.topK, f.groups, f.topkGroups, f.scoring,
         f.groupScore, f.scoreBias, f.normalize, llvm::APFloat(f.scale), f.ffn,
-        f.sharedExperts, f.sharedFfn, f.sharedGate, Activation::SwiGLU, dtype);
+        f.sharedExperts, f.sharedFfn, f.sharedGate, f.scaleInput,
+        Activation::SwiGLU, dtype);
   }
   if (!config) {
     error = r.prefix + ": inconsistent MoE configuration: " + verifyError;
@@ -730,11 +784,19 @@ OwningOpRef<ModuleOp> mlir::moe::buildLayerModule(MLIRContext *context,
 
 std::pair<int64_t, int64_t> mlir::moe::hfWeightPart(WeightNaming naming,
                                                     llvm::StringRef role) {
-  if (naming == WeightNaming::Granite && role == "gate_weight")
+  bool fused =
+      naming == WeightNaming::Granite || naming == WeightNaming::Llama4;
+  if (fused && role == "gate_weight")
     return {0, 2};
-  if (naming == WeightNaming::Granite && role == "up_weight")
+  if (fused && role == "up_weight")
     return {1, 2};
   return {0, 1};
+}
+
+bool mlir::moe::hfWeightTransposed(WeightNaming naming, llvm::StringRef role) {
+  return naming == WeightNaming::Llama4 &&
+         (role == "gate_weight" || role == "up_weight" ||
+          role == "down_weight");
 }
 
 std::string mlir::moe::hfWeightName(WeightNaming naming, llvm::StringRef role) {
@@ -743,6 +805,15 @@ std::string mlir::moe::hfWeightName(WeightNaming naming, llvm::StringRef role) {
         .Case("router_weight", "router.layer.weight")
         .Cases({"gate_weight", "up_weight"}, "input_linear.weight")
         .Case("down_weight", "output_linear.weight")
+        .Default(role.str());
+  if (naming == WeightNaming::Llama4)
+    return llvm::StringSwitch<std::string>(role)
+        .Case("router_weight", "router.weight")
+        .Cases({"gate_weight", "up_weight"}, "experts.gate_up_proj")
+        .Case("down_weight", "experts.down_proj")
+        .Case("shared_gate_weight", "shared_expert.gate_proj.weight")
+        .Case("shared_up_weight", "shared_expert.up_proj.weight")
+        .Case("shared_down_weight", "shared_expert.down_proj.weight")
         .Default(role.str());
   bool mixtral =
       naming == WeightNaming::Mixtral || naming == WeightNaming::MiniMax;

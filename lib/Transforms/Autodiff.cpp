@@ -226,6 +226,10 @@ LogicalResult addBackward(ModuleOp module, func::FuncOp forward, LayerOp layer,
                           int64_t alignment) {
   LayerConfigAttr config = layer.getConfig();
   Location loc = layer.getLoc();
+  if (config.getScaleInput())
+    return layer.emitOpError()
+           << "scales the experts' inputs by the routed weights "
+              "(scale_input): moe-autodiff has no backward pass for it yet";
 
   // Arguments: the layer's operands, then dy.
   SmallVector<Type> argTypes(layer->getOperandTypes());

@@ -129,15 +129,19 @@ DecomposedLayer mlir::moe::decomposeLayer(OpBuilder &b, LayerOp layer,
   for (int64_t c = 0; c < chunkCount; ++c) {
     ExpertChunk chunk;
     Value xc = x, ids = topk.getIndices();
+    // Llama 4: the routed weights scale the rows going to the experts.
+    Value scales = config.getScaleInput() ? topk.getWeights() : Value();
     if (chunkCount > 1) {
       chunk.begin = chunkBound(b, loc, tokens, c, chunkCount);
       Value end = chunkBound(b, loc, tokens, c + 1, chunkCount);
       chunk.size = arith::SubIOp::create(b, loc, end, chunk.begin);
       xc = sliceRows(b, loc, x, chunk.begin, chunk.size);
       ids = sliceRows(b, loc, ids, chunk.begin, chunk.size);
+      if (scales)
+        scales = sliceRows(b, loc, scales, chunk.begin, chunk.size);
     }
-    auto dispatch =
-        DispatchOp::create(b, loc, xc, ids, config.getExperts(), alignment);
+    auto dispatch = DispatchOp::create(b, loc, xc, ids, scales,
+                                       config.getExperts(), alignment);
     chunk.rows = chunk.localRows = dispatch.getRows();
     chunk.offsets = chunk.recvOffsets = chunk.localOffsets =
         dispatch.getOffsets();
@@ -178,8 +182,8 @@ DecomposedLayer mlir::moe::decomposeLayer(OpBuilder &b, LayerOp layer,
     ExpertChunk &chunk = result.chunks[c];
     if (ep > 1)
       chunk.down = finishExchange(b, loc, returned, c);
-    Value weights = topk.getWeights();
-    if (chunkCount > 1)
+    Value weights = config.getScaleInput() ? Value() : topk.getWeights();
+    if (chunkCount > 1 && weights)
       weights = sliceRows(b, loc, weights, chunk.begin, chunk.size);
     Value part = CombineOp::create(b, loc, chunk.down, chunk.rowMap, weights);
     if (chunkCount == 1) {

@@ -50,6 +50,7 @@ std::string serializeManifest(const Manifest &m) {
                 {"shared_experts", m.layer.sharedExperts},
                 {"shared_ffn", m.layer.sharedFfn},
                 {"shared_gate", m.layer.sharedGate},
+                {"scale_input", m.layer.scaleInput},
                 {"dtype", m.layer.dtype},
                 {"alignment", m.layer.alignment}};
   json inputs = json::array(), params = json::array(), outputs = json::array();
@@ -67,6 +68,8 @@ std::string serializeManifest(const Manifest &m) {
       param["part"] = p.part;
       param["parts"] = p.parts;
     }
+    if (p.transposed)
+      param["transposed"] = true;
     params.push_back(std::move(param));
   }
   json root = {{"format", "moe-bundle"},    {"target", m.target},
@@ -396,6 +399,7 @@ Expected<Manifest> parseManifest(const std::string &text) {
     l.sharedExperts = r.integer(*layer, "shared_experts", w);
     l.sharedFfn = r.integer(*layer, "shared_ffn", w);
     l.sharedGate = r.boolean(*layer, "shared_gate", w);
+    l.scaleInput = r.boolean(*layer, "scale_input", w);
     l.dtype = r.str(*layer, "dtype", w);
     l.alignment = r.integer(*layer, "alignment", w);
   }
@@ -424,6 +428,8 @@ Expected<Manifest> parseManifest(const std::string &text) {
         p.part = r.integer(item, "part", "parameters");
         p.parts = r.integer(item, "parts", "parameters");
       }
+      if (item.is_object() && item.contains("transposed"))
+        p.transposed = r.boolean(item, "transposed", "parameters");
       p.dtype = r.dtype(item, "parameters");
       p.shape = r.shape(item, "parameters");
       m.parameters.push_back(std::move(p));

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <set>
 
 namespace moe::rt {
 
@@ -335,6 +336,9 @@ Status validateManifest(const Manifest &m) {
       return fail("parameter '" + p.name + "' is part " +
                   std::to_string(p.part) + " of " + std::to_string(p.parts) +
                   "; expected 0 <= part < parts <= 64 of a dimension it has");
+    if (p.transposed && p.shape.size() < sliced + 2)
+      return fail("parameter '" + p.name +
+                  "' is transposed but has no matrix to transpose");
     if (!isFloatType(p.dtype))
       return fail("parameter '" + p.name + "' must have a float dtype");
   }
@@ -463,6 +467,27 @@ static void copySlice(const Tensor &src, const std::vector<int64_t> &shape,
                 sliceBytes);
 }
 
+/// `src` (shape `shape`) with its last two dimensions swapped.
+static Tensor transposeLastTwo(const Tensor &src,
+                               const std::vector<int64_t> &shape) {
+  std::vector<int64_t> swapped = shape;
+  std::swap(swapped[swapped.size() - 1], swapped[swapped.size() - 2]);
+  Tensor out = Tensor::zeros(src.dtype, swapped);
+  size_t element = dtypeSize(src.dtype);
+  auto rows = static_cast<size_t>(shape[shape.size() - 2]);
+  auto cols = static_cast<size_t>(shape.back());
+  size_t matrices = src.data.size() / (rows * cols * element);
+  for (size_t m = 0; m < matrices; ++m) {
+    const uint8_t *from = src.data.data() + m * rows * cols * element;
+    uint8_t *to = out.data.data() + m * rows * cols * element;
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t c = 0; c < cols; ++c)
+        std::memcpy(to + (c * rows + r) * element,
+                    from + (r * cols + c) * element, element);
+  }
+  return out;
+}
+
 Status Layer::loadWeights(const Checkpoint &file, const std::string &prefix) {
   const Manifest &m = bundle.manifest;
   for (size_t i = 0; i < m.parameters.size(); ++i) {
@@ -481,6 +506,11 @@ Status Layer::loadWeights(const Checkpoint &file, const std::string &prefix) {
     if (p.stack > 0 && !pattern)
       fileShape[0] = m.layer.experts;
     fileShape[sliced] *= p.parts;
+    // Llama 4 keeps each expert's matrices as (in, out).
+    std::vector<int64_t> storedShape = fileShape;
+    if (p.transposed)
+      std::swap(storedShape[storedShape.size() - 1],
+                storedShape[storedShape.size() - 2]);
     size_t pieceBytes =
         static_cast<size_t>(*elementCount(pieceShape)) * dtypeSize(p.dtype);
     for (int64_t e = 0; e < pieces; ++e) {
@@ -493,12 +523,12 @@ Status Layer::loadWeights(const Checkpoint &file, const std::string &prefix) {
         return Status::failure(tensor.message());
       // ERNIE keeps its [E] score bias as [1, E]: leading 1s are dropped.
       std::vector<int64_t> shape = tensor->shape;
-      while (shape.size() > fileShape.size() && shape.front() == 1)
+      while (shape.size() > storedShape.size() && shape.front() == 1)
         shape.erase(shape.begin());
-      if (shape != fileShape)
+      if (shape != storedShape)
         return Status::failure(file.fileOf(name) + ": tensor '" + name +
                                "' has shape " + formatShape(tensor->shape) +
-                               ", expected " + formatShape(fileShape) +
+                               ", expected " + formatShape(storedShape) +
                                (p.parts > 1
                                     ? " (" + p.role + " is part " +
                                           std::to_string(p.part + 1) + " of " +
@@ -518,6 +548,8 @@ Status Layer::loadWeights(const Checkpoint &file, const std::string &prefix) {
       Expected<Tensor> converted = convertTensor(*tensor, p.dtype);
       if (!converted)
         return Status::failure(converted.message());
+      if (p.transposed)
+        converted = transposeLastTwo(*converted, storedShape);
       uint8_t *dst =
           parameters[i].data.data() + static_cast<size_t>(e) * pieceBytes;
       if (sliced)
@@ -626,6 +658,22 @@ Layer::checkpointNames(const std::map<std::string, Tensor> &byRole) const {
                       static_cast<size_t>(e) * piece.data.size(),
                   piece.data.size());
       place(expertName(p.name, firstExpert + e), piece, pieceShape, 0, p);
+    }
+  }
+  // Transposed tensors were assembled in the layer's (out, in) layout;
+  // each is turned once (the parts of a fused tensor share it).
+  std::set<std::string> turned;
+  for (const ParameterSpec &p : bundle.manifest.parameters) {
+    if (!p.transposed || !byRole.count(p.role))
+      continue;
+    bool pattern = p.name.find("{i}") != std::string::npos;
+    for (int64_t e = 0; e < (pattern ? p.stack : 1); ++e) {
+      std::string name = pattern ? expertName(p.name, firstExpert + e) : p.name;
+      auto it = named.find(name);
+      if (it == named.end() || !turned.insert(name).second)
+        continue;
+      std::vector<int64_t> shape = it->second.shape;
+      it->second = transposeLastTwo(it->second, shape);
     }
   }
   return named;

@@ -77,6 +77,14 @@ CASES = {
     "hunyuan_v1_moe": ("HunYuanMoEV1Config", "HunYuanMoEV1ForCausalLM",
                        dict(hidden_size=64, num_experts=8, moe_topk=3,
                             intermediate_size=40)),
+    # The sigmoids of the top-2 logits scale the token before its experts;
+    # gate_up_proj [E, H, 2F] and down_proj [E, F, H] hold every expert as
+    # (in, out) matrices; MoE on layers 1 and 3 of 4.
+    "llama4_text": ("Llama4TextConfig", "Llama4ForCausalLM",
+                    dict(hidden_size=64, num_local_experts=8,
+                         num_experts_per_tok=2, intermediate_size=40,
+                         intermediate_size_mlp=48, num_hidden_layers=4,
+                         interleave_moe_layer_step=2)),
     "olmoe": ("OlmoeConfig", "OlmoeForCausalLM",
               dict(hidden_size=64, num_experts=16, num_experts_per_tok=4,
                    intermediate_size=32)),
@@ -108,9 +116,10 @@ for case, (config_cls, model_cls, fields) in CASES.items():
     torch.manual_seed(len(case))
     config = getattr(transformers, config_cls)(**dict(MODEL, **fields))
     model = getattr(transformers, model_cls)(config).float().eval()
-    layer = LAYER + (1 if case == "qwen3_moe" else 0)
+    layer = LAYER + (1 if case in ("qwen3_moe", "llama4_text") else 0)
     decoder = model.model.layers[layer]
-    block = getattr(decoder, "block_sparse_moe", None) or decoder.mlp
+    block = (getattr(decoder, "block_sparse_moe", None) or
+             getattr(decoder, "feed_forward", None) or decoder.mlp)
     with torch.no_grad():
         for name, p in list(block.named_parameters()) + list(
                 block.named_buffers()):

@@ -83,6 +83,9 @@ class Config:
     def __init__(self, path):
         with open(path) as f:
             c = json.load(f)
+        # A multimodal wrapper (Llama 4) keeps the language model's config
+        # in text_config.
+        c = c.get("text_config", c)
         self.type = c["model_type"]
         self.hidden = c["hidden_size"]
         k = c["moe_topk"] if "moe_topk" in c else c["num_experts_per_tok"]
@@ -91,6 +94,7 @@ class Config:
         self.shared_ffn = 0
         self.shared_gate = False
         self.bias = False
+        self.scale_input = False
         if self.type.startswith("deepseek"):
             self.experts = c["n_routed_experts"]
             self.ffn = c["moe_intermediate_size"]
@@ -108,6 +112,13 @@ class Config:
             self.ffn = c["intermediate_size"]
             self.shared_ffn = self.ffn
             self.norm = True
+        elif self.type == "llama4_text":
+            # The sigmoids of the top-k logits (not renormalized) multiply
+            # the token before its experts; a shared MLP as wide as one.
+            self.experts = c["num_local_experts"]
+            self.ffn = c["intermediate_size"]
+            self.shared_ffn = self.ffn
+            self.scale_input = True
         elif self.type in ("mixtral", "granitemoe"):
             self.experts = c["num_local_experts"]
             self.ffn = c["intermediate_size"]
@@ -121,12 +132,19 @@ class Config:
 
     def router_name(self):
         return {"granitemoe": "router.layer.weight",
-                "hunyuan_v1_moe": "gate.wg.weight"}.get(self.type, "gate.weight")
+                "hunyuan_v1_moe": "gate.wg.weight",
+                "llama4_text": "router.weight"}.get(self.type, "gate.weight")
 
     def expert_tensors(self, get, e):
         """Expert e's (gate [F, H], up [F, H], down [H, F]); GraniteMoE keeps
         every expert's gate and up in input_linear [E, 2F, H] (gate first)
-        and the down projections in output_linear [E, H, F]."""
+        and the down projections in output_linear [E, H, F]; Llama 4 keeps
+        them as (in, out) matrices: gate_up_proj [E, H, 2F] (gate first) and
+        down_proj [E, F, H]."""
+        if self.type == "llama4_text":
+            gate_up = get("experts.gate_up_proj")[e]
+            return (gate_up[:, :self.ffn].T, gate_up[:, self.ffn:].T,
+                    get("experts.down_proj")[e].T)
         if self.type == "granitemoe":
             gate_up = get("input_linear.weight")[e]
             return gate_up[:self.ffn], gate_up[self.ffn:], get("output_linear.weight")[e]
@@ -140,6 +158,7 @@ class Config:
         else:
             expert = tuple("experts.{}.%s_proj.weight" % p for p in ("gate", "up", "down"))
         shared_prefix = {"qwen2_moe": "shared_expert.",
+                         "llama4_text": "shared_expert.",
                          "hunyuan_v1_moe": "shared_mlp."}.get(self.type, "shared_experts.")
         shared = tuple(shared_prefix + "%s_proj.weight" % p for p in ("gate", "up", "down"))
         return expert, shared
@@ -197,6 +216,9 @@ def route(cfg, logits, bias):
                 w = w / (w.sum() + 1e-20)
             else:
                 w = w * cfg.scale
+        elif cfg.type == "llama4_text":
+            chosen = top_indices(logits[t], cfg.k)
+            w = sigmoid(logits[t][chosen])
         else:  # mixtral, qwen2_moe, qwen3_moe
             scores = softmax(logits[t])
             chosen = top_indices(scores, cfg.k)
@@ -224,7 +246,11 @@ def forward(cfg, tensors, prefix, x):
     y = np.zeros_like(x)
     for t in range(x.shape[0]):
         for j in range(cfg.k):
-            y[t] += weights[t, j] * ffn(x[t], *cfg.expert_tensors(get, ids[t, j]))
+            expert = cfg.expert_tensors(get, ids[t, j])
+            if cfg.scale_input:
+                y[t] += ffn(weights[t, j] * x[t], *expert)
+            else:
+                y[t] += weights[t, j] * ffn(x[t], *expert)
     if cfg.shared_ffn:
         shared = ffn(x, get(sg), get(su), get(sd))
         if cfg.shared_gate:
@@ -246,7 +272,10 @@ def generate(args):
     if cfg.bias:
         tensors[p + "gate.e_score_correction_bias"] = u((e,), 0.1)
     (eg, eu, ed), (sg, su, sd) = cfg.names()
-    if cfg.type == "granitemoe":
+    if cfg.type == "llama4_text":
+        tensors[p + "experts.gate_up_proj"] = u((e, h, 2 * f), 1.0 / np.sqrt(h))
+        tensors[p + "experts.down_proj"] = u((e, f, h), 1.0 / np.sqrt(f))
+    elif cfg.type == "granitemoe":
         tensors[p + "input_linear.weight"] = u((e, 2 * f, h), 1.0 / np.sqrt(h))
         tensors[p + "output_linear.weight"] = u((e, h, f), 1.0 / np.sqrt(f))
     else:

@@ -138,3 +138,20 @@ func.func @negative_no_layer(%x: tensor<?x8xf32>, %w: tensor<4x8xf32>)
          : tensor<?x8xf32>, tensor<4x8xf32> -> tensor<?x4xf32>
   return %s : tensor<?x4xf32>
 }
+
+// -----
+
+// scale_input (Llama 4): the routed weights go to the dispatch, which
+// scales the rows; the combine sums them unweighted.
+// CHECK-LABEL: func @scaled_input
+// CHECK: %[[IDS:.*]], %[[W:.*]] = moe.topk
+// CHECK: moe.dispatch %{{[a-z0-9_]+}}, %[[IDS]] scales %[[W]] {experts = 4 : i64}
+// CHECK: moe.combine %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : tensor<?x8xbf16>, tensor<?x1xi32> -> tensor<?x8xbf16>
+func.func @scaled_input(%x: tensor<?x8xbf16>, %wr: tensor<4x8xbf16>,
+                        %wg: tensor<4x4x8xbf16>, %wu: tensor<4x4x8xbf16>,
+                        %wd: tensor<4x8x4xbf16>) -> tensor<?x8xbf16> {
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd)
+      {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 1, scoring = sigmoid, ffn = 4, scale_input = true, dtype = bf16>}
+      : (tensor<?x8xbf16>, tensor<4x8xbf16>, tensor<4x4x8xbf16>, tensor<4x4x8xbf16>, tensor<4x8x4xbf16>) -> tensor<?x8xbf16>
+  return %y : tensor<?x8xbf16>
+}

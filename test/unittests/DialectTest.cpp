@@ -35,7 +35,8 @@ protected:
         /*score_bias=*/true, /*norm_topk_prob=*/true, llvm::APFloat(2.5),
         /*ffn=*/int64_t(32), /*shared_experts=*/int64_t(1),
         /*shared_ffn=*/int64_t(16),
-        /*shared_gate=*/false, Activation::SwiGLU, dtype);
+        /*shared_gate=*/false, /*scale_input=*/false, Activation::SwiGLU,
+        dtype);
   }
 
   MLIRContext context;
@@ -91,7 +92,7 @@ TEST_F(MoeDialectTest, BadConfigIsADiagnosticNotACrash) {
       [&] { return emitError(loc); }, &context, int64_t(64), int64_t(8),
       int64_t(9), int64_t(1), int64_t(1), ScoringFunc::Softmax, GroupScore::Max,
       false, false, llvm::APFloat(1.0), int64_t(32), int64_t(0), int64_t(0),
-      false, Activation::SwiGLU, Type(Float32Type::get(&context)));
+      false, false, Activation::SwiGLU, Type(Float32Type::get(&context)));
   EXPECT_FALSE(attr);
   EXPECT_EQ(message, "expected 1 <= top_k <= experts (8), got 9");
 

@@ -69,7 +69,8 @@ static cl::opt<int64_t>
 static cl::opt<std::string>
     weightNames("weight-names",
                 cl::desc("Checkpoint naming of the weights: deepseek, "
-                         "mixtral, qwen, minimax, ernie, granite or hunyuan "
+                         "mixtral, qwen, minimax, ernie, granite, hunyuan or "
+                         "llama4 "
                          "(default: from the config, else deepseek)"),
                 cl::init(""), cl::cat(category));
 static cl::opt<std::string>

@@ -25,7 +25,10 @@ namespace mlir::moe {
 /// `shared_experts.*`), Mixtral's (`experts.{i}.w1.weight`), Qwen's
 /// (`shared_expert.*`), MiniMax's (Mixtral's, with the score bias on the
 /// block: `e_score_correction_bias`) and ERNIE's (DeepSeek's, with the score
-/// bias in `moe_statics`).
+/// bias in `moe_statics`), GraniteMoE's (`input_linear.weight`, every
+/// expert's gate and up projections in one tensor), Hunyuan's (`gate.wg`,
+/// `shared_mlp.*`) and Llama 4's (`router.weight`, `experts.gate_up_proj`
+/// and `experts.down_proj` as (in, out) matrices, `shared_expert.*`).
 enum class WeightNaming {
   DeepSeek,
   Mixtral,
@@ -33,7 +36,8 @@ enum class WeightNaming {
   MiniMax,
   Ernie,
   Granite,
-  Hunyuan
+  Hunyuan,
+  Llama4
 };
 
 std::optional<WeightNaming> parseWeightNaming(llvm::StringRef name);
@@ -76,6 +80,10 @@ std::string hfWeightName(WeightNaming naming, llvm::StringRef role);
 /// the gate and up projections of every expert in one [E, 2F, H] tensor.
 std::pair<int64_t, int64_t> hfWeightPart(WeightNaming naming,
                                          llvm::StringRef role);
+
+/// Whether the checkpoint keeps the operand's matrices transposed, as
+/// (in, out) (Llama 4's expert tensors).
+bool hfWeightTransposed(WeightNaming naming, llvm::StringRef role);
 
 } // namespace mlir::moe
 

@@ -138,7 +138,11 @@ SmallVector<Value> lowerDispatch(Builder &b, DispatchOp op) {
       memref::StoreOp::create(b, ifOp.getResult(0), rowMap, ValueRange{t, j});
     });
   });
-  // The copies, in parallel: each slot has a row of its own.
+  // The copies, in parallel: each slot has a row of its own. With scales,
+  // x[t] * scale: the scale rounded to the element type first (Llama 4
+  // multiplies two tensors of it), the product in f32, rounded.
+  Value scales = op.getScales() ? asBuffer(b, op.getScales()) : Value();
+  Type elt = rowsType.getElementType();
   forTokenBlocks(b, tokens, [&](Builder &b, Value t) {
     forLoop(b, k, [&](Builder &b, Value j) {
       Value r = memref::LoadOp::create(b, rowMap, ValueRange{t, j});
@@ -146,8 +150,21 @@ SmallVector<Value> lowerDispatch(Builder &b, DispatchOp op) {
                                            i32Const(b, 0));
       scf::IfOp::create(b, placed, [&](OpBuilder &nested, Location loc) {
         Builder nb(loc, nested);
-        copyRow(nb, x, t, rows, arith::IndexCastOp::create(nb, index, r),
-                hidden);
+        Value dst = arith::IndexCastOp::create(nb, index, r);
+        if (!scales) {
+          copyRow(nb, x, t, rows, dst, hidden);
+        } else {
+          Value s = toF32(
+              nb,
+              fromF32(nb, memref::LoadOp::create(nb, scales, ValueRange{t, j}),
+                      elt));
+          forLoop(nb, hidden, [&](Builder &b, Value h) {
+            Value v = toF32(b, memref::LoadOp::create(b, x, ValueRange{t, h}));
+            memref::StoreOp::create(
+                b, fromF32(b, arith::MulFOp::create(b, v, s), elt), rows,
+                ValueRange{dst, h});
+          });
+        }
         scf::YieldOp::create(nb);
       });
     });
@@ -162,7 +179,7 @@ Value lowerCombine(Builder &b, CombineOp op) {
   Type elt = outType.getElementType();
   Value rows = asBuffer(b, op.getRows());
   Value rowMap = asBuffer(b, op.getRowMap());
-  Value weights = asBuffer(b, op.getWeights());
+  Value weights = op.getWeights() ? asBuffer(b, op.getWeights()) : Value();
   Value tokens = dim(b, rowMap, 0);
   Value rowCount = dim(b, rows, 0);
   Value zeroIdx = indexConst(b, 0);
@@ -183,14 +200,16 @@ Value lowerCombine(Builder &b, CombineOp op) {
       Value ok = validRow(b, r, rowCount);
       valid.push_back(ok);
       row.push_back(arith::SelectOp::create(b, ok, r, zeroIdx));
-      weight.push_back(memref::LoadOp::create(b, weights, ValueRange{t, jv}));
+      if (weights)
+        weight.push_back(memref::LoadOp::create(b, weights, ValueRange{t, jv}));
     }
     forLoop(b, hidden, [&](Builder &b, Value h) {
       Value acc = zeroF;
       for (int64_t j = 0; j < k; ++j) {
         Value v =
             toF32(b, memref::LoadOp::create(b, rows, ValueRange{row[j], h}));
-        Value term = arith::MulFOp::create(b, weight[j], v);
+        Value term =
+            weights ? Value(arith::MulFOp::create(b, weight[j], v)) : v;
         acc = arith::SelectOp::create(b, valid[j],
                                       arith::AddFOp::create(b, acc, term), acc);
       }

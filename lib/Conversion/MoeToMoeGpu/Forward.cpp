@@ -405,8 +405,10 @@ void LayerBuilder::buildScatter(gpu::GPUFuncOp func) {
       Value p = memref::AtomicRMWOp::create(
           b, arith::AtomicRMWKind::addi, e.i32(1), cursors,
           ValueRange{segment});
-      e.store(e.load(weights, {t, j}), rowWeight,
-              {arith::IndexCastOp::create(b, b.getIndexType(), p)});
+      // With scale_input the row carries the weight and the down
+      // projection's row scale is 1.
+      e.store(config.getScaleInput() ? e.f32(1) : e.load(weights, {t, j}),
+              rowWeight, {arith::IndexCastOp::create(b, b.getIndexType(), p)});
       scf::YieldOp::create(b, p);
       b.setInsertionPointToStart(ifOp.elseBlock());
       scf::YieldOp::create(b, e.i32(-1));
@@ -418,14 +420,37 @@ void LayerBuilder::buildScatter(gpu::GPUFuncOp func) {
   Value p = e.load(pos, {e.idx(0)});
   e.when(e.cmp(arith::CmpIPredicate::sge, p, e.i32(0)), [&] {
     Value row = arith::IndexCastOp::create(b, b.getIndexType(), p);
+    // Llama 4 (scale_input): x[t] times the weight rounded to the element
+    // type, the product in f32 rounded once more.
+    Type elt = config.getDtype();
+    Value scale;
+    if (config.getScaleInput()) {
+      scale = e.load(weights, {t, j});
+      if (!elt.isF32())
+        scale = e.toF32(arith::TruncFOp::create(b, elt, scale));
+    }
+    auto scaled = [&](Value v) -> Value {
+      if (!scale)
+        return v;
+      auto vec = dyn_cast<VectorType>(v.getType());
+      Type f32 = vec ? Type(VectorType::get(vec.getShape(), b.getF32Type()))
+                     : b.getF32Type();
+      Value s = vec ? Value(vector::BroadcastOp::create(b, f32, scale)) : scale;
+      Value wide = elt.isF32() ? v : Value(arith::ExtFOp::create(b, f32, v));
+      Value product = arith::MulFOp::create(b, wide, s);
+      return elt.isF32()
+                 ? product
+                 : Value(arith::TruncFOp::create(b, v.getType(), product));
+    };
     forRowChunks(e, tid, [&](Value h, Type chunk) {
       if (auto vec = dyn_cast_if_present<VectorType>(chunk))
         vector::StoreOp::create(
-            b, vector::LoadOp::create(b, vec, x, ValueRange{t, h}, false,
-                                      b.getI64IntegerAttr(kChunkBytes)),
+            b,
+            scaled(vector::LoadOp::create(b, vec, x, ValueRange{t, h}, false,
+                                          b.getI64IntegerAttr(kChunkBytes))),
             rows, ValueRange{row, h}, false, b.getI64IntegerAttr(kChunkBytes));
       else
-        e.store(e.load(x, {t, h}), rows, {row, h});
+        e.store(scaled(e.load(x, {t, h})), rows, {row, h});
     });
   });
 }

@@ -333,6 +333,12 @@ struct ConvertMoeToMoeGpu
         partition && !layer.getPartitionAttr())
       layer.setPartitionAttr(partition);
     SmPartitionAttr partition = layer.getPartitionAttr();
+    if (train && layer.getConfig().getScaleInput()) {
+      layer.emitOpError() << "scales the experts' inputs by the routed "
+                             "weights (scale_input): the sm_90a training "
+                             "step does not support it yet";
+      return signalPassFailure();
+    }
 
     // The layer is the one moe op this conversion takes; any other left in
     // the module (a primitive the sm_90a target has no kernel for) fails

@@ -1161,3 +1161,11 @@ func.func @f(%x: tensor<?x8xf32>, %wr: tensor<8x8xf32>, %wg: tensor<8x16x8xf32>,
        : (tensor<?x8xf32>, tensor<8x8xf32>, tensor<8x16x8xf32>, tensor<8x16x8xf32>, tensor<8x8x16xf32>) -> tensor<?x8xf32>
   return %y : tensor<?x8xf32>
 }
+
+// -----
+
+func.func @f(%x: tensor<?x16xf32>, %i: tensor<?x2xi32>, %s: tensor<?x3xf32>) {
+  // expected-error @+1 {{expected indices and scales of the same shape, got 'tensor<?x2xi32>' and 'tensor<?x3xf32>'}}
+  %r, %o, %m = moe.dispatch %x, %i scales %s {experts = 4} : tensor<?x16xf32>, tensor<?x2xi32>, tensor<?x3xf32> -> tensor<?x16xf32>, tensor<5xi32>, tensor<?x2xi32>
+  return
+}

@@ -199,3 +199,17 @@ func.func @all_to_all_async(%rows: tensor<?x64xbf16>, %off: tensor<17xi32>)
   %r = moe.all_to_all_wait %h : tensor<?x64xbf16>
   return %r, %o : tensor<?x64xbf16>, tensor<17xi32>
 }
+
+// Llama 4's order: the rows scaled on dispatch, summed as they are.
+// CHECK-LABEL: func @scaled_dispatch
+// CHECK: moe.dispatch %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} scales %{{[a-z0-9_]+}} {experts = 4 : i64} : tensor<?x16xbf16>, tensor<?x2xi32>, tensor<?x2xf32> -> tensor<?x16xbf16>, tensor<5xi32>, tensor<?x2xi32>
+// CHECK: moe.combine %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : tensor<?x16xbf16>, tensor<?x2xi32> -> tensor<?x16xbf16>
+func.func @scaled_dispatch(%x: tensor<?x16xbf16>, %ids: tensor<?x2xi32>,
+                           %w: tensor<?x2xf32>) -> tensor<?x16xbf16> {
+  %rows, %off, %map = moe.dispatch %x, %ids scales %w {experts = 4}
+      : tensor<?x16xbf16>, tensor<?x2xi32>, tensor<?x2xf32>
+      -> tensor<?x16xbf16>, tensor<5xi32>, tensor<?x2xi32>
+  %y = moe.combine %rows, %map
+         : tensor<?x16xbf16>, tensor<?x2xi32> -> tensor<?x16xbf16>
+  return %y : tensor<?x16xbf16>
+}

@@ -60,6 +60,10 @@ struct ParameterSpec {
   /// gate and up projections in one [E, 2F, H] tensor: parts 0 and 1 of
   /// 2). parts == 1: the whole tensor.
   int64_t part = 0, parts = 1;
+  /// The checkpoint keeps each matrix (the last two dimensions) transposed,
+  /// as (in, out): Llama 4's gate_up_proj [E, H, 2F] and down_proj
+  /// [E, F, H]. Parts then slice the checkpoint's last dimension.
+  bool transposed = false;
 };
 
 /// The layer's routing configuration, for reports and reference checks.
@@ -71,6 +75,8 @@ struct LayerSpec {
   double routedScale = 1.0;
   int64_t ffn = 0, sharedExperts = 0, sharedFfn = 0;
   bool sharedGate = false;
+  /// The routed weights scale the experts' inputs (Llama 4).
+  bool scaleInput = false;
   std::string dtype;
   int64_t alignment = 1;
 };
