@@ -12,6 +12,7 @@
 #include "llvm/ADT/SmallString.h"
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 using namespace mlir;
@@ -75,9 +76,9 @@ LogicalResult LayerConfigAttr::verify(
     function_ref<InFlightDiagnostic()> emitError, int64_t hidden,
     int64_t experts, int64_t topK, int64_t groups, int64_t topkGroups,
     ScoringFunc scoring, GroupScore groupScore, bool scoreBias,
-    bool normTopkProb, llvm::APFloat routedScale, int64_t ffn,
-    int64_t sharedExperts, int64_t sharedFfn, bool sharedGate, bool scaleInput,
-    Activation activation, Type dtype) {
+    bool normTopkProb, llvm::APFloat routedScale, llvm::APFloat routerJitter,
+    int64_t ffn, int64_t sharedExperts, int64_t sharedFfn, bool sharedGate,
+    bool scaleInput, Activation activation, Type dtype) {
   if (failed(checkSize(emitError, "hidden", hidden)) ||
       failed(checkSize(emitError, "experts", experts)) ||
       failed(checkSize(emitError, "ffn", ffn)))
@@ -90,6 +91,29 @@ LogicalResult LayerConfigAttr::verify(
   double scale = routedScale.convertToDouble();
   if (!std::isfinite(scale) || scale <= 0.0)
     return emitError() << "expected a finite routed_scale > 0, got " << scale;
+  double jitter = routerJitter.convertToDouble();
+  // As a config.json writes it (%g), not in the diagnostic's %e.
+  auto shortest = [](double v) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%g", v);
+    return std::string(text);
+  };
+  if (!std::isfinite(jitter) || jitter < 0.0)
+    return emitError() << "expected a finite router_jitter >= 0, got "
+                       << shortest(jitter);
+  if (scoring == ScoringFunc::Sparsemixer) {
+    if (topK != 2)
+      return emitError() << "expected top_k = 2 with scoring = sparsemixer "
+                            "(it picks two experts), got "
+                         << topK;
+    if (groups != 1 || scoreBias || normTopkProb)
+      return emitError() << "expected no groups, score_bias or "
+                            "norm_topk_prob with scoring = sparsemixer";
+  } else if (jitter != 0.0) {
+    return emitError() << "expected router_jitter = 0 unless scoring = "
+                          "sparsemixer, got "
+                       << shortest(jitter);
+  }
   if (sharedExperts < 0 || sharedExperts > kMaxDim)
     return emitError() << "expected 0 <= shared_experts <= " << kMaxDim
                        << ", got " << sharedExperts;

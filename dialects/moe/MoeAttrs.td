@@ -18,7 +18,8 @@ include "mlir/IR/EnumAttr.td"
 def Moe_ScoringFunc : I32EnumAttr<"ScoringFunc",
     "function turning router logits into expert scores", [
       I32EnumAttrCase<"Softmax", 0, "softmax">,
-      I32EnumAttrCase<"Sigmoid", 1, "sigmoid">
+      I32EnumAttrCase<"Sigmoid", 1, "sigmoid">,
+      I32EnumAttrCase<"Sparsemixer", 2, "sparsemixer">
     ]> {
   let cppNamespace = "::mlir::moe";
   let genSpecializedAttr = 0;
@@ -108,11 +109,12 @@ def Moe_LayerConfigAttr : Moe_Attr<"LayerConfig", "layer_config"> {
     | `top_k` | experts per token k | required |
     | `groups` | expert groups for group-limited routing | 1 |
     | `topk_groups` | groups kept per token | 1 |
-    | `scoring` | `softmax` or `sigmoid` over the router logits | `softmax` |
+    | `scoring` | `softmax`, `sigmoid` or `sparsemixer` over the router logits | `softmax` |
     | `group_score` | group rule: `max` score or `sum_top2` of its two best | `max` |
     | `score_bias` | a score-correction bias is added for selection only | `false` |
     | `norm_topk_prob` | the k weights are renormalized to sum to one | `false` |
     | `routed_scale` | factor on the routed weights | `1.0` |
+    | `router_jitter` | sparsemixer's relative logit margin (Phi-3.5-MoE's `router_jitter_noise`) | `0.0` |
     | `ffn` | intermediate size F of a routed expert | required |
     | `shared_experts` | number of shared (dense) experts | 0 |
     | `shared_ffn` | intermediate size of one shared expert | 0 |
@@ -128,6 +130,13 @@ def Moe_LayerConfigAttr : Moe_Attr<"LayerConfig", "layer_config"> {
     bias, when present, is added for these selections only; the weights are
     the unbiased scores of the selected experts, renormalized when
     `norm_topk_prob`, then multiplied by `routed_scale`.
+
+    `sparsemixer` (Phi-3.5-MoE, inference form; `top_k = 2`, no groups,
+    bias or renormalization) picks the best logit `m1`, then the best of
+    the others `m2`; expert `i`'s weight is the softmax, at `i`, of the
+    logits `s` that are within the margin of `m_i`,
+    `(m_i - s) / max(|s|, m_i) <= 2 * router_jitter` (for the second, the
+    first expert excluded).
 
     A token's routed output is `sum_j w_j * FFN_j(x)`, or with `scale_input`
     `sum_j FFN_j(w_j * x)` where `w_j * x` is rounded to `dtype` (Llama 4
@@ -153,6 +162,7 @@ def Moe_LayerConfigAttr : Moe_Attr<"LayerConfig", "layer_config"> {
     Moe_BoolParameter<"selection-only score-correction bias">:$score_bias,
     Moe_BoolParameter<"renormalize the top-k weights">:$norm_topk_prob,
     Moe_F64Parameter<"factor on the routed weights", "1.0">:$routed_scale,
+    Moe_F64Parameter<"sparsemixer's relative logit margin", "0.0">:$router_jitter,
     "int64_t":$ffn,
     DefaultValuedParameter<"int64_t", "0">:$shared_experts,
     DefaultValuedParameter<"int64_t", "0">:$shared_ffn,
@@ -174,6 +184,16 @@ def Moe_LayerConfigAttr : Moe_Attr<"LayerConfig", "layer_config"> {
     bool hasSharedExperts() const { return getSharedExperts() > 0; }
     double getRoutedScaleValue() const {
       return getRoutedScale().convertToDouble();
+    }
+    /// What of the layer no training step (host or sm_90a) supports yet,
+    /// or "" when it can be trained.
+    std::string getUntrainable() const {
+      if (getScaleInput())
+        return "its routed weights scale the experts' inputs (scale_input, "
+               "Llama 4)";
+      if (getScoring() == ::mlir::moe::ScoringFunc::Sparsemixer)
+        return "it routes by sparsemixer (Phi-3.5-MoE)";
+      return "";
     }
   }];
 }

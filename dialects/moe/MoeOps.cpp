@@ -315,6 +315,16 @@ LogicalResult TopKOp::verify() {
   double scale = getScale().convertToDouble();
   if (!std::isfinite(scale) || scale <= 0.0)
     return emitOpError() << "expected a finite scale > 0, got " << scale;
+  if (std::optional<llvm::APFloat> eps = getSparsemixer()) {
+    double margin = eps->convertToDouble();
+    if (!std::isfinite(margin) || margin < 0.0)
+      return emitOpError() << "expected a finite sparsemixer margin >= 0, got "
+                           << (margin < 0.0 ? "a negative value"
+                                            : "inf or nan");
+    if (k != 2 || groups != 1 || getBias() || getNormalize())
+      return emitOpError() << "expected k = 2 and no bias, groups or "
+                              "normalize with sparsemixer";
+  }
   return verifyResultTypes(*this);
 }
 

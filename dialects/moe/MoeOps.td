@@ -105,8 +105,9 @@ def Moe_RouterOp : Moe_InferredOp<"router", [Pure]> {
   let summary = "Router scores of every token for every expert";
   let description = [{
     `scores[t, e] = scoring(sum_h x[t, h] * w[e, h])`, computed and returned
-    in f32. `scoring` is `softmax` (over the E experts of a token) or
-    `sigmoid` (elementwise).
+    in f32. `scoring` is `softmax` (over the E experts of a token),
+    `sigmoid` (elementwise) or `sparsemixer` (none: the logits, which
+    moe.topk's `sparsemixer` turns into weights).
 
     ```mlir
     %s = moe.router %x, %w {scoring = #moe.scoring<sigmoid>}
@@ -139,6 +140,13 @@ def Moe_TopKOp : Moe_InferredOp<"topk", [Pure]> {
     `normalize` is set, then multiplied by `scale`. Ties go to the lower
     index.
 
+    With `sparsemixer = eps` (Phi-3.5-MoE; `k = 2`, no bias, groups or
+    `normalize`), `scores` are logits: the first expert is the best logit
+    `m1`, the second the best of the others `m2`, and expert `i`'s weight
+    is `1 / sum_e exp(s_e - m_i)` over the logits `s_e` with
+    `(m_i - s_e) / max(|s_e|, m_i) <= 2 eps` (for the second, the first
+    expert left out), times `scale`.
+
     ```mlir
     %ids, %w = moe.topk %s bias(%b) {k = 8, groups = 8, topk_groups = 4,
                  group_score = #moe.group_score<sum_top2>, normalize,
@@ -156,7 +164,8 @@ def Moe_TopKOp : Moe_InferredOp<"topk", [Pure]> {
     DefaultValuedAttr<Moe_GroupScoreAttr, "::mlir::moe::GroupScore::Max">
         :$group_score,
     UnitAttr:$normalize,
-    DefaultValuedAttr<F64Attr, "1.0">:$scale
+    DefaultValuedAttr<F64Attr, "1.0">:$scale,
+    OptionalAttr<F64Attr>:$sparsemixer
   );
   let results = (outs Moe_I32Matrix:$indices, Moe_F32Matrix:$weights);
   let assemblyFormat = [{

@@ -570,10 +570,10 @@ CompileResult mlir::moe::compile(const std::string &input,
     return result;
   }
   LayerConfigAttr config = layer.getConfig();
-  if (options.train && config.getScaleInput()) {
-    result.error = "--train: the layer's routed weights scale the experts' "
-                   "inputs (scale_input, Llama 4), which has no training "
-                   "step yet; compile it without --train";
+  if (std::string why = config.getUntrainable();
+      options.train && !why.empty()) {
+    result.error = "--train: the layer has no training step yet: " + why +
+                   "; compile it without --train";
     return result;
   }
   // A static token count: the bundle takes exactly that many tokens.

@@ -22,6 +22,8 @@
 //   (on the block, not the router), top-k, renormalized.
 // - hunyuan_v1_moe: softmax, top-k (moe_topk, the same for every
 //   layer), renormalized, plus one shared MLP of intermediate_size.
+// - phimoe: sparsemixer (its inference form) over the logits, two
+//   experts, margin router_jitter_noise; Mixtral's checkpoint names.
 // - llama4_text (and llama4's text_config): the sigmoids of the top-k
 //   logits, not renormalized, scale the token before its experts; one
 //   shared MLP of intermediate_size; MoE layers by moe_layers or
@@ -124,6 +126,12 @@ aliasesOf(llvm::StringRef modelType) {
             {"experts", "num_experts"},
             {"top_k", "num_experts_per_tok"},
             {"ffn", "intermediate_size"}};
+  if (modelType == "phimoe")
+    return {{"hidden", "hidden_size"},
+            {"experts", "num_local_experts"},
+            {"top_k", "num_experts_per_tok"},
+            {"ffn", "intermediate_size"},
+            {"router_jitter", "router_jitter_noise"}};
   if (modelType.starts_with("mixtral") || modelType.starts_with("minimax") ||
       modelType == "granitemoe")
     return {{"hidden", "hidden_size"},
@@ -291,7 +299,7 @@ struct Fields {
   GroupScore groupScore = GroupScore::Max;
   bool scoreBias = false, normalize = false, sharedGate = false,
        scaleInput = false;
-  double scale = 1.0;
+  double scale = 1.0, jitter = 0.0;
   int64_t ffn = 0, sharedExperts = 0, sharedFfn = 0;
 };
 } // namespace
@@ -323,7 +331,8 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
       "deepseek_v3",  "deepseek_v32", "glm4_moe",       "glm4_moe_lite",
       "dots1",        "deepseek_v2",  "mixtral",        "minimax",
       "minimax_m2",   "qwen2_moe",    "qwen3_moe",      "olmoe",
-      "ernie4_5_moe", "granitemoe",   "hunyuan_v1_moe", "llama4_text"};
+      "ernie4_5_moe", "granitemoe",   "hunyuan_v1_moe", "llama4_text",
+      "phimoe"};
   // The families' causal-LM class names, for a model_type we do not know.
   static const std::pair<llvm::StringRef, llvm::StringRef> kArchitectures[] = {
       {"DeepseekV3ForCausalLM", "deepseek_v3"},
@@ -341,7 +350,9 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
       {"Qwen3MoeForCausalLM", "qwen3_moe"},
       {"GraniteMoeForCausalLM", "granitemoe"},
       {"HunYuanMoEV1ForCausalLM", "hunyuan_v1_moe"},
-      {"Llama4ForCausalLM", "llama4_text"}};
+      {"Llama4ForCausalLM", "llama4_text"},
+      {"PhimoeForCausalLM", "phimoe"},
+      {"PhiMoEForCausalLM", "phimoe"}};
   std::string declared = top.string("model_type", "");
   std::string modelType = declared;
   std::string via;
@@ -514,6 +525,21 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
     f.sharedFfn = f.ffn;
     f.scoring = ScoringFunc::Sigmoid;
     f.scaleInput = true;
+  } else if (modelType == "phimoe") {
+    // Sparsemixer over the logits (its inference form), two experts;
+    // Mixtral's checkpoint names.
+    naming = WeightNaming::Mixtral;
+    f.hidden = r.integer("hidden_size", 4096);
+    f.experts = r.integer("num_local_experts", 16);
+    f.topK = r.integer("num_experts_per_tok", 2);
+    if (!r.failed() && f.topK != 2)
+      r.error = r.prefix + ": field 'num_experts_per_tok' is " +
+                std::to_string(f.topK) +
+                ", expected 2 (sparsemixer picks two experts whatever it "
+                "says)";
+    f.ffn = r.integer("intermediate_size", 6400);
+    f.scoring = ScoringFunc::Sparsemixer;
+    f.jitter = r.number("router_jitter_noise", 0.01);
   } else if (modelType == "minimax_m2") {
     naming = WeightNaming::MiniMax;
     f.hidden = r.integer("hidden_size", 3072);
@@ -593,7 +619,8 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
   // Which layers are MoE layers, by the family's rule, and where their
   // tensors are in the published checkpoints.
   bool blockSparse = modelType == "mixtral" || modelType == "minimax" ||
-                     modelType == "minimax_m2" || modelType == "granitemoe";
+                     modelType == "minimax_m2" || modelType == "granitemoe" ||
+                     modelType == "phimoe";
   // (A wrapper's language model is elsewhere in its checkpoints, under a
   // name of the wrapper's: not recorded, --weights-prefix names it.)
   std::string checkpointPrefix =
@@ -715,9 +742,9 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
           return mlir::emitError(UnknownLoc::get(context));
         },
         context, f.hidden, f.experts, f.topK, f.groups, f.topkGroups, f.scoring,
-        f.groupScore, f.scoreBias, f.normalize, llvm::APFloat(f.scale), f.ffn,
-        f.sharedExperts, f.sharedFfn, f.sharedGate, f.scaleInput,
-        Activation::SwiGLU, dtype);
+        f.groupScore, f.scoreBias, f.normalize, llvm::APFloat(f.scale),
+        llvm::APFloat(f.jitter), f.ffn, f.sharedExperts, f.sharedFfn,
+        f.sharedGate, f.scaleInput, Activation::SwiGLU, dtype);
   }
   if (!config) {
     error = r.prefix + ": inconsistent MoE configuration: " + verifyError;

@@ -226,10 +226,9 @@ LogicalResult addBackward(ModuleOp module, func::FuncOp forward, LayerOp layer,
                           int64_t alignment) {
   LayerConfigAttr config = layer.getConfig();
   Location loc = layer.getLoc();
-  if (config.getScaleInput())
+  if (std::string why = config.getUntrainable(); !why.empty())
     return layer.emitOpError()
-           << "scales the experts' inputs by the routed weights "
-              "(scale_input): moe-autodiff has no backward pass for it yet";
+           << "has no backward pass in moe-autodiff yet: " << why;
 
   // Arguments: the layer's operands, then dy.
   SmallVector<Type> argTypes(layer->getOperandTypes());

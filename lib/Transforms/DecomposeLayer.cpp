@@ -107,10 +107,14 @@ DecomposedLayer mlir::moe::decomposeLayer(OpBuilder &b, LayerOp layer,
   auto scoring = ScoringFuncAttr::get(b.getContext(), config.getScoring());
   Value scores = RouterOp::create(b, loc, x, layer.getRouterWeight(), scoring);
 
-  auto topk = TopKOp::create(b, loc, scores, layer.getScoreBias(),
-                             config.getTopK(), config.getGroups(),
-                             config.getTopkGroups(), config.getGroupScore(),
-                             config.getNormTopkProb(), config.getRoutedScale());
+  // Sparsemixer (Phi-3.5-MoE) selects on the logits with its margin.
+  FloatAttr sparsemixer;
+  if (config.getScoring() == ScoringFunc::Sparsemixer)
+    sparsemixer = b.getF64FloatAttr(config.getRouterJitter().convertToDouble());
+  auto topk = TopKOp::create(
+      b, loc, scores, layer.getScoreBias(), config.getTopK(),
+      config.getGroups(), config.getTopkGroups(), config.getGroupScore(),
+      config.getNormTopkProb(), config.getRoutedScale(), sparsemixer);
 
   // Expert parallelism: the dispatched rows go to the ranks that own their
   // experts and the expert outputs come back. With several chunks, every

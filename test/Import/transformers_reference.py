@@ -85,6 +85,16 @@ CASES = {
                          num_experts_per_tok=2, intermediate_size=40,
                          intermediate_size_mlp=48, num_hidden_layers=4,
                          interleave_moe_layer_step=2)),
+    # Sparsemixer (inference form): two picks, each weighted by the softmax
+    # of the logits within its margin (router_jitter_noise: the default
+    # 0.01, and 0.3 so that several logits stay in).
+    "phimoe": ("PhimoeConfig", "PhimoeForCausalLM",
+               dict(hidden_size=64, num_local_experts=8,
+                    num_experts_per_tok=2, intermediate_size=40)),
+    "phimoe-wide": ("PhimoeConfig", "PhimoeForCausalLM",
+                    dict(hidden_size=64, num_local_experts=8,
+                         num_experts_per_tok=2, intermediate_size=40,
+                         router_jitter_noise=0.3)),
     "olmoe": ("OlmoeConfig", "OlmoeForCausalLM",
               dict(hidden_size=64, num_experts=16, num_experts_per_tok=4,
                    intermediate_size=32)),

@@ -119,9 +119,10 @@ class Config:
             self.ffn = c["intermediate_size"]
             self.shared_ffn = self.ffn
             self.scale_input = True
-        elif self.type in ("mixtral", "granitemoe"):
+        elif self.type in ("mixtral", "granitemoe", "phimoe"):
             self.experts = c["num_local_experts"]
             self.ffn = c["intermediate_size"]
+            self.jitter = c.get("router_jitter_noise", 0.01)
         else:  # qwen2_moe, qwen3_moe
             self.experts = c["num_experts"]
             self.ffn = c["moe_intermediate_size"]
@@ -153,7 +154,7 @@ class Config:
 
     def names(self):
         """Checkpoint names: router, bias, per-expert (gate, up, down), shared."""
-        if self.type == "mixtral":
+        if self.type in ("mixtral", "phimoe"):
             expert = ("experts.{}.w1.weight", "experts.{}.w3.weight", "experts.{}.w2.weight")
         else:
             expert = tuple("experts.{}.%s_proj.weight" % p for p in ("gate", "up", "down"))
@@ -176,6 +177,25 @@ def softmax(v):
 def top_indices(values, k):
     """Indices of the k largest, best first; ties go to the lower index."""
     return np.argsort(-values, kind="stable")[:k]
+
+
+def sparsemixer(s, jitter):
+    """Phi-3.5-MoE's two picks at inference: the best logit m1, then the
+    best of the others m2; pick i weighs 1 / sum exp(s - m_i) over the
+    logits still free within the margin (m_i - s) / max(|s|, m_i) <=
+    2 jitter."""
+    free = np.ones(len(s), dtype=bool)
+    chosen, weights = [], []
+    for _ in range(2):
+        i = int(top_indices(np.where(free, s, -np.inf), 1)[0])
+        m = s[i]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            outside = (m - s) / np.maximum(np.abs(s), m) > 2 * jitter
+        keep = free & ~outside
+        weights.append(1.0 / np.exp(s[keep] - m).sum())
+        chosen.append(i)
+        free[i] = False
+    return np.array(chosen), np.array(weights)
 
 
 def route(cfg, logits, bias):
@@ -216,6 +236,8 @@ def route(cfg, logits, bias):
                 w = w / (w.sum() + 1e-20)
             else:
                 w = w * cfg.scale
+        elif cfg.type == "phimoe":
+            chosen, w = sparsemixer(logits[t], cfg.jitter)
         elif cfg.type == "llama4_text":
             chosen = top_indices(logits[t], cfg.k)
             w = sigmoid(logits[t][chosen])

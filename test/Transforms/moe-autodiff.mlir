@@ -110,7 +110,7 @@ func.func private @one_backward()
 // Llama 4's input-scaled experts have no backward pass yet.
 func.func @scaled(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x4x8xf32>,
                   %wu: tensor<4x4x8xf32>, %wd: tensor<4x8x4xf32>) -> tensor<?x8xf32> {
-  // expected-error @+1 {{'moe.layer' op scales the experts' inputs by the routed weights (scale_input): moe-autodiff has no backward pass for it yet}}
+  // expected-error @+1 {{'moe.layer' op has no backward pass in moe-autodiff yet: its routed weights scale the experts' inputs (scale_input, Llama 4)}}
   %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd)
       {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, scoring = sigmoid, ffn = 4, scale_input = true, dtype = f32>}
       : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>) -> tensor<?x8xf32>

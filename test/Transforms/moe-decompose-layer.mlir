@@ -155,3 +155,19 @@ func.func @scaled_input(%x: tensor<?x8xbf16>, %wr: tensor<4x8xbf16>,
       : (tensor<?x8xbf16>, tensor<4x8xbf16>, tensor<4x4x8xbf16>, tensor<4x4x8xbf16>, tensor<4x8x4xbf16>) -> tensor<?x8xbf16>
   return %y : tensor<?x8xbf16>
 }
+
+// -----
+
+// Sparsemixer (Phi-3.5-MoE): the router passes the logits on, the top-k
+// takes the layer's router_jitter as its margin.
+// CHECK-LABEL: func @sparsemixer
+// CHECK: moe.router %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} {scoring = #moe.scoring<sparsemixer>}
+// CHECK: moe.topk %{{[a-z0-9_]+}} {k = 2 : i64, sparsemixer = 2.000000e-02 : f64}
+func.func @sparsemixer(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>,
+                       %wg: tensor<4x4x8xf32>, %wu: tensor<4x4x8xf32>,
+                       %wd: tensor<4x8x4xf32>) -> tensor<?x8xf32> {
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd)
+      {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, scoring = sparsemixer, router_jitter = 0.02, ffn = 4, dtype = f32>}
+      : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}

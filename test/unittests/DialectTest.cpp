@@ -33,6 +33,7 @@ protected:
         /*top_k=*/int64_t(2), /*groups=*/int64_t(4), /*topk_groups=*/int64_t(2),
         ScoringFunc::Sigmoid, GroupScore::SumTop2,
         /*score_bias=*/true, /*norm_topk_prob=*/true, llvm::APFloat(2.5),
+        /*router_jitter=*/llvm::APFloat(0.0),
         /*ffn=*/int64_t(32), /*shared_experts=*/int64_t(1),
         /*shared_ffn=*/int64_t(16),
         /*shared_gate=*/false, /*scale_input=*/false, Activation::SwiGLU,
@@ -91,8 +92,9 @@ TEST_F(MoeDialectTest, BadConfigIsADiagnosticNotACrash) {
   auto attr = LayerConfigAttr::getChecked(
       [&] { return emitError(loc); }, &context, int64_t(64), int64_t(8),
       int64_t(9), int64_t(1), int64_t(1), ScoringFunc::Softmax, GroupScore::Max,
-      false, false, llvm::APFloat(1.0), int64_t(32), int64_t(0), int64_t(0),
-      false, false, Activation::SwiGLU, Type(Float32Type::get(&context)));
+      false, false, llvm::APFloat(1.0), llvm::APFloat(0.0), int64_t(32),
+      int64_t(0), int64_t(0), false, false, Activation::SwiGLU,
+      Type(Float32Type::get(&context)));
   EXPECT_FALSE(attr);
   EXPECT_EQ(message, "expected 1 <= top_k <= experts (8), got 9");
 

@@ -30,6 +30,9 @@ using Builder = host::Builder;
 
 Value lowerRouter(Builder &b, RouterOp op, const VectorTarget &target) {
   Value logits = matmulTransposeB(b, op.getInput(), op.getWeight(), target);
+  // Sparsemixer's selection (moe.topk) reads the logits themselves.
+  if (op.getScoring() == ScoringFunc::Sparsemixer)
+    return logits;
   if (op.getScoring() == ScoringFunc::Sigmoid)
     return elementwise(
         b, logits, b.getF32Type(),
@@ -82,6 +85,47 @@ Value argmaxUnchosen(Builder &b, Value values, Value chosen, Value row,
   return result[1];
 }
 
+/// Sparsemixer's two picks for token `t` (Phi-3.5-MoE at inference): the
+/// best logit m1, then the best of the others m2; pick i's weight is
+/// `scale / sum_e exp(s_e - m_i)` over the logits still free (the first
+/// pick is not, for the second) with `(m_i - s_e) / max(|s_e|, m_i)` not
+/// above `margin` (a NaN ratio keeps the logit, as in transformers).
+/// `logits` and `chosen` are the token's scratch row `r`.
+void lowerSparsemixerToken(Builder &b, Value logits, Value chosen, Value r,
+                           Value t, int64_t experts, double margin,
+                           double scale, Value ids, Value weights) {
+  Value trueV = arith::ConstantOp::create(b, b.getBoolAttr(true));
+  for (int64_t j = 0; j < 2; ++j) {
+    Value e = argmaxUnchosen(b, logits, chosen, r, experts,
+                             [&](Builder &, Value) { return trueV; });
+    Value m = memref::LoadOp::create(b, logits, ValueRange{r, e});
+    Value sum = forLoopCarrying(
+        b, indexConst(b, 0), indexConst(b, experts),
+        ValueRange{f32Const(b, 0.0)},
+        [&](Builder &b, Value i, ValueRange carried) -> SmallVector<Value> {
+          Value s = memref::LoadOp::create(b, logits, ValueRange{r, i});
+          Value taken = memref::LoadOp::create(b, chosen, ValueRange{r, i});
+          Value factor =
+              arith::MaximumFOp::create(b, math::AbsFOp::create(b, s), m);
+          Value ratio =
+              arith::DivFOp::create(b, arith::SubFOp::create(b, m, s), factor);
+          Value outside = arith::CmpFOp::create(b, arith::CmpFPredicate::OGT,
+                                                ratio, f32Const(b, margin));
+          Value drop = arith::OrIOp::create(b, taken, outside);
+          Value term = math::ExpOp::create(b, arith::SubFOp::create(b, s, m));
+          return {arith::SelectOp::create(
+              b, drop, carried[0], arith::AddFOp::create(b, carried[0], term))};
+        })[0];
+    memref::StoreOp::create(b, trueV, chosen, ValueRange{r, e});
+    Value jv = indexConst(b, j);
+    memref::StoreOp::create(b, arith::IndexCastOp::create(b, b.getI32Type(), e),
+                            ids, ValueRange{t, jv});
+    memref::StoreOp::create(b,
+                            arith::DivFOp::create(b, f32Const(b, scale), sum),
+                            weights, ValueRange{t, jv});
+  }
+}
+
 std::pair<Value, Value> lowerTopK(Builder &b, TopKOp op) {
   auto scoresType = cast<RankedTensorType>(op.getScores().getType());
   int64_t experts = scoresType.getDimSize(1);
@@ -125,6 +169,13 @@ std::pair<Value, Value> lowerTopK(Builder &b, TopKOp op) {
         memref::StoreOp::create(b, s, select, ValueRange{r, e});
         memref::StoreOp::create(b, falseV, chosen, ValueRange{r, e});
       });
+
+      if (std::optional<llvm::APFloat> eps = op.getSparsemixer()) {
+        lowerSparsemixerToken(b, select, chosen, r, t, experts,
+                              2.0 * eps->convertToDouble(),
+                              op.getScale().convertToDouble(), ids, weights);
+        return;
+      }
 
       // Group-limited routing: keep the best groups.
       if (groups > 1) {

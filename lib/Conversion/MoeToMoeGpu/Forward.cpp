@@ -92,6 +92,8 @@ void LayerBuilder::buildRoute(gpu::GPUFuncOp func) {
   int64_t slots = llvm::divideCeil(experts, 32);
   bool bias = config.getScoreBias();
   bool sigmoid = config.getScoring() == ScoringFunc::Sigmoid;
+  // Sparsemixer (Phi-3.5-MoE) selects on the logits themselves.
+  bool mixer = config.getScoring() == ScoringFunc::Sparsemixer;
   Value logits = func.getArgument(0);
   Value biasArg = bias ? func.getArgument(1) : Value();
   Value ids = func.getArgument(bias ? 2 : 1);
@@ -155,7 +157,7 @@ void LayerBuilder::buildRoute(gpu::GPUFuncOp func) {
     if (sigmoid) {
       for (Value &s : score)
         s = e.sigmoid(s);
-    } else {
+    } else if (!mixer) {
       // Softmax: the warp's max (NaN propagates, as in the serial form),
       // then the sum of exponentials.
       Value max = e.f32(-INFINITY);
@@ -269,8 +271,11 @@ void LayerBuilder::buildRoute(gpu::GPUFuncOp func) {
       chosen.push_back(index);
       chosenScore.push_back(best.score);
       sum = e.add(sum, best.score);
+      if (mixer)
+        chosenScore.back() =
+            sparsemixerWeight(e, score, expert, inRange, chosen, best.score);
     }
-    bool normalize = config.getNormTopkProb();
+    bool normalize = config.getNormTopkProb() && !mixer;
     double scale = config.getRoutedScaleValue();
     // Lane 0 writes the token's choices and counts them for the dispatch.
     e.when(e.cmp(arith::CmpIPredicate::eq, lane, e.idx(0)), [&] {
@@ -293,6 +298,44 @@ void LayerBuilder::buildRoute(gpu::GPUFuncOp func) {
       }
     });
   });
+}
+
+/// Sparsemixer's weight for the pick of logit `m` (the last of `chosen`):
+/// `1 / sum exp(s - m)` over the warp's logits `score` of experts in range
+/// and not chosen before, whose `(m - s) / max(|s|, m)` is not above twice
+/// the layer's router_jitter (a NaN ratio keeps the logit, as in
+/// transformers). Every lane ends with the sum.
+Value LayerBuilder::sparsemixerWeight(Emitter &e, ArrayRef<Value> score,
+                                      ArrayRef<Value> expert,
+                                      ArrayRef<Value> inRange,
+                                      ArrayRef<Value> chosen, Value m) {
+  ImplicitLocOpBuilder &b = e.b;
+  Value margin = e.f32(2.0 * config.getRouterJitter().convertToDouble());
+  Value sum = e.f32(0);
+  for (size_t i = 0; i < score.size(); ++i) {
+    Value s = score[i];
+    Value keep = inRange[i];
+    Value id = arith::IndexCastOp::create(b, b.getI32Type(), expert[i]);
+    for (size_t c = 0; c + 1 < chosen.size(); ++c)
+      keep = arith::AndIOp::create(
+          b, keep, e.cmp(arith::CmpIPredicate::ne, id, chosen[c]));
+    Value abs = arith::MaximumFOp::create(b, s, arith::NegFOp::create(b, s));
+    Value factor = arith::MaximumFOp::create(b, abs, m);
+    Value ratio = e.div(e.sub(m, s), factor);
+    Value outside =
+        arith::CmpFOp::create(b, arith::CmpFPredicate::OGT, ratio, margin);
+    keep = arith::AndIOp::create(
+        b, keep,
+        arith::XOrIOp::create(b, outside,
+                              arith::ConstantIntOp::create(b, 1, 1)));
+    sum = e.add(sum,
+                arith::SelectOp::create(b, keep, e.exp(e.sub(s, m)), e.f32(0)));
+  }
+  for (int32_t offset = 16; offset >= 1; offset /= 2)
+    sum = e.add(
+        sum, gpu::ShuffleOp::create(b, sum, offset, 32, gpu::ShuffleMode::XOR)
+                 .getShuffleResult());
+  return e.div(e.f32(1), sum);
 }
 
 /// Token t's chunk of T tokens in `chunks`: chunk c holds tokens

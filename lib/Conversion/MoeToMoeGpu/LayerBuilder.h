@@ -198,6 +198,9 @@ private:
   void forRowChunks(Emitter &e, Value tid,
                     function_ref<void(Value, Type)> body);
   void buildScatter(gpu::GPUFuncOp func);
+  Value sparsemixerWeight(Emitter &e, ArrayRef<Value> score,
+                          ArrayRef<Value> expert, ArrayRef<Value> inRange,
+                          ArrayRef<Value> chosen, Value m);
   void buildCombine(gpu::GPUFuncOp func);
   /// A grouped GEMM kernel on (a, b, offsets, c [, scale]), or a dense one
   /// on (a, b, c [, scale]).

@@ -333,10 +333,9 @@ struct ConvertMoeToMoeGpu
         partition && !layer.getPartitionAttr())
       layer.setPartitionAttr(partition);
     SmPartitionAttr partition = layer.getPartitionAttr();
-    if (train && layer.getConfig().getScaleInput()) {
-      layer.emitOpError() << "scales the experts' inputs by the routed "
-                             "weights (scale_input): the sm_90a training "
-                             "step does not support it yet";
+    if (std::string why = layer.getConfig().getUntrainable();
+        train && !why.empty()) {
+      layer.emitOpError() << "has no sm_90a training step yet: " << why;
       return signalPassFailure();
     }
 

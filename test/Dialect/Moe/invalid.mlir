@@ -92,7 +92,7 @@ func.func private @f() attributes {c = #moe.layer_config<hidden = 8, experts = 4
 
 // -----
 
-// expected-error @+2 {{expected one of softmax, sigmoid, got 'relu'}}
+// expected-error @+2 {{expected one of softmax, sigmoid, sparsemixer, got 'relu'}}
 // expected-error @+1 {{failed to parse Moe_LayerConfigAttr parameter 'scoring' which is to be a `::mlir::moe::ScoringFunc`}}
 func.func private @f() attributes {c = #moe.layer_config<hidden = 8, experts = 4, ffn = 4, dtype = f32, top_k = 1, scoring = relu>}
 
@@ -1167,5 +1167,36 @@ func.func @f(%x: tensor<?x8xf32>, %wr: tensor<8x8xf32>, %wg: tensor<8x16x8xf32>,
 func.func @f(%x: tensor<?x16xf32>, %i: tensor<?x2xi32>, %s: tensor<?x3xf32>) {
   // expected-error @+1 {{expected indices and scales of the same shape, got 'tensor<?x2xi32>' and 'tensor<?x3xf32>'}}
   %r, %o, %m = moe.dispatch %x, %i scales %s {experts = 4} : tensor<?x16xf32>, tensor<?x2xi32>, tensor<?x3xf32> -> tensor<?x16xf32>, tensor<5xi32>, tensor<?x2xi32>
+  return
+}
+
+// -----
+
+// expected-error @+1 {{expected top_k = 2 with scoring = sparsemixer (it picks two experts), got 3}}
+func.func private @f() attributes {c = #moe.layer_config<hidden = 8, experts = 4, top_k = 3, scoring = sparsemixer, ffn = 4, dtype = f32>}
+
+// -----
+
+// expected-error @+1 {{expected no groups, score_bias or norm_topk_prob with scoring = sparsemixer}}
+func.func private @f() attributes {c = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, scoring = sparsemixer, norm_topk_prob = true, ffn = 4, dtype = f32>}
+
+// -----
+
+// expected-error @+1 {{expected router_jitter = 0 unless scoring = sparsemixer, got 0.01}}
+func.func private @f() attributes {c = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, router_jitter = 0.01, ffn = 4, dtype = f32>}
+
+// -----
+
+func.func @f(%s: tensor<?x8xf32>) {
+  // expected-error @+1 {{expected k = 2 and no bias, groups or normalize with sparsemixer}}
+  %i, %w = moe.topk %s {k = 3, sparsemixer = 0.01 : f64} : tensor<?x8xf32> -> tensor<?x3xi32>, tensor<?x3xf32>
+  return
+}
+
+// -----
+
+func.func @f(%s: tensor<?x8xf32>) {
+  // expected-error @+1 {{expected a finite sparsemixer margin >= 0, got a negative value}}
+  %i, %w = moe.topk %s {k = 2, sparsemixer = -1.0 : f64} : tensor<?x8xf32> -> tensor<?x2xi32>, tensor<?x2xf32>
   return
 }

@@ -213,3 +213,16 @@ func.func @scaled_dispatch(%x: tensor<?x16xbf16>, %ids: tensor<?x2xi32>,
          : tensor<?x16xbf16>, tensor<?x2xi32> -> tensor<?x16xbf16>
   return %y : tensor<?x16xbf16>
 }
+
+// Sparsemixer: the router's logits, two picks with a margin.
+// CHECK-LABEL: func @sparsemixer
+// CHECK: moe.router %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} {scoring = #moe.scoring<sparsemixer>}
+// CHECK: moe.topk %{{[a-z0-9_]+}} {k = 2 : i64, sparsemixer = 1.000000e-02 : f64}
+func.func @sparsemixer(%x: tensor<?x16xf32>, %wr: tensor<8x16xf32>)
+    -> tensor<?x2xf32> {
+  %s = moe.router %x, %wr {scoring = #moe.scoring<sparsemixer>}
+         : tensor<?x16xf32>, tensor<8x16xf32> -> tensor<?x8xf32>
+  %ids, %w = moe.topk %s {k = 2, sparsemixer = 0.01 : f64}
+             : tensor<?x8xf32> -> tensor<?x2xi32>, tensor<?x2xf32>
+  return %w : tensor<?x2xf32>
+}
