@@ -132,7 +132,7 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
   if (!o.weightNames.empty() && !parseWeightNaming(o.weightNames))
     return "unknown --weight-names '" + o.weightNames +
            "' (expected deepseek, mixtral, qwen, minimax, ernie, granite, "
-           "hunyuan or llama4)";
+           "hunyuan, llama4 or dbrx)";
   if (!o.dtype.empty() && o.dtype != "f32" && o.dtype != "bf16" &&
       o.dtype != "f16")
     return "unknown --dtype '" + o.dtype + "' (expected f32, bf16 or f16)";
@@ -212,6 +212,7 @@ static rt::Manifest buildManifest(LayerConfigAttr config, WeightNaming naming,
                     : 0;
       std::tie(p.part, p.parts) = hfWeightPart(naming, arg.role);
       p.transposed = hfWeightTransposed(naming, arg.role);
+      p.flat = hfWeightFlat(naming, arg.role);
       p.dtype = dt;
       p.shape = toShape(arg.type);
       m.parameters.push_back(std::move(p));

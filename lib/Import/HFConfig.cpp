@@ -22,6 +22,8 @@
 //   (on the block, not the router), top-k, renormalized.
 // - hunyuan_v1_moe: softmax, top-k (moe_topk, the same for every
 //   layer), renormalized, plus one shared MLP of intermediate_size.
+// - dbrx: softmax, top-k, divided by their sum (moe_normalize_expert_weights
+//   1; null: not divided); the fields in ffn_config, d_model, n_layers.
 // - phimoe: sparsemixer (its inference form) over the logits, two
 //   experts, margin router_jitter_noise; Mixtral's checkpoint names.
 // - llama4_text (and llama4's text_config): the sigmoids of the top-k
@@ -49,6 +51,7 @@
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/Regex.h"
 
+#include <cstdio>
 #include <functional>
 
 using namespace mlir;
@@ -64,6 +67,7 @@ std::optional<WeightNaming> mlir::moe::parseWeightNaming(llvm::StringRef name) {
       .Case("granite", WeightNaming::Granite)
       .Case("hunyuan", WeightNaming::Hunyuan)
       .Case("llama4", WeightNaming::Llama4)
+      .Case("dbrx", WeightNaming::Dbrx)
       .Default(std::nullopt);
 }
 
@@ -85,6 +89,8 @@ llvm::StringRef mlir::moe::stringifyWeightNaming(WeightNaming naming) {
     return "hunyuan";
   case WeightNaming::Llama4:
     return "llama4";
+  case WeightNaming::Dbrx:
+    return "dbrx";
   }
   return "deepseek";
 }
@@ -126,6 +132,11 @@ aliasesOf(llvm::StringRef modelType) {
             {"experts", "num_experts"},
             {"top_k", "num_experts_per_tok"},
             {"ffn", "intermediate_size"}};
+  if (modelType == "dbrx")
+    return {{"hidden", "d_model"},
+            {"experts", "ffn_config.moe_num_experts"},
+            {"top_k", "ffn_config.moe_top_k"},
+            {"ffn", "ffn_config.ffn_hidden_size"}};
   if (modelType == "phimoe")
     return {{"hidden", "hidden_size"},
             {"experts", "num_local_experts"},
@@ -143,6 +154,13 @@ aliasesOf(llvm::StringRef modelType) {
           {"top_k", "num_experts_per_tok"},
           {"ffn", "moe_intermediate_size"},
           {"shared_ffn", "shared_expert_intermediate_size"}};
+}
+
+/// A number as a config.json would write it.
+std::string formatNumber(double v) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", v);
+  return text;
 }
 
 /// Reads fields of one config object, recording the first error.
@@ -332,7 +350,7 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
       "dots1",        "deepseek_v2",  "mixtral",        "minimax",
       "minimax_m2",   "qwen2_moe",    "qwen3_moe",      "olmoe",
       "ernie4_5_moe", "granitemoe",   "hunyuan_v1_moe", "llama4_text",
-      "phimoe"};
+      "phimoe",       "dbrx"};
   // The families' causal-LM class names, for a model_type we do not know.
   static const std::pair<llvm::StringRef, llvm::StringRef> kArchitectures[] = {
       {"DeepseekV3ForCausalLM", "deepseek_v3"},
@@ -352,7 +370,8 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
       {"HunYuanMoEV1ForCausalLM", "hunyuan_v1_moe"},
       {"Llama4ForCausalLM", "llama4_text"},
       {"PhimoeForCausalLM", "phimoe"},
-      {"PhiMoEForCausalLM", "phimoe"}};
+      {"PhiMoEForCausalLM", "phimoe"},
+      {"DbrxForCausalLM", "dbrx"}};
   std::string declared = top.string("model_type", "");
   std::string modelType = declared;
   std::string via;
@@ -525,6 +544,44 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
     f.sharedFfn = f.ffn;
     f.scoring = ScoringFunc::Sigmoid;
     f.scaleInput = true;
+  } else if (modelType == "dbrx") {
+    // Softmax, top-k, divided by the k weights' p-norm (p = 1: their sum);
+    // the MoE fields in ffn_config; every expert's matrices in three
+    // tensors with the experts folded into the rows ([E * F, H]), w2 as
+    // (in, out).
+    naming = WeightNaming::Dbrx;
+    f.hidden = r.integerAliased({"d_model", "hidden_size"}, 2048);
+    llvm::json::Object none;
+    const llvm::json::Object *ffnObject = root->getObject("ffn_config");
+    if (!ffnObject && root->get("ffn_config") &&
+        root->get("ffn_config")->kind() != llvm::json::Value::Null &&
+        !r.failed())
+      r.error = r.prefix + ": field 'ffn_config' must be an object";
+    FieldReader ffn{ffnObject ? *ffnObject : none, r.prefix + ": ffn_config",
+                    r.error};
+    f.experts = ffn.integer("moe_num_experts", 4);
+    f.topK = ffn.integer("moe_top_k", 1);
+    f.ffn = ffn.integer("ffn_hidden_size", 3584);
+    if (const llvm::json::Object *act =
+            ffnObject ? ffnObject->getObject("ffn_act_fn") : nullptr) {
+      FieldReader fn{*act, ffn.prefix + ": ffn_act_fn", ffn.error};
+      fn.oneOf("name", {"silu", "swish"}, "silu");
+      ffn.error = fn.error;
+    }
+    if (ffnObject && ffnObject->get("moe_normalize_expert_weights") &&
+        ffnObject->get("moe_normalize_expert_weights")->kind() ==
+            llvm::json::Value::Null) {
+      f.normalize = false;
+    } else {
+      double p = ffn.number("moe_normalize_expert_weights", 1.0);
+      f.normalize = true;
+      if (p != 1.0 && !ffn.failed())
+        ffn.error = ffn.prefix + ": field 'moe_normalize_expert_weights' is " +
+                    formatNumber(p) +
+                    ", expected 1 or null (weights divided by their sum, or "
+                    "not at all); other p-norms are not supported";
+    }
+    r.error = ffn.error;
   } else if (modelType == "phimoe") {
     // Sparsemixer over the logits (its inference form), two experts;
     // Mixtral's checkpoint names.
@@ -618,6 +675,7 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
 
   // Which layers are MoE layers, by the family's rule, and where their
   // tensors are in the published checkpoints.
+  bool dbrx = modelType == "dbrx";
   bool blockSparse = modelType == "mixtral" || modelType == "minimax" ||
                      modelType == "minimax_m2" || modelType == "granitemoe" ||
                      modelType == "phimoe";
@@ -627,13 +685,15 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
       llvm::StringRef(via).starts_with("text_config") ? ""
       : blockSparse                ? "model.layers.{layer}.block_sparse_moe."
       : modelType == "llama4_text" ? "model.layers.{layer}.feed_forward."
+      : dbrx                       ? "transformer.blocks.{layer}.ffn."
                                    : "model.layers.{layer}.mlp.";
   std::vector<int64_t> moeLayers;
-  if (root->get("num_hidden_layers") &&
-      root->get("num_hidden_layers")->kind() != llvm::json::Value::Null) {
-    int64_t layers = r.integer("num_hidden_layers");
+  llvm::StringRef layersKey = dbrx ? "n_layers" : "num_hidden_layers";
+  if (root->get(layersKey) &&
+      root->get(layersKey)->kind() != llvm::json::Value::Null) {
+    int64_t layers = r.integer(layersKey);
     if (!r.failed() && (layers < 1 || layers > 100000))
-      r.error = r.prefix + ": field 'num_hidden_layers' is " +
+      r.error = r.prefix + ": field '" + layersKey.str() + "' is " +
                 std::to_string(layers) + ", expected 1 to 100000";
     std::function<bool(int64_t)> isMoe = [](int64_t) { return true; };
     std::vector<std::string> types;
@@ -821,7 +881,15 @@ std::pair<int64_t, int64_t> mlir::moe::hfWeightPart(WeightNaming naming,
 }
 
 bool mlir::moe::hfWeightTransposed(WeightNaming naming, llvm::StringRef role) {
+  if (naming == WeightNaming::Dbrx)
+    return role == "down_weight";
   return naming == WeightNaming::Llama4 &&
+         (role == "gate_weight" || role == "up_weight" ||
+          role == "down_weight");
+}
+
+bool mlir::moe::hfWeightFlat(WeightNaming naming, llvm::StringRef role) {
+  return naming == WeightNaming::Dbrx &&
          (role == "gate_weight" || role == "up_weight" ||
           role == "down_weight");
 }
@@ -832,6 +900,13 @@ std::string mlir::moe::hfWeightName(WeightNaming naming, llvm::StringRef role) {
         .Case("router_weight", "router.layer.weight")
         .Cases({"gate_weight", "up_weight"}, "input_linear.weight")
         .Case("down_weight", "output_linear.weight")
+        .Default(role.str());
+  if (naming == WeightNaming::Dbrx)
+    return llvm::StringSwitch<std::string>(role)
+        .Case("router_weight", "router.layer.weight")
+        .Case("gate_weight", "experts.mlp.w1")
+        .Case("up_weight", "experts.mlp.v1")
+        .Case("down_weight", "experts.mlp.w2")
         .Default(role.str());
   if (naming == WeightNaming::Llama4)
     return llvm::StringSwitch<std::string>(role)

@@ -70,6 +70,8 @@ std::string serializeManifest(const Manifest &m) {
     }
     if (p.transposed)
       param["transposed"] = true;
+    if (p.flat)
+      param["flat"] = true;
     params.push_back(std::move(param));
   }
   json root = {{"format", "moe-bundle"},    {"target", m.target},
@@ -430,6 +432,8 @@ Expected<Manifest> parseManifest(const std::string &text) {
       }
       if (item.is_object() && item.contains("transposed"))
         p.transposed = r.boolean(item, "transposed", "parameters");
+      if (item.is_object() && item.contains("flat"))
+        p.flat = r.boolean(item, "flat", "parameters");
       p.dtype = r.dtype(item, "parameters");
       p.shape = r.shape(item, "parameters");
       m.parameters.push_back(std::move(p));

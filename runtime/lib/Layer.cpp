@@ -339,6 +339,9 @@ Status validateManifest(const Manifest &m) {
     if (p.transposed && p.shape.size() < sliced + 2)
       return fail("parameter '" + p.name +
                   "' is transposed but has no matrix to transpose");
+    if (p.flat && (pattern || p.stack == 0 || p.shape.size() < 3))
+      return fail("parameter '" + p.name +
+                  "' is flat but is not one tensor of stacked matrices");
     if (!isFloatType(p.dtype))
       return fail("parameter '" + p.name + "' must have a float dtype");
   }
@@ -511,6 +514,13 @@ Status Layer::loadWeights(const Checkpoint &file, const std::string &prefix) {
     if (p.transposed)
       std::swap(storedShape[storedShape.size() - 1],
                 storedShape[storedShape.size() - 2]);
+    // DBRX folds the experts into the rows: the same bytes, one dimension
+    // fewer.
+    std::vector<int64_t> foldedShape = storedShape;
+    if (p.flat) {
+      foldedShape[1] *= foldedShape[0];
+      foldedShape.erase(foldedShape.begin());
+    }
     size_t pieceBytes =
         static_cast<size_t>(*elementCount(pieceShape)) * dtypeSize(p.dtype);
     for (int64_t e = 0; e < pieces; ++e) {
@@ -523,12 +533,12 @@ Status Layer::loadWeights(const Checkpoint &file, const std::string &prefix) {
         return Status::failure(tensor.message());
       // ERNIE keeps its [E] score bias as [1, E]: leading 1s are dropped.
       std::vector<int64_t> shape = tensor->shape;
-      while (shape.size() > storedShape.size() && shape.front() == 1)
+      while (shape.size() > foldedShape.size() && shape.front() == 1)
         shape.erase(shape.begin());
-      if (shape != storedShape)
+      if (shape != foldedShape)
         return Status::failure(file.fileOf(name) + ": tensor '" + name +
                                "' has shape " + formatShape(tensor->shape) +
-                               ", expected " + formatShape(storedShape) +
+                               ", expected " + formatShape(foldedShape) +
                                (p.parts > 1
                                     ? " (" + p.role + " is part " +
                                           std::to_string(p.part + 1) + " of " +
@@ -675,6 +685,17 @@ Layer::checkpointNames(const std::map<std::string, Tensor> &byRole) const {
       std::vector<int64_t> shape = it->second.shape;
       it->second = transposeLastTwo(it->second, shape);
     }
+  }
+  // Flat tensors fold the experts into the next dimension (once each).
+  std::set<std::string> folded;
+  for (const ParameterSpec &p : bundle.manifest.parameters) {
+    auto it = named.find(p.name);
+    if (!p.flat || !byRole.count(p.role) || it == named.end() ||
+        it->second.shape.size() < 3 || !folded.insert(p.name).second)
+      continue;
+    std::vector<int64_t> &shape = it->second.shape;
+    shape[1] *= shape[0];
+    shape.erase(shape.begin());
   }
   return named;
 }

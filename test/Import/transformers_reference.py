@@ -95,6 +95,12 @@ CASES = {
                     dict(hidden_size=64, num_local_experts=8,
                          num_experts_per_tok=2, intermediate_size=40,
                          router_jitter_noise=0.3)),
+    # The MoE fields in ffn_config; w1, v1 and w2 of [E * F, H].
+    "dbrx": ("DbrxConfig", "DbrxForCausalLM",
+             dict(d_model=64, n_layers=3, n_heads=4,
+                  attn_config=dict(kv_n_heads=2, rope_theta=10000.0),
+                  ffn_config=dict(moe_num_experts=8, moe_top_k=3,
+                                  ffn_hidden_size=40))),
     "olmoe": ("OlmoeConfig", "OlmoeForCausalLM",
               dict(hidden_size=64, num_experts=16, num_experts_per_tok=4,
                    intermediate_size=32)),
@@ -127,9 +133,12 @@ for case, (config_cls, model_cls, fields) in CASES.items():
     config = getattr(transformers, config_cls)(**dict(MODEL, **fields))
     model = getattr(transformers, model_cls)(config).float().eval()
     layer = LAYER + (1 if case in ("qwen3_moe", "llama4_text") else 0)
-    decoder = model.model.layers[layer]
+    decoders = (model.transformer.blocks if case == "dbrx"
+                else model.model.layers)
+    decoder = decoders[layer]
     block = (getattr(decoder, "block_sparse_moe", None) or
-             getattr(decoder, "feed_forward", None) or decoder.mlp)
+             getattr(decoder, "feed_forward", None) or
+             getattr(decoder, "ffn", None) or decoder.mlp)
     with torch.no_grad():
         for name, p in list(block.named_parameters()) + list(
                 block.named_buffers()):

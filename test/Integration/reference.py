@@ -87,8 +87,8 @@ class Config:
         # in text_config.
         c = c.get("text_config", c)
         self.type = c["model_type"]
-        self.hidden = c["hidden_size"]
-        k = c["moe_topk"] if "moe_topk" in c else c["num_experts_per_tok"]
+        self.hidden = c["d_model"] if self.type == "dbrx" else c["hidden_size"]
+        k = c.get("moe_topk", c.get("num_experts_per_tok"))
         # Hunyuan writes one top-k per layer; the layers must agree.
         self.k = k[0] if isinstance(k, list) else k
         self.shared_ffn = 0
@@ -112,6 +112,13 @@ class Config:
             self.ffn = c["intermediate_size"]
             self.shared_ffn = self.ffn
             self.norm = True
+        elif self.type == "dbrx":
+            # Softmax, top-k, divided by their sum (p = 1) or not at all.
+            ffn = c.get("ffn_config", {})
+            self.experts = ffn.get("moe_num_experts", 4)
+            self.k = ffn.get("moe_top_k", 1)
+            self.ffn = ffn.get("ffn_hidden_size", 3584)
+            self.norm = ffn.get("moe_normalize_expert_weights", 1.0) is not None
         elif self.type == "llama4_text":
             # The sigmoids of the top-k logits (not renormalized) multiply
             # the token before its experts; a shared MLP as wide as one.
@@ -134,7 +141,8 @@ class Config:
     def router_name(self):
         return {"granitemoe": "router.layer.weight",
                 "hunyuan_v1_moe": "gate.wg.weight",
-                "llama4_text": "router.weight"}.get(self.type, "gate.weight")
+                "llama4_text": "router.weight",
+                "dbrx": "router.layer.weight"}.get(self.type, "gate.weight")
 
     def expert_tensors(self, get, e):
         """Expert e's (gate [F, H], up [F, H], down [H, F]); GraniteMoE keeps
@@ -142,6 +150,12 @@ class Config:
         and the down projections in output_linear [E, H, F]; Llama 4 keeps
         them as (in, out) matrices: gate_up_proj [E, H, 2F] (gate first) and
         down_proj [E, F, H]."""
+        if self.type == "dbrx":
+            # Every expert's [F, H] matrices stacked as rows: w1 (gate), v1
+            # (up) and w2, the down projection as (in, out).
+            e_f_h = lambda name: get(name).reshape(self.experts, self.ffn, self.hidden)[e]
+            return (e_f_h("experts.mlp.w1"), e_f_h("experts.mlp.v1"),
+                    e_f_h("experts.mlp.w2").T)
         if self.type == "llama4_text":
             gate_up = get("experts.gate_up_proj")[e]
             return (gate_up[:, :self.ffn].T, gate_up[:, self.ffn:].T,
@@ -245,7 +259,7 @@ def route(cfg, logits, bias):
             scores = softmax(logits[t])
             chosen = top_indices(scores, cfg.k)
             w = scores[chosen]
-            if cfg.type in ("mixtral", "granitemoe") or cfg.norm:
+            if cfg.type in ("mixtral", "granitemoe") or cfg.norm:  # dbrx: norm
                 w = w / w.sum()
         ids[t], weights[t] = chosen, w
     return ids, weights
@@ -294,7 +308,11 @@ def generate(args):
     if cfg.bias:
         tensors[p + "gate.e_score_correction_bias"] = u((e,), 0.1)
     (eg, eu, ed), (sg, su, sd) = cfg.names()
-    if cfg.type == "llama4_text":
+    if cfg.type == "dbrx":
+        for name in ("experts.mlp.w1", "experts.mlp.v1"):
+            tensors[p + name] = u((e * f, h), 1.0 / np.sqrt(h))
+        tensors[p + "experts.mlp.w2"] = u((e * f, h), 1.0 / np.sqrt(f))
+    elif cfg.type == "llama4_text":
         tensors[p + "experts.gate_up_proj"] = u((e, h, 2 * f), 1.0 / np.sqrt(h))
         tensors[p + "experts.down_proj"] = u((e, f, h), 1.0 / np.sqrt(f))
     elif cfg.type == "granitemoe":

@@ -69,8 +69,8 @@ static cl::opt<int64_t>
 static cl::opt<std::string>
     weightNames("weight-names",
                 cl::desc("Checkpoint naming of the weights: deepseek, "
-                         "mixtral, qwen, minimax, ernie, granite, hunyuan or "
-                         "llama4 "
+                         "mixtral, qwen, minimax, ernie, granite, hunyuan, "
+                         "llama4 or dbrx "
                          "(default: from the config, else deepseek)"),
                 cl::init(""), cl::cat(category));
 static cl::opt<std::string>

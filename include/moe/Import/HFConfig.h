@@ -28,7 +28,9 @@ namespace mlir::moe {
 /// bias in `moe_statics`), GraniteMoE's (`input_linear.weight`, every
 /// expert's gate and up projections in one tensor), Hunyuan's (`gate.wg`,
 /// `shared_mlp.*`) and Llama 4's (`router.weight`, `experts.gate_up_proj`
-/// and `experts.down_proj` as (in, out) matrices, `shared_expert.*`).
+/// and `experts.down_proj` as (in, out) matrices, `shared_expert.*`) and
+/// DBRX's (`router.layer.weight`, `experts.mlp.{w1,v1,w2}` of [E * F, H],
+/// w2 as (in, out)).
 enum class WeightNaming {
   DeepSeek,
   Mixtral,
@@ -37,7 +39,8 @@ enum class WeightNaming {
   Ernie,
   Granite,
   Hunyuan,
-  Llama4
+  Llama4,
+  Dbrx
 };
 
 std::optional<WeightNaming> parseWeightNaming(llvm::StringRef name);
@@ -84,6 +87,10 @@ std::pair<int64_t, int64_t> hfWeightPart(WeightNaming naming,
 /// Whether the checkpoint keeps the operand's matrices transposed, as
 /// (in, out) (Llama 4's expert tensors).
 bool hfWeightTransposed(WeightNaming naming, llvm::StringRef role);
+
+/// Whether the checkpoint folds the experts into the next dimension
+/// (DBRX's [E * F, H] for [E, F, H]).
+bool hfWeightFlat(WeightNaming naming, llvm::StringRef role);
 
 } // namespace mlir::moe
 

@@ -64,6 +64,9 @@ struct ParameterSpec {
   /// as (in, out): Llama 4's gate_up_proj [E, H, 2F] and down_proj
   /// [E, F, H]. Parts then slice the checkpoint's last dimension.
   bool transposed = false;
+  /// The checkpoint folds the stacked experts into the next dimension: one
+  /// [E * F, H] matrix for [E, F, H] (DBRX's), the same bytes.
+  bool flat = false;
 };
 
 /// The layer's routing configuration, for reports and reference checks.
