@@ -78,7 +78,7 @@ LogicalResult LayerConfigAttr::verify(
     ScoringFunc scoring, GroupScore groupScore, bool scoreBias,
     bool normTopkProb, llvm::APFloat routedScale, llvm::APFloat routerJitter,
     int64_t ffn, int64_t sharedExperts, int64_t sharedFfn, bool sharedGate,
-    bool scaleInput, Activation activation, Type dtype) {
+    bool scaleInput, bool outputBias, Activation activation, Type dtype) {
   if (failed(checkSize(emitError, "hidden", hidden)) ||
       failed(checkSize(emitError, "experts", experts)) ||
       failed(checkSize(emitError, "ffn", ffn)))

@@ -120,6 +120,7 @@ def Moe_LayerConfigAttr : Moe_Attr<"LayerConfig", "layer_config"> {
     | `shared_ffn` | intermediate size of one shared expert | 0 |
     | `shared_gate` | shared output scaled by sigmoid(x * g^T) (Qwen2-MoE) | `false` |
     | `scale_input` | a routed weight scales its expert's input, not output (Llama 4) | `false` |
+    | `output_bias` | a bias `[H]` is added to the layer's output (JetMoE) | `false` |
     | `activation` | gated activation of the FFNs | `swiglu` |
     | `dtype` | element type of activations and weights (f32, bf16, f16) | required |
 
@@ -168,6 +169,7 @@ def Moe_LayerConfigAttr : Moe_Attr<"LayerConfig", "layer_config"> {
     DefaultValuedParameter<"int64_t", "0">:$shared_ffn,
     Moe_BoolParameter<"sigmoid gate on the shared expert output">:$shared_gate,
     Moe_BoolParameter<"routed weights scale the experts' inputs">:$scale_input,
+    Moe_BoolParameter<"a bias added to the layer's output">:$output_bias,
     Moe_EnumParameter<Moe_Activation, "::mlir::moe::Activation::SwiGLU">:$activation,
     "::mlir::Type":$dtype
   );
@@ -193,6 +195,8 @@ def Moe_LayerConfigAttr : Moe_Attr<"LayerConfig", "layer_config"> {
                "Llama 4)";
       if (getScoring() == ::mlir::moe::ScoringFunc::Sparsemixer)
         return "it routes by sparsemixer (Phi-3.5-MoE)";
+      if (getOutputBias())
+        return "a bias is added to its output (output_bias, JetMoE)";
       return "";
     }
   }];

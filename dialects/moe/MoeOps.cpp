@@ -234,6 +234,13 @@ LogicalResult LayerOp::verify() {
       failed(expectShape(op, "shared expert gate", getSharedExpertGate(),
                          {1, h}, dtype)))
     return failure();
+
+  if (failed(checkPresence(op, getOutputBias(), config.getOutputBias(),
+                           "block output bias", "output_bias = true")))
+    return failure();
+  if (getOutputBias() &&
+      failed(expectShape(op, "output bias", getOutputBias(), {h}, dtype)))
+    return failure();
   return verifyResultTypes(*this);
 }
 

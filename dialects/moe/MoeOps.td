@@ -49,7 +49,9 @@ def Moe_LayerOp : Moe_InferredOp<"layer", [Pure, AttrSizedOperandSegments]> {
     - `experts(gate, up, down)`: `[E, F, H]`, `[E, F, H]`, `[E, H, F]`;
     - `shared(gate, up, down)`: `[S, H]`, `[S, H]`, `[H, S]`, present
       exactly when `shared_experts > 0`;
-    - `shared_gate(g)`: `[1, H]`, present exactly when `shared_gate`.
+    - `shared_gate(g)`: `[1, H]`, present exactly when `shared_gate`;
+    - `output_bias(b)`: `[H]`, added to every token's output, present
+      exactly when `output_bias`.
 
     The result is `[T, H]` of element type `dtype`. `partition`, when
     present, is the SM split the layer's kernels are compiled for.
@@ -80,6 +82,7 @@ def Moe_LayerOp : Moe_InferredOp<"layer", [Pure, AttrSizedOperandSegments]> {
     Optional<Moe_Activations>:$shared_up_weight,
     Optional<Moe_Activations>:$shared_down_weight,
     Optional<Moe_Activations>:$shared_expert_gate,
+    Optional<TensorRankOf<Moe_ElementTypes, [1]>>:$output_bias,
     Moe_LayerConfigAttr:$config,
     OptionalAttr<Moe_SmPartitionAttr>:$partition,
     DefaultValuedAttr<I64Attr, "1">:$ep_size,
@@ -92,6 +95,7 @@ def Moe_LayerOp : Moe_InferredOp<"layer", [Pure, AttrSizedOperandSegments]> {
     (`shared` `(` $shared_gate_weight^ `,` $shared_up_weight `,`
                   $shared_down_weight `)`)?
     (`shared_gate` `(` $shared_expert_gate^ `)`)?
+    (`output_bias` `(` $output_bias^ `)`)?
     attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;

@@ -132,7 +132,7 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
   if (!o.weightNames.empty() && !parseWeightNaming(o.weightNames))
     return "unknown --weight-names '" + o.weightNames +
            "' (expected deepseek, mixtral, qwen, minimax, ernie, granite, "
-           "hunyuan, llama4 or dbrx)";
+           "hunyuan, llama4, dbrx or jetmoe)";
   if (!o.dtype.empty() && o.dtype != "f32" && o.dtype != "bf16" &&
       o.dtype != "f16")
     return "unknown --dtype '" + o.dtype + "' (expected f32, bf16 or f16)";
@@ -188,6 +188,7 @@ static rt::Manifest buildManifest(LayerConfigAttr config, WeightNaming naming,
   l.sharedFfn = config.getSharedFfn();
   l.sharedGate = config.getSharedGate();
   l.scaleInput = config.getScaleInput();
+  l.outputBias = config.getOutputBias();
   llvm::raw_string_ostream(l.dtype) << config.getDtype();
   l.alignment = alignmentFor(o);
   for (const EntryArgument &arg : args) {

@@ -24,6 +24,7 @@
 //   layer), renormalized, plus one shared MLP of intermediate_size.
 // - dbrx: softmax, top-k, divided by their sum (moe_normalize_expert_weights
 //   1; null: not divided); the fields in ffn_config, d_model, n_layers.
+// - jetmoe: GraniteMoE's experts and routing, plus a bias on the output.
 // - phimoe: sparsemixer (its inference form) over the logits, two
 //   experts, margin router_jitter_noise; Mixtral's checkpoint names.
 // - llama4_text (and llama4's text_config): the sigmoids of the top-k
@@ -68,6 +69,7 @@ std::optional<WeightNaming> mlir::moe::parseWeightNaming(llvm::StringRef name) {
       .Case("hunyuan", WeightNaming::Hunyuan)
       .Case("llama4", WeightNaming::Llama4)
       .Case("dbrx", WeightNaming::Dbrx)
+      .Case("jetmoe", WeightNaming::JetMoe)
       .Default(std::nullopt);
 }
 
@@ -91,6 +93,8 @@ llvm::StringRef mlir::moe::stringifyWeightNaming(WeightNaming naming) {
     return "llama4";
   case WeightNaming::Dbrx:
     return "dbrx";
+  case WeightNaming::JetMoe:
+    return "jetmoe";
   }
   return "deepseek";
 }
@@ -137,6 +141,11 @@ aliasesOf(llvm::StringRef modelType) {
             {"experts", "ffn_config.moe_num_experts"},
             {"top_k", "ffn_config.moe_top_k"},
             {"ffn", "ffn_config.ffn_hidden_size"}};
+  if (modelType == "jetmoe")
+    return {{"hidden", "hidden_size"},
+            {"experts", "num_local_experts"},
+            {"top_k", "num_experts_per_tok"},
+            {"ffn", "intermediate_size"}};
   if (modelType == "phimoe")
     return {{"hidden", "hidden_size"},
             {"experts", "num_local_experts"},
@@ -316,7 +325,7 @@ struct Fields {
   ScoringFunc scoring = ScoringFunc::Softmax;
   GroupScore groupScore = GroupScore::Max;
   bool scoreBias = false, normalize = false, sharedGate = false,
-       scaleInput = false;
+       scaleInput = false, outputBias = false;
   double scale = 1.0, jitter = 0.0;
   int64_t ffn = 0, sharedExperts = 0, sharedFfn = 0;
 };
@@ -350,7 +359,7 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
       "dots1",        "deepseek_v2",  "mixtral",        "minimax",
       "minimax_m2",   "qwen2_moe",    "qwen3_moe",      "olmoe",
       "ernie4_5_moe", "granitemoe",   "hunyuan_v1_moe", "llama4_text",
-      "phimoe",       "dbrx"};
+      "phimoe",       "dbrx",         "jetmoe"};
   // The families' causal-LM class names, for a model_type we do not know.
   static const std::pair<llvm::StringRef, llvm::StringRef> kArchitectures[] = {
       {"DeepseekV3ForCausalLM", "deepseek_v3"},
@@ -371,7 +380,8 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
       {"Llama4ForCausalLM", "llama4_text"},
       {"PhimoeForCausalLM", "phimoe"},
       {"PhiMoEForCausalLM", "phimoe"},
-      {"DbrxForCausalLM", "dbrx"}};
+      {"DbrxForCausalLM", "dbrx"},
+      {"JetMoeForCausalLM", "jetmoe"}};
   std::string declared = top.string("model_type", "");
   std::string modelType = declared;
   std::string via;
@@ -544,6 +554,18 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
     f.sharedFfn = f.ffn;
     f.scoring = ScoringFunc::Sigmoid;
     f.scaleInput = true;
+  } else if (modelType == "jetmoe") {
+    // GraniteMoE's experts and routing (softmax over the top-k logits)
+    // plus a bias on the block's output; its attention layers are a
+    // mixture too, which is not the MoE block compiled here.
+    naming = WeightNaming::JetMoe;
+    f.hidden = r.integer("hidden_size", 2048);
+    f.experts = r.integer("num_local_experts", 8);
+    f.topK = r.integer("num_experts_per_tok", 2);
+    f.ffn = r.integer("intermediate_size", 5632);
+    r.oneOf("activation_function", {"silu", "swish"}, "silu");
+    f.normalize = true;
+    f.outputBias = true;
   } else if (modelType == "dbrx") {
     // Softmax, top-k, divided by the k weights' p-norm (p = 1: their sum);
     // the MoE fields in ffn_config; every expert's matrices in three
@@ -804,7 +826,7 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
         context, f.hidden, f.experts, f.topK, f.groups, f.topkGroups, f.scoring,
         f.groupScore, f.scoreBias, f.normalize, llvm::APFloat(f.scale),
         llvm::APFloat(f.jitter), f.ffn, f.sharedExperts, f.sharedFfn,
-        f.sharedGate, f.scaleInput, Activation::SwiGLU, dtype);
+        f.sharedGate, f.scaleInput, f.outputBias, Activation::SwiGLU, dtype);
   }
   if (!config) {
     error = r.prefix + ": inconsistent MoE configuration: " + verifyError;
@@ -844,6 +866,8 @@ OwningOpRef<ModuleOp> mlir::moe::buildLayerModule(MLIRContext *context,
     types.append({t({s, h}, dt), t({s, h}, dt), t({h, s}, dt)});
   if (config.getSharedGate())
     types.push_back(t({1, h}, dt));
+  if (config.getOutputBias())
+    types.push_back(t({h}, dt));
 
   b.setInsertionPointToEnd(module->getBody());
   auto func = func::FuncOp::create(b, loc, "moe_layer",
@@ -863,16 +887,17 @@ OwningOpRef<ModuleOp> mlir::moe::buildLayerModule(MLIRContext *context,
   }
   if (config.getSharedGate())
     sgate = arg();
+  Value outBias = config.getOutputBias() ? arg() : Value();
   Value y = LayerOp::create(b, loc, x, router, bias, gate, up, down, sg, su, sd,
-                            sgate, config, partition);
+                            sgate, outBias, config, partition);
   func::ReturnOp::create(b, loc, y);
   return module;
 }
 
 std::pair<int64_t, int64_t> mlir::moe::hfWeightPart(WeightNaming naming,
                                                     llvm::StringRef role) {
-  bool fused =
-      naming == WeightNaming::Granite || naming == WeightNaming::Llama4;
+  bool fused = naming == WeightNaming::Granite ||
+               naming == WeightNaming::JetMoe || naming == WeightNaming::Llama4;
   if (fused && role == "gate_weight")
     return {0, 2};
   if (fused && role == "up_weight")
@@ -895,11 +920,12 @@ bool mlir::moe::hfWeightFlat(WeightNaming naming, llvm::StringRef role) {
 }
 
 std::string mlir::moe::hfWeightName(WeightNaming naming, llvm::StringRef role) {
-  if (naming == WeightNaming::Granite)
+  if (naming == WeightNaming::Granite || naming == WeightNaming::JetMoe)
     return llvm::StringSwitch<std::string>(role)
         .Case("router_weight", "router.layer.weight")
         .Cases({"gate_weight", "up_weight"}, "input_linear.weight")
         .Case("down_weight", "output_linear.weight")
+        .Case("output_bias", "bias")
         .Default(role.str());
   if (naming == WeightNaming::Dbrx)
     return llvm::StringSwitch<std::string>(role)

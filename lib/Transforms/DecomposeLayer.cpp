@@ -10,6 +10,7 @@
 #include "moe/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -209,6 +210,19 @@ DecomposedLayer mlir::moe::decomposeLayer(OpBuilder &b, LayerOp layer,
         b, loc, x, layer.getSharedGateWeight(), layer.getSharedUpWeight(),
         layer.getSharedDownWeight(), layer.getSharedExpertGate());
     out = arith::AddFOp::create(b, loc, out, shared);
+  }
+  // JetMoE: a bias on every token's output, in the layer's dtype.
+  if (Value bias = layer.getOutputBias()) {
+    auto outType = cast<RankedTensorType>(out.getType());
+    SmallVector<Value> sizes;
+    if (outType.isDynamicDim(0))
+      sizes.push_back(tensor::DimOp::create(b, loc, out, 0));
+    Value init = tensor::EmptyOp::create(b, loc, outType.getShape(),
+                                         outType.getElementType(), sizes);
+    Value rows =
+        linalg::BroadcastOp::create(b, loc, bias, init, ArrayRef<int64_t>{0})
+            .getResult()[0];
+    out = arith::AddFOp::create(b, loc, out, rows);
   }
   // The layer may declare a more static result type than its input's.
   if (out.getType() != layer.getType())

@@ -51,6 +51,7 @@ std::string serializeManifest(const Manifest &m) {
                 {"shared_ffn", m.layer.sharedFfn},
                 {"shared_gate", m.layer.sharedGate},
                 {"scale_input", m.layer.scaleInput},
+                {"output_bias", m.layer.outputBias},
                 {"dtype", m.layer.dtype},
                 {"alignment", m.layer.alignment}};
   json inputs = json::array(), params = json::array(), outputs = json::array();
@@ -402,6 +403,7 @@ Expected<Manifest> parseManifest(const std::string &text) {
     l.sharedFfn = r.integer(*layer, "shared_ffn", w);
     l.sharedGate = r.boolean(*layer, "shared_gate", w);
     l.scaleInput = r.boolean(*layer, "scale_input", w);
+    l.outputBias = r.boolean(*layer, "output_bias", w);
     l.dtype = r.str(*layer, "dtype", w);
     l.alignment = r.integer(*layer, "alignment", w);
   }

@@ -178,6 +178,8 @@ expectedParameters(const LayerSpec &l, int64_t ep) {
   }
   if (l.sharedGate)
     list.push_back({"shared_expert_gate", {1, h}});
+  if (l.outputBias)
+    list.push_back({"output_bias", {h}});
   return list;
 }
 

@@ -101,6 +101,11 @@ CASES = {
                   attn_config=dict(kv_n_heads=2, rope_theta=10000.0),
                   ffn_config=dict(moe_num_experts=8, moe_top_k=3,
                                   ffn_hidden_size=40))),
+    # GraniteMoE's tensors plus the block's output bias.
+    "jetmoe": ("JetMoeConfig", "JetMoeForCausalLM",
+               dict(hidden_size=64, num_local_experts=8,
+                    num_experts_per_tok=2, intermediate_size=40,
+                    kv_channels=16)),
     "olmoe": ("OlmoeConfig", "OlmoeForCausalLM",
               dict(hidden_size=64, num_experts=16, num_experts_per_tok=4,
                    intermediate_size=32)),

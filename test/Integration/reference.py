@@ -126,7 +126,7 @@ class Config:
             self.ffn = c["intermediate_size"]
             self.shared_ffn = self.ffn
             self.scale_input = True
-        elif self.type in ("mixtral", "granitemoe", "phimoe"):
+        elif self.type in ("mixtral", "granitemoe", "phimoe", "jetmoe"):
             self.experts = c["num_local_experts"]
             self.ffn = c["intermediate_size"]
             self.jitter = c.get("router_jitter_noise", 0.01)
@@ -140,6 +140,7 @@ class Config:
 
     def router_name(self):
         return {"granitemoe": "router.layer.weight",
+                "jetmoe": "router.layer.weight",
                 "hunyuan_v1_moe": "gate.wg.weight",
                 "llama4_text": "router.weight",
                 "dbrx": "router.layer.weight"}.get(self.type, "gate.weight")
@@ -160,7 +161,7 @@ class Config:
             gate_up = get("experts.gate_up_proj")[e]
             return (gate_up[:, :self.ffn].T, gate_up[:, self.ffn:].T,
                     get("experts.down_proj")[e].T)
-        if self.type == "granitemoe":
+        if self.type in ("granitemoe", "jetmoe"):
             gate_up = get("input_linear.weight")[e]
             return gate_up[:self.ffn], gate_up[self.ffn:], get("output_linear.weight")[e]
         (eg, eu, ed), _ = self.names()
@@ -259,7 +260,7 @@ def route(cfg, logits, bias):
             scores = softmax(logits[t])
             chosen = top_indices(scores, cfg.k)
             w = scores[chosen]
-            if cfg.type in ("mixtral", "granitemoe") or cfg.norm:  # dbrx: norm
+            if cfg.type in ("mixtral", "granitemoe", "jetmoe") or cfg.norm:
                 w = w / w.sum()
         ids[t], weights[t] = chosen, w
     return ids, weights
@@ -292,6 +293,8 @@ def forward(cfg, tensors, prefix, x):
         if cfg.shared_gate:
             shared = shared * sigmoid(x @ get("shared_expert_gate.weight").T)
         y += shared
+    if cfg.type == "jetmoe":
+        y += get("bias")  # JetMoE's bias on the block's output
     return y, ids, weights
 
 
@@ -315,7 +318,9 @@ def generate(args):
     elif cfg.type == "llama4_text":
         tensors[p + "experts.gate_up_proj"] = u((e, h, 2 * f), 1.0 / np.sqrt(h))
         tensors[p + "experts.down_proj"] = u((e, f, h), 1.0 / np.sqrt(f))
-    elif cfg.type == "granitemoe":
+    elif cfg.type in ("granitemoe", "jetmoe"):
+        if cfg.type == "jetmoe":
+            tensors[p + "bias"] = u((h,), 0.5)
         tensors[p + "input_linear.weight"] = u((e, 2 * f, h), 1.0 / np.sqrt(h))
         tensors[p + "output_linear.weight"] = u((e, h, f), 1.0 / np.sqrt(f))
     else:

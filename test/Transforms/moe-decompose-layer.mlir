@@ -171,3 +171,19 @@ func.func @sparsemixer(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>,
       : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>) -> tensor<?x8xf32>
   return %y : tensor<?x8xf32>
 }
+
+// -----
+
+// output_bias (JetMoE): broadcast over the tokens and added last.
+// CHECK-LABEL: func @output_bias
+// CHECK: %[[ROUTED:.*]] = moe.combine
+// CHECK: %[[ROWS:.*]] = linalg.broadcast ins(%{{[a-z0-9_]+}} : tensor<8xf32>) outs(%{{[a-z0-9_]+}} : tensor<?x8xf32>) dimensions = [0]
+// CHECK: arith.addf %[[ROUTED]], %[[ROWS]] : tensor<?x8xf32>
+func.func @output_bias(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>,
+                       %wg: tensor<4x4x8xf32>, %wu: tensor<4x4x8xf32>,
+                       %wd: tensor<4x8x4xf32>, %b: tensor<8xf32>) -> tensor<?x8xf32> {
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) output_bias(%b)
+      {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, norm_topk_prob = true, ffn = 4, output_bias = true, dtype = f32>}
+      : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>, tensor<8xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}

@@ -30,7 +30,8 @@ namespace mlir::moe {
 /// `shared_mlp.*`) and Llama 4's (`router.weight`, `experts.gate_up_proj`
 /// and `experts.down_proj` as (in, out) matrices, `shared_expert.*`) and
 /// DBRX's (`router.layer.weight`, `experts.mlp.{w1,v1,w2}` of [E * F, H],
-/// w2 as (in, out)).
+/// w2 as (in, out)) and JetMoE's (GraniteMoE's, with the block's output
+/// bias `bias`).
 enum class WeightNaming {
   DeepSeek,
   Mixtral,
@@ -40,7 +41,8 @@ enum class WeightNaming {
   Granite,
   Hunyuan,
   Llama4,
-  Dbrx
+  Dbrx,
+  JetMoe
 };
 
 std::optional<WeightNaming> parseWeightNaming(llvm::StringRef name);

@@ -34,6 +34,7 @@ def MoeDecomposeLayer : Pass<"moe-decompose-layer"> {
     one function with different partitions are an error.
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::linalg::LinalgDialect",
                            "::mlir::tensor::TensorDialect"];
   let options = [
     Option<"alignment", "alignment", "int64_t", /*default=*/"128",

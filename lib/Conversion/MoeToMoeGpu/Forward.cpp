@@ -530,7 +530,9 @@ void LayerBuilder::buildCombine(gpu::GPUFuncOp func) {
   bool gated = shared && config.getSharedGate();
   Value sharedOut = shared ? func.getArgument(2) : Value();
   Value sharedScale = gated ? func.getArgument(3) : Value();
-  Value y = func.getArgument(2 + (shared ? 1 : 0) + (gated ? 1 : 0));
+  unsigned next = 2 + (shared ? 1 : 0) + (gated ? 1 : 0);
+  Value outBias = config.getOutputBias() ? func.getArgument(next++) : Value();
+  Value y = func.getArgument(next);
   Type outType = cast<MemRefType>(y.getType()).getElementType();
   Value t = gpu::BlockIdOp::create(b, gpu::Dimension::x);
   Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
@@ -578,6 +580,22 @@ void LayerBuilder::buildCombine(gpu::GPUFuncOp func) {
         out = arith::MulFOp::create(b, out, g);
       }
       acc = arith::AddFOp::create(b, acc, out);
+    }
+    // JetMoE's output bias, added as transformers does: to the output
+    // rounded to the layer's dtype, the sum rounded again.
+    if (outBias) {
+      Value rounded = acc;
+      Value bias = vec ? Value(vector::LoadOp::create(
+                             b, vec, outBias, ValueRange{h}, false, align))
+                       : e.load(outBias, {h});
+      if (!outType.isF32()) {
+        Type accOut =
+            vec ? Type(VectorType::get(vec.getShape(), outType)) : outType;
+        Value narrow = arith::TruncFOp::create(b, accOut, acc);
+        rounded = arith::ExtFOp::create(b, accType, narrow);
+        bias = arith::ExtFOp::create(b, accType, bias);
+      }
+      acc = arith::AddFOp::create(b, rounded, bias);
     }
     if (vec)
       vector::StoreOp::create(

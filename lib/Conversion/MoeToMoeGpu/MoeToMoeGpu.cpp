@@ -101,6 +101,8 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
               cast<RankedTensorType>(layer.getSharedExpertGate().getType())
                   .getElementType(),
               {1, h}, "param:shared_expert_gate");
+  if (config.getOutputBias())
+    addBuffer("output_bias", dtype, {h}, "param:output_bias");
   addBuffer("router_logits", f32, {kTokens, e}, "scratch");
   addBuffer("topk_ids", i32, {kTokens, k}, "output");
   addBuffer("topk_weights", f32, {kTokens, k}, "output");
@@ -222,6 +224,8 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
     combineArgs.push_back("shared_out");
   if (gated)
     combineArgs.push_back("shared_scale");
+  if (config.getOutputBias())
+    combineArgs.push_back("output_bias");
   combineArgs.push_back("y");
   buildCombine(
       addKernel("combine", combineArgs, gridOf(moegpu::GridKind::Tokens, 1), kRowThreads));

@@ -62,6 +62,7 @@ std::vector<EntryArgument> mlir::moe::entryArguments(LayerOp layer) {
   add(Kind::Parameter, "shared_up_weight", layer.getSharedUpWeight());
   add(Kind::Parameter, "shared_down_weight", layer.getSharedDownWeight());
   add(Kind::Parameter, "shared_expert_gate", layer.getSharedExpertGate());
+  add(Kind::Parameter, "output_bias", layer.getOutputBias());
 
   LayerConfigAttr config = layer.getConfig();
   Builder b(layer.getContext());

@@ -1200,3 +1200,21 @@ func.func @f(%s: tensor<?x8xf32>) {
   %i, %w = moe.topk %s {k = 2, sparsemixer = -1.0 : f64} : tensor<?x8xf32> -> tensor<?x2xi32>, tensor<?x2xf32>
   return
 }
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x4x8xf32>, %wu: tensor<4x4x8xf32>, %wd: tensor<4x8x4xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{expected a block output bias operand since output_bias = true}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, output_bias = true, dtype = f32>}
+       : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x4x8xf32>, %wu: tensor<4x4x8xf32>, %wd: tensor<4x8x4xf32>, %b: tensor<4xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{expected output bias of shape [8], got 'tensor<4xf32>'}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) output_bias(%b) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, output_bias = true, dtype = f32>}
+       : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>, tensor<4xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}

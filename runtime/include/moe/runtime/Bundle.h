@@ -80,6 +80,8 @@ struct LayerSpec {
   bool sharedGate = false;
   /// The routed weights scale the experts' inputs (Llama 4).
   bool scaleInput = false;
+  /// A bias [H] is added to the output (JetMoE).
+  bool outputBias = false;
   std::string dtype;
   int64_t alignment = 1;
 };
