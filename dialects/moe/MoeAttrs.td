@@ -195,6 +195,13 @@ def Moe_LayerConfigAttr : Moe_Attr<"LayerConfig", "layer_config"> {
                "Llama 4)";
       if (getScoring() == ::mlir::moe::ScoringFunc::Sparsemixer)
         return "it routes by sparsemixer (Phi-3.5-MoE)";
+      return "";
+    }
+    /// What of the layer the sm_90a training step does not support yet
+    /// (beyond getUntrainable), or "".
+    std::string getUntrainableOnSm90() const {
+      if (std::string why = getUntrainable(); !why.empty())
+        return why;
       if (getOutputBias())
         return "a bias is added to its output (output_bias, JetMoE)";
       return "";

@@ -572,9 +572,12 @@ CompileResult mlir::moe::compile(const std::string &input,
     return result;
   }
   LayerConfigAttr config = layer.getConfig();
-  if (std::string why = config.getUntrainable();
+  bool sm90 = options.target == "sm_90a";
+  if (std::string why = sm90 ? config.getUntrainableOnSm90()
+                             : config.getUntrainable();
       options.train && !why.empty()) {
-    result.error = "--train: the layer has no training step yet: " + why +
+    result.error = std::string("--train: the layer has no ") +
+                   (sm90 ? "sm_90a " : "") + "training step yet: " + why +
                    "; compile it without --train";
     return result;
   }

@@ -12,6 +12,7 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/IRMapping.h"
@@ -216,6 +217,30 @@ LayerGradients mlir::moe::buildLayerBackward(OpBuilder &b, LayerOp layer,
     if (shared.expertGate)
       grads.weights.push_back(shared.expertGate);
   }
+  if (layer.getOutputBias()) {
+    // JetMoE's output bias: the sum of dy over the tokens, in f32.
+    auto dyType = cast<RankedTensorType>(dy.getType());
+    Type f32 = b.getF32Type();
+    Value wide = dy;
+    if (!dyType.getElementType().isF32())
+      wide = arith::ExtFOp::create(
+          b, loc, RankedTensorType::get(dyType.getShape(), f32), dy);
+    int64_t hidden = config.getHidden();
+    Value init = linalg::FillOp::create(
+                     b, loc, ValueRange{arith::ConstantOp::create(
+                                 b, loc, b.getF32FloatAttr(0.0))},
+                     ValueRange{tensor::EmptyOp::create(
+                         b, loc, ArrayRef<int64_t>{hidden}, f32)})
+                     .getResult(0);
+    auto reduce = linalg::ReduceOp::create(
+        b, loc, ValueRange{wide}, ValueRange{init}, ArrayRef<int64_t>{0},
+        [](OpBuilder &nb, Location nloc, ValueRange args) {
+          linalg::YieldOp::create(
+              nb, nloc,
+              ValueRange{arith::AddFOp::create(nb, nloc, args[0], args[1])});
+        });
+    grads.weights.push_back(reduce.getResult(0));
+  }
   grads.input = dx;
   return grads;
 }
@@ -242,6 +267,8 @@ LogicalResult addBackward(ModuleOp module, func::FuncOp forward, LayerOp layer,
                     layer.getSharedDownWeight(), layer.getSharedExpertGate()})
       if (w)
         resultTypes.push_back(f32Like(w));
+  if (Value bias = layer.getOutputBias())
+    resultTypes.push_back(f32Like(bias));
 
   OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
   std::string name = (forward.getName() + "_backward").str();
@@ -320,6 +347,8 @@ mlir::moe::listTrainedWeights(LayerOp layer) {
                     {"shared_down_weight", layer.getSharedDownWeight()}});
   if (Value gate = layer.getSharedExpertGate())
     weights.push_back({"shared_expert_gate", gate});
+  if (Value bias = layer.getOutputBias())
+    weights.push_back({"output_bias", bias});
   return weights;
 }
 

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -338,6 +339,13 @@ Status validateManifest(const Manifest &m) {
       return fail("parameter '" + p.name + "' is part " +
                   std::to_string(p.part) + " of " + std::to_string(p.parts) +
                   "; expected 0 <= part < parts <= 64 of a dimension it has");
+    // The checkpoint tensor holds every rank's experts and every part.
+    if (*elementCount(p.shape) > std::numeric_limits<int64_t>::max() /
+                                     (p.parts * std::max<int64_t>(
+                                                    m.expertParallel, 1)))
+      return fail("parameter '" + p.name + "' is too large: " +
+                  formatShape(p.shape) + " x " + std::to_string(p.parts) +
+                  " parts x " + std::to_string(m.expertParallel) + " ranks");
     if (p.transposed && p.shape.size() < sliced + 2)
       return fail("parameter '" + p.name +
                   "' is transposed but has no matrix to transpose");

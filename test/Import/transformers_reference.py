@@ -32,6 +32,8 @@ SMALL_V3 = dict(hidden_size=64, n_routed_experts=16, num_experts_per_tok=4,
                 n_group=4, topk_group=2, moe_intermediate_size=32,
                 n_shared_experts=2, routed_scaling_factor=2.5,
                 norm_topk_prob=True, first_k_dense_replace=1)
+SMALL_PHI = dict(hidden_size=64, num_local_experts=8, num_experts_per_tok=2,
+                 intermediate_size=40)
 # case: (config class, causal-LM class, config fields)
 CASES = {
     "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM", SMALL_V3),
@@ -88,13 +90,9 @@ CASES = {
     # Sparsemixer (inference form): two picks, each weighted by the softmax
     # of the logits within its margin (router_jitter_noise: the default
     # 0.01, and 0.3 so that several logits stay in).
-    "phimoe": ("PhimoeConfig", "PhimoeForCausalLM",
-               dict(hidden_size=64, num_local_experts=8,
-                    num_experts_per_tok=2, intermediate_size=40)),
+    "phimoe": ("PhimoeConfig", "PhimoeForCausalLM", SMALL_PHI),
     "phimoe-wide": ("PhimoeConfig", "PhimoeForCausalLM",
-                    dict(hidden_size=64, num_local_experts=8,
-                         num_experts_per_tok=2, intermediate_size=40,
-                         router_jitter_noise=0.3)),
+                    dict(SMALL_PHI, router_jitter_noise=0.3)),
     # The MoE fields in ffn_config; w1, v1 and w2 of [E * F, H].
     "dbrx": ("DbrxConfig", "DbrxForCausalLM",
              dict(d_model=64, n_layers=3, n_heads=4,

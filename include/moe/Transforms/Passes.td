@@ -184,6 +184,7 @@ def MoeAutodiff : Pass<"moe-autodiff", "::mlir::ModuleOp"> {
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::func::FuncDialect",
+                           "::mlir::linalg::LinalgDialect",
                            "::mlir::tensor::TensorDialect"];
   let options = [
     Option<"alignment", "alignment", "int64_t", /*default=*/"1",

@@ -337,7 +337,7 @@ struct ConvertMoeToMoeGpu
         partition && !layer.getPartitionAttr())
       layer.setPartitionAttr(partition);
     SmPartitionAttr partition = layer.getPartitionAttr();
-    if (std::string why = layer.getConfig().getUntrainable();
+    if (std::string why = layer.getConfig().getUntrainableOnSm90();
         train && !why.empty()) {
       layer.emitOpError() << "has no sm_90a training step yet: " << why;
       return signalPassFailure();
