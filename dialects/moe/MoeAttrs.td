@@ -190,9 +190,6 @@ def Moe_LayerConfigAttr : Moe_Attr<"LayerConfig", "layer_config"> {
     /// What of the layer no training step (host or sm_90a) supports yet,
     /// or "" when it can be trained.
     std::string getUntrainable() const {
-      if (getScaleInput())
-        return "its routed weights scale the experts' inputs (scale_input, "
-               "Llama 4)";
       if (getScoring() == ::mlir::moe::ScoringFunc::Sparsemixer)
         return "it routes by sparsemixer (Phi-3.5-MoE)";
       return "";
@@ -202,6 +199,9 @@ def Moe_LayerConfigAttr : Moe_Attr<"LayerConfig", "layer_config"> {
     std::string getUntrainableOnSm90() const {
       if (std::string why = getUntrainable(); !why.empty())
         return why;
+      if (getScaleInput())
+        return "its routed weights scale the experts' inputs (scale_input, "
+               "Llama 4)";
       if (getOutputBias())
         return "a bias is added to its output (output_bias, JetMoE)";
       return "";

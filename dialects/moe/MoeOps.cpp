@@ -774,6 +774,44 @@ LogicalResult DispatchGradOp::verify() {
 }
 
 //===----------------------------------------------------------------------===//
+// ScaledDispatchGradOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult ScaledDispatchGradOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location>, Adaptor adaptor,
+    SmallVectorImpl<Type> &inferredReturnTypes) {
+  auto rowsGrad = cast<RankedTensorType>(adaptor.getRowsGrad().getType());
+  auto rowMap = cast<RankedTensorType>(adaptor.getRowMap().getType());
+  inferredReturnTypes.push_back(
+      getTensor({rowMap.getDimSize(0), rowsGrad.getDimSize(1)},
+                rowsGrad.getElementType()));
+  inferredReturnTypes.push_back(
+      getTensor(rowMap.getShape(), Float32Type::get(rowMap.getContext())));
+  return success();
+}
+
+bool ScaledDispatchGradOp::isCompatibleReturnTypes(TypeRange l, TypeRange r) {
+  return areCompatibleTensorTypes(l, r);
+}
+
+LogicalResult ScaledDispatchGradOp::verify() {
+  Operation *op = getOperation();
+  auto rowMap = asRanked(getRowMap());
+  auto input = asRanked(getInput());
+  if (failed(requireStaticDims(op, "the row gradient", asRanked(getRowsGrad()),
+                               {1})) ||
+      failed(requireStaticDims(op, "the row map", rowMap, {1})) ||
+      failed(expectDim(op, "input", input, 1,
+                       asRanked(getRowsGrad()).getDimSize(1), "hidden")))
+    return failure();
+  if (failed(verifyCompatibleShape(rowMap, asRanked(getScales()))))
+    return emitOpError() << "expected row map and scales of the same shape, "
+                            "got "
+                         << rowMap << " and " << asRanked(getScales());
+  return verifyResultTypes(*this);
+}
+
+//===----------------------------------------------------------------------===//
 // TopKGradOp
 //===----------------------------------------------------------------------===//
 

@@ -548,6 +548,41 @@ def Moe_DispatchGradOp : Moe_InferredOp<"dispatch_grad", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Moe_ScaledDispatchGradOp : Moe_InferredOp<"scaled_dispatch_grad",
+                                              [Pure]> {
+  let summary = "Gradients of moe.dispatch with scales";
+  let description = [{
+    `moe.dispatch x, ids scales s` writes `x[t] * s[t, j]` (the scale
+    rounded to the element type) to row `row_map[t, j]`; for the gradient
+    `rows_grad` (`[R, H]`) of a loss with respect to those rows:
+
+    ```
+    input_grad[t, h]  = sum_j s[t, j] * rows_grad[row_map[t, j], h]
+    scales_grad[t, j] = sum_h rows_grad[row_map[t, j], h] * input[t, h]
+    ```
+
+    with the rounded scales, accumulated in f32 (the roundings themselves
+    are not differentiated); entries outside the buffer contribute nothing.
+    `input_grad` has `rows_grad`'s element type, `scales_grad` is f32.
+
+    ```mlir
+    %dx, %ds = moe.scaled_dispatch_grad %drows, %map, %x, %s
+        : tensor<?x64xbf16>, tensor<?x1xi32>, tensor<?x64xbf16>,
+          tensor<?x1xf32> -> tensor<?x64xbf16>, tensor<?x1xf32>
+    ```
+  }];
+  let arguments = (ins Moe_Activations:$rows_grad, Moe_I32Matrix:$row_map,
+                       Moe_Activations:$input, Moe_F32Matrix:$scales);
+  let results = (outs Moe_Activations:$input_grad,
+                      Moe_F32Matrix:$scales_grad);
+  let assemblyFormat = [{
+    $rows_grad `,` $row_map `,` $input `,` $scales attr-dict `:`
+    type($rows_grad) `,` type($row_map) `,` type($input) `,` type($scales)
+    `->` type($input_grad) `,` type($scales_grad)
+  }];
+  let hasVerifier = 1;
+}
+
 def Moe_TopKGradOp : Moe_InferredOp<"topk_grad", [Pure]> {
   let summary = "Score gradient of moe.topk's routing weights";
   let description = [{

@@ -127,6 +127,20 @@ LayerGradients mlir::moe::buildLayerBackward(OpBuilder &b, LayerOp layer,
   // With expert parallelism the gradients of the expert outputs go to the
   // experts' ranks, and those of the expert inputs come back, chunk by
   // chunk as in the forward pass.
+  // Llama 4 (scale_input): the combine summed the rows unweighted (weights
+  // of 1 here) and the dispatch scaled them.
+  bool scaled = config.getScaleInput();
+  auto onesLike = [&](Value like) -> Value {
+    auto type = cast<RankedTensorType>(like.getType());
+    SmallVector<Value> sizes;
+    if (type.isDynamicDim(0))
+      sizes.push_back(tensor::DimOp::create(b, loc, like, 0));
+    Value empty = tensor::EmptyOp::create(b, loc, type.getShape(),
+                                          type.getElementType(), sizes);
+    Value one = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1.0));
+    return linalg::FillOp::create(b, loc, ValueRange{one}, ValueRange{empty})
+        .getResult(0);
+  };
   SmallVector<Value> dDowns, offsets, weightGrads;
   for (const ExpertChunk &chunk : fwd.chunks) {
     Value dyc = dy, weights = fwd.weights;
@@ -134,6 +148,8 @@ LayerGradients mlir::moe::buildLayerBackward(OpBuilder &b, LayerOp layer,
       dyc = sliceRows(b, loc, dy, chunk.begin, chunk.size);
       weights = sliceRows(b, loc, weights, chunk.begin, chunk.size);
     }
+    if (scaled)
+      weights = onesLike(weights);
     auto combine =
         CombineGradOp::create(b, loc, dyc, chunk.down, chunk.rowMap, weights);
     dDowns.push_back(combine.getRowsGrad());
@@ -173,7 +189,20 @@ LayerGradients mlir::moe::buildLayerBackward(OpBuilder &b, LayerOp layer,
   for (size_t c = 0; c < chunkCount; ++c) {
     const ExpertChunk &chunk = fwd.chunks[c];
     Value dRows = ep > 1 ? finishExchange(b, loc, returned, c) : dRowsLocal[c];
-    Value dxc = DispatchGradOp::create(b, loc, dRows, chunk.rowMap);
+    Value dxc;
+    if (scaled) {
+      Value xc = x, scales = fwd.weights;
+      if (chunked) {
+        xc = sliceRows(b, loc, x, chunk.begin, chunk.size);
+        scales = sliceRows(b, loc, scales, chunk.begin, chunk.size);
+      }
+      auto grad =
+          ScaledDispatchGradOp::create(b, loc, dRows, chunk.rowMap, xc, scales);
+      dxc = grad.getInputGrad();
+      weightGrads[c] = grad.getScalesGrad();
+    } else {
+      dxc = DispatchGradOp::create(b, loc, dRows, chunk.rowMap);
+    }
     if (!chunked) {
       dx = dxc;
       weightsGrad = weightGrads[c];

@@ -107,10 +107,27 @@ func.func private @one_backward()
 
 // -----
 
-// Llama 4's input-scaled experts have no backward pass yet.
+// Sparsemixer (Phi-3.5-MoE) has no backward pass yet.
+func.func @mixer(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x4x8xf32>,
+                 %wu: tensor<4x4x8xf32>, %wd: tensor<4x8x4xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{'moe.layer' op has no backward pass in moe-autodiff yet: it routes by sparsemixer (Phi-3.5-MoE)}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd)
+      {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, scoring = sparsemixer, router_jitter = 0.01, ffn = 4, dtype = f32>}
+      : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}
+
+// -----
+
+// Llama 4 (scale_input): the combine's gradient with weights of one, then
+// the scaled dispatch's, whose scale gradients feed the top-k's.
+// CHECK-LABEL: func.func @scaled_backward
+// CHECK: %[[ONES:.*]] = linalg.fill
+// CHECK: moe.combine_grad %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %[[ONES]]
+// CHECK: %[[DX:.*]], %[[DS:.*]] = moe.scaled_dispatch_grad
+// CHECK: moe.topk_grad %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %[[DS]]
 func.func @scaled(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x4x8xf32>,
                   %wu: tensor<4x4x8xf32>, %wd: tensor<4x8x4xf32>) -> tensor<?x8xf32> {
-  // expected-error @+1 {{'moe.layer' op has no backward pass in moe-autodiff yet: its routed weights scale the experts' inputs (scale_input, Llama 4)}}
   %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd)
       {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, scoring = sigmoid, ffn = 4, scale_input = true, dtype = f32>}
       : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>) -> tensor<?x8xf32>

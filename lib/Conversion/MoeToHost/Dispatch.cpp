@@ -317,6 +317,70 @@ Value lowerDispatchGrad(Builder &b, DispatchGradOp op) {
   return asTensor(b, out);
 }
 
+/// Llama 4's dispatch backward: per token, the k rows' gradients weighted
+/// by the (rounded) scales, and each scale's gradient, the dot product of
+/// its row's gradient with the token.
+SmallVector<Value> lowerScaledDispatchGrad(Builder &b,
+                                           ScaledDispatchGradOp op) {
+  auto outType = cast<RankedTensorType>(op.getInputGrad().getType());
+  auto mapType = cast<RankedTensorType>(op.getRowMap().getType());
+  int64_t hidden = outType.getDimSize(1), k = mapType.getDimSize(1);
+  Type elt = outType.getElementType();
+  Type inputElt =
+      cast<RankedTensorType>(op.getInput().getType()).getElementType();
+  Value rowsGrad = asBuffer(b, op.getRowsGrad());
+  Value rowMap = asBuffer(b, op.getRowMap());
+  Value input = asBuffer(b, op.getInput());
+  Value scales = asBuffer(b, op.getScales());
+  Value tokens = dim(b, rowMap, 0), rowCount = dim(b, rowsGrad, 0);
+  Value out = alloc(b, MemRefType::get(outType.getShape(), elt),
+                    dynamicSizes(b, outType, rowMap));
+  Value scalesGrad =
+      alloc(b, MemRefType::get(mapType.getShape(), b.getF32Type()),
+            dynamicSizes(b, mapType, rowMap));
+  forTokenBlocks(b, tokens, [&](Builder &b, Value t) {
+    SmallVector<Value> valid, row, scale;
+    for (int64_t j = 0; j < k; ++j) {
+      Value jv = indexConst(b, j);
+      Value r = arith::IndexCastOp::create(
+          b, b.getIndexType(),
+          memref::LoadOp::create(b, rowMap, ValueRange{t, jv}));
+      Value ok = validRow(b, r, rowCount);
+      valid.push_back(ok);
+      row.push_back(arith::SelectOp::create(b, ok, r, indexConst(b, 0)));
+      Value s = toF32(
+          b, fromF32(b, memref::LoadOp::create(b, scales, ValueRange{t, jv}),
+                     inputElt));
+      scale.push_back(arith::SelectOp::create(b, ok, s, f32Const(b, 0.0)));
+    }
+    SmallVector<Value> dots(k, f32Const(b, 0.0));
+    ValueRange sums = forLoopCarrying(
+        b, indexConst(b, 0), indexConst(b, hidden), dots,
+        [&](Builder &b, Value h, ValueRange carried) -> SmallVector<Value> {
+          Value x =
+              toF32(b, memref::LoadOp::create(b, input, ValueRange{t, h}));
+          Value acc = f32Const(b, 0.0);
+          SmallVector<Value> next;
+          for (int64_t j = 0; j < k; ++j) {
+            Value g = toF32(
+                b, memref::LoadOp::create(b, rowsGrad, ValueRange{row[j], h}));
+            g = arith::SelectOp::create(b, valid[j], g, f32Const(b, 0.0));
+            acc = arith::AddFOp::create(b, acc,
+                                        arith::MulFOp::create(b, scale[j], g));
+            next.push_back(arith::AddFOp::create(
+                b, carried[j], arith::MulFOp::create(b, g, x)));
+          }
+          memref::StoreOp::create(b, fromF32(b, acc, elt), out,
+                                  ValueRange{t, h});
+          return next;
+        });
+    for (int64_t j = 0; j < k; ++j)
+      memref::StoreOp::create(b, sums[j], scalesGrad,
+                              ValueRange{t, indexConst(b, j)});
+  });
+  return {asTensor(b, out), asTensor(b, scalesGrad)};
+}
+
 } // namespace
 
 void mlir::moe::host::populateDispatchPatterns(RewritePatternSet &patterns) {
@@ -324,4 +388,5 @@ void mlir::moe::host::populateDispatchPatterns(RewritePatternSet &patterns) {
   addLowering<CombineOp>(patterns, lowerCombine);
   addLowering<CombineGradOp>(patterns, lowerCombineGrad);
   addLowering<DispatchGradOp>(patterns, lowerDispatchGrad);
+  addLowering<ScaledDispatchGradOp>(patterns, lowerScaledDispatchGrad);
 }

@@ -1218,3 +1218,11 @@ func.func @f(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x4x8xf32>, 
        : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>, tensor<4xf32>) -> tensor<?x8xf32>
   return %y : tensor<?x8xf32>
 }
+
+// -----
+
+func.func @f(%g: tensor<?x8xf32>, %m: tensor<?x2xi32>, %x: tensor<?x8xf32>, %s: tensor<?x3xf32>) {
+  // expected-error @+1 {{expected row map and scales of the same shape, got 'tensor<?x2xi32>' and 'tensor<?x3xf32>'}}
+  %dx, %ds = moe.scaled_dispatch_grad %g, %m, %x, %s : tensor<?x8xf32>, tensor<?x2xi32>, tensor<?x8xf32>, tensor<?x3xf32> -> tensor<?x8xf32>, tensor<?x2xf32>
+  return
+}
