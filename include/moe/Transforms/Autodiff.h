@@ -25,7 +25,8 @@ struct LayerGradients {
 /// Emits, at the builder's insertion point, the backward primitives of
 /// `layer` whose forward primitives `forward` decomposeLayer emitted, for
 /// the gradient `dy` of a loss with respect to the layer's output. A layer
-/// with a shared-expert gate is not supported (moe-autodiff reports it).
+/// whose config's getUntrainable() is not empty (sparsemixer routing) is
+/// not supported (moe-autodiff reports it).
 LayerGradients buildLayerBackward(OpBuilder &b, LayerOp layer,
                                   const DecomposedLayer &forward, Value dy);
 
