@@ -36,6 +36,22 @@ void copyRow(Builder &b, Value from, Value src, Value to, Value dst,
   });
 }
 
+/// Token t's k rows of a row map: whether each names a row of the buffer
+/// (`rowCount` rows), and the row (0 where it does not).
+std::pair<SmallVector<Value>, SmallVector<Value>>
+tokenRows(Builder &b, Value rowMap, Value t, int64_t k, Value rowCount) {
+  SmallVector<Value> valid, row;
+  for (int64_t j = 0; j < k; ++j) {
+    Value r = arith::IndexCastOp::create(
+        b, b.getIndexType(),
+        memref::LoadOp::create(b, rowMap, ValueRange{t, indexConst(b, j)}));
+    Value ok = validRow(b, r, rowCount);
+    valid.push_back(ok);
+    row.push_back(arith::SelectOp::create(b, ok, r, indexConst(b, 0)));
+  }
+  return {valid, row};
+}
+
 SmallVector<Value> lowerDispatch(Builder &b, DispatchOp op) {
   auto experts = static_cast<int64_t>(op.getExperts());
   auto alignment = static_cast<int64_t>(op.getAlignment());
@@ -182,7 +198,6 @@ Value lowerCombine(Builder &b, CombineOp op) {
   Value weights = op.getWeights() ? asBuffer(b, op.getWeights()) : Value();
   Value tokens = dim(b, rowMap, 0);
   Value rowCount = dim(b, rows, 0);
-  Value zeroIdx = indexConst(b, 0);
 
   Value out = alloc(b, MemRefType::get(outType.getShape(), elt),
                     dynamicSizes(b, outType, rowMap));
@@ -191,18 +206,12 @@ Value lowerCombine(Builder &b, CombineOp op) {
   // order, in f32. Tokens in parallel blocks; no scratch memory.
   Value zeroF = f32Const(b, 0.0);
   forTokenBlocks(b, tokens, [&](Builder &b, Value t) {
-    SmallVector<Value> valid, row, weight;
-    for (int64_t j = 0; j < k; ++j) {
-      Value jv = indexConst(b, j);
-      Value r = arith::IndexCastOp::create(
-          b, b.getIndexType(),
-          memref::LoadOp::create(b, rowMap, ValueRange{t, jv}));
-      Value ok = validRow(b, r, rowCount);
-      valid.push_back(ok);
-      row.push_back(arith::SelectOp::create(b, ok, r, zeroIdx));
-      if (weights)
-        weight.push_back(memref::LoadOp::create(b, weights, ValueRange{t, jv}));
-    }
+    auto slots = tokenRows(b, rowMap, t, k, rowCount);
+    SmallVector<Value> &valid = slots.first, &row = slots.second;
+    SmallVector<Value> weight;
+    for (int64_t j = 0; weights && j < k; ++j)
+      weight.push_back(
+          memref::LoadOp::create(b, weights, ValueRange{t, indexConst(b, j)}));
     forLoop(b, hidden, [&](Builder &b, Value h) {
       Value acc = zeroF;
       for (int64_t j = 0; j < k; ++j) {
@@ -339,19 +348,16 @@ SmallVector<Value> lowerScaledDispatchGrad(Builder &b,
       alloc(b, MemRefType::get(mapType.getShape(), b.getF32Type()),
             dynamicSizes(b, mapType, rowMap));
   forTokenBlocks(b, tokens, [&](Builder &b, Value t) {
-    SmallVector<Value> valid, row, scale;
+    auto slots = tokenRows(b, rowMap, t, k, rowCount);
+    SmallVector<Value> &valid = slots.first, &row = slots.second;
+    SmallVector<Value> scale;
     for (int64_t j = 0; j < k; ++j) {
       Value jv = indexConst(b, j);
-      Value r = arith::IndexCastOp::create(
-          b, b.getIndexType(),
-          memref::LoadOp::create(b, rowMap, ValueRange{t, jv}));
-      Value ok = validRow(b, r, rowCount);
-      valid.push_back(ok);
-      row.push_back(arith::SelectOp::create(b, ok, r, indexConst(b, 0)));
       Value s = toF32(
           b, fromF32(b, memref::LoadOp::create(b, scales, ValueRange{t, jv}),
                      inputElt));
-      scale.push_back(arith::SelectOp::create(b, ok, s, f32Const(b, 0.0)));
+      scale.push_back(
+          arith::SelectOp::create(b, valid[j], s, f32Const(b, 0.0)));
     }
     SmallVector<Value> dots(k, f32Const(b, 0.0));
     ValueRange sums = forLoopCarrying(
