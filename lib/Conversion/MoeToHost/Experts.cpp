@@ -156,7 +156,8 @@ Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op,
 /// gate_grad and up_grad of silu(gate) * up, elementwise in f32.
 std::pair<Value, Value> lowerSwiGLUGrad(Builder &b, SwiGLUGradOp op) {
   Type elt = op.getGate().getType().getElementType();
-  ValueRange inputs{op.getGate(), op.getUp(), op.getGrad()};
+  // (Owned here: a ValueRange of a braced list would outlive its storage.)
+  SmallVector<Value, 3> inputs{op.getGate(), op.getUp(), op.getGrad()};
   Value gateGrad = elementwise(b, inputs, elt, [](Builder &nb, ValueRange v) {
     Value s = sigmoid(nb, v[0]);
     Value one = f32Const(nb, 1.0);
