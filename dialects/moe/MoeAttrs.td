@@ -187,6 +187,9 @@ def Moe_LayerConfigAttr : Moe_Attr<"LayerConfig", "layer_config"> {
     double getRoutedScaleValue() const {
       return getRoutedScale().convertToDouble();
     }
+    double getRouterJitterValue() const {
+      return getRouterJitter().convertToDouble();
+    }
     /// What of the layer no training step (host or sm_90a) supports yet,
     /// or "" when it can be trained.
     std::string getUntrainable() const {

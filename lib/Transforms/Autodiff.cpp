@@ -131,14 +131,9 @@ LayerGradients mlir::moe::buildLayerBackward(OpBuilder &b, LayerOp layer,
   // of 1 here) and the dispatch scaled them.
   bool scaled = config.getScaleInput();
   auto onesLike = [&](Value like) -> Value {
-    auto type = cast<RankedTensorType>(like.getType());
-    SmallVector<Value> sizes;
-    if (type.isDynamicDim(0))
-      sizes.push_back(tensor::DimOp::create(b, loc, like, 0));
-    Value empty = tensor::EmptyOp::create(b, loc, type.getShape(),
-                                          type.getElementType(), sizes);
     Value one = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1.0));
-    return linalg::FillOp::create(b, loc, ValueRange{one}, ValueRange{empty})
+    return linalg::FillOp::create(b, loc, ValueRange{one},
+                                  ValueRange{emptyLike(b, loc, like)})
         .getResult(0);
   };
   SmallVector<Value> dDowns, offsets, weightGrads;

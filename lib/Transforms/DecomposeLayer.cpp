@@ -44,6 +44,16 @@ Value mlir::moe::chunkBound(OpBuilder &b, Location loc, Value tokens,
                                 arith::ConstantIndexOp::create(b, loc, chunks));
 }
 
+Value mlir::moe::emptyLike(OpBuilder &b, Location loc, Value tensor) {
+  auto type = cast<RankedTensorType>(tensor.getType());
+  SmallVector<Value> sizes;
+  for (int64_t d = 0; d < type.getRank(); ++d)
+    if (type.isDynamicDim(d))
+      sizes.push_back(tensor::DimOp::create(b, loc, tensor, d));
+  return tensor::EmptyOp::create(b, loc, type.getShape(), type.getElementType(),
+                                 sizes);
+}
+
 Value mlir::moe::sliceRows(OpBuilder &b, Location loc, Value tensor,
                            Value begin, Value size) {
   auto type = cast<RankedTensorType>(tensor.getType());
@@ -111,7 +121,7 @@ DecomposedLayer mlir::moe::decomposeLayer(OpBuilder &b, LayerOp layer,
   // Sparsemixer (Phi-3.5-MoE) selects on the logits with its margin.
   FloatAttr sparsemixer;
   if (config.getScoring() == ScoringFunc::Sparsemixer)
-    sparsemixer = b.getF64FloatAttr(config.getRouterJitter().convertToDouble());
+    sparsemixer = b.getF64FloatAttr(config.getRouterJitterValue());
   auto topk = TopKOp::create(
       b, loc, scores, layer.getScoreBias(), config.getTopK(),
       config.getGroups(), config.getTopkGroups(), config.getGroupScore(),
@@ -213,15 +223,9 @@ DecomposedLayer mlir::moe::decomposeLayer(OpBuilder &b, LayerOp layer,
   }
   // JetMoE: a bias on every token's output, in the layer's dtype.
   if (Value bias = layer.getOutputBias()) {
-    auto outType = cast<RankedTensorType>(out.getType());
-    SmallVector<Value> sizes;
-    if (outType.isDynamicDim(0))
-      sizes.push_back(tensor::DimOp::create(b, loc, out, 0));
-    Value init = tensor::EmptyOp::create(b, loc, outType.getShape(),
-                                         outType.getElementType(), sizes);
-    Value rows =
-        linalg::BroadcastOp::create(b, loc, bias, init, ArrayRef<int64_t>{0})
-            .getResult()[0];
+    Value rows = linalg::BroadcastOp::create(
+                     b, loc, bias, emptyLike(b, loc, out), ArrayRef<int64_t>{0})
+                     .getResult()[0];
     out = arith::AddFOp::create(b, loc, out, rows);
   }
   // The layer may declare a more static result type than its input's.

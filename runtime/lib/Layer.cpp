@@ -680,32 +680,29 @@ Layer::checkpointNames(const std::map<std::string, Tensor> &byRole) const {
       place(expertName(p.name, firstExpert + e), piece, pieceShape, 0, p);
     }
   }
-  // Transposed tensors were assembled in the layer's (out, in) layout;
-  // each is turned once (the parts of a fused tensor share it).
-  std::set<std::string> turned;
+  // Tensors whose checkpoint layout is not the layer's were assembled in
+  // the layer's: each is turned to (in, out) and folded (DBRX) once, the
+  // parts of a fused tensor sharing it.
+  std::set<std::string> done;
   for (const ParameterSpec &p : bundle.manifest.parameters) {
-    if (!p.transposed || !byRole.count(p.role))
+    if ((!p.transposed && !p.flat) || !byRole.count(p.role))
       continue;
     bool pattern = p.name.find("{i}") != std::string::npos;
     for (int64_t e = 0; e < (pattern ? p.stack : 1); ++e) {
       std::string name = pattern ? expertName(p.name, firstExpert + e) : p.name;
       auto it = named.find(name);
-      if (it == named.end() || !turned.insert(name).second)
+      if (it == named.end() || !done.insert(name).second)
         continue;
-      std::vector<int64_t> shape = it->second.shape;
-      it->second = transposeLastTwo(it->second, shape);
+      Tensor &tensor = it->second;
+      if (p.transposed) {
+        std::vector<int64_t> shape = tensor.shape;
+        tensor = transposeLastTwo(tensor, shape);
+      }
+      if (p.flat) {
+        tensor.shape[1] *= tensor.shape[0];
+        tensor.shape.erase(tensor.shape.begin());
+      }
     }
-  }
-  // Flat tensors fold the experts into the next dimension (once each).
-  std::set<std::string> folded;
-  for (const ParameterSpec &p : bundle.manifest.parameters) {
-    auto it = named.find(p.name);
-    if (!p.flat || !byRole.count(p.role) || it == named.end() ||
-        it->second.shape.size() < 3 || !folded.insert(p.name).second)
-      continue;
-    std::vector<int64_t> &shape = it->second.shape;
-    shape[1] *= shape[0];
-    shape.erase(shape.begin());
   }
   return named;
 }

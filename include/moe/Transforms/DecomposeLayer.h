@@ -50,6 +50,8 @@ Value localExpertOffsets(OpBuilder &builder, Location loc, Value recvOffsets,
 /// `floor(chunk * tokens / chunks)`: the first token of a chunk.
 Value chunkBound(OpBuilder &builder, Location loc, Value tokens, int64_t chunk,
                  int64_t chunks);
+/// A tensor.empty of `tensor`'s type, its dynamic sizes taken from it.
+Value emptyLike(OpBuilder &builder, Location loc, Value tensor);
 /// Rows `[begin, begin + size)` of a rank-2 tensor, and the reverse.
 Value sliceRows(OpBuilder &builder, Location loc, Value tensor, Value begin,
                 Value size);

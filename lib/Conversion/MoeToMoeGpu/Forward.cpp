@@ -310,7 +310,7 @@ Value LayerBuilder::sparsemixerWeight(Emitter &e, ArrayRef<Value> score,
                                       ArrayRef<Value> inRange,
                                       ArrayRef<Value> chosen, Value m) {
   ImplicitLocOpBuilder &b = e.b;
-  Value margin = e.f32(2.0 * config.getRouterJitter().convertToDouble());
+  Value margin = e.f32(2.0 * config.getRouterJitterValue());
   Value sum = e.f32(0);
   for (size_t i = 0; i < score.size(); ++i) {
     Value s = score[i];
