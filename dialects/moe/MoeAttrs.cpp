@@ -78,7 +78,9 @@ LogicalResult LayerConfigAttr::verify(
     ScoringFunc scoring, GroupScore groupScore, bool scoreBias,
     bool normTopkProb, llvm::APFloat routedScale, llvm::APFloat routerJitter,
     int64_t ffn, int64_t sharedExperts, int64_t sharedFfn, bool sharedGate,
-    bool scaleInput, bool outputBias, Activation activation, Type dtype) {
+    bool scaleInput, bool outputBias, bool routerBias, bool expertBias,
+    Activation activation, llvm::APFloat swigluAlpha,
+    llvm::APFloat swigluLimit, Type dtype) {
   if (failed(checkSize(emitError, "hidden", hidden)) ||
       failed(checkSize(emitError, "experts", experts)) ||
       failed(checkSize(emitError, "ffn", ffn)))
@@ -131,6 +133,19 @@ LogicalResult LayerConfigAttr::verify(
     if (sharedGate)
       return emitError() << "expected shared_gate = false without shared "
                             "experts";
+  }
+  double alpha = swigluAlpha.convertToDouble();
+  double limit = swigluLimit.convertToDouble();
+  if (activation == Activation::ClampedSwiGLU) {
+    if (!std::isfinite(alpha) || alpha <= 0.0)
+      return emitError() << "expected a finite swiglu_alpha > 0, got "
+                         << shortest(alpha);
+    if (!std::isfinite(limit) || limit <= 0.0)
+      return emitError() << "expected a finite swiglu_limit > 0, got "
+                         << shortest(limit);
+  } else if (alpha != 1.702 || limit != 7.0) {
+    return emitError() << "expected swiglu_alpha and swiglu_limit only with "
+                          "activation = clamped_swiglu";
   }
   if (!dtype || !(dtype.isF32() || dtype.isBF16() || dtype.isF16()))
     return emitError() << "expected dtype to be f32, bf16 or f16, got "

@@ -36,7 +36,8 @@ def Moe_GroupScore : I32EnumAttr<"GroupScore",
 
 def Moe_Activation : I32EnumAttr<"Activation",
     "gated activation of the expert FFN", [
-      I32EnumAttrCase<"SwiGLU", 0, "swiglu">
+      I32EnumAttrCase<"SwiGLU", 0, "swiglu">,
+      I32EnumAttrCase<"ClampedSwiGLU", 1, "clamped_swiglu">
     ]> {
   let cppNamespace = "::mlir::moe";
   let genSpecializedAttr = 0;
@@ -121,7 +122,11 @@ def Moe_LayerConfigAttr : Moe_Attr<"LayerConfig", "layer_config"> {
     | `shared_gate` | shared output scaled by sigmoid(x * g^T) (Qwen2-MoE) | `false` |
     | `scale_input` | a routed weight scales its expert's input, not output (Llama 4) | `false` |
     | `output_bias` | a bias `[H]` is added to the layer's output (JetMoE) | `false` |
-    | `activation` | gated activation of the FFNs | `swiglu` |
+    | `router_bias` | a bias `[E]` is added to the router logits (GPT-OSS) | `false` |
+    | `expert_bias` | the routed experts' projections have biases (GPT-OSS) | `false` |
+    | `activation` | gated activation of the FFNs: `swiglu` or `clamped_swiglu` | `swiglu` |
+    | `swiglu_alpha` | `clamped_swiglu`'s sigmoid gain | `1.702` |
+    | `swiglu_limit` | `clamped_swiglu`'s clamp | `7.0` |
     | `dtype` | element type of activations and weights (f32, bf16, f16) | required |
 
     Routing: scores are `scoring(x * Wr^T)` in f32. With `groups > 1`, each
@@ -138,6 +143,13 @@ def Moe_LayerConfigAttr : Moe_Attr<"LayerConfig", "layer_config"> {
     logits `s` that are within the margin of `m_i`,
     `(m_i - s) / max(|s|, m_i) <= 2 * router_jitter` (for the second, the
     first expert excluded).
+
+    `router_bias` adds its bias to the logits before `scoring`. An expert's
+    FFN is `down(act(gate(x), up(x)))`, each projection with its expert's
+    bias when `expert_bias`. `swiglu` is `silu(g) * u`; `clamped_swiglu`
+    (GPT-OSS) is `(clamp(u, -l, l) + 1) * g' * sigmoid(alpha * g')` with
+    `g' = min(g, l)`, `alpha = swiglu_alpha` and `l = swiglu_limit`; the
+    shared experts always use `swiglu`.
 
     A token's routed output is `sum_j w_j * FFN_j(x)`, or with `scale_input`
     `sum_j FFN_j(w_j * x)` where `w_j * x` is rounded to `dtype` (Llama 4
@@ -170,7 +182,11 @@ def Moe_LayerConfigAttr : Moe_Attr<"LayerConfig", "layer_config"> {
     Moe_BoolParameter<"sigmoid gate on the shared expert output">:$shared_gate,
     Moe_BoolParameter<"routed weights scale the experts' inputs">:$scale_input,
     Moe_BoolParameter<"a bias added to the layer's output">:$output_bias,
+    Moe_BoolParameter<"a bias added to the router logits">:$router_bias,
+    Moe_BoolParameter<"biases on the routed experts' projections">:$expert_bias,
     Moe_EnumParameter<Moe_Activation, "::mlir::moe::Activation::SwiGLU">:$activation,
+    Moe_F64Parameter<"clamped_swiglu's sigmoid gain", "1.702">:$swiglu_alpha,
+    Moe_F64Parameter<"clamped_swiglu's clamp", "7.0">:$swiglu_limit,
     "::mlir::Type":$dtype
   );
   let assemblyFormat = "`<` struct(params) `>`";
@@ -190,11 +206,23 @@ def Moe_LayerConfigAttr : Moe_Attr<"LayerConfig", "layer_config"> {
     double getRouterJitterValue() const {
       return getRouterJitter().convertToDouble();
     }
+    double getSwigluAlphaValue() const {
+      return getSwigluAlpha().convertToDouble();
+    }
+    double getSwigluLimitValue() const {
+      return getSwigluLimit().convertToDouble();
+    }
+    bool isClamped() const {
+      return getActivation() == ::mlir::moe::Activation::ClampedSwiGLU;
+    }
     /// What of the layer no training step (host or sm_90a) supports yet,
     /// or "" when it can be trained.
     std::string getUntrainable() const {
       if (getScoring() == ::mlir::moe::ScoringFunc::Sparsemixer)
         return "it routes by sparsemixer (Phi-3.5-MoE)";
+      if (getRouterBias() || getExpertBias() || isClamped())
+        return "it has router or expert biases or the clamped SwiGLU "
+               "(GPT-OSS)";
       return "";
     }
     /// What of the layer the sm_90a training step does not support yet

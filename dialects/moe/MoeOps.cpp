@@ -241,6 +241,24 @@ LogicalResult LayerOp::verify() {
   if (getOutputBias() &&
       failed(expectShape(op, "output bias", getOutputBias(), {h}, dtype)))
     return failure();
+
+  if (failed(checkPresence(op, getRouterBias(), config.getRouterBias(),
+                           "router bias", "router_bias = true")))
+    return failure();
+  if (getRouterBias() && failed(expectShape(op, "router bias", getRouterBias(),
+                                            {e}, routerElt)))
+    return failure();
+  for (auto [what, bias, n] :
+       {std::tuple<StringRef, Value, int64_t>{"expert gate bias",
+                                              getGateBias(), f},
+        {"expert up bias", getUpBias(), f},
+        {"expert down bias", getDownBias(), h}}) {
+    if (failed(checkPresence(op, bias, config.getExpertBias(), what,
+                             "expert_bias = true")))
+      return failure();
+    if (bias && failed(expectShape(op, what, bias, {local, n}, dtype)))
+      return failure();
+  }
   return verifyResultTypes(*this);
 }
 
@@ -275,6 +293,9 @@ LogicalResult RouterOp::verify() {
   if (elt != input.getElementType() && !elt.isF32())
     return emitOpError() << "expected weight element type f32 or "
                          << input.getElementType() << ", got " << elt;
+  if (getBias() && failed(expectShape(op, "bias", getBias(),
+                                      {weight.getDimSize(0)}, elt)))
+    return failure();
   return verifyResultTypes(*this);
 }
 
@@ -462,7 +483,31 @@ LogicalResult GroupedMatmulOp::verify() {
           *this, "the input", asRanked(getInput()), asRanked(getWeight()), 2,
           "reduction size of the input", asRanked(getOffsets()))))
     return failure();
+  if (getBias()) {
+    auto weight = asRanked(getWeight());
+    if (failed(expectShape(getOperation(), "bias", getBias(),
+                           {weight.getDimSize(0), weight.getDimSize(1)},
+                           weight.getElementType())))
+      return failure();
+  }
   return verifyResultTypes(*this);
+}
+
+//===----------------------------------------------------------------------===//
+// SwiGLUOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult SwiGLUOp::verify() {
+  if (static_cast<bool>(getAlpha()) != static_cast<bool>(getLimit()))
+    return emitOpError() << "expected both alpha and limit (the clamped "
+                            "SwiGLU) or neither";
+  for (auto [what, value] : {std::pair<StringRef, std::optional<APFloat>>{
+                                 "alpha", getAlpha()},
+                             {"limit", getLimit()}})
+    if (value && !(std::isfinite(value->convertToDouble()) &&
+                   value->convertToDouble() > 0.0))
+      return emitOpError() << "expected a finite " << what << " > 0";
+  return success();
 }
 
 //===----------------------------------------------------------------------===//

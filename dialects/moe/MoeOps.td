@@ -51,7 +51,12 @@ def Moe_LayerOp : Moe_InferredOp<"layer", [Pure, AttrSizedOperandSegments]> {
       exactly when `shared_experts > 0`;
     - `shared_gate(g)`: `[1, H]`, present exactly when `shared_gate`;
     - `output_bias(b)`: `[H]`, added to every token's output, present
-      exactly when `output_bias`.
+      exactly when `output_bias`;
+    - `router_bias(b)`: `[E]` (the router weight's element type), added to
+      the router logits, present exactly when `router_bias`;
+    - `expert_bias(gate, up, down)`: `[E, F]`, `[E, F]`, `[E, H]`, the
+      routed experts' projection biases, present exactly when
+      `expert_bias`.
 
     The result is `[T, H]` of element type `dtype`. `partition`, when
     present, is the SM split the layer's kernels are compiled for.
@@ -83,6 +88,10 @@ def Moe_LayerOp : Moe_InferredOp<"layer", [Pure, AttrSizedOperandSegments]> {
     Optional<Moe_Activations>:$shared_down_weight,
     Optional<Moe_Activations>:$shared_expert_gate,
     Optional<TensorRankOf<Moe_ElementTypes, [1]>>:$output_bias,
+    Optional<TensorRankOf<Moe_ElementTypes, [1]>>:$router_bias,
+    Optional<Moe_Activations>:$gate_bias,
+    Optional<Moe_Activations>:$up_bias,
+    Optional<Moe_Activations>:$down_bias,
     Moe_LayerConfigAttr:$config,
     OptionalAttr<Moe_SmPartitionAttr>:$partition,
     DefaultValuedAttr<I64Attr, "1">:$ep_size,
@@ -96,6 +105,8 @@ def Moe_LayerOp : Moe_InferredOp<"layer", [Pure, AttrSizedOperandSegments]> {
                   $shared_down_weight `)`)?
     (`shared_gate` `(` $shared_expert_gate^ `)`)?
     (`output_bias` `(` $output_bias^ `)`)?
+    (`router_bias` `(` $router_bias^ `)`)?
+    (`expert_bias` `(` $gate_bias^ `,` $up_bias `,` $down_bias `)`)?
     attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
@@ -108,8 +119,9 @@ def Moe_LayerOp : Moe_InferredOp<"layer", [Pure, AttrSizedOperandSegments]> {
 def Moe_RouterOp : Moe_InferredOp<"router", [Pure]> {
   let summary = "Router scores of every token for every expert";
   let description = [{
-    `scores[t, e] = scoring(sum_h x[t, h] * w[e, h])`, computed and returned
-    in f32. `scoring` is `softmax` (over the E experts of a token),
+    `scores[t, e] = scoring(sum_h x[t, h] * w[e, h] + b[e])`, computed and
+    returned in f32, with `b` the optional `bias` (`[E]`, the weight's
+    element type; GPT-OSS's router bias) or 0. `scoring` is `softmax` (over the E experts of a token),
     `sigmoid` (elementwise) or `sparsemixer` (none: the logits, which
     moe.topk's `sparsemixer` turns into weights).
 
@@ -119,11 +131,12 @@ def Moe_RouterOp : Moe_InferredOp<"router", [Pure]> {
     ```
   }];
   let arguments = (ins Moe_Activations:$input, Moe_Activations:$weight,
+                       Optional<TensorRankOf<Moe_ElementTypes, [1]>>:$bias,
                        Moe_ScoringFuncAttr:$scoring);
   let results = (outs Moe_F32Matrix:$scores);
   let assemblyFormat = [{
-    $input `,` $weight attr-dict `:` type($input) `,` type($weight)
-    `->` type($scores)
+    $input `,` $weight (`bias` $bias^)? attr-dict `:` type($input) `,`
+    type($weight) (`,` type($bias)^)? `->` type($scores)
   }];
   let hasVerifier = 1;
 }
@@ -227,8 +240,10 @@ def Moe_DispatchOp : Moe_InferredOp<"dispatch", [Pure]> {
 def Moe_GroupedMatmulOp : Moe_InferredOp<"grouped_matmul", [Pure]> {
   let summary = "Per-expert GEMM over an expert-contiguous buffer";
   let description = [{
-    `out[r, n] = sum_k in[r, k] * w[e, n, k]` for every row `r` in
-    `[offsets[e], offsets[e+1])`; rows past `offsets[E]` are zero.
+    `out[r, n] = sum_k in[r, k] * w[e, n, k] + b[e, n]` for every row `r` in
+    `[offsets[e], offsets[e+1])`, with `b` the optional `bias` (`[E, N]`,
+    the weight's element type; GPT-OSS's expert biases) or 0; rows past
+    `offsets[E]` are zero.
     `w` is `[E, N, K]` (each expert's weight in (out, in) layout), `in`
     `[R, K]`, `offsets` `[E + 1]` i32, the result `[R, N]`. Accumulation is
     in f32; the result has the input's element type.
@@ -240,11 +255,13 @@ def Moe_GroupedMatmulOp : Moe_InferredOp<"grouped_matmul", [Pure]> {
     ```
   }];
   let arguments = (ins Moe_Activations:$input, Moe_ExpertWeights:$weight,
-                       Moe_I32Vector:$offsets);
+                       Moe_I32Vector:$offsets,
+                       Optional<Moe_Activations>:$bias);
   let results = (outs Moe_Activations:$output);
   let assemblyFormat = [{
-    $input `,` $weight `,` $offsets attr-dict `:` type($input) `,`
-    type($weight) `,` type($offsets) `->` type($output)
+    $input `,` $weight `,` $offsets (`bias` $bias^)? attr-dict `:`
+    type($input) `,` type($weight) `,` type($offsets) (`,` type($bias)^)?
+    `->` type($output)
   }];
   let hasVerifier = 1;
 }
@@ -253,15 +270,21 @@ def Moe_SwiGLUOp : Moe_Op<"swiglu", [Pure, SameOperandsAndResultType]> {
   let summary = "SwiGLU: silu(gate) * up, elementwise";
   let description = [{
     `out = gate * sigmoid(gate) * up`, elementwise over two tensors of the
-    same type (the gate and up projections of an FFN).
+    same type (the gate and up projections of an FFN), computed in f32.
+    With `limit` (GPT-OSS's clamped SwiGLU), `out = (clamp(up, -limit,
+    limit) + 1) * g * sigmoid(alpha * g)` with `g = min(gate, limit)`.
 
     ```mlir
     %a = moe.swiglu %g, %u : tensor<?x32xbf16>
+    %c = moe.swiglu %g, %u {alpha = 1.702, limit = 7.0} : tensor<?x32xbf16>
     ```
   }];
-  let arguments = (ins Moe_Activations:$gate, Moe_Activations:$up);
+  let arguments = (ins Moe_Activations:$gate, Moe_Activations:$up,
+                       OptionalAttr<F64Attr>:$alpha,
+                       OptionalAttr<F64Attr>:$limit);
   let results = (outs Moe_Activations:$output);
   let assemblyFormat = "$gate `,` $up attr-dict `:` type($output)";
+  let hasVerifier = 1;
 }
 
 def Moe_CombineOp : Moe_InferredOp<"combine", [Pure]> {

@@ -189,6 +189,11 @@ static rt::Manifest buildManifest(LayerConfigAttr config, WeightNaming naming,
   l.sharedGate = config.getSharedGate();
   l.scaleInput = config.getScaleInput();
   l.outputBias = config.getOutputBias();
+  l.routerBias = config.getRouterBias();
+  l.expertBias = config.getExpertBias();
+  l.activation = stringifyActivation(config.getActivation()).str();
+  l.swigluAlpha = config.getSwigluAlphaValue();
+  l.swigluLimit = config.getSwigluLimitValue();
   llvm::raw_string_ostream(l.dtype) << config.getDtype();
   l.alignment = alignmentFor(o);
   for (const EntryArgument &arg : args) {
@@ -207,13 +212,15 @@ static rt::Manifest buildManifest(LayerConfigAttr config, WeightNaming naming,
       // Expert weights stack the experts along dim 0, from one tensor per
       // expert or one tensor of them all.
       bool expert = arg.role == "gate_weight" || arg.role == "up_weight" ||
-                    arg.role == "down_weight";
+                    arg.role == "down_weight" || arg.role == "gate_bias" ||
+                    arg.role == "up_bias" || arg.role == "down_bias";
       p.stack = p.name.find("{i}") != std::string::npos || expert
                     ? arg.type.getDimSize(0)
                     : 0;
       std::tie(p.part, p.parts) = hfWeightPart(naming, arg.role);
       p.transposed = hfWeightTransposed(naming, arg.role);
       p.flat = hfWeightFlat(naming, arg.role);
+      p.interleaved = hfWeightInterleaved(naming, arg.role);
       p.dtype = dt;
       p.shape = toShape(arg.type);
       m.parameters.push_back(std::move(p));

@@ -70,6 +70,7 @@ std::optional<WeightNaming> mlir::moe::parseWeightNaming(llvm::StringRef name) {
       .Case("llama4", WeightNaming::Llama4)
       .Case("dbrx", WeightNaming::Dbrx)
       .Case("jetmoe", WeightNaming::JetMoe)
+      .Case("gpt_oss", WeightNaming::GptOss)
       .Default(std::nullopt);
 }
 
@@ -95,6 +96,8 @@ llvm::StringRef mlir::moe::stringifyWeightNaming(WeightNaming naming) {
     return "dbrx";
   case WeightNaming::JetMoe:
     return "jetmoe";
+  case WeightNaming::GptOss:
+    return "gpt_oss";
   }
   return "deepseek";
 }
@@ -141,6 +144,13 @@ aliasesOf(llvm::StringRef modelType) {
             {"experts", "ffn_config.moe_num_experts"},
             {"top_k", "ffn_config.moe_top_k"},
             {"ffn", "ffn_config.ffn_hidden_size"}};
+  if (modelType == "gpt_oss")
+    return {{"hidden", "hidden_size"},
+            {"experts", "num_local_experts"},
+            {"top_k", "num_experts_per_tok"},
+            {"ffn", "intermediate_size"},
+            {"swiglu_alpha", "swiglu_alpha"},
+            {"swiglu_limit", "swiglu_limit"}};
   if (modelType == "jetmoe")
     return {{"hidden", "hidden_size"},
             {"experts", "num_local_experts"},
@@ -325,8 +335,11 @@ struct Fields {
   ScoringFunc scoring = ScoringFunc::Softmax;
   GroupScore groupScore = GroupScore::Max;
   bool scoreBias = false, normalize = false, sharedGate = false,
-       scaleInput = false, outputBias = false;
+       scaleInput = false, outputBias = false, routerBias = false,
+       expertBias = false;
   double scale = 1.0, jitter = 0.0;
+  Activation activation = Activation::SwiGLU;
+  double alpha = 1.702, limit = 7.0;
   int64_t ffn = 0, sharedExperts = 0, sharedFfn = 0;
 };
 } // namespace
@@ -359,7 +372,7 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
       "dots1",        "deepseek_v2",  "mixtral",        "minimax",
       "minimax_m2",   "qwen2_moe",    "qwen3_moe",      "olmoe",
       "ernie4_5_moe", "granitemoe",   "hunyuan_v1_moe", "llama4_text",
-      "phimoe",       "dbrx",         "jetmoe"};
+      "phimoe",       "dbrx",         "jetmoe",         "gpt_oss"};
   // The families' causal-LM class names, for a model_type we do not know.
   static const std::pair<llvm::StringRef, llvm::StringRef> kArchitectures[] = {
       {"DeepseekV3ForCausalLM", "deepseek_v3"},
@@ -381,7 +394,8 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
       {"PhimoeForCausalLM", "phimoe"},
       {"PhiMoEForCausalLM", "phimoe"},
       {"DbrxForCausalLM", "dbrx"},
-      {"JetMoeForCausalLM", "jetmoe"}};
+      {"JetMoeForCausalLM", "jetmoe"},
+      {"GptOssForCausalLM", "gpt_oss"}};
   std::string declared = top.string("model_type", "");
   std::string modelType = declared;
   std::string via;
@@ -604,6 +618,22 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
                     "not at all); other p-norms are not supported";
     }
     r.error = ffn.error;
+  } else if (modelType == "gpt_oss") {
+    // A router with a bias; softmax over the top-k logits (the same as
+    // the top-k of the softmax, renormalized); experts with biases and the
+    // clamped SwiGLU (its hidden_act is not read); fused, interleaved
+    // gate/up columns.
+    naming = WeightNaming::GptOss;
+    f.hidden = r.integer("hidden_size", 2880);
+    f.experts = r.integerAliased({"num_local_experts", "num_experts"}, 128);
+    f.topK = r.integer("num_experts_per_tok", 4);
+    f.ffn = r.integer("intermediate_size", 2880);
+    f.normalize = true;
+    f.routerBias = true;
+    f.expertBias = true;
+    f.activation = Activation::ClampedSwiGLU;
+    f.alpha = r.number("swiglu_alpha", 1.702);
+    f.limit = r.number("swiglu_limit", 7.0);
   } else if (modelType == "phimoe") {
     // Sparsemixer over the logits (its inference form), two experts;
     // Mixtral's checkpoint names.
@@ -671,20 +701,28 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
           root->getObject("quantization_config")) {
     FieldReader q{*quant, r.prefix + ": quantization_config", {}};
     std::string method = q.string("quant_method", "");
-    if (method != "fp8" && !q.failed())
+    bool gptOss = modelType == "gpt_oss";
+    if (method != "fp8" && !(gptOss && method == "mxfp4") && !q.failed())
       q.error = q.prefix + ": 'quant_method' is '" + method +
                 "', expected 'fp8' (128 x 128 block-scaled e4m3 weights, "
-                "dequantized on load); other methods are not supported";
-    q.oneOf("fmt", {"e4m3"}, "e4m3");
-    if (const llvm::json::Value *block = quant->get("weight_block_size")) {
-      const llvm::json::Array *sizes = block->getAsArray();
-      if (!q.failed() &&
-          (!sizes || sizes->size() != 2 || (*sizes)[0].getAsInteger() != 128 ||
-           (*sizes)[1].getAsInteger() != 128))
-        q.error = q.prefix + ": 'weight_block_size' must be [128, 128]";
-    } else if (!q.failed()) {
-      q.error = q.prefix + ": missing field 'weight_block_size' (expected "
-                           "[128, 128])";
+                "dequantized on load)" +
+                (gptOss ? " or 'mxfp4' (GPT-OSS's expert weights, "
+                          "dequantized on load)"
+                        : "") +
+                "; other methods are not supported";
+    // mxfp4: the experts' *_blocks and *_scales; nothing else to check.
+    if (method != "mxfp4") {
+      q.oneOf("fmt", {"e4m3"}, "e4m3");
+      if (const llvm::json::Value *block = quant->get("weight_block_size")) {
+        const llvm::json::Array *sizes = block->getAsArray();
+        if (!q.failed() && (!sizes || sizes->size() != 2 ||
+                            (*sizes)[0].getAsInteger() != 128 ||
+                            (*sizes)[1].getAsInteger() != 128))
+          q.error = q.prefix + ": 'weight_block_size' must be [128, 128]";
+      } else if (!q.failed()) {
+        q.error = q.prefix + ": missing field 'weight_block_size' (expected "
+                             "[128, 128])";
+      }
     }
     if (q.failed() && !r.failed())
       r.error = q.error;
@@ -826,7 +864,8 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
         context, f.hidden, f.experts, f.topK, f.groups, f.topkGroups, f.scoring,
         f.groupScore, f.scoreBias, f.normalize, llvm::APFloat(f.scale),
         llvm::APFloat(f.jitter), f.ffn, f.sharedExperts, f.sharedFfn,
-        f.sharedGate, f.scaleInput, f.outputBias, Activation::SwiGLU, dtype);
+        f.sharedGate, f.scaleInput, f.outputBias, f.routerBias, f.expertBias,
+        f.activation, llvm::APFloat(f.alpha), llvm::APFloat(f.limit), dtype);
   }
   if (!config) {
     error = r.prefix + ": inconsistent MoE configuration: " + verifyError;
@@ -868,6 +907,10 @@ OwningOpRef<ModuleOp> mlir::moe::buildLayerModule(MLIRContext *context,
     types.push_back(t({1, h}, dt));
   if (config.getOutputBias())
     types.push_back(t({h}, dt));
+  if (config.getRouterBias())
+    types.push_back(t({e}, dt));
+  if (config.getExpertBias())
+    types.append({t({e, f}, dt), t({e, f}, dt), t({e, h}, dt)});
 
   b.setInsertionPointToEnd(module->getBody());
   auto func = func::FuncOp::create(b, loc, "moe_layer",
@@ -888,8 +931,16 @@ OwningOpRef<ModuleOp> mlir::moe::buildLayerModule(MLIRContext *context,
   if (config.getSharedGate())
     sgate = arg();
   Value outBias = config.getOutputBias() ? arg() : Value();
+  Value routerBias = config.getRouterBias() ? arg() : Value();
+  Value gateBias, upBias, downBias;
+  if (config.getExpertBias()) {
+    gateBias = arg();
+    upBias = arg();
+    downBias = arg();
+  }
   Value y = LayerOp::create(b, loc, x, router, bias, gate, up, down, sg, su, sd,
-                            sgate, outBias, config, partition);
+                            sgate, outBias, routerBias, gateBias, upBias,
+                            downBias, config, partition);
   func::ReturnOp::create(b, loc, y);
   return module;
 }
@@ -897,10 +948,11 @@ OwningOpRef<ModuleOp> mlir::moe::buildLayerModule(MLIRContext *context,
 std::pair<int64_t, int64_t> mlir::moe::hfWeightPart(WeightNaming naming,
                                                     llvm::StringRef role) {
   bool fused = naming == WeightNaming::Granite ||
-               naming == WeightNaming::JetMoe || naming == WeightNaming::Llama4;
-  if (fused && role == "gate_weight")
+               naming == WeightNaming::JetMoe ||
+               naming == WeightNaming::Llama4 || naming == WeightNaming::GptOss;
+  if (fused && (role == "gate_weight" || role == "gate_bias"))
     return {0, 2};
-  if (fused && role == "up_weight")
+  if (fused && (role == "up_weight" || role == "up_bias"))
     return {1, 2};
   return {0, 1};
 }
@@ -908,9 +960,15 @@ std::pair<int64_t, int64_t> mlir::moe::hfWeightPart(WeightNaming naming,
 bool mlir::moe::hfWeightTransposed(WeightNaming naming, llvm::StringRef role) {
   if (naming == WeightNaming::Dbrx)
     return role == "down_weight";
-  return naming == WeightNaming::Llama4 &&
+  return (naming == WeightNaming::Llama4 || naming == WeightNaming::GptOss) &&
          (role == "gate_weight" || role == "up_weight" ||
           role == "down_weight");
+}
+
+bool mlir::moe::hfWeightInterleaved(WeightNaming naming, llvm::StringRef role) {
+  return naming == WeightNaming::GptOss &&
+         (role == "gate_weight" || role == "up_weight" || role == "gate_bias" ||
+          role == "up_bias");
 }
 
 bool mlir::moe::hfWeightFlat(WeightNaming naming, llvm::StringRef role) {
@@ -933,6 +991,15 @@ std::string mlir::moe::hfWeightName(WeightNaming naming, llvm::StringRef role) {
         .Case("gate_weight", "experts.mlp.w1")
         .Case("up_weight", "experts.mlp.v1")
         .Case("down_weight", "experts.mlp.w2")
+        .Default(role.str());
+  if (naming == WeightNaming::GptOss)
+    return llvm::StringSwitch<std::string>(role)
+        .Case("router_weight", "router.weight")
+        .Case("router_bias", "router.bias")
+        .Cases({"gate_weight", "up_weight"}, "experts.gate_up_proj")
+        .Cases({"gate_bias", "up_bias"}, "experts.gate_up_proj_bias")
+        .Case("down_weight", "experts.down_proj")
+        .Case("down_bias", "experts.down_proj_bias")
         .Default(role.str());
   if (naming == WeightNaming::Llama4)
     return llvm::StringSwitch<std::string>(role)

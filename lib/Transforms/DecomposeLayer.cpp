@@ -116,7 +116,8 @@ DecomposedLayer mlir::moe::decomposeLayer(OpBuilder &b, LayerOp layer,
   Value x = layer.getInput();
 
   auto scoring = ScoringFuncAttr::get(b.getContext(), config.getScoring());
-  Value scores = RouterOp::create(b, loc, x, layer.getRouterWeight(), scoring);
+  Value scores = RouterOp::create(b, loc, x, layer.getRouterWeight(),
+                                  layer.getRouterBias(), scoring);
 
   // Sparsemixer (Phi-3.5-MoE) selects on the logits with its margin.
   FloatAttr sparsemixer;
@@ -169,6 +170,12 @@ DecomposedLayer mlir::moe::decomposeLayer(OpBuilder &b, LayerOp layer,
   if (ep > 1)
     sent = startExchange(b, loc, rows, offsets, ep, AllToAllKind::Dispatch);
 
+  // GPT-OSS's clamped SwiGLU.
+  FloatAttr alpha, limit;
+  if (config.isClamped()) {
+    alpha = b.getF64FloatAttr(config.getSwigluAlphaValue());
+    limit = b.getF64FloatAttr(config.getSwigluLimitValue());
+  }
   SmallVector<Value> downs, recvOffsets;
   for (size_t c = 0; c < result.chunks.size(); ++c) {
     ExpertChunk &chunk = result.chunks[c];
@@ -177,13 +184,16 @@ DecomposedLayer mlir::moe::decomposeLayer(OpBuilder &b, LayerOp layer,
       chunk.recvOffsets = sent.outputOffsets[c];
       chunk.localOffsets = localExpertOffsets(b, loc, chunk.recvOffsets, ep);
     }
-    chunk.gate = GroupedMatmulOp::create(
-        b, loc, chunk.localRows, layer.getGateWeight(), chunk.localOffsets);
-    chunk.up = GroupedMatmulOp::create(b, loc, chunk.localRows,
-                                       layer.getUpWeight(), chunk.localOffsets);
-    chunk.act = SwiGLUOp::create(b, loc, chunk.gate, chunk.up);
-    chunk.down = GroupedMatmulOp::create(
-        b, loc, chunk.act, layer.getDownWeight(), chunk.localOffsets);
+    chunk.gate = GroupedMatmulOp::create(b, loc, chunk.localRows,
+                                         layer.getGateWeight(),
+                                         chunk.localOffsets, layer.getGateBias());
+    chunk.up =
+        GroupedMatmulOp::create(b, loc, chunk.localRows, layer.getUpWeight(),
+                                chunk.localOffsets, layer.getUpBias());
+    chunk.act = SwiGLUOp::create(b, loc, chunk.gate, chunk.up, alpha, limit);
+    chunk.down =
+        GroupedMatmulOp::create(b, loc, chunk.act, layer.getDownWeight(),
+                                chunk.localOffsets, layer.getDownBias());
     downs.push_back(chunk.down);
     recvOffsets.push_back(chunk.recvOffsets);
   }

@@ -33,20 +33,25 @@ LogicalResult shardLayer(LayerOp layer, int64_t ep, int64_t chunks) {
                                << ep << " ranks";
   auto func = layer->getParentOfType<func::FuncOp>();
   SmallVector<BlockArgument> args;
-  for (auto [what, weight] :
-       {std::pair<StringRef, Value>{"gate", layer.getGateWeight()},
-        {"up", layer.getUpWeight()},
-        {"down", layer.getDownWeight()}}) {
+  SmallVector<std::pair<StringRef, Value>> perExpert = {
+      {"gate weight", layer.getGateWeight()},
+      {"up weight", layer.getUpWeight()},
+      {"down weight", layer.getDownWeight()}};
+  if (layer.getGateBias())
+    perExpert.append({{"gate bias", layer.getGateBias()},
+                      {"up bias", layer.getUpBias()},
+                      {"down bias", layer.getDownBias()}});
+  for (auto [what, weight] : perExpert) {
     auto arg = dyn_cast<BlockArgument>(weight);
     if (!func || !arg || arg.getOwner() != &func.getBody().front() ||
         !arg.hasOneUse())
       return layer.emitOpError()
              << "expected the " << what
-             << " weight to be an argument of the enclosing function used "
+             << " to be an argument of the enclosing function used "
                 "only by the layer, so moe-expert-parallel can narrow it";
     args.push_back(arg);
   }
-  // Checked all three before changing any.
+  // Checked all before changing any.
   for (BlockArgument arg : args) {
     auto type = cast<RankedTensorType>(arg.getType());
     SmallVector<int64_t> shape(type.getShape());

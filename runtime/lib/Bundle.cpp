@@ -52,6 +52,11 @@ std::string serializeManifest(const Manifest &m) {
                 {"shared_gate", m.layer.sharedGate},
                 {"scale_input", m.layer.scaleInput},
                 {"output_bias", m.layer.outputBias},
+                {"router_bias", m.layer.routerBias},
+                {"expert_bias", m.layer.expertBias},
+                {"activation", m.layer.activation},
+                {"swiglu_alpha", m.layer.swigluAlpha},
+                {"swiglu_limit", m.layer.swigluLimit},
                 {"dtype", m.layer.dtype},
                 {"alignment", m.layer.alignment}};
   json inputs = json::array(), params = json::array(), outputs = json::array();
@@ -71,6 +76,8 @@ std::string serializeManifest(const Manifest &m) {
     }
     if (p.transposed)
       param["transposed"] = true;
+    if (p.interleaved)
+      param["interleaved"] = true;
     if (p.flat)
       param["flat"] = true;
     params.push_back(std::move(param));
@@ -404,6 +411,11 @@ Expected<Manifest> parseManifest(const std::string &text) {
     l.sharedGate = r.boolean(*layer, "shared_gate", w);
     l.scaleInput = r.boolean(*layer, "scale_input", w);
     l.outputBias = r.boolean(*layer, "output_bias", w);
+    l.routerBias = r.boolean(*layer, "router_bias", w);
+    l.expertBias = r.boolean(*layer, "expert_bias", w);
+    l.activation = r.str(*layer, "activation", w);
+    l.swigluAlpha = r.number(*layer, "swiglu_alpha", w);
+    l.swigluLimit = r.number(*layer, "swiglu_limit", w);
     l.dtype = r.str(*layer, "dtype", w);
     l.alignment = r.integer(*layer, "alignment", w);
   }
@@ -436,6 +448,8 @@ Expected<Manifest> parseManifest(const std::string &text) {
         p.transposed = r.boolean(item, "transposed", "parameters");
       if (item.is_object() && item.contains("flat"))
         p.flat = r.boolean(item, "flat", "parameters");
+      if (item.is_object() && item.contains("interleaved"))
+        p.interleaved = r.boolean(item, "interleaved", "parameters");
       p.dtype = r.dtype(item, "parameters");
       p.shape = r.shape(item, "parameters");
       m.parameters.push_back(std::move(p));

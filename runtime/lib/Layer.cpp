@@ -16,6 +16,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <tuple>
 
 namespace moe::rt {
 
@@ -181,6 +182,13 @@ expectedParameters(const LayerSpec &l, int64_t ep) {
     list.push_back({"shared_expert_gate", {1, h}});
   if (l.outputBias)
     list.push_back({"output_bias", {h}});
+  if (l.routerBias)
+    list.push_back({"router_bias", {l.experts}});
+  if (l.expertBias) {
+    list.push_back({"gate_bias", {e, f}});
+    list.push_back({"up_bias", {e, f}});
+    list.push_back({"down_bias", {e, h}});
+  }
   return list;
 }
 
@@ -242,6 +250,9 @@ Status validateManifest(const Manifest &m) {
   const LayerSpec &l = m.layer;
   if (l.hidden <= 0 || l.topK <= 0 || l.experts <= 0)
     return fail("layer sizes must be positive");
+  if (l.activation != "swiglu" && l.activation != "clamped_swiglu")
+    return fail("unknown activation '" + l.activation +
+                "' (expected swiglu or clamped_swiglu)");
   if (m.maxTokens <= 0)
     return fail("max_tokens must be positive");
   if (m.staticTokens != 0 && m.staticTokens != m.maxTokens)
@@ -309,7 +320,8 @@ Status validateManifest(const Manifest &m) {
     const std::string &role = expected[i].first;
     DType want = role == "score_bias" ? DType::F32 : *compute;
     bool dtypeOk = p.dtype == want ||
-                   (role == "router_weight" && p.dtype == DType::F32);
+                   ((role == "router_weight" || role == "router_bias") &&
+                    p.dtype == DType::F32);
     if (p.role != role || p.shape != expected[i].second || !dtypeOk)
       return fail("parameter " + std::to_string(i) + " must be '" + role +
                   "' " + mlirName(want) + " " +
@@ -459,25 +471,97 @@ static Expected<Tensor> dequantizeFp8(const Checkpoint &file,
   return out;
 }
 
-/// Copies slice `part` of `parts` of dimension `dim` of `src` (shape
-/// `shape`) into `dst`, for each index of the dimensions before it in
+/// The weight of an MXFP4 checkpoint (GPT-OSS's experts), as f32 of shape
+/// `shape` (the (out, in) layout, whatever the bf16 tensor's): `NAME_blocks`
+/// [..., C / 32, 16] U8 holds two e2m1 values a byte, the lower nibble
+/// first, and `NAME_scales` [..., C / 32] U8 one power of two (e8m0, bias
+/// 127) per block of 32 along the last dimension C.
+static Expected<Tensor> dequantizeMxfp4(const Checkpoint &file,
+                                        const std::string &name,
+                                        const std::vector<int64_t> &shape) {
+  using Result = Expected<Tensor>;
+  constexpr int64_t kBlock = 32;
+  std::string blocksName = name + "_blocks", scalesName = name + "_scales";
+  int64_t columns = shape.back();
+  if (columns % kBlock != 0)
+    return Result::error(file.getName() + ": tensor '" + blocksName +
+                         "' is MXFP4, whose blocks of 32 do not divide the " +
+                         std::to_string(columns) + " columns of " +
+                         formatShape(shape));
+  if (!file.contains(scalesName))
+    return Result::error(file.getName() + ": tensor '" + blocksName +
+                         "' is MXFP4 but '" + scalesName +
+                         "' (its block scales) is missing");
+  std::vector<int64_t> scaleShape = shape;
+  scaleShape.back() = columns / kBlock;
+  std::vector<int64_t> blockShape = scaleShape;
+  blockShape.push_back(kBlock / 2);
+  Expected<Tensor> blocks = file.get(blocksName);
+  if (!blocks)
+    return Result::error(blocks.message());
+  Expected<Tensor> scales = file.get(scalesName);
+  if (!scales)
+    return Result::error(scales.message());
+  for (auto [what, tensor, want] :
+       {std::tuple<const std::string &, const Tensor &,
+                   const std::vector<int64_t> &>{blocksName, *blocks,
+                                                 blockShape},
+        {scalesName, *scales, scaleShape}})
+    if (tensor.dtype != DType::U8 || tensor.shape != want)
+      return Result::error(file.fileOf(what) + ": tensor '" + what +
+                           "' has dtype " + safetensorsName(tensor.dtype) +
+                           " and shape " + formatShape(tensor.shape) +
+                           ", expected U8 of shape " + formatShape(want) +
+                           " (MXFP4 of " + formatShape(shape) + ")");
+  // e2m1: sign, two exponent bits, one mantissa bit.
+  static constexpr float kE2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,
+                                      4.0f,  6.0f,  -0.0f, -0.5f, -1.0f, -1.5f,
+                                      -2.0f, -3.0f, -4.0f, -6.0f};
+  Tensor out = Tensor::zeros(DType::F32, shape);
+  auto *o = reinterpret_cast<float *>(out.data.data());
+  size_t groups = scales->data.size();
+  for (size_t g = 0; g < groups; ++g) {
+    float scale = std::ldexp(1.0f, static_cast<int>(scales->data[g]) - 127);
+    for (int64_t i = 0; i < kBlock / 2; ++i) {
+      uint8_t byte = blocks->data[g * (kBlock / 2) + static_cast<size_t>(i)];
+      o[g * kBlock + 2 * i] = kE2m1[byte & 0xF] * scale;
+      o[g * kBlock + 2 * i + 1] = kE2m1[byte >> 4] * scale;
+    }
+  }
+  return out;
+}
+
+/// Index, in dimension `dim` of a checkpoint tensor, of row `r` of slice
+/// `part` of `parts` of `rows` rows each: the slices follow each other, or
+/// interleave (row r of part p is whole row r * parts + p).
+static size_t sliceRow(const ParameterSpec &p, size_t rows, size_t r) {
+  return p.interleaved ? r * static_cast<size_t>(p.parts) + p.part
+                       : static_cast<size_t>(p.part) * rows + r;
+}
+
+/// Copies the parameter's slice (hfWeightPart) of dimension `dim` of `src`
+/// (shape `shape`) into `dst`, for each index of the dimensions before it in
 /// [firstOuter, firstOuter + outers).
 static void copySlice(const Tensor &src, const std::vector<int64_t> &shape,
-                      size_t dim, int64_t part, int64_t parts,
-                      int64_t firstOuter, int64_t outers, uint8_t *dst) {
+                      size_t dim, const ParameterSpec &p, int64_t firstOuter,
+                      int64_t outers, uint8_t *dst) {
   size_t element = dtypeSize(src.dtype);
   size_t inner = element;
   for (size_t d = dim + 1; d < shape.size(); ++d)
     inner *= static_cast<size_t>(shape[d]);
-  size_t rows = static_cast<size_t>(shape[dim] / parts);
-  size_t sliceBytes = rows * inner;
+  size_t rows = static_cast<size_t>(shape[dim] / p.parts);
   size_t outerBytes = static_cast<size_t>(shape[dim]) * inner;
-  for (int64_t o = 0; o < outers; ++o)
-    std::memcpy(dst + static_cast<size_t>(o) * sliceBytes,
-                src.data.data() +
-                    static_cast<size_t>(firstOuter + o) * outerBytes +
-                    static_cast<size_t>(part) * sliceBytes,
-                sliceBytes);
+  for (int64_t o = 0; o < outers; ++o) {
+    const uint8_t *from =
+        src.data.data() + static_cast<size_t>(firstOuter + o) * outerBytes;
+    uint8_t *to = dst + static_cast<size_t>(o) * rows * inner;
+    if (!p.interleaved) {
+      std::memcpy(to, from + sliceRow(p, rows, 0) * inner, rows * inner);
+      continue;
+    }
+    for (size_t r = 0; r < rows; ++r)
+      std::memcpy(to + r * inner, from + sliceRow(p, rows, r) * inner, inner);
+  }
 }
 
 /// `src` (shape `shape`) with its last two dimensions swapped.
@@ -535,17 +619,25 @@ Status Layer::loadWeights(const Checkpoint &file, const std::string &prefix) {
         static_cast<size_t>(*elementCount(pieceShape)) * dtypeSize(p.dtype);
     for (int64_t e = 0; e < pieces; ++e) {
       std::string name = prefix + expertName(p.name, firstExpert + e);
-      if (!file.contains(name))
+      // GPT-OSS publishes its experts as MXFP4 blocks and scales, in the
+      // layer's (out, in) layout.
+      bool mxfp4 = !file.contains(name) && file.contains(name + "_blocks");
+      if (!file.contains(name) && !mxfp4)
         return Status::failure(file.getName() + ": missing tensor '" + name +
                                "'");
-      Expected<Tensor> tensor = file.get(name);
+      Expected<Tensor> tensor = mxfp4 ? dequantizeMxfp4(file, name, fileShape)
+                                      : file.get(name);
       if (!tensor)
         return Status::failure(tensor.message());
+      if (mxfp4 && p.flat)
+        return Status::failure(file.getName() + ": tensor '" + name +
+                               "_blocks' is MXFP4, which a flat parameter (" +
+                               p.role + ") cannot take");
       // ERNIE keeps its [E] score bias as [1, E]: leading 1s are dropped.
       std::vector<int64_t> shape = tensor->shape;
       while (shape.size() > foldedShape.size() && shape.front() == 1)
         shape.erase(shape.begin());
-      if (shape != foldedShape)
+      if (shape != (mxfp4 ? fileShape : foldedShape))
         return Status::failure(file.fileOf(name) + ": tensor '" + name +
                                "' has shape " + formatShape(tensor->shape) +
                                ", expected " + formatShape(foldedShape) +
@@ -568,15 +660,14 @@ Status Layer::loadWeights(const Checkpoint &file, const std::string &prefix) {
       Expected<Tensor> converted = convertTensor(*tensor, p.dtype);
       if (!converted)
         return Status::failure(converted.message());
-      if (p.transposed)
+      if (p.transposed && !mxfp4)
         converted = transposeLastTwo(*converted, storedShape);
       uint8_t *dst =
           parameters[i].data.data() + static_cast<size_t>(e) * pieceBytes;
       if (sliced)
-        copySlice(*converted, fileShape, 1, p.part, p.parts, firstExpert,
-                  p.stack, dst);
+        copySlice(*converted, fileShape, 1, p, firstExpert, p.stack, dst);
       else
-        copySlice(*converted, fileShape, 0, p.part, p.parts, 0, 1, dst);
+        copySlice(*converted, fileShape, 0, p, 0, 1, dst);
     }
   }
   weightsBound = true;
@@ -653,11 +744,13 @@ Layer::checkpointNames(const std::map<std::string, Tensor> &byRole) const {
     size_t inner = dtypeSize(value.dtype);
     for (size_t d = dim + 1; d < shape.size(); ++d)
       inner *= static_cast<size_t>(shape[d]);
-    size_t slice = static_cast<size_t>(shape[dim] / p.parts) * inner;
-    size_t outers = value.data.size() / slice;
+    auto rows = static_cast<size_t>(shape[dim] / p.parts);
+    size_t outers = value.data.size() / (rows * inner);
     for (size_t o = 0; o < outers; ++o)
-      std::memcpy(it->second.data.data() + (o * p.parts + p.part) * slice,
-                  value.data.data() + o * slice, slice);
+      for (size_t r = 0; r < rows; ++r)
+        std::memcpy(it->second.data.data() +
+                        (o * p.parts * rows + sliceRow(p, rows, r)) * inner,
+                    value.data.data() + (o * rows + r) * inner, inner);
   };
   for (const ParameterSpec &p : bundle.manifest.parameters) {
     auto it = byRole.find(p.role);

@@ -31,7 +31,8 @@ struct DTypeInfo {
 constexpr DTypeInfo kDTypes[] = {
     {DType::F32, 4, "F32", "f32"}, {DType::BF16, 2, "BF16", "bf16"},
     {DType::F16, 2, "F16", "f16"}, {DType::I32, 4, "I32", "i32"},
-    {DType::I64, 8, "I64", "i64"}, {DType::F8E4M3, 1, "F8_E4M3", "f8E4M3FN"}};
+    {DType::I64, 8, "I64", "i64"}, {DType::F8E4M3, 1, "F8_E4M3", "f8E4M3FN"},
+    {DType::U8, 1, "U8", "ui8"}};
 
 const DTypeInfo &info(DType dtype) {
   for (const DTypeInfo &entry : kDTypes)

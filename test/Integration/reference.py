@@ -2,17 +2,19 @@
 """Independent reference for the host-target integration tests.
 
 Written from the model families' published definitions (the Hugging Face
-modeling code of DeepSeek-V3/V2, Mixtral and Qwen2/Qwen3-MoE), in float64
+modeling code of DeepSeek-V3/V2, Mixtral, Qwen2/Qwen3-MoE, GPT-OSS and the
+other families below), in float64
 numpy, reading config.json itself. It shares no code with the compiler or the
 runtime: its safetensors reader and writer are its own, too.
 
   reference.py gen   --config C --tokens T --seed S --weights W --inputs X
-                     [--prefix P] [--dtype f32|bf16] [--case NAME]
+                     [--prefix P] [--dtype f32|bf16] [--case NAME] [--mxfp4]
   reference.py check --config C --weights W --inputs X --outputs Y
                      [--prefix P] [--tol TOL]
 
 Cases for gen: random (default), ties (several experts with identical router
 rows), one_expert (every token prefers expert 1 by a wide margin).
+--mxfp4 (GPT-OSS) writes the experts' matrices as MXFP4 blocks and scales.
 """
 import argparse
 import json
@@ -24,7 +26,8 @@ import numpy as np
 # --------------------------------------------------------------------------
 # safetensors
 # --------------------------------------------------------------------------
-DTYPES = {"F32": np.float32, "F16": np.float16, "I32": np.int32, "I64": np.int64}
+DTYPES = {"F32": np.float32, "F16": np.float16, "I32": np.int32, "I64": np.int64,
+          "U8": np.uint8}
 
 
 def bf16_to_f32(raw):
@@ -64,7 +67,8 @@ def write_safetensors(path, tensors, bf16=False):
         if array.dtype == np.float32 and bf16:
             raw, dtype = f32_to_bf16_bits(array).tobytes(), "BF16"
         else:
-            dtype = {np.dtype(np.float32): "F32", np.dtype(np.int32): "I32"}[array.dtype]
+            dtype = {np.dtype(np.float32): "F32", np.dtype(np.int32): "I32",
+                     np.dtype(np.uint8): "U8"}[array.dtype]
             raw = array.tobytes()
         header[name] = {"dtype": dtype, "shape": list(array.shape),
                         "data_offsets": [offset, offset + len(raw)]}
@@ -126,6 +130,13 @@ class Config:
             self.ffn = c["intermediate_size"]
             self.shared_ffn = self.ffn
             self.scale_input = True
+        elif self.type == "gpt_oss":
+            # Softmax over the top-k biased logits; experts with biases
+            # and the clamped SwiGLU.
+            self.experts = c["num_local_experts"]
+            self.ffn = c["intermediate_size"]
+            self.alpha = c.get("swiglu_alpha", 1.702)
+            self.limit = c.get("swiglu_limit", 7.0)
         elif self.type in ("mixtral", "granitemoe", "phimoe", "jetmoe"):
             self.experts = c["num_local_experts"]
             self.ffn = c["intermediate_size"]
@@ -143,6 +154,7 @@ class Config:
                 "jetmoe": "router.layer.weight",
                 "hunyuan_v1_moe": "gate.wg.weight",
                 "llama4_text": "router.weight",
+                "gpt_oss": "router.weight",
                 "dbrx": "router.layer.weight"}.get(self.type, "gate.weight")
 
     def expert_tensors(self, get, e):
@@ -161,6 +173,10 @@ class Config:
             gate_up = get("experts.gate_up_proj")[e]
             return (gate_up[:, :self.ffn].T, gate_up[:, self.ffn:].T,
                     get("experts.down_proj")[e].T)
+        if self.type == "gpt_oss":
+            # Columns of gate_up_proj [E, H, 2F] alternate gate and up.
+            gate_up = get("experts.gate_up_proj")[e]
+            return gate_up[:, 0::2].T, gate_up[:, 1::2].T, get("experts.down_proj")[e].T
         if self.type in ("granitemoe", "jetmoe"):
             gate_up = get("input_linear.weight")[e]
             return gate_up[:self.ffn], gate_up[self.ffn:], get("output_linear.weight")[e]
@@ -256,6 +272,9 @@ def route(cfg, logits, bias):
         elif cfg.type == "llama4_text":
             chosen = top_indices(logits[t], cfg.k)
             w = sigmoid(logits[t][chosen])
+        elif cfg.type == "gpt_oss":
+            chosen = top_indices(logits[t], cfg.k)
+            w = softmax(logits[t][chosen])
         else:  # mixtral, qwen2_moe, qwen3_moe
             scores = softmax(logits[t])
             chosen = top_indices(scores, cfg.k)
@@ -274,15 +293,48 @@ def ffn(x, gate, up, down):
     return (silu(x @ gate.T) * (x @ up.T)) @ down.T
 
 
+def gpt_oss_expert(cfg, get, e, x):
+    """GPT-OSS's expert e: biased projections, interleaved gate and up
+    columns, the clamped SwiGLU (up + 1) * g * sigmoid(alpha g)."""
+    gate_up = x @ get("experts.gate_up_proj")[e] + get("experts.gate_up_proj_bias")[e]
+    gate = np.minimum(gate_up[..., 0::2], cfg.limit)
+    up = np.clip(gate_up[..., 1::2], -cfg.limit, cfg.limit)
+    act = (up + 1) * gate * sigmoid(cfg.alpha * gate)
+    return act @ get("experts.down_proj")[e] + get("experts.down_proj_bias")[e]
+
+
+E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
+                 -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+
+
+def from_mxfp4(blocks, scales):
+    """OCP MXFP4: [..., G, 16] bytes of two e2m1 codes (low nibble first)
+    and [..., G] e8m0 scales (2^(s - 127)) -> [..., G * 32] float64."""
+    codes = np.stack([blocks & 0xF, blocks >> 4], axis=-1).reshape(*blocks.shape[:-1], 32)
+    values = E2M1[codes] * np.exp2(scales.astype(np.float64) - 127)[..., None]
+    return values.reshape(*scales.shape[:-1], scales.shape[-1] * 32)
+
+
 def forward(cfg, tensors, prefix, x):
+    tensors = dict(tensors)
+    for name in [n for n in tensors if n.endswith("_blocks")]:
+        # MXFP4 [E, R, C / 32, 16] is the (out, in) matrix: GPT-OSS's bf16
+        # tensors are (in, out).
+        base = name[:-len("_blocks")]
+        tensors[base] = np.swapaxes(from_mxfp4(tensors[name], tensors[base + "_scales"]), -1, -2)
     get = lambda name: tensors[prefix + name].astype(np.float64)
     logits = x @ get(cfg.router_name()).T
+    if cfg.type == "gpt_oss":
+        logits = logits + get("router.bias")
     bias = get("gate.e_score_correction_bias") if cfg.bias else None
     ids, weights = route(cfg, logits, bias)
     _, (sg, su, sd) = cfg.names()
     y = np.zeros_like(x)
     for t in range(x.shape[0]):
         for j in range(cfg.k):
+            if cfg.type == "gpt_oss":
+                y[t] += weights[t, j] * gpt_oss_expert(cfg, get, ids[t, j], x[t])
+                continue
             expert = cfg.expert_tensors(get, ids[t, j])
             if cfg.scale_input:
                 y[t] += ffn(weights[t, j] * x[t], *expert)
@@ -315,6 +367,23 @@ def generate(args):
         for name in ("experts.mlp.w1", "experts.mlp.v1"):
             tensors[p + name] = u((e * f, h), 1.0 / np.sqrt(h))
         tensors[p + "experts.mlp.w2"] = u((e * f, h), 1.0 / np.sqrt(f))
+    elif cfg.type == "gpt_oss":
+        # Wide enough that the clamp at the limit cuts some gate and up
+        # values (above 7, the default) and leaves the others.
+        tensors[p + "router.bias"] = u((e,), 0.5)
+        tensors[p + "experts.gate_up_proj"] = u((e, h, 2 * f), 3.0 / np.sqrt(h))
+        tensors[p + "experts.gate_up_proj_bias"] = u((e, 2 * f), 9.0)
+        tensors[p + "experts.down_proj"] = u((e, f, h), 1.0 / np.sqrt(f))
+        tensors[p + "experts.down_proj_bias"] = u((e, h), 0.5)
+        if args.mxfp4:
+            for name, columns in (("experts.gate_up_proj", h), ("experts.down_proj", f)):
+                rows = tensors.pop(p + name).shape[2]
+                groups = columns // 32
+                tensors[p + name + "_blocks"] = rng.integers(
+                    0, 256, size=(e, rows, groups, 16), dtype=np.uint8)
+                # 2^-3 .. 2^-1: e2m1's 6 times that stays near the bf16 sizes.
+                tensors[p + name + "_scales"] = rng.integers(
+                    124, 127, size=(e, rows, groups), dtype=np.uint8)
     elif cfg.type == "llama4_text":
         tensors[p + "experts.gate_up_proj"] = u((e, h, 2 * f), 1.0 / np.sqrt(h))
         tensors[p + "experts.down_proj"] = u((e, f, h), 1.0 / np.sqrt(f))
@@ -404,6 +473,7 @@ def main():
     gen.add_argument("--prefix", default="")
     gen.add_argument("--dtype", default="f32", choices=["f32", "bf16"])
     gen.add_argument("--case", default="random", choices=["random", "ties", "one_expert"])
+    gen.add_argument("--mxfp4", action="store_true")
     chk = sub.add_parser("check")
     chk.add_argument("--config", required=True)
     chk.add_argument("--weights", required=True)

@@ -37,7 +37,9 @@ protected:
         /*ffn=*/int64_t(32), /*shared_experts=*/int64_t(1),
         /*shared_ffn=*/int64_t(16),
         /*shared_gate=*/false, /*scale_input=*/false,
-        /*output_bias=*/false, Activation::SwiGLU, dtype);
+        /*output_bias=*/false, /*router_bias=*/false, /*expert_bias=*/false,
+        Activation::SwiGLU, /*swiglu_alpha=*/llvm::APFloat(1.702),
+        /*swiglu_limit=*/llvm::APFloat(7.0), dtype);
   }
 
   MLIRContext context;
@@ -71,7 +73,10 @@ TEST_F(MoeDialectTest, BuildLayerWithInferredType) {
 
   auto layer = LayerOp::create(b, loc, v(0), v(1), v(2), v(3), v(4), v(5), v(6),
                                v(7), v(8), /*shared_expert_gate=*/Value(),
-                               /*output_bias=*/Value(), config,
+                               /*output_bias=*/Value(),
+                               /*router_bias=*/Value(), /*gate_bias=*/Value(),
+                               /*up_bias=*/Value(), /*down_bias=*/Value(),
+                               config,
                                /*partition=*/SmPartitionAttr());
   EXPECT_EQ(layer.getType(), types[0]);
   context.allowUnregisteredDialects();
@@ -94,7 +99,8 @@ TEST_F(MoeDialectTest, BadConfigIsADiagnosticNotACrash) {
       [&] { return emitError(loc); }, &context, int64_t(64), int64_t(8),
       int64_t(9), int64_t(1), int64_t(1), ScoringFunc::Softmax, GroupScore::Max,
       false, false, llvm::APFloat(1.0), llvm::APFloat(0.0), int64_t(32),
-      int64_t(0), int64_t(0), false, false, false, Activation::SwiGLU,
+      int64_t(0), int64_t(0), false, false, false, false, false,
+      Activation::SwiGLU, llvm::APFloat(1.702), llvm::APFloat(7.0),
       Type(Float32Type::get(&context)));
   EXPECT_FALSE(attr);
   EXPECT_EQ(message, "expected 1 <= top_k <= experts (8), got 9");

@@ -42,7 +42,8 @@ enum class WeightNaming {
   Hunyuan,
   Llama4,
   Dbrx,
-  JetMoe
+  JetMoe,
+  GptOss
 };
 
 std::optional<WeightNaming> parseWeightNaming(llvm::StringRef name);
@@ -93,6 +94,11 @@ bool hfWeightTransposed(WeightNaming naming, llvm::StringRef role);
 /// Whether the checkpoint folds the experts into the next dimension
 /// (DBRX's [E * F, H] for [E, F, H]).
 bool hfWeightFlat(WeightNaming naming, llvm::StringRef role);
+
+/// Whether the parts of hfWeightPart interleave (part p is every parts-th
+/// index from p) rather than follow each other: GPT-OSS's gate_up_proj
+/// holds gate and up in alternate columns.
+bool hfWeightInterleaved(WeightNaming naming, llvm::StringRef role);
 
 } // namespace mlir::moe
 

@@ -31,12 +31,32 @@ Value silu(Builder &b, Value x) {
   return arith::MulFOp::create(b, x, sigmoid(b, x));
 }
 
+/// GPT-OSS's clamped SwiGLU of f32 `gate` and `up`:
+/// `(clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g)`, g = min(gate,
+/// limit). minimumf/maximumf propagate a NaN, as torch.clamp does.
+Value clampedSwiGLU(Builder &b, Value gate, Value up, double alpha,
+                    double limit) {
+  Value l = f32Const(b, limit);
+  Value g = arith::MinimumFOp::create(b, gate, l);
+  Value u = arith::MaximumFOp::create(
+      b, arith::MinimumFOp::create(b, up, l), f32Const(b, -limit));
+  Value glu = arith::MulFOp::create(
+      b, g, sigmoid(b, arith::MulFOp::create(b, g, f32Const(b, alpha))));
+  return arith::MulFOp::create(
+      b, arith::AddFOp::create(b, u, f32Const(b, 1.0)), glu);
+}
+
 Value lowerSwiGLU(Builder &b, SwiGLUOp op) {
   Type elt = op.getType().getElementType();
-  return elementwise(b, ValueRange{op.getGate(), op.getUp()}, elt,
-                     [](Builder &nb, ValueRange v) {
-                       return arith::MulFOp::create(nb, silu(nb, v[0]), v[1]);
-                     });
+  std::optional<APFloat> alpha = op.getAlpha(), limit = op.getLimit();
+  return elementwise(
+      b, ValueRange{op.getGate(), op.getUp()}, elt,
+      [&](Builder &nb, ValueRange v) -> Value {
+        if (limit)
+          return clampedSwiGLU(nb, v[0], v[1], alpha->convertToDouble(),
+                               limit->convertToDouble());
+        return arith::MulFOp::create(nb, silu(nb, v[0]), v[1]);
+      });
 }
 
 /// Rounds an f32 tensor to `elt` (identity for f32): projections produce
@@ -127,6 +147,7 @@ Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op,
   Value input = asBuffer(b, op.getInput());
   Value weight = asBuffer(b, op.getWeight());
   Value offsets = asBuffer(b, op.getOffsets());
+  Value bias = op.getBias() ? asBuffer(b, op.getBias()) : Value();
   Value rows = dim(b, input, 0);
   Value out = alloc(b, MemRefType::get(outType.getShape(), elt),
                     dynamicSizes(b, outType, input));
@@ -144,6 +165,12 @@ Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op,
                        return loadVector(b, weight, {e, c, k}, width);
                      },
                      [&](Builder &b, Value r, Value c, Value sum) {
+                       // The bias joins the f32 sum: one rounding.
+                       if (bias)
+                         sum = arith::AddFOp::create(
+                             b, sum,
+                             toF32(b, memref::LoadOp::create(
+                                          b, bias, ValueRange{e, c})));
                        memref::StoreOp::create(b, fromF32(b, sum, elt), out,
                                                ValueRange{r, c});
                      },

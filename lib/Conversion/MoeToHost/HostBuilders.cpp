@@ -213,19 +213,22 @@ Value reduceRows(Builder &b, Value input, double init,
       .getResult(0);
 }
 
-Value withRowValue(Builder &b, Value input, Value rowValue,
-                   function_ref<Value(Builder &, Value, Value)> fn) {
+/// `out[t, e] = fn(input[t, e], vector[t or e])`: the vector indexed by
+/// dimension `along` of the result.
+static Value withBroadcast(Builder &b, Value input, Value vector,
+                           unsigned along,
+                           function_ref<Value(Builder &, Value, Value)> fn) {
   auto type = cast<RankedTensorType>(input.getType());
   Value empty = tensor::EmptyOp::create(b, type, dynamicSizes(b, type, input));
   MLIRContext *ctx = b.getContext();
   AffineExpr t, e;
   bindDims(ctx, t, e);
   SmallVector<AffineMap> maps = {AffineMap::get(2, 0, {t, e}, ctx),
-                                 AffineMap::get(2, 0, {t}, ctx),
+                                 AffineMap::get(2, 0, {along ? e : t}, ctx),
                                  AffineMap::get(2, 0, {t, e}, ctx)};
   SmallVector<utils::IteratorType> iterators(2, utils::IteratorType::parallel);
   return linalg::GenericOp::create(
-             b, TypeRange{type}, ValueRange{input, rowValue}, ValueRange{empty},
+             b, TypeRange{type}, ValueRange{input, vector}, ValueRange{empty},
              maps, iterators,
              [&](OpBuilder &nested, Location loc, ValueRange args) {
                Builder nb(loc, nested);
@@ -233,6 +236,16 @@ Value withRowValue(Builder &b, Value input, Value rowValue,
                                        ValueRange{fn(nb, args[0], args[1])});
              })
       .getResult(0);
+}
+
+Value withRowValue(Builder &b, Value input, Value rowValue,
+                   function_ref<Value(Builder &, Value, Value)> fn) {
+  return withBroadcast(b, input, rowValue, 0, fn);
+}
+
+Value withColumnValue(Builder &b, Value input, Value columnValue,
+                      function_ref<Value(Builder &, Value, Value)> fn) {
+  return withBroadcast(b, input, columnValue, 1, fn);
 }
 
 Value validRow(Builder &b, Value r, Value rowCount) {

@@ -107,6 +107,10 @@ Value reduceRows(Builder &b, Value input, double init,
 /// [T] f32 tensor.
 Value withRowValue(Builder &b, Value input, Value rowValue,
                    function_ref<Value(Builder &, Value, Value)> fn);
+/// `out[t, e] = fn(input[t, e], columnValue[e])` for a [T, E] f32 tensor
+/// and an [E] tensor.
+Value withColumnValue(Builder &b, Value input, Value columnValue,
+                      function_ref<Value(Builder &, Value, Value)> fn);
 
 /// Whether row map entry `r` names a row of a buffer of `rowCount` rows.
 Value validRow(Builder &b, Value r, Value rowCount);

@@ -30,6 +30,13 @@ using Builder = host::Builder;
 
 Value lowerRouter(Builder &b, RouterOp op, const VectorTarget &target) {
   Value logits = matmulTransposeB(b, op.getInput(), op.getWeight(), target);
+  // GPT-OSS: the router's bias, added in f32.
+  if (Value bias = op.getBias())
+    logits = withColumnValue(b, logits, bias,
+                             [](Builder &nb, Value v, Value c) -> Value {
+                               return arith::AddFOp::create(nb, v,
+                                                            toF32(nb, c));
+                             });
   // Sparsemixer's selection (moe.topk) reads the logits themselves.
   if (op.getScoring() == ScoringFunc::Sparsemixer)
     return logits;

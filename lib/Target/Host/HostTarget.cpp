@@ -63,6 +63,10 @@ std::vector<EntryArgument> mlir::moe::entryArguments(LayerOp layer) {
   add(Kind::Parameter, "shared_down_weight", layer.getSharedDownWeight());
   add(Kind::Parameter, "shared_expert_gate", layer.getSharedExpertGate());
   add(Kind::Parameter, "output_bias", layer.getOutputBias());
+  add(Kind::Parameter, "router_bias", layer.getRouterBias());
+  add(Kind::Parameter, "gate_bias", layer.getGateBias());
+  add(Kind::Parameter, "up_bias", layer.getUpBias());
+  add(Kind::Parameter, "down_bias", layer.getDownBias());
 
   LayerConfigAttr config = layer.getConfig();
   Builder b(layer.getContext());

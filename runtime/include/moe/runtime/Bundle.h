@@ -67,6 +67,10 @@ struct ParameterSpec {
   /// The checkpoint folds the stacked experts into the next dimension: one
   /// [E * F, H] matrix for [E, F, H] (DBRX's), the same bytes.
   bool flat = false;
+  /// The parts interleave: part p is every parts-th index of the sliced
+  /// dimension from p (GPT-OSS's gate_up_proj, gate and up columns
+  /// alternating).
+  bool interleaved = false;
 };
 
 /// The layer's routing configuration, for reports and reference checks.
@@ -82,6 +86,13 @@ struct LayerSpec {
   bool scaleInput = false;
   /// A bias [H] is added to the output (JetMoE).
   bool outputBias = false;
+  /// A bias [E] on the router logits and biases on the routed experts'
+  /// projections (GPT-OSS).
+  bool routerBias = false, expertBias = false;
+  /// The experts' gated activation: swiglu, or clamped_swiglu (GPT-OSS)
+  /// with its sigmoid gain and clamp.
+  std::string activation = "swiglu";
+  double swigluAlpha = 1.702, swigluLimit = 7.0;
   std::string dtype;
   int64_t alignment = 1;
 };

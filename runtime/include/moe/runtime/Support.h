@@ -56,7 +56,7 @@ struct Status {
 /// Element types of tensors the runtime handles.
 /// F8E4M3 (safetensors F8_E4M3, the e4m3fn format: no infinities) is read
 /// from checkpoints only, as the block-scaled weights of FP8 checkpoints.
-enum class DType { F32, BF16, F16, I32, I64, F8E4M3 };
+enum class DType { F32, BF16, F16, I32, I64, F8E4M3, U8 };
 
 /// Size of one element in bytes.
 size_t dtypeSize(DType dtype);
