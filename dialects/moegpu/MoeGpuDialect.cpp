@@ -12,6 +12,8 @@
 #include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace mlir::moegpu;
 
@@ -193,6 +195,22 @@ static LogicalResult checkScaleOperand(Operation *op, Epilogue epilogue,
                                           "the row_scale epilogue");
 }
 
+/// `alpha` and `limit` (the clamped SwiGLU) come together, with the swiglu
+/// epilogue, finite and positive.
+static LogicalResult verifyClamp(Operation *op, Epilogue epilogue,
+                                 std::optional<APFloat> alpha,
+                                 std::optional<APFloat> limit) {
+  if (!alpha && !limit)
+    return success();
+  if (!alpha || !limit || epilogue != Epilogue::SwiGLU)
+    return op->emitOpError() << "expects alpha and limit together, with the "
+                                "swiglu epilogue";
+  for (double v : {alpha->convertToDouble(), limit->convertToDouble()})
+    if (!std::isfinite(v) || v <= 0.0)
+      return op->emitOpError() << "expects a finite alpha and limit > 0";
+  return success();
+}
+
 LogicalResult GroupedGemmOp::verify() {
   auto isI32 = [](Type t) { return t.isInteger(32); };
   auto isF32 = [](Type t) { return t.isF32(); };
@@ -234,6 +252,11 @@ LogicalResult GroupedGemmOp::verify() {
                                  : "none or accumulate")
                          << " epilogue, got "
                          << stringifyEpilogue(getEpilogue());
+  if (getBias() && (isDense() || layout != GemmLayout::NT))
+    return emitOpError() << "expects a bias only on a grouped GEMM of the nt "
+                            "layout";
+  if (failed(verifyClamp(*this, getEpilogue(), getAlpha(), getLimit())))
+    return failure();
   if (kGrouped) {
     int64_t m = a.getDimSize(1), n = b.getDimSize(1);
     if (m % 8 != 0 || n % 8 != 0)
@@ -308,6 +331,15 @@ LogicalResult GroupedGemmOp::verify() {
     return emitOpError() << "expects tile n to be a multiple of 16 with the "
                             "swiglu epilogue, got "
                          << tile.getN();
+  if (Value bias = getBias()) {
+    auto biasType = cast<MemRefType>(bias.getType());
+    if (biasType.getRank() != 2 || biasType.getDimSize(0) != experts ||
+        biasType.getDimSize(1) != n ||
+        biasType.getElementType() != a.getElementType())
+      return emitOpError() << "expects a bias of shape [" << experts << ", "
+                           << n << "] (groups, N) and element type "
+                           << a.getElementType() << ", got " << biasType;
+  }
   return success();
 }
 
@@ -402,6 +434,10 @@ LogicalResult StoreTileOp::verify() {
     return emitOpError() << "expects a fragment of a multiple of 8 f32 with "
                             "the swiglu epilogue, got "
                          << getAcc().getType();
+  if (static_cast<bool>(getBias()) != static_cast<bool>(getExpert()))
+    return emitOpError() << "expects a bias and its expert together";
+  if (failed(verifyClamp(*this, getEpilogue(), getAlpha(), getLimit())))
+    return failure();
   return checkScaleOperand(*this, getEpilogue(), getScale());
 }
 

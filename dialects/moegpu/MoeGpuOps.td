@@ -33,6 +33,12 @@ def MoeGpu_GroupedGemmOp : MoeGpu_Op<"grouped_gemm",
       gradient summed over chunks of its rows, one launch after another;
       every element has one writer, so no atomics).
 
+    `bias` (`[E, N]`, a's element type, rows in b's order; GPT-OSS's expert
+    biases) is added to `acc[r, n]` first, `bias[e, n]` for the rows of
+    group e. `alpha` and `limit` make `swiglu` GPT-OSS's clamped form,
+    `(clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g)` with
+    `g = min(gate, limit)`.
+
     Each expert's segment starts at a multiple of the tile's `m` (the
     dispatch alignment); rows from `offsets[E]` on are not written. `a` is
     `[R, K]`, `b` `[E, N, K]`, `offsets` `[E + 1]` i32, `c` `[R, N]` (or
@@ -71,17 +77,21 @@ def MoeGpu_GroupedGemmOp : MoeGpu_Op<"grouped_gemm",
   let arguments = (ins AnyMemRef:$a, AnyMemRef:$b,
                        Optional<AnyMemRef>:$offsets, AnyMemRef:$c,
                        Optional<AnyMemRef>:$scale,
+                       Optional<AnyMemRef>:$bias,
                        DefaultValuedAttr<MoeGpu_EpilogueAttr,
                            "::mlir::moegpu::Epilogue::None">:$epilogue,
                        DefaultValuedAttr<MoeGpu_GemmLayoutAttr,
                            "::mlir::moegpu::GemmLayout::NT">:$layout,
                        OptionalAttr<MoeGpu_TileAttr>:$tile,
-                       OptionalAttr<MoeGpu_SmRangeAttr>:$sm_range);
+                       OptionalAttr<MoeGpu_SmRangeAttr>:$sm_range,
+                       OptionalAttr<F64Attr>:$alpha,
+                       OptionalAttr<F64Attr>:$limit);
   let assemblyFormat = [{
-    $a `,` $b `,` ($offsets^):(`dense`)? `,` $c (`scale` $scale^)? attr-dict
+    $a `,` $b `,` ($offsets^):(`dense`)? `,` $c (`scale` $scale^)?
+    (`bias` $bias^)? attr-dict
     `:` type($a) `,` type($b) `,`
     custom<OptionalTypeComma>(ref($offsets), type($offsets)) type($c)
-    (`,` type($scale)^)?
+    (`,` type($scale)^)? (`,` type($bias)^)?
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
@@ -305,18 +315,24 @@ def MoeGpu_StoreTileOp : MoeGpu_Op<"store_tile", [AttrSizedOperandSegments]> {
     come in interleaved gate/up blocks of 8 and the stored column is
     `col / 2 + ...`; with `row_scale` each row is multiplied by
     `scale[row]`. A rank-3 `c` (a k-grouped GEMM's `[E, M, N]`) is indexed
-    by `group` first.
+    by `group` first. `bias`, `alpha` and `limit` are the grouped GEMM's;
+    the tile's rows are of group `expert`.
   }];
   let arguments = (ins VectorOfRankAndType<[1], [F32]>:$acc, AnyMemRef:$c,
                        Optional<Index>:$group,
                        Index:$row, Index:$col, Index:$warpgroup, Index:$row_end,
                        Optional<AnyMemRef>:$scale,
+                       Optional<AnyMemRef>:$bias,
+                       Optional<Index>:$expert,
                        DefaultValuedAttr<MoeGpu_EpilogueAttr,
-                           "::mlir::moegpu::Epilogue::None">:$epilogue);
+                           "::mlir::moegpu::Epilogue::None">:$epilogue,
+                       OptionalAttr<F64Attr>:$alpha,
+                       OptionalAttr<F64Attr>:$limit);
   let assemblyFormat = [{
     $acc `,` $c `[` custom<TileIndices>($group, $row, $col) `]` `,` `warpgroup` $warpgroup `,`
-    `row_end` $row_end (`scale` $scale^)? attr-dict `:` type($acc) `,`
-    type($c) (`,` type($scale)^)?
+    `row_end` $row_end (`scale` $scale^)? (`bias` $bias^ `[` $expert `]`)?
+    attr-dict `:` type($acc) `,` type($c) (`,` type($scale)^)?
+    (`,` type($bias)^)?
   }];
   let hasVerifier = 1;
 }

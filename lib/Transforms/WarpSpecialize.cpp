@@ -223,7 +223,10 @@ LogicalResult specialize(GroupedGemmOp op) {
           bool grouped = kGrouped && op.getC().getType().getRank() == 3;
           StoreTileOp::create(b, loc, kLoop.getResult(0), op.getC(),
                               grouped ? group : Value(), row, col, warpgroup,
-                              rowEnd, op.getScale(), op.getEpilogueAttr());
+                              rowEnd, op.getScale(), op.getBias(),
+                              op.getBias() ? group : Value(),
+                              op.getEpilogueAttr(), op.getAlphaAttr(),
+                              op.getLimitAttr());
         });
   }
   op.erase();

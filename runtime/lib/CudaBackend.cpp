@@ -526,7 +526,8 @@ CudaBackend::uploadParameters(const std::vector<const Tensor *> &arguments) {
       if (!gate || !up || gate->shape != up->shape)
         return Status::failure("buffer '" + b.name + "' packs '" + roles +
                                "', which the bundle does not hold alike");
-      packed = packGateUp(*gate, *up);
+      // A rank-2 buffer packs vectors (the experts' gate and up biases).
+      packed = packGateUp(*gate, *up, /*vectors=*/b.shape.size() == 2);
       bytes = &packed;
     } else {
       continue;
@@ -1138,11 +1139,13 @@ Status CudaBackend::runTrainingUpdate() {
 
 } // namespace
 
-std::vector<uint8_t> packGateUp(const Tensor &gate, const Tensor &up) {
+std::vector<uint8_t> packGateUp(const Tensor &gate, const Tensor &up,
+                                bool vectors) {
   size_t elem = dtypeSize(gate.dtype);
-  int64_t experts = gate.shape.size() == 3 ? gate.shape[0] : 1;
-  int64_t f = gate.shape[gate.shape.size() - 2];
-  size_t rowBytes = static_cast<size_t>(gate.shape.back()) * elem;
+  int64_t experts = gate.shape.size() == 3 || vectors ? gate.shape[0] : 1;
+  int64_t f = vectors ? gate.shape.back() : gate.shape[gate.shape.size() - 2];
+  size_t rowBytes =
+      vectors ? elem : static_cast<size_t>(gate.shape.back()) * elem;
   std::vector<uint8_t> out(2 * gate.data.size());
   for (int64_t e = 0; e < experts; ++e)
     for (int64_t r = 0; r < f; ++r) {

@@ -374,7 +374,7 @@ def generate(args):
         tensors[p + "experts.gate_up_proj"] = u((e, h, 2 * f), 3.0 / np.sqrt(h))
         tensors[p + "experts.gate_up_proj_bias"] = u((e, 2 * f), 9.0)
         tensors[p + "experts.down_proj"] = u((e, f, h), 1.0 / np.sqrt(f))
-        tensors[p + "experts.down_proj_bias"] = u((e, h), 0.5)
+        tensors[p + "experts.down_proj_bias"] = u((e, h), 3.0)
         if args.mxfp4:
             for name, columns in (("experts.gate_up_proj", h), ("experts.down_proj", f)):
                 rows = tensors.pop(p + name).shape[2]

@@ -272,6 +272,27 @@ TEST(RuntimeTest, GateUpPackingOneGroup) {
   EXPECT_EQ(p[31], 115.0f);
 }
 
+// The experts' gate and up biases [E, F] interleave as the weights' rows.
+TEST(RuntimeTest, GateUpPackingBiases) {
+  const int64_t experts = 2, ffn = 16;
+  Tensor gate = Tensor::zeros(DType::F32, {experts, ffn});
+  Tensor up = Tensor::zeros(DType::F32, {experts, ffn});
+  for (int64_t i = 0; i < gate.numElements(); ++i) {
+    gate.as<float>()[i] = static_cast<float>(i);
+    up.as<float>()[i] = static_cast<float>(1000 + i);
+  }
+  std::vector<uint8_t> packed = packGateUp(gate, up, /*vectors=*/true);
+  ASSERT_EQ(packed.size(), 2 * gate.data.size());
+  const auto *p = reinterpret_cast<const float *>(packed.data());
+  for (int64_t e = 0; e < experts; ++e)
+    for (int64_t row = 0; row < 2 * ffn; ++row) {
+      int64_t f = (row / 16) * 8 + row % 8;
+      float expected = (row % 16 >= 8 ? 1000.0f : 0.0f) + e * ffn + f;
+      EXPECT_EQ(p[e * 2 * ffn + row], expected) << "expert " << e << " row "
+                                                << row;
+    }
+}
+
 // An sm_90a manifest round-trips with its program, and a program that
 // names an unknown buffer is rejected before any driver is touched.
 TEST(RuntimeTest, GpuProgramRoundTripAndValidation) {

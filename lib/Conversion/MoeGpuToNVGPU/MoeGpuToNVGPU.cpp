@@ -73,32 +73,71 @@ gpu::AddressSpaceAttr workgroupSpace(MLIRContext *ctx) {
 
 /// The epilogue's values of a thread's column pair in chunk `j` of its
 /// wgmma fragment, row `half` (0: lane/4, 1: lane/4 + 8): silu(gate) * up
-/// (SwiGLU: chunk j holds gate columns, j + 1 the same up columns), else the
-/// accumulators times the row's `scale` (if any).
+/// (SwiGLU: chunk j holds gate columns, j + 1 the same up columns; clamped
+/// with `alpha` and `limit`), else the accumulators times the row's `scale`
+/// (if any). With a bias, `biasCol` is the tile's first column plus the
+/// thread's (2 * (lane % 4)): bias[expert, biasCol + 8 * chunk + i] joins
+/// the accumulator first.
 std::pair<Value, Value> epiloguePair(ImplicitLocOpBuilder &b, StoreTileOp op,
-                                     int64_t j, int64_t half, Value scale) {
-  auto element = [&](int64_t i) -> Value {
-    return vector::ExtractOp::create(b, op.getAcc(), i);
+                                     int64_t j, int64_t half, Value scale,
+                                     Value biasCol) {
+  Type f32 = b.getF32Type();
+  auto constant = [&](double v) -> Value {
+    return arith::ConstantFloatOp::create(b, cast<FloatType>(f32),
+                                          APFloat(static_cast<float>(v)));
   };
-  int64_t first = 4 * j + 2 * half;
+  auto element = [&](int64_t chunk, int64_t i) -> Value {
+    Value v = vector::ExtractOp::create(b, op.getAcc(), 4 * chunk + 2 * half + i);
+    if (!op.getBias())
+      return v;
+    // Columns past the bias's (a partial last tile, stored nowhere) read
+    // its last one.
+    auto biasType = cast<MemRefType>(op.getBias().getType());
+    Value col = arith::AddIOp::create(b, biasCol,
+                                      constIndex(b, 8 * chunk + i));
+    col = arith::MinUIOp::create(b, col,
+                                 constIndex(b, biasType.getDimSize(1) - 1));
+    Value bias = memref::LoadOp::create(b, op.getBias(),
+                                        ValueRange{op.getExpert(), col});
+    return arith::AddFOp::create(b, v, arith::ExtFOp::create(b, f32, bias));
+  };
+  // x * sigmoid(gain * x) = x / (1 + e^(-gain * x)).
+  auto gated = [&](Value g, double gain) -> Value {
+    Value scaled = gain == 1.0 ? g : arith::MulFOp::create(b, g, constant(gain));
+    Value e = buildExp(b, arith::NegFOp::create(b, scaled));
+    return arith::DivFOp::create(b, g, arith::AddFOp::create(b, constant(1.0), e));
+  };
   if (op.getEpilogue() == Epilogue::SwiGLU) {
-    // silu(g) = g / (1 + e^-g).
-    auto silu = [&](Value g) -> Value {
-      Value one = arith::ConstantFloatOp::create(
-          b, cast<FloatType>(b.getF32Type()), APFloat(1.0f));
-      Value e = buildExp(b, arith::NegFOp::create(b, g));
-      return arith::DivFOp::create(b, g, arith::AddFOp::create(b, one, e));
+    std::optional<APFloat> alpha = op.getAlpha(), limit = op.getLimit();
+    auto act = [&](int64_t i) -> Value {
+      Value gate = element(j, i), up = element(j + 1, i);
+      if (!limit)
+        return arith::MulFOp::create(b, gated(gate, 1.0), up);
+      // GPT-OSS: (clamp(up, -l, l) + 1) * g * sigmoid(alpha * g), g =
+      // min(gate, l).
+      double l = limit->convertToDouble();
+      Value g = arith::MinimumFOp::create(b, gate, constant(l));
+      Value u = arith::MaximumFOp::create(
+          b, arith::MinimumFOp::create(b, up, constant(l)), constant(-l));
+      return arith::MulFOp::create(
+          b, arith::AddFOp::create(b, u, constant(1.0)),
+          gated(g, alpha->convertToDouble()));
     };
-    int64_t up = 4 * (j + 1) + 2 * half;
-    return {arith::MulFOp::create(b, silu(element(first)), element(up)),
-            arith::MulFOp::create(b, silu(element(first + 1)),
-                                  element(up + 1))};
+    return {act(0), act(1)};
   }
-  Value v0 = element(first), v1 = element(first + 1);
+  Value v0 = element(j, 0), v1 = element(j, 1);
   if (scale)
     return {arith::MulFOp::create(b, v0, scale),
             arith::MulFOp::create(b, v1, scale)};
   return {v0, v1};
+}
+
+/// The first bias column of a thread's fragment in a tile (see
+/// epiloguePair), or null without a bias.
+Value biasColumn(ImplicitLocOpBuilder &b, StoreTileOp op, Value quad) {
+  if (!op.getBias())
+    return Value();
+  return arith::AddIOp::create(b, op.getCol(), quad);
 }
 
 struct PipelineInfo {
@@ -616,8 +655,9 @@ LogicalResult KernelLowering::lowerStoreTile(StoreTileOp op) {
     Value scale;
     if (op.getScale())
       scale = memref::LoadOp::create(rb, op.getScale(), ValueRange{row});
+    Value biasCol = biasColumn(rb, op, quad);
     for (int64_t j = 0; j < chunks; j += swiglu ? 2 : 1) {
-      auto [v0, v1] = epiloguePair(rb, op, j, half, scale);
+      auto [v0, v1] = epiloguePair(rb, op, j, half, scale, biasCol);
       Value col = arith::AddIOp::create(
           rb, col0, constIndex(rb, (swiglu ? 4 : 8) * j));
       col = arith::AddIOp::create(rb, col, quad);
@@ -777,6 +817,7 @@ FailureOr<bool> KernelLowering::lowerStoreTileByTma(StoreTileOp op) {
     rowBytes[half] = arith::MulIOp::create(sb, r, constIndex(sb, 128));
   }
   Value quadBytes = arith::MulIOp::create(sb, quad, constIndex(sb, bytes));
+  Value biasCol = biasColumn(sb, op, quad);
   for (int64_t box = 0; box < boxes; ++box) {
     Value offset = arith::AddIOp::create(
         sb, staging, constIndex(sb, (box % 2) * kBoxBytes));
@@ -793,7 +834,8 @@ FailureOr<bool> KernelLowering::lowerStoreTileByTma(StoreTileOp op) {
     for (int64_t jj = 0; jj < perBox; jj += swiglu ? 2 : 1) {
       int64_t j = box * perBox + jj;
       for (int64_t half = 0; half < 2; ++half) {
-        auto [v0, v1] = epiloguePair(sb, op, j, half, half ? scale1 : scale0);
+        auto [v0, v1] =
+            epiloguePair(sb, op, j, half, half ? scale1 : scale0, biasCol);
         // Byte of the pair in the box row, before the swizzle.
         int64_t colInBox = (swiglu ? 4 : 8) * jj;
         Value cb = arith::AddIOp::create(

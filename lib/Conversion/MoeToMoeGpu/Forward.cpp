@@ -16,12 +16,8 @@ using namespace mlir::moe::lowering;
 
 void LayerBuilder::buildRouterGemm(gpu::GPUFuncOp func) {
   OpBuilder b = builderAt(func.front().getTerminator());
-  moegpu::GroupedGemmOp::create(
-      b, layer.getLoc(), func.getArgument(0), func.getArgument(1),
-      /*offsets=*/Value(), func.getArgument(2), /*scale=*/Value(),
-      moegpu::EpilogueAttr::get(ctx, moegpu::Epilogue::None),
-      moegpu::GemmLayoutAttr::get(ctx, moegpu::GemmLayout::NT),
-      moegpu::TileAttr(), moegpu::SmRangeAttr());
+  buildGemm(func, moegpu::Epilogue::None, moegpu::GemmLayout::NT,
+            /*dense=*/true);
 }
 
 void LayerBuilder::buildRouterLogits(gpu::GPUFuncOp func) {
@@ -94,11 +90,13 @@ void LayerBuilder::buildRoute(gpu::GPUFuncOp func) {
   bool sigmoid = config.getScoring() == ScoringFunc::Sigmoid;
   // Sparsemixer (Phi-3.5-MoE) selects on the logits themselves.
   bool mixer = config.getScoring() == ScoringFunc::Sparsemixer;
-  Value logits = func.getArgument(0);
-  Value biasArg = bias ? func.getArgument(1) : Value();
-  Value ids = func.getArgument(bias ? 2 : 1);
-  Value weights = func.getArgument(bias ? 3 : 2);
-  Value counts = func.getArgument(bias ? 4 : 3);
+  unsigned next = 0;
+  auto arg = [&]() { return func.getArgument(next++); };
+  Value logits = arg();
+  // GPT-OSS's router bias joins the logits before the scoring.
+  Value routerBias = config.getRouterBias() ? arg() : Value();
+  Value biasArg = bias ? arg() : Value();
+  Value ids = arg(), weights = arg(), counts = arg();
 
   Value lane = e.remi(e.thread(), e.idx(32));
   Value token = e.addi(e.muli(e.block(), e.idx(kRouteWarps)),
@@ -153,6 +151,9 @@ void LayerBuilder::buildRoute(gpu::GPUFuncOp func) {
       clamped.push_back(arith::MinUIOp::create(b, ex, e.idx(experts - 1)));
       inRange.push_back(in);
       score.push_back(e.load(logits, {token, clamped.back()}));
+      if (routerBias)
+        score.back() = arith::AddFOp::create(
+            b, score.back(), e.toF32(e.load(routerBias, {clamped.back()})));
     }
     if (sigmoid) {
       for (Value &s : score)
@@ -609,7 +610,8 @@ void LayerBuilder::buildCombine(gpu::GPUFuncOp func) {
 }
 
 void LayerBuilder::buildGemm(gpu::GPUFuncOp func, moegpu::Epilogue epilogue,
-                             moegpu::GemmLayout layout, bool dense) {
+                             moegpu::GemmLayout layout, bool dense, Value bias,
+                             FloatAttr alpha, FloatAttr limit) {
   OpBuilder b = builderAt(func.front().getTerminator());
   unsigned c = dense ? 2 : 3;
   Value scale = epilogue == moegpu::Epilogue::RowScale
@@ -617,9 +619,24 @@ void LayerBuilder::buildGemm(gpu::GPUFuncOp func, moegpu::Epilogue epilogue,
                     : Value();
   moegpu::GroupedGemmOp::create(
       b, layer.getLoc(), func.getArgument(0), func.getArgument(1),
-      dense ? Value() : func.getArgument(2), func.getArgument(c), scale,
+      dense ? Value() : func.getArgument(2), func.getArgument(c), scale, bias,
       moegpu::EpilogueAttr::get(ctx, epilogue),
       moegpu::GemmLayoutAttr::get(ctx, layout), moegpu::TileAttr(),
-      moegpu::SmRangeAttr());
+      moegpu::SmRangeAttr(), alpha, limit);
 }
 
+void LayerBuilder::buildExpertGemm(gpu::GPUFuncOp func,
+                                   moegpu::Epilogue epilogue) {
+  Value bias = config.getExpertBias()
+                   ? func.getArgument(func.getNumArguments() - 1)
+                   : Value();
+  // GPT-OSS's clamped SwiGLU.
+  FloatAttr alpha, limit;
+  if (epilogue == moegpu::Epilogue::SwiGLU && config.isClamped()) {
+    Builder attrs(ctx);
+    alpha = attrs.getF64FloatAttr(config.getSwigluAlphaValue());
+    limit = attrs.getF64FloatAttr(config.getSwigluLimitValue());
+  }
+  buildGemm(func, epilogue, moegpu::GemmLayout::NT, /*dense=*/false, bias,
+            alpha, limit);
+}

@@ -203,10 +203,25 @@ private:
                           ArrayRef<Value> chosen, Value m);
   void buildCombine(gpu::GPUFuncOp func);
   /// A grouped GEMM kernel on (a, b, offsets, c [, scale]), or a dense one
-  /// on (a, b, c [, scale]).
+  /// on (a, b, c [, scale]); `bias`, `alpha` and `limit` as on
+  /// moegpu.grouped_gemm.
   void buildGemm(gpu::GPUFuncOp func, moegpu::Epilogue epilogue,
                  moegpu::GemmLayout layout = moegpu::GemmLayout::NT,
-                 bool dense = false);
+                 bool dense = false, Value bias = Value(),
+                 FloatAttr alpha = FloatAttr(), FloatAttr limit = FloatAttr());
+  /// The routed experts' up (SwiGLU) or down (row scale) projection:
+  /// buildGemm, with the expert bias (the kernel's last argument, see
+  /// expertArgs) and the layer's activation.
+  void buildExpertGemm(gpu::GPUFuncOp func, moegpu::Epilogue epilogue);
+  /// An expert GEMM kernel's arguments: `args`, then `bias` (a buffer of
+  /// per-expert biases) when the experts have biases.
+  SmallVector<StringRef> expertArgs(ArrayRef<StringRef> args,
+                                    StringRef bias) const {
+    SmallVector<StringRef> all(args);
+    if (config.getExpertBias())
+      all.push_back(bias);
+    return all;
+  }
 
   // The training step (TrainKernels below).
   void buildTraining();

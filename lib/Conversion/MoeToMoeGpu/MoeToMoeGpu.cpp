@@ -90,6 +90,14 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
     addBuffer("score_bias", f32, {e}, "param:score_bias");
   addBuffer("w13", dtype, {local, 2 * f, h}, "pack:gate_weight,up_weight");
   addBuffer("w2", dtype, {local, h, f}, "param:down_weight");
+  // GPT-OSS: the router's bias, and the experts' biases (gate and up
+  // interleaved as w13's rows are).
+  if (config.getRouterBias())
+    addBuffer("router_bias", routerType, {e}, "param:router_bias");
+  if (config.getExpertBias()) {
+    addBuffer("b13", dtype, {local, 2 * f}, "pack:gate_bias,up_bias");
+    addBuffer("b2", dtype, {local, h}, "param:down_bias");
+  }
   if (shared) {
     addBuffer("ws13", dtype, {1, 2 * s, h},
               "pack:shared_gate_weight,shared_up_weight");
@@ -163,6 +171,8 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
         "shared_gate", {"x", "shared_expert_gate", "shared_scale"},
         gridOf(moegpu::GridKind::Tokens, kRouteWarps), kRouteWarps * 32));
   SmallVector<StringRef> routeArgs{"router_logits"};
+  if (config.getRouterBias())
+    routeArgs.push_back("router_bias");
   if (bias)
     routeArgs.push_back("score_bias");
   routeArgs.append({"topk_ids", "topk_weights", "counts"});
@@ -186,24 +196,31 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   } else if (ep > 1) {
     addExchange(moegpu::ExchangeKind::Dispatch, {"offsets", "rows", "row_weight", "ep_offsets",
                              "ep_group_offsets", "ep_rows", "ep_row_weight"});
-    buildGemm(addKernel("expert_up",
-                        {"ep_rows", "w13", "ep_group_offsets", "ep_act"},
-                        gridOf(moegpu::GridKind::Persistent), 0),
-              moegpu::Epilogue::SwiGLU);
-    buildGemm(addKernel("expert_down",
-                        {"ep_act", "w2", "ep_group_offsets", "ep_down",
-                         "ep_row_weight"},
-                        gridOf(moegpu::GridKind::Persistent), 0),
-              moegpu::Epilogue::RowScale);
+    buildExpertGemm(addKernel("expert_up",
+                              expertArgs({"ep_rows", "w13", "ep_group_offsets",
+                                          "ep_act"},
+                                         "b13"),
+                              gridOf(moegpu::GridKind::Persistent), 0),
+                    moegpu::Epilogue::SwiGLU);
+    buildExpertGemm(addKernel("expert_down",
+                              expertArgs({"ep_act", "w2", "ep_group_offsets",
+                                          "ep_down", "ep_row_weight"},
+                                         "b2"),
+                              gridOf(moegpu::GridKind::Persistent), 0),
+                    moegpu::Epilogue::RowScale);
     addExchange(moegpu::ExchangeKind::Combine, {"ep_offsets", "ep_down", "offsets", "down"});
   } else {
-    buildGemm(addKernel("expert_up", {"rows", "w13", "offsets", "act"},
-                        gridOf(moegpu::GridKind::Persistent), 0),
-              moegpu::Epilogue::SwiGLU);
-    buildGemm(addKernel("expert_down",
-                        {"act", "w2", "offsets", "down", "row_weight"},
-                        gridOf(moegpu::GridKind::Persistent), 0),
-              moegpu::Epilogue::RowScale);
+    buildExpertGemm(
+        addKernel("expert_up",
+                  expertArgs({"rows", "w13", "offsets", "act"}, "b13"),
+                  gridOf(moegpu::GridKind::Persistent), 0),
+        moegpu::Epilogue::SwiGLU);
+    buildExpertGemm(addKernel("expert_down",
+                              expertArgs({"act", "w2", "offsets", "down",
+                                          "row_weight"},
+                                         "b2"),
+                              gridOf(moegpu::GridKind::Persistent), 0),
+                    moegpu::Epilogue::RowScale);
   }
   // Chunked, the shared experts' up projection ran beside the first
   // chunk's dispatch (buildChunkedExperts); the rest runs beside the last
@@ -276,14 +293,17 @@ void LayerBuilder::buildChunkedExperts() {
   // soon as its down projection is done, beside the next chunk's GEMMs.
   for (int64_t c = 0; c < chunks; ++c) {
     std::string groups = groupOffsets(c);
-    launchKernel("expert_up", {"ep_rows", "w13", groups, "ep_act"},
+    launchKernel("expert_up",
+                 expertArgs({"ep_rows", "w13", groups, "ep_act"}, "b13"),
                  persistent, 0, c, [&](gpu::GPUFuncOp f) {
-                   buildGemm(f, moegpu::Epilogue::SwiGLU);
+                   buildExpertGemm(f, moegpu::Epilogue::SwiGLU);
                  });
     launchKernel("expert_down",
-                 {"ep_act", "w2", groups, "ep_down", "ep_row_weight"},
+                 expertArgs({"ep_act", "w2", groups, "ep_down",
+                             "ep_row_weight"},
+                            "b2"),
                  persistent, 0, c, [&](gpu::GPUFuncOp f) {
-                   buildGemm(f, moegpu::Epilogue::RowScale);
+                   buildExpertGemm(f, moegpu::Epilogue::RowScale);
                  });
     addExchange(moegpu::ExchangeKind::CombineRows, {"ep_down", "down"}, c);
   }

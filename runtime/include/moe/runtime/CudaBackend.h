@@ -22,7 +22,10 @@ Expected<std::unique_ptr<Backend>> createCudaBackend(const Bundle &bundle);
 /// `gate` and `up` are [E, F, H] (or [F, H], one group); the result is
 /// [E, 2F, H] with rows 16j..16j+7 = gate rows 8j..8j+7 and rows
 /// 16j+8..16j+15 = up rows 8j..8j+7 of each expert (F a multiple of 8).
-std::vector<uint8_t> packGateUp(const Tensor &gate, const Tensor &up);
+/// With `vectors`, they are the experts' [E, F] biases of those rows: the
+/// result is [E, 2F], interleaved alike.
+std::vector<uint8_t> packGateUp(const Tensor &gate, const Tensor &up,
+                                bool vectors = false);
 
 } // namespace moe::rt
 
