@@ -88,10 +88,10 @@ def MoeGpu_GroupedGemmOp : MoeGpu_Op<"grouped_gemm",
                        OptionalAttr<F64Attr>:$limit);
   let assemblyFormat = [{
     $a `,` $b `,` ($offsets^):(`dense`)? `,` $c (`scale` $scale^)?
-    (`bias` $bias^)? attr-dict
+    (`bias` `(` $bias^ `:` type($bias) `)`)? attr-dict
     `:` type($a) `,` type($b) `,`
     custom<OptionalTypeComma>(ref($offsets), type($offsets)) type($c)
-    (`,` type($scale)^)? (`,` type($bias)^)?
+    (`,` type($scale)^)?
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
@@ -330,9 +330,9 @@ def MoeGpu_StoreTileOp : MoeGpu_Op<"store_tile", [AttrSizedOperandSegments]> {
                        OptionalAttr<F64Attr>:$limit);
   let assemblyFormat = [{
     $acc `,` $c `[` custom<TileIndices>($group, $row, $col) `]` `,` `warpgroup` $warpgroup `,`
-    `row_end` $row_end (`scale` $scale^)? (`bias` $bias^ `[` $expert `]`)?
+    `row_end` $row_end (`scale` $scale^)?
+    (`bias` `(` $bias^ `[` $expert `]` `:` type($bias) `)`)?
     attr-dict `:` type($acc) `,` type($c) (`,` type($scale)^)?
-    (`,` type($bias)^)?
   }];
   let hasVerifier = 1;
 }

@@ -132,7 +132,7 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
   if (!o.weightNames.empty() && !parseWeightNaming(o.weightNames))
     return "unknown --weight-names '" + o.weightNames +
            "' (expected deepseek, mixtral, qwen, minimax, ernie, granite, "
-           "hunyuan, llama4, dbrx or jetmoe)";
+           "hunyuan, llama4, dbrx, jetmoe or gpt_oss)";
   if (!o.dtype.empty() && o.dtype != "f32" && o.dtype != "bf16" &&
       o.dtype != "f16")
     return "unknown --dtype '" + o.dtype + "' (expected f32, bf16 or f16)";

@@ -148,9 +148,7 @@ aliasesOf(llvm::StringRef modelType) {
     return {{"hidden", "hidden_size"},
             {"experts", "num_local_experts"},
             {"top_k", "num_experts_per_tok"},
-            {"ffn", "intermediate_size"},
-            {"swiglu_alpha", "swiglu_alpha"},
-            {"swiglu_limit", "swiglu_limit"}};
+            {"ffn", "intermediate_size"}};
   if (modelType == "jetmoe")
     return {{"hidden", "hidden_size"},
             {"experts", "num_local_experts"},

@@ -6,7 +6,7 @@ layout transformers writes); moe-compile reads that config.json, moe-run
 reads the index with --layer 2, and its output must equal the MoE block of
 layer 2 run by transformers on the same tokens.
 
-usage: transformers_reference.py BIN_DIR WORK_DIR
+usage: transformers_reference.py BIN_DIR WORK_DIR [CASE...]
 """
 import os
 import subprocess
@@ -16,7 +16,7 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 
-BIN, WORK = sys.argv[1], sys.argv[2]
+BIN, WORK, ONLY = sys.argv[1], sys.argv[2], sys.argv[3:]
 TOKENS = 37
 
 # The attention and dense parts small (they are not compared); MLA and
@@ -104,6 +104,14 @@ CASES = {
                dict(hidden_size=64, num_local_experts=8,
                     num_experts_per_tok=2, intermediate_size=40,
                     kv_channels=16)),
+    # A router bias, softmax over the top-k logits, expert biases, gate and
+    # up in alternate columns of gate_up_proj [E, H, 2F]; a low
+    # swiglu_limit so the clamp cuts many values, and a swiglu_alpha of its
+    # own (transformers 5 reads both).
+    "gpt_oss": ("GptOssConfig", "GptOssForCausalLM",
+                dict(hidden_size=64, num_local_experts=8,
+                     num_experts_per_tok=3, intermediate_size=40,
+                     swiglu_limit=0.4, swiglu_alpha=1.5)),
     "olmoe": ("OlmoeConfig", "OlmoeForCausalLM",
               dict(hidden_size=64, num_experts=16, num_experts_per_tok=4,
                    intermediate_size=32)),
@@ -132,6 +140,8 @@ def run(cmd):
 
 failures = 0
 for case, (config_cls, model_cls, fields) in CASES.items():
+    if ONLY and case not in ONLY:
+        continue
     torch.manual_seed(len(case))
     config = getattr(transformers, config_cls)(**dict(MODEL, **fields))
     model = getattr(transformers, model_cls)(config).float().eval()
@@ -177,6 +187,8 @@ for case, (config_cls, model_cls, fields) in CASES.items():
 
 # Layer 2 of the Qwen3-MoE model is dense (decoder_sparse_step 2): moe-run
 # says so from the config transformers wrote.
+if ONLY:
+    sys.exit(1 if failures else 0)
 directory = os.path.join(WORK, "qwen3_moe")
 r = subprocess.run([BIN + "/moe-run", os.path.join(directory, "layer.moeb"),
                     "--weights",

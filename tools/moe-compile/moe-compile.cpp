@@ -70,7 +70,7 @@ static cl::opt<std::string>
     weightNames("weight-names",
                 cl::desc("Checkpoint naming of the weights: deepseek, "
                          "mixtral, qwen, minimax, ernie, granite, hunyuan, "
-                         "llama4, dbrx or jetmoe "
+                         "llama4, dbrx, jetmoe or gpt_oss "
                          "(default: from the config, else deepseek)"),
                 cl::init(""), cl::cat(category));
 static cl::opt<std::string>

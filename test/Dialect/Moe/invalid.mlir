@@ -1226,3 +1226,85 @@ func.func @f(%g: tensor<?x8xf32>, %m: tensor<?x2xi32>, %x: tensor<?x8xf32>, %s: 
   %dx, %ds = moe.scaled_dispatch_grad %g, %m, %x, %s : tensor<?x8xf32>, tensor<?x2xi32>, tensor<?x8xf32>, tensor<?x3xf32> -> tensor<?x8xf32>, tensor<?x2xf32>
   return
 }
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x4x8xf32>, %wu: tensor<4x4x8xf32>, %wd: tensor<4x8x4xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{expected a router bias operand since router_bias = true}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, router_bias = true, dtype = f32>}
+       : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x4x8xf32>, %wu: tensor<4x4x8xf32>, %wd: tensor<4x8x4xf32>, %b: tensor<4xbf16>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{expected router bias element type 'f32', got 'bf16'}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) router_bias(%b) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, router_bias = true, dtype = f32>}
+       : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>, tensor<4xbf16>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x4x8xf32>, %wu: tensor<4x4x8xf32>, %wd: tensor<4x8x4xf32>, %bg: tensor<4x4xf32>, %bd: tensor<4x8xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{unexpected expert gate bias operand unless expert_bias = true}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) expert_bias(%bg, %bg, %bd) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, dtype = f32>}
+       : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x8xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %wr: tensor<4x8xf32>, %wg: tensor<4x4x8xf32>, %wu: tensor<4x4x8xf32>, %wd: tensor<4x8x4xf32>, %bg: tensor<4x4xf32>, %bd: tensor<4x4xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{expected expert down bias of shape [4x8], got 'tensor<4x4xf32>'}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) expert_bias(%bg, %bg, %bd) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, expert_bias = true, dtype = f32>}
+       : (tensor<?x8xf32>, tensor<4x8xf32>, tensor<4x4x8xf32>, tensor<4x4x8xf32>, tensor<4x8x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}
+
+// -----
+
+// expected-error @+1 {{expected swiglu_alpha and swiglu_limit only with activation = clamped_swiglu}}
+func.func @f() attributes {c = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, swiglu_limit = 3.0, dtype = f32>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{expected a finite swiglu_alpha > 0, got 0}}
+func.func @f() attributes {c = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, activation = clamped_swiglu, swiglu_alpha = 0.0, dtype = f32>} {
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %w: tensor<4x8xf32>, %b: tensor<8xf32>) {
+  // expected-error @+1 {{expected bias of shape [4], got 'tensor<8xf32>'}}
+  %s = moe.router %x, %w bias %b {scoring = #moe.scoring<softmax>} : tensor<?x8xf32>, tensor<4x8xf32>, tensor<8xf32> -> tensor<?x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xf32>, %w: tensor<4x6x8xf32>, %o: tensor<5xi32>, %b: tensor<4x8xf32>) {
+  // expected-error @+1 {{expected bias of shape [4x6], got 'tensor<4x8xf32>'}}
+  %g = moe.grouped_matmul %x, %w, %o bias %b : tensor<?x8xf32>, tensor<4x6x8xf32>, tensor<5xi32>, tensor<4x8xf32> -> tensor<?x6xf32>
+  return
+}
+
+// -----
+
+func.func @f(%g: tensor<?x8xf32>) {
+  // expected-error @+1 {{expected both alpha and limit (the clamped SwiGLU) or neither}}
+  %a = moe.swiglu %g, %g {limit = 7.0 : f64} : tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%g: tensor<?x8xf32>) {
+  // expected-error @+1 {{expected a finite limit > 0}}
+  %a = moe.swiglu %g, %g {alpha = 1.0 : f64, limit = -7.0 : f64} : tensor<?x8xf32>
+  return
+}

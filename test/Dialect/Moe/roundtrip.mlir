@@ -226,3 +226,43 @@ func.func @sparsemixer(%x: tensor<?x16xf32>, %wr: tensor<8x16xf32>)
              : tensor<?x8xf32> -> tensor<?x2xi32>, tensor<?x2xf32>
   return %w : tensor<?x2xf32>
 }
+
+// GPT-OSS: a router bias, expert biases, the clamped SwiGLU.
+// CHECK-LABEL: func @gpt_oss_layer
+// CHECK: moe.layer %{{[a-z0-9_]+}} router(%{{[a-z0-9_]+}}) experts(%{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}) router_bias(%{{[a-z0-9_]+}}) expert_bias(%{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}) {config = #moe.layer_config<hidden = 16, experts = 4, top_k = 2, norm_topk_prob = true, ffn = 8, router_bias = true, expert_bias = true, activation = clamped_swiglu, swiglu_limit = 5.0, dtype = bf16>}
+func.func @gpt_oss_layer(%x: tensor<?x16xbf16>, %wr: tensor<4x16xbf16>,
+                         %wg: tensor<4x8x16xbf16>, %wu: tensor<4x8x16xbf16>,
+                         %wd: tensor<4x16x8xbf16>, %br: tensor<4xbf16>,
+                         %bg: tensor<4x8xbf16>, %bu: tensor<4x8xbf16>,
+                         %bd: tensor<4x16xbf16>) -> tensor<?x16xbf16> {
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) router_bias(%br)
+         expert_bias(%bg, %bu, %bd)
+         {config = #moe.layer_config<hidden = 16, experts = 4, top_k = 2,
+            norm_topk_prob = true, ffn = 8, router_bias = true,
+            expert_bias = true, activation = clamped_swiglu,
+            swiglu_limit = 5.0, dtype = bf16>}
+       : (tensor<?x16xbf16>, tensor<4x16xbf16>, tensor<4x8x16xbf16>,
+          tensor<4x8x16xbf16>, tensor<4x16x8xbf16>, tensor<4xbf16>,
+          tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<4x16xbf16>)
+       -> tensor<?x16xbf16>
+  return %y : tensor<?x16xbf16>
+}
+
+// CHECK-LABEL: func @gpt_oss_primitives
+// CHECK: moe.router %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} bias %{{[a-z0-9_]+}} {scoring = #moe.scoring<softmax>} : tensor<?x16xbf16>, tensor<4x16xbf16>, tensor<4xbf16> -> tensor<?x4xf32>
+// CHECK: moe.grouped_matmul %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} bias %{{[a-z0-9_]+}} : tensor<?x16xbf16>, tensor<4x8x16xbf16>, tensor<5xi32>, tensor<4x8xbf16> -> tensor<?x8xbf16>
+// CHECK: moe.swiglu %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} {alpha = 1.702000e+00 : f64, limit = 7.000000e+00 : f64} : tensor<?x8xbf16>
+func.func @gpt_oss_primitives(%x: tensor<?x16xbf16>, %wr: tensor<4x16xbf16>,
+                              %br: tensor<4xbf16>, %w: tensor<4x8x16xbf16>,
+                              %b: tensor<4x8xbf16>, %off: tensor<5xi32>)
+    -> (tensor<?x4xf32>, tensor<?x8xbf16>) {
+  %s = moe.router %x, %wr bias %br {scoring = #moe.scoring<softmax>}
+         : tensor<?x16xbf16>, tensor<4x16xbf16>, tensor<4xbf16>
+         -> tensor<?x4xf32>
+  %g = moe.grouped_matmul %x, %w, %off bias %b
+         : tensor<?x16xbf16>, tensor<4x8x16xbf16>, tensor<5xi32>,
+           tensor<4x8xbf16> -> tensor<?x8xbf16>
+  %a = moe.swiglu %g, %g {alpha = 1.702 : f64, limit = 7.0 : f64}
+         : tensor<?x8xbf16>
+  return %s, %a : tensor<?x4xf32>, tensor<?x8xbf16>
+}

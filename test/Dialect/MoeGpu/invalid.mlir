@@ -666,3 +666,27 @@ func.func @f(%acc: vector<32xf32>, %c: memref<?x64xf32>, %i: index) {
   moegpu.store_tile %acc, %c[%i], warpgroup %i, row_end %i : vector<32xf32>, memref<?x64xf32>
   return
 }
+
+// -----
+
+func.func @f(%a: memref<?x256xbf16>, %b: memref<60x256xbf16>, %c: memref<?x60xf32>, %bias: memref<1x60xbf16>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects a bias only on a grouped GEMM of the nt layout}}
+  moegpu.grouped_gemm %a, %b, dense, %c bias(%bias : memref<1x60xbf16>) : memref<?x256xbf16>, memref<60x256xbf16>, memref<?x60xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xbf16>, %b: memref<8x64x256xbf16>, %o: memref<9xi32>, %c: memref<?x64xbf16>, %bias: memref<8x32xbf16>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects a bias of shape [8, 64] (groups, N) and element type 'bf16', got 'memref<8x32xbf16>'}}
+  moegpu.grouped_gemm %a, %b, %o, %c bias(%bias : memref<8x32xbf16>) : memref<?x256xbf16>, memref<8x64x256xbf16>, memref<9xi32>, memref<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xbf16>, %b: memref<8x64x256xbf16>, %o: memref<9xi32>, %c: memref<?x64xbf16>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects alpha and limit together, with the swiglu epilogue}}
+  moegpu.grouped_gemm %a, %b, %o, %c {alpha = 1.702 : f64, limit = 7.0 : f64} : memref<?x256xbf16>, memref<8x64x256xbf16>, memref<9xi32>, memref<?x64xbf16>
+  return
+}

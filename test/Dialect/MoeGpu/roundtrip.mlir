@@ -81,3 +81,16 @@ func.func @specialized(%a: memref<?x256xbf16>, %b: memref<8x64x256xbf16>,
   }
   return
 }
+
+// GPT-OSS's expert GEMMs: biases, the clamped SwiGLU.
+// CHECK-LABEL: func.func @biased
+// CHECK: moegpu.grouped_gemm %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} bias(%{{.*}} : memref<8x512xbf16>) {alpha = 1.702000e+00 : f64, epilogue = #moegpu.epilogue<swiglu>, limit = 7.000000e+00 : f64} : memref<?x256xbf16>, memref<8x512x256xbf16>, memref<9xi32>, memref<?x256xbf16>
+// CHECK: moegpu.grouped_gemm %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} scale %{{.*}} bias(%{{.*}} : memref<8x256xbf16>) {epilogue = #moegpu.epilogue<row_scale>} : memref<?x256xbf16>, memref<8x256x256xbf16>, memref<9xi32>, memref<?x256xbf16>, memref<?xf32>
+func.func @biased(%a: memref<?x256xbf16>, %b: memref<8x512x256xbf16>,
+                  %offsets: memref<9xi32>, %c: memref<?x256xbf16>,
+                  %bias: memref<8x512xbf16>, %bd: memref<8x256x256xbf16>,
+                  %scale: memref<?xf32>, %biasd: memref<8x256xbf16>) {
+  moegpu.grouped_gemm %a, %b, %offsets, %c bias(%bias : memref<8x512xbf16>) {epilogue = #moegpu.epilogue<swiglu>, alpha = 1.702 : f64, limit = 7.0 : f64} : memref<?x256xbf16>, memref<8x512x256xbf16>, memref<9xi32>, memref<?x256xbf16>
+  moegpu.grouped_gemm %a, %bd, %offsets, %c scale %scale bias(%biasd : memref<8x256xbf16>) {epilogue = #moegpu.epilogue<row_scale>} : memref<?x256xbf16>, memref<8x256x256xbf16>, memref<9xi32>, memref<?x256xbf16>, memref<?xf32>
+  return
+}

@@ -11,6 +11,8 @@ size, JSON header, data), not from the runtime's code:
   st_tool.py rename IN OUT NAME NEW    rename a tensor
   st_tool.py reshape IN OUT NAME       flatten a tensor to 1-D
   st_tool.py int IN OUT NAME           relabel an F32 tensor as I32
+  st_tool.py dtype IN OUT NAME DTYPE   relabel a tensor as DTYPE (of the
+                                       same element size)
   st_tool.py shard IN DIR PREFIX N     a sharded checkpoint in DIR: IN's
                                        tensors named PREFIX + name, dealt
                                        round-robin over N shards, and
@@ -156,6 +158,8 @@ def main():
         header[name]["shape"] = [count]
     elif cmd == "int":
         header[name]["dtype"] = "I32"
+    elif cmd == "dtype":
+        header[name]["dtype"] = rest[0]
     else:
         sys.exit(f"unknown command {cmd}")
     save(dst, header, body)
