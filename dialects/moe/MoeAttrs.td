@@ -220,9 +220,6 @@ def Moe_LayerConfigAttr : Moe_Attr<"LayerConfig", "layer_config"> {
     std::string getUntrainable() const {
       if (getScoring() == ::mlir::moe::ScoringFunc::Sparsemixer)
         return "it routes by sparsemixer (Phi-3.5-MoE)";
-      if (getRouterBias() || getExpertBias() || isClamped())
-        return "it has router or expert biases or the clamped SwiGLU "
-               "(GPT-OSS)";
       return "";
     }
     /// What of the layer the sm_90a training step does not support yet
@@ -235,6 +232,9 @@ def Moe_LayerConfigAttr : Moe_Attr<"LayerConfig", "layer_config"> {
                "Llama 4)";
       if (getOutputBias())
         return "a bias is added to its output (output_bias, JetMoE)";
+      if (getRouterBias() || getExpertBias() || isClamped())
+        return "it has router or expert biases or the clamped SwiGLU "
+               "(GPT-OSS)";
       return "";
     }
   }];

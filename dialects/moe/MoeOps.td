@@ -452,12 +452,23 @@ def Moe_SwiGLUGradOp : Moe_Op<"swiglu_grad", [Pure,
     up_grad   = grad * gate * s
     ```
 
+    With `alpha` and `limit` (moe.swiglu's clamped form), `g = min(gate,
+    limit)`, `u = clamp(up, -limit, limit)` and `s = sigmoid(alpha * g)`:
+
+    ```
+    gate_grad = grad * (u + 1) * s * (1 + alpha * g * (1 - s))   if gate <= limit, else 0
+    up_grad   = grad * g * s                       if -limit <= up <= limit, else 0
+    ```
+
+    (at the clamp's bounds the gradient passes, as torch.clamp's does).
+
     ```mlir
     %dg, %du = moe.swiglu_grad %g, %u, %dy : tensor<?x32xbf16>
     ```
   }];
   let arguments = (ins Moe_Activations:$gate, Moe_Activations:$up,
-                       Moe_Activations:$grad);
+                       Moe_Activations:$grad, OptionalAttr<F64Attr>:$alpha,
+                       OptionalAttr<F64Attr>:$limit);
   let results = (outs Moe_Activations:$gate_grad, Moe_Activations:$up_grad);
   let assemblyFormat = "$gate `,` $up `,` $grad attr-dict `:` type($gate)";
 }

@@ -95,7 +95,8 @@ DenseGrads denseFfnBackward(OpBuilder &b, Location loc, Value x, Value gate,
   }
   Value da = GroupedMatmulDxOp::create(b, loc, dy, d1, offsets);
   Value dDown = GroupedMatmulDwOp::create(b, loc, a, dy, offsets);
-  auto swigluGrad = SwiGLUGradOp::create(b, loc, g, u, da);
+  auto swigluGrad =
+      SwiGLUGradOp::create(b, loc, g, u, da, FloatAttr(), FloatAttr());
   Value dg = swigluGrad.getGateGrad(), du = swigluGrad.getUpGrad();
   Value dx = arith::AddFOp::create(
       b, loc, GroupedMatmulDxOp::create(b, loc, dg, g1, offsets),
@@ -105,6 +106,28 @@ DenseGrads denseFfnBackward(OpBuilder &b, Location loc, Value x, Value gate,
   if (dxGate)
     dx = arith::AddFOp::create(b, loc, dx, dxGate);
   return {dx, ungroup(dGate), ungroup(dUp), ungroup(dDown), dExpertGate};
+}
+
+/// The f32 gradient of a bias added to every row of a (grouped) product:
+/// the bias is a weight on an input that is always 1, so its gradient is
+/// the weight gradient for a column of ones, `[E, N, 1]` from the k-grouped
+/// GEMM of ones and `grad` `[R, N]`: each expert's column sums of its rows
+/// of `grad`, returned as `[E, N]`.
+Value groupedBiasGrad(OpBuilder &b, Location loc, Value grad, Value offsets) {
+  Value rows = tensor::DimOp::create(b, loc, grad, 0);
+  Type elt = cast<RankedTensorType>(grad.getType()).getElementType();
+  Value ones =
+      linalg::FillOp::create(
+          b, loc,
+          ValueRange{
+              arith::ConstantOp::create(b, loc, b.getFloatAttr(elt, 1.0))},
+          ValueRange{tensor::EmptyOp::create(
+              b, loc, RankedTensorType::get({ShapedType::kDynamic, 1}, elt),
+              ValueRange{rows})})
+          .getResult(0);
+  Value dw = GroupedMatmulDwOp::create(b, loc, ones, grad, offsets);
+  return tensor::CollapseShapeOp::create(
+      b, loc, dw, ArrayRef<ReassociationIndices>{{0}, {1, 2}});
 }
 
 } // namespace
@@ -155,6 +178,14 @@ LayerGradients mlir::moe::buildLayerBackward(OpBuilder &b, LayerOp layer,
   if (ep > 1)
     sent = startExchange(b, loc, dDowns, offsets, ep, AllToAllKind::Dispatch);
   Value gDown, gGate, gUp;
+  // GPT-OSS: the experts' biases, and the clamped SwiGLU.
+  bool biased = static_cast<bool>(layer.getGateBias());
+  Value gGateBias, gUpBias, gDownBias;
+  FloatAttr alpha, limit;
+  if (config.isClamped()) {
+    alpha = b.getF64FloatAttr(config.getSwigluAlphaValue());
+    limit = b.getF64FloatAttr(config.getSwigluLimitValue());
+  }
   SmallVector<Value> dRowsLocal, recvOffsets;
   for (size_t c = 0; c < chunkCount; ++c) {
     const ExpertChunk &chunk = fwd.chunks[c];
@@ -164,8 +195,14 @@ LayerGradients mlir::moe::buildLayerBackward(OpBuilder &b, LayerOp layer,
         GroupedMatmulDxOp::create(b, loc, dDown, copy.getDownWeight(), off);
     gDown =
         sum(gDown, GroupedMatmulDwOp::create(b, loc, chunk.act, dDown, off));
-    auto swiglu = SwiGLUGradOp::create(b, loc, chunk.gate, chunk.up, dAct);
+    auto swiglu =
+        SwiGLUGradOp::create(b, loc, chunk.gate, chunk.up, dAct, alpha, limit);
     Value dGate = swiglu.getGateGrad(), dUp = swiglu.getUpGrad();
+    if (biased) {
+      gDownBias = sum(gDownBias, groupedBiasGrad(b, loc, dDown, off));
+      gGateBias = sum(gGateBias, groupedBiasGrad(b, loc, dGate, off));
+      gUpBias = sum(gUpBias, groupedBiasGrad(b, loc, dUp, off));
+    }
     dRowsLocal.push_back(arith::AddFOp::create(
         b, loc,
         GroupedMatmulDxOp::create(b, loc, dGate, copy.getGateWeight(), off),
@@ -229,6 +266,30 @@ LayerGradients mlir::moe::buildLayerBackward(OpBuilder &b, LayerOp layer,
       b, loc, x, copy.getRouterWeight(), fwd.scores, dScores,
       ScoringFuncAttr::get(ctx, config.getScoring()));
   dx = arith::AddFOp::create(b, loc, dx, router.getInputGrad());
+  // GPT-OSS's router bias: a weight on an input that is always 1 (see
+  // groupedBiasGrad), the gradient of a router of one such column.
+  Value gRouterBias;
+  if (Value bias = copy.getRouterBias()) {
+    Type f32 = b.getF32Type();
+    int64_t experts = config.getExperts();
+    Value tokens = tensor::DimOp::create(b, loc, x, 0);
+    auto filled = [&](RankedTensorType type, ValueRange sizes, double v) {
+      return linalg::FillOp::create(
+                 b, loc,
+                 ValueRange{
+                     arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v))},
+                 ValueRange{tensor::EmptyOp::create(b, loc, type, sizes)})
+          .getResult(0);
+    };
+    Value ones = filled(RankedTensorType::get({ShapedType::kDynamic, 1}, f32),
+                        tokens, 1.0);
+    Value zeros = filled(RankedTensorType::get({experts, 1}, f32), {}, 0.0);
+    auto column =
+        RouterGradOp::create(b, loc, ones, zeros, fwd.scores, dScores,
+                             ScoringFuncAttr::get(ctx, config.getScoring()));
+    gRouterBias = tensor::CollapseShapeOp::create(
+        b, loc, column.getWeightGrad(), ArrayRef<ReassociationIndices>{{0, 1}});
+  }
 
   LayerGradients grads;
   grads.weights = {router.getWeightGrad(), gGate, gUp, gDown};
@@ -265,6 +326,10 @@ LayerGradients mlir::moe::buildLayerBackward(OpBuilder &b, LayerOp layer,
         });
     grads.weights.push_back(reduce.getResult(0));
   }
+  if (gRouterBias)
+    grads.weights.push_back(gRouterBias);
+  if (biased)
+    grads.weights.append({gGateBias, gUpBias, gDownBias});
   grads.input = dx;
   return grads;
 }
@@ -291,8 +356,11 @@ LogicalResult addBackward(ModuleOp module, func::FuncOp forward, LayerOp layer,
                     layer.getSharedDownWeight(), layer.getSharedExpertGate()})
       if (w)
         resultTypes.push_back(f32Like(w));
-  if (Value bias = layer.getOutputBias())
-    resultTypes.push_back(f32Like(bias));
+  for (Value bias :
+       {layer.getOutputBias(), layer.getRouterBias(), layer.getGateBias(),
+        layer.getUpBias(), layer.getDownBias()})
+    if (bias)
+      resultTypes.push_back(f32Like(bias));
 
   OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
   std::string name = (forward.getName() + "_backward").str();
@@ -373,6 +441,12 @@ mlir::moe::listTrainedWeights(LayerOp layer) {
     weights.push_back({"shared_expert_gate", gate});
   if (Value bias = layer.getOutputBias())
     weights.push_back({"output_bias", bias});
+  if (Value bias = layer.getRouterBias())
+    weights.push_back({"router_bias", bias});
+  if (layer.getGateBias())
+    weights.append({{"gate_bias", layer.getGateBias()},
+                    {"up_bias", layer.getUpBias()},
+                    {"down_bias", layer.getDownBias()}});
   return weights;
 }
 

@@ -180,26 +180,64 @@ Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op,
   return asTensor(b, out);
 }
 
-/// gate_grad and up_grad of silu(gate) * up, elementwise in f32.
+/// gate_grad and up_grad of silu(gate) * up, elementwise in f32, or of
+/// the clamped form with `alpha` and `limit`.
 std::pair<Value, Value> lowerSwiGLUGrad(Builder &b, SwiGLUGradOp op) {
   Type elt = op.getGate().getType().getElementType();
+  std::optional<APFloat> alphaAttr = op.getAlpha(), limitAttr = op.getLimit();
+  double alpha = alphaAttr ? alphaAttr->convertToDouble() : 1.0;
   // (Owned here: a ValueRange of a braced list would outlive its storage.)
   SmallVector<Value, 3> inputs{op.getGate(), op.getUp(), op.getGrad()};
-  Value gateGrad = elementwise(b, inputs, elt, [](Builder &nb, ValueRange v) {
-    Value s = sigmoid(nb, v[0]);
-    Value one = f32Const(nb, 1.0);
-    // d silu(g)/dg = s * (1 + g * (1 - s))
-    Value dsilu = arith::MulFOp::create(
+  // The clamped values, and whether the gradient passes the clamp.
+  auto gateOf = [&](Builder &nb, Value gate) -> std::pair<Value, Value> {
+    if (!limitAttr)
+      return {gate, Value()};
+    Value l = f32Const(nb, limitAttr->convertToDouble());
+    return {arith::MinimumFOp::create(nb, gate, l),
+            arith::CmpFOp::create(nb, arith::CmpFPredicate::OLE, gate, l)};
+  };
+  auto upOf = [&](Builder &nb, Value up) -> std::pair<Value, Value> {
+    if (!limitAttr)
+      return {up, Value()};
+    double limit = limitAttr->convertToDouble();
+    Value l = f32Const(nb, limit), low = f32Const(nb, -limit);
+    Value inside = arith::AndIOp::create(
+        nb, arith::CmpFOp::create(nb, arith::CmpFPredicate::OGE, up, low),
+        arith::CmpFOp::create(nb, arith::CmpFPredicate::OLE, up, l));
+    Value clamped = arith::MaximumFOp::create(
+        nb, arith::MinimumFOp::create(nb, up, l), low);
+    return {arith::AddFOp::create(nb, clamped, f32Const(nb, 1.0)), inside};
+  };
+  // alpha * g (g itself for SwiGLU).
+  auto gain = [&](Builder &nb, Value g) -> Value {
+    return alpha == 1.0
+               ? g
+               : Value(arith::MulFOp::create(nb, f32Const(nb, alpha), g));
+  };
+  auto passed = [](Builder &nb, Value passes, Value v) -> Value {
+    return passes ? arith::SelectOp::create(nb, passes, v, f32Const(nb, 0.0))
+                  : v;
+  };
+  Value gateGrad = elementwise(b, inputs, elt, [&](Builder &nb, ValueRange v) {
+    auto [g, passes] = gateOf(nb, v[0]);
+    Value u = upOf(nb, v[1]).first;
+    Value one = f32Const(nb, 1.0), ag = gain(nb, g);
+    Value s = sigmoid(nb, ag);
+    // d (g * sigmoid(alpha g)) / dg = s * (1 + alpha * g * (1 - s))
+    Value dglu = arith::MulFOp::create(
         nb, s,
         arith::AddFOp::create(
             nb, one,
-            arith::MulFOp::create(nb, v[0],
-                                  arith::SubFOp::create(nb, one, s))));
-    return arith::MulFOp::create(nb, arith::MulFOp::create(nb, v[2], v[1]),
-                                 dsilu);
+            arith::MulFOp::create(nb, ag, arith::SubFOp::create(nb, one, s))));
+    return passed(
+        nb, passes,
+        arith::MulFOp::create(nb, arith::MulFOp::create(nb, v[2], u), dglu));
   });
-  Value upGrad = elementwise(b, inputs, elt, [](Builder &nb, ValueRange v) {
-    return arith::MulFOp::create(nb, v[2], silu(nb, v[0]));
+  Value upGrad = elementwise(b, inputs, elt, [&](Builder &nb, ValueRange v) {
+    Value g = gateOf(nb, v[0]).first;
+    Value passes = upOf(nb, v[1]).second;
+    Value glu = arith::MulFOp::create(nb, g, sigmoid(nb, gain(nb, g)));
+    return passed(nb, passes, arith::MulFOp::create(nb, v[2], glu));
   });
   return {gateGrad, upGrad};
 }

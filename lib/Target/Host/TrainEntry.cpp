@@ -217,7 +217,9 @@ void emitFusedAdamW(OpBuilder &b, Location loc, ArrayRef<Value> buffers,
 }
 
 bool isExpertWeight(StringRef name) {
-  return name == "gate_weight" || name == "up_weight" || name == "down_weight";
+  return name == "gate_weight" || name == "up_weight" ||
+         name == "down_weight" || name == "gate_bias" || name == "up_bias" ||
+         name == "down_bias";
 }
 
 } // namespace
