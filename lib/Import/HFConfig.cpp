@@ -339,6 +339,18 @@ struct Fields {
   Activation activation = Activation::SwiGLU;
   double alpha = 1.702, limit = 7.0;
   int64_t ffn = 0, sharedExperts = 0, sharedFfn = 0;
+
+  /// Mixtral's fields (hidden_size, num_local_experts or num_experts,
+  /// num_experts_per_tok, intermediate_size), with the family's defaults.
+  void readMixtralStyle(FieldReader &r, int64_t defaultHidden,
+                        int64_t defaultExperts, int64_t defaultTopK,
+                        int64_t defaultFfn) {
+    hidden = r.integer("hidden_size", defaultHidden);
+    experts =
+        r.integerAliased({"num_local_experts", "num_experts"}, defaultExperts);
+    topK = r.integer("num_experts_per_tok", defaultTopK);
+    ffn = r.integer("intermediate_size", defaultFfn);
+  }
 };
 } // namespace
 
@@ -520,20 +532,14 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
   } else if (modelType == "mixtral" || modelType == "minimax") {
     // MiniMax-Text-01's experts are Mixtral's (its attention is not).
     naming = WeightNaming::Mixtral;
-    f.hidden = r.integer("hidden_size", 4096);
-    f.experts = r.integerAliased({"num_local_experts", "num_experts"}, 8);
-    f.topK = r.integer("num_experts_per_tok", 2);
-    f.ffn = r.integer("intermediate_size", 14336);
+    f.readMixtralStyle(r, 4096, 8, 2, 14336);
     f.normalize = true;
   } else if (modelType == "granitemoe") {
     // Mixtral's routing (softmax over the top-k logits); every expert's
     // gate and up projections in one tensor, the down projections in
     // another.
     naming = WeightNaming::Granite;
-    f.hidden = r.integer("hidden_size", 4096);
-    f.experts = r.integerAliased({"num_local_experts", "num_experts"}, 8);
-    f.topK = r.integer("num_experts_per_tok", 2);
-    f.ffn = r.integer("intermediate_size", 11008);
+    f.readMixtralStyle(r, 4096, 8, 2, 11008);
     f.normalize = true;
   } else if (modelType == "hunyuan_v1_moe") {
     // Softmax, top-k, renormalized; one always-on shared MLP. In
@@ -622,10 +628,7 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
     // clamped SwiGLU (its hidden_act is not read); fused, interleaved
     // gate/up columns.
     naming = WeightNaming::GptOss;
-    f.hidden = r.integer("hidden_size", 2880);
-    f.experts = r.integerAliased({"num_local_experts", "num_experts"}, 128);
-    f.topK = r.integer("num_experts_per_tok", 4);
-    f.ffn = r.integer("intermediate_size", 2880);
+    f.readMixtralStyle(r, 2880, 128, 4, 2880);
     f.normalize = true;
     f.routerBias = true;
     f.expertBias = true;
@@ -649,10 +652,7 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
     f.jitter = r.number("router_jitter_noise", 0.01);
   } else if (modelType == "minimax_m2") {
     naming = WeightNaming::MiniMax;
-    f.hidden = r.integer("hidden_size", 3072);
-    f.experts = r.integerAliased({"num_local_experts", "num_experts"}, 256);
-    f.topK = r.integer("num_experts_per_tok", 8);
-    f.ffn = r.integer("intermediate_size", 1536);
+    f.readMixtralStyle(r, 3072, 256, 8, 1536);
     r.oneOf("scoring_func", {"sigmoid"}, "sigmoid");
     f.scoring = ScoringFunc::Sigmoid;
     f.scoreBias = true;
