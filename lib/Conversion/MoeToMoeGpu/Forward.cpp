@@ -15,7 +15,6 @@ using namespace mlir::moe;
 using namespace mlir::moe::lowering;
 
 void LayerBuilder::buildRouterGemm(gpu::GPUFuncOp func) {
-  OpBuilder b = builderAt(func.front().getTerminator());
   buildGemm(func, moegpu::Epilogue::None, moegpu::GemmLayout::NT,
             /*dense=*/true);
 }

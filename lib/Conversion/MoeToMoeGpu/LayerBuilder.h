@@ -123,6 +123,11 @@ private:
   }
   /// The chunked exchanges and expert GEMMs of a sharded layer.
   void buildChunkedExperts();
+  /// Launches the experts' up and down projections over `rows` grouped by
+  /// `groups` (of token chunk `chunk`), into `act` and `down`.
+  void launchExperts(StringRef rows, StringRef groups, StringRef act,
+                     StringRef down, StringRef rowWeight,
+                     std::optional<int64_t> chunk);
   /// A grid of `size` CTAs, fixed at compile time.
   /// The grid of a gridStride kernel over n elements.
   moegpu::GridAttr strideGrid(int64_t n) {
@@ -210,18 +215,9 @@ private:
                  bool dense = false, Value bias = Value(),
                  FloatAttr alpha = FloatAttr(), FloatAttr limit = FloatAttr());
   /// The routed experts' up (SwiGLU) or down (row scale) projection:
-  /// buildGemm, with the expert bias (the kernel's last argument, see
-  /// expertArgs) and the layer's activation.
+  /// buildGemm, with the expert bias (the kernel's last argument) and the
+  /// layer's activation.
   void buildExpertGemm(gpu::GPUFuncOp func, moegpu::Epilogue epilogue);
-  /// An expert GEMM kernel's arguments: `args`, then `bias` (a buffer of
-  /// per-expert biases) when the experts have biases.
-  SmallVector<StringRef> expertArgs(ArrayRef<StringRef> args,
-                                    StringRef bias) const {
-    SmallVector<StringRef> all(args);
-    if (config.getExpertBias())
-      all.push_back(bias);
-    return all;
-  }
 
   // The training step (TrainKernels below).
   void buildTraining();

@@ -196,31 +196,11 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   } else if (ep > 1) {
     addExchange(moegpu::ExchangeKind::Dispatch, {"offsets", "rows", "row_weight", "ep_offsets",
                              "ep_group_offsets", "ep_rows", "ep_row_weight"});
-    buildExpertGemm(addKernel("expert_up",
-                              expertArgs({"ep_rows", "w13", "ep_group_offsets",
-                                          "ep_act"},
-                                         "b13"),
-                              gridOf(moegpu::GridKind::Persistent), 0),
-                    moegpu::Epilogue::SwiGLU);
-    buildExpertGemm(addKernel("expert_down",
-                              expertArgs({"ep_act", "w2", "ep_group_offsets",
-                                          "ep_down", "ep_row_weight"},
-                                         "b2"),
-                              gridOf(moegpu::GridKind::Persistent), 0),
-                    moegpu::Epilogue::RowScale);
+    launchExperts("ep_rows", "ep_group_offsets", "ep_act", "ep_down",
+                  "ep_row_weight", std::nullopt);
     addExchange(moegpu::ExchangeKind::Combine, {"ep_offsets", "ep_down", "offsets", "down"});
   } else {
-    buildExpertGemm(
-        addKernel("expert_up",
-                  expertArgs({"rows", "w13", "offsets", "act"}, "b13"),
-                  gridOf(moegpu::GridKind::Persistent), 0),
-        moegpu::Epilogue::SwiGLU);
-    buildExpertGemm(addKernel("expert_down",
-                              expertArgs({"act", "w2", "offsets", "down",
-                                          "row_weight"},
-                                         "b2"),
-                              gridOf(moegpu::GridKind::Persistent), 0),
-                    moegpu::Epilogue::RowScale);
+    launchExperts("rows", "offsets", "act", "down", "row_weight", std::nullopt);
   }
   // Chunked, the shared experts' up projection ran beside the first
   // chunk's dispatch (buildChunkedExperts); the rest runs beside the last
@@ -266,6 +246,28 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   return success();
 }
 
+void LayerBuilder::launchExperts(StringRef rows, StringRef groups,
+                                 StringRef act, StringRef down,
+                                 StringRef rowWeight,
+                                 std::optional<int64_t> chunk) {
+  // The experts' biases (GPT-OSS) are the kernels' last arguments.
+  auto withBias = [&](SmallVector<StringRef> args, StringRef bias) {
+    if (config.getExpertBias())
+      args.push_back(bias);
+    return args;
+  };
+  auto persistent = gridOf(moegpu::GridKind::Persistent);
+  launchKernel("expert_up", withBias({rows, "w13", groups, act}, "b13"),
+               persistent, 0, chunk, [&](gpu::GPUFuncOp f) {
+                 buildExpertGemm(f, moegpu::Epilogue::SwiGLU);
+               });
+  launchKernel("expert_down",
+               withBias({act, "w2", groups, down, rowWeight}, "b2"), persistent,
+               0, chunk, [&](gpu::GPUFuncOp f) {
+                 buildExpertGemm(f, moegpu::Epilogue::RowScale);
+               });
+}
+
 void LayerBuilder::buildChunkedExperts() {
   // One wait of the host for the device: every chunk's sizes, exchanged
   // at once, and the layout of what each chunk brings.
@@ -292,19 +294,8 @@ void LayerBuilder::buildChunkedExperts() {
   // Each chunk's GEMMs wait for its own rows only; its outputs go back as
   // soon as its down projection is done, beside the next chunk's GEMMs.
   for (int64_t c = 0; c < chunks; ++c) {
-    std::string groups = groupOffsets(c);
-    launchKernel("expert_up",
-                 expertArgs({"ep_rows", "w13", groups, "ep_act"}, "b13"),
-                 persistent, 0, c, [&](gpu::GPUFuncOp f) {
-                   buildExpertGemm(f, moegpu::Epilogue::SwiGLU);
-                 });
-    launchKernel("expert_down",
-                 expertArgs({"ep_act", "w2", groups, "ep_down",
-                             "ep_row_weight"},
-                            "b2"),
-                 persistent, 0, c, [&](gpu::GPUFuncOp f) {
-                   buildExpertGemm(f, moegpu::Epilogue::RowScale);
-                 });
+    launchExperts("ep_rows", groupOffsets(c), "ep_act", "ep_down",
+                  "ep_row_weight", c);
     addExchange(moegpu::ExchangeKind::CombineRows, {"ep_down", "down"}, c);
   }
 }
