@@ -236,6 +236,7 @@ private:
   void buildRouterGrad(gpu::GPUFuncOp func);
   void buildSharedScaleGrad(gpu::GPUFuncOp func);
   void buildLoad(gpu::GPUFuncOp func);
+  void buildColumnSum(gpu::GPUFuncOp func);
   void buildBias(gpu::GPUFuncOp func);
   void buildAdamW(gpu::GPUFuncOp func);
   void buildUpdateCheck(gpu::GPUFuncOp func, int64_t index);

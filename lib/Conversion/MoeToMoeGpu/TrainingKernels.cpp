@@ -413,6 +413,25 @@ void LayerBuilder::buildRouterGrad(gpu::GPUFuncOp func) {
   });
 }
 
+/// out[c] = sum_t in[t, c] over the rows of an f32 `in` [T, C]: the
+/// gradient of a bias added to every row (JetMoE's output bias from dy).
+/// A thread a column, summing in token order.
+void LayerBuilder::buildColumnSum(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder b = kernelBody(func);
+  Emitter e{b};
+  Value in = func.getArgument(0), out = func.getArgument(1);
+  auto columns = cast<MemRefType>(in.getType()).getDimSize(1);
+  Value c = e.globalThread(kCountThreads);
+  e.when(e.cmp(arith::CmpIPredicate::ult, c, e.idx(columns)), [&] {
+    Value acc = e.loop(
+        e.idx(0), e.dim(in, 0), e.idx(1), {e.f32(0)},
+        [&](Value t, ValueRange it) {
+          return SmallVector<Value>{e.add(it[0], e.toF32(e.load(in, {t, c})))};
+        })[0];
+    e.store(acc, out, {c});
+  });
+}
+
 /// offsets = [0, T]: one group of every token, for the k-grouped GEMM of
 /// the router's weight gradient.
 void LayerBuilder::buildTokenOffsets(gpu::GPUFuncOp func) {

@@ -113,6 +113,9 @@ void LayerBuilder::buildTraining() {
   if (gated)
     convert("train_shared_expert_gate", "shared_expert_gate",
             "shared_expert_gate");
+  bool outputBias = config.getOutputBias();
+  if (outputBias)
+    convert("train_output_bias", "output_bias", "output_bias");
   // The forward pass, with the padding rows of the dispatched rows and
   // their weights zeroed: the backward pass sums over whole segments.
   for (Operation &step : forward.getBody().front()) {
@@ -129,6 +132,11 @@ void LayerBuilder::buildTraining() {
   buildLoss(addKernel("train_loss",
                       {"y", arg("target"), arg("hyper"), "dy", arg("loss")},
                       gridOf(moegpu::GridKind::Tokens, 1), kRowThreads));
+  // JetMoE's output bias: the sum of dy over the tokens.
+  if (outputBias)
+    buildColumnSum(addKernel("train_output_bias_grad",
+                             {"dy", arg("output_bias.grad")}, elementGrid(h),
+                             kCountThreads));
   addMemset("row_token");
   buildRowTokens(addKernel("train_row_tokens", {"row_map", "row_token"},
                            gridOf(moegpu::GridKind::Assignments, kCountThreads),
@@ -335,6 +343,8 @@ void LayerBuilder::buildTraining() {
         sums.push_back(arg(std::string(w) + ".grad"));
     if (gated)
       sums.push_back(arg("shared_expert_gate.grad"));
+    if (outputBias)
+      sums.push_back(arg("output_bias.grad"));
     addAllReduce(SmallVector<StringRef>(sums.begin(), sums.end()));
   }
   // Before anything changes: each weight's sum of gradient squares and
