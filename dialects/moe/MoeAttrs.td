@@ -230,9 +230,6 @@ def Moe_LayerConfigAttr : Moe_Attr<"LayerConfig", "layer_config"> {
       if (getScaleInput())
         return "its routed weights scale the experts' inputs (scale_input, "
                "Llama 4)";
-      if (getRouterBias() || getExpertBias() || isClamped())
-        return "it has router or expert biases or the clamped SwiGLU "
-               "(GPT-OSS)";
       return "";
     }
   }];

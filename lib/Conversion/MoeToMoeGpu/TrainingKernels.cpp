@@ -39,7 +39,8 @@ void LayerBuilder::buildConvert(gpu::GPUFuncOp func) {
 }
 
 /// The packed [G, 2F, H] compute weight from f32 gate and up weights
-/// ([G, F, H], or [F, H] for one group).
+/// ([G, F, H], or [F, H] for one group), or the packed [G, 2F] biases from
+/// [G, F] ones.
 void LayerBuilder::buildPack(gpu::GPUFuncOp func) {
   ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
@@ -53,9 +54,11 @@ void LayerBuilder::buildPack(gpu::GPUFuncOp func) {
     Value f = e.addi(e.muli(e.divi(c, e.idx(16)), e.idx(8)),
                      e.remi(inBlock, e.idx(8)));
     Value isGate = e.cmp(arith::CmpIPredicate::ult, inBlock, e.idx(8));
-    bool grouped = cast<MemRefType>(gate.getType()).getRank() == 3;
-    SmallVector<Value> src{f, at[2]};
-    if (grouped)
+    SmallVector<Value> src{f};
+    if (type.getRank() == 3)
+      src.push_back(at[2]);
+    // Grouped (gate of the packed rank): the group first.
+    if (cast<MemRefType>(gate.getType()).getRank() == type.getRank())
       src.insert(src.begin(), at[0]);
     Value v = arith::SelectOp::create(b, isGate, e.load(gate, src),
                                       e.load(up, src));
@@ -115,6 +118,26 @@ static Value inGroups(Emitter &e, Value groups, Value r) {
                                e.cmp(arith::CmpIPredicate::ult, r, end));
 }
 
+/// The group of row `r` (in [groups[0], groups[G])): the last g with
+/// groups[g] <= r, by binary search (an empty group before it starts where
+/// it does).
+static Value expertOfRow(Emitter &e, Value groups, Value r) {
+  int64_t count = cast<MemRefType>(groups.getType()).getDimSize(0) - 1;
+  Value pos = e.idx(0);
+  int64_t step = 1;
+  while (step * 2 <= count - 1)
+    step *= 2;
+  for (; step >= 1 && count > 1; step /= 2) {
+    Value cand = e.addi(pos, e.idx(step));
+    Value at = arith::MinUIOp::create(e.b, cand, e.idx(count - 1));
+    Value fits = arith::AndIOp::create(
+        e.b, e.cmp(arith::CmpIPredicate::ule, cand, e.idx(count - 1)),
+        e.cmp(arith::CmpIPredicate::ule, e.index(e.load(groups, {at})), r));
+    pos = arith::SelectOp::create(e.b, fits, cand, pos);
+  }
+  return pos;
+}
+
 /// row_dy[r] = dy[t] (in the compute type) for every dispatched row r of
 /// token t (padding rows stay as the memset left them: zero).
 void LayerBuilder::buildGatherRowDy(gpu::GPUFuncOp func) {
@@ -168,13 +191,19 @@ void LayerBuilder::buildScatterRowWeightGrad(gpu::GPUFuncOp func) {
 void LayerBuilder::buildActGrad(gpu::GPUFuncOp func, bool weighted) {
   ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
-  // gu, gs, groups, dgu, dg, du [, weight, row_grad]
+  // gu, gs, groups, dgu, dg, du [, weight, row_grad [, dy, b2]]
   Value gu = func.getArgument(0), gsIn = func.getArgument(1);
   Value groups = func.getArgument(2), dgu = func.getArgument(3);
   Value dgOut = func.getArgument(4), duOut = func.getArgument(5);
+  // GPT-OSS: the routed experts' down bias is part of each row's output.
+  bool downBias = weighted && config.getExpertBias();
   auto dguType = cast<MemRefType>(dgu.getType());
   int64_t ffn = dguType.getDimSize(1) / 2;
   Type half = dguType.getElementType();
+  // GPT-OSS's clamped SwiGLU (not of the shared experts: unweighted).
+  bool clamped = weighted && config.isClamped();
+  double alpha = clamped ? config.getSwigluAlphaValue() : 1.0;
+  double limit = config.getSwigluLimitValue();
   Value r = e.block();
   e.when(inGroups(e, groups, r), [&] {
     Value weight = weighted ? e.load(func.getArgument(6), {r}) : e.f32(1.0);
@@ -182,22 +211,64 @@ void LayerBuilder::buildActGrad(gpu::GPUFuncOp func, bool weighted) {
         e.thread(), e.idx(ffn), e.idx(kRowThreads), {e.f32(0)},
         [&](Value f, ValueRange it) {
           Value gr = gateRow(e, f), ur = e.addi(gateRow(e, f), e.idx(8));
-          Value g = e.load(gu, {r, gr}), u = e.load(gu, {r, ur});
+          Value gate = e.load(gu, {r, gr}), up = e.load(gu, {r, ur});
           Value gs = e.load(gsIn, {r, f});
-          Value sig = e.sigmoid(g);
-          Value silu = e.mul(g, sig);
+          Value one = e.f32(1.0);
+          // g' = min(gate, l), u' = clamp(up, -l, l) + 1 (clamped), else
+          // gate and up; act = u' * g' * s with s = sigmoid(alpha * g').
+          Value g = gate, u = up;
+          if (clamped) {
+            g = arith::MinimumFOp::create(b, gate, e.f32(limit));
+            u = e.add(arith::MaximumFOp::create(
+                          b, arith::MinimumFOp::create(b, up, e.f32(limit)),
+                          e.f32(-limit)),
+                      one);
+          }
+          Value ag = clamped ? e.mul(e.f32(alpha), g) : g;
+          Value sig = e.sigmoid(ag);
+          Value glu = e.mul(g, sig);
           Value dact = e.mul(weight, gs);
-          // silu'(g) = sig * (1 + g * (1 - sig))
-          Value dsilu =
-              e.mul(sig, e.add(e.f32(1.0), e.mul(g, e.sub(e.f32(1.0), sig))));
-          Value dg = arith::TruncFOp::create(b, half, e.mul(e.mul(dact, u), dsilu));
-          Value du = arith::TruncFOp::create(b, half, e.mul(dact, silu));
+          // d(g * sigmoid(alpha g))/dg = sig * (1 + alpha g * (1 - sig))
+          Value dglu = e.mul(sig, e.add(one, e.mul(ag, e.sub(one, sig))));
+          Value dgF = e.mul(e.mul(dact, u), dglu);
+          Value duF = e.mul(dact, glu);
+          if (clamped) {
+            // No gradient where the clamp cuts (it passes at the bounds).
+            Value zero = e.f32(0.0);
+            dgF = arith::SelectOp::create(
+                b,
+                arith::CmpFOp::create(b, arith::CmpFPredicate::OLE, gate,
+                                      e.f32(limit)),
+                dgF, zero);
+            Value inside = arith::AndIOp::create(
+                b,
+                arith::CmpFOp::create(b, arith::CmpFPredicate::OGE, up,
+                                      e.f32(-limit)),
+                arith::CmpFOp::create(b, arith::CmpFPredicate::OLE, up,
+                                      e.f32(limit)));
+            duF = arith::SelectOp::create(b, inside, duF, zero);
+          }
+          Value dg = arith::TruncFOp::create(b, half, dgF);
+          Value du = arith::TruncFOp::create(b, half, duF);
           e.store(dg, dgu, {r, gr});
           e.store(du, dgu, {r, ur});
           e.store(dg, dgOut, {r, f});
           e.store(du, duOut, {r, f});
-          return SmallVector<Value>{e.add(it[0], e.mul(e.mul(silu, u), gs))};
+          return SmallVector<Value>{e.add(it[0], e.mul(e.mul(glu, u), gs))};
         })[0];
+    if (downBias) {
+      // The weight multiplies down(act) + b2[e]: dy . b2[e] joins its
+      // gradient.
+      Value dy = func.getArgument(8), b2 = func.getArgument(9);
+      Value ex = expertOfRow(e, groups, r);
+      partial =
+          e.loop(e.thread(), e.idx(config.getHidden()), e.idx(kRowThreads),
+                 {partial}, [&](Value h, ValueRange it) {
+                   Value p = e.mul(e.toF32(e.load(dy, {r, h})),
+                                   e.toF32(e.load(b2, {ex, h})));
+                   return SmallVector<Value>{e.add(it[0], p)};
+                 })[0];
+    }
     if (weighted)
       e.warpAtomicAdd(partial, func.getArgument(7), {r});
   });
@@ -237,16 +308,20 @@ void LayerBuilder::buildRouteGrad(gpu::GPUFuncOp func) {
   bool sigmoid = config.getScoring() == ScoringFunc::Sigmoid;
   bool normalize = config.getNormTopkProb();
   double scale = config.getRoutedScaleValue();
-  // logits, ids, dtw, dl [, dl_half]
-  Value logits = func.getArgument(0);
-  Value ids = func.getArgument(1), dtw = func.getArgument(2);
-  Value dl = func.getArgument(3);
-  Value dlHalf = func.getNumArguments() > 4 ? func.getArgument(4) : Value();
+  // logits [, router_bias], ids, dtw, dl [, dl_half]
+  unsigned next = 0;
+  auto arg = [&]() { return func.getArgument(next++); };
+  Value logits = arg();
+  Value routerBias = config.getRouterBias() ? arg() : Value();
+  Value ids = arg(), dtw = arg(), dl = arg();
+  Value dlHalf = next < func.getNumArguments() ? arg() : Value();
   Value t = e.globalThread(kCountThreads);
   Value zero = e.idx(0), one = e.idx(1), nE = e.idx(experts), nK = e.idx(topK);
   e.when(e.cmp(arith::CmpIPredicate::ult, t, e.dim(ids, 0)), [&] {
     e.loop(zero, nE, one, {}, [&](Value ex, ValueRange) {
       Value logit = e.load(logits, {t, ex});
+      if (routerBias)
+        logit = e.add(logit, e.toF32(e.load(routerBias, {ex})));
       e.store(sigmoid ? e.sigmoid(logit) : logit, dl, {t, ex});
       return SmallVector<Value>{};
     });
@@ -429,6 +504,29 @@ void LayerBuilder::buildColumnSum(gpu::GPUFuncOp func) {
           return SmallVector<Value>{e.add(it[0], e.toF32(e.load(in, {t, c})))};
         })[0];
     e.store(acc, out, {c});
+  });
+}
+
+/// out[g, c] (+)= sum of in[r, c] over group g's rows [groups[g],
+/// groups[g+1]): the gradient of a per-group bias (GPT-OSS's expert
+/// biases). A block a group, a thread a column, rows in order;
+/// `accumulate` adds to out (the token chunks after the first).
+void LayerBuilder::buildGroupedColumnSum(gpu::GPUFuncOp func, bool accumulate) {
+  ImplicitLocOpBuilder b = kernelBody(func);
+  Emitter e{b};
+  Value in = func.getArgument(0), groups = func.getArgument(1);
+  Value out = func.getArgument(2);
+  auto columns = cast<MemRefType>(in.getType()).getDimSize(1);
+  Value g = e.block();
+  Value lo = e.index(e.load(groups, {g}));
+  Value hi = e.index(e.load(groups, {e.addi(g, e.idx(1))}));
+  e.columns(columns, [&](Value c) {
+    Value acc = e.loop(
+        lo, hi, e.idx(1), {accumulate ? e.load(out, {g, c}) : e.f32(0)},
+        [&](Value r, ValueRange it) {
+          return SmallVector<Value>{e.add(it[0], e.toF32(e.load(in, {r, c})))};
+        })[0];
+    e.store(acc, out, {g, c});
   });
 }
 

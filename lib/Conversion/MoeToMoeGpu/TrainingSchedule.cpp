@@ -116,6 +116,16 @@ void LayerBuilder::buildTraining() {
   bool outputBias = config.getOutputBias();
   if (outputBias)
     convert("train_output_bias", "output_bias", "output_bias");
+  // GPT-OSS's router and expert biases.
+  bool routerBias = config.getRouterBias(), expertBias = config.getExpertBias();
+  if (routerBias)
+    convert("train_router_bias", "router_bias", "router_bias");
+  if (expertBias) {
+    buildPack(addKernel(
+        "train_pack_gate_up_bias", {arg("gate_bias"), arg("up_bias"), "b13"},
+        strideGrid(memrefType("b13").getNumElements()), kCountThreads));
+    convert("train_down_bias", "down_bias", "b2");
+  }
   // The forward pass, with the padding rows of the dispatched rows and
   // their weights zeroed: the backward pass sums over whole segments.
   for (Operation &step : forward.getBody().front()) {
@@ -228,6 +238,14 @@ void LayerBuilder::buildTraining() {
                   moegpu::GemmLayout layout = moegpu::GemmLayout::NT) {
     return [=, this](gpu::GPUFuncOp f) { buildGemm(f, epilogue, layout); };
   };
+  // GPT-OSS: the pre-activations with the gate and up biases (the GEMM's
+  // last argument).
+  SmallVector<StringRef> gateUpArgs{xRows, "w13", "", "gu"};
+  auto gateUp = [&](gpu::GPUFuncOp f) {
+    buildGemm(f, moegpu::Epilogue::None, moegpu::GemmLayout::NT,
+              /*dense=*/false,
+              expertBias ? f.getArgument(f.getNumArguments() - 1) : Value());
+  };
   auto none = moegpu::Epilogue::None;
   auto nn = moegpu::GemmLayout::NN, tn = moegpu::GemmLayout::TN;
   for (int64_t c = 0; c < passes; ++c) {
@@ -238,13 +256,19 @@ void LayerBuilder::buildTraining() {
                  kRowThreads, chunk, [&](gpu::GPUFuncOp f) {
                    buildScaleToHalf(f, /*weighted=*/true);
                  });
-    launchKernel("train_expert_gate_up", {xRows, "w13", groups, "gu"},
-                 persistent, 0, chunk, gemm(none));
+    gateUpArgs[2] = groups;
+    SmallVector<StringRef> guArgs(gateUpArgs);
+    if (expertBias)
+      guArgs.push_back("b13");
+    launchKernel("train_expert_gate_up", guArgs, persistent, 0, chunk, gateUp);
     launchKernel("train_expert_dact", {xDy, "w2", groups, "gs"}, persistent, 0,
                  chunk, gemm(none, nn));
-    launchKernel("train_expert_act_grad",
-                 {"gu", "gs", groups, "dgu", "dg", "du", xWeight, xWeightGrad},
-                 expertGrid, kRowThreads, chunk,
+    SmallVector<StringRef> actArgs{"gu", "gs", groups,  "dgu",
+                                   "dg", "du", xWeight, xWeightGrad};
+    if (expertBias)
+      actArgs.append({xDy, "b2"});
+    launchKernel("train_expert_act_grad", actArgs, expertGrid, kRowThreads,
+                 chunk,
                  [&](gpu::GPUFuncOp f) { buildActGrad(f, /*weighted=*/true); });
     // With expert parallelism each gradient goes back to its token's rank
     // as soon as it is complete: the exchanges run on the communicator's
@@ -269,6 +293,19 @@ void LayerBuilder::buildTraining() {
     launchKernel("train_expert_up_grad" + suffix,
                  {"du", xRows, groups, arg("up_weight.grad")}, persistent, 0,
                  chunk, gemm(epilogue, tn));
+    // GPT-OSS: each expert's bias gradients, its rows' column sums of the
+    // pre-activations' and the (weighted) output's gradients.
+    if (expertBias)
+      for (auto [name, rowsGrad] :
+           {std::pair<StringRef, StringRef>{"gate_bias", "dg"},
+            {"up_bias", "du"},
+            {"down_bias", "dyw"}})
+        launchKernel(("train_expert_" + name + "_grad" + suffix).str(),
+                     {rowsGrad, groups, arg((name + ".grad").str())},
+                     fixedGrid(memrefType("b2").getDimSize(0)), kRowThreads,
+                     chunk, [&, c](gpu::GPUFuncOp f) {
+                       buildGroupedColumnSum(f, /*accumulate=*/c > 0);
+                     });
   }
   addMemset("dtw");
   buildScatterRowWeightGrad(
@@ -281,7 +318,10 @@ void LayerBuilder::buildTraining() {
   // the experts fill 16-byte rows; SIMT otherwise (an f32 router weight).
   Type routerType = memrefType("router_weight").getElementType();
   bool routerGemm = !routerType.isF32() && e % 8 == 0;
-  SmallVector<StringRef> routeArgs{"router_logits", "topk_ids", "dtw", "dl"};
+  SmallVector<StringRef> routeArgs{"router_logits"};
+  if (routerBias)
+    routeArgs.push_back("router_bias");
+  routeArgs.append({"topk_ids", "dtw", "dl"});
   if (routerGemm) {
     addBuffer("dl_half", routerType, {kTokens, e}, "scratch");
     addBuffer("token_offsets", i32, {2}, "scratch");
@@ -330,6 +370,11 @@ void LayerBuilder::buildTraining() {
     buildRouterGrad(addKernel("train_router_grad",
                               {"dl", "x", arg("router_weight.grad")},
                               fixedGrid(e), kRowThreads));
+  // GPT-OSS's router bias: the logits' gradient summed over the tokens.
+  if (routerBias)
+    buildColumnSum(addKernel("train_router_bias_grad",
+                             {"dl", arg("router_bias.grad")}, elementGrid(e),
+                             kCountThreads));
   buildLoad(addKernel("train_load", {"counts", arg("load")}, elementGrid(e),
                       kCountThreads));
   // With expert parallelism: what every rank computed in part. Each
@@ -345,6 +390,8 @@ void LayerBuilder::buildTraining() {
       sums.push_back(arg("shared_expert_gate.grad"));
     if (outputBias)
       sums.push_back(arg("output_bias.grad"));
+    if (routerBias)
+      sums.push_back(arg("router_bias.grad"));
     addAllReduce(SmallVector<StringRef>(sums.begin(), sums.end()));
   }
   // Before anything changes: each weight's sum of gradient squares and
