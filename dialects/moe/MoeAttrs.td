@@ -222,16 +222,6 @@ def Moe_LayerConfigAttr : Moe_Attr<"LayerConfig", "layer_config"> {
         return "it routes by sparsemixer (Phi-3.5-MoE)";
       return "";
     }
-    /// What of the layer the sm_90a training step does not support yet
-    /// (beyond getUntrainable), or "".
-    std::string getUntrainableOnSm90() const {
-      if (std::string why = getUntrainable(); !why.empty())
-        return why;
-      if (getScaleInput())
-        return "its routed weights scale the experts' inputs (scale_input, "
-               "Llama 4)";
-      return "";
-    }
   }];
 }
 

@@ -579,12 +579,9 @@ CompileResult mlir::moe::compile(const std::string &input,
     return result;
   }
   LayerConfigAttr config = layer.getConfig();
-  bool sm90 = options.target == "sm_90a";
-  if (std::string why = sm90 ? config.getUntrainableOnSm90()
-                             : config.getUntrainable();
+  if (std::string why = config.getUntrainable();
       options.train && !why.empty()) {
-    result.error = std::string("--train: the layer has no ") +
-                   (sm90 ? "sm_90a " : "") + "training step yet: " + why +
+    result.error = "--train: the layer has no training step yet: " + why +
                    "; compile it without --train";
     return result;
   }

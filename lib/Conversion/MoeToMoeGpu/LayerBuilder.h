@@ -237,6 +237,7 @@ private:
   void buildSharedScaleGrad(gpu::GPUFuncOp func);
   void buildLoad(gpu::GPUFuncOp func);
   void buildColumnSum(gpu::GPUFuncOp func);
+  void buildScaledWeightGrad(gpu::GPUFuncOp func);
   void buildGroupedColumnSum(gpu::GPUFuncOp func, bool accumulate);
   void buildBias(gpu::GPUFuncOp func);
   void buildAdamW(gpu::GPUFuncOp func);

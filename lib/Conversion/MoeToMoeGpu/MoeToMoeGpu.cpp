@@ -348,9 +348,9 @@ struct ConvertMoeToMoeGpu
         partition && !layer.getPartitionAttr())
       layer.setPartitionAttr(partition);
     SmPartitionAttr partition = layer.getPartitionAttr();
-    if (std::string why = layer.getConfig().getUntrainableOnSm90();
+    if (std::string why = layer.getConfig().getUntrainable();
         train && !why.empty()) {
-      layer.emitOpError() << "has no sm_90a training step yet: " << why;
+      layer.emitOpError() << "has no training step yet: " << why;
       return signalPassFailure();
     }
 

@@ -178,6 +178,34 @@ void LayerBuilder::buildScatterRowWeightGrad(gpu::GPUFuncOp func) {
   });
 }
 
+/// Llama 4 (scale_input): row r of token t holds x[t] * w, so w's gradient
+/// is drows[r] . x[t] (the roundings are not differentiated), summed into
+/// row_grad[r] for every dispatched row. (drows, row_token, offsets, x,
+/// row_grad)
+void LayerBuilder::buildScaledWeightGrad(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder b = kernelBody(func);
+  Emitter e{b};
+  Value drows = func.getArgument(0), rowToken = func.getArgument(1);
+  Value offsets = func.getArgument(2), x = func.getArgument(3);
+  Value rowGrad = func.getArgument(4);
+  Value r = e.block();
+  e.when(inGroups(e, offsets, r), [&] {
+    Value code = e.load(rowToken, {r});
+    e.when(e.cmp(arith::CmpIPredicate::sgt, code, e.i32(0)), [&] {
+      Value t = e.divi(e.index(arith::SubIOp::create(b, code, e.i32(1))),
+                       e.idx(config.getTopK()));
+      Value partial =
+          e.loop(e.thread(), e.idx(config.getHidden()), e.idx(kRowThreads),
+                 {e.f32(0)}, [&](Value h, ValueRange it) {
+                   Value p = e.mul(e.toF32(e.load(drows, {r, h})),
+                                   e.toF32(e.load(x, {t, h})));
+                   return SmallVector<Value>{e.add(it[0], p)};
+                 })[0];
+      e.warpAtomicAdd(partial, rowGrad, {r});
+    });
+  });
+}
+
 /// The SwiGLU backward, elementwise per row r of a group (an expert's rows,
 /// or every token for the shared experts) and FFN column f, from the
 /// backward GEMMs' gu (the gate and up pre-activations g, u, at w13's
@@ -389,9 +417,14 @@ void LayerBuilder::buildInputGrad(gpu::GPUFuncOp func, bool routerGemm) {
   ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
   bool shared = config.hasSharedExperts();
-  // drows, row_map, (dl, router | the router's dx) [, shared dx], dx
+  // drows, row_map [, scales], (dl, router | the router's dx)
+  // [, shared dx], dx
   Value drows = func.getArgument(0), rowMap = func.getArgument(1);
   unsigned next = 2;
+  // Llama 4: a row is the token times its scale, rounded to the compute
+  // type as the dispatch rounded it.
+  Value scales = config.getScaleInput() ? func.getArgument(next++) : Value();
+  Type half = cast<MemRefType>(drows.getType()).getElementType();
   Value routerDx, dl, wr;
   if (routerGemm) {
     routerDx = func.getArgument(next++);
@@ -417,9 +450,12 @@ void LayerBuilder::buildInputGrad(gpu::GPUFuncOp func, bool routerGemm) {
               true);
           ImplicitLocOpBuilder::InsertionGuard guard(b);
           b.setInsertionPointToStart(ifOp.thenBlock());
-          scf::YieldOp::create(
-              b, ValueRange{e.add(it[0],
-                                  e.toF32(e.load(drows, {e.index(r), h})))});
+          Value row = e.toF32(e.load(drows, {e.index(r), h}));
+          if (scales)
+            row = e.mul(e.toF32(arith::TruncFOp::create(
+                            b, half, e.load(scales, {t, j}))),
+                        row);
+          scf::YieldOp::create(b, ValueRange{e.add(it[0], row)});
           b.setInsertionPointToStart(ifOp.elseBlock());
           scf::YieldOp::create(b, it[0]);
           return SmallVector<Value>{ifOp.getResult(0)};

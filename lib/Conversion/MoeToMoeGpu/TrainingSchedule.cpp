@@ -307,6 +307,16 @@ void LayerBuilder::buildTraining() {
                        buildGroupedColumnSum(f, /*accumulate=*/c > 0);
                      });
   }
+  // Llama 4: the routing weights scaled the rows, not the outputs (whose
+  // row weights were 1): their gradients are the rows' gradients dotted
+  // with the tokens, in place of what the experts' backward summed.
+  if (config.getScaleInput()) {
+    addMemset("row_weight_grad");
+    buildScaledWeightGrad(
+        addKernel("train_scaled_weight_grad",
+                  {"drows", "row_token", "offsets", "x", "row_weight_grad"},
+                  gridOf(moegpu::GridKind::Rows), kRowThreads));
+  }
   addMemset("dtw");
   buildScatterRowWeightGrad(
       addKernel("train_scatter_row_weight_grad",
@@ -349,6 +359,8 @@ void LayerBuilder::buildTraining() {
               moegpu::Epilogue::None, moegpu::GemmLayout::TN);
   }
   SmallVector<StringRef> dxArgs{"drows", "row_map"};
+  if (config.getScaleInput())
+    dxArgs.push_back("topk_weights");
   if (routerGemm) {
     dxArgs.push_back("router_dx");
   } else {
