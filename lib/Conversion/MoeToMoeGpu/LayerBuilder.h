@@ -290,6 +290,13 @@ struct Emitter : KernelBuilder {
       return SmallVector<Value>{};
     });
   }
+  /// init + sum of term(i) for i from lb to ub by step, in f32, in order.
+  Value sum(Value lb, Value ub, Value step, Value init,
+            function_ref<Value(Value)> term) {
+    return loop(lb, ub, step, {init}, [&](Value i, ValueRange it) {
+      return SmallVector<Value>{add(it[0], term(i))};
+    })[0];
+  }
   /// The launch's thread index, `perBlock` threads to a CTA.
   Value globalThread(int64_t perBlock) {
     return addi(muli(block(), idx(perBlock)), thread());

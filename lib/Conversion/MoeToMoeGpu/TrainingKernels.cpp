@@ -138,6 +138,18 @@ static Value expertOfRow(Emitter &e, Value groups, Value r) {
   return pos;
 }
 
+/// body(slot) for dispatched row r of `offsets`' groups that holds an
+/// assignment, slot = t * k + j of assignment (t, j) (row_token[r] - 1);
+/// padding rows have none.
+static void forAssignedRow(Emitter &e, Value rowToken, Value offsets, Value r,
+                           function_ref<void(Value)> body) {
+  e.when(inGroups(e, offsets, r), [&] {
+    Value code = e.load(rowToken, {r});
+    e.when(e.cmp(arith::CmpIPredicate::sgt, code, e.i32(0)),
+           [&] { body(e.index(arith::SubIOp::create(e.b, code, e.i32(1)))); });
+  });
+}
+
 /// row_dy[r] = dy[t] (in the compute type) for every dispatched row r of
 /// token t (padding rows stay as the memset left them: zero).
 void LayerBuilder::buildGatherRowDy(gpu::GPUFuncOp func) {
@@ -146,16 +158,12 @@ void LayerBuilder::buildGatherRowDy(gpu::GPUFuncOp func) {
   Value dy = func.getArgument(0), rowToken = func.getArgument(1);
   Value offsets = func.getArgument(2), rowDy = func.getArgument(3);
   Value r = e.block();
-  e.when(inGroups(e, offsets, r), [&] {
-    Value code = e.load(rowToken, {r});
-    e.when(e.cmp(arith::CmpIPredicate::sgt, code, e.i32(0)), [&] {
-      Value t = e.divi(e.index(arith::SubIOp::create(b, code, e.i32(1))),
-                       e.idx(config.getTopK()));
-      Type half = cast<MemRefType>(rowDy.getType()).getElementType();
-      e.columns(config.getHidden(), [&](Value h) {
-        e.store(arith::TruncFOp::create(b, half, e.load(dy, {t, h})), rowDy,
-                {r, h});
-      });
+  forAssignedRow(e, rowToken, offsets, r, [&](Value slot) {
+    Value t = e.divi(slot, e.idx(config.getTopK()));
+    Type half = cast<MemRefType>(rowDy.getType()).getElementType();
+    e.columns(config.getHidden(), [&](Value h) {
+      e.store(arith::TruncFOp::create(b, half, e.load(dy, {t, h})), rowDy,
+              {r, h});
     });
   });
 }
@@ -168,13 +176,9 @@ void LayerBuilder::buildScatterRowWeightGrad(gpu::GPUFuncOp func) {
   Value offsets = func.getArgument(2), dtw = func.getArgument(3);
   int64_t topK = config.getTopK();
   Value i = e.globalThread(kCountThreads);
-  e.when(inGroups(e, offsets, i), [&] {
-    Value code = e.load(rowToken, {i});
-    e.when(e.cmp(arith::CmpIPredicate::sgt, code, e.i32(0)), [&] {
-      Value slot = e.index(arith::SubIOp::create(b, code, e.i32(1)));
-      e.store(e.load(rowGrad, {i}), dtw,
-              {e.divi(slot, e.idx(topK)), e.remi(slot, e.idx(topK))});
-    });
+  forAssignedRow(e, rowToken, offsets, i, [&](Value slot) {
+    e.store(e.load(rowGrad, {i}), dtw,
+            {e.divi(slot, e.idx(topK)), e.remi(slot, e.idx(topK))});
   });
 }
 
@@ -189,20 +193,14 @@ void LayerBuilder::buildScaledWeightGrad(gpu::GPUFuncOp func) {
   Value offsets = func.getArgument(2), x = func.getArgument(3);
   Value rowGrad = func.getArgument(4);
   Value r = e.block();
-  e.when(inGroups(e, offsets, r), [&] {
-    Value code = e.load(rowToken, {r});
-    e.when(e.cmp(arith::CmpIPredicate::sgt, code, e.i32(0)), [&] {
-      Value t = e.divi(e.index(arith::SubIOp::create(b, code, e.i32(1))),
-                       e.idx(config.getTopK()));
-      Value partial =
-          e.loop(e.thread(), e.idx(config.getHidden()), e.idx(kRowThreads),
-                 {e.f32(0)}, [&](Value h, ValueRange it) {
-                   Value p = e.mul(e.toF32(e.load(drows, {r, h})),
-                                   e.toF32(e.load(x, {t, h})));
-                   return SmallVector<Value>{e.add(it[0], p)};
-                 })[0];
-      e.warpAtomicAdd(partial, rowGrad, {r});
-    });
+  forAssignedRow(e, rowToken, offsets, r, [&](Value slot) {
+    Value t = e.divi(slot, e.idx(config.getTopK()));
+    Value partial = e.sum(e.thread(), e.idx(config.getHidden()),
+                          e.idx(kRowThreads), e.f32(0), [&](Value h) {
+                            return e.mul(e.toF32(e.load(drows, {r, h})),
+                                         e.toF32(e.load(x, {t, h})));
+                          });
+    e.warpAtomicAdd(partial, rowGrad, {r});
   });
 }
 
@@ -289,13 +287,11 @@ void LayerBuilder::buildActGrad(gpu::GPUFuncOp func, bool weighted) {
       // gradient.
       Value dy = func.getArgument(8), b2 = func.getArgument(9);
       Value ex = expertOfRow(e, groups, r);
-      partial =
-          e.loop(e.thread(), e.idx(config.getHidden()), e.idx(kRowThreads),
-                 {partial}, [&](Value h, ValueRange it) {
-                   Value p = e.mul(e.toF32(e.load(dy, {r, h})),
-                                   e.toF32(e.load(b2, {ex, h})));
-                   return SmallVector<Value>{e.add(it[0], p)};
-                 })[0];
+      partial = e.sum(e.thread(), e.idx(config.getHidden()), e.idx(kRowThreads),
+                      partial, [&](Value h) {
+                        return e.mul(e.toF32(e.load(dy, {r, h})),
+                                     e.toF32(e.load(b2, {ex, h})));
+                      });
     }
     if (weighted)
       e.warpAtomicAdd(partial, func.getArgument(7), {r});
@@ -534,12 +530,11 @@ void LayerBuilder::buildColumnSum(gpu::GPUFuncOp func) {
   auto columns = cast<MemRefType>(in.getType()).getDimSize(1);
   Value c = e.globalThread(kCountThreads);
   e.when(e.cmp(arith::CmpIPredicate::ult, c, e.idx(columns)), [&] {
-    Value acc = e.loop(
-        e.idx(0), e.dim(in, 0), e.idx(1), {e.f32(0)},
-        [&](Value t, ValueRange it) {
-          return SmallVector<Value>{e.add(it[0], e.toF32(e.load(in, {t, c})))};
-        })[0];
-    e.store(acc, out, {c});
+    e.store(e.sum(e.idx(0), e.dim(in, 0), e.idx(1), e.f32(0),
+                  [&](Value t) {
+                    return e.toF32(e.load(in, {t, c}));
+                  }),
+            out, {c});
   });
 }
 
@@ -557,12 +552,12 @@ void LayerBuilder::buildGroupedColumnSum(gpu::GPUFuncOp func, bool accumulate) {
   Value lo = e.index(e.load(groups, {g}));
   Value hi = e.index(e.load(groups, {e.addi(g, e.idx(1))}));
   e.columns(columns, [&](Value c) {
-    Value acc = e.loop(
-        lo, hi, e.idx(1), {accumulate ? e.load(out, {g, c}) : e.f32(0)},
-        [&](Value r, ValueRange it) {
-          return SmallVector<Value>{e.add(it[0], e.toF32(e.load(in, {r, c})))};
-        })[0];
-    e.store(acc, out, {g, c});
+    Value init = accumulate ? e.load(out, {g, c}) : e.f32(0);
+    e.store(e.sum(lo, hi, e.idx(1), init,
+                  [&](Value r) {
+                    return e.toF32(e.load(in, {r, c}));
+                  }),
+            out, {g, c});
   });
 }
 
