@@ -93,6 +93,24 @@ struct KernelBuilder {
     }
     return out;
   }
+  /// GPT-OSS's clamp before its SwiGLU, of f32 gate and up: min(gate,
+  /// limit), and up clamped to [-limit, limit] plus one. minimumf and
+  /// maximumf propagate a NaN, as torch.clamp does.
+  std::pair<Value, Value> clampGateUp(Value gate, Value up, double limit) {
+    Value g = arith::MinimumFOp::create(b, gate, f32(limit));
+    Value u = arith::MaximumFOp::create(
+        b, arith::MinimumFOp::create(b, up, f32(limit)), f32(-limit));
+    return {g, add(u, f32(1.0))};
+  }
+  /// Whether the gradient passes that clamp, of the gate and of up (it
+  /// does at the bounds, as torch.clamp's does).
+  std::pair<Value, Value> clampPasses(Value gate, Value up, double limit) {
+    auto le = [&](Value l, Value r) {
+      return arith::CmpFOp::create(b, arith::CmpFPredicate::OLE, l, r);
+    };
+    return {le(gate, f32(limit)),
+            arith::AndIOp::create(b, le(f32(-limit), up), le(up, f32(limit)))};
+  }
   /// `base` to the power `n` (f32, 0 <= n < 2^31) by squaring.
   Value powi(Value base, Value n) {
     Value exponent = arith::FPToUIOp::create(b, b.getI32Type(), n);

@@ -82,10 +82,7 @@ std::pair<Value, Value> epiloguePair(ImplicitLocOpBuilder &b, StoreTileOp op,
                                      int64_t j, int64_t half, Value scale,
                                      Value biasCol) {
   Type f32 = b.getF32Type();
-  auto constant = [&](double v) -> Value {
-    return arith::ConstantFloatOp::create(b, cast<FloatType>(f32),
-                                          APFloat(static_cast<float>(v)));
-  };
+  moe::KernelBuilder k{b};
   auto element = [&](int64_t chunk, int64_t i) -> Value {
     Value v = vector::ExtractOp::create(b, op.getAcc(), 4 * chunk + 2 * half + i);
     if (!op.getBias())
@@ -103,9 +100,9 @@ std::pair<Value, Value> epiloguePair(ImplicitLocOpBuilder &b, StoreTileOp op,
   };
   // x * sigmoid(gain * x) = x / (1 + e^(-gain * x)).
   auto gated = [&](Value g, double gain) -> Value {
-    Value scaled = gain == 1.0 ? g : arith::MulFOp::create(b, g, constant(gain));
+    Value scaled = gain == 1.0 ? g : arith::MulFOp::create(b, g, k.f32(gain));
     Value e = buildExp(b, arith::NegFOp::create(b, scaled));
-    return arith::DivFOp::create(b, g, arith::AddFOp::create(b, constant(1.0), e));
+    return arith::DivFOp::create(b, g, arith::AddFOp::create(b, k.f32(1.0), e));
   };
   if (op.getEpilogue() == Epilogue::SwiGLU) {
     std::optional<APFloat> alpha = op.getAlpha(), limit = op.getLimit();
@@ -115,13 +112,8 @@ std::pair<Value, Value> epiloguePair(ImplicitLocOpBuilder &b, StoreTileOp op,
         return arith::MulFOp::create(b, gated(gate, 1.0), up);
       // GPT-OSS: (clamp(up, -l, l) + 1) * g * sigmoid(alpha * g), g =
       // min(gate, l).
-      double l = limit->convertToDouble();
-      Value g = arith::MinimumFOp::create(b, gate, constant(l));
-      Value u = arith::MaximumFOp::create(
-          b, arith::MinimumFOp::create(b, up, constant(l)), constant(-l));
-      return arith::MulFOp::create(
-          b, arith::AddFOp::create(b, u, constant(1.0)),
-          gated(g, alpha->convertToDouble()));
+      auto [g, u] = k.clampGateUp(gate, up, limit->convertToDouble());
+      return arith::MulFOp::create(b, u, gated(g, alpha->convertToDouble()));
     };
     return {act(0), act(1)};
   }

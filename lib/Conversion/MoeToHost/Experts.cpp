@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "HostBuilders.h"
+#include "moe/Conversion/KernelBuilder.h"
 
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
@@ -31,31 +32,23 @@ Value silu(Builder &b, Value x) {
   return arith::MulFOp::create(b, x, sigmoid(b, x));
 }
 
-/// GPT-OSS's clamped SwiGLU of f32 `gate` and `up`:
-/// `(clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g)`, g = min(gate,
-/// limit). minimumf/maximumf propagate a NaN, as torch.clamp does.
-Value clampedSwiGLU(Builder &b, Value gate, Value up, double alpha,
-                    double limit) {
-  Value l = f32Const(b, limit);
-  Value g = arith::MinimumFOp::create(b, gate, l);
-  Value u = arith::MaximumFOp::create(
-      b, arith::MinimumFOp::create(b, up, l), f32Const(b, -limit));
-  Value glu = arith::MulFOp::create(
-      b, g, sigmoid(b, arith::MulFOp::create(b, g, f32Const(b, alpha))));
-  return arith::MulFOp::create(
-      b, arith::AddFOp::create(b, u, f32Const(b, 1.0)), glu);
-}
-
 Value lowerSwiGLU(Builder &b, SwiGLUOp op) {
   Type elt = op.getType().getElementType();
   std::optional<APFloat> alpha = op.getAlpha(), limit = op.getLimit();
   return elementwise(
       b, ValueRange{op.getGate(), op.getUp()}, elt,
       [&](Builder &nb, ValueRange v) -> Value {
-        if (limit)
-          return clampedSwiGLU(nb, v[0], v[1], alpha->convertToDouble(),
-                               limit->convertToDouble());
-        return arith::MulFOp::create(nb, silu(nb, v[0]), v[1]);
+        if (!limit)
+          return arith::MulFOp::create(nb, silu(nb, v[0]), v[1]);
+        // GPT-OSS: (clamp(up, -l, l) + 1) * g * sigmoid(alpha * g), g =
+        // min(gate, l).
+        auto [g, u] =
+            KernelBuilder{nb}.clampGateUp(v[0], v[1], limit->convertToDouble());
+        Value glu = arith::MulFOp::create(
+            nb, g,
+            sigmoid(nb, arith::MulFOp::create(
+                            nb, g, f32Const(nb, alpha->convertToDouble()))));
+        return arith::MulFOp::create(nb, u, glu);
       });
 }
 
@@ -188,25 +181,19 @@ std::pair<Value, Value> lowerSwiGLUGrad(Builder &b, SwiGLUGradOp op) {
   double alpha = alphaAttr ? alphaAttr->convertToDouble() : 1.0;
   // (Owned here: a ValueRange of a braced list would outlive its storage.)
   SmallVector<Value, 3> inputs{op.getGate(), op.getUp(), op.getGrad()};
-  // The clamped values, and whether the gradient passes the clamp.
-  auto gateOf = [&](Builder &nb, Value gate) -> std::pair<Value, Value> {
-    if (!limitAttr)
-      return {gate, Value()};
-    Value l = f32Const(nb, limitAttr->convertToDouble());
-    return {arith::MinimumFOp::create(nb, gate, l),
-            arith::CmpFOp::create(nb, arith::CmpFPredicate::OLE, gate, l)};
+  // The (clamped) gate and up, and whether the gradient passes each clamp
+  // (null: no clamp).
+  struct Clamped {
+    Value g, u, gatePasses, upPasses;
   };
-  auto upOf = [&](Builder &nb, Value up) -> std::pair<Value, Value> {
+  auto clamp = [&](Builder &nb, Value gate, Value up) -> Clamped {
     if (!limitAttr)
-      return {up, Value()};
+      return {gate, up, Value(), Value()};
+    KernelBuilder k{nb};
     double limit = limitAttr->convertToDouble();
-    Value l = f32Const(nb, limit), low = f32Const(nb, -limit);
-    Value inside = arith::AndIOp::create(
-        nb, arith::CmpFOp::create(nb, arith::CmpFPredicate::OGE, up, low),
-        arith::CmpFOp::create(nb, arith::CmpFPredicate::OLE, up, l));
-    Value clamped = arith::MaximumFOp::create(
-        nb, arith::MinimumFOp::create(nb, up, l), low);
-    return {arith::AddFOp::create(nb, clamped, f32Const(nb, 1.0)), inside};
+    auto [g, u] = k.clampGateUp(gate, up, limit);
+    auto [gatePasses, upPasses] = k.clampPasses(gate, up, limit);
+    return {g, u, gatePasses, upPasses};
   };
   // alpha * g (g itself for SwiGLU).
   auto gain = [&](Builder &nb, Value g) -> Value {
@@ -219,8 +206,7 @@ std::pair<Value, Value> lowerSwiGLUGrad(Builder &b, SwiGLUGradOp op) {
                   : v;
   };
   Value gateGrad = elementwise(b, inputs, elt, [&](Builder &nb, ValueRange v) {
-    auto [g, passes] = gateOf(nb, v[0]);
-    Value u = upOf(nb, v[1]).first;
+    auto [g, u, passes, upPasses] = clamp(nb, v[0], v[1]);
     Value one = f32Const(nb, 1.0), ag = gain(nb, g);
     Value s = sigmoid(nb, ag);
     // d (g * sigmoid(alpha g)) / dg = s * (1 + alpha * g * (1 - s))
@@ -234,8 +220,7 @@ std::pair<Value, Value> lowerSwiGLUGrad(Builder &b, SwiGLUGradOp op) {
         arith::MulFOp::create(nb, arith::MulFOp::create(nb, v[2], u), dglu));
   });
   Value upGrad = elementwise(b, inputs, elt, [&](Builder &nb, ValueRange v) {
-    Value g = gateOf(nb, v[0]).first;
-    Value passes = upOf(nb, v[1]).second;
+    auto [g, u, gatePasses, passes] = clamp(nb, v[0], v[1]);
     Value glu = arith::MulFOp::create(nb, g, sigmoid(nb, gain(nb, g)));
     return passed(nb, passes, arith::MulFOp::create(nb, v[2], glu));
   });

@@ -243,13 +243,8 @@ void LayerBuilder::buildActGrad(gpu::GPUFuncOp func, bool weighted) {
           // g' = min(gate, l), u' = clamp(up, -l, l) + 1 (clamped), else
           // gate and up; act = u' * g' * s with s = sigmoid(alpha * g').
           Value g = gate, u = up;
-          if (clamped) {
-            g = arith::MinimumFOp::create(b, gate, e.f32(limit));
-            u = e.add(arith::MaximumFOp::create(
-                          b, arith::MinimumFOp::create(b, up, e.f32(limit)),
-                          e.f32(-limit)),
-                      one);
-          }
+          if (clamped)
+            std::tie(g, u) = e.clampGateUp(gate, up, limit);
           Value ag = clamped ? e.mul(e.f32(alpha), g) : g;
           Value sig = e.sigmoid(ag);
           Value glu = e.mul(g, sig);
@@ -259,20 +254,10 @@ void LayerBuilder::buildActGrad(gpu::GPUFuncOp func, bool weighted) {
           Value dgF = e.mul(e.mul(dact, u), dglu);
           Value duF = e.mul(dact, glu);
           if (clamped) {
-            // No gradient where the clamp cuts (it passes at the bounds).
-            Value zero = e.f32(0.0);
-            dgF = arith::SelectOp::create(
-                b,
-                arith::CmpFOp::create(b, arith::CmpFPredicate::OLE, gate,
-                                      e.f32(limit)),
-                dgF, zero);
-            Value inside = arith::AndIOp::create(
-                b,
-                arith::CmpFOp::create(b, arith::CmpFPredicate::OGE, up,
-                                      e.f32(-limit)),
-                arith::CmpFOp::create(b, arith::CmpFPredicate::OLE, up,
-                                      e.f32(limit)));
-            duF = arith::SelectOp::create(b, inside, duF, zero);
+            // No gradient where the clamp cuts.
+            auto [gatePasses, upPasses] = e.clampPasses(gate, up, limit);
+            dgF = arith::SelectOp::create(b, gatePasses, dgF, e.f32(0.0));
+            duF = arith::SelectOp::create(b, upPasses, duF, e.f32(0.0));
           }
           Value dg = arith::TruncFOp::create(b, half, dgF);
           Value du = arith::TruncFOp::create(b, half, duF);
