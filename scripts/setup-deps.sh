@@ -20,6 +20,8 @@ packages=(
   # Independent numerics reference of the integration tests; venvs for the
   # optional PyTorch/transformers comparisons (scripts/torch-venv.sh).
   python3-numpy python3-venv
+  # Headers of the Python package's extension (python/, nanobind from PyPI).
+  python3-dev
   # Fuzzing and sanitizer builds (scripts/fuzz.sh, scripts/sanitize.sh).
   clang-22 libclang-rt-22-dev libfuzzer-22-dev
 )

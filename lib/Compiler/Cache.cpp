@@ -117,6 +117,7 @@ std::string mlir::moe::cacheKey(const std::string &input, InputKind kind,
   field("ptxas", o.ptxas);
   field("device-memory", std::to_string(o.deviceMemory));
   field("train", o.train ? "1" : "0");
+  field("backward", o.backward ? "1" : "0");
   field("ep", std::to_string(o.ep));
   field("ep-chunks", std::to_string(o.epChunks));
   field("weight-names", o.weightNames);

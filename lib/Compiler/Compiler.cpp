@@ -97,6 +97,11 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
            "exchanges)";
   if (o.train && o.emit == "mlir")
     return "--train needs --emit=llvm or --emit=bundle";
+  if (o.backward && (o.target != "host" || o.emit == "mlir"))
+    return "--backward needs --target=host and --emit=llvm or --emit=bundle";
+  if (o.backward && o.ep > 1)
+    return "--backward takes one rank (no --ep); expert-parallel training "
+           "runs with --train and moe-train";
   if (o.train && o.target == "sm_90a" && o.emit != "bundle" &&
       o.emit != "ptx")
     return "--train needs --emit=ptx or --emit=bundle for --target=sm_90a";
@@ -580,9 +585,11 @@ CompileResult mlir::moe::compile(const std::string &input,
   }
   LayerConfigAttr config = layer.getConfig();
   if (std::string why = config.getUntrainable();
-      options.train && !why.empty()) {
-    result.error = "--train: the layer has no training step yet: " + why +
-                   "; compile it without --train";
+      (options.train || options.backward) && !why.empty()) {
+    const char *flag = options.train ? "--train" : "--backward";
+    result.error = std::string(flag) +
+                   ": the layer has no backward pass yet: " + why +
+                   "; compile it without " + flag;
     return result;
   }
   // A static token count: the bundle takes exactly that many tokens.
@@ -640,6 +647,9 @@ CompileResult mlir::moe::compile(const std::string &input,
   std::vector<TrainArgument> trainArguments;
   if (options.train)
     trainArguments = addHostTrainEntry(*entry, layer);
+  std::vector<TrainArgument> backwardArguments;
+  if (options.backward)
+    backwardArguments = addHostBackwardEntry(*entry, layer);
   {
     PassManager pm(&context);
     if (options.passManagerCLOptions && failed(applyPassManagerCLOptions(pm))) {
@@ -671,6 +681,9 @@ CompileResult mlir::moe::compile(const std::string &input,
   if (options.train)
     addPackedEntry(*entry, trainArguments.size(), kHostTrainEntryName,
                    kHostTrainPackedEntryName);
+  if (options.backward)
+    addPackedEntry(*entry, backwardArguments.size(), kHostBackwardEntryName,
+                   kHostBackwardPackedEntryName);
   addSoftFloatHelpers(*entry);
 
   llvm::LLVMContext llvmContext;
@@ -698,13 +711,19 @@ CompileResult mlir::moe::compile(const std::string &input,
                     options, checkpoint);
   // From the layer: --ep, or a layer the input already sharded.
   bundle.manifest.expertParallel = static_cast<int64_t>(layer.getEpSize());
-  if (options.train) {
-    bundle.manifest.train.entry = kHostTrainPackedEntryName.str();
-    for (const TrainArgument &arg : trainArguments)
-      bundle.manifest.train.arguments.push_back(
-          {arg.name, arg.output, *toDType(arg.type.getElementType()),
-           toShape(arg.type)});
-  }
+  auto describe = [](rt::TrainSpec &spec, llvm::StringRef entry,
+                     const std::vector<TrainArgument> &args) {
+    spec.entry = entry.str();
+    for (const TrainArgument &arg : args)
+      spec.arguments.push_back({arg.name, arg.output,
+                                *toDType(arg.type.getElementType()),
+                                toShape(arg.type)});
+  };
+  if (options.train)
+    describe(bundle.manifest.train, kHostTrainPackedEntryName, trainArguments);
+  if (options.backward)
+    describe(bundle.manifest.backward, kHostBackwardPackedEntryName,
+             backwardArguments);
   bundle.blobs.emplace_back();
   {
     TimingScope scope = rootTiming.nest("Code generation and link");

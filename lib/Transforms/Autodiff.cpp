@@ -498,3 +498,29 @@ std::vector<TrainArgument> mlir::moe::listDeviceTrainArguments(LayerOp layer) {
       args.push_back(std::move(arg));
   return args;
 }
+
+std::vector<TrainArgument> mlir::moe::listBackwardArguments(LayerOp layer) {
+  Builder b(layer.getContext());
+  Type f32 = b.getF32Type();
+  int64_t dyn = ShapedType::kDynamic;
+  int64_t hidden = layer.getConfig().getHidden();
+  auto f32Like = [&](Value v) {
+    return RankedTensorType::get(cast<RankedTensorType>(v.getType()).getShape(),
+                                 f32);
+  };
+  auto xType = cast<RankedTensorType>(layer.getInput().getType());
+  std::vector<TrainArgument> args;
+  args.push_back(
+      {"x", false,
+       RankedTensorType::get({dyn, hidden}, xType.getElementType())});
+  args.push_back({"dy", false, RankedTensorType::get({dyn, hidden}, f32)});
+  SmallVector<std::pair<StringRef, Value>> weights = listTrainedWeights(layer);
+  for (auto [name, value] : weights)
+    args.push_back({name.str(), false, f32Like(value)});
+  if (Value bias = layer.getScoreBias())
+    args.push_back({"score_bias", false, f32Like(bias)});
+  args.push_back({"x.grad", true, RankedTensorType::get({dyn, hidden}, f32)});
+  for (auto [name, value] : weights)
+    args.push_back({(name + ".grad").str(), true, f32Like(value)});
+  return args;
+}

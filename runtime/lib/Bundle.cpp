@@ -94,17 +94,22 @@ std::string serializeManifest(const Manifest &m) {
   if (!m.checkpointPrefix.empty())
     root["checkpoint"] = {{"prefix", m.checkpointPrefix},
                           {"moe_layers", m.moeLayers}};
-  if (!m.train.entry.empty()) {
+  auto entryPoint = [](const TrainSpec &spec) {
     json arguments = json::array();
-    for (const TrainArgumentSpec &a : m.train.arguments)
+    for (const TrainArgumentSpec &a : spec.arguments)
       arguments.push_back({{"name", a.name},
                            {"output", a.output},
                            {"dtype", mlirName(a.dtype)},
                            {"shape", a.shape}});
-    root["train"] = {{"entry", m.train.entry}, {"arguments", arguments}};
+    return json{{"entry", spec.entry}, {"arguments", arguments}};
+  };
+  if (!m.train.entry.empty()) {
+    root["train"] = entryPoint(m.train);
     if (m.train.stateOnDevice)
       root["train"]["state"] = "device";
   }
+  if (!m.backward.entry.empty())
+    root["backward"] = entryPoint(m.backward);
   if (m.target == "sm_90a") {
     json buffers = json::array(), steps = json::array();
     for (const GpuBuffer &b : m.gpu.buffers)
@@ -465,18 +470,25 @@ Expected<Manifest> parseManifest(const std::string &text) {
     }
   if (m.target == "sm_90a" && r.error.empty())
     readGpuProgram(r, root, m.gpu);
-  if (root.is_object() && root.contains("train") && r.error.empty()) {
-    const json &train = root["train"];
-    m.train.entry = r.str(train, "entry", "the training step");
-    if (const json *list = r.array(train, "arguments", "the training step"))
+  auto readEntryPoint = [&](const json &from, TrainSpec &spec,
+                            const char *what, const char *argument) {
+    spec.entry = r.str(from, "entry", what);
+    if (const json *list = r.array(from, "arguments", what))
       for (const json &item : *list) {
         TrainArgumentSpec a;
-        a.name = r.str(item, "name", "a training argument");
-        a.output = r.boolean(item, "output", "a training argument");
-        a.dtype = r.dtype(item, "a training argument");
-        a.shape = r.shape(item, "a training argument");
-        m.train.arguments.push_back(std::move(a));
+        a.name = r.str(item, "name", argument);
+        a.output = r.boolean(item, "output", argument);
+        a.dtype = r.dtype(item, argument);
+        a.shape = r.shape(item, argument);
+        spec.arguments.push_back(std::move(a));
       }
+  };
+  if (root.is_object() && root.contains("backward") && r.error.empty())
+    readEntryPoint(root["backward"], m.backward, "the backward pass",
+                   "a backward argument");
+  if (root.is_object() && root.contains("train") && r.error.empty()) {
+    const json &train = root["train"];
+    readEntryPoint(train, m.train, "the training step", "a training argument");
     if (train.is_object() && train.contains("state")) {
       std::string state = r.str(train, "state", "the training step");
       if (state == "device")

@@ -243,6 +243,38 @@ static Status validateTrainArguments(const Manifest &m) {
   return Status::success();
 }
 
+/// The backward pass's arguments: `x`, `dy` and `x.grad` [T, hidden];
+/// each weight with a parameter's shape, also as `W.grad`.
+static Status validateBackwardArguments(const Manifest &m) {
+  std::map<std::string, std::vector<int64_t>> params;
+  for (const ParameterSpec &p : m.parameters)
+    params[p.role] = p.shape;
+  std::vector<int64_t> tokens = {-1, m.layer.hidden};
+  for (const TrainArgumentSpec &a : m.backward.arguments) {
+    std::string base = a.name;
+    if (a.output && endsWith(base, ".grad"))
+      base.resize(base.size() - 5);
+    std::optional<std::vector<int64_t>> expected;
+    if (base == "x" || (a.name == "dy" && !a.output))
+      expected = tokens;
+    else if (params.count(base) && a.output != (base == a.name))
+      expected = params[base];
+    if (!expected)
+      return Status::failure("invalid manifest: unknown " +
+                             std::string(a.output ? "output" : "input") +
+                             " '" + a.name + "' of the backward pass");
+    if (a.shape != *expected || !isFloatType(a.dtype))
+      return Status::failure("invalid manifest: backward argument '" + a.name +
+                             "' must be a float tensor of shape " +
+                             formatShape(*expected) + ", got " +
+                             formatShape(a.shape));
+  }
+  if (m.target != "host" || m.backward.stateOnDevice)
+    return Status::failure(
+        "invalid manifest: a backward pass runs on the host target only");
+  return Status::success();
+}
+
 Status validateManifest(const Manifest &m) {
   auto fail = [](const std::string &what) {
     return Status::failure("invalid manifest: " + what);
@@ -330,6 +362,9 @@ Status validateManifest(const Manifest &m) {
   }
   if (!m.train.entry.empty())
     if (Status s = validateTrainArguments(m); !s.ok())
+      return s;
+  if (!m.backward.entry.empty())
+    if (Status s = validateBackwardArguments(m); !s.ok())
       return s;
   for (const ParameterSpec &p : m.parameters) {
     if (p.stack > 0 && p.stack * m.expertParallel != l.experts)
@@ -885,6 +920,83 @@ Expected<ForwardResult> Layer::forward(const Tensor &x) {
   if (Status s = backend->run(args); !s.ok())
     return Result::error(s.error);
   return result;
+}
+
+Expected<std::map<std::string, Tensor>> Layer::backward(const Tensor &x,
+                                                        const Tensor &dy) {
+  using Result = Expected<std::map<std::string, Tensor>>;
+  const Manifest &m = bundle.manifest;
+  const TrainSpec &spec = m.backward;
+  if (spec.entry.empty())
+    return Result::error("the bundle has no backward pass (compile it with "
+                         "moe-compile --backward)");
+  if (!weightsBound)
+    return Result::error("no weights bound: load a weights file or use "
+                         "random weights first");
+  int64_t hidden = m.layer.hidden;
+  if (x.shape.size() != 2 || x.shape[1] != hidden || dy.shape != x.shape)
+    return Result::error("x and dy must both be [T, " + std::to_string(hidden) +
+                         "], got " + formatShape(x.shape) + " and " +
+                         formatShape(dy.shape));
+  if (!isFloatType(x.dtype) || !isFloatType(dy.dtype))
+    return Result::error("x and dy must be f32, bf16 or f16, got " +
+                         std::string(mlirName(x.dtype)) + " and " +
+                         mlirName(dy.dtype));
+  int64_t tokens = x.shape[0];
+  if (m.staticTokens && tokens != m.staticTokens)
+    return Result::error("input 'x' has " + std::to_string(tokens) +
+                         " tokens, the bundle's layer takes exactly " +
+                         std::to_string(m.staticTokens));
+  if (tokens > m.maxTokens)
+    return Result::error("input 'x' has " + std::to_string(tokens) +
+                         " tokens, the bundle was compiled for at most " +
+                         std::to_string(m.maxTokens) + " (--max-tokens)");
+  // Inputs converted where their dtype is not the entry point's; the
+  // weights' f32 copies only where the layer computes in another dtype.
+  std::map<std::string, Tensor> converted;
+  std::vector<const Tensor *> args;
+  std::map<std::string, Tensor> outputs;
+  auto bind = [&](const std::string &name, const Tensor &value,
+                  DType want) -> Status {
+    if (value.dtype == want) {
+      args.push_back(&value);
+      return Status::success();
+    }
+    Expected<Tensor> c = convertTensor(value, want);
+    if (!c)
+      return Status::failure(c.message());
+    args.push_back(&(converted[name] = std::move(*c)));
+    return Status::success();
+  };
+  for (const TrainArgumentSpec &a : spec.arguments) {
+    Status s = Status::success();
+    if (a.output) {
+      std::vector<int64_t> shape = a.shape;
+      for (int64_t &d : shape)
+        if (d < 0)
+          d = tokens;
+      args.push_back(&(outputs[a.name] = Tensor::zeros(a.dtype, shape)));
+    } else if (a.name == "x") {
+      s = bind(a.name, x, a.dtype);
+    } else if (a.name == "dy") {
+      s = bind(a.name, dy, a.dtype);
+    } else if (const Tensor *p = parameter(a.name)) {
+      s = bind(a.name, *p, a.dtype);
+    } else {
+      return Result::error("the backward pass takes '" + a.name +
+                           "', which the bundle's parameters lack");
+    }
+    if (!s.ok())
+      return Result::error(s.error);
+  }
+  // No tokens: every gradient is zero, as the outputs already are.
+  if (tokens > 0)
+    if (Status s = backend->runEntry(spec.entry, args, tokens); !s.ok())
+      return Result::error(s.error);
+  std::map<std::string, Tensor> grads;
+  for (auto &[name, tensor] : outputs)
+    grads[name.substr(0, name.size() - 5)] = std::move(tensor);
+  return grads;
 }
 
 } // namespace moe::rt

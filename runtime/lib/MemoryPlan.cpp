@@ -14,15 +14,6 @@
 
 namespace moe::rt {
 
-namespace {
-
-bool endsWith(const std::string &s, const char *suffix) {
-  std::string t(suffix);
-  return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
-}
-
-} // namespace
-
 int64_t gpuReceivedRows(const GpuProgram &program, int64_t ranks) {
   return program.receivedRowCapacity ? program.receivedRowCapacity
                                      : ranks * program.rowCapacity;

@@ -69,6 +69,11 @@ std::optional<int64_t> elementCount(const std::vector<int64_t> &shape) {
   return count;
 }
 
+bool endsWith(const std::string &s, const std::string &suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 std::string formatShape(const std::vector<int64_t> &shape) {
   std::string text = "[";
   for (size_t i = 0; i < shape.size(); ++i)

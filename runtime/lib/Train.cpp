@@ -25,11 +25,6 @@
 
 namespace moe::rt {
 
-static bool endsWith(const std::string &s, const std::string &suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 /// Whether `name` ("W.next", "W.m.next", "W.v.next") is the updated state
 /// of a trained weight W: one with a gradient output.
 static bool isWeightState(const TrainSpec &spec, const std::string &name) {

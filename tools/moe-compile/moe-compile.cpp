@@ -123,6 +123,12 @@ static cl::opt<bool>
                    "loss, backward, AdamW, auxiliary-loss-free bias update; "
                    "run it with moe-train"),
           cl::init(false), cl::cat(category));
+static cl::opt<bool> backward(
+    "backward",
+    cl::desc("Also compile the layer's backward pass (host, one rank): the "
+             "gradients of x and the weights from x and dL/dy, for a "
+             "framework's autograd (the Python package's)"),
+    cl::init(false), cl::cat(category));
 static cl::opt<int64_t>
     ep("ep",
        cl::desc("Shard the experts over N expert-parallel ranks (host; run "
@@ -292,6 +298,7 @@ int main(int argc, char **argv) {
     options.deviceMemory = *bytes;
   }
   options.train = train;
+  options.backward = backward;
   options.ep = ep;
   options.epChunks = epChunks;
   options.passManagerCLOptions = true;

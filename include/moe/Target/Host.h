@@ -73,6 +73,19 @@ constexpr llvm::StringLiteral kHostTrainPackedEntryName =
 /// `bias += gamma * sign(mean load - load)`. Returns its arguments.
 std::vector<TrainArgument> addHostTrainEntry(ModuleOp module, LayerOp layer);
 
+/// Name of the vector-Jacobian product built by addHostBackwardEntry, and
+/// of its packed entry point.
+constexpr llvm::StringLiteral kHostBackwardEntryName = "moe_backward";
+constexpr llvm::StringLiteral kHostBackwardPackedEntryName =
+    "moe_backward_packed";
+
+/// Adds `func.func @moe_backward`: the layer's forward pass on `x` again,
+/// then its backward pass from the caller's `dy` (buildLayerBackward), for
+/// frameworks whose autograd owns the loss and the optimizer. Returns its
+/// arguments (listBackwardArguments).
+std::vector<TrainArgument> addHostBackwardEntry(ModuleOp module,
+                                                LayerOp layer);
+
 /// Adds a weak `__truncsfbf2` (f32 to bf16, round to nearest even). LLVM's
 /// x86 backend calls it to legalize bf16 values on CPUs without native
 /// bf16, and libgcc before GCC 13 does not provide it.

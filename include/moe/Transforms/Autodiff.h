@@ -79,6 +79,14 @@ std::vector<TrainArgument> listTrainArguments(LayerOp layer);
 /// non-finite).
 std::vector<TrainArgument> listDeviceTrainArguments(LayerOp layer);
 
+/// The arguments of the layer's vector-Jacobian product (the host's
+/// `moe_backward`, for frameworks whose autograd calls it): `x` (the
+/// layer's element type) and `dy` (f32), both [T, hidden]; each trained
+/// weight `W` (f32, in listTrainedWeights' order) and `score_bias` when the
+/// layer has one; then the outputs `x.grad` ([T, hidden] f32) and `W.grad`
+/// (f32).
+std::vector<TrainArgument> listBackwardArguments(LayerOp layer);
+
 } // namespace mlir::moe
 
 #endif // MOE_TRANSFORMS_AUTODIFF_H

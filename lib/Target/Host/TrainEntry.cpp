@@ -216,6 +216,61 @@ void emitFusedAdamW(OpBuilder &b, Location loc, ArrayRef<Value> buffers,
       badUpdates, ValueRange{at});
 }
 
+/// Adds `func.func @name` taking `args` as memrefs (with a C interface)
+/// at the builder's point and moves the builder into its body; `in` gets
+/// the inputs (the arguments before the first output) as tensors.
+Block *createEntry(OpBuilder &b, Location loc, StringRef name,
+                   ArrayRef<TrainArgument> args,
+                   std::map<std::string, Value> &in) {
+  SmallVector<Type> argTypes;
+  for (const TrainArgument &arg : args)
+    argTypes.push_back(
+        MemRefType::get(arg.type.getShape(), arg.type.getElementType()));
+  auto func =
+      func::FuncOp::create(b, loc, name, b.getFunctionType(argTypes, {}));
+  func->setAttr("llvm.emit_c_interface", b.getUnitAttr());
+  Block *body = func.addEntryBlock();
+  b.setInsertionPointToStart(body);
+  for (auto [i, arg] : llvm::enumerate(args)) {
+    if (arg.output)
+      break;
+    in[arg.name] = bufferization::ToTensorOp::create(
+        b, loc, arg.type, body->getArgument(i), /*restrict=*/true);
+  }
+  return body;
+}
+
+/// Clones `layer` with `in["x"]` as its input, its trained weights from the
+/// f32 `in[W]` converted to their compute dtype and its score bias from
+/// `in["score_bias"]`, and decomposes the clone into `forward`.
+LayerOp cloneOnInputs(StepBuilder &s, LayerOp layer,
+                      std::map<std::string, Value> &in,
+                      DecomposedLayer &forward) {
+  IRMapping mapping;
+  mapping.map(layer.getInput(), in["x"]);
+  for (auto [name, value] : listTrainedWeights(layer))
+    mapping.map(
+        value,
+        s.convert(in[name.str()],
+                  cast<RankedTensorType>(value.getType()).getElementType()));
+  if (Value bias = layer.getScoreBias())
+    mapping.map(bias, in["score_bias"]);
+  auto copy = cast<LayerOp>(s.b.clone(*layer, mapping));
+  forward = decomposeLayer(s.b, copy, /*alignment=*/1);
+  return copy;
+}
+
+/// Writes `value` into the output buffer `buffer` of `arg`.
+void writeOutput(OpBuilder &b, Location loc, Value value,
+                 const TrainArgument &arg, Value buffer) {
+  if (value.getType() != arg.type)
+    value = tensor::CastOp::create(b, loc, arg.type, value);
+  auto op =
+      bufferization::MaterializeInDestinationOp::create(b, loc, value, buffer);
+  op.setRestrict(true);
+  op.setWritable(true);
+}
+
 bool isExpertWeight(StringRef name) {
   return name == "gate_weight" || name == "up_weight" ||
          name == "down_weight" || name == "gate_bias" || name == "up_bias" ||
@@ -242,22 +297,10 @@ std::vector<TrainArgument> mlir::moe::addHostTrainEntry(ModuleOp module,
   while (!args[firstOutput].output)
     ++firstOutput;
 
-  SmallVector<Type> argTypes;
-  for (const TrainArgument &arg : args)
-    argTypes.push_back(
-        MemRefType::get(arg.type.getShape(), arg.type.getElementType()));
   b.setInsertionPointToEnd(module.getBody());
-  auto func = func::FuncOp::create(b, loc, kHostTrainEntryName,
-                                   b.getFunctionType(argTypes, {}));
-  func->setAttr("llvm.emit_c_interface", b.getUnitAttr());
-  Block *body = func.addEntryBlock();
-  b.setInsertionPointToStart(body);
-  StepBuilder s{b, loc};
-
   std::map<std::string, Value> in;
-  for (size_t i = 0; i < firstOutput; ++i)
-    in[args[i].name] = bufferization::ToTensorOp::create(
-        b, loc, args[i].type, body->getArgument(i), /*restrict=*/true);
+  Block *body = createEntry(b, loc, kHostTrainEntryName, args, in);
+  StepBuilder s{b, loc};
   Value x = in["x"], target = in["target"], hyper = in["hyper"];
   auto hyperAt = [&](TrainHyper h) -> Value {
     Value i = arith::ConstantIndexOp::create(b, loc, h);
@@ -265,17 +308,8 @@ std::vector<TrainArgument> mlir::moe::addHostTrainEntry(ModuleOp module,
   };
 
   // The forward pass on compute copies of the master weights.
-  IRMapping mapping;
-  mapping.map(layer.getInput(), x);
-  for (auto [name, value] : weights)
-    mapping.map(
-        value,
-        s.convert(in[name.str()],
-                  cast<RankedTensorType>(value.getType()).getElementType()));
-  if (bias)
-    mapping.map(bias, in["score_bias"]);
-  auto copy = cast<LayerOp>(b.clone(*layer, mapping));
-  DecomposedLayer forward = decomposeLayer(b, copy, /*alignment=*/1);
+  DecomposedLayer forward;
+  LayerOp copy = cloneOnInputs(s, layer, in, forward);
 
   // loss = mean((y - target)^2); dy = 2 (y - target) / N. With expert
   // parallelism the mean is over every rank's tokens: the sum of squares
@@ -383,14 +417,37 @@ std::vector<TrainArgument> mlir::moe::addHostTrainEntry(ModuleOp module,
         (name.ends_with(".next") && name != "score_bias.next") ||
         (name.ends_with(".grad") && name != "x.grad"))
       continue;
-    Value value = out.at(args[i].name);
-    if (value.getType() != args[i].type)
-      value = tensor::CastOp::create(b, loc, args[i].type, value);
-    auto op = bufferization::MaterializeInDestinationOp::create(
-        b, loc, value, body->getArgument(i));
-    op.setRestrict(true);
-    op.setWritable(true);
+    writeOutput(b, loc, out.at(args[i].name), args[i],
+                body->getArgument(i));
   }
+  func::ReturnOp::create(b, loc);
+  copy.erase();
+  return args;
+}
+
+std::vector<TrainArgument> mlir::moe::addHostBackwardEntry(ModuleOp module,
+                                                           LayerOp layer) {
+  OpBuilder b(layer.getContext());
+  Location loc = layer.getLoc();
+  std::vector<TrainArgument> args = listBackwardArguments(layer);
+  b.setInsertionPointToEnd(module.getBody());
+  std::map<std::string, Value> in;
+  Block *body = createEntry(b, loc, kHostBackwardEntryName, args, in);
+  StepBuilder s{b, loc};
+  // The forward pass again (nothing of the framework's forward call is
+  // kept), then the backward pass from the caller's dy.
+  DecomposedLayer forward;
+  LayerOp copy = cloneOnInputs(s, layer, in, forward);
+  Value dy = s.convert(
+      in["dy"], cast<RankedTensorType>(copy.getType()).getElementType());
+  LayerGradients grads = buildLayerBackward(b, copy, forward, dy);
+  std::map<std::string, Value> out;
+  out["x.grad"] = s.convert(grads.input, b.getF32Type());
+  for (auto [i, entry] : llvm::enumerate(listTrainedWeights(layer)))
+    out[(entry.first + ".grad").str()] = grads.weights[i];
+  for (auto [i, arg] : llvm::enumerate(args))
+    if (arg.output)
+      writeOutput(b, loc, out.at(arg.name), arg, body->getArgument(i));
   func::ReturnOp::create(b, loc);
   copy.erase();
   return args;

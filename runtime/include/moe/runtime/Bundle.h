@@ -251,6 +251,9 @@ struct Manifest {
   GpuProgram gpu;
   /// With --train: the training step.
   TrainSpec train;
+  /// With --backward: the layer's backward pass (`x`, `dy`, the weights
+  /// and `score_bias` in; `x.grad` and `W.grad` out). Never stateOnDevice.
+  TrainSpec backward;
   /// From a config.json: where a layer's tensors are in the model's
   /// published checkpoints, "{layer}" standing for the layer's index
   /// ("model.layers.{layer}.mlp."; empty when unknown), and the indices of

@@ -150,6 +150,13 @@ public:
   /// Runs the layer on `x` [T, hidden] (f32, bf16 or f16).
   Expected<ForwardResult> forward(const Tensor &x);
 
+  /// The layer's backward pass (bundles compiled with --backward): from `x`
+  /// [T, hidden] and `dy` [T, hidden], the gradient of a loss with respect
+  /// to the forward pass's y, the gradients with respect to x (under "x")
+  /// and to every trained weight (under its role), all f32. It runs the
+  /// forward pass again (nothing of an earlier forward call is kept).
+  Expected<std::map<std::string, Tensor>> backward(const Tensor &x,
+                                                   const Tensor &dy);
   /// Per-kernel device times of the following forward passes (cuda).
   void setProfiling(bool on) { backend->setProfiling(on); }
   std::vector<KernelTime> lastProfile() const { return backend->lastProfile(); }

@@ -72,6 +72,9 @@ std::optional<DType> parseMlirName(const std::string &name);
 std::optional<int64_t> elementCount(const std::vector<int64_t> &shape);
 std::string formatShape(const std::vector<int64_t> &shape);
 
+/// Whether `s` ends with `suffix`.
+bool endsWith(const std::string &s, const std::string &suffix);
+
 /// A host tensor owning its bytes (row-major, contiguous).
 struct Tensor {
   DType dtype = DType::F32;

@@ -1,0 +1,404 @@
+//===- CoreModule.cpp - moe_compiler._core: the Python extension ----------===//
+//
+// Part of moe-compiler. nanobind bindings over the compiler (compile()) and
+// the runtime (Layer): the C++ APIs themselves, so that a compile's
+// diagnostics and a runtime error reach Python as exceptions with the
+// message moe-compile or moe-run would print. Arrays cross as DLPack
+// tensors (numpy, torch, JAX); the Python package (moe_compiler/) adds the
+// friendly API and the torch integration on top.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Compiler/Compiler.h"
+#include "moe/runtime/Layer.h"
+#include "moe/runtime/Safetensors.h"
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+
+namespace nb = nanobind;
+using namespace moe::rt;
+
+namespace {
+
+/// Raised by compile() with the compiler's message and diagnostics.
+struct CompileError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// A runtime failure (a missing tensor, a wrong shape in a checkpoint, a
+/// failed entry point): RuntimeError in Python.
+[[noreturn]] void fail(const std::string &message) {
+  throw std::runtime_error(message);
+}
+
+/// A bad argument from the caller: ValueError in Python.
+[[noreturn]] void badArgument(const std::string &message) {
+  throw nb::value_error(message.c_str());
+}
+
+using AnyArray = nb::ndarray<nb::ro>;
+using NumpyArray = nb::ndarray<nb::numpy>;
+
+std::string dtypeName(nb::dlpack::dtype d) {
+  auto code = static_cast<nb::dlpack::dtype_code>(d.code);
+  const char *kind = code == nb::dlpack::dtype_code::Float    ? "float"
+                     : code == nb::dlpack::dtype_code::Bfloat ? "bfloat"
+                     : code == nb::dlpack::dtype_code::Int    ? "int"
+                     : code == nb::dlpack::dtype_code::UInt   ? "uint"
+                     : code == nb::dlpack::dtype_code::Bool   ? "bool"
+                                                              : "other";
+  return std::string(kind) + std::to_string(d.bits);
+}
+
+std::optional<DType> toDType(nb::dlpack::dtype d) {
+  if (d.lanes != 1)
+    return std::nullopt;
+  if (d == nb::dtype<float>())
+    return DType::F32;
+  if (d.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat) &&
+      d.bits == 16)
+    return DType::BF16;
+  if (d.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Float) &&
+      d.bits == 16)
+    return DType::F16;
+  if (d == nb::dtype<int32_t>())
+    return DType::I32;
+  if (d == nb::dtype<int64_t>())
+    return DType::I64;
+  if (d == nb::dtype<uint8_t>())
+    return DType::U8;
+  return std::nullopt;
+}
+
+std::string formatArrayShape(const AnyArray &a) {
+  std::vector<int64_t> shape;
+  for (size_t i = 0; i < a.ndim(); ++i)
+    shape.push_back(static_cast<int64_t>(a.shape(i)));
+  return formatShape(shape);
+}
+
+/// Copies a host array into a Tensor, checking what `what` must be: on the
+/// CPU, C-contiguous, of rank `rank` (-1: any) and a float dtype when
+/// `floatOnly`. Messages name the argument and the expected form.
+Tensor toTensor(const AnyArray &a, const std::string &what, int rank,
+                bool floatOnly, const std::string &form) {
+  if (a.device_type() != nb::device::cpu::value)
+    badArgument(what + " is on another device; the host target takes CPU "
+                       "arrays (" +
+                form + ")");
+  std::optional<DType> dtype = toDType(a.dtype());
+  if (!dtype || (floatOnly && !isFloatType(*dtype)))
+    badArgument(what + " has dtype " + dtypeName(a.dtype()) + ", expected " +
+                (floatOnly ? "float32, bfloat16 or float16" : "a float or "
+                                                              "integer dtype") +
+                " (" + form + ")");
+  if (rank >= 0 && a.ndim() != static_cast<size_t>(rank))
+    badArgument(what + " has shape " + formatArrayShape(a) + ", expected " +
+                form);
+  // C-contiguous: each stride (in elements) the product of the sizes after
+  // it, ignoring dimensions of size 1.
+  int64_t expected = 1;
+  for (size_t i = a.ndim(); i-- > 0;) {
+    if (a.shape(i) != 1 && a.stride(i) != expected)
+      badArgument(what + " is not contiguous (strides in elements must be "
+                         "row-major; call .contiguous() or "
+                         "numpy.ascontiguousarray first)");
+    expected *= static_cast<int64_t>(a.shape(i));
+  }
+  Tensor t;
+  t.dtype = *dtype;
+  for (size_t i = 0; i < a.ndim(); ++i)
+    t.shape.push_back(static_cast<int64_t>(a.shape(i)));
+  t.data.resize(a.nbytes());
+  if (a.nbytes())
+    std::memcpy(t.data.data(), a.data(), a.nbytes());
+  return t;
+}
+
+/// Hands a Tensor's bytes to numpy without copying them; f32, i32 and i64
+/// only (other dtypes are converted to f32 first).
+NumpyArray toNumpy(Tensor tensor) {
+  if (tensor.dtype != DType::F32 && tensor.dtype != DType::I32 &&
+      tensor.dtype != DType::I64) {
+    Expected<Tensor> c = convertTensor(tensor, DType::F32);
+    if (!c)
+      fail(c.message());
+    tensor = std::move(*c);
+  }
+  auto *owned = new Tensor(std::move(tensor));
+  nb::capsule owner(owned, [](void *p) noexcept {
+    delete static_cast<Tensor *>(p);
+  });
+  std::vector<size_t> shape(owned->shape.begin(), owned->shape.end());
+  nb::dlpack::dtype d = owned->dtype == DType::F32   ? nb::dtype<float>()
+                        : owned->dtype == DType::I32 ? nb::dtype<int32_t>()
+                                                     : nb::dtype<int64_t>();
+  return NumpyArray(owned->data.data(), shape.size(), shape.data(), owner,
+                    nullptr, d);
+}
+
+template <typename T> T check(Expected<T> value) {
+  if (!value)
+    fail(value.message());
+  return std::move(*value);
+}
+
+void check(const Status &status) {
+  if (!status.ok())
+    fail(status.error);
+}
+
+/// A loaded layer: the runtime's Layer with the manifest facts Python
+/// needs.
+struct PyLayer {
+  std::unique_ptr<Layer> layer;
+
+  const Manifest &manifest() const { return layer->getManifest(); }
+
+  /// The forward pass on x [T, hidden].
+  std::tuple<NumpyArray, NumpyArray, NumpyArray> forward(const AnyArray &x) {
+    std::string form =
+        "x of shape [tokens, " + std::to_string(manifest().layer.hidden) +
+        "], float32, bfloat16 or float16, C-contiguous, on the CPU";
+    Tensor input = toTensor(x, "x", 2, true, form);
+    if (input.shape[1] != manifest().layer.hidden)
+      badArgument("x has shape " + formatShape(input.shape) + ", expected " +
+                  form);
+    ForwardResult r = [&] {
+      nb::gil_scoped_release release;
+      return check(layer->forward(input));
+    }();
+    return {toNumpy(std::move(r.y)), toNumpy(std::move(r.topkIds)),
+            toNumpy(std::move(r.topkWeights))};
+  }
+
+  /// The gradients of x ("x") and of the trained weights (by role).
+  std::map<std::string, NumpyArray> backward(const AnyArray &x,
+                                             const AnyArray &dy) {
+    std::string form = "[tokens, " + std::to_string(manifest().layer.hidden) +
+                       "], float32, bfloat16 or float16, C-contiguous, on the "
+                       "CPU";
+    Tensor input = toTensor(x, "x", 2, true, "x of shape " + form);
+    Tensor grad = toTensor(dy, "dy", 2, true, "dy of shape " + form);
+    if (input.shape[1] != manifest().layer.hidden || grad.shape != input.shape)
+      badArgument("x and dy have shapes " + formatShape(input.shape) +
+                  " and " + formatShape(grad.shape) +
+                  ", expected both of shape " + form);
+    std::map<std::string, Tensor> grads = [&] {
+      nb::gil_scoped_release release;
+      return check(layer->backward(input, grad));
+    }();
+    std::map<std::string, NumpyArray> out;
+    for (auto &[name, t] : grads)
+      out.emplace(name, toNumpy(std::move(t)));
+    return out;
+  }
+
+  /// Binds the parameters from in-memory tensors named as in a checkpoint.
+  void loadTensors(const std::map<std::string, AnyArray> &tensors,
+                   const std::string &prefix) {
+    std::map<std::string, Tensor> owned;
+    for (const auto &[name, array] : tensors) {
+      if (!toDType(array.dtype()))
+        continue; // not a tensor of the layer (the loader names what lacks)
+      owned.emplace(name, toTensor(array, "tensor '" + name + "'", -1, false,
+                                   "a C-contiguous CPU array"));
+    }
+    nb::gil_scoped_release release;
+    std::map<std::string, const Tensor *> refs;
+    for (const auto &[name, t] : owned)
+      refs[name] = &t;
+    std::vector<uint8_t> bytes = check(serializeSafetensors(refs));
+    owned.clear();
+    SafetensorsFile file =
+        check(SafetensorsFile::parse(std::move(bytes), "<state_dict>"));
+    check(layer->loadWeights(Checkpoint(std::move(file)), prefix));
+  }
+
+  void loadFile(const std::string &path, const std::string &prefix) {
+    nb::gil_scoped_release release;
+    Checkpoint checkpoint = check(Checkpoint::open(path));
+    check(layer->loadWeights(checkpoint, prefix));
+  }
+
+  NumpyArray parameter(const std::string &role) {
+    const Tensor *p = layer->parameter(role);
+    if (!p)
+      badArgument("the layer has no parameter '" + role + "'");
+    return toNumpy(*p);
+  }
+
+  void setParameter(const std::string &role, const AnyArray &value) {
+    const Tensor *p = layer->parameter(role);
+    if (!p)
+      badArgument("the layer has no parameter '" + role + "'");
+    std::string form = "shape " + formatShape(p->shape) +
+                       ", a float dtype, C-contiguous, on the CPU";
+    Tensor t = toTensor(value, "parameter '" + role + "'", -1, true, form);
+    if (t.shape != p->shape)
+      badArgument("parameter '" + role + "' has shape " +
+                  formatShape(t.shape) + ", expected " + form);
+    check(layer->setParameter(role, t));
+  }
+
+  std::map<std::string, NumpyArray> namedParameters() {
+    std::map<std::string, NumpyArray> out;
+    for (auto &[name, t] : layer->namedParameters())
+      out.emplace(name, toNumpy(t));
+    return out;
+  }
+
+  /// (role, checkpoint name, shape, dtype) of each parameter, in order.
+  std::vector<std::tuple<std::string, std::string, std::vector<int64_t>,
+                         std::string>>
+  parameterSpecs() const {
+    std::vector<std::tuple<std::string, std::string, std::vector<int64_t>,
+                           std::string>>
+        out;
+    for (const ParameterSpec &p : manifest().parameters)
+      out.emplace_back(p.role, p.name, p.shape, mlirName(p.dtype));
+    return out;
+  }
+
+  /// The roles the backward pass gives gradients for, in order.
+  std::vector<std::string> trainedRoles() const {
+    std::vector<std::string> out;
+    for (const TrainArgumentSpec &a : manifest().backward.arguments)
+      if (a.output && a.name != "x.grad")
+        out.push_back(a.name.substr(0, a.name.size() - 5));
+    return out;
+  }
+};
+
+std::unique_ptr<PyLayer> loadLayer(const nb::bytes &data,
+                                   const std::string &device) {
+  std::vector<uint8_t> bytes(data.size());
+  std::memcpy(bytes.data(), data.c_str(), data.size());
+  Bundle bundle = check(parseBundle(bytes, "<bundle>"));
+  if (bundle.manifest.expertParallel > 1)
+    badArgument("the bundle shards its experts over " +
+                std::to_string(bundle.manifest.expertParallel) +
+                " ranks (ep); the Python package runs one rank: run it with "
+                "mpirun -np N moe-run or moe-train, or compile it with ep=1");
+  auto layer = std::make_unique<PyLayer>();
+  layer->layer = check(Layer::fromBundle(std::move(bundle), device));
+  return layer;
+}
+
+nb::bytes compileLayer(const std::string &input, const std::string &kind,
+                       const std::string &name, const std::string &target,
+                       const std::string &emit, const std::string &dtype,
+                       int64_t maxTokens, int64_t alignment, int64_t ep,
+                       bool train, bool backward,
+                       const std::string &weightNames, const std::string &mcpu,
+                       bool useCache) {
+  mlir::moe::InputKind inputKind;
+  if (kind == "mlir")
+    inputKind = mlir::moe::InputKind::Mlir;
+  else if (kind == "hf")
+    inputKind = mlir::moe::InputKind::HFConfig;
+  else
+    badArgument("kind must be 'mlir' or 'hf', got '" + kind + "'");
+  mlir::moe::CompileOptions options;
+  options.target = target;
+  options.emit = emit;
+  options.dtype = dtype;
+  options.maxTokens = maxTokens;
+  options.alignment = alignment;
+  options.ep = ep;
+  options.train = train;
+  options.backward = backward;
+  options.weightNames = weightNames;
+  options.mcpu = mcpu;
+  mlir::moe::CompileResult result;
+  {
+    nb::gil_scoped_release release;
+    if (std::string why = mlir::moe::validateOptions(options); !why.empty())
+      result.error = why;
+    else
+      result = mlir::moe::compileCached(input, name, inputKind, options,
+                                        useCache);
+  }
+  if (!result.ok()) {
+    std::string message = result.error;
+    if (!result.diagnostics.empty()) {
+      if (!message.empty())
+        message += "\n";
+      message += result.diagnostics;
+    }
+    while (!message.empty() && message.back() == '\n')
+      message.pop_back();
+    throw CompileError(message);
+  }
+  return nb::bytes(reinterpret_cast<const char *>(result.output.data()),
+                   result.output.size());
+}
+
+} // namespace
+
+NB_MODULE(_core, m) {
+  m.doc() = "moe-compiler's compiler and runtime (use the moe_compiler "
+            "package, not this module)";
+  nb::exception<CompileError>(m, "CompileError");
+  m.def("compile", &compileLayer, nb::arg("input"), nb::arg("kind"),
+        nb::arg("name"), nb::arg("target"), nb::arg("emit"), nb::arg("dtype"),
+        nb::arg("max_tokens"), nb::arg("alignment"), nb::arg("ep"),
+        nb::arg("train"), nb::arg("backward"), nb::arg("weight_names"),
+        nb::arg("mcpu"), nb::arg("use_cache"));
+  m.def("version", [] { return std::string(mlir::moe::kCompilerVersion); });
+
+  nb::class_<PyLayer>(m, "Layer")
+      .def_static("load", &loadLayer, nb::arg("bundle"), nb::arg("device"))
+      .def("forward", &PyLayer::forward, nb::arg("x"))
+      .def("backward", &PyLayer::backward, nb::arg("x"), nb::arg("dy"))
+      .def("load_file", &PyLayer::loadFile, nb::arg("path"),
+           nb::arg("prefix"))
+      .def("load_tensors", &PyLayer::loadTensors, nb::arg("tensors"),
+           nb::arg("prefix"))
+      .def("random_weights",
+           [](PyLayer &l, uint64_t seed) { l.layer->randomWeights(seed); })
+      .def("set_threads",
+           [](PyLayer &l, int threads) {
+             if (threads < 1 || threads > 4096)
+               badArgument("threads must be in [1, 4096], got " +
+                           std::to_string(threads));
+             l.layer->getBackend().setThreads(threads);
+           })
+      .def("parameter", &PyLayer::parameter, nb::arg("role"))
+      .def("set_parameter", &PyLayer::setParameter, nb::arg("role"),
+           nb::arg("value"))
+      .def("named_parameters", &PyLayer::namedParameters)
+      .def("parameter_specs", &PyLayer::parameterSpecs)
+      .def("trained_roles", &PyLayer::trainedRoles)
+      .def_prop_ro("target",
+                   [](const PyLayer &l) { return l.manifest().target; })
+      .def_prop_ro("hidden_size",
+                   [](const PyLayer &l) { return l.manifest().layer.hidden; })
+      .def_prop_ro("top_k",
+                   [](const PyLayer &l) { return l.manifest().layer.topK; })
+      .def_prop_ro("num_experts",
+                   [](const PyLayer &l) { return l.manifest().layer.experts; })
+      .def_prop_ro("family",
+                   [](const PyLayer &l) { return l.manifest().layer.family; })
+      .def_prop_ro("dtype",
+                   [](const PyLayer &l) { return l.manifest().layer.dtype; })
+      .def_prop_ro("max_tokens",
+                   [](const PyLayer &l) { return l.manifest().maxTokens; })
+      .def_prop_ro("has_backward",
+                   [](const PyLayer &l) {
+                     return !l.manifest().backward.entry.empty();
+                   })
+      .def_prop_ro(
+          "checkpoint_prefix",
+          [](const PyLayer &l) { return l.manifest().checkpointPrefix; })
+      .def_prop_ro("moe_layers",
+                   [](const PyLayer &l) { return l.manifest().moeLayers; });
+}

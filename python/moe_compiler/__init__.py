@@ -1,0 +1,205 @@
+"""moe-compiler from Python: compile a Mixture-of-Experts layer, run it and
+take its gradients on arrays of any DLPack framework (numpy, torch, JAX).
+
+    import moe_compiler
+    bundle = moe_compiler.compile("config.json", train=True)
+    layer = bundle.load(weights="model.safetensors", prefix="model.layers.3.mlp.")
+    y, topk_ids, topk_weights = layer(x)          # x: [tokens, hidden]
+    grads = layer.backward(x, dy)                  # {"x": ..., "gate_weight": ...}
+
+`moe_compiler.torch` wraps a layer as a `torch.nn.Module` with autograd and
+swaps the MoE blocks of a transformers model for compiled layers.
+"""
+
+import json
+import os
+
+from ._core import CompileError
+from . import _core
+
+__all__ = ["CompileError", "Bundle", "Layer", "compile", "version"]
+
+
+def version():
+    """The compiler's version string (part of every compile cache key)."""
+    return _core.version()
+
+
+def _config_text(config):
+    """(text, kind, name) for compile()'s `config`."""
+    if isinstance(config, (str, os.PathLike)):
+        path = os.fspath(config)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(
+                "no such config file: '%s' (expected a config.json, a .mlir "
+                "file, a dict or a transformers config)" % path)
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        return text, ("mlir" if path.endswith(".mlir") else "hf"), path
+    if isinstance(config, dict):
+        return json.dumps(config), "hf", "<dict>"
+    if hasattr(config, "to_dict"):  # a transformers PretrainedConfig
+        return (json.dumps(config.to_dict(), default=str), "hf",
+                "<%s>" % type(config).__name__)
+    raise TypeError(
+        "config must be a path (config.json or .mlir), a dict or a "
+        "transformers config, got %s" % type(config).__name__)
+
+
+def compile(config, target="host", dtype=None, train=False, ep=1,
+            max_tokens=4096, alignment=0, weight_names=None, mcpu=None,
+            cache=True):
+    """Compiles one MoE layer into a Bundle.
+
+    config: a Hugging Face config.json path, a .mlir file holding one
+        moe.layer, a config dict, or a transformers config object.
+    target: "host" (the CPU) or "sm_90a" (Hopper).
+    dtype: "f32", "bf16" or "f16" (None: the config's).
+    train: also compile the layer's backward pass (host), so that
+        Layer.backward and the torch integration's loss.backward() work.
+    ep: expert-parallel ranks (bundles for mpirun -np N moe-run/moe-train;
+        this package runs one rank).
+    max_tokens: the largest token count a forward pass takes.
+    cache: reuse and fill the compile cache ($MOE_CACHE_DIR).
+
+    Raises CompileError with the compiler's diagnostics.
+    """
+    text, kind, name = _config_text(config)
+    data = _core.compile(
+        text, kind, name, target=target, emit="bundle", dtype=dtype or "",
+        max_tokens=int(max_tokens), alignment=int(alignment), ep=int(ep),
+        train=False, backward=bool(train), weight_names=weight_names or "",
+        mcpu=mcpu or "", use_cache=bool(cache))
+    return Bundle(data, target)
+
+
+class Bundle:
+    """A compiled layer: the bytes moe-compile writes to a .moeb file."""
+
+    def __init__(self, data, target=None):
+        self.data = bytes(data)
+        self.target = target
+
+    @classmethod
+    def open(cls, path):
+        """Reads a bundle file (as moe-compile writes it)."""
+        with open(path, "rb") as f:
+            return cls(f.read())
+
+    def save(self, path):
+        with open(path, "wb") as f:
+            f.write(self.data)
+
+    def load(self, weights=None, prefix="", device=None, seed=None,
+             threads=None):
+        """A Layer ready to run.
+
+        weights: a safetensors file or a sharded checkpoint's
+            model.safetensors.index.json, or a state dict (name -> torch
+            tensor or numpy array) named as in the model's checkpoints.
+        prefix: the layer's prefix in those names ("model.layers.3.mlp.").
+        seed: random weights instead (for tests and benchmarks).
+        device: "host" (default for host bundles) or "cuda".
+        threads: the host code's threads (default: $MOE_NUM_THREADS, else
+            the cores).
+        """
+        if device is None:
+            device = "cuda" if self.target == "sm_90a" else "host"
+        layer = Layer(_core.Layer.load(self.data, device))
+        if threads is not None:
+            layer.set_threads(threads)
+        if weights is not None and seed is not None:
+            raise ValueError("give weights or seed, not both")
+        if weights is not None:
+            layer.load_weights(weights, prefix)
+        elif seed is not None:
+            layer._core.random_weights(int(seed))
+        return layer
+
+
+def _host_array(value, name):
+    """A CPU array nanobind takes: torch tensors detached, lists as numpy."""
+    if hasattr(value, "detach") and hasattr(value, "is_cuda"):
+        return value.detach()
+    if hasattr(value, "__dlpack__") or hasattr(value, "__array_interface__"):
+        return value
+    raise TypeError("%s must be an array (numpy, torch, or any DLPack "
+                    "tensor), got %s" % (name, type(value).__name__))
+
+
+def _like(value, array):
+    """`array` (numpy) as the framework of `value`: torch in, torch out."""
+    if type(value).__module__.startswith("torch"):
+        import torch
+        return torch.from_numpy(array)
+    return array
+
+
+class Layer:
+    """A loaded layer: its parameters and the compiled forward (and, for
+    bundles compiled with train=True, backward) pass."""
+
+    def __init__(self, core):
+        self._core = core
+
+    # The layer's facts, from the bundle's manifest.
+    hidden_size = property(lambda self: self._core.hidden_size)
+    top_k = property(lambda self: self._core.top_k)
+    num_experts = property(lambda self: self._core.num_experts)
+    max_tokens = property(lambda self: self._core.max_tokens)
+    dtype = property(lambda self: self._core.dtype)
+    target = property(lambda self: self._core.target)
+    has_backward = property(lambda self: self._core.has_backward)
+
+    def load_weights(self, weights, prefix=""):
+        """Binds the parameters from a checkpoint file or a state dict."""
+        if isinstance(weights, (str, os.PathLike)):
+            self._core.load_file(os.fspath(weights), prefix)
+            return
+        if not hasattr(weights, "items"):
+            raise TypeError("weights must be a path or a state dict, got %s"
+                            % type(weights).__name__)
+        tensors = {}
+        for name, value in weights.items():
+            if prefix and not name.startswith(prefix):
+                continue
+            if hasattr(value, "detach"):
+                value = value.detach().contiguous()
+                if value.device.type != "cpu":
+                    value = value.cpu()
+            tensors[name] = value
+        self._core.load_tensors(tensors, prefix)
+
+    def set_threads(self, threads):
+        self._core.set_threads(int(threads))
+
+    def parameters(self):
+        """Each parameter by role ("gate_weight", ...), as float32 numpy
+        copies in the layer's layout (experts stacked)."""
+        return {role: self._core.parameter(role)
+                for role, _, _, _ in self._core.parameter_specs()}
+
+    def named_parameters(self):
+        """The parameters under their checkpoint names (float32)."""
+        return self._core.named_parameters()
+
+    def set_parameter(self, role, value):
+        self._core.set_parameter(role, _host_array(value, role))
+
+    def trained_parameters(self):
+        """The roles the backward pass gives gradients for."""
+        return list(self._core.trained_roles())
+
+    def __call__(self, x):
+        """y [tokens, hidden] (float32), topk_ids and topk_weights
+        [tokens, top_k], as numpy arrays, or torch tensors for torch x."""
+        y, ids, weights = self._core.forward(_host_array(x, "x"))
+        return _like(x, y), _like(x, ids), _like(x, weights)
+
+    forward = __call__
+
+    def backward(self, x, dy):
+        """The gradients of a loss whose gradient with respect to y is dy:
+        {"x": dL/dx, role: dL/dW, ...} (float32). Needs train=True."""
+        grads = self._core.backward(_host_array(x, "x"), _host_array(dy, "dy"))
+        return {name: _like(x, g) for name, g in grads.items()}
