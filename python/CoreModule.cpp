@@ -256,6 +256,28 @@ struct PyLayer {
     return out;
   }
 
+  /// Tensors by role (gradients, say) under the checkpoint's names, as
+  /// namedParameters() names the parameters.
+  std::map<std::string, NumpyArray>
+  checkpointNames(const std::map<std::string, AnyArray> &byRole) {
+    std::map<std::string, Tensor> tensors;
+    for (const auto &[role, array] : byRole) {
+      const Tensor *p = layer->parameter(role);
+      if (!p)
+        badArgument("the layer has no parameter '" + role + "'");
+      Tensor t = toTensor(array, "tensor '" + role + "'", -1, true,
+                          "shape " + formatShape(p->shape));
+      if (t.shape != p->shape)
+        badArgument("tensor '" + role + "' has shape " + formatShape(t.shape) +
+                    ", the parameter " + formatShape(p->shape));
+      tensors.emplace(role, check(convertTensor(t, DType::F32)));
+    }
+    std::map<std::string, NumpyArray> out;
+    for (auto &[name, t] : layer->checkpointNames(tensors))
+      out.emplace(name, toNumpy(std::move(t)));
+    return out;
+  }
+
   /// (role, checkpoint name, shape, dtype) of each parameter, in order.
   std::vector<std::tuple<std::string, std::string, std::vector<int64_t>,
                          std::string>>
@@ -376,6 +398,7 @@ NB_MODULE(_core, m) {
       .def("set_parameter", &PyLayer::setParameter, nb::arg("role"),
            nb::arg("value"))
       .def("named_parameters", &PyLayer::namedParameters)
+      .def("checkpoint_names", &PyLayer::checkpointNames, nb::arg("by_role"))
       .def("parameter_specs", &PyLayer::parameterSpecs)
       .def("trained_roles", &PyLayer::trainedRoles)
       .def_prop_ro("target",

@@ -120,3 +120,32 @@ else:
                     "tests against PyTorch and transformers are skipped "
                     "(scripts/torch-venv.sh makes a venv that has them)"
                     % torch_python)
+
+# The Python package (python/, built when nanobind was found): its pytest
+# suites in test/Python run with the Python it was built for.
+if config.package_python:
+    if subprocess.run([config.package_python, "-c", "import pytest"],
+                      capture_output=True).returncode == 0:
+        config.available_features.add("python-package")
+        # What test_torch.py and test_transformers.py need there.
+        for feature, check in (
+                ("package-torch", "import torch"),
+                ("package-transformers",
+                 "import torch, transformers, sys; "
+                 "sys.exit(int(transformers.__version__.split('.')[0]) < 5)")):
+            if subprocess.run([config.package_python, "-c", check],
+                              capture_output=True).returncode == 0:
+                config.available_features.add(feature)
+        config.substitutions.append(
+            ("%pytest",
+             "env PYTHONPATH=%s PYTHONDONTWRITEBYTECODE=1 %s -m pytest -q -rs "
+             "-p no:cacheprovider"
+             % (os.path.join(config.moe_obj_root, "python_packages"),
+                config.package_python)))
+    else:
+        lit_config.note("pytest not found in %s: the Python package's tests "
+                        "are skipped" % config.package_python)
+else:
+    lit_config.note("the Python package was not built (no nanobind; "
+                    "scripts/torch-venv.sh makes a venv with it): its tests "
+                    "are skipped")

@@ -183,6 +183,12 @@ class Layer:
         """The parameters under their checkpoint names (float32)."""
         return self._core.named_parameters()
 
+    def checkpoint_names(self, by_role):
+        """Tensors given by role (gradients, say) under the checkpoint's
+        names, split per expert as named_parameters() splits them."""
+        return self._core.checkpoint_names(
+            {role: _host_array(v, role) for role, v in by_role.items()})
+
     def set_parameter(self, role, value):
         self._core.set_parameter(role, _host_array(value, role))
 

@@ -1,0 +1,227 @@
+"""PyTorch integration: a compiled MoE layer as a `torch.nn.Module` whose
+backward runs the compiled backward pass, and `replace_moe_blocks`, which
+swaps the MoE blocks of a transformers model for compiled layers holding the
+model's own weights.
+
+    from moe_compiler.torch import MoELayer, replace_moe_blocks
+    moe = MoELayer.from_config("config.json", seed=0)   # or weights=...
+    y = moe(x)                                          # x: [..., hidden]
+    y.square().mean().backward()                        # grads in moe.*.grad
+
+    replace_moe_blocks(model)                           # a transformers model
+
+The host target runs on CPU tensors. Parameters are float32 torch
+Parameters (the masters); each forward pass copies those that changed since
+the last one into the layer, in its compute dtype. Gradients flow to x and
+to every trained parameter through y; topk_ids and topk_weights are
+outputs without gradients.
+"""
+
+import re
+
+import torch
+
+from . import Bundle, compile as _compile
+
+
+class _MoEFunction(torch.autograd.Function):
+    """y, topk_ids, topk_weights = layer(x); the backward pass is the
+    bundle's compiled one (which recomputes the forward pass)."""
+
+    @staticmethod
+    def forward(ctx, x, module, *params):
+        y, ids, weights = module.layer._core.forward(x.detach())
+        y, ids, weights = (torch.from_numpy(y), torch.from_numpy(ids),
+                           torch.from_numpy(weights))
+        ctx.module = module
+        ctx.save_for_backward(x)
+        ctx.mark_non_differentiable(ids, weights)
+        return y, ids, weights
+
+    @staticmethod
+    def backward(ctx, dy, _ids, _weights):
+        module = ctx.module
+        if not module.layer.has_backward:
+            raise RuntimeError(
+                "this MoELayer's bundle has no backward pass: compile it "
+                "with train=True (moe-compile --backward)")
+        (x,) = ctx.saved_tensors
+        grads = module.layer._core.backward(x.detach(), dy.contiguous())
+        gx = torch.from_numpy(grads["x"]).to(x.dtype)
+        out = [gx if ctx.needs_input_grad[0] else None, None]
+        for role in module._trained:
+            param = getattr(module, role)
+            out.append(torch.from_numpy(grads[role]).to(param.dtype))
+        return tuple(out)
+
+
+class MoELayer(torch.nn.Module):
+    """A compiled MoE layer as a module: forward(x) maps [..., hidden] to
+    the same shape (x's dtype; computed in the bundle's dtype, accumulated
+    in f32).
+
+    layer: a moe_compiler.Layer with weights bound.
+    output: "tensor" returns y; "routing" returns (y, topk_ids,
+        topk_weights); "pair" returns (y, topk_weights), the form of the
+        GPT-OSS and Llama 4 blocks in transformers (whose decoder layers
+        discard the second element).
+    """
+
+    def __init__(self, layer, output="tensor"):
+        super().__init__()
+        if output not in ("tensor", "routing", "pair"):
+            raise ValueError("output must be 'tensor', 'routing' or 'pair', "
+                             "got %r" % (output,))
+        self.layer = layer
+        self.output = output
+        trained = set(layer.trained_parameters()) if layer.has_backward \
+            else set()
+        self._trained = []
+        self._roles = []
+        for role, value in layer.parameters().items():
+            tensor = torch.from_numpy(value)
+            if role in trained:
+                self.register_parameter(role, torch.nn.Parameter(tensor))
+                self._trained.append(role)
+            else:
+                self.register_buffer(role, tensor)
+            self._roles.append(role)
+        # (data pointer, version) of each tensor as the layer last saw it.
+        self._seen = {role: self._stamp(getattr(self, role))
+                      for role in self._roles}
+
+    @classmethod
+    def from_config(cls, config, weights=None, prefix="", seed=None,
+                    train=True, threads=None, output="tensor", **compile_args):
+        """Compiles `config` (see moe_compiler.compile) and loads it."""
+        bundle = _compile(config, train=train, **compile_args)
+        return cls(bundle.load(weights=weights, prefix=prefix, seed=seed,
+                               threads=threads), output=output)
+
+    @staticmethod
+    def _stamp(tensor):
+        return (tensor.data_ptr(), tensor._version, tensor.dtype)
+
+    def _sync(self):
+        """Copies the parameters changed since the last call (an optimizer
+        step, load_state_dict) into the layer."""
+        for role in self._roles:
+            tensor = getattr(self, role)
+            stamp = self._stamp(tensor)
+            if self._seen[role] != stamp:
+                if tensor.device.type != "cpu":
+                    raise ValueError(
+                        "parameter '%s' is on %s; the host target runs on "
+                        "CPU tensors" % (role, tensor.device))
+                self.layer._core.set_parameter(role,
+                                               tensor.detach().contiguous())
+                self._seen[role] = stamp
+
+    def forward(self, x):
+        hidden = self.layer.hidden_size
+        if not isinstance(x, torch.Tensor):
+            raise TypeError("x must be a torch.Tensor, got %s"
+                            % type(x).__name__)
+        if x.dim() < 1 or x.shape[-1] != hidden:
+            raise ValueError("x has shape %s, expected [..., %d] (float32, "
+                             "bfloat16 or float16, on the CPU)"
+                             % (list(x.shape), hidden))
+        self._sync()
+        flat = x.reshape(-1, hidden).contiguous()
+        params = [getattr(self, role) for role in self._trained]
+        y, ids, weights = _MoEFunction.apply(flat, self, *params)
+        y = y.to(x.dtype).reshape(x.shape)
+        if self.output == "routing":
+            k = self.layer.top_k
+            lead = list(x.shape[:-1])
+            return y, ids.reshape(lead + [k]), weights.reshape(lead + [k])
+        if self.output == "pair":
+            return y, weights
+        return y
+
+    def extra_repr(self):
+        return "hidden=%d, experts=%d, top_k=%d, dtype=%s, backward=%s" % (
+            self.layer.hidden_size, self.layer.num_experts, self.layer.top_k,
+            self.layer.dtype, self.layer.has_backward)
+
+
+def _checkpoint_state(model, path, block):
+    """The block's tensors under the names of the model's published
+    checkpoints (transformers 5 fuses and renames some at load; its own
+    reverse mapping, as save_pretrained uses, undoes that)."""
+    state = {"%s.%s" % (path, k): v.detach()
+             for k, v in block.state_dict().items()}
+    try:
+        from transformers.core_model_loading import revert_weight_conversion
+    except ImportError:  # transformers 4: names are the checkpoint's
+        return state
+    return revert_weight_conversion(model, state)
+
+
+def replace_moe_blocks(model, target="host", dtype=None, train=None,
+                       threads=None, cache=True):
+    """Swaps every MoE block of a transformers model (a family the importer
+    supports) for a compiled MoELayer holding the block's weights, in place.
+
+    The layer is compiled once from model.config; train (default: whether
+    the model is in training mode) also compiles the backward pass. Returns
+    the module paths replaced.
+    """
+    config = getattr(model, "config", None)
+    if config is None:
+        raise TypeError("model must be a transformers model (it has no "
+                        ".config)")
+    if train is None:
+        train = model.training
+    bundle = _compile(config, target=target, dtype=dtype, train=train,
+                      cache=cache)
+    probe = bundle.load()
+    template = probe._core.checkpoint_prefix
+    moe_layers = set(probe._core.moe_layers)
+    if "{layer}" not in template:
+        raise ValueError("the compiled config does not say where its MoE "
+                         "blocks are in the model (no checkpoint prefix)")
+    # Blocks are found by the prefix's last parts: "...layers.{layer}.mlp."
+    # matches the module "model.layers.3.mlp" (and the module tree of a
+    # multimodal wrapper, whose outer names differ from the checkpoint's).
+    head, tail = template.split("{layer}", 1)
+    head_last = head.rstrip(".").split(".")[-1]
+    pattern = re.compile(r"(?:^|.*\.)%s\.(\d+)\.%s$"
+                         % (re.escape(head_last),
+                            re.escape(tail.strip("."))))
+    found = []
+    for path, module in model.named_modules():
+        match = pattern.match(path)
+        if match and (not moe_layers or int(match.group(1)) in moe_layers):
+            found.append((path, int(match.group(1)), module))
+    if not found:
+        raise ValueError("no MoE block of the form '%s' found in the model "
+                         "(layers %s)" % (template, sorted(moe_layers)))
+    replaced = []
+    for path, index, block in found:
+        prefix = template.replace("{layer}", str(index))
+        state = _checkpoint_state(model, path, block)
+        # The published names may start differently from the module tree
+        # (a multimodal wrapper): match them on the block's prefix end.
+        names = [k for k in state if prefix in k]
+        if names:
+            start = names[0].index(prefix)
+            state = {k[start:]: v for k, v in state.items()
+                     if k[start:].startswith(prefix)}
+        layer = bundle.load(weights=state, prefix=prefix, threads=threads)
+        # Mimic the block's output: a tensor, or a pair whose second part
+        # the decoder layer discards (GPT-OSS, Llama 4).
+        with torch.no_grad():
+            probe_x = torch.zeros(1, 1, layer.hidden_size,
+                                  dtype=next(block.parameters()).dtype)
+            out = block(probe_x)
+        output = "pair" if isinstance(out, tuple) else "tensor"
+        new = MoELayer(layer, output=output)
+        parent_path, _, name = path.rpartition(".")
+        parent = model.get_submodule(parent_path) if parent_path else model
+        setattr(parent, name, new)
+        replaced.append(path)
+    return replaced
+
+
+__all__ = ["MoELayer", "replace_moe_blocks", "Bundle"]

@@ -1,0 +1,137 @@
+"""moe_compiler from numpy: compile, load weights (file or state dict), run
+against the float64 reference, and the errors a user meets."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import moe_compiler
+import reference
+from conftest import INPUTS, ROOT
+
+CONFIGS = ["deepseek-v3-tiny", "qwen3-moe-tiny", "mixtral-tiny", "gpt-oss-tiny"]
+
+
+def generate(tmp_path, name, tokens=7, seed=3):
+    """reference.py's weights and tokens for Inputs/<name>.json."""
+    config = os.path.join(INPUTS, name + ".json")
+    weights, inputs = tmp_path / "w.safetensors", tmp_path / "x.safetensors"
+    reference.generate(reference_args(config, tokens, seed, weights, inputs))
+    x = reference.read_safetensors(str(inputs))["x"].copy()
+    return config, str(weights), x
+
+
+def reference_args(config, tokens, seed, weights, inputs):
+    class Args:
+        pass
+    a = Args()
+    a.config, a.tokens, a.seed = config, tokens, seed
+    a.weights, a.inputs = str(weights), str(inputs)
+    a.prefix, a.dtype, a.case, a.mxfp4 = "", "f32", "random", False
+    return a
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_forward_matches_reference(tmp_path, name):
+    config, weights, x = generate(tmp_path, name)
+    bundle = moe_compiler.compile(config, max_tokens=64)
+    layer = bundle.load(weights=weights)
+    y, ids, w = layer(x)
+    assert y.dtype == np.float32 and y.shape == x.shape
+    assert ids.shape == (x.shape[0], layer.top_k) and ids.dtype == np.int32
+    tensors = reference.read_safetensors(weights)
+    ry, rids, rw = reference.forward(reference.Config(config), tensors, "",
+                                     x.astype(np.float64))
+    assert (np.sort(ids, 1) == np.sort(rids, 1)).all()
+    scale = np.abs(ry).max()
+    assert np.abs(y - ry).max() <= 1e-5 * scale
+
+
+def test_state_dict_and_dict_config(tmp_path):
+    config, weights, x = generate(tmp_path, "qwen3-moe-tiny")
+    with open(config) as f:
+        as_dict = json.load(f)
+    from_file = moe_compiler.compile(config).load(weights=weights)
+    state = reference.read_safetensors(weights)
+    # A state dict under a prefix (the model's names), from a dict config.
+    prefixed = {"model.layers.1.mlp." + k: v for k, v in state.items()}
+    prefixed["model.embed_tokens.weight"] = np.zeros((4, 4), np.float32)
+    from_dict = moe_compiler.compile(as_dict).load(
+        weights=prefixed, prefix="model.layers.1.mlp.")
+    a, b = from_file(x), from_dict(x)
+    for u, v in zip(a, b):
+        assert np.array_equal(u, v)
+    # The bundle survives a save and an open; bf16 input is taken too.
+    path = tmp_path / "layer.moeb"
+    moe_compiler.compile(config).save(path)
+    again = moe_compiler.Bundle.open(path).load(weights=weights)
+    assert np.array_equal(again(x)[0], a[0])
+
+
+def test_named_parameters_roundtrip(tmp_path):
+    config, weights, x = generate(tmp_path, "deepseek-v3-tiny")
+    layer = moe_compiler.compile(config).load(weights=weights)
+    named = layer.named_parameters()
+    state = reference.read_safetensors(weights)
+    for name, value in named.items():
+        assert np.array_equal(value, state[name]), name
+    # checkpoint_names maps role-shaped tensors back the same way.
+    again = layer.checkpoint_names(layer.parameters())
+    assert set(again) == set(named)
+    for name in named:
+        assert np.array_equal(again[name], named[name])
+
+
+def test_backward_needs_train(tmp_path):
+    layer = moe_compiler.compile(os.path.join(ROOT, "examples", "tiny.mlir")) \
+        .load(seed=1)
+    x = np.zeros((2, layer.hidden_size), np.float32)
+    with pytest.raises(RuntimeError, match="compile it with moe-compile "
+                                           "--backward"):
+        layer.backward(x, x)
+
+
+def test_compile_errors(tmp_path):
+    with pytest.raises(moe_compiler.CompileError,
+                       match="hidden is 'hidden_size'"):
+        moe_compiler.compile({"model_type": "qwen3_moe", "hidden_size": -1})
+    bad = tmp_path / "bad.mlir"
+    bad.write_text("func.func @f() {\n  %0 = moe.nonsense\n}\n")
+    with pytest.raises(moe_compiler.CompileError, match=r"bad.mlir:2:\d+"):
+        moe_compiler.compile(str(bad))
+    with pytest.raises(moe_compiler.CompileError, match="--dtype"):
+        moe_compiler.compile(os.path.join(INPUTS, "qwen3-moe-tiny.json"),
+                             dtype="f64")
+    with pytest.raises(FileNotFoundError, match="no such config file"):
+        moe_compiler.compile(str(tmp_path / "missing.json"))
+    with pytest.raises(TypeError, match="config must be"):
+        moe_compiler.compile(42)
+
+
+def test_bad_tensors(tmp_path):
+    config, weights, x = generate(tmp_path, "qwen3-moe-tiny")
+    layer = moe_compiler.compile(config).load(weights=weights)
+    h = layer.hidden_size
+    with pytest.raises(ValueError, match=r"x has shape \[3, 5\], expected x "
+                                         r"of shape \[tokens, %d\]" % h):
+        layer(np.zeros((3, 5), np.float32))
+    with pytest.raises(ValueError, match="x has dtype float64"):
+        layer(np.zeros((3, h), np.float64))
+    with pytest.raises(ValueError, match="x is not contiguous"):
+        layer(np.zeros((h, 3), np.float32).T)
+    with pytest.raises(ValueError, match=r"x has shape \[%d\]" % h):
+        layer(np.zeros((h,), np.float32))
+    with pytest.raises(ValueError, match="parameter 'router_weight' has "
+                                         "shape"):
+        layer.set_parameter("router_weight", np.zeros((1, 1), np.float32))
+    with pytest.raises(ValueError, match="no parameter 'nope'"):
+        layer.set_parameter("nope", np.zeros((1,), np.float32))
+    # A checkpoint lacking a tensor: the runtime's error, naming it.
+    state = reference.read_safetensors(weights)
+    del state["mlp.gate.weight" if "mlp.gate.weight" in state else
+              "gate.weight"]
+    with pytest.raises(RuntimeError, match="gate.weight"):
+        moe_compiler.compile(config).load(weights=state)
+    with pytest.raises(ValueError, match="weights or seed"):
+        moe_compiler.compile(config).load(weights=weights, seed=1)

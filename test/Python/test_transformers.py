@@ -1,0 +1,109 @@
+"""replace_moe_blocks on small transformers 5 models: the same logits, and
+loss.backward() gives the same gradients as transformers' own modules, for
+the swapped blocks' weights (compared under the checkpoint's names) and for
+every other parameter (whose gradients flow through the blocks' dx)."""
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed "
+                            "(scripts/torch-venv.sh makes a venv with it)")
+transformers = pytest.importorskip(
+    "transformers", reason="transformers is not installed "
+    "(scripts/torch-venv.sh makes a venv with it)")
+
+from moe_compiler.torch import MoELayer, replace_moe_blocks  # noqa: E402
+
+ATTENTION = dict(num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                 intermediate_size=64, vocab_size=100, bos_token_id=None,
+                 eos_token_id=None, pad_token_id=None)
+CASES = {
+    # Layer 0 dense (first_k_dense_replace), layer 1 MoE with the
+    # group-limited sigmoid router, its selection bias and shared experts.
+    "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM",
+                    dict(num_hidden_layers=2, hidden_size=64,
+                         n_routed_experts=16, num_experts_per_tok=4,
+                         n_group=4, topk_group=2, moe_intermediate_size=32,
+                         n_shared_experts=1, routed_scaling_factor=2.5,
+                         norm_topk_prob=True, first_k_dense_replace=1,
+                         q_lora_rank=16, kv_lora_rank=16,
+                         qk_rope_head_dim=8, qk_nope_head_dim=8,
+                         v_head_dim=16, head_dim=8)),
+    # Sparse layers 1 and 3 of 4 (decoder_sparse_step 2).
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM",
+                  dict(num_hidden_layers=4, decoder_sparse_step=2,
+                       hidden_size=64, num_experts=8, num_experts_per_tok=2,
+                       moe_intermediate_size=32, norm_topk_prob=True)),
+    # A block that returns (y, router scores), biases and the clamp.
+    "gpt_oss": ("GptOssConfig", "GptOssForCausalLM",
+                dict(num_hidden_layers=2, hidden_size=64,
+                     num_local_experts=8, num_experts_per_tok=2,
+                     intermediate_size=48, swiglu_limit=0.4,
+                     layer_types=["full_attention"] * 2)),
+}
+
+
+def build(case):
+    config_class, model_class, fields = CASES[case]
+    config = getattr(transformers, config_class)(**{**ATTENTION, **fields})
+    torch.manual_seed(0)
+    model = getattr(transformers, model_class)(config).float().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            # Larger than the init's 0.02 so that the experts matter, and
+            # every bias nonzero.
+            p.copy_(torch.randn_like(p) * (0.1 if p.dim() > 1 else 0.3))
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(torch.rand_like(b) * 0.1)
+    return model
+
+
+def run(model, tokens):
+    model.zero_grad()
+    out = model(tokens, labels=tokens)
+    out.loss.backward()
+    return out.logits.detach(), {n: p.grad.clone() for n, p
+                                 in model.named_parameters()
+                                 if p.grad is not None}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_replace_moe_blocks(case):
+    from transformers.core_model_loading import revert_weight_conversion
+    model = build(case)
+    tokens = torch.randint(0, 100, (2, 11), generator=torch.Generator()
+                           .manual_seed(1))
+    ref_logits, ref_grads = run(model, tokens)
+
+    swapped = copy.deepcopy(model)
+    paths = replace_moe_blocks(swapped, train=True)
+    assert paths and all(isinstance(swapped.get_submodule(p), MoELayer)
+                         for p in paths)
+    logits, grads = run(swapped, tokens)
+    scale = ref_logits.abs().max()
+    assert (logits - ref_logits).abs().max() <= 1e-5 * scale
+
+    def close(got, want, name):
+        err = (got - want).abs().max() / max(want.abs().max(), 1e-12)
+        assert err <= 2e-4, "%s: relative error %.2e" % (name, err)
+
+    # Everything outside the blocks.
+    outside = [n for n in ref_grads if not any(n.startswith(p + ".")
+                                               for p in paths)]
+    assert outside
+    for name in outside:
+        close(grads[name], ref_grads[name], name)
+    # The blocks' own weights, both under the published checkpoint names.
+    for path in paths:
+        moe = swapped.get_submodule(path)
+        ref = revert_weight_conversion(
+            model, {n: g for n, g in ref_grads.items()
+                    if n.startswith(path + ".")})
+        prefix = path + "."
+        ours = moe.layer.checkpoint_names(
+            {role: grads[prefix + role] for role in moe._trained})
+        ref = {n[n.index(prefix) + len(prefix):]: g for n, g in ref.items()}
+        assert set(ours) == set(ref), (sorted(ours), sorted(ref))
+        for name, want in ref.items():
+            close(torch.from_numpy(ours[name]), want, prefix + name)
