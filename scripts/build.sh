@@ -5,13 +5,10 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${MOE_BUILD_DIR:-$root/build}
+# (CMakeLists.txt uses ccache when it is installed.)
 if [[ ! -f "$build/build.ninja" ]]; then
-  launcher=()
-  if command -v ccache >/dev/null; then
-    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-  fi
   read -r -a extra <<< "${MOE_CMAKE_ARGS:-}"
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    "${launcher[@]}" "${extra[@]}"
+    "${extra[@]}"
 fi
 cmake --build "$build" "$@"

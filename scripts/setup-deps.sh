@@ -11,6 +11,9 @@ packages=(
   llvm-22-tools
   # Build tools and the test frameworks used by test/unittests.
   cmake ninja-build g++ python3 libgtest-dev
+  # Compiler cache: rebuilds, and the Python package's build beside build/,
+  # reuse objects (CMakeLists.txt uses it when present).
+  ccache
   # The runtime reads JSON manifests and safetensors headers.
   nlohmann-json3-dev
   # Expert-parallel training over several ranks (mpirun, the MPI plugin).
