@@ -91,14 +91,12 @@ std::string formatArrayShape(const AnyArray &a) {
 Tensor toTensor(const AnyArray &a, const std::string &what, int rank,
                 bool floatOnly, const std::string &form) {
   if (a.device_type() != nb::device::cpu::value)
-    badArgument(what + " is on another device; the host target takes CPU "
-                       "arrays (" +
-                form + ")");
+    badArgument(what + " is on another device; the layer takes " + form);
   std::optional<DType> dtype = toDType(a.dtype());
   if (!dtype || (floatOnly && !isFloatType(*dtype)))
     badArgument(what + " has dtype " + dtypeName(a.dtype()) + ", expected " +
-                (floatOnly ? "float32, bfloat16 or float16" : "a float or "
-                                                              "integer dtype") +
+                (floatOnly ? "float32, bfloat16 or float16"
+                           : "a float or integer dtype") +
                 " (" + form + ")");
   if (rank >= 0 && a.ndim() != static_cast<size_t>(rank))
     badArgument(what + " has shape " + formatArrayShape(a) + ", expected " +
@@ -134,9 +132,8 @@ NumpyArray toNumpy(Tensor tensor) {
     tensor = std::move(*c);
   }
   auto *owned = new Tensor(std::move(tensor));
-  nb::capsule owner(owned, [](void *p) noexcept {
-    delete static_cast<Tensor *>(p);
-  });
+  nb::capsule owner(owned,
+                    [](void *p) noexcept { delete static_cast<Tensor *>(p); });
   std::vector<size_t> shape(owned->shape.begin(), owned->shape.end());
   nb::dlpack::dtype d = owned->dtype == DType::F32   ? nb::dtype<float>()
                         : owned->dtype == DType::I32 ? nb::dtype<int32_t>()
@@ -189,9 +186,8 @@ struct PyLayer {
     Tensor input = toTensor(x, "x", 2, true, "x of shape " + form);
     Tensor grad = toTensor(dy, "dy", 2, true, "dy of shape " + form);
     if (input.shape[1] != manifest().layer.hidden || grad.shape != input.shape)
-      badArgument("x and dy have shapes " + formatShape(input.shape) +
-                  " and " + formatShape(grad.shape) +
-                  ", expected both of shape " + form);
+      badArgument("x and dy have shapes " + formatShape(input.shape) + " and " +
+                  formatShape(grad.shape) + ", expected both of shape " + form);
     std::map<std::string, Tensor> grads = [&] {
       nb::gil_scoped_release release;
       return check(layer->backward(input, grad));
@@ -244,8 +240,8 @@ struct PyLayer {
                        ", a float dtype, C-contiguous, on the CPU";
     Tensor t = toTensor(value, "parameter '" + role + "'", -1, true, form);
     if (t.shape != p->shape)
-      badArgument("parameter '" + role + "' has shape " +
-                  formatShape(t.shape) + ", expected " + form);
+      badArgument("parameter '" + role + "' has shape " + formatShape(t.shape) +
+                  ", expected " + form);
     check(layer->setParameter(role, t));
   }
 
@@ -279,12 +275,10 @@ struct PyLayer {
   }
 
   /// (role, checkpoint name, shape, dtype) of each parameter, in order.
-  std::vector<std::tuple<std::string, std::string, std::vector<int64_t>,
-                         std::string>>
-  parameterSpecs() const {
-    std::vector<std::tuple<std::string, std::string, std::vector<int64_t>,
-                           std::string>>
-        out;
+  using Spec =
+      std::tuple<std::string, std::string, std::vector<int64_t>, std::string>;
+  std::vector<Spec> parameterSpecs() const {
+    std::vector<Spec> out;
     for (const ParameterSpec &p : manifest().parameters)
       out.emplace_back(p.role, p.name, p.shape, mlirName(p.dtype));
     return out;
@@ -346,8 +340,8 @@ nb::bytes compileLayer(const std::string &input, const std::string &kind,
     if (std::string why = mlir::moe::validateOptions(options); !why.empty())
       result.error = why;
     else
-      result = mlir::moe::compileCached(input, name, inputKind, options,
-                                        useCache);
+      result =
+          mlir::moe::compileCached(input, name, inputKind, options, useCache);
   }
   if (!result.ok()) {
     std::string message = result.error;
@@ -369,6 +363,9 @@ nb::bytes compileLayer(const std::string &input, const std::string &kind,
 NB_MODULE(_core, m) {
   m.doc() = "moe-compiler's compiler and runtime (use the moe_compiler "
             "package, not this module)";
+  // torch keeps autograd graphs, whose nodes hold layers, alive through
+  // interpreter shutdown; nanobind would report those as leaks.
+  nb::set_leak_warnings(false);
   nb::exception<CompileError>(m, "CompileError");
   m.def("compile", &compileLayer, nb::arg("input"), nb::arg("kind"),
         nb::arg("name"), nb::arg("target"), nb::arg("emit"), nb::arg("dtype"),
@@ -381,8 +378,7 @@ NB_MODULE(_core, m) {
       .def_static("load", &loadLayer, nb::arg("bundle"), nb::arg("device"))
       .def("forward", &PyLayer::forward, nb::arg("x"))
       .def("backward", &PyLayer::backward, nb::arg("x"), nb::arg("dy"))
-      .def("load_file", &PyLayer::loadFile, nb::arg("path"),
-           nb::arg("prefix"))
+      .def("load_file", &PyLayer::loadFile, nb::arg("path"), nb::arg("prefix"))
       .def("load_tensors", &PyLayer::loadTensors, nb::arg("tensors"),
            nb::arg("prefix"))
       .def("random_weights",
@@ -415,10 +411,9 @@ NB_MODULE(_core, m) {
                    [](const PyLayer &l) { return l.manifest().layer.dtype; })
       .def_prop_ro("max_tokens",
                    [](const PyLayer &l) { return l.manifest().maxTokens; })
-      .def_prop_ro("has_backward",
-                   [](const PyLayer &l) {
-                     return !l.manifest().backward.entry.empty();
-                   })
+      .def_prop_ro(
+          "has_backward",
+          [](const PyLayer &l) { return !l.manifest().backward.entry.empty(); })
       .def_prop_ro(
           "checkpoint_prefix",
           [](const PyLayer &l) { return l.manifest().checkpointPrefix; })

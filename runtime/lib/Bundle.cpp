@@ -470,8 +470,8 @@ Expected<Manifest> parseManifest(const std::string &text) {
     }
   if (m.target == "sm_90a" && r.error.empty())
     readGpuProgram(r, root, m.gpu);
-  auto readEntryPoint = [&](const json &from, TrainSpec &spec,
-                            const char *what, const char *argument) {
+  auto readEntryPoint = [&](const json &from, TrainSpec &spec, const char *what,
+                            const char *argument) {
     spec.entry = r.str(from, "entry", what);
     if (const json *list = r.array(from, "arguments", what))
       for (const json &item : *list) {

@@ -261,8 +261,8 @@ static Status validateBackwardArguments(const Manifest &m) {
       expected = params[base];
     if (!expected)
       return Status::failure("invalid manifest: unknown " +
-                             std::string(a.output ? "output" : "input") +
-                             " '" + a.name + "' of the backward pass");
+                             std::string(a.output ? "output" : "input") + " '" +
+                             a.name + "' of the backward pass");
     if (a.shape != *expected || !isFloatType(a.dtype))
       return Status::failure("invalid manifest: backward argument '" + a.name +
                              "' must be a float tensor of shape " +

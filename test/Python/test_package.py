@@ -135,3 +135,23 @@ def test_bad_tensors(tmp_path):
         moe_compiler.compile(config).load(weights=state)
     with pytest.raises(ValueError, match="weights or seed"):
         moe_compiler.compile(config).load(weights=weights, seed=1)
+
+
+@pytest.mark.skipif(not os.environ.get("MOE_CUDA_DRIVER"),
+                    reason="no MOE_CUDA_DRIVER: the lit suite points it at "
+                           "the PTX emulator (or a real driver)")
+def test_sm90_bundle_on_the_gpu(tmp_path):
+    """An sm_90a bundle from Python, on the GPU the driver gives (the PTX
+    emulator in CI), against the host target in bf16."""
+    config, weights, x = generate(tmp_path, "qwen3-moe-tiny", tokens=5)
+    gpu = moe_compiler.compile(config, target="sm_90a", dtype="bf16",
+                               max_tokens=64).load(weights=weights)
+    assert gpu.target == "sm_90a"
+    host = moe_compiler.compile(config, dtype="bf16").load(weights=weights)
+    y, ids, w = gpu(x)
+    hy, hids, hw = host(x)
+    assert (np.sort(ids, 1) == np.sort(hids, 1)).all()
+    assert np.abs(y - hy).max() <= 2e-2 * np.abs(hy).max()
+    with pytest.raises(moe_compiler.CompileError, match="--backward needs "
+                                                        "--target=host"):
+        moe_compiler.compile(config, target="sm_90a", train=True)

@@ -83,8 +83,7 @@ constexpr llvm::StringLiteral kHostBackwardPackedEntryName =
 /// then its backward pass from the caller's `dy` (buildLayerBackward), for
 /// frameworks whose autograd owns the loss and the optimizer. Returns its
 /// arguments (listBackwardArguments).
-std::vector<TrainArgument> addHostBackwardEntry(ModuleOp module,
-                                                LayerOp layer);
+std::vector<TrainArgument> addHostBackwardEntry(ModuleOp module, LayerOp layer);
 
 /// Adds a weak `__truncsfbf2` (f32 to bf16, round to nearest even). LLVM's
 /// x86 backend calls it to legalize bf16 values on CPUs without native

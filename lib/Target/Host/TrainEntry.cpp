@@ -417,8 +417,7 @@ std::vector<TrainArgument> mlir::moe::addHostTrainEntry(ModuleOp module,
         (name.ends_with(".next") && name != "score_bias.next") ||
         (name.ends_with(".grad") && name != "x.grad"))
       continue;
-    writeOutput(b, loc, out.at(args[i].name), args[i],
-                body->getArgument(i));
+    writeOutput(b, loc, out.at(args[i].name), args[i], body->getArgument(i));
   }
   func::ReturnOp::create(b, loc);
   copy.erase();
@@ -438,8 +437,8 @@ std::vector<TrainArgument> mlir::moe::addHostBackwardEntry(ModuleOp module,
   // kept), then the backward pass from the caller's dy.
   DecomposedLayer forward;
   LayerOp copy = cloneOnInputs(s, layer, in, forward);
-  Value dy = s.convert(
-      in["dy"], cast<RankedTensorType>(copy.getType()).getElementType());
+  Value dy = s.convert(in["dy"],
+                       cast<RankedTensorType>(copy.getType()).getElementType());
   LayerGradients grads = buildLayerBackward(b, copy, forward, dy);
   std::map<std::string, Value> out;
   out["x.grad"] = s.convert(grads.input, b.getF32Type());
