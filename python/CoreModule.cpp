@@ -22,6 +22,8 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
+#include <mutex>
+#include <optional>
 
 namespace nb = nanobind;
 using namespace moe::rt;
@@ -158,7 +160,18 @@ void check(const Status &status) {
 struct PyLayer {
   std::unique_ptr<Layer> layer;
 
+  /// Python threads may share a layer; its runtime state is not
+  /// reentrant.
+  std::mutex mutex;
+
   const Manifest &manifest() const { return layer->getManifest(); }
+
+  /// Runs `f` without the GIL and with the layer to itself.
+  template <typename F> auto exclusive(F &&f) {
+    nb::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(mutex);
+    return f();
+  }
 
   /// The forward pass on x [T, hidden].
   std::tuple<NumpyArray, NumpyArray, NumpyArray> forward(const AnyArray &x) {
@@ -169,10 +182,7 @@ struct PyLayer {
     if (input.shape[1] != manifest().layer.hidden)
       badArgument("x has shape " + formatShape(input.shape) + ", expected " +
                   form);
-    ForwardResult r = [&] {
-      nb::gil_scoped_release release;
-      return check(layer->forward(input));
-    }();
+    ForwardResult r = exclusive([&] { return check(layer->forward(input)); });
     return {toNumpy(std::move(r.y)), toNumpy(std::move(r.topkIds)),
             toNumpy(std::move(r.topkWeights))};
   }
@@ -188,10 +198,8 @@ struct PyLayer {
     if (input.shape[1] != manifest().layer.hidden || grad.shape != input.shape)
       badArgument("x and dy have shapes " + formatShape(input.shape) + " and " +
                   formatShape(grad.shape) + ", expected both of shape " + form);
-    std::map<std::string, Tensor> grads = [&] {
-      nb::gil_scoped_release release;
-      return check(layer->backward(input, grad));
-    }();
+    std::map<std::string, Tensor> grads =
+        exclusive([&] { return check(layer->backward(input, grad)); });
     std::map<std::string, NumpyArray> out;
     for (auto &[name, t] : grads)
       out.emplace(name, toNumpy(std::move(t)));
@@ -208,28 +216,34 @@ struct PyLayer {
       owned.emplace(name, toTensor(array, "tensor '" + name + "'", -1, false,
                                    "a C-contiguous CPU array"));
     }
-    nb::gil_scoped_release release;
-    std::map<std::string, const Tensor *> refs;
-    for (const auto &[name, t] : owned)
-      refs[name] = &t;
-    std::vector<uint8_t> bytes = check(serializeSafetensors(refs));
-    owned.clear();
-    SafetensorsFile file =
-        check(SafetensorsFile::parse(std::move(bytes), "<state_dict>"));
-    check(layer->loadWeights(Checkpoint(std::move(file)), prefix));
+    exclusive([&] {
+      std::map<std::string, const Tensor *> refs;
+      for (const auto &[name, t] : owned)
+        refs[name] = &t;
+      std::vector<uint8_t> bytes = check(serializeSafetensors(refs));
+      owned.clear();
+      SafetensorsFile file =
+          check(SafetensorsFile::parse(std::move(bytes), "<state_dict>"));
+      check(layer->loadWeights(Checkpoint(std::move(file)), prefix));
+    });
   }
 
   void loadFile(const std::string &path, const std::string &prefix) {
-    nb::gil_scoped_release release;
-    Checkpoint checkpoint = check(Checkpoint::open(path));
-    check(layer->loadWeights(checkpoint, prefix));
+    exclusive([&] {
+      Checkpoint checkpoint = check(Checkpoint::open(path));
+      check(layer->loadWeights(checkpoint, prefix));
+    });
   }
 
   NumpyArray parameter(const std::string &role) {
-    const Tensor *p = layer->parameter(role);
-    if (!p)
+    std::optional<Tensor> value = exclusive([&]() -> std::optional<Tensor> {
+      if (const Tensor *p = layer->parameter(role))
+        return *p;
+      return std::nullopt;
+    });
+    if (!value)
       badArgument("the layer has no parameter '" + role + "'");
-    return toNumpy(*p);
+    return toNumpy(std::move(*value));
   }
 
   void setParameter(const std::string &role, const AnyArray &value) {
@@ -242,13 +256,13 @@ struct PyLayer {
     if (t.shape != p->shape)
       badArgument("parameter '" + role + "' has shape " + formatShape(t.shape) +
                   ", expected " + form);
-    check(layer->setParameter(role, t));
+    exclusive([&] { check(layer->setParameter(role, t)); });
   }
 
   std::map<std::string, NumpyArray> namedParameters() {
     std::map<std::string, NumpyArray> out;
-    for (auto &[name, t] : layer->namedParameters())
-      out.emplace(name, toNumpy(t));
+    for (auto &[name, t] : exclusive([&] { return layer->namedParameters(); }))
+      out.emplace(name, toNumpy(std::move(t)));
     return out;
   }
 
@@ -382,13 +396,15 @@ NB_MODULE(_core, m) {
       .def("load_tensors", &PyLayer::loadTensors, nb::arg("tensors"),
            nb::arg("prefix"))
       .def("random_weights",
-           [](PyLayer &l, uint64_t seed) { l.layer->randomWeights(seed); })
+           [](PyLayer &l, uint64_t seed) {
+             l.exclusive([&] { l.layer->randomWeights(seed); });
+           })
       .def("set_threads",
            [](PyLayer &l, int threads) {
              if (threads < 1 || threads > 4096)
                badArgument("threads must be in [1, 4096], got " +
                            std::to_string(threads));
-             l.layer->getBackend().setThreads(threads);
+             l.exclusive([&] { l.layer->getBackend().setThreads(threads); });
            })
       .def("parameter", &PyLayer::parameter, nb::arg("role"))
       .def("set_parameter", &PyLayer::setParameter, nb::arg("role"),

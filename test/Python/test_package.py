@@ -155,3 +155,22 @@ def test_sm90_bundle_on_the_gpu(tmp_path):
     with pytest.raises(moe_compiler.CompileError, match="--backward needs "
                                                         "--target=host"):
         moe_compiler.compile(config, target="sm_90a", train=True)
+
+
+def test_bad_bundles(tmp_path):
+    with pytest.raises(RuntimeError, match="invalid bundle"):
+        moe_compiler.Bundle(b"MOEBNDL\0 and then nothing useful").load()
+    data = bytearray(moe_compiler.compile(
+        os.path.join(INPUTS, "qwen3-moe-tiny.json")).data)
+    data[len(data) // 2] ^= 0xFF
+    with pytest.raises(RuntimeError, match="checksum"):
+        moe_compiler.Bundle(bytes(data)).load()
+    ep2 = moe_compiler.compile(os.path.join(INPUTS, "qwen3-moe-tiny.json"),
+                               ep=2)
+    with pytest.raises(ValueError, match="shards its experts over 2 ranks"):
+        ep2.load()
+    layer = moe_compiler.compile(
+        os.path.join(INPUTS, "qwen3-moe-tiny.json")).load()
+    x = np.zeros((2, layer.hidden_size), np.float32)
+    with pytest.raises(RuntimeError, match="no weights bound"):
+        layer(x)
