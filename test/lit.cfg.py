@@ -146,6 +146,6 @@ if config.package_python:
         lit_config.note("pytest not found in %s: the Python package's tests "
                         "are skipped" % config.package_python)
 else:
-    lit_config.note("the Python package was not built (no nanobind; "
-                    "scripts/torch-venv.sh makes a venv with it): its tests "
-                    "are skipped")
+    lit_config.note("the Python package is not in this build (no nanobind, "
+                    "which scripts/torch-venv.sh puts in its venv, or a "
+                    "sanitizer or fuzzer build): its tests are skipped")
