@@ -5,8 +5,12 @@ For each layer and token count: `moe-run --repeat` (the forward pass inside
 the C++ tool), `layer(x)` from numpy through moe_compiler (the same bundle
 and weights; x copied in, outputs handed over), and a forward plus
 backward pass of moe_compiler.torch.MoELayer (`y.sum().backward()`: the
-compiled backward pass, which runs the forward pass again). Medians after
-a warm-up, all with the same threads. Prints a Markdown table.
+compiled backward pass, which runs the forward pass again), next to the
+same forward plus backward in PyTorch eager (bench_vs_torch.py's
+Hugging Face style loop over the experts, autograd) on the same weights.
+Bundles are for this machine's CPU (the package's default, mcpu="native").
+Medians after a warm-up, all with the same threads. Prints a Markdown
+table.
 
     PYTHONPATH=build/python_packages build/venv-torch/bin/python \
         scripts/bench-python.py [--bin build/bin] [--threads N]
@@ -24,7 +28,8 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_vs_torch import LAYERS  # noqa: E402
+from bench_vs_torch import LAYERS, TorchLayer  # noqa: E402
+from train_bench import read_manifest  # noqa: E402
 
 import moe_compiler  # noqa: E402
 
@@ -56,8 +61,9 @@ def main():
         platform.python_version(), torch.__version__))
     print()
     print("| layer | tokens | moe-run forward | Python `layer(x)` | "
-          "overhead | MoELayer forward + backward | / forward |")
-    print("|---|---|---|---|---|---|---|")
+          "overhead | MoELayer forward + backward | / forward | "
+          "PyTorch eager forward + backward | ours / torch (speed) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     work = tempfile.mkdtemp(prefix="bench-python-")
     for name in args.layers.split(","):
         config, description = LAYERS[name]
@@ -66,6 +72,9 @@ def main():
         bundle.save(path)
         layer = bundle.load(seed=1, threads=args.threads)
         module = MoELayer(bundle.load(seed=1, threads=args.threads))
+        eager = TorchLayer(read_manifest(path)["layer"],
+                           {role: torch.from_numpy(v)
+                            for role, v in layer.parameters().items()})
         for tokens in [int(t) for t in args.tokens.split(",")]:
             out = subprocess.run(
                 [os.path.join(args.bin, "moe-run"), path, "--random-weights",
@@ -84,9 +93,16 @@ def main():
                 module.zero_grad()
                 module(xt).sum().backward()
             train = median_ms(step, args.repeat)
-            print("| %s | %d | %.3f ms | %.3f ms | %+.1f%% | %.3f ms | %.2fx |"
+
+            def eager_step():
+                eager.zero_grad()
+                eager(xt).sum().backward()
+            theirs = median_ms(eager_step, args.repeat)
+            print("| %s | %d | %.3f ms | %.3f ms | %+.1f%% | %.3f ms | %.2fx "
+                  "| %.3f ms | %.2f |"
                   % (description, tokens, native, python,
-                     100 * (python / native - 1), train, train / python))
+                     100 * (python / native - 1), train, train / python,
+                     theirs, theirs / train))
 
 
 if __name__ == "__main__":
