@@ -922,8 +922,9 @@ Expected<ForwardResult> Layer::forward(const Tensor &x) {
   return result;
 }
 
-Expected<std::map<std::string, Tensor>> Layer::backward(const Tensor &x,
-                                                        const Tensor &dy) {
+Expected<std::map<std::string, Tensor>>
+Layer::backward(const Tensor &x, const Tensor &dy,
+                std::map<std::string, Tensor> *spare) {
   using Result = Expected<std::map<std::string, Tensor>>;
   const Manifest &m = bundle.manifest;
   const TrainSpec &spec = m.backward;
@@ -975,7 +976,15 @@ Expected<std::map<std::string, Tensor>> Layer::backward(const Tensor &x,
       for (int64_t &d : shape)
         if (d < 0)
           d = tokens;
-      args.push_back(&(outputs[a.name] = Tensor::zeros(a.dtype, shape)));
+      Tensor &out = outputs[a.name];
+      auto reuse = spare ? spare->find(a.name.substr(0, a.name.size() - 5))
+                         : std::map<std::string, Tensor>::iterator();
+      if (spare && reuse != spare->end() && reuse->second.dtype == a.dtype &&
+          reuse->second.shape == shape)
+        out = std::move(reuse->second);
+      else
+        out = Tensor::zeros(a.dtype, shape);
+      args.push_back(&out);
     } else if (a.name == "x") {
       s = bind(a.name, x, a.dtype);
     } else if (a.name == "dy") {

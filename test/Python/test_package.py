@@ -174,3 +174,30 @@ def test_bad_bundles(tmp_path):
     x = np.zeros((2, layer.hidden_size), np.float32)
     with pytest.raises(RuntimeError, match="no weights bound"):
         layer(x)
+
+
+def test_backward_reuses_only_released_buffers(tmp_path):
+    """The gradients' buffers go back to the layer when Python releases
+    them, and only then: results still held are never written over."""
+    config, weights, x = generate(tmp_path, "deepseek-v3-tiny", tokens=6)
+    layer = moe_compiler.compile(config, train=True).load(weights=weights)
+    rng = np.random.default_rng(1)
+    dy1 = rng.standard_normal(x.shape).astype(np.float32)
+    dy2 = rng.standard_normal(x.shape).astype(np.float32)
+    first = layer.backward(x, dy1)
+    kept = {k: v.copy() for k, v in first.items()}
+    second = layer.backward(x, dy2)
+    for name, value in first.items():
+        assert np.array_equal(value, kept[name]), name
+        assert not np.array_equal(second[name], kept[name]), name
+    def address(a):
+        return a.__array_interface__["data"][0]
+    held = {k: address(v) for k, v in second.items()}
+    released = {k: address(v) for k, v in first.items()}
+    del first, value
+    third = layer.backward(x, dy1)
+    for name, value in third.items():
+        assert np.array_equal(value, kept[name]), name
+        # The released buffers are the ones reused, not those still held.
+        assert address(value) == released[name], name
+        assert address(value) != held[name], name

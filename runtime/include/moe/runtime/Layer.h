@@ -155,8 +155,12 @@ public:
   /// to the forward pass's y, the gradients with respect to x (under "x")
   /// and to every trained weight (under its role), all f32. It runs the
   /// forward pass again (nothing of an earlier forward call is kept).
-  Expected<std::map<std::string, Tensor>> backward(const Tensor &x,
-                                                   const Tensor &dy);
+  /// `spare` may hold earlier results, by the same names, to write into
+  /// instead of fresh buffers (those whose dtype and shape match are
+  /// taken; the pass writes every output whole).
+  Expected<std::map<std::string, Tensor>>
+  backward(const Tensor &x, const Tensor &dy,
+           std::map<std::string, Tensor> *spare = nullptr);
   /// Per-kernel device times of the following forward passes (cuda).
   void setProfiling(bool on) { backend->setProfiling(on); }
   std::vector<KernelTime> lastProfile() const { return backend->lastProfile(); }
