@@ -54,6 +54,41 @@ std::pair<int64_t, std::string> stackScratch(Operation *op) {
   return {0, ""};
 }
 
+/// A lowered op's result that goes straight to an output argument
+/// (`materialize_in_destination` of `to_tensor` of its `memref.alloc`, into
+/// a function argument used nowhere else, every write of the buffer before
+/// it) is built in the argument: the allocation, and the copy bufferization
+/// would make of it, go. The backward pass's weight gradients are such
+/// results, hundreds of MB for a large layer.
+void buildInDestinations(Operation *root) {
+  SmallVector<bufferization::MaterializeInDestinationOp> candidates;
+  root->walk([&](bufferization::MaterializeInDestinationOp op) {
+    candidates.push_back(op);
+  });
+  for (bufferization::MaterializeInDestinationOp op : candidates) {
+    auto dest = dyn_cast<BlockArgument>(op.getDest());
+    auto toTensor = op.getSource().getDefiningOp<bufferization::ToTensorOp>();
+    if (!dest || !dest.hasOneUse() || !toTensor || !toTensor->hasOneUse())
+      continue;
+    auto alloc = toTensor.getBuffer().getDefiningOp<memref::AllocOp>();
+    // Static shapes only: a dynamic size need not be the argument's.
+    if (!alloc || alloc.getType() != dest.getType() ||
+        !alloc.getType().hasStaticShape() ||
+        alloc->getBlock() != op->getBlock())
+      continue;
+    bool writtenBefore = llvm::all_of(alloc->getUsers(), [&](Operation *user) {
+      Operation *inBlock = op->getBlock()->findAncestorOpInBlock(*user);
+      return inBlock && (inBlock == toTensor || inBlock->isBeforeInBlock(op));
+    });
+    if (!writtenBefore)
+      continue;
+    op.erase();
+    toTensor.erase();
+    alloc.replaceAllUsesWith(Value(dest));
+    alloc.erase();
+  }
+}
+
 struct ConvertMoeToHost
     : mlir::moe::impl::ConvertMoeToHostBase<ConvertMoeToHost> {
   using Base::Base;
@@ -115,7 +150,8 @@ struct ConvertMoeToHost
     host::populateCollectivePatterns(patterns, pending);
     if (failed(applyPartialConversion(getOperation(), target,
                                       std::move(patterns))))
-      signalPassFailure();
+      return signalPassFailure();
+    buildInDestinations(getOperation());
   }
 };
 

@@ -256,3 +256,40 @@ func.func @grouped_gradients(%grad: tensor<?x8xf32>, %w: tensor<3x8x16xf32>,
       : tensor<?x16xf32>, tensor<?x8xf32>, tensor<4xi32> -> tensor<3x8x16xf32>
   return %dx, %dw : tensor<?x16xf32>, tensor<3x8x16xf32>
 }
+
+// -----
+
+// A weight gradient that goes straight to an output argument (the backward
+// entry's `W.grad`) is built in it: no allocation and no copy.
+// CHECK-LABEL: func.func @gradient_in_destination
+// CHECK-SAME: %[[OUT:[a-z0-9]+]]: memref<3x8x16xf32>
+// CHECK-NOT: memref.alloc() : memref<3x8x16xf32>
+// CHECK: vector.store %{{.*}}, %[[OUT]]
+// CHECK-NOT: materialize_in_destination
+// CHECK: return
+func.func @gradient_in_destination(%grad: tensor<?x8xf32>,
+                                   %x: tensor<?x16xf32>, %off: tensor<4xi32>,
+                                   %out: memref<3x8x16xf32>) {
+  %dw = moe.grouped_matmul_dw %x, %grad, %off
+      : tensor<?x16xf32>, tensor<?x8xf32>, tensor<4xi32> -> tensor<3x8x16xf32>
+  bufferization.materialize_in_destination %dw in restrict writable %out
+      : (tensor<3x8x16xf32>, memref<3x8x16xf32>) -> ()
+  return
+}
+
+// A destination used again, or an allocation of another type, keeps the
+// copy.
+// CHECK-LABEL: func.func @gradient_copied
+// CHECK: memref.alloc() : memref<3x8x16xf32>
+// CHECK: materialize_in_destination
+func.func @gradient_copied(%grad: tensor<?x8xf32>, %x: tensor<?x16xf32>,
+                           %off: tensor<4xi32>, %out: memref<3x8x16xf32>)
+    -> f32 {
+  %dw = moe.grouped_matmul_dw %x, %grad, %off
+      : tensor<?x16xf32>, tensor<?x8xf32>, tensor<4xi32> -> tensor<3x8x16xf32>
+  bufferization.materialize_in_destination %dw in restrict writable %out
+      : (tensor<3x8x16xf32>, memref<3x8x16xf32>) -> ()
+  %c0 = arith.constant 0 : index
+  %v = memref.load %out[%c0, %c0, %c0] : memref<3x8x16xf32>
+  return %v : f32
+}
