@@ -123,9 +123,20 @@ Tensor toTensor(const AnyArray &a, const std::string &what, int rank,
   return t;
 }
 
+/// Gradient buffers Python has let go of, for the next backward pass to
+/// write into: fresh ones cost page faults and zeroing, half of a pass at
+/// 64 tokens. At most one per gradient name.
+struct GradientPool {
+  std::mutex mutex;
+  std::map<std::string, Tensor> spare;
+};
+
 /// Hands a Tensor's bytes to numpy without copying them; f32, i32 and i64
-/// only (other dtypes are converted to f32 first).
-NumpyArray toNumpy(Tensor tensor) {
+/// only (other dtypes are converted to f32 first). With a `pool`, the
+/// buffer goes back to it under `name` once numpy and torch are done with
+/// the array, instead of being freed.
+NumpyArray toNumpy(Tensor tensor, std::shared_ptr<GradientPool> pool = {},
+                   const std::string &name = "") {
   if (tensor.dtype != DType::F32 && tensor.dtype != DType::I32 &&
       tensor.dtype != DType::I64) {
     Expected<Tensor> c = convertTensor(tensor, DType::F32);
@@ -133,49 +144,31 @@ NumpyArray toNumpy(Tensor tensor) {
       fail(c.message());
     tensor = std::move(*c);
   }
-  auto *owned = new Tensor(std::move(tensor));
-  nb::capsule owner(owned,
-                    [](void *p) noexcept { delete static_cast<Tensor *>(p); });
-  std::vector<size_t> shape(owned->shape.begin(), owned->shape.end());
-  nb::dlpack::dtype d = owned->dtype == DType::F32   ? nb::dtype<float>()
-                        : owned->dtype == DType::I32 ? nb::dtype<int32_t>()
-                                                     : nb::dtype<int64_t>();
-  return NumpyArray(owned->data.data(), shape.size(), shape.data(), owner,
-                    nullptr, d);
-}
-
-/// Gradient buffers Python has let go of, for the next backward pass to
-/// write into: fresh ones cost page faults and zeroing, a fifth of a pass
-/// at 64 tokens. At most one per gradient name.
-struct GradientPool {
-  std::mutex mutex;
-  std::map<std::string, Tensor> spare;
-};
-
-/// toNumpy for a gradient: when numpy and torch are done with the array,
-/// its buffer goes back to `pool` instead of being freed.
-NumpyArray toPooledNumpy(Tensor tensor, const std::string &name,
-                         const std::shared_ptr<GradientPool> &pool) {
-  struct Pooled {
+  struct Owned {
     Tensor tensor;
-    std::string name;
     std::shared_ptr<GradientPool> pool;
+    std::string name;
   };
-  auto *owned = new Pooled{std::move(tensor), name, pool};
+  auto *owned = new Owned{std::move(tensor), std::move(pool), name};
   nb::capsule owner(owned, [](void *p) noexcept {
-    auto *pooled = static_cast<Pooled *>(p);
-    try {
-      std::lock_guard<std::mutex> lock(pooled->pool->mutex);
-      pooled->pool->spare.try_emplace(pooled->name, std::move(pooled->tensor));
-    } catch (...) {
-      // Not kept: the buffer is freed with its holder.
+    auto *o = static_cast<Owned *>(p);
+    if (o->pool) {
+      try {
+        std::lock_guard<std::mutex> lock(o->pool->mutex);
+        o->pool->spare.try_emplace(o->name, std::move(o->tensor));
+      } catch (...) {
+        // Not kept: the buffer is freed with its holder.
+      }
     }
-    delete pooled;
+    delete o;
   });
-  std::vector<size_t> shape(owned->tensor.shape.begin(),
-                            owned->tensor.shape.end());
+  const Tensor &t = owned->tensor;
+  std::vector<size_t> shape(t.shape.begin(), t.shape.end());
+  nb::dlpack::dtype d = t.dtype == DType::F32   ? nb::dtype<float>()
+                        : t.dtype == DType::I32 ? nb::dtype<int32_t>()
+                                                : nb::dtype<int64_t>();
   return NumpyArray(owned->tensor.data.data(), shape.size(), shape.data(),
-                    owner, nullptr, nb::dtype<float>());
+                    owner, nullptr, d);
 }
 
 template <typename T> T check(Expected<T> value) {
@@ -242,9 +235,7 @@ struct PyLayer {
         exclusive([&] { return check(layer->backward(input, grad, &spare)); });
     std::map<std::string, NumpyArray> out;
     for (auto &[name, t] : grads)
-      out.emplace(name, t.dtype == DType::F32
-                            ? toPooledNumpy(std::move(t), name, gradientPool)
-                            : toNumpy(std::move(t)));
+      out.emplace(name, toNumpy(std::move(t), gradientPool, name));
     return out;
   }
 
@@ -259,14 +250,8 @@ struct PyLayer {
                                    "a C-contiguous CPU array"));
     }
     exclusive([&] {
-      std::map<std::string, const Tensor *> refs;
-      for (const auto &[name, t] : owned)
-        refs[name] = &t;
-      std::vector<uint8_t> bytes = check(serializeSafetensors(refs));
-      owned.clear();
-      SafetensorsFile file =
-          check(SafetensorsFile::parse(std::move(bytes), "<state_dict>"));
-      check(layer->loadWeights(Checkpoint(std::move(file)), prefix));
+      check(layer->loadWeights(Checkpoint(std::move(owned), "<state_dict>"),
+                               prefix));
     });
   }
 
@@ -350,11 +335,25 @@ struct PyLayer {
   }
 };
 
-std::unique_ptr<PyLayer> loadLayer(const nb::bytes &data,
-                                   const std::string &device) {
+/// The bundle in `data`, checked (checksum, manifest).
+Bundle parseBundleBytes(const nb::bytes &data) {
   std::vector<uint8_t> bytes(data.size());
   std::memcpy(bytes.data(), data.c_str(), data.size());
-  Bundle bundle = check(parseBundle(bytes, "<bundle>"));
+  return check(parseBundle(bytes, "<bundle>"));
+}
+
+/// Where the bundle's layer is in its model's checkpoints: the prefix with
+/// "{layer}" and the MoE layers' indices (from a config.json; empty when
+/// unknown). Nothing is loaded.
+std::tuple<std::string, std::vector<int64_t>>
+bundleCheckpoint(const nb::bytes &data) {
+  Bundle bundle = parseBundleBytes(data);
+  return {bundle.manifest.checkpointPrefix, bundle.manifest.moeLayers};
+}
+
+std::unique_ptr<PyLayer> loadLayer(const nb::bytes &data,
+                                   const std::string &device) {
+  Bundle bundle = parseBundleBytes(data);
   if (bundle.manifest.expertParallel > 1)
     badArgument("the bundle shards its experts over " +
                 std::to_string(bundle.manifest.expertParallel) +
@@ -429,6 +428,7 @@ NB_MODULE(_core, m) {
         nb::arg("train"), nb::arg("backward"), nb::arg("weight_names"),
         nb::arg("mcpu"), nb::arg("use_cache"));
   m.def("version", [] { return std::string(mlir::moe::kCompilerVersion); });
+  m.def("bundle_checkpoint", &bundleCheckpoint, nb::arg("bundle"));
 
   nb::class_<PyLayer>(m, "Layer")
       .def_static("load", &loadLayer, nb::arg("bundle"), nb::arg("device"))
@@ -469,12 +469,7 @@ NB_MODULE(_core, m) {
                    [](const PyLayer &l) { return l.manifest().layer.dtype; })
       .def_prop_ro("max_tokens",
                    [](const PyLayer &l) { return l.manifest().maxTokens; })
-      .def_prop_ro(
-          "has_backward",
-          [](const PyLayer &l) { return !l.manifest().backward.entry.empty(); })
-      .def_prop_ro(
-          "checkpoint_prefix",
-          [](const PyLayer &l) { return l.manifest().checkpointPrefix; })
-      .def_prop_ro("moe_layers",
-                   [](const PyLayer &l) { return l.manifest().moeLayers; });
+      .def_prop_ro("has_backward", [](const PyLayer &l) {
+        return !l.manifest().backward.entry.empty();
+      });
 }

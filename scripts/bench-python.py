@@ -22,26 +22,20 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_vs_torch import LAYERS, TorchLayer  # noqa: E402
+from bench_vs_torch import LAYERS, TorchLayer, timed  # noqa: E402
 from train_bench import read_manifest  # noqa: E402
 
 import moe_compiler  # noqa: E402
 
 
 def median_ms(fn, repeat):
-    fn()  # warm-up
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2] * 1e3
+    """Median milliseconds of fn() after a warm-up call."""
+    return timed(fn, repeat) * 1e3
 
 
 def main():

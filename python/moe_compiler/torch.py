@@ -21,7 +21,7 @@ import re
 
 import torch
 
-from . import Bundle, compile as _compile
+from . import Bundle, _core, compile as _compile
 
 
 class _MoEFunction(torch.autograd.Function):
@@ -175,9 +175,8 @@ def replace_moe_blocks(model, target="host", dtype=None, train=None,
         train = model.training
     bundle = _compile(config, target=target, dtype=dtype, train=train,
                       cache=cache)
-    probe = bundle.load()
-    template = probe._core.checkpoint_prefix
-    moe_layers = set(probe._core.moe_layers)
+    template, moe_layers = _core.bundle_checkpoint(bundle.data)
+    moe_layers = set(moe_layers)
     if "{layer}" not in template:
         raise ValueError("the compiled config does not say where its MoE "
                          "blocks are in the model (no checkpoint prefix)")

@@ -192,6 +192,15 @@ expectedParameters(const LayerSpec &l, int64_t ep) {
   return list;
 }
 
+/// Each parameter's shape, by role.
+static std::map<std::string, std::vector<int64_t>>
+parameterShapes(const Manifest &m) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const ParameterSpec &p : m.parameters)
+    shapes[p.role] = p.shape;
+  return shapes;
+}
+
 /// The training step's arguments must each have the shape their name
 /// implies: a parameter's (also as .m, .v, .next, .grad), [T, hidden] for
 /// x, target and x.grad, [8] hyperparameters, a scalar loss, a load vector,
@@ -200,9 +209,7 @@ static Status validateTrainArguments(const Manifest &m) {
   auto fail = [](const std::string &what) {
     return Status::failure("invalid manifest: " + what);
   };
-  std::map<std::string, std::vector<int64_t>> params;
-  for (const ParameterSpec &p : m.parameters)
-    params[p.role] = p.shape;
+  std::map<std::string, std::vector<int64_t>> params = parameterShapes(m);
   std::vector<int64_t> tokens = {-1, m.layer.hidden};
   for (const TrainArgumentSpec &a : m.train.arguments) {
     std::string base = a.name;
@@ -246,9 +253,7 @@ static Status validateTrainArguments(const Manifest &m) {
 /// The backward pass's arguments: `x`, `dy` and `x.grad` [T, hidden];
 /// each weight with a parameter's shape, also as `W.grad`.
 static Status validateBackwardArguments(const Manifest &m) {
-  std::map<std::string, std::vector<int64_t>> params;
-  for (const ParameterSpec &p : m.parameters)
-    params[p.role] = p.shape;
+  std::map<std::string, std::vector<int64_t>> params = parameterShapes(m);
   std::vector<int64_t> tokens = {-1, m.layer.hidden};
   for (const TrainArgumentSpec &a : m.backward.arguments) {
     std::string base = a.name;

@@ -234,6 +234,11 @@ Checkpoint::Checkpoint(SafetensorsFile file)
     : name(file.getName()),
       single(std::make_shared<SafetensorsFile>(std::move(file))) {}
 
+Checkpoint::Checkpoint(std::map<std::string, Tensor> tensors, std::string name)
+    : name(std::move(name)),
+      memory(std::make_shared<const std::map<std::string, Tensor>>(
+          std::move(tensors))) {}
+
 Expected<Checkpoint> Checkpoint::open(const std::string &path) {
   using Result = Expected<Checkpoint>;
   bool index =
@@ -282,6 +287,8 @@ Expected<Checkpoint> Checkpoint::open(const std::string &path) {
 }
 
 bool Checkpoint::contains(const std::string &tensor) const {
+  if (memory)
+    return memory->count(tensor) != 0;
   return single ? single->contains(tensor) : weightMap.count(tensor) != 0;
 }
 
@@ -291,6 +298,12 @@ std::string Checkpoint::fileOf(const std::string &tensor) const {
 }
 
 Expected<Tensor> Checkpoint::get(const std::string &tensor) const {
+  if (memory) {
+    auto it = memory->find(tensor);
+    if (it == memory->end())
+      return Expected<Tensor>::error(name + ": no tensor '" + tensor + "'");
+    return it->second;
+  }
   if (single)
     return single->get(tensor);
   auto it = weightMap.find(tensor);

@@ -21,3 +21,11 @@ def moe_train():
     if not path:
         pytest.skip("moe-train is not on PATH")
     return path
+
+
+@pytest.fixture
+def moe_compile():
+    path = shutil.which("moe-compile")
+    if not path:
+        pytest.skip("moe-compile is not on PATH")
+    return path

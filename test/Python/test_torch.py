@@ -18,16 +18,15 @@ from test_package import generate  # noqa: E402
 
 @pytest.mark.parametrize("name", ["deepseek-v3-tiny", "gpt-oss-tiny",
                                   "llama4-tiny"])
-def test_grads_match_moe_train(tmp_path, moe_train, name):
+def test_grads_match_moe_train(tmp_path, moe_compile, moe_train, name):
     config, weights, x = generate(tmp_path, name, tokens=6)
     rng = np.random.default_rng(7)
     target = rng.uniform(-0.1, 0.1, size=x.shape).astype(np.float32)
     # moe-train: one step of its fused MSE training step, gradients dumped.
     bundle = moe_compiler.compile(config, max_tokens=64, train=True)
     step = tmp_path / "step.moeb"
-    subprocess.run([moe_train.replace("moe-train", "moe-compile"),
-                    "--hf-config", config, "--train", "--max-tokens", "64",
-                    "-o", str(step)], check=True)
+    subprocess.run([moe_compile, "--hf-config", config, "--train",
+                    "--max-tokens", "64", "-o", str(step)], check=True)
     batch, dumped = tmp_path / "batch.safetensors", tmp_path / "g.safetensors"
     reference.write_safetensors(str(batch), {"x": x, "target": target})
     subprocess.run([moe_train, str(step), "--steps", "1", "--lr", "0",

@@ -69,6 +69,9 @@ public:
   static Expected<Checkpoint> open(const std::string &path);
   /// A checkpoint of one file already open.
   explicit Checkpoint(SafetensorsFile file);
+  /// A checkpoint of tensors already in memory (a framework's state
+  /// dict), called `name` in messages.
+  Checkpoint(std::map<std::string, Tensor> tensors, std::string name);
 
   bool contains(const std::string &tensor) const;
   /// Copies one tensor out (opening its shard), or says why it cannot.
@@ -83,6 +86,7 @@ public:
 private:
   std::string name;
   std::shared_ptr<SafetensorsFile> single;
+  std::shared_ptr<const std::map<std::string, Tensor>> memory;
   // An index: tensor -> shard file name, the shards' directory, and the
   // shards opened so far.
   std::map<std::string, std::string> weightMap;
