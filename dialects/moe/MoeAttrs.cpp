@@ -80,7 +80,7 @@ LogicalResult LayerConfigAttr::verify(
     int64_t ffn, int64_t sharedExperts, int64_t sharedFfn, bool sharedGate,
     bool scaleInput, bool outputBias, bool routerBias, bool expertBias,
     Activation activation, llvm::APFloat swigluAlpha,
-    llvm::APFloat swigluLimit, Type dtype) {
+    llvm::APFloat swigluLimit, Type dtype, Type expertDtype) {
   if (failed(checkSize(emitError, "hidden", hidden)) ||
       failed(checkSize(emitError, "experts", experts)) ||
       failed(checkSize(emitError, "ffn", ffn)))
@@ -150,6 +150,10 @@ LogicalResult LayerConfigAttr::verify(
   if (!dtype || !(dtype.isF32() || dtype.isBF16() || dtype.isF16()))
     return emitError() << "expected dtype to be f32, bf16 or f16, got "
                        << dtype;
+  if (expertDtype && expertDtype != dtype &&
+      !isa<Float8E4M3FNType>(expertDtype))
+    return emitError() << "expected expert_dtype to be the dtype (" << dtype
+                       << ") or f8E4M3FN, got " << expertDtype;
   return success();
 }
 

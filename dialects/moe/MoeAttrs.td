@@ -128,6 +128,7 @@ def Moe_LayerConfigAttr : Moe_Attr<"LayerConfig", "layer_config"> {
     | `swiglu_alpha` | `clamped_swiglu`'s sigmoid gain | `1.702` |
     | `swiglu_limit` | `clamped_swiglu`'s clamp | `7.0` |
     | `dtype` | element type of activations and weights (f32, bf16, f16) | required |
+    | `expert_dtype` | element type of the routed and shared experts' weights: `dtype`, or `f8E4M3FN` (e4m3 with one f32 scale per 128 x 128 block; inputs quantized per token per 128 channels) | `dtype` |
 
     Routing: scores are `scoring(x * Wr^T)` in f32. With `groups > 1`, each
     group of `experts / groups` consecutive experts is scored by its best
@@ -187,7 +188,8 @@ def Moe_LayerConfigAttr : Moe_Attr<"LayerConfig", "layer_config"> {
     Moe_EnumParameter<Moe_Activation, "::mlir::moe::Activation::SwiGLU">:$activation,
     Moe_F64Parameter<"clamped_swiglu's sigmoid gain", "1.702">:$swiglu_alpha,
     Moe_F64Parameter<"clamped_swiglu's clamp", "7.0">:$swiglu_limit,
-    "::mlir::Type":$dtype
+    "::mlir::Type":$dtype,
+    OptionalParameter<"::mlir::Type">:$expert_dtype
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
@@ -212,6 +214,15 @@ def Moe_LayerConfigAttr : Moe_Attr<"LayerConfig", "layer_config"> {
     double getSwigluLimitValue() const {
       return getSwigluLimit().convertToDouble();
     }
+    /// The element type of the expert FFNs' weights.
+    ::mlir::Type getExpertWeightType() const {
+      return getExpertDtype() ? getExpertDtype() : getDtype();
+    }
+    /// Whether the experts' weights are FP8 with 128 x 128 block scales.
+    bool isFp8() const {
+      return getExpertDtype() &&
+             ::llvm::isa<::mlir::Float8E4M3FNType>(getExpertDtype());
+    }
     bool isClamped() const {
       return getActivation() == ::mlir::moe::Activation::ClampedSwiGLU;
     }
@@ -220,6 +231,8 @@ def Moe_LayerConfigAttr : Moe_Attr<"LayerConfig", "layer_config"> {
     std::string getUntrainable() const {
       if (getScoring() == ::mlir::moe::ScoringFunc::Sparsemixer)
         return "it routes by sparsemixer (Phi-3.5-MoE)";
+      if (isFp8())
+        return "its expert weights are fp8 (train in bf16)";
       return "";
     }
   }];

@@ -17,6 +17,18 @@
 #include "moe/MoeEnums.h.inc"
 
 namespace mlir::moe {
+/// Rows and columns of an FP8 weight's scale block, and channels of an
+/// activation's (DeepSeek-V3's fine-grained quantization).
+constexpr int64_t kFp8Block = 128;
+/// The largest finite e4m3 value: a block's largest magnitude maps to it.
+constexpr double kFp8Max = 448.0;
+/// The smallest block maximum an activation's scale is computed from (an
+/// all-zero block gets a finite scale).
+constexpr double kFp8MinAmax = 1e-4;
+
+/// Scale blocks covering `n` rows or columns.
+inline int64_t fp8Blocks(int64_t n) { return (n + kFp8Block - 1) / kFp8Block; }
+
 /// Field parsers used by the attribute assembly formats.
 FailureOr<bool> parseBoolParameter(AsmParser &parser);
 FailureOr<llvm::APFloat> parseF64Parameter(AsmParser &parser);

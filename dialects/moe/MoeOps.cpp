@@ -207,12 +207,13 @@ LogicalResult LayerOp::verify() {
                          << getEpChunks();
   // Each rank holds E / ep_size experts.
   int64_t local = e / ep;
+  Type weightElt = config.getExpertWeightType();
   if (failed(expectShape(op, "gate weight", getGateWeight(), {local, f, h},
-                         dtype)) ||
-      failed(
-          expectShape(op, "up weight", getUpWeight(), {local, f, h}, dtype)) ||
+                         weightElt)) ||
+      failed(expectShape(op, "up weight", getUpWeight(), {local, f, h},
+                         weightElt)) ||
       failed(expectShape(op, "down weight", getDownWeight(), {local, h, f},
-                         dtype)))
+                         weightElt)))
     return failure();
 
   if (failed(checkPresence(op, getSharedGateWeight(), config.hasSharedExperts(),
@@ -220,11 +221,38 @@ LogicalResult LayerOp::verify() {
     return failure();
   if (getSharedGateWeight() &&
       (failed(expectShape(op, "shared gate weight", getSharedGateWeight(),
-                          {s, h}, dtype)) ||
+                          {s, h}, weightElt)) ||
        failed(expectShape(op, "shared up weight", getSharedUpWeight(), {s, h},
-                          dtype)) ||
+                          weightElt)) ||
        failed(expectShape(op, "shared down weight", getSharedDownWeight(),
-                          {h, s}, dtype))))
+                          {h, s}, weightElt))))
+    return failure();
+
+  // FP8 experts: one f32 scale per 128 x 128 block of each weight.
+  Type f32 = Float32Type::get(getContext());
+  auto blocks = fp8Blocks;
+  if (failed(checkPresence(op, getGateScale(), config.isFp8(),
+                           "scales(gate, up, down)",
+                           "expert_dtype = f8E4M3FN")) ||
+      (getGateScale() &&
+       (failed(expectShape(op, "gate scale", getGateScale(),
+                           {local, blocks(f), blocks(h)}, f32)) ||
+        failed(expectShape(op, "up scale", getUpScale(),
+                           {local, blocks(f), blocks(h)}, f32)) ||
+        failed(expectShape(op, "down scale", getDownScale(),
+                           {local, blocks(h), blocks(f)}, f32)))))
+    return failure();
+  if (failed(checkPresence(op, getSharedGateScale(),
+                           config.isFp8() && config.hasSharedExperts(),
+                           "shared_scales(gate, up, down)",
+                           "expert_dtype = f8E4M3FN and shared experts")) ||
+      (getSharedGateScale() &&
+       (failed(expectShape(op, "shared gate scale", getSharedGateScale(),
+                           {blocks(s), blocks(h)}, f32)) ||
+        failed(expectShape(op, "shared up scale", getSharedUpScale(),
+                           {blocks(s), blocks(h)}, f32)) ||
+        failed(expectShape(op, "shared down scale", getSharedDownScale(),
+                           {blocks(h), blocks(s)}, f32)))))
     return failure();
 
   if (failed(checkPresence(op, getSharedExpertGate(), config.getSharedGate(),
@@ -453,6 +481,28 @@ bool GroupedMatmulOp::isCompatibleReturnTypes(TypeRange l, TypeRange r) {
   return areCompatibleTensorTypes(l, r);
 }
 
+/// An e4m3 weight (`[..., N, K]`) needs its block scales (`[..., N / 128,
+/// K / 128]` rounded up, f32) and other weights none.
+static LogicalResult verifyFp8Weight(Operation *op, StringRef what,
+                                     RankedTensorType weight, Value scale,
+                                     StringRef scaleName) {
+  bool fp8 = isa<Float8E4M3FNType>(weight.getElementType());
+  if (fp8 && !scale)
+    return op->emitOpError() << "expected a " << scaleName
+                             << " operand for the e4m3 " << what;
+  if (!fp8 && scale)
+    return op->emitOpError() << "unexpected " << scaleName
+                             << " operand: the " << what << " is "
+                             << weight.getElementType() << ", not e4m3";
+  if (!scale)
+    return success();
+  SmallVector<int64_t> shape(weight.getShape());
+  for (size_t d = shape.size() - 2; d < shape.size(); ++d)
+    shape[d] = fp8Blocks(shape[d]);
+  return expectShape(op, scaleName, scale, shape,
+                     Float32Type::get(op->getContext()));
+}
+
 /// The checks a grouped GEMM and its input gradient share: `rows` (`[R, X]`,
 /// X static) against the static `[E, N, K]` weight on its dim `weightDim`,
 /// their element types, and offsets of size E + 1.
@@ -465,8 +515,9 @@ static LogicalResult verifyGroupedGemm(Operation *op, StringRef rowsName,
       failed(requireStaticDims(op, "the weight", weight, {0, 1, 2})) ||
       failed(expectDim(op, "weight", weight, weightDim, rows.getDimSize(1),
                        meaning)) ||
-      failed(expectElementType(op, "weight", weight.getElementType(),
-                               rows.getElementType())))
+      (!isa<Float8E4M3FNType>(weight.getElementType()) &&
+       failed(expectElementType(op, "weight", weight.getElementType(),
+                                rows.getElementType()))))
     return failure();
   FailureOr<int64_t> experts = getExpertsFromOffsets(op, offsets);
   if (failed(experts))
@@ -483,13 +534,16 @@ LogicalResult GroupedMatmulOp::verify() {
           *this, "the input", asRanked(getInput()), asRanked(getWeight()), 2,
           "reduction size of the input", asRanked(getOffsets()))))
     return failure();
-  if (getBias()) {
-    auto weight = asRanked(getWeight());
-    if (failed(expectShape(getOperation(), "bias", getBias(),
-                           {weight.getDimSize(0), weight.getDimSize(1)},
-                           weight.getElementType())))
-      return failure();
-  }
+  auto weight = asRanked(getWeight());
+  Type inputElt = asRanked(getInput()).getElementType();
+  if (getBias() &&
+      failed(expectShape(getOperation(), "bias", getBias(),
+                         {weight.getDimSize(0), weight.getDimSize(1)},
+                         inputElt)))
+    return failure();
+  if (failed(verifyFp8Weight(getOperation(), "weight", weight, getScale(),
+                             "scale")))
+    return failure();
   return verifyResultTypes(*this);
 }
 
@@ -576,10 +630,23 @@ LogicalResult SharedExpertOp::verify() {
     return failure();
   int64_t h = input.getDimSize(1), s = gate.getDimSize(0);
   Type elt = input.getElementType();
-  if (failed(expectShape(op, "gate weight", getGateWeight(), {s, h}, elt)) ||
-      failed(expectShape(op, "up weight", getUpWeight(), {s, h}, elt)) ||
-      failed(expectShape(op, "down weight", getDownWeight(), {h, s}, elt)))
+  // The weights are the input's type or e4m3 (with block scales).
+  Type weightElt = isa<Float8E4M3FNType>(gate.getElementType())
+                       ? gate.getElementType()
+                       : elt;
+  if (failed(expectShape(op, "gate weight", getGateWeight(), {s, h},
+                         weightElt)) ||
+      failed(expectShape(op, "up weight", getUpWeight(), {s, h}, weightElt)) ||
+      failed(expectShape(op, "down weight", getDownWeight(), {h, s},
+                         weightElt)))
     return failure();
+  for (auto [what, weight, scale, scaleName] :
+       {std::tuple<StringRef, Value, Value, StringRef>{
+            "gate weight", getGateWeight(), getGateScale(), "gate scale"},
+        {"up weight", getUpWeight(), getUpScale(), "up scale"},
+        {"down weight", getDownWeight(), getDownScale(), "down scale"}})
+    if (failed(verifyFp8Weight(op, what, asRanked(weight), scale, scaleName)))
+      return failure();
   if (getExpertGate() &&
       failed(expectShape(op, "expert gate", getExpertGate(), {1, h}, elt)))
     return failure();

@@ -20,6 +20,12 @@ include "mlir/Interfaces/SideEffectInterfaces.td"
 defvar Moe_ElementTypes = [F32, BF16, F16];
 def Moe_Activations : TensorRankOf<Moe_ElementTypes, [2]>;
 def Moe_ExpertWeights : TensorRankOf<Moe_ElementTypes, [3]>;
+/// Weights of the expert FFNs: the activations' types, or e4m3 (OCP FP8,
+/// `f8E4M3FN`) with one f32 scale per 128 x 128 block.
+defvar Moe_WeightTypes = [F32, BF16, F16, F8E4M3FN];
+def Moe_FfnWeights : TensorRankOf<Moe_WeightTypes, [3]>;
+def Moe_FfnMatrix : TensorRankOf<Moe_WeightTypes, [2]>;
+def Moe_BlockScales : TensorRankOf<[F32], [3]>;
 def Moe_F32Matrix : TensorRankOf<[F32], [2]>;
 def Moe_F32Vector : TensorRankOf<[F32], [1]>;
 def Moe_I32Matrix : TensorRankOf<[I32], [2]>;
@@ -56,7 +62,14 @@ def Moe_LayerOp : Moe_InferredOp<"layer", [Pure, AttrSizedOperandSegments]> {
       the router logits, present exactly when `router_bias`;
     - `expert_bias(gate, up, down)`: `[E, F]`, `[E, F]`, `[E, H]`, the
       routed experts' projection biases, present exactly when
-      `expert_bias`.
+      `expert_bias`;
+    - `scales(gate, up, down)` and `shared_scales(gate, up, down)`: with
+      `expert_dtype = f8E4M3FN` the routed and shared weights are e4m3
+      codes, and these are their f32 scales, one per 128 x 128 block of
+      each (out, in) matrix: `[E, ceil(F/128), ceil(H/128)]`, ...,
+      `[ceil(S/128), ceil(H/128)]`, ... (a weight is its codes times its
+      block's scale, as the `weight_scale_inv` of DeepSeek-V3's
+      checkpoints).
 
     The result is `[T, H]` of element type `dtype`. `partition`, when
     present, is the SM split the layer's kernels are compiled for.
@@ -80,18 +93,24 @@ def Moe_LayerOp : Moe_InferredOp<"layer", [Pure, AttrSizedOperandSegments]> {
     Moe_Activations:$input,
     TensorRankOf<Moe_ElementTypes, [2]>:$router_weight,
     Optional<Moe_F32Vector>:$score_bias,
-    Moe_ExpertWeights:$gate_weight,
-    Moe_ExpertWeights:$up_weight,
-    Moe_ExpertWeights:$down_weight,
-    Optional<Moe_Activations>:$shared_gate_weight,
-    Optional<Moe_Activations>:$shared_up_weight,
-    Optional<Moe_Activations>:$shared_down_weight,
+    Moe_FfnWeights:$gate_weight,
+    Moe_FfnWeights:$up_weight,
+    Moe_FfnWeights:$down_weight,
+    Optional<Moe_FfnMatrix>:$shared_gate_weight,
+    Optional<Moe_FfnMatrix>:$shared_up_weight,
+    Optional<Moe_FfnMatrix>:$shared_down_weight,
     Optional<Moe_Activations>:$shared_expert_gate,
     Optional<TensorRankOf<Moe_ElementTypes, [1]>>:$output_bias,
     Optional<TensorRankOf<Moe_ElementTypes, [1]>>:$router_bias,
     Optional<Moe_Activations>:$gate_bias,
     Optional<Moe_Activations>:$up_bias,
     Optional<Moe_Activations>:$down_bias,
+    Optional<Moe_BlockScales>:$gate_scale,
+    Optional<Moe_BlockScales>:$up_scale,
+    Optional<Moe_BlockScales>:$down_scale,
+    Optional<Moe_F32Matrix>:$shared_gate_scale,
+    Optional<Moe_F32Matrix>:$shared_up_scale,
+    Optional<Moe_F32Matrix>:$shared_down_scale,
     Moe_LayerConfigAttr:$config,
     OptionalAttr<Moe_SmPartitionAttr>:$partition,
     DefaultValuedAttr<I64Attr, "1">:$ep_size,
@@ -101,8 +120,11 @@ def Moe_LayerOp : Moe_InferredOp<"layer", [Pure, AttrSizedOperandSegments]> {
   let assemblyFormat = [{
     $input `router` `(` $router_weight (`,` `bias` $score_bias^)? `)`
     `experts` `(` $gate_weight `,` $up_weight `,` $down_weight `)`
+    (`scales` `(` $gate_scale^ `,` $up_scale `,` $down_scale `)`)?
     (`shared` `(` $shared_gate_weight^ `,` $shared_up_weight `,`
                   $shared_down_weight `)`)?
+    (`shared_scales` `(` $shared_gate_scale^ `,` $shared_up_scale `,`
+                         $shared_down_scale `)`)?
     (`shared_gate` `(` $shared_expert_gate^ `)`)?
     (`output_bias` `(` $output_bias^ `)`)?
     (`router_bias` `(` $router_bias^ `)`)?
@@ -237,7 +259,8 @@ def Moe_DispatchOp : Moe_InferredOp<"dispatch", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Moe_GroupedMatmulOp : Moe_InferredOp<"grouped_matmul", [Pure]> {
+def Moe_GroupedMatmulOp : Moe_InferredOp<"grouped_matmul",
+                                         [Pure, AttrSizedOperandSegments]> {
   let summary = "Per-expert GEMM over an expert-contiguous buffer";
   let description = [{
     `out[r, n] = sum_k in[r, k] * w[e, n, k] + b[e, n]` for every row `r` in
@@ -248,20 +271,30 @@ def Moe_GroupedMatmulOp : Moe_InferredOp<"grouped_matmul", [Pure]> {
     `[R, K]`, `offsets` `[E + 1]` i32, the result `[R, N]`. Accumulation is
     in f32; the result has the input's element type.
 
+    With `scale` the weight is FP8 as DeepSeek-V3 computes it: `w` holds
+    e4m3 codes (`f8E4M3FN`) and `scale` `[E, ceil(N/128), ceil(K/128)]`
+    one f32 scale per 128 x 128 block, and each row of the input is
+    quantized per 128 of K before the product: with `a` the block's
+    largest magnitude (at least 1e-4), its values become
+    `e4m3(in * (448 / a))` (round to nearest even) with the scale
+    `a / 448`. `out[r, n]` sums, block by block, the products of the
+    codes times both blocks' scales.
+
     ```mlir
     %h = moe.grouped_matmul %rows, %w, %offsets
            : tensor<?x64xbf16>, tensor<8x32x64xbf16>, tensor<9xi32>
            -> tensor<?x32xbf16>
     ```
   }];
-  let arguments = (ins Moe_Activations:$input, Moe_ExpertWeights:$weight,
+  let arguments = (ins Moe_Activations:$input, Moe_FfnWeights:$weight,
                        Moe_I32Vector:$offsets,
-                       Optional<Moe_Activations>:$bias);
+                       Optional<Moe_Activations>:$bias,
+                       Optional<Moe_BlockScales>:$scale);
   let results = (outs Moe_Activations:$output);
   let assemblyFormat = [{
-    $input `,` $weight `,` $offsets (`bias` $bias^)? attr-dict `:`
-    type($input) `,` type($weight) `,` type($offsets) (`,` type($bias)^)?
-    `->` type($output)
+    $input `,` $weight `,` $offsets (`bias` $bias^)? (`scale` $scale^)?
+    attr-dict `:` type($input) `,` type($weight) `,` type($offsets)
+    (`,` type($bias)^)? (`,` type($scale)^)? `->` type($output)
   }];
   let hasVerifier = 1;
 }
@@ -312,14 +345,16 @@ def Moe_CombineOp : Moe_InferredOp<"combine", [Pure]> {
 }
 
 def Moe_SharedExpertOp : Moe_InferredOp<"shared_expert",
-                                        [Pure]> {
+                                        [Pure, AttrSizedOperandSegments]> {
   let summary = "The shared (dense) expert FFN every token goes through";
   let description = [{
     `y = down(silu(x * gate^T) * (x * up^T))` with `gate`, `up` `[S, H]` and
     `down` `[H, S]`; with `gate(g)` (`[1, H]`, Qwen2-MoE's
     `shared_expert_gate`) the result is multiplied per token by
     `sigmoid(x * g^T)`. Several shared experts of size F act as one of size
-    `S = n * F`.
+    `S = n * F`. With `scales(g, u, d)` the three weights are e4m3 codes
+    with f32 block scales, and each projection's input is quantized, as
+    `moe.grouped_matmul`'s `scale` defines.
 
     ```mlir
     %s = moe.shared_expert %x, %g, %u, %d
@@ -328,15 +363,19 @@ def Moe_SharedExpertOp : Moe_InferredOp<"shared_expert",
     ```
   }];
   let arguments = (ins Moe_Activations:$input,
-                       Moe_Activations:$gate_weight,
-                       Moe_Activations:$up_weight,
-                       Moe_Activations:$down_weight,
-                       Optional<Moe_Activations>:$expert_gate);
+                       Moe_FfnMatrix:$gate_weight,
+                       Moe_FfnMatrix:$up_weight,
+                       Moe_FfnMatrix:$down_weight,
+                       Optional<Moe_Activations>:$expert_gate,
+                       Optional<Moe_F32Matrix>:$gate_scale,
+                       Optional<Moe_F32Matrix>:$up_scale,
+                       Optional<Moe_F32Matrix>:$down_scale);
   let results = (outs Moe_Activations:$output);
   let assemblyFormat = [{
     $input `,` $gate_weight `,` $up_weight `,` $down_weight
-    (`gate` `(` $expert_gate^ `)`)? attr-dict `:`
-    functional-type(operands, results)
+    (`gate` `(` $expert_gate^ `)`)?
+    (`scales` `(` $gate_scale^ `,` $up_scale `,` $down_scale `)`)?
+    attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }

@@ -139,8 +139,9 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
            "' (expected deepseek, mixtral, qwen, minimax, ernie, granite, "
            "hunyuan, llama4, dbrx, jetmoe or gpt_oss)";
   if (!o.dtype.empty() && o.dtype != "f32" && o.dtype != "bf16" &&
-      o.dtype != "f16")
-    return "unknown --dtype '" + o.dtype + "' (expected f32, bf16 or f16)";
+      o.dtype != "f16" && o.dtype != "fp8")
+    return "unknown --dtype '" + o.dtype +
+           "' (expected f32, bf16, f16 or fp8)";
   return "";
 }
 
@@ -200,6 +201,8 @@ static rt::Manifest buildManifest(LayerConfigAttr config, WeightNaming naming,
   l.swigluAlpha = config.getSwigluAlphaValue();
   l.swigluLimit = config.getSwigluLimitValue();
   llvm::raw_string_ostream(l.dtype) << config.getDtype();
+  if (config.isFp8())
+    llvm::raw_string_ostream(l.expertDtype) << config.getExpertDtype();
   l.alignment = alignmentFor(o);
   for (const EntryArgument &arg : args) {
     rt::DType dt = *toDType(arg.type.getElementType());
@@ -218,7 +221,9 @@ static rt::Manifest buildManifest(LayerConfigAttr config, WeightNaming naming,
       // expert or one tensor of them all.
       bool expert = arg.role == "gate_weight" || arg.role == "up_weight" ||
                     arg.role == "down_weight" || arg.role == "gate_bias" ||
-                    arg.role == "up_bias" || arg.role == "down_bias";
+                    arg.role == "up_bias" || arg.role == "down_bias" ||
+                    arg.role == "gate_scale" || arg.role == "up_scale" ||
+                    arg.role == "down_scale";
       p.stack = p.name.find("{i}") != std::string::npos || expert
                     ? arg.type.getDimSize(0)
                     : 0;
@@ -540,7 +545,12 @@ CompileResult mlir::moe::compile(const std::string &input,
                    .Case("f32", Float32Type::get(&context))
                    .Case("bf16", BFloat16Type::get(&context))
                    .Case("f16", Float16Type::get(&context))
+                   .Case("fp8", BFloat16Type::get(&context))
                    .Default(Type());
+  // fp8: bf16 activations, e4m3 expert weights with block scales.
+  Type expertDtype = options.dtype == "fp8"
+                         ? Type(Float8E4M3FNType::get(&context))
+                         : Type();
   std::optional<WeightNaming> naming = parseWeightNaming(options.weightNames);
 
   OwningOpRef<ModuleOp> module;
@@ -553,7 +563,7 @@ CompileResult mlir::moe::compile(const std::string &input,
           dtype                        ? dtype
           : options.target == "sm_90a" ? Type(BFloat16Type::get(&context))
                                        : Type(Float32Type::get(&context)),
-          result.error);
+          result.error, expertDtype);
       if (!imported)
         return result;
       if (!naming)
@@ -614,12 +624,26 @@ CompileResult mlir::moe::compile(const std::string &input,
       return result;
     }
   }
-  if (dtype && kind == InputKind::Mlir && config.getDtype() != dtype) {
+  if (dtype && kind == InputKind::Mlir &&
+      (config.getDtype() != dtype ||
+       (expertDtype && config.getExpertWeightType() != expertDtype))) {
     std::string have;
-    llvm::raw_string_ostream(have) << config.getDtype();
+    llvm::raw_string_ostream os(have);
+    os << config.getDtype();
+    if (config.getExpertDtype())
+      os << " with expert_dtype " << config.getExpertDtype();
     result.error = "--dtype=" + options.dtype +
                    " conflicts with the layer's dtype " + have + " in '" +
-                   inputName + "'";
+                   inputName + "'" +
+                   (expertDtype ? " (fp8 is dtype bf16 with expert_dtype "
+                                  "f8E4M3FN)"
+                                : "");
+    return result;
+  }
+  if (config.isFp8() && options.target == "sm_90a") {
+    result.error = "--target=sm_90a: fp8 experts (expert_dtype = f8E4M3FN) "
+                   "are compiled for the host only so far; compile with "
+                   "--target=host, or in bf16 for sm_90a";
     return result;
   }
 

@@ -357,7 +357,7 @@ struct Fields {
 std::optional<ImportedConfig>
 mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
                           MLIRContext *context, Type dtype,
-                          std::string &error) {
+                          std::string &error, Type expertDtype) {
   // llvm::json's parser recurses: bound the nesting first.
   if (::moe::rt::Status s = ::moe::rt::checkJsonDepth(
           text.data(), text.size(), fileName.str());
@@ -863,7 +863,8 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
         f.groupScore, f.scoreBias, f.normalize, llvm::APFloat(f.scale),
         llvm::APFloat(f.jitter), f.ffn, f.sharedExperts, f.sharedFfn,
         f.sharedGate, f.scaleInput, f.outputBias, f.routerBias, f.expertBias,
-        f.activation, llvm::APFloat(f.alpha), llvm::APFloat(f.limit), dtype);
+        f.activation, llvm::APFloat(f.alpha), llvm::APFloat(f.limit), dtype,
+        expertDtype);
   }
   if (!config) {
     error = r.prefix + ": inconsistent MoE configuration: " + verifyError;
@@ -898,9 +899,10 @@ OwningOpRef<ModuleOp> mlir::moe::buildLayerModule(MLIRContext *context,
   SmallVector<Type> types = {t({ShapedType::kDynamic, h}, dt), t({e, h}, dt)};
   if (config.getScoreBias())
     types.push_back(t({e}, b.getF32Type()));
-  types.append({t({e, f, h}, dt), t({e, f, h}, dt), t({e, h, f}, dt)});
+  Type wt = config.getExpertWeightType();
+  types.append({t({e, f, h}, wt), t({e, f, h}, wt), t({e, h, f}, wt)});
   if (config.hasSharedExperts())
-    types.append({t({s, h}, dt), t({s, h}, dt), t({h, s}, dt)});
+    types.append({t({s, h}, wt), t({s, h}, wt), t({h, s}, wt)});
   if (config.getSharedGate())
     types.push_back(t({1, h}, dt));
   if (config.getOutputBias())
@@ -909,6 +911,18 @@ OwningOpRef<ModuleOp> mlir::moe::buildLayerModule(MLIRContext *context,
     types.push_back(t({e}, dt));
   if (config.getExpertBias())
     types.append({t({e, f}, dt), t({e, f}, dt), t({e, h}, dt)});
+  // FP8 experts: their block scales.
+  auto blocks = fp8Blocks;
+  Type f32 = b.getF32Type();
+  if (config.isFp8()) {
+    types.append({t({e, blocks(f), blocks(h)}, f32),
+                  t({e, blocks(f), blocks(h)}, f32),
+                  t({e, blocks(h), blocks(f)}, f32)});
+    if (config.hasSharedExperts())
+      types.append({t({blocks(s), blocks(h)}, f32),
+                    t({blocks(s), blocks(h)}, f32),
+                    t({blocks(h), blocks(s)}, f32)});
+  }
 
   b.setInsertionPointToEnd(module->getBody());
   auto func = func::FuncOp::create(b, loc, "moe_layer",
@@ -936,9 +950,21 @@ OwningOpRef<ModuleOp> mlir::moe::buildLayerModule(MLIRContext *context,
     upBias = arg();
     downBias = arg();
   }
+  Value gateScale, upScale, downScale, sgScale, suScale, sdScale;
+  if (config.isFp8()) {
+    gateScale = arg();
+    upScale = arg();
+    downScale = arg();
+    if (config.hasSharedExperts()) {
+      sgScale = arg();
+      suScale = arg();
+      sdScale = arg();
+    }
+  }
   Value y = LayerOp::create(b, loc, x, router, bias, gate, up, down, sg, su, sd,
                             sgate, outBias, routerBias, gateBias, upBias,
-                            downBias, config, partition);
+                            downBias, gateScale, upScale, downScale, sgScale,
+                            suScale, sdScale, config, partition);
   func::ReturnOp::create(b, loc, y);
   return module;
 }
@@ -976,6 +1002,10 @@ bool mlir::moe::hfWeightFlat(WeightNaming naming, llvm::StringRef role) {
 }
 
 std::string mlir::moe::hfWeightName(WeightNaming naming, llvm::StringRef role) {
+  // An FP8 weight's block scales, as DeepSeek-V3's checkpoints name them.
+  if (role.ends_with("_scale"))
+    return hfWeightName(naming, (role.drop_back(6) + "_weight").str()) +
+           "_scale_inv";
   if (naming == WeightNaming::Granite || naming == WeightNaming::JetMoe)
     return llvm::StringSwitch<std::string>(role)
         .Case("router_weight", "router.layer.weight")

@@ -64,8 +64,8 @@ DenseGrads denseFfnBackward(OpBuilder &b, Location loc, Value x, Value gate,
         b, loc, w, ArrayRef<ReassociationIndices>{{0, 1}, {2}});
   };
   Value g1 = group(gate), u1 = group(up), d1 = group(down);
-  Value g = GroupedMatmulOp::create(b, loc, x, g1, offsets, Value());
-  Value u = GroupedMatmulOp::create(b, loc, x, u1, offsets, Value());
+  Value g = GroupedMatmulOp::create(b, loc, x, g1, offsets, Value(), Value());
+  Value u = GroupedMatmulOp::create(b, loc, x, u1, offsets, Value(), Value());
   Value a = SwiGLUOp::create(b, loc, g, u, FloatAttr(), FloatAttr());
   // Qwen2-MoE's gate: the output is s * down(a) with s = sigmoid(x . g^T)
   // per token, a combine of one row per token weighted by s and the
@@ -76,7 +76,7 @@ DenseGrads denseFfnBackward(OpBuilder &b, Location loc, Value x, Value gate,
   if (expertGate) {
     Value scores =
         RouterOp::create(b, loc, x, expertGate, Value(), ScoringFunc::Sigmoid);
-    Value out = GroupedMatmulOp::create(b, loc, a, d1, offsets, Value());
+    Value out = GroupedMatmulOp::create(b, loc, a, d1, offsets, Value(), Value());
     auto mapType =
         RankedTensorType::get({ShapedType::kDynamic, 1}, b.getI32Type());
     Value rowMap = tensor::GenerateOp::create(

@@ -184,16 +184,16 @@ DecomposedLayer mlir::moe::decomposeLayer(OpBuilder &b, LayerOp layer,
       chunk.recvOffsets = sent.outputOffsets[c];
       chunk.localOffsets = localExpertOffsets(b, loc, chunk.recvOffsets, ep);
     }
-    chunk.gate = GroupedMatmulOp::create(b, loc, chunk.localRows,
-                                         layer.getGateWeight(),
-                                         chunk.localOffsets, layer.getGateBias());
-    chunk.up =
-        GroupedMatmulOp::create(b, loc, chunk.localRows, layer.getUpWeight(),
-                                chunk.localOffsets, layer.getUpBias());
+    chunk.gate = GroupedMatmulOp::create(
+        b, loc, chunk.localRows, layer.getGateWeight(), chunk.localOffsets,
+        layer.getGateBias(), layer.getGateScale());
+    chunk.up = GroupedMatmulOp::create(b, loc, chunk.localRows,
+                                       layer.getUpWeight(), chunk.localOffsets,
+                                       layer.getUpBias(), layer.getUpScale());
     chunk.act = SwiGLUOp::create(b, loc, chunk.gate, chunk.up, alpha, limit);
-    chunk.down =
-        GroupedMatmulOp::create(b, loc, chunk.act, layer.getDownWeight(),
-                                chunk.localOffsets, layer.getDownBias());
+    chunk.down = GroupedMatmulOp::create(
+        b, loc, chunk.act, layer.getDownWeight(), chunk.localOffsets,
+        layer.getDownBias(), layer.getDownScale());
     downs.push_back(chunk.down);
     recvOffsets.push_back(chunk.recvOffsets);
   }
@@ -228,7 +228,9 @@ DecomposedLayer mlir::moe::decomposeLayer(OpBuilder &b, LayerOp layer,
   if (config.hasSharedExperts()) {
     Value shared = SharedExpertOp::create(
         b, loc, x, layer.getSharedGateWeight(), layer.getSharedUpWeight(),
-        layer.getSharedDownWeight(), layer.getSharedExpertGate());
+        layer.getSharedDownWeight(), layer.getSharedExpertGate(),
+        layer.getSharedGateScale(), layer.getSharedUpScale(),
+        layer.getSharedDownScale());
     out = arith::AddFOp::create(b, loc, out, shared);
   }
   // JetMoE: a bias on every token's output, in the layer's dtype.

@@ -41,6 +41,10 @@ LogicalResult shardLayer(LayerOp layer, int64_t ep, int64_t chunks) {
     perExpert.append({{"gate bias", layer.getGateBias()},
                       {"up bias", layer.getUpBias()},
                       {"down bias", layer.getDownBias()}});
+  if (layer.getGateScale())
+    perExpert.append({{"gate scale", layer.getGateScale()},
+                      {"up scale", layer.getUpScale()},
+                      {"down scale", layer.getDownScale()}});
   for (auto [what, weight] : perExpert) {
     auto arg = dyn_cast<BlockArgument>(weight);
     if (!func || !arg || arg.getOwner() != &func.getBody().front() ||

@@ -59,6 +59,8 @@ std::string serializeManifest(const Manifest &m) {
                 {"swiglu_limit", m.layer.swigluLimit},
                 {"dtype", m.layer.dtype},
                 {"alignment", m.layer.alignment}};
+  if (!m.layer.expertDtype.empty())
+    layer["expert_dtype"] = m.layer.expertDtype;
   json inputs = json::array(), params = json::array(), outputs = json::array();
   for (const TensorSpec &t : m.inputs)
     inputs.push_back(tensorToJson(t));
@@ -422,6 +424,8 @@ Expected<Manifest> parseManifest(const std::string &text) {
     l.swigluAlpha = r.number(*layer, "swiglu_alpha", w);
     l.swigluLimit = r.number(*layer, "swiglu_limit", w);
     l.dtype = r.str(*layer, "dtype", w);
+    if (layer->contains("expert_dtype"))
+      l.expertDtype = r.str(*layer, "expert_dtype", w);
     l.alignment = r.integer(*layer, "alignment", w);
   }
   auto readTensors = [&](const char *key, std::vector<TensorSpec> &out) {

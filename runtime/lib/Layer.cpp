@@ -189,7 +189,26 @@ expectedParameters(const LayerSpec &l, int64_t ep) {
     list.push_back({"up_bias", {e, f}});
     list.push_back({"down_bias", {e, h}});
   }
+  if (l.isFp8()) {
+    auto blocks = [](int64_t n) { return (n + kFp8Block - 1) / kFp8Block; };
+    list.push_back({"gate_scale", {e, blocks(f), blocks(h)}});
+    list.push_back({"up_scale", {e, blocks(f), blocks(h)}});
+    list.push_back({"down_scale", {e, blocks(h), blocks(f)}});
+    if (l.sharedExperts > 0) {
+      list.push_back({"shared_gate_scale", {blocks(s), blocks(h)}});
+      list.push_back({"shared_up_scale", {blocks(s), blocks(h)}});
+      list.push_back({"shared_down_scale", {blocks(h), blocks(s)}});
+    }
+  }
   return list;
+}
+
+/// Whether `role` is a weight of the routed or shared experts' FFNs (FP8
+/// in an fp8 layer).
+static bool isFfnWeight(const std::string &role) {
+  return role == "gate_weight" || role == "up_weight" ||
+         role == "down_weight" || role == "shared_gate_weight" ||
+         role == "shared_up_weight" || role == "shared_down_weight";
 }
 
 /// Each parameter's shape, by role.
@@ -345,6 +364,9 @@ Status validateManifest(const Manifest &m) {
   if (!compute || !isFloatType(*compute))
     return fail("the layer's dtype '" + l.dtype +
                 "' is not f32, bf16 or f16");
+  if (!l.expertDtype.empty() && !l.isFp8())
+    return fail("the layer's expert_dtype '" + l.expertDtype +
+                "' is not f8E4M3FN");
   auto expected = expectedParameters(l, m.expertParallel);
   if (m.parameters.size() != expected.size())
     return fail("the layer takes " + std::to_string(expected.size()) +
@@ -355,7 +377,10 @@ Status validateManifest(const Manifest &m) {
     // The selection bias is f32; the router may be f32 in a lower-precision
     // layer.
     const std::string &role = expected[i].first;
-    DType want = role == "score_bias" ? DType::F32 : *compute;
+    DType want = role == "score_bias" || endsWith(role, "_scale")
+                     ? DType::F32
+                 : l.isFp8() && isFfnWeight(role) ? DType::F8E4M3
+                                                  : *compute;
     bool dtypeOk = p.dtype == want ||
                    ((role == "router_weight" || role == "router_bias") &&
                     p.dtype == DType::F32);
@@ -404,8 +429,9 @@ Status validateManifest(const Manifest &m) {
     if (p.flat && (pattern || p.stack == 0 || p.shape.size() < 3))
       return fail("parameter '" + p.name +
                   "' is flat but is not one tensor of stacked matrices");
-    if (!isFloatType(p.dtype))
+    if (!isFloatType(p.dtype) && p.dtype != DType::F8E4M3)
       return fail("parameter '" + p.name + "' must have a float dtype");
+
   }
   return Status::success();
 }
@@ -625,10 +651,152 @@ static Tensor transposeLastTwo(const Tensor &src,
   return out;
 }
 
+/// The e4m3 codes of an FP8 checkpoint's weight and its block scales,
+/// checked: the codes' shape is `shape` (one (out, in) matrix), no code is
+/// NaN, and the scales are [ceil(out / 128), ceil(in / 128)] finite floats.
+static Status readFp8(const Checkpoint &file, const std::string &name,
+                      const std::vector<int64_t> &shape, uint8_t *codes,
+                      float *scales) {
+  Expected<Tensor> values = file.get(name);
+  if (!values)
+    return Status::failure(values.message());
+  if (values->shape != shape)
+    return Status::failure(file.fileOf(name) + ": tensor '" + name +
+                           "' has shape " + formatShape(values->shape) +
+                           ", expected " + formatShape(shape));
+  std::string scaleName = name + "_scale_inv";
+  std::vector<int64_t> blocks = {(shape[0] + kFp8Block - 1) / kFp8Block,
+                                 (shape[1] + kFp8Block - 1) / kFp8Block};
+  Expected<Tensor> scale = file.contains(scaleName)
+                               ? file.get(scaleName)
+                               : Expected<Tensor>::error(
+                                     file.getName() + ": tensor '" + name +
+                                     "' is F8_E4M3 but '" + scaleName +
+                                     "' (its 128 x 128 block scales) is "
+                                     "missing");
+  if (!scale)
+    return Status::failure(scale.message());
+  if (scale->shape != blocks || !isFloatType(scale->dtype))
+    return Status::failure(
+        file.fileOf(scaleName) + ": tensor '" + scaleName + "' has dtype " +
+        safetensorsName(scale->dtype) + " and shape " +
+        formatShape(scale->shape) + ", expected float scales of shape " +
+        formatShape(blocks) + " (128 x 128 blocks of " + formatShape(shape) +
+        ")");
+  Expected<Tensor> f32 = convertTensor(*scale, DType::F32);
+  if (!f32)
+    return Status::failure(f32.message());
+  const auto *s = reinterpret_cast<const float *>(f32->data.data());
+  for (int64_t b = 0; b < blocks[0] * blocks[1]; ++b)
+    if (!std::isfinite(s[b]))
+      return Status::failure(file.fileOf(scaleName) + ": tensor '" +
+                             scaleName + "' holds a non-finite scale at " +
+                             std::to_string(b));
+  for (size_t c = 0; c < values->data.size(); ++c)
+    if ((values->data[c] & 0x7f) == 0x7f)
+      return Status::failure(file.fileOf(name) + ": tensor '" + name +
+                             "' holds a NaN code at element " +
+                             std::to_string(c));
+  std::memcpy(codes, values->data.data(), values->data.size());
+  std::memcpy(scales, s, static_cast<size_t>(blocks[0] * blocks[1]) * 4);
+  return Status::success();
+}
+
 Status Layer::loadWeights(const Checkpoint &file, const std::string &prefix) {
   const Manifest &m = bundle.manifest;
   for (size_t i = 0; i < m.parameters.size(); ++i) {
     const ParameterSpec &p = m.parameters[i];
+    // An FP8 weight's scales are written with it.
+    if (endsWith(p.role, "_scale"))
+      continue;
+    Status loaded = p.dtype == DType::F8E4M3
+                        ? loadFp8Parameter(file, prefix, i)
+                        : loadParameter(file, prefix, p,
+                                        parameters[i].data.data());
+    if (!loaded.ok())
+      return loaded;
+  }
+  weightsBound = true;
+  backend->invalidateParameters();
+  return Status::success();
+}
+
+/// The index of the block scales of the FP8 parameter `role` (X_weight ->
+/// X_scale).
+static size_t scaleIndex(const Manifest &m, const std::string &role) {
+  std::string scale = role.substr(0, role.size() - 7) + "_scale";
+  for (size_t j = 0; j < m.parameters.size(); ++j)
+    if (m.parameters[j].role == scale)
+      return j;
+  return m.parameters.size();
+}
+
+Status Layer::quantizeParameter(size_t i, const Tensor &values) {
+  const Manifest &m = bundle.manifest;
+  const ParameterSpec &p = m.parameters[i];
+  size_t j = scaleIndex(m, p.role);
+  int64_t rows = p.shape[p.shape.size() - 2], cols = p.shape.back();
+  int64_t matrices = values.numElements() / (rows * cols);
+  int64_t blocks =
+      ((rows + kFp8Block - 1) / kFp8Block) * ((cols + kFp8Block - 1) / kFp8Block);
+  const auto *w = reinterpret_cast<const float *>(values.data.data());
+  auto *scales = reinterpret_cast<float *>(parameters[j].data.data());
+  for (int64_t k = 0; k < matrices; ++k)
+    if (!quantizeFp8Blocks(w + k * rows * cols, rows, cols,
+                           parameters[i].data.data() + k * rows * cols,
+                           scales + k * blocks))
+      return Status::failure("parameter '" + p.role + "' holds a NaN or an "
+                             "infinity, which e4m3 cannot quantize");
+  return Status::success();
+}
+
+Status Layer::loadFp8Parameter(const Checkpoint &file,
+                               const std::string &prefix, size_t i) {
+  const Manifest &m = bundle.manifest;
+  const ParameterSpec &p = m.parameters[i];
+  bool pattern = p.name.find("{i}") != std::string::npos;
+  // Published FP8 weights (one e4m3 matrix and its scales per expert, or
+  // one matrix) are taken as they are.
+  std::string first = prefix + expertName(p.name, firstExpert);
+  Expected<Tensor> probe = file.contains(first)
+                               ? file.get(first)
+                               : Expected<Tensor>::error("");
+  if (probe && probe->dtype == DType::F8E4M3 && !p.transposed &&
+      p.parts == 1 && !p.flat && (pattern || p.stack == 0)) {
+    size_t j = scaleIndex(m, p.role);
+    std::vector<int64_t> matrix(p.shape.end() - 2, p.shape.end());
+    int64_t pieces = pattern ? p.stack : 1;
+    size_t codes = static_cast<size_t>(matrix[0] * matrix[1]);
+    size_t blocks = static_cast<size_t>(((matrix[0] + kFp8Block - 1) / kFp8Block) *
+                                        ((matrix[1] + kFp8Block - 1) / kFp8Block));
+    auto *scales = reinterpret_cast<float *>(parameters[j].data.data());
+    for (int64_t e = 0; e < pieces; ++e) {
+      std::string name = prefix + expertName(p.name, firstExpert + e);
+      if (!file.contains(name))
+        return Status::failure(file.getName() + ": missing tensor '" + name +
+                               "'");
+      if (Status s = readFp8(file, name, matrix,
+                             parameters[i].data.data() + e * codes,
+                             scales + e * blocks);
+          !s.ok())
+        return s;
+    }
+    return Status::success();
+  }
+  // Anything else is read as f32 (dequantized if it is FP8 in another
+  // layout) and quantized here.
+  ParameterSpec f32 = p;
+  f32.dtype = DType::F32;
+  Tensor staging = Tensor::zeros(DType::F32, p.shape);
+  if (Status s = loadParameter(file, prefix, f32, staging.data.data()); !s.ok())
+    return s;
+  return quantizeParameter(i, staging);
+}
+
+Status Layer::loadParameter(const Checkpoint &file, const std::string &prefix,
+                            const ParameterSpec &p, uint8_t *base) {
+  const Manifest &m = bundle.manifest;
+  {
     bool pattern = p.name.find("{i}") != std::string::npos;
     // Per-expert tensors are read one by one; a tensor of every expert
     // (GraniteMoE's) once, for this rank's experts.
@@ -702,16 +870,13 @@ Status Layer::loadWeights(const Checkpoint &file, const std::string &prefix) {
         return Status::failure(converted.message());
       if (p.transposed && !mxfp4)
         converted = transposeLastTwo(*converted, storedShape);
-      uint8_t *dst =
-          parameters[i].data.data() + static_cast<size_t>(e) * pieceBytes;
+      uint8_t *dst = base + static_cast<size_t>(e) * pieceBytes;
       if (sliced)
         copySlice(*converted, fileShape, 1, p, firstExpert, p.stack, dst);
       else
         copySlice(*converted, fileShape, 0, p, 0, 1, dst);
     }
   }
-  weightsBound = true;
-  backend->invalidateParameters();
   return Status::success();
 }
 
@@ -720,10 +885,16 @@ void Layer::randomWeights(uint64_t seed) {
   const Manifest &m = bundle.manifest;
   for (size_t i = 0; i < m.parameters.size(); ++i) {
     const ParameterSpec &p = m.parameters[i];
+    // FP8 weights are drawn as f32 (the same values as in a layer of
+    // another dtype) and quantized; their scales come with them.
+    if (endsWith(p.role, "_scale"))
+      continue;
+    bool fp8 = p.dtype == DType::F8E4M3;
+    Tensor staging = fp8 ? Tensor::zeros(DType::F32, p.shape) : Tensor();
     float bound = p.role == "score_bias"
                       ? 0.1f
                       : 1.0f / std::sqrt(static_cast<float>(p.shape.back()));
-    Tensor &values = parameters[i];
+    Tensor &values = fp8 ? staging : parameters[i];
     // Stacked expert weights draw every rank's experts, so a seed gives
     // the same layer for any number of expert-parallel ranks; this rank
     // keeps its own.
@@ -736,6 +907,8 @@ void Layer::randomWeights(uint64_t seed) {
       if (j >= first && j < first + n)
         setFloatElement(values, static_cast<size_t>(j - first), value);
     }
+    if (fp8)
+      (void)quantizeParameter(i, staging); // finite by construction
   }
   weightsBound = true;
   backend->invalidateParameters();

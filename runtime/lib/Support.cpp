@@ -166,6 +166,52 @@ float fp8e4m3ToFloat(uint8_t bits) {
          std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
 }
 
+uint8_t floatToFp8e4m3(float value) {
+  if (std::isnan(value))
+    return 0x7f;
+  uint8_t sign = std::signbit(value) ? 0x80 : 0;
+  float a = std::fabs(value);
+  if (a >= 448.0f)
+    return sign | 0x7e;
+  // a = f * 2^e with f in [0.5, 1): its binade is 2^(e-1), and below 2^-6
+  // the subnormals share the spacing of the lowest binade.
+  int e = 0;
+  std::frexp(a, &e);
+  int exponent = std::max(e - 1, -6);
+  float step = std::ldexp(1.0f, exponent - 3);
+  // Multiples of the spacing, rounded to nearest even (exact: the spacing
+  // is a power of two); 8..16 in a normal binade, 0..16 in the lowest.
+  auto q = static_cast<int>(std::nearbyint(a / step));
+  int code = ((exponent + 7) << 3) + q - 8;
+  return sign | static_cast<uint8_t>(std::min(code, 0x7e));
+}
+
+bool quantizeFp8Blocks(const float *w, int64_t rows, int64_t cols,
+                       uint8_t *codes, float *scales) {
+  int64_t blockCols = (cols + kFp8Block - 1) / kFp8Block;
+  for (int64_t r0 = 0; r0 < rows; r0 += kFp8Block)
+    for (int64_t c0 = 0; c0 < cols; c0 += kFp8Block) {
+      int64_t r1 = std::min(rows, r0 + kFp8Block),
+              c1 = std::min(cols, c0 + kFp8Block);
+      float amax = 0.0f;
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = c0; c < c1; ++c) {
+          float v = w[r * cols + c];
+          if (!std::isfinite(v))
+            return false;
+          amax = std::max(amax, std::fabs(v));
+        }
+      bool zero = amax < std::numeric_limits<float>::min();
+      float inverse = zero ? 1.0f : 448.0f / amax;
+      scales[(r0 / kFp8Block) * blockCols + c0 / kFp8Block] =
+          zero ? 1.0f : amax / 448.0f;
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = c0; c < c1; ++c)
+          codes[r * cols + c] = floatToFp8e4m3(w[r * cols + c] * inverse);
+    }
+  return true;
+}
+
 bool isFloatType(DType d) {
   return d == DType::F32 || d == DType::BF16 || d == DType::F16;
 }

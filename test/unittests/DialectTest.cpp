@@ -39,7 +39,7 @@ protected:
         /*shared_gate=*/false, /*scale_input=*/false,
         /*output_bias=*/false, /*router_bias=*/false, /*expert_bias=*/false,
         Activation::SwiGLU, /*swiglu_alpha=*/llvm::APFloat(1.702),
-        /*swiglu_limit=*/llvm::APFloat(7.0), dtype);
+        /*swiglu_limit=*/llvm::APFloat(7.0), dtype, /*expert_dtype=*/Type());
   }
 
   MLIRContext context;
@@ -76,7 +76,11 @@ TEST_F(MoeDialectTest, BuildLayerWithInferredType) {
                                /*output_bias=*/Value(),
                                /*router_bias=*/Value(), /*gate_bias=*/Value(),
                                /*up_bias=*/Value(), /*down_bias=*/Value(),
-                               config,
+                               /*gate_scale=*/Value(), /*up_scale=*/Value(),
+                               /*down_scale=*/Value(),
+                               /*shared_gate_scale=*/Value(),
+                               /*shared_up_scale=*/Value(),
+                               /*shared_down_scale=*/Value(), config,
                                /*partition=*/SmPartitionAttr());
   EXPECT_EQ(layer.getType(), types[0]);
   context.allowUnregisteredDialects();
@@ -101,7 +105,7 @@ TEST_F(MoeDialectTest, BadConfigIsADiagnosticNotACrash) {
       false, false, llvm::APFloat(1.0), llvm::APFloat(0.0), int64_t(32),
       int64_t(0), int64_t(0), false, false, false, false, false,
       Activation::SwiGLU, llvm::APFloat(1.702), llvm::APFloat(7.0),
-      Type(Float32Type::get(&context)));
+      Type(Float32Type::get(&context)), Type());
   EXPECT_FALSE(attr);
   EXPECT_EQ(message, "expected 1 <= top_k <= experts (8), got 9");
 

@@ -63,12 +63,14 @@ struct ImportedConfig {
 };
 
 /// Imports the MoE layer of a config.json. `dtype` is the compute element
-/// type (a config's torch_dtype is informational only). On failure returns
-/// std::nullopt and sets `error` to one line naming the file and the field.
-std::optional<ImportedConfig> importHFConfig(llvm::StringRef text,
-                                             llvm::StringRef fileName,
-                                             MLIRContext *context, Type dtype,
-                                             std::string &error);
+/// type (a config's torch_dtype is informational only), `expertDtype` that
+/// of the experts' weights (null: `dtype`; f8E4M3FN: FP8 with block
+/// scales). On failure returns std::nullopt and sets `error` to one line
+/// naming the file and the field.
+std::optional<ImportedConfig>
+importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
+               MLIRContext *context, Type dtype, std::string &error,
+               Type expertDtype = Type());
 
 /// A module with `func.func @moe_layer(x, weights...) -> y` holding one
 /// moe.layer of `config` over `[?, hidden]` tokens.

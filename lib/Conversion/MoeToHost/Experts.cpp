@@ -65,13 +65,18 @@ Value lowerSharedExpert(Builder &b, SharedExpertOp op,
                         const VectorTarget &target) {
   Type elt = op.getType().getElementType();
   Value x = op.getInput();
-  Value gate = roundTo(b, matmulTransposeB(b, x, op.getGateWeight(), target), elt);
-  Value up = roundTo(b, matmulTransposeB(b, x, op.getUpWeight(), target), elt);
+  Value gate = roundTo(
+      b, matmulTransposeB(b, x, op.getGateWeight(), target, op.getGateScale()),
+      elt);
+  Value up = roundTo(
+      b, matmulTransposeB(b, x, op.getUpWeight(), target, op.getUpScale()),
+      elt);
   Value act =
       elementwise(b, ValueRange{gate, up}, elt, [](Builder &nb, ValueRange v) {
         return arith::MulFOp::create(nb, silu(nb, v[0]), v[1]);
       });
-  Value down = matmulTransposeB(b, act, op.getDownWeight(), target);
+  Value down = matmulTransposeB(b, act, op.getDownWeight(), target,
+                                op.getDownScale());
   if (!op.getExpertGate())
     return roundTo(b, down, elt);
   // Qwen2-MoE: the shared output times sigmoid(x * g^T), per token.
@@ -141,7 +146,11 @@ Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op,
   Value weight = asBuffer(b, op.getWeight());
   Value offsets = asBuffer(b, op.getOffsets());
   Value bias = op.getBias() ? asBuffer(b, op.getBias()) : Value();
+  // FP8: the rows quantized per 128 of K, the weight decoded with its block
+  // scales.
+  Value scales = op.getScale() ? asBuffer(b, op.getScale()) : Value();
   Value rows = dim(b, input, 0);
+  Value a = scales ? quantizeRowsFp8(b, input) : input;
   Value out = alloc(b, MemRefType::get(outType.getShape(), elt),
                     dynamicSizes(b, outType, input));
   fillBuffer(b, out, arith::ConstantOp::create(b, b.getFloatAttr(elt, 0.0)));
@@ -152,10 +161,12 @@ Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op,
         emitDotGemm(b,
                     {lo, hi, c0, c1, depth,
                      [&](Builder &b, Value r, Value k, int64_t width) {
-                       return loadVector(b, input, {r, k}, width);
+                       return loadVector(b, a, {r, k}, width);
                      },
                      [&](Builder &b, Value c, Value k, int64_t width) {
-                       return loadVector(b, weight, {e, c, k}, width);
+                       return scales ? loadFp8Weight(b, weight, scales,
+                                                     {e, c, k}, width)
+                                     : loadVector(b, weight, {e, c, k}, width);
                      },
                      [&](Builder &b, Value r, Value c, Value sum) {
                        // The bias joins the f32 sum: one rounding.

@@ -117,13 +117,16 @@ void fillBuffer(Builder &b, Value buffer, Value value) {
 }
 
 Value matmulTransposeB(Builder &b, Value lhs, Value rhs,
-                       const VectorTarget &target) {
+                       const VectorTarget &target, Value rhsScale) {
   auto lhsType = cast<RankedTensorType>(lhs.getType());
   auto rhsType = cast<RankedTensorType>(rhs.getType());
   auto resultType = MemRefType::get(
       {lhsType.getDimSize(0), rhsType.getDimSize(0)}, b.getF32Type());
   Value a = asBuffer(b, lhs);
   Value w = asBuffer(b, rhs);
+  Value scales = rhsScale ? asBuffer(b, rhsScale) : Value();
+  if (scales)
+    a = quantizeRowsFp8(b, a);
   Value rows = dim(b, a, 0);
   Value columns = dim(b, w, 0);
   SmallVector<Value> sizes;
@@ -149,7 +152,9 @@ Value matmulTransposeB(Builder &b, Value lhs, Value rhs,
                        return loadVector(b, a, {i, k}, width);
                      },
                      [&](Builder &b, Value j, Value k, int64_t width) {
-                       return loadVector(b, w, {j, k}, width);
+                       return scales ? loadFp8Weight(b, w, scales, {j, k},
+                                                     width)
+                                     : loadVector(b, w, {j, k}, width);
                      },
                      [&](Builder &b, Value i, Value j, Value sum) {
                        memref::StoreOp::create(b, sum, out, ValueRange{i, j});

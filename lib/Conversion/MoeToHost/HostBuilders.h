@@ -90,8 +90,10 @@ void fillBuffer(Builder &b, Value buffer, Value value);
 
 /// `out[m, n] = sum_k lhs[m, k] * rhs[n, k]` in f32, as a tensor<MxNxf32>
 /// (the dot micro-kernel, in parallel over blocks of rows and columns).
+/// With `rhsScale`, rhs holds e4m3 codes with these block scales and lhs is
+/// quantized per row per 128 of K first (quantizeRowsFp8).
 Value matmulTransposeB(Builder &b, Value lhs, Value rhs,
-                       const VectorTarget &target);
+                       const VectorTarget &target, Value rhsScale = Value());
 
 /// Applies `fn` elementwise to same-shaped 2-D tensors `inputs` (any float
 /// types, passed to `fn` as f32) and returns a tensor of `elementType`.
@@ -184,6 +186,30 @@ std::pair<Value, Value> blockRange(Builder &b, Value index, int64_t size,
 
 /// ceil(value / divisor) for a non-negative index.
 Value ceilDiv(Builder &b, Value value, int64_t divisor);
+
+//===----------------------------------------------------------------------===//
+// FP8 (Fp8.cpp)
+//===----------------------------------------------------------------------===//
+
+/// The f32 values of e4m3 codes (f8E4M3FN or i8, scalar or vector).
+Value decodeFp8(Builder &b, Value codes);
+
+/// An f32 value (scalar or vector) rounded to the nearest e4m3 value, ties
+/// to even, saturated at +-448; NaN stays NaN.
+Value roundToFp8(Builder &b, Value value);
+
+/// A [R, K] f32 buffer of `input` ([R, K], any float type) quantized as
+/// DeepSeek-V3 quantizes activations, and dequantized: per row, per 128
+/// channels, with `a` the block's largest magnitude (at least 1e-4), each
+/// value becomes e4m3(x * (448 / a)) * (a / 448). In parallel over rows.
+Value quantizeRowsFp8(Builder &b, Value input);
+
+/// `width` consecutive e4m3 weights of `codes` at `indices` (along the last
+/// dimension; a scalar for width 1) as f32, times the scale of their 128 x
+/// 128 block in `scales` (indexed as codes, its last two dimensions by
+/// block).
+Value loadFp8Weight(Builder &b, Value codes, Value scales, ValueRange indices,
+                    int64_t width);
 
 //===----------------------------------------------------------------------===//
 // One op, one lowering function

@@ -67,6 +67,12 @@ std::vector<EntryArgument> mlir::moe::entryArguments(LayerOp layer) {
   add(Kind::Parameter, "gate_bias", layer.getGateBias());
   add(Kind::Parameter, "up_bias", layer.getUpBias());
   add(Kind::Parameter, "down_bias", layer.getDownBias());
+  add(Kind::Parameter, "gate_scale", layer.getGateScale());
+  add(Kind::Parameter, "up_scale", layer.getUpScale());
+  add(Kind::Parameter, "down_scale", layer.getDownScale());
+  add(Kind::Parameter, "shared_gate_scale", layer.getSharedGateScale());
+  add(Kind::Parameter, "shared_up_scale", layer.getSharedUpScale());
+  add(Kind::Parameter, "shared_down_scale", layer.getSharedDownScale());
 
   LayerConfigAttr config = layer.getConfig();
   Builder b(layer.getContext());

@@ -94,7 +94,13 @@ struct LayerSpec {
   std::string activation = "swiglu";
   double swigluAlpha = 1.702, swigluLimit = 7.0;
   std::string dtype;
+  /// The routed and shared experts' weights: "" (as `dtype`) or f8E4M3FN
+  /// (e4m3 codes with a `ROLE_scale` parameter of f32 scales, one per
+  /// 128 x 128 block).
+  std::string expertDtype;
   int64_t alignment = 1;
+
+  bool isFp8() const { return expertDtype == "f8E4M3FN"; }
 };
 
 /// A device buffer of an sm_90a program. Shape sizes: -1 is the token

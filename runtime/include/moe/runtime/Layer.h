@@ -172,6 +172,16 @@ public:
 
 private:
   Layer() = default;
+  /// Reads parameter `p` (its checkpoint layout, converted to p.dtype, a
+  /// float type) into `base`.
+  Status loadParameter(const Checkpoint &file, const std::string &prefix,
+                       const ParameterSpec &p, uint8_t *base);
+  /// Reads FP8 parameter `i` and its scales: published e4m3 codes as they
+  /// are, anything else quantized.
+  Status loadFp8Parameter(const Checkpoint &file, const std::string &prefix,
+                          size_t i);
+  /// Quantizes f32 `values` of FP8 parameter `i` into it and its scales.
+  Status quantizeParameter(size_t i, const Tensor &values);
   Bundle bundle;
   std::unique_ptr<Backend> backend;
   std::vector<Tensor> parameters; // manifest order

@@ -112,6 +112,21 @@ float f16ToFloat(uint16_t bits);
 uint16_t floatToF16(float value);
 /// The value of an e4m3fn byte (NaN for S.1111.111).
 float fp8e4m3ToFloat(uint8_t bits);
+/// The e4m3fn byte nearest to `value` (ties to an even code), saturated to
+/// +-448 (no infinities); NaN for NaN.
+uint8_t floatToFp8e4m3(float value);
+
+/// Rows and columns of an FP8 weight's scale block (DeepSeek-V3's).
+constexpr int64_t kFp8Block = 128;
+
+/// Quantizes a rows x cols f32 matrix (row-major) to e4m3 `codes` and one
+/// f32 `scales` entry per 128 x 128 block ([ceil(rows / 128), ceil(cols /
+/// 128)], row-major): with `a` the block's largest magnitude, its values
+/// become e4m3(w * (448 / a)) and its scale a / 448, so w ~ code * scale (a
+/// block of zeros gets scale 1). Returns false if the matrix holds a NaN
+/// or an infinity.
+bool quantizeFp8Blocks(const float *w, int64_t rows, int64_t cols,
+                       uint8_t *codes, float *scales);
 
 /// Largest file readFile takes unless told otherwise (bundles, manifests,
 /// configs, checkpoint markers; weights are memory-mapped instead).

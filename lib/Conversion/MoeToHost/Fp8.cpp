@@ -1,0 +1,174 @@
+//===- Fp8.cpp - FP8 (e4m3) quantization on the host ----------------------===//
+//
+// Part of moe-compiler.
+//
+// DeepSeek-V3's fine-grained FP8 as the host computes it: e4m3 codes
+// decoded to f32 with integer operations (no f8 arithmetic exists in LLVM),
+// and activations quantized per row per 128 channels and dequantized back
+// to f32, so that the GEMMs see exactly the values an FP8 tensor core
+// multiplies. Sums are f32 throughout, which makes the host the exact
+// reference of the quantization (the tensor core's own partial sums keep
+// fewer bits: DeepGEMM's reason to promote them every 128 of K).
+//
+//===----------------------------------------------------------------------===//
+
+#include "HostBuilders.h"
+
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/TypeUtilities.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+using namespace mlir::moe::host;
+
+namespace {
+
+using Builder = host::Builder;
+
+/// `type` with element type `element` (a vector keeps its shape).
+Type withElement(Type type, Type element) {
+  if (auto vector = dyn_cast<VectorType>(type))
+    return VectorType::get(vector.getShape(), element);
+  return element;
+}
+
+/// A constant of `type` (scalar or vector of i32 or f32), every lane
+/// `value`.
+Value splat(Builder &b, Type type, double value) {
+  Type element = getElementTypeOrSelf(type);
+  TypedAttr scalar = element.isInteger()
+                         ? TypedAttr(b.getIntegerAttr(
+                               element, static_cast<int64_t>(value)))
+                         : TypedAttr(b.getFloatAttr(element, value));
+  if (auto vector = dyn_cast<VectorType>(type))
+    return arith::ConstantOp::create(b, DenseElementsAttr::get(vector, scalar));
+  return arith::ConstantOp::create(b, scalar);
+}
+
+Value asInt(Builder &b, Value f32) {
+  return arith::BitcastOp::create(
+      b, withElement(f32.getType(), b.getI32Type()), f32);
+}
+
+Value asFloat(Builder &b, Value i32) {
+  return arith::BitcastOp::create(
+      b, withElement(i32.getType(), b.getF32Type()), i32);
+}
+
+/// 2^e for an i32 exponent `e` (scalar or vector) within the normal range.
+Value powerOfTwo(Builder &b, Value e) {
+  Type type = e.getType();
+  return asFloat(b, arith::ShLIOp::create(
+                        b, arith::AddIOp::create(b, e, splat(b, type, 127)),
+                        splat(b, type, 23)));
+}
+
+} // namespace
+
+Value mlir::moe::host::decodeFp8(Builder &b, Value codes) {
+  Type i32 = withElement(codes.getType(), b.getI32Type());
+  Type f32 = withElement(codes.getType(), b.getF32Type());
+  if (!getElementTypeOrSelf(codes.getType()).isInteger(8))
+    codes = arith::BitcastOp::create(
+        b, withElement(codes.getType(), b.getI8Type()), codes);
+  Value u = arith::ExtUIOp::create(b, i32, codes);
+  auto c = [&](int64_t v) { return splat(b, i32, static_cast<double>(v)); };
+  Value sign = arith::ShLIOp::create(
+      b, arith::AndIOp::create(b, u, c(0x80)), c(24));
+  // Normal: exponent field e (bias 7) and mantissa m move to f32's fields,
+  // the exponent rebiased by 127 - 7.
+  Value magnitude = arith::AndIOp::create(b, u, c(0x7f));
+  Value normal = arith::AddIOp::create(
+      b, arith::ShLIOp::create(b, magnitude, c(20)), c(120 << 23));
+  // Subnormal (e = 0): m * 2^-9, computed without f32 subnormals.
+  Value subnormal = asInt(
+      b, arith::MulFOp::create(
+             b,
+             arith::UIToFPOp::create(b, f32,
+                                     arith::AndIOp::create(b, u, c(0x7))),
+             splat(b, f32, 0x1p-9)));
+  Value isSubnormal = arith::CmpIOp::create(
+      b, arith::CmpIPredicate::eq, arith::AndIOp::create(b, u, c(0x78)), c(0));
+  Value bits = arith::SelectOp::create(b, isSubnormal, subnormal, normal);
+  return asFloat(b, arith::OrIOp::create(b, bits, sign));
+}
+
+Value mlir::moe::host::roundToFp8(Builder &b, Value value) {
+  Type f32 = value.getType();
+  Type i32 = withElement(f32, b.getI32Type());
+  Value a = math::AbsFOp::create(b, value);
+  // The binade of |v| (its unbiased exponent), no lower than e4m3's
+  // lowest, whose spacing its subnormals share: 2^(e-3) apart.
+  Value exponent = arith::SubIOp::create(
+      b, arith::ShRUIOp::create(b, asInt(b, a), splat(b, i32, 23)),
+      splat(b, i32, 127));
+  exponent = arith::MaxSIOp::create(b, exponent, splat(b, i32, -6));
+  Value three = splat(b, i32, 3);
+  Value perStep = powerOfTwo(b, arith::SubIOp::create(b, three, exponent));
+  Value step = powerOfTwo(b, arith::SubIOp::create(b, exponent, three));
+  // a * 2^(3-e) is exact; round to the nearest multiple, ties to even.
+  Value rounded = arith::MulFOp::create(
+      b, math::RoundEvenOp::create(b, arith::MulFOp::create(b, a, perStep)),
+      step);
+  // Saturate at 448 (e4m3fn has no infinity); NaN stays NaN.
+  rounded = arith::MinimumFOp::create(b, rounded, splat(b, f32, kFp8Max));
+  return math::CopySignOp::create(b, rounded, value);
+}
+
+Value mlir::moe::host::quantizeRowsFp8(Builder &b, Value input) {
+  auto inputType = cast<MemRefType>(input.getType());
+  int64_t depth = inputType.getDimSize(1);
+  Value rows = dim(b, input, 0);
+  SmallVector<Value> sizes;
+  if (inputType.isDynamicDim(0))
+    sizes.push_back(rows);
+  Value out = alloc(
+      b, MemRefType::get(inputType.getShape(), b.getF32Type()), sizes);
+  Value depthValue = indexConst(b, depth);
+  forTokenBlocks(b, rows, [&](Builder &b, Value r) {
+    forLoop(b, fp8Blocks(depth), [&](Builder &b, Value block) {
+      auto [k0, k1] = blockRange(b, block, kFp8Block, depthValue);
+      // The block's largest magnitude (NaN if it holds one).
+      Value amax = forLoopCarrying(
+          b, k0, k1, {f32Const(b, 0.0)},
+          [&](Builder &b, Value k, ValueRange acc) -> SmallVector<Value> {
+            Value x = toF32(b, memref::LoadOp::create(b, input, ValueRange{r, k}));
+            return {arith::MaximumFOp::create(b, acc[0],
+                                              math::AbsFOp::create(b, x))};
+          })[0];
+      amax = arith::MaximumFOp::create(b, amax, f32Const(b, kFp8MinAmax));
+      Value inverse = arith::DivFOp::create(b, f32Const(b, kFp8Max), amax);
+      Value scale = arith::DivFOp::create(b, amax, f32Const(b, kFp8Max));
+      forLoop(b, k0, k1, [&](Builder &b, Value k) {
+        Value x = toF32(b, memref::LoadOp::create(b, input, ValueRange{r, k}));
+        Value q = roundToFp8(b, arith::MulFOp::create(b, x, inverse));
+        memref::StoreOp::create(b, arith::MulFOp::create(b, q, scale), out,
+                                ValueRange{r, k});
+      });
+    });
+  });
+  return out;
+}
+
+Value mlir::moe::host::loadFp8Weight(Builder &b, Value codes, Value scales,
+                                     ValueRange indices, int64_t width) {
+  Type f8 = cast<MemRefType>(codes.getType()).getElementType();
+  Value raw =
+      width == 1
+          ? Value(memref::LoadOp::create(b, codes, indices))
+          : Value(vector::LoadOp::create(b, VectorType::get({width}, f8),
+                                         codes, indices));
+  Value values = decodeFp8(b, raw);
+  // The scale of the 128 x 128 block of the last two indices: `width`
+  // consecutive columns never cross a block (128 is a multiple of it).
+  SmallVector<Value> blockIndices(indices);
+  for (size_t d = blockIndices.size() - 2; d < blockIndices.size(); ++d)
+    blockIndices[d] = arith::DivUIOp::create(b, blockIndices[d],
+                                             indexConst(b, kFp8Block));
+  Value scale = memref::LoadOp::create(b, scales, blockIndices);
+  if (width > 1)
+    scale = vector::BroadcastOp::create(b, values.getType(), scale);
+  return arith::MulFOp::create(b, values, scale);
+}
