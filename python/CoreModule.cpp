@@ -137,8 +137,11 @@ struct GradientPool {
 /// the array, instead of being freed.
 NumpyArray toNumpy(Tensor tensor, std::shared_ptr<GradientPool> pool = {},
                    const std::string &name = "") {
+  // e4m3 codes (an FP8 layer's weights) are handed out as uint8.
+  if (tensor.dtype == DType::F8E4M3)
+    tensor.dtype = DType::U8;
   if (tensor.dtype != DType::F32 && tensor.dtype != DType::I32 &&
-      tensor.dtype != DType::I64) {
+      tensor.dtype != DType::I64 && tensor.dtype != DType::U8) {
     Expected<Tensor> c = convertTensor(tensor, DType::F32);
     if (!c)
       fail(c.message());
@@ -166,6 +169,7 @@ NumpyArray toNumpy(Tensor tensor, std::shared_ptr<GradientPool> pool = {},
   std::vector<size_t> shape(t.shape.begin(), t.shape.end());
   nb::dlpack::dtype d = t.dtype == DType::F32   ? nb::dtype<float>()
                         : t.dtype == DType::I32 ? nb::dtype<int32_t>()
+                        : t.dtype == DType::U8  ? nb::dtype<uint8_t>()
                                                 : nb::dtype<int64_t>();
   return NumpyArray(owned->tensor.data.data(), shape.size(), shape.data(),
                     owner, nullptr, d);
@@ -277,9 +281,18 @@ struct PyLayer {
     const Tensor *p = layer->parameter(role);
     if (!p)
       badArgument("the layer has no parameter '" + role + "'");
-    std::string form = "shape " + formatShape(p->shape) +
-                       ", a float dtype, C-contiguous, on the CPU";
-    Tensor t = toTensor(value, "parameter '" + role + "'", -1, true, form);
+    // An FP8 weight takes float values (quantized) or uint8 e4m3 codes.
+    bool fp8 = p->dtype == DType::F8E4M3;
+    std::string form =
+        "shape " + formatShape(p->shape) +
+        (fp8 ? ", a float dtype or uint8 e4m3 codes" : ", a float dtype") +
+        ", C-contiguous, on the CPU";
+    Tensor t = toTensor(value, "parameter '" + role + "'", -1, !fp8, form);
+    if (fp8 && t.dtype == DType::U8)
+      t.dtype = DType::F8E4M3;
+    else if (!isFloatType(t.dtype))
+      badArgument("parameter '" + role + "' has dtype " +
+                  dtypeName(value.dtype()) + ", expected " + form);
     if (t.shape != p->shape)
       badArgument("parameter '" + role + "' has shape " + formatShape(t.shape) +
                   ", expected " + form);

@@ -294,7 +294,7 @@ def Moe_GroupedMatmulOp : Moe_InferredOp<"grouped_matmul",
   let assemblyFormat = [{
     $input `,` $weight `,` $offsets (`bias` $bias^)? (`scale` $scale^)?
     attr-dict `:` type($input) `,` type($weight) `,` type($offsets)
-    (`,` type($bias)^)? (`,` type($scale)^)? `->` type($output)
+    (`,` type($bias)^)? (`scale` type($scale)^)? `->` type($output)
   }];
   let hasVerifier = 1;
 }

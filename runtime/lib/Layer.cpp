@@ -1036,6 +1036,23 @@ Status Layer::setParameter(const std::string &role, const Tensor &value) {
       return Status::failure("parameter '" + role + "' has shape " +
                              formatShape(p.shape) + ", got " +
                              formatShape(value.shape));
+    // An FP8 weight takes e4m3 codes as they are (its scales are a
+    // parameter of their own), or float values it quantizes, scales and all.
+    if (p.dtype == DType::F8E4M3 && value.dtype != DType::F8E4M3) {
+      Expected<Tensor> values = convertTensor(value, DType::F32);
+      if (!values)
+        return Status::failure(values.message());
+      if (Status s = quantizeParameter(i, *values); !s.ok())
+        return s;
+      backend->invalidateParameters();
+      return Status::success();
+    }
+    if (p.dtype == DType::F8E4M3)
+      for (size_t c = 0; c < value.data.size(); ++c)
+        if ((value.data[c] & 0x7f) == 0x7f)
+          return Status::failure("parameter '" + role +
+                                 "' gets a NaN code at element " +
+                                 std::to_string(c));
     Expected<Tensor> converted = convertTensor(value, p.dtype);
     if (!converted)
       return Status::failure(converted.message());

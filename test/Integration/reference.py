@@ -9,12 +9,16 @@ runtime: its safetensors reader and writer are its own, too.
 
   reference.py gen   --config C --tokens T --seed S --weights W --inputs X
                      [--prefix P] [--dtype f32|bf16] [--case NAME] [--mxfp4]
+                     [--fp8]
   reference.py check --config C --weights W --inputs X --outputs Y
-                     [--prefix P] [--tol TOL]
+                     [--prefix P] [--tol TOL] [--fp8]
 
 Cases for gen: random (default), ties (several experts with identical router
 rows), one_expert (every token prefers expert 1 by a wide margin).
 --mxfp4 (GPT-OSS) writes the experts' matrices as MXFP4 blocks and scales.
+--fp8 writes the expert and shared matrices as e4m3 codes with 128 x 128
+block scales (NAME_scale_inv), as DeepSeek-V3 publishes them; check --fp8
+computes the layer with FP8 experts (see fp8_forward).
 """
 import argparse
 import json
@@ -27,7 +31,7 @@ import numpy as np
 # safetensors
 # --------------------------------------------------------------------------
 DTYPES = {"F32": np.float32, "F16": np.float16, "I32": np.int32, "I64": np.int64,
-          "U8": np.uint8}
+          "U8": np.uint8, "F8_E4M3": np.uint8}
 
 
 def bf16_to_f32(raw):
@@ -60,15 +64,18 @@ def read_safetensors(path):
     return tensors
 
 
-def write_safetensors(path, tensors, bf16=False):
+def write_safetensors(path, tensors, bf16=False, fp8=()):
     header, chunks, offset = {}, [], 0
     for name in sorted(tensors):
         array = np.ascontiguousarray(tensors[name])
-        if array.dtype == np.float32 and bf16:
+        if array.dtype == np.float32 and bf16 and not name.endswith("_scale_inv"):
             raw, dtype = f32_to_bf16_bits(array).tobytes(), "BF16"
         else:
             dtype = {np.dtype(np.float32): "F32", np.dtype(np.int32): "I32",
                      np.dtype(np.uint8): "U8"}[array.dtype]
+            # e4m3 codes are uint8 arrays whose name says what they are.
+            if name in fp8:
+                dtype = "F8_E4M3"
             raw = array.tobytes()
         header[name] = {"dtype": dtype, "shape": list(array.shape),
                         "data_offsets": [offset, offset + len(raw)]}
@@ -315,6 +322,145 @@ def from_mxfp4(blocks, scales):
     return values.reshape(*scales.shape[:-1], scales.shape[-1] * 32)
 
 
+# --------------------------------------------------------------------------
+# FP8 as DeepSeek-V3 computes it (OCP e4m3fn, 128 x 128 weight blocks,
+# activations per token per 128 channels)
+# --------------------------------------------------------------------------
+def e4m3_values():
+    """The value of every e4m3fn code: 1 sign bit, 4 exponent bits (bias
+    7), 3 mantissa bits; exponent 0 is subnormal (m / 8 * 2^-6); no
+    infinities, S.1111.111 is NaN."""
+    values = np.empty(256)
+    for code in range(256):
+        sign = -1.0 if code & 0x80 else 1.0
+        e, m = (code >> 3) & 0xF, code & 0x7
+        if e == 0xF and m == 0x7:
+            values[code] = np.nan
+        elif e == 0:
+            values[code] = sign * m / 8 * 2.0 ** -6
+        else:
+            values[code] = sign * (1 + m / 8) * 2.0 ** (e - 7)
+    return values
+
+
+E4M3 = e4m3_values()
+# Codes 0..126 are the non-negative finite values in increasing order.
+E4M3_GRID = E4M3[:127]
+
+
+def e4m3_codes(v):
+    """The code of the e4m3 value nearest to each of v (ties to the even
+    code), saturated at +-448."""
+    v = np.asarray(v, dtype=np.float64)
+    a = np.minimum(np.abs(v), 448.0)
+    hi = np.clip(np.searchsorted(E4M3_GRID, a), 0, 126)
+    lo = np.maximum(hi - 1, 0)
+    d_lo, d_hi = a - E4M3_GRID[lo], E4M3_GRID[hi] - a
+    code = np.where(d_lo < d_hi, lo, np.where(d_hi < d_lo, hi,
+                                               np.where(lo % 2 == 0, lo, hi)))
+    return (code | np.where(np.signbit(v), 0x80, 0)).astype(np.uint8)
+
+
+def quantize_weight(w):
+    """An (out, in) matrix as e4m3 codes and [ceil(out/128), ceil(in/128)]
+    f32 scales: a block's largest magnitude a maps to 448 (w * (448 / a)
+    in float32), its scale is a / 448; a block of zeros gets scale 1."""
+    w = np.asarray(w, dtype=np.float32)
+    rows, cols = w.shape
+    codes = np.zeros(w.shape, dtype=np.uint8)
+    scales = np.ones(((rows + 127) // 128, (cols + 127) // 128), dtype=np.float32)
+    for r in range(0, rows, 128):
+        for c in range(0, cols, 128):
+            block = w[r:r + 128, c:c + 128]
+            amax = np.float32(np.abs(block).max())
+            if amax < np.finfo(np.float32).tiny:
+                codes[r:r + 128, c:c + 128] = e4m3_codes(block)
+                continue
+            codes[r:r + 128, c:c + 128] = e4m3_codes(block * (np.float32(448) / amax))
+            scales[r // 128, c // 128] = amax / np.float32(448)
+    return codes, scales
+
+
+def dequantize_weight(codes, scales):
+    rows, cols = codes.shape
+    full = np.repeat(np.repeat(scales.astype(np.float64), 128, 0), 128, 1)
+    return E4M3[codes] * full[:rows, :cols]
+
+
+def quantize_rows(x):
+    """Activations [T, K] quantized per token per 128 channels and
+    dequantized, in float32: a = max(block max |x|, 1e-4), the values
+    e4m3(x * (448 / a)) times a / 448."""
+    x = np.asarray(x, dtype=np.float32)
+    out = np.empty_like(x)
+    for k in range(0, x.shape[-1], 128):
+        block = x[..., k:k + 128]
+        amax = np.maximum(np.abs(block).max(axis=-1, keepdims=True), np.float32(1e-4))
+        q = E4M3[e4m3_codes(block * (np.float32(448) / amax))].astype(np.float32)
+        out[..., k:k + 128] = q * (amax / np.float32(448))
+    return out
+
+
+def bf16(v):
+    """Rounded to bfloat16 (to nearest even), as float64."""
+    return bf16_to_f32(f32_to_bf16_bits(np.asarray(v, dtype=np.float32))).astype(np.float64)
+
+
+def fp8_forward(cfg, tensors, prefix, x):
+    """The layer with FP8 experts (--dtype fp8): bf16 activations, expert
+    and shared weights e4m3 with 128 x 128 block scales (read as published,
+    or quantized from float weights), each projection's input quantized per
+    token per 128 channels; projections, the SwiGLU, the combined and the
+    shared outputs and their sum are rounded to bf16 as a bf16 framework's
+    modules round them."""
+    if cfg.type in ("gpt_oss", "jetmoe") or cfg.shared_gate:
+        raise SystemExit(f"reference.py: no FP8 reference for {cfg.type}")
+    x = bf16(x)  # the layer takes its input in bf16
+    dequantized = {}
+    for name in tensors:
+        if name + "_scale_inv" in tensors:
+            dequantized[name] = dequantize_weight(tensors[name], tensors[name + "_scale_inv"])
+    get = lambda name: dequantized.get(prefix + name, tensors[prefix + name].astype(np.float64))
+
+    def weight(name_or_matrix, published):
+        if published:
+            return name_or_matrix
+        return dequantize_weight(*quantize_weight(name_or_matrix))
+
+    def project(a, w):
+        return bf16(quantize_rows(a).astype(np.float64) @ w.T)
+
+    def expert_ffn(a, gate, up, down):
+        h = bf16(silu(project(a, gate)) * project(a, up))
+        return project(h, down)
+
+    logits = x @ get(cfg.router_name()).T
+    bias = get("gate.e_score_correction_bias") if cfg.bias else None
+    ids, weights = route(cfg, logits, bias)
+    (eg, _, _), (sg, su, sd) = cfg.names()
+    published = prefix + eg.format(0) in dequantized
+    experts = {}
+    y = np.zeros_like(x)
+    for t in range(x.shape[0]):
+        routed = np.zeros(x.shape[1])
+        for j in range(cfg.k):
+            e = int(ids[t, j])
+            if e not in experts:
+                experts[e] = [weight(m, published) for m in cfg.expert_tensors(get, e)]
+            if cfg.scale_input:
+                # Llama 4 multiplies two bf16 tensors: the weight rounds first.
+                scaled = bf16(bf16(weights[t, j:j + 1])[0] * x[t])
+                routed += expert_ffn(scaled[None], *experts[e])[0]
+            else:
+                routed += weights[t, j] * expert_ffn(x[t][None], *experts[e])[0]
+        y[t] = bf16(routed)
+    if cfg.shared_ffn:
+        shared_published = prefix + sg in dequantized
+        shared = expert_ffn(x, *[weight(get(n), shared_published) for n in (sg, su, sd)])
+        y = bf16(y + shared)
+    return y, ids, weights
+
+
 def forward(cfg, tensors, prefix, x):
     tensors = dict(tensors)
     for name in [n for n in tensors if n.endswith("_blocks")]:
@@ -425,7 +571,19 @@ def generate(args):
         x = np.abs(x)
         router[:] = -np.abs(router)
         router[1] = np.abs(router[1]) + 1.0
-    write_safetensors(args.weights, tensors, bf16=args.dtype == "bf16")
+    fp8 = []
+    if getattr(args, "fp8", False):
+        # Published FP8 (DeepSeek-V3): each expert and shared matrix as
+        # e4m3 codes with its 128 x 128 block scales.
+        names = [eg.format(i) for i in range(e)] + [eu.format(i) for i in range(e)]
+        names += [ed.format(i) for i in range(e)]
+        names += [sg, su, sd] if cfg.shared_ffn else []
+        for name in names:
+            codes, scales = quantize_weight(tensors[p + name])
+            tensors[p + name] = codes
+            tensors[p + name + "_scale_inv"] = scales
+            fp8.append(p + name)
+    write_safetensors(args.weights, tensors, bf16=args.dtype == "bf16", fp8=fp8)
     write_safetensors(args.inputs, {"x": x}, bf16=args.dtype == "bf16")
 
 
@@ -434,7 +592,7 @@ def check(args):
     tensors = read_safetensors(args.weights)
     x = read_safetensors(args.inputs)["x"].astype(np.float64)
     out = read_safetensors(args.outputs)
-    y_ref, ids_ref, w_ref = forward(cfg, tensors, args.prefix, x)
+    y_ref, ids_ref, w_ref = (fp8_forward if getattr(args, "fp8", False) else forward)(cfg, tensors, args.prefix, x)
     y, ids, w = out["y"], out["topk_ids"], out["topk_weights"]
     problems = []
     if y.shape != y_ref.shape or ids.shape != ids_ref.shape:
@@ -474,6 +632,8 @@ def main():
     gen.add_argument("--dtype", default="f32", choices=["f32", "bf16"])
     gen.add_argument("--case", default="random", choices=["random", "ties", "one_expert"])
     gen.add_argument("--mxfp4", action="store_true")
+    gen.add_argument("--fp8", action="store_true",
+                     help="write the expert and shared weights as e4m3 with block scales")
     chk = sub.add_parser("check")
     chk.add_argument("--config", required=True)
     chk.add_argument("--weights", required=True)
@@ -481,6 +641,8 @@ def main():
     chk.add_argument("--outputs", required=True)
     chk.add_argument("--prefix", default="")
     chk.add_argument("--tol", type=float, default=2e-5)
+    chk.add_argument("--fp8", action="store_true",
+                     help="the layer's experts are FP8 (moe-compile --dtype fp8)")
     args = parser.parse_args()
     return generate(args) or 0 if args.command == "gen" else check(args)
 

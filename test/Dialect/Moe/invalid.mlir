@@ -1308,3 +1308,86 @@ func.func @f(%g: tensor<?x8xf32>) {
   %a = moe.swiglu %g, %g {alpha = 1.0 : f64, limit = -7.0 : f64} : tensor<?x8xf32>
   return
 }
+
+// -----
+
+// FP8 experts.
+// expected-error @+1 {{expected expert_dtype to be the dtype ('bf16') or f8E4M3FN, got 'f16'}}
+func.func private @f() attributes {c = #moe.layer_config<hidden = 8, experts = 4, top_k = 1, ffn = 4, dtype = bf16, expert_dtype = f16>}
+
+// -----
+
+func.func @f(%x: tensor<?x8xbf16>, %wr: tensor<4x8xbf16>, %wg: tensor<4x4x8xf8E4M3FN>, %wu: tensor<4x4x8xf8E4M3FN>, %wd: tensor<4x8x4xf8E4M3FN>) -> tensor<?x8xbf16> {
+  // expected-error @+1 {{expected a scales(gate, up, down) operand since expert_dtype = f8E4M3FN}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, dtype = bf16, expert_dtype = f8E4M3FN>}
+       : (tensor<?x8xbf16>, tensor<4x8xbf16>, tensor<4x4x8xf8E4M3FN>, tensor<4x4x8xf8E4M3FN>, tensor<4x8x4xf8E4M3FN>) -> tensor<?x8xbf16>
+  return %y : tensor<?x8xbf16>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xbf16>, %wr: tensor<4x8xbf16>, %wg: tensor<4x4x8xbf16>, %wu: tensor<4x4x8xf8E4M3FN>, %wd: tensor<4x8x4xf8E4M3FN>, %s: tensor<4x1x1xf32>) -> tensor<?x8xbf16> {
+  // expected-error @+1 {{expected gate weight element type 'f8E4M3FN', got 'bf16'}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) scales(%s, %s, %s) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, dtype = bf16, expert_dtype = f8E4M3FN>}
+       : (tensor<?x8xbf16>, tensor<4x8xbf16>, tensor<4x4x8xbf16>, tensor<4x4x8xf8E4M3FN>, tensor<4x8x4xf8E4M3FN>, tensor<4x1x1xf32>, tensor<4x1x1xf32>, tensor<4x1x1xf32>) -> tensor<?x8xbf16>
+  return %y : tensor<?x8xbf16>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xbf16>, %wr: tensor<4x8xbf16>, %wg: tensor<4x4x8xf8E4M3FN>, %wu: tensor<4x4x8xf8E4M3FN>, %wd: tensor<4x8x4xf8E4M3FN>, %s: tensor<4x1x1xf32>, %t: tensor<4x2x1xf32>) -> tensor<?x8xbf16> {
+  // expected-error @+1 {{expected down scale of shape [4x1x1], got 'tensor<4x2x1xf32>'}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) scales(%s, %s, %t) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, dtype = bf16, expert_dtype = f8E4M3FN>}
+       : (tensor<?x8xbf16>, tensor<4x8xbf16>, tensor<4x4x8xf8E4M3FN>, tensor<4x4x8xf8E4M3FN>, tensor<4x8x4xf8E4M3FN>, tensor<4x1x1xf32>, tensor<4x1x1xf32>, tensor<4x2x1xf32>) -> tensor<?x8xbf16>
+  return %y : tensor<?x8xbf16>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xbf16>, %wr: tensor<4x8xbf16>, %wg: tensor<4x4x8xbf16>, %wu: tensor<4x4x8xbf16>, %wd: tensor<4x8x4xbf16>, %s: tensor<4x1x1xf32>) -> tensor<?x8xbf16> {
+  // expected-error @+1 {{unexpected scales(gate, up, down) operand unless expert_dtype = f8E4M3FN}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) scales(%s, %s, %s) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, dtype = bf16>}
+       : (tensor<?x8xbf16>, tensor<4x8xbf16>, tensor<4x4x8xbf16>, tensor<4x4x8xbf16>, tensor<4x8x4xbf16>, tensor<4x1x1xf32>, tensor<4x1x1xf32>, tensor<4x1x1xf32>) -> tensor<?x8xbf16>
+  return %y : tensor<?x8xbf16>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xbf16>, %wr: tensor<4x8xbf16>, %wg: tensor<4x4x8xf8E4M3FN>, %wu: tensor<4x4x8xf8E4M3FN>, %wd: tensor<4x8x4xf8E4M3FN>, %s: tensor<4x1x1xf32>, %wsg: tensor<4x8xf8E4M3FN>, %wsd: tensor<8x4xf8E4M3FN>) -> tensor<?x8xbf16> {
+  // expected-error @+1 {{expected a shared_scales(gate, up, down) operand since expert_dtype = f8E4M3FN and shared experts}}
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd) scales(%s, %s, %s) shared(%wsg, %wsg, %wsd) {config = #moe.layer_config<hidden = 8, experts = 4, top_k = 2, ffn = 4, shared_experts = 1, shared_ffn = 4, dtype = bf16, expert_dtype = f8E4M3FN>}
+       : (tensor<?x8xbf16>, tensor<4x8xbf16>, tensor<4x4x8xf8E4M3FN>, tensor<4x4x8xf8E4M3FN>, tensor<4x8x4xf8E4M3FN>, tensor<4x8xf8E4M3FN>, tensor<4x8xf8E4M3FN>, tensor<8x4xf8E4M3FN>, tensor<4x1x1xf32>, tensor<4x1x1xf32>, tensor<4x1x1xf32>) -> tensor<?x8xbf16>
+  return %y : tensor<?x8xbf16>
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xbf16>, %w: tensor<4x16x8xf8E4M3FN>, %o: tensor<5xi32>) {
+  // expected-error @+1 {{expected a scale operand for the e4m3 weight}}
+  %h = moe.grouped_matmul %x, %w, %o : tensor<?x8xbf16>, tensor<4x16x8xf8E4M3FN>, tensor<5xi32> -> tensor<?x16xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xbf16>, %w: tensor<4x16x8xbf16>, %o: tensor<5xi32>, %s: tensor<4x1x1xf32>) {
+  // expected-error @+1 {{unexpected scale operand: the weight is 'bf16', not e4m3}}
+  %h = moe.grouped_matmul %x, %w, %o scale %s : tensor<?x8xbf16>, tensor<4x16x8xbf16>, tensor<5xi32> scale tensor<4x1x1xf32> -> tensor<?x16xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x300xbf16>, %w: tensor<4x16x300xf8E4M3FN>, %o: tensor<5xi32>, %s: tensor<4x1x2xf32>) {
+  // expected-error @+1 {{expected scale of shape [4x1x3], got 'tensor<4x1x2xf32>'}}
+  %h = moe.grouped_matmul %x, %w, %o scale %s : tensor<?x300xbf16>, tensor<4x16x300xf8E4M3FN>, tensor<5xi32> scale tensor<4x1x2xf32> -> tensor<?x16xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x8xbf16>, %g: tensor<4x8xbf16>, %d: tensor<8x4xbf16>, %s: tensor<1x1xf32>) {
+  // expected-error @+1 {{unexpected gate scale operand: the gate weight is 'bf16', not e4m3}}
+  %y = moe.shared_expert %x, %g, %g, %d scales(%s, %s, %s) : (tensor<?x8xbf16>, tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<8x4xbf16>, tensor<1x1xf32>, tensor<1x1xf32>, tensor<1x1xf32>) -> tensor<?x8xbf16>
+  return
+}

@@ -266,3 +266,44 @@ func.func @gpt_oss_primitives(%x: tensor<?x16xbf16>, %wr: tensor<4x16xbf16>,
          : tensor<?x8xbf16>
   return %s, %a : tensor<?x4xf32>, tensor<?x8xbf16>
 }
+
+// FP8 experts: e4m3 weights with their 128 x 128 block scales.
+// CHECK-LABEL: func.func @fp8_layer
+// CHECK: moe.layer %{{.*}} router(%{{.*}}) experts(%{{.*}}, %{{.*}}, %{{.*}}) scales(%{{.*}}, %{{.*}}, %{{.*}}) shared(%{{.*}}, %{{.*}}, %{{.*}}) shared_scales(%{{.*}}, %{{.*}}, %{{.*}}) {config = #moe.layer_config<hidden = 256, experts = 4, top_k = 2, ffn = 192, shared_experts = 1, shared_ffn = 192, dtype = bf16, expert_dtype = f8E4M3FN>}
+func.func @fp8_layer(%x: tensor<?x256xbf16>, %wr: tensor<4x256xbf16>,
+                     %wg: tensor<4x192x256xf8E4M3FN>, %wd: tensor<4x256x192xf8E4M3FN>,
+                     %sg: tensor<4x2x2xf32>,
+                     %shg: tensor<192x256xf8E4M3FN>, %shd: tensor<256x192xf8E4M3FN>,
+                     %ssg: tensor<2x2xf32>) -> tensor<?x256xbf16> {
+  %y = moe.layer %x router(%wr) experts(%wg, %wg, %wd) scales(%sg, %sg, %sg)
+         shared(%shg, %shg, %shd) shared_scales(%ssg, %ssg, %ssg)
+         {config = #moe.layer_config<hidden = 256, experts = 4, top_k = 2,
+                                     ffn = 192, shared_experts = 1,
+                                     shared_ffn = 192, dtype = bf16,
+                                     expert_dtype = f8E4M3FN>}
+       : (tensor<?x256xbf16>, tensor<4x256xbf16>, tensor<4x192x256xf8E4M3FN>,
+          tensor<4x192x256xf8E4M3FN>, tensor<4x256x192xf8E4M3FN>,
+          tensor<192x256xf8E4M3FN>, tensor<192x256xf8E4M3FN>,
+          tensor<256x192xf8E4M3FN>,
+          tensor<4x2x2xf32>, tensor<4x2x2xf32>, tensor<4x2x2xf32>,
+          tensor<2x2xf32>, tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<?x256xbf16>
+  return %y : tensor<?x256xbf16>
+}
+
+// CHECK-LABEL: func.func @fp8_ops
+func.func @fp8_ops(%rows: tensor<?x256xbf16>, %w: tensor<4x192x256xf8E4M3FN>,
+                   %off: tensor<5xi32>, %s: tensor<4x2x2xf32>,
+                   %g: tensor<192x256xf8E4M3FN>, %d: tensor<256x192xf8E4M3FN>,
+                   %gs: tensor<2x2xf32>) -> (tensor<?x192xbf16>, tensor<?x256xbf16>) {
+  // CHECK: moe.grouped_matmul %{{.*}}, %{{.*}}, %{{.*}} scale %{{.*}} : tensor<?x256xbf16>, tensor<4x192x256xf8E4M3FN>, tensor<5xi32> scale tensor<4x2x2xf32> -> tensor<?x192xbf16>
+  %h = moe.grouped_matmul %rows, %w, %off scale %s
+         : tensor<?x256xbf16>, tensor<4x192x256xf8E4M3FN>, tensor<5xi32>
+           scale tensor<4x2x2xf32> -> tensor<?x192xbf16>
+  // CHECK: moe.shared_expert %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} scales(%{{.*}}, %{{.*}}, %{{.*}})
+  %y = moe.shared_expert %rows, %g, %g, %d scales(%gs, %gs, %gs)
+         : (tensor<?x256xbf16>, tensor<192x256xf8E4M3FN>,
+            tensor<192x256xf8E4M3FN>, tensor<256x192xf8E4M3FN>,
+            tensor<2x2xf32>, tensor<2x2xf32>, tensor<2x2xf32>)
+         -> tensor<?x256xbf16>
+  return %h, %y : tensor<?x192xbf16>, tensor<?x256xbf16>
+}
