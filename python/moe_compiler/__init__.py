@@ -54,7 +54,8 @@ def compile(config, target="host", dtype=None, train=False, ep=1,
     config: a Hugging Face config.json path, a .mlir file holding one
         moe.layer, a config dict, or a transformers config object.
     target: "host" (the CPU) or "sm_90a" (Hopper).
-    dtype: "f32", "bf16" or "f16" (None: the config's).
+    dtype: "f32", "bf16", "f16" or "fp8" (bf16 with FP8 experts; None: the
+        config's).
     train: also compile the layer's backward pass (host), so that
         Layer.backward and the torch integration's loss.backward() work.
     ep: expert-parallel ranks (bundles for mpirun -np N moe-run/moe-train;
@@ -180,7 +181,9 @@ class Layer:
 
     def parameters(self):
         """Each parameter by role ("gate_weight", ...), as float32 numpy
-        copies in the layer's layout (experts stacked)."""
+        copies in the layer's layout (experts stacked); an FP8 layer's
+        expert weights as uint8 e4m3 codes, their block scales as
+        "gate_scale", ...."""
         return {role: self._core.parameter(role)
                 for role, _, _, _ in self._core.parameter_specs()}
 
@@ -195,6 +198,8 @@ class Layer:
             {role: _host_array(v, role) for role, v in by_role.items()})
 
     def set_parameter(self, role, value):
+        """Sets one parameter; an FP8 weight takes uint8 e4m3 codes as they
+        are, or float values it quantizes (setting its scales too)."""
         self._core.set_parameter(role, _host_array(value, role))
 
     def trained_parameters(self):

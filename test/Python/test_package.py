@@ -48,6 +48,42 @@ def test_forward_matches_reference(tmp_path, name):
     assert np.abs(y - ry).max() <= 1e-5 * scale
 
 
+def test_fp8_experts(tmp_path):
+    """dtype="fp8": e4m3 weights read as uint8 codes, float values given to
+    set_parameter quantized as reference.py quantizes them, and the layer
+    against the reference's own FP8 layer."""
+    config = os.path.join(INPUTS, "deepseek-v3-fp8.json")
+    weights, inputs = tmp_path / "w.safetensors", tmp_path / "x.safetensors"
+    args = reference_args(config, 9, 5, weights, inputs)
+    args.dtype, args.fp8 = "bf16", True
+    reference.generate(args)
+    layer = moe_compiler.compile(config, dtype="fp8").load(weights=str(weights))
+    tensors = reference.read_safetensors(str(weights))
+    codes = layer.parameters()["gate_weight"]
+    assert codes.dtype == np.uint8 and codes.shape == (16, 192, 320)
+    assert (codes[2] == tensors["experts.2.gate_proj.weight"]).all()
+    assert (layer.parameters()["gate_scale"][2] ==
+            tensors["experts.2.gate_proj.weight_scale_inv"]).all()
+    x = reference.read_safetensors(str(inputs))["x"].copy()
+    cfg = reference.Config(config)
+    y, _, _ = layer(x)
+    ry, _, _ = reference.fp8_forward(cfg, tensors, "", x.astype(np.float64))
+    assert np.abs(y - ry).max() <= 1e-3 * np.abs(ry).max()
+    # Float values are quantized, scales and all.
+    values = np.random.default_rng(0).uniform(-1, 1, (64, 320, 192)).astype(np.float32)
+    down = layer.parameters()["down_weight"].copy()
+    layer.set_parameter("down_weight", values[:16])
+    want_codes, want_scales = reference.quantize_weight(values[3])
+    assert (layer.parameters()["down_weight"][3] == want_codes).all()
+    assert (layer.parameters()["down_scale"][3] == want_scales).all()
+    # Codes are taken as they are; a NaN code is refused.
+    layer.set_parameter("down_weight", down)
+    assert (layer.parameters()["down_weight"] == down).all()
+    down[0, 0, 0] = 0x7F
+    with pytest.raises(RuntimeError, match="gets a NaN code at element 0"):
+        layer.set_parameter("down_weight", down)
+
+
 def test_state_dict_and_dict_config(tmp_path):
     config, weights, x = generate(tmp_path, "qwen3-moe-tiny")
     with open(config) as f:
