@@ -158,28 +158,38 @@ Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op,
   overExpertBlocks(
       b, experts, columns, columnBlock, offsets, rows,
       [&](Builder &b, Value e, Value lo, Value hi, Value c0, Value c1) {
-        emitDotGemm(b,
-                    {lo, hi, c0, c1, depth,
-                     [&](Builder &b, Value r, Value k, int64_t width) {
-                       return loadVector(b, a, {r, k}, width);
-                     },
-                     [&](Builder &b, Value c, Value k, int64_t width) {
-                       return scales ? loadFp8Weight(b, weight, scales,
-                                                     {e, c, k}, width)
-                                     : loadVector(b, weight, {e, c, k}, width);
-                     },
-                     [&](Builder &b, Value r, Value c, Value sum) {
-                       // The bias joins the f32 sum: one rounding.
-                       if (bias)
-                         sum = arith::AddFOp::create(
-                             b, sum,
-                             toF32(b, memref::LoadOp::create(
-                                          b, bias, ValueRange{e, c})));
-                       memref::StoreOp::create(b, fromF32(b, sum, elt), out,
-                                               ValueRange{r, c});
-                     },
-                     std::gcd(columnBlock, columns)},
-                    target);
+        auto gemm = [&](Builder &b, Value panel) {
+          emitDotGemm(
+              b,
+              {lo, hi, c0, c1, depth,
+               [&](Builder &b, Value r, Value k, int64_t width) {
+                 return loadVector(b, a, {r, k}, width);
+               },
+               [&](Builder &b, Value c, Value k, int64_t width) {
+                 if (!panel)
+                   return loadVector(b, weight, {e, c, k}, width);
+                 Value row = arith::SubIOp::create(b, c, c0);
+                 return loadVector(b, panel, {row, k}, width);
+               },
+               [&](Builder &b, Value r, Value c, Value sum) {
+                 // The bias joins the f32 sum: one rounding.
+                 if (bias)
+                   sum = arith::AddFOp::create(
+                       b, sum,
+                       toF32(b, memref::LoadOp::create(b, bias,
+                                                       ValueRange{e, c})));
+                 memref::StoreOp::create(b, fromF32(b, sum, elt), out,
+                                         ValueRange{r, c});
+               },
+               std::gcd(columnBlock, columns)},
+              target);
+        };
+        // FP8: the block's weights decoded once, for all of its rows.
+        if (scales)
+          withFp8Panel(b, weight, scales, {e}, c0, c1, columnBlock, depth,
+                       target.width, gemm);
+        else
+          gemm(b, Value());
       });
   return asTensor(b, out);
 }

@@ -147,22 +147,32 @@ Value matmulTransposeB(Builder &b, Value lhs, Value rhs,
       [&](Builder &b, ValueRange block) {
         auto [i0, i1] = blockRange(b, block[0], kRowBlock, rows);
         auto [j0, j1] = blockRange(b, block[1], columnBlock, columns);
-        DotGemm gemm{i0, i1, j0, j1, depth,
-                     [&](Builder &b, Value i, Value k, int64_t width) {
-                       return loadVector(b, a, {i, k}, width);
-                     },
-                     [&](Builder &b, Value j, Value k, int64_t width) {
-                       return scales ? loadFp8Weight(b, w, scales, {j, k},
-                                                     width)
-                                     : loadVector(b, w, {j, k}, width);
-                     },
-                     [&](Builder &b, Value i, Value j, Value sum) {
-                       memref::StoreOp::create(b, sum, out, ValueRange{i, j});
-                     },
-                     rhsType.isDynamicDim(0)
-                         ? 1
-                         : std::gcd(columnBlock, rhsType.getDimSize(0))};
-        emitDotGemm(b, gemm, target);
+        auto run = [&](Builder &b, Value panel) {
+          DotGemm gemm{i0, i1, j0, j1, depth,
+                       [&](Builder &b, Value i, Value k, int64_t width) {
+                         return loadVector(b, a, {i, k}, width);
+                       },
+                       [&](Builder &b, Value j, Value k, int64_t width) {
+                         if (!panel)
+                           return loadVector(b, w, {j, k}, width);
+                         Value row = arith::SubIOp::create(b, j, j0);
+                         return loadVector(b, panel, {row, k}, width);
+                       },
+                       [&](Builder &b, Value i, Value j, Value sum) {
+                         memref::StoreOp::create(b, sum, out,
+                                                 ValueRange{i, j});
+                       },
+                       rhsType.isDynamicDim(0)
+                           ? 1
+                           : std::gcd(columnBlock, rhsType.getDimSize(0))};
+          emitDotGemm(b, gemm, target);
+        };
+        // FP8: the block's weights decoded once for its rows.
+        if (scales)
+          withFp8Panel(b, w, scales, {}, j0, j1, columnBlock, depth,
+                       target.width, run);
+        else
+          run(b, Value());
       });
   return asTensor(b, out);
 }

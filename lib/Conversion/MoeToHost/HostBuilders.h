@@ -211,6 +211,14 @@ Value quantizeRowsFp8(Builder &b, Value input);
 Value loadFp8Weight(Builder &b, Value codes, Value scales, ValueRange indices,
                     int64_t width);
 
+/// Calls `body` with an f32 [maxColumns, depth] panel holding the decoded, scaled rows [c0, c1) of the
+/// e4m3 weight `codes` (indexed `prefix..., row, k`): a GEMM's parallel
+/// iteration decodes its block of weights once, not once per row block.
+void withFp8Panel(Builder &b, Value codes, Value scales, ValueRange prefix,
+                  Value c0, Value c1, int64_t maxColumns, int64_t depth,
+                  int64_t width,
+                  function_ref<void(Builder &, Value panel)> body);
+
 //===----------------------------------------------------------------------===//
 // One op, one lowering function
 //===----------------------------------------------------------------------===//
