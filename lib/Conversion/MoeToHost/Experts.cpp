@@ -184,10 +184,11 @@ Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op,
                std::gcd(columnBlock, columns)},
               target);
         };
-        // FP8: the block's weights decoded once, for all of its rows.
-        if (scales)
-          withFp8Panel(b, weight, scales, {e}, c0, c1, columnBlock, depth,
-                       target.width, gemm);
+        // FP8 or 16-bit weights: the block's weights converted once, for
+        // all of its rows.
+        if (scales || !weightType.getElementType().isF32())
+          withWeightPanel(b, weight, scales, {e}, c0, c1, columnBlock, depth,
+                          target.width, gemm);
         else
           gemm(b, Value());
       });

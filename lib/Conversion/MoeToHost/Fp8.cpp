@@ -16,7 +16,6 @@
 
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
-#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/TypeUtilities.h"
 
@@ -172,42 +171,4 @@ Value mlir::moe::host::loadFp8Weight(Builder &b, Value codes, Value scales,
   if (width > 1)
     scale = vector::BroadcastOp::create(b, values.getType(), scale);
   return arith::MulFOp::create(b, values, scale);
-}
-
-void mlir::moe::host::withFp8Panel(
-    Builder &b, Value codes, Value scales, ValueRange prefix, Value c0,
-    Value c1, int64_t maxColumns, int64_t depth, int64_t width,
-    function_ref<void(Builder &, Value panel)> body) {
-  // One iteration's panel (freed by the deallocation pipeline at the end
-  // of the iteration; the allocator reuses the same block).
-  Value panel =
-      alloc(b, MemRefType::get({maxColumns, depth}, b.getF32Type()));
-  int64_t vectorEnd = width > 1 ? depth / width * width : 0;
-  forLoop(b, c0, c1, [&](Builder &b, Value c) {
-    Value row = arith::SubIOp::create(b, c, c0);
-    auto at = [&](Value k) {
-      SmallVector<Value> indices(prefix);
-      indices.append({c, k});
-      return indices;
-    };
-    if (vectorEnd > 0)
-      scf::ForOp::create(
-          b, indexConst(b, 0), indexConst(b, vectorEnd), indexConst(b, width),
-          ValueRange{},
-          [&](OpBuilder &nested, Location loc, Value k, ValueRange) {
-            Builder nb(loc, nested);
-            vector::StoreOp::create(
-                nb, loadFp8Weight(nb, codes, scales, at(k), width), panel,
-                ValueRange{row, k});
-            scf::YieldOp::create(nb);
-          });
-    if (vectorEnd < depth)
-      forLoop(b, indexConst(b, vectorEnd), indexConst(b, depth),
-              [&](Builder &b, Value k) {
-                memref::StoreOp::create(
-                    b, loadFp8Weight(b, codes, scales, at(k), 1), panel,
-                    ValueRange{row, k});
-              });
-  });
-  body(b, panel);
 }

@@ -202,6 +202,49 @@ void mlir::moe::host::storeVector(Builder &b, Value value, Value buffer,
   vector::StoreOp::create(b, value, buffer, indices);
 }
 
+void mlir::moe::host::withWeightPanel(
+    Builder &b, Value weight, Value scales, ValueRange prefix, Value c0,
+    Value c1, int64_t maxColumns, int64_t depth, int64_t width,
+    function_ref<void(Builder &, Value panel)> body) {
+  // One iteration's panel (freed by the deallocation pipeline at the end
+  // of the iteration; the allocator reuses the same block).
+  Value panel = alloc(b, MemRefType::get({maxColumns, depth}, b.getF32Type()));
+  // f32 values of `n` weights at `indices` (decoded and scaled if FP8).
+  auto load = [&](Builder &b, ValueRange indices, int64_t n) -> Value {
+    if (scales)
+      return loadFp8Weight(b, weight, scales, indices, n);
+    if (n == 1)
+      return toF32(b, memref::LoadOp::create(b, weight, indices));
+    return loadVector(b, weight, indices, n);
+  };
+  int64_t vectorEnd = width > 1 ? depth / width * width : 0;
+  forLoop(b, c0, c1, [&](Builder &b, Value c) {
+    Value row = arith::SubIOp::create(b, c, c0);
+    auto at = [&](Value k) {
+      SmallVector<Value> indices(prefix);
+      indices.append({c, k});
+      return indices;
+    };
+    if (vectorEnd > 0)
+      scf::ForOp::create(
+          b, indexConst(b, 0), indexConst(b, vectorEnd), indexConst(b, width),
+          ValueRange{},
+          [&](OpBuilder &nested, Location loc, Value k, ValueRange) {
+            Builder nb(loc, nested);
+            vector::StoreOp::create(nb, load(nb, at(k), width), panel,
+                                    ValueRange{row, k});
+            scf::YieldOp::create(nb);
+          });
+    if (vectorEnd < depth)
+      forLoop(b, indexConst(b, vectorEnd), indexConst(b, depth),
+              [&](Builder &b, Value k) {
+                memref::StoreOp::create(b, load(b, at(k), 1), panel,
+                                        ValueRange{row, k});
+              });
+  });
+  body(b, panel);
+}
+
 void mlir::moe::host::emitDotGemm(Builder &b, const DotGemm &g,
                                   const VectorTarget &target) {
   auto [mr, nr] = dotBlock(target);

@@ -167,10 +167,11 @@ Value matmulTransposeB(Builder &b, Value lhs, Value rhs,
                            : std::gcd(columnBlock, rhsType.getDimSize(0))};
           emitDotGemm(b, gemm, target);
         };
-        // FP8: the block's weights decoded once for its rows.
-        if (scales)
-          withFp8Panel(b, w, scales, {}, j0, j1, columnBlock, depth,
-                       target.width, run);
+        // FP8 or 16-bit weights: the block's weights converted once for
+        // its rows.
+        if (scales || !rhsType.getElementType().isF32())
+          withWeightPanel(b, w, scales, {}, j0, j1, columnBlock, depth,
+                          target.width, run);
         else
           run(b, Value());
       });

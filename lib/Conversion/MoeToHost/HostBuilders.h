@@ -160,6 +160,16 @@ void emitDotGemm(Builder &b, const DotGemm &gemm, const VectorTarget &target);
 void emitOuterGemm(Builder &b, const OuterGemm &gemm,
                    const VectorTarget &target);
 
+/// Calls `body` with an f32 [maxColumns, depth] panel holding rows [c0, c1)
+/// of `weight` (indexed `prefix..., row, k`) in f32: decoded and scaled
+/// with `scales` if it holds e4m3 codes, widened if bf16 or f16. A GEMM's
+/// parallel iteration converts its block of weights once, not once per
+/// block of rows, and its dot kernel then reads plain f32 rows.
+void withWeightPanel(Builder &b, Value weight, Value scales, ValueRange prefix,
+                     Value c0, Value c1, int64_t maxColumns, int64_t depth,
+                     int64_t width,
+                     function_ref<void(Builder &, Value panel)> body);
+
 /// Columns of B per parallel block of a dot GEMM of `depth`, sized for the
 /// cache (a multiple of the register block's columns).
 int64_t dotColumnBlock(const VectorTarget &target, int64_t depth,
@@ -210,14 +220,6 @@ Value quantizeRowsFp8(Builder &b, Value input);
 /// block).
 Value loadFp8Weight(Builder &b, Value codes, Value scales, ValueRange indices,
                     int64_t width);
-
-/// Calls `body` with an f32 [maxColumns, depth] panel holding the decoded, scaled rows [c0, c1) of the
-/// e4m3 weight `codes` (indexed `prefix..., row, k`): a GEMM's parallel
-/// iteration decodes its block of weights once, not once per row block.
-void withFp8Panel(Builder &b, Value codes, Value scales, ValueRange prefix,
-                  Value c0, Value c1, int64_t maxColumns, int64_t depth,
-                  int64_t width,
-                  function_ref<void(Builder &, Value panel)> body);
 
 //===----------------------------------------------------------------------===//
 // One op, one lowering function
