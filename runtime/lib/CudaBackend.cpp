@@ -507,8 +507,8 @@ CudaBackend::uploadParameters(const std::vector<const Tensor *> &arguments) {
     return nullptr;
   };
   for (const GpuBuffer &b : manifest.gpu.buffers) {
-    std::vector<uint8_t> packed;
-    const std::vector<uint8_t> *bytes = nullptr;
+    AlignedBytes packed;
+    const AlignedBytes *bytes = nullptr;
     if (b.source.rfind("param:", 0) == 0) {
       const Tensor *t = parameter(b.source.substr(6));
       if (!t)
@@ -1139,14 +1139,13 @@ Status CudaBackend::runTrainingUpdate() {
 
 } // namespace
 
-std::vector<uint8_t> packGateUp(const Tensor &gate, const Tensor &up,
-                                bool vectors) {
+AlignedBytes packGateUp(const Tensor &gate, const Tensor &up, bool vectors) {
   size_t elem = dtypeSize(gate.dtype);
   int64_t experts = gate.shape.size() == 3 || vectors ? gate.shape[0] : 1;
   int64_t f = vectors ? gate.shape.back() : gate.shape[gate.shape.size() - 2];
   size_t rowBytes =
       vectors ? elem : static_cast<size_t>(gate.shape.back()) * elem;
-  std::vector<uint8_t> out(2 * gate.data.size());
+  AlignedBytes out(2 * gate.data.size());
   for (int64_t e = 0; e < experts; ++e)
     for (int64_t r = 0; r < f; ++r) {
       size_t src = (static_cast<size_t>(e) * f + r) * rowBytes;

@@ -241,7 +241,7 @@ TEST(RuntimeTest, GateUpPacking) {
     gate.as<float>()[i] = static_cast<float>(i);
     up.as<float>()[i] = static_cast<float>(-1 - i);
   }
-  std::vector<uint8_t> packed = packGateUp(gate, up);
+  AlignedBytes packed = packGateUp(gate, up);
   ASSERT_EQ(packed.size(), 2 * gate.data.size());
   const auto *p = reinterpret_cast<const float *>(packed.data());
   for (int64_t e = 0; e < experts; ++e)
@@ -264,7 +264,7 @@ TEST(RuntimeTest, GateUpPackingOneGroup) {
     gate.as<float>()[i] = 1.0f + i;
     up.as<float>()[i] = 100.0f + i;
   }
-  std::vector<uint8_t> packed = packGateUp(gate, up);
+  AlignedBytes packed = packGateUp(gate, up);
   const auto *p = reinterpret_cast<const float *>(packed.data());
   EXPECT_EQ(p[0], 1.0f);
   EXPECT_EQ(p[15], 16.0f);
@@ -281,7 +281,7 @@ TEST(RuntimeTest, GateUpPackingBiases) {
     gate.as<float>()[i] = static_cast<float>(i);
     up.as<float>()[i] = static_cast<float>(1000 + i);
   }
-  std::vector<uint8_t> packed = packGateUp(gate, up, /*vectors=*/true);
+  AlignedBytes packed = packGateUp(gate, up, /*vectors=*/true);
   ASSERT_EQ(packed.size(), 2 * gate.data.size());
   const auto *p = reinterpret_cast<const float *>(packed.data());
   for (int64_t e = 0; e < experts; ++e)

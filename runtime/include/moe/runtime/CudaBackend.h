@@ -24,8 +24,8 @@ Expected<std::unique_ptr<Backend>> createCudaBackend(const Bundle &bundle);
 /// 16j+8..16j+15 = up rows 8j..8j+7 of each expert (F a multiple of 8).
 /// With `vectors`, they are the experts' [E, F] biases of those rows: the
 /// result is [E, 2F], interleaved alike.
-std::vector<uint8_t> packGateUp(const Tensor &gate, const Tensor &up,
-                                bool vectors = false);
+AlignedBytes packGateUp(const Tensor &gate, const Tensor &up,
+                        bool vectors = false);
 
 } // namespace moe::rt
 
