@@ -81,7 +81,12 @@ void moe::buildHostLoweringToLLVM(OpPassManager &pm, bool reuseBuffers,
   arith::ArithExpandOpsPassOptions expand;
   expand.includeBf16 = true;
   pm.addPass(arith::createArithExpandOpsPass(expand));
-  pm.addPass(createConvertVectorToLLVMPass());
+  // The packed GEMMs transpose tiles of weights in registers: as shuffles
+  // (a 16 x 16 tile with AVX-512's two-source shuffles).
+  ConvertVectorToLLVMPassOptions vectors;
+  vectors.vectorTransposeLowering =
+      vector::VectorTransposeLowering::Shuffle16x16;
+  pm.addPass(createConvertVectorToLLVMPass(vectors));
   pm.addPass(createConvertMathToLLVMPass());
   pm.addPass(createArithToLLVMConversionPass());
   pm.addPass(createConvertIndexToLLVMPass());

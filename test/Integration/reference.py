@@ -608,8 +608,22 @@ def check(args):
                 if abs(w[t, j] - ref) > args.tol * (1 + abs(ref)):
                     problems.append(f"token {t}: weight of expert {e} is {w[t, j]}, reference {ref}")
         scale = 1.0 + np.abs(y_ref).max(initial=0.0)
-        err = np.abs(y - y_ref).max(initial=0.0) / scale
-        if err > args.tol:
+        per_token = np.abs(y - y_ref).max(axis=1, initial=0.0) / scale
+        err = per_token.max(initial=0.0)
+        if getattr(args, "fp8", False):
+            # A value the host's f32 sums and the reference's f64 ones round
+            # to neighbouring bf16 values can then quantize to neighbouring
+            # e4m3 codes: its token's output moves by up to 20x the
+            # tolerance. A few such tokens are allowed; a wrong quantization
+            # moves most tokens (ties not to even: half of them).
+            off = per_token > args.tol
+            allowed = max(1, x.shape[0] // 50)
+            if off.sum() > allowed or err > 20 * args.tol:
+                problems.append(
+                    f"y: {off.sum()} of {x.shape[0]} tokens off by more than "
+                    f"{args.tol} of max |y| (at most {allowed} may be, by up "
+                    f"to {20 * args.tol:g}); max error {err:.3g}")
+        elif err > args.tol:
             problems.append(f"y: max error {err:.3g} relative to max |y| exceeds {args.tol}")
     if problems:
         print("MISMATCH against the reference:\n  " + "\n  ".join(problems[:10]))

@@ -154,10 +154,46 @@ Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op,
   Value out = alloc(b, MemRefType::get(outType.getShape(), elt),
                     dynamicSizes(b, outType, input));
   fillBuffer(b, out, arith::ConstantOp::create(b, b.getFloatAttr(elt, 0.0)));
-  int64_t columnBlock = dotColumnBlock(target, depth, columns);
+  int64_t columnBlock = packedColumnBlock(target, depth, columns);
+  int64_t jMultiple = std::gcd(columnBlock, columns);
   overExpertBlocks(
       b, experts, columns, columnBlock, offsets, rows,
       [&](Builder &b, Value e, Value lo, Value hi, Value c0, Value c1) {
+        // An expert with enough rows packs its block of weights for the
+        // outer kernel; one with few reads them as they are.
+        Value many = arith::CmpIOp::create(b, arith::CmpIPredicate::uge,
+                                           arith::SubIOp::create(b, hi, lo),
+                                           indexConst(b, kPackedRows));
+        auto ifOp = scf::IfOp::create(b, many, /*withElseRegion=*/true);
+        Builder packed(b.getLoc(), ifOp.getThenBodyBuilder());
+        emitPackedGemm(
+            packed,
+            {lo, hi, c0, c1, depth, columnBlock,
+             [&](Builder &b, Value r, Value k) {
+               return toF32(b, memref::LoadOp::create(b, a, ValueRange{r, k}));
+             },
+             [&](Builder &b, Value c, Value k) {
+               return scales ? loadFp8Weight(b, weight, scales, {e, c, k}, 1)
+                             : toF32(b, memref::LoadOp::create(
+                                            b, weight, ValueRange{e, c, k}));
+             },
+             [&](Builder &b, Value c, Value k, int64_t width) {
+               return scales
+                          ? loadFp8Weight(b, weight, scales, {e, c, k}, width)
+                          : loadVector(b, weight, {e, c, k}, width);
+             },
+             [&](Builder &b, Value r, Value c, Value v) {
+               // The bias joins the f32 sums: one rounding.
+               if (bias) {
+                 int64_t width = cast<VectorType>(v.getType()).getNumElements();
+                 v = arith::AddFOp::create(b, v,
+                                           loadVector(b, bias, {e, c}, width));
+               }
+               storeVector(b, v, out, {r, c});
+             },
+             jMultiple},
+            target);
+        Builder few(b.getLoc(), ifOp.getElseBodyBuilder());
         auto gemm = [&](Builder &b, Value panel) {
           emitDotGemm(
               b,
@@ -181,16 +217,16 @@ Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op,
                  memref::StoreOp::create(b, fromF32(b, sum, elt), out,
                                          ValueRange{r, c});
                },
-               std::gcd(columnBlock, columns)},
+               jMultiple},
               target);
         };
         // FP8 or 16-bit weights: the block's weights converted once, for
         // all of its rows.
         if (scales || !weightType.getElementType().isF32())
-          withWeightPanel(b, weight, scales, {e}, c0, c1, columnBlock, depth,
+          withWeightPanel(few, weight, scales, {e}, c0, c1, columnBlock, depth,
                           target.width, gemm);
         else
-          gemm(b, Value());
+          gemm(few, Value());
       });
   return asTensor(b, out);
 }

@@ -294,6 +294,94 @@ void mlir::moe::host::emitOuterGemm(Builder &b, const OuterGemm &g,
     columns(rest, g.jEnd, 1, 1);
 }
 
+int64_t mlir::moe::host::packedStripWidth(const VectorTarget &target) {
+  return outerBlock(target).second * target.width;
+}
+
+void mlir::moe::host::emitPackedGemm(Builder &b, const PackedGemm &g,
+                                     const VectorTarget &target) {
+  int64_t strip = packedStripWidth(target);
+  int64_t strips = (g.maxColumns + strip - 1) / strip;
+  // W's rows [c0, c1) as k-major strips: panel[s][k][jj] = W(c0 + s *
+  // strip + jj, k). Within a strip k runs outer, so the strip's rows are
+  // read a cache line at a time and the panel written in order.
+  Value panel =
+      alloc(b, MemRefType::get({strips, g.depth, strip}, b.getF32Type()));
+  Value columns = arith::SubIOp::create(b, g.c1, g.c0);
+  int64_t width = target.width;
+  int64_t kVector = width > 1 ? g.depth / width * width : 0;
+  // Column j (relative to c0), element k: panel[j / strip][k][j % strip].
+  auto packScalar = [&](Builder &b, Value j, Value k) {
+    Value s = arith::DivUIOp::create(b, j, indexConst(b, strip));
+    Value jj = arith::RemUIOp::create(b, j, indexConst(b, strip));
+    memref::StoreOp::create(b, g.wAt(b, arith::AddIOp::create(b, g.c0, j), k),
+                            panel, ValueRange{s, k, jj});
+  };
+  // Whole groups of `width` columns: width x width tiles read along k (as
+  // vectors of W's rows), transposed in registers and written along the
+  // strip's columns; k's tail one element at a time.
+  Value groupsEnd = arith::MulIOp::create(
+      b, arith::DivUIOp::create(b, columns, indexConst(b, width)),
+      indexConst(b, width));
+  auto tileType = VectorType::get({width, width}, b.getF32Type());
+  stepLoop(
+      b, indexConst(b, 0), groupsEnd, width, {},
+      [&](Builder &b, Value j0, ValueRange) -> SmallVector<Value> {
+        Value s = arith::DivUIOp::create(b, j0, indexConst(b, strip));
+        Value jj = arith::RemUIOp::create(b, j0, indexConst(b, strip));
+        Value first = arith::AddIOp::create(b, g.c0, j0);
+        if (kVector > 0)
+          stepLoop(
+              b, indexConst(b, 0), indexConst(b, kVector), width, {},
+              [&](Builder &b, Value k0, ValueRange) -> SmallVector<Value> {
+                Value tile = arith::ConstantOp::create(
+                    b,
+                    DenseElementsAttr::get(tileType, b.getF32FloatAttr(0.0f)));
+                for (int64_t t = 0; t < width; ++t)
+                  tile = vector::InsertOp::create(
+                      b, g.wRow(b, offset(b, first, t), k0, width), tile, t);
+                Value transposed = vector::TransposeOp::create(b, tile, {1, 0});
+                for (int64_t t = 0; t < width; ++t)
+                  vector::StoreOp::create(
+                      b, vector::ExtractOp::create(b, transposed, t), panel,
+                      ValueRange{s, offset(b, k0, t), jj});
+                return {};
+              });
+        if (kVector < g.depth)
+          forLoop(b, indexConst(b, kVector), indexConst(b, g.depth),
+                  [&](Builder &b, Value k) {
+                    for (int64_t t = 0; t < width; ++t)
+                      packScalar(b, offset(b, j0, t), k);
+                  });
+        return {};
+      });
+  // The last columns, fewer than `width`.
+  forLoop(b, groupsEnd, columns, [&](Builder &b, Value j) {
+    forLoop(b, g.depth, [&](Builder &b, Value k) { packScalar(b, j, k); });
+  });
+  // The outer kernel over the panel: its column blocks start at strip
+  // boundaries, so column j is element (j - c0) % strip of strip (j - c0)
+  // / strip.
+  OuterGemm outer{g.iBegin,
+                  g.iEnd,
+                  indexConst(b, 0),
+                  indexConst(b, g.depth),
+                  g.c0,
+                  g.c1,
+                  g.aAt,
+                  [&](Builder &b, Value p, Value j, int64_t width) {
+                    Value rel = arith::SubIOp::create(b, j, g.c0);
+                    Value s =
+                        arith::DivUIOp::create(b, rel, indexConst(b, strip));
+                    Value jj =
+                        arith::RemUIOp::create(b, rel, indexConst(b, strip));
+                    return loadVector(b, panel, {s, p, jj}, width);
+                  },
+                  g.store,
+                  g.jMultiple};
+  emitOuterGemm(b, outer, target);
+}
+
 void mlir::moe::host::parallelBlocks(
     Builder &b, ArrayRef<Value> counts,
     function_ref<void(Builder &, ValueRange)> body) {
@@ -337,6 +425,14 @@ int64_t mlir::moe::host::dotColumnBlock(const VectorTarget &target,
   int64_t block = std::max<int64_t>(nr, (64 * 1024 / std::max<int64_t>(
                                                           depth, 1)) /
                                            nr * nr);
+  return std::min(block, std::max<int64_t>(columns, 1));
+}
+
+int64_t mlir::moe::host::packedColumnBlock(const VectorTarget &target,
+                                           int64_t depth, int64_t columns) {
+  int64_t strip = packedStripWidth(target);
+  int64_t block = std::max<int64_t>(
+      strip, (64 * 1024 / std::max<int64_t>(depth, 1)) / strip * strip);
   return std::min(block, std::max<int64_t>(columns, 1));
 }
 

@@ -136,14 +136,52 @@ Value matmulTransposeB(Builder &b, Value lhs, Value rhs,
     sizes.push_back(columns);
   Value out = alloc(b, resultType, sizes);
   int64_t depth = lhsType.getDimSize(1);
-  // Blocks of rows by blocks of columns, one per parallel iteration.
-  constexpr int64_t kRowBlock = 64;
-  int64_t columnBlock =
-      dotColumnBlock(target, depth, rhsType.isDynamicDim(0)
-                                        ? 1 << 20
-                                        : rhsType.getDimSize(0));
+  int64_t staticColumns =
+      rhsType.isDynamicDim(0) ? 1 << 20 : rhsType.getDimSize(0);
+  // Many rows: the packed kernel, over blocks of rows large enough to pay
+  // for packing their block of columns.
+  constexpr int64_t kPackedRowBlock = 512;
+  int64_t packedBlock = packedColumnBlock(target, depth, staticColumns);
+  Value many = arith::CmpIOp::create(b, arith::CmpIPredicate::uge, rows,
+                                     indexConst(b, kPackedRows));
+  auto ifOp = scf::IfOp::create(b, many, /*withElseRegion=*/true);
+  Builder packed(b.getLoc(), ifOp.getThenBodyBuilder());
   parallelBlocks(
-      b, {ceilDiv(b, rows, kRowBlock), ceilDiv(b, columns, columnBlock)},
+      packed,
+      {ceilDiv(packed, rows, kPackedRowBlock),
+       ceilDiv(packed, columns, packedBlock)},
+      [&](Builder &b, ValueRange block) {
+        auto [i0, i1] = blockRange(b, block[0], kPackedRowBlock, rows);
+        auto [j0, j1] = blockRange(b, block[1], packedBlock, columns);
+        emitPackedGemm(
+            b,
+            {i0, i1, j0, j1, depth, packedBlock,
+             [&](Builder &b, Value i, Value k) {
+               return toF32(b, memref::LoadOp::create(b, a, ValueRange{i, k}));
+             },
+             [&](Builder &b, Value j, Value k) {
+               return scales ? loadFp8Weight(b, w, scales, {j, k}, 1)
+                             : toF32(b, memref::LoadOp::create(
+                                            b, w, ValueRange{j, k}));
+             },
+             [&](Builder &b, Value j, Value k, int64_t width) {
+               return scales ? loadFp8Weight(b, w, scales, {j, k}, width)
+                             : loadVector(b, w, {j, k}, width);
+             },
+             [&](Builder &b, Value i, Value j, Value v) {
+               storeVector(b, v, out, {i, j});
+             },
+             rhsType.isDynamicDim(0) ? 1
+                                     : std::gcd(packedBlock, staticColumns)},
+            target);
+      });
+  // Few rows: the dot kernel on the weights as they are, blocks of rows
+  // by blocks of columns, one per parallel iteration.
+  Builder few(b.getLoc(), ifOp.getElseBodyBuilder());
+  constexpr int64_t kRowBlock = 64;
+  int64_t columnBlock = dotColumnBlock(target, depth, staticColumns);
+  parallelBlocks(
+      few, {ceilDiv(few, rows, kRowBlock), ceilDiv(few, columns, columnBlock)},
       [&](Builder &b, ValueRange block) {
         auto [i0, i1] = blockRange(b, block[0], kRowBlock, rows);
         auto [j0, j1] = blockRange(b, block[1], columnBlock, columns);

@@ -3,17 +3,29 @@
 // RUN: not moe-opt %s --convert-moe-to-host="vector-width=6" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADWIDTH
 // BADWIDTH: error: convert-moe-to-host: vector-width must be a power of two and vector-registers at least 16 (got 6 and 16)
 
-// Router: the dot micro-kernel (a 3 x 4 block of vectors of 4 f32 by
-// default, loaded from bf16 along the hidden dimension) in parallel over
-// blocks of tokens and experts, reduced once per logit; then sigmoid
-// elementwise.
+// Router: with at least 32 tokens the weights are packed, widened to f32,
+// into k-major strips (4 x 4 tiles transposed in registers) for the outer
+// micro-kernel (a 6 x 2 block of vectors of 4 f32, broadcasting each
+// token's value); with fewer, the dot micro-kernel (a 3 x 4 block of
+// vectors of 4 f32 along the hidden dimension, the weights from an f32
+// copy), reduced once per logit. Then sigmoid elementwise.
 // CHECK-LABEL: func @router_sigmoid
 // CHECK: %[[LOGITS:.*]] = memref.alloc(%{{.*}}) : memref<?x8xf32>
+// CHECK: scf.if
 // CHECK: scf.parallel
+// CHECK: memref.alloc() : memref<1x64x8xf32>
+// CHECK: vector.load %{{.*}} : memref<8x64xbf16>, vector<4xbf16>
+// CHECK: vector.transpose %{{.*}}, [1, 0] : vector<4x4xf32> to vector<4x4xf32>
+// CHECK: scf.for {{.*}} iter_args({{([^,]*, ){11}[^,]*}}) -> (vector<4xf32>, {{.*}}vector<4xf32>)
+// CHECK: vector.load %{{.*}} : memref<1x64x8xf32>, vector<4xf32>
+// CHECK: vector.broadcast %{{.*}} : f32 to vector<4xf32>
+// CHECK: } else {
+// CHECK: scf.parallel
+// CHECK: memref.alloc() : memref<8x64xf32>
 // CHECK: scf.for {{.*}} iter_args({{([^,]*, ){11}[^,]*}}) -> (vector<4xf32>, {{.*}}vector<4xf32>)
 // CHECK: vector.load %{{.*}} : memref<?x64xbf16>, vector<4xbf16>
 // CHECK: arith.extf %{{.*}} : vector<4xbf16> to vector<4xf32>
-// CHECK: vector.load %{{.*}} : memref<8x64xbf16>, vector<4xbf16>
+// CHECK: vector.load %{{.*}} : memref<8x64xf32>, vector<4xf32>
 // CHECK: arith.mulf %{{.*}} fastmath<reassoc,contract> : vector<4xf32>
 // CHECK: arith.addf %{{.*}} fastmath<reassoc,contract> : vector<4xf32>
 // CHECK: vector.reduction <add>, %{{.*}} fastmath<reassoc,contract> : vector<4xf32> into f32
@@ -114,17 +126,28 @@ func.func @dispatch_unpadded(%x: tensor<?x16xf32>, %ids: tensor<?x2xi32>)
 
 // -----
 
-// Grouped GEMM and combine: the dot micro-kernel over each expert's rows
-// (bounded by the clamped offsets), in parallel over experts and blocks of
-// columns; then the combine, in parallel over blocks of tokens, each
-// output element the sum of the token's rows (entries outside the buffer
-// add nothing), without scratch memory. With AVX-512's vectors the register
-// block is 5 x 4, and a depth (8) shorter than a vector (16) is summed one
-// lane at a time.
+// Grouped GEMM and combine: per expert (its rows bounded by the clamped
+// offsets), in parallel over experts and blocks of columns: an expert of
+// at least 32 rows packs its block of weights into k-major strips (4 x 4
+// tiles transposed in registers) for the outer micro-kernel; one of fewer
+// runs the dot micro-kernel on the weights as they are. Then the combine,
+// in parallel over blocks of tokens, each output element the sum of the
+// token's rows (entries outside the buffer add nothing), without scratch
+// memory. With AVX-512's vectors the packed strips are 48 columns wide
+// (an 8 x 3 block of vectors of 16), the dot kernel's register block is
+// 5 x 4, and a depth (8) shorter than a vector (16) is summed one lane at
+// a time.
 // CHECK-LABEL: func @gmm_combine
 // CHECK: scf.parallel (%[[E:.*]], %{{.*}}) = (%{{.*}}, %{{.*}}) to (%c4, %c1)
 // CHECK: memref.load %{{.*}}[%[[E]]] : memref<5xi32>
 // CHECK: arith.minsi
+// CHECK: scf.if
+// CHECK: memref.alloc() : memref<2x8x8xf32>
+// CHECK: vector.load %{{.*}} : memref<4x16x8xf32>, vector<4xf32>
+// CHECK: vector.transpose
+// CHECK: scf.for {{.*}} iter_args({{([^,]*, ){11}[^,]*}}) -> (vector<4xf32>,
+// CHECK: vector.broadcast
+// CHECK: } else {
 // CHECK: scf.for
 // CHECK: vector.load %{{.*}} : memref<4x16x8xf32>, vector<4xf32>
 // CHECK: arith.mulf
@@ -135,6 +158,10 @@ func.func @dispatch_unpadded(%x: tensor<?x16xf32>, %ids: tensor<?x2xi32>)
 // CHECK: bufferization.to_tensor
 // WIDE-LABEL: func @gmm_combine
 // WIDE: scf.parallel
+// WIDE: scf.if
+// WIDE: memref.alloc() : memref<1x8x48xf32>
+// WIDE: scf.for {{.*}} iter_args({{([^,]*, ){23}[^,]*}}) -> (vector<16xf32>,
+// WIDE: } else {
 // WIDE-NOT: vector<16xf32>
 // WIDE: scf.for {{.*}} iter_args({{([^,]*, ){19}[^,]*}}) -> (vector<1xf32>,
 // WIDE-LABEL: func @shared_swiglu_a2a
