@@ -150,7 +150,10 @@ Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op,
   // scales.
   Value scales = op.getScale() ? asBuffer(b, op.getScale()) : Value();
   Value rows = dim(b, input, 0);
-  Value a = scales ? quantizeRowsFp8(b, input) : input;
+  // The rows as f32 (quantized for FP8): the kernels then broadcast and
+  // load them without converting each use.
+  Value a = scales ? quantizeRowsFp8(b, input, target.width)
+                   : widenRows(b, input, target.width);
   Value out = alloc(b, MemRefType::get(outType.getShape(), elt),
                     dynamicSizes(b, outType, input));
   fillBuffer(b, out, arith::ConstantOp::create(b, b.getFloatAttr(elt, 0.0)));

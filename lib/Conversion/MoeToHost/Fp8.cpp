@@ -57,6 +57,12 @@ Value asFloat(Builder &b, Value i32) {
       b, withElement(i32.getType(), b.getF32Type()), i32);
 }
 
+Value offset(Builder &b, Value base, int64_t delta) {
+  return delta == 0
+             ? base
+             : Value(arith::AddIOp::create(b, base, indexConst(b, delta)));
+}
+
 /// 2^e for an i32 exponent `e` (scalar or vector) within the normal range.
 Value powerOfTwo(Builder &b, Value e) {
   Type type = e.getType();
@@ -117,7 +123,7 @@ Value mlir::moe::host::roundToFp8(Builder &b, Value value) {
   return math::CopySignOp::create(b, rounded, value);
 }
 
-Value mlir::moe::host::quantizeRowsFp8(Builder &b, Value input) {
+Value mlir::moe::host::quantizeRowsFp8(Builder &b, Value input, int64_t width) {
   auto inputType = cast<MemRefType>(input.getType());
   int64_t depth = inputType.getDimSize(1);
   Value rows = dim(b, input, 0);
@@ -126,28 +132,67 @@ Value mlir::moe::host::quantizeRowsFp8(Builder &b, Value input) {
     sizes.push_back(rows);
   Value out = alloc(
       b, MemRefType::get(inputType.getShape(), b.getF32Type()), sizes);
-  Value depthValue = indexConst(b, depth);
-  forTokenBlocks(b, rows, [&](Builder &b, Value r) {
-    forLoop(b, fp8Blocks(depth), [&](Builder &b, Value block) {
-      auto [k0, k1] = blockRange(b, block, kFp8Block, depthValue);
-      // The block's largest magnitude (NaN if it holds one).
-      Value amax = forLoopCarrying(
-          b, k0, k1, {f32Const(b, 0.0)},
+  auto vectorType = VectorType::get({width}, b.getF32Type());
+  // One block of `length` channels from k0: `width` at a time, then the
+  // rest one by one.
+  auto quantizeBlock = [&](Builder &b, Value r, Value k0, int64_t length) {
+    int64_t vectorEnd = width > 1 ? length / width * width : 0;
+    Value kVectorEnd = offset(b, k0, vectorEnd), k1 = offset(b, k0, length);
+    // The block's largest magnitude (NaN if it holds one).
+    Value amax = f32Const(b, 0.0);
+    if (vectorEnd > 0) {
+      Value lanes = forLoopCarrying(
+          b, k0, kVectorEnd, width, {splat(b, vectorType, 0.0)},
           [&](Builder &b, Value k, ValueRange acc) -> SmallVector<Value> {
-            Value x = toF32(b, memref::LoadOp::create(b, input, ValueRange{r, k}));
+            Value x = loadVector(b, input, {r, k}, width);
             return {arith::MaximumFOp::create(b, acc[0],
                                               math::AbsFOp::create(b, x))};
           })[0];
-      amax = arith::MaximumFOp::create(b, amax, f32Const(b, kFp8MinAmax));
-      Value inverse = arith::DivFOp::create(b, f32Const(b, kFp8Max), amax);
-      Value scale = arith::DivFOp::create(b, amax, f32Const(b, kFp8Max));
-      forLoop(b, k0, k1, [&](Builder &b, Value k) {
+      amax = vector::ReductionOp::create(b, vector::CombiningKind::MAXIMUMF,
+                                         lanes);
+    }
+    if (vectorEnd < length)
+      amax = forLoopCarrying(
+          b, kVectorEnd, k1, 1, {amax},
+          [&](Builder &b, Value k, ValueRange acc) -> SmallVector<Value> {
+            Value x =
+                toF32(b, memref::LoadOp::create(b, input, ValueRange{r, k}));
+            return {arith::MaximumFOp::create(b, acc[0],
+                                              math::AbsFOp::create(b, x))};
+          })[0];
+    amax = arith::MaximumFOp::create(b, amax, f32Const(b, kFp8MinAmax));
+    Value inverse = arith::DivFOp::create(b, f32Const(b, kFp8Max), amax);
+    Value scale = arith::DivFOp::create(b, amax, f32Const(b, kFp8Max));
+    if (vectorEnd > 0) {
+      Value inverses = vector::BroadcastOp::create(b, vectorType, inverse);
+      Value scales = vector::BroadcastOp::create(b, vectorType, scale);
+      forLoopCarrying(
+          b, k0, kVectorEnd, width, {},
+          [&](Builder &b, Value k, ValueRange) -> SmallVector<Value> {
+            Value x = loadVector(b, input, {r, k}, width);
+            Value q = roundToFp8(b, arith::MulFOp::create(b, x, inverses));
+            vector::StoreOp::create(b, arith::MulFOp::create(b, q, scales), out,
+                                    ValueRange{r, k});
+            return {};
+          });
+    }
+    if (vectorEnd < length)
+      forLoop(b, kVectorEnd, k1, [&](Builder &b, Value k) {
         Value x = toF32(b, memref::LoadOp::create(b, input, ValueRange{r, k}));
         Value q = roundToFp8(b, arith::MulFOp::create(b, x, inverse));
         memref::StoreOp::create(b, arith::MulFOp::create(b, q, scale), out,
                                 ValueRange{r, k});
       });
+  };
+  int64_t fullBlocks = depth / kFp8Block, rest = depth % kFp8Block;
+  forTokenBlocks(b, rows, [&](Builder &b, Value r) {
+    forLoop(b, fullBlocks, [&](Builder &b, Value block) {
+      quantizeBlock(b, r,
+                    arith::MulIOp::create(b, block, indexConst(b, kFp8Block)),
+                    kFp8Block);
     });
+    if (rest > 0)
+      quantizeBlock(b, r, indexConst(b, fullBlocks * kFp8Block), rest);
   });
   return out;
 }
@@ -171,4 +216,37 @@ Value mlir::moe::host::loadFp8Weight(Builder &b, Value codes, Value scales,
   if (width > 1)
     scale = vector::BroadcastOp::create(b, values.getType(), scale);
   return arith::MulFOp::create(b, values, scale);
+}
+
+Value mlir::moe::host::widenRows(Builder &b, Value input, int64_t width) {
+  auto inputType = cast<MemRefType>(input.getType());
+  if (inputType.getElementType().isF32())
+    return input;
+  int64_t depth = inputType.getDimSize(1);
+  Value rows = dim(b, input, 0);
+  SmallVector<Value> sizes;
+  if (inputType.isDynamicDim(0))
+    sizes.push_back(rows);
+  Value out =
+      alloc(b, MemRefType::get(inputType.getShape(), b.getF32Type()), sizes);
+  int64_t vectorEnd = width > 1 ? depth / width * width : 0;
+  forTokenBlocks(b, rows, [&](Builder &b, Value r) {
+    if (vectorEnd > 0)
+      forLoopCarrying(
+          b, indexConst(b, 0), indexConst(b, vectorEnd), width, {},
+          [&](Builder &b, Value k, ValueRange) -> SmallVector<Value> {
+            vector::StoreOp::create(b, loadVector(b, input, {r, k}, width), out,
+                                    ValueRange{r, k});
+            return {};
+          });
+    if (vectorEnd < depth)
+      forLoop(
+          b, indexConst(b, vectorEnd), indexConst(b, depth),
+          [&](Builder &b, Value k) {
+            memref::StoreOp::create(
+                b, toF32(b, memref::LoadOp::create(b, input, ValueRange{r, k})),
+                out, ValueRange{r, k});
+          });
+  });
+  return out;
 }

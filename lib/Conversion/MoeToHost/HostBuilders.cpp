@@ -70,9 +70,14 @@ void forLoop(Builder &b, int64_t ub, BodyFn body) {
 ValueRange forLoopCarrying(
     Builder &b, Value lb, Value ub, ValueRange init,
     function_ref<SmallVector<Value>(Builder &, Value, ValueRange)> body) {
-  Value one = indexConst(b, 1);
+  return forLoopCarrying(b, lb, ub, 1, init, body);
+}
+
+ValueRange forLoopCarrying(
+    Builder &b, Value lb, Value ub, int64_t step, ValueRange init,
+    function_ref<SmallVector<Value>(Builder &, Value, ValueRange)> body) {
   auto loop = scf::ForOp::create(
-      b, lb, ub, one, init,
+      b, lb, ub, indexConst(b, step), init,
       [&](OpBuilder &nested, Location loc, Value iv, ValueRange carried) {
         Builder nb(loc, nested);
         scf::YieldOp::create(nb, body(nb, iv, carried));
@@ -125,8 +130,9 @@ Value matmulTransposeB(Builder &b, Value lhs, Value rhs,
   Value a = asBuffer(b, lhs);
   Value w = asBuffer(b, rhs);
   Value scales = rhsScale ? asBuffer(b, rhsScale) : Value();
-  if (scales)
-    a = quantizeRowsFp8(b, a);
+  // The rows as f32 (quantized for FP8), converted once.
+  a = scales ? quantizeRowsFp8(b, a, target.width)
+             : widenRows(b, a, target.width);
   Value rows = dim(b, a, 0);
   Value columns = dim(b, w, 0);
   SmallVector<Value> sizes;

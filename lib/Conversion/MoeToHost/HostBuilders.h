@@ -65,6 +65,10 @@ void forLoop(Builder &b, int64_t ub, BodyFn body);
 ValueRange forLoopCarrying(
     Builder &b, Value lb, Value ub, ValueRange init,
     function_ref<SmallVector<Value>(Builder &, Value, ValueRange)> body);
+/// The same, stepping by `step`.
+ValueRange forLoopCarrying(
+    Builder &b, Value lb, Value ub, int64_t step, ValueRange init,
+    function_ref<SmallVector<Value>(Builder &, Value, ValueRange)> body);
 
 /// Flags for dot-product reductions: the sum may be reassociated (and
 /// multiply-adds fused), which lets LLVM vectorize it. The result differs
@@ -247,8 +251,14 @@ Value roundToFp8(Builder &b, Value value);
 /// A [R, K] f32 buffer of `input` ([R, K], any float type) quantized as
 /// DeepSeek-V3 quantizes activations, and dequantized: per row, per 128
 /// channels, with `a` the block's largest magnitude (at least 1e-4), each
-/// value becomes e4m3(x * (448 / a)) * (a / 448). In parallel over rows.
-Value quantizeRowsFp8(Builder &b, Value input);
+/// value becomes e4m3(x * (448 / a)) * (a / 448). In parallel over rows,
+/// `width` channels at a time.
+Value quantizeRowsFp8(Builder &b, Value input, int64_t width);
+
+/// `input` ([R, K] memref) as f32: itself if it is f32, else a widened
+/// copy (in parallel over rows, `width` at a time), so that GEMMs read
+/// plain f32 rows.
+Value widenRows(Builder &b, Value input, int64_t width);
 
 /// `width` consecutive e4m3 weights of `codes` at `indices` (along the last
 /// dimension; a scalar for width 1) as f32, times the scale of their 128 x

@@ -3,13 +3,19 @@
 // RUN: not moe-opt %s --convert-moe-to-host="vector-width=6" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADWIDTH
 // BADWIDTH: error: convert-moe-to-host: vector-width must be a power of two and vector-registers at least 16 (got 6 and 16)
 
-// Router: with at least 32 tokens the weights are packed, widened to f32,
-// into k-major strips (4 x 4 tiles transposed in registers) for the outer
+// Router: the tokens widened to f32 once (in parallel over them); then,
+// with at least 32 tokens, the weights packed, widened to f32, into
+// k-major strips (4 x 4 tiles transposed in registers) for the outer
 // micro-kernel (a 6 x 2 block of vectors of 4 f32, broadcasting each
 // token's value); with fewer, the dot micro-kernel (a 3 x 4 block of
 // vectors of 4 f32 along the hidden dimension, the weights from an f32
 // copy), reduced once per logit. Then sigmoid elementwise.
 // CHECK-LABEL: func @router_sigmoid
+// CHECK: %[[ROWS32:.*]] = memref.alloc(%{{.*}}) : memref<?x64xf32>
+// CHECK: scf.parallel
+// CHECK: vector.load %{{.*}} : memref<?x64xbf16>, vector<4xbf16>
+// CHECK: arith.extf %{{.*}} : vector<4xbf16> to vector<4xf32>
+// CHECK: vector.store %{{.*}}, %[[ROWS32]]
 // CHECK: %[[LOGITS:.*]] = memref.alloc(%{{.*}}) : memref<?x8xf32>
 // CHECK: scf.if
 // CHECK: scf.parallel
@@ -23,8 +29,7 @@
 // CHECK: scf.parallel
 // CHECK: memref.alloc() : memref<8x64xf32>
 // CHECK: scf.for {{.*}} iter_args({{([^,]*, ){11}[^,]*}}) -> (vector<4xf32>, {{.*}}vector<4xf32>)
-// CHECK: vector.load %{{.*}} : memref<?x64xbf16>, vector<4xbf16>
-// CHECK: arith.extf %{{.*}} : vector<4xbf16> to vector<4xf32>
+// CHECK: vector.load %[[ROWS32]]{{.*}} : memref<?x64xf32>, vector<4xf32>
 // CHECK: vector.load %{{.*}} : memref<8x64xf32>, vector<4xf32>
 // CHECK: arith.mulf %{{.*}} fastmath<reassoc,contract> : vector<4xf32>
 // CHECK: arith.addf %{{.*}} fastmath<reassoc,contract> : vector<4xf32>
