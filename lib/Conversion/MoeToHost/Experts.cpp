@@ -309,21 +309,33 @@ Value lowerGroupedMatmulDx(Builder &b, GroupedMatmulDxOp op,
   overExpertBlocks(
       b, experts, columns, columnBlock, offsets, rows,
       [&](Builder &b, Value e, Value lo, Value hi, Value c0, Value c1) {
-        emitOuterGemm(
-            b,
-            {lo, hi, indexConst(b, 0), indexConst(b, n), c0, c1,
-             [&](Builder &b, Value r, Value p) {
-               return toF32(b,
-                            memref::LoadOp::create(b, grad, ValueRange{r, p}));
-             },
-             [&](Builder &b, Value p, Value c, int64_t width) {
-               return loadVector(b, weight, {e, p, c}, width);
-             },
-             [&](Builder &b, Value r, Value c, Value v) {
-               storeVector(b, v, out, {r, c});
-             },
-             std::gcd(columnBlock, columns)},
-            target);
+        OuterGemm gemm{lo,
+                       hi,
+                       indexConst(b, 0),
+                       indexConst(b, n),
+                       c0,
+                       c1,
+                       [&](Builder &b, Value r, Value p) {
+                         return toF32(b, memref::LoadOp::create(
+                                             b, grad, ValueRange{r, p}));
+                       },
+                       [&](Builder &b, Value p, Value c, int64_t width) {
+                         return loadVector(b, weight, {e, p, c}, width);
+                       },
+                       [&](Builder &b, Value r, Value c, Value v) {
+                         storeVector(b, v, out, {r, c});
+                       },
+                       std::gcd(columnBlock, columns)};
+        // An expert with enough rows copies its block of the weight into
+        // contiguous strips first (rows of W are pages apart).
+        Value many = arith::CmpIOp::create(b, arith::CmpIPredicate::uge,
+                                           arith::SubIOp::create(b, hi, lo),
+                                           indexConst(b, kPackedRows));
+        auto ifOp = scf::IfOp::create(b, many, /*withElseRegion=*/true);
+        Builder packed(b.getLoc(), ifOp.getThenBodyBuilder());
+        emitPackedOuterGemm(packed, gemm, columnBlock, target);
+        Builder few(b.getLoc(), ifOp.getElseBodyBuilder());
+        emitOuterGemm(few, gemm, target);
       });
   return asTensor(b, out);
 }
@@ -344,7 +356,10 @@ Value lowerGroupedMatmulDw(Builder &b, GroupedMatmulDwOp op,
   overExpertBlocks(
       b, experts, columns, columnBlock, offsets, rows,
       [&](Builder &b, Value e, Value lo, Value hi, Value c0, Value c1) {
-        emitOuterGemm(
+        // The expert's rows of the input, copied into contiguous strips
+        // once for all n rows of the gradient (rows of the input are a
+        // page or more apart).
+        emitPackedOuterGemm(
             b,
             {indexConst(b, 0), indexConst(b, n), lo, hi, c0, c1,
              [&](Builder &b, Value row, Value r) {
@@ -358,7 +373,7 @@ Value lowerGroupedMatmulDw(Builder &b, GroupedMatmulDwOp op,
                storeVector(b, v, out, {e, row, c});
              },
              std::gcd(columnBlock, columns)},
-            target);
+            columnBlock, target);
       });
   return asTensor(b, out);
 }

@@ -382,6 +382,56 @@ void mlir::moe::host::emitPackedGemm(Builder &b, const PackedGemm &g,
   emitOuterGemm(b, outer, target);
 }
 
+void mlir::moe::host::emitPackedOuterGemm(Builder &b, const OuterGemm &g,
+                                          int64_t maxColumns,
+                                          const VectorTarget &target) {
+  int64_t strip = packedStripWidth(target);
+  int64_t strips = (maxColumns + strip - 1) / strip;
+  int64_t width = target.width;
+  // B's rows [pBegin, pEnd), columns [jBegin, jEnd), copied into strips:
+  // panel[s][p - pBegin][jj] = B(p, jBegin + s * strip + jj). The outer
+  // kernel then streams one contiguous strip instead of rows a leading
+  // dimension apart (a page or more each, for the layers' sizes).
+  Value depth = arith::SubIOp::create(b, g.pEnd, g.pBegin);
+  Value panel = alloc(
+      b, MemRefType::get({strips, ShapedType::kDynamic, strip}, b.getF32Type()),
+      ValueRange{depth});
+  Value columns = arith::SubIOp::create(b, g.jEnd, g.jBegin);
+  Value vectorEnd = arith::MulIOp::create(
+      b, arith::DivUIOp::create(b, columns, indexConst(b, width)),
+      indexConst(b, width));
+  auto place = [&](Builder &b, Value p, Value j) -> std::pair<Value, Value> {
+    Value s = arith::DivUIOp::create(b, j, indexConst(b, strip));
+    return {s, arith::RemUIOp::create(b, j, indexConst(b, strip))};
+  };
+  forLoop(b, g.pBegin, g.pEnd, [&](Builder &b, Value p) {
+    Value row = arith::SubIOp::create(b, p, g.pBegin);
+    stepLoop(b, indexConst(b, 0), vectorEnd, width, {},
+             [&](Builder &b, Value j, ValueRange) -> SmallVector<Value> {
+               auto [s, jj] = place(b, p, j);
+               vector::StoreOp::create(
+                   b,
+                   g.bRow(b, p, arith::AddIOp::create(b, g.jBegin, j), width),
+                   panel, ValueRange{s, row, jj});
+               return {};
+             });
+    forLoop(b, vectorEnd, columns, [&](Builder &b, Value j) {
+      auto [s, jj] = place(b, p, j);
+      vector::StoreOp::create(
+          b, g.bRow(b, p, arith::AddIOp::create(b, g.jBegin, j), 1), panel,
+          ValueRange{s, row, jj});
+    });
+  });
+  OuterGemm packed = g;
+  packed.bRow = [&](Builder &b, Value p, Value j, int64_t w) {
+    Value rel = arith::SubIOp::create(b, j, g.jBegin);
+    auto [s, jj] = place(b, p, rel);
+    return loadVector(b, panel, {s, arith::SubIOp::create(b, p, g.pBegin), jj},
+                      w);
+  };
+  emitOuterGemm(b, packed, target);
+}
+
 void mlir::moe::host::parallelBlocks(
     Builder &b, ArrayRef<Value> counts,
     function_ref<void(Builder &, ValueRange)> body) {

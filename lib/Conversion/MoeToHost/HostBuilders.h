@@ -184,6 +184,10 @@ struct PackedGemm {
 void emitDotGemm(Builder &b, const DotGemm &gemm, const VectorTarget &target);
 void emitPackedGemm(Builder &b, const PackedGemm &gemm,
                     const VectorTarget &target);
+/// The outer GEMM with B's block (at most maxColumns columns) first copied
+/// into contiguous strips of the register block's columns.
+void emitPackedOuterGemm(Builder &b, const OuterGemm &gemm, int64_t maxColumns,
+                         const VectorTarget &target);
 /// Columns of one strip of a packed GEMM's panel (the outer kernel's
 /// register block of columns).
 int64_t packedStripWidth(const VectorTarget &target);
