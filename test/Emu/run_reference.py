@@ -16,8 +16,11 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "Integration"))
 from ptx_run import Driver, launch_ex  # noqa: E402
+from reference import e4m3_values  # noqa: E402
 
 
 def to_bf16(x):
@@ -27,22 +30,6 @@ def to_bf16(x):
 
 def from_bf16(h):
     return (np.asarray(h).astype(np.uint32) << 16).view(np.float32)
-
-
-def e4m3_values():
-    """The value of each e4m3 code (OCP FP8: bias 7, no infinities,
-    0x7f and 0xff are NaN)."""
-    out = np.empty(256)
-    for code in range(256):
-        sign = -1.0 if code & 0x80 else 1.0
-        e, m = (code >> 3) & 0xF, code & 7
-        if e == 0xF and m == 7:
-            out[code] = np.nan
-        elif e == 0:
-            out[code] = sign * m / 8 * 2.0 ** -6
-        else:
-            out[code] = sign * (1 + m / 8) * 2.0 ** (e - 7)
-    return out
 
 
 class Case:
