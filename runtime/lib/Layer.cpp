@@ -190,7 +190,7 @@ expectedParameters(const LayerSpec &l, int64_t ep) {
     list.push_back({"down_bias", {e, h}});
   }
   if (l.isFp8()) {
-    auto blocks = [](int64_t n) { return (n + kFp8Block - 1) / kFp8Block; };
+    auto blocks = fp8Blocks;
     list.push_back({"gate_scale", {e, blocks(f), blocks(h)}});
     list.push_back({"up_scale", {e, blocks(f), blocks(h)}});
     list.push_back({"down_scale", {e, blocks(h), blocks(f)}});
@@ -431,7 +431,6 @@ Status validateManifest(const Manifest &m) {
                   "' is flat but is not one tensor of stacked matrices");
     if (!isFloatType(p.dtype) && p.dtype != DType::F8E4M3)
       return fail("parameter '" + p.name + "' must have a float dtype");
-
   }
   return Status::success();
 }
@@ -493,19 +492,13 @@ static std::string expertName(const std::string &pattern, int64_t expert) {
   return name;
 }
 
-/// The weight of an FP8 checkpoint (DeepSeek-V3/R1, Kimi-K2): e4m3 values
-/// times one f32 scale per 128 x 128 block, `NAME_scale_inv` [ceil(rows /
-/// 128), ceil(columns / 128)], as f32.
-static Expected<Tensor> dequantizeFp8(const Checkpoint &file,
+/// The block scales `NAME_scale_inv` of an FP8 checkpoint's matrix `name`
+/// of `shape`, as f32 [ceil(rows / 128), ceil(columns / 128)].
+static Expected<Tensor> readFp8Scales(const Checkpoint &file,
                                       const std::string &name,
-                                      const Tensor &values) {
+                                      const std::vector<int64_t> &shape) {
   using Result = Expected<Tensor>;
-  constexpr int64_t kBlock = 128;
   std::string scaleName = name + "_scale_inv";
-  if (values.shape.size() != 2)
-    return Result::error(
-        file.fileOf(name) + ": tensor '" + name + "' is F8_E4M3 with shape " +
-        formatShape(values.shape) + ", expected a matrix with block scales");
   if (!file.contains(scaleName))
     return Result::error(file.getName() + ": tensor '" + name +
                          "' is F8_E4M3 but '" + scaleName +
@@ -513,27 +506,41 @@ static Expected<Tensor> dequantizeFp8(const Checkpoint &file,
   Expected<Tensor> scale = file.get(scaleName);
   if (!scale)
     return Result::error(scale.message());
-  int64_t rows = values.shape[0], columns = values.shape[1];
-  std::vector<int64_t> blocks = {(rows + kBlock - 1) / kBlock,
-                                 (columns + kBlock - 1) / kBlock};
+  std::vector<int64_t> blocks = {fp8Blocks(shape[0]), fp8Blocks(shape[1])};
   if (scale->shape != blocks || !isFloatType(scale->dtype))
     return Result::error(file.fileOf(scaleName) + ": tensor '" + scaleName +
                          "' has dtype " + safetensorsName(scale->dtype) +
                          " and shape " + formatShape(scale->shape) +
                          ", expected float scales of shape " +
                          formatShape(blocks) + " (128 x 128 blocks of " +
-                         formatShape(values.shape) + ")");
-  Expected<Tensor> scales = convertTensor(*scale, DType::F32);
+                         formatShape(shape) + ")");
+  return convertTensor(*scale, DType::F32);
+}
+
+/// The weight of an FP8 checkpoint (DeepSeek-V3/R1, Kimi-K2): e4m3 values
+/// times one f32 scale per 128 x 128 block, `NAME_scale_inv` [ceil(rows /
+/// 128), ceil(columns / 128)], as f32.
+static Expected<Tensor> dequantizeFp8(const Checkpoint &file,
+                                      const std::string &name,
+                                      const Tensor &values) {
+  using Result = Expected<Tensor>;
+  if (values.shape.size() != 2)
+    return Result::error(
+        file.fileOf(name) + ": tensor '" + name + "' is F8_E4M3 with shape " +
+        formatShape(values.shape) + ", expected a matrix with block scales");
+  Expected<Tensor> scales = readFp8Scales(file, name, values.shape);
   if (!scales)
     return Result::error(scales.message());
   const auto *s = reinterpret_cast<const float *>(scales->data.data());
+  int64_t rows = values.shape[0], columns = values.shape[1];
+  int64_t blockColumns = fp8Blocks(columns);
   Tensor out = Tensor::zeros(DType::F32, values.shape);
   auto *o = reinterpret_cast<float *>(out.data.data());
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < columns; ++c)
       o[r * columns + c] =
           fp8e4m3ToFloat(values.data[static_cast<size_t>(r * columns + c)]) *
-          s[(r / kBlock) * blocks[1] + c / kBlock];
+          s[(r / kFp8Block) * blockColumns + c / kFp8Block];
   return out;
 }
 
@@ -651,54 +658,35 @@ static Tensor transposeLastTwo(const Tensor &src,
   return out;
 }
 
-/// The e4m3 codes of an FP8 checkpoint's weight and its block scales,
-/// checked: the codes' shape is `shape` (one (out, in) matrix), no code is
-/// NaN, and the scales are [ceil(out / 128), ceil(in / 128)] finite floats.
+/// The e4m3 codes `values` of an FP8 checkpoint's weight `name` and its
+/// block scales, checked and copied out: the codes' shape is `shape` (one
+/// (out, in) matrix), no code is NaN, and the scales are finite.
 static Status readFp8(const Checkpoint &file, const std::string &name,
-                      const std::vector<int64_t> &shape, uint8_t *codes,
-                      float *scales) {
-  Expected<Tensor> values = file.get(name);
-  if (!values)
-    return Status::failure(values.message());
-  if (values->shape != shape)
+                      const Tensor &values, const std::vector<int64_t> &shape,
+                      uint8_t *codes, float *scales) {
+  if (values.dtype != DType::F8E4M3 || values.shape != shape)
     return Status::failure(file.fileOf(name) + ": tensor '" + name +
-                           "' has shape " + formatShape(values->shape) +
-                           ", expected " + formatShape(shape));
-  std::string scaleName = name + "_scale_inv";
-  std::vector<int64_t> blocks = {(shape[0] + kFp8Block - 1) / kFp8Block,
-                                 (shape[1] + kFp8Block - 1) / kFp8Block};
-  Expected<Tensor> scale = file.contains(scaleName)
-                               ? file.get(scaleName)
-                               : Expected<Tensor>::error(
-                                     file.getName() + ": tensor '" + name +
-                                     "' is F8_E4M3 but '" + scaleName +
-                                     "' (its 128 x 128 block scales) is "
-                                     "missing");
-  if (!scale)
-    return Status::failure(scale.message());
-  if (scale->shape != blocks || !isFloatType(scale->dtype))
-    return Status::failure(
-        file.fileOf(scaleName) + ": tensor '" + scaleName + "' has dtype " +
-        safetensorsName(scale->dtype) + " and shape " +
-        formatShape(scale->shape) + ", expected float scales of shape " +
-        formatShape(blocks) + " (128 x 128 blocks of " + formatShape(shape) +
-        ")");
-  Expected<Tensor> f32 = convertTensor(*scale, DType::F32);
+                           "' has dtype " + safetensorsName(values.dtype) +
+                           " and shape " + formatShape(values.shape) +
+                           ", expected F8_E4M3 " + formatShape(shape) +
+                           " as the layer's other experts");
+  Expected<Tensor> f32 = readFp8Scales(file, name, shape);
   if (!f32)
     return Status::failure(f32.message());
   const auto *s = reinterpret_cast<const float *>(f32->data.data());
-  for (int64_t b = 0; b < blocks[0] * blocks[1]; ++b)
+  int64_t blocks = f32->numElements();
+  for (int64_t b = 0; b < blocks; ++b)
     if (!std::isfinite(s[b]))
-      return Status::failure(file.fileOf(scaleName) + ": tensor '" +
-                             scaleName + "' holds a non-finite scale at " +
+      return Status::failure(file.fileOf(name + "_scale_inv") + ": tensor '" +
+                             name + "_scale_inv' holds a non-finite scale at " +
                              std::to_string(b));
-  for (size_t c = 0; c < values->data.size(); ++c)
-    if ((values->data[c] & 0x7f) == 0x7f)
+  for (size_t c = 0; c < values.data.size(); ++c)
+    if ((values.data[c] & 0x7f) == 0x7f)
       return Status::failure(file.fileOf(name) + ": tensor '" + name +
                              "' holds a NaN code at element " +
                              std::to_string(c));
-  std::memcpy(codes, values->data.data(), values->data.size());
-  std::memcpy(scales, s, static_cast<size_t>(blocks[0] * blocks[1]) * 4);
+  std::memcpy(codes, values.data.data(), values.data.size());
+  std::memcpy(scales, s, static_cast<size_t>(blocks) * sizeof(float));
   return Status::success();
 }
 
@@ -737,8 +725,7 @@ Status Layer::quantizeParameter(size_t i, const Tensor &values) {
   size_t j = scaleIndex(m, p.role);
   int64_t rows = p.shape[p.shape.size() - 2], cols = p.shape.back();
   int64_t matrices = values.numElements() / (rows * cols);
-  int64_t blocks =
-      ((rows + kFp8Block - 1) / kFp8Block) * ((cols + kFp8Block - 1) / kFp8Block);
+  int64_t blocks = fp8Blocks(rows) * fp8Blocks(cols);
   const auto *w = reinterpret_cast<const float *>(values.data.data());
   auto *scales = reinterpret_cast<float *>(parameters[j].data.data());
   for (int64_t k = 0; k < matrices; ++k)
@@ -756,26 +743,30 @@ Status Layer::loadFp8Parameter(const Checkpoint &file,
   const ParameterSpec &p = m.parameters[i];
   bool pattern = p.name.find("{i}") != std::string::npos;
   // Published FP8 weights (one e4m3 matrix and its scales per expert, or
-  // one matrix) are taken as they are.
+  // one matrix) are taken as they are; each tensor is read once.
   std::string first = prefix + expertName(p.name, firstExpert);
-  Expected<Tensor> probe = file.contains(first)
-                               ? file.get(first)
-                               : Expected<Tensor>::error("");
-  if (probe && probe->dtype == DType::F8E4M3 && !p.transposed &&
+  Expected<Tensor> values =
+      file.contains(first) ? file.get(first) : Expected<Tensor>::error("");
+  if (values && values->dtype == DType::F8E4M3 && !p.transposed &&
       p.parts == 1 && !p.flat && (pattern || p.stack == 0)) {
     size_t j = scaleIndex(m, p.role);
     std::vector<int64_t> matrix(p.shape.end() - 2, p.shape.end());
     int64_t pieces = pattern ? p.stack : 1;
     size_t codes = static_cast<size_t>(matrix[0] * matrix[1]);
-    size_t blocks = static_cast<size_t>(((matrix[0] + kFp8Block - 1) / kFp8Block) *
-                                        ((matrix[1] + kFp8Block - 1) / kFp8Block));
+    size_t blocks =
+        static_cast<size_t>(fp8Blocks(matrix[0]) * fp8Blocks(matrix[1]));
     auto *scales = reinterpret_cast<float *>(parameters[j].data.data());
     for (int64_t e = 0; e < pieces; ++e) {
       std::string name = prefix + expertName(p.name, firstExpert + e);
-      if (!file.contains(name))
-        return Status::failure(file.getName() + ": missing tensor '" + name +
-                               "'");
-      if (Status s = readFp8(file, name, matrix,
+      if (e > 0) {
+        if (!file.contains(name))
+          return Status::failure(file.getName() + ": missing tensor '" + name +
+                                 "'");
+        values = file.get(name);
+        if (!values)
+          return Status::failure(values.message());
+      }
+      if (Status s = readFp8(file, name, *values, matrix,
                              parameters[i].data.data() + e * codes,
                              scales + e * blocks);
           !s.ok())

@@ -188,7 +188,7 @@ uint8_t floatToFp8e4m3(float value) {
 
 bool quantizeFp8Blocks(const float *w, int64_t rows, int64_t cols,
                        uint8_t *codes, float *scales) {
-  int64_t blockCols = (cols + kFp8Block - 1) / kFp8Block;
+  int64_t blockCols = fp8Blocks(cols);
   for (int64_t r0 = 0; r0 < rows; r0 += kFp8Block)
     for (int64_t c0 = 0; c0 < cols; c0 += kFp8Block) {
       int64_t r1 = std::min(rows, r0 + kFp8Block),

@@ -15,17 +15,19 @@ INPUTS = os.path.join(ROOT, "test", "Integration", "Inputs")
 sys.path.insert(0, os.path.join(ROOT, "test", "Integration"))
 
 
+def tool(name):
+    """The path of a tool on PATH; the test is skipped without it."""
+    path = shutil.which(name)
+    if not path:
+        pytest.skip(name + " is not on PATH")
+    return path
+
+
 @pytest.fixture
 def moe_train():
-    path = shutil.which("moe-train")
-    if not path:
-        pytest.skip("moe-train is not on PATH")
-    return path
+    return tool("moe-train")
 
 
 @pytest.fixture
 def moe_compile():
-    path = shutil.which("moe-compile")
-    if not path:
-        pytest.skip("moe-compile is not on PATH")
-    return path
+    return tool("moe-compile")

@@ -175,15 +175,8 @@ Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op,
              [&](Builder &b, Value r, Value k) {
                return toF32(b, memref::LoadOp::create(b, a, ValueRange{r, k}));
              },
-             [&](Builder &b, Value c, Value k) {
-               return scales ? loadFp8Weight(b, weight, scales, {e, c, k}, 1)
-                             : toF32(b, memref::LoadOp::create(
-                                            b, weight, ValueRange{e, c, k}));
-             },
              [&](Builder &b, Value c, Value k, int64_t width) {
-               return scales
-                          ? loadFp8Weight(b, weight, scales, {e, c, k}, width)
-                          : loadVector(b, weight, {e, c, k}, width);
+               return loadWeight(b, weight, scales, {e, c, k}, width);
              },
              [&](Builder &b, Value r, Value c, Value v) {
                // The bias joins the f32 sums: one rounding.

@@ -57,12 +57,6 @@ Value asFloat(Builder &b, Value i32) {
       b, withElement(i32.getType(), b.getF32Type()), i32);
 }
 
-Value offset(Builder &b, Value base, int64_t delta) {
-  return delta == 0
-             ? base
-             : Value(arith::AddIOp::create(b, base, indexConst(b, delta)));
-}
-
 /// 2^e for an i32 exponent `e` (scalar or vector) within the normal range.
 Value powerOfTwo(Builder &b, Value e) {
   Type type = e.getType();
@@ -249,4 +243,13 @@ Value mlir::moe::host::widenRows(Builder &b, Value input, int64_t width) {
           });
   });
   return out;
+}
+
+Value mlir::moe::host::loadWeight(Builder &b, Value weight, Value scales,
+                                  ValueRange indices, int64_t width) {
+  if (scales)
+    return loadFp8Weight(b, weight, scales, indices, width);
+  if (width == 1)
+    return toF32(b, memref::LoadOp::create(b, weight, indices));
+  return loadVector(b, weight, indices, width);
 }

@@ -89,12 +89,6 @@ void blocked(Builder &b, Value lo, Value hi, int64_t step,
              });
 }
 
-Value offset(Builder &b, Value base, int64_t delta) {
-  return delta == 0 ? base
-                    : Value(arith::AddIOp::create(b, base,
-                                                  indexConst(b, delta)));
-}
-
 /// The MR x NR block of the dot kernel: accumulators MR x NR, plus MR
 /// vectors of A live (B is read from memory by the multiply-add).
 std::pair<int64_t, int64_t> dotBlock(const VectorTarget &target) {
@@ -181,6 +175,12 @@ void outerMicroKernel(Builder &b, const OuterGemm &g, Value i0, Value j0,
 
 } // namespace
 
+Value mlir::moe::host::offset(Builder &b, Value base, int64_t delta) {
+  return delta == 0 ? base
+                    : Value(arith::AddIOp::create(b, base,
+                                                  indexConst(b, delta)));
+}
+
 Value mlir::moe::host::loadVector(Builder &b, Value buffer, ValueRange indices,
                                   int64_t width) {
   Type elt = cast<MemRefType>(buffer.getType()).getElementType();
@@ -209,13 +209,8 @@ void mlir::moe::host::withWeightPanel(
   // One iteration's panel (freed by the deallocation pipeline at the end
   // of the iteration; the allocator reuses the same block).
   Value panel = alloc(b, MemRefType::get({maxColumns, depth}, b.getF32Type()));
-  // f32 values of `n` weights at `indices` (decoded and scaled if FP8).
-  auto load = [&](Builder &b, ValueRange indices, int64_t n) -> Value {
-    if (scales)
-      return loadFp8Weight(b, weight, scales, indices, n);
-    if (n == 1)
-      return toF32(b, memref::LoadOp::create(b, weight, indices));
-    return loadVector(b, weight, indices, n);
+  auto load = [&](Builder &b, ValueRange indices, int64_t n) {
+    return loadWeight(b, weight, scales, indices, n);
   };
   int64_t vectorEnd = width > 1 ? depth / width * width : 0;
   forLoop(b, c0, c1, [&](Builder &b, Value c) {
@@ -314,7 +309,8 @@ void mlir::moe::host::emitPackedGemm(Builder &b, const PackedGemm &g,
   auto packScalar = [&](Builder &b, Value j, Value k) {
     Value s = arith::DivUIOp::create(b, j, indexConst(b, strip));
     Value jj = arith::RemUIOp::create(b, j, indexConst(b, strip));
-    memref::StoreOp::create(b, g.wAt(b, arith::AddIOp::create(b, g.c0, j), k),
+    memref::StoreOp::create(b,
+                            g.wRow(b, arith::AddIOp::create(b, g.c0, j), k, 1),
                             panel, ValueRange{s, k, jj});
   };
   // Whole groups of `width` columns: width x width tiles read along k (as

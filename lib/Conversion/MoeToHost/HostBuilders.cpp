@@ -165,14 +165,8 @@ Value matmulTransposeB(Builder &b, Value lhs, Value rhs,
              [&](Builder &b, Value i, Value k) {
                return toF32(b, memref::LoadOp::create(b, a, ValueRange{i, k}));
              },
-             [&](Builder &b, Value j, Value k) {
-               return scales ? loadFp8Weight(b, w, scales, {j, k}, 1)
-                             : toF32(b, memref::LoadOp::create(
-                                            b, w, ValueRange{j, k}));
-             },
              [&](Builder &b, Value j, Value k, int64_t width) {
-               return scales ? loadFp8Weight(b, w, scales, {j, k}, width)
-                             : loadVector(b, w, {j, k}, width);
+               return loadWeight(b, w, scales, {j, k}, width);
              },
              [&](Builder &b, Value i, Value j, Value v) {
                storeVector(b, v, out, {i, j});

@@ -45,6 +45,9 @@ Value f32Const(Builder &b, double value);
 
 Value i32Const(Builder &b, int64_t value);
 
+/// `base + delta` for an index (`base` itself for 0).
+Value offset(Builder &b, Value base, int64_t delta);
+
 /// Converts a float scalar to f32 (identity for f32).
 Value toF32(Builder &b, Value value);
 
@@ -170,10 +173,9 @@ struct OuterGemm {
 struct PackedGemm {
   Value iBegin, iEnd, c0, c1;
   int64_t depth, maxColumns;
-  /// A(i, k) and W(j, k) as f32 scalars, and `width` consecutive k of W's
-  /// row j as an f32 vector.
+  /// A(i, k) as an f32 scalar, and `width` consecutive k of W's row j as
+  /// an f32 vector (a scalar for width 1; loadWeight's form).
   std::function<Value(Builder &, Value i, Value k)> aAt;
-  std::function<Value(Builder &, Value j, Value k)> wAt;
   std::function<Value(Builder &, Value j, Value k, int64_t width)> wRow;
   /// Stores `width` consecutive columns of C from j on (an f32 vector).
   std::function<void(Builder &, Value i, Value j, Value vector)> store;
@@ -263,6 +265,13 @@ Value quantizeRowsFp8(Builder &b, Value input, int64_t width);
 /// copy (in parallel over rows, `width` at a time), so that GEMMs read
 /// plain f32 rows.
 Value widenRows(Builder &b, Value input, int64_t width);
+
+/// `width` consecutive weights of `weight` at `indices` (along the last
+/// dimension) in f32: decoded and scaled with `scales` if it holds e4m3
+/// codes (loadFp8Weight), widened if 16-bit. A vector, or a scalar for
+/// width 1.
+Value loadWeight(Builder &b, Value weight, Value scales, ValueRange indices,
+                 int64_t width);
 
 /// `width` consecutive e4m3 weights of `codes` at `indices` (along the last
 /// dimension; a scalar for width 1) as f32, times the scale of their 128 x

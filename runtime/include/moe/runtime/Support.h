@@ -143,6 +143,9 @@ uint8_t floatToFp8e4m3(float value);
 /// Rows and columns of an FP8 weight's scale block (DeepSeek-V3's).
 constexpr int64_t kFp8Block = 128;
 
+/// Scale blocks covering `n` rows or columns.
+inline int64_t fp8Blocks(int64_t n) { return (n + kFp8Block - 1) / kFp8Block; }
+
 /// Quantizes a rows x cols f32 matrix (row-major) to e4m3 `codes` and one
 /// f32 `scales` entry per 128 x 128 block ([ceil(rows / 128), ceil(cols /
 /// 128)], row-major): with `a` the block's largest magnitude, its values
