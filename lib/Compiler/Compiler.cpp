@@ -713,8 +713,12 @@ CompileResult mlir::moe::compile(const std::string &input,
   llvm::LLVMContext llvmContext;
   std::unique_ptr<llvm::Module> llvmModule;
   {
-    TimingScope scope = rootTiming.nest("Translate and optimize");
-    llvmModule = translateForHost(*entry, llvmContext, options.mcpu);
+    // A bundle's module is optimized part by part (emitSharedObject).
+    bool bundle = options.emit == "bundle";
+    TimingScope scope =
+        rootTiming.nest(bundle ? "Translate" : "Translate and optimize");
+    llvmModule = translateForHost(*entry, llvmContext, options.mcpu,
+                                  /*optimize=*/!bundle);
     if (!llvmModule) {
       if (result.diagnostics.empty())
         result.error = "translation to LLVM IR failed";
@@ -750,7 +754,8 @@ CompileResult mlir::moe::compile(const std::string &input,
              backwardArguments);
   bundle.blobs.emplace_back();
   {
-    TimingScope scope = rootTiming.nest("Code generation and link");
+    TimingScope scope =
+        rootTiming.nest("Optimization, code generation and link");
     if (!emitSharedObject(*llvmModule, options.mcpu, bundle.blobs.back(),
                           result.error))
       return result;

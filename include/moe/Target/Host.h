@@ -101,18 +101,26 @@ bool getHostVectorUnit(llvm::StringRef cpu, HostVectorUnit &unit,
                        std::string &error);
 
 /// Translates an LLVM-dialect module to LLVM IR for the host (or `cpu`, ""
-/// for the target's generic CPU, "native" for this machine's) and runs the
-/// O3 pipeline. Returns null after emitting an error.
+/// for the target's generic CPU, "native" for this machine's) and, with
+/// `optimize`, runs the O3 pipeline. Returns null after emitting an error.
 std::unique_ptr<llvm::Module> translateForHost(ModuleOp module,
                                                llvm::LLVMContext &context,
-                                               llvm::StringRef cpu);
+                                               llvm::StringRef cpu,
+                                               bool optimize = true);
+
+/// How many parts emitSharedObject splits a module into (a constant, so a
+/// bundle's bytes do not depend on the machine that compiled it).
+inline constexpr unsigned kHostCodePartitions = 4;
 
 /// The OpenMP runtime a bundle's shared object runs its parallel loops on.
 inline constexpr llvm::StringLiteral kOpenMPLibrary = "libomp.so.5";
 
-/// Emits `module` as a position-independent object and links it into a
-/// shared object with the system C compiler (`cc`, or $MOE_HOST_CC), with
-/// the OpenMP runtime.
+/// Optimizes the unoptimized `module` (O3), emits it as position-independent
+/// objects and links them into a shared object with the system C compiler
+/// (`cc`, or $MOE_HOST_CC), with the OpenMP runtime. The module is split in
+/// kHostCodePartitions parts that are optimized and compiled in parallel, on
+/// as many threads as the machine has cores (up to the parts); `module` is
+/// changed (its internal symbols become hidden globals).
 /// Returns false and sets `error` on failure.
 bool emitSharedObject(llvm::Module &module, llvm::StringRef cpu,
                       std::vector<uint8_t> &sharedObject, std::string &error);

@@ -20,22 +20,29 @@
 #include "mlir/Target/LLVMIR/Dialect/OpenMP/OpenMPToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Export.h"
 
+#include "llvm/Bitcode/BitcodeReader.h"
+#include "llvm/Bitcode/BitcodeWriter.h"
+#include "llvm/IR/Instructions.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
+#include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/Threading.h"
 #include "llvm/Support/raw_ostream.h"
-#include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/TargetParser/Host.h"
 #include "llvm/TargetParser/SubtargetFeature.h"
 #include "llvm/TargetParser/Triple.h"
+#include "llvm/Transforms/Utils/Cloning.h"
 
+#include <atomic>
 #include <cstdlib>
+#include <thread>
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -259,7 +266,7 @@ bool mlir::moe::getHostVectorUnit(llvm::StringRef cpu, HostVectorUnit &unit,
 
 std::unique_ptr<llvm::Module>
 mlir::moe::translateForHost(ModuleOp module, llvm::LLVMContext &context,
-                            llvm::StringRef cpu) {
+                            llvm::StringRef cpu, bool optimize) {
   registerBuiltinDialectTranslation(*module.getContext());
   registerLLVMDialectTranslation(*module.getContext());
   registerOpenMPDialectTranslation(*module.getContext());
@@ -277,9 +284,11 @@ mlir::moe::translateForHost(ModuleOp module, llvm::LLVMContext &context,
   }
   llvmModule->setTargetTriple(machine->getTargetTriple());
   llvmModule->setDataLayout(machine->createDataLayout());
-  auto optimize =
+  if (!optimize)
+    return llvmModule;
+  auto optimizer =
       makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0, machine.get());
-  if (llvm::Error err = optimize(llvmModule.get())) {
+  if (llvm::Error err = optimizer(llvmModule.get())) {
     module.emitError() << "LLVM optimization failed: "
                        << llvm::toString(std::move(err));
     return nullptr;
@@ -298,6 +307,150 @@ struct TempFiles {
 };
 } // namespace
 
+/// Splits `module` into kHostCodePartitions modules of about equal size,
+/// as bitcode, so that each can be optimized and compiled on its own thread
+/// in its own LLVMContext. The parallel regions OpenMP outlined are most of
+/// the code and are only reached through `__kmpc_fork_call`, so splitting
+/// them apart costs no inlining. An internal function that is called
+/// directly (a helper) and every internal constant are copied into each
+/// part, where the inliner and constant folding still see them; any other
+/// internal symbol becomes a hidden global of the one part that defines it.
+/// The split depends only on the module, never on the machine, so bundles
+/// stay reproducible. Returns one part when the module has symbols the split
+/// does not handle (aliases, ifuncs, comdats).
+static std::vector<llvm::SmallString<0>> splitToBitcode(llvm::Module &module) {
+  auto whole = [&] {
+    std::vector<llvm::SmallString<0>> parts(1);
+    llvm::raw_svector_ostream os(parts[0]);
+    llvm::WriteBitcodeToFile(module, os);
+    return parts;
+  };
+  if (!module.alias_empty() || !module.ifunc_empty() ||
+      !module.getComdatSymbolTable().empty())
+    return whole();
+
+  auto isCalledDirectly = [](const llvm::Function &f) {
+    return llvm::any_of(f.users(), [&](const llvm::User *user) {
+      auto *call = llvm::dyn_cast<llvm::CallBase>(user);
+      return call && call->getCalledOperand() == &f;
+    });
+  };
+  llvm::DenseSet<const llvm::GlobalValue *> copied;
+  llvm::DenseMap<const llvm::GlobalValue *, unsigned> owner;
+  std::vector<std::pair<size_t, llvm::Function *>> functions;
+  for (llvm::Function &f : module) {
+    if (f.isDeclaration())
+      continue;
+    if (f.hasLocalLinkage() && isCalledDirectly(f)) {
+      copied.insert(&f);
+      continue;
+    }
+    functions.push_back({f.getInstructionCount(), &f});
+  }
+  for (llvm::GlobalVariable &global : module.globals()) {
+    if (global.isDeclaration())
+      continue;
+    if (global.hasLocalLinkage() && global.isConstant()) {
+      copied.insert(&global);
+      continue;
+    }
+    owner[&global] = 0;
+  }
+  // Largest first, each to the lightest part (ties by name, so the split is
+  // deterministic).
+  llvm::stable_sort(functions, [](const auto &a, const auto &b) {
+    if (a.first != b.first)
+      return a.first > b.first;
+    return a.second->getName() < b.second->getName();
+  });
+  std::vector<size_t> load(kHostCodePartitions, 0);
+  for (auto [size, function] : functions) {
+    unsigned part = std::min_element(load.begin(), load.end()) - load.begin();
+    owner[function] = part;
+    load[part] += size;
+  }
+  for (auto [global, part] : owner) {
+    auto *value = const_cast<llvm::GlobalValue *>(global);
+    if (value->hasLocalLinkage()) {
+      value->setLinkage(llvm::GlobalValue::ExternalLinkage);
+      value->setVisibility(llvm::GlobalValue::HiddenVisibility);
+    }
+  }
+
+  std::vector<llvm::SmallString<0>> parts(kHostCodePartitions);
+  for (unsigned i = 0; i < kHostCodePartitions; ++i) {
+    llvm::ValueToValueMapTy map;
+    std::unique_ptr<llvm::Module> part =
+        llvm::CloneModule(module, map, [&](const llvm::GlobalValue *global) {
+          if (copied.contains(global))
+            return true;
+          auto it = owner.find(global);
+          return it != owner.end() && it->second == i;
+        });
+    if (i != 0)
+      part->setModuleInlineAsm("");
+    llvm::raw_svector_ostream os(parts[i]);
+    llvm::WriteBitcodeToFile(*part, os);
+  }
+  return parts;
+}
+
+/// Optimizes (O3) one part of a split module and generates its object code,
+/// in a context of its own (this runs on a worker thread).
+static bool compilePart(llvm::StringRef bitcode, llvm::StringRef cpu,
+                        llvm::SmallString<0> &object, std::string &error) {
+  llvm::LLVMContext context;
+  llvm::Expected<std::unique_ptr<llvm::Module>> module =
+      llvm::parseBitcodeFile(llvm::MemoryBufferRef(bitcode, "part"), context);
+  if (!module) {
+    error = "cannot read back a part of the module: " +
+            llvm::toString(module.takeError());
+    return false;
+  }
+  std::unique_ptr<llvm::TargetMachine> machine = createHostMachine(cpu, error);
+  if (!machine)
+    return false;
+  auto optimizer =
+      makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0, machine.get());
+  if (llvm::Error err = optimizer(module->get())) {
+    error = "LLVM optimization failed: " + llvm::toString(std::move(err));
+    return false;
+  }
+  llvm::raw_svector_ostream os(object);
+  llvm::legacy::PassManager passes;
+  if (machine->addPassesToEmitFile(passes, os, nullptr,
+                                   llvm::CodeGenFileType::ObjectFile)) {
+    error = "the host target cannot emit object files";
+    return false;
+  }
+  passes.run(**module);
+  return true;
+}
+
+/// Writes `bytes` to a new temporary object file whose path `temps` keeps.
+static bool writeTemporary(llvm::StringRef prefix, llvm::StringRef bytes,
+                           TempFiles &temps, std::string &error) {
+  llvm::SmallString<128> path;
+  int fd;
+  if (auto ec = llvm::sys::fs::createTemporaryFile(prefix, "o", fd, path)) {
+    error = "cannot create a temporary file: " + ec.message();
+    return false;
+  }
+  temps.paths.push_back(path.str().str());
+  llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
+  os << bytes;
+  // A failed write (a full disk) is an error here, not a fatal error when
+  // the stream is destroyed.
+  os.close();
+  if (os.has_error()) {
+    error = "cannot write the temporary object file '" + path.str().str() +
+            "': " + os.error().message();
+    os.clear_error();
+    return false;
+  }
+  return true;
+}
+
 /// The helpers every shared object links (moe_helpers.c, compiled by the
 /// build; the file name is in the object's symbol table, so bundles stay
 /// reproducible).
@@ -308,43 +461,34 @@ static const unsigned char kHelpersObject[] = {
 bool mlir::moe::emitSharedObject(llvm::Module &module, llvm::StringRef cpu,
                                  std::vector<uint8_t> &sharedObject,
                                  std::string &error) {
-  std::unique_ptr<llvm::TargetMachine> machine = createHostMachine(cpu, error);
-  if (!machine)
-    return false;
   TempFiles temps;
-  llvm::SmallString<128> objectPath, libraryPath;
-  int objectFd;
-  if (auto ec = llvm::sys::fs::createTemporaryFile("moe-layer", "o", objectFd,
-                                                   objectPath)) {
-    error = "cannot create a temporary object file: " + ec.message();
-    return false;
-  }
-  temps.paths.push_back(objectPath.str().str());
+  std::vector<llvm::SmallString<0>> parts = splitToBitcode(module);
+  std::vector<llvm::SmallString<0>> objects(parts.size());
+  std::vector<std::string> errors(parts.size());
+  std::vector<char> compiled(parts.size(), 0);
   {
-    llvm::raw_fd_ostream os(objectFd, /*shouldClose=*/true);
-    llvm::legacy::PassManager passes;
-    if (machine->addPassesToEmitFile(passes, os, nullptr,
-                                     llvm::CodeGenFileType::ObjectFile)) {
-      error = "the host target cannot emit object files";
-      return false;
-    }
-    passes.run(module);
-    // A failed write (a full disk) is an error here, not a fatal error
-    // when the stream is destroyed.
-    os.close();
-    if (os.has_error()) {
-      error = "cannot write the temporary object file '" +
-              objectPath.str().str() + "': " + os.error().message();
-      os.clear_error();
+    // Workers take the parts in order; how many run changes only the time.
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t i = next++; i < parts.size(); i = next++)
+        compiled[i] = compilePart(parts[i], cpu, objects[i], errors[i]);
+    };
+    unsigned threads = std::min<unsigned>(
+        parts.size(),
+        llvm::heavyweight_hardware_concurrency().compute_thread_count());
+    std::vector<std::thread> workers;
+    for (unsigned t = 1; t < threads; ++t)
+      workers.emplace_back(work);
+    work();
+    for (std::thread &worker : workers)
+      worker.join();
+  }
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (!compiled[i]) {
+      error = errors[i];
       return false;
     }
   }
-  if (auto ec =
-          llvm::sys::fs::createTemporaryFile("moe-layer", "so", libraryPath)) {
-    error = "cannot create a temporary file: " + ec.message();
-    return false;
-  }
-  temps.paths.push_back(libraryPath.str().str());
 
   std::string compiler = "cc";
   if (const char *env = std::getenv("MOE_HOST_CC"))
@@ -355,32 +499,35 @@ bool mlir::moe::emitSharedObject(llvm::Module &module, llvm::StringRef cpu,
             "' to link the shared object (set MOE_HOST_CC)";
     return false;
   }
-  llvm::SmallString<128> helpersPath;
-  int helpersFd;
-  if (auto ec = llvm::sys::fs::createTemporaryFile("moe-helpers", "o",
-                                                   helpersFd, helpersPath)) {
+  for (const llvm::SmallString<0> &object : objects)
+    if (!writeTemporary("moe-layer", object, temps, error))
+      return false;
+  if (!writeTemporary(
+          "moe-helpers",
+          llvm::StringRef(reinterpret_cast<const char *>(kHelpersObject),
+                          sizeof(kHelpersObject)),
+          temps, error))
+    return false;
+  llvm::SmallString<128> libraryPath;
+  if (auto ec =
+          llvm::sys::fs::createTemporaryFile("moe-layer", "so", libraryPath)) {
     error = "cannot create a temporary file: " + ec.message();
     return false;
   }
-  temps.paths.push_back(helpersPath.str().str());
-  {
-    llvm::raw_fd_ostream os(helpersFd, /*shouldClose=*/true);
-    os.write(reinterpret_cast<const char *>(kHelpersObject),
-             sizeof(kHelpersObject));
-    os.close();
-    if (os.has_error()) {
-      error = "cannot write '" + helpersPath.str().str() +
-              "': " + os.error().message();
-      os.clear_error();
-      return false;
-    }
-  }
+  // The objects' paths stay valid: `temps` is not touched again until the
+  // link has run.
+  std::vector<std::string> inputs = temps.paths;
+  temps.paths.push_back(libraryPath.str().str());
+
   // The parallel loops call the LLVM OpenMP runtime (by its soname, so no
   // development symlink is needed).
   std::string openmp = "-l:" + std::string(kOpenMPLibrary);
-  llvm::SmallVector<llvm::StringRef> args = {
-      *program,   "-shared",   "-fPIC", "-o",  libraryPath,
-      objectPath, helpersPath, "-lm",   openmp};
+  llvm::SmallVector<llvm::StringRef> args = {*program, "-shared", "-fPIC", "-o",
+                                             libraryPath};
+  for (const std::string &input : inputs)
+    args.push_back(input);
+  args.push_back("-lm");
+  args.push_back(openmp);
   std::string message;
   int rc = llvm::sys::ExecuteAndWait(*program, args, std::nullopt, {}, 0, 0,
                                      &message);
