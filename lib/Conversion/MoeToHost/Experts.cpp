@@ -365,7 +365,10 @@ Value lowerGroupedMatmulDw(Builder &b, GroupedMatmulDwOp op,
              [&](Builder &b, Value row, Value c, Value v) {
                storeVector(b, v, out, {e, row, c});
              },
-             std::gcd(columnBlock, columns)},
+             std::gcd(columnBlock, columns), outerRowBlock(target),
+             [&](Builder &b, Value row, Value r, int64_t count) {
+               return loadVector(b, grad, {r, row}, count);
+             }},
             columnBlock, target);
       });
   return asTensor(b, out);
