@@ -254,7 +254,8 @@ def main():
     ap.add_argument("--forward", default="mixtral:64,mixtral:2048,dsv3:64,"
                     "dsv3:2048,tiny:64,tiny:2048",
                     help="layer:tokens pairs of forward passes")
-    ap.add_argument("--train", default="dsv3:64,dsv3:512,tiny:64,tiny:2048",
+    ap.add_argument("--train", default="dsv3:64,dsv3:512,dsv3:2048,tiny:64,"
+                    "tiny:2048,mixtral:64,mixtral:2048",
                     help="layer:tokens pairs of training steps")
     ap.add_argument("--write-docs", default=None)
     args = ap.parse_args()
@@ -272,19 +273,24 @@ def main():
     # timed.
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
     with tempfile.TemporaryDirectory(dir=shm) as work:
-        # Ours first, then PyTorch: PyTorch's idle threads (in this
-        # process) would otherwise compete with moe-run's for the cores.
-        ours_f = [ours_forward(args, work, n, t) for n, t in forward]
-        ours_t = [ours_train(args, work, n, t) for n, t in train]
+        # Each item's two runs one right after the other, so that both see
+        # the same machine (a shared VM's speed drifts by 10% or more over
+        # minutes). PyTorch's threads (in this process) spin for a while
+        # after its work; a pause before each of our runs lets them sleep
+        # instead of competing with moe-run's for the cores.
         peak = matmul_peak()
-        for (name, tokens), item in zip(forward, ours_f):
+        for name, tokens in forward:
+            time.sleep(1.0)
+            item = ours_forward(args, work, name, tokens)
             theirs, err = torch_forward(args, name, tokens, item)
             flops = forward_flops(item["manifest"]["layer"], tokens)
             rows.append(("forward", name, tokens, item["ours"], theirs, flops,
                          "%.0e" % err))
             print("forward %s T=%d: ours %.2f ms, torch %.2f ms" %
                   (name, tokens, item["ours"] * 1e3, theirs * 1e3), flush=True)
-        for (name, tokens), item in zip(train, ours_t):
+        for name, tokens in train:
+            time.sleep(1.0)
+            item = ours_train(args, work, name, tokens)
             theirs = torch_train(args, tokens, item)
             flops = 3 * forward_flops(item["manifest"]["layer"], tokens)
             rows.append(("training step", name, tokens, item["ours"], theirs,
