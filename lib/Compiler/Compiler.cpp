@@ -668,9 +668,11 @@ CompileResult mlir::moe::compile(const std::string &input,
   std::vector<EntryArgument> arguments;
   OwningOpRef<ModuleOp> entry =
       buildHostEntry(layer, alignmentFor(options), arguments);
-  std::vector<TrainArgument> trainArguments;
-  if (options.train)
+  std::vector<TrainArgument> trainArguments, updateArguments;
+  if (options.train) {
     trainArguments = addHostTrainEntry(*entry, layer);
+    updateArguments = addHostTrainUpdateEntry(*entry, layer);
+  }
   std::vector<TrainArgument> backwardArguments;
   if (options.backward)
     backwardArguments = addHostBackwardEntry(*entry, layer);
@@ -702,9 +704,12 @@ CompileResult mlir::moe::compile(const std::string &input,
     }
   }
   addPackedEntry(*entry, arguments.size());
-  if (options.train)
+  if (options.train) {
     addPackedEntry(*entry, trainArguments.size(), kHostTrainEntryName,
                    kHostTrainPackedEntryName);
+    addPackedEntry(*entry, updateArguments.size(), kHostTrainUpdateEntryName,
+                   kHostTrainUpdatePackedEntryName);
+  }
   if (options.backward)
     addPackedEntry(*entry, backwardArguments.size(), kHostBackwardEntryName,
                    kHostBackwardPackedEntryName);
@@ -747,8 +752,12 @@ CompileResult mlir::moe::compile(const std::string &input,
                                 *toDType(arg.type.getElementType()),
                                 toShape(arg.type)});
   };
-  if (options.train)
+  if (options.train) {
     describe(bundle.manifest.train, kHostTrainPackedEntryName, trainArguments);
+    bundle.manifest.train.update = std::make_shared<rt::TrainSpec>();
+    describe(*bundle.manifest.train.update, kHostTrainUpdatePackedEntryName,
+             updateArguments);
+  }
   if (options.backward)
     describe(bundle.manifest.backward, kHostBackwardPackedEntryName,
              backwardArguments);

@@ -474,9 +474,6 @@ std::vector<TrainArgument> mlir::moe::listTrainArguments(LayerOp layer) {
   Value bias = layer.getScoreBias();
   if (bias)
     args.push_back({"score_bias", false, f32Like(bias)});
-  for (auto [name, value] : weights)
-    for (const char *suffix : {".next", ".m.next", ".v.next"})
-      args.push_back({(name + suffix).str(), true, f32Like(value)});
   if (bias)
     args.push_back({"score_bias.next", true, f32Like(bias)});
   args.push_back({"loss", true, RankedTensorType::get({1}, f32)});
@@ -488,6 +485,20 @@ std::vector<TrainArgument> mlir::moe::listTrainArguments(LayerOp layer) {
       RankedTensorType::get({static_cast<int64_t>(weights.size())}, f32);
   args.push_back({"grad_sq", true, perWeight});
   args.push_back({"bad_updates", true, perWeight});
+  return args;
+}
+
+std::vector<TrainArgument> mlir::moe::listTrainUpdateArguments(LayerOp layer) {
+  Builder b(layer.getContext());
+  Type f32 = b.getF32Type();
+  std::vector<TrainArgument> args;
+  args.push_back({"hyper", false, RankedTensorType::get({kHyperCount}, f32)});
+  for (auto [name, value] : listTrainedWeights(layer)) {
+    auto type = RankedTensorType::get(
+        cast<RankedTensorType>(value.getType()).getShape(), f32);
+    for (const char *suffix : {"", ".m", ".v", ".grad"})
+      args.push_back({(name + suffix).str(), false, type});
+  }
   return args;
 }
 

@@ -109,6 +109,8 @@ std::string serializeManifest(const Manifest &m) {
     root["train"] = entryPoint(m.train);
     if (m.train.stateOnDevice)
       root["train"]["state"] = "device";
+    if (m.train.update)
+      root["train"]["update"] = entryPoint(*m.train.update);
   }
   if (!m.backward.entry.empty())
     root["backward"] = entryPoint(m.backward);
@@ -493,6 +495,11 @@ Expected<Manifest> parseManifest(const std::string &text) {
   if (root.is_object() && root.contains("train") && r.error.empty()) {
     const json &train = root["train"];
     readEntryPoint(train, m.train, "the training step", "a training argument");
+    if (train.is_object() && train.contains("update") && r.error.empty()) {
+      m.train.update = std::make_shared<TrainSpec>();
+      readEntryPoint(train["update"], *m.train.update, "the training update",
+                     "a training update argument");
+    }
     if (train.is_object() && train.contains("state")) {
       std::string state = r.str(train, "state", "the training step");
       if (state == "device")

@@ -266,6 +266,26 @@ static Status validateTrainArguments(const Manifest &m) {
     if (!isFloatType(a.dtype))
       return fail("training argument '" + a.name + "' must be a float tensor");
   }
+  // The in-place update takes the hyperparameters, f32 state and weight
+  // gradients of the step, as the step has them.
+  if (m.train.update)
+    for (const TrainArgumentSpec &a : m.train.update->arguments) {
+      auto step = std::find_if(
+          m.train.arguments.begin(), m.train.arguments.end(),
+          [&](const TrainArgumentSpec &s) { return s.name == a.name; });
+      bool state = step != m.train.arguments.end() && !step->output &&
+                   a.name != "x" && a.name != "target";
+      bool known = step != m.train.arguments.end() &&
+                   (state || isWeightGradient(*step)) && !a.output &&
+                   a.dtype == DType::F32 && step->dtype == DType::F32 &&
+                   a.shape == step->shape;
+      if (!known)
+        return fail("training update argument '" + a.name + "' (" +
+                    mlirName(a.dtype) + " " + formatShape(a.shape) +
+                    (a.output ? ", an output" : "") +
+                    ") is none of the training step's f32 state, "
+                    "hyperparameters or weight gradients");
+    }
   return Status::success();
 }
 

@@ -116,11 +116,22 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
         continue;
       }
       auto spare = spareOutputs.find(a.name);
-      if (spare != spareOutputs.end() && spare->second.dtype == a.dtype &&
-          spare->second.shape == shape)
+      // A gradient output reuses the last step's gradient (lastGradients
+      // hands out copies), so there is one buffer for each.
+      auto last = isGradient(a)
+                      ? gradients.find(a.name.substr(0, a.name.size() - 5))
+                      : gradients.end();
+      if (last != gradients.end() && last->second.dtype == a.dtype &&
+          last->second.shape == shape) {
+        outputs[a.name] = std::move(last->second);
+        gradients.erase(last);
+      } else if (spare != spareOutputs.end() &&
+                 spare->second.dtype == a.dtype &&
+                 spare->second.shape == shape) {
         outputs[a.name] = std::move(spare->second);
-      else
+      } else {
         outputs[a.name] = Tensor::zeros(a.dtype, shape);
+      }
       continue;
     }
     if (a.name == "x" || a.name == "target") {
@@ -244,6 +255,25 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
     lastTokens = tokens;
     ++stepCount;
     return result;
+  }
+  if (spec.update && result.nonFinite.empty()) {
+    // AdamW in place: the weights and moments, from the step's gradients.
+    std::vector<const Tensor *> updateArgs;
+    for (const TrainArgumentSpec &a : spec.update->arguments) {
+      if (a.name == "hyper")
+        updateArgs.push_back(&inputs["hyper"]);
+      else if (outputs.count(a.name))
+        updateArgs.push_back(&outputs[a.name]);
+      else if (tensors.count(a.name))
+        updateArgs.push_back(&tensors[a.name]);
+      else
+        return Result::error("the training update takes '" + a.name +
+                             "', which is no state or gradient of the step");
+    }
+    if (Status s = layer.getBackend().runEntry(spec.update->entry, updateArgs,
+                                               /*tokens=*/0);
+        !s.ok())
+      return Result::error(s.error);
   }
   for (auto &[name, value] : outputs) {
     if (endsWith(name, ".next") && result.nonFinite.empty()) {

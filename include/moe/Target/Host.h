@@ -67,11 +67,26 @@ constexpr llvm::StringLiteral kHostTrainPackedEntryName =
     "moe_train_step_packed";
 
 /// Adds `func.func @moe_train_step` to `module`: the loss (mean of
-/// (y - target)^2), its gradients (buildLayerBackward), one AdamW step on
-/// fp32 master weights (bias-corrected moments; compute copies in the
-/// layer's element type) and DeepSeek's auxiliary-loss-free bias update
-/// `bias += gamma * sign(mean load - load)`. Returns its arguments.
+/// (y - target)^2), its gradients (buildLayerBackward) with the checks of
+/// one AdamW step on fp32 master weights (bias-corrected moments; compute
+/// copies in the layer's element type), and DeepSeek's auxiliary-loss-free
+/// bias update `bias += gamma * sign(mean load - load)`. Returns its
+/// arguments (listTrainArguments).
 std::vector<TrainArgument> addHostTrainEntry(ModuleOp module, LayerOp layer);
+
+/// Name of the AdamW update built by addHostTrainUpdateEntry, and of its
+/// packed entry point.
+constexpr llvm::StringLiteral kHostTrainUpdateEntryName = "moe_train_update";
+constexpr llvm::StringLiteral kHostTrainUpdatePackedEntryName =
+    "moe_train_update_packed";
+
+/// Adds `func.func @moe_train_update`: the AdamW step that moe_train_step
+/// checked, applied in place to the weights and moments from its gradient
+/// outputs (the runtime runs it once the step is known finite, so the
+/// state needs no second copy). Returns its arguments
+/// (listTrainUpdateArguments).
+std::vector<TrainArgument> addHostTrainUpdateEntry(ModuleOp module,
+                                                   LayerOp layer);
 
 /// Name of the vector-Jacobian product built by addHostBackwardEntry, and
 /// of its packed entry point.

@@ -36,9 +36,9 @@ LayerGradients buildLayerBackward(OpBuilder &b, LayerOp layer,
 /// the bias update rate gamma, every rank's token count); per trained
 /// weight `W` (router, gate, up, down, shared gate, up, down) its f32
 /// master copy `W`, AdamW moments `W.m` and `W.v`; `score_bias` when the layer
-/// has one; then the outputs: `W.next`, `W.m.next`, `W.v.next`,
-/// `score_bias.next`, `loss` ([1]), `load` ([E], tokens routed to each expert),
-/// `x.grad` ([T, hidden] f32) and `W.grad` (f32).
+/// has one; then the outputs: `score_bias.next`, `loss` ([1]), `load` ([E],
+/// tokens routed to each expert), `x.grad` ([T, hidden] f32), `W.grad`
+/// (f32), `grad_sq` and `bad_updates`.
 struct TrainArgument {
   std::string name;
   bool output = false;
@@ -66,17 +66,27 @@ enum TrainHyper {
 };
 
 /// The arguments of a training step of `layer`: the host's `moe_train_step`
-/// takes these (its updated state comes out as `.next` outputs). The last
-/// two outputs hold, per trained weight (in the order of the `.grad`
-/// outputs), `grad_sq`, the sum of its gradient's squares, and
-/// `bad_updates`, how many of its values the update makes non-finite.
+/// takes these. It computes the gradients but changes no state: AdamW
+/// updates the weights and moments in place afterwards, in a second entry
+/// (listTrainUpdateArguments) that the runtime runs once the step is known
+/// finite; only the score bias's update comes out, as `score_bias.next`.
+/// The last two outputs hold, per trained weight (in the order of the
+/// `.grad` outputs), `grad_sq`, the sum of its gradient's squares, and
+/// `bad_updates`, how many of its values the update would make
+/// non-finite.
 std::vector<TrainArgument> listTrainArguments(LayerOp layer);
+
+/// The arguments of the host's `moe_train_update`, the AdamW update of a
+/// finite step: `hyper`, then per trained weight W, `W`, `W.m` and `W.v`
+/// (updated in place) and `W.grad` (the step's gradient output). All are
+/// inputs; there are no outputs.
+std::vector<TrainArgument> listTrainUpdateArguments(LayerOp layer);
 
 /// The arguments of the sm_90a training step, which keeps its state on the
 /// device and updates it in place (a second schedule, "update", run once
-/// the step is known finite): those of listTrainArguments without the
-/// `.next` outputs (`bad_updates` counts the values the update would make
-/// non-finite).
+/// the step is known finite): those of listTrainArguments without
+/// `score_bias.next` (`bad_updates` counts the values the update would
+/// make non-finite).
 std::vector<TrainArgument> listDeviceTrainArguments(LayerOp layer);
 
 /// The arguments of the layer's vector-Jacobian product (the host's

@@ -56,10 +56,12 @@ std::pair<int64_t, std::string> stackScratch(Operation *op) {
 
 /// A lowered op's result that goes straight to an output argument
 /// (`materialize_in_destination` of `to_tensor` of its `memref.alloc`, into
-/// a function argument used nowhere else, every write of the buffer before
-/// it) is built in the argument: the allocation, and the copy bufferization
-/// would make of it, go. The backward pass's weight gradients are such
-/// results, hundreds of MB for a large layer.
+/// a function argument used only after it, every write of the buffer
+/// before it) is built in the argument: the allocation, and the copy
+/// bufferization would make of it, go. The weight gradients of the
+/// backward pass and of the training step (whose AdamW check then reads
+/// them from the argument) are such results, hundreds of MB for a large
+/// layer.
 void buildInDestinations(Operation *root) {
   SmallVector<bufferization::MaterializeInDestinationOp> candidates;
   root->walk([&](bufferization::MaterializeInDestinationOp op) {
@@ -68,7 +70,13 @@ void buildInDestinations(Operation *root) {
   for (bufferization::MaterializeInDestinationOp op : candidates) {
     auto dest = dyn_cast<BlockArgument>(op.getDest());
     auto toTensor = op.getSource().getDefiningOp<bufferization::ToTensorOp>();
-    if (!dest || !dest.hasOneUse() || !toTensor || !toTensor->hasOneUse())
+    if (!dest || !toTensor || !toTensor->hasOneUse())
+      continue;
+    bool usedAfter = llvm::all_of(dest.getUsers(), [&](Operation *user) {
+      Operation *inBlock = op->getBlock()->findAncestorOpInBlock(*user);
+      return user == op || (inBlock && op->isBeforeInBlock(inBlock));
+    });
+    if (!usedAfter)
       continue;
     auto alloc = toTensor.getBuffer().getDefiningOp<memref::AllocOp>();
     // Static shapes only: a dynamic size need not be the argument's.

@@ -101,18 +101,18 @@ struct AdamHyper {
   Value lr, beta1, beta2, eps, decay, correction1, correction2;
 };
 
-/// AdamW on one weight's flat buffers in one pass over memory: p, m, v and
-/// g are read once; p.next, m.next, v.next and the gradient output (g's
-/// copy, without a pass of its own) are written once; and in the same pass
-/// (in registers) come the sum of g's squares and how many updated values
-/// are not finite, which the runtime checks before it commits the step.
-/// The loop is parallel over fixed chunks; each chunk's sums are added in
-/// order afterwards. Results go to gradSq[index] and badUpdates[index].
-void emitFusedAdamW(OpBuilder &b, Location loc, ArrayRef<Value> buffers,
-                    const AdamHyper &h, Value gradSq, Value badUpdates,
-                    int64_t index) {
-  // buffers: p, m, v, g, p.next, m.next, v.next, g's output (identity
-  // layouts).
+/// One pass of AdamW over a weight's flat buffers p, m, v and g, in
+/// parallel over fixed chunks:
+/// - check (`update` false): the update is computed in registers only; the
+///   pass adds up g's squares and how many updated values would not be
+///   finite (each chunk's sums added in order afterwards, into
+///   gradSq[index] and badUpdates[index]), which the runtime checks before
+///   it commits the step;
+/// - update: the pass writes p, m and v in place.
+/// Both compute the same values in the same order.
+void emitAdamWPass(OpBuilder &b, Location loc, ArrayRef<Value> buffers,
+                   const AdamHyper &h, bool update, Value gradSq = {},
+                   Value badUpdates = {}, int64_t index = 0) {
   auto type = cast<MemRefType>(buffers[0].getType());
   int64_t n = type.getNumElements();
   SmallVector<ReassociationIndices> all(1);
@@ -129,10 +129,11 @@ void emitFusedAdamW(OpBuilder &b, Location loc, ArrayRef<Value> buffers,
   };
   int64_t chunks = (n + kAdamChunk - 1) / kAdamChunk;
   // (Freed by the buffer deallocation pipeline.)
-  Value sqParts =
-      memref::AllocOp::create(b, loc, MemRefType::get({chunks}, f64));
-  Value badParts =
-      memref::AllocOp::create(b, loc, MemRefType::get({chunks}, i32));
+  Value sqParts, badParts;
+  if (!update) {
+    sqParts = memref::AllocOp::create(b, loc, MemRefType::get({chunks}, f64));
+    badParts = memref::AllocOp::create(b, loc, MemRefType::get({chunks}, i32));
+  }
   Value one = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1.0));
   Value oneMinusBeta1 = arith::SubFOp::create(b, loc, one, h.beta1);
   Value oneMinusBeta2 = arith::SubFOp::create(b, loc, one, h.beta2);
@@ -149,8 +150,11 @@ void emitFusedAdamW(OpBuilder &b, Location loc, ArrayRef<Value> buffers,
             arith::ConstantOp::create(pb, loc, pb.getF64FloatAttr(0));
         Value zeroBad =
             arith::ConstantOp::create(pb, loc, pb.getI32IntegerAttr(0));
+        SmallVector<Value> init;
+        if (!update)
+          init = {zeroSq, zeroBad};
         auto loop = scf::ForOp::create(
-            pb, loc, lo, hi, idx(1), ValueRange{zeroSq, zeroBad},
+            pb, loc, lo, hi, idx(1), init,
             [&](OpBuilder &fb, Location loc, Value i, ValueRange acc) {
               auto load = [&](int k) -> Value {
                 return memref::LoadOp::create(fb, loc, flat[k], ValueRange{i});
@@ -169,14 +173,17 @@ void emitFusedAdamW(OpBuilder &b, Location loc, ArrayRef<Value> buffers,
               Value v2 = add(mul(h.beta2, v), mul(oneMinusBeta2, mul(g, g)));
               Value mHat = div(m2, h.correction1);
               Value vHat = div(v2, h.correction2);
-              Value update = add(
+              Value step = add(
                   div(mHat, add(math::SqrtOp::create(fb, loc, vHat), h.eps)),
                   mul(h.decay, p));
-              Value p2 = arith::SubFOp::create(fb, loc, p, mul(h.lr, update));
-              memref::StoreOp::create(fb, loc, p2, flat[4], ValueRange{i});
-              memref::StoreOp::create(fb, loc, m2, flat[5], ValueRange{i});
-              memref::StoreOp::create(fb, loc, v2, flat[6], ValueRange{i});
-              memref::StoreOp::create(fb, loc, g, flat[7], ValueRange{i});
+              Value p2 = arith::SubFOp::create(fb, loc, p, mul(h.lr, step));
+              if (update) {
+                memref::StoreOp::create(fb, loc, p2, flat[0], ValueRange{i});
+                memref::StoreOp::create(fb, loc, m2, flat[1], ValueRange{i});
+                memref::StoreOp::create(fb, loc, v2, flat[2], ValueRange{i});
+                scf::YieldOp::create(fb, loc);
+                return;
+              }
               Value gd = arith::ExtFOp::create(fb, loc, f64, g);
               Value sq = arith::AddFOp::create(
                   fb, loc, acc[0],
@@ -190,10 +197,14 @@ void emitFusedAdamW(OpBuilder &b, Location loc, ArrayRef<Value> buffers,
                   fb, loc,
                   ValueRange{sq, arith::AddIOp::create(fb, loc, acc[1], bad)});
             });
-        memref::StoreOp::create(pb, loc, loop.getResult(0), sqParts, ivs);
-        memref::StoreOp::create(pb, loc, loop.getResult(1), badParts, ivs);
+        if (!update) {
+          memref::StoreOp::create(pb, loc, loop.getResult(0), sqParts, ivs);
+          memref::StoreOp::create(pb, loc, loop.getResult(1), badParts, ivs);
+        }
         scf::ReduceOp::create(pb, loc);
       });
+  if (update)
+    return;
   // The chunks' sums, in order.
   Value zeroSq = arith::ConstantOp::create(b, loc, b.getF64FloatAttr(0));
   Value zeroBad = arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(0));
@@ -214,6 +225,25 @@ void emitFusedAdamW(OpBuilder &b, Location loc, ArrayRef<Value> buffers,
   memref::StoreOp::create(
       b, loc, arith::SIToFPOp::create(b, loc, f32, total.getResult(1)),
       badUpdates, ValueRange{at});
+}
+
+/// AdamW's scalars of this step from `hyperAt` (an element of `hyper`).
+AdamHyper readAdamHyper(OpBuilder &b, Location loc,
+                        function_ref<Value(TrainHyper)> hyperAt) {
+  Value beta1 = hyperAt(kHyperBeta1), beta2 = hyperAt(kHyperBeta2);
+  Value step = hyperAt(kHyperStep);
+  Value one = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1.0));
+  auto correction = [&](Value beta) -> Value {
+    return arith::SubFOp::create(
+        b, loc, one, math::PowFOp::create(b, loc, beta, step).getResult());
+  };
+  return {hyperAt(kHyperLearningRate),
+          beta1,
+          beta2,
+          hyperAt(kHyperEpsilon),
+          hyperAt(kHyperWeightDecay),
+          correction(beta1),
+          correction(beta2)};
 }
 
 /// Adds `func.func @name` taking `args` as memrefs (with a C interface)
@@ -341,16 +371,9 @@ std::vector<TrainArgument> mlir::moe::addHostTrainEntry(ModuleOp module,
       b, loc, RankedTensorType::get({1}, f32), ValueRange{loss});
   out["x.grad"] = s.convert(grads.input, f32);
 
-  // AdamW with bias-corrected moments.
-  Value lr = hyperAt(kHyperLearningRate), step = hyperAt(kHyperStep);
-  Value beta1 = hyperAt(kHyperBeta1), beta2 = hyperAt(kHyperBeta2);
-  Value eps = hyperAt(kHyperEpsilon), decay = hyperAt(kHyperWeightDecay);
-  Value one = s.f32(1.0);
-  Value correction1 =
-      s.sub(one, math::PowFOp::create(b, loc, beta1, step).getResult());
-  Value correction2 =
-      s.sub(one, math::PowFOp::create(b, loc, beta2, step).getResult());
-  AdamHyper adam{lr, beta1, beta2, eps, decay, correction1, correction2};
+  // AdamW with bias-corrected moments: checked here, applied by
+  // moe_train_update (addHostTrainUpdateEntry) once the step is finite.
+  AdamHyper adam = readAdamHyper(b, loc, hyperAt);
   std::map<std::string, Value> argOf;
   for (auto [i, arg] : llvm::enumerate(args))
     argOf[arg.name] = body->getArgument(i);
@@ -362,17 +385,18 @@ std::vector<TrainArgument> mlir::moe::addHostTrainEntry(ModuleOp module,
     // rank's experts already saw every token routed to them.
     if (!isExpertWeight(entry.first))
       g = allReduce(g);
-    if (g.getType() != p.getType())
-      g = tensor::CastOp::create(b, loc, p.getType(), g);
-    auto pType = cast<RankedTensorType>(p.getType());
-    Value gBuffer = bufferization::ToBufferOp::create(
-        b, loc, MemRefType::get(pType.getShape(), f32), g, /*readOnly=*/true);
-    emitFusedAdamW(b, loc,
-                   {argOf[name], argOf[name + ".m"], argOf[name + ".v"],
-                    gBuffer, argOf[name + ".next"], argOf[name + ".m.next"],
-                    argOf[name + ".v.next"], argOf[name + ".grad"]},
-                   adam, argOf["grad_sq"], argOf["bad_updates"],
-                   static_cast<int64_t>(i));
+    // Into the gradient output (where the expert GEMMs' dW writes it in
+    // the first place: buildInDestinations in convert-moe-to-host), then
+    // checked from there.
+    Value gradArg = argOf[name + ".grad"];
+    auto gradSpec = llvm::find_if(
+        args, [&](const TrainArgument &a) { return a.name == name + ".grad"; });
+    writeOutput(b, loc, g, *gradSpec, gradArg);
+    emitAdamWPass(
+        b, loc, {argOf[name], argOf[name + ".m"], argOf[name + ".v"], gradArg},
+        adam,
+        /*update=*/false, argOf["grad_sq"], argOf["bad_updates"],
+        static_cast<int64_t>(i));
   }
 
   // Tokens routed to each expert: the unpadded segment sizes.
@@ -411,16 +435,45 @@ std::vector<TrainArgument> mlir::moe::addHostTrainEntry(ModuleOp module,
   }
 
   for (size_t i = firstOutput; i < args.size(); ++i) {
-    // The fused AdamW loops wrote these already.
+    // Written above.
     StringRef name = args[i].name;
     if (name == "grad_sq" || name == "bad_updates" ||
-        (name.ends_with(".next") && name != "score_bias.next") ||
         (name.ends_with(".grad") && name != "x.grad"))
       continue;
     writeOutput(b, loc, out.at(args[i].name), args[i], body->getArgument(i));
   }
   func::ReturnOp::create(b, loc);
   copy.erase();
+  return args;
+}
+
+std::vector<TrainArgument> mlir::moe::addHostTrainUpdateEntry(ModuleOp module,
+                                                              LayerOp layer) {
+  OpBuilder b(layer.getContext());
+  Location loc = layer.getLoc();
+  std::vector<TrainArgument> args = listTrainUpdateArguments(layer);
+  SmallVector<Type> argTypes;
+  for (const TrainArgument &arg : args)
+    argTypes.push_back(
+        MemRefType::get(arg.type.getShape(), arg.type.getElementType()));
+  b.setInsertionPointToEnd(module.getBody());
+  auto func = func::FuncOp::create(b, loc, kHostTrainUpdateEntryName,
+                                   b.getFunctionType(argTypes, {}));
+  func->setAttr("llvm.emit_c_interface", b.getUnitAttr());
+  Block *body = func.addEntryBlock();
+  b.setInsertionPointToStart(body);
+  Value hyper = body->getArgument(0);
+  AdamHyper adam = readAdamHyper(b, loc, [&](TrainHyper h) -> Value {
+    Value i = arith::ConstantIndexOp::create(b, loc, h);
+    return memref::LoadOp::create(b, loc, hyper, ValueRange{i});
+  });
+  // hyper, then W, W.m, W.v, W.grad per weight.
+  for (size_t i = 1; i + 3 < args.size(); i += 4)
+    emitAdamWPass(b, loc,
+                  {body->getArgument(i), body->getArgument(i + 1),
+                   body->getArgument(i + 2), body->getArgument(i + 3)},
+                  adam, /*update=*/true);
+  func::ReturnOp::create(b, loc);
   return args;
 }
 

@@ -309,13 +309,15 @@ func.func @gradient_in_destination(%grad: tensor<?x8xf32>,
   return
 }
 
-// A destination used again, or an allocation of another type, keeps the
-// copy.
-// CHECK-LABEL: func.func @gradient_copied
-// CHECK: memref.alloc() : memref<3x8x16xf32>
-// CHECK: materialize_in_destination
-func.func @gradient_copied(%grad: tensor<?x8xf32>, %x: tensor<?x16xf32>,
-                           %off: tensor<4xi32>, %out: memref<3x8x16xf32>)
+// A destination read after the materialization too (the training step's
+// AdamW check reads its gradients there) is still built in.
+// CHECK-LABEL: func.func @gradient_read_after
+// CHECK-SAME: %[[OUT:[a-z0-9]+]]: memref<3x8x16xf32>
+// CHECK-NOT: memref.alloc() : memref<3x8x16xf32>
+// CHECK-NOT: materialize_in_destination
+// CHECK: memref.load %[[OUT]]
+func.func @gradient_read_after(%grad: tensor<?x8xf32>, %x: tensor<?x16xf32>,
+                               %off: tensor<4xi32>, %out: memref<3x8x16xf32>)
     -> f32 {
   %dw = moe.grouped_matmul_dw %x, %grad, %off
       : tensor<?x16xf32>, tensor<?x8xf32>, tensor<4xi32> -> tensor<3x8x16xf32>
@@ -323,5 +325,23 @@ func.func @gradient_copied(%grad: tensor<?x8xf32>, %x: tensor<?x16xf32>,
       : (tensor<3x8x16xf32>, memref<3x8x16xf32>) -> ()
   %c0 = arith.constant 0 : index
   %v = memref.load %out[%c0, %c0, %c0] : memref<3x8x16xf32>
+  return %v : f32
+}
+
+// A destination used before the materialization (it may be read while
+// the result is computed), or an allocation of another type, keeps the
+// copy.
+// CHECK-LABEL: func.func @gradient_copied
+// CHECK: memref.alloc() : memref<3x8x16xf32>
+// CHECK: materialize_in_destination
+func.func @gradient_copied(%grad: tensor<?x8xf32>, %x: tensor<?x16xf32>,
+                           %off: tensor<4xi32>, %out: memref<3x8x16xf32>)
+    -> f32 {
+  %c0 = arith.constant 0 : index
+  %v = memref.load %out[%c0, %c0, %c0] : memref<3x8x16xf32>
+  %dw = moe.grouped_matmul_dw %x, %grad, %off
+      : tensor<?x16xf32>, tensor<?x8xf32>, tensor<4xi32> -> tensor<3x8x16xf32>
+  bufferization.materialize_in_destination %dw in restrict writable %out
+      : (tensor<3x8x16xf32>, memref<3x8x16xf32>) -> ()
   return %v : f32
 }

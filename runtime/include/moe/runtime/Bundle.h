@@ -22,6 +22,7 @@
 
 #include "moe/runtime/Support.h"
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -233,6 +234,11 @@ struct TrainSpec {
   /// `.next` outputs, but `grad_sq` and `bad_updates` (see
   /// listDeviceTrainArguments) and the program's updateSteps.
   bool stateOnDevice = false;
+  /// The host's in-place AdamW update of a finite step (moe_train_update;
+  /// its arguments are all inputs, the state and the step's gradients).
+  /// Null for a bundle whose step returns its updated state as `.next`
+  /// outputs (host bundles before 2026-12-02) and for sm_90a.
+  std::shared_ptr<TrainSpec> update;
 };
 
 struct Manifest {
