@@ -317,7 +317,8 @@ struct TempFiles {
 /// internal symbol becomes a hidden global of the one part that defines it.
 /// The split depends only on the module, never on the machine, so bundles
 /// stay reproducible. Returns one part when the module has symbols the split
-/// does not handle (aliases, ifuncs, comdats).
+/// does not handle (aliases, ifuncs, comdats, appending arrays such as
+/// llvm.global_ctors).
 static std::vector<llvm::SmallString<0>> splitToBitcode(llvm::Module &module) {
   auto whole = [&] {
     std::vector<llvm::SmallString<0>> parts(1);
@@ -326,7 +327,10 @@ static std::vector<llvm::SmallString<0>> splitToBitcode(llvm::Module &module) {
     return parts;
   };
   if (!module.alias_empty() || !module.ifunc_empty() ||
-      !module.getComdatSymbolTable().empty())
+      !module.getComdatSymbolTable().empty() ||
+      llvm::any_of(module.globals(), [](const llvm::GlobalVariable &global) {
+        return global.hasAppendingLinkage();
+      }))
     return whole();
 
   auto isCalledDirectly = [](const llvm::Function &f) {
