@@ -501,6 +501,7 @@ Expected<std::unique_ptr<Layer>> Layer::fromBundle(Bundle bundle,
   layer->bundle = std::move(bundle);
   for (const ParameterSpec &p : layer->bundle.manifest.parameters)
     layer->parameters.push_back(Tensor::zeros(p.dtype, p.shape));
+  layer->lent.assign(layer->parameters.size(), nullptr);
   return layer;
 }
 
@@ -712,6 +713,8 @@ static Status readFp8(const Checkpoint &file, const std::string &name,
 
 Status Layer::loadWeights(const Checkpoint &file, const std::string &prefix) {
   const Manifest &m = bundle.manifest;
+  for (size_t i = 0; i < parameters.size(); ++i)
+    reclaim(i);
   for (size_t i = 0; i < m.parameters.size(); ++i) {
     const ParameterSpec &p = m.parameters[i];
     // An FP8 weight's scales are written with it.
@@ -894,6 +897,8 @@ Status Layer::loadParameter(const Checkpoint &file, const std::string &prefix,
 void Layer::randomWeights(uint64_t seed) {
   Random rng(seed);
   const Manifest &m = bundle.manifest;
+  for (size_t i = 0; i < parameters.size(); ++i)
+    reclaim(i);
   for (size_t i = 0; i < m.parameters.size(); ++i) {
     const ParameterSpec &p = m.parameters[i];
     // FP8 weights are drawn as f32 (the same values as in a layer of
@@ -1027,15 +1032,53 @@ Layer::checkpointNames(const std::map<std::string, Tensor> &byRole) const {
 std::map<std::string, Tensor> Layer::namedParameters() const {
   std::map<std::string, Tensor> byRole;
   for (size_t i = 0; i < bundle.manifest.parameters.size(); ++i)
-    byRole[bundle.manifest.parameters[i].role] = parameters[i];
+    byRole[bundle.manifest.parameters[i].role] = param(i);
   return checkpointNames(byRole);
 }
 
 const Tensor *Layer::parameter(const std::string &role) const {
   for (size_t i = 0; i < bundle.manifest.parameters.size(); ++i)
     if (bundle.manifest.parameters[i].role == role)
-      return &parameters[i];
+      return &param(i);
   return nullptr;
+}
+
+Status Layer::lendParameter(const std::string &role, Tensor &to) {
+  for (size_t i = 0; i < bundle.manifest.parameters.size(); ++i) {
+    if (bundle.manifest.parameters[i].role != role)
+      continue;
+    if (parameters[i].dtype != DType::F32 || lent[i])
+      return Status::failure("parameter '" + role +
+                             "' cannot be lent (it is not f32, or lent)");
+    to = std::move(parameters[i]);
+    parameters[i] = Tensor();
+    lent[i] = &to;
+    return Status::success();
+  }
+  return Status::failure("the bundle has no parameter '" + role + "'");
+}
+
+void Layer::reclaim(size_t i, bool move) {
+  if (!lent[i])
+    return;
+  if (move)
+    parameters[i] = std::move(*lent[i]);
+  else
+    parameters[i] = *lent[i];
+  lent[i] = nullptr;
+  backend->invalidateParameters();
+}
+
+void Layer::reclaimParameter(const std::string &role) {
+  for (size_t i = 0; i < bundle.manifest.parameters.size(); ++i)
+    if (bundle.manifest.parameters[i].role == role)
+      reclaim(i);
+}
+
+void Layer::returnParameter(const std::string &role) {
+  for (size_t i = 0; i < bundle.manifest.parameters.size(); ++i)
+    if (bundle.manifest.parameters[i].role == role)
+      reclaim(i, /*move=*/true);
 }
 
 Status Layer::setParameter(const std::string &role, const Tensor &value) {
@@ -1047,6 +1090,7 @@ Status Layer::setParameter(const std::string &role, const Tensor &value) {
       return Status::failure("parameter '" + role + "' has shape " +
                              formatShape(p.shape) + ", got " +
                              formatShape(value.shape));
+    reclaim(i);
     // An FP8 weight takes e4m3 codes as they are (its scales are a
     // parameter of their own), or float values it quantizes, scales and all.
     if (p.dtype == DType::F8E4M3 && value.dtype != DType::F8E4M3) {
@@ -1118,8 +1162,8 @@ Expected<ForwardResult> Layer::forward(const Tensor &x) {
                        Tensor::zeros(DType::I32, {tokens, k}),
                        Tensor::zeros(DType::F32, {tokens, k})};
   std::vector<const Tensor *> args = {input};
-  for (const Tensor &p : parameters)
-    args.push_back(&p);
+  for (size_t i = 0; i < parameters.size(); ++i)
+    args.push_back(&param(i));
   args.push_back(&result.y);
   args.push_back(&result.topkIds);
   args.push_back(&result.topkWeights);

@@ -59,6 +59,11 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(Layer &layer) {
     if (!value)
       return Result::error("the training step takes '" + a.name +
                            "', which the bundle's parameters lack");
+    // The in-place host step borrows an f32 parameter (the shapes are the
+    // manifest's, checked when the bundle was loaded).
+    if (m.train.update && value->dtype == DType::F32 && value->shape == a.shape)
+      if (layer.lendParameter(a.name, trainer->tensors[a.name]).ok())
+        continue;
     Expected<Tensor> master = convertTensor(*value, DType::F32);
     if (!master)
       return Result::error(master.message());
@@ -335,11 +340,18 @@ Expected<std::map<std::string, Tensor>> Trainer::lastGradients() {
   return named;
 }
 
+Trainer::~Trainer() {
+  for (const auto &[name, value] : tensors)
+    if (layer.parameter(name) == &value)
+      layer.returnParameter(name);
+}
+
 Status Trainer::syncLayer() {
   if (Status s = pullState(); !s.ok())
     return s;
   for (const auto &[name, value] : tensors) {
-    if (endsWith(name, ".m") || endsWith(name, ".v"))
+    if (endsWith(name, ".m") || endsWith(name, ".v") ||
+        layer.parameter(name) == &value)
       continue;
     if (Status s = layer.setParameter(name, value); !s.ok())
       return s;

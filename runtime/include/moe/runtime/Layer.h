@@ -145,6 +145,18 @@ public:
   const Tensor *parameter(const std::string &role) const;
   /// Replaces the parameter of `role` (converted to its dtype).
   Status setParameter(const std::string &role, const Tensor &value);
+  /// Moves the storage of f32 parameter `role` into `to` and reads `to` as
+  /// that parameter from then on (a trainer's master weight, updated in
+  /// place, is then the layer's parameter: one copy instead of two).
+  /// `to` must outlive the loan. Writing the parameter (setParameter,
+  /// loadWeights, randomWeights) or reclaimParameter ends the loan: the
+  /// layer copies `to` back first.
+  Status lendParameter(const std::string &role, Tensor &to);
+  /// Ends the loan of `role`, if any, with a copy of the borrowed tensor.
+  void reclaimParameter(const std::string &role);
+  /// Ends the loan of `role`, if any, by moving the borrowed tensor back
+  /// (for a borrower that is going away).
+  void returnParameter(const std::string &role);
   Backend &getBackend() { return *backend; }
 
   /// Runs the layer on `x` [T, hidden] (f32, bf16 or f16).
@@ -184,7 +196,16 @@ private:
   Status quantizeParameter(size_t i, const Tensor &values);
   Bundle bundle;
   std::unique_ptr<Backend> backend;
+  /// Ends the loan of parameter i, if any (lendParameter), with a copy
+  /// of the borrowed tensor, or by moving it back.
+  void reclaim(size_t i, bool move = false);
+  /// Parameter i as the entry points read it.
+  const Tensor &param(size_t i) const {
+    return lent[i] ? *lent[i] : parameters[i];
+  }
   std::vector<Tensor> parameters; // manifest order
+  /// A trainer's tensor that parameter i is read from, or null.
+  std::vector<Tensor *> lent;
   bool weightsBound = false;
   Communicator *communicator = nullptr;
   int64_t firstExpert = 0;

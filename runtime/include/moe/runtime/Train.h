@@ -39,8 +39,12 @@ struct StepResult {
 class Trainer {
 public:
   /// Master weights start as f32 copies of the layer's bound parameters,
-  /// moments at zero.
+  /// moments at zero. A host step that updates in place
+  /// (TrainSpec::update) instead borrows an f32 layer's parameters as its
+  /// masters (Layer::lendParameter): the layer then reads the trained
+  /// weights as they are, and gets them back when the trainer goes.
   static Expected<std::unique_ptr<Trainer>> create(Layer &layer);
+  ~Trainer();
 
   /// One step on `x` [T, hidden] (f32, bf16 or f16) towards `target`
   /// [T, hidden] (MSE loss).
@@ -51,7 +55,8 @@ public:
   /// the state).
   Expected<std::map<std::string, Tensor>> lastGradients();
   /// Copies the master weights and the bias into the layer's parameters
-  /// (its compute dtype), for forward passes and weights files.
+  /// (its compute dtype), for forward passes and weights files; those the
+  /// layer lent are its parameters already.
   Status syncLayer();
   /// Brings state() up to date when the device keeps the state and
   /// updated it (TrainSpec::stateOnDevice); checkpoints and syncLayer do.
