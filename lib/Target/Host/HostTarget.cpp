@@ -408,6 +408,9 @@ static std::vector<llvm::SmallString<0>> splitToBitcode(llvm::Module &module) {
   for (auto [global, part] : owner) {
     auto *value = const_cast<llvm::GlobalValue *>(global);
     if (value->hasLocalLinkage()) {
+      // A global of another part must have a name to be linked by.
+      if (!value->hasName())
+        value->setName("moe.split");
       value->setLinkage(llvm::GlobalValue::ExternalLinkage);
       value->setVisibility(llvm::GlobalValue::HiddenVisibility);
     }
