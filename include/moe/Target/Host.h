@@ -118,9 +118,6 @@ bool getHostVectorUnit(llvm::StringRef cpu, HostVectorUnit &unit,
 /// Translates an LLVM-dialect module to LLVM IR for the host (or `cpu`, ""
 /// for the target's generic CPU, "native" for this machine's) and, with
 /// `optimize`, runs the O3 pipeline. Returns null after emitting an error.
-/// On x86 the optimized code may call glibc's vector math library
-/// (libmvec: `_ZGVdN8v_expf` and the like), which a program linking the IR
-/// then links too.
 std::unique_ptr<llvm::Module> translateForHost(ModuleOp module,
                                                llvm::LLVMContext &context,
                                                llvm::StringRef cpu,

@@ -12,6 +12,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
@@ -19,7 +20,6 @@
 #include "mlir/Target/LLVMIR/Dialect/OpenMP/OpenMPToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Export.h"
 
-#include "llvm/Analysis/TargetLibraryInfo.h"
 #include "llvm/Bitcode/BitcodeReader.h"
 #include "llvm/Bitcode/BitcodeWriter.h"
 #include "llvm/IR/Instructions.h"
@@ -27,7 +27,6 @@
 #include "llvm/IR/Module.h"
 #include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/MC/TargetRegistry.h"
-#include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -245,39 +244,6 @@ createHostMachine(llvm::StringRef cpu, std::string &error) {
   return machine;
 }
 
-/// Runs LLVM's O3 pipeline on `module` for `machine`. On x86, calls of
-/// exp, log and the like in loops may vectorize into glibc's vector math
-/// library (libmvec, which the shared object links): SwiGLU's and the
-/// router's exponentials would otherwise be one libm call per element.
-static llvm::Error optimizeForHost(llvm::Module &module,
-                                   llvm::TargetMachine &machine) {
-  llvm::LoopAnalysisManager loops;
-  llvm::FunctionAnalysisManager functions;
-  llvm::CGSCCAnalysisManager sccs;
-  llvm::ModuleAnalysisManager modules;
-  llvm::PipelineTuningOptions tuning;
-  tuning.LoopUnrolling = true;
-  tuning.LoopInterleaving = true;
-  tuning.LoopVectorization = true;
-  tuning.SLPVectorization = true;
-  llvm::PassBuilder builder(&machine, tuning);
-  const llvm::Triple &triple = machine.getTargetTriple();
-  llvm::TargetLibraryInfoImpl library(
-      triple, triple.isX86() ? llvm::VectorLibrary::LIBMVEC
-                             : llvm::VectorLibrary::NoLibrary);
-  // Registered first, so the analysis uses this library, not the default.
-  functions.registerPass([&] { return llvm::TargetLibraryAnalysis(library); });
-  builder.registerModuleAnalyses(modules);
-  builder.registerCGSCCAnalyses(sccs);
-  builder.registerFunctionAnalyses(functions);
-  builder.registerLoopAnalyses(loops);
-  builder.crossRegisterProxies(loops, functions, sccs, modules);
-  llvm::ModulePassManager passes =
-      builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
-  passes.run(module, modules);
-  return llvm::Error::success();
-}
-
 bool mlir::moe::getHostVectorUnit(llvm::StringRef cpu, HostVectorUnit &unit,
                                   std::string &error) {
   std::unique_ptr<llvm::TargetMachine> machine = createHostMachine(cpu, error);
@@ -320,7 +286,9 @@ mlir::moe::translateForHost(ModuleOp module, llvm::LLVMContext &context,
   llvmModule->setDataLayout(machine->createDataLayout());
   if (!optimize)
     return llvmModule;
-  if (llvm::Error err = optimizeForHost(*llvmModule, *machine)) {
+  auto optimizer =
+      makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0, machine.get());
+  if (llvm::Error err = optimizer(llvmModule.get())) {
     module.emitError() << "LLVM optimization failed: "
                        << llvm::toString(std::move(err));
     return nullptr;
@@ -449,7 +417,9 @@ static bool compilePart(llvm::StringRef bitcode, llvm::StringRef cpu,
   std::unique_ptr<llvm::TargetMachine> machine = createHostMachine(cpu, error);
   if (!machine)
     return false;
-  if (llvm::Error err = optimizeForHost(**module, *machine)) {
+  auto optimizer =
+      makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0, machine.get());
+  if (llvm::Error err = optimizer(module->get())) {
     error = "LLVM optimization failed: " + llvm::toString(std::move(err));
     return false;
   }
@@ -564,14 +534,6 @@ bool mlir::moe::emitSharedObject(llvm::Module &module, llvm::StringRef cpu,
   for (const std::string &input : inputs)
     args.push_back(input);
   args.push_back("-lm");
-  // glibc's vector math library (optimizeForHost), by its soname; only
-  // kept when the code calls it.
-  std::string mvec = "-l:libmvec.so.1";
-  if (llvm::Triple(llvm::sys::getDefaultTargetTriple()).isX86()) {
-    args.push_back("-Wl,--as-needed");
-    args.push_back(mvec);
-    args.push_back("-Wl,--no-as-needed");
-  }
   args.push_back(openmp);
   std::string message;
   int rc = llvm::sys::ExecuteAndWait(*program, args, std::nullopt, {}, 0, 0,
