@@ -379,7 +379,6 @@ std::vector<TrainArgument> mlir::moe::addHostTrainEntry(ModuleOp module,
     argOf[arg.name] = body->getArgument(i);
   for (auto [i, entry] : llvm::enumerate(weights)) {
     std::string name = entry.first.str();
-    Value p = in[name];
     Value g = grads.weights[i];
     // The ranks' gradients of replicated weights are partial sums; each
     // rank's experts already saw every token routed to them.
