@@ -1069,12 +1069,6 @@ void Layer::reclaim(size_t i, bool move) {
   backend->invalidateParameters();
 }
 
-void Layer::reclaimParameter(const std::string &role) {
-  for (size_t i = 0; i < bundle.manifest.parameters.size(); ++i)
-    if (bundle.manifest.parameters[i].role == role)
-      reclaim(i);
-}
-
 void Layer::returnParameter(const std::string &role) {
   for (size_t i = 0; i < bundle.manifest.parameters.size(); ++i)
     if (bundle.manifest.parameters[i].role == role)

@@ -365,7 +365,7 @@ Value lowerGroupedMatmulDw(Builder &b, GroupedMatmulDwOp op,
              [&](Builder &b, Value row, Value c, Value v) {
                storeVector(b, v, out, {e, row, c});
              },
-             std::gcd(columnBlock, columns), outerRowBlock(target),
+             std::gcd(columnBlock, columns),
              [&](Builder &b, Value row, Value r, int64_t count) {
                return loadVector(b, grad, {r, row}, count);
              }},

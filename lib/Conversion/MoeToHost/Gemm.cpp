@@ -258,61 +258,54 @@ void mlir::moe::host::emitDotGemm(Builder &b, const DotGemm &g,
 void mlir::moe::host::emitOuterGemm(Builder &b, const OuterGemm &blocks,
                                     const VectorTarget &target) {
   auto [mr, nv] = outerBlock(target);
-  if (blocks.iBlock > 0) {
+  if (blocks.aColumn) {
+    // Passes of 16 register blocks of rows, each first copying its rows of
+    // A into a panel: panel[(i - i0) / mr][p - pBegin][(i - i0) % mr].
+    int64_t rows = 16 * mr;
     OuterGemm g = blocks;
-    g.iBlock = 0;
     g.aColumn = nullptr;
-    // One pass's panel: panel[(i - i0) / mr][p - pBegin][(i - i0) % mr].
-    int64_t groups = (blocks.iBlock + mr - 1) / mr;
-    Value panel;
-    if (blocks.aColumn)
-      panel = alloc(
-          b,
-          MemRefType::get({groups, ShapedType::kDynamic, mr}, b.getF32Type()),
-          ValueRange{arith::SubIOp::create(b, blocks.pEnd, blocks.pBegin)});
+    Value panel = alloc(
+        b, MemRefType::get({16, ShapedType::kDynamic, mr}, b.getF32Type()),
+        ValueRange{arith::SubIOp::create(b, blocks.pEnd, blocks.pBegin)});
     stepLoop(
-        b, blocks.iBegin, blocks.iEnd, blocks.iBlock, {},
+        b, blocks.iBegin, blocks.iEnd, rows, {},
         [&](Builder &b, Value i0, ValueRange) -> SmallVector<Value> {
           g.iBegin = i0;
-          g.iEnd = arith::MinUIOp::create(b, offset(b, i0, blocks.iBlock),
-                                          blocks.iEnd);
-          if (panel) {
-            Value count = arith::SubIOp::create(b, g.iEnd, i0);
-            Value whole = arith::MulIOp::create(
-                b, arith::DivUIOp::create(b, count, indexConst(b, mr)),
-                indexConst(b, mr));
-            forLoop(b, blocks.pBegin, blocks.pEnd, [&](Builder &b, Value p) {
-              Value q = arith::SubIOp::create(b, p, blocks.pBegin);
-              stepLoop(
-                  b, indexConst(b, 0), whole, mr, {},
-                  [&](Builder &b, Value ii, ValueRange) -> SmallVector<Value> {
-                    Value group =
-                        arith::DivUIOp::create(b, ii, indexConst(b, mr));
-                    vector::StoreOp::create(
-                        b,
-                        blocks.aColumn(b, arith::AddIOp::create(b, i0, ii), p,
-                                       mr),
-                        panel, ValueRange{group, q, indexConst(b, 0)});
-                    return {};
-                  });
-              forLoop(b, whole, count, [&](Builder &b, Value ii) {
-                Value group = arith::DivUIOp::create(b, ii, indexConst(b, mr));
-                Value lane = arith::RemUIOp::create(b, ii, indexConst(b, mr));
-                memref::StoreOp::create(
-                    b, blocks.aAt(b, arith::AddIOp::create(b, i0, ii), p),
-                    panel, ValueRange{group, q, lane});
-              });
+          g.iEnd = arith::MinUIOp::create(b, offset(b, i0, rows), blocks.iEnd);
+          Value count = arith::SubIOp::create(b, g.iEnd, i0);
+          Value whole = arith::MulIOp::create(
+              b, arith::DivUIOp::create(b, count, indexConst(b, mr)),
+              indexConst(b, mr));
+          forLoop(b, blocks.pBegin, blocks.pEnd, [&](Builder &b, Value p) {
+            Value q = arith::SubIOp::create(b, p, blocks.pBegin);
+            stepLoop(
+                b, indexConst(b, 0), whole, mr, {},
+                [&](Builder &b, Value ii, ValueRange) -> SmallVector<Value> {
+                  Value group =
+                      arith::DivUIOp::create(b, ii, indexConst(b, mr));
+                  vector::StoreOp::create(
+                      b,
+                      blocks.aColumn(b, arith::AddIOp::create(b, i0, ii), p,
+                                     mr),
+                      panel, ValueRange{group, q, indexConst(b, 0)});
+                  return {};
+                });
+            forLoop(b, whole, count, [&](Builder &b, Value ii) {
+              Value group = arith::DivUIOp::create(b, ii, indexConst(b, mr));
+              Value lane = arith::RemUIOp::create(b, ii, indexConst(b, mr));
+              memref::StoreOp::create(
+                  b, blocks.aAt(b, arith::AddIOp::create(b, i0, ii), p), panel,
+                  ValueRange{group, q, lane});
             });
-            g.aAt = [&, i0](Builder &b, Value i, Value p) {
-              Value rel = arith::SubIOp::create(b, i, i0);
-              return memref::LoadOp::create(
-                  b, panel,
-                  ValueRange{
-                      arith::DivUIOp::create(b, rel, indexConst(b, mr)),
-                      arith::SubIOp::create(b, p, blocks.pBegin),
-                      arith::RemUIOp::create(b, rel, indexConst(b, mr))});
-            };
-          }
+          });
+          g.aAt = [&, i0](Builder &b, Value i, Value p) {
+            Value rel = arith::SubIOp::create(b, i, i0);
+            return memref::LoadOp::create(
+                b, panel,
+                ValueRange{arith::DivUIOp::create(b, rel, indexConst(b, mr)),
+                           arith::SubIOp::create(b, p, blocks.pBegin),
+                           arith::RemUIOp::create(b, rel, indexConst(b, mr))});
+          };
           emitOuterGemm(b, g, target);
           return {};
         });
@@ -348,10 +341,6 @@ void mlir::moe::host::emitOuterGemm(Builder &b, const OuterGemm &blocks,
     rest = columns(rest, g.jEnd, 1, width);
   if (width > 1 && g.jMultiple % width != 0)
     columns(rest, g.jEnd, 1, 1);
-}
-
-int64_t mlir::moe::host::outerRowBlock(const VectorTarget &target) {
-  return 16 * outerBlock(target).first;
 }
 
 int64_t mlir::moe::host::packedStripWidth(const VectorTarget &target) {

@@ -161,14 +161,12 @@ struct OuterGemm {
   std::function<void(Builder &, Value i, Value j, Value vector)> store;
   /// As DotGemm::jMultiple.
   int64_t jMultiple = 1;
-  /// Rows of C per pass over the column strips (0: all): the A rows of one
-  /// pass then stay in L2 while every strip of B passes, instead of A
-  /// being read again from memory for each strip.
-  int64_t iBlock = 0;
-  /// With iBlock, A(i..i+n-1, p) as an f32 vector (`n` rows of one p,
-  /// consecutive in memory): each pass then first copies its rows of A into
-  /// a panel where the kernel's rows of one p are adjacent, instead of a
-  /// page or more apart for each p.
+  /// Optional: A(i..i+n-1, p) as an f32 vector (`n` rows of one p,
+  /// consecutive in memory). With it, C's rows go in passes of 16 register
+  /// blocks, each first copying its rows of A into a panel where the
+  /// kernel's rows of one p are adjacent (instead of a page or more apart
+  /// for each p), and the panel stays in L2 while every strip of B passes
+  /// (instead of A being read again from memory for each strip).
   std::function<Value(Builder &, Value i, Value p, int64_t n)> aColumn;
 };
 
@@ -202,9 +200,6 @@ void emitPackedOuterGemm(Builder &b, const OuterGemm &gemm, int64_t maxColumns,
 /// Columns of one strip of a packed GEMM's panel (the outer kernel's
 /// register block of columns).
 int64_t packedStripWidth(const VectorTarget &target);
-/// Rows of C per pass of an outer GEMM whose A is large (OuterGemm::iBlock):
-/// whole register blocks of rows.
-int64_t outerRowBlock(const VectorTarget &target);
 void emitOuterGemm(Builder &b, const OuterGemm &gemm,
                    const VectorTarget &target);
 

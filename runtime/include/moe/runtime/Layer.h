@@ -149,11 +149,9 @@ public:
   /// that parameter from then on (a trainer's master weight, updated in
   /// place, is then the layer's parameter: one copy instead of two).
   /// `to` must outlive the loan. Writing the parameter (setParameter,
-  /// loadWeights, randomWeights) or reclaimParameter ends the loan: the
-  /// layer copies `to` back first.
+  /// loadWeights, randomWeights) ends the loan: the layer copies `to` back
+  /// first.
   Status lendParameter(const std::string &role, Tensor &to);
-  /// Ends the loan of `role`, if any, with a copy of the borrowed tensor.
-  void reclaimParameter(const std::string &role);
   /// Ends the loan of `role`, if any, by moving the borrowed tensor back
   /// (for a borrower that is going away).
   void returnParameter(const std::string &role);
