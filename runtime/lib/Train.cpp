@@ -717,11 +717,19 @@ verifyCheckpoint(const MarkedCheckpoint &checkpoint,
     return Result::error(s.error);
   json marker = json::parse(text, text + markerBytes->size(), nullptr,
                             /*allow_exceptions=*/false);
+  // json::value() throws when the key holds another type; a damaged marker
+  // must be an error, not an exception.
+  auto isString = [](const json &object, const char *key,
+                     const std::string &want) {
+    auto it = object.find(key);
+    return it != object.end() && it->is_string() &&
+           it->get_ref<const std::string &>() == want;
+  };
   auto number = [&](const char *key) -> const json * {
     auto it = marker.find(key);
     return it != marker.end() && it->is_number_integer() ? &*it : nullptr;
   };
-  if (!marker.is_object() || marker.value("format", "") != kMarkerFormat ||
+  if (!marker.is_object() || !isString(marker, "format", kMarkerFormat) ||
       !number("version") || !number("step") || !number("ranks") ||
       !marker.contains("stream") || !marker["stream"].is_number_unsigned() ||
       !marker.contains("files") || !marker["files"].is_array())
@@ -750,7 +758,7 @@ verifyCheckpoint(const MarkedCheckpoint &checkpoint,
   std::string own = stateFile(comm);
   const json *entry = nullptr;
   for (const json &f : marker["files"])
-    if (f.is_object() && f.value("name", "") == own)
+    if (f.is_object() && isString(f, "name", own))
       entry = &f;
   if (!entry || !entry->contains("sha256") || !(*entry)["sha256"].is_string() ||
       !entry->contains("bytes") || !(*entry)["bytes"].is_number_unsigned())
