@@ -52,8 +52,9 @@ def MoeGpu_TileAttr : AttrDef<MoeGpu_Dialect, "Tile"> {
   let description = [{
     `m x n` output tile per CTA, `k` columns of A and B per pipeline stage,
     `stages` shared-memory stages. `m / 64` consumer warpgroups each own 64
-    rows (one `wgmma` M); `k = 64` bf16/f16 elements is one 128-byte
-    swizzle atom per row.
+    rows (one `wgmma` M); a stage's row of A or B is one 128-byte swizzle
+    atom: `k = 64` bf16/f16 elements, or `k = 128` e4m3 ones (one block of
+    FP8 scales).
 
     `cluster = 2` (omitted when 1) pairs the CTAs of a cluster along M: the
     two take the M blocks 2i and 2i+1 of one N block, and each loads half
@@ -76,9 +77,13 @@ def MoeGpu_TileAttr : AttrDef<MoeGpu_Dialect, "Tile"> {
   let extraClassDeclaration = [{
     /// Consumer warpgroups: one per 64 rows.
     int64_t getConsumers() const { return getM() / 64; }
-    /// Bytes of one stage's A (m x k) and B (n x k) tiles, 2-byte elements.
-    int64_t getABytes() const { return getM() * getK() * 2; }
-    int64_t getBBytes() const { return getN() * getK() * 2; }
+    /// Bytes of one stage's A (m x k) and B (n x k) tiles: 128 per row.
+    int64_t getABytes() const { return getM() * kStageRowBytes; }
+    int64_t getBBytes() const { return getN() * kStageRowBytes; }
+    /// Bytes of a stage's row of A or B (one 128-byte swizzle atom).
+    static constexpr int64_t kStageRowBytes = 128;
+    /// Bytes of an element of A and B: 2, or 1 with k = 128 (e4m3).
+    int64_t getElementBytes() const { return kStageRowBytes / getK(); }
     int64_t getStageBytes() const { return getABytes() + getBBytes(); }
     /// Dynamic shared memory of the pipeline.
     int64_t getSharedMemoryBytes() const {

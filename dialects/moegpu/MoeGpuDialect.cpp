@@ -136,9 +136,9 @@ LogicalResult TileAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "tile n must be a multiple of 8 in [8, 256] (a "
                           "wgmma N), got "
                        << n;
-  if (k != 64)
-    return emitError() << "tile k must be 64 (one 128-byte swizzle atom of "
-                          "16-bit elements), got "
+  if (k != 64 && k != 128)
+    return emitError() << "tile k must be 64 or 128 (one 128-byte swizzle "
+                          "atom of 16-bit or 8-bit elements), got "
                        << k;
   if (stages < 2 || stages > 32)
     return emitError() << "tile stages must be in [2, 32], got " << stages;
@@ -182,6 +182,9 @@ static LogicalResult checkMemRef(Operation *op, Value value, StringRef what,
 }
 
 static bool isHalfFloat(Type type) { return type.isBF16() || type.isF16(); }
+static bool isOutputFloat(MemRefType type) {
+  return isHalfFloat(type.getElementType()) || type.getElementType().isF32();
+}
 
 /// A scale operand is present exactly with the row_scale epilogue.
 static LogicalResult checkScaleOperand(Operation *op, Epilogue epilogue,
@@ -211,6 +214,47 @@ static LogicalResult verifyClamp(Operation *op, Epilogue epilogue,
   return success();
 }
 
+LogicalResult GroupedGemmOp::verifyBlockScales() {
+  MemRefType a = getA().getType(), b = getB().getType(), c = getC().getType();
+  if (getLayout() != GemmLayout::NT || isDense())
+    return emitOpError() << "expects FP8 block scales only on a grouped GEMM "
+                            "of the nt layout";
+  if (getEpilogue() == Epilogue::Accumulate || !isOutputFloat(c))
+    return emitOpError() << "expects an FP8 GEMM to write a bf16, f16 or f32 "
+                            "c without accumulating";
+  if (!b.hasStaticShape() || ShapedType::isDynamic(a.getDimSize(1)))
+    return emitOpError() << "expects an FP8 GEMM's b and a's columns to be "
+                            "static";
+  int64_t n = getN(), k = getK(), kBlocks = llvm::divideCeil(k, 128);
+  if (k % 16 != 0)
+    return emitOpError() << "expects an FP8 GEMM's K to be a multiple of 16 "
+                            "(16-byte TMA strides of 1-byte elements), got "
+                         << k;
+  bool swiglu = getEpilogue() == Epilogue::SwiGLU;
+  // With swiglu the gate's blocks, then the up's.
+  int64_t nBlocks =
+      swiglu ? 2 * llvm::divideCeil(n / 2, 128) : llvm::divideCeil(n, 128);
+  auto aScale = cast<MemRefType>(getAScale().getType());
+  auto bScale = cast<MemRefType>(getBScale().getType());
+  if (aScale.getRank() != 2 || !aScale.getElementType().isF32() ||
+      aScale.getDimSize(1) != kBlocks ||
+      (!ShapedType::isDynamic(a.getDimSize(0)) &&
+       !ShapedType::isDynamic(aScale.getDimSize(0)) &&
+       aScale.getDimSize(0) != a.getDimSize(0)))
+    return emitOpError() << "expects a_scale to be f32 [rows of a, " << kBlocks
+                         << "] (one scale per row per 128 of K), got "
+                         << aScale;
+  int64_t experts = getNumExperts();
+  if (bScale.getRank() != 3 || !bScale.getElementType().isF32() ||
+      bScale.getShape() != ArrayRef<int64_t>{experts, nBlocks, kBlocks})
+    return emitOpError() << "expects b_scale to be f32 [" << experts << ", "
+                         << nBlocks << ", " << kBlocks
+                         << "] (one scale per 128 x 128 block"
+                         << (swiglu ? ", gate blocks then up blocks" : "")
+                         << "), got " << bScale;
+  return success();
+}
+
 LogicalResult GroupedGemmOp::verify() {
   auto isI32 = [](Type t) { return t.isInteger(32); };
   auto isF32 = [](Type t) { return t.isF32(); };
@@ -224,17 +268,27 @@ LogicalResult GroupedGemmOp::verify() {
   // c [E, M, N], or [M, N] for one group.
   int64_t bRank = kGrouped || isDense() ? 2 : 3;
   int64_t cRank = kGrouped && getNumExperts() > 1 ? 3 : 2;
-  if (failed(checkMemRef(*this, getA(), "a", 2, "bf16 or f16", isHalfFloat)) ||
-      failed(checkMemRef(*this, getB(), "b", bRank, "bf16 or f16",
-                         isHalfFloat)) ||
+  if (static_cast<bool>(getAScale()) != static_cast<bool>(getBScale()))
+    return emitOpError() << "expects a_scale and b_scale together";
+  bool fp8 = isFp8();
+  auto isOperand = [&](Type t) {
+    return fp8 ? isa<Float8E4M3FNType>(t) : isHalfFloat(t);
+  };
+  StringRef operandTypes = fp8 ? "f8E4M3FN (with block scales)" : "bf16 or f16";
+  if (failed(checkMemRef(*this, getA(), "a", 2, operandTypes, isOperand)) ||
+      failed(checkMemRef(*this, getB(), "b", bRank, operandTypes, isOperand)) ||
       (getOffsets() &&
        failed(checkMemRef(*this, getOffsets(), "offsets", 1, "i32", isI32))) ||
-      failed(checkMemRef(*this, getC(), "c", cRank, "bf16, f16 or f32",
-                         isOutput)))
+      failed(
+          checkMemRef(*this, getC(), "c", cRank, "bf16, f16 or f32", isOutput)))
     return failure();
   MemRefType a = getA().getType(), b = getB().getType(), c = getC().getType();
-  if (a.getElementType() != b.getElementType() ||
-      (a.getElementType() != c.getElementType() && !c.getElementType().isF32()))
+  if (fp8) {
+    if (failed(verifyBlockScales()))
+      return failure();
+  } else if (a.getElementType() != b.getElementType() ||
+             (a.getElementType() != c.getElementType() &&
+              !c.getElementType().isF32()))
     return emitOpError() << "expects a and b to share their element type and "
                             "c to have it too or be f32, got "
                          << a.getElementType() << ", " << b.getElementType()
@@ -417,6 +471,26 @@ LogicalResult MmaOp::verify() {
   return success();
 }
 
+LogicalResult PromoteOp::verify() {
+  auto aScale = cast<MemRefType>(getAScale().getType());
+  auto bScale = cast<MemRefType>(getBScale().getType());
+  if (aScale.getRank() != 2 || !aScale.getElementType().isF32())
+    return emitOpError() << "expects a_scale to be a rank-2 f32 memref (rows, "
+                            "k blocks), got "
+                         << aScale;
+  if (bScale.getRank() != 3 || !bScale.getElementType().isF32() ||
+      ShapedType::isDynamic(bScale.getDimSize(1)))
+    return emitOpError() << "expects b_scale to be a rank-3 f32 memref "
+                            "(groups, n blocks, k blocks) with static n "
+                            "blocks, got "
+                         << bScale;
+  if (getInterleaved() && bScale.getDimSize(1) % 2 != 0)
+    return emitOpError() << "expects an even number of n blocks (gate, then "
+                            "up) with interleaved, got "
+                         << bScale.getDimSize(1);
+  return success();
+}
+
 LogicalResult StoreTileOp::verify() {
   auto c = cast<MemRefType>(getC().getType());
   int64_t rank = getGroup() ? 3 : 2;
@@ -496,15 +570,17 @@ LogicalResult BufferOp::verify() {
                          << " dynamic dimension(s) but " << getDims().size()
                          << " entries in dims";
   StringRef source = getSource();
-  bool known = source == "input" || source == "output" ||
-               source == "scratch" ||
-               (source.starts_with("param:") && source.size() > 6) ||
-               (source.starts_with("arg:") && source.size() > 4) ||
-               (source.starts_with("pack:") && source.contains(','));
+  bool known =
+      source == "input" || source == "output" || source == "scratch" ||
+      (source.starts_with("param:") && source.size() > 6) ||
+      (source.starts_with("arg:") && source.size() > 4) ||
+      ((source.starts_with("pack:") || source.starts_with("concat:")) &&
+       source.contains(','));
   if (!known)
     return emitOpError() << "has unknown source '" << source
                          << "' (expected input, output, scratch, "
-                            "param:<role>, pack:<gate>,<up> or arg:<name>)";
+                            "param:<role>, pack:<gate>,<up>, "
+                            "concat:<gate>,<up> or arg:<name>)";
   return success();
 }
 

@@ -50,6 +50,16 @@ def MoeGpu_GroupedGemmOp : MoeGpu_Op<"grouped_gemm",
     (`R` any count) with `b` `[N, K]`: a plain GEMM, such as the router's
     logits `[T, E] = x . router^T` in f32. Its N need not be a multiple of 8.
 
+    `block_scales(a_scale, b_scale)` makes it an FP8 GEMM as DeepSeek-V3
+    computes it: `a` and `b` hold e4m3 codes (`f8E4M3FN`), `a_scale`
+    `[R, ceil(K / 128)]` one f32 scale per row per 128 of K and `b_scale`
+    `[E, ceil(N / 128), ceil(K / 128)]` one per 128 x 128 block of each
+    group's B. The tensor core sums each 128 of K on its own, and that
+    partial sum times both scales joins the f32 accumulator (DeepGEMM's
+    promotion). With `swiglu`, b's rows interleave gate and up rows in
+    blocks of 8 and `b_scale` holds the gate's `ceil(N / 256)` blocks then
+    the up's. The layout is `nt` and `c` is bf16, f16 or f32.
+
     `layout` names the operands' storage as DeepGEMM does, `n` for an
     operand read along its rows of K (K-major) and `t` for one read down
     its columns (MN-major, transposed by wgmma):
@@ -78,6 +88,8 @@ def MoeGpu_GroupedGemmOp : MoeGpu_Op<"grouped_gemm",
                        Optional<AnyMemRef>:$offsets, AnyMemRef:$c,
                        Optional<AnyMemRef>:$scale,
                        Optional<AnyMemRef>:$bias,
+                       Optional<AnyMemRef>:$a_scale,
+                       Optional<AnyMemRef>:$b_scale,
                        DefaultValuedAttr<MoeGpu_EpilogueAttr,
                            "::mlir::moegpu::Epilogue::None">:$epilogue,
                        DefaultValuedAttr<MoeGpu_GemmLayoutAttr,
@@ -88,7 +100,9 @@ def MoeGpu_GroupedGemmOp : MoeGpu_Op<"grouped_gemm",
                        OptionalAttr<F64Attr>:$limit);
   let assemblyFormat = [{
     $a `,` $b `,` ($offsets^):(`dense`)? `,` $c (`scale` $scale^)?
-    (`bias` `(` $bias^ `:` type($bias) `)`)? attr-dict
+    (`bias` `(` $bias^ `:` type($bias) `)`)?
+    (`block_scales` `(` $a_scale^ `,` $b_scale `:` type($a_scale) `,`
+     type($b_scale) `)`)? attr-dict
     `:` type($a) `,` type($b) `,`
     custom<OptionalTypeComma>(ref($offsets), type($offsets)) type($c)
     (`,` type($scale)^)?
@@ -129,6 +143,10 @@ def MoeGpu_GroupedGemmOp : MoeGpu_Op<"grouped_gemm",
     bool isDense() { return !getOffsets(); }
     /// The groups split the reduction (tn), not the output rows.
     bool isKGrouped() { return getLayout() == GemmLayout::TN; }
+    /// e4m3 operands with block scales.
+    bool isFp8() { return static_cast<bool>(getAScale()); }
+    /// The FP8 GEMM's operands and scales (verify()'s part for them).
+    ::llvm::LogicalResult verifyBlockScales();
   }];
 }
 
@@ -279,6 +297,37 @@ def MoeGpu_MmaOp : MoeGpu_Op<"mma", [AllTypesMatch<["acc", "result"]>]> {
   let hasVerifier = 1;
 }
 
+def MoeGpu_PromoteOp : MoeGpu_Op<"promote",
+    [AllTypesMatch<["acc", "partial", "result"]>]> {
+  let summary = "Add an FP8 k block's partial sums, scaled, to the accumulator";
+  let description = [{
+    `result[i] = acc[i] + partial[i] * a_scale[r, k_block] *
+    b_scale[group, s, k_block]` for each element `i` of this thread's
+    fragment of consumer warpgroup `warpgroup`'s tile (layout as in
+    `moegpu.mma`), whose row `r` counts from `row + 64 * warpgroup` and
+    column `c` from `col`: `s = c / 128`, or with `interleaved` (gate and
+    up rows of B in blocks of 8, b_scale's gate blocks then its up blocks)
+    `c / 256` for a gate column and that plus half of b_scale's blocks for
+    an up column. Rows at or past `row_end` read the scale of row
+    `row_end - 1` (they are not stored). `partial` is one k block's
+    `moegpu.mma` (its own wgmma batch, complete). DeepGEMM's promotion: the
+    tensor core's FP8 sums keep about 14 bits, the accumulator 24.
+  }];
+  let arguments = (ins VectorOfRankAndType<[1], [F32]>:$acc,
+                       VectorOfRankAndType<[1], [F32]>:$partial,
+                       AnyMemRef:$a_scale, AnyMemRef:$b_scale, Index:$group,
+                       Index:$row, Index:$col, Index:$k_block,
+                       Index:$warpgroup, Index:$row_end,
+                       UnitAttr:$interleaved);
+  let results = (outs VectorOfRankAndType<[1], [F32]>:$result);
+  let assemblyFormat = [{
+    $partial `into` $acc `scales` `(` $a_scale `,` $b_scale `)` `[` $group `,`
+    $row `,` $col `,` $k_block `]` `,` `warpgroup` $warpgroup `,` `row_end`
+    $row_end attr-dict `:` type($acc) `,` type($a_scale) `,` type($b_scale)
+  }];
+  let hasVerifier = 1;
+}
+
 def MoeGpu_ReleaseOp : MoeGpu_Op<"release"> {
   let summary = "Give back the slot of a pipeline iteration to the producer";
   let description = [{
@@ -378,8 +427,9 @@ def MoeGpu_BufferOp : MoeGpu_Op<"buffer", [
     expert-parallel rank can receive). `source` says where its contents
     come from: `input`, `output`, `scratch`, `param:<role>` (a layer
     parameter), `pack:<gate role>,<up role>` (gate and up weights
-    interleaved in blocks of 8 rows) or `arg:<name>` (an argument of the
-    training step).
+    interleaved in blocks of 8 rows), `concat:<gate role>,<up role>` (the
+    gate's FP8 block scales, then the up's, along the second to last
+    dimension) or `arg:<name>` (an argument of the training step).
   }];
   let arguments = (ins SymbolNameAttr:$sym_name,
                        TypeAttrOf<AnyMemRef>:$type,

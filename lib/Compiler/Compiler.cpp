@@ -296,14 +296,17 @@ static std::string formatModel(const std::vector<Sm90KernelReport> &kernels,
   llvm::raw_string_ostream os(text);
   Sm90Machine machine;
   os << llvm::formatv(
-      "model: H200 ({0:f0} TFLOP/s bf16 dense, {1:f0} TFLOP/s f32 SIMT, "
+      "model: H200 ({0:f0} TFLOP/s bf16 dense{6}, {1:f0} TFLOP/s f32 SIMT, "
       "{2:f1} TB/s); routing uniform over the experts; roofline = useful "
       "work at peak; estimate = the kernel as built: padded tiles in waves "
       "at {3:f0}% of the tensor cores or traffic at {4:f0}% of the "
       "bandwidth, SIMT at the f32 peak, + {5:f0} us a launch\n",
       machine.tensorFlops / 1e12, machine.simtFlops / 1e12,
       machine.bandwidth / 1e12, machine.tensorEfficiency * 100,
-      machine.memoryEfficiency * 100, machine.launchMicroseconds);
+      machine.memoryEfficiency * 100, machine.launchMicroseconds,
+      shape.fp8
+          ? llvm::formatv(", {0:f0} e4m3", machine.fp8TensorFlops / 1e12).str()
+          : std::string());
   os << llvm::formatv("{0,6} {1,-17} {2,10} {3,10} {4,12} {5,12}\n", "tokens",
                       "kernel", "GFLOP", "MB", "roofline us", "estimate us");
   std::vector<int64_t> counts;
@@ -448,6 +451,7 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
     shape.sharedFfn = config.getSharedFfnTotal();
     shape.alignment = sm90.alignment;
     shape.ranks = ranks;
+    shape.fp8 = config.isFp8();
     result.report = formatReport(compiled->kernels) +
                     formatModel(compiled->kernels, shape, options.maxTokens,
                                 options.train) +
@@ -638,12 +642,6 @@ CompileResult mlir::moe::compile(const std::string &input,
                    (expertDtype ? " (fp8 is dtype bf16 with expert_dtype "
                                   "f8E4M3FN)"
                                 : "");
-    return result;
-  }
-  if (config.isFp8() && options.target == "sm_90a") {
-    result.error = "--target=sm_90a: fp8 experts (expert_dtype = f8E4M3FN) "
-                   "are compiled for the host only so far; compile with "
-                   "--target=host, or in bf16 for sm_90a";
     return result;
   }
 

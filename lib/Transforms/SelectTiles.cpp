@@ -20,14 +20,27 @@ namespace {
 TileAttr selectTile(MLIRContext *ctx, int64_t n, bool swiglu, bool dense,
                     bool nMajor, bool halfOutput, int64_t maxStages,
                     int64_t forcedN, int64_t forcedM, int64_t cluster,
-                    bool tmaStore) {
+                    bool tmaStore, bool fp8) {
   // BLOCK_M 128 (two consumer warpgroups) unless asked for 64 (one): with
   // few rows per expert each segment is padded to half as many rows.
-  const int64_t m = forcedM ? forcedM : 128, k = 64;
+  const int64_t m = forcedM ? forcedM : 128;
+  // A stage's row is one 128-byte swizzle atom: 64 16-bit elements, or
+  // 128 e4m3 ones, one block of FP8 scales.
+  const int64_t k = fp8 ? 128 : 64;
   int64_t tileN = 0;
   // A BLOCK_N asked for (moe-compile --tile-n) where it divides N.
-  if (forcedN && !dense && n % forcedN == 0)
+  if (forcedN && !dense && n % forcedN == 0 && (!fp8 || 128 % forcedN == 0))
     tileN = forcedN;
+  // FP8: one block of b's scales per tile (an n that divides 128), and
+  // the k block's partial sums beside the accumulator leave no room for
+  // 256 columns.
+  if (fp8 && !tileN) {
+    for (int64_t candidate : {128, 64, 32, 16})
+      if (!tileN && n % candidate == 0 && (!swiglu || candidate % 16 == 0))
+        tileN = candidate;
+    if (!tileN)
+      tileN = 128;
+  }
   // A dense GEMM (the router's logits over the experts: N = 8 to 384, K =
   // hidden, and as few rows as tokens) takes N blocks of at most 64
   // columns, rounded up to wgmma's granule of 8: with T = 128 one M block
@@ -61,7 +74,7 @@ TileAttr selectTile(MLIRContext *ctx, int64_t n, bool swiglu, bool dense,
   }
   if (!tileN)
     tileN = nMajor && n <= 64 ? 64 : 128;
-  int64_t stageBytes = (m + tileN) * k * 2;
+  int64_t stageBytes = (m + tileN) * TileAttr::kStageRowBytes;
   // The pipeline's stages in what the epilogue's staging leaves.
   int64_t staging = tmaStore ? tmaStoreStagingBytes(m / 64) : 0;
   int64_t stages = std::min(
@@ -120,21 +133,17 @@ struct MoeSelectTiles
     }
     getOperation()->walk([&](GroupedGemmOp op) {
       if (!op.getTileAttr())
-        op.setTileAttr(selectTile(op.getContext(), op.getN(),
-                                  op.getEpilogue() == Epilogue::SwiGLU,
-                                  op.isDense(),
-                                  op.getLayout() != GemmLayout::NT,
-                                  op.getC()
-                                          .getType()
-                                          .getElementType()
-                                          .getIntOrFloatBitWidth() == 16,
-                                  maxStages, tileN, blockM, cluster,
-                                  op.getEpilogue() != Epilogue::Accumulate &&
-                                      usesTmaStoreEpilogue(
-                                      op.getC().getType(),
-                                      op.getLayout() != GemmLayout::TN &&
-                                          isPaddedSegments(op.getOffsets()),
-                                      op.getLayout() == GemmLayout::TN)));
+        op.setTileAttr(selectTile(
+            op.getContext(), op.getN(), op.getEpilogue() == Epilogue::SwiGLU,
+            op.isDense(), op.getLayout() != GemmLayout::NT,
+            op.getC().getType().getElementType().getIntOrFloatBitWidth() == 16,
+            maxStages, tileN, blockM, cluster,
+            op.getEpilogue() != Epilogue::Accumulate &&
+                usesTmaStoreEpilogue(op.getC().getType(),
+                                     op.getLayout() != GemmLayout::TN &&
+                                         isPaddedSegments(op.getOffsets()),
+                                     op.getLayout() == GemmLayout::TN),
+            op.isFp8()));
       if (report) {
         TileAttr tile = op.getTileAttr();
         op.emitRemark() << "tile " << tile.getM() << "x" << tile.getN() << "x"

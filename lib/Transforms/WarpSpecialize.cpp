@@ -75,11 +75,23 @@ LogicalResult specialize(GroupedGemmOp op) {
   int64_t budget = kRegistersPerSm / kWarpgroupThreads - kProducerRegisters;
   int64_t consumerRegs =
       std::min(kMaxConsumerRegisters, budget / consumers / 8 * 8);
-  if (consumerRegs < tile.getN() / 2 + 24)
+  // An FP8 tile holds a k block's partial sums beside the accumulator.
+  bool fp8 = op.isFp8();
+  int64_t accumulators = tile.getN() / 2 * (fp8 ? 2 : 1);
+  if (consumerRegs < accumulators + 24)
     return op.emitOpError()
            << "tile " << tile.getM() << "x" << tile.getN() << " leaves "
            << consumerRegs << " registers per consumer thread, too few for "
-           << tile.getN() / 2 << " accumulators";
+           << accumulators << " accumulators";
+  if (fp8 && (tile.getK() != 128 || 128 % tile.getN() != 0))
+    return op.emitOpError()
+           << "FP8 tile " << tile.getM() << "x" << tile.getN() << "x"
+           << tile.getK()
+           << " must have k = 128 (one block of scales) and an n that "
+              "divides 128 (one block of b's scales)";
+  if (!fp8 && tile.getK() != 64)
+    return op.emitOpError() << "tile k " << tile.getK()
+                            << " is for FP8; 16-bit operands take k = 64";
   int64_t n = op.getN(), k = op.getK();
   auto constant = [&](OpBuilder &builder, int64_t v) -> Value {
     return arith::ConstantIndexOp::create(builder, loc, v);
@@ -168,6 +180,41 @@ LogicalResult specialize(GroupedGemmOp op) {
           // scale-d 0), so no zeros are moved into the accumulator
           // registers after the fence; a k-grouped tile may have none
           // and starts from zeros.
+          // Where the tile's group ends: a dense GEMM's rows, or the
+          // group's offset.
+          auto endOfRows = [&]() -> Value {
+            if (rows)
+              return rows;
+            Value next = arith::AddIOp::create(b, loc, group, constant(b, 1));
+            Value end = memref::LoadOp::create(b, loc, op.getOffsets(), next);
+            return arith::IndexCastOp::create(b, loc, b.getIndexType(), end);
+          };
+          if (fp8) {
+            Value rowEnd = endOfRows();
+            // Each k block is its own wgmma batch from zero, complete (and
+            // its slot released) before its scaled sums join the
+            // accumulator.
+            auto kLoop = scf::ForOp::create(
+                b, loc, constant(b, 0), kBlocks, constant(b, 1),
+                ValueRange{zero},
+                [&](OpBuilder &b, Location loc, Value kb, ValueRange acc) {
+                  Value iter = arith::AddIOp::create(b, loc, base, kb);
+                  Value partial =
+                      MmaOp::create(b, loc, fragmentType, pipeline, iter, zero,
+                                    warpgroup, /*pending=*/0, /*first=*/true);
+                  Value sum = PromoteOp::create(
+                      b, loc, fragmentType, acc.front(), partial,
+                      op.getAScale(), op.getBScale(), group, row, col, kb,
+                      warpgroup, rowEnd, op.getEpilogue() == Epilogue::SwiGLU);
+                  scf::YieldOp::create(b, loc, sum);
+                });
+            StoreTileOp::create(b, loc, kLoop.getResult(0), op.getC(), Value(),
+                                row, col, warpgroup, rowEnd, op.getScale(),
+                                op.getBias(), op.getBias() ? group : Value(),
+                                op.getEpilogueAttr(), op.getAlphaAttr(),
+                                op.getLimitAttr());
+            return;
+          }
           Value start = constant(b, 0), init = zero;
           if (!kGrouped) {
             init = MmaOp::create(b, loc, fragmentType, pipeline, base, zero,
@@ -214,12 +261,7 @@ LogicalResult specialize(GroupedGemmOp op) {
           } else {
             ReleaseOp::create(b, loc, pipeline, last, /*drain=*/true);
           }
-          Value rowEnd = rows;
-          if (!rowEnd) {
-            Value next = arith::AddIOp::create(b, loc, group, constant(b, 1));
-            Value end = memref::LoadOp::create(b, loc, op.getOffsets(), next);
-            rowEnd = arith::IndexCastOp::create(b, loc, b.getIndexType(), end);
-          }
+          Value rowEnd = endOfRows();
           bool grouped = kGrouped && op.getC().getType().getRank() == 3;
           StoreTileOp::create(b, loc, kLoop.getResult(0), op.getC(),
                               grouped ? group : Value(), row, col, warpgroup,

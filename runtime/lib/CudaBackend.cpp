@@ -446,9 +446,10 @@ Status CudaBackend::init(const Bundle &bundle) {
                          static_cast<unsigned>(t.box[0])};
       unsigned elementStrides[2] = {1, 1};
       TensorMap map{};
-      int type = b->dtype == DType::BF16  ? kTensorMapBFloat16
-                 : b->dtype == DType::F32 ? kTensorMapFloat32
-                                          : kTensorMapFloat16;
+      int type = b->dtype == DType::BF16     ? kTensorMapBFloat16
+                 : b->dtype == DType::F32    ? kTensorMapFloat32
+                 : b->dtype == DType::F8E4M3 ? kTensorMapUInt8
+                                             : kTensorMapFloat16;
       if (Status s = check(driver.tensorMapEncodeTiled(
                                &map, type, 2,
                                reinterpret_cast<void *>(buffers[b->name]), dims,
@@ -516,8 +517,10 @@ CudaBackend::uploadParameters(const std::vector<const Tensor *> &arguments) {
                                b.source.substr(6) +
                                "', which the bundle has not");
       bytes = &t->data;
-    } else if (b.source.rfind("pack:", 0) == 0) {
-      std::string roles = b.source.substr(5);
+    } else if (b.source.rfind("pack:", 0) == 0 ||
+               b.source.rfind("concat:", 0) == 0) {
+      bool concat = b.source[0] == 'c';
+      std::string roles = b.source.substr(concat ? 7 : 5);
       size_t comma = roles.find(',');
       const Tensor *gate = parameter(roles.substr(0, comma));
       const Tensor *up = comma == std::string::npos
@@ -527,7 +530,9 @@ CudaBackend::uploadParameters(const std::vector<const Tensor *> &arguments) {
         return Status::failure("buffer '" + b.name + "' packs '" + roles +
                                "', which the bundle does not hold alike");
       // A rank-2 buffer packs vectors (the experts' gate and up biases).
-      packed = packGateUp(*gate, *up, /*vectors=*/b.shape.size() == 2);
+      packed = concat ? concatGateUp(*gate, *up)
+                      : packGateUp(*gate, *up,
+                                   /*vectors=*/b.shape.size() == 2);
       bytes = &packed;
     } else {
       continue;
@@ -1155,6 +1160,22 @@ AlignedBytes packGateUp(const Tensor &gate, const Tensor &up, bool vectors) {
       std::memcpy(out.data() + (gateRow + 8) * rowBytes, up.data.data() + src,
                   rowBytes);
     }
+  return out;
+}
+
+AlignedBytes concatGateUp(const Tensor &gate, const Tensor &up) {
+  size_t rows = static_cast<size_t>(gate.shape[gate.shape.size() - 2]);
+  size_t rowBytes =
+      static_cast<size_t>(gate.shape.back()) * dtypeSize(gate.dtype);
+  size_t matrix = rows * rowBytes;
+  size_t matrices = matrix ? gate.data.size() / matrix : 0;
+  AlignedBytes out(2 * gate.data.size());
+  for (size_t m = 0; m < matrices; ++m) {
+    std::memcpy(out.data() + 2 * m * matrix, gate.data.data() + m * matrix,
+                matrix);
+    std::memcpy(out.data() + (2 * m + 1) * matrix, up.data.data() + m * matrix,
+                matrix);
+  }
   return out;
 }
 

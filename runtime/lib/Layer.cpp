@@ -141,11 +141,12 @@ static Status validateGpuProgram(const Manifest &m) {
           t.box[0] < 1 || t.box[0] > 256 || t.box[1] < 1 || t.box[1] > 256)
         return fail("kernel '" + st.kernel + "' has an invalid tensor map");
       const GpuBuffer *b = buffers[st.args[t.source]];
-      // GEMM operands are 16-bit; an f32 output is stored through one.
+      // GEMM operands are 16-bit or e4m3; an f32 output is stored through
+      // one.
       if (b->dtype != DType::BF16 && b->dtype != DType::F16 &&
-          b->dtype != DType::F32)
+          b->dtype != DType::F32 && b->dtype != DType::F8E4M3)
         return fail("kernel '" + st.kernel + "' has a tensor map over '" +
-                    b->name + "', which is not bf16, f16 or f32");
+                    b->name + "', which is not bf16, f16, f32 or f8E4M3FN");
       if (t.box[1] * static_cast<int64_t>(dtypeSize(b->dtype)) > 128)
         return fail("kernel '" + st.kernel + "' has a tensor map box of " +
                     std::to_string(t.box[1]) + " columns over '" + b->name +

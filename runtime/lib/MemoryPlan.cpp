@@ -56,7 +56,8 @@ GpuMemoryPlan planGpuMemory(const GpuProgram &program, int64_t maxTokens,
   for (const GpuBuffer &b : program.buffers) {
     uint64_t bytes = gpuBufferBytes(program, b, maxTokens, ranks);
     const std::string &src = b.source;
-    if (src.rfind("param:", 0) == 0 || src.rfind("pack:", 0) == 0) {
+    if (src.rfind("param:", 0) == 0 || src.rfind("pack:", 0) == 0 ||
+        src.rfind("concat:", 0) == 0) {
       plan.weights += bytes;
     } else if (src.rfind("arg:", 0) == 0) {
       std::string name = src.substr(4);

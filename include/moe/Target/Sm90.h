@@ -62,6 +62,8 @@ struct Sm90KernelReport {
 /// bf16 tensor-core peak, CUDA-core f32 FMA peak, HBM3e bandwidth).
 struct Sm90Machine {
   double tensorFlops = 989e12;
+  /// e4m3 wgmma: twice the bf16 rate.
+  double fp8TensorFlops = 1979e12;
   double simtFlops = 67e12;
   double bandwidth = 4.8e12;
   int64_t sms = 132;
@@ -78,6 +80,9 @@ struct Sm90LayerShape {
   int64_t alignment = 128;
   int64_t elementBytes = 2;
   int64_t ranks = 1;
+  /// FP8 experts: their GEMMs read 1-byte operands at the e4m3 rate, after
+  /// a quantization kernel per GEMM input.
+  bool fp8 = false;
 };
 
 /// One kernel's cost at a token count: FLOPs and bytes moved, the

@@ -41,8 +41,9 @@ constexpr StringLiteral kSharedMemoryName = "moegpu_smem";
 constexpr int64_t kSharedMemoryAlignment = 1024;
 /// Suspend-time hint of one mbarrier.try_wait (the wait loops until done).
 constexpr int64_t kWaitTicks = 10000000;
-/// Columns of one wgmma instruction (16-bit inputs).
-constexpr int64_t kWgmmaK = 16;
+/// Bytes of K one wgmma instruction reads per row: k = 16 of 16-bit
+/// inputs, k = 32 of e4m3.
+constexpr int64_t kWgmmaKBytes = 32;
 /// Bits of a wgmma shared-memory descriptor besides the start address, in
 /// the PTX ISA's canonical 128-byte-swizzled layouts: swizzle mode 1 (bits
 /// 62-63), the stride byte offset (bits 32-45) and the leading byte offset
@@ -150,6 +151,7 @@ private:
   LogicalResult lowerPipelineCreate(PipelineCreateOp op);
   LogicalResult lowerProduce(ProduceOp op);
   LogicalResult lowerMma(MmaOp op);
+  LogicalResult lowerPromote(PromoteOp op);
   LogicalResult lowerRelease(ReleaseOp op);
   void releaseSlot(ImplicitLocOpBuilder &b, const PipelineInfo &info,
                    Value slot);
@@ -314,12 +316,14 @@ LogicalResult KernelLowering::lowerProduce(ProduceOp op) {
                             << tile.getN();
   // A K-major tile is one box of its rows; an MN-major one boxes of 64 rows
   // of K.
-  FailureOr<Value> aMap = getTensorMap(op, op.getA(),
-                                       aMn ? tile.getK() : tile.getM(),
-                                       info.elementType);
-  FailureOr<Value> bMap = getTensorMap(op, op.getB(),
-                                       bMn ? tile.getK() : tile.getN(),
-                                       info.elementType);
+  // A K-major box row is the stage's 128-byte row: tile k elements (64 of
+  // 16 bits or 128 of e4m3).
+  FailureOr<Value> aMap =
+      getTensorMap(op, op.getA(), aMn ? tile.getK() : tile.getM(),
+                   info.elementType, aMn ? kMnBox : tile.getK());
+  FailureOr<Value> bMap =
+      getTensorMap(op, op.getB(), bMn ? tile.getK() : tile.getN(),
+                   info.elementType, bMn ? kMnBox : tile.getK());
   if (failed(aMap) || failed(bMap))
     return failure();
 
@@ -340,9 +344,11 @@ LogicalResult KernelLowering::lowerProduce(ProduceOp op) {
       arith::MulIOp::create(b, slot, constIndex(b, tile.getStageBytes()));
   Value bOffset =
       arith::AddIOp::create(b, aOffset, constIndex(b, tile.getABytes()));
+  // A slot's boxes: rows of 128 bytes.
+  int64_t rowElements = TileAttr::kStageRowBytes / tile.getElementBytes();
   auto view = [&](Value offset, int64_t rows) -> Value {
-    auto type = MemRefType::get({rows, kMnBox}, info.elementType, AffineMap(),
-                                workgroupSpace(ctx));
+    auto type = MemRefType::get({rows, rowElements}, info.elementType,
+                                AffineMap(), workgroupSpace(ctx));
     return memref::ViewOp::create(b, type, base, offset, ValueRange{});
   };
   // TMA coordinates run innermost first: (column, row).
@@ -380,15 +386,15 @@ LogicalResult KernelLowering::lowerProduce(ProduceOp op) {
   int64_t half = tile.getN() / 2;
   FailureOr<Value> halfMap =
       bMn ? bMap
-          : getTensorMap(op, op.getB(), half, info.elementType);
+          : getTensorMap(op, op.getB(), half, info.elementType, tile.getK());
   if (failed(halfMap))
     return failure();
   auto [rank, shared] = pairOf(loop);
   int64_t halfBytes = tile.getBBytes() / 2;
   auto viewIn = [&](ImplicitLocOpBuilder &b, Value offset,
                     int64_t rows) -> Value {
-    auto type = MemRefType::get({rows, kMnBox}, info.elementType, AffineMap(),
-                                workgroupSpace(ctx));
+    auto type = MemRefType::get({rows, rowElements}, info.elementType,
+                                AffineMap(), workgroupSpace(ctx));
     return memref::ViewOp::create(b, type, base, offset, ValueRange{});
   };
   auto loadHalf = [&](ImplicitLocOpBuilder &b, Value h, Value mask) {
@@ -487,7 +493,7 @@ LogicalResult KernelLowering::lowerMma(MmaOp op) {
   Value aAddress = arith::AddIOp::create(
       b, stage,
       arith::MulIOp::create(b, op.getWarpgroup(),
-                            constIndex(b, 64 * tile.getK() * 2)));
+                            constIndex(b, 64 * TileAttr::kStageRowBytes)));
   Value bAddress =
       arith::AddIOp::create(b, stage, constIndex(b, tile.getABytes()));
   PipelineType type = op.getPipeline().getType();
@@ -515,22 +521,26 @@ LogicalResult KernelLowering::lowerMma(MmaOp op) {
     Value v = vector::ExtractOp::create(b, op.getAcc(), i);
     acc = LLVM::InsertValueOp::create(b, acc, v, i);
   }
-  NVVM::WGMMATypes inputType = info.elementType.isBF16()
-                                   ? NVVM::WGMMATypes::bf16
-                                   : NVVM::WGMMATypes::f16;
-  auto shape = NVVM::MMAShapeAttr::get(ctx, 64, tile.getN(), kWgmmaK);
+  NVVM::WGMMATypes inputType =
+      isa<Float8E4M3FNType>(info.elementType) ? NVVM::WGMMATypes::e4m3
+      : info.elementType.isBF16()             ? NVVM::WGMMATypes::bf16
+                                              : NVVM::WGMMATypes::f16;
+  int64_t wgmmaK = kWgmmaKBytes / tile.getElementBytes();
+  auto shape = NVVM::MMAShapeAttr::get(ctx, 64, tile.getN(), wgmmaK);
   NVVM::WgmmaFenceAlignedOp::create(b);
-  // Each k step of 16 advances a K-major descriptor by 32 bytes (2 in the
-  // descriptor's 16-byte units) inside the 128-byte swizzle atom, and an
-  // MN-major one by 16 rows of 128 bytes (128 units). wgmma reads an
-  // MN-major operand transposed: A in column layout, B in row layout.
+  // Each k step (16 of 16 bits, 32 of e4m3) advances a K-major
+  // descriptor by 32 bytes (2 in the descriptor's 16-byte units) inside
+  // the 128-byte swizzle atom, and an MN-major one (16-bit only) by 16 rows
+  // of 128 bytes (128 units). wgmma reads an MN-major operand transposed:
+  // A in column layout, B in row layout.
   auto advance = [&](Value desc, bool mnMajor, int64_t step) -> Value {
     if (!step)
       return desc;
-    int64_t units = mnMajor ? step * kWgmmaK * 128 / 16 : step * kWgmmaK * 2 / 16;
+    int64_t units =
+        mnMajor ? step * wgmmaK * 128 / 16 : step * kWgmmaKBytes / 16;
     return arith::AddIOp::create(b, desc, constI64(b, units));
   };
-  for (int64_t step = 0; step < tile.getK() / kWgmmaK; ++step) {
+  for (int64_t step = 0; step < tile.getK() / wgmmaK; ++step) {
     acc = NVVM::WgmmaMmaAsyncOp::create(
         b, structType, acc, advance(aDesc, aMn, step),
         advance(bDesc, bMn, step), shape, inputType, inputType,
@@ -555,6 +565,68 @@ LogicalResult KernelLowering::lowerMma(MmaOp op) {
   if (op.getPending() == 0)
     releaseSlot(b, info, slot);
   rewriter.replaceOp(op, result);
+  return success();
+}
+
+LogicalResult KernelLowering::lowerPromote(PromoteOp op) {
+  ImplicitLocOpBuilder b(op.getLoc(), op);
+  auto fragmentType = op.getAcc().getType();
+  int64_t fragment = fragmentType.getNumElements(), n = 2 * fragment;
+  // One scale of b per (gate or up) column block of the tile: its columns
+  // lie in one block of 128 (256 interleaved), as its start is a multiple
+  // of its width.
+  if (n > 128 || 128 % n != 0)
+    return op.emitOpError() << "needs a tile n that divides 128 (one block "
+                               "of b's scales), got "
+                            << n;
+  Value t = threadInWarpgroup(b);
+  Value warp = arith::DivUIOp::create(b, t, constIndex(b, 32));
+  Value lane = arith::RemUIOp::create(b, t, constIndex(b, 32));
+  // The thread's rows: 16 * warp + lane / 4 and 8 further, of the
+  // warpgroup's 64; those past the group's end read its last row's scale.
+  Value first = arith::AddIOp::create(
+      b,
+      arith::AddIOp::create(
+          b, op.getRow(),
+          arith::MulIOp::create(b, op.getWarpgroup(), constIndex(b, 64))),
+      arith::AddIOp::create(b,
+                            arith::MulIOp::create(b, warp, constIndex(b, 16)),
+                            arith::DivUIOp::create(b, lane, constIndex(b, 4))));
+  Value lastRow = arith::SubIOp::create(b, op.getRowEnd(), constIndex(b, 1));
+  Value aScale[2];
+  for (int64_t h = 0; h < 2; ++h) {
+    Value r = arith::MinUIOp::create(
+        b, arith::AddIOp::create(b, first, constIndex(b, 8 * h)), lastRow);
+    aScale[h] = memref::LoadOp::create(b, op.getAScale(),
+                                       ValueRange{r, op.getKBlock()});
+  }
+  bool interleaved = op.getInterleaved();
+  int64_t blocks = cast<MemRefType>(op.getBScale().getType()).getDimSize(1);
+  Value block = arith::DivUIOp::create(b, op.getCol(),
+                                       constIndex(b, interleaved ? 256 : 128));
+  Value bScale[2];
+  bScale[0] = memref::LoadOp::create(
+      b, op.getBScale(), ValueRange{op.getGroup(), block, op.getKBlock()});
+  bScale[1] = bScale[0];
+  if (interleaved)
+    bScale[1] = memref::LoadOp::create(
+        b, op.getBScale(),
+        ValueRange{op.getGroup(),
+                   arith::AddIOp::create(b, block, constIndex(b, blocks / 2)),
+                   op.getKBlock()});
+  // Element 4 * j + 2 * h + v: row half h, column block j (gate columns
+  // for even j when interleaved).
+  Value factor[2][2];
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t p = 0; p < 2; ++p)
+      factor[h][p] = arith::MulFOp::create(b, aScale[h], bScale[p]);
+  SmallVector<Value> factors;
+  for (int64_t i = 0; i < fragment; ++i)
+    factors.push_back(factor[(i / 2) % 2][interleaved ? (i / 4) % 2 : 0]);
+  Value scales = vector::FromElementsOp::create(b, fragmentType, factors);
+  rewriter.replaceOp(
+      op,
+      math::FmaOp::create(b, op.getPartial(), scales, op.getAcc()).getResult());
   return success();
 }
 
@@ -1035,7 +1107,8 @@ LogicalResult KernelLowering::run() {
   func.walk([&](Operation *op) {
     if (auto create = dyn_cast<PipelineCreateOp>(op))
       creates.push_back(create);
-    else if (isa<ProduceOp, MmaOp, ReleaseOp, DrainOp, StoreTileOp>(op))
+    else if (isa<ProduceOp, MmaOp, PromoteOp, ReleaseOp, DrainOp, StoreTileOp>(
+                 op))
       steps.push_back(op);
     else if (auto loop = dyn_cast<TileLoopOp>(op))
       loops.push_back(loop);
@@ -1055,6 +1128,7 @@ LogicalResult KernelLowering::run() {
         TypeSwitch<Operation *, LogicalResult>(op)
             .Case([&](ProduceOp p) { return lowerProduce(p); })
             .Case([&](MmaOp m) { return lowerMma(m); })
+            .Case([&](PromoteOp p) { return lowerPromote(p); })
             .Case([&](ReleaseOp r) { return lowerRelease(r); })
             .Case([&](DrainOp d) {
               ImplicitLocOpBuilder b(d.getLoc(), d);

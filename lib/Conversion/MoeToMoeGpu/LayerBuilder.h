@@ -22,9 +22,11 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
-#include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 
 #include <cfloat>
@@ -42,6 +44,8 @@ constexpr int64_t kCountThreads = 256;
 /// launches, not bytes, bound it).
 constexpr int64_t kStrideCtas = 132 * 8;
 constexpr int64_t kRowThreads = 128;
+/// Rows (one warp each) a CTA of the FP8 quantization kernels takes.
+constexpr int64_t kQuantizeWarps = 8;
 /// Threads of the one CTA that scans the expert counts.
 constexpr int64_t kScanThreads = 256;
 /// Bytes a thread copies at once in row copies and sums (one 16-byte
@@ -128,6 +132,10 @@ private:
   void launchExperts(StringRef rows, StringRef groups, StringRef act,
                      StringRef down, StringRef rowWeight,
                      std::optional<int64_t> chunk);
+  /// FP8: the routed experts' quantizations and GEMMs on the dispatched
+  /// rows of one rank, and the shared experts' on x.
+  void launchFp8Experts();
+  void launchFp8SharedExperts();
   /// A grid of `size` CTAs, fixed at compile time.
   /// The grid of a gridStride kernel over n elements.
   moegpu::GridAttr strideGrid(int64_t n) {
@@ -218,6 +226,14 @@ private:
   /// buildGemm, with the expert bias (the kernel's last argument) and the
   /// layer's activation.
   void buildExpertGemm(gpu::GPUFuncOp func, moegpu::Epilogue epilogue);
+  /// FP8 (DeepSeek-V3's fine-grained e4m3): the rows of a 16-bit buffer
+  /// quantized per row per 128 channels, on (in, [offsets,] codes,
+  /// scales); with `segmented` the rows end at offsets' last element.
+  void buildQuantize(gpu::GPUFuncOp func, bool segmented);
+  /// An FP8 grouped GEMM on (a codes, b codes, offsets, c [, row weight],
+  /// a scales, b scales); `expert` gives it the layer's activation.
+  void buildFp8Gemm(gpu::GPUFuncOp func, moegpu::Epilogue epilogue,
+                    bool expert);
 
   // The training step (TrainKernels below).
   void buildTraining();

@@ -65,6 +65,28 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   // (chunk, expert), so each chunk's all-to-all can run beside the expert
   // GEMMs of the chunks before it.
   chunks = ep > 1 ? std::max<int64_t>(1, layer.getEpChunks()) : 1;
+  // FP8 experts (DeepSeek-V3's e4m3 with block scales): one rank's
+  // forward pass so far.
+  bool fp8 = config.isFp8();
+  if (fp8 && (ep > 1 || train || config.getExpertBias()))
+    return layer.emitOpError()
+           << "has FP8 experts, which sm_90a runs only for the forward pass "
+              "of one rank without expert biases so far"
+           << (ep > 1 ? " (this layer is sharded over " + std::to_string(ep) +
+                            " ranks)"
+               : train ? " (compile the training step with bf16 experts)"
+                       : " (this layer has expert biases)");
+  // TMA rows of e4m3 are whole 16-byte units: K of every FP8 GEMM.
+  if (fp8)
+    for (auto [what, width] :
+         {std::pair<StringRef, int64_t>{"a hidden size", config.getHidden()},
+          {"an expert FFN width", config.getFfn()},
+          {"a shared experts' FFN width", config.getSharedFfnTotal()}})
+      if (width % 16 != 0)
+        return layer.emitOpError()
+               << "has FP8 experts and " << what << " of " << width
+               << "; sm_90a needs a multiple of 16 (16-byte TMA rows of "
+                  "e4m3)";
   if (alignment < 64 || alignment % 64 != 0)
     return layer.emitOpError()
            << "needs an alignment that is a multiple of 64 (the grouped "
@@ -88,8 +110,17 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   addBuffer("router_weight", routerType, {e, h}, "param:router_weight");
   if (bias)
     addBuffer("score_bias", f32, {e}, "param:score_bias");
-  addBuffer("w13", dtype, {local, 2 * f, h}, "pack:gate_weight,up_weight");
-  addBuffer("w2", dtype, {local, h, f}, "param:down_weight");
+  // FP8: e4m3 weights and their 128 x 128 block scales (w13's: the gate's
+  // blocks, then the up's).
+  Type weightType = fp8 ? config.getExpertDtype() : dtype;
+  int64_t hb = fp8Blocks(h), fb = fp8Blocks(f), sb = fp8Blocks(s);
+  addBuffer("w13", weightType, {local, 2 * f, h}, "pack:gate_weight,up_weight");
+  addBuffer("w2", weightType, {local, h, f}, "param:down_weight");
+  if (fp8) {
+    addBuffer("w13_scale", f32, {local, 2 * fb, hb},
+              "concat:gate_scale,up_scale");
+    addBuffer("w2_scale", f32, {local, hb, fb}, "param:down_scale");
+  }
   // GPT-OSS: the router's bias, and the experts' biases (gate and up
   // interleaved as w13's rows are).
   if (config.getRouterBias())
@@ -99,9 +130,14 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
     addBuffer("b2", dtype, {local, h}, "param:down_bias");
   }
   if (shared) {
-    addBuffer("ws13", dtype, {1, 2 * s, h},
+    addBuffer("ws13", weightType, {1, 2 * s, h},
               "pack:shared_gate_weight,shared_up_weight");
-    addBuffer("ws2", dtype, {1, h, s}, "param:shared_down_weight");
+    addBuffer("ws2", weightType, {1, h, s}, "param:shared_down_weight");
+    if (fp8) {
+      addBuffer("ws13_scale", f32, {1, 2 * sb, hb},
+                "concat:shared_gate_scale,shared_up_scale");
+      addBuffer("ws2_scale", f32, {1, hb, sb}, "param:shared_down_scale");
+    }
   }
   bool gated = config.getSharedGate();
   if (gated)
@@ -132,6 +168,21 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   }
   if (gated)
     addBuffer("shared_scale", f32, {kTokens}, "scratch");
+  // FP8: each GEMM's input as e4m3 codes and per-row scales of 128
+  // channels.
+  if (fp8) {
+    Type f8 = config.getExpertDtype();
+    addBuffer("rows_q", f8, {kRows, h}, "scratch");
+    addBuffer("rows_scale", f32, {kRows, hb}, "scratch");
+    addBuffer("act_q", f8, {kRows, f}, "scratch");
+    addBuffer("act_scale", f32, {kRows, fb}, "scratch");
+    if (shared) {
+      addBuffer("x_q", f8, {kTokens, h}, "scratch");
+      addBuffer("x_scale", f32, {kTokens, hb}, "scratch");
+      addBuffer("shared_act_q", f8, {kTokens, s}, "scratch");
+      addBuffer("shared_act_scale", f32, {kTokens, sb}, "scratch");
+    }
+  }
   addBuffer("y", dtype, {kTokens, h}, "output");
   if (ep > 1) {
     // What the exchange brings this rank's experts, by (local expert,
@@ -199,18 +250,23 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
     launchExperts("ep_rows", "ep_group_offsets", "ep_act", "ep_down",
                   "ep_row_weight", std::nullopt);
     addExchange(moegpu::ExchangeKind::Combine, {"ep_offsets", "ep_down", "offsets", "down"});
+  } else if (fp8) {
+    launchFp8Experts();
   } else {
     launchExperts("rows", "offsets", "act", "down", "row_weight", std::nullopt);
   }
   // Chunked, the shared experts' up projection ran beside the first
   // chunk's dispatch (buildChunkedExperts); the rest runs beside the last
   // chunk's way back.
-  if (shared && chunks == 1)
+  if (shared && fp8) {
+    launchFp8SharedExperts();
+  } else if (shared && chunks == 1) {
     buildGemm(addKernel("shared_up",
                         {"x", "ws13", "shared_offsets", "shared_act"},
                         gridOf(moegpu::GridKind::Persistent), 0),
               moegpu::Epilogue::SwiGLU);
-  if (shared) {
+  }
+  if (shared && !fp8) {
     buildGemm(addKernel("shared_down",
                         {"shared_act", "ws2", "shared_offsets", "shared_out"},
                         gridOf(moegpu::GridKind::Persistent), 0),
@@ -266,6 +322,51 @@ void LayerBuilder::launchExperts(StringRef rows, StringRef groups,
                0, chunk, [&](gpu::GPUFuncOp f) {
                  buildExpertGemm(f, moegpu::Epilogue::RowScale);
                });
+}
+
+void LayerBuilder::launchFp8Experts() {
+  auto persistent = gridOf(moegpu::GridKind::Persistent);
+  auto rows = gridOf(moegpu::GridKind::Rows, kQuantizeWarps);
+  buildQuantize(addKernel("quantize_rows",
+                          {"rows", "offsets", "rows_q", "rows_scale"}, rows,
+                          kQuantizeWarps * 32),
+                /*segmented=*/true);
+  buildFp8Gemm(
+      addKernel("expert_up",
+                {"rows_q", "w13", "offsets", "act", "rows_scale", "w13_scale"},
+                persistent, 0),
+      moegpu::Epilogue::SwiGLU, /*expert=*/true);
+  buildQuantize(addKernel("quantize_act",
+                          {"act", "offsets", "act_q", "act_scale"}, rows,
+                          kQuantizeWarps * 32),
+                /*segmented=*/true);
+  buildFp8Gemm(addKernel("expert_down",
+                         {"act_q", "w2", "offsets", "down", "row_weight",
+                          "act_scale", "w2_scale"},
+                         persistent, 0),
+               moegpu::Epilogue::RowScale, /*expert=*/true);
+}
+
+void LayerBuilder::launchFp8SharedExperts() {
+  auto persistent = gridOf(moegpu::GridKind::Persistent);
+  auto tokens = gridOf(moegpu::GridKind::Tokens, kQuantizeWarps);
+  buildQuantize(addKernel("quantize_x", {"x", "x_q", "x_scale"}, tokens,
+                          kQuantizeWarps * 32),
+                /*segmented=*/false);
+  buildFp8Gemm(addKernel("shared_up",
+                         {"x_q", "ws13", "shared_offsets", "shared_act",
+                          "x_scale", "ws13_scale"},
+                         persistent, 0),
+               moegpu::Epilogue::SwiGLU, /*expert=*/false);
+  buildQuantize(addKernel("quantize_shared_act",
+                          {"shared_act", "shared_act_q", "shared_act_scale"},
+                          tokens, kQuantizeWarps * 32),
+                /*segmented=*/false);
+  buildFp8Gemm(addKernel("shared_down",
+                         {"shared_act_q", "ws2", "shared_offsets", "shared_out",
+                          "shared_act_scale", "ws2_scale"},
+                         persistent, 0),
+               moegpu::Epilogue::None, /*expert=*/false);
 }
 
 void LayerBuilder::buildChunkedExperts() {

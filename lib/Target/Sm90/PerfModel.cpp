@@ -30,14 +30,14 @@ int64_t ceilDiv(int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : 0; }
 /// reducing over `depth`, in waves over its persistent grid, and no
 /// faster than its traffic.
 void costGemm(Sm90KernelCost &c, const Sm90KernelReport &kr, int64_t tiles,
-              double depth, const Sm90Machine &m) {
+              double depth, const Sm90Machine &m, bool fp8 = false) {
   int64_t bm = kr.tileM ? kr.tileM : 128, bn = kr.tileN ? kr.tileN : 128;
   int64_t ctas = kr.persistentCtas ? kr.persistentCtas : m.sms;
-  double perTile =
-      2.0 * bm * bn * depth / (m.tensorFlops / m.sms * m.tensorEfficiency);
+  double peak = fp8 ? m.fp8TensorFlops : m.tensorFlops;
+  double perTile = 2.0 * bm * bn * depth / (peak / m.sms * m.tensorEfficiency);
   double compute = static_cast<double>(ceilDiv(tiles, ctas)) * perTile;
   c.engine = "wgmma";
-  c.rooflineUs = 1e6 * std::max(c.flops / m.tensorFlops, c.bytes / m.bandwidth);
+  c.rooflineUs = 1e6 * std::max(c.flops / peak, c.bytes / m.bandwidth);
   c.estimateUs =
       1e6 * std::max(compute, c.bytes / (m.bandwidth * m.memoryEfficiency)) +
       m.launchMicroseconds;
@@ -136,14 +136,36 @@ modelForward(const Sm90LayerShape &s,
       // and out (SwiGLU halves the up GEMM's output), each busy group's
       // weights once.
       double useful = gRows == rows ? real : gRows;
+      // FP8 experts: 1-byte operands and a scale per 128 of K (a row's, a
+      // block's).
+      bool fp8 = s.fp8 && kr.name != "router";
+      double operand = fp8 ? 1 : e;
       c.flops = 2 * useful * gN * gK;
-      c.bytes = e * (useful * gK + groups * gN * gK) +
-                outBytes * useful * gN / (up ? 2 : 1);
+      c.bytes =
+          operand * (useful * gK + groups * gN * gK) +
+          outBytes * useful * gN / (up ? 2 : 1) +
+          (fp8 ? 4 * (useful + groups * gN / 128) * std::ceil(gK / 128) : 0);
       int64_t bm = kr.tileM ? kr.tileM : 128, bn = kr.tileN ? kr.tileN : 128;
       int64_t tiles = static_cast<int64_t>(groups) *
                       ceilDiv(tileRowsPerGroup, bm) *
                       ceilDiv(static_cast<int64_t>(gN), bn);
-      costGemm(c, kr, tiles, gK, m);
+      costGemm(c, kr, tiles, gK, m, fp8);
+      out.push_back(c);
+      continue;
+    }
+    // FP8 quantization: a 16-bit input read, codes and a scale per 128
+    // channels written.
+    double qRows = 0, qWidth = 0;
+    if (kr.name == "quantize_rows" || kr.name == "quantize_act") {
+      qRows = real;
+      qWidth = kr.name == "quantize_rows" ? H : F;
+    } else if (kr.name == "quantize_x" || kr.name == "quantize_shared_act") {
+      qRows = T;
+      qWidth = kr.name == "quantize_x" ? H : S;
+    }
+    if (qWidth > 0) {
+      c.bytes = qRows * (e * qWidth + qWidth + 4 * std::ceil(qWidth / 128));
+      costSimt(c, m);
       out.push_back(c);
       continue;
     }

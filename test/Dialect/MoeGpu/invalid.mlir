@@ -11,7 +11,7 @@ func.func private @f() attributes {t = #moegpu.tile<m = 128, n = 264, k = 64, st
 
 // -----
 
-// expected-error @+1 {{tile k must be 64 (one 128-byte swizzle atom of 16-bit elements), got 32}}
+// expected-error @+1 {{tile k must be 64 or 128 (one 128-byte swizzle atom of 16-bit or 8-bit elements), got 32}}
 func.func private @f() attributes {t = #moegpu.tile<m = 128, n = 128, k = 32, stages = 4>}
 
 // -----
@@ -359,7 +359,7 @@ moegpu.program {
 // -----
 
 moegpu.program {
-  // expected-error @+1 {{has unknown source 'weights' (expected input, output, scratch, param:<role>, pack:<gate>,<up> or arg:<name>)}}
+  // expected-error @+1 {{has unknown source 'weights' (expected input, output, scratch, param:<role>, pack:<gate>,<up>, concat:<gate>,<up> or arg:<name>)}}
   moegpu.buffer @x : memref<8xbf16> dims [] source "weights"
 }
 
@@ -688,5 +688,93 @@ func.func @f(%a: memref<?x256xbf16>, %b: memref<8x64x256xbf16>, %o: memref<9xi32
 func.func @f(%a: memref<?x256xbf16>, %b: memref<8x64x256xbf16>, %o: memref<9xi32>, %c: memref<?x64xbf16>) {
   // expected-error @+1 {{'moegpu.grouped_gemm' op expects alpha and limit together, with the swiglu epilogue}}
   moegpu.grouped_gemm %a, %b, %o, %c {alpha = 1.702 : f64, limit = 7.0 : f64} : memref<?x256xbf16>, memref<8x64x256xbf16>, memref<9xi32>, memref<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xf8E4M3FN>, %b: memref<8x64x256xf8E4M3FN>, %o: memref<9xi32>, %c: memref<?x64xbf16>, %as: memref<?x2xf32>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects a_scale and b_scale together}}
+  "moegpu.grouped_gemm"(%a, %b, %o, %c, %as) {operandSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0, 1, 0>} : (memref<?x256xf8E4M3FN>, memref<8x64x256xf8E4M3FN>, memref<9xi32>, memref<?x64xbf16>, memref<?x2xf32>) -> ()
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xbf16>, %b: memref<8x64x256xbf16>, %o: memref<9xi32>, %c: memref<?x64xbf16>, %as: memref<?x2xf32>, %bs: memref<8x1x2xf32>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects a to be a rank-2 memref of f8E4M3FN (with block scales), got 'memref<?x256xbf16>'}}
+  moegpu.grouped_gemm %a, %b, %o, %c block_scales(%as, %bs : memref<?x2xf32>, memref<8x1x2xf32>) : memref<?x256xbf16>, memref<8x64x256xbf16>, memref<9xi32>, memref<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xf8E4M3FN>, %b: memref<8x64x256xf8E4M3FN>, %o: memref<9xi32>, %c: memref<?x64xbf16>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects a to be a rank-2 memref of bf16 or f16, got 'memref<?x256xf8E4M3FN>'}}
+  moegpu.grouped_gemm %a, %b, %o, %c : memref<?x256xf8E4M3FN>, memref<8x64x256xf8E4M3FN>, memref<9xi32>, memref<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xf8E4M3FN>, %b: memref<8x64x256xf8E4M3FN>, %o: memref<9xi32>, %c: memref<?x256xf32>, %as: memref<?x2xf32>, %bs: memref<8x1x2xf32>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects FP8 block scales only on a grouped GEMM of the nt layout}}
+  moegpu.grouped_gemm %a, %b, %o, %c block_scales(%as, %bs : memref<?x2xf32>, memref<8x1x2xf32>) {layout = #moegpu.layout<nn>} : memref<?x256xf8E4M3FN>, memref<8x64x256xf8E4M3FN>, memref<9xi32>, memref<?x256xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xf8E4M3FN>, %b: memref<8x64x256xf8E4M3FN>, %o: memref<9xi32>, %c: memref<?x64xf32>, %as: memref<?x2xf32>, %bs: memref<8x1x2xf32>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects an FP8 GEMM to write a bf16, f16 or f32 c without accumulating}}
+  moegpu.grouped_gemm %a, %b, %o, %c block_scales(%as, %bs : memref<?x2xf32>, memref<8x1x2xf32>) {epilogue = #moegpu.epilogue<accumulate>} : memref<?x256xf8E4M3FN>, memref<8x64x256xf8E4M3FN>, memref<9xi32>, memref<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x200xf8E4M3FN>, %b: memref<8x64x200xf8E4M3FN>, %o: memref<9xi32>, %c: memref<?x64xbf16>, %as: memref<?x2xf32>, %bs: memref<8x1x2xf32>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects an FP8 GEMM's K to be a multiple of 16 (16-byte TMA strides of 1-byte elements), got 200}}
+  moegpu.grouped_gemm %a, %b, %o, %c block_scales(%as, %bs : memref<?x2xf32>, memref<8x1x2xf32>) : memref<?x200xf8E4M3FN>, memref<8x64x200xf8E4M3FN>, memref<9xi32>, memref<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xf8E4M3FN>, %b: memref<8x64x256xf8E4M3FN>, %o: memref<9xi32>, %c: memref<?x64xbf16>, %as: memref<?x3xf32>, %bs: memref<8x1x2xf32>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects a_scale to be f32 [rows of a, 2] (one scale per row per 128 of K), got 'memref<?x3xf32>'}}
+  moegpu.grouped_gemm %a, %b, %o, %c block_scales(%as, %bs : memref<?x3xf32>, memref<8x1x2xf32>) : memref<?x256xf8E4M3FN>, memref<8x64x256xf8E4M3FN>, memref<9xi32>, memref<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xf8E4M3FN>, %b: memref<8x384x256xf8E4M3FN>, %o: memref<9xi32>, %c: memref<?x192xbf16>, %as: memref<?x2xf32>, %bs: memref<8x3x2xf32>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects b_scale to be f32 [8, 4, 2] (one scale per 128 x 128 block, gate blocks then up blocks), got 'memref<8x3x2xf32>'}}
+  moegpu.grouped_gemm %a, %b, %o, %c block_scales(%as, %bs : memref<?x2xf32>, memref<8x3x2xf32>) {epilogue = #moegpu.epilogue<swiglu>} : memref<?x256xf8E4M3FN>, memref<8x384x256xf8E4M3FN>, memref<9xi32>, memref<?x192xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%acc: vector<64xf32>, %as: memref<?x2xf32>, %bs: memref<8x4xf32>, %i: index) {
+  // expected-error @+1 {{'moegpu.promote' op expects b_scale to be a rank-3 f32 memref (groups, n blocks, k blocks) with static n blocks, got 'memref<8x4xf32>'}}
+  %r = moegpu.promote %acc into %acc scales(%as, %bs)[%i, %i, %i, %i], warpgroup %i, row_end %i : vector<64xf32>, memref<?x2xf32>, memref<8x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%acc: vector<64xf32>, %as: memref<?xf32>, %bs: memref<8x4x2xf32>, %i: index) {
+  // expected-error @+1 {{'moegpu.promote' op expects a_scale to be a rank-2 f32 memref (rows, k blocks), got 'memref<?xf32>'}}
+  %r = moegpu.promote %acc into %acc scales(%as, %bs)[%i, %i, %i, %i], warpgroup %i, row_end %i : vector<64xf32>, memref<?xf32>, memref<8x4x2xf32>
+  return
+}
+
+// -----
+
+func.func @f(%acc: vector<64xf32>, %as: memref<?x2xf32>, %bs: memref<8x3x2xf32>, %i: index) {
+  // expected-error @+1 {{'moegpu.promote' op expects an even number of n blocks (gate, then up) with interleaved, got 3}}
+  %r = moegpu.promote %acc into %acc scales(%as, %bs)[%i, %i, %i, %i], warpgroup %i, row_end %i {interleaved} : vector<64xf32>, memref<?x2xf32>, memref<8x3x2xf32>
   return
 }

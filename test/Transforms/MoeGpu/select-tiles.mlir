@@ -112,3 +112,18 @@ module attributes {moegpu.alignment = 64 : i64} {
     return
   }
 }
+
+// -----
+
+// FP8: k = 128 (one 128-byte row of e4m3, one block of scales) and the
+// largest n dividing 128 and N: one block of b's scales per tile, and the
+// k block's partial sums fit beside the accumulator.
+// CHECK-LABEL: func.func @fp8_up
+// CHECK: tile = #moegpu.tile<m = 128, n = 128, k = 128, stages = 6>
+// FORCE-LABEL: func.func @fp8_up
+// FORCE: tile = #moegpu.tile<m = 128, n = 128, k = 128, stages = 6>
+func.func @fp8_up(%a: memref<?x7168xf8E4M3FN>, %b: memref<256x4096x7168xf8E4M3FN>, %o: memref<257xi32>, %c: memref<?x2048xbf16>, %as: memref<?x56xf32>, %bs: memref<256x32x56xf32>) {
+  // expected-remark @+1 {{tile 128x128x128, 6 stages, 196608 bytes of shared memory}}
+  moegpu.grouped_gemm %a, %b, %o, %c block_scales(%as, %bs : memref<?x56xf32>, memref<256x32x56xf32>) {epilogue = #moegpu.epilogue<swiglu>} : memref<?x7168xf8E4M3FN>, memref<256x4096x7168xf8E4M3FN>, memref<257xi32>, memref<?x2048xbf16>
+  return
+}

@@ -123,3 +123,44 @@ func.func @dw(%a: memref<?x384xbf16>, %b: memref<?x256xbf16>, %o: memref<9xi32>,
   moegpu.grouped_gemm %a, %b, %o, %c {layout = #moegpu.layout<tn>, tile = #moegpu.tile<m = 128, n = 128, k = 64, stages = 7>, sm_range = #moegpu.sm_range<first = 0, count = 16>} : memref<?x384xbf16>, memref<?x256xbf16>, memref<9xi32>, memref<8x384x256xf32>
   return
 }
+
+// -----
+
+// FP8: each k block is its own wgmma batch from zero (pending 0: complete,
+// its slot released), then scaled into the accumulator.
+// CHECK-LABEL: func.func @fp8_up
+// CHECK: moegpu.pipeline.create : <<m = 128, n = 128, k = 128, stages = 6>, f8E4M3FN>
+// CHECK: moegpu.produce
+// CHECK: scf.for {{.*}} iter_args(%[[ACC:.*]] = %{{.*}}) -> (vector<64xf32>)
+// CHECK: %[[PART:.*]] = moegpu.mma %{{.*}}[%{{.*}}], %{{.*}}, warpgroup %{{.*}} {first} :
+// CHECK: moegpu.promote %[[PART]] into %[[ACC]] scales(%{{.*}}, %{{.*}}) [%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}], warpgroup %{{.*}}, row_end %{{.*}} {interleaved}
+// CHECK-NOT: moegpu.release
+// CHECK: moegpu.store_tile
+func.func @fp8_up(%a: memref<?x256xf8E4M3FN>, %b: memref<8x384x256xf8E4M3FN>, %o: memref<9xi32>, %c: memref<?x192xbf16>, %as: memref<?x2xf32>, %bs: memref<8x4x2xf32>) {
+  moegpu.grouped_gemm %a, %b, %o, %c block_scales(%as, %bs : memref<?x2xf32>, memref<8x4x2xf32>) {epilogue = #moegpu.epilogue<swiglu>, tile = #moegpu.tile<m = 128, n = 128, k = 128, stages = 6>, sm_range = #moegpu.sm_range<first = 0, count = 8>} : memref<?x256xf8E4M3FN>, memref<8x384x256xf8E4M3FN>, memref<9xi32>, memref<?x192xbf16>
+  return
+}
+
+// -----
+
+func.func @fp8_wide(%a: memref<?x256xf8E4M3FN>, %b: memref<8x384x256xf8E4M3FN>, %o: memref<9xi32>, %c: memref<?x384xbf16>, %as: memref<?x2xf32>, %bs: memref<8x3x2xf32>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op FP8 tile 128x192x128 must have k = 128 (one block of scales) and an n that divides 128 (one block of b's scales)}}
+  moegpu.grouped_gemm %a, %b, %o, %c block_scales(%as, %bs : memref<?x2xf32>, memref<8x3x2xf32>) {tile = #moegpu.tile<m = 128, n = 192, k = 128, stages = 4>, sm_range = #moegpu.sm_range<first = 0, count = 8>} : memref<?x256xf8E4M3FN>, memref<8x384x256xf8E4M3FN>, memref<9xi32>, memref<?x384xbf16>
+  return
+}
+
+// -----
+
+func.func @fp8_registers(%a: memref<?x256xf8E4M3FN>, %b: memref<8x256x256xf8E4M3FN>, %o: memref<9xi32>, %c: memref<?x256xbf16>, %as: memref<?x2xf32>, %bs: memref<8x2x2xf32>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op tile 128x256 leaves 232 registers per consumer thread, too few for 256 accumulators}}
+  moegpu.grouped_gemm %a, %b, %o, %c block_scales(%as, %bs : memref<?x2xf32>, memref<8x2x2xf32>) {tile = #moegpu.tile<m = 128, n = 256, k = 128, stages = 4>, sm_range = #moegpu.sm_range<first = 0, count = 8>} : memref<?x256xf8E4M3FN>, memref<8x256x256xf8E4M3FN>, memref<9xi32>, memref<?x256xbf16>
+  return
+}
+
+// -----
+
+func.func @k128_bf16(%a: memref<?x64xbf16>, %b: memref<4x64x64xbf16>, %o: memref<5xi32>, %c: memref<?x64xbf16>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op tile k 128 is for FP8; 16-bit operands take k = 64}}
+  moegpu.grouped_gemm %a, %b, %o, %c {tile = #moegpu.tile<m = 128, n = 64, k = 128, stages = 4>, sm_range = #moegpu.sm_range<first = 0, count = 8>} : memref<?x64xbf16>, memref<4x64x64xbf16>, memref<5xi32>, memref<?x64xbf16>
+  return
+}

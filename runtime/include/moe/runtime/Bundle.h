@@ -113,6 +113,7 @@ struct GpuBuffer {
   std::vector<int64_t> shape;
   /// input | output | scratch | param:<role> | pack:<gate role>,<up role>
   /// (gate and up rows interleaved in blocks of 8 along dim -2) |
+  /// concat:<gate role>,<up role> (gate rows, then up rows, along dim -2) |
   /// arg:<training step argument>.
   std::string source;
 };

@@ -80,7 +80,7 @@ constexpr int kLaunchAttributeClusterDimension = 4;
 constexpr int kLaunchAttributeProgrammaticStreamSerialization = 6;
 constexpr unsigned kStreamNonBlocking = 1;
 constexpr int kFuncAttributeMaxDynamicSharedSize = 8;
-constexpr int kTensorMapFloat16 = 6, kTensorMapFloat32 = 7,
+constexpr int kTensorMapUInt8 = 0, kTensorMapFloat16 = 6, kTensorMapFloat32 = 7,
               kTensorMapBFloat16 = 9;
 constexpr int kTensorMapSwizzle128B = 3;
 constexpr int kTensorMapL2Promotion256B = 3;

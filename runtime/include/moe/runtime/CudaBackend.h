@@ -27,6 +27,11 @@ Expected<std::unique_ptr<Backend>> createCudaBackend(const Bundle &bundle);
 AlignedBytes packGateUp(const Tensor &gate, const Tensor &up,
                         bool vectors = false);
 
+/// The gate's and up's FP8 block scales of one fused weight: per leading
+/// index (expert), the gate's rows of blocks, then the up's ([E, Fb, Kb]
+/// twice to [E, 2 Fb, Kb]; [Fb, Kb] twice to [2 Fb, Kb]).
+AlignedBytes concatGateUp(const Tensor &gate, const Tensor &up);
+
 } // namespace moe::rt
 
 #endif // MOE_RUNTIME_CUDABACKEND_H

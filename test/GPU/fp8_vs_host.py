@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""FP8 layers on sm_90a against the host target.
+
+vary-scales IN OUT: copies a published FP8 checkpoint, each 128 x 128 block
+scale (NAME_scale_inv) multiplied by 2^((3 i + j + c) % 5 - 2), c from the
+name: blocks of one weight, and the same block of two weights (gate and
+up), then differ by up to 16x, so a GEMM that applies another block's
+scale is off by a large factor, not within the noise.
+
+vary-rows IN OUT: copies inputs, token t's x multiplied by 2^((3 t) % 9 - 4)
+and each 128 channels c by 2^(c % 3): the activations' scales then differ
+by up to 1024x between rows and blocks, so a GEMM that applies another
+row's or block's scale is far off too.
+
+compare GPU HOST [--max M] [--mean A]: the two runs' outputs choose the same
+experts with routing weights within 1e-5, and y differs by at most M of
+max |y| in any element and A of mean |y| on average. The GPU rounds the
+SwiGLU's inputs and the routed outputs at other points than the host
+(as its bf16 kernels do), and a value that lands on the other side of an
+e4m3 rounding boundary moves by a whole e4m3 step (1/16): the bound is
+noise of that kind, not the agreement of one arithmetic.
+"""
+import argparse
+import os
+import sys
+import zlib
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "Integration"))
+import reference as r  # noqa: E402
+
+
+def vary_scales(args):
+    tensors = {k: v.copy() for k, v in r.read_safetensors(args.input).items()}
+    for name, scales in tensors.items():
+        if name.endswith("_scale_inv"):
+            i, j = np.indices(scales.shape)
+            c = zlib.crc32(name.encode())
+            scales *= np.exp2((3 * i + j + c) % 5 - 2).astype(scales.dtype)
+    r.write_safetensors(args.output, tensors,
+                        fp8=[k for k in tensors if k + "_scale_inv" in tensors])
+
+
+def vary_rows(args):
+    x = r.read_safetensors(args.input)["x"]
+    rows = np.exp2((3 * np.arange(x.shape[0])) % 9 - 4)[:, None]
+    blocks = np.exp2((np.arange(x.shape[1]) // 128) % 3)[None, :]
+    r.write_safetensors(args.output, {"x": (x * rows * blocks).astype(x.dtype)})
+
+
+def compare(args):
+    gpu, host = r.read_safetensors(args.gpu), r.read_safetensors(args.host)
+    ids_g, ids_h = gpu["topk_ids"], host["topk_ids"]
+    if ids_g.shape != ids_h.shape:
+        sys.exit(f"topk_ids: shapes {ids_g.shape} and {ids_h.shape}")
+    for t in range(ids_g.shape[0]):
+        if sorted(ids_g[t].tolist()) != sorted(ids_h[t].tolist()):
+            sys.exit(f"token {t}: experts {ids_g[t].tolist()} on the GPU, "
+                     f"{ids_h[t].tolist()} on the host")
+        order = {e: j for j, e in enumerate(ids_h[t].tolist())}
+        for j, e in enumerate(ids_g[t].tolist()):
+            w_g, w_h = gpu["topk_weights"][t, j], host["topk_weights"][t, order[e]]
+            if abs(w_g - w_h) > 1e-5 * (1 + abs(w_h)):
+                sys.exit(f"token {t}: weight of expert {e} is {w_g} on the "
+                         f"GPU, {w_h} on the host")
+    y_g = gpu["y"].astype(np.float64)
+    y_h = host["y"].astype(np.float64)
+    if y_g.shape != y_h.shape or not np.isfinite(y_g).all():
+        sys.exit(f"y: shape {y_g.shape} (host {y_h.shape}) or not finite")
+    diff = np.abs(y_g - y_h)
+    worst = diff.max() / max(np.abs(y_h).max(), 1e-30)
+    mean = diff.mean() / max(np.abs(y_h).mean(), 1e-30)
+    if worst > args.max or mean > args.mean:
+        sys.exit(f"y: GPU and host differ by {worst:.3g} of max |y| at most "
+                 f"(bound {args.max}) and {mean:.3g} of mean |y| on average "
+                 f"(bound {args.mean})")
+    print(f"ok: {y_g.shape[0]} tokens, GPU and host within {args.max} of "
+          f"max |y| and {args.mean} of mean |y|")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    v = sub.add_parser("vary-scales")
+    v.add_argument("input")
+    v.add_argument("output")
+    v = sub.add_parser("vary-rows")
+    v.add_argument("input")
+    v.add_argument("output")
+    c = sub.add_parser("compare")
+    c.add_argument("gpu")
+    c.add_argument("host")
+    c.add_argument("--max", type=float, default=0.04)
+    c.add_argument("--mean", type=float, default=0.03)
+    args = parser.parse_args()
+    {"vary-scales": vary_scales, "vary-rows": vary_rows,
+     "compare": compare}[args.command](args)
+
+
+if __name__ == "__main__":
+    main()
