@@ -461,8 +461,33 @@ void LayerBuilder::buildScatter(gpu::GPUFuncOp func) {
   });
   gpu::BarrierOp::create(b);
   Value p = e.load(pos, {e.idx(0)});
+  // FP8 (without scale_input): the token's e4m3 codes and scales, as
+  // quantize_x made them, go to the row.
+  bool codes = func.getNumArguments() == 9;
   e.when(e.cmp(arith::CmpIPredicate::sge, p, e.i32(0)), [&] {
     Value row = arith::IndexCastOp::create(b, b.getIndexType(), p);
+    if (codes) {
+      Value xScale = func.getArgument(7), rowScale = func.getArgument(8);
+      int64_t hidden = config.getHidden();
+      auto chunk = VectorType::get(
+          {kChunkBytes}, cast<MemRefType>(x.getType()).getElementType());
+      e.loop(e.muli(tid, e.idx(kChunkBytes)), e.idx(hidden),
+             e.idx(kRowThreads * kChunkBytes), {}, [&](Value h, ValueRange) {
+               vector::StoreOp::create(
+                   b,
+                   vector::LoadOp::create(b, chunk, x, ValueRange{t, h}, false,
+                                          b.getI64IntegerAttr(kChunkBytes)),
+                   rows, ValueRange{row, h}, false,
+                   b.getI64IntegerAttr(kChunkBytes));
+               return SmallVector<Value>{};
+             });
+      e.loop(tid, e.idx(fp8Blocks(hidden)), e.idx(kRowThreads), {},
+             [&](Value c, ValueRange) {
+               e.store(e.load(xScale, {t, c}), rowScale, {row, c});
+               return SmallVector<Value>{};
+             });
+      return;
+    }
     // Llama 4 (scale_input): x[t] times the weight rounded to the element
     // type, the product in f32 rounded once more.
     Type elt = config.getDtype();

@@ -157,7 +157,9 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   addBuffer("cursors", i32, {chunks * e}, "scratch");
   if (shared)
     addBuffer("shared_offsets", i32, {2}, "scratch");
-  addBuffer("rows", dtype, {kRows, h}, "scratch");
+  // FP8 rows (without scale_input) are dispatched as codes only.
+  if (!fp8 || config.getScaleInput())
+    addBuffer("rows", dtype, {kRows, h}, "scratch");
   addBuffer("row_map", i32, {kTokens, k}, "scratch");
   addBuffer("row_weight", f32, {kRows}, "scratch");
   addBuffer("act", dtype, {kRows, f}, "scratch");
@@ -176,9 +178,11 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
     addBuffer("rows_scale", f32, {kRows, hb}, "scratch");
     addBuffer("act_q", f8, {kRows, f}, "scratch");
     addBuffer("act_scale", f32, {kRows, fb}, "scratch");
-    if (shared) {
+    if (shared || !config.getScaleInput()) {
       addBuffer("x_q", f8, {kTokens, h}, "scratch");
       addBuffer("x_scale", f32, {kTokens, hb}, "scratch");
+    }
+    if (shared) {
       addBuffer("shared_act_q", f8, {kTokens, s}, "scratch");
       addBuffer("shared_act_scale", f32, {kTokens, sb}, "scratch");
     }
@@ -236,9 +240,24 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   buildScan(addKernel("dispatch_scan", scanArgs, gridOf(moegpu::GridKind::One),
                       kScanThreads,
                       {MemRefType::get({kScanThreads}, i32, AffineMap(), wg)}));
-  buildScatter(addKernel("dispatch_scatter",
-                         {"x", "topk_ids", "topk_weights", "cursors", "rows",
-                          "row_map", "row_weight"},
+  // FP8: x is quantized once per token, before the dispatch copies its
+  // codes and scales to its rows (the shared experts read them too). With
+  // scale_input the rows are x times a weight: they are quantized after.
+  bool quantizeTokens = fp8 && !config.getScaleInput();
+  if (fp8 && (shared || quantizeTokens))
+    buildQuantize(addKernel("quantize_x", {"x", "x_q", "x_scale"},
+                            gridOf(moegpu::GridKind::Tokens, kQuantizeWarps),
+                            kQuantizeWarps * 32),
+                  /*segmented=*/false);
+  SmallVector<StringRef> scatterArgs{"x",       "topk_ids", "topk_weights",
+                                     "cursors", "rows",     "row_map",
+                                     "row_weight"};
+  if (quantizeTokens) {
+    scatterArgs[0] = "x_q";
+    scatterArgs[4] = "rows_q";
+    scatterArgs.append({"x_scale", "rows_scale"});
+  }
+  buildScatter(addKernel("dispatch_scatter", scatterArgs,
                          gridOf(moegpu::GridKind::Assignments, 1), kRowThreads,
                          {MemRefType::get({1}, i32, AffineMap(), wg)}));
 
@@ -327,10 +346,13 @@ void LayerBuilder::launchExperts(StringRef rows, StringRef groups,
 void LayerBuilder::launchFp8Experts() {
   auto persistent = gridOf(moegpu::GridKind::Persistent);
   auto rows = gridOf(moegpu::GridKind::Rows, kQuantizeWarps);
-  buildQuantize(addKernel("quantize_rows",
-                          {"rows", "offsets", "rows_q", "rows_scale"}, rows,
-                          kQuantizeWarps * 32),
-                /*segmented=*/true);
+  // Rows that are x times a weight (scale_input) are quantized here; the
+  // others came quantized from the dispatch.
+  if (config.getScaleInput())
+    buildQuantize(addKernel("quantize_rows",
+                            {"rows", "offsets", "rows_q", "rows_scale"}, rows,
+                            kQuantizeWarps * 32),
+                  /*segmented=*/true);
   buildFp8Gemm(
       addKernel("expert_up",
                 {"rows_q", "w13", "offsets", "act", "rows_scale", "w13_scale"},
@@ -350,9 +372,6 @@ void LayerBuilder::launchFp8Experts() {
 void LayerBuilder::launchFp8SharedExperts() {
   auto persistent = gridOf(moegpu::GridKind::Persistent);
   auto tokens = gridOf(moegpu::GridKind::Tokens, kQuantizeWarps);
-  buildQuantize(addKernel("quantize_x", {"x", "x_q", "x_scale"}, tokens,
-                          kQuantizeWarps * 32),
-                /*segmented=*/false);
   buildFp8Gemm(addKernel("shared_up",
                          {"x_q", "ws13", "shared_offsets", "shared_act",
                           "x_scale", "ws13_scale"},

@@ -100,6 +100,11 @@ modelForward(const Sm90LayerShape &s,
   const int64_t paddedPerExpert = routed.paddedPerExpert;
   const double rows = routed.padded, real = routed.real;
 
+  auto hasKernel = [&](StringRef name) {
+    return llvm::any_of(kernels, [&](const Sm90KernelReport &kr) {
+      return kr.name == name;
+    });
+  };
   for (const Sm90KernelReport &kr : kernels) {
     Sm90KernelCost c;
     c.kernel = kr.name;
@@ -183,7 +188,12 @@ modelForward(const Sm90LayerShape &s,
     } else if (kr.name == "dispatch_scan") {
       c.bytes = 12 * E;
     } else if (kr.name == "dispatch_scatter") {
-      c.bytes = 2 * e * T * k * H + 12 * T * k;
+      // FP8 rows carry codes and a scale per 128 channels (e4m3 when the
+      // kernel reads x's codes: its one-byte rows).
+      c.bytes = (s.fp8 && !hasKernel("quantize_rows")
+                     ? 2 * T * k * (H + 4 * std::ceil(H / 128))
+                     : 2 * e * T * k * H) +
+                12 * T * k;
     } else if (kr.name == "combine") {
       c.bytes = e * (real * H + T * H * (S > 0 ? 2 : 1)) + 4 * T * k;
     } else {
