@@ -224,3 +224,47 @@ module attributes {gpu.container_module} {
     }
   }
 }
+
+// -----
+
+// FP8 (the down projection of an FP8 DeepSeek-V3 layer): one-byte boxes of
+// 128 columns, expect-tx of a stage's 32 KiB as in bf16, four e4m3 wgmma of
+// k = 32 per k block from zero, waited for, the slot released, and the
+// partial sums scaled into the accumulator by one FMA each.
+// CHECK-LABEL: gpu.func @fp8_down
+// CHECK-SAME: tile = <m = 128, n = 128, k = 128, stages = 6>
+// CHECK-SAME: #moegpu.tensor_map<arg = 7, source = 0, view = [-1, 2048], box = [128, 128], swizzle = 128>, #moegpu.tensor_map<arg = 8, source = 1, view = [1835008, 2048], box = [128, 128], swizzle = 128>
+// CHECK:     nvgpu.mbarrier.arrive.expect_tx %{{.*}}[%{{.*}}], %c32768
+// CHECK:     nvgpu.tma.async.load {{.*}} -> memref<128x128xf8E4M3FN, #gpu.address_space<workgroup>>
+// CHECK:   nvvm.setmaxregister increase 232
+// CHECK:     scf.for {{.*}} -> (vector<64xf32>)
+// CHECK:       nvvm.wgmma.fence.aligned
+// CHECK:       nvvm.wgmma.mma_async {{.*}} <m = 64, n = 128, k = 32>, D[<f32>, <zero>], A[<e4m3>, <one>, <row>], B[<e4m3>, <one>, <col>]
+// CHECK-COUNT-3: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 128, k = 32>, D[<f32>, <one>], A[<e4m3>, <one>, <row>], B[<e4m3>, <one>, <col>]
+// CHECK:       nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK:       nvgpu.mbarrier.arrive
+// CHECK-COUNT-2: memref.load %arg5
+// CHECK:       memref.load %arg6
+// CHECK:       math.fma {{.*}} : vector<64xf32>
+// CHECK-NOT: moegpu.
+module attributes {gpu.container_module} {
+  gpu.module @kernels {
+    gpu.func @fp8_down(%a: memref<?x2048xf8E4M3FN>, %b: memref<256x7168x2048xf8E4M3FN>, %o: memref<257xi32>, %c: memref<?x7168xbf16>, %s: memref<?xf32>, %as: memref<?x16xf32>, %bs: memref<256x56x16xf32>) kernel {
+      moegpu.grouped_gemm %a, %b, %o, %c scale %s block_scales(%as, %bs : memref<?x16xf32>, memref<256x56x16xf32>) {epilogue = #moegpu.epilogue<row_scale>, tile = #moegpu.tile<m = 128, n = 128, k = 128, stages = 6>, sm_range = #moegpu.sm_range<first = 0, count = 132>} : memref<?x2048xf8E4M3FN>, memref<256x7168x2048xf8E4M3FN>, memref<257xi32>, memref<?x7168xbf16>, memref<?xf32>
+      gpu.return
+    }
+  }
+}
+
+// -----
+
+module attributes {gpu.container_module} {
+  gpu.module @kernels {
+    gpu.func @wide(%acc: vector<128xf32>, %as: memref<?x2xf32>, %bs: memref<8x2x2xf32>, %i: index) kernel {
+      %p = moegpu.pipeline.create : !moegpu.pipeline<#moegpu.tile<m = 64, n = 256, k = 128, stages = 2>, f8E4M3FN>
+      // expected-error @+1 {{'moegpu.promote' op needs a tile n that divides 128 (one block of b's scales), got 256}}
+      %r = moegpu.promote %acc into %acc scales(%as, %bs)[%i, %i, %i, %i], warpgroup %i, row_end %i : vector<128xf32>, memref<?x2xf32>, memref<8x2x2xf32>
+      gpu.return
+    }
+  }
+}
