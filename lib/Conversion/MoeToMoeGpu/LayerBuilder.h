@@ -132,9 +132,12 @@ private:
   void launchExperts(StringRef rows, StringRef groups, StringRef act,
                      StringRef down, StringRef rowWeight,
                      std::optional<int64_t> chunk);
-  /// FP8: the routed experts' quantizations and GEMMs on the dispatched
-  /// rows of one rank, and the shared experts' on x.
-  void launchFp8Experts();
+  /// FP8: the routed experts' GEMMs and the quantization between them on
+  /// the quantized rows `prefix`rows_q grouped by `groups` (of token chunk
+  /// `chunk`; prefix "ep_": the rows a sharded rank received), and the
+  /// shared experts' on x.
+  void launchFp8Experts(StringRef prefix, StringRef groups,
+                        std::optional<int64_t> chunk);
   void launchFp8SharedExperts();
   /// A grid of `size` CTAs, fixed at compile time.
   /// The grid of a gridStride kernel over n elements.

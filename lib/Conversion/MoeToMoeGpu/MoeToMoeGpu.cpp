@@ -68,14 +68,12 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   // FP8 experts (DeepSeek-V3's e4m3 with block scales): one rank's
   // forward pass so far.
   bool fp8 = config.isFp8();
-  if (fp8 && (ep > 1 || train || config.getExpertBias()))
+  if (fp8 && (train || config.getExpertBias()))
     return layer.emitOpError()
            << "has FP8 experts, which sm_90a runs only for the forward pass "
-              "of one rank without expert biases so far"
-           << (ep > 1 ? " (this layer is sharded over " + std::to_string(ep) +
-                            " ranks)"
-               : train ? " (compile the training step with bf16 experts)"
-                       : " (this layer has expert biases)");
+              "without expert biases so far"
+           << (train ? " (compile the training step with bf16 experts)"
+                     : " (this layer has expert biases)");
   // TMA rows of e4m3 are whole 16-byte units: K of every FP8 GEMM.
   if (fp8)
     for (auto [what, width] :
@@ -196,7 +194,15 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
     addBuffer("ep_offsets", i32, {chunks * (e + 1)}, "scratch");
     for (int64_t c = 0; c < chunks; ++c)
       addBuffer(groupOffsets(c), i32, {local + 1}, "scratch");
-    addBuffer("ep_rows", dtype, {kReceivedRows, h}, "scratch");
+    if (fp8) {
+      Type f8 = config.getExpertDtype();
+      addBuffer("ep_rows_q", f8, {kReceivedRows, h}, "scratch");
+      addBuffer("ep_rows_scale", f32, {kReceivedRows, hb}, "scratch");
+      addBuffer("ep_act_q", f8, {kReceivedRows, f}, "scratch");
+      addBuffer("ep_act_scale", f32, {kReceivedRows, fb}, "scratch");
+    } else {
+      addBuffer("ep_rows", dtype, {kReceivedRows, h}, "scratch");
+    }
     addBuffer("ep_row_weight", f32, {kReceivedRows}, "scratch");
     addBuffer("ep_act", dtype, {kReceivedRows, f}, "scratch");
     addBuffer("ep_down", dtype, {kReceivedRows, h}, "scratch");
@@ -260,9 +266,25 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   buildScatter(addKernel("dispatch_scatter", scatterArgs,
                          gridOf(moegpu::GridKind::Assignments, 1), kRowThreads,
                          {MemRefType::get({1}, i32, AffineMap(), wg)}));
+  if (fp8 && !quantizeTokens)
+    buildQuantize(addKernel("quantize_rows",
+                            {"rows", "offsets", "rows_q", "rows_scale"},
+                            gridOf(moegpu::GridKind::Rows, kQuantizeWarps),
+                            kQuantizeWarps * 32),
+                  /*segmented=*/true);
 
   if (ep > 1 && chunks > 1) {
     buildChunkedExperts();
+  } else if (ep > 1 && fp8) {
+    // FP8 rows travel as codes, their scales beside them.
+    addExchange(moegpu::ExchangeKind::Dispatch,
+                {"offsets", "rows_q", "row_weight", "ep_offsets",
+                 "ep_group_offsets", "ep_rows_q", "ep_row_weight"});
+    addExchange(moegpu::ExchangeKind::DispatchRows,
+                {"rows_scale", "ep_rows_scale"});
+    launchFp8Experts("ep_", "ep_group_offsets", std::nullopt);
+    addExchange(moegpu::ExchangeKind::Combine,
+                {"ep_offsets", "ep_down", "offsets", "down"});
   } else if (ep > 1) {
     addExchange(moegpu::ExchangeKind::Dispatch, {"offsets", "rows", "row_weight", "ep_offsets",
                              "ep_group_offsets", "ep_rows", "ep_row_weight"});
@@ -270,7 +292,7 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
                   "ep_row_weight", std::nullopt);
     addExchange(moegpu::ExchangeKind::Combine, {"ep_offsets", "ep_down", "offsets", "down"});
   } else if (fp8) {
-    launchFp8Experts();
+    launchFp8Experts("", "offsets", std::nullopt);
   } else {
     launchExperts("rows", "offsets", "act", "down", "row_weight", std::nullopt);
   }
@@ -343,30 +365,30 @@ void LayerBuilder::launchExperts(StringRef rows, StringRef groups,
                });
 }
 
-void LayerBuilder::launchFp8Experts() {
+void LayerBuilder::launchFp8Experts(StringRef prefix, StringRef groups,
+                                    std::optional<int64_t> chunk) {
   auto persistent = gridOf(moegpu::GridKind::Persistent);
-  auto rows = gridOf(moegpu::GridKind::Rows, kQuantizeWarps);
-  // Rows that are x times a weight (scale_input) are quantized here; the
-  // others came quantized from the dispatch.
-  if (config.getScaleInput())
-    buildQuantize(addKernel("quantize_rows",
-                            {"rows", "offsets", "rows_q", "rows_scale"}, rows,
-                            kQuantizeWarps * 32),
-                  /*segmented=*/true);
-  buildFp8Gemm(
-      addKernel("expert_up",
-                {"rows_q", "w13", "offsets", "act", "rows_scale", "w13_scale"},
-                persistent, 0),
-      moegpu::Epilogue::SwiGLU, /*expert=*/true);
-  buildQuantize(addKernel("quantize_act",
-                          {"act", "offsets", "act_q", "act_scale"}, rows,
-                          kQuantizeWarps * 32),
-                /*segmented=*/true);
-  buildFp8Gemm(addKernel("expert_down",
-                         {"act_q", "w2", "offsets", "down", "row_weight",
-                          "act_scale", "w2_scale"},
-                         persistent, 0),
-               moegpu::Epilogue::RowScale, /*expert=*/true);
+  auto rows = gridOf(prefix.empty() ? moegpu::GridKind::Rows
+                                    : moegpu::GridKind::ReceivedRows,
+                     kQuantizeWarps);
+  // The rows came quantized (from the dispatch, or the exchange).
+  auto name = [&](StringRef buffer) { return (prefix + buffer).str(); };
+  std::string rowsQ = name("rows_q"), rowsScale = name("rows_scale"),
+              act = name("act"), actQ = name("act_q"),
+              actScale = name("act_scale"), down = name("down"),
+              rowWeight = name("row_weight");
+  launchKernel("expert_up", {rowsQ, "w13", groups, act, rowsScale, "w13_scale"},
+               persistent, 0, chunk, [&](gpu::GPUFuncOp f) {
+                 buildFp8Gemm(f, moegpu::Epilogue::SwiGLU, /*expert=*/true);
+               });
+  launchKernel("quantize_act", {act, groups, actQ, actScale}, rows,
+               kQuantizeWarps * 32, chunk,
+               [&](gpu::GPUFuncOp f) { buildQuantize(f, /*segmented=*/true); });
+  launchKernel("expert_down",
+               {actQ, "w2", groups, down, rowWeight, actScale, "w2_scale"},
+               persistent, 0, chunk, [&](gpu::GPUFuncOp f) {
+                 buildFp8Gemm(f, moegpu::Epilogue::RowScale, /*expert=*/true);
+               });
 }
 
 void LayerBuilder::launchFp8SharedExperts() {
@@ -398,15 +420,24 @@ void LayerBuilder::buildChunkedExperts() {
   addExchange(moegpu::ExchangeKind::DispatchPlan, planArgs);
   // Every chunk's rows and weights are enqueued on the communicator's
   // stream at once: chunk c + 1's move while chunk c's GEMMs run.
+  bool fp8 = config.isFp8();
   for (int64_t c = 0; c < chunks; ++c) {
-    addExchange(moegpu::ExchangeKind::DispatchRows, {"rows", "ep_rows"}, c);
+    if (fp8) {
+      addExchange(moegpu::ExchangeKind::DispatchRows, {"rows_q", "ep_rows_q"},
+                  c);
+      addExchange(moegpu::ExchangeKind::DispatchRows,
+                  {"rows_scale", "ep_rows_scale"}, c);
+    } else {
+      addExchange(moegpu::ExchangeKind::DispatchRows, {"rows", "ep_rows"}, c);
+    }
     addExchange(moegpu::ExchangeKind::DispatchRows,
                 {"row_weight", "ep_row_weight"}, c);
   }
   // The shared experts' up projection needs no exchanged rows: it runs
-  // while the first chunk's rows travel.
+  // while the first chunk's rows travel (FP8: after the routed experts,
+  // with the rest of the shared experts).
   auto persistent = gridOf(moegpu::GridKind::Persistent);
-  if (config.hasSharedExperts())
+  if (config.hasSharedExperts() && !fp8)
     buildGemm(addKernel("shared_up",
                         {"x", "ws13", "shared_offsets", "shared_act"},
                         persistent, 0),
@@ -414,8 +445,11 @@ void LayerBuilder::buildChunkedExperts() {
   // Each chunk's GEMMs wait for its own rows only; its outputs go back as
   // soon as its down projection is done, beside the next chunk's GEMMs.
   for (int64_t c = 0; c < chunks; ++c) {
-    launchExperts("ep_rows", groupOffsets(c), "ep_act", "ep_down",
-                  "ep_row_weight", c);
+    if (fp8)
+      launchFp8Experts("ep_", groupOffsets(c), c);
+    else
+      launchExperts("ep_rows", groupOffsets(c), "ep_act", "ep_down",
+                    "ep_row_weight", c);
     addExchange(moegpu::ExchangeKind::CombineRows, {"ep_down", "down"}, c);
   }
 }
