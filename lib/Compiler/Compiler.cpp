@@ -331,6 +331,24 @@ static std::string formatModel(const std::vector<Sm90KernelReport> &kernels,
                         "{5,12:f1}  ({6:f2}x the roofline)\n",
                         t, "layer", flops / 1e9, bytes / 1e6, roofline,
                         estimate, roofline > 0 ? estimate / roofline : 0.0);
+    if (!shape.fp8)
+      continue;
+    // Beside it, the layer with bf16 experts: these GEMMs' tiles on 16-bit
+    // operands at the bf16 rate, without the quantization.
+    Sm90LayerShape bf16 = shape;
+    bf16.fp8 = false;
+    std::vector<Sm90KernelReport> unquantized;
+    for (const Sm90KernelReport &k : kernels)
+      if (!llvm::StringRef(k.name).starts_with("quantize_"))
+        unquantized.push_back(k);
+    double bf16Estimate = 0;
+    for (const Sm90KernelCost &c :
+         modelForward(bf16, unquantized, t, machine))
+      bf16Estimate += c.estimateUs;
+    os << llvm::formatv("{0,6} {1,-17} {2,10} {3,10} {4,12} {5,12:f1}  "
+                        "({6:f2}x the fp8 layer's)\n",
+                        t, "layer if bf16", "", "", "", bf16Estimate,
+                        estimate > 0 ? bf16Estimate / estimate : 0.0);
   }
   if (!train)
     return text;
