@@ -672,8 +672,8 @@ void LayerBuilder::buildExpertGemm(gpu::GPUFuncOp func,
 /// with `a` the block's largest magnitude (at least kFp8MinAmax), the
 /// codes are e4m3(v * (448 / a)), rounded to nearest even and saturated,
 /// and the scale a / 448. Lane l owns the block's channels 4l .. 4l + 3.
-/// Rows from `offsets[last]` (with `offsets`), else from in's row count,
-/// are left alone.
+/// With `offsets`, the rows [offsets[0], offsets[last]) are quantized,
+/// else all of in's rows.
 void LayerBuilder::buildQuantize(gpu::GPUFuncOp func, bool segmented) {
   ImplicitLocOpBuilder b = kernelBody(func);
   Emitter e{b};
@@ -687,12 +687,14 @@ void LayerBuilder::buildQuantize(gpu::GPUFuncOp func, bool segmented) {
   Value lane = e.remi(e.thread(), e.idx(32));
   Value row = e.addi(e.muli(e.block(), e.idx(kQuantizeWarps)),
                      e.divi(e.thread(), e.idx(32)));
-  Value rows =
-      segmented
-          ? e.index(e.load(
-                offsets,
-                {e.idx(cast<MemRefType>(offsets.getType()).getDimSize(0) - 1)}))
-          : e.dim(in, 0);
+  // Segmented: the rows of offsets' segments, from its first element (a
+  // token chunk's received rows start past the chunks before).
+  Value rows = e.dim(in, 0);
+  if (segmented) {
+    int64_t last = cast<MemRefType>(offsets.getType()).getDimSize(0) - 1;
+    row = e.addi(row, e.index(e.load(offsets, {e.idx(0)})));
+    rows = e.index(e.load(offsets, {e.idx(last)}));
+  }
   Type i8 = b.getI8Type();
   auto pairType = VectorType::get({2}, i8);
   // Every lane of the row's warp reaches the shuffles: the guard is

@@ -231,7 +231,8 @@ private:
   void buildExpertGemm(gpu::GPUFuncOp func, moegpu::Epilogue epilogue);
   /// FP8 (DeepSeek-V3's fine-grained e4m3): the rows of a 16-bit buffer
   /// quantized per row per 128 channels, on (in, [offsets,] codes,
-  /// scales); with `segmented` the rows end at offsets' last element.
+  /// scales); with `segmented` the rows of offsets' segments (from its first
+  /// element to its last).
   void buildQuantize(gpu::GPUFuncOp func, bool segmented);
   /// An FP8 grouped GEMM on (a codes, b codes, offsets, c [, row weight],
   /// a scales, b scales); `expert` gives it the layer's activation.
