@@ -60,6 +60,11 @@ def MoeGpu_GroupedGemmOp : MoeGpu_Op<"grouped_gemm",
     blocks of 8 and `b_scale` holds the gate's `ceil(N / 256)` blocks then
     the up's. The layout is `nt` and `c` is bf16, f16 or f32.
 
+    `rounded_inputs` (with `swiglu`) rounds the gate and up values to c's
+    element type before the SwiGLU, as a framework's 16-bit projections
+    are rounded before their activation: what the host computes, so that
+    an FP8 layer's SwiGLU outputs, which are quantized next, agree with it.
+
     `layout` names the operands' storage as DeepGEMM does, `n` for an
     operand read along its rows of K (K-major) and `t` for one read down
     its columns (MN-major, transposed by wgmma):
@@ -97,7 +102,8 @@ def MoeGpu_GroupedGemmOp : MoeGpu_Op<"grouped_gemm",
                        OptionalAttr<MoeGpu_TileAttr>:$tile,
                        OptionalAttr<MoeGpu_SmRangeAttr>:$sm_range,
                        OptionalAttr<F64Attr>:$alpha,
-                       OptionalAttr<F64Attr>:$limit);
+                       OptionalAttr<F64Attr>:$limit,
+                       UnitAttr:$rounded_inputs);
   let assemblyFormat = [{
     $a `,` $b `,` ($offsets^):(`dense`)? `,` $c (`scale` $scale^)?
     (`bias` `(` $bias^ `:` type($bias) `)`)?
@@ -364,8 +370,8 @@ def MoeGpu_StoreTileOp : MoeGpu_Op<"store_tile", [AttrSizedOperandSegments]> {
     come in interleaved gate/up blocks of 8 and the stored column is
     `col / 2 + ...`; with `row_scale` each row is multiplied by
     `scale[row]`. A rank-3 `c` (a k-grouped GEMM's `[E, M, N]`) is indexed
-    by `group` first. `bias`, `alpha` and `limit` are the grouped GEMM's;
-    the tile's rows are of group `expert`.
+    by `group` first. `bias`, `alpha`, `limit` and `rounded_inputs` are
+    the grouped GEMM's; the tile's rows are of group `expert`.
   }];
   let arguments = (ins VectorOfRankAndType<[1], [F32]>:$acc, AnyMemRef:$c,
                        Optional<Index>:$group,
@@ -376,7 +382,8 @@ def MoeGpu_StoreTileOp : MoeGpu_Op<"store_tile", [AttrSizedOperandSegments]> {
                        DefaultValuedAttr<MoeGpu_EpilogueAttr,
                            "::mlir::moegpu::Epilogue::None">:$epilogue,
                        OptionalAttr<F64Attr>:$alpha,
-                       OptionalAttr<F64Attr>:$limit);
+                       OptionalAttr<F64Attr>:$limit,
+                       UnitAttr:$rounded_inputs);
   let assemblyFormat = [{
     $acc `,` $c `[` custom<TileIndices>($group, $row, $col) `]` `,` `warpgroup` $warpgroup `,`
     `row_end` $row_end (`scale` $scale^)?

@@ -212,7 +212,7 @@ LogicalResult specialize(GroupedGemmOp op) {
                                 row, col, warpgroup, rowEnd, op.getScale(),
                                 op.getBias(), op.getBias() ? group : Value(),
                                 op.getEpilogueAttr(), op.getAlphaAttr(),
-                                op.getLimitAttr());
+                                op.getLimitAttr(), op.getRoundedInputsAttr());
             return;
           }
           Value start = constant(b, 0), init = zero;
@@ -263,12 +263,11 @@ LogicalResult specialize(GroupedGemmOp op) {
           }
           Value rowEnd = endOfRows();
           bool grouped = kGrouped && op.getC().getType().getRank() == 3;
-          StoreTileOp::create(b, loc, kLoop.getResult(0), op.getC(),
-                              grouped ? group : Value(), row, col, warpgroup,
-                              rowEnd, op.getScale(), op.getBias(),
-                              op.getBias() ? group : Value(),
-                              op.getEpilogueAttr(), op.getAlphaAttr(),
-                              op.getLimitAttr());
+          StoreTileOp::create(
+              b, loc, kLoop.getResult(0), op.getC(), grouped ? group : Value(),
+              row, col, warpgroup, rowEnd, op.getScale(), op.getBias(),
+              op.getBias() ? group : Value(), op.getEpilogueAttr(),
+              op.getAlphaAttr(), op.getLimitAttr(), op.getRoundedInputsAttr());
         });
   }
   op.erase();

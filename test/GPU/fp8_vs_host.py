@@ -14,11 +14,13 @@ row's or block's scale is far off too.
 
 compare GPU HOST [--max M] [--mean A]: the two runs' outputs choose the same
 experts with routing weights within 1e-5, and y differs by at most M of
-max |y| in any element and A of mean |y| on average. The GPU rounds the
-SwiGLU's inputs and the routed outputs at other points than the host
-(as its bf16 kernels do), and a value that lands on the other side of an
-e4m3 rounding boundary moves by a whole e4m3 step (1/16): the bound is
-noise of that kind, not the agreement of one arithmetic.
+max |y| in any element and A of mean |y| on average. The FP8 GEMMs round
+the SwiGLU's inputs to bf16 as the host does, so the SwiGLU outputs that
+are quantized next agree; the routed outputs are still rounded at other
+points (the routing weight applied before the bf16 rounding, not after),
+which moves y by about a bf16 ulp: 0.2% of mean |y| on average. A value
+quantized to the neighbouring e4m3 code moves by a whole step (1/16): a
+few of those stay within the bounds, a wrong scale does not.
 """
 import argparse
 import os
@@ -76,7 +78,8 @@ def compare(args):
                  f"(bound {args.max}) and {mean:.3g} of mean |y| on average "
                  f"(bound {args.mean})")
     print(f"ok: {y_g.shape[0]} tokens, GPU and host within {args.max} of "
-          f"max |y| and {args.mean} of mean |y|")
+          f"max |y| and {args.mean} of mean |y| (at most {worst:.2g}, on "
+          f"average {mean:.2g})")
 
 
 def main():
@@ -91,8 +94,8 @@ def main():
     c = sub.add_parser("compare")
     c.add_argument("gpu")
     c.add_argument("host")
-    c.add_argument("--max", type=float, default=0.04)
-    c.add_argument("--mean", type=float, default=0.03)
+    c.add_argument("--max", type=float, default=0.01)
+    c.add_argument("--mean", type=float, default=0.005)
     args = parser.parse_args()
     {"vary-scales": vary_scales, "vary-rows": vary_rows,
      "compare": compare}[args.command](args)

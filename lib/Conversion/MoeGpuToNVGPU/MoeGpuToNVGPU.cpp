@@ -107,8 +107,15 @@ std::pair<Value, Value> epiloguePair(ImplicitLocOpBuilder &b, StoreTileOp op,
   };
   if (op.getEpilogue() == Epilogue::SwiGLU) {
     std::optional<APFloat> alpha = op.getAlpha(), limit = op.getLimit();
+    Type outType = cast<MemRefType>(op.getC().getType()).getElementType();
+    auto rounded = [&](Value v) -> Value {
+      if (!op.getRoundedInputs() || outType.isF32())
+        return v;
+      return arith::ExtFOp::create(
+          b, f32, Value(arith::TruncFOp::create(b, outType, v)));
+    };
     auto act = [&](int64_t i) -> Value {
-      Value gate = element(j, i), up = element(j + 1, i);
+      Value gate = rounded(element(j, i)), up = rounded(element(j + 1, i));
       if (!limit)
         return arith::MulFOp::create(b, gated(gate, 1.0), up);
       // GPT-OSS: (clamp(up, -l, l) + 1) * g * sigmoid(alpha * g), g =

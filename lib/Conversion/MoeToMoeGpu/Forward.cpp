@@ -647,7 +647,7 @@ void LayerBuilder::buildGemm(gpu::GPUFuncOp func, moegpu::Epilogue epilogue,
       /*aScale=*/Value(), /*bScale=*/Value(),
       moegpu::EpilogueAttr::get(ctx, epilogue),
       moegpu::GemmLayoutAttr::get(ctx, layout), moegpu::TileAttr(),
-      moegpu::SmRangeAttr(), alpha, limit);
+      moegpu::SmRangeAttr(), alpha, limit, /*roundedInputs=*/UnitAttr());
 }
 
 void LayerBuilder::buildExpertGemm(gpu::GPUFuncOp func,
@@ -763,5 +763,7 @@ void LayerBuilder::buildFp8Gemm(gpu::GPUFuncOp func, moegpu::Epilogue epilogue,
       func.getArgument(count - 2), func.getArgument(count - 1),
       moegpu::EpilogueAttr::get(ctx, epilogue),
       moegpu::GemmLayoutAttr::get(ctx, moegpu::GemmLayout::NT),
-      moegpu::TileAttr(), moegpu::SmRangeAttr(), alpha, limit);
+      moegpu::TileAttr(), moegpu::SmRangeAttr(), alpha, limit,
+      /*roundedInputs=*/epilogue == moegpu::Epilogue::SwiGLU ? b.getUnitAttr()
+                                                             : UnitAttr());
 }

@@ -96,13 +96,13 @@ func.func @biased(%a: memref<?x256xbf16>, %b: memref<8x512x256xbf16>,
 }
 
 // CHECK-LABEL: func.func @fp8_gemm
-// CHECK: moegpu.grouped_gemm %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} block_scales(%{{.*}}, %{{.*}} : memref<?x2xf32>, memref<8x4x2xf32>) {epilogue = #moegpu.epilogue<swiglu>} : memref<?x256xf8E4M3FN>, memref<8x384x256xf8E4M3FN>, memref<9xi32>, memref<?x192xbf16>
+// CHECK: moegpu.grouped_gemm %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} block_scales(%{{.*}}, %{{.*}} : memref<?x2xf32>, memref<8x4x2xf32>) {epilogue = #moegpu.epilogue<swiglu>, rounded_inputs} : memref<?x256xf8E4M3FN>, memref<8x384x256xf8E4M3FN>, memref<9xi32>, memref<?x192xbf16>
 // CHECK: moegpu.promote %{{.*}} into %{{.*}} scales(%{{.*}}, %{{.*}}) [%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}], warpgroup %{{.*}}, row_end %{{.*}} {interleaved} : vector<64xf32>, memref<?x2xf32>, memref<8x4x2xf32>
 func.func @fp8_gemm(%a: memref<?x256xf8E4M3FN>, %b: memref<8x384x256xf8E4M3FN>,
                     %offsets: memref<9xi32>, %c: memref<?x192xbf16>,
                     %as: memref<?x2xf32>, %bs: memref<8x4x2xf32>,
                     %acc: vector<64xf32>, %i: index) -> vector<64xf32> {
-  moegpu.grouped_gemm %a, %b, %offsets, %c block_scales(%as, %bs : memref<?x2xf32>, memref<8x4x2xf32>) {epilogue = #moegpu.epilogue<swiglu>} : memref<?x256xf8E4M3FN>, memref<8x384x256xf8E4M3FN>, memref<9xi32>, memref<?x192xbf16>
+  moegpu.grouped_gemm %a, %b, %offsets, %c block_scales(%as, %bs : memref<?x2xf32>, memref<8x4x2xf32>) {epilogue = #moegpu.epilogue<swiglu>, rounded_inputs} : memref<?x256xf8E4M3FN>, memref<8x384x256xf8E4M3FN>, memref<9xi32>, memref<?x192xbf16>
   %r = moegpu.promote %acc into %acc scales(%as, %bs)[%i, %i, %i, %i], warpgroup %i, row_end %i {interleaved} : vector<64xf32>, memref<?x2xf32>, memref<8x4x2xf32>
   return %r : vector<64xf32>
 }

@@ -135,9 +135,9 @@ func.func @dw(%a: memref<?x384xbf16>, %b: memref<?x256xbf16>, %o: memref<9xi32>,
 // CHECK: %[[PART:.*]] = moegpu.mma %{{.*}}[%{{.*}}], %{{.*}}, warpgroup %{{.*}} {first} :
 // CHECK: moegpu.promote %[[PART]] into %[[ACC]] scales(%{{.*}}, %{{.*}}) [%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}], warpgroup %{{.*}}, row_end %{{.*}} {interleaved}
 // CHECK-NOT: moegpu.release
-// CHECK: moegpu.store_tile
+// CHECK: moegpu.store_tile {{.*}}rounded_inputs
 func.func @fp8_up(%a: memref<?x256xf8E4M3FN>, %b: memref<8x384x256xf8E4M3FN>, %o: memref<9xi32>, %c: memref<?x192xbf16>, %as: memref<?x2xf32>, %bs: memref<8x4x2xf32>) {
-  moegpu.grouped_gemm %a, %b, %o, %c block_scales(%as, %bs : memref<?x2xf32>, memref<8x4x2xf32>) {epilogue = #moegpu.epilogue<swiglu>, tile = #moegpu.tile<m = 128, n = 128, k = 128, stages = 6>, sm_range = #moegpu.sm_range<first = 0, count = 8>} : memref<?x256xf8E4M3FN>, memref<8x384x256xf8E4M3FN>, memref<9xi32>, memref<?x192xbf16>
+  moegpu.grouped_gemm %a, %b, %o, %c block_scales(%as, %bs : memref<?x2xf32>, memref<8x4x2xf32>) {epilogue = #moegpu.epilogue<swiglu>, rounded_inputs, tile = #moegpu.tile<m = 128, n = 128, k = 128, stages = 6>, sm_range = #moegpu.sm_range<first = 0, count = 8>} : memref<?x256xf8E4M3FN>, memref<8x384x256xf8E4M3FN>, memref<9xi32>, memref<?x192xbf16>
   return
 }
 
