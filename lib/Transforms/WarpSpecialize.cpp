@@ -175,11 +175,6 @@ LogicalResult specialize(GroupedGemmOp op) {
             Value kBlocks) {
           Value zero = arith::ConstantOp::create(
               b, loc, DenseElementsAttr::get(fragmentType, 0.0f));
-          // A tile with a fixed depth (at least one k block) starts with
-          // its first block's wgmma ignoring the accumulator (`first`:
-          // scale-d 0), so no zeros are moved into the accumulator
-          // registers after the fence; a k-grouped tile may have none
-          // and starts from zeros.
           // Where the tile's group ends: a dense GEMM's rows, or the
           // group's offset.
           auto endOfRows = [&]() -> Value {
@@ -215,6 +210,11 @@ LogicalResult specialize(GroupedGemmOp op) {
                                 op.getLimitAttr(), op.getRoundedInputsAttr());
             return;
           }
+          // A tile with a fixed depth (at least one k block) starts with
+          // its first block's wgmma ignoring the accumulator (`first`:
+          // scale-d 0), so no zeros are moved into the accumulator
+          // registers after the fence; a k-grouped tile may have none
+          // and starts from zeros.
           Value start = constant(b, 0), init = zero;
           if (!kGrouped) {
             init = MmaOp::create(b, loc, fragmentType, pipeline, base, zero,

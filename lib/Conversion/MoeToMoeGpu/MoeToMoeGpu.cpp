@@ -65,8 +65,8 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   // (chunk, expert), so each chunk's all-to-all can run beside the expert
   // GEMMs of the chunks before it.
   chunks = ep > 1 ? std::max<int64_t>(1, layer.getEpChunks()) : 1;
-  // FP8 experts (DeepSeek-V3's e4m3 with block scales): one rank's
-  // forward pass so far.
+  // FP8 experts (DeepSeek-V3's e4m3 with block scales): the forward pass
+  // so far.
   bool fp8 = config.isFp8();
   if (fp8 && (train || config.getExpertBias()))
     return layer.emitOpError()
@@ -174,8 +174,12 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
     Type f8 = config.getExpertDtype();
     addBuffer("rows_q", f8, {kRows, h}, "scratch");
     addBuffer("rows_scale", f32, {kRows, hb}, "scratch");
-    addBuffer("act_q", f8, {kRows, f}, "scratch");
-    addBuffer("act_scale", f32, {kRows, fb}, "scratch");
+    // A sharded rank quantizes the SwiGLU outputs of the rows it received
+    // (ep_act_q below).
+    if (ep == 1) {
+      addBuffer("act_q", f8, {kRows, f}, "scratch");
+      addBuffer("act_scale", f32, {kRows, fb}, "scratch");
+    }
     if (shared || !config.getScaleInput()) {
       addBuffer("x_q", f8, {kTokens, h}, "scratch");
       addBuffer("x_scale", f32, {kTokens, hb}, "scratch");
