@@ -3,7 +3,8 @@
 # moe-run, moe-train, moe-comm-bench and libmoe_runtime.so from this build,
 # sm_90a bundles of the check's configs (tools/gpu-check/configs:
 # DeepSeek-V3 shapes with 32 experts, Mixtral-8x7B, Qwen3-30B-A3B),
-# training bundles of two tiny configs, and the check script itself.
+# training bundles of two tiny configs, an FP8 layer with the host's
+# outputs for it (fp8/), and the check script itself.
 #
 #   scripts/gpu-package.sh [--tiny] [--no-build] [--tile-n N]...
 #                          [--tile-m M]... [--tile-cluster C]... [OUT_DIR]
@@ -90,6 +91,37 @@ if [[ $tiny == 0 ]]; then
     "$build/bin/moe-compile" --hf-config "$root/test/Import/Inputs/deepseek-v2-lite.json" \
       --train --target=sm_90a --max-tokens=4096 --no-cache "${v#*:}" \
       -o "$out/bundles/train-bench/deepseek-v2-lite-${v%%:*}.moeb"
+  done
+fi
+# FP8 (--dtype fp8): the tiny DeepSeek-V3-like layer's sm_90a bundle with
+# published FP8 weights and inputs for 1, 128 and 1000 tokens, and the
+# host's outputs for them, computed here (the GPU machine need not run host
+# bundles); and, but with --tiny, the DeepSeek-V3-shaped config in fp8
+# for its kernel times next to its bf16 bundle's.
+python=${PYTHON:-python3}
+fp8config="$root/test/Integration/Inputs/deepseek-v3-fp8.json"
+mkdir -p "$out/fp8"
+cp "$root/test/GPU/fp8_vs_host.py" "$out/"
+"$build/bin/moe-compile" --hf-config "$fp8config" --dtype fp8 --target=sm_90a \
+  --max-tokens=1000 --no-cache -o "$out/fp8/deepseek-v3-fp8.moeb"
+"$build/bin/moe-compile" --hf-config "$fp8config" --dtype fp8 --no-cache \
+  -o "$out/fp8/host.moeb"
+for t in 1 128 1000; do
+  "$python" "$root/test/Integration/reference.py" gen --config "$fp8config" \
+    --tokens $t --seed $t --fp8 --dtype bf16 \
+    --weights "$out/fp8/weights-$t.safetensors" \
+    --inputs "$out/fp8/inputs-$t.safetensors"
+  "$build/bin/moe-run" "$out/fp8/host.moeb" --weights "$out/fp8/weights-$t.safetensors" \
+    --inputs "$out/fp8/inputs-$t.safetensors" \
+    --outputs "$out/fp8/host-$t.safetensors" > /dev/null
+done
+rm "$out/fp8/host.moeb"
+if [[ $tiny == 0 ]]; then
+  for config in "$root"/tools/gpu-check/configs/deepseek-v3*.json; do
+    "$build/bin/moe-compile" --hf-config "$config" --dtype fp8 --target=sm_90a \
+      --max-tokens=$tokens --no-cache --report \
+      -o "$out/fp8/speed-$(basename "$config" .json).moeb" \
+      2> "$out/fp8/speed-$(basename "$config" .json).report"
   done
 fi
 echo "gpu-package: $(du -sh "$out" | cut -f1) in $out"

@@ -27,6 +27,13 @@ masters and bias). For each bundle under train-bench/ (a larger layer), the
 time of a training step and of each GEMM kernel in it, with their rate
 (tools/gpu-check/train_bench.py; not on the emulator).
 
+FP8: the package's fp8/ bundle (the tiny DeepSeek-V3-like layer, e4m3
+experts) runs on published FP8 weights for 1, 128 and 1000 tokens and is
+checked against the host's outputs for them, computed where the package
+was built (test/GPU/fp8_vs_host.py's bounds); off the emulator, each
+fp8/speed-NAME bundle's kernel times are printed next to NAME's bf16
+bundle's, at --tokens.
+
 It also runs `moe-comm-bench --device=cuda` on one rank: the NCCL
 communicator is created (unique id, non-blocking init, CTA limits of the
 comm SMs), and an uneven all-to-all and an f32 all-reduce on device memory
@@ -37,6 +44,8 @@ warm-up), TFLOP/s or GB/s, next to torch.matmul in bf16 at the same FLOPs
 (operands rotated beyond L2) and to a PyTorch MoE layer of the same config.
 """
 import argparse
+import contextlib
+import io
 import json
 import os
 import re
@@ -208,6 +217,67 @@ def kernel_times(stdout):
         if m:
             times[m.group(1)] = float(m.group(2))
     return times
+
+
+# --------------------------------------------------------------------------
+# FP8
+# --------------------------------------------------------------------------
+def check_fp8(args):
+    """The fp8/ bundle against the host's outputs, then (off the emulator)
+    each fp8/speed-NAME bundle's kernel times beside NAME's bf16 ones."""
+    sys.path.insert(0, args.package)
+    import fp8_vs_host  # noqa: E402 (the package's copy)
+    fp8 = os.path.join(args.package, "fp8")
+    work = os.path.join(args.work, "fp8")
+    os.makedirs(work, exist_ok=True)
+    ok = True
+    bundle = os.path.join(fp8, "deepseek-v3-fp8.moeb")
+    for t in (1, 128, 1000):
+        outputs = os.path.join(work, f"y-{t}.safetensors")
+        run = run_tool([args.moe_run, bundle, "--device=cuda",
+                        "--weights", os.path.join(fp8, f"weights-{t}.safetensors"),
+                        "--inputs", os.path.join(fp8, f"inputs-{t}.safetensors"),
+                        "--outputs", outputs])
+        if run.returncode != 0:
+            print(f"  FAIL fp8 {t} tokens: moe-run failed:\n{run.stdout}{run.stderr}")
+            ok = False
+            continue
+        compared = argparse.Namespace(
+            gpu=outputs, host=os.path.join(fp8, f"host-{t}.safetensors"),
+            max=0.01, mean=0.005)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()) as said:
+                fp8_vs_host.compare(compared)
+            print(f"  PASS fp8 {t} tokens vs host: {said.getvalue().strip()}")
+        except SystemExit as failure:
+            print(f"  FAIL fp8 {t} tokens vs host: {failure}")
+            ok = False
+    if args.emulator:
+        return ok
+    for speed in sorted(b for b in os.listdir(fp8)
+                        if b.startswith("speed-") and b.endswith(".moeb")):
+        name = speed[len("speed-"):-len(".moeb")]
+        times = {}
+        for label, path in (("fp8", os.path.join(fp8, speed)),
+                            ("bf16", os.path.join(args.package, "bundles",
+                                                  name + ".moeb"))):
+            if not os.path.exists(path):
+                continue
+            run = run_tool([args.moe_run, path, "--device=cuda",
+                            "--random-weights", "--seed", str(args.seed),
+                            "--tokens", str(args.tokens),
+                            "--repeat", str(args.repeats), "--profile"])
+            if run.returncode != 0:
+                print(f"  FAIL fp8 speed {name} ({label}): moe-run failed:\n"
+                      f"{run.stdout}{run.stderr}")
+                ok = False
+                continue
+            times[label] = kernel_times(run.stdout)
+        for label, kernels in times.items():
+            detail = ", ".join(f"{k} {v:.4f}" for k, v in kernels.items())
+            print(f"  {name} {label} @ {args.tokens} tokens: kernels "
+                  f"{sum(kernels.values()):.4f} ms ({detail})")
+    return ok
 
 
 # --------------------------------------------------------------------------
@@ -569,6 +639,13 @@ def main():
             detail = ", ".join(f"{k} {v:.4f}" for k, v in times.items()
                                if k.startswith(("expert", "shared")))
             print(f"{name} @ {small} tokens: kernels {sum(times.values()):.4f} ms ({detail})")
+    if os.path.isdir(os.path.join(args.package, "fp8")):
+        print("fp8")
+        try:
+            ok = check_fp8(args) and ok
+        except Exception as error:
+            print(f"  FAIL fp8: {error!r}")
+            ok = False
     print("communicator")
     ok = check_comm(args) and ok
     train_dir = os.path.join(args.package, "bundles", "train")
