@@ -526,9 +526,11 @@ CudaBackend::uploadParameters(const std::vector<const Tensor *> &arguments) {
       const Tensor *up = comma == std::string::npos
                              ? nullptr
                              : parameter(roles.substr(comma + 1));
-      if (!gate || !up || gate->shape != up->shape)
+      if (!gate || !up || gate->shape != up->shape ||
+          (concat && gate->shape.size() < 2))
         return Status::failure("buffer '" + b.name + "' packs '" + roles +
-                               "', which the bundle does not hold alike");
+                               "', which the bundle does not hold alike" +
+                               (concat ? " (as matrices)" : ""));
       // A rank-2 buffer packs vectors (the experts' gate and up biases).
       packed = concat ? concatGateUp(*gate, *up)
                       : packGateUp(*gate, *up,
