@@ -88,7 +88,8 @@ static cl::opt<int64_t>
     tileN("tile-n",
           cl::desc("sm_90a: BLOCK_N (64, 128, 192 or 256) of every grouped "
                    "GEMM whose N it divides, in place of the cost model's "
-                   "choice (the router's GEMM keeps its own)"),
+                   "choice (the router's GEMM keeps its own; an FP8 GEMM "
+                   "takes it only where it also divides 128)"),
           cl::init(0), cl::cat(category));
 static cl::opt<int64_t>
     tileM("tile-m",
