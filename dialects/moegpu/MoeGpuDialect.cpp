@@ -182,9 +182,6 @@ static LogicalResult checkMemRef(Operation *op, Value value, StringRef what,
 }
 
 static bool isHalfFloat(Type type) { return type.isBF16() || type.isF16(); }
-static bool isOutputFloat(MemRefType type) {
-  return isHalfFloat(type.getElementType()) || type.getElementType().isF32();
-}
 
 /// A scale operand is present exactly with the row_scale epilogue.
 static LogicalResult checkScaleOperand(Operation *op, Epilogue epilogue,
@@ -215,11 +212,12 @@ static LogicalResult verifyClamp(Operation *op, Epilogue epilogue,
 }
 
 LogicalResult GroupedGemmOp::verifyBlockScales() {
-  MemRefType a = getA().getType(), b = getB().getType(), c = getC().getType();
+  MemRefType a = getA().getType(), b = getB().getType();
   if (getLayout() != GemmLayout::NT || isDense())
     return emitOpError() << "expects FP8 block scales only on a grouped GEMM "
                             "of the nt layout";
-  if (getEpilogue() == Epilogue::Accumulate || !isOutputFloat(c))
+  // c's element type was checked with the other operands'.
+  if (getEpilogue() == Epilogue::Accumulate)
     return emitOpError() << "expects an FP8 GEMM to write a bf16, f16 or f32 "
                             "c without accumulating";
   if (!b.hasStaticShape() || ShapedType::isDynamic(a.getDimSize(1)))

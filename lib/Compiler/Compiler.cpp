@@ -315,6 +315,15 @@ static std::string formatModel(const std::vector<Sm90KernelReport> &kernels,
       counts.push_back(t);
   if (counts.empty())
     counts.push_back(maxTokens);
+  // An FP8 layer's projections get the layer with bf16 experts beside
+  // them: these GEMMs' tiles on 16-bit operands at the bf16 rate, without
+  // the quantization.
+  Sm90LayerShape bf16 = shape;
+  bf16.fp8 = false;
+  std::vector<Sm90KernelReport> unquantized;
+  for (const Sm90KernelReport &k : kernels)
+    if (!llvm::StringRef(k.name).starts_with("quantize_"))
+      unquantized.push_back(k);
   for (int64_t t : counts) {
     double flops = 0, bytes = 0, roofline = 0, estimate = 0;
     for (const Sm90KernelCost &c : modelForward(shape, kernels, t, machine)) {
@@ -333,14 +342,6 @@ static std::string formatModel(const std::vector<Sm90KernelReport> &kernels,
                         estimate, roofline > 0 ? estimate / roofline : 0.0);
     if (!shape.fp8)
       continue;
-    // Beside it, the layer with bf16 experts: these GEMMs' tiles on 16-bit
-    // operands at the bf16 rate, without the quantization.
-    Sm90LayerShape bf16 = shape;
-    bf16.fp8 = false;
-    std::vector<Sm90KernelReport> unquantized;
-    for (const Sm90KernelReport &k : kernels)
-      if (!llvm::StringRef(k.name).starts_with("quantize_"))
-        unquantized.push_back(k);
     double bf16Estimate = 0;
     for (const Sm90KernelCost &c :
          modelForward(bf16, unquantized, t, machine))

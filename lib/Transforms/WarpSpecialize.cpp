@@ -184,6 +184,17 @@ LogicalResult specialize(GroupedGemmOp op) {
             Value end = memref::LoadOp::create(b, loc, op.getOffsets(), next);
             return arith::IndexCastOp::create(b, loc, b.getIndexType(), end);
           };
+          // The epilogue of the tile's accumulator, its rows ending at
+          // rowEnd (a rank-3 c, k-grouped, is indexed by group first).
+          auto storeTile = [&](Value acc, Value rowEnd) {
+            bool grouped = kGrouped && op.getC().getType().getRank() == 3;
+            StoreTileOp::create(b, loc, acc, op.getC(),
+                                grouped ? group : Value(), row, col, warpgroup,
+                                rowEnd, op.getScale(), op.getBias(),
+                                op.getBias() ? group : Value(),
+                                op.getEpilogueAttr(), op.getAlphaAttr(),
+                                op.getLimitAttr(), op.getRoundedInputsAttr());
+          };
           if (fp8) {
             Value rowEnd = endOfRows();
             // Each k block is its own wgmma batch from zero, complete (and
@@ -203,11 +214,7 @@ LogicalResult specialize(GroupedGemmOp op) {
                       warpgroup, rowEnd, op.getEpilogue() == Epilogue::SwiGLU);
                   scf::YieldOp::create(b, loc, sum);
                 });
-            StoreTileOp::create(b, loc, kLoop.getResult(0), op.getC(), Value(),
-                                row, col, warpgroup, rowEnd, op.getScale(),
-                                op.getBias(), op.getBias() ? group : Value(),
-                                op.getEpilogueAttr(), op.getAlphaAttr(),
-                                op.getLimitAttr(), op.getRoundedInputsAttr());
+            storeTile(kLoop.getResult(0), rowEnd);
             return;
           }
           // A tile with a fixed depth (at least one k block) starts with
@@ -261,13 +268,7 @@ LogicalResult specialize(GroupedGemmOp op) {
           } else {
             ReleaseOp::create(b, loc, pipeline, last, /*drain=*/true);
           }
-          Value rowEnd = endOfRows();
-          bool grouped = kGrouped && op.getC().getType().getRank() == 3;
-          StoreTileOp::create(
-              b, loc, kLoop.getResult(0), op.getC(), grouped ? group : Value(),
-              row, col, warpgroup, rowEnd, op.getScale(), op.getBias(),
-              op.getBias() ? group : Value(), op.getEpilogueAttr(),
-              op.getAlphaAttr(), op.getLimitAttr(), op.getRoundedInputsAttr());
+          storeTile(kLoop.getResult(0), endOfRows());
         });
   }
   op.erase();

@@ -517,9 +517,8 @@ CudaBackend::uploadParameters(const std::vector<const Tensor *> &arguments) {
                                b.source.substr(6) +
                                "', which the bundle has not");
       bytes = &t->data;
-    } else if (b.source.rfind("pack:", 0) == 0 ||
-               b.source.rfind("concat:", 0) == 0) {
-      bool concat = b.source[0] == 'c';
+    } else if (bool concat = b.source.rfind("concat:", 0) == 0;
+               concat || b.source.rfind("pack:", 0) == 0) {
       std::string roles = b.source.substr(concat ? 7 : 5);
       size_t comma = roles.find(',');
       const Tensor *gate = parameter(roles.substr(0, comma));

@@ -51,35 +51,49 @@ def vary_rows(args):
     r.write_safetensors(args.output, {"x": (x * rows * blocks).astype(x.dtype)})
 
 
-def compare(args):
-    gpu, host = r.read_safetensors(args.gpu), r.read_safetensors(args.host)
+# The bounds of `compare` (see the module's description).
+MAX_ERROR, MEAN_ERROR = 0.01, 0.005
+
+
+def check(gpu_path, host_path, max_error=MAX_ERROR, mean_error=MEAN_ERROR):
+    """The agreement of the two runs' outputs as one 'ok: ...' line; raises
+    ValueError saying what differs."""
+    gpu, host = r.read_safetensors(gpu_path), r.read_safetensors(host_path)
     ids_g, ids_h = gpu["topk_ids"], host["topk_ids"]
     if ids_g.shape != ids_h.shape:
-        sys.exit(f"topk_ids: shapes {ids_g.shape} and {ids_h.shape}")
+        raise ValueError(f"topk_ids: shapes {ids_g.shape} and {ids_h.shape}")
     for t in range(ids_g.shape[0]):
         if sorted(ids_g[t].tolist()) != sorted(ids_h[t].tolist()):
-            sys.exit(f"token {t}: experts {ids_g[t].tolist()} on the GPU, "
-                     f"{ids_h[t].tolist()} on the host")
+            raise ValueError(f"token {t}: experts {ids_g[t].tolist()} on the "
+                             f"GPU, {ids_h[t].tolist()} on the host")
         order = {e: j for j, e in enumerate(ids_h[t].tolist())}
         for j, e in enumerate(ids_g[t].tolist()):
             w_g, w_h = gpu["topk_weights"][t, j], host["topk_weights"][t, order[e]]
             if abs(w_g - w_h) > 1e-5 * (1 + abs(w_h)):
-                sys.exit(f"token {t}: weight of expert {e} is {w_g} on the "
-                         f"GPU, {w_h} on the host")
+                raise ValueError(f"token {t}: weight of expert {e} is {w_g} "
+                                 f"on the GPU, {w_h} on the host")
     y_g = gpu["y"].astype(np.float64)
     y_h = host["y"].astype(np.float64)
     if y_g.shape != y_h.shape or not np.isfinite(y_g).all():
-        sys.exit(f"y: shape {y_g.shape} (host {y_h.shape}) or not finite")
+        raise ValueError(f"y: shape {y_g.shape} (host {y_h.shape}) or not "
+                         f"finite")
     diff = np.abs(y_g - y_h)
     worst = diff.max() / max(np.abs(y_h).max(), 1e-30)
     mean = diff.mean() / max(np.abs(y_h).mean(), 1e-30)
-    if worst > args.max or mean > args.mean:
-        sys.exit(f"y: GPU and host differ by {worst:.3g} of max |y| at most "
-                 f"(bound {args.max}) and {mean:.3g} of mean |y| on average "
-                 f"(bound {args.mean})")
-    print(f"ok: {y_g.shape[0]} tokens, GPU and host within {args.max} of "
-          f"max |y| and {args.mean} of mean |y| (at most {worst:.2g}, on "
-          f"average {mean:.2g})")
+    if worst > max_error or mean > mean_error:
+        raise ValueError(f"y: GPU and host differ by {worst:.3g} of max |y| "
+                         f"at most (bound {max_error}) and {mean:.3g} of "
+                         f"mean |y| on average (bound {mean_error})")
+    return (f"ok: {y_g.shape[0]} tokens, GPU and host within {max_error} of "
+            f"max |y| and {mean_error} of mean |y| (at most {worst:.2g}, on "
+            f"average {mean:.2g})")
+
+
+def compare(args):
+    try:
+        print(check(args.gpu, args.host, args.max, args.mean))
+    except ValueError as error:
+        sys.exit(str(error))
 
 
 def main():
@@ -94,8 +108,8 @@ def main():
     c = sub.add_parser("compare")
     c.add_argument("gpu")
     c.add_argument("host")
-    c.add_argument("--max", type=float, default=0.01)
-    c.add_argument("--mean", type=float, default=0.005)
+    c.add_argument("--max", type=float, default=MAX_ERROR)
+    c.add_argument("--mean", type=float, default=MEAN_ERROR)
     args = parser.parse_args()
     {"vary-scales": vary_scales, "vary-rows": vary_rows,
      "compare": compare}[args.command](args)

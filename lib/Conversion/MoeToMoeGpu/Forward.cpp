@@ -461,9 +461,9 @@ void LayerBuilder::buildScatter(gpu::GPUFuncOp func) {
   });
   gpu::BarrierOp::create(b);
   Value p = e.load(pos, {e.idx(0)});
-  // FP8 (without scale_input): the token's e4m3 codes and scales, as
-  // quantize_x made them, go to the row.
-  bool codes = func.getNumArguments() == 9;
+  // The token's e4m3 codes and scales, as quantize_x made them, go to the
+  // row.
+  bool codes = dispatchesCodes();
   e.when(e.cmp(arith::CmpIPredicate::sge, p, e.i32(0)), [&] {
     Value row = arith::IndexCastOp::create(b, b.getIndexType(), p);
     if (codes) {

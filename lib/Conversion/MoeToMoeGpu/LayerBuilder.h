@@ -132,6 +132,12 @@ private:
   void launchExperts(StringRef rows, StringRef groups, StringRef act,
                      StringRef down, StringRef rowWeight,
                      std::optional<int64_t> chunk);
+  /// FP8 without scale_input: x is quantized once per token and the
+  /// dispatch copies codes and scales to the rows (with scale_input the
+  /// rows are x times a weight, dispatched in bf16 and quantized after).
+  bool dispatchesCodes() const {
+    return config.isFp8() && !config.getScaleInput();
+  }
   /// FP8: the routed experts' GEMMs and the quantization between them on
   /// the quantized rows `prefix`rows_q grouped by `groups` (of token chunk
   /// `chunk`; prefix "ep_": the rows a sharded rank received), and the

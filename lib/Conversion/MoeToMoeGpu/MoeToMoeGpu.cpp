@@ -156,7 +156,7 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   if (shared)
     addBuffer("shared_offsets", i32, {2}, "scratch");
   // FP8 rows (without scale_input) are dispatched as codes only.
-  if (!fp8 || config.getScaleInput())
+  if (!dispatchesCodes())
     addBuffer("rows", dtype, {kRows, h}, "scratch");
   addBuffer("row_map", i32, {kTokens, k}, "scratch");
   addBuffer("row_weight", f32, {kRows}, "scratch");
@@ -180,7 +180,7 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
       addBuffer("act_q", f8, {kRows, f}, "scratch");
       addBuffer("act_scale", f32, {kRows, fb}, "scratch");
     }
-    if (shared || !config.getScaleInput()) {
+    if (shared || dispatchesCodes()) {
       addBuffer("x_q", f8, {kTokens, h}, "scratch");
       addBuffer("x_scale", f32, {kTokens, hb}, "scratch");
     }
@@ -253,7 +253,7 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   // FP8: x is quantized once per token, before the dispatch copies its
   // codes and scales to its rows (the shared experts read them too). With
   // scale_input the rows are x times a weight: they are quantized after.
-  bool quantizeTokens = fp8 && !config.getScaleInput();
+  bool quantizeTokens = dispatchesCodes();
   if (fp8 && (shared || quantizeTokens))
     buildQuantize(addKernel("quantize_x", {"x", "x_q", "x_scale"},
                             gridOf(moegpu::GridKind::Tokens, kQuantizeWarps),
