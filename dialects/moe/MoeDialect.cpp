@@ -38,6 +38,16 @@ LogicalResult MoeDialect::verifyOperationAttribute(Operation *op,
                              << attr.getValue();
     return success();
   }
+  if (attr.getName() == getScheduleAttrName()) {
+    auto value = dyn_cast<StringAttr>(attr.getValue());
+    if (op->getName().getStringRef() != "scf.parallel" || !value ||
+        value.getValue() != getDynamicScheduleName())
+      return op->emitError()
+             << "expected '" << getScheduleAttrName() << "' to be \""
+             << getDynamicScheduleName() << "\" on an scf.parallel, got "
+             << attr.getValue() << " on " << op->getName();
+    return success();
+  }
   return op->emitError() << "unknown moe dialect attribute '"
                          << attr.getName().getValue() << "'";
 }

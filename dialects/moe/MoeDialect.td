@@ -42,6 +42,15 @@ def Moe_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral getSmPartitionAttrName() {
       return ::llvm::StringLiteral("moe.sm_partition");
     }
+    /// Name of the discardable attribute with which the host lowering asks
+    /// for a dynamic schedule of an `scf.parallel` loop (its only value,
+    /// `"dynamic"`; see `convert-dynamic-parallel-to-openmp`).
+    static constexpr ::llvm::StringLiteral getScheduleAttrName() {
+      return ::llvm::StringLiteral("moe.schedule");
+    }
+    static constexpr ::llvm::StringLiteral getDynamicScheduleName() {
+      return ::llvm::StringLiteral("dynamic");
+    }
   }];
 }
 

@@ -72,6 +72,9 @@ void moe::buildHostLoweringToLLVM(OpPassManager &pm, bool reuseBuffers,
   // body (it holds no alloca), which would otherwise refuse the blocks
   // scf-to-cf makes inside it.
   if (openmp) {
+    // The grouped GEMMs' loops first: their iterations' costs follow the
+    // routing, so threads take them one at a time.
+    pm.addPass(createConvertDynamicParallelToOpenMP());
     pm.addPass(createConvertSCFToOpenMPPass());
     pm.addPass(createCanonicalizerPass());
   }

@@ -1,5 +1,6 @@
 // RUN: moe-opt %s --moe-host-pipeline="alignment=8" | FileCheck %s
 // RUN: moe-opt %s --moe-host-pipeline | mlir-translate --mlir-to-llvmir | FileCheck %s --check-prefix=LLVMIR
+// RUN: moe-opt %s --moe-host-pipeline="openmp=1" | FileCheck %s --check-prefix=OMP
 
 // A whole layer on buffers (destination-passing style) goes down to the
 // LLVM dialect, with the C interface for the runtime.
@@ -13,6 +14,11 @@
 // CHECK: llvm.call @free
 // CHECK: llvm.func @_mlir_ciface_layer(
 // LLVMIR: define void @_mlir_ciface_layer(ptr
+// With OpenMP, the three grouped GEMMs (gate, up, down: 4 experts, one
+// block of columns each) hand out their iterations one at a time; the
+// other parallel loops keep the static schedule.
+// OMP-COUNT-3: omp.wsloop schedule(dynamic = %{{.*}} : i64)
+// OMP-NOT: schedule(dynamic
 func.func @layer(%x: memref<?x8xf32>, %wr: memref<4x8xf32>, %wg: memref<4x16x8xf32>,
                  %wu: memref<4x16x8xf32>, %wd: memref<4x8x16xf32>, %y: memref<?x8xf32>)
     attributes {llvm.emit_c_interface} {

@@ -59,6 +59,35 @@ def ConvertMoeToHost : Pass<"convert-moe-to-host"> {
   ];
 }
 
+def ConvertDynamicParallelToOpenMP
+    : Pass<"convert-dynamic-parallel-to-openmp", "::mlir::ModuleOp"> {
+  let summary = "Lower the scf.parallel loops marked for a dynamic schedule "
+                "to OpenMP worksharing loops that hand out one iteration at "
+                "a time";
+  let description = [{
+    `scf.parallel` loops carrying `moe.schedule = "dynamic"` become
+    `omp.parallel` around an `omp.wsloop` with `schedule(dynamic, 1)`
+    (their dimensions collapsed into one iteration space, each body in a
+    `memref.alloca_scope`, as `convert-scf-to-openmp` builds them). Other
+    `scf.parallel` loops are left for `convert-scf-to-openmp`, whose loops
+    run a static schedule: contiguous equal shares of the iterations.
+
+    The grouped GEMMs are marked: each iteration is one expert's block of
+    columns, and experts get different numbers of rows, so equal shares of
+    iterations are unequal shares of work, and a static schedule leaves
+    threads waiting at the loop's end for the one that drew the busiest
+    experts. The iterations write disjoint elements and each element's sum
+    keeps its order, so the schedule changes no result.
+
+    A marked loop with reductions is not supported and is reported as an
+    error.
+  }];
+  let dependentDialects = [
+    "::mlir::omp::OpenMPDialect", "::mlir::memref::MemRefDialect",
+    "::mlir::LLVM::LLVMDialect"
+  ];
+}
+
 def ConvertMoeGpuToNVGPU : Pass<"convert-moegpu-to-nvgpu",
                                 "::mlir::gpu::GPUModuleOp"> {
   let summary = "Lower warp-specialized moegpu kernels to gpu, nvgpu and nvvm";

@@ -29,7 +29,7 @@ namespace {
 using Builder = host::Builder;
 
 Value silu(Builder &b, Value x) {
-  return arith::MulFOp::create(b, x, sigmoid(b, x));
+  return arith::MulFOp::create(b, x, sigmoid(b, x, ExpKind::Inline));
 }
 
 Value lowerSwiGLU(Builder &b, SwiGLUOp op) {
@@ -46,8 +46,10 @@ Value lowerSwiGLU(Builder &b, SwiGLUOp op) {
             KernelBuilder{nb}.clampGateUp(v[0], v[1], limit->convertToDouble());
         Value glu = arith::MulFOp::create(
             nb, g,
-            sigmoid(nb, arith::MulFOp::create(
-                            nb, g, f32Const(nb, alpha->convertToDouble()))));
+            sigmoid(nb,
+                    arith::MulFOp::create(
+                        nb, g, f32Const(nb, alpha->convertToDouble())),
+                    ExpKind::Inline));
         return arith::MulFOp::create(nb, u, glu);
       });
 }
@@ -113,22 +115,26 @@ std::pair<Value, Value> segment(Builder &b, Value offsets, Value e,
 /// The grouped GEMMs' parallel loop: over experts and blocks of
 /// `columnBlock` of the `columns` output columns, with expert e's rows
 /// [lo, hi) of `rows` (from `offsets`) and the block's columns [c0, c1).
+/// An iteration costs as much as its expert has rows, so the threads take
+/// them one at a time (in expert order, so that one expert's rows stay in
+/// a thread's cache across its blocks when there are few threads).
 void overExpertBlocks(Builder &b, int64_t experts, int64_t columns,
                       int64_t columnBlock, Value offsets, Value rows,
                       function_ref<void(Builder &, Value e, Value lo, Value hi,
                                         Value c0, Value c1)>
                           body) {
   Value columnEnd = indexConst(b, columns);
-  parallelBlocks(b,
-                 {indexConst(b, experts),
-                  indexConst(b, (columns + columnBlock - 1) / columnBlock)},
-                 [&](Builder &b, ValueRange block) {
-                   Value e = block[0];
-                   auto [lo, hi] = segment(b, offsets, e, rows);
-                   auto [c0, c1] =
-                       blockRange(b, block[1], columnBlock, columnEnd);
-                   body(b, e, lo, hi, c0, c1);
-                 });
+  parallelBlocks(
+      b,
+      {indexConst(b, experts),
+       indexConst(b, (columns + columnBlock - 1) / columnBlock)},
+      [&](Builder &b, ValueRange block) {
+        Value e = block[0];
+        auto [lo, hi] = segment(b, offsets, e, rows);
+        auto [c0, c1] = blockRange(b, block[1], columnBlock, columnEnd);
+        body(b, e, lo, hi, c0, c1);
+      },
+      Schedule::Dynamic);
 }
 
 /// out[r, c] = sum_i in[r, i] * w[e, c, i] over expert e's rows r,
@@ -262,7 +268,7 @@ std::pair<Value, Value> lowerSwiGLUGrad(Builder &b, SwiGLUGradOp op) {
   Value gateGrad = elementwise(b, inputs, elt, [&](Builder &nb, ValueRange v) {
     auto [g, u, passes, upPasses] = clamp(nb, v[0], v[1]);
     Value one = f32Const(nb, 1.0), ag = gain(nb, g);
-    Value s = sigmoid(nb, ag);
+    Value s = sigmoid(nb, ag, ExpKind::Inline);
     // d (g * sigmoid(alpha g)) / dg = s * (1 + alpha * g * (1 - s))
     Value dglu = arith::MulFOp::create(
         nb, s,
@@ -275,7 +281,8 @@ std::pair<Value, Value> lowerSwiGLUGrad(Builder &b, SwiGLUGradOp op) {
   });
   Value upGrad = elementwise(b, inputs, elt, [&](Builder &nb, ValueRange v) {
     auto [g, u, gatePasses, passes] = clamp(nb, v[0], v[1]);
-    Value glu = arith::MulFOp::create(nb, g, sigmoid(nb, gain(nb, g)));
+    Value glu =
+        arith::MulFOp::create(nb, g, sigmoid(nb, gain(nb, g), ExpKind::Inline));
     return passed(nb, passes, arith::MulFOp::create(nb, v[2], glu));
   });
   return {gateGrad, upGrad};

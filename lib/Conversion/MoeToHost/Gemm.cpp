@@ -23,6 +23,7 @@
 
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 
 using namespace mlir;
@@ -484,15 +485,34 @@ void mlir::moe::host::emitPackedOuterGemm(Builder &b, const OuterGemm &g,
 
 void mlir::moe::host::parallelBlocks(
     Builder &b, ArrayRef<Value> counts,
-    function_ref<void(Builder &, ValueRange)> body) {
-  SmallVector<Value> lower(counts.size(), indexConst(b, 0));
-  SmallVector<Value> steps(counts.size(), indexConst(b, 1));
-  scf::ParallelOp::create(
-      b, lower, SmallVector<Value>(counts), steps,
+    function_ref<void(Builder &, ValueRange)> body, Schedule schedule) {
+  // Dimensions of one iteration are left out of the loop (index 0): the
+  // canonicalizer would drop them, rebuilding the loop without its
+  // schedule.
+  SmallVector<Value> loopCounts;
+  for (Value count : counts)
+    if (!isConstantIntValue(count, 1))
+      loopCounts.push_back(count);
+  SmallVector<Value> lower(loopCounts.size(), indexConst(b, 0));
+  SmallVector<Value> steps(loopCounts.size(), indexConst(b, 1));
+  if (loopCounts.empty()) {
+    body(b, SmallVector<Value>(counts.size(), indexConst(b, 0)));
+    return;
+  }
+  auto loop = scf::ParallelOp::create(
+      b, lower, loopCounts, steps,
       [&](OpBuilder &nested, Location loc, ValueRange ivs) {
         Builder nb(loc, nested);
-        body(nb, ivs);
+        SmallVector<Value> all;
+        auto iv = ivs.begin();
+        for (Value count : counts)
+          all.push_back(isConstantIntValue(count, 1) ? indexConst(nb, 0)
+                                                     : *iv++);
+        body(nb, all);
       });
+  if (schedule == Schedule::Dynamic)
+    loop->setAttr(MoeDialect::getScheduleAttrName(),
+                  b.getStringAttr(MoeDialect::getDynamicScheduleName()));
 }
 
 std::pair<Value, Value> mlir::moe::host::blockRange(Builder &b, Value index,

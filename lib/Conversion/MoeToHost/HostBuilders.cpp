@@ -91,9 +91,59 @@ arith::FastMathFlagsAttr reductionFlags(Builder &b) {
                                            arith::FastMathFlags::contract);
 }
 
-Value sigmoid(Builder &b, Value x) {
+Value expInline(Builder &b, Value x) {
+  // x = n ln2 + r with n = round(x / ln2) and |r| <= ln2 / 2 (ln2 in two
+  // parts, Cody and Waite's, so that n * ln2's high part is exact), e^r by
+  // Cephes' degree-7 polynomial for expf, and 2^n built in the exponent
+  // field. Within 2 ulp of expf's results; no call, so that LLVM
+  // vectorizes loops of it (libm's expf is one call per element).
+  auto c = [&](double v) { return f32Const(b, v); };
+  auto mul = [&](Value p, Value q) -> Value {
+    return arith::MulFOp::create(b, p, q);
+  };
+  auto add = [&](Value p, Value q) -> Value {
+    return arith::AddFOp::create(b, p, q);
+  };
+  auto clamp = [&](arith::CmpFPredicate beyond, double bound) {
+    Value limit = c(bound);
+    x = arith::SelectOp::create(b, arith::CmpFOp::create(b, beyond, x, limit),
+                                limit, x);
+  };
+  // e^x overflows above 88.73 and is below 2^-125 under -86.7: clamped,
+  // the first gives infinity through the product below and the second 0
+  // (n = -126 makes the exponent field 0). NaN passes both compares and
+  // stays NaN.
+  clamp(arith::CmpFPredicate::OLT, -87.0);
+  clamp(arith::CmpFPredicate::OGT, 88.8);
+  // round(x / ln2) by adding 1.5 * 2^23: the sum's low mantissa bits hold
+  // n as an integer.
+  constexpr double kShifter = 12582912.0;
+  Value shifted = add(mul(x, c(1.44269504088896341)), c(kShifter));
+  Value n = arith::SubFOp::create(b, shifted, c(kShifter));
+  Value r = arith::SubFOp::create(b, x, mul(n, c(0.693359375)));
+  r = arith::SubFOp::create(b, r, mul(n, c(-2.12194440e-4)));
+  Value p = c(1.9875691500e-4);
+  for (double coefficient : {1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+                             1.6666665459e-1, 5.0000001201e-1})
+    p = add(mul(p, r), c(coefficient));
+  Value y = add(add(mul(p, mul(r, r)), r), c(1.0));
+  // 2^(n - 1) from the exponent field, times 2y: n - 1 + 127 is in
+  // [0, 254] for n in [-126, 128].
+  Type i32 = b.getI32Type();
+  Value bits =
+      arith::SubIOp::create(b, arith::BitcastOp::create(b, i32, shifted),
+                            arith::BitcastOp::create(b, i32, c(kShifter)));
+  Value field = arith::ShLIOp::create(
+      b, arith::AddIOp::create(b, bits, i32Const(b, 126)), i32Const(b, 23));
+  Value scale = arith::BitcastOp::create(b, b.getF32Type(), field);
+  return mul(add(y, y), scale);
+}
+
+Value sigmoid(Builder &b, Value x, ExpKind kind) {
   Value one = f32Const(b, 1.0);
-  Value e = math::ExpOp::create(b, arith::NegFOp::create(b, x));
+  Value negated = arith::NegFOp::create(b, x);
+  Value e = kind == ExpKind::Inline ? expInline(b, negated)
+                                    : Value(math::ExpOp::create(b, negated));
   return arith::DivFOp::create(b, one, arith::AddFOp::create(b, one, e));
 }
 

@@ -78,7 +78,19 @@ ValueRange forLoopCarrying(
 /// from a sequential sum only by rounding.
 arith::FastMathFlagsAttr reductionFlags(Builder &b);
 
-Value sigmoid(Builder &b, Value x);
+/// e^x of an f32 in arithmetic alone (a polynomial and the exponent
+/// field), within 2 ulp of libm's expf; results below 2^-125 are 0.
+Value expInline(Builder &b, Value x);
+
+/// Which exp a builder uses: libm's (`math.exp`, a call per element) or
+/// `expInline`, which vectorizes. The routing keeps libm's, so that its
+/// scores, and the experts they pick, are those of the references; the
+/// SwiGLU activations, evaluated for every row and FFN column, take the
+/// inline one.
+enum class ExpKind { Libm, Inline };
+
+/// 1 / (1 + e^-x).
+Value sigmoid(Builder &b, Value x, ExpKind kind = ExpKind::Libm);
 
 /// A fresh buffer of `type` with its dynamic sizes taken from `sizes`.
 Value alloc(Builder &b, MemRefType type, ValueRange sizes = {});
@@ -231,10 +243,16 @@ int64_t dotColumnBlock(const VectorTarget &target, int64_t depth,
 /// register block's columns).
 int64_t outerColumnBlock(const VectorTarget &target);
 
+/// How the threads share a parallel loop's iterations: in contiguous equal
+/// shares (iterations of equal cost), or one at a time as each thread
+/// finishes its last (iterations whose cost depends on the routing).
+enum class Schedule { Static, Dynamic };
+
 /// `scf.parallel` over [0, counts[d]) in each dimension d; each iteration
 /// must write elements no other iteration writes.
 void parallelBlocks(Builder &b, ArrayRef<Value> counts,
-                    function_ref<void(Builder &, ValueRange)> body);
+                    function_ref<void(Builder &, ValueRange)> body,
+                    Schedule schedule = Schedule::Static);
 
 /// Tokens per iteration of the parallel loops over tokens.
 constexpr int64_t kTokenBlock = 64;

@@ -143,7 +143,8 @@ func.func @dispatch_unpadded(%x: tensor<?x16xf32>, %ids: tensor<?x2xi32>)
 // 5 x 4, and a depth (8) shorter than a vector (16) is summed one lane at
 // a time.
 // CHECK-LABEL: func @gmm_combine
-// CHECK: scf.parallel (%[[E:.*]], %{{.*}}) = (%{{.*}}, %{{.*}}) to (%c4, %c1)
+// One block of columns: the loop runs over the experts alone.
+// CHECK: scf.parallel (%[[E:.*]]) = (%{{.*}}) to (%c4)
 // CHECK: memref.load %{{.*}}[%[[E]]] : memref<5xi32>
 // CHECK: arith.minsi
 // CHECK: scf.if
@@ -157,9 +158,13 @@ func.func @dispatch_unpadded(%x: tensor<?x16xf32>, %ids: tensor<?x2xi32>)
 // CHECK: vector.load %{{.*}} : memref<4x16x8xf32>, vector<4xf32>
 // CHECK: arith.mulf
 // CHECK: arith.addf
+// Experts get different numbers of rows: the threads take the loop's
+// iterations one at a time.
+// CHECK: } {moe.schedule = "dynamic"}
 // CHECK-NOT: memref.alloca
 // CHECK: scf.parallel
 // CHECK: arith.select
+// CHECK-NOT: moe.schedule
 // CHECK: bufferization.to_tensor
 // WIDE-LABEL: func @gmm_combine
 // WIDE: scf.parallel
@@ -275,10 +280,12 @@ func.func @started(%rows: tensor<?x8xf32>, %off: tensor<5xi32>, %other: tensor<4
 // CHECK: vector.load %{{.*}} : memref<3x8x16xf32>, vector<4xf32>
 // CHECK: vector.broadcast %{{.*}} : f32 to vector<4xf32>
 // CHECK: vector.store %{{.*}} : memref<?x16xf32>, vector<4xf32>
+// CHECK: } {moe.schedule = "dynamic"}
 // CHECK: scf.parallel
 // CHECK: vector.load %{{.*}} : memref<?x16xf32>, vector<4xf32>
 // CHECK: vector.broadcast %{{.*}} : f32 to vector<4xf32>
 // CHECK: vector.store %{{.*}} : memref<3x8x16xf32>, vector<4xf32>
+// CHECK: } {moe.schedule = "dynamic"}
 func.func @grouped_gradients(%grad: tensor<?x8xf32>, %w: tensor<3x8x16xf32>,
                              %x: tensor<?x16xf32>, %off: tensor<4xi32>)
     -> (tensor<?x16xf32>, tensor<3x8x16xf32>) {

@@ -124,6 +124,22 @@ func.func private @f() attributes {moe.sm_partition = 20 : i64}
 
 // -----
 
+// expected-error @+1 {{expected 'moe.schedule' to be "dynamic" on an scf.parallel, got "dynamic" on func.func}}
+func.func private @f() attributes {moe.schedule = "dynamic"}
+
+// -----
+
+func.func @f(%n: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  // expected-error @+1 {{expected 'moe.schedule' to be "dynamic" on an scf.parallel, got "guided" on scf.parallel}}
+  scf.parallel (%i) = (%c0) to (%n) step (%c1) {
+  } {moe.schedule = "guided"}
+  return
+}
+
+// -----
+
 // expected-error @+1 {{unknown moe dialect attribute 'moe.partition'}}
 func.func private @f() attributes {moe.partition = #moe.sm_partition<sms = 132, comm = 20>}
 
