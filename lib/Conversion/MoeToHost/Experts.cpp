@@ -112,6 +112,39 @@ std::pair<Value, Value> segment(Builder &b, Value offsets, Value e,
   return {lo, hi};
 }
 
+/// Zeroes the rows of `out` that no expert's segment covers, which the
+/// grouped GEMMs leave unwritten, instead of the whole buffer: one pass
+/// over the experts zeroes each gap between the segments' running end and
+/// the next segment's start, then the rows after the last. With offsets
+/// out of order a gap may hold rows of a later segment, which its GEMM
+/// then overwrites; no row outside every segment is missed.
+void zeroUncoveredRows(Builder &b, Value out, Value offsets, int64_t experts,
+                       Value rows) {
+  auto type = cast<MemRefType>(out.getType());
+  Value zero =
+      arith::ConstantOp::create(b, b.getFloatAttr(type.getElementType(), 0.0));
+  int64_t columns = type.getDimSize(1);
+  // A loop of stores of zero along a row, which LLVM makes a memset.
+  auto zeroRows = [&](Builder &b, Value r0, Value r1) {
+    forLoop(b, r0, r1, [&](Builder &b, Value r) {
+      forLoop(b, columns, [&](Builder &b, Value c) {
+        memref::StoreOp::create(b, zero, out, ValueRange{r, c});
+      });
+    });
+  };
+  Value end =
+      forLoopCarrying(
+          b, indexConst(b, 0), indexConst(b, experts),
+          ValueRange{indexConst(b, 0)},
+          [&](Builder &b, Value e, ValueRange running) -> SmallVector<Value> {
+            auto [lo, hi] = segment(b, offsets, e, rows);
+            zeroRows(b, running[0], lo);
+            return {arith::MaxSIOp::create(b, running[0], hi)};
+          })
+          .front();
+  zeroRows(b, end, rows);
+}
+
 /// The grouped GEMMs' parallel loop: over experts and blocks of
 /// `columnBlock` of the `columns` output columns, with expert e's rows
 /// [lo, hi) of `rows` (from `offsets`) and the block's columns [c0, c1).
@@ -162,7 +195,7 @@ Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op,
                    : widenRows(b, input, target.width);
   Value out = alloc(b, MemRefType::get(outType.getShape(), elt),
                     dynamicSizes(b, outType, input));
-  fillBuffer(b, out, arith::ConstantOp::create(b, b.getFloatAttr(elt, 0.0)));
+  zeroUncoveredRows(b, out, offsets, experts, rows);
   int64_t columnBlock = packedColumnBlock(target, depth, columns);
   int64_t jMultiple = std::gcd(columnBlock, columns);
   overExpertBlocks(
@@ -304,7 +337,7 @@ Value lowerGroupedMatmulDx(Builder &b, GroupedMatmulDxOp op,
   Value rows = dim(b, grad, 0);
   Value out = alloc(b, MemRefType::get(outType.getShape(), elt),
                     dynamicSizes(b, outType, grad));
-  fillBuffer(b, out, arith::ConstantOp::create(b, b.getFloatAttr(elt, 0.0)));
+  zeroUncoveredRows(b, out, offsets, experts, rows);
   int64_t columnBlock = outerColumnBlock(target);
   overExpertBlocks(
       b, experts, columns, columnBlock, offsets, rows,

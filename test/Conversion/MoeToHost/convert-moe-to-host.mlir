@@ -143,8 +143,15 @@ func.func @dispatch_unpadded(%x: tensor<?x16xf32>, %ids: tensor<?x2xi32>)
 // 5 x 4, and a depth (8) shorter than a vector (16) is summed one lane at
 // a time.
 // CHECK-LABEL: func @gmm_combine
+// First the rows no segment covers are zeroed (the gaps between the
+// segments, found in one pass over the offsets, and the rows after the
+// last), not the whole output.
+// CHECK: %[[END:.*]] = scf.for %{{.*}} = %{{.*}} to %c4 step %{{.*}} iter_args
+// CHECK: memref.store %cst, %[[OUT:.*]][%{{.*}}, %{{.*}}] : memref<?x16xf32>
+// CHECK: scf.for %{{.*}} = %[[END]] to
+// CHECK: memref.store %cst, %[[OUT]]
 // One block of columns: the loop runs over the experts alone.
-// CHECK: scf.parallel (%[[E:.*]]) = (%{{.*}}) to (%c4)
+// CHECK: scf.parallel (%[[E:.*]]) = (%{{.*}}) to (%c4{{.*}})
 // CHECK: memref.load %{{.*}}[%[[E]]] : memref<5xi32>
 // CHECK: arith.minsi
 // CHECK: scf.if

@@ -32,6 +32,19 @@ func.func @main() {
   %y_m = bufferization.to_buffer %y : tensor<2x2xf32> to memref<2x2xf32>
   %y_u = memref.cast %y_m : memref<2x2xf32> to memref<*xf32>
   call @printMemrefF32(%y_u) : (memref<*xf32>) -> ()
+
+  // Rows no segment covers are zero, wherever they lie: offsets out of
+  // order give expert 0 rows 2 and 3, and experts 1 and 2 none (their
+  // segments [4, 4) and [1, 1) are empty), so rows 0, 1, 4 and 5 are
+  // outside every segment. All rows are ones, expert 0 sums its inputs.
+  %ones = arith.constant dense<1.0> : tensor<6x2xf32>
+  %w3 = arith.constant dense<1.0> : tensor<3x2x2xf32>
+  %gaps = arith.constant dense<[2, 4, 1, 1]> : tensor<4xi32>
+  %g3 = moe.grouped_matmul %ones, %w3, %gaps
+         : tensor<6x2xf32>, tensor<3x2x2xf32>, tensor<4xi32> -> tensor<6x2xf32>
+  %g3_m = bufferization.to_buffer %g3 : tensor<6x2xf32> to memref<6x2xf32>
+  %g3_u = memref.cast %g3_m : memref<6x2xf32> to memref<*xf32>
+  call @printMemrefF32(%g3_u) : (memref<*xf32>) -> ()
   return
 }
 // CHECK: {{\[}}[1,   2],
@@ -44,3 +57,9 @@ func.func @main() {
 // 0.5 * row 0 + 0.25 * row 3; 2 * row 2 (a -1 row is skipped).
 // CHECK: {{\[}}[1.5,   1.5],
 // CHECK-NEXT: [6,   6]]
+// CHECK: {{\[}}[0,   0],
+// CHECK-NEXT: [0,   0],
+// CHECK-NEXT: [2,   2],
+// CHECK-NEXT: [2,   2],
+// CHECK-NEXT: [0,   0],
+// CHECK-NEXT: [0,   0]]
