@@ -79,7 +79,8 @@ ValueRange forLoopCarrying(
 arith::FastMathFlagsAttr reductionFlags(Builder &b);
 
 /// e^x of an f32 in arithmetic alone (a polynomial and the exponent
-/// field), within 2 ulp of libm's expf; results below 2^-125 are 0.
+/// field; silu through it is within 1.2 ulp of the exact value); results
+/// below 2^-125 are 0.
 Value expInline(Builder &b, Value x);
 
 /// Which exp a builder uses: libm's (`math.exp`, a call per element) or
