@@ -489,25 +489,27 @@ void mlir::moe::host::parallelBlocks(
   // Dimensions of one iteration are left out of the loop (index 0): the
   // canonicalizer would drop them, rebuilding the loop without its
   // schedule.
+  SmallVector<bool> unit;
   SmallVector<Value> loopCounts;
-  for (Value count : counts)
-    if (!isConstantIntValue(count, 1))
+  for (Value count : counts) {
+    unit.push_back(isConstantIntValue(count, 1));
+    if (!unit.back())
       loopCounts.push_back(count);
-  SmallVector<Value> lower(loopCounts.size(), indexConst(b, 0));
-  SmallVector<Value> steps(loopCounts.size(), indexConst(b, 1));
+  }
   if (loopCounts.empty()) {
     body(b, SmallVector<Value>(counts.size(), indexConst(b, 0)));
     return;
   }
+  SmallVector<Value> lower(loopCounts.size(), indexConst(b, 0));
+  SmallVector<Value> steps(loopCounts.size(), indexConst(b, 1));
   auto loop = scf::ParallelOp::create(
       b, lower, loopCounts, steps,
       [&](OpBuilder &nested, Location loc, ValueRange ivs) {
         Builder nb(loc, nested);
         SmallVector<Value> all;
         auto iv = ivs.begin();
-        for (Value count : counts)
-          all.push_back(isConstantIntValue(count, 1) ? indexConst(nb, 0)
-                                                     : *iv++);
+        for (bool isUnit : unit)
+          all.push_back(isUnit ? indexConst(nb, 0) : *iv++);
         body(nb, all);
       });
   if (schedule == Schedule::Dynamic)
