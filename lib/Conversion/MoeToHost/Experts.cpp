@@ -173,28 +173,21 @@ void overExpertBlocks(Builder &b, int64_t experts, int64_t columns,
 /// out[r, c] = sum_i in[r, i] * w[e, c, i] over expert e's rows r,
 /// accumulated in f32; rows outside every segment are zero. In parallel
 /// over experts and blocks of columns.
-Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op,
-                         const VectorTarget &target) {
-  auto outType = cast<RankedTensorType>(op.getOutput().getType());
-  auto weightType = cast<RankedTensorType>(op.getWeight().getType());
+/// The body of moe.grouped_matmul over buffers (bias and scales may be
+/// null).
+void groupedMatmul(Builder &b, Value input, Value weight, Value offsets,
+                   Value bias, Value scales, Value out,
+                   const VectorTarget &target) {
+  auto weightType = cast<MemRefType>(weight.getType());
   int64_t experts = weightType.getDimSize(0);
   int64_t columns = weightType.getDimSize(1);
   int64_t depth = weightType.getDimSize(2);
-  Type elt = outType.getElementType();
-  Value input = asBuffer(b, op.getInput());
-  Value weight = asBuffer(b, op.getWeight());
-  Value offsets = asBuffer(b, op.getOffsets());
-  Value bias = op.getBias() ? asBuffer(b, op.getBias()) : Value();
-  // FP8: the rows quantized per 128 of K, the weight decoded with its block
-  // scales.
-  Value scales = op.getScale() ? asBuffer(b, op.getScale()) : Value();
+  Type elt = cast<MemRefType>(out.getType()).getElementType();
   Value rows = dim(b, input, 0);
   // The rows as f32 (quantized for FP8): the kernels then broadcast and
   // load them without converting each use.
   Value a = scales ? quantizeRowsFp8(b, input, target.width)
                    : widenRows(b, input, target.width);
-  Value out = alloc(b, MemRefType::get(outType.getShape(), elt),
-                    dynamicSizes(b, outType, input));
   zeroUncoveredRows(b, out, offsets, experts, rows);
   int64_t columnBlock = packedColumnBlock(target, depth, columns);
   int64_t jMultiple = std::gcd(columnBlock, columns);
@@ -263,6 +256,33 @@ Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op,
         else
           gemm(few, Value());
       });
+}
+
+Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op,
+                         const VectorTarget &target) {
+  auto outType = cast<RankedTensorType>(op.getOutput().getType());
+  SmallVector<Value> operands = {op.getInput(), op.getWeight(),
+                                 op.getOffsets()};
+  std::string kind = "grouped_matmul";
+  if (op.getBias()) {
+    operands.push_back(op.getBias());
+    kind += "_bias";
+  }
+  // FP8: the rows quantized per 128 of K, the weight decoded with its block
+  // scales.
+  if (op.getScale()) {
+    operands.push_back(op.getScale());
+    kind += "_fp8";
+  }
+  Value out =
+      alloc(b, MemRefType::get(outType.getShape(), outType.getElementType()),
+            dynamicSizes(b, outType, op.getInput()));
+  operands.push_back(out);
+  bool hasBias = op.getBias() != nullptr, hasScale = op.getScale() != nullptr;
+  callKernel(b, target, kind, operands, [&](Builder &b, ValueRange args) {
+    groupedMatmul(b, args[0], args[1], args[2], hasBias ? args[3] : Value(),
+                  hasScale ? args[3 + hasBias] : Value(), args.back(), target);
+  });
   return asTensor(b, out);
 }
 
@@ -324,19 +344,12 @@ std::pair<Value, Value> lowerSwiGLUGrad(Builder &b, SwiGLUGradOp op) {
 /// input_grad[r, k] = sum_n grad[r, n] * w[e, n, k] over expert e's rows;
 /// rows outside every segment are zero. In parallel over experts and blocks
 /// of columns.
-Value lowerGroupedMatmulDx(Builder &b, GroupedMatmulDxOp op,
-                           const VectorTarget &target) {
-  auto outType = cast<RankedTensorType>(op.getInputGrad().getType());
-  auto weightType = cast<RankedTensorType>(op.getWeight().getType());
+void groupedMatmulDx(Builder &b, Value grad, Value weight, Value offsets,
+                     Value out, const VectorTarget &target) {
+  auto weightType = cast<MemRefType>(weight.getType());
   int64_t experts = weightType.getDimSize(0), n = weightType.getDimSize(1),
           columns = weightType.getDimSize(2);
-  Type elt = outType.getElementType();
-  Value grad = asBuffer(b, op.getGrad());
-  Value weight = asBuffer(b, op.getWeight());
-  Value offsets = asBuffer(b, op.getOffsets());
   Value rows = dim(b, grad, 0);
-  Value out = alloc(b, MemRefType::get(outType.getShape(), elt),
-                    dynamicSizes(b, outType, grad));
   zeroUncoveredRows(b, out, offsets, experts, rows);
   int64_t columnBlock = outerColumnBlock(target);
   overExpertBlocks(
@@ -370,21 +383,30 @@ Value lowerGroupedMatmulDx(Builder &b, GroupedMatmulDxOp op,
         Builder few(b.getLoc(), ifOp.getElseBodyBuilder());
         emitOuterGemm(few, gemm, target);
       });
+}
+
+Value lowerGroupedMatmulDx(Builder &b, GroupedMatmulDxOp op,
+                           const VectorTarget &target) {
+  auto outType = cast<RankedTensorType>(op.getInputGrad().getType());
+  Value out =
+      alloc(b, MemRefType::get(outType.getShape(), outType.getElementType()),
+            dynamicSizes(b, outType, op.getGrad()));
+  callKernel(b, target, "grouped_matmul_dx",
+             {op.getGrad(), op.getWeight(), op.getOffsets(), out},
+             [&](Builder &b, ValueRange args) {
+               groupedMatmulDx(b, args[0], args[1], args[2], args[3], target);
+             });
   return asTensor(b, out);
 }
 
 /// weight_grad[e, n, k] = sum over expert e's rows r of grad[r, n] * in[r, k],
 /// in f32. In parallel over experts and blocks of columns.
-Value lowerGroupedMatmulDw(Builder &b, GroupedMatmulDwOp op,
-                           const VectorTarget &target) {
-  auto outType = cast<RankedTensorType>(op.getWeightGrad().getType());
+void groupedMatmulDw(Builder &b, Value input, Value grad, Value offsets,
+                     Value out, const VectorTarget &target) {
+  auto outType = cast<MemRefType>(out.getType());
   int64_t experts = outType.getDimSize(0), n = outType.getDimSize(1),
           columns = outType.getDimSize(2);
-  Value input = asBuffer(b, op.getInput());
-  Value grad = asBuffer(b, op.getGrad());
-  Value offsets = asBuffer(b, op.getOffsets());
   Value rows = dim(b, input, 0);
-  Value out = alloc(b, MemRefType::get(outType.getShape(), b.getF32Type()));
   int64_t columnBlock = outerColumnBlock(target);
   overExpertBlocks(
       b, experts, columns, columnBlock, offsets, rows,
@@ -411,6 +433,17 @@ Value lowerGroupedMatmulDw(Builder &b, GroupedMatmulDwOp op,
              }},
             columnBlock, target);
       });
+}
+
+Value lowerGroupedMatmulDw(Builder &b, GroupedMatmulDwOp op,
+                           const VectorTarget &target) {
+  auto outType = cast<RankedTensorType>(op.getWeightGrad().getType());
+  Value out = alloc(b, MemRefType::get(outType.getShape(), b.getF32Type()));
+  callKernel(b, target, "grouped_matmul_dw",
+             {op.getInput(), op.getGrad(), op.getOffsets(), out},
+             [&](Builder &b, ValueRange args) {
+               groupedMatmulDw(b, args[0], args[1], args[2], args[3], target);
+             });
   return asTensor(b, out);
 }
 

@@ -8,6 +8,8 @@
 #include "moe/Conversion/KernelBuilder.h"
 
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
@@ -172,26 +174,66 @@ void fillBuffer(Builder &b, Value buffer, Value value) {
   linalg::FillOp::create(b, ValueRange{value}, ValueRange{buffer});
 }
 
-Value matmulTransposeB(Builder &b, Value lhs, Value rhs,
-                       const VectorTarget &target, Value rhsScale) {
-  auto lhsType = cast<RankedTensorType>(lhs.getType());
-  auto rhsType = cast<RankedTensorType>(rhs.getType());
-  auto resultType = MemRefType::get(
-      {lhsType.getDimSize(0), rhsType.getDimSize(0)}, b.getF32Type());
-  Value a = asBuffer(b, lhs);
-  Value w = asBuffer(b, rhs);
-  Value scales = rhsScale ? asBuffer(b, rhsScale) : Value();
+void callKernel(Builder &b, const VectorTarget &target, StringRef kind,
+                ValueRange operands,
+                function_ref<void(Builder &, ValueRange)> body) {
+  auto buffersOf = [](Builder &b, ValueRange values) {
+    SmallVector<Value> buffers;
+    for (Value value : values)
+      buffers.push_back(
+          isa<RankedTensorType>(value.getType()) ? asBuffer(b, value) : value);
+    return buffers;
+  };
+  auto module =
+      b.getInsertionBlock()->getParentOp()->getParentOfType<ModuleOp>();
+  if (!target.kernels || !module) {
+    body(b, buffersOf(b, operands));
+    return;
+  }
+  // What the body's code depends on: a use with the same key calls the
+  // same function.
+  std::string key;
+  llvm::raw_string_ostream os(key);
+  os << kind << "; width " << target.width << ", registers "
+     << target.registers;
+  for (Value operand : operands)
+    os << "; " << operand.getType();
+  Operation *&callee = (*target.kernels)[key];
+  if (!callee) {
+    std::string base = ("moe_host_" + kind).str();
+    std::string name = base;
+    for (int i = 1; module.lookupSymbol(name); ++i)
+      name = base + "_" + std::to_string(i);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToEnd(module.getBody());
+    TypeRange types = operands.getTypes();
+    auto function = func::FuncOp::create(
+        b, name, FunctionType::get(b.getContext(), types, {}));
+    function.setPrivate();
+    // Internal in the shared object too (func-to-llvm reads the linkage
+    // from this attribute): not exported, and LLVM may inline it.
+    function->setAttr(
+        "llvm.linkage",
+        LLVM::LinkageAttr::get(b.getContext(), LLVM::Linkage::Internal));
+    SmallVector<Location> locs(types.size(), b.getLoc());
+    Block *entry = b.createBlock(&function.getBody(), {}, types, locs);
+    body(b, buffersOf(b, entry->getArguments()));
+    func::ReturnOp::create(b);
+    callee = function;
+  }
+  func::CallOp::create(b, cast<func::FuncOp>(callee), operands);
+}
+
+/// The body of matmulTransposeB over buffers: out = a w^T.
+static void denseGemm(Builder &b, Value a, Value w, Value scales, Value out,
+                      const VectorTarget &target) {
+  auto lhsType = cast<MemRefType>(a.getType());
+  auto rhsType = cast<MemRefType>(w.getType());
   // The rows as f32 (quantized for FP8), converted once.
   a = scales ? quantizeRowsFp8(b, a, target.width)
              : widenRows(b, a, target.width);
   Value rows = dim(b, a, 0);
   Value columns = dim(b, w, 0);
-  SmallVector<Value> sizes;
-  if (resultType.isDynamicDim(0))
-    sizes.push_back(rows);
-  if (resultType.isDynamicDim(1))
-    sizes.push_back(columns);
-  Value out = alloc(b, resultType, sizes);
   int64_t depth = lhsType.getDimSize(1);
   int64_t staticColumns =
       rhsType.isDynamicDim(0) ? 1 << 20 : rhsType.getDimSize(0);
@@ -264,7 +306,30 @@ Value matmulTransposeB(Builder &b, Value lhs, Value rhs,
         else
           run(b, Value());
       });
-  return asTensor(b, out);
+}
+
+Value matmulTransposeB(Builder &b, Value lhs, Value rhs,
+                       const VectorTarget &target, Value rhsScale) {
+  auto lhsType = cast<RankedTensorType>(lhs.getType());
+  auto rhsType = cast<RankedTensorType>(rhs.getType());
+  auto resultType = MemRefType::get(
+      {lhsType.getDimSize(0), rhsType.getDimSize(0)}, b.getF32Type());
+  SmallVector<Value> operands = {lhs, rhs};
+  if (rhsScale)
+    operands.push_back(rhsScale);
+  SmallVector<Value> sizes;
+  if (resultType.isDynamicDim(0))
+    sizes.push_back(dim(b, lhs, 0));
+  if (resultType.isDynamicDim(1))
+    sizes.push_back(dim(b, rhs, 0));
+  Value result = alloc(b, resultType, sizes);
+  operands.push_back(result);
+  callKernel(b, target, rhsScale ? "dense_gemm_fp8" : "dense_gemm", operands,
+             [&](Builder &b, ValueRange args) {
+               denseGemm(b, args[0], args[1], rhsScale ? args[2] : Value(),
+                         args.back(), target);
+             });
+  return asTensor(b, result);
 }
 
 Value elementwise(Builder &b, ValueRange inputs, Type elementType,

@@ -33,6 +33,11 @@ struct VectorTarget {
   /// Vector registers (16 on x86-64 up to AVX2, 32 with AVX-512 and on
   /// AArch64).
   int64_t registers = 16;
+  /// Where the GEMMs are built in private functions of the enclosing
+  /// module, one per distinct shape (callKernel): the functions built so
+  /// far, by what their code depends on. Null builds them in place; the
+  /// pass sets it where it runs on the module, which it may add symbols to.
+  llvm::StringMap<Operation *> *kernels = nullptr;
 };
 
 //===----------------------------------------------------------------------===//
@@ -103,6 +108,23 @@ Value asBuffer(Builder &b, Value tensor);
 Value asTensor(Builder &b, Value buffer);
 
 void fillBuffer(Builder &b, Value buffer, Value value);
+
+/// Runs `body` on the buffers of `operands`: tensors the body reads (as
+/// read-only buffers, `asBuffer`) and buffers it writes. Where
+/// `target.kernels` is set, `body` is built once per module for each
+/// distinct `kind`, operand types and target, in a private function
+/// `moe_host_<kind>` taking the operands, and every use calls it: two ops
+/// of the same shapes (DeepSeek-V3's gate and up projections, the forward
+/// GEMMs the training step recomputes) share one copy of their code, which
+/// LLVM then optimizes once. The call reads the tensors where it stands,
+/// which one-shot bufferization sees (a buffer the caller took of a tensor
+/// would not keep the tensor's buffer from being reused before the call).
+/// Otherwise `body` is built in place. Either way `body` may use no value
+/// of the caller but the buffers it is given, and everything static it
+/// builds from must follow from `kind`, the operands' types and `target`.
+void callKernel(Builder &b, const VectorTarget &target, StringRef kind,
+                ValueRange operands,
+                function_ref<void(Builder &, ValueRange)> body);
 
 //===----------------------------------------------------------------------===//
 // Structured pieces on tensors

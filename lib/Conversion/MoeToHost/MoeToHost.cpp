@@ -142,8 +142,10 @@ struct ConvertMoeToHost
     target.markUnknownOpDynamicallyLegal([](Operation *) { return true; });
     RewritePatternSet patterns(ctx);
     host::PendingExchanges pending;
-    host::VectorTarget vectors{vectorWidth.getValue(),
-                               vectorRegisters.getValue()};
+    llvm::StringMap<Operation *> kernels;
+    host::VectorTarget vectors{
+        vectorWidth.getValue(), vectorRegisters.getValue(),
+        isa<ModuleOp>(getOperation()) ? &kernels : nullptr};
     if (vectors.width < 1 || (vectors.width & (vectors.width - 1)) != 0 ||
         vectors.registers < 16) {
       getOperation()->emitError()

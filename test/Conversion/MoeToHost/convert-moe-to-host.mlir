@@ -9,14 +9,22 @@
 // micro-kernel (a 6 x 2 block of vectors of 4 f32, broadcasting each
 // token's value); with fewer, the dot micro-kernel (a 3 x 4 block of
 // vectors of 4 f32 along the hidden dimension, the weights from an f32
-// copy), reduced once per logit. Then sigmoid elementwise.
+// copy), reduced once per logit. Then sigmoid elementwise. The GEMM is
+// built in a private function of the module, which every GEMM of the same
+// shapes calls (@shared_swiglu_a2a below).
 // CHECK-LABEL: func @router_sigmoid
+// CHECK: %[[LOGITS:.*]] = memref.alloc(%{{.*}}) : memref<?x8xf32>
+// CHECK: call @moe_host_dense_gemm(%arg0, %arg1, %[[LOGITS]]) : (tensor<?x64xbf16>, tensor<8x64xbf16>, memref<?x8xf32>) -> ()
+// CHECK: bufferization.to_tensor %[[LOGITS]]
+// CHECK: linalg.generic
+// CHECK: math.exp
+// CHECK: arith.divf
+// CHECK: func.func private @moe_host_dense_gemm(%{{.*}}: tensor<?x64xbf16>, %{{.*}}: tensor<8x64xbf16>, %[[OUT:.*]]: memref<?x8xf32>) attributes {llvm.linkage = #llvm.linkage<internal>}
 // CHECK: %[[ROWS32:.*]] = memref.alloc(%{{.*}}) : memref<?x64xf32>
 // CHECK: scf.parallel
 // CHECK: vector.load %{{.*}} : memref<?x64xbf16>, vector<4xbf16>
 // CHECK: arith.extf %{{.*}} : vector<4xbf16> to vector<4xf32>
 // CHECK: vector.store %{{.*}}, %[[ROWS32]]
-// CHECK: %[[LOGITS:.*]] = memref.alloc(%{{.*}}) : memref<?x8xf32>
 // CHECK: scf.if
 // CHECK: scf.parallel
 // CHECK: memref.alloc() : memref<1x64x8xf32>
@@ -34,11 +42,8 @@
 // CHECK: arith.mulf %{{.*}} fastmath<reassoc,contract> : vector<4xf32>
 // CHECK: arith.addf %{{.*}} fastmath<reassoc,contract> : vector<4xf32>
 // CHECK: vector.reduction <add>, %{{.*}} fastmath<reassoc,contract> : vector<4xf32> into f32
-// CHECK: memref.store %{{.*}}, %[[LOGITS]]
-// CHECK: bufferization.to_tensor %[[LOGITS]]
-// CHECK: linalg.generic
-// CHECK: math.exp
-// CHECK: arith.divf
+// CHECK: memref.store %{{.*}}, %[[OUT]]
+// CHECK: return
 // CHECK-NOT: moe.
 func.func @router_sigmoid(%x: tensor<?x64xbf16>, %w: tensor<8x64xbf16>) -> tensor<?x8xf32> {
   %s = moe.router %x, %w {scoring = #moe.scoring<sigmoid>}
@@ -50,13 +55,15 @@ func.func @router_sigmoid(%x: tensor<?x64xbf16>, %w: tensor<8x64xbf16>) -> tenso
 
 // Softmax: row max, exp of the difference, row sum, division.
 // CHECK-LABEL: func @router_softmax
-// CHECK: vector.reduction <add>
+// CHECK: call @moe_host_dense_gemm
 // CHECK: linalg.generic {{.*}}iterator_types = ["parallel", "reduction"]
 // CHECK: arith.maximumf
 // CHECK: math.exp
 // CHECK: linalg.generic {{.*}}iterator_types = ["parallel", "reduction"]
 // CHECK: arith.addf
 // CHECK: arith.divf
+// CHECK: func.func private @moe_host_dense_gemm
+// CHECK: vector.reduction <add>
 func.func @router_softmax(%x: tensor<?x64xf32>, %w: tensor<8x64xf32>) -> tensor<?x8xf32> {
   %s = moe.router %x, %w {scoring = #moe.scoring<softmax>}
          : tensor<?x64xf32>, tensor<8x64xf32> -> tensor<?x8xf32>
@@ -143,6 +150,15 @@ func.func @dispatch_unpadded(%x: tensor<?x16xf32>, %ids: tensor<?x2xi32>)
 // 5 x 4, and a depth (8) shorter than a vector (16) is summed one lane at
 // a time.
 // CHECK-LABEL: func @gmm_combine
+// CHECK: %[[H:.*]] = memref.alloc(%{{.*}}) : memref<?x16xf32>
+// CHECK: call @moe_host_grouped_matmul(%{{.*}}, %{{.*}}, %{{.*}}, %[[H]])
+// CHECK: bufferization.to_tensor %[[H]]
+// CHECK-NOT: memref.alloca
+// CHECK: scf.parallel
+// CHECK: arith.select
+// CHECK-NOT: moe.schedule
+// CHECK: bufferization.to_tensor
+// CHECK: func.func private @moe_host_grouped_matmul(
 // First the rows no segment covers are zeroed (the gaps between the
 // segments, found in one pass over the offsets, and the rows after the
 // last), not the whole output.
@@ -168,12 +184,8 @@ func.func @dispatch_unpadded(%x: tensor<?x16xf32>, %ids: tensor<?x2xi32>)
 // Experts get different numbers of rows: the threads take the loop's
 // iterations one at a time.
 // CHECK: } {moe.schedule = "dynamic"}
-// CHECK-NOT: memref.alloca
-// CHECK: scf.parallel
-// CHECK: arith.select
-// CHECK-NOT: moe.schedule
-// CHECK: bufferization.to_tensor
 // WIDE-LABEL: func @gmm_combine
+// WIDE: func.func private @moe_host_grouped_matmul(
 // WIDE: scf.parallel
 // WIDE: scf.if
 // WIDE: memref.alloc() : memref<1x8x48xf32>
@@ -194,10 +206,20 @@ func.func @gmm_combine(%rows: tensor<?x8xf32>, %w: tensor<4x16x8xf32>, %off: ten
 // -----
 
 // Shared expert with a gate; SwiGLU; a one-rank all-to-all is the identity.
+// The gate and up projections, of the same shapes, call one function; the
+// down projection and the expert gate each have their own.
 // CHECK-LABEL: func @shared_swiglu_a2a
+// CHECK: call @moe_host_dense_gemm(%arg0, %arg1, %{{.*}}) : (tensor<?x8xf32>, tensor<4x8xf32>, memref<?x4xf32>) -> ()
+// CHECK: call @moe_host_dense_gemm(%arg0, %arg2, %{{.*}}) : (tensor<?x8xf32>, tensor<4x8xf32>, memref<?x4xf32>) -> ()
+// CHECK: call @moe_host_dense_gemm_1(%{{.*}}, %arg3, %{{.*}}) : (tensor<?x4xf32>, tensor<8x4xf32>, memref<?x8xf32>) -> ()
+// CHECK: call @moe_host_dense_gemm_2(%arg0, %arg4, %{{.*}}) : (tensor<?x8xf32>, tensor<1x8xf32>, memref<?x1xf32>) -> ()
 // CHECK: tensor.collapse_shape
 // CHECK-NOT: moe.
 // CHECK: return %{{.*}}, %arg5, %arg6
+// CHECK: func.func private @moe_host_dense_gemm(
+// CHECK: func.func private @moe_host_dense_gemm_1(
+// CHECK: func.func private @moe_host_dense_gemm_2(
+// CHECK-NOT: func.func
 func.func @shared_swiglu_a2a(%x: tensor<?x8xf32>, %g: tensor<4x8xf32>, %u: tensor<4x8xf32>,
                              %d: tensor<8x4xf32>, %sg: tensor<1x8xf32>,
                              %rows: tensor<?x8xf32>, %off: tensor<5xi32>)
@@ -283,11 +305,15 @@ func.func @started(%rows: tensor<?x8xf32>, %off: tensor<5xi32>, %other: tensor<4
 // blocks of columns: each row of the reduction broadcasts scalars of the
 // gradient against vectors of the weight (dX) or of the input (dW).
 // CHECK-LABEL: func @grouped_gradients
+// CHECK: call @moe_host_grouped_matmul_dx(
+// CHECK: call @moe_host_grouped_matmul_dw(
+// CHECK: func.func private @moe_host_grouped_matmul_dx(
 // CHECK: scf.parallel
 // CHECK: vector.load %{{.*}} : memref<3x8x16xf32>, vector<4xf32>
 // CHECK: vector.broadcast %{{.*}} : f32 to vector<4xf32>
 // CHECK: vector.store %{{.*}} : memref<?x16xf32>, vector<4xf32>
 // CHECK: } {moe.schedule = "dynamic"}
+// CHECK: func.func private @moe_host_grouped_matmul_dw(
 // CHECK: scf.parallel
 // CHECK: vector.load %{{.*}} : memref<?x16xf32>, vector<4xf32>
 // CHECK: vector.broadcast %{{.*}} : f32 to vector<4xf32>
@@ -310,7 +336,7 @@ func.func @grouped_gradients(%grad: tensor<?x8xf32>, %w: tensor<3x8x16xf32>,
 // CHECK-LABEL: func.func @gradient_in_destination
 // CHECK-SAME: %[[OUT:[a-z0-9]+]]: memref<3x8x16xf32>
 // CHECK-NOT: memref.alloc() : memref<3x8x16xf32>
-// CHECK: vector.store %{{.*}}, %[[OUT]]
+// CHECK: call @moe_host_grouped_matmul_dw(%{{.*}}, %{{.*}}, %{{.*}}, %[[OUT]])
 // CHECK-NOT: materialize_in_destination
 // CHECK: return
 func.func @gradient_in_destination(%grad: tensor<?x8xf32>,
