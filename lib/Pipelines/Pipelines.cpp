@@ -41,12 +41,15 @@ void moe::buildHostPipeline(OpPassManager &pm,
   convert.vectorWidth = options.vectorWidth;
   convert.vectorRegisters = options.vectorRegisters;
   pm.addPass(createConvertMoeToHost(convert));
-  pm.addPass(createConvertElementwiseToLinalgPass());
+  // Passes that see one function at a time run on the functions in
+  // parallel: the entry points and the GEMMs' functions (callKernel).
+  OpPassManager &functions = pm.nest<func::FuncOp>();
+  functions.addPass(createConvertElementwiseToLinalgPass());
   // Chains of elementwise ops (AdamW's, the loss's, SwiGLU's gradient) as
   // one loop each: one pass over memory instead of one per op.
-  pm.addPass(createLinalgElementwiseOpFusionPass());
-  pm.addPass(createCanonicalizerPass());
-  pm.addPass(createCSEPass());
+  functions.addPass(createLinalgElementwiseOpFusionPass());
+  functions.addPass(createCanonicalizerPass());
+  functions.addPass(createCSEPass());
 
   // Results built in a tensor.empty and then written to an output argument
   // (the step's new weights and moments) are built in the argument.
@@ -69,8 +72,9 @@ void moe::buildHostPipeline(OpPassManager &pm,
 
 void moe::buildHostLoweringToLLVM(OpPassManager &pm, bool reuseBuffers,
                                   bool openmp) {
-  pm.addPass(memref::createExpandStridedMetadataPass());
-  pm.addPass(createLowerAffinePass());
+  OpPassManager &early = pm.nest<func::FuncOp>();
+  early.addPass(memref::createExpandStridedMetadataPass());
+  early.addPass(createLowerAffinePass());
   // scf.parallel: OpenMP's parallel loops, or (in scf-to-cf) loops in order.
   // The canonicalizer inlines the memref.alloca_scope around each parallel
   // body (it holds no alloca), which would otherwise refuse the blocks
@@ -80,23 +84,25 @@ void moe::buildHostLoweringToLLVM(OpPassManager &pm, bool reuseBuffers,
     // routing, so threads take them one at a time.
     pm.addPass(createConvertDynamicParallelToOpenMP());
     pm.addPass(createConvertSCFToOpenMPPass());
-    pm.addPass(createCanonicalizerPass());
   }
-  pm.addPass(createSCFToControlFlowPass());
+  OpPassManager &functions = pm.nest<func::FuncOp>();
+  if (openmp)
+    functions.addPass(createCanonicalizerPass());
+  functions.addPass(createSCFToControlFlowPass());
   // bf16 conversions become integer arithmetic: the host's libgcc may lack
   // the soft-float helpers LLVM would call.
   arith::ArithExpandOpsPassOptions expand;
   expand.includeBf16 = true;
-  pm.addPass(arith::createArithExpandOpsPass(expand));
+  functions.addPass(arith::createArithExpandOpsPass(expand));
   // The packed GEMMs transpose tiles of weights in registers: as shuffles
   // (a 16 x 16 tile with AVX-512's two-source shuffles).
   ConvertVectorToLLVMPassOptions vectors;
   vectors.vectorTransposeLowering =
       vector::VectorTransposeLowering::Shuffle16x16;
-  pm.addPass(createConvertVectorToLLVMPass(vectors));
-  pm.addPass(createConvertMathToLLVMPass());
-  pm.addPass(createArithToLLVMConversionPass());
-  pm.addPass(createConvertIndexToLLVMPass());
+  functions.addPass(createConvertVectorToLLVMPass(vectors));
+  functions.addPass(createConvertMathToLLVMPass());
+  functions.addPass(createArithToLLVMConversionPass());
+  functions.addPass(createConvertIndexToLLVMPass());
   FinalizeMemRefToLLVMConversionPassOptions memrefs;
   memrefs.useGenericFunctions = reuseBuffers;
   pm.addPass(createFinalizeMemRefToLLVMConversionPass(memrefs));
