@@ -170,11 +170,10 @@ void overExpertBlocks(Builder &b, int64_t experts, int64_t columns,
       Schedule::Dynamic);
 }
 
-/// out[r, c] = sum_i in[r, i] * w[e, c, i] over expert e's rows r,
-/// accumulated in f32; rows outside every segment are zero. In parallel
-/// over experts and blocks of columns.
-/// The body of moe.grouped_matmul over buffers (bias and scales may be
-/// null).
+/// out[r, c] = sum_i in[r, i] * w[e, c, i] (+ bias[e, c]) over expert e's
+/// rows r, accumulated in f32, on buffers (bias and scales may be null);
+/// rows outside every segment are zero. In parallel over experts and blocks
+/// of columns.
 void groupedMatmul(Builder &b, Value input, Value weight, Value offsets,
                    Value bias, Value scales, Value out,
                    const VectorTarget &target) {
