@@ -48,6 +48,15 @@ LogicalResult MoeDialect::verifyOperationAttribute(Operation *op,
              << attr.getValue() << " on " << op->getName();
     return success();
   }
+  if (attr.getName() == getHostReadAttrName()) {
+    if (op->getName().getStringRef() != "bufferization.to_buffer" ||
+        !isa<IntegerAttr>(attr.getValue()))
+      return op->emitError()
+             << "expected '" << getHostReadAttrName()
+             << "' to be an integer on a bufferization.to_buffer, got "
+             << attr.getValue() << " on " << op->getName();
+    return success();
+  }
   return op->emitError() << "unknown moe dialect attribute '"
                          << attr.getName().getValue() << "'";
 }

@@ -51,6 +51,13 @@ def Moe_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral getDynamicScheduleName() {
       return ::llvm::StringLiteral("dynamic");
     }
+    /// Name of the discardable attribute that numbers each
+    /// `bufferization.to_buffer` the host lowering reads a tensor through
+    /// (an integer): CSE then never merges two of them, so each read stays
+    /// where one-shot bufferization sees it.
+    static constexpr ::llvm::StringLiteral getHostReadAttrName() {
+      return ::llvm::StringLiteral("moe.host_read");
+    }
   }];
 }
 

@@ -16,6 +16,7 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 
+#include <atomic>
 #include <limits>
 #include <numeric>
 
@@ -157,8 +158,17 @@ Value alloc(Builder &b, MemRefType type, ValueRange sizes) {
 Value asBuffer(Builder &b, Value tensor) {
   auto type = cast<RankedTensorType>(tensor.getType());
   auto memrefType = MemRefType::get(type.getShape(), type.getElementType());
-  return bufferization::ToBufferOp::create(b, memrefType, tensor,
-                                           /*read_only=*/true);
+  auto op = bufferization::ToBufferOp::create(b, memrefType, tensor,
+                                              /*read_only=*/true);
+  // One-shot bufferization takes the buffer's reads to happen at the
+  // to_buffer, and the lowering reads it right after. If CSE merged this
+  // to_buffer into an earlier one of the same tensor, an op between the two
+  // could reuse the tensor's buffer in place before these reads. A number
+  // of its own keeps each to_buffer apart (CSE compares attributes); it
+  // goes with the op at bufferization.
+  static std::atomic<uint64_t> reads{0};
+  op->setAttr(MoeDialect::getHostReadAttrName(), b.getI64IntegerAttr(reads++));
+  return op;
 }
 
 Value asTensor(Builder &b, Value buffer) {

@@ -101,6 +101,8 @@ Value sigmoid(Builder &b, Value x, ExpKind kind = ExpKind::Libm);
 /// A fresh buffer of `type` with its dynamic sizes taken from `sizes`.
 Value alloc(Builder &b, MemRefType type, ValueRange sizes = {});
 
+/// A read-only buffer of `tensor`, for reads that follow at once (each call
+/// makes a to_buffer of its own, which CSE does not merge).
 Value asBuffer(Builder &b, Value tensor);
 
 /// Hands a buffer written by the lowering back to tensor land, as a tensor

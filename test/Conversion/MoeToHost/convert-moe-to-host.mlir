@@ -75,7 +75,7 @@ func.func @router_softmax(%x: tensor<?x64xf32>, %w: tensor<8x64xf32>) -> tensor<
 // Top-k: a parallel loop over blocks of 64 tokens on buffers, each block
 // with its own rows of scratch; results come back as tensors.
 // CHECK-LABEL: func @topk
-// CHECK: bufferization.to_buffer %{{.*}} read_only : tensor<?x8xf32>
+// CHECK: bufferization.to_buffer %{{.*}} read_only {moe.host_read = {{[0-9]+}} : i64} : tensor<?x8xf32>
 // CHECK: memref.alloc(%{{.*}}) : memref<?x2xi32>
 // CHECK: memref.alloc(%{{.*}}) : memref<?x2xf32>
 // CHECK: %[[BLOCKS:.*]] = arith.divui %{{.*}}, %c64

@@ -140,6 +140,19 @@ func.func @f(%n: index) {
 
 // -----
 
+// expected-error @+1 {{expected 'moe.host_read' to be an integer on a bufferization.to_buffer, got 3 : i64 on func.func}}
+func.func private @f() attributes {moe.host_read = 3}
+
+// -----
+
+func.func @f(%t: tensor<4xf32>) -> memref<4xf32> {
+  // expected-error @+1 {{expected 'moe.host_read' to be an integer on a bufferization.to_buffer, got "x" on bufferization.to_buffer}}
+  %m = bufferization.to_buffer %t read_only {moe.host_read = "x"} : tensor<4xf32> to memref<4xf32>
+  return %m : memref<4xf32>
+}
+
+// -----
+
 // expected-error @+1 {{unknown moe dialect attribute 'moe.partition'}}
 func.func private @f() attributes {moe.partition = #moe.sm_partition<sms = 132, comm = 20>}
 
