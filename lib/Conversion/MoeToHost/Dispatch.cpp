@@ -16,6 +16,7 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 
 #include <limits>
 
@@ -27,12 +28,15 @@ namespace {
 
 using Builder = host::Builder;
 
-/// Copies row `src` of `from` to row `dst` of `to` (both [*, H]).
+/// Copies row `src` of `from` to row `dst` of `to` (both [*, H] of one
+/// element type), `lanes` elements at a time.
 void copyRow(Builder &b, Value from, Value src, Value to, Value dst,
-             int64_t width) {
-  forLoop(b, width, [&](Builder &b, Value h) {
-    Value v = memref::LoadOp::create(b, from, ValueRange{src, h});
-    memref::StoreOp::create(b, v, to, ValueRange{dst, h});
+             int64_t hidden, int64_t lanes) {
+  Type elt = cast<MemRefType>(from.getType()).getElementType();
+  forLanes(b, hidden, lanes, [&](Builder &b, Value h, int64_t n) {
+    Value v = vector::LoadOp::create(b, VectorType::get({n}, elt), from,
+                                     ValueRange{src, h});
+    vector::StoreOp::create(b, v, to, ValueRange{dst, h});
   });
 }
 
@@ -52,7 +56,8 @@ tokenRows(Builder &b, Value rowMap, Value t, int64_t k, Value rowCount) {
   return {valid, row};
 }
 
-SmallVector<Value> lowerDispatch(Builder &b, DispatchOp op) {
+SmallVector<Value> lowerDispatch(Builder &b, DispatchOp op,
+                                 const VectorTarget &target) {
   auto experts = static_cast<int64_t>(op.getExperts());
   auto alignment = static_cast<int64_t>(op.getAlignment());
   auto rowsType = cast<RankedTensorType>(op.getRows().getType());
@@ -168,18 +173,20 @@ SmallVector<Value> lowerDispatch(Builder &b, DispatchOp op) {
         Builder nb(loc, nested);
         Value dst = arith::IndexCastOp::create(nb, index, r);
         if (!scales) {
-          copyRow(nb, x, t, rows, dst, hidden);
+          copyRow(nb, x, t, rows, dst, hidden, target.width);
         } else {
           Value s = toF32(
               nb,
               fromF32(nb, memref::LoadOp::create(nb, scales, ValueRange{t, j}),
                       elt));
-          forLoop(nb, hidden, [&](Builder &b, Value h) {
-            Value v = toF32(b, memref::LoadOp::create(b, x, ValueRange{t, h}));
-            memref::StoreOp::create(
-                b, fromF32(b, arith::MulFOp::create(b, v, s), elt), rows,
-                ValueRange{dst, h});
-          });
+          forLanes(nb, hidden, target.width,
+                   [&](Builder &b, Value h, int64_t n) {
+                     Value v = loadVector(b, x, {t, h}, n);
+                     Value scale = vector::BroadcastOp::create(
+                         b, VectorType::get({n}, b.getF32Type()), s);
+                     storeVector(b, arith::MulFOp::create(b, v, scale), rows,
+                                 {dst, h});
+                   });
         }
         scf::YieldOp::create(nb);
       });
@@ -188,7 +195,7 @@ SmallVector<Value> lowerDispatch(Builder &b, DispatchOp op) {
   return {asTensor(b, rows), asTensor(b, offsets), asTensor(b, rowMap)};
 }
 
-Value lowerCombine(Builder &b, CombineOp op) {
+Value lowerCombine(Builder &b, CombineOp op, const VectorTarget &target) {
   auto outType = cast<RankedTensorType>(op.getOutput().getType());
   auto mapType = cast<RankedTensorType>(op.getRowMap().getType());
   int64_t hidden = outType.getDimSize(1), k = mapType.getDimSize(1);
@@ -212,17 +219,20 @@ Value lowerCombine(Builder &b, CombineOp op) {
     for (int64_t j = 0; weights && j < k; ++j)
       weight.push_back(
           memref::LoadOp::create(b, weights, ValueRange{t, indexConst(b, j)}));
-    forLoop(b, hidden, [&](Builder &b, Value h) {
-      Value acc = zeroF;
+    forLanes(b, hidden, target.width, [&](Builder &b, Value h, int64_t n) {
+      auto lanes = VectorType::get({n}, b.getF32Type());
+      Value acc = vector::BroadcastOp::create(b, lanes, zeroF);
       for (int64_t j = 0; j < k; ++j) {
-        Value v =
-            toF32(b, memref::LoadOp::create(b, rows, ValueRange{row[j], h}));
+        Value v = loadVector(b, rows, {row[j], h}, n);
         Value term =
-            weights ? Value(arith::MulFOp::create(b, weight[j], v)) : v;
+            weights
+                ? Value(arith::MulFOp::create(
+                      b, vector::BroadcastOp::create(b, lanes, weight[j]), v))
+                : v;
         acc = arith::SelectOp::create(b, valid[j],
                                       arith::AddFOp::create(b, acc, term), acc);
       }
-      memref::StoreOp::create(b, fromF32(b, acc, elt), out, ValueRange{t, h});
+      storeVector(b, acc, out, {t, h});
     });
   });
   return asTensor(b, out);
@@ -389,9 +399,14 @@ SmallVector<Value> lowerScaledDispatchGrad(Builder &b,
 
 } // namespace
 
-void mlir::moe::host::populateDispatchPatterns(RewritePatternSet &patterns) {
-  addLowering<DispatchOp>(patterns, lowerDispatch);
-  addLowering<CombineOp>(patterns, lowerCombine);
+void mlir::moe::host::populateDispatchPatterns(RewritePatternSet &patterns,
+                                               const VectorTarget &target) {
+  addLowering<DispatchOp>(patterns, [target](Builder &b, DispatchOp op) {
+    return lowerDispatch(b, op, target);
+  });
+  addLowering<CombineOp>(patterns, [target](Builder &b, CombineOp op) {
+    return lowerCombine(b, op, target);
+  });
   addLowering<CombineGradOp>(patterns, lowerCombineGrad);
   addLowering<DispatchGradOp>(patterns, lowerDispatchGrad);
   addLowering<ScaledDispatchGradOp>(patterns, lowerScaledDispatchGrad);

@@ -66,6 +66,24 @@ void forLoop(Builder &b, Value lb, Value ub, BodyFn body) {
       });
 }
 
+void forLanes(Builder &b, int64_t length, int64_t width,
+              function_ref<void(Builder &, Value h, int64_t n)> body) {
+  int64_t vectorEnd = width > 1 ? length / width * width : 0;
+  auto lanes = [&](int64_t lb, int64_t ub, int64_t n) {
+    if (lb == ub)
+      return;
+    scf::ForOp::create(
+        b, indexConst(b, lb), indexConst(b, ub), indexConst(b, n), ValueRange{},
+        [&](OpBuilder &nested, Location loc, Value h, ValueRange) {
+          Builder nb(loc, nested);
+          body(nb, h, n);
+          scf::YieldOp::create(nb);
+        });
+  };
+  lanes(0, vectorEnd, width);
+  lanes(vectorEnd, length, 1);
+}
+
 void forLoop(Builder &b, int64_t ub, BodyFn body) {
   forLoop(b, indexConst(b, 0), indexConst(b, ub), body);
 }

@@ -69,6 +69,14 @@ void forLoop(Builder &b, Value lb, Value ub, BodyFn body);
 
 void forLoop(Builder &b, int64_t ub, BodyFn body);
 
+/// `body(h, n)` for the `n` elements from h on, over [0, length): vectors
+/// of `width` lanes (n = width), then the last length % width elements as
+/// vectors of one lane. For rows the lowering copies or sums itself, in
+/// the host's vectors: LLVM then has no scalar loop left to vectorize,
+/// unroll and give a remainder (less code, and less time compiling it).
+void forLanes(Builder &b, int64_t length, int64_t width,
+              function_ref<void(Builder &, Value h, int64_t n)> body);
+
 /// A loop carrying values: `init` in, the body's yielded values out.
 ValueRange forLoopCarrying(
     Builder &b, Value lb, Value ub, ValueRange init,
@@ -388,7 +396,8 @@ void addLowering(RewritePatternSet &patterns, Fn lower) {
 void populateRoutingPatterns(RewritePatternSet &patterns,
                              const VectorTarget &target);
 /// moe.dispatch, moe.combine and their gradients.
-void populateDispatchPatterns(RewritePatternSet &patterns);
+void populateDispatchPatterns(RewritePatternSet &patterns,
+                              const VectorTarget &target);
 /// The experts: moe.grouped_matmul (and its dX, dW), moe.swiglu (and its
 /// gradient), moe.shared_expert.
 void populateExpertPatterns(RewritePatternSet &patterns,

@@ -155,7 +155,7 @@ struct ConvertMoeToHost
       return signalPassFailure();
     }
     host::populateRoutingPatterns(patterns, vectors);
-    host::populateDispatchPatterns(patterns);
+    host::populateDispatchPatterns(patterns, vectors);
     host::populateExpertPatterns(patterns, vectors);
     host::populateCollectivePatterns(patterns, pending);
     if (failed(applyPartialConversion(getOperation(), target,

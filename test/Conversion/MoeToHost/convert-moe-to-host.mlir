@@ -100,7 +100,7 @@ func.func @topk(%s: tensor<?x8xf32>, %b: tensor<8xf32>) -> (tensor<?x2xi32>, ten
 
 // Dispatch: histogram, aligned prefix sum, zero-filled rows (there is
 // padding), the row map, then the rows copied in parallel over blocks of
-// tokens.
+// tokens, a vector (4 lanes by default) at a time.
 // CHECK-LABEL: func @dispatch
 // CHECK: memref.alloca() : memref<4xindex>
 // CHECK: memref.alloc() : memref<5xi32>
@@ -113,7 +113,9 @@ func.func @topk(%s: tensor<?x8xf32>, %b: tensor<8xf32>) -> (tensor<?x2xi32>, ten
 // CHECK: memref.load %[[MAP]]
 // CHECK: arith.cmpi sge
 // CHECK: scf.if
-// CHECK: memref.store %{{.*}}, %[[ROWS]]
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c16{{.*}} step %c4
+// CHECK: vector.load %{{.*}} : memref<?x16xf32>, vector<4xf32>
+// CHECK: vector.store %{{.*}}, %[[ROWS]][%{{.*}}, %{{.*}}] : memref<?x16xf32>, vector<4xf32>
 // CHECK: bufferization.to_tensor
 func.func @dispatch(%x: tensor<?x16xf32>, %ids: tensor<?x2xi32>)
     -> (tensor<?x16xf32>, tensor<5xi32>, tensor<?x2xi32>) {
@@ -138,12 +140,29 @@ func.func @dispatch_unpadded(%x: tensor<?x16xf32>, %ids: tensor<?x2xi32>)
 
 // -----
 
+// A width that is not a multiple of the vector's: the last elements are
+// copied as vectors of one lane.
+// CHECK-LABEL: func @dispatch_tail
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c4{{.*}} step %c4
+// CHECK: vector.load %{{.*}} : memref<?x6xf32>, vector<4xf32>
+// CHECK: scf.for %{{.*}} = %c4{{.*}} to %c6{{.*}} step %c1
+// CHECK: vector.load %{{.*}} : memref<?x6xf32>, vector<1xf32>
+// CHECK: vector.store %{{.*}} : memref<?x6xf32>, vector<1xf32>
+func.func @dispatch_tail(%x: tensor<?x6xf32>, %ids: tensor<?x2xi32>)
+    -> (tensor<?x6xf32>, tensor<5xi32>, tensor<?x2xi32>) {
+  %rows, %off, %map = moe.dispatch %x, %ids {experts = 4, alignment = 1}
+      : tensor<?x6xf32>, tensor<?x2xi32> -> tensor<?x6xf32>, tensor<5xi32>, tensor<?x2xi32>
+  return %rows, %off, %map : tensor<?x6xf32>, tensor<5xi32>, tensor<?x2xi32>
+}
+
+// -----
+
 // Grouped GEMM and combine: per expert (its rows bounded by the clamped
 // offsets), in parallel over experts and blocks of columns: an expert of
 // at least 32 rows packs its block of weights into k-major strips (4 x 4
 // tiles transposed in registers) for the outer micro-kernel; one of fewer
 // runs the dot micro-kernel on the weights as they are. Then the combine,
-// in parallel over blocks of tokens, each output element the sum of the
+// in parallel over blocks of tokens, each output vector the sum of the
 // token's rows (entries outside the buffer add nothing), without scratch
 // memory. With AVX-512's vectors the packed strips are 48 columns wide
 // (an 8 x 3 block of vectors of 16), the dot kernel's register block is
@@ -155,7 +174,9 @@ func.func @dispatch_unpadded(%x: tensor<?x16xf32>, %ids: tensor<?x2xi32>)
 // CHECK: bufferization.to_tensor %[[H]]
 // CHECK-NOT: memref.alloca
 // CHECK: scf.parallel
-// CHECK: arith.select
+// CHECK: vector.load %{{.*}} : memref<?x16xf32>, vector<4xf32>
+// CHECK: arith.select %{{.*}}, %{{.*}}, %{{.*}} : vector<4xf32>
+// CHECK: vector.store %{{.*}} : memref<?x16xf32>, vector<4xf32>
 // CHECK-NOT: moe.schedule
 // CHECK: bufferization.to_tensor
 // CHECK: func.func private @moe_host_grouped_matmul(
