@@ -223,24 +223,11 @@ Value mlir::moe::host::widenRows(Builder &b, Value input, int64_t width) {
     sizes.push_back(rows);
   Value out =
       alloc(b, MemRefType::get(inputType.getShape(), b.getF32Type()), sizes);
-  int64_t vectorEnd = width > 1 ? depth / width * width : 0;
   forTokenBlocks(b, rows, [&](Builder &b, Value r) {
-    if (vectorEnd > 0)
-      forLoopCarrying(
-          b, indexConst(b, 0), indexConst(b, vectorEnd), width, {},
-          [&](Builder &b, Value k, ValueRange) -> SmallVector<Value> {
-            vector::StoreOp::create(b, loadVector(b, input, {r, k}, width), out,
-                                    ValueRange{r, k});
-            return {};
-          });
-    if (vectorEnd < depth)
-      forLoop(
-          b, indexConst(b, vectorEnd), indexConst(b, depth),
-          [&](Builder &b, Value k) {
-            memref::StoreOp::create(
-                b, toF32(b, memref::LoadOp::create(b, input, ValueRange{r, k})),
-                out, ValueRange{r, k});
-          });
+    forLanes(b, depth, width, [&](Builder &b, Value k, int64_t n) {
+      vector::StoreOp::create(b, loadVector(b, input, {r, k}, n), out,
+                              ValueRange{r, k});
+    });
   });
   return out;
 }
