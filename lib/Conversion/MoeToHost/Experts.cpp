@@ -16,6 +16,7 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "llvm/Support/FormatVariadic.h"
 
 #include <limits>
 #include <numeric>
@@ -123,11 +124,11 @@ void zeroUncoveredRows(Builder &b, Value out, Value offsets, int64_t experts,
   auto type = cast<MemRefType>(out.getType());
   Value zero =
       arith::ConstantOp::create(b, b.getFloatAttr(type.getElementType(), 0.0));
-  int64_t columns = type.getDimSize(1);
+  Value columns = dim(b, out, 1);
   // A loop of stores of zero along a row, which LLVM makes a memset.
   auto zeroRows = [&](Builder &b, Value r0, Value r1) {
     forLoop(b, r0, r1, [&](Builder &b, Value r) {
-      forLoop(b, columns, [&](Builder &b, Value c) {
+      forLoop(b, indexConst(b, 0), columns, [&](Builder &b, Value c) {
         memref::StoreOp::create(b, zero, out, ValueRange{r, c});
       });
     });
@@ -151,45 +152,51 @@ void zeroUncoveredRows(Builder &b, Value out, Value offsets, int64_t experts,
 /// An iteration costs as much as its expert has rows, so the threads take
 /// them one at a time (in expert order, so that one expert's rows stay in
 /// a thread's cache across its blocks when there are few threads).
-void overExpertBlocks(Builder &b, int64_t experts, int64_t columns,
-                      int64_t columnBlock, Value offsets, Value rows,
+void overExpertBlocks(Builder &b, int64_t experts, Value columns,
+                      Value columnBlock, Value offsets, Value rows,
                       function_ref<void(Builder &, Value e, Value lo, Value hi,
                                         Value c0, Value c1)>
                           body) {
-  Value columnEnd = indexConst(b, columns);
   parallelBlocks(
-      b,
-      {indexConst(b, experts),
-       indexConst(b, (columns + columnBlock - 1) / columnBlock)},
+      b, {indexConst(b, experts), ceilDiv(b, columns, columnBlock)},
       [&](Builder &b, ValueRange block) {
         Value e = block[0];
         auto [lo, hi] = segment(b, offsets, e, rows);
-        auto [c0, c1] = blockRange(b, block[1], columnBlock, columnEnd);
+        auto [c0, c1] = blockRange(b, block[1], columnBlock, columns);
         body(b, e, lo, hi, c0, c1);
       },
       Schedule::Dynamic);
 }
 
+/// What a grouped GEMM's code takes from its static sizes, which its
+/// operands need not carry.
+struct GroupedBlocks {
+  /// Numbers every block's column count (packedColumnBlock's blocks are
+  /// whole strips) and the depth are multiples of.
+  int64_t columnMultiple, depthMultiple;
+};
+
 /// out[r, c] = sum_i in[r, i] * w[e, c, i] (+ bias[e, c]) over expert e's
 /// rows r, accumulated in f32, on buffers (bias and scales may be null);
 /// rows outside every segment are zero. In parallel over experts and blocks
-/// of columns.
+/// of columns. The sizes may be dynamic (`blocks` holds what the code
+/// takes from the static ones).
 void groupedMatmul(Builder &b, Value input, Value weight, Value offsets,
                    Value bias, Value scales, Value out,
-                   const VectorTarget &target) {
+                   const GroupedBlocks &blocks, const VectorTarget &target) {
   auto weightType = cast<MemRefType>(weight.getType());
   int64_t experts = weightType.getDimSize(0);
-  int64_t columns = weightType.getDimSize(1);
-  int64_t depth = weightType.getDimSize(2);
+  Value columns = dim(b, weight, 1);
+  Value depth = dim(b, weight, 2);
+  Value columnBlock = packedColumnBlock(b, target, depth, columns);
+  int64_t jMultiple = blocks.columnMultiple;
   Type elt = cast<MemRefType>(out.getType()).getElementType();
   Value rows = dim(b, input, 0);
   // The rows as f32 (quantized for FP8): the kernels then broadcast and
   // load them without converting each use.
   Value a = scales ? quantizeRowsFp8(b, input, target.width)
-                   : widenRows(b, input, target.width);
+                   : widenRows(b, input, target.width, blocks.depthMultiple);
   zeroUncoveredRows(b, out, offsets, experts, rows);
-  int64_t columnBlock = packedColumnBlock(target, depth, columns);
-  int64_t jMultiple = std::gcd(columnBlock, columns);
   overExpertBlocks(
       b, experts, columns, columnBlock, offsets, rows,
       [&](Builder &b, Value e, Value lo, Value hi, Value c0, Value c1) {
@@ -218,7 +225,7 @@ void groupedMatmul(Builder &b, Value input, Value weight, Value offsets,
                }
                storeVector(b, v, out, {r, c});
              },
-             jMultiple},
+             jMultiple, blocks.depthMultiple},
             target);
         Builder few(b.getLoc(), ifOp.getElseBodyBuilder());
         auto gemm = [&](Builder &b, Value panel) {
@@ -244,14 +251,14 @@ void groupedMatmul(Builder &b, Value input, Value weight, Value offsets,
                  memref::StoreOp::create(b, fromF32(b, sum, elt), out,
                                          ValueRange{r, c});
                },
-               jMultiple},
+               jMultiple, blocks.depthMultiple},
               target);
         };
         // FP8 or 16-bit weights: the block's weights converted once, for
         // all of its rows.
         if (scales || !weightType.getElementType().isF32())
           withWeightPanel(few, weight, scales, {e}, c0, c1, columnBlock, depth,
-                          target.width, gemm);
+                          blocks.depthMultiple, target.width, gemm);
         else
           gemm(few, Value());
       });
@@ -278,10 +285,46 @@ Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op,
             dynamicSizes(b, outType, op.getInput()));
   operands.push_back(out);
   bool hasBias = op.getBias() != nullptr, hasScale = op.getScale() != nullptr;
-  callKernel(b, target, kind, operands, [&](Builder &b, ValueRange args) {
-    groupedMatmul(b, args[0], args[1], args[2], hasBias ? args[3] : Value(),
-                  hasScale ? args[3 + hasBias] : Value(), args.back(), target);
-  });
+  auto weightType = cast<RankedTensorType>(op.getWeight().getType());
+  int64_t columns = weightType.getDimSize(1), depth = weightType.getDimSize(2);
+  GroupedBlocks blocks;
+  blocks.columnMultiple = std::gcd(packedStripWidth(target), columns);
+  blocks.depthMultiple = std::gcd(depth, target.width);
+  // Without FP8 scales (whose block counts follow the sizes) the kernel
+  // takes the column count and depth at run time: the projections of a
+  // layer share one copy of its code when these blocks agree (DeepSeek-V3's
+  // gate, up and down).
+  std::string variant;
+  if (!hasScale) {
+    auto dynamic = [&](Value &operand, ArrayRef<int64_t> dims) {
+      auto type = cast<ShapedType>(operand.getType());
+      SmallVector<int64_t> shape(type.getShape());
+      for (int64_t d : dims)
+        shape[d] = ShapedType::kDynamic;
+      if (auto memref = dyn_cast<MemRefType>(type))
+        operand = memref::CastOp::create(
+            b, MemRefType::get(shape, memref.getElementType()), operand);
+      else
+        operand = tensor::CastOp::create(
+            b, RankedTensorType::get(shape, type.getElementType()), operand);
+    };
+    dynamic(operands[0], {1});
+    dynamic(operands[1], {1, 2});
+    if (hasBias)
+      dynamic(operands[3], {1});
+    dynamic(operands.back(), {1});
+    variant = llvm::formatv("columns a multiple of {0}, depth of {1}",
+                            blocks.columnMultiple, blocks.depthMultiple)
+                  .str();
+  }
+  callKernel(
+      b, target, kind, operands,
+      [&](Builder &b, ValueRange args) {
+        groupedMatmul(b, args[0], args[1], args[2], hasBias ? args[3] : Value(),
+                      hasScale ? args[3 + hasBias] : Value(), args.back(),
+                      blocks, target);
+      },
+      variant);
   return asTensor(b, out);
 }
 
@@ -352,8 +395,8 @@ void groupedMatmulDx(Builder &b, Value grad, Value weight, Value offsets,
   zeroUncoveredRows(b, out, offsets, experts, rows);
   int64_t columnBlock = outerColumnBlock(target);
   overExpertBlocks(
-      b, experts, columns, columnBlock, offsets, rows,
-      [&](Builder &b, Value e, Value lo, Value hi, Value c0, Value c1) {
+      b, experts, indexConst(b, columns), indexConst(b, columnBlock), offsets,
+      rows, [&](Builder &b, Value e, Value lo, Value hi, Value c0, Value c1) {
         OuterGemm gemm{lo,
                        hi,
                        indexConst(b, 0),
@@ -408,8 +451,8 @@ void groupedMatmulDw(Builder &b, Value input, Value grad, Value offsets,
   Value rows = dim(b, input, 0);
   int64_t columnBlock = outerColumnBlock(target);
   overExpertBlocks(
-      b, experts, columns, columnBlock, offsets, rows,
-      [&](Builder &b, Value e, Value lo, Value hi, Value c0, Value c1) {
+      b, experts, indexConst(b, columns), indexConst(b, columnBlock), offsets,
+      rows, [&](Builder &b, Value e, Value lo, Value hi, Value c0, Value c1) {
         // The expert's rows of the input, copied into contiguous strips
         // once for all n rows of the gradient (rows of the input are a
         // page or more apart).

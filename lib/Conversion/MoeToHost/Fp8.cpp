@@ -212,22 +212,26 @@ Value mlir::moe::host::loadFp8Weight(Builder &b, Value codes, Value scales,
   return arith::MulFOp::create(b, values, scale);
 }
 
-Value mlir::moe::host::widenRows(Builder &b, Value input, int64_t width) {
+Value mlir::moe::host::widenRows(Builder &b, Value input, int64_t width,
+                                 int64_t depthMultiple) {
   auto inputType = cast<MemRefType>(input.getType());
   if (inputType.getElementType().isF32())
     return input;
-  int64_t depth = inputType.getDimSize(1);
-  Value rows = dim(b, input, 0);
+  Value rows = dim(b, input, 0), depth = dim(b, input, 1);
+  if (!inputType.isDynamicDim(1))
+    depthMultiple = inputType.getDimSize(1);
   SmallVector<Value> sizes;
-  if (inputType.isDynamicDim(0))
-    sizes.push_back(rows);
+  for (int64_t d = 0; d < 2; ++d)
+    if (inputType.isDynamicDim(d))
+      sizes.push_back(d == 0 ? rows : depth);
   Value out =
       alloc(b, MemRefType::get(inputType.getShape(), b.getF32Type()), sizes);
   forTokenBlocks(b, rows, [&](Builder &b, Value r) {
-    forLanes(b, depth, width, [&](Builder &b, Value k, int64_t n) {
-      vector::StoreOp::create(b, loadVector(b, input, {r, k}, n), out,
-                              ValueRange{r, k});
-    });
+    forLanes(b, depth, depthMultiple, width,
+             [&](Builder &b, Value k, int64_t n) {
+               vector::StoreOp::create(b, loadVector(b, input, {r, k}, n), out,
+                                       ValueRange{r, k});
+             });
   });
   return out;
 }

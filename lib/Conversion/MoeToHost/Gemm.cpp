@@ -43,6 +43,20 @@ Value zeroVector(Builder &b, int64_t width) {
       b, DenseElementsAttr::get(f32Vector(b, width), b.getF32FloatAttr(0.0f)));
 }
 
+/// An f32 buffer of `sizes`: static where a size is a constant (or an
+/// integer attribute), dynamic elsewhere.
+Value allocF32(Builder &b, ArrayRef<OpFoldResult> sizes) {
+  SmallVector<int64_t> shape;
+  SmallVector<Value> dynamic;
+  for (OpFoldResult size : sizes) {
+    std::optional<int64_t> known = getConstantIntValue(size);
+    shape.push_back(known ? *known : ShapedType::kDynamic);
+    if (!known)
+      dynamic.push_back(cast<Value>(size));
+  }
+  return alloc(b, MemRefType::get(shape, b.getF32Type()), dynamic);
+}
+
 /// `acc + a * b`, which LLVM may fuse into one FMA where the host has one
 /// (an `llvm.fma` would be a libm call per lane on hosts without).
 Value multiplyAdd(Builder &b, Value acc, Value x, Value y) {
@@ -111,11 +125,11 @@ std::pair<int64_t, int64_t> outerBlock(const VectorTarget &target) {
 /// Sums of A(i0 + ii, k) B(j0 + jj, k) over k in [kBegin, kEnd), which is
 /// a multiple of `width` long, as mr x nr vectors.
 SmallVector<Value> dotPartials(Builder &b, const DotGemm &g, Value i0, Value j0,
-                               int64_t mr, int64_t nr, int64_t kBegin,
-                               int64_t kEnd, int64_t width) {
+                               int64_t mr, int64_t nr, Value kBegin, Value kEnd,
+                               int64_t width) {
   SmallVector<Value> init(mr * nr, zeroVector(b, width));
   return stepLoop(
-      b, indexConst(b, kBegin), indexConst(b, kEnd), width, init,
+      b, kBegin, kEnd, width, init,
       [&](Builder &b, Value k, ValueRange acc) -> SmallVector<Value> {
         SmallVector<Value> a;
         for (int64_t ii = 0; ii < mr; ++ii)
@@ -133,7 +147,10 @@ SmallVector<Value> dotPartials(Builder &b, const DotGemm &g, Value i0, Value j0,
 void dotMicroKernel(Builder &b, const DotGemm &g, const VectorTarget &target,
                     Value i0, Value j0, int64_t mr, int64_t nr) {
   int64_t width = target.width;
-  int64_t vectorEnd = g.depth / width * width;
+  // Vectors over [0, vectorEnd), one lane over the rest (none when depth
+  // is known to be a multiple of the width).
+  bool tail = g.depthMultiple % width != 0;
+  Value vectorEnd = vectorPart(b, g.depth, g.depthMultiple, width);
   SmallVector<Value> sums(mr * nr, f32Const(b, 0.0));
   auto addReduced = [&](ArrayRef<Value> partials) {
     for (auto [sum, partial] : llvm::zip(sums, partials))
@@ -142,9 +159,9 @@ void dotMicroKernel(Builder &b, const DotGemm &g, const VectorTarget &target,
           vector::ReductionOp::create(b, vector::CombiningKind::ADD, partial,
                                       Value(), reductionFlags(b).getValue()));
   };
-  if (vectorEnd > 0)
-    addReduced(dotPartials(b, g, i0, j0, mr, nr, 0, vectorEnd, width));
-  if (vectorEnd < g.depth)
+  addReduced(
+      dotPartials(b, g, i0, j0, mr, nr, indexConst(b, 0), vectorEnd, width));
+  if (tail)
     addReduced(dotPartials(b, g, i0, j0, mr, nr, vectorEnd, g.depth, 1));
   for (int64_t ii = 0; ii < mr; ++ii)
     for (int64_t jj = 0; jj < nr; ++jj)
@@ -205,38 +222,23 @@ void mlir::moe::host::storeVector(Builder &b, Value value, Value buffer,
 
 void mlir::moe::host::withWeightPanel(
     Builder &b, Value weight, Value scales, ValueRange prefix, Value c0,
-    Value c1, int64_t maxColumns, int64_t depth, int64_t width,
-    function_ref<void(Builder &, Value panel)> body) {
+    Value c1, Value maxColumns, Value depth, int64_t depthMultiple,
+    int64_t width, function_ref<void(Builder &, Value panel)> body) {
   // One iteration's panel (freed by the deallocation pipeline at the end
   // of the iteration; the allocator reuses the same block).
-  Value panel = alloc(b, MemRefType::get({maxColumns, depth}, b.getF32Type()));
-  auto load = [&](Builder &b, ValueRange indices, int64_t n) {
-    return loadWeight(b, weight, scales, indices, n);
-  };
-  int64_t vectorEnd = width > 1 ? depth / width * width : 0;
+  Value panel = allocF32(b, {maxColumns, depth});
   forLoop(b, c0, c1, [&](Builder &b, Value c) {
     Value row = arith::SubIOp::create(b, c, c0);
-    auto at = [&](Value k) {
-      SmallVector<Value> indices(prefix);
-      indices.append({c, k});
-      return indices;
-    };
-    if (vectorEnd > 0)
-      scf::ForOp::create(
-          b, indexConst(b, 0), indexConst(b, vectorEnd), indexConst(b, width),
-          ValueRange{},
-          [&](OpBuilder &nested, Location loc, Value k, ValueRange) {
-            Builder nb(loc, nested);
-            vector::StoreOp::create(nb, load(nb, at(k), width), panel,
-                                    ValueRange{row, k});
-            scf::YieldOp::create(nb);
-          });
-    if (vectorEnd < depth)
-      forLoop(b, indexConst(b, vectorEnd), indexConst(b, depth),
-              [&](Builder &b, Value k) {
-                memref::StoreOp::create(b, load(b, at(k), 1), panel,
-                                        ValueRange{row, k});
-              });
+    forLanes(b, depth, depthMultiple, width,
+             [&](Builder &b, Value k, int64_t n) {
+               SmallVector<Value> at(prefix);
+               at.append({c, k});
+               Value value = loadWeight(b, weight, scales, at, n);
+               if (n == 1)
+                 memref::StoreOp::create(b, value, panel, ValueRange{row, k});
+               else
+                 vector::StoreOp::create(b, value, panel, ValueRange{row, k});
+             });
   });
   body(b, panel);
 }
@@ -351,15 +353,22 @@ int64_t mlir::moe::host::packedStripWidth(const VectorTarget &target) {
 void mlir::moe::host::emitPackedGemm(Builder &b, const PackedGemm &g,
                                      const VectorTarget &target) {
   int64_t strip = packedStripWidth(target);
-  int64_t strips = (g.maxColumns + strip - 1) / strip;
+  std::optional<int64_t> maxColumns = getConstantIntValue(g.maxColumns);
+  OpFoldResult strips =
+      maxColumns
+          ? OpFoldResult(b.getIndexAttr((*maxColumns + strip - 1) / strip))
+          : OpFoldResult(ceilDiv(b, g.maxColumns, strip));
   // W's rows [c0, c1) as k-major strips: panel[s][k][jj] = W(c0 + s *
   // strip + jj, k). Within a strip k runs outer, so the strip's rows are
   // read a cache line at a time and the panel written in order.
-  Value panel =
-      alloc(b, MemRefType::get({strips, g.depth, strip}, b.getF32Type()));
+  Value panel = allocF32(b, {strips, g.depth, b.getIndexAttr(strip)});
   Value columns = arith::SubIOp::create(b, g.c1, g.c0);
   int64_t width = target.width;
-  int64_t kVector = width > 1 ? g.depth / width * width : 0;
+  // k in [0, kVector) as width x width tiles, the rest (none when depth is
+  // known to be a multiple of the width) one element at a time.
+  bool kTail = width == 1 || g.depthMultiple % width != 0;
+  Value kVector = width == 1 ? indexConst(b, 0)
+                             : vectorPart(b, g.depth, g.depthMultiple, width);
   // Column j (relative to c0), element k: panel[j / strip][k][j % strip].
   auto packScalar = [&](Builder &b, Value j, Value k) {
     Value s = arith::DivUIOp::create(b, j, indexConst(b, strip));
@@ -381,9 +390,9 @@ void mlir::moe::host::emitPackedGemm(Builder &b, const PackedGemm &g,
         Value s = arith::DivUIOp::create(b, j0, indexConst(b, strip));
         Value jj = arith::RemUIOp::create(b, j0, indexConst(b, strip));
         Value first = arith::AddIOp::create(b, g.c0, j0);
-        if (kVector > 0)
+        if (width > 1)
           stepLoop(
-              b, indexConst(b, 0), indexConst(b, kVector), width, {},
+              b, indexConst(b, 0), kVector, width, {},
               [&](Builder &b, Value k0, ValueRange) -> SmallVector<Value> {
                 Value tile = arith::ConstantOp::create(
                     b,
@@ -398,17 +407,17 @@ void mlir::moe::host::emitPackedGemm(Builder &b, const PackedGemm &g,
                       ValueRange{s, offset(b, k0, t), jj});
                 return {};
               });
-        if (kVector < g.depth)
-          forLoop(b, indexConst(b, kVector), indexConst(b, g.depth),
-                  [&](Builder &b, Value k) {
-                    for (int64_t t = 0; t < width; ++t)
-                      packScalar(b, offset(b, j0, t), k);
-                  });
+        if (kTail)
+          forLoop(b, kVector, g.depth, [&](Builder &b, Value k) {
+            for (int64_t t = 0; t < width; ++t)
+              packScalar(b, offset(b, j0, t), k);
+          });
         return {};
       });
   // The last columns, fewer than `width`.
   forLoop(b, groupsEnd, columns, [&](Builder &b, Value j) {
-    forLoop(b, g.depth, [&](Builder &b, Value k) { packScalar(b, j, k); });
+    forLoop(b, indexConst(b, 0), g.depth,
+            [&](Builder &b, Value k) { packScalar(b, j, k); });
   });
   // The outer kernel over the panel: its column blocks start at strip
   // boundaries, so column j is element (j - c0) % strip of strip (j - c0)
@@ -416,7 +425,7 @@ void mlir::moe::host::emitPackedGemm(Builder &b, const PackedGemm &g,
   OuterGemm outer{g.iBegin,
                   g.iEnd,
                   indexConst(b, 0),
-                  indexConst(b, g.depth),
+                  g.depth,
                   g.c0,
                   g.c1,
                   g.aAt,
@@ -519,9 +528,14 @@ void mlir::moe::host::parallelBlocks(
 
 std::pair<Value, Value> mlir::moe::host::blockRange(Builder &b, Value index,
                                                     int64_t size, Value limit) {
-  Value lo = arith::MulIOp::create(b, index, indexConst(b, size));
-  Value hi = arith::MinUIOp::create(
-      b, arith::AddIOp::create(b, lo, indexConst(b, size)), limit);
+  return blockRange(b, index, indexConst(b, size), limit);
+}
+
+std::pair<Value, Value> mlir::moe::host::blockRange(Builder &b, Value index,
+                                                    Value size, Value limit) {
+  Value lo = arith::MulIOp::create(b, index, size);
+  Value hi =
+      arith::MinUIOp::create(b, arith::AddIOp::create(b, lo, size), limit);
   return {lo, hi};
 }
 
@@ -537,6 +551,27 @@ Value mlir::moe::host::ceilDiv(Builder &b, Value value, int64_t divisor) {
   return arith::DivUIOp::create(
       b, arith::AddIOp::create(b, value, indexConst(b, divisor - 1)),
       indexConst(b, divisor));
+}
+
+Value mlir::moe::host::ceilDiv(Builder &b, Value value, Value divisor) {
+  Value last = arith::SubIOp::create(b, divisor, indexConst(b, 1));
+  return arith::DivUIOp::create(b, arith::AddIOp::create(b, value, last),
+                                divisor);
+}
+
+Value mlir::moe::host::packedColumnBlock(Builder &b, const VectorTarget &target,
+                                         Value depth, Value columns) {
+  // packedColumnBlock's choice, in index arithmetic.
+  int64_t strip = packedStripWidth(target);
+  Value one = indexConst(b, 1), stripSize = indexConst(b, strip);
+  Value perDepth = arith::DivUIOp::create(
+      b, indexConst(b, 64 * 1024), arith::MaxUIOp::create(b, depth, one));
+  Value block = arith::MaxUIOp::create(
+      b, stripSize,
+      arith::MulIOp::create(b, arith::DivUIOp::create(b, perDepth, stripSize),
+                            stripSize));
+  return arith::MinUIOp::create(b, block,
+                                arith::MaxUIOp::create(b, columns, one));
 }
 
 int64_t mlir::moe::host::dotColumnBlock(const VectorTarget &target,

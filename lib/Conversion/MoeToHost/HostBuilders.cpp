@@ -84,6 +84,34 @@ void forLanes(Builder &b, int64_t length, int64_t width,
   lanes(vectorEnd, length, 1);
 }
 
+Value vectorPart(Builder &b, Value length, int64_t multiple, int64_t width) {
+  if (multiple % width == 0)
+    return length;
+  return arith::MulIOp::create(
+      b, arith::DivUIOp::create(b, length, indexConst(b, width)),
+      indexConst(b, width));
+}
+
+void forLanes(Builder &b, Value length, int64_t multiple, int64_t width,
+              function_ref<void(Builder &, Value h, int64_t n)> body) {
+  auto lanes = [&](Value lb, Value ub, int64_t n) {
+    scf::ForOp::create(
+        b, lb, ub, indexConst(b, n), ValueRange{},
+        [&](OpBuilder &nested, Location loc, Value h, ValueRange) {
+          Builder nb(loc, nested);
+          body(nb, h, n);
+          scf::YieldOp::create(nb);
+        });
+  };
+  Value vectorEnd = indexConst(b, 0);
+  if (width > 1) {
+    vectorEnd = vectorPart(b, length, multiple, width);
+    lanes(indexConst(b, 0), vectorEnd, width);
+  }
+  if (width == 1 || multiple % width != 0)
+    lanes(vectorEnd, length, 1);
+}
+
 void forLoop(Builder &b, int64_t ub, BodyFn body) {
   forLoop(b, indexConst(b, 0), indexConst(b, ub), body);
 }
@@ -204,7 +232,8 @@ void fillBuffer(Builder &b, Value buffer, Value value) {
 
 void callKernel(Builder &b, const VectorTarget &target, StringRef kind,
                 ValueRange operands,
-                function_ref<void(Builder &, ValueRange)> body) {
+                function_ref<void(Builder &, ValueRange)> body,
+                StringRef variant) {
   auto buffersOf = [](Builder &b, ValueRange values) {
     SmallVector<Value> buffers;
     for (Value value : values)
@@ -226,6 +255,8 @@ void callKernel(Builder &b, const VectorTarget &target, StringRef kind,
      << target.registers;
   for (Value operand : operands)
     os << "; " << operand.getType();
+  if (!variant.empty())
+    os << "; " << variant;
   Operation *&callee = (*target.kernels)[key];
   if (!callee) {
     std::string base = ("moe_host_" + kind).str();
@@ -282,7 +313,7 @@ static void denseGemm(Builder &b, Value a, Value w, Value scales, Value out,
         auto [j0, j1] = blockRange(b, block[1], packedBlock, columns);
         emitPackedGemm(
             b,
-            {i0, i1, j0, j1, depth, packedBlock,
+            {i0, i1, j0, j1, indexConst(b, depth), indexConst(b, packedBlock),
              [&](Builder &b, Value i, Value k) {
                return toF32(b, memref::LoadOp::create(b, a, ValueRange{i, k}));
              },
@@ -292,8 +323,8 @@ static void denseGemm(Builder &b, Value a, Value w, Value scales, Value out,
              [&](Builder &b, Value i, Value j, Value v) {
                storeVector(b, v, out, {i, j});
              },
-             rhsType.isDynamicDim(0) ? 1
-                                     : std::gcd(packedBlock, staticColumns)},
+             rhsType.isDynamicDim(0) ? 1 : std::gcd(packedBlock, staticColumns),
+             depth},
             target);
       });
   // Few rows: the dot kernel on the weights as they are, blocks of rows
@@ -307,7 +338,11 @@ static void denseGemm(Builder &b, Value a, Value w, Value scales, Value out,
         auto [i0, i1] = blockRange(b, block[0], kRowBlock, rows);
         auto [j0, j1] = blockRange(b, block[1], columnBlock, columns);
         auto run = [&](Builder &b, Value panel) {
-          DotGemm gemm{i0, i1, j0, j1, depth,
+          DotGemm gemm{i0,
+                       i1,
+                       j0,
+                       j1,
+                       indexConst(b, depth),
                        [&](Builder &b, Value i, Value k, int64_t width) {
                          return loadVector(b, a, {i, k}, width);
                        },
@@ -323,14 +358,15 @@ static void denseGemm(Builder &b, Value a, Value w, Value scales, Value out,
                        },
                        rhsType.isDynamicDim(0)
                            ? 1
-                           : std::gcd(columnBlock, rhsType.getDimSize(0))};
+                           : std::gcd(columnBlock, rhsType.getDimSize(0)),
+                       depth};
           emitDotGemm(b, gemm, target);
         };
         // FP8 or 16-bit weights: the block's weights converted once for
         // its rows.
         if (scales || !rhsType.getElementType().isF32())
-          withWeightPanel(b, w, scales, {}, j0, j1, columnBlock, depth,
-                          target.width, run);
+          withWeightPanel(b, w, scales, {}, j0, j1, indexConst(b, columnBlock),
+                          indexConst(b, depth), depth, target.width, run);
         else
           run(b, Value());
       });

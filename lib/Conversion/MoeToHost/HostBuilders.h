@@ -76,6 +76,14 @@ void forLoop(Builder &b, int64_t ub, BodyFn body);
 /// unroll and give a remainder (less code, and less time compiling it).
 void forLanes(Builder &b, int64_t length, int64_t width,
               function_ref<void(Builder &, Value h, int64_t n)> body);
+/// The part of [0, length) whole vectors of `width` cover: `length`
+/// itself when it is known to be a multiple of `multiple` and that of
+/// `width`.
+Value vectorPart(Builder &b, Value length, int64_t multiple, int64_t width);
+/// forLanes over a length known at run time, a multiple of `multiple`
+/// (the one-lane loop is left out when that makes it empty).
+void forLanes(Builder &b, Value length, int64_t multiple, int64_t width,
+              function_ref<void(Builder &, Value h, int64_t n)> body);
 
 /// A loop carrying values: `init` in, the body's yielded values out.
 ValueRange forLoopCarrying(
@@ -132,9 +140,13 @@ void fillBuffer(Builder &b, Value buffer, Value value);
 /// Otherwise `body` is built in place. Either way `body` may use no value
 /// of the caller but the buffers it is given, and everything static it
 /// builds from must follow from `kind`, the operands' types and `target`.
+/// Anything else static the body builds from (sizes its operands leave
+/// dynamic) goes into `variant`: uses differing in it get functions of
+/// their own.
 void callKernel(Builder &b, const VectorTarget &target, StringRef kind,
                 ValueRange operands,
-                function_ref<void(Builder &, ValueRange)> body);
+                function_ref<void(Builder &, ValueRange)> body,
+                StringRef variant = "");
 
 //===----------------------------------------------------------------------===//
 // Structured pieces on tensors
@@ -185,8 +197,7 @@ void storeVector(Builder &b, Value value, Value buffer, ValueRange indices);
 /// [jBegin, jEnd), k in [0, depth): A and B are read `width` consecutive k
 /// at a time (as f32 vectors), each sum is stored as an f32 scalar.
 struct DotGemm {
-  Value iBegin, iEnd, jBegin, jEnd;
-  int64_t depth;
+  Value iBegin, iEnd, jBegin, jEnd, depth;
   std::function<Value(Builder &, Value i, Value k, int64_t width)> aRow;
   std::function<Value(Builder &, Value j, Value k, int64_t width)> bRow;
   std::function<void(Builder &, Value i, Value j, Value sum)> store;
@@ -194,6 +205,9 @@ struct DotGemm {
   /// the columns a register block does not cover are left out when it
   /// covers them all.
   int64_t jMultiple = 1;
+  /// A number depth is known to be a multiple of: the loop for the k a
+  /// vector does not cover is left out when a vector covers them all.
+  int64_t depthMultiple = 1;
 };
 
 /// C(i, j) = sum_p A(i, p) B(p, j) over i in [iBegin, iEnd), j in
@@ -223,16 +237,15 @@ struct OuterGemm {
 /// enough rows to pay for the packing (about 1.5x the dot kernel's speed
 /// on AVX-512: no horizontal sums, one B load per MR FMAs).
 struct PackedGemm {
-  Value iBegin, iEnd, c0, c1;
-  int64_t depth, maxColumns;
+  Value iBegin, iEnd, c0, c1, depth, maxColumns;
   /// A(i, k) as an f32 scalar, and `width` consecutive k of W's row j as
   /// an f32 vector (a scalar for width 1; loadWeight's form).
   std::function<Value(Builder &, Value i, Value k)> aAt;
   std::function<Value(Builder &, Value j, Value k, int64_t width)> wRow;
   /// Stores `width` consecutive columns of C from j on (an f32 vector).
   std::function<void(Builder &, Value i, Value j, Value vector)> store;
-  /// As DotGemm::jMultiple.
-  int64_t jMultiple = 1;
+  /// As DotGemm::jMultiple and DotGemm::depthMultiple.
+  int64_t jMultiple = 1, depthMultiple = 1;
 };
 
 void emitDotGemm(Builder &b, const DotGemm &gemm, const VectorTarget &target);
@@ -252,10 +265,11 @@ void emitOuterGemm(Builder &b, const OuterGemm &gemm,
 /// of `weight` (indexed `prefix..., row, k`) in f32: decoded and scaled
 /// with `scales` if it holds e4m3 codes, widened if bf16 or f16. A GEMM's
 /// parallel iteration converts its block of weights once, not once per
-/// block of rows, and its dot kernel then reads plain f32 rows.
+/// block of rows, and its dot kernel then reads plain f32 rows. `depth` is
+/// a multiple of `depthMultiple`.
 void withWeightPanel(Builder &b, Value weight, Value scales, ValueRange prefix,
-                     Value c0, Value c1, int64_t maxColumns, int64_t depth,
-                     int64_t width,
+                     Value c0, Value c1, Value maxColumns, Value depth,
+                     int64_t depthMultiple, int64_t width,
                      function_ref<void(Builder &, Value panel)> body);
 
 /// Rows a block of a GEMM needs for the packed (outer) kernel to be worth
@@ -267,6 +281,9 @@ constexpr int64_t kPackedRows = 32;
 /// the columns there are.
 int64_t packedColumnBlock(const VectorTarget &target, int64_t depth,
                           int64_t columns);
+/// The same for sizes known at run time.
+Value packedColumnBlock(Builder &b, const VectorTarget &target, Value depth,
+                        Value columns);
 
 /// Columns of B per parallel block of a dot GEMM of `depth`, sized for the
 /// cache (a multiple of the register block's columns).
@@ -297,9 +314,12 @@ void forTokenBlocks(Builder &b, Value tokens, BodyFn body);
 /// [lo, hi) of block `index` of `size` within [0, limit).
 std::pair<Value, Value> blockRange(Builder &b, Value index, int64_t size,
                                    Value limit);
+std::pair<Value, Value> blockRange(Builder &b, Value index, Value size,
+                                   Value limit);
 
 /// ceil(value / divisor) for a non-negative index.
 Value ceilDiv(Builder &b, Value value, int64_t divisor);
+Value ceilDiv(Builder &b, Value value, Value divisor);
 
 //===----------------------------------------------------------------------===//
 // FP8 (Fp8.cpp)
@@ -321,8 +341,9 @@ Value quantizeRowsFp8(Builder &b, Value input, int64_t width);
 
 /// `input` ([R, K] memref) as f32: itself if it is f32, else a widened
 /// copy (in parallel over rows, `width` at a time), so that GEMMs read
-/// plain f32 rows.
-Value widenRows(Builder &b, Value input, int64_t width);
+/// plain f32 rows. A dynamic K is a multiple of `depthMultiple`.
+Value widenRows(Builder &b, Value input, int64_t width,
+                int64_t depthMultiple = 1);
 
 /// `width` consecutive weights of `weight` at `indices` (along the last
 /// dimension) in f32: decoded and scaled with `scales` if it holds e4m3

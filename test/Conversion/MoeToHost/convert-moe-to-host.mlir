@@ -166,11 +166,14 @@ func.func @dispatch_tail(%x: tensor<?x6xf32>, %ids: tensor<?x2xi32>)
 // token's rows (entries outside the buffer add nothing), without scratch
 // memory. With AVX-512's vectors the packed strips are 48 columns wide
 // (an 8 x 3 block of vectors of 16), the dot kernel's register block is
-// 5 x 4, and a depth (8) shorter than a vector (16) is summed one lane at
-// a time.
+// 5 x 4. The kernel takes the depth at run time, known to be a multiple
+// of 8 only: its vector loop over k is followed by a one-lane loop, which
+// alone runs for a depth of 8.
 // CHECK-LABEL: func @gmm_combine
 // CHECK: %[[H:.*]] = memref.alloc(%{{.*}}) : memref<?x16xf32>
-// CHECK: call @moe_host_grouped_matmul(%{{.*}}, %{{.*}}, %{{.*}}, %[[H]])
+// The kernel takes the column count and depth at run time.
+// CHECK: %[[HD:.*]] = memref.cast %[[H]] : memref<?x16xf32> to memref<?x?xf32>
+// CHECK: call @moe_host_grouped_matmul(%{{.*}}, %{{.*}}, %{{.*}}, %[[HD]]) : (tensor<?x?xf32>, tensor<4x?x?xf32>, tensor<5xi32>, memref<?x?xf32>) -> ()
 // CHECK: bufferization.to_tensor %[[H]]
 // CHECK-NOT: memref.alloca
 // CHECK: scf.parallel
@@ -184,22 +187,23 @@ func.func @dispatch_tail(%x: tensor<?x6xf32>, %ids: tensor<?x2xi32>)
 // segments, found in one pass over the offsets, and the rows after the
 // last), not the whole output.
 // CHECK: %[[END:.*]] = scf.for %{{.*}} = %{{.*}} to %c4 step %{{.*}} iter_args
-// CHECK: memref.store %cst, %[[OUT:.*]][%{{.*}}, %{{.*}}] : memref<?x16xf32>
+// CHECK: memref.store %cst, %[[OUT:.*]][%{{.*}}, %{{.*}}] : memref<?x?xf32>
 // CHECK: scf.for %{{.*}} = %[[END]] to
 // CHECK: memref.store %cst, %[[OUT]]
-// One block of columns: the loop runs over the experts alone.
-// CHECK: scf.parallel (%[[E:.*]]) = (%{{.*}}) to (%c4{{.*}})
+// The loop runs over the experts and blocks of columns, whose width
+// follows the depth and column count.
+// CHECK: scf.parallel (%[[E:.*]], %{{.*}}) = (%{{.*}}) to (%c4{{.*}}, %{{.*}})
 // CHECK: memref.load %{{.*}}[%[[E]]] : memref<5xi32>
 // CHECK: arith.minsi
 // CHECK: scf.if
-// CHECK: memref.alloc() : memref<2x8x8xf32>
-// CHECK: vector.load %{{.*}} : memref<4x16x8xf32>, vector<4xf32>
+// CHECK: memref.alloc(%{{.*}}, %{{.*}}) : memref<?x?x8xf32>
+// CHECK: vector.load %{{.*}} : memref<4x?x?xf32>, vector<4xf32>
 // CHECK: vector.transpose
 // CHECK: scf.for {{.*}} iter_args({{([^,]*, ){11}[^,]*}}) -> (vector<4xf32>,
 // CHECK: vector.broadcast
 // CHECK: } else {
 // CHECK: scf.for
-// CHECK: vector.load %{{.*}} : memref<4x16x8xf32>, vector<4xf32>
+// CHECK: vector.load %{{.*}} : memref<4x?x?xf32>, vector<4xf32>
 // CHECK: arith.mulf
 // CHECK: arith.addf
 // Experts get different numbers of rows: the threads take the loop's
@@ -209,10 +213,10 @@ func.func @dispatch_tail(%x: tensor<?x6xf32>, %ids: tensor<?x2xi32>)
 // WIDE: func.func private @moe_host_grouped_matmul(
 // WIDE: scf.parallel
 // WIDE: scf.if
-// WIDE: memref.alloc() : memref<1x8x48xf32>
+// WIDE: memref.alloc(%{{.*}}, %{{.*}}) : memref<?x?x48xf32>
 // WIDE: scf.for {{.*}} iter_args({{([^,]*, ){23}[^,]*}}) -> (vector<16xf32>,
 // WIDE: } else {
-// WIDE-NOT: vector<16xf32>
+// WIDE: scf.for {{.*}} iter_args({{([^,]*, ){19}[^,]*}}) -> (vector<16xf32>,
 // WIDE: scf.for {{.*}} iter_args({{([^,]*, ){19}[^,]*}}) -> (vector<1xf32>,
 // WIDE-LABEL: func @shared_swiglu_a2a
 func.func @gmm_combine(%rows: tensor<?x8xf32>, %w: tensor<4x16x8xf32>, %off: tensor<5xi32>,
@@ -222,6 +226,32 @@ func.func @gmm_combine(%rows: tensor<?x8xf32>, %w: tensor<4x16x8xf32>, %off: ten
   %y = moe.combine %h, %map, %wts
          : tensor<?x16xf32>, tensor<?x2xi32>, tensor<?x2xf32> -> tensor<?x16xf32>
   return %y : tensor<?x16xf32>
+}
+
+// -----
+
+// Grouped GEMMs of different sizes share one function when what their code
+// takes from the sizes agrees: whole strips of columns (8 here) and a depth
+// that is a multiple of the vector width (4). Six columns are not whole
+// strips: that GEMM gets a function of its own.
+// CHECK-LABEL: func @gmm_shared
+// CHECK: call @moe_host_grouped_matmul(%{{.*}}) : (tensor<?x?xf32>, tensor<4x?x?xf32>, tensor<5xi32>, memref<?x?xf32>) -> ()
+// CHECK: call @moe_host_grouped_matmul(%{{.*}}) : (tensor<?x?xf32>, tensor<4x?x?xf32>, tensor<5xi32>, memref<?x?xf32>) -> ()
+// CHECK: call @moe_host_grouped_matmul_1(%{{.*}}) : (tensor<?x?xf32>, tensor<4x?x?xf32>, tensor<5xi32>, memref<?x?xf32>) -> ()
+// CHECK: func.func private @moe_host_grouped_matmul(
+// CHECK: func.func private @moe_host_grouped_matmul_1(
+// CHECK-NOT: func.func
+func.func @gmm_shared(%rows: tensor<?x8xf32>, %up: tensor<4x16x8xf32>,
+                      %down: tensor<4x8x16xf32>, %odd: tensor<4x6x8xf32>,
+                      %off: tensor<5xi32>)
+    -> (tensor<?x8xf32>, tensor<?x6xf32>) {
+  %h = moe.grouped_matmul %rows, %up, %off
+         : tensor<?x8xf32>, tensor<4x16x8xf32>, tensor<5xi32> -> tensor<?x16xf32>
+  %y = moe.grouped_matmul %h, %down, %off
+         : tensor<?x16xf32>, tensor<4x8x16xf32>, tensor<5xi32> -> tensor<?x8xf32>
+  %z = moe.grouped_matmul %rows, %odd, %off
+         : tensor<?x8xf32>, tensor<4x6x8xf32>, tensor<5xi32> -> tensor<?x6xf32>
+  return %y, %z : tensor<?x8xf32>, tensor<?x6xf32>
 }
 
 // -----
