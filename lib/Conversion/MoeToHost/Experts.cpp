@@ -16,7 +16,6 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
-#include "llvm/Support/FormatVariadic.h"
 
 #include <limits>
 #include <numeric>
@@ -168,34 +167,25 @@ void overExpertBlocks(Builder &b, int64_t experts, Value columns,
       Schedule::Dynamic);
 }
 
-/// What a grouped GEMM's code takes from its static sizes, which its
-/// operands need not carry.
-struct GroupedBlocks {
-  /// Numbers every block's column count (packedColumnBlock's blocks are
-  /// whole strips) and the depth are multiples of.
-  int64_t columnMultiple, depthMultiple;
-};
-
 /// out[r, c] = sum_i in[r, i] * w[e, c, i] (+ bias[e, c]) over expert e's
 /// rows r, accumulated in f32, on buffers (bias and scales may be null);
 /// rows outside every segment are zero. In parallel over experts and blocks
-/// of columns. The sizes may be dynamic (`blocks` holds what the code
+/// of columns. The sizes may be dynamic (`multiples` holds what the code
 /// takes from the static ones).
 void groupedMatmul(Builder &b, Value input, Value weight, Value offsets,
                    Value bias, Value scales, Value out,
-                   const GroupedBlocks &blocks, const VectorTarget &target) {
+                   const SizeMultiples &multiples, const VectorTarget &target) {
   auto weightType = cast<MemRefType>(weight.getType());
   int64_t experts = weightType.getDimSize(0);
   Value columns = dim(b, weight, 1);
   Value depth = dim(b, weight, 2);
   Value columnBlock = packedColumnBlock(b, target, depth, columns);
-  int64_t jMultiple = blocks.columnMultiple;
   Type elt = cast<MemRefType>(out.getType()).getElementType();
   Value rows = dim(b, input, 0);
   // The rows as f32 (quantized for FP8): the kernels then broadcast and
   // load them without converting each use.
   Value a = scales ? quantizeRowsFp8(b, input, target.width)
-                   : widenRows(b, input, target.width, blocks.depthMultiple);
+                   : widenRows(b, input, target.width, multiples.depth);
   zeroUncoveredRows(b, out, offsets, experts, rows);
   overExpertBlocks(
       b, experts, columns, columnBlock, offsets, rows,
@@ -225,7 +215,7 @@ void groupedMatmul(Builder &b, Value input, Value weight, Value offsets,
                }
                storeVector(b, v, out, {r, c});
              },
-             jMultiple, blocks.depthMultiple},
+             multiples.columns, multiples.depth},
             target);
         Builder few(b.getLoc(), ifOp.getElseBodyBuilder());
         auto gemm = [&](Builder &b, Value panel) {
@@ -251,14 +241,14 @@ void groupedMatmul(Builder &b, Value input, Value weight, Value offsets,
                  memref::StoreOp::create(b, fromF32(b, sum, elt), out,
                                          ValueRange{r, c});
                },
-               jMultiple, blocks.depthMultiple},
+               multiples.columns, multiples.depth},
               target);
         };
         // FP8 or 16-bit weights: the block's weights converted once, for
         // all of its rows.
         if (scales || !weightType.getElementType().isF32())
           withWeightPanel(few, weight, scales, {e}, c0, c1, columnBlock, depth,
-                          blocks.depthMultiple, target.width, gemm);
+                          multiples.depth, target.width, gemm);
         else
           gemm(few, Value());
       });
@@ -287,42 +277,27 @@ Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op,
   bool hasBias = op.getBias() != nullptr, hasScale = op.getScale() != nullptr;
   auto weightType = cast<RankedTensorType>(op.getWeight().getType());
   int64_t columns = weightType.getDimSize(1), depth = weightType.getDimSize(2);
-  GroupedBlocks blocks;
-  blocks.columnMultiple = std::gcd(packedStripWidth(target), columns);
-  blocks.depthMultiple = std::gcd(depth, target.width);
+  SizeMultiples multiples =
+      SizeMultiples::of(columns, depth, packedStripWidth(target), target.width);
   // Without FP8 scales (whose block counts follow the sizes) the kernel
   // takes the column count and depth at run time: the projections of a
   // layer share one copy of its code when these blocks agree (DeepSeek-V3's
   // gate, up and down).
   std::string variant;
   if (!hasScale) {
-    auto dynamic = [&](Value &operand, ArrayRef<int64_t> dims) {
-      auto type = cast<ShapedType>(operand.getType());
-      SmallVector<int64_t> shape(type.getShape());
-      for (int64_t d : dims)
-        shape[d] = ShapedType::kDynamic;
-      if (auto memref = dyn_cast<MemRefType>(type))
-        operand = memref::CastOp::create(
-            b, MemRefType::get(shape, memref.getElementType()), operand);
-      else
-        operand = tensor::CastOp::create(
-            b, RankedTensorType::get(shape, type.getElementType()), operand);
-    };
-    dynamic(operands[0], {1});
-    dynamic(operands[1], {1, 2});
+    operands[0] = withDynamicDims(b, operands[0], {1});
+    operands[1] = withDynamicDims(b, operands[1], {1, 2});
     if (hasBias)
-      dynamic(operands[3], {1});
-    dynamic(operands.back(), {1});
-    variant = llvm::formatv("columns a multiple of {0}, depth of {1}",
-                            blocks.columnMultiple, blocks.depthMultiple)
-                  .str();
+      operands[3] = withDynamicDims(b, operands[3], {1});
+    operands.back() = withDynamicDims(b, operands.back(), {1});
+    variant = multiples.key();
   }
   callKernel(
       b, target, kind, operands,
       [&](Builder &b, ValueRange args) {
         groupedMatmul(b, args[0], args[1], args[2], hasBias ? args[3] : Value(),
                       hasScale ? args[3 + hasBias] : Value(), args.back(),
-                      blocks, target);
+                      multiples, target);
       },
       variant);
   return asTensor(b, out);

@@ -559,38 +559,34 @@ Value mlir::moe::host::ceilDiv(Builder &b, Value value, Value divisor) {
                                 divisor);
 }
 
-Value mlir::moe::host::packedColumnBlock(Builder &b, const VectorTarget &target,
-                                         Value depth, Value columns) {
-  // packedColumnBlock's choice, in index arithmetic.
-  int64_t strip = packedStripWidth(target);
-  Value one = indexConst(b, 1), stripSize = indexConst(b, strip);
+/// About 256 KiB of f32 of B per block of columns (half of a small L2) at
+/// this depth, whole multiples of `step` columns, at most the columns there
+/// are.
+static Value cacheColumnBlock(host::Builder &b, int64_t step, Value depth,
+                              Value columns) {
+  Value one = indexConst(b, 1), stepSize = indexConst(b, step);
   Value perDepth = arith::DivUIOp::create(
       b, indexConst(b, 64 * 1024), arith::MaxUIOp::create(b, depth, one));
   Value block = arith::MaxUIOp::create(
-      b, stripSize,
-      arith::MulIOp::create(b, arith::DivUIOp::create(b, perDepth, stripSize),
-                            stripSize));
+      b, stepSize,
+      arith::MulIOp::create(b, arith::DivUIOp::create(b, perDepth, stepSize),
+                            stepSize));
   return arith::MinUIOp::create(b, block,
                                 arith::MaxUIOp::create(b, columns, one));
 }
 
-int64_t mlir::moe::host::dotColumnBlock(const VectorTarget &target,
-                                        int64_t depth, int64_t columns) {
-  // About 256 KiB of B per block (half of a small L2), whole register
-  // blocks of columns, at most the columns there are.
-  int64_t nr = dotBlock(target).second;
-  int64_t block = std::max<int64_t>(nr, (64 * 1024 / std::max<int64_t>(
-                                                          depth, 1)) /
-                                           nr * nr);
-  return std::min(block, std::max<int64_t>(columns, 1));
+Value mlir::moe::host::packedColumnBlock(Builder &b, const VectorTarget &target,
+                                         Value depth, Value columns) {
+  return cacheColumnBlock(b, packedStripWidth(target), depth, columns);
 }
 
-int64_t mlir::moe::host::packedColumnBlock(const VectorTarget &target,
-                                           int64_t depth, int64_t columns) {
-  int64_t strip = packedStripWidth(target);
-  int64_t block = std::max<int64_t>(
-      strip, (64 * 1024 / std::max<int64_t>(depth, 1)) / strip * strip);
-  return std::min(block, std::max<int64_t>(columns, 1));
+int64_t mlir::moe::host::dotRegisterColumns(const VectorTarget &target) {
+  return dotBlock(target).second;
+}
+
+Value mlir::moe::host::dotColumnBlock(Builder &b, const VectorTarget &target,
+                                      Value depth, Value columns) {
+  return cacheColumnBlock(b, dotRegisterColumns(target), depth, columns);
 }
 
 int64_t mlir::moe::host::outerColumnBlock(const VectorTarget &target) {

@@ -283,27 +283,52 @@ void callKernel(Builder &b, const VectorTarget &target, StringRef kind,
   func::CallOp::create(b, cast<func::FuncOp>(callee), operands);
 }
 
-/// The body of matmulTransposeB over buffers: out = a w^T.
+SizeMultiples SizeMultiples::of(int64_t columns, int64_t depth,
+                                int64_t columnStep, int64_t width) {
+  SizeMultiples multiples;
+  if (!ShapedType::isDynamic(columns))
+    multiples.columns = std::gcd(columnStep, columns);
+  if (!ShapedType::isDynamic(depth))
+    multiples.depth = std::gcd(width, depth);
+  return multiples;
+}
+
+std::string SizeMultiples::key() const {
+  return "columns a multiple of " + std::to_string(columns) + ", depth of " +
+         std::to_string(depth);
+}
+
+Value withDynamicDims(Builder &b, Value value, ArrayRef<int64_t> dims) {
+  auto type = cast<ShapedType>(value.getType());
+  SmallVector<int64_t> shape(type.getShape());
+  for (int64_t d : dims)
+    shape[d] = ShapedType::kDynamic;
+  if (isa<MemRefType>(type))
+    return memref::CastOp::create(
+        b, MemRefType::get(shape, type.getElementType()), value);
+  return tensor::CastOp::create(
+      b, RankedTensorType::get(shape, type.getElementType()), value);
+}
+
+/// The body of matmulTransposeB over buffers: out = a w^T. The sizes may be
+/// dynamic (`multiples` holds what the code takes from the static ones).
 static void denseGemm(Builder &b, Value a, Value w, Value scales, Value out,
+                      const SizeMultiples &multiples,
                       const VectorTarget &target) {
-  auto lhsType = cast<MemRefType>(a.getType());
   auto rhsType = cast<MemRefType>(w.getType());
   // The rows as f32 (quantized for FP8), converted once.
   a = scales ? quantizeRowsFp8(b, a, target.width)
-             : widenRows(b, a, target.width);
+             : widenRows(b, a, target.width, multiples.depth);
   Value rows = dim(b, a, 0);
-  Value columns = dim(b, w, 0);
-  int64_t depth = lhsType.getDimSize(1);
-  int64_t staticColumns =
-      rhsType.isDynamicDim(0) ? 1 << 20 : rhsType.getDimSize(0);
+  Value columns = dim(b, w, 0), depth = dim(b, w, 1);
   // Many rows: the packed kernel, over blocks of rows large enough to pay
   // for packing their block of columns.
   constexpr int64_t kPackedRowBlock = 512;
-  int64_t packedBlock = packedColumnBlock(target, depth, staticColumns);
   Value many = arith::CmpIOp::create(b, arith::CmpIPredicate::uge, rows,
                                      indexConst(b, kPackedRows));
   auto ifOp = scf::IfOp::create(b, many, /*withElseRegion=*/true);
   Builder packed(b.getLoc(), ifOp.getThenBodyBuilder());
+  Value packedBlock = packedColumnBlock(packed, target, depth, columns);
   parallelBlocks(
       packed,
       {ceilDiv(packed, rows, kPackedRowBlock),
@@ -313,7 +338,7 @@ static void denseGemm(Builder &b, Value a, Value w, Value scales, Value out,
         auto [j0, j1] = blockRange(b, block[1], packedBlock, columns);
         emitPackedGemm(
             b,
-            {i0, i1, j0, j1, indexConst(b, depth), indexConst(b, packedBlock),
+            {i0, i1, j0, j1, depth, packedBlock,
              [&](Builder &b, Value i, Value k) {
                return toF32(b, memref::LoadOp::create(b, a, ValueRange{i, k}));
              },
@@ -323,26 +348,21 @@ static void denseGemm(Builder &b, Value a, Value w, Value scales, Value out,
              [&](Builder &b, Value i, Value j, Value v) {
                storeVector(b, v, out, {i, j});
              },
-             rhsType.isDynamicDim(0) ? 1 : std::gcd(packedBlock, staticColumns),
-             depth},
+             multiples.columns, multiples.depth},
             target);
       });
   // Few rows: the dot kernel on the weights as they are, blocks of rows
   // by blocks of columns, one per parallel iteration.
   Builder few(b.getLoc(), ifOp.getElseBodyBuilder());
   constexpr int64_t kRowBlock = 64;
-  int64_t columnBlock = dotColumnBlock(target, depth, staticColumns);
+  Value columnBlock = dotColumnBlock(few, target, depth, columns);
   parallelBlocks(
       few, {ceilDiv(few, rows, kRowBlock), ceilDiv(few, columns, columnBlock)},
       [&](Builder &b, ValueRange block) {
         auto [i0, i1] = blockRange(b, block[0], kRowBlock, rows);
         auto [j0, j1] = blockRange(b, block[1], columnBlock, columns);
         auto run = [&](Builder &b, Value panel) {
-          DotGemm gemm{i0,
-                       i1,
-                       j0,
-                       j1,
-                       indexConst(b, depth),
+          DotGemm gemm{i0, i1, j0, j1, depth,
                        [&](Builder &b, Value i, Value k, int64_t width) {
                          return loadVector(b, a, {i, k}, width);
                        },
@@ -353,20 +373,19 @@ static void denseGemm(Builder &b, Value a, Value w, Value scales, Value out,
                          return loadVector(b, panel, {row, k}, width);
                        },
                        [&](Builder &b, Value i, Value j, Value sum) {
-                         memref::StoreOp::create(b, sum, out,
-                                                 ValueRange{i, j});
+                         memref::StoreOp::create(b, sum, out, ValueRange{i, j});
                        },
-                       rhsType.isDynamicDim(0)
-                           ? 1
-                           : std::gcd(columnBlock, rhsType.getDimSize(0)),
-                       depth};
+                       // Blocks are whole register blocks, and the last one
+                       // a multiple of what the column count is.
+                       std::gcd(multiples.columns, dotRegisterColumns(target)),
+                       multiples.depth};
           emitDotGemm(b, gemm, target);
         };
         // FP8 or 16-bit weights: the block's weights converted once for
         // its rows.
         if (scales || !rhsType.getElementType().isF32())
-          withWeightPanel(b, w, scales, {}, j0, j1, indexConst(b, columnBlock),
-                          indexConst(b, depth), depth, target.width, run);
+          withWeightPanel(b, w, scales, {}, j0, j1, columnBlock, depth,
+                          multiples.depth, target.width, run);
         else
           run(b, Value());
       });
@@ -378,21 +397,34 @@ Value matmulTransposeB(Builder &b, Value lhs, Value rhs,
   auto rhsType = cast<RankedTensorType>(rhs.getType());
   auto resultType = MemRefType::get(
       {lhsType.getDimSize(0), rhsType.getDimSize(0)}, b.getF32Type());
-  SmallVector<Value> operands = {lhs, rhs};
-  if (rhsScale)
-    operands.push_back(rhsScale);
   SmallVector<Value> sizes;
   if (resultType.isDynamicDim(0))
     sizes.push_back(dim(b, lhs, 0));
   if (resultType.isDynamicDim(1))
     sizes.push_back(dim(b, rhs, 0));
   Value result = alloc(b, resultType, sizes);
-  operands.push_back(result);
-  callKernel(b, target, rhsScale ? "dense_gemm_fp8" : "dense_gemm", operands,
-             [&](Builder &b, ValueRange args) {
-               denseGemm(b, args[0], args[1], rhsScale ? args[2] : Value(),
-                         args.back(), target);
-             });
+  SizeMultiples multiples =
+      SizeMultiples::of(rhsType.getDimSize(0), rhsType.getDimSize(1),
+                        packedStripWidth(target), target.width);
+  // Without FP8 scales (whose block counts follow the sizes) the kernel
+  // takes the column count and depth at run time: the router and the
+  // shared expert's projections share its code where `multiples` agree.
+  SmallVector<Value> operands = {lhs, rhs, result};
+  std::string variant;
+  if (rhsScale) {
+    operands.insert(operands.begin() + 2, rhsScale);
+  } else {
+    operands = {withDynamicDims(b, lhs, {1}), withDynamicDims(b, rhs, {0, 1}),
+                withDynamicDims(b, result, {1})};
+    variant = multiples.key();
+  }
+  callKernel(
+      b, target, rhsScale ? "dense_gemm_fp8" : "dense_gemm", operands,
+      [&](Builder &b, ValueRange args) {
+        denseGemm(b, args[0], args[1], rhsScale ? args[2] : Value(),
+                  args.back(), multiples, target);
+      },
+      variant);
   return asTensor(b, result);
 }
 

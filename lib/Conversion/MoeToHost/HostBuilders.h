@@ -278,17 +278,38 @@ constexpr int64_t kPackedRows = 32;
 
 /// Columns of W per parallel block of a GEMM of `depth` that may run
 /// packed: whole strips (packedStripWidth), about 256 KiB of f32, at most
-/// the columns there are.
-int64_t packedColumnBlock(const VectorTarget &target, int64_t depth,
-                          int64_t columns);
-/// The same for sizes known at run time.
+/// the columns there are (computed at run time).
 Value packedColumnBlock(Builder &b, const VectorTarget &target, Value depth,
                         Value columns);
 
+/// Columns of the dot kernel's register block.
+int64_t dotRegisterColumns(const VectorTarget &target);
+
 /// Columns of B per parallel block of a dot GEMM of `depth`, sized for the
-/// cache (a multiple of the register block's columns).
-int64_t dotColumnBlock(const VectorTarget &target, int64_t depth,
-                       int64_t columns);
+/// cache as packedColumnBlock (whole register blocks of columns).
+Value dotColumnBlock(Builder &b, const VectorTarget &target, Value depth,
+                     Value columns);
+
+/// What a GEMM kernel's code takes from the static sizes its operands
+/// leave dynamic (so that GEMMs of different sizes share its code): numbers
+/// its column count and depth are multiples of. The loops for the columns
+/// or k a register block or vector does not cover are left out where these
+/// say there are none.
+struct SizeMultiples {
+  int64_t columns = 1, depth = 1;
+
+  /// For `columns` in blocks of whole `columnStep`s and `depth` in vectors
+  /// of `width` (either size may be dynamic).
+  static SizeMultiples of(int64_t columns, int64_t depth, int64_t columnStep,
+                          int64_t width);
+  /// For callKernel's `variant`.
+  std::string key() const;
+};
+
+/// `value` (a ranked tensor or memref) cast to its type with the
+/// dimensions `dims` dynamic.
+Value withDynamicDims(Builder &b, Value value, ArrayRef<int64_t> dims);
+
 /// Columns of C per parallel block of an outer GEMM (a multiple of the
 /// register block's columns).
 int64_t outerColumnBlock(const VectorTarget &target);

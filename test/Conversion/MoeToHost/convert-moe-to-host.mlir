@@ -14,31 +14,34 @@
 // shapes calls (@shared_swiglu_a2a below).
 // CHECK-LABEL: func @router_sigmoid
 // CHECK: %[[LOGITS:.*]] = memref.alloc(%{{.*}}) : memref<?x8xf32>
-// CHECK: call @moe_host_dense_gemm(%arg0, %arg1, %[[LOGITS]]) : (tensor<?x64xbf16>, tensor<8x64xbf16>, memref<?x8xf32>) -> ()
+// CHECK: %[[X:.*]] = tensor.cast %arg0 : tensor<?x64xbf16> to tensor<?x?xbf16>
+// CHECK: %[[W:.*]] = tensor.cast %arg1 : tensor<8x64xbf16> to tensor<?x?xbf16>
+// CHECK: %[[L:.*]] = memref.cast %[[LOGITS]] : memref<?x8xf32> to memref<?x?xf32>
+// CHECK: call @moe_host_dense_gemm(%[[X]], %[[W]], %[[L]]) : (tensor<?x?xbf16>, tensor<?x?xbf16>, memref<?x?xf32>) -> ()
 // CHECK: bufferization.to_tensor %[[LOGITS]]
 // CHECK: linalg.generic
 // CHECK: math.exp
 // CHECK: arith.divf
-// CHECK: func.func private @moe_host_dense_gemm(%{{.*}}: tensor<?x64xbf16>, %{{.*}}: tensor<8x64xbf16>, %[[OUT:.*]]: memref<?x8xf32>) attributes {llvm.linkage = #llvm.linkage<internal>}
-// CHECK: %[[ROWS32:.*]] = memref.alloc(%{{.*}}) : memref<?x64xf32>
+// CHECK: func.func private @moe_host_dense_gemm(%{{.*}}: tensor<?x?xbf16>, %{{.*}}: tensor<?x?xbf16>, %[[OUT:.*]]: memref<?x?xf32>) attributes {llvm.linkage = #llvm.linkage<internal>}
+// CHECK: %[[ROWS32:.*]] = memref.alloc(%{{.*}}, %{{.*}}) : memref<?x?xf32>
 // CHECK: scf.parallel
-// CHECK: vector.load %{{.*}} : memref<?x64xbf16>, vector<4xbf16>
+// CHECK: vector.load %{{.*}} : memref<?x?xbf16>, vector<4xbf16>
 // CHECK: arith.extf %{{.*}} : vector<4xbf16> to vector<4xf32>
 // CHECK: vector.store %{{.*}}, %[[ROWS32]]
 // CHECK: scf.if
 // CHECK: scf.parallel
-// CHECK: memref.alloc() : memref<1x64x8xf32>
-// CHECK: vector.load %{{.*}} : memref<8x64xbf16>, vector<4xbf16>
+// CHECK: memref.alloc(%{{.*}}, %{{.*}}) : memref<?x?x8xf32>
+// CHECK: vector.load %{{.*}} : memref<?x?xbf16>, vector<4xbf16>
 // CHECK: vector.transpose %{{.*}}, [1, 0] : vector<4x4xf32> to vector<4x4xf32>
 // CHECK: scf.for {{.*}} iter_args({{([^,]*, ){11}[^,]*}}) -> (vector<4xf32>, {{.*}}vector<4xf32>)
-// CHECK: vector.load %{{.*}} : memref<1x64x8xf32>, vector<4xf32>
+// CHECK: vector.load %{{.*}} : memref<?x?x8xf32>, vector<4xf32>
 // CHECK: vector.broadcast %{{.*}} : f32 to vector<4xf32>
 // CHECK: } else {
 // CHECK: scf.parallel
-// CHECK: memref.alloc() : memref<8x64xf32>
+// CHECK: memref.alloc(%{{.*}}, %{{.*}}) : memref<?x?xf32>
 // CHECK: scf.for {{.*}} iter_args({{([^,]*, ){11}[^,]*}}) -> (vector<4xf32>, {{.*}}vector<4xf32>)
-// CHECK: vector.load %[[ROWS32]]{{.*}} : memref<?x64xf32>, vector<4xf32>
-// CHECK: vector.load %{{.*}} : memref<8x64xf32>, vector<4xf32>
+// CHECK: vector.load %[[ROWS32]]{{.*}} : memref<?x?xf32>, vector<4xf32>
+// CHECK: vector.load %{{.*}} : memref<?x?xf32>, vector<4xf32>
 // CHECK: arith.mulf %{{.*}} fastmath<reassoc,contract> : vector<4xf32>
 // CHECK: arith.addf %{{.*}} fastmath<reassoc,contract> : vector<4xf32>
 // CHECK: vector.reduction <add>, %{{.*}} fastmath<reassoc,contract> : vector<4xf32> into f32
@@ -256,14 +259,39 @@ func.func @gmm_shared(%rows: tensor<?x8xf32>, %up: tensor<4x16x8xf32>,
 
 // -----
 
+// So do dense GEMMs: the router (8 x 16) and the shared expert's gate, up
+// (8 x 16) and down (16 x 8) projections all call one function.
+// CHECK-LABEL: func @dense_shared
+// CHECK-COUNT-4: call @moe_host_dense_gemm(%{{.*}}) : (tensor<?x?xf32>, tensor<?x?xf32>, memref<?x?xf32>) -> ()
+// CHECK: func.func private @moe_host_dense_gemm(
+// CHECK-NOT: func.func
+func.func @dense_shared(%x: tensor<?x16xf32>, %wr: tensor<8x16xf32>,
+                        %g: tensor<8x16xf32>, %u: tensor<8x16xf32>,
+                        %d: tensor<16x8xf32>)
+    -> (tensor<?x8xf32>, tensor<?x16xf32>) {
+  %s = moe.router %x, %wr {scoring = #moe.scoring<sigmoid>}
+         : tensor<?x16xf32>, tensor<8x16xf32> -> tensor<?x8xf32>
+  %y = moe.shared_expert %x, %g, %u, %d
+         : (tensor<?x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<?x16xf32>
+  return %s, %y : tensor<?x8xf32>, tensor<?x16xf32>
+}
+
+// -----
+
 // Shared expert with a gate; SwiGLU; a one-rank all-to-all is the identity.
-// The gate and up projections, of the same shapes, call one function; the
-// down projection and the expert gate each have their own.
+// The GEMMs take their sizes at run time; the gate and up projections (4
+// columns, whole register blocks) call one function; the down projection
+// (a depth of 4, one vector) and the expert gate (one column) each have
+// their own.
 // CHECK-LABEL: func @shared_swiglu_a2a
-// CHECK: call @moe_host_dense_gemm(%arg0, %arg1, %{{.*}}) : (tensor<?x8xf32>, tensor<4x8xf32>, memref<?x4xf32>) -> ()
-// CHECK: call @moe_host_dense_gemm(%arg0, %arg2, %{{.*}}) : (tensor<?x8xf32>, tensor<4x8xf32>, memref<?x4xf32>) -> ()
-// CHECK: call @moe_host_dense_gemm_1(%{{.*}}, %arg3, %{{.*}}) : (tensor<?x4xf32>, tensor<8x4xf32>, memref<?x8xf32>) -> ()
-// CHECK: call @moe_host_dense_gemm_2(%arg0, %arg4, %{{.*}}) : (tensor<?x8xf32>, tensor<1x8xf32>, memref<?x1xf32>) -> ()
+// CHECK: %[[G:.*]] = tensor.cast %arg1 : tensor<4x8xf32> to tensor<?x?xf32>
+// CHECK: call @moe_host_dense_gemm(%{{.*}}, %[[G]], %{{.*}}) : (tensor<?x?xf32>, tensor<?x?xf32>, memref<?x?xf32>) -> ()
+// CHECK: %[[U:.*]] = tensor.cast %arg2 : tensor<4x8xf32> to tensor<?x?xf32>
+// CHECK: call @moe_host_dense_gemm(%{{.*}}, %[[U]], %{{.*}}) : (tensor<?x?xf32>, tensor<?x?xf32>, memref<?x?xf32>) -> ()
+// CHECK: %[[D:.*]] = tensor.cast %arg3 : tensor<8x4xf32> to tensor<?x?xf32>
+// CHECK: call @moe_host_dense_gemm_1(%{{.*}}, %[[D]], %{{.*}}) : (tensor<?x?xf32>, tensor<?x?xf32>, memref<?x?xf32>) -> ()
+// CHECK: %[[EG:.*]] = tensor.cast %arg4 : tensor<1x8xf32> to tensor<?x?xf32>
+// CHECK: call @moe_host_dense_gemm_2(%{{.*}}, %[[EG]], %{{.*}}) : (tensor<?x?xf32>, tensor<?x?xf32>, memref<?x?xf32>) -> ()
 // CHECK: tensor.collapse_shape
 // CHECK-NOT: moe.
 // CHECK: return %{{.*}}, %arg5, %arg6
