@@ -456,7 +456,7 @@ LogicalResult TileLoopOp::verify() {
 }
 
 LogicalResult MmaOp::verify() {
-  if (getPending() < 0 || getPending() > 1)
+  if (getPending() > 1)
     return emitOpError() << "expects pending to be 0 or 1, got "
                          << getPending();
   TileAttr tile = getPipeline().getType().getTile();
@@ -563,7 +563,7 @@ LogicalResult ProgramOp::verifyRegions() {
 
 LogicalResult BufferOp::verify() {
   MemRefType type = getMemRefType();
-  if (static_cast<int64_t>(getDims().size()) != type.getNumDynamicDims())
+  if (getDims().size() != type.getNumDynamicDims())
     return emitOpError() << "has " << type.getNumDynamicDims()
                          << " dynamic dimension(s) but " << getDims().size()
                          << " entries in dims";
@@ -646,7 +646,7 @@ LogicalResult LaunchOp::verifySymbolUses(SymbolTableCollection &symbols) {
                << buffer.getType() << " as argument " << i << " of kernel "
                << getKernel() << ", which takes " << inputs[i];
   }
-  if (getBlock() < 0 || getBlock() > 1024)
+  if (getBlock() > 1024)
     return emitOpError() << "has block " << getBlock()
                          << ", expected 0 (the kernel's own) to 1024";
   if (std::optional<int64_t> chunk = getChunk(); chunk && *chunk < 0)

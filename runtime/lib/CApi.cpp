@@ -114,7 +114,8 @@ int moe_layer_forward(moe_layer *layer, const void *x, moe_dtype x_dtype,
   if (tokens < 0)
     return fail("moe_layer_forward: negative token count");
   DType dtype;
-  switch (x_dtype) {
+  // (As an int: a C caller may pass any value.)
+  switch (static_cast<int>(x_dtype)) {
   case MOE_F32:
     dtype = DType::F32;
     break;

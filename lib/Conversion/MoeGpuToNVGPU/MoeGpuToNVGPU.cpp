@@ -23,6 +23,7 @@
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <map>
+#include <tuple>
 
 namespace mlir::moe {
 #define GEN_PASS_DEF_CONVERTMOEGPUTONVGPU
@@ -336,7 +337,10 @@ LogicalResult KernelLowering::lowerProduce(ProduceOp op) {
 
   MLIRContext *ctx = op.getContext();
   ImplicitLocOpBuilder b(op.getLoc(), op);
-  auto [slot, round] = slotAndRound(b, op.getIter(), tile.getStages());
+  // (Plain variables: lambdas capture `slot`, which C++17 does not allow
+  // for structured bindings.)
+  Value slot, round;
+  std::tie(slot, round) = slotAndRound(b, op.getIter(), tile.getStages());
   // A fresh barrier counts as having completed the phase before phase 0,
   // so the first round waits for parity 1 and passes at once.
   Value parity = arith::XOrIOp::create(b, oddRound(b, round),
@@ -396,7 +400,8 @@ LogicalResult KernelLowering::lowerProduce(ProduceOp op) {
           : getTensorMap(op, op.getB(), half, info.elementType, tile.getK());
   if (failed(halfMap))
     return failure();
-  auto [rank, shared] = pairOf(loop);
+  Value rank, shared;
+  std::tie(rank, shared) = pairOf(loop);
   int64_t halfBytes = tile.getBBytes() / 2;
   auto viewIn = [&](ImplicitLocOpBuilder &b, Value offset,
                     int64_t rows) -> Value {

@@ -388,7 +388,8 @@ void groupedMatmulDx(Builder &b, Value grad, Value weight, Value offsets,
                        [&](Builder &b, Value r, Value c, Value v) {
                          storeVector(b, v, out, {r, c});
                        },
-                       std::gcd(columnBlock, columns)};
+                       std::gcd(columnBlock, columns),
+                       /*aColumn=*/nullptr};
         // An expert with enough rows copies its block of the weight into
         // contiguous strips first (rows of W are pages apart).
         Value many = arith::CmpIOp::create(b, arith::CmpIPredicate::uge,

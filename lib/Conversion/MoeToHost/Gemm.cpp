@@ -245,7 +245,10 @@ void mlir::moe::host::withWeightPanel(
 
 void mlir::moe::host::emitDotGemm(Builder &b, const DotGemm &g,
                                   const VectorTarget &target) {
-  auto [mr, nr] = dotBlock(target);
+  // (Plain variables: lambdas capture them, which C++17 does not allow
+  // for structured bindings.)
+  int64_t mr, nr;
+  std::tie(mr, nr) = dotBlock(target);
   // Rows outer: the MR rows of A stay in L1 while the column block of B
   // (sized for L2 by the caller) streams past them.
   blocked(b, g.iBegin, g.iEnd, mr, [&](Builder &b, Value i0, int64_t m) {
@@ -260,7 +263,8 @@ void mlir::moe::host::emitDotGemm(Builder &b, const DotGemm &g,
 
 void mlir::moe::host::emitOuterGemm(Builder &b, const OuterGemm &blocks,
                                     const VectorTarget &target) {
-  auto [mr, nv] = outerBlock(target);
+  int64_t mr, nv;
+  std::tie(mr, nv) = outerBlock(target);
   if (blocks.aColumn) {
     // Passes of 16 register blocks of rows, each first copying its rows of
     // A into a panel: panel[(i - i0) / mr][p - pBegin][(i - i0) % mr].
@@ -438,7 +442,8 @@ void mlir::moe::host::emitPackedGemm(Builder &b, const PackedGemm &g,
                     return loadVector(b, panel, {s, p, jj}, width);
                   },
                   g.store,
-                  g.jMultiple};
+                  g.jMultiple,
+                  /*aColumn=*/nullptr};
   emitOuterGemm(b, outer, target);
 }
 

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <limits>
 #include <numeric>
+#include <tuple>
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -334,8 +335,11 @@ static void denseGemm(Builder &b, Value a, Value w, Value scales, Value out,
       {ceilDiv(packed, rows, kPackedRowBlock),
        ceilDiv(packed, columns, packedBlock)},
       [&](Builder &b, ValueRange block) {
-        auto [i0, i1] = blockRange(b, block[0], kPackedRowBlock, rows);
-        auto [j0, j1] = blockRange(b, block[1], packedBlock, columns);
+        // (Plain variables: lambdas capture them, which C++17 does not
+        // allow for structured bindings.)
+        Value i0, i1, j0, j1;
+        std::tie(i0, i1) = blockRange(b, block[0], kPackedRowBlock, rows);
+        std::tie(j0, j1) = blockRange(b, block[1], packedBlock, columns);
         emitPackedGemm(
             b,
             {i0, i1, j0, j1, depth, packedBlock,
@@ -359,8 +363,9 @@ static void denseGemm(Builder &b, Value a, Value w, Value scales, Value out,
   parallelBlocks(
       few, {ceilDiv(few, rows, kRowBlock), ceilDiv(few, columns, columnBlock)},
       [&](Builder &b, ValueRange block) {
-        auto [i0, i1] = blockRange(b, block[0], kRowBlock, rows);
-        auto [j0, j1] = blockRange(b, block[1], columnBlock, columns);
+        Value i0, i1, j0, j1;
+        std::tie(i0, i1) = blockRange(b, block[0], kRowBlock, rows);
+        std::tie(j0, j1) = blockRange(b, block[1], columnBlock, columns);
         auto run = [&](Builder &b, Value panel) {
           DotGemm gemm{i0, i1, j0, j1, depth,
                        [&](Builder &b, Value i, Value k, int64_t width) {

@@ -382,7 +382,7 @@ std::pair<Value, Value> lowerRouterGrad(Builder &b, RouterGradOp op,
              [&](Builder &b, Value t, Value h, Value v) {
                storeVector(b, v, inputGrad, {t, h});
              },
-             std::gcd(columnBlock, hidden)},
+             std::gcd(columnBlock, hidden), /*aColumn=*/nullptr},
             target);
       });
   // weight_grad[e, h] = sum_t g[t, e] * x[t, h], in blocks of columns.
@@ -404,7 +404,7 @@ std::pair<Value, Value> lowerRouterGrad(Builder &b, RouterGradOp op,
              [&](Builder &b, Value e, Value h, Value v) {
                storeVector(b, v, weightGrad, {e, h});
              },
-             std::gcd(columnBlock, hidden)},
+             std::gcd(columnBlock, hidden), /*aColumn=*/nullptr},
             target);
       });
   return {asTensor(b, inputGrad), asTensor(b, weightGrad)};

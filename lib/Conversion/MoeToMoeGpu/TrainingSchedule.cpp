@@ -236,7 +236,7 @@ void LayerBuilder::buildTraining() {
   // after the first accumulate into the first's.
   auto gemm = [&](moegpu::Epilogue epilogue,
                   moegpu::GemmLayout layout = moegpu::GemmLayout::NT) {
-    return [=, this](gpu::GPUFuncOp f) { buildGemm(f, epilogue, layout); };
+    return [=](gpu::GPUFuncOp f) { buildGemm(f, epilogue, layout); };
   };
   // GPT-OSS: the pre-activations with the gate and up biases (the GEMM's
   // last argument).
