@@ -43,20 +43,6 @@ Value zeroVector(Builder &b, int64_t width) {
       b, DenseElementsAttr::get(f32Vector(b, width), b.getF32FloatAttr(0.0f)));
 }
 
-/// An f32 buffer of `sizes`: static where a size is a constant (or an
-/// integer attribute), dynamic elsewhere.
-Value allocF32(Builder &b, ArrayRef<OpFoldResult> sizes) {
-  SmallVector<int64_t> shape;
-  SmallVector<Value> dynamic;
-  for (OpFoldResult size : sizes) {
-    std::optional<int64_t> known = getConstantIntValue(size);
-    shape.push_back(known ? *known : ShapedType::kDynamic);
-    if (!known)
-      dynamic.push_back(cast<Value>(size));
-  }
-  return alloc(b, MemRefType::get(shape, b.getF32Type()), dynamic);
-}
-
 /// `acc + a * b`, which LLVM may fuse into one FMA where the host has one
 /// (an `llvm.fma` would be a libm call per lane on hosts without).
 Value multiplyAdd(Builder &b, Value acc, Value x, Value y) {
@@ -226,7 +212,11 @@ void mlir::moe::host::withWeightPanel(
     int64_t width, function_ref<void(Builder &, Value panel)> body) {
   // One iteration's panel (freed by the deallocation pipeline at the end
   // of the iteration; the allocator reuses the same block).
-  Value panel = allocF32(b, {maxColumns, depth});
+  Value panel =
+      alloc(b,
+            MemRefType::get({ShapedType::kDynamic, ShapedType::kDynamic},
+                            b.getF32Type()),
+            ValueRange{maxColumns, depth});
   forLoop(b, c0, c1, [&](Builder &b, Value c) {
     Value row = arith::SubIOp::create(b, c, c0);
     forLanes(b, depth, depthMultiple, width,
@@ -357,15 +347,15 @@ int64_t mlir::moe::host::packedStripWidth(const VectorTarget &target) {
 void mlir::moe::host::emitPackedGemm(Builder &b, const PackedGemm &g,
                                      const VectorTarget &target) {
   int64_t strip = packedStripWidth(target);
-  std::optional<int64_t> maxColumns = getConstantIntValue(g.maxColumns);
-  OpFoldResult strips =
-      maxColumns
-          ? OpFoldResult(b.getIndexAttr((*maxColumns + strip - 1) / strip))
-          : OpFoldResult(ceilDiv(b, g.maxColumns, strip));
+  Value strips = ceilDiv(b, g.maxColumns, strip);
   // W's rows [c0, c1) as k-major strips: panel[s][k][jj] = W(c0 + s *
   // strip + jj, k). Within a strip k runs outer, so the strip's rows are
   // read a cache line at a time and the panel written in order.
-  Value panel = allocF32(b, {strips, g.depth, b.getIndexAttr(strip)});
+  Value panel =
+      alloc(b,
+            MemRefType::get({ShapedType::kDynamic, ShapedType::kDynamic, strip},
+                            b.getF32Type()),
+            ValueRange{strips, g.depth});
   Value columns = arith::SubIOp::create(b, g.c1, g.c0);
   int64_t width = target.width;
   // k in [0, kVector) as width x width tiles, the rest (none when depth is
