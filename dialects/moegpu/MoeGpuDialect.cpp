@@ -93,7 +93,15 @@ bool mlir::moegpu::isPaddedSegments(Value offsets) {
          type.getDimSize(0) > 2;
 }
 
-bool mlir::moegpu::usesTmaStoreEpilogue(MemRefType c, bool paddedSegments,
+bool mlir::moegpu::rowsEndOnBoxes(Value offsets) {
+  if (!offsets)
+    return true;
+  auto type = dyn_cast<MemRefType>(offsets.getType());
+  return isPaddedSegments(offsets) ||
+         (type && type.getRank() == 1 && type.getShape()[0] == 2);
+}
+
+bool mlir::moegpu::usesTmaStoreEpilogue(MemRefType c, bool rowsEndOnBoxes,
                                         bool kGrouped) {
   Type element = c.getElementType();
   int64_t bytes = element.isF32() ? 4 : element.isBF16() || element.isF16() ? 2
@@ -105,7 +113,7 @@ bool mlir::moegpu::usesTmaStoreEpilogue(MemRefType c, bool paddedSegments,
     int64_t rows = c.getRank() >= 2 ? c.getShape()[c.getRank() - 2] : 0;
     return !ShapedType::isDynamic(rows) && rows % 64 == 0;
   }
-  return paddedSegments;
+  return rowsEndOnBoxes;
 }
 
 int64_t mlir::moegpu::tmaStoreStagingBytes(int64_t consumers) {

@@ -50,6 +50,9 @@ constexpr llvm::StringLiteral kTensorMapsAttrName = "moegpu.tensor_maps";
 /// setmaxnreg plan needs the CTA to start with (ptxas must allocate them).
 constexpr llvm::StringLiteral kRequiredRegistersAttrName =
     "moegpu.required_registers";
+/// And on a GEMM whose epilogue stores through shared memory and TMA (unit).
+constexpr llvm::StringLiteral kTmaStoreEpilogueAttrName =
+    "moegpu.tma_store_epilogue";
 
 /// e^x of an f32 in a kernel, as 2^(x * log2(e)) on the SFU's ex2.approx:
 /// math.exp would become a libdevice call, which gpu-module-to-binary would
@@ -60,12 +63,17 @@ Value buildExp(ImplicitLocOpBuilder &b, Value x);
 /// memory and TMA (a bulk tensor store per 64-row, 128-byte box, left to
 /// complete while the next tile's main loop runs) rather than from
 /// registers: its element is 16-bit or f32, its rows are whole 16-byte
-/// units, and every tile's rows end on a 64-row boundary of its group:
-/// `paddedSegments` (the experts' row segments, which the dispatch pads to
-/// the tile's m), or k-grouped output rows whose count is a static
-/// multiple of 64. A dense GEMM's rows, and the shared experts' one
-/// segment, end at the token count: they store from registers.
-bool usesTmaStoreEpilogue(MemRefType c, bool paddedSegments, bool kGrouped);
+/// units, and no tile's box reaches into rows of another group:
+/// `rowsEndOnBoxes` (see rowsEndOnBoxes), or k-grouped output rows whose
+/// count is a static multiple of 64.
+bool usesTmaStoreEpilogue(MemRefType c, bool rowsEndOnBoxes, bool kGrouped);
+/// Whether the row groups given by `offsets` end where a 64-row box of
+/// their last tile may end: the dispatch's padded segments of several
+/// experts (padded to the tile's m), or one group of all the rows (a dense
+/// GEMM without offsets, the shared experts' one segment [0, T]), whose
+/// last box the TMA unit clips at the end of the buffer. The rows a box
+/// writes past T are in the buffer's capacity, which nothing reads.
+bool rowsEndOnBoxes(Value offsets);
 /// Whether `offsets` ([G + 1] i32) are the dispatch's padded segments of
 /// several experts rather than the shared experts' [0, T].
 bool isPaddedSegments(Value offsets);

@@ -256,9 +256,10 @@ static std::string formatReport(const std::vector<Sm90KernelReport> &kernels) {
   auto pad = [&](const std::string &name) {
     return name + std::string(width - name.size(), ' ');
   };
-  os << llvm::formatv("{0} {1,-16} {2,6} {3,8} {4,7} {5,5} {6,-20} {7}\n",
+  os << llvm::formatv("{0} {1,-16} {2,6} {3,8} {4,7} {5,-11} {6,-20} {7,-9} "
+                      "{8}\n",
                       pad("kernel"), "grid", "block", "smem", "static", "regs",
-                      "tile", "spills (st/ld)");
+                      "tile", "epilogue", "spills (st/ld)");
   for (const Sm90KernelReport &k : kernels) {
     auto num = [](int64_t v) {
       return v < 0 ? std::string("?") : std::to_string(v);
@@ -268,10 +269,18 @@ static std::string formatReport(const std::vector<Sm90KernelReport> &kernels) {
                                      std::to_string(k.tileK) + ", " +
                                      std::to_string(k.tileStages) + " stages"
                                : "-";
-    os << llvm::formatv("{0} {1,-16} {2,6} {3,8} {4,7} {5,5} {6,-20} {7}/{8}\n",
-                        pad(k.name), k.grid, k.block, k.sharedMemory,
-                        num(k.staticSharedMemory), num(k.registers), tile,
-                        num(k.spillStores), num(k.spillLoads));
+    // A warp-specialized kernel's count is pinned (.minnctapersm 1) and
+    // checked against what its setmaxnreg plan needs.
+    std::string regs = num(k.registers);
+    if (k.requiredRegisters > 0)
+      regs += " pinned";
+    const char *epilogue = !k.tileM             ? "-"
+                           : k.tmaStoreEpilogue ? "tma-store"
+                                                : "registers";
+    os << llvm::formatv(
+        "{0} {1,-16} {2,6} {3,8} {4,7} {5,-11} {6,-20} {7,-9} {8}/{9}\n",
+        pad(k.name), k.grid, k.block, k.sharedMemory, num(k.staticSharedMemory),
+        regs, tile, epilogue, num(k.spillStores), num(k.spillLoads));
   }
   std::string paired;
   for (const Sm90KernelReport &k : kernels)

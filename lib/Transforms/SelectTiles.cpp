@@ -141,7 +141,7 @@ struct MoeSelectTiles
             op.getEpilogue() != Epilogue::Accumulate &&
                 usesTmaStoreEpilogue(op.getC().getType(),
                                      op.getLayout() != GemmLayout::TN &&
-                                         isPaddedSegments(op.getOffsets()),
+                                         rowsEndOnBoxes(op.getOffsets()),
                                      op.getLayout() == GemmLayout::TN),
             op.isFp8()));
       if (report) {

@@ -53,6 +53,9 @@ struct Sm90KernelReport {
   /// GEMMs: the tile and its pipeline stages, and the persistent grid
   /// (CTAs, one per compute SM); 0 for SIMT kernels.
   int64_t tileM = 0, tileN = 0, tileK = 0, tileStages = 0;
+  /// GEMMs: the epilogue stores through shared memory and TMA (else from
+  /// registers).
+  bool tmaStoreEpilogue = false;
   /// CTAs of a cluster (2: a pair sharing B by TMA multicast).
   int64_t cluster = 1;
   int64_t persistentCtas = 0;

@@ -689,9 +689,9 @@ LogicalResult KernelLowering::lowerStoreTile(StoreTileOp op) {
   if (auto loop = op->getParentOfType<TileLoopOp>();
       loop && !accumulate &&
       usesTmaStoreEpilogue(op.getC().getType(),
-                                   !loop.getKGrouped() &&
-                                       isPaddedSegments(loop.getOffsets()),
-                                   loop.getKGrouped())) {
+                           !loop.getKGrouped() &&
+                               rowsEndOnBoxes(loop.getOffsets()),
+                           loop.getKGrouped())) {
     FailureOr<bool> done = lowerStoreTileByTma(op);
     if (failed(done))
       return failure();
@@ -857,14 +857,20 @@ FailureOr<bool> KernelLowering::lowerStoreTileByTma(StoreTileOp op) {
   };
   Value scale0, scale1;
   if (op.getScale()) {
+    // Rows past the group's end (a box the TMA unit clips) read its last
+    // row's scale.
+    Value lastRow =
+        arith::SubIOp::create(sb, op.getRowEnd(), constIndex(sb, 1));
     Value row0 = arith::AddIOp::create(
         sb, firstRow,
         arith::AddIOp::create(
             sb, arith::MulIOp::create(sb, warp, constIndex(sb, 16)), quarter));
-    scale0 = memref::LoadOp::create(sb, op.getScale(), ValueRange{row0});
-    scale1 = memref::LoadOp::create(
-        sb, op.getScale(),
-        ValueRange{arith::AddIOp::create(sb, row0, constIndex(sb, 8))});
+    for (int64_t h = 0; h < 2; ++h) {
+      Value r = arith::MinUIOp::create(
+          sb, arith::AddIOp::create(sb, row0, constIndex(sb, 8 * h)), lastRow);
+      (h ? scale1 : scale0) =
+          memref::LoadOp::create(sb, op.getScale(), ValueRange{r});
+    }
   }
   auto narrow = [&](Value v) -> Value {
     return outType.isF32() ? v : arith::TruncFOp::create(sb, outType, v);
@@ -1175,6 +1181,8 @@ LogicalResult KernelLowering::run() {
                                           ? TileAttr()
                                           : pipelines.begin()->second.tile));
   func->setAttr(kTensorMapsAttrName, attrs.getArrayAttr(tensorMapRecords));
+  if (tmaStores)
+    func->setAttr(kTmaStoreEpilogueAttrName, attrs.getUnitAttr());
   return success();
 }
 

@@ -449,6 +449,8 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
         report.tileStages = tile.getStages();
         report.cluster = step.cluster = tile.getCluster();
         report.persistentCtas = config.getGrid();
+        report.tmaStoreEpilogue =
+            func->hasAttr(moegpu::kTmaStoreEpilogueAttrName);
       }
       if (auto maps =
               func->getAttrOfType<ArrayAttr>(moegpu::kTensorMapsAttrName))
