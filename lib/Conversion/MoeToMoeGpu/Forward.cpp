@@ -245,9 +245,11 @@ void LayerBuilder::buildRoute(gpu::GPUFuncOp func) {
     // Top-k: k warp-wide argmaxes over the selection scores; the chosen
     // expert is marked NaN in its lane. Weights are the unbiased scores.
     Value none = e.i32(std::numeric_limits<int32_t>::max());
-    SmallVector<Value> chosen, chosenScore;
-    Value sum = e.f32(0);
-    for (int64_t j = 0; j < topK; ++j) {
+    // The best of the lanes' candidates in `sel`, in every lane; the
+    // chosen expert (expert 0 when nothing is left to choose: more picks
+    // than unmasked experts, which the layer's verifier rules out, as the
+    // serial argmax) is marked NaN in `sel`.
+    auto argmax = [&](MutableArrayRef<Value> sel) -> std::pair<Value, Value> {
       Candidate best{e.f32(NAN), none, e.f32(0)};
       for (int64_t i = 0; i < slots; ++i) {
         Candidate mine{sel[i], arith::IndexCastOp::create(b, i32, expert[i]),
@@ -259,8 +261,6 @@ void LayerBuilder::buildRoute(gpu::GPUFuncOp func) {
                         shuffle(best.score, offset)};
         best = pick(better(other, best), other, best);
       }
-      // Nothing left to choose (more picks than unmasked experts, which
-      // the layer's verifier rules out): expert 0, as the serial argmax.
       Value index = select(e.cmp(arith::CmpIPredicate::eq, best.index, none),
                            e.i32(0), best.index);
       for (int64_t i = 0; i < slots; ++i)
@@ -268,35 +268,73 @@ void LayerBuilder::buildRoute(gpu::GPUFuncOp func) {
             e.cmp(arith::CmpIPredicate::eq,
                   arith::IndexCastOp::create(b, i32, expert[i]), index),
             e.f32(NAN), sel[i]);
-      chosen.push_back(index);
-      chosenScore.push_back(best.score);
-      sum = e.add(sum, best.score);
-      if (mixer)
-        chosenScore.back() =
-            sparsemixerWeight(e, score, expert, inRange, chosen, best.score);
-    }
+      return {index, best.score};
+    };
     bool normalize = config.getNormTopkProb() && !mixer;
     double scale = config.getRoutedScaleValue();
     // Lane 0 writes the token's choices and counts them for the dispatch.
-    e.when(e.cmp(arith::CmpIPredicate::eq, lane, e.idx(0)), [&] {
+    Value leader = e.cmp(arith::CmpIPredicate::eq, lane, e.idx(0));
+    auto record = [&](Value j, Value index, Value w) {
+      e.store(index, ids, {token, j});
+      e.store(w, weights, {token, j});
+      Value segment = arith::IndexCastOp::create(b, b.getIndexType(), index);
+      if (chunks > 1)
+        segment =
+            e.addi(e.muli(chunkOf(e, token, e.dim(logits, 0)), e.idx(experts)),
+                   segment);
+      memref::AtomicRMWOp::create(b, arith::AtomicRMWKind::addi, e.i32(1),
+                                  counts, ValueRange{segment});
+    };
+    if (mixer) {
+      // Sparsemixer's weights look at every earlier pick: unrolled.
+      SmallVector<Value> chosen, chosenScore;
       for (int64_t j = 0; j < topK; ++j) {
-        Value w = chosenScore[j];
-        if (normalize)
-          w = e.div(w, sum);
-        if (scale != 1.0)
-          w = e.mul(w, e.f32(scale));
-        e.store(chosen[j], ids, {token, e.idx(j)});
-        e.store(w, weights, {token, e.idx(j)});
-        Value segment =
-            arith::IndexCastOp::create(b, b.getIndexType(), chosen[j]);
-        if (chunks > 1)
-          segment = e.addi(
-              e.muli(chunkOf(e, token, e.dim(logits, 0)), e.idx(experts)),
-              segment);
-        memref::AtomicRMWOp::create(b, arith::AtomicRMWKind::addi, e.i32(1),
-                                    counts, ValueRange{segment});
+        auto [index, best] = argmax(sel);
+        chosen.push_back(index);
+        chosenScore.push_back(
+            sparsemixerWeight(e, score, expert, inRange, chosen, best));
       }
-    });
+      e.when(leader, [&] {
+        for (int64_t j = 0; j < topK; ++j)
+          record(e.idx(j), chosen[j],
+                 scale != 1.0 ? e.mul(chosenScore[j], e.f32(scale))
+                              : chosenScore[j]);
+      });
+      return;
+    }
+    // One pick an iteration (a loop, not k copies of the warp's argmax:
+    // the kernel's code is a third of what it was), the selection scores
+    // and the sum of the picks' scores carried. The weights are stored as
+    // the scores; normalized, they are divided by the sum after the loop.
+    SmallVector<Value> carried(sel);
+    carried.push_back(e.f32(0));
+    ValueRange picked =
+        e.loop(e.idx(0), e.idx(topK), e.idx(1), carried,
+               [&](Value j, ValueRange in) -> SmallVector<Value> {
+                 SmallVector<Value> next(in.begin(), in.end());
+                 auto [index, best] =
+                     argmax(MutableArrayRef<Value>(next).take_front(slots));
+                 e.when(leader, [&] {
+                   record(j, index,
+                          !normalize && scale != 1.0 ? e.mul(best, e.f32(scale))
+                                                     : best);
+                 });
+                 next.back() = e.add(next.back(), best);
+                 return next;
+               });
+    if (normalize) {
+      Value sum = picked.back();
+      e.when(leader, [&] {
+        e.loop(e.idx(0), e.idx(topK), e.idx(1), {},
+               [&](Value j, ValueRange) -> SmallVector<Value> {
+                 Value w = e.div(e.load(weights, {token, j}), sum);
+                 if (scale != 1.0)
+                   w = e.mul(w, e.f32(scale));
+                 e.store(w, weights, {token, j});
+                 return {};
+               });
+      });
+    }
   });
 }
 
