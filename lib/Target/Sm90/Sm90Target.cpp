@@ -22,6 +22,7 @@
 #include "llvm/Support/Program.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <set>
@@ -242,43 +243,32 @@ abi::ExchangeKind toAbi(moegpu::ExchangeKind kind) {
 
 namespace {
 
-/// The kernels of `kernels` (a gpu.module) in `parts` modules of their own,
-/// each a builtin.module holding a copy of the gpu.module with a
-/// contiguous share of its kernels (by operation count) and everything
-/// else it declares: LLVM's NVPTX backend then compiles the shares on as
-/// many threads.
-SmallVector<OwningOpRef<ModuleOp>> splitKernels(gpu::GPUModuleOp kernels,
-                                                int64_t parts) {
-  SmallVector<gpu::GPUFuncOp> funcs(kernels.getOps<gpu::GPUFuncOp>());
-  SmallVector<int64_t> weights;
-  int64_t total = 0;
-  for (gpu::GPUFuncOp f : funcs) {
-    int64_t n = 0;
-    f.walk([&](Operation *) { ++n; });
-    weights.push_back(n);
-    total += n;
-  }
-  // Part p takes the kernels whose running weight falls in its share.
-  SmallVector<int64_t> partOf;
-  int64_t running = 0;
-  for (int64_t w : weights) {
-    partOf.push_back(std::min<int64_t>(parts - 1, running * parts / total));
-    running += w;
-  }
-  SmallVector<OwningOpRef<ModuleOp>> modules;
+/// Each kernel of `kernels` (a gpu.module) in a module of its own: a
+/// builtin.module holding a copy of the gpu.module with that kernel and
+/// everything else it declares, and its operation count (what its
+/// lowering costs, roughly), in the kernels' order.
+SmallVector<std::pair<OwningOpRef<ModuleOp>, int64_t>>
+splitKernels(gpu::GPUModuleOp kernels) {
+  SmallVector<std::pair<OwningOpRef<ModuleOp>, int64_t>> modules;
   OpBuilder b(kernels.getContext());
-  for (int64_t p = 0; p < parts; ++p) {
+  int64_t count = std::distance(kernels.getOps<gpu::GPUFuncOp>().begin(),
+                                kernels.getOps<gpu::GPUFuncOp>().end());
+  for (int64_t k = 0; k < count; ++k) {
     OwningOpRef<ModuleOp> m = ModuleOp::create(kernels.getLoc());
     (*m)->setAttrs(kernels->getParentOp()->getAttrDictionary());
     b.setInsertionPointToEnd(m->getBody());
     auto copy = cast<gpu::GPUModuleOp>(b.clone(*kernels));
     SmallVector<gpu::GPUFuncOp> drop;
-    for (auto [i, f] : llvm::enumerate(copy.getOps<gpu::GPUFuncOp>()))
-      if (partOf[i] != p)
+    int64_t ops = 0;
+    for (auto [i, f] : llvm::enumerate(copy.getOps<gpu::GPUFuncOp>())) {
+      if (static_cast<int64_t>(i) != k)
         drop.push_back(f);
+      else
+        f.walk([&](Operation *) { ++ops; });
+    }
     for (gpu::GPUFuncOp f : drop)
       f.erase();
-    modules.push_back(std::move(m));
+    modules.emplace_back(std::move(m), ops);
   }
   return modules;
 }
@@ -510,26 +500,36 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
   // Its job done, the program leaves before the kernels become PTX.
   gpuProgram.erase();
 
-  // The kernels in shares on the machine's cores (LLVM's NVPTX backend
-  // compiles a module's kernels one after another), merged back into one
-  // PTX module for ptxas.
+  // The kernels on the machine's cores (LLVM's NVPTX backend compiles a
+  // module's kernels one after another): each in a module of its own, the
+  // threads taking the largest left, then the PTX merged back in the
+  // kernels' order into one module for ptxas (the same PTX on every run).
   int64_t kernelCount = std::distance(kernels.getOps<gpu::GPUFuncOp>().begin(),
                                       kernels.getOps<gpu::GPUFuncOp>().end());
-  int64_t parts = ctx->isMultithreadingEnabled()
-                      ? std::min<int64_t>(
-                            {std::max(1u, std::thread::hardware_concurrency()),
-                             kernelCount, 8})
-                      : 1;
-  SmallVector<OwningOpRef<ModuleOp>> shares;
-  if (parts > 1) {
-    shares = splitKernels(kernels, parts);
+  int64_t workers =
+      ctx->isMultithreadingEnabled()
+          ? std::min<int64_t>(
+                {std::max(1u, std::thread::hardware_concurrency()), kernelCount,
+                 8})
+          : 1;
+  SmallVector<std::pair<OwningOpRef<ModuleOp>, int64_t>> shares;
+  if (workers > 1) {
+    shares = splitKernels(kernels);
     kernels.erase();
   }
   SmallVector<ModuleOp> targets;
+  SmallVector<size_t> order;
   if (shares.empty())
     targets.push_back(module);
-  for (OwningOpRef<ModuleOp> &share : shares)
-    targets.push_back(*share);
+  for (auto &share : shares)
+    targets.push_back(*share.first);
+  for (size_t i = 0; i < targets.size(); ++i)
+    order.push_back(i);
+  if (!shares.empty())
+    llvm::sort(order, [&](size_t l, size_t r) {
+      return std::make_pair(-shares[l].second, l) <
+             std::make_pair(-shares[r].second, r);
+    });
   SmallVector<std::string> ptx(targets.size()), failures(targets.size());
   {
     TimingScope scope = timing.nest("PTX (NVPTX backend)");
@@ -552,10 +552,15 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
       }
       ptx[i] = object.getObject().str();
     };
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t i = next++; i < order.size(); i = next++)
+        lower(order[i]);
+    };
     std::vector<std::thread> threads;
-    for (size_t i = 1; i < targets.size(); ++i)
-      threads.emplace_back(lower, i);
-    lower(0);
+    for (int64_t w = 1; w < workers; ++w)
+      threads.emplace_back(work);
+    work();
     for (std::thread &t : threads)
       t.join();
   }
