@@ -307,17 +307,20 @@ static std::string formatModel(const std::vector<Sm90KernelReport> &kernels,
   os << llvm::formatv(
       "model: H200 ({0:f0} TFLOP/s bf16 dense{6}, {1:f0} TFLOP/s f32 SIMT, "
       "{2:f1} TB/s); routing uniform over the experts; roofline = useful "
-      "work at peak; estimate = the kernel as built: padded tiles in waves "
-      "at {3:f0}% of the tensor cores or traffic at {4:f0}% of the "
-      "bandwidth, SIMT at the f32 peak, + {5:f0} us a launch\n",
+      "work at peak; estimate = the kernel as built, the slowest of: "
+      "padded tiles in waves at {3:f0}% of the tensor cores, their operands "
+      "through L2 at {7:f1} TB/s, traffic at {4:f0}% of the bandwidth, SIMT "
+      "at the f32 peak; + {5:f0} us a launch\n",
       machine.tensorFlops / 1e12, machine.simtFlops / 1e12,
       machine.bandwidth / 1e12, machine.tensorEfficiency * 100,
       machine.memoryEfficiency * 100, machine.launchMicroseconds,
       shape.fp8
           ? llvm::formatv(", {0:f0} e4m3", machine.fp8TensorFlops / 1e12).str()
-          : std::string());
-  os << llvm::formatv("{0,6} {1,-17} {2,10} {3,10} {4,12} {5,12}\n", "tokens",
-                      "kernel", "GFLOP", "MB", "roofline us", "estimate us");
+          : std::string(),
+      machine.l2Bandwidth / 1e12);
+  os << llvm::formatv("{0,6} {1,-17} {2,10} {3,10} {4,12} {5,12}  {6}\n",
+                      "tokens", "kernel", "GFLOP", "MB", "roofline us",
+                      "estimate us", "bound");
   std::vector<int64_t> counts;
   for (int64_t t : {128, 512, 4096})
     if (t <= maxTokens)
@@ -337,9 +340,9 @@ static std::string formatModel(const std::vector<Sm90KernelReport> &kernels,
     double flops = 0, bytes = 0, roofline = 0, estimate = 0;
     for (const Sm90KernelCost &c : modelForward(shape, kernels, t, machine)) {
       os << llvm::formatv("{0,6} {1,-17} {2,10:f2} {3,10:f2} {4,12:f1} "
-                          "{5,12:f1}\n",
+                          "{5,12:f1}  {6}\n",
                           t, c.kernel, c.flops / 1e9, c.bytes / 1e6,
-                          c.rooflineUs, c.estimateUs);
+                          c.rooflineUs, c.estimateUs, c.bound);
       flops += c.flops;
       bytes += c.bytes;
       roofline += c.rooflineUs;
@@ -349,16 +352,35 @@ static std::string formatModel(const std::vector<Sm90KernelReport> &kernels,
                         "{5,12:f1}  ({6:f2}x the roofline)\n",
                         t, "layer", flops / 1e9, bytes / 1e6, roofline,
                         estimate, roofline > 0 ? estimate / roofline : 0.0);
-    if (!shape.fp8)
-      continue;
-    double bf16Estimate = 0;
-    for (const Sm90KernelCost &c :
-         modelForward(bf16, unquantized, t, machine))
-      bf16Estimate += c.estimateUs;
-    os << llvm::formatv("{0,6} {1,-17} {2,10} {3,10} {4,12} {5,12:f1}  "
-                        "({6:f2}x the fp8 layer's)\n",
-                        t, "layer if bf16", "", "", "", bf16Estimate,
-                        estimate > 0 ? bf16Estimate / estimate : 0.0);
+    if (shape.fp8) {
+      double bf16Estimate = 0;
+      for (const Sm90KernelCost &c :
+           modelForward(bf16, unquantized, t, machine))
+        bf16Estimate += c.estimateUs;
+      os << llvm::formatv("{0,6} {1,-17} {2,10} {3,10} {4,12} {5,12:f1}  "
+                          "({6:f2}x the fp8 layer's)\n",
+                          t, "layer if bf16", "", "", "", bf16Estimate,
+                          estimate > 0 ? bf16Estimate / estimate : 0.0);
+    }
+    // What pairs of CTAs sharing B (--tile-cluster=2) would change: the
+    // grouped GEMMs whose BLOCK_N is a multiple of 128 (those the option
+    // pairs), unless they are paired already.
+    std::vector<Sm90KernelReport> paired = kernels;
+    bool pairs = false;
+    for (Sm90KernelReport &k : paired)
+      if (k.tileM && k.name != "router" && k.tileN % 128 == 0 &&
+          k.cluster == 1) {
+        k.cluster = 2;
+        pairs = true;
+      }
+    if (pairs) {
+      double pairedEstimate = 0;
+      for (const Sm90KernelCost &c : modelForward(shape, paired, t, machine))
+        pairedEstimate += c.estimateUs;
+      os << llvm::formatv("{0,6} {1,-17} {2,10} {3,10} {4,12} {5,12:f1}  "
+                          "(--tile-cluster=2)\n",
+                          t, "layer if paired", "", "", "", pairedEstimate);
+    }
   }
   if (!train)
     return text;

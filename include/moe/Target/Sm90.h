@@ -73,6 +73,11 @@ struct Sm90Machine {
   /// What a kernel reaches of those peaks in the estimate, and the fixed
   /// cost of a launch.
   double tensorEfficiency = 0.75, memoryEfficiency = 0.7;
+  /// What a wgmma GEMM's operand loads (each tile's A and B blocks, every
+  /// k block, from L2 into shared memory) reach over all SMs: fitted to
+  /// the grouped GEMMs timed on an H200 (docs/Performance.md, "The model
+  /// against the H200's times"), which Nsight Compute found L2-bound.
+  double l2Bandwidth = 7.0e12;
   double launchMicroseconds = 2.0;
 };
 
@@ -95,6 +100,9 @@ struct Sm90KernelCost {
   std::string kernel;
   /// What runs its arithmetic: "wgmma" (tensor cores) or "SIMT".
   std::string engine;
+  /// What the estimate's time is: "tensor" or "SIMT" (the arithmetic),
+  /// "L2" (a GEMM's operand loads), "memory" (its traffic).
+  std::string bound;
   double flops = 0, bytes = 0, rooflineUs = 0, estimateUs = 0;
 };
 

@@ -1,17 +1,18 @@
 //===- PerfModel.cpp - What the kernels should cost on an H200 ------------===//
 //
 // Part of moe-compiler. A first-order model of the sm_90a forward pass and
-// training step, for --report: each kernel's useful FLOPs and bytes from the layer's shapes,
-// the roofline time on an H200 (the larger of those at peak), and an
-// estimate of what the kernel as built reaches. Routing is assumed
+// training step, for --report: each kernel's useful FLOPs and bytes from the
+// layer's shapes, the roofline time on an H200 (the larger of those at peak),
+// and an estimate of what the kernel as built reaches. Routing is assumed
 // uniform: every expert gets T * k / E rows, which the GEMMs pad to the
 // alignment (their M block) and compute all the same.
 //
 // Estimates: a wgmma GEMM runs its tiles in waves over the persistent
 // grid, each tile at the tensor cores' share of one SM times an
-// efficiency, and no faster than its traffic at the memory efficiency;
-// SIMT kernels run at the CUDA cores' f32 peak or the memory efficiency,
-// whichever is slower. Every launch adds a fixed cost.
+// efficiency, and no faster than its operands' loads through L2 (what
+// bounded the grouped GEMMs timed on an H200) or its traffic at the memory
+// efficiency; SIMT kernels run at the CUDA cores' f32 peak or the memory
+// efficiency, whichever is slower. Every launch adds a fixed cost.
 //
 //===----------------------------------------------------------------------===//
 
@@ -27,25 +28,47 @@ namespace {
 int64_t ceilDiv(int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : 0; }
 
 /// A wgmma GEMM's cost: `tiles` output tiles of the kernel's tile, each
-/// reducing over `depth`, in waves over its persistent grid, and no
-/// faster than its traffic.
+/// reducing over `depth`, in waves over its persistent grid; no faster
+/// than its operands' loads through L2 (every tile reads its A and B
+/// blocks of each k block, `operandBytes` an element; a pair of CTAs
+/// sharing B reads half of it each where the pair's two M blocks are one
+/// group's, `mBlocksPerGroup` of them a group) or its traffic.
 void costGemm(Sm90KernelCost &c, const Sm90KernelReport &kr, int64_t tiles,
-              double depth, const Sm90Machine &m, bool fp8 = false) {
+              double depth, const Sm90Machine &m, double operandBytes,
+              bool fp8 = false, int64_t mBlocksPerGroup = 1) {
   int64_t bm = kr.tileM ? kr.tileM : 128, bn = kr.tileN ? kr.tileN : 128;
+  int64_t bk = kr.tileK ? kr.tileK : (fp8 ? 128 : 64);
   int64_t ctas = kr.persistentCtas ? kr.persistentCtas : m.sms;
   double peak = fp8 ? m.fp8TensorFlops : m.tensorFlops;
   double perTile = 2.0 * bm * bn * depth / (peak / m.sms * m.tensorEfficiency);
   double compute = static_cast<double>(ceilDiv(tiles, ctas)) * perTile;
+  // Tiles whose pair shares B: both M blocks of a pair in one group.
+  double paired = 0;
+  if (kr.cluster > 1 && mBlocksPerGroup > 1)
+    paired = static_cast<double>(mBlocksPerGroup - mBlocksPerGroup % 2) /
+             static_cast<double>(mBlocksPerGroup);
+  // Each SM's share of the L2 bandwidth, in the same waves (one wave of
+  // few tiles leaves the rest unused).
+  double kBlocks = std::ceil(depth / static_cast<double>(bk));
+  double tileLoads = kBlocks * (bm + bn * (1 - paired / 2)) * bk * operandBytes;
+  double l2 = static_cast<double>(ceilDiv(tiles, ctas)) * tileLoads /
+              (m.l2Bandwidth / m.sms);
+  double memory = c.bytes / (m.bandwidth * m.memoryEfficiency);
   c.engine = "wgmma";
+  c.bound = compute >= l2 && compute >= memory ? "tensor"
+            : l2 >= memory                     ? "L2"
+                                               : "memory";
   c.rooflineUs = 1e6 * std::max(c.flops / peak, c.bytes / m.bandwidth);
-  c.estimateUs =
-      1e6 * std::max(compute, c.bytes / (m.bandwidth * m.memoryEfficiency)) +
-      m.launchMicroseconds;
+  c.estimateUs = 1e6 * std::max({compute, l2, memory}) + m.launchMicroseconds;
 }
 
 /// A SIMT kernel's cost: its FLOPs on the CUDA cores or its traffic.
 void costSimt(Sm90KernelCost &c, const Sm90Machine &m) {
   c.engine = "SIMT";
+  c.bound =
+      c.flops / m.simtFlops >= c.bytes / (m.bandwidth * m.memoryEfficiency)
+          ? "SIMT"
+          : "memory";
   c.rooflineUs = 1e6 * std::max(c.flops / m.tensorFlops, c.bytes / m.bandwidth);
   c.estimateUs = 1e6 * std::max(c.flops / m.simtFlops,
                                 c.bytes / (m.bandwidth * m.memoryEfficiency)) +
@@ -151,10 +174,10 @@ modelForward(const Sm90LayerShape &s,
           outBytes * useful * gN / (up ? 2 : 1) +
           (fp8 ? 4 * (useful + groups * gN / 128) * std::ceil(gK / 128) : 0);
       int64_t bm = kr.tileM ? kr.tileM : 128, bn = kr.tileN ? kr.tileN : 128;
-      int64_t tiles = static_cast<int64_t>(groups) *
-                      ceilDiv(tileRowsPerGroup, bm) *
+      int64_t mBlocks = ceilDiv(tileRowsPerGroup, bm);
+      int64_t tiles = static_cast<int64_t>(groups) * mBlocks *
                       ceilDiv(static_cast<int64_t>(gN), bn);
-      costGemm(c, kr, tiles, gK, m, fp8);
+      costGemm(c, kr, tiles, gK, m, operand, fp8, mBlocks);
       out.push_back(c);
       continue;
     }
@@ -249,27 +272,27 @@ modelTraining(const Sm90LayerShape &s,
         // GU = X . W13^T again (nt): N = 2F, K = H, f32 out.
         c.flops = 2 * rows * 2 * width * H;
         c.bytes = e * (rows * H + groups * 2 * width * H) + 4 * rows * 2 * width;
-        costGemm(c, kr, tilesOf(groups, rowTiles, 2 * width, bm, bn), H, m);
+        costGemm(c, kr, tilesOf(groups, rowTiles, 2 * width, bm, bn), H, m, e);
       } else if (what == "dact") {
         // GS = dY . W2 (nn): N = F, K = H, f32 out.
         c.flops = 2 * rows * width * H;
         c.bytes = e * (rows * H + groups * H * width) + 4 * rows * width;
-        costGemm(c, kr, tilesOf(groups, rowTiles, width, bm, bn), H, m);
+        costGemm(c, kr, tilesOf(groups, rowTiles, width, bm, bn), H, m, e);
       } else if (what == "rows_grad") {
         // dX = dGU . W13 (nn): K = 2F.
         c.flops = 2 * rows * 2 * width * H;
         c.bytes = e * (rows * 2 * width + groups * 2 * width * H) + 4 * rows * H;
-        costGemm(c, kr, tilesOf(groups, rowTiles, H, bm, bn), 2 * width, m);
+        costGemm(c, kr, tilesOf(groups, rowTiles, H, bm, bn), 2 * width, m, e);
       } else if (what == "down_grad") {
         // dW2 = dY^T . act (tn): H x F per group over its rows.
         c.flops = 2 * rows * H * width;
         c.bytes = e * rows * (H + width) + 4 * groups * H * width;
-        costGemm(c, kr, tilesOf(groups, H, width, bm, bn), depth, m);
+        costGemm(c, kr, tilesOf(groups, H, width, bm, bn), depth, m, e);
       } else {
         // dWg or dWu = dG^T . X (tn): F x H per group.
         c.flops = 2 * rows * width * H;
         c.bytes = e * rows * (width + H) + 4 * groups * width * H;
-        costGemm(c, kr, tilesOf(groups, width, H, bm, bn), depth, m);
+        costGemm(c, kr, tilesOf(groups, width, H, bm, bn), depth, m, e);
       }
       out.push_back(c);
       continue;
@@ -281,7 +304,7 @@ modelTraining(const Sm90LayerShape &s,
       bool dx = n == "train_router_dx";
       c.bytes = e * (T * E + (dx ? E * H : T * H)) + 4 * (dx ? T * H : E * H);
       int64_t tiles = dx ? tilesOf(1, T, H, bm, bn) : tilesOf(1, E, H, bm, bn);
-      costGemm(c, kr, tiles, dx ? E : T, m);
+      costGemm(c, kr, tiles, dx ? E : T, m, e);
       out.push_back(c);
       continue;
     }
