@@ -217,6 +217,9 @@ public:
   uint64_t next();
   /// Uniform in [lo, hi).
   float uniform(float lo, float hi);
+  /// Moves the stream `draws` numbers ahead in O(1) (splitmix64 is a
+  /// counter): a generator can start at any draw of another's stream.
+  void skip(uint64_t draws);
   /// The generator's position, to continue a stream after a restart.
   uint64_t getState() const { return state; }
   void setState(uint64_t value) { state = value; }
