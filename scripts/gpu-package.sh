@@ -4,7 +4,8 @@
 # sm_90a bundles of the check's configs (tools/gpu-check/configs:
 # DeepSeek-V3 shapes with 32 experts, Mixtral-8x7B, Qwen3-30B-A3B),
 # training bundles of two tiny configs, an FP8 layer with the host's
-# outputs for it (fp8/), and the check script itself.
+# outputs for it (fp8/), the full DeepSeek-V3 layer (model/) and the check
+# script itself.
 #
 #   scripts/gpu-package.sh [--tiny] [--no-build] [--tile-n N]...
 #                          [--tile-m M]... [--tile-cluster C]... [OUT_DIR]
@@ -68,6 +69,15 @@ for config in "${configs[@]}"; do
       -o "$out/bundles/$name-${v%%:*}.moeb" 2> "$out/bundles/$name-${v%%:*}.report"
   done
 done
+# The full DeepSeek-V3 layer (256 experts, 22.7 GB of bf16 weights), whose
+# kernel times the check puts beside the performance model's projection
+# at 128, 512 and 4096 tokens. Not on the emulator (--tiny).
+if [[ $tiny == 0 ]]; then
+  mkdir -p "$out/model"
+  "$build/bin/moe-compile" "$root/examples/deepseek-v3.mlir" --target=sm_90a \
+    --max-tokens=4096 --no-cache --report -o "$out/model/deepseek-v3.moeb" \
+    2> "$out/model/deepseek-v3.report"
+fi
 # Training steps of two tiny configs (DeepSeek-V3's routing with a shared
 # expert, Mixtral's softmax), and their host bundles for the multi-step
 # comparison.

@@ -218,6 +218,66 @@ def kernel_times(stdout):
 
 
 # --------------------------------------------------------------------------
+# The performance model against the device
+# --------------------------------------------------------------------------
+MODEL_ROW = re.compile(r"\s*(\d+) (\S+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)"
+                       r"\s+([0-9.]+)\s+(tensor|L2|memory|SIMT)\s*$")
+
+
+def model_rows(report):
+    """{tokens: {kernel: (MB, roofline us, estimate us, bound)}} from the
+    model's table in moe-compile --report's output."""
+    rows = {}
+    with open(report) as f:
+        for line in f:
+            m = MODEL_ROW.match(line)
+            if m:
+                rows.setdefault(int(m.group(1)), {})[m.group(2)] = (
+                    float(m.group(4)), float(m.group(5)), float(m.group(6)),
+                    m.group(7))
+    return rows
+
+
+def check_model(args, bundle, report):
+    """Each kernel's device time next to the model's estimate and roofline
+    at the token counts the report projects (kernels only, random weights):
+    measured / estimate says how far the model is, roofline / measured how
+    far the kernel is, and the traffic over the time what a memory-bound
+    kernel reached of 4.8 TB/s."""
+    name = os.path.basename(bundle)[:-len(".moeb")]
+    ok = True
+    for tokens, kernels in sorted(model_rows(report).items()):
+        run = run_tool([args.moe_run, bundle, "--device=cuda", "--random-weights",
+                        "--seed", str(args.seed), "--tokens", str(tokens),
+                        "--repeat", str(1 if args.emulator else min(args.repeats, 10)),
+                        "--profile"])
+        if run.returncode != 0:
+            print(f"  {name} @ {tokens}: moe-run failed:\n{run.stdout}{run.stderr}")
+            ok = False
+            continue
+        times = kernel_times(run.stdout)
+        total = {"measured": 0.0, "estimate": 0.0, "roofline": 0.0}
+        for kernel, (mb, roofline, estimate, bound) in kernels.items():
+            if kernel not in times:
+                continue
+            us = times[kernel] * 1e3
+            total["measured"] += us
+            total["estimate"] += estimate
+            total["roofline"] += roofline
+            print(f"  {name:22s} {tokens:5d} {kernel:17s} {us:10.1f} us  model "
+                  f"{estimate:9.1f} ({bound:6s}) x{us / estimate:5.2f}  roofline "
+                  f"{roofline:9.1f} ({roofline / us:4.0%})  {mb / us:5.2f} TB/s")
+        if total["measured"] > 0:
+            # The report rounds a tiny layer's rooflines to 0.0 us.
+            over = (f"{total['measured'] / total['roofline']:.2f}x"
+                    if total["roofline"] > 0 else "-")
+            print(f"  {name:22s} {tokens:5d} {'layer':17s} {total['measured']:10.1f} us  "
+                  f"model {total['estimate']:9.1f} x{total['measured'] / total['estimate']:5.2f}"
+                  f"  roofline {total['roofline']:9.1f} (measured {over} of it)")
+    return ok
+
+
+# --------------------------------------------------------------------------
 # FP8
 # --------------------------------------------------------------------------
 def check_fp8(args):
@@ -634,6 +694,26 @@ def main():
             detail = ", ".join(f"{k} {v:.4f}" for k, v in times.items()
                                if k.startswith(("expert", "shared")))
             print(f"{name} @ {small} tokens: kernels {sum(times.values()):.4f} ms ({detail})")
+    # The model's projections (--report) against the device, kernel by
+    # kernel: every forward bundle and the full DeepSeek-V3 layer (model/:
+    # 256 experts, memory-bound at these counts). On the emulator one
+    # bundle, for the check's own sake: its times are not a GPU's.
+    print("the performance model against the device (us; model x "
+          "measured/estimate; share of the roofline; traffic/time)"
+          + (" [emulator: not a GPU's times]" if args.emulator else ""))
+    reports = []
+    for directory in ("bundles", "model"):
+        path = os.path.join(args.package, directory)
+        for b in sorted(os.listdir(path)) if os.path.isdir(path) else []:
+            report = os.path.join(path, b[:-len(".moeb")] + ".report")
+            if b.endswith(".moeb") and os.path.exists(report):
+                reports.append((os.path.join(path, b), report))
+    for bundle, report in reports[:1] if args.emulator else reports:
+        try:
+            ok = check_model(args, bundle, report) and ok
+        except Exception as error:
+            print(f"  {bundle}: model check failed: {error!r}")
+            ok = False
     if os.path.isdir(os.path.join(args.package, "fp8")):
         print("fp8")
         try:
