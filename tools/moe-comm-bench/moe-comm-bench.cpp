@@ -206,7 +206,9 @@ Result runAllToAll(Communicator &c, Collectives &b, size_t bytes,
   void *dSend = b.allocate(sendTotal), *dRecv = b.allocate(recvTotal);
   b.upload(dSend, send.data(), sendTotal);
 
-  Result r{"all_to_all", sendTotal};
+  Result r;
+  r.op = "all_to_all";
+  r.bytes = sendTotal;
   r.busFactor = n > 1 ? static_cast<double>(n - 1) / n : 0;
   for (int64_t w = 0; w < std::max<int64_t>(warmup, 1); ++w) {
     std::vector<uint32_t> poison(recv.size(), 0xDEADBEEFu);
@@ -247,7 +249,9 @@ Result runAllReduce(Communicator &c, Collectives &b, size_t bytes,
   for (size_t i = 0; i < count; ++i)
     data[i] = static_cast<float>((me + 1) * (static_cast<int>(i % 61) - 30));
   float *d = static_cast<float *>(b.allocate(count * sizeof(float)));
-  Result r{"all_reduce", count * sizeof(float)};
+  Result r;
+  r.op = "all_reduce";
+  r.bytes = count * sizeof(float);
   r.busFactor = n > 1 ? 2.0 * (n - 1) / n : 0;
   for (int64_t w = 0; w < std::max<int64_t>(warmup, 1); ++w) {
     b.upload(d, data.data(), count * sizeof(float));
