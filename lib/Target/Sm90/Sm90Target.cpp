@@ -251,23 +251,23 @@ SmallVector<std::pair<OwningOpRef<ModuleOp>, int64_t>>
 splitKernels(gpu::GPUModuleOp kernels) {
   SmallVector<std::pair<OwningOpRef<ModuleOp>, int64_t>> modules;
   OpBuilder b(kernels.getContext());
-  int64_t count = std::distance(kernels.getOps<gpu::GPUFuncOp>().begin(),
-                                kernels.getOps<gpu::GPUFuncOp>().end());
-  for (int64_t k = 0; k < count; ++k) {
+  for (gpu::GPUFuncOp kernel : kernels.getOps<gpu::GPUFuncOp>()) {
     OwningOpRef<ModuleOp> m = ModuleOp::create(kernels.getLoc());
     (*m)->setAttrs(kernels->getParentOp()->getAttrDictionary());
     b.setInsertionPointToEnd(m->getBody());
-    auto copy = cast<gpu::GPUModuleOp>(b.clone(*kernels));
-    SmallVector<gpu::GPUFuncOp> drop;
+    // The gpu.module's attributes and its other symbols, and this kernel
+    // alone (copying every kernel for each would grow as their square).
+    auto copy = cast<gpu::GPUModuleOp>(b.cloneWithoutRegions(*kernels));
+    b.createBlock(&copy.getBodyRegion());
     int64_t ops = 0;
-    for (auto [i, f] : llvm::enumerate(copy.getOps<gpu::GPUFuncOp>())) {
-      if (static_cast<int64_t>(i) != k)
-        drop.push_back(f);
-      else
-        f.walk([&](Operation *) { ++ops; });
+    for (Operation &op : kernels.getBody()->getOperations()) {
+      auto func = dyn_cast<gpu::GPUFuncOp>(op);
+      if (func && func != kernel)
+        continue;
+      b.clone(op);
+      if (func)
+        func.walk([&](Operation *) { ++ops; });
     }
-    for (gpu::GPUFuncOp f : drop)
-      f.erase();
     modules.emplace_back(std::move(m), ops);
   }
   return modules;
