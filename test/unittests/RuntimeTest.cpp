@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 using namespace moe::rt;
 
@@ -226,6 +227,26 @@ TEST(RuntimeTest, RandomIsDeterministicAndInRange) {
     differs |= x != c.uniform(-1.0f, 1.0f);
   }
   EXPECT_TRUE(differs);
+}
+
+// A generator moved ahead by skip(n) continues the stream at its n-th
+// draw (random weights are drawn in chunks on several threads, each
+// chunk's generator skipped to its first draw).
+TEST(RuntimeTest, RandomSkipContinuesTheStream) {
+  moe::rt::Random serial(7);
+  std::vector<uint64_t> draws(300);
+  for (uint64_t &d : draws)
+    d = serial.next();
+  for (uint64_t n : {0, 1, 2, 137, 299}) {
+    moe::rt::Random skipped(7);
+    skipped.skip(n);
+    EXPECT_EQ(skipped.next(), draws[n]) << "skip(" << n << ")";
+  }
+  // Skips add up, and the state afterwards is the serial generator's.
+  moe::rt::Random twice(7);
+  twice.skip(100);
+  twice.skip(200);
+  EXPECT_EQ(twice.getState(), serial.getState());
 }
 
 } // namespace
