@@ -77,6 +77,9 @@ bool rowsEndOnBoxes(Value offsets);
 /// Whether `offsets` ([G + 1] i32) are the dispatch's padded segments of
 /// several experts rather than the shared experts' [0, T].
 bool isPaddedSegments(Value offsets);
+/// Whether a pair of CTAs (a 2x1 cluster) can share a tile's B by TMA
+/// multicast: its halves are whole 64-row boxes.
+inline bool pairSharesB(int64_t tileN) { return tileN % 128 == 0; }
 /// Shared memory the TMA-store epilogue stages through: two boxes of 64
 /// rows x 128 bytes per consumer warpgroup, written while the other's
 /// store drains.

@@ -363,13 +363,11 @@ static std::string formatModel(const std::vector<Sm90KernelReport> &kernels,
                           estimate > 0 ? bf16Estimate / estimate : 0.0);
     }
     // What pairs of CTAs sharing B (--tile-cluster=2) would change: the
-    // grouped GEMMs whose BLOCK_N is a multiple of 128 (those the option
-    // pairs), unless they are paired already.
+    // GEMMs the option pairs, unless they are paired already.
     std::vector<Sm90KernelReport> paired = kernels;
     bool pairs = false;
     for (Sm90KernelReport &k : paired)
-      if (k.tileM && k.name != "router" && k.tileN % 128 == 0 &&
-          k.cluster == 1) {
+      if (k.tileM && moegpu::pairSharesB(k.tileN) && k.cluster == 1) {
         k.cluster = 2;
         pairs = true;
       }

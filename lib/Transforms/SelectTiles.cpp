@@ -84,7 +84,7 @@ TileAttr selectTile(MLIRContext *ctx, int64_t n, bool swiglu, bool dense,
   // A pair of CTAs sharing B (moe-compile --tile-cluster=2) where B's
   // halves are whole boxes.
   return TileAttr::get(ctx, m, tileN, k, stages,
-                       cluster == 2 && tileN % 128 == 0 ? 2 : 1);
+                       cluster == 2 && pairSharesB(tileN) ? 2 : 1);
 }
 
 struct MoeSelectTiles

@@ -701,13 +701,15 @@ def main():
     print("the performance model against the device (us; model x "
           "measured/estimate; share of the roofline; traffic/time)"
           + (" [emulator: not a GPU's times]" if args.emulator else ""))
+    model_dir = os.path.join(args.package, "model")
     reports = []
-    for directory in ("bundles", "model"):
-        path = os.path.join(args.package, directory)
-        for b in sorted(os.listdir(path)) if os.path.isdir(path) else []:
-            report = os.path.join(path, b[:-len(".moeb")] + ".report")
-            if b.endswith(".moeb") and os.path.exists(report):
-                reports.append((os.path.join(path, b), report))
+    for bundle in bundles + sorted(
+            os.path.join(model_dir, b) for b in
+            (os.listdir(model_dir) if os.path.isdir(model_dir) else [])
+            if b.endswith(".moeb")):
+        report = bundle[:-len(".moeb")] + ".report"
+        if os.path.exists(report):
+            reports.append((bundle, report))
     for bundle, report in reports[:1] if args.emulator else reports:
         try:
             ok = check_model(args, bundle, report) and ok

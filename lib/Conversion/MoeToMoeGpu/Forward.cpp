@@ -272,6 +272,9 @@ void LayerBuilder::buildRoute(gpu::GPUFuncOp func) {
     };
     bool normalize = config.getNormTopkProb() && !mixer;
     double scale = config.getRoutedScaleValue();
+    auto scaled = [&](Value w) {
+      return scale != 1.0 ? e.mul(w, e.f32(scale)) : w;
+    };
     // Lane 0 writes the token's choices and counts them for the dispatch.
     Value leader = e.cmp(arith::CmpIPredicate::eq, lane, e.idx(0));
     auto record = [&](Value j, Value index, Value w) {
@@ -296,9 +299,7 @@ void LayerBuilder::buildRoute(gpu::GPUFuncOp func) {
       }
       e.when(leader, [&] {
         for (int64_t j = 0; j < topK; ++j)
-          record(e.idx(j), chosen[j],
-                 scale != 1.0 ? e.mul(chosenScore[j], e.f32(scale))
-                              : chosenScore[j]);
+          record(e.idx(j), chosen[j], scaled(chosenScore[j]));
       });
       return;
     }
@@ -315,9 +316,7 @@ void LayerBuilder::buildRoute(gpu::GPUFuncOp func) {
                  auto [index, best] =
                      argmax(MutableArrayRef<Value>(next).take_front(slots));
                  e.when(leader, [&] {
-                   record(j, index,
-                          !normalize && scale != 1.0 ? e.mul(best, e.f32(scale))
-                                                     : best);
+                   record(j, index, normalize ? best : scaled(best));
                  });
                  next.back() = e.add(next.back(), best);
                  return next;
@@ -327,10 +326,8 @@ void LayerBuilder::buildRoute(gpu::GPUFuncOp func) {
       e.when(leader, [&] {
         e.loop(e.idx(0), e.idx(topK), e.idx(1), {},
                [&](Value j, ValueRange) -> SmallVector<Value> {
-                 Value w = e.div(e.load(weights, {token, j}), sum);
-                 if (scale != 1.0)
-                   w = e.mul(w, e.f32(scale));
-                 e.store(w, weights, {token, j});
+                 e.store(scaled(e.div(e.load(weights, {token, j}), sum)),
+                         weights, {token, j});
                  return {};
                });
       });

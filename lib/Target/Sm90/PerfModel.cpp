@@ -64,15 +64,12 @@ void costGemm(Sm90KernelCost &c, const Sm90KernelReport &kr, int64_t tiles,
 
 /// A SIMT kernel's cost: its FLOPs on the CUDA cores or its traffic.
 void costSimt(Sm90KernelCost &c, const Sm90Machine &m) {
+  double arithmetic = c.flops / m.simtFlops;
+  double memory = c.bytes / (m.bandwidth * m.memoryEfficiency);
   c.engine = "SIMT";
-  c.bound =
-      c.flops / m.simtFlops >= c.bytes / (m.bandwidth * m.memoryEfficiency)
-          ? "SIMT"
-          : "memory";
+  c.bound = arithmetic >= memory ? "SIMT" : "memory";
   c.rooflineUs = 1e6 * std::max(c.flops / m.tensorFlops, c.bytes / m.bandwidth);
-  c.estimateUs = 1e6 * std::max(c.flops / m.simtFlops,
-                                c.bytes / (m.bandwidth * m.memoryEfficiency)) +
-                 m.launchMicroseconds;
+  c.estimateUs = 1e6 * std::max(arithmetic, memory) + m.launchMicroseconds;
 }
 
 /// The layer's sizes at a token count, as doubles for the arithmetic.
