@@ -7,6 +7,7 @@
 
 #include "moe/Conversion/Passes.h"
 #include "moe/MoeDialect.h"
+#include "moe/Support/Nesting.h"
 #include "moe/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -42,6 +43,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                 [](Diagnostic &) { return success(); });
   // The MLIR lexer reads up to a terminating NUL, as every file buffer has.
   std::string text(reinterpret_cast<const char *>(data), size);
+  // As every tool does: deep nesting is refused before the recursive
+  // parser sees it.
+  if (!moe::checkMlirNesting(text.data(), text.size(), "input").empty())
+    return 0;
   OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, &context);
   if (!module || failed(verify(*module)))
     return 0;

@@ -46,7 +46,9 @@ for name in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "MOE_EMU_STREAMS"):
 if config.moe_sanitizers:
     config.available_features.add("sanitizers")
 
-# Features for gated tests.
+# Features for gated tests. Making device nodes (mknod) needs root.
+if hasattr(os, "geteuid") and os.geteuid() == 0:
+    config.available_features.add("root")
 if shutil.which("ptxas", path=config.environment["PATH"]):
     config.available_features.add("ptxas")
 # Several ranks: mpirun and the MPI plugin the runtime opens. Open MPI

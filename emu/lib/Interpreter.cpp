@@ -41,6 +41,7 @@
 #include "Races.h"
 
 #include <algorithm>
+#include <functional>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -72,9 +73,17 @@ GlobalMemory::~GlobalMemory() {
     std::free(block.owned);
 }
 
+/// Bytes kept free after every allocation: an access that overruns one
+/// allocation lands in its guard, reported as an overrun, and never in a
+/// neighbouring live allocation (as it would with the heap's allocations
+/// back to back).
+static constexpr size_t kGuardBytes = 64 * 1024;
+
 uint64_t GlobalMemory::allocate(size_t bytes) {
   size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
-  void *p = std::aligned_alloc(256, rounded);
+  if (rounded > SIZE_MAX - kGuardBytes)
+    return 0;
+  void *p = std::aligned_alloc(256, rounded + kGuardBytes);
   if (!p)
     return 0;
   // Fresh device memory holds garbage; a recognizable pattern makes reads
@@ -127,9 +136,10 @@ bool GlobalMemory::find(uint64_t address, uint64_t &start,
 bool GlobalMemory::nearestBelow(uint64_t address, uint64_t &start,
                                 uint64_t &size) const {
   std::lock_guard<std::mutex> lock(impl->mutex);
-  // Only close misses: within the allocation's rounding to 256 bytes.
+  // Only close misses: within the allocation's rounding to 256 bytes and
+  // its guard.
   return atOrBelow(impl->blocks, address, start, size) &&
-         address < start + (size + 255) / 256 * 256;
+         address < start + (size + 255) / 256 * 256 + kGuardBytes;
 }
 
 size_t GlobalMemory::allocatedBytes() const {
@@ -184,6 +194,8 @@ uint8_t classify(const Instr &in) {
   };
   Ty t = in.type;
   bool integer = !isFloat(t) && t != Ty::B128 && t != Ty::None;
+  if (in.flags & (FCc | FCarryIn)) // the carry flag: the general path
+    return FastNone;
   switch (in.op) {
   case Op::Mov:
     return (integer || t == Ty::F32) && sources(1, t) && t != Ty::Pred
@@ -341,6 +353,7 @@ struct Warp {
   uint32_t pc[32];
   uint8_t state[32];
   uint64_t wait[32];
+  uint8_t cc[32]; // the carry (borrow) flag of add.cc, addc, mad.cc, ...
   uint64_t *regs = nullptr;
   uint8_t *local = nullptr;
   uint32_t nreg = 0;
@@ -600,15 +613,18 @@ private:
 
   /// The race check of an access to [p, p + bytes) when it is the CTA's
   /// shared memory.
+  /// `excused`, when given, is asked once a conflict is found: true when
+  /// the conflict is defined behaviour after all.
   void checkShared(Cta &cta, Warp &w, int lane, const uint8_t *p,
-                   uint32_t bytes, bool isWrite) {
+                   uint32_t bytes, bool isWrite,
+                   const std::function<bool()> &excused = nullptr) {
     if (!cta.races.enabled() || p < cta.smem.data() ||
         p >= cta.smem.data() + cta.smem.size())
       return;
     auto offset = static_cast<uint32_t>(p - cta.smem.data());
     std::string race = isWrite ? cta.races.write(tidOf(w, lane), offset, bytes)
                                : cta.races.read(tidOf(w, lane), offset, bytes);
-    if (!race.empty())
+    if (!race.empty() && !(excused && excused()))
       fail(lane, race);
   }
 
@@ -902,6 +918,39 @@ private:
 
   // ---- integer ----------------------------------------------------------
 
+  /// add/sub/mad with the carry flag: .cc writes the carry (for sub, the
+  /// borrow) out of the full-width sum, addc/subc/madc add it in.
+  uint64_t carryOp(const Instr &in, Warp &w, int lane, uint64_t a, uint64_t b,
+                   uint64_t c) {
+    unsigned bits = bitsOf(in.type);
+    unsigned __int128 m = bits >= 64 ? ~0ull : (1ull << bits) - 1;
+    unsigned __int128 cin = (in.flags & FCarryIn) ? (w.cc[lane] & 1) : 0;
+    unsigned __int128 r;
+    bool out;
+    if (in.op == Op::Sub) {
+      unsigned __int128 subtrahend = (b & m) + cin;
+      out = (a & m) < subtrahend;
+      r = ((a & m) - subtrahend) & m;
+    } else {
+      unsigned __int128 x = a & m;
+      if (in.op == Op::Mad) {
+        unsigned __int128 p = (a & m) * (b & m);
+        if (isSignedInt(in.type))
+          p = static_cast<unsigned __int128>(
+              static_cast<__int128>(signExtend(a, bits)) *
+              static_cast<__int128>(signExtend(b, bits)));
+        x = (in.flags & FHi) ? (p >> bits) & m : p & m;
+      }
+      unsigned __int128 y = (in.op == Op::Mad ? c : b) & m;
+      unsigned __int128 sum = x + y + cin;
+      out = (sum >> bits) != 0;
+      r = sum & m;
+    }
+    if (in.flags & FCc)
+      w.cc[lane] = out;
+    return static_cast<uint64_t>(r);
+  }
+
   uint64_t intOp(const Instr &in, Warp &w, int lane) {
     unsigned bits = bitsOf(in.type);
     bool sgn = isSignedInt(in.type);
@@ -909,6 +958,9 @@ private:
     uint64_t a = read(w, in.ops[1], lane);
     uint64_t b = n > 2 ? read(w, in.ops[2], lane) : 0;
     uint64_t c = n > 3 ? read(w, in.ops[3], lane) : 0;
+    if ((in.flags & (FCc | FCarryIn)) &&
+        (in.op == Op::Add || in.op == Op::Sub || in.op == Op::Mad))
+      return carryOp(in, w, lane, a, b, c);
     auto sx = [&](uint64_t v) { return signExtend(v, bits); };
     auto mx = [&](uint64_t v) { return maskBits(v, bits); };
     auto sat32 = [&](int64_t v) -> uint64_t {
@@ -1556,6 +1608,8 @@ private:
     case Ty::E4M3: return decode(v, kE4M3);
     case Ty::E5M2: return decode(v, kE5M2);
     case Ty::TF32: return bitsToF32(v & 0xFFFFE000u);
+    case Ty::S8: return static_cast<int8_t>(v & 0xFF);
+    case Ty::U8: return v & 0xFF;
     default: return 0;
     }
   }
@@ -1585,8 +1639,13 @@ private:
       return static_cast<int64_t>(in.ops[i].imm);
     };
     bool hasTrans = t == Ty::F16 || t == Ty::BF16;
-    scaleA = static_cast<int>(imm(pos++));
-    scaleB = static_cast<int>(imm(pos++));
+    // Integer wgmma (s32 += s8/u8 products) takes no scale immediates.
+    bool intAcc = in.type == Ty::S32;
+    Ty tb = in.type3 == Ty::None ? t : in.type3;
+    if (!intAcc) {
+      scaleA = static_cast<int>(imm(pos++));
+      scaleB = static_cast<int>(imm(pos++));
+    }
     if (hasTrans && !aRegs) {
       transA = static_cast<int>(imm(pos++));
       transB = static_cast<int>(imm(pos++));
@@ -1640,6 +1699,8 @@ private:
               double x = t == Ty::BF16   ? bf16ToF32(bits)
                          : t == Ty::F16  ? decode(bits, kF16)
                          : t == Ty::E4M3 ? decode(bits, kE4M3)
+                         : t == Ty::S8   ? static_cast<int8_t>(bits)
+                         : t == Ty::U8   ? static_cast<double>(bits)
                                          : decode(bits, kE5M2);
               A[row * K + col0 + e] = static_cast<float>(x);
             }
@@ -1648,22 +1709,22 @@ private:
     }
     // An operand element: its shared address through the descriptor,
     // read (for the race check) until the group retires.
-    auto element = [&](uint64_t desc, bool trans, int mn, int kk) {
+    auto element = [&](uint64_t desc, bool trans, int mn, int kk, Ty type) {
       uint32_t a = descAddress(desc, trans, mn, kk, es);
       if (cta.races.enabled()) {
         std::string race = cta.races.wgmmaRead(group, group * 128, a, es);
         if (!race.empty())
           fail(-1, race);
       }
-      return static_cast<float>(loadElement(cta, a, t, -1));
+      return static_cast<float>(loadElement(cta, a, type, -1));
     };
     if (!aRegs)
       for (int i = 0; i < M; ++i)
         for (int kk = 0; kk < K; ++kk)
-          A[i * K + kk] = element(aDesc, transA, i, kk);
+          A[i * K + kk] = element(aDesc, transA, i, kk, t);
     for (int j = 0; j < N; ++j)
       for (int kk = 0; kk < K; ++kk)
-        B[kk * N + j] = element(bDesc, transB, j, kk);
+        B[kk * N + j] = element(bDesc, transB, j, kk, tb);
     if (scaleA < 0)
       for (float &x : A)
         x = -x;
@@ -1683,7 +1744,20 @@ private:
           float acc = 0;
           for (int kk = 0; kk < K; ++kk)
             acc += A[row * K + kk] * B[kk * N + col];
-          if (!f16acc) {
+          if (intAcc) {
+            // Integer products of 8-bit values summed over K = 32 are
+            // exact in float (< 2^24); the accumulator wraps (or, with
+            // .satfinite, saturates) at 32 bits.
+            const Operand &o = dOp.elems[i];
+            if (o.kind != Operand::Reg)
+              fail(l, "wgmma accumulators must be registers");
+            uint64_t &r = reg(w, o.reg, l);
+            int64_t prev = accumulate ? signExtend(r, 32) : 0;
+            int64_t sum = prev + static_cast<int64_t>(acc);
+            if (in.flags & FSat)
+              sum = std::clamp<int64_t>(sum, INT32_MIN, INT32_MAX);
+            r = maskBits(static_cast<uint64_t>(sum), 32);
+          } else if (!f16acc) {
             const Operand &o = dOp.elems[i];
             if (o.kind != Operand::Reg)
               fail(l, "wgmma accumulators must be registers");
@@ -1791,7 +1865,158 @@ private:
     }
   }
 
+  /// match.any / match.all over the gathered lanes of `members`.
+  void matchOp(Warp &w, const Instr &in, uint32_t gathered, uint32_t members) {
+    uint32_t group = gathered & members;
+    unsigned bits = bitsOf(in.type);
+    uint64_t vals[32] = {};
+    for (uint32_t mm = group; mm; mm &= mm - 1) {
+      int l = __builtin_ctz(mm);
+      vals[l] = maskBits(read(w, in.ops[1], l), bits);
+    }
+    bool allEqual = true;
+    for (uint32_t mm = group; mm; mm &= mm - 1)
+      allEqual = allEqual && vals[__builtin_ctz(mm)] == vals[__builtin_ctz(group)];
+    for (uint32_t mm = gathered; mm; mm &= mm - 1) {
+      int l = __builtin_ctz(mm);
+      uint32_t r = 0;
+      if (in.sub == SubOp::Any) {
+        for (uint32_t nn = group; nn; nn &= nn - 1)
+          if (vals[__builtin_ctz(nn)] == vals[l])
+            r |= 1u << __builtin_ctz(nn);
+      } else {
+        r = allEqual ? group : 0;
+      }
+      const Operand &d = in.ops[0];
+      if (d.kind == Operand::Vec && d.elems.size() == 2) {
+        write(w, d.elems[0], l, r);
+        write(w, d.elems[1], l, allEqual);
+      } else {
+        write(w, d, l, r);
+      }
+      ++w.pc[l];
+    }
+  }
+
+  /// One element of an mma.sync fragment register: element `i` (of
+  /// 32 / bits per register) of type `t`, as a double.
+  double mmaElement(uint32_t v, Ty t, int i) {
+    switch (t) {
+    case Ty::F16: return decode((v >> (16 * i)) & 0xFFFF, kF16);
+    case Ty::BF16: return bf16ToF32((v >> (16 * i)) & 0xFFFF);
+    case Ty::TF32: return bitsToF32(v & 0xFFFFE000u);
+    case Ty::E4M3: return decode((v >> (8 * i)) & 0xFF, kE4M3);
+    case Ty::E5M2: return decode((v >> (8 * i)) & 0xFF, kE5M2);
+    case Ty::S8: return static_cast<int8_t>((v >> (8 * i)) & 0xFF);
+    case Ty::U8: return (v >> (8 * i)) & 0xFF;
+    default: return 0;
+    }
+  }
+
+  /// mma.sync.aligned.m16n8kK.row.col: D = A.B + C over the warp's
+  /// fragments, laid out as the PTX ISA's "matrix fragments for mma.m16n8k*"
+  /// give them (lane = 4 * groupID + threadID_in_group).
+  void mmaSync(Warp &w, const Instr &in) {
+    const int M = 16, N = 8, K = in.shapeK;
+    Ty at = in.type2, bt = in.type3, dt = in.type;
+    unsigned ebits = at == Ty::TF32 ? 32 : bitsOf(at);
+    int perReg = 32 / static_cast<int>(ebits);
+    int aRegs = M * K / 32 / perReg, bRegs = K * N / 32 / perReg;
+    bool f16acc = dt == Ty::F16;
+    int cRegs = f16acc ? 2 : 4;
+    const Operand &dOp = in.ops[0], &aOp = in.ops[1], &bOp = in.ops[2],
+                  &cOp = in.ops[3];
+    auto count = [](const Operand &o) {
+      return o.kind == Operand::Vec ? static_cast<int>(o.elems.size()) : 1;
+    };
+    if (count(aOp) != aRegs || count(bOp) != bRegs || count(cOp) != cRegs ||
+        count(dOp) != cRegs)
+      fail(-1, "mma.sync m16n8k" + std::to_string(K) + " takes " +
+                   std::to_string(cRegs) + ", " + std::to_string(aRegs) +
+                   ", " + std::to_string(bRegs) + " and " +
+                   std::to_string(cRegs) + " registers for d, a, b and c");
+    auto elem = [](const Operand &o, int i) -> const Operand & {
+      return o.kind == Operand::Vec ? o.elems[i] : o;
+    };
+    std::vector<double> A(M * K), B(K * N), C(M * N);
+    // The k of element e (of perReg) in register r of a row-major A
+    // fragment and of a column-major B fragment, and A's row.
+    int kPerRegGroup = perReg * 4; // k columns one register spans across lanes
+    for (int l = 0; l < 32; ++l) {
+      int g = l / 4, t = l % 4;
+      for (int r = 0; r < aRegs; ++r) {
+        uint32_t v = static_cast<uint32_t>(read(w, elem(aOp, r), l));
+        // Registers alternate rows g, g + 8 (when there are two row
+        // halves) and then step along k by kPerRegGroup.
+        int rowHalf = aRegs >= 2 ? (r & 1) : 0;
+        int kBlock = aRegs >= 2 ? r >> 1 : r;
+        if (at == Ty::TF32 && K == 4) { // a0: row g, a1: row g + 8
+          rowHalf = r;
+          kBlock = 0;
+        }
+        for (int e = 0; e < perReg; ++e) {
+          int row = g + 8 * rowHalf;
+          int col = kBlock * kPerRegGroup + t * perReg + e;
+          A[row * K + col] = mmaElement(v, at, e);
+        }
+      }
+      for (int r = 0; r < bRegs; ++r) {
+        uint32_t v = static_cast<uint32_t>(read(w, elem(bOp, r), l));
+        for (int e = 0; e < perReg; ++e) {
+          int kk = r * kPerRegGroup + t * perReg + e;
+          B[kk * N + g] = mmaElement(v, bt, e);
+        }
+      }
+      for (int i = 0; i < 4; ++i) {
+        int row = g + 8 * (i >> 1), col = t * 2 + (i & 1);
+        uint64_t v = read(w, elem(cOp, f16acc ? i / 2 : i), l);
+        C[row * N + col] =
+            f16acc ? decode((v >> (16 * (i & 1))) & 0xFFFF, kF16)
+            : dt == Ty::S32 ? static_cast<double>(signExtend(v, 32))
+                            : bitsToF32(static_cast<uint32_t>(v));
+      }
+    }
+    std::vector<uint64_t> out(32 * 4);
+    for (int l = 0; l < 32; ++l) {
+      int g = l / 4, t = l % 4;
+      uint64_t regsOut[4] = {0, 0, 0, 0};
+      for (int i = 0; i < 4; ++i) {
+        int row = g + 8 * (i >> 1), col = t * 2 + (i & 1);
+        if (dt == Ty::S32) {
+          int64_t acc = static_cast<int64_t>(C[row * N + col]);
+          for (int kk = 0; kk < K; ++kk)
+            acc += static_cast<int64_t>(A[row * K + kk]) *
+                   static_cast<int64_t>(B[kk * N + col]);
+          if (in.flags & FSat)
+            acc = std::clamp<int64_t>(acc, INT32_MIN, INT32_MAX);
+          regsOut[i] = maskBits(static_cast<uint64_t>(acc), 32);
+        } else {
+          // Products are exact in double; the sum is rounded once to the
+          // accumulator's type (the tensor core's order of adds is not
+          // specified).
+          double acc = C[row * N + col];
+          for (int kk = 0; kk < K; ++kk)
+            acc += A[row * K + kk] * B[kk * N + col];
+          if (f16acc)
+            regsOut[i / 2] |= encode(acc, kF16, Round::Nearest)
+                              << (16 * (i & 1));
+          else
+            regsOut[i] = f32ToBits(static_cast<float>(acc));
+        }
+      }
+      for (int r = 0; r < cRegs; ++r)
+        out[l * 4 + r] = regsOut[r];
+    }
+    // Written after every lane's C was read (d and c may be the same
+    // registers).
+    for (int l = 0; l < 32; ++l)
+      for (int r = 0; r < cRegs; ++r)
+        write(w, elem(dOp, r), l, out[l * 4 + r]);
+  }
+
   void memoryOp(Cta &cta, Warp &w, const Instr &in, uint32_t active);
+  bool sameAsEarlierLane(Warp &w, const Instr &in, uint32_t active, int lane,
+                         unsigned bytes);
   bool fastPath(Cta &cta, Warp &w, const Instr &in, uint32_t active);
   void atomicOp(Cta &cta, Warp &w, const Instr &in, uint32_t active);
   void execute(Cta &cta, Warp &w, uint32_t pc, uint32_t mask);
@@ -1801,6 +2026,30 @@ private:
 };
 
 //===----------------------------------------------------------------------===//
+
+/// Whether an earlier active lane of this st (a lower lane; the loop runs
+/// lanes in order) writes exactly the bytes `lane` writes, with the same
+/// values. Asked only when the race check found a conflict.
+bool Engine::sameAsEarlierLane(Warp &w, const Instr &in, uint32_t active,
+                               int lane, unsigned bytes) {
+  unsigned n = in.vec;
+  const Operand &addrOp = in.ops[1];
+  const Operand &val = in.ops[0];
+  for (uint32_t mm = active & ((1u << lane) - 1); mm; mm &= mm - 1) {
+    int other = __builtin_ctz(mm);
+    if (effectiveAddress(w, addrOp, other) != effectiveAddress(w, addrOp, lane))
+      continue;
+    bool same = true;
+    for (unsigned e = 0; e < n && same; ++e) {
+      const Operand &o = n > 1 ? val.elems[e] : val;
+      uint64_t mask = bytes >= 8 ? ~0ull : (1ull << (8 * bytes)) - 1;
+      same = (read(w, o, other) & mask) == (read(w, o, lane) & mask);
+    }
+    if (same)
+      return true;
+  }
+  return false;
+}
 
 void Engine::memoryOp(Cta &cta, Warp &w, const Instr &in, uint32_t active) {
   unsigned bits = bitsOf(in.type);
@@ -1824,7 +2073,12 @@ void Engine::memoryOp(Cta &cta, Warp &w, const Instr &in, uint32_t active) {
     }
     uint8_t *p = resolve(cta, w, in.space, addr, static_cast<size_t>(bytes) * n,
                          l, static_cast<size_t>(bytes) * n);
-    checkShared(cta, w, l, p, bytes * n, in.op == Op::St);
+    // Lanes of one st writing the same value to the same bytes is defined
+    // (one of the identical writes lands): no race between them. Other
+    // overlaps of one instruction's lanes are checked as races.
+    checkShared(cta, w, l, p, bytes * n, in.op == Op::St, [&] {
+      return in.op == Op::St && sameAsEarlierLane(w, in, active, l, bytes);
+    });
     for (unsigned e = 0; e < n; ++e) {
       const Operand &o = n > 1 ? val.elems[e] : val;
       if (in.op == Op::Ld) {
@@ -2453,6 +2707,120 @@ void Engine::execute(Cta &cta, Warp &w, uint32_t pc, uint32_t mask) {
     advance(w, mask & ~active);
     return;
   }
+  case Op::Shf:
+    lanes([&](int l) {
+      uint64_t a = maskBits(read(w, in.ops[1], l), 32);
+      uint64_t b = maskBits(read(w, in.ops[2], l), 32);
+      uint32_t n = static_cast<uint32_t>(read(w, in.ops[3], l));
+      n = (in.flags & FShiftClamp) ? std::min(n, 32u) : (n & 31);
+      uint64_t both = (b << 32) | a; // b:a
+      uint64_t r = in.sub == SubOp::Left ? (both << n) >> 32 : both >> n;
+      write(w, in.ops[0], l, maskBits(r, 32));
+    });
+    break;
+  case Op::Bfind:
+    lanes([&](int l) {
+      unsigned bits = bitsOf(in.type);
+      uint64_t a = maskBits(read(w, in.ops[1], l), bits);
+      // Signed: the most significant bit that differs from the sign.
+      if (isSignedInt(in.type) && ((a >> (bits - 1)) & 1))
+        a = maskBits(~a, bits);
+      uint64_t r = 0xFFFFFFFFu;
+      if (a) {
+        unsigned pos = 63 - static_cast<unsigned>(__builtin_clzll(a));
+        r = in.sub == SubOp::ShiftAmt ? bits - 1 - pos : pos;
+      }
+      write(w, in.ops[0], l, r);
+    });
+    break;
+  case Op::Dp4a:
+    lanes([&](int l) {
+      uint32_t a = static_cast<uint32_t>(read(w, in.ops[1], l));
+      uint32_t b = static_cast<uint32_t>(read(w, in.ops[2], l));
+      int64_t acc = static_cast<int64_t>(read(w, in.ops[3], l) & 0xFFFFFFFFu);
+      for (int i = 0; i < 4; ++i) {
+        uint32_t ab = (a >> (8 * i)) & 0xFF, bb = (b >> (8 * i)) & 0xFF;
+        int64_t x = in.type == Ty::S32 ? static_cast<int8_t>(ab) : ab;
+        int64_t y = in.type2 == Ty::S32 ? static_cast<int8_t>(bb) : bb;
+        acc += x * y;
+      }
+      write(w, in.ops[0], l, maskBits(static_cast<uint64_t>(acc), 32));
+    });
+    break;
+  case Op::Vabsdiff4:
+    lanes([&](int l) {
+      uint32_t a = static_cast<uint32_t>(read(w, in.ops[1], l));
+      uint32_t b = static_cast<uint32_t>(read(w, in.ops[2], l));
+      uint64_t c = read(w, in.ops[3], l);
+      bool sat = in.flags & FSat;
+      int64_t sum = 0;
+      uint64_t bytes = 0;
+      for (int i = 0; i < 4; ++i) {
+        uint32_t ab = (a >> (8 * i)) & 0xFF, bb = (b >> (8 * i)) & 0xFF;
+        int64_t x = in.type2 == Ty::S32 ? static_cast<int8_t>(ab) : ab;
+        int64_t y = in.type3 == Ty::S32 ? static_cast<int8_t>(bb) : bb;
+        int64_t diff = x > y ? x - y : y - x;
+        sum += diff;
+        if (sat)
+          diff = std::min<int64_t>(diff, in.type == Ty::S32 ? 127 : 255);
+        bytes |= static_cast<uint64_t>(diff & 0xFF) << (8 * i);
+      }
+      uint64_t r = bytes;
+      if (in.sub == SubOp::AbsDiffAdd) {
+        int64_t total = (in.type == Ty::S32 ? signExtend(c, 32)
+                                            : static_cast<int64_t>(c & 0xFFFFFFFFu)) +
+                        sum;
+        if (sat)
+          total = in.type == Ty::S32
+                      ? std::clamp<int64_t>(total, INT32_MIN, INT32_MAX)
+                      : std::clamp<int64_t>(total, 0, UINT32_MAX);
+        r = maskBits(static_cast<uint64_t>(total), 32);
+      }
+      write(w, in.ops[0], l, r);
+    });
+    break;
+  case Op::WarpSync: {
+    if (!active)
+      break;
+    uint32_t members =
+        static_cast<uint32_t>(read(w, in.ops[0], __builtin_ctz(active)));
+    for (uint32_t mm = active; mm; mm &= mm - 1)
+      if (!((members >> __builtin_ctz(mm)) & 1))
+        fail(__builtin_ctz(mm), "bar.warp.sync by a lane its member mask " +
+                                    hex(members) + " does not name");
+    uint32_t gathered = active;
+    if (!gatherWarp(w, pc, gathered, members)) {
+      advance(w, mask & ~active);
+      return;
+    }
+    // The lanes' memory accesses before it are ordered before theirs after.
+    if (cta.races.enabled()) {
+      std::vector<uint32_t> tids;
+      for (uint32_t mm = gathered; mm; mm &= mm - 1)
+        tids.push_back(tidOf(w, __builtin_ctz(mm)));
+      cta.races.syncGroup(tids);
+    }
+    for (uint32_t mm = gathered; mm; mm &= mm - 1)
+      ++w.pc[__builtin_ctz(mm)];
+    advance(w, mask & ~active);
+    return;
+  }
+  case Op::MmaSync: {
+    if (!active)
+      break;
+    uint32_t gathered = active;
+    if (!gatherWarp(w, pc, gathered, 0xFFFFFFFFu)) {
+      advance(w, mask & ~active);
+      return;
+    }
+    if (gathered != 0xFFFFFFFFu)
+      fail(__builtin_ctz(gathered), "mma.sync.aligned needs all 32 lanes of "
+                                    "the warp (" + hex(gathered) + " arrived)");
+    mmaSync(w, in);
+    for (int l = 0; l < 32; ++l)
+      ++w.pc[l];
+    return;
+  }
   case Op::Shfl: {
     if (!active)
       break;
@@ -2521,6 +2889,11 @@ void Engine::execute(Cta &cta, Warp &w, uint32_t pc, uint32_t mask) {
         static_cast<uint32_t>(read(w, in.ops[mi], __builtin_ctz(active)));
     uint32_t gathered = active;
     if (!gatherWarp(w, pc, gathered, members)) {
+      advance(w, mask & ~active);
+      return;
+    }
+    if (in.op == Op::Match) {
+      matchOp(w, in, gathered, members);
       advance(w, mask & ~active);
       return;
     }
@@ -2958,6 +3331,7 @@ void Engine::initCta(Cta &cta, Dim3 id, uint32_t rank, uint64_t warpBase) {
       uint32_t t = wi * 32 + l;
       w.pc[l] = 0;
       w.wait[l] = 0;
+      w.cc[l] = 0;
       if (t >= threads) {
         w.state[l] = Exited;
         continue;
@@ -3145,6 +3519,10 @@ LaunchResult Engine::run(LaunchStats *stats) {
     if (k.reqntid[0] && (block.x != k.reqntid[0] || block.y != k.reqntid[1] ||
                          block.z != k.reqntid[2]))
       fail(-1, "the CTA shape differs from the kernel's .reqntid");
+    // A kernel compiled with .reqnctapercluster runs in clusters of that
+    // shape under a launch that names none (cuLaunchKernel), as CUDA does.
+    if (k.clusterDim[0] && cluster.count() == 1)
+      cluster = {k.clusterDim[0], k.clusterDim[1], k.clusterDim[2]};
     if (k.clusterDim[0] && (cluster.x != k.clusterDim[0] ||
                             cluster.y != k.clusterDim[1] ||
                             cluster.z != k.clusterDim[2]))

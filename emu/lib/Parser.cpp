@@ -919,6 +919,55 @@ private:
   // Opcode decoding.
   // ---------------------------------------------------------------------
 
+  /// mma.sync.aligned.mMnNkK.row.col.dtype.atype.btype.ctype d, a, b, c:
+  /// the warp-wide MMA shapes Triton and nvcc emit for small tiles.
+  template <typename Has>
+  void decodeMma(const std::vector<std::string> &parts,
+                 const std::vector<Ty> &types, Has has, Instr &in) {
+    auto bad = [&]() {
+      throw ParseError(in.line, "unsupported instruction '" + in.text + "'");
+    };
+    in.op = Op::MmaSync;
+    for (size_t i = 1; i < parts.size(); ++i) {
+      const std::string &p = parts[i];
+      size_t n = p.find('n'), k = p.find('k');
+      if (p.size() > 4 && p[0] == 'm' && n != std::string::npos &&
+          k != std::string::npos && k > n &&
+          std::isdigit(static_cast<unsigned char>(p[1]))) {
+        in.shapeM = std::atoi(p.c_str() + 1);
+        in.shapeN = std::atoi(p.c_str() + n + 1);
+        in.shapeK = std::atoi(p.c_str() + k + 1);
+      }
+    }
+    if (!has("sync") || !has("aligned") || !has("row") || !has("col") ||
+        types.size() != 4 || in.shapeM != 16 || in.shapeN != 8)
+      bad();
+    in.type = types[0];  // d
+    in.type2 = types[1]; // a
+    in.type3 = types[2]; // b
+    Ty a = types[1], b = types[2], c = types[3], d = types[0];
+    bool half = (a == Ty::F16 || a == Ty::BF16) && a == b &&
+                (in.shapeK == 8 || in.shapeK == 16) && d == Ty::F32 &&
+                c == Ty::F32;
+    bool f16acc = a == Ty::F16 && b == Ty::F16 && d == Ty::F16 &&
+                  c == Ty::F16 && (in.shapeK == 8 || in.shapeK == 16);
+    bool tf32 = a == Ty::TF32 && b == Ty::TF32 && d == Ty::F32 &&
+                c == Ty::F32 && (in.shapeK == 4 || in.shapeK == 8);
+    bool fp8 = (a == Ty::E4M3 || a == Ty::E5M2) &&
+               (b == Ty::E4M3 || b == Ty::E5M2) && d == Ty::F32 &&
+               c == Ty::F32 && in.shapeK == 32;
+    bool int8 = (a == Ty::S8 || a == Ty::U8) && (b == Ty::S8 || b == Ty::U8) &&
+                d == Ty::S32 && c == Ty::S32 &&
+                (in.shapeK == 16 || in.shapeK == 32);
+    if (!(half || f16acc || tf32 || fp8 || int8))
+      bad();
+    if (int8 && has("satfinite"))
+      in.flags |= FSat;
+    if (in.ops.size() != 4)
+      throw ParseError(in.line, "'mma' takes 4 operands, found " +
+                                    std::to_string(in.ops.size()));
+  }
+
   void decode(const std::string &opcode, Instr &in) {
     std::vector<std::string> parts;
     size_t b = 0;
@@ -1001,6 +1050,61 @@ private:
     };
     if (base == "mov") {
       simple(Op::Mov, 2);
+    } else if (base == "addc" || base == "subc" || base == "madc") {
+      // Extended-precision arithmetic: the carry (borrow) flag in, and out
+      // with .cc.
+      in.flags |= FCarryIn;
+      if (base == "madc") {
+        simple(Op::Mad, 4);
+        if (!(in.flags & (FHi | FLo)))
+          bad();
+      } else {
+        simple(base == "addc" ? Op::Add : Op::Sub, 3);
+      }
+      if (in.type != Ty::U32 && in.type != Ty::S32 && in.type != Ty::U64 &&
+          in.type != Ty::S64 && in.type != Ty::B32 && in.type != Ty::B64)
+        bad();
+    } else if (base == "shf") {
+      // shf.{l,r}.{wrap,clamp}.b32 d, a, b, c: a funnel shift of b:a.
+      simple(Op::Shf, 4);
+      in.sub = has("l") ? SubOp::Left : has("r") ? SubOp::Right : SubOp::None;
+      if (in.sub == SubOp::None || (!has("wrap") && !has("clamp")) ||
+          in.type != Ty::B32)
+        bad();
+    } else if (base == "bfind") {
+      simple(Op::Bfind, 2);
+      if (has("shiftamt"))
+        in.sub = SubOp::ShiftAmt;
+      if (in.type != Ty::U32 && in.type != Ty::S32 && in.type != Ty::U64 &&
+          in.type != Ty::S64)
+        bad();
+    } else if (base == "dp4a") {
+      // dp4a.atype.btype d, a, b, c: c plus the four byte products.
+      simple(Op::Dp4a, 4);
+      for (Ty t : {in.type, in.type2})
+        if (t != Ty::U32 && t != Ty::S32)
+          bad();
+    } else if (base == "vabsdiff4") {
+      // vabsdiff4.dtype.atype.btype{.add}{.sat} d, a, b, c: per byte
+      // |a - b| (operand byte selectors and result masks not supported).
+      simple(Op::Vabsdiff4, 4);
+      if (has("add"))
+        in.sub = SubOp::AbsDiffAdd;
+      else if (has("min") || has("max"))
+        bad();
+      for (Ty t : {in.type, in.type2, in.type3})
+        if (t != Ty::U32 && t != Ty::S32)
+          bad();
+    } else if (base == "match") {
+      // match.{any,all}.sync.b32/b64 d[|p], a, membermask.
+      in.op = Op::Match;
+      in.sub = has("any") ? SubOp::Any : has("all") ? SubOp::All : SubOp::None;
+      if (in.sub == SubOp::None || !has("sync") ||
+          (in.type != Ty::B32 && in.type != Ty::B64))
+        bad();
+      needOps(3, 3);
+    } else if (base == "mma") {
+      decodeMma(parts, types, has, in);
     } else if (base == "add" || base == "sub" || base == "min" ||
                base == "max" || base == "and" || base == "or" ||
                base == "xor" || base == "div" || base == "rem" ||
@@ -1180,6 +1284,12 @@ private:
           bad();
         return;
       }
+      if (has("warp")) {
+        // bar.warp.sync membermask: __syncwarp.
+        in.op = Op::WarpSync;
+        needOps(1, 1);
+        return;
+      }
       in.op = has("arrive") ? Op::BarArrive : Op::BarSync;
       needOps(1, 2);
     } else if (base == "membar" || base == "fence") {
@@ -1321,12 +1431,19 @@ private:
             in.shapeN % 8 != 0)
           bad();
         // .dtype.atype.btype
-        if (types.size() != 3 || types[1] != types[2] ||
-            !(types[0] == Ty::F32 || types[0] == Ty::F16))
+        bool integer = types.size() == 3 && types[0] == Ty::S32 &&
+                       (types[1] == Ty::S8 || types[1] == Ty::U8) &&
+                       (types[2] == Ty::S8 || types[2] == Ty::U8);
+        if (types.size() != 3 || (types[1] != types[2] && !integer) ||
+            !(types[0] == Ty::F32 || types[0] == Ty::F16 || integer))
           bad();
         in.type = types[0];
         in.type2 = types[1];
+        in.type3 = types[2];
+        if (has("satfinite"))
+          in.flags |= FSat;
         int k = types[1] == Ty::F16 || types[1] == Ty::BF16 ? 16
+                : integer                                   ? 32
                 : types[1] == Ty::TF32                      ? 8
                 : (types[1] == Ty::E4M3 || types[1] == Ty::E5M2) ? 32
                                                                  : 0;

@@ -104,6 +104,7 @@ enum class Op : uint16_t {
   WgmmaFence, WgmmaCommit, WgmmaWait, WgmmaMma,
   Ldmatrix, Stmatrix, Setmaxnreg, Griddepcontrol, Mapa, BarCluster,
   Isspacep, Nop,
+  WarpSync, Shf, Bfind, Dp4a, Vabsdiff4, MmaSync,
 };
 
 /// Comparison operators of setp/set.
@@ -121,12 +122,16 @@ enum Flag : uint32_t {
   FAligned = 1u << 23, FNaN = 1u << 24, FXorsign = 1u << 25,
   FAbsMod = 1u << 26, FMulticast = 1u << 27, FIm2col = 1u << 28,
   FTrans = 1u << 29, FInc = 1u << 30,
+  FCarryIn = 1u << 31, // addc, subc, madc: add the carry (or borrow) flag
 };
 
 /// Sub-operations of atom/red/redux/vote/shfl/bar.red/setp's bool op.
 enum class SubOp : uint8_t { None, Add, Min, Max, Inc, Dec, And, Or, Xor,
                              Exch, Cas, All, Any, Uni, Ballot, Popc, Up,
-                             Down, Bfly, Idx, Arrive, Wait };
+                             Down, Bfly, Idx, Arrive, Wait,
+                             // shf's direction; bfind's .shiftamt;
+                             // vabsdiff4's secondary .add
+                             Left, Right, ShiftAmt, AbsDiffAdd };
 
 struct Instr {
   Op op = Op::Nop;

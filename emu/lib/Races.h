@@ -76,6 +76,16 @@ public:
     join(clock(t), acc.data());
   }
 
+  /// Threads `tids` synchronize with each other (bar.warp.sync): each is
+  /// then ordered after what every one of them did before.
+  void syncGroup(const std::vector<uint32_t> &tids) {
+    std::vector<uint32_t> acc(size, 0);
+    for (uint32_t t : tids)
+      release(t, acc);
+    for (uint32_t t : tids)
+      acquire(t, acc);
+  }
+
   std::vector<uint32_t> &barrier(uint32_t id) { return barAcc[id]; }
   void clearBarrier(uint32_t id) { barAcc[id].assign(size, 0); }
 

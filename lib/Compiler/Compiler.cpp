@@ -9,6 +9,7 @@
 #include "moe/Import/HFConfig.h"
 #include "moe/MoeOps.h"
 #include "moe/Pipelines/Pipelines.h"
+#include "moe/Support/Nesting.h"
 #include "moe/Support/Routing.h"
 #include "moe/Target/Host.h"
 #include "moe/Target/Sm90.h"
@@ -626,6 +627,12 @@ CompileResult mlir::moe::compile(const std::string &input,
       Location fileLoc = FileLineColLoc::get(&context, inputName, 1, 1);
       module->walk([&](Operation *op) { op->setLoc(fileLoc); });
     } else {
+      if (std::string deep =
+              checkMlirNesting(input.data(), input.size(), inputName);
+          !deep.empty()) {
+        result.error = deep;
+        return result;
+      }
       sourceMgr.AddNewSourceBuffer(
           llvm::MemoryBuffer::getMemBufferCopy(input, inputName),
           llvm::SMLoc());

@@ -180,6 +180,20 @@ std::string formatNumber(double v) {
   return text;
 }
 
+/// "" or why `text` is no name: it holds a control character (a NUL
+/// would end the name for C code that reads it).
+static std::string controlCharacter(llvm::StringRef text) {
+  for (size_t i = 0; i < text.size(); ++i)
+    if (static_cast<unsigned char>(text[i]) < 0x20 || text[i] == 0x7f) {
+      char code[8];
+      std::snprintf(code, sizeof(code), "U+%04X",
+                    static_cast<unsigned char>(text[i]));
+      return "holds the control character " + std::string(code) +
+             " at offset " + std::to_string(i);
+    }
+  return "";
+}
+
 /// Reads fields of one config object, recording the first error.
 struct FieldReader {
   const llvm::json::Object &object;
@@ -188,14 +202,32 @@ struct FieldReader {
 
   bool failed() const { return !error.empty(); }
 
+  /// Fields a published config may leave null, where the family's model
+  /// reads None as its default (dots.llm1's n_group and topk_group: no
+  /// expert groups). Anywhere else a null is what transformers would
+  /// carry into the model as None, and fail on: an error here too.
+  static bool nullMeansDefault(llvm::StringRef key) {
+    return key == "n_group" || key == "topk_group";
+  }
+
+  /// The field `key`: null when it is absent (an error when `required`),
+  /// or when it is null and the family reads null as its default.
   const llvm::json::Value *find(llvm::StringRef key, bool required) {
     if (failed())
       return nullptr;
     const llvm::json::Value *value = object.get(key);
-    if ((!value || value->kind() == llvm::json::Value::Null) && required)
-      error = prefix + ": missing field '" + key.str() + "'";
-    if (value && value->kind() == llvm::json::Value::Null)
+    if (value && value->kind() == llvm::json::Value::Null) {
+      if (!nullMeansDefault(key))
+        error = prefix + ": field '" + key.str() +
+                "' is null; expected " + (required ? "a value" : "a value "
+                "or no field at all (for the family's default)") +
+                " (transformers would carry None into the model)";
+      else if (required)
+        error = prefix + ": missing field '" + key.str() + "'";
       return nullptr;
+    }
+    if (!value && required)
+      error = prefix + ": missing field '" + key.str() + "'";
     return value;
   }
 
@@ -209,7 +241,8 @@ struct FieldReader {
     llvm::StringRef foundKey;
     for (llvm::StringRef key : keys) {
       if (failed() || !object.get(key) ||
-          object.get(key)->kind() == llvm::json::Value::Null)
+          (object.get(key)->kind() == llvm::json::Value::Null &&
+           nullMeansDefault(key)))
         continue;
       int64_t v = integer(key);
       if (found && v != *found && !failed())
@@ -310,6 +343,10 @@ struct FieldReader {
       error = prefix + ": field '" + key.str() + "' must be a string";
       return {};
     }
+    if (std::string why = controlCharacter(*v); !why.empty()) {
+      error = prefix + ": field '" + key.str() + "' " + why;
+      return {};
+    }
     return v->str();
   }
 
@@ -359,7 +396,7 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
                           MLIRContext *context, Type dtype,
                           std::string &error, Type expertDtype) {
   // llvm::json's parser recurses: bound the nesting first.
-  if (::moe::rt::Status s = ::moe::rt::checkJsonDepth(
+  if (::moe::rt::Status s = ::moe::rt::checkJsonText(
           text.data(), text.size(), fileName.str());
       !s.ok()) {
     error = s.error;
@@ -411,6 +448,32 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
   std::string via;
   // The family of a config object: its model_type, else its first known
   // architectures entry (recorded in `via`).
+  // architectures, where given, is a list of class names (transformers
+  // writes ["DeepseekV3ForCausalLM"]; a bare string would be read as its
+  // characters).
+  auto checkArchitectures = [&](const llvm::json::Object &object,
+                                const std::string &where) {
+    const llvm::json::Value *archs = object.get("architectures");
+    if (!archs || archs->kind() == llvm::json::Value::Null || !top.error.empty())
+      return;
+    const llvm::json::Array *list = archs->getAsArray();
+    bool names = list != nullptr;
+    for (size_t i = 0; names && i < list->size(); ++i) {
+      std::optional<llvm::StringRef> name = (*list)[i].getAsString();
+      names = name.has_value();
+      if (name)
+        if (std::string why = controlCharacter(*name); !why.empty()) {
+          top.error = where + ": entry " + std::to_string(i) +
+                      " of field 'architectures' " + why;
+          return;
+        }
+    }
+    if (!names)
+      top.error = where + ": field 'architectures' must be a list of "
+                          "strings (class names such as "
+                          "'DeepseekV3ForCausalLM')";
+  };
+  checkArchitectures(*root, fileName.str());
   auto known = [&](const llvm::json::Object &object) {
     if (llvm::is_contained(kTypes, modelType))
       return true;
@@ -431,7 +494,9 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
     // model's config in text_config.
     const llvm::json::Object *text = root->getObject("text_config");
     std::string textType;
-    if (text) {
+    if (text)
+      checkArchitectures(*text, fileName.str() + ": text_config");
+    if (text && top.error.empty()) {
       FieldReader inner{*text, fileName.str() + ": text_config", {}};
       textType = modelType = inner.string("model_type", "");
       if (!inner.failed() && known(*text)) {
@@ -441,7 +506,7 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
         textType = inner.failed() ? "" : textType;
       }
     }
-    if (root != text) {
+    if (root != text && top.error.empty()) {
       top.error =
           fileName.str() + ": " +
           (declared.empty() ? std::string("missing field 'model_type'")

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 namespace moe::rt {
@@ -164,6 +165,15 @@ std::string serializeManifest(const Manifest &m) {
 }
 
 namespace {
+/// "0000abcd".
+std::string hex32(uint32_t value) {
+  char text[9];
+  std::snprintf(text, sizeof(text), "%08x", value);
+  return text;
+}
+} // namespace
+
+namespace {
 /// Typed field access that records the first error instead of throwing.
 struct Reader {
   std::string error;
@@ -264,6 +274,24 @@ struct Reader {
     return v;
   }
 };
+
+/// An entry point's name as moe-compile writes it: a C identifier of at
+/// most 128 characters (the runtime looks it up only in the bundle's own
+/// code, never in the libraries that code links).
+void checkEntryName(Reader &r, const std::string &name, const char *where,
+                    bool allowEmpty) {
+  if (!r.error.empty() || (allowEmpty && name.empty()))
+    return;
+  bool ok = !name.empty() && name.size() <= 128 &&
+            !(name[0] >= '0' && name[0] <= '9');
+  for (char c : name)
+    ok = ok && (c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                (c >= '0' && c <= '9'));
+  if (!ok)
+    r.error = std::string("expected 'entry' in ") + where +
+              " to be a C identifier of at most 128 characters, got '" +
+              name.substr(0, 64) + (name.size() > 64 ? "...'" : "'");
+}
 } // namespace
 
 /// Reads the "gpu" object of an sm_90a manifest.
@@ -363,7 +391,7 @@ bool isWeightGradient(const TrainArgumentSpec &spec) {
 }
 
 Expected<Manifest> parseManifest(const std::string &text) {
-  if (Status s = checkJsonDepth(text.data(), text.size(), "manifest");
+  if (Status s = checkJsonText(text.data(), text.size(), "manifest");
       !s.ok())
     return Expected<Manifest>::error("invalid manifest: " + s.error);
   json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -376,6 +404,7 @@ Expected<Manifest> parseManifest(const std::string &text) {
   m.target = r.str(root, "target", "the manifest");
   m.compiler = r.str(root, "compiler", "the manifest");
   m.entry = r.str(root, "entry", "the manifest");
+  checkEntryName(r, m.entry, "the manifest", /*allowEmpty=*/true);
   m.maxTokens = r.integer(root, "max_tokens", "the manifest");
   if (root.is_object() && root.contains("expert_parallel"))
     m.expertParallel = r.integer(root, "expert_parallel", "the manifest");
@@ -479,6 +508,7 @@ Expected<Manifest> parseManifest(const std::string &text) {
   auto readEntryPoint = [&](const json &from, TrainSpec &spec, const char *what,
                             const char *argument) {
     spec.entry = r.str(from, "entry", what);
+    checkEntryName(r, spec.entry, what, /*allowEmpty=*/false);
     if (const json *list = r.array(from, "arguments", what))
       for (const json &item : *list) {
         TrainArgumentSpec a;
@@ -566,6 +596,10 @@ Expected<Bundle> parseBundle(const std::vector<uint8_t> &bytes,
     return fail("format version " + std::to_string(version) +
                 ", this runtime reads version " +
                 std::to_string(kBundleFormatVersion));
+  if (uint32_t flags = static_cast<uint32_t>(getLE(bytes.data() + 12, 4));
+      flags != 0)
+    return fail("header flags 0x" + hex32(flags) +
+                ", this runtime knows no flags (the format requires 0)");
   uint64_t stored = getLE(bytes.data() + bytes.size() - 8, 8);
   if (stored != fnv1a64(bytes.data(), bytes.size() - 8))
     return fail("checksum mismatch (the file is corrupt or truncated)");

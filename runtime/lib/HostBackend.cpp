@@ -14,11 +14,31 @@
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
+#include <link.h>
 #include <sys/mman.h>
 #include <thread>
 #include <unistd.h>
 
 namespace moe::rt {
+
+/// The address of `name` defined by the bundle's own shared object, or
+/// null. dlsym on a library's handle also searches the libraries it
+/// depends on, so a manifest naming "abort" or "system" would reach
+/// libc's: the symbol must lie in the object `handle` opened.
+static void *ownSymbol(void *handle, const std::string &name) {
+  void *address = dlsym(handle, name.c_str());
+  if (!address)
+    return nullptr;
+  struct link_map *own = nullptr, *found = nullptr;
+  Dl_info info;
+  if (dlinfo(handle, RTLD_DI_LINKMAP, &own) != 0 ||
+      dladdr1(address, &info, reinterpret_cast<void **>(&found),
+              RTLD_DL_LINKMAP) == 0 ||
+      !own || found != own)
+    return nullptr;
+  return address;
+}
+
 
 Backend::~Backend() = default;
 
@@ -54,7 +74,7 @@ public:
               double flopsPerToken)
       : handle(handle), entry(entry), fd(fd), threads(threads),
         flopsPerToken(flopsPerToken), setThreadsFn(reinterpret_cast<SetThreads>(
-                                          dlsym(handle, "moe_set_threads"))) {}
+                                          ownSymbol(handle, "moe_set_threads"))) {}
   ~HostBackend() override {
     context.reset();
     if (handle)
@@ -74,7 +94,7 @@ public:
   int getThreads() const override { return threads; }
 
   Status setCommunicator(Communicator *comm) override {
-    auto *table = static_cast<int64_t *>(dlsym(handle, comm::kTableName));
+    auto *table = static_cast<int64_t *>(ownSymbol(handle, comm::kTableName));
     if (!table)
       return Status::failure("the bundle's shared object has no "
                              "communicator table; it was compiled without "
@@ -88,7 +108,7 @@ public:
   Status runEntry(const std::string &symbol,
                   const std::vector<const Tensor *> &arguments,
                   int64_t tokens) override {
-    auto fn = reinterpret_cast<PackedEntry>(dlsym(handle, symbol.c_str()));
+    auto fn = reinterpret_cast<PackedEntry>(ownSymbol(handle, symbol));
     if (!fn)
       return Status::failure("the bundle's shared object has no entry point '" +
                              symbol + "'");
@@ -200,7 +220,7 @@ Expected<std::unique_ptr<Backend>> createHostBackend(const Bundle &bundle) {
     return Result::error(
         std::string("cannot load the bundle's shared object: ") + dlerror());
   }
-  auto entry = reinterpret_cast<PackedEntry>(dlsym(handle, m.entry.c_str()));
+  auto entry = reinterpret_cast<PackedEntry>(ownSymbol(handle, m.entry));
   if (!entry) {
     dlclose(handle);
     ::close(fd);

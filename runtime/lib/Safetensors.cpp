@@ -71,7 +71,7 @@ SafetensorsFile::parseBytes(std::shared_ptr<const uint8_t> bytes, size_t size,
                 " bytes)");
 
   const char *headerBegin = reinterpret_cast<const char *>(data + 8);
-  if (Status s = checkJsonDepth(headerBegin, headerSize, "header"); !s.ok())
+  if (Status s = checkJsonText(headerBegin, headerSize, "header"); !s.ok())
     return fail(s.error);
   json header = json::parse(headerBegin, headerBegin + headerSize, nullptr,
                             /*allow_exceptions=*/false);
@@ -256,7 +256,7 @@ Expected<Checkpoint> Checkpoint::open(const std::string &path) {
     return Result::error(path + ": invalid checkpoint index: " + what);
   };
   const char *text = reinterpret_cast<const char *>(bytes->data());
-  if (Status s = checkJsonDepth(text, bytes->size(), path); !s.ok())
+  if (Status s = checkJsonText(text, bytes->size(), path); !s.ok())
     return Result::error(s.error);
   json root = json::parse(text, text + bytes->size(), nullptr,
                           /*allow_exceptions=*/false);

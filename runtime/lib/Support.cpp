@@ -6,13 +6,21 @@
 
 #include "moe/runtime/Support.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
 #include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
 #include <limits>
+#include <set>
 #include <sys/stat.h>
 #include <system_error>
 #include <thread>
@@ -374,9 +382,187 @@ Expected<std::vector<uint8_t>> readFile(const std::string &path,
   return bytes;
 }
 
+namespace {
+/// "30 s", "0.5 s".
+std::string formatSeconds(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g s", seconds);
+  return text;
+}
+
+/// Follows `path` through symbolic links (at most 40, as the kernel does)
+/// to the name that is finally written: a link's relative target is taken
+/// from the link's own directory. A name that does not exist yet ends the
+/// walk (a dangling link creates its target).
+Expected<std::string> resolveOutputPath(const std::string &path) {
+  std::string current = path;
+  for (int hops = 0; hops <= 40; ++hops) {
+    struct stat info;
+    if (::lstat(current.c_str(), &info) != 0 || !S_ISLNK(info.st_mode))
+      return current;
+    std::vector<char> target(4096);
+    ssize_t n = ::readlink(current.c_str(), target.data(), target.size());
+    if (n < 0)
+      return Expected<std::string>::error("cannot write '" + path +
+                                          "': cannot read the link '" +
+                                          current +
+                                          "': " + std::strerror(errno));
+    if (static_cast<size_t>(n) >= target.size())
+      return Expected<std::string>::error(
+          "cannot write '" + path + "': the link '" + current +
+          "' points to a name longer than 4095 bytes");
+    std::string next(target.data(), static_cast<size_t>(n));
+    if (!next.empty() && next[0] != '/') {
+      size_t slash = current.rfind('/');
+      if (slash != std::string::npos)
+        next = current.substr(0, slash + 1) + next;
+    }
+    current = next;
+  }
+  return Expected<std::string>::error(
+      "cannot write '" + path +
+      "': more than 40 symbolic links (a loop?) lead from it");
+}
+
+/// Writes to a FIFO or socket-like descriptor opened non-blocking: waits
+/// for room at most `timeoutMs` at a time, and turns a reader that went
+/// away into EPIPE instead of the SIGPIPE that would end the process.
+int writeNonBlocking(int fd, const uint8_t *bytes, size_t size,
+                     int timeoutMs) {
+  sigset_t pipeSet, old;
+  sigemptyset(&pipeSet);
+  sigaddset(&pipeSet, SIGPIPE);
+  ::pthread_sigmask(SIG_BLOCK, &pipeSet, &old);
+  int error = 0;
+  size_t written = 0;
+  while (written < size) {
+    ssize_t n = ::write(fd, bytes + written, size - written);
+    if (n > 0) {
+      written += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      struct pollfd wait = {fd, POLLOUT, 0};
+      int ready = ::poll(&wait, 1, timeoutMs);
+      if (ready < 0 && errno == EINTR)
+        continue;
+      if (ready == 0) {
+        error = ETIMEDOUT;
+        break;
+      }
+      if (ready < 0) {
+        error = errno;
+        break;
+      }
+      continue;
+    }
+    error = n < 0 ? errno : EIO;
+    break;
+  }
+  if (error == EPIPE) {
+    // Take the pending SIGPIPE (if this thread raised one) before
+    // unblocking, so it is not delivered afterwards.
+    struct timespec zero = {0, 0};
+    while (::sigtimedwait(&pipeSet, nullptr, &zero) == SIGPIPE) {
+    }
+  }
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return error;
+}
+
+/// Writes through to something that is not a regular file: a character
+/// or block device (written in place, as `cat > /dev/null` would) or a
+/// FIFO (opened without blocking; a FIFO nobody reads within the timeout
+/// is an error, not a hang).
+Status writeThrough(const std::string &path, const std::string &target,
+                    mode_t mode, const uint8_t *bytes, size_t size) {
+  const char *what = S_ISFIFO(mode) ? "FIFO" : "device";
+  double timeoutSeconds = outputTimeoutSeconds();
+  int fd = -1;
+  if (S_ISFIFO(mode)) {
+    // Opening a FIFO for writing blocks until a reader opens it; without
+    // O_NONBLOCK that is a hang, with it ENXIO says nobody reads yet.
+    double waited = 0;
+    for (;;) {
+      fd = ::open(target.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+      if (fd >= 0 || errno != ENXIO || waited >= timeoutSeconds)
+        break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      waited += 0.02;
+    }
+    if (fd < 0 && errno == ENXIO)
+      return Status::failure(
+          "cannot write '" + path + "': it is a FIFO and nothing opened it "
+          "for reading within " + formatSeconds(timeoutSeconds) +
+          " (MOE_OUTPUT_TIMEOUT sets the wait)");
+  } else {
+    fd = ::open(target.c_str(), O_WRONLY | O_CLOEXEC);
+  }
+  if (fd < 0)
+    return Status::failure("cannot write '" + path + "': cannot open the " +
+                           what + ": " + std::strerror(errno));
+  int error = 0;
+  if (S_ISFIFO(mode)) {
+    int timeoutMs = static_cast<int>(std::min(timeoutSeconds * 1000.0, 2e9));
+    error = writeNonBlocking(fd, bytes, size, timeoutMs);
+  } else {
+    size_t written = 0;
+    while (written < size) {
+      ssize_t n = ::write(fd, bytes + written, size - written);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0) {
+        error = n < 0 ? errno : ENOSPC;
+        break;
+      }
+      written += static_cast<size_t>(n);
+    }
+  }
+  ::close(fd);
+  if (error == ETIMEDOUT)
+    return Status::failure("cannot write '" + path + "': the FIFO's reader "
+                           "took nothing for " +
+                           formatSeconds(timeoutSeconds));
+  if (error != 0)
+    return Status::failure("cannot write '" + path + "': writing to the " +
+                           what + ": " + std::strerror(error));
+  return Status::success();
+}
+} // namespace
+
+double outputTimeoutSeconds() {
+  const char *text = std::getenv("MOE_OUTPUT_TIMEOUT");
+  if (!text || !*text)
+    return 30.0;
+  char *end = nullptr;
+  double value = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !(value >= 0) || value > 86400)
+    return 30.0;
+  return value;
+}
+
 Status writeFileAtomically(const std::string &path, const void *data,
                            size_t size) {
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
+  const auto *bytes = static_cast<const uint8_t *>(data);
+  Expected<std::string> resolved = resolveOutputPath(path);
+  if (!resolved)
+    return Status::failure(resolved.message());
+  const std::string &target = *resolved;
+  struct stat info;
+  bool exists = ::stat(target.c_str(), &info) == 0;
+  if (exists && S_ISDIR(info.st_mode))
+    return Status::failure("cannot write '" + path +
+                           "': it is a directory; expected a file name");
+  if (exists && S_ISSOCK(info.st_mode))
+    return Status::failure("cannot write '" + path +
+                           "': it is a socket; expected a regular file, a "
+                           "device or a FIFO");
+  if (exists && !S_ISREG(info.st_mode))
+    return writeThrough(path, target, info.st_mode, bytes, size);
+
+  std::string tmp = target + ".tmp." + std::to_string(getpid());
   auto failure = [&](const std::string &what, int error) {
     ::unlink(tmp.c_str());
     return Status::failure("cannot write '" + path + "': " + what + ": " +
@@ -387,7 +573,9 @@ Status writeFileAtomically(const std::string &path, const void *data,
   if (fd < 0)
     return Status::failure("cannot write '" + path + "': cannot create '" +
                            tmp + "': " + std::strerror(errno));
-  const auto *bytes = static_cast<const uint8_t *>(data);
+  // A file written over keeps its permissions.
+  if (exists)
+    ::fchmod(fd, info.st_mode & 07777);
   size_t written = 0;
   while (written < size) {
     ssize_t n = ::write(fd, bytes + written, size - written);
@@ -407,7 +595,7 @@ Status writeFileAtomically(const std::string &path, const void *data,
   }
   if (::close(fd) != 0)
     return failure("closing", errno);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+  if (std::rename(tmp.c_str(), target.c_str()) != 0)
     return failure("renaming '" + tmp + "' into place", errno);
   return Status::success();
 }
@@ -438,6 +626,97 @@ Status checkJsonDepth(const char *data, size_t size, const std::string &what,
       --depth;
     }
   }
+  return Status::success();
+}
+
+namespace {
+/// A SAX reader that finds the first key given twice in one object (JSON
+/// allows it, parsers keep one of the two silently: which one differs).
+class DuplicateKeys : public nlohmann::json_sax<nlohmann::json> {
+public:
+  std::string duplicate, where;
+
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(number_integer_t) override { return value(); }
+  bool number_unsigned(number_unsigned_t) override { return value(); }
+  bool number_float(number_float_t, const string_t &) override {
+    return value();
+  }
+  bool string(string_t &) override { return value(); }
+  bool binary(binary_t &) override { return value(); }
+  bool start_object(std::size_t) override {
+    frames.push_back({true, {}, pending()});
+    return true;
+  }
+  bool key(string_t &name) override {
+    Frame &frame = frames.back();
+    if (!frame.keys.insert(name).second) {
+      duplicate = name;
+      where = frame.path;
+      return false; // stop here
+    }
+    frame.lastKey = name;
+    return true;
+  }
+  bool end_object() override {
+    frames.pop_back();
+    return value();
+  }
+  bool start_array(std::size_t) override {
+    frames.push_back({false, {}, pending()});
+    return true;
+  }
+  bool end_array() override {
+    frames.pop_back();
+    return value();
+  }
+  bool parse_error(std::size_t, const std::string &,
+                   const nlohmann::detail::exception &) override {
+    return false; // the caller's parser reports syntax errors
+  }
+
+private:
+  struct Frame {
+    bool object;
+    std::set<std::string> keys;
+    std::string path, lastKey;
+    size_t index = 0;
+  };
+  std::vector<Frame> frames;
+
+  /// The path of the value that starts now ("text_config", "a[2].b").
+  std::string pending() const {
+    if (frames.empty())
+      return "";
+    const Frame &f = frames.back();
+    std::string step = f.object ? f.lastKey : "[" + std::to_string(f.index) + "]";
+    if (f.path.empty() || !f.object)
+      return f.path + step;
+    return f.path + "." + step;
+  }
+  bool value() {
+    if (!frames.empty() && !frames.back().object)
+      ++frames.back().index;
+    return true;
+  }
+};
+} // namespace
+
+Status checkJsonText(const char *data, size_t size, const std::string &what,
+                     int maxDepth) {
+  if (Status s = checkJsonDepth(data, size, what, maxDepth); !s.ok())
+    return s;
+  DuplicateKeys sax;
+  (void)nlohmann::json::sax_parse(data, data + size, &sax,
+                                  nlohmann::json::input_format_t::json,
+                                  /*strict=*/false);
+  if (!sax.duplicate.empty())
+    return Status::failure(
+        what + ": key '" + sax.duplicate + "' appears twice in " +
+        (sax.where.empty() ? std::string("the top-level object")
+                           : "'" + sax.where + "'") +
+        " (which of the two a reader takes differs; keep one)");
   return Status::success();
 }
 

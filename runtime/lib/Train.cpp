@@ -8,6 +8,7 @@
 
 #include "moe/runtime/Safetensors.h"
 
+#include <cctype>
 #include <cerrno>
 #include <algorithm>
 #include <chrono>
@@ -20,6 +21,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <nlohmann/json.hpp>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -401,7 +403,6 @@ static const char kMarker[] = "COMPLETE";
 static const char kMarkerFormat[] = "moe-checkpoint";
 static constexpr int64_t kMarkerVersion = 2;
 /// A step count no run reaches; anything larger is a damaged record.
-static constexpr int64_t kMaxStep = int64_t(1) << 50;
 
 /// Rank `rank`'s state file in a job of `ranks`: expert-parallel ranks
 /// hold different experts.
@@ -492,6 +493,22 @@ markedCheckpoints(const std::string &dir) {
   return found;
 }
 
+/// Whether `markerPath` is a readable moe-checkpoint marker (its format
+/// field; the rest is verified on resume).
+static bool isCheckpointRecord(const std::string &markerPath) {
+  Expected<std::vector<uint8_t>> bytes = readFile(markerPath, 1 << 20);
+  if (!bytes)
+    return false;
+  const char *text = reinterpret_cast<const char *>(bytes->data());
+  if (!checkJsonDepth(text, bytes->size(), "marker").ok())
+    return false;
+  nlohmann::json marker = nlohmann::json::parse(
+      text, text + bytes->size(), nullptr, /*allow_exceptions=*/false);
+  auto it = marker.is_object() ? marker.find("format") : marker.end();
+  return it != marker.end() && it->is_string() &&
+         it->get_ref<const std::string &>() == kMarkerFormat;
+}
+
 Status writeCheckpoint(const std::string &dir, Trainer &trainer,
                        uint64_t stream, Communicator *comm, int64_t keep) {
   CheckpointWriter writer;
@@ -515,6 +532,76 @@ CheckpointWriter::~CheckpointWriter() {
   // is removed by the next write of that step, or by a later run).
   if (writing.joinable())
     writing.join();
+  if (lockFd >= 0)
+    ::close(lockFd); // releases the flock
+}
+
+/// The lock file a writer holds in its checkpoint directory.
+static constexpr const char *kLockFile = ".moe-train.lock";
+
+Status CheckpointWriter::claim(const std::string &dir, Communicator *comm) {
+  if (!claimed.empty() && claimed == dir)
+    return Status::success();
+  bool leader = !comm || comm->rank() == 0;
+  Status held = Status::success();
+  if (leader) {
+    held = [&]() -> Status {
+      struct stat info;
+      if (::stat(dir.c_str(), &info) == 0 && !S_ISDIR(info.st_mode))
+        return Status::failure("checkpoint directory '" + dir +
+                               "' exists and is not a directory");
+      if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+        return Status::failure("cannot create checkpoint directory '" + dir +
+                               "': " + std::strerror(errno));
+      std::string lockPath = dir + "/" + kLockFile;
+      int fd = ::open(lockPath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      if (fd < 0)
+        return Status::failure("cannot write to checkpoint directory '" +
+                               dir + "': cannot create '" + lockPath +
+                               "': " + std::strerror(errno));
+      if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int error = errno;
+        std::string holder;
+        char text[256] = {};
+        ssize_t n = ::pread(fd, text, sizeof(text) - 1, 0);
+        ::close(fd);
+        if (error != EWOULDBLOCK)
+          return Status::failure("cannot lock checkpoint directory '" + dir +
+                                 "': " + std::strerror(error));
+        for (ssize_t i = 0; i < n && text[i] != '\n'; ++i)
+          if (std::isprint(static_cast<unsigned char>(text[i])))
+            holder += text[i];
+        return Status::failure(
+            "checkpoint directory '" + dir + "' is in use by another run (" +
+            (holder.empty() ? std::string("its lock file names no process")
+                            : holder) +
+            ", holding " + lockPath +
+            "); give each run a --checkpoint directory of its own");
+      }
+      char host[256] = {};
+      ::gethostname(host, sizeof(host) - 1);
+      std::string who = "pid " + std::to_string(::getpid()) + " on host " +
+                        std::string(host) + "\n";
+      if (::ftruncate(fd, 0) != 0 ||
+          ::pwrite(fd, who.data(), who.size(), 0) !=
+              static_cast<ssize_t>(who.size())) {
+        int error = errno;
+        ::close(fd);
+        return Status::failure("cannot write to checkpoint directory '" +
+                               dir + "': " + std::strerror(error));
+      }
+      if (lockFd >= 0)
+        ::close(lockFd);
+      lockFd = fd;
+      return Status::success();
+    }();
+  }
+  if (Status s = agree(comm, held, "rank 0 cannot claim the checkpoint "
+                                   "directory (see its message)");
+      !s.ok())
+    return s;
+  claimed = dir;
+  return Status::success();
 }
 
 Status CheckpointWriter::start(const std::string &dir, Trainer &trainer,
@@ -551,17 +638,16 @@ Status CheckpointWriter::start(const std::string &dir,
                        "another rank's training state is not finite");
       !s.ok())
     return s;
+  if (Status s = claim(dir, comm); !s.ok())
+    return s;
   Status made = Status::success();
   if (leader) {
-    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
-      made = Status::failure("cannot create checkpoint directory '" + dir +
+    // Left by a run of this directory that died while writing (the lock
+    // says no other run writes here now).
+    removeDirectory(tmp);
+    if (::mkdir(tmp.c_str(), 0755) != 0)
+      made = Status::failure("cannot create '" + tmp +
                              "': " + std::strerror(errno));
-    else {
-      removeDirectory(tmp); // left by a run that died while writing
-      if (::mkdir(tmp.c_str(), 0755) != 0)
-        made = Status::failure("cannot create '" + tmp +
-                               "': " + std::strerror(errno));
-    }
   }
   if (Status s = agree(comm, made); !s.ok())
     return s;
@@ -652,8 +738,18 @@ Status CheckpointWriter::finish() {
         if (errno != EEXIST && errno != ENOTEMPTY)
           return Status::failure("cannot rename '" + tmp + "' to '" + final +
                                  "': " + std::strerror(errno));
-        // A checkpoint of the same step (a rerun): swap the two at once,
-        // so one of them is complete under the name at every moment.
+        // Something under the name already. Only a checkpoint (a marker
+        // that is a moe-checkpoint record: a rerun of the step) is
+        // replaced; anything else is left as it is.
+        if (!isCheckpointRecord(final + "/" + kMarker))
+          return Status::failure(
+              "cannot publish the checkpoint of step " + std::to_string(step) +
+              ": '" + final + "' exists and is not a checkpoint (no " +
+              kMarker + " record in it); it was left as it is, and the new "
+              "checkpoint stays unpublished in '" + tmp + "': move '" +
+              final + "' away or choose another --checkpoint directory");
+        // A checkpoint of the same step: swap the two at once, so one of
+        // them is complete under the name at every moment.
         if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final.c_str(),
                         RENAME_EXCHANGE) != 0)
           return Status::failure("cannot replace '" + final +
@@ -713,7 +809,7 @@ verifyCheckpoint(const MarkedCheckpoint &checkpoint,
     return state;
   }
   const char *text = reinterpret_cast<const char *>(markerBytes->data());
-  if (Status s = checkJsonDepth(text, markerBytes->size(), "marker"); !s.ok())
+  if (Status s = checkJsonText(text, markerBytes->size(), "marker"); !s.ok())
     return Result::error(s.error);
   json marker = json::parse(text, text + markerBytes->size(), nullptr,
                             /*allow_exceptions=*/false);
@@ -853,20 +949,24 @@ readValidCheckpoint(const std::string &dir,
       // Set the damaged ones aside (renamed, not deleted), so that a later
       // resume does not try them again and their steps can be rewritten.
       if (leader)
-        for (const auto &[bad, why] : valid.damaged)
-          std::rename(bad.c_str(),
-                      (bad + ".damaged-" + std::to_string(std::time(nullptr)))
-                          .c_str());
+        for (ValidCheckpoint::Damaged &bad : valid.damaged) {
+          std::string aside =
+              bad.path + ".damaged-" + std::to_string(std::time(nullptr));
+          if (std::rename(bad.path.c_str(), aside.c_str()) == 0)
+            bad.setAside = aside;
+          else
+            bad.notMoved = std::strerror(errno);
+        }
       return valid;
     }
     if (strict)
       return Result::error("the newest checkpoint is damaged: " + path + ": " +
                            everywhere.error + " (--resume-strict)");
-    valid.damaged.emplace_back(path, everywhere.error);
+    valid.damaged.push_back({path, everywhere.error, "", ""});
   }
   std::string reasons;
-  for (const auto &[path, why] : valid.damaged)
-    reasons += "; " + path + ": " + why;
+  for (const ValidCheckpoint::Damaged &bad : valid.damaged)
+    reasons += "; " + bad.path + ": " + bad.why;
   return Result::error("no valid checkpoint in '" + dir + "'" + reasons);
 }
 

@@ -84,14 +84,25 @@ inline double parseNumber(const std::string &text, const char *what,
   return v;
 }
 
-/// `text` as a non-negative integer, or one error naming the option.
-inline int64_t parseCount(const std::string &text, const char *what) {
-  double v = parseNumber(text, what, 0);
-  if (v != static_cast<double>(static_cast<int64_t>(v)))
-    die(std::string("expected an integer for ") + what + ", got '" + text +
-        "'");
+/// `text` as an integer in [lo, hi], or one error naming the option and
+/// the range.
+inline int64_t parseCount(const std::string &text, const char *what,
+                          int64_t lo = 0, int64_t hi = 1000000000000000000) {
+  char *end = nullptr;
+  errno = 0;
+  double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || errno != 0 ||
+      !(v >= static_cast<double>(lo)) || !(v <= static_cast<double>(hi)) ||
+      v != static_cast<double>(static_cast<int64_t>(v)))
+    die(std::string("expected an integer in [") + std::to_string(lo) + ", " +
+        std::to_string(hi) + "] for " + what + ", got '" + text + "'");
   return static_cast<int64_t>(v);
 }
+
+/// The most repeats, iterations or warm-ups a benchmarking option takes:
+/// a median of a million runs is as good as any more, and a larger count
+/// is a typo that would run for ever.
+constexpr int64_t kMaxRepeats = 1000000;
 
 /// Mixed into --seed for the stream of random tokens, so tokens and
 /// weights of one seed differ.

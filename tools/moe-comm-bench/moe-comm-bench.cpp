@@ -299,9 +299,9 @@ int main(int argc, char **argv) {
     if (flag(argc, argv, i, "--bytes", &value))
       bytes = parseCount(value, "--bytes");
     else if (flag(argc, argv, i, "--iters", &value))
-      iters = parseCount(value, "--iters");
+      iters = parseCount(value, "--iters", 0, moe::tools::kMaxRepeats);
     else if (flag(argc, argv, i, "--warmup", &value))
-      warmup = parseCount(value, "--warmup");
+      warmup = parseCount(value, "--warmup", 0, moe::tools::kMaxRepeats);
     else if (flag(argc, argv, i, "--comm-sms", &value))
       commSms = parseCount(value, "--comm-sms");
     else if (flag(argc, argv, i, "--gpu", &value))

@@ -180,9 +180,9 @@ static std::string prefixDiagnostics(llvm::StringRef text,
   return out;
 }
 
-/// Writes the output: to stdout for "-", in place to something that is
-/// not a regular file (/dev/null, a pipe), else atomically (a temporary
-/// beside the file, then rename) so a failed write leaves the old file.
+/// Writes the output: to stdout for "-", else as the runtime writes every
+/// output (rt::writeFileAtomically: devices and FIFOs in place, without
+/// blocking on a FIFO nobody reads; links followed; files atomically).
 static int writeOutput(const std::string &path,
                        const std::vector<uint8_t> &bytes) {
   if (path == "-") {
@@ -192,23 +192,6 @@ static int writeOutput(const std::string &path,
     if (llvm::outs().has_error()) {
       llvm::outs().clear_error();
       return fail("cannot write the output to stdout");
-    }
-    return 0;
-  }
-  struct stat info;
-  if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
-    if (S_ISDIR(info.st_mode))
-      return fail("cannot write '" + path + "': it is a directory");
-    std::error_code ec;
-    llvm::raw_fd_ostream os(path, ec);
-    if (ec)
-      return fail("cannot write '" + path + "': " + ec.message());
-    os.write(reinterpret_cast<const char *>(bytes.data()), bytes.size());
-    os.close();
-    if (os.has_error()) {
-      std::string why = os.error().message();
-      os.clear_error();
-      return fail("cannot write '" + path + "': " + why);
     }
     return 0;
   }

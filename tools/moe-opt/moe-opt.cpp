@@ -8,7 +8,9 @@
 #include "moe/Conversion/Passes.h"
 #include "moe/MoeDialect.h"
 #include "moe/Pipelines/Pipelines.h"
+#include "moe/Support/Nesting.h"
 #include "moe/Transforms/Passes.h"
+#include "moe/runtime/Support.h"
 #include "moegpu/MoeGpuDialect.h"
 
 #include "mlir/IR/DialectRegistry.h"
@@ -16,7 +18,11 @@
 #include "mlir/InitAllExtensions.h"
 #include "mlir/InitAllPasses.h"
 #include "mlir/Target/LLVMIR/Dialect/All.h"
+#include "mlir/Support/FileUtilities.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
+
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/raw_ostream.h"
 
 int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
@@ -30,6 +36,47 @@ int main(int argc, char **argv) {
   mlir::moe::registerMoeConversionPasses();
   mlir::moe::registerPipelines();
 
-  return mlir::asMainReturnCode(mlir::MlirOptMain(
-      argc, argv, "moe-compiler optimizer driver\n", registry));
+  auto [inputName, outputName] = mlir::registerAndParseCLIOptions(
+      argc, argv, "moe-compiler optimizer driver\n", registry);
+  mlir::MlirOptMainConfig config = mlir::MlirOptMainConfig::createFromCLOptions();
+  // Listing dialects or passes reads no input.
+  if (config.shouldShowDialects() || config.shouldListPasses())
+    return mlir::asMainReturnCode(
+        mlir::MlirOptMain(argc, argv, inputName, outputName, registry));
+
+  // The input is read here, so that its nesting is checked before MLIR's
+  // recursive parser sees it (stdin can be read only once).
+  std::string error;
+  std::unique_ptr<llvm::MemoryBuffer> input =
+      mlir::openInputFile(inputName, &error);
+  if (!input) {
+    llvm::errs() << "moe-opt: error: " << error << "\n";
+    return 1;
+  }
+  std::string shownName = inputName == "-" ? "<stdin>" : inputName;
+  if (std::string deep = mlir::moe::checkMlirNesting(
+          input->getBufferStart(), input->getBufferSize(), shownName);
+      !deep.empty()) {
+    llvm::errs() << "moe-opt: error: " << deep << "\n";
+    return 1;
+  }
+  if (outputName == "-")
+    return mlir::asMainReturnCode(
+        mlir::MlirOptMain(llvm::outs(), std::move(input), registry, config));
+  // A named output is written once the passes succeeded, as every tool of
+  // the project writes its outputs (rt::writeFileAtomically: a file
+  // replaced atomically, a link followed, a device or FIFO written in
+  // place without blocking on a FIFO nobody reads).
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  if (mlir::failed(mlir::MlirOptMain(os, std::move(input), registry, config)))
+    return 1;
+  os.flush();
+  if (moe::rt::Status s =
+          moe::rt::writeFileAtomically(outputName, text.data(), text.size());
+      !s.ok()) {
+    llvm::errs() << "moe-opt: error: " << s.error << "\n";
+    return 1;
+  }
+  return 0;
 }

@@ -132,9 +132,8 @@ int main(int argc, char **argv) {
       if (threads < 1 || threads > 4096)
         die("expected --threads from 1 to 4096");
     } else if (flag(argc, argv, i, "--repeat", &value)) {
-      repeat = parseInt(value, "--repeat");
-      if (repeat < 1)
-        die("expected --repeat >= 1");
+      repeat = moe::tools::parseCount(value, "--repeat", 1,
+                                      moe::tools::kMaxRepeats);
     } else if (a[0] == '-') {
       die(std::string("unknown option '") + a + "' (see --help)");
     } else if (bundlePath.empty()) {

@@ -151,7 +151,7 @@ int main(int argc, char **argv) {
     if (flag(argc, argv, i, "--resume-strict", nullptr))
       resumeStrict = true;
     else if (flag(argc, argv, i, "--steps", &value))
-      steps = parseCount(value, "--steps");
+      steps = parseCount(value, "--steps", 1, kMaxStep);
     else if (flag(argc, argv, i, "--keep-checkpoints", &value))
       keepCheckpoints = parseCount(value, "--keep-checkpoints");
     else if (flag(argc, argv, i, "--checkpoint-every", &value))
@@ -271,17 +271,28 @@ int main(int argc, char **argv) {
         " exceeds the bundle's --max-tokens " + std::to_string(m.maxTokens));
 
   Random rng(seed ^ kTokenSeedSalt);
+  // The checkpoint directory is this job's from here to the end: checked
+  // and locked before any step runs (a second job on it stops here).
+  CheckpointWriter checkpoints;
+  if (!checkpointDir.empty())
+    if (Status s = checkpoints.claim(checkpointDir, &comm); !s.ok())
+      die(s.error);
   if (!resumeDir.empty()) {
     Expected<ValidCheckpoint> resumed =
         resumeCheckpoint(resumeDir, **trainer, &comm, resumeStrict);
     if (!resumed)
       die(resumed.message());
     if (leader)
-      for (const auto &[path, why] : resumed->damaged)
+      for (const ValidCheckpoint::Damaged &bad : resumed->damaged) {
+        std::string where =
+            bad.setAside.empty()
+                ? "left in place: it could not be renamed: " + bad.notMoved
+                : "set aside as " + bad.setAside;
         std::fprintf(stderr,
                      "moe-train: warning: skipping damaged checkpoint %s: %s "
-                     "(set aside as %s.damaged-*)\n",
-                     path.c_str(), why.c_str(), path.c_str());
+                     "(%s)\n",
+                     bad.path.c_str(), bad.why.c_str(), where.c_str());
+      }
     rng.setState(resumed->stream);
     if (leader)
       std::printf("moe-train: resumed from %s (step %lld)\n",
@@ -296,7 +307,6 @@ int main(int argc, char **argv) {
   float firstLoss = 0, lastLoss = 0;
   int64_t skipped = 0;
   int64_t first = (*trainer)->steps() + 1;
-  CheckpointWriter checkpoints;
   Trace trace;
   int dataLane = trace.lane("data (inputs, teacher)");
   int stepLane = trace.lane("training step (" + device + ")");

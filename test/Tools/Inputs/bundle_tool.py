@@ -10,6 +10,7 @@ from the runtime's code:
   bundle_tool.py gpu-step IN OUT I KEY JSON set field KEY of gpu step I, fix the checksum
   bundle_tool.py gpu IN OUT KEY JSON        set field KEY of the gpu program, fix the checksum
   bundle_tool.py magic IN OUT               overwrite the magic
+  bundle_tool.py flags IN OUT F             set the header's flags word, fix the checksum
   bundle_tool.py edit IN OUT PYTHON         run PYTHON on the manifest `m`, fix the checksum
   bundle_tool.py last-byte IN OUT BYTE      set the last blob's last byte, fix the checksum
 """
@@ -56,6 +57,10 @@ def main():
     elif cmd == "version":
         body = data[:-8]
         body[8:12] = struct.pack("<I", int(rest[0]))
+        data = reseal(bytes(body))
+    elif cmd == "flags":
+        body = data[:-8]
+        body[12:16] = struct.pack("<I", int(rest[0], 0))
         data = reseal(bytes(body))
     elif cmd == "last-byte":
         # The blobs end the body, right before the checksum.

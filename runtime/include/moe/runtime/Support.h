@@ -168,11 +168,25 @@ Expected<std::pair<int, uint64_t>> openRegularFile(const std::string &path);
 /// anything is allocated), or says why not.
 Expected<std::vector<uint8_t>> readFile(const std::string &path,
                                         uint64_t limit = kMaxReadBytes);
-/// Writes a file atomically: a temporary beside it, fsynced, then renamed
-/// over `path`. On failure `path` is untouched and the message names it
-/// and the OS error.
+/// Writes an output file the way a user who names it expects:
+/// - a regular file (or a new name) is replaced atomically: a temporary
+///   beside it, fsynced, then renamed over it (its permissions kept); on
+///   failure the old file is untouched and the message names it and the
+///   OS error;
+/// - a symbolic link is followed, and its target written atomically (the
+///   link stays a link);
+/// - a character or block device (/dev/null) is written in place, never
+///   replaced by a file;
+/// - a FIFO is written in place once a reader opens it; a FIFO that nobody
+///   reads (or that stops reading) for outputTimeoutSeconds() is an error,
+///   never a hang;
+/// - a directory or a socket is refused.
 Status writeFileAtomically(const std::string &path, const void *data,
                            size_t size);
+
+/// How long an output waits for a FIFO's reader: $MOE_OUTPUT_TIMEOUT
+/// seconds, 30 when unset or not a number in [0, 86400].
+double outputTimeoutSeconds();
 
 /// Deepest nesting of arrays and objects the JSON readers accept (the
 /// parsers recurse; a deeper document would exhaust the stack).
@@ -182,6 +196,12 @@ constexpr int kMaxJsonDepth = 256;
 /// `maxDepth` deep (strings are skipped); the message names `what`.
 Status checkJsonDepth(const char *data, size_t size, const std::string &what,
                       int maxDepth = kMaxJsonDepth);
+
+/// checkJsonDepth, then that no object gives one key twice (the message
+/// names the key and the object's path): what every JSON reader of the
+/// project checks before it parses.
+Status checkJsonText(const char *data, size_t size, const std::string &what,
+                     int maxDepth = kMaxJsonDepth);
 
 /// SHA-256 (FIPS 180-4), for checkpoint integrity.
 class Sha256 {

@@ -91,6 +91,9 @@ private:
   int64_t stepCount = 0;
 };
 
+/// The largest step count a trainer or a checkpoint records (2^50).
+constexpr int64_t kMaxStep = int64_t(1) << 50;
+
 /// Writes a checkpoint of `trainer` (its state tensors, the step count and
 /// `stream`, the position of the caller's input stream) as
 /// `dir/step-<steps>/state.safetensors` plus a `COMPLETE` marker holding
@@ -141,6 +144,16 @@ public:
   Status finish();
   bool pending() const { return active; }
 
+  /// Claims `dir` for this job until the writer is destroyed: creates it
+  /// if missing (a path that is a file, or that cannot be written, is an
+  /// error here, before any step runs) and takes an exclusive lock on
+  /// `dir/.moe-train.lock` (flock, released when the process ends, however
+  /// it ends). A second job writing the same directory gets an error that
+  /// names the holder's pid and host. start() claims its directory when it
+  /// is not claimed yet; every rank returns the same status (rank 0 holds
+  /// the lock).
+  Status claim(const std::string &dir, Communicator *comm = nullptr);
+
 private:
   struct Digest {
     char sha256[64];
@@ -151,6 +164,8 @@ private:
   uint64_t stream = 0;
   Communicator *comm = nullptr;
   bool active = false;
+  std::string claimed; // the directory whose lock lockFd holds
+  int lockFd = -1;
   std::thread writing;
   Status written = Status::success(); // the thread's, read after the join
   Digest digest{};
@@ -163,9 +178,15 @@ struct ValidCheckpoint {
   uint64_t stream = 0;
   /// The state tensors, by name.
   std::map<std::string, Tensor> tensors;
-  /// (path, why) of each damaged newer checkpoint, newest first; each was
-  /// renamed to `<path>.damaged-<time>`.
-  std::vector<std::pair<std::string, std::string>> damaged;
+  /// Each damaged newer checkpoint, newest first.
+  struct Damaged {
+    std::string path, why;
+    /// The name it was set aside as (`<path>.damaged-<time>`), or empty
+    /// when the rename failed (read-only storage), and then `notMoved`
+    /// says why.
+    std::string setAside, notMoved;
+  };
+  std::vector<Damaged> damaged;
 };
 
 /// Reads the newest checkpoint under `dir` that verifies on every rank:
