@@ -42,6 +42,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <unordered_set>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -258,6 +259,34 @@ uint8_t classify(const Instr &in) {
   }
 }
 
+/// Whether `op` changes nothing another thread can see: registers only,
+/// loads, branches, warp collectives. Everything else (stores, atomics,
+/// barrier and mbarrier arrivals, asynchronous copies, wgmma, exits) is
+/// progress, which the hang check waits for.
+bool isPure(Op op) {
+  switch (op) {
+  case Op::Mov: case Op::Add: case Op::Sub: case Op::Mul: case Op::Mad:
+  case Op::Fma: case Op::Div: case Op::Rem: case Op::Abs: case Op::Neg:
+  case Op::Min: case Op::Max: case Op::And: case Op::Or: case Op::Xor:
+  case Op::Not: case Op::Cnot: case Op::Shl: case Op::Shr: case Op::Bfe:
+  case Op::Bfi: case Op::Brev: case Op::Popc: case Op::Clz: case Op::Prmt:
+  case Op::Selp: case Op::Setp: case Op::Cvt: case Op::Cvta: case Op::Rcp:
+  case Op::Sqrt: case Op::Rsqrt: case Op::Ex2: case Op::Lg2: case Op::Sin:
+  case Op::Cos: case Op::Tanh: case Op::Copysign: case Op::Testp:
+  case Op::Mul24: case Op::Mad24: case Op::Sad: case Op::Ld:
+  case Op::Prefetch: case Op::Bra: case Op::Nanosleep: case Op::Membar:
+  case Op::Fence: case Op::Shfl: case Op::Vote: case Op::Redux:
+  case Op::Elect: case Op::Activemask: case Op::Match:
+  case Op::MbarTestWait: case Op::TmaPrefetch: case Op::Ldmatrix:
+  case Op::Griddepcontrol: case Op::Mapa: case Op::Isspacep: case Op::Nop:
+  case Op::WarpSync: case Op::Shf: case Op::Bfind: case Op::Dp4a:
+  case Op::Vabsdiff4: case Op::MmaSync:
+    return true;
+  default:
+    return false;
+  }
+}
+
 uint8_t classifyStore(const Instr &in) {
   Ty t = in.type;
   if (in.op != Op::St || in.space != Space::Global || in.vec != 1 ||
@@ -354,6 +383,7 @@ struct Warp {
   uint8_t state[32];
   uint64_t wait[32];
   uint8_t cc[32]; // the carry (borrow) flag of add.cc, addc, mad.cc, ...
+  uint32_t lastLoad = UINT32_MAX; // pc of the warp's latest ld (for reports)
   uint64_t *regs = nullptr;
   uint8_t *local = nullptr;
   uint32_t nreg = 0;
@@ -405,6 +435,13 @@ private:
   uint32_t initialRegs = 0;
   std::string error;
   uint64_t warpInstructions = 0, threadInstructions = 0;
+  /// warpInstructions at the last instruction that could change what
+  /// another thread sees (a store, an atomic, a barrier or mbarrier
+  /// arrival, an asynchronous copy, an exit...): see spinCheck().
+  uint64_t lastProgress = 0;
+  /// Hashes of the cluster's whole state at the ends of scheduling rounds
+  /// since lastProgress went stale.
+  std::unordered_set<uint64_t> spinStates;
   bool yieldFlag = false;
   FILE *trace = nullptr;
   uint32_t clusterPhase = 0, clusterArrived = 0;
@@ -2022,6 +2059,8 @@ private:
   void execute(Cta &cta, Warp &w, uint32_t pc, uint32_t mask);
   void runCluster(const std::vector<Dim3> &ids);
   std::string deadlockReport();
+  void spinCheck();
+  uint64_t stateHash() const;
   void initCta(Cta &cta, Dim3 id, uint32_t rank, uint64_t warpBase);
 };
 
@@ -2388,6 +2427,10 @@ void Engine::execute(Cta &cta, Warp &w, uint32_t pc, uint32_t mask) {
   const Instr &in = k.code[pc];
   curInstr = &in;
   ++warpInstructions;
+  if (!isPure(in.op))
+    lastProgress = warpInstructions;
+  else if (in.op == Op::Ld)
+    w.lastLoad = pc;
   if (trace) {
     std::fprintf(trace, "cta %llu warp %u pc %u mask %08x  line %d: %s\n",
                  static_cast<unsigned long long>(cta.linear), w.index, pc,
@@ -3332,6 +3375,7 @@ void Engine::initCta(Cta &cta, Dim3 id, uint32_t rank, uint64_t warpBase) {
       w.pc[l] = 0;
       w.wait[l] = 0;
       w.cc[l] = 0;
+      w.lastLoad = UINT32_MAX;
       if (t >= threads) {
         w.state[l] = Exited;
         continue;
@@ -3432,12 +3476,89 @@ std::string Engine::deadlockReport() {
   return os.str();
 }
 
+/// A hash of everything that decides what the cluster's threads do next,
+/// memory aside: each lane's pc, state, wait, carry flag and registers.
+uint64_t Engine::stateHash() const {
+  uint64_t h = 0x9E3779B97F4A7C15ull;
+  auto mix = [&](uint64_t v) {
+    h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+    h *= 0xBF58476D1CE4E5B9ull;
+  };
+  size_t regsPerWarp = static_cast<size_t>(k.numRegs) * 32;
+  for (const Cta &cta : ctas)
+    for (const Warp &w : cta.warps) {
+      for (int l = 0; l < 32; ++l) {
+        mix(w.pc[l]);
+        mix(static_cast<uint64_t>(w.state[l]) << 40 | w.cc[l]);
+        mix(w.wait[l]);
+      }
+      for (size_t i = 0; i < regsPerWarp; ++i)
+        mix(w.regs[i]);
+    }
+  return h;
+}
+
+/// The hang check. Once no thread has made progress (stored, arrived,
+/// exited: see isPure) for kSpinWindow warp instructions, the memory
+/// every thread reads is frozen, and the rounds of the scheduler are a
+/// deterministic function of the threads' state: a state seen before at a
+/// round's end means the threads go round that cycle for ever. That is
+/// reported as a hang with each spinning warp's line, without waiting for
+/// the instruction limit.
+void Engine::spinCheck() {
+  constexpr uint64_t kSpinWindow = 1u << 20;
+  if (warpInstructions - lastProgress < kSpinWindow) {
+    if (!spinStates.empty())
+      spinStates.clear();
+    return;
+  }
+  if (spinStates.insert(stateHash()).second) {
+    if (spinStates.size() > 4096) // a cycle too long to wait for: start over
+      spinStates.clear();
+    return;
+  }
+  std::ostringstream os;
+  os << m.name << ": kernel '" << k.name << "' hangs: for "
+     << warpInstructions - lastProgress
+     << " warp instructions no thread stored, arrived at a barrier or "
+        "exited, and the threads came back to a state they were in "
+        "before, so nothing will change (a spin on memory that nothing "
+        "writes)";
+  for (Cta &cta : ctas)
+    for (Warp &w : cta.warps) {
+      uint32_t lanes = 0, pc = UINT32_MAX;
+      for (int l = 0; l < 32; ++l)
+        if (w.state[l] == Ready) {
+          lanes |= 1u << l;
+          pc = std::min(pc, w.pc[l]);
+        }
+      if (!lanes || pc >= k.code.size())
+        continue;
+      os << "\n  CTA (" << cta.id.x << "," << cta.id.y << "," << cta.id.z
+         << ") warp " << w.index << " lanes " << hex(lanes) << " spin at "
+         << m.name << ":" << k.code[pc].line << ": " << k.code[pc].text;
+      if (w.lastLoad < k.code.size()) {
+        const Instr &ld = k.code[w.lastLoad];
+        os << "\n      reading at " << m.name << ":" << ld.line << ": "
+           << ld.text;
+        if (ld.ops.size() > 1 && ld.ops[1].kind == Operand::Addr)
+          os << " (address "
+             << hex(effectiveAddress(w, ld.ops[1], __builtin_ctz(lanes)))
+             << ")";
+      }
+    }
+  error = os.str();
+  throw Fault{};
+}
+
 void Engine::runCluster(const std::vector<Dim3> &ids) {
   ctas.resize(ids.size());
   for (size_t i = 0; i < ids.size(); ++i)
     initCta(ctas[i], ids[i], static_cast<uint32_t>(i), i * warpsPerCta);
   clusterPhase = 0;
   clusterArrived = 0;
+  lastProgress = warpInstructions;
+  spinStates.clear();
   const uint32_t slice = 512;
   while (true) {
     bool ran = false, live = false;
@@ -3487,6 +3608,7 @@ void Engine::runCluster(const std::vector<Dim3> &ids) {
       error = deadlockReport();
       throw Fault{};
     }
+    spinCheck();
     if (warpInstructions > opt.instructionLimit) {
       curCta = nullptr;
       fail(-1, "stopped after " + std::to_string(warpInstructions) +

@@ -922,10 +922,11 @@ private:
   /// mma.sync.aligned.mMnNkK.row.col.dtype.atype.btype.ctype d, a, b, c:
   /// the warp-wide MMA shapes Triton and nvcc emit for small tiles.
   template <typename Has>
-  void decodeMma(const std::vector<std::string> &parts,
+  void decodeMma(const std::string &opcode,
+                 const std::vector<std::string> &parts,
                  const std::vector<Ty> &types, Has has, Instr &in) {
     auto bad = [&]() {
-      throw ParseError(in.line, "unsupported instruction '" + in.text + "'");
+      throw ParseError(in.line, "unsupported instruction '" + opcode + "'");
     };
     in.op = Op::MmaSync;
     for (size_t i = 1; i < parts.size(); ++i) {
@@ -939,6 +940,10 @@ private:
         in.shapeK = std::atoi(p.c_str() + k + 1);
       }
     }
+    // Sparse (.sp) and block-scaled MMAs are not modelled.
+    if (has("sp") || has("sp::ordered_metadata") || has("block_scale") ||
+        has("kind::mxf8f6f4") || has("kind::f8f6f4"))
+      bad();
     if (!has("sync") || !has("aligned") || !has("row") || !has("col") ||
         types.size() != 4 || in.shapeM != 16 || in.shapeN != 8)
       bad();
@@ -1104,7 +1109,7 @@ private:
         bad();
       needOps(3, 3);
     } else if (base == "mma") {
-      decodeMma(parts, types, has, in);
+      decodeMma(opcode, parts, types, has, in);
     } else if (base == "add" || base == "sub" || base == "min" ||
                base == "max" || base == "and" || base == "or" ||
                base == "xor" || base == "div" || base == "rem" ||
@@ -1201,7 +1206,8 @@ private:
     } else if (base == "ld" || base == "st" || base == "ldu") {
       in.op = base == "st" ? Op::St : Op::Ld;
       in.space = spaceOf();
-      if (in.type == Ty::None)
+      // st.async completes an mbarrier transaction (not modelled).
+      if (in.type == Ty::None || has("async"))
         bad();
       // An L2 cache-policy operand may follow.
       needOps(2, 3);
@@ -1215,6 +1221,8 @@ private:
     } else if (base == "atom" || base == "red") {
       in.op = base == "atom" ? Op::Atom : Op::Red;
       in.space = spaceOf();
+      if (has("async")) // red.async: an mbarrier transaction, not modelled
+        bad();
       in.sub = subOf({{"add", SubOp::Add},
                       {"min", SubOp::Min},
                       {"max", SubOp::Max},
@@ -1361,7 +1369,9 @@ private:
           in.op != Op::MbarExpectTx && in.op != Op::MbarCompleteTx)
         bad();
     } else if (base == "cp") {
-      if (has("async") && has("bulk") && has("tensor")) {
+      if (has("reduce")) {
+        bad(); // cp.reduce.async.bulk{.tensor}: a reduction, not a copy
+      } else if (has("async") && has("bulk") && has("tensor")) {
         in.space = Space::SharedCluster; // of the mbarrier operand
         in.op = has("prefetch") ? Op::TmaPrefetch
                 : (opcode.find(".global.shared::") != std::string::npos)

@@ -3,7 +3,7 @@
 libcuda.so.1) through the driver API, with ctypes: the emulator's tests.
 
   ptx_run.py DRIVER FILE.ptx --kernel NAME [--grid X,Y,Z] [--block X,Y,Z]
-      [--cluster X,Y,Z] [--shared BYTES]
+      [--cluster X,Y,Z | --plain] [--shared BYTES]
       [--buf NAME=BYTES[:INIT]]...  INIT: zero (default), iota-u32, iota-f32
       [--args ARG ...]  ARG: p:NAME[+OFFSET] | u32:V | u64:V | s32:V | f32:V
                         | tmap:NAME:DTYPE:DIMS:BOX:SWIZZLE (128 bytes by value)
@@ -114,6 +114,8 @@ def main():
     ap.add_argument("--grid", default="1")
     ap.add_argument("--block", default="32")
     ap.add_argument("--cluster", default="1")
+    ap.add_argument("--plain", action="store_true",
+                    help="launch with cuLaunchKernel (no cluster attribute)")
     ap.add_argument("--shared", type=int, default=0)
     ap.add_argument("--buf", action="append", default=[])
     ap.add_argument("--args", nargs="*", default=[])
@@ -175,7 +177,11 @@ def main():
     g, b = triple(a.grid), triple(a.block)
     if a.shared > 48 * 1024:
         drv.check(drv.cu.cuFuncSetAttribute(fn, 8, a.shared), "shared")
-    rc = launch_ex(drv, fn, g, b, triple(a.cluster), a.shared, params)
+    if a.plain:
+        rc = drv.cu.cuLaunchKernel(fn, g[0], g[1], g[2], b[0], b[1], b[2], a.shared,
+                                   None, params, None)
+    else:
+        rc = launch_ex(drv, fn, g, b, triple(a.cluster), a.shared, params)
     if rc == 0:
         rc = drv.cu.cuCtxSynchronize()
     if rc != 0:

@@ -196,6 +196,81 @@ def run_cutlass(case, rng):
     return case.read_bf16(ptr["D"], (M, N)), a @ b.T + 0.5 * from_bf16(c16)
 
 
+def run_rows(case, rng, kind):
+    """A row kernel (one program per row) on [R, N] f32, N not a power of
+    two so the masked tail is exercised."""
+    R, N = 6, {"softmax": 1000, "layernorm": 500, "argmax": 250, "cumsum": 500}[kind]
+    x = rng.uniform(-4, 4, (R, N)).astype(np.float32)
+    px = case.buffer(x)
+    if kind == "argmax":
+        pout = case.drv.alloc(R * 4)
+        case.launch((R, 1), [u64(px), u64(pout), i32(N), i32(N)])
+        got = np.frombuffer(case.drv.download(pout, R * 4), np.int32).astype(np.float64)
+        return got, np.argmax(x, axis=1).astype(np.float64)
+    py = case.drv.alloc(R * N * 4)
+    if kind == "layernorm":
+        w = rng.uniform(0.5, 1.5, N).astype(np.float32)
+        b = rng.uniform(-1, 1, N).astype(np.float32)
+        eps = 1e-5
+        case.launch((R, 1), [u64(px), u64(case.buffer(w)), u64(case.buffer(b)), u64(py),
+                             i32(N), i32(N), ctypes.c_float(eps)])
+        x64 = x.astype(np.float64)
+        mean = x64.mean(axis=1, keepdims=True)
+        var = ((x64 - mean) ** 2).mean(axis=1, keepdims=True)
+        ref = (x64 - mean) / np.sqrt(var + eps) * w + b
+    else:
+        case.launch((R, 1), [u64(px), u64(py), i32(N), i32(N)])
+        x64 = x.astype(np.float64)
+        if kind == "softmax":
+            e = np.exp(x64 - x64.max(axis=1, keepdims=True))
+            ref = e / e.sum(axis=1, keepdims=True)
+        else:
+            ref = np.cumsum(x64, axis=1)
+    got = np.frombuffer(case.drv.download(py, R * N * 4), np.float32).reshape(R, N)
+    return got.astype(np.float64), ref
+
+
+def run_topk(case, rng):
+    R, N, K = 5, 200, case.meta["constexprs"]["K"]
+    x = rng.permutation(R * N).reshape(R, N).astype(np.float32) / 7  # distinct
+    pout = case.drv.alloc(R * K * 4)
+    case.launch((R, 1), [u64(case.buffer(x)), u64(pout), i32(N), i32(N)])
+    got = np.frombuffer(case.drv.download(pout, R * K * 4), np.float32).reshape(R, K)
+    return got.astype(np.float64), -np.sort(-x.astype(np.float64), axis=1)[:, :K]
+
+
+def run_flash_attention(case, rng):
+    c = case.meta["constexprs"]
+    S, D = 150, c["D"]
+    q16, k16, v16 = (to_bf16(rng.uniform(-1, 1, (S, D))) for _ in range(3))
+    scale = 1.0 / np.sqrt(D)
+    po = case.drv.alloc(S * D * 4)
+    case.launch((-(-S // c["BLOCK_M"]), 1),
+                [u64(case.buffer(q16)), u64(case.buffer(k16)), u64(case.buffer(v16)),
+                 u64(po), i32(S), ctypes.c_float(scale)])
+    q, k, v = (from_bf16(t).astype(np.float64) for t in (q16, k16, v16))
+    s = q @ k.T * scale
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    ref = (p / p.sum(axis=1, keepdims=True)) @ v
+    got = np.frombuffer(case.drv.download(po, S * D * 4), np.float32).reshape(S, D)
+    return got.astype(np.float64), ref
+
+
+def run_matmul_int8(case, rng):
+    M, N, K = 100, 72, 200
+    a = rng.integers(-128, 128, (M, K)).astype(np.int8)
+    b = rng.integers(-128, 128, (K, N)).astype(np.int8)
+    pc = case.drv.alloc(M * N * 4)
+    c = case.meta["constexprs"]
+    grid = (-(-M // c["BLOCK_M"]), -(-N // c["BLOCK_N"]))
+    case.launch(grid, [u64(case.buffer(a)), u64(case.buffer(b)), u64(pc), i32(M), i32(N),
+                       i32(K), i32(K), i32(N), i32(N)])
+    got = np.frombuffer(case.drv.download(pc, M * N * 4), np.int32).reshape(M, N)
+    ref = a.astype(np.int64) @ b.astype(np.int64)
+    # Exact: integer products and sums.
+    return got.astype(np.float64), ref.astype(np.float64)
+
+
 RUNNERS = {
     "cutlass_cooperative": run_cutlass,
     "cutlass_pingpong": run_cutlass,
@@ -204,7 +279,17 @@ RUNNERS = {
     "triton_matmul_fp8": lambda case, rng: run_matmul(case, rng, True),
     "triton_matmul_tma": run_matmul_tma,
     "triton_fused_moe": run_fused_moe,
+    "triton_softmax": lambda case, rng: run_rows(case, rng, "softmax"),
+    "triton_layernorm": lambda case, rng: run_rows(case, rng, "layernorm"),
+    "triton_argmax": lambda case, rng: run_rows(case, rng, "argmax"),
+    "triton_cumsum": lambda case, rng: run_rows(case, rng, "cumsum"),
+    "triton_topk": run_topk,
+    "triton_flash_attention": run_flash_attention,
+    "triton_matmul_small": lambda case, rng: run_matmul(case, rng, False),
+    "triton_matmul_int8": run_matmul_int8,
 }
+# Kernels whose results are exact (indices, sorted values, integer sums).
+EXACT = {"triton_argmax", "triton_topk", "triton_matmul_int8"}
 
 
 def main():
@@ -222,10 +307,10 @@ def main():
             print("%s: FAILED (%s)" % (name, e))
             failed += 1
             continue
-        err = float(np.abs(got - ref).max() / np.abs(ref).max())
+        err = float(np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30))
         # The outputs are bf16: 2^-8 of the largest magnitude, and a few
-        # units of rounding in the sums.
-        if err <= 1e-2:
+        # units of rounding in the sums. Exact kernels must match exactly.
+        if err <= (0.0 if name in EXACT else 1e-2):
             print("%s: ok (max error %.1e of max |ref|)" % (name, err))
         else:
             print("%s: MISMATCH (max error %.3g of max |ref|)" % (name, err))

@@ -6,7 +6,9 @@ launch facts (shared memory, warps, tensor descriptors) go into
 kernels.json beside the PTX. Run by scripts/gen-reference-ptx.sh, which
 makes a virtual environment with triton and nvidia-cutlass.
 
-  generate.py OUT_DIR
+  generate.py OUT_DIR            every kernel (Triton's and, with nvcc, CUTLASS's)
+  generate.py --more OUT_DIR     only the Triton kernels beyond GEMMs, merged into
+                                 OUT_DIR/kernels.json
 """
 import json
 import os
@@ -100,12 +102,63 @@ def main():
          "sorted_ids_ptr": "*i32", "expert_ids_ptr": "*i32", "num_valid": i32, "N": i32,
          "K": i32},
         {"TOP_K": 2, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64}, 4, 3)
+    kernels.update(compile_more(out))
     kernels.update(compile_cutlass(out))
+    write_kernels(out, kernels)
+    print("generate: %d kernels in %s" % (len(kernels), out))
+
+
+def compile_more(out):
+    """Softmax, layernorm, argmax, top-k (a sort), a scan, flash attention,
+    a matmul on small tiles (mma.sync) and an int8 matmul (integer
+    wgmma)."""
+    kernels = {}
+    row = {"x_ptr": "*fp32", "N": "i32", "stride": "i32"}
+    kernels["triton_softmax"] = compile_triton(
+        out, "triton_softmax", tk.softmax, dict(row, y_ptr="*fp32"),
+        {"BLOCK_N": 1024}, 4, 1)
+    kernels["triton_layernorm"] = compile_triton(
+        out, "triton_layernorm", tk.layernorm,
+        {"x_ptr": "*fp32", "w_ptr": "*fp32", "b_ptr": "*fp32", "y_ptr": "*fp32",
+         "N": "i32", "stride": "i32", "eps": "fp32"}, {"BLOCK_N": 512}, 4, 1)
+    kernels["triton_argmax"] = compile_triton(
+        out, "triton_argmax", tk.argmax, dict(row, out_ptr="*i32"), {"BLOCK_N": 256}, 4, 1)
+    kernels["triton_topk"] = compile_triton(
+        out, "triton_topk", tk.topk, dict(row, out_ptr="*fp32"), {"BLOCK_N": 256, "K": 8}, 4, 1)
+    kernels["triton_cumsum"] = compile_triton(
+        out, "triton_cumsum", tk.cumsum, dict(row, y_ptr="*fp32"), {"BLOCK_N": 512}, 4, 1)
+    kernels["triton_flash_attention"] = compile_triton(
+        out, "triton_flash_attention", tk.flash_attention,
+        {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "o_ptr": "*fp32", "S": "i32",
+         "scale": "fp32"}, {"BLOCK_M": 64, "BLOCK_N": 64, "D": 64}, 4, 2)
+    sig = {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*bf16", "M": "i32", "N": "i32",
+           "K": "i32", "stride_am": "i32", "stride_bk": "i32", "stride_cm": "i32"}
+    kernels["triton_matmul_small"] = compile_triton(
+        out, "triton_matmul_small", tk.matmul, sig,
+        {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32}, 1, 2)
+    sig8 = dict(sig, a_ptr="*i8", b_ptr="*i8", c_ptr="*i32")
+    kernels["triton_matmul_int8"] = compile_triton(
+        out, "triton_matmul_int8", tk.matmul_int8, sig8,
+        {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64}, 4, 2)
+    return kernels
+
+
+def write_kernels(out, kernels):
     with open(os.path.join(out, "kernels.json"), "w") as f:
         json.dump(kernels, f, indent=1, sort_keys=True)
         f.write("\n")
+
+
+def main_more():
+    """--more OUT_DIR: only the kernels of compile_more, merged into the
+    kernels.json there (no nvcc or CUTLASS needed)."""
+    out = sys.argv[2]
+    with open(os.path.join(out, "kernels.json")) as f:
+        kernels = json.load(f)
+    kernels.update(compile_more(out))
+    write_kernels(out, kernels)
     print("generate: %d kernels in %s" % (len(kernels), out))
 
 
 if __name__ == "__main__":
-    main()
+    main_more() if sys.argv[1] == "--more" else main()
