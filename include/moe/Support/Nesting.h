@@ -18,8 +18,9 @@ namespace mlir::moe {
 
 /// The deepest bracket nesting accepted in MLIR text: far beyond what any
 /// layer or pass output holds (tens of levels), far below what exhausts
-/// the parser's stack (thousands).
-constexpr int kMaxMlirNesting = 512;
+/// the parser's stack (512 nested modules take 1-2 MB of it,
+/// and sanitizers triple that); the JSON readers' limit too.
+constexpr int kMaxMlirNesting = 256;
 
 /// Checks that the MLIR text `data` nests brackets (`{`, `(`, `[`, `<`) at
 /// most `maxDepth` deep, skipping strings, comments and the arrows and
