@@ -441,6 +441,16 @@ NB_MODULE(_core, m) {
         nb::arg("train"), nb::arg("backward"), nb::arg("weight_names"),
         nb::arg("mcpu"), nb::arg("use_cache"));
   m.def("version", [] { return std::string(mlir::moe::kCompilerVersion); });
+  // Outputs as every tool writes them (rt::writeFileAtomically: links
+  // followed, devices and FIFOs written in place, files atomically).
+  m.def(
+      "write_file",
+      [](const std::string &path, const nb::bytes &data) {
+        if (Status s = writeFileAtomically(path, data.c_str(), data.size());
+            !s.ok())
+          fail(s.error);
+      },
+      nb::arg("path"), nb::arg("data"));
   m.def("bundle_checkpoint", &bundleCheckpoint, nb::arg("bundle"));
 
   nb::class_<PyLayer>(m, "Layer")

@@ -93,8 +93,10 @@ class Bundle:
             return cls(f.read())
 
     def save(self, path):
-        with open(path, "wb") as f:
-            f.write(self.data)
+        """Writes the bundle as moe-compile -o does: a file atomically, a
+        symbolic link's target, a device or a FIFO in place (an error,
+        not a hang, when nobody reads the FIFO)."""
+        _core.write_file(os.fspath(path), self.data)
 
     def load(self, weights=None, prefix="", device=None, seed=None,
              threads=None):

@@ -424,6 +424,21 @@ Expected<std::string> resolveOutputPath(const std::string &path) {
       "': more than 40 symbolic links (a loop?) lead from it");
 }
 
+/// Writes all of `bytes` to a blocking descriptor; 0 or the errno (ENOSPC
+/// for a write that takes nothing).
+int writeAll(int fd, const uint8_t *bytes, size_t size) {
+  size_t written = 0;
+  while (written < size) {
+    ssize_t n = ::write(fd, bytes + written, size - written);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return n < 0 ? errno : ENOSPC;
+    written += static_cast<size_t>(n);
+  }
+  return 0;
+}
+
 /// Writes to a FIFO or socket-like descriptor opened non-blocking: waits
 /// for room at most `timeoutMs` at a time, and turns a reader that went
 /// away into EPIPE instead of the SIGPIPE that would end the process.
@@ -508,17 +523,7 @@ Status writeThrough(const std::string &path, const std::string &target,
     int timeoutMs = static_cast<int>(std::min(timeoutSeconds * 1000.0, 2e9));
     error = writeNonBlocking(fd, bytes, size, timeoutMs);
   } else {
-    size_t written = 0;
-    while (written < size) {
-      ssize_t n = ::write(fd, bytes + written, size - written);
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n <= 0) {
-        error = n < 0 ? errno : ENOSPC;
-        break;
-      }
-      written += static_cast<size_t>(n);
-    }
+    error = writeAll(fd, bytes, size);
   }
   ::close(fd);
   if (error == ETIMEDOUT)
@@ -576,17 +581,9 @@ Status writeFileAtomically(const std::string &path, const void *data,
   // A file written over keeps its permissions.
   if (exists)
     ::fchmod(fd, info.st_mode & 07777);
-  size_t written = 0;
-  while (written < size) {
-    ssize_t n = ::write(fd, bytes + written, size - written);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0) {
-      int error = n < 0 ? errno : ENOSPC;
-      ::close(fd);
-      return failure("writing", error);
-    }
-    written += static_cast<size_t>(n);
+  if (int error = writeAll(fd, bytes, size); error != 0) {
+    ::close(fd);
+    return failure("writing", error);
   }
   if (::fsync(fd) != 0) {
     int error = errno;

@@ -402,7 +402,6 @@ static Status syncPath(const std::string &path) {
 static const char kMarker[] = "COMPLETE";
 static const char kMarkerFormat[] = "moe-checkpoint";
 static constexpr int64_t kMarkerVersion = 2;
-/// A step count no run reaches; anything larger is a damaged record.
 
 /// Rank `rank`'s state file in a job of `ranks`: expert-parallel ranks
 /// hold different experts.

@@ -103,6 +103,21 @@ def test_state_dict_and_dict_config(tmp_path):
     moe_compiler.compile(config).save(path)
     again = moe_compiler.Bundle.open(path).load(weights=weights)
     assert np.array_equal(again(x)[0], a[0])
+    # save writes as moe-compile -o does: through a symbolic link (which
+    # stays a link), and a FIFO nobody reads is an error, not a hang.
+    link = tmp_path / "link.moeb"
+    os.symlink("target.moeb", link)
+    moe_compiler.compile(config).save(link)
+    assert os.path.islink(link)
+    assert (tmp_path / "target.moeb").read_bytes() == path.read_bytes()
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    os.environ["MOE_OUTPUT_TIMEOUT"] = "0.2"
+    try:
+        with pytest.raises(RuntimeError, match="nothing opened it for reading"):
+            moe_compiler.Bundle(path.read_bytes()).save(fifo)
+    finally:
+        del os.environ["MOE_OUTPUT_TIMEOUT"]
 
 
 def test_named_parameters_roundtrip(tmp_path):
