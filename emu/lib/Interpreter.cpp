@@ -731,6 +731,10 @@ private:
   // ---- floating point ----------------------------------------------------
 
   static Round roundOf(uint32_t flags, Round dflt = Round::Nearest) {
+    // .rn/.rni name round-to-nearest-even explicitly (a float-to-integer
+    // cvt's default is .rzi, so `dflt` must not decide them).
+    if (flags & (FRn | FRni))
+      return Round::Nearest;
     if (flags & (FRz | FRzi))
       return Round::Zero;
     if (flags & (FRm | FRmi))

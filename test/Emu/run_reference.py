@@ -52,7 +52,8 @@ class Case:
 
     def launch(self, grid, args):
         # Triton appends two scratch pointers to every kernel.
-        args = list(args) + [ctypes.c_uint64(self.scratch)] * 2
+        if self.meta.get("compiler", "").startswith("triton"):
+            args = list(args) + [ctypes.c_uint64(self.scratch)] * 2
         params = (ctypes.c_void_p * len(args))(
             *[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p) for a in args])
         shared = self.meta["shared"]
@@ -271,6 +272,72 @@ def run_matmul_int8(case, rng):
     return got.astype(np.float64), ref.astype(np.float64)
 
 
+def run_nvcc_intrinsics(case, rng):
+    """nvcc_intrinsics.cu: each output against its definition in the CUDA
+    math API, computed here with numpy's integers and float64."""
+    u32 = np.uint32
+    a = rng.integers(0, 2**32, 32, dtype=np.uint64).astype(u32)
+    b = rng.integers(0, 2**32, 32, dtype=np.uint64).astype(u32)
+    a[5], a[9] = 0, 0x80000000  # __ffs and __clz at their ends
+    f = np.concatenate([rng.uniform(-10, 10, 16), rng.uniform(1e4, 1e6, 12),
+                        [0.0, 1e30, -3.0e7, 105615.0]]).astype(np.float32)
+    w = rng.integers(0, 2**64, 96, dtype=np.uint64)
+    pout, pin = case.drv.alloc(416 * 4), case.buffer(np.concatenate([a, b]))
+    pf, pw = case.buffer(f), case.buffer(w)
+    case.launch((1, 1), [u64(pout), u64(pin), u64(pf), u64(pw)])
+    out = np.frombuffer(case.drv.download(pout, 416 * 4), u32).astype(np.int64)
+    got_f = np.frombuffer(case.drv.download(pf, 32 * 4), np.float32).astype(np.float64)
+    got_w = np.frombuffer(case.drv.download(pw, 96 * 8), np.uint64)
+
+    def ffs(v, bits):
+        v = int(v)
+        return (v & -v).bit_length() if v else 0
+
+    def s8(v, i):
+        x = (int(v) >> (8 * i)) & 0xFF
+        return x - 256 if x >= 128 else x
+
+    def u8(v, i):
+        return (int(v) >> (8 * i)) & 0xFF
+
+    def s32(v):
+        v = int(v) & 0xFFFFFFFF
+        return v - 2**32 if v >= 2**31 else v
+
+    ref = np.zeros(416, np.int64)
+    hi = [(int(w[t]) * int(w[t + 32]) + int(w[t + 64])) >> 64 for t in range(32)]
+    for t in range(32):
+        x, y = int(a[t]), int(b[t])
+        ref[t] = ffs(x, 32)
+        ref[t + 32] = (7 + sum(u8(x, i) * u8(y, i) for i in range(4))) & 0xFFFFFFFF
+        ref[t + 64] = (7 + sum(s8(x, i) * s8(y, i) for i in range(4))) & 0xFFFFFFFF
+        ref[t + 96] = sum(abs(u8(x, i) - u8(y, i)) << (8 * i) for i in range(4))
+        ref[t + 128] = sum(1 << j for j in range(32) if int(a[j]) & 3 == x & 3)
+        both = (y << 32) | x
+        ref[t + 160] = ((both << (t & 31)) >> 32) & 0xFFFFFFFF
+        ref[t + 192] = (both >> min(t + 16, 32)) & 0xFFFFFFFF
+        clz = 32 - x.bit_length()
+        ref[t + 224] = (clz + ffs(hi[t], 64)) & 0xFFFFFFFF
+        same = all(int(a[j]) & 1 == x & 1 for j in range(32))
+        ref[t + 256] = 0xFFFFFFFF if same else 0
+        ref[t + 288] = int(same)
+        ref[t + 320] = 0xFFFFFFFF
+        ref[t + 352] = 1
+        ref[t + 384] = (abs(s32(x) - s32(y)) + 3) & 0xFFFFFFFF
+    # Integers must match exactly; sinf to a few units in the last place
+    # of float32, and the 128-bit products' high words exactly.
+    bad = np.flatnonzero(out != ref)
+    if bad.size:
+        raise RuntimeError("word %d: got %#x, expected %#x" %
+                           (bad[0], out[bad[0]], ref[bad[0]]))
+    if list(map(int, got_w[:32])) != hi:
+        raise RuntimeError("__int128 high words differ")
+    sin_err = float(np.abs(got_f - np.sin(f.astype(np.float64))).max())
+    if sin_err > 4e-7:
+        raise RuntimeError("sinf: error %.3g" % sin_err)
+    return out.astype(np.float64), ref.astype(np.float64)
+
+
 RUNNERS = {
     "cutlass_cooperative": run_cutlass,
     "cutlass_pingpong": run_cutlass,
@@ -287,9 +354,10 @@ RUNNERS = {
     "triton_flash_attention": run_flash_attention,
     "triton_matmul_small": lambda case, rng: run_matmul(case, rng, False),
     "triton_matmul_int8": run_matmul_int8,
+    "nvcc_intrinsics": run_nvcc_intrinsics,
 }
 # Kernels whose results are exact (indices, sorted values, integer sums).
-EXACT = {"triton_argmax", "triton_topk", "triton_matmul_int8"}
+EXACT = {"triton_argmax", "triton_topk", "triton_matmul_int8", "nvcc_intrinsics"}
 
 
 def main():

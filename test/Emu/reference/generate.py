@@ -7,7 +7,8 @@ kernels.json beside the PTX. Run by scripts/gen-reference-ptx.sh, which
 makes a virtual environment with triton and nvidia-cutlass.
 
   generate.py OUT_DIR            every kernel (Triton's and, with nvcc, CUTLASS's)
-  generate.py --more OUT_DIR     only the Triton kernels beyond GEMMs, merged into
+  generate.py --more OUT_DIR     only the Triton kernels beyond GEMMs (and, with
+                                 nvcc, its intrinsics kernel), merged into
                                  OUT_DIR/kernels.json
 """
 import json
@@ -42,6 +43,20 @@ def compile_triton(out, name, fn, signature, constexprs, num_warps, num_stages):
         meta["tensor_descriptors"] = [{"block": d["block_size"], "swizzle": d["swizzle"]}
                                       for d in descs]
     return meta
+
+
+def compile_nvcc_intrinsics(out):
+    """nvcc_intrinsics.cu through nvcc: CUDA intrinsics whose PTX uses the
+    instructions beyond plain arithmetic (no CUTLASS needed)."""
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    here = os.path.dirname(os.path.abspath(__file__))
+    ptx = os.path.join(out, "nvcc_intrinsics.ptx")
+    subprocess.run([nvcc, "-arch=sm_90a", "--ptx", os.path.join(here, "nvcc_intrinsics.cu"),
+                    "-o", ptx], check=True)
+    version = subprocess.run([nvcc, "--version"], check=True, capture_output=True,
+                             text=True).stdout.strip().splitlines()[-1]
+    return {"nvcc_intrinsics": {"kernel": "intrinsics", "ptx": "nvcc_intrinsics.ptx",
+                                "shared": 0, "threads": 32, "compiler": version}}
 
 
 def compile_cutlass(out):
@@ -103,6 +118,7 @@ def main():
          "K": i32},
         {"TOP_K": 2, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64}, 4, 3)
     kernels.update(compile_more(out))
+    kernels.update(compile_nvcc_intrinsics(out))
     kernels.update(compile_cutlass(out))
     write_kernels(out, kernels)
     print("generate: %d kernels in %s" % (len(kernels), out))
@@ -156,6 +172,8 @@ def main_more():
     with open(os.path.join(out, "kernels.json")) as f:
         kernels = json.load(f)
     kernels.update(compile_more(out))
+    if shutil.which("nvcc") or os.path.exists("/usr/local/cuda/bin/nvcc"):
+        kernels.update(compile_nvcc_intrinsics(out))
     write_kernels(out, kernels)
     print("generate: %d kernels in %s" % (len(kernels), out))
 
