@@ -153,13 +153,18 @@ def write_config(work, name):
     return path
 
 
+def mcpu_flag(args):
+    """--mcpu for moe-compile, or nothing for its default."""
+    return ["--mcpu=" + args.mcpu] if args.mcpu else []
+
+
 def ours_forward(args, work, name, tokens):
     """moe-run's time; its weights, tokens and outputs stay for PyTorch."""
     cfg = write_config(work, name)
     base = os.path.join(work, "%s-%d" % (name, tokens))
     bundle = base + ".moeb"
     run([args.bin + "/moe-compile", "--hf-config", cfg, "--max-tokens",
-         str(tokens), "--mcpu=" + args.mcpu, "--no-cache", "-o", bundle])
+         str(tokens), "--no-cache", "-o", bundle] + mcpu_flag(args))
     files = {n: base + "-" + n + ".safetensors" for n in ("w", "x", "y")}
     def moe_run(repeat, extra):
         out = run([args.bin + "/moe-run", bundle, "--random-weights",
@@ -204,7 +209,7 @@ def ours_train(args, work, name, tokens):
     cfg = write_config(work, name)
     bundle = os.path.join(work, "%s-%d-train.moeb" % (name, tokens))
     run([args.bin + "/moe-compile", "--hf-config", cfg, "--train",
-         "--max-tokens", str(tokens), "--mcpu=" + args.mcpu, "--no-cache",
+         "--max-tokens", str(tokens), "--no-cache"] + mcpu_flag(args) + [
          "-o", bundle])
     out = run([args.bin + "/moe-train", bundle, "--steps",
                str(args.train_steps), "--tokens", str(tokens), "--seed", "1",
@@ -248,7 +253,9 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
     ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--mcpu", default="native")
+    ap.add_argument("--mcpu", default="",
+                    help="moe-compile --mcpu (default: moe-compile's own, a "
+                         "bundle with every x86-64 level)")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--train-steps", type=int, default=6)
     ap.add_argument("--forward", default="mixtral:64,mixtral:2048,dsv3:64,"
@@ -298,9 +305,11 @@ def main():
             print("train %s T=%d: ours %.2f ms, torch %.2f ms" %
                   (name, tokens, item["ours"] * 1e3, theirs * 1e3), flush=True)
     lines = [
-        "`scripts/bench-vs-torch.sh --threads %d` (moe-compile --mcpu=%s; "
+        "`scripts/bench-vs-torch.sh --threads %d` (moe-compile %s; "
         "PyTorch %s, %d threads; %s, %d cores). Peak: torch.matmul 2048 x "
-        "2048 f32 at %.0f GFLOP/s." % (args.threads, args.mcpu,
+        "2048 f32 at %.0f GFLOP/s." % (args.threads,
+                                      "--mcpu=" + args.mcpu if args.mcpu
+                                      else "without --mcpu",
                                       torch.__version__, args.threads,
                                       cpu_name(),
                                       os.cpu_count(), peak),

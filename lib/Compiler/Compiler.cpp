@@ -37,6 +37,8 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
+#include "llvm/TargetParser/Host.h"
+#include "llvm/TargetParser/Triple.h"
 
 #include <limits>
 
@@ -567,6 +569,95 @@ static void relaxTokenDimension(LayerOp layer) {
   y.replaceAllUsesExcept(back.getResult(), back);
 }
 
+/// The CPUs a compile builds host code for: --mcpu's one ("generic" is
+/// the target's baseline), or, for a bundle without --mcpu on x86-64,
+/// every level of rt::kHostCpuLevels, best first.
+static std::vector<std::string> hostCpusFor(const CompileOptions &options) {
+  if (options.mcpu == "generic")
+    return {""};
+  if (!options.mcpu.empty() || options.emit != "bundle" ||
+      !llvm::Triple(llvm::sys::getProcessTriple()).isX86())
+    return {options.mcpu};
+  std::vector<std::string> levels;
+  for (const char *level : rt::kHostCpuLevels)
+    levels.push_back(level);
+  return levels;
+}
+
+/// The layer's host entry points (forward, and the training step, its
+/// update and the backward pass when asked), lowered through the host
+/// pipeline for `cpu`'s vector unit and translated to LLVM IR (optimized
+/// here unless it is for a bundle, whose module emitSharedObject optimizes
+/// part by part). Null after setting `result`'s error.
+static std::unique_ptr<llvm::Module>
+lowerHostCode(LayerOp layer, llvm::StringRef cpu, const CompileOptions &options,
+              TimingScope &rootTiming, std::vector<EntryArgument> &arguments,
+              std::vector<TrainArgument> &trainArguments,
+              std::vector<TrainArgument> &updateArguments,
+              std::vector<TrainArgument> &backwardArguments,
+              std::unique_ptr<llvm::LLVMContext> &llvmContext,
+              CompileResult &result) {
+  MLIRContext &context = *layer->getContext();
+  arguments.clear();
+  OwningOpRef<ModuleOp> entry =
+      buildHostEntry(layer, alignmentFor(options), arguments);
+  if (options.train) {
+    trainArguments = addHostTrainEntry(*entry, layer);
+    updateArguments = addHostTrainUpdateEntry(*entry, layer);
+  }
+  if (options.backward)
+    backwardArguments = addHostBackwardEntry(*entry, layer);
+  {
+    PassManager pm(&context);
+    if (options.passManagerCLOptions && failed(applyPassManagerCLOptions(pm))) {
+      result.error = "invalid pass manager options";
+      return nullptr;
+    }
+    TimingScope pipelineTiming = rootTiming.nest("Host pipeline");
+    pm.enableTiming(pipelineTiming);
+    HostPipelineOptions pipelineOptions;
+    pipelineOptions.alignment = alignmentFor(options);
+    // A bundle's shared object brings the allocator that keeps buffers
+    // (emitSharedObject); LLVM IR for elsewhere calls malloc and free.
+    pipelineOptions.reuseBuffers = options.emit == "bundle";
+    HostVectorUnit vectors;
+    if (!getHostVectorUnit(cpu, vectors, result.error))
+      return nullptr;
+    pipelineOptions.vectorWidth = vectors.width;
+    pipelineOptions.vectorRegisters = vectors.registers;
+    // A bundle's shared object links the OpenMP runtime (emitSharedObject).
+    pipelineOptions.openmp = options.emit == "bundle";
+    buildHostPipeline(pm, pipelineOptions);
+    if (failed(pm.run(*entry))) {
+      if (result.diagnostics.empty())
+        result.error = "the host pipeline failed";
+      return nullptr;
+    }
+  }
+  addPackedEntry(*entry, arguments.size());
+  if (options.train) {
+    addPackedEntry(*entry, trainArguments.size(), kHostTrainEntryName,
+                   kHostTrainPackedEntryName);
+    addPackedEntry(*entry, updateArguments.size(), kHostTrainUpdateEntryName,
+                   kHostTrainUpdatePackedEntryName);
+  }
+  if (options.backward)
+    addPackedEntry(*entry, backwardArguments.size(), kHostBackwardEntryName,
+                   kHostBackwardPackedEntryName);
+  addSoftFloatHelpers(*entry);
+
+  // A bundle's module is optimized part by part (emitSharedObject).
+  bool bundle = options.emit == "bundle";
+  TimingScope scope =
+      rootTiming.nest(bundle ? "Translate" : "Translate and optimize");
+  llvmContext = std::make_unique<llvm::LLVMContext>();
+  std::unique_ptr<llvm::Module> llvmModule =
+      translateForHost(*entry, *llvmContext, cpu, /*optimize=*/!bundle);
+  if (!llvmModule && result.diagnostics.empty())
+    result.error = "translation to LLVM IR failed";
+  return llvmModule;
+}
+
 CompileResult mlir::moe::compile(const std::string &input,
                                  const std::string &inputName, InputKind kind,
                                  const CompileOptions &givenOptions) {
@@ -718,77 +809,34 @@ CompileResult mlir::moe::compile(const std::string &input,
                           naming.value_or(WeightNaming::DeepSeek), checkpoint,
                           options, rootTiming, result);
 
+  // The CPUs the host code is built for: one (--mcpu, or any emit but a
+  // bundle), or, for a bundle with no --mcpu on x86-64, each level of
+  // hostCpuLevels() with the runtime taking the best this CPU runs.
+  std::vector<std::string> cpus = hostCpusFor(options);
   std::vector<EntryArgument> arguments;
-  OwningOpRef<ModuleOp> entry =
-      buildHostEntry(layer, alignmentFor(options), arguments);
-  std::vector<TrainArgument> trainArguments, updateArguments;
-  if (options.train) {
-    trainArguments = addHostTrainEntry(*entry, layer);
-    updateArguments = addHostTrainUpdateEntry(*entry, layer);
-  }
-  std::vector<TrainArgument> backwardArguments;
-  if (options.backward)
-    backwardArguments = addHostBackwardEntry(*entry, layer);
-  {
-    PassManager pm(&context);
-    if (options.passManagerCLOptions && failed(applyPassManagerCLOptions(pm))) {
-      result.error = "invalid pass manager options";
+  std::vector<TrainArgument> trainArguments, updateArguments,
+      backwardArguments;
+  std::vector<std::vector<uint8_t>> objects;
+  for (const std::string &cpu : cpus) {
+    std::string error;
+    std::unique_ptr<llvm::LLVMContext> llvmContext;
+    std::unique_ptr<llvm::Module> llvmModule = lowerHostCode(
+        layer, cpu, options, rootTiming, arguments, trainArguments,
+        updateArguments, backwardArguments, llvmContext, result);
+    if (!llvmModule)
+      return result;
+    if (options.emit == "llvm") {
+      std::string text;
+      llvm::raw_string_ostream os(text);
+      llvmModule->print(os, nullptr);
+      setText(result, text);
       return result;
     }
-    TimingScope pipelineTiming = rootTiming.nest("Host pipeline");
-    pm.enableTiming(pipelineTiming);
-    HostPipelineOptions pipelineOptions;
-    pipelineOptions.alignment = alignmentFor(options);
-    // A bundle's shared object brings the allocator that keeps buffers
-    // (emitSharedObject); LLVM IR for elsewhere calls malloc and free.
-    pipelineOptions.reuseBuffers = options.emit == "bundle";
-    HostVectorUnit vectors;
-    if (!getHostVectorUnit(options.mcpu, vectors, result.error))
-      return result;
-    pipelineOptions.vectorWidth = vectors.width;
-    pipelineOptions.vectorRegisters = vectors.registers;
-    // A bundle's shared object links the OpenMP runtime (emitSharedObject).
-    pipelineOptions.openmp = options.emit == "bundle";
-    buildHostPipeline(pm, pipelineOptions);
-    if (failed(pm.run(*entry))) {
-      if (result.diagnostics.empty())
-        result.error = "the host pipeline failed";
-      return result;
-    }
-  }
-  addPackedEntry(*entry, arguments.size());
-  if (options.train) {
-    addPackedEntry(*entry, trainArguments.size(), kHostTrainEntryName,
-                   kHostTrainPackedEntryName);
-    addPackedEntry(*entry, updateArguments.size(), kHostTrainUpdateEntryName,
-                   kHostTrainUpdatePackedEntryName);
-  }
-  if (options.backward)
-    addPackedEntry(*entry, backwardArguments.size(), kHostBackwardEntryName,
-                   kHostBackwardPackedEntryName);
-  addSoftFloatHelpers(*entry);
-
-  llvm::LLVMContext llvmContext;
-  std::unique_ptr<llvm::Module> llvmModule;
-  {
-    // A bundle's module is optimized part by part (emitSharedObject).
-    bool bundle = options.emit == "bundle";
+    objects.emplace_back();
     TimingScope scope =
-        rootTiming.nest(bundle ? "Translate" : "Translate and optimize");
-    llvmModule = translateForHost(*entry, llvmContext, options.mcpu,
-                                  /*optimize=*/!bundle);
-    if (!llvmModule) {
-      if (result.diagnostics.empty())
-        result.error = "translation to LLVM IR failed";
+        rootTiming.nest("Optimization, code generation and link");
+    if (!emitSharedObject(*llvmModule, cpu, objects.back(), result.error))
       return result;
-    }
-  }
-  if (options.emit == "llvm") {
-    std::string text;
-    llvm::raw_string_ostream os(text);
-    llvmModule->print(os, nullptr);
-    setText(result, text);
-    return result;
   }
 
   rt::Bundle bundle;
@@ -797,6 +845,8 @@ CompileResult mlir::moe::compile(const std::string &input,
                     options, checkpoint);
   // From the layer: --ep, or a layer the input already sharded.
   bundle.manifest.expertParallel = static_cast<int64_t>(layer.getEpSize());
+  if (cpus.size() > 1)
+    bundle.manifest.hostCpus = cpus;
   auto describe = [](rt::TrainSpec &spec, llvm::StringRef entry,
                      const std::vector<TrainArgument> &args) {
     spec.entry = entry.str();
@@ -814,14 +864,7 @@ CompileResult mlir::moe::compile(const std::string &input,
   if (options.backward)
     describe(bundle.manifest.backward, kHostBackwardPackedEntryName,
              backwardArguments);
-  bundle.blobs.emplace_back();
-  {
-    TimingScope scope =
-        rootTiming.nest("Optimization, code generation and link");
-    if (!emitSharedObject(*llvmModule, options.mcpu, bundle.blobs.back(),
-                          result.error))
-      return result;
-  }
+  bundle.blobs = std::move(objects);
   result.output = rt::serializeBundle(bundle);
   return result;
 }

@@ -10,7 +10,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <iterator>
 
 namespace moe::rt {
 
@@ -161,6 +163,8 @@ std::string serializeManifest(const Manifest &m) {
     if (!m.gpu.updateSteps.empty())
       root["gpu"]["update_steps"] = stepList(m.gpu.updateSteps);
   }
+  if (!m.hostCpus.empty())
+    root["host_cpus"] = m.hostCpus;
   return root.dump(2);
 }
 
@@ -429,6 +433,24 @@ Expected<Manifest> parseManifest(const std::string &text) {
         }
     }
   }
+  if (root.is_object() && root.contains("host_cpus")) {
+    const json &cpus = root["host_cpus"];
+    auto known = [](const json &c) {
+      if (!c.is_string())
+        return false;
+      for (const char *level : kHostCpuLevels)
+        if (c.get_ref<const std::string &>() == level)
+          return true;
+      return false;
+    };
+    if (!cpus.is_array() || cpus.empty() ||
+        !std::all_of(cpus.begin(), cpus.end(), known))
+      r.error = "expected 'host_cpus' in the manifest to list x86-64 levels "
+                "(x86-64-v4, x86-64-v3, x86-64)";
+    else
+      for (const json &c : cpus)
+        m.hostCpus.push_back(c.get<std::string>());
+  }
   if (const json *layer = r.field(root, "layer", "the manifest")) {
     const char *w = "the layer";
     LayerSpec &l = m.layer;
@@ -580,6 +602,39 @@ std::vector<uint8_t> serializeBundle(const Bundle &bundle) {
   return out;
 }
 
+Expected<bool> hostRunsLevel(const std::string &level) {
+  // Levels in kHostCpuLevels order: a cap admits itself and those after.
+  auto rank = [](const std::string &name) -> int {
+    for (size_t i = 0; i < std::size(kHostCpuLevels); ++i)
+      if (name == kHostCpuLevels[i])
+        return static_cast<int>(i);
+    return -1;
+  };
+  int want = rank(level);
+  if (want < 0)
+    return Expected<bool>::error("unknown host CPU level '" + level + "'");
+  if (const char *cap = std::getenv("MOE_HOST_ISA"); cap && *cap) {
+    int limit = rank(cap);
+    if (limit < 0)
+      return Expected<bool>::error(
+          std::string("MOE_HOST_ISA must be x86-64-v4, x86-64-v3 or x86-64 "
+                      "(the most the runtime may use), got '") +
+          cap + "'");
+    if (want < limit)
+      return false;
+  }
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (level == "x86-64-v4")
+    return __builtin_cpu_supports("x86-64-v4") != 0;
+  if (level == "x86-64-v3")
+    return __builtin_cpu_supports("x86-64-v3") != 0;
+  return true;
+#else
+  return false;
+#endif
+}
+
 Expected<Bundle> parseBundle(const std::vector<uint8_t> &bytes,
                              const std::string &name) {
   auto fail = [&](const std::string &what) {
@@ -631,6 +686,12 @@ Expected<Bundle> parseBundle(const std::vector<uint8_t> &bytes,
   if (!manifest)
     return fail(manifest.message());
   bundle.manifest = std::move(*manifest);
+  if (!bundle.manifest.hostCpus.empty() &&
+      bundle.manifest.hostCpus.size() != blobCount)
+    return fail("the manifest lists " +
+                std::to_string(bundle.manifest.hostCpus.size()) +
+                " host CPU levels for " + std::to_string(blobCount) +
+                " code blobs");
   size_t offset = headerEnd + manifestSize;
   for (uint64_t size : sizes) {
     bundle.blobs.emplace_back(

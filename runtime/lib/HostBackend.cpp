@@ -91,6 +91,7 @@ public:
   }
 
   void setThreads(int count) override { threads = std::max(1, count); }
+  std::string codeVariant() const override { return variant; }
   int getThreads() const override { return threads; }
 
   Status setCommunicator(Communicator *comm) override {
@@ -171,6 +172,9 @@ private:
   double flopsPerToken; // of a forward pass: router, k experts, shared
   SetThreads setThreadsFn;
   std::unique_ptr<CommContext> context;
+
+public:
+  std::string variant; // the CPU level of the code loaded, when chosen
 };
 
 } // namespace
@@ -178,10 +182,33 @@ private:
 Expected<std::unique_ptr<Backend>> createHostBackend(const Bundle &bundle) {
   using Result = Expected<std::unique_ptr<Backend>>;
   const Manifest &m = bundle.manifest;
-  if (bundle.blobs.size() != 1)
+  // One shared object, or one per CPU level (best first): the best this
+  // CPU runs.
+  size_t chosen = 0;
+  if (m.hostCpus.empty() && bundle.blobs.size() != 1)
     return Result::error("host bundle must hold exactly one shared object, "
                          "it holds " +
                          std::to_string(bundle.blobs.size()) + " blobs");
+  if (!m.hostCpus.empty()) {
+    chosen = m.hostCpus.size();
+    for (size_t i = 0; i < m.hostCpus.size() && chosen == m.hostCpus.size();
+         ++i) {
+      Expected<bool> runs = hostRunsLevel(m.hostCpus[i]);
+      if (!runs)
+        return Result::error(runs.message());
+      if (*runs)
+        chosen = i;
+    }
+    if (chosen == m.hostCpus.size())
+      return Result::error("this CPU runs none of the bundle's host code (" +
+                           [&] {
+                             std::string list;
+                             for (const std::string &c : m.hostCpus)
+                               list += (list.empty() ? "" : ", ") + c;
+                             return list;
+                           }() +
+                           ")");
+  }
   int threads = defaultThreads();
   if (const char *value = std::getenv("MOE_NUM_THREADS")) {
     char *end = nullptr;
@@ -193,7 +220,7 @@ Expected<std::unique_ptr<Backend>> createHostBackend(const Bundle &bundle) {
                            value + "'");
     threads = static_cast<int>(n);
   }
-  const std::vector<uint8_t> &so = bundle.blobs[0];
+  const std::vector<uint8_t> &so = bundle.blobs[chosen];
   static const uint8_t kElf[4] = {0x7f, 'E', 'L', 'F'};
   if (so.size() < 4 || std::memcmp(so.data(), kElf, 4) != 0)
     return Result::error("host bundle's code is not an ELF shared object");
@@ -231,8 +258,11 @@ Expected<std::unique_ptr<Backend>> createHostBackend(const Bundle &bundle) {
   double flopsPerToken =
       2.0 * l.hidden *
       (l.experts + 3.0 * l.topK * l.ffn + 3.0 * l.sharedExperts * l.sharedFfn);
-  return std::unique_ptr<Backend>(
-      new HostBackend(handle, entry, fd, threads, flopsPerToken));
+  auto backend = std::make_unique<HostBackend>(handle, entry, fd, threads,
+                                               flopsPerToken);
+  if (!m.hostCpus.empty())
+    backend->variant = m.hostCpus[chosen];
+  return std::unique_ptr<Backend>(std::move(backend));
 }
 
 } // namespace moe::rt

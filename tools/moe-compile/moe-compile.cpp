@@ -75,8 +75,12 @@ static cl::opt<std::string>
                 cl::init(""), cl::cat(category));
 static cl::opt<std::string>
     mcpu("mcpu",
-         cl::desc("Host CPU to generate code for: empty for the target's "
-                  "generic CPU, 'native' for this machine"),
+         cl::desc("Host CPU to generate code for (default: a bundle carries "
+                  "code for x86-64-v4, x86-64-v3 and baseline x86-64, and "
+                  "the runtime loads the best the CPU runs; other emits "
+                  "are for the generic CPU); 'native' for this machine "
+                  "only, 'generic' for the baseline only, or an LLVM CPU "
+                  "name"),
          cl::init(""), cl::cat(category));
 static cl::opt<std::string>
     smPartition("sm-partition",

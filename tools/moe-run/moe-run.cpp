@@ -325,9 +325,12 @@ int main(int argc, char **argv) {
   double t = static_cast<double>(x.shape[0]) * comm.size();
   if (!leader)
     return 0;
+  std::string variant = layer.getBackend().codeVariant();
+  std::string where =
+      variant.empty() ? device : device + " (" + variant + " code)";
   std::printf("moe-run: %lld tokens on %s in %.3f ms (median of %lld): "
               "%.1f tokens/s, %.2f GFLOP/s\n",
-              static_cast<long long>(x.shape[0] * comm.size()), device.c_str(),
+              static_cast<long long>(x.shape[0] * comm.size()), where.c_str(),
               median * 1e3, static_cast<long long>(repeat),
               median > 0 ? t / median : 0.0,
               median > 0 ? t * flopsPerToken / median / 1e9 : 0.0);

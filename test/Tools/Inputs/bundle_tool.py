@@ -11,6 +11,7 @@ from the runtime's code:
   bundle_tool.py gpu IN OUT KEY JSON        set field KEY of the gpu program, fix the checksum
   bundle_tool.py magic IN OUT               overwrite the magic
   bundle_tool.py flags IN OUT F             set the header's flags word, fix the checksum
+  bundle_tool.py blob IN OUT I              write blob I (a host level's shared object) to OUT
   bundle_tool.py edit IN OUT PYTHON         run PYTHON on the manifest `m`, fix the checksum
   bundle_tool.py last-byte IN OUT BYTE      set the last blob's last byte, fix the checksum
 """
@@ -67,6 +68,15 @@ def main():
         body = bytearray(data[:-8])
         body[-1] = int(rest[0], 0)
         data = reseal(bytes(body))
+    elif cmd == "blob":
+        # Writes blob I (the blobs follow the manifest, sized by the table).
+        manifest_size, blob_count = struct.unpack("<QQ", data[16:32])
+        sizes = struct.unpack("<%dQ" % blob_count, data[32:32 + 8 * blob_count])
+        offset = 32 + 8 * blob_count + manifest_size
+        index = int(rest[0])
+        offset += sum(sizes[:index])
+        open(dst, "wb").write(bytes(data[offset:offset + sizes[index]]))
+        return
     elif cmd == "dump":
         sys.stdout.write(json.dumps(read_manifest(src), indent=1) + "\n")
         return

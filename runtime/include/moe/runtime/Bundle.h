@@ -273,7 +273,24 @@ struct Manifest {
   /// the model's MoE layers (empty when unknown).
   std::string checkpointPrefix;
   std::vector<int64_t> moeLayers;
+  /// Host bundles built for several CPU levels (moe-compile without
+  /// --mcpu): blob i holds the code for hostCpus[i], best first, and the
+  /// runtime loads the best this CPU runs. Empty: one blob, for the CPU
+  /// --mcpu named.
+  std::vector<std::string> hostCpus;
 };
+
+/// The x86-64 levels a host bundle compiled without --mcpu carries, best
+/// first: AVX-512 (16 f32 lanes, 32 registers), AVX2 with FMA (8 lanes)
+/// and the baseline every x86-64 CPU runs (SSE2, 4 lanes).
+inline constexpr const char *kHostCpuLevels[] = {"x86-64-v4", "x86-64-v3",
+                                                 "x86-64"};
+
+/// Whether this CPU runs code for the x86-64 level `level` (one of
+/// kHostCpuLevels), capped by $MOE_HOST_ISA when it names a level
+/// (as a CPU without the higher levels would be). An unknown
+/// $MOE_HOST_ISA is an error.
+Expected<bool> hostRunsLevel(const std::string &level);
 
 /// The prefix of layer `layer`'s tensors in the model's checkpoints
 /// (`--layer N`), or why there is none: the bundle was not compiled from a

@@ -70,6 +70,9 @@ public:
   }
   /// The parameter tensors changed (a device copy must be refreshed).
   virtual void invalidateParameters() {}
+  /// Which of the bundle's code runs, when it holds several (the host's
+  /// CPU level: "x86-64-v4"); empty otherwise.
+  virtual std::string codeVariant() const { return {}; }
   /// Time every kernel of the following forward passes (devices that can).
   virtual void setProfiling(bool) {}
   /// Threads of the code's parallel loops (the host; other devices ignore
