@@ -14,10 +14,12 @@
 #include "moe/Target/Host.h"
 #include "moe/Target/Sm90.h"
 #include "moe/Transforms/Passes.h"
+#include "moe/Version.h"
 #include "moe/runtime/Bundle.h"
 #include "moe/runtime/ScheduleAbi.h"
 #include "moegpu/MoeGpuDialect.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -46,7 +48,7 @@ using namespace mlir;
 using namespace mlir::moe;
 namespace rt = ::moe::rt;
 
-const char *const mlir::moe::kCompilerVersion = "moe-compiler 0.1.0";
+const char *const mlir::moe::kCompilerVersion = "moe-compiler " MOE_VERSION;
 
 /// "SMS:COMM" -> (sms, comm).
 static std::optional<std::pair<int64_t, int64_t>>
@@ -569,6 +571,40 @@ static void relaxTokenDimension(LayerOp layer) {
   y.replaceAllUsesExcept(back.getResult(), back);
 }
 
+/// `c` with element type `dtype` and expert weights of `expertDtype` (null:
+/// `dtype`).
+static LayerConfigAttr withDtype(LayerConfigAttr c, Type dtype,
+                                 Type expertDtype) {
+  return LayerConfigAttr::get(
+      c.getContext(), c.getHidden(), c.getExperts(), c.getTopK(), c.getGroups(),
+      c.getTopkGroups(), c.getScoring(), c.getGroupScore(), c.getScoreBias(),
+      c.getNormTopkProb(), c.getRoutedScale(), c.getRouterJitter(), c.getFfn(),
+      c.getSharedExperts(), c.getSharedFfn(), c.getSharedGate(),
+      c.getScaleInput(), c.getOutputBias(), c.getRouterBias(),
+      c.getExpertBias(), c.getActivation(), c.getSwigluAlpha(),
+      c.getSwigluLimit(), dtype, expertDtype);
+}
+
+/// Whether `layer`'s function only passes its arguments, in order, to the
+/// layer and returns its result (as moe-compile's imported configs and the
+/// examples are): such a layer can be rebuilt in another dtype.
+static bool isLayerOnly(LayerOp layer) {
+  auto func = dyn_cast_or_null<func::FuncOp>(layer->getParentOp());
+  if (!func || !func.getBody().hasOneBlock())
+    return false;
+  Block &body = func.getBody().front();
+  if (body.getOperations().size() != 2 ||
+      layer->getNumOperands() != body.getNumArguments())
+    return false;
+  for (auto [operand, arg] :
+       llvm::zip(layer->getOperands(), body.getArguments()))
+    if (operand != arg)
+      return false;
+  auto ret = dyn_cast<func::ReturnOp>(body.getTerminator());
+  return ret && ret->getNumOperands() == 1 &&
+         ret->getOperand(0) == layer->getResult(0);
+}
+
 /// The CPUs a compile builds host code for: --mcpu's one ("generic" is
 /// the target's baseline), or, for a bundle without --mcpu on x86-64,
 /// every level of rt::kHostCpuLevels, best first.
@@ -716,6 +752,10 @@ CompileResult mlir::moe::compile(const std::string &input,
       module = buildLayerModule(&context, imported->config, SmPartitionAttr());
       // Diagnostics about the imported layer name the config file.
       Location fileLoc = FileLineColLoc::get(&context, inputName, 1, 1);
+      // (Warnings go to result.warning: any diagnostic fails a compile.)
+      for (const std::string &warning : imported->warnings)
+        result.warning += (result.warning.empty() ? "" : "; ") + inputName +
+                          ": " + warning;
       module->walk([&](Operation *op) { op->setLoc(fileLoc); });
     } else {
       if (std::string deep =
@@ -764,6 +804,34 @@ CompileResult mlir::moe::compile(const std::string &input,
     options.staticTokens = options.maxTokens = tokens;
     relaxTokenDimension(layer);
   }
+  // --dtype on an MLIR layer of another dtype converts it: the layer is
+  // rebuilt from its config with the new element types (the function's
+  // arguments are the layer's tensors, which the runtime loads and
+  // converts from any dtype).
+  if (dtype && kind == InputKind::Mlir &&
+      (config.getDtype() != dtype ||
+       (expertDtype && config.getExpertWeightType() != expertDtype) ||
+       (!expertDtype && config.getExpertDtype()))) {
+    if (!isLayerOnly(layer)) {
+      result.error = "--dtype=" + options.dtype + " converts a layer whose "
+                     "function only passes its arguments to the moe.layer "
+                     "and returns its result; '" + inputName +
+                     "' computes more around it: give the layer's tensors "
+                     "the element type you want in the input instead";
+      return result;
+    }
+    SmPartitionAttr partition = layer.getPartitionAttr();
+    if (!partition)
+      if (auto func = layer->getParentOfType<FunctionOpInterface>())
+        partition = func->getAttrOfType<SmPartitionAttr>(
+            MoeDialect::getSmPartitionAttrName());
+    module = buildLayerModule(&context, withDtype(config, dtype, expertDtype),
+                              partition);
+    Location fileLoc = FileLineColLoc::get(&context, inputName, 1, 1);
+    module->walk([&](Operation *op) { op->setLoc(fileLoc); });
+    layer = getOnlyLayer(*module, &count);
+    config = layer.getConfig();
+  }
   if (options.ep > 1) {
     PassManager pm(&context);
     pm.addPass(createMoeExpertParallel(
@@ -773,22 +841,6 @@ CompileResult mlir::moe::compile(const std::string &input,
         result.error = "moe-expert-parallel failed";
       return result;
     }
-  }
-  if (dtype && kind == InputKind::Mlir &&
-      (config.getDtype() != dtype ||
-       (expertDtype && config.getExpertWeightType() != expertDtype))) {
-    std::string have;
-    llvm::raw_string_ostream os(have);
-    os << config.getDtype();
-    if (config.getExpertDtype())
-      os << " with expert_dtype " << config.getExpertDtype();
-    result.error = "--dtype=" + options.dtype +
-                   " conflicts with the layer's dtype " + have + " in '" +
-                   inputName + "'" +
-                   (expertDtype ? " (fp8 is dtype bf16 with expert_dtype "
-                                  "f8E4M3FN)"
-                                : "");
-    return result;
   }
 
   if (options.emit == "mlir") {

@@ -944,8 +944,16 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
       error += " (" + aliases + ")";
     return std::nullopt;
   }
-  return ImportedConfig{modelType, naming, config, checkpointPrefix,
-                        std::move(moeLayers)};
+  ImportedConfig imported{modelType, naming, config, checkpointPrefix,
+                          std::move(moeLayers), {}};
+  if (!declared.empty() && declared != modelType &&
+      via.find("architectures") != std::string::npos)
+    imported.warnings.push_back(
+        "model_type '" + declared + "' is not a family this compiler knows; "
+        "the layer is read as " + modelType + " because of its " +
+        via.substr(via.find("architectures")) +
+        " entry (check that the model is one)");
+  return imported;
 }
 
 OwningOpRef<ModuleOp> mlir::moe::buildLayerModule(MLIRContext *context,

@@ -34,6 +34,21 @@ struct MoeGpuLowerKernels
   using MoeGpuLowerKernelsBase::MoeGpuLowerKernelsBase;
 
   void runOnOperation() override {
+    // A module of moe-level layers (the pipeline run one step early) has
+    // nothing to lower: say so instead of returning it unchanged.
+    bool kernels = false;
+    Operation *layer = nullptr;
+    getOperation()->walk([&](Operation *op) {
+      if (isa<gpu::GPUModuleOp>(op))
+        kernels = true;
+      else if (!layer && op->getName().getStringRef() == "moe.layer")
+        layer = op;
+    });
+    if (!kernels && layer)
+      layer->emitWarning()
+          << "moe-sm90-pipeline lowers moegpu kernels, and this module has "
+             "none: convert the layer first (--convert-moe-to-moegpu), or "
+             "compile it with moe-compile --target=sm_90a";
     OpPassManager pm(ModuleOp::getOperationName());
     moe::MoeSelectTilesOptions tiles;
     tiles.maxStages = maxStages;

@@ -29,6 +29,13 @@ def _config_text(config):
     """(text, kind, name) for compile()'s `config`."""
     if isinstance(config, (str, os.PathLike)):
         path = os.fspath(config)
+        # A model's directory, as Hugging Face users pass it.
+        if os.path.isdir(path):
+            if not os.path.isfile(os.path.join(path, "config.json")):
+                raise FileNotFoundError(
+                    "'%s' is a directory without a config.json (give the "
+                    "model's directory or its config.json)" % path)
+            path = os.path.join(path, "config.json")
         if not os.path.isfile(path):
             raise FileNotFoundError(
                 "no such config file: '%s' (expected a config.json, a .mlir "
@@ -51,8 +58,9 @@ def compile(config, target="host", dtype=None, train=False, ep=1,
             cache=True):
     """Compiles one MoE layer into a Bundle.
 
-    config: a Hugging Face config.json path, a .mlir file holding one
-        moe.layer, a config dict, or a transformers config object.
+    config: a Hugging Face config.json path or a model's directory (its
+        config.json), a .mlir file holding one moe.layer, a config dict,
+        or a transformers config object.
     target: "host" (the CPU) or "sm_90a" (Hopper).
     dtype: "f32", "bf16", "f16" or "fp8" (bf16 with FP8 experts; None: the
         config's).
@@ -102,7 +110,7 @@ class Bundle:
              threads=None):
         """A Layer ready to run.
 
-        weights: a safetensors file or a sharded checkpoint's
+        weights: a safetensors file, a sharded checkpoint's
             model.safetensors.index.json, or a state dict (name -> torch
             tensor or numpy array) named as in the model's checkpoints.
         prefix: the layer's prefix in those names ("model.layers.3.mlp.").

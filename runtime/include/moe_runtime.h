@@ -34,10 +34,11 @@ moe_layer *moe_layer_load_from_memory(const void *bundle, size_t size,
                                       const char *device);
 void moe_layer_free(moe_layer *layer);
 
-/** Binds the parameters from a safetensors file, or from a sharded
+/** Binds the parameters from a safetensors file, from a sharded
  *  checkpoint's index (a path ending in .json, such as
  *  model.safetensors.index.json: only the shards holding the layer are
- *  read), names prefixed by `prefix` (may be NULL or ""). */
+ *  read), or from a model's directory (its index, else its
+ *  model.safetensors), names prefixed by `prefix` (may be NULL or ""). */
 int moe_layer_load_weights(moe_layer *layer, const char *safetensors_path,
                            const char *prefix);
 /** Binds seeded random parameters. */

@@ -719,6 +719,27 @@ static Status readFp8(const Checkpoint &file, const std::string &name,
   return Status::success();
 }
 
+/// "missing tensor" for `name` (the layer's `prefix` and a tensor's own
+/// name); when the checkpoint holds that tensor under other prefixes (a
+/// whole model's layers), it names them and the flags that choose one.
+static Status missingTensor(const Checkpoint &file, const std::string &name,
+                            const std::string &prefix) {
+  std::string message = file.getName() + ": missing tensor '" + name + "'";
+  std::vector<std::string> found =
+      file.prefixesOf(name.substr(std::min(prefix.size(), name.size())));
+  if (!found.empty()) {
+    message += "; the checkpoint holds it under " +
+               std::to_string(found.size()) + " prefix" +
+               (found.size() > 1 ? "es" : "") + " (";
+    for (size_t i = 0; i < found.size() && i < 3; ++i)
+      message += (i ? ", '" : "'") + found[i] + "'";
+    message += found.size() > 3 ? ", ...)" : ")";
+    message += ": choose the layer with --layer N (a bundle compiled from "
+               "the model's config.json) or --weights-prefix PREFIX";
+  }
+  return Status::failure(message);
+}
+
 Status Layer::loadWeights(const Checkpoint &file, const std::string &prefix) {
   const Manifest &m = bundle.manifest;
   for (size_t i = 0; i < parameters.size(); ++i)
@@ -791,8 +812,7 @@ Status Layer::loadFp8Parameter(const Checkpoint &file,
       std::string name = prefix + expertName(p.name, firstExpert + e);
       if (e > 0) {
         if (!file.contains(name))
-          return Status::failure(file.getName() + ": missing tensor '" + name +
-                                 "'");
+          return missingTensor(file, name, prefix);
         values = file.get(name);
         if (!values)
           return Status::failure(values.message());
@@ -853,8 +873,7 @@ Status Layer::loadParameter(const Checkpoint &file, const std::string &prefix,
       // layer's (out, in) layout.
       bool mxfp4 = !file.contains(name) && file.contains(name + "_blocks");
       if (!file.contains(name) && !mxfp4)
-        return Status::failure(file.getName() + ": missing tensor '" + name +
-                               "'");
+        return missingTensor(file, name, prefix);
       Expected<Tensor> tensor = mxfp4 ? dequantizeMxfp4(file, name, fileShape)
                                       : file.get(name);
       if (!tensor)

@@ -239,8 +239,13 @@ Checkpoint::Checkpoint(std::map<std::string, Tensor> tensors, std::string name)
       memory(std::make_shared<const std::map<std::string, Tensor>>(
           std::move(tensors))) {}
 
-Expected<Checkpoint> Checkpoint::open(const std::string &path) {
+Expected<Checkpoint> Checkpoint::open(const std::string &given) {
   using Result = Expected<Checkpoint>;
+  // A model's directory: its index, or its one file.
+  Expected<std::string> resolved = resolveModelPath(given, "checkpoint");
+  if (!resolved)
+    return Result::error(resolved.message());
+  const std::string &path = *resolved;
   bool index =
       path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
   if (!index) {
@@ -290,6 +295,27 @@ bool Checkpoint::contains(const std::string &tensor) const {
   if (memory)
     return memory->count(tensor) != 0;
   return single ? single->contains(tensor) : weightMap.count(tensor) != 0;
+}
+
+std::vector<std::string>
+Checkpoint::prefixesOf(const std::string &tensor) const {
+  std::vector<std::string> prefixes;
+  auto look = [&](const std::string &key) {
+    if (key.size() > tensor.size() &&
+        key.compare(key.size() - tensor.size(), tensor.size(), tensor) == 0)
+      prefixes.push_back(key.substr(0, key.size() - tensor.size()));
+  };
+  if (memory)
+    for (const auto &[key, value] : *memory)
+      look(key);
+  else if (single)
+    for (const auto &[key, entry] : single->getEntries())
+      look(key);
+  else
+    for (const auto &[key, shard] : weightMap)
+      look(key);
+  std::sort(prefixes.begin(), prefixes.end());
+  return prefixes;
 }
 
 std::string Checkpoint::fileOf(const std::string &tensor) const {

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -536,6 +537,55 @@ Status writeThrough(const std::string &path, const std::string &target,
   return Status::success();
 }
 } // namespace
+
+Expected<std::string> resolveModelPath(const std::string &path,
+                                       const std::string &kind) {
+  struct stat info;
+  if (::stat(path.c_str(), &info) != 0 || !S_ISDIR(info.st_mode))
+    return path;
+  std::string dir = path;
+  while (dir.size() > 1 && dir.back() == '/')
+    dir.pop_back();
+  auto isFile = [](const std::string &p) {
+    struct stat s;
+    return ::stat(p.c_str(), &s) == 0 && S_ISREG(s.st_mode);
+  };
+  if (kind == "config") {
+    if (isFile(dir + "/config.json"))
+      return dir + "/config.json";
+    return Expected<std::string>::error(
+        "'" + path + "' is a directory without a config.json (give the "
+        "model's directory or its config.json)");
+  }
+  for (const char *name : {"model.safetensors.index.json", "model.safetensors"})
+    if (isFile(dir + "/" + name))
+      return dir + "/" + name;
+  std::vector<std::string> found;
+  if (DIR *d = ::opendir(dir.c_str())) {
+    while (struct dirent *entry = ::readdir(d)) {
+      std::string name = entry->d_name;
+      if (name.size() > 12 &&
+          name.compare(name.size() - 12, 12, ".safetensors") == 0 &&
+          isFile(dir + "/" + name))
+        found.push_back(name);
+    }
+    ::closedir(d);
+  }
+  if (found.size() == 1)
+    return dir + "/" + found[0];
+  std::sort(found.begin(), found.end());
+  std::string list;
+  for (size_t i = 0; i < found.size() && i < 4; ++i)
+    list += (i ? ", " : "") + found[i];
+  return Expected<std::string>::error(
+      "'" + path + "' is a directory without model.safetensors.index.json "
+      "or model.safetensors" +
+      (found.empty() ? std::string(" (and no .safetensors file)")
+                     : " and with " + std::to_string(found.size()) +
+                           " .safetensors files (" + list +
+                           (found.size() > 4 ? ", ..." : "") +
+                           "): give the index or one file"));
+}
 
 double outputTimeoutSeconds() {
   const char *text = std::getenv("MOE_OUTPUT_TIMEOUT");

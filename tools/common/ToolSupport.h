@@ -11,6 +11,7 @@
 #include "moe/runtime/Comm.h"
 #include "moe/runtime/Layer.h"
 #include "moe/runtime/Safetensors.h"
+#include "moe/Version.h"
 
 #include <cerrno>
 #include <cstdio>
@@ -35,6 +36,13 @@ inline std::string formatNumber(double v) {
 [[noreturn]] inline void die(const std::string &message) {
   std::fprintf(stderr, "%s: error: %s\n", kToolName, message.c_str());
   std::exit(1);
+}
+
+/// --version: the tool, the project's version and the commit it was
+/// built from.
+inline void printVersion() {
+  std::printf("%s (moe-compiler %s, commit %s)\n", kToolName, MOE_VERSION,
+              MOE_GIT_COMMIT);
 }
 
 /// Makes a failed allocation one error line and exit status 1 instead of

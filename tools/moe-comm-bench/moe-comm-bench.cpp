@@ -293,6 +293,10 @@ int main(int argc, char **argv) {
       std::fputs(kUsage, stdout);
       return 0;
     }
+    if (!std::strcmp(a, "--version")) {
+      moe::tools::printVersion();
+      return 0;
+    }
     if (flag(argc, argv, i, "--device", &device) ||
         flag(argc, argv, i, "--op", &op))
       continue;

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/Compiler/Compiler.h"
+#include "moe/Version.h"
 #include "moe/runtime/Support.h"
 
 #include "mlir/IR/AsmState.h"
@@ -17,6 +18,7 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Config/llvm-config.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -32,19 +34,24 @@ namespace cl = llvm::cl;
 static cl::OptionCategory category("moe-compile options");
 
 static cl::opt<std::string> inputFile(cl::Positional,
-                                      cl::desc("<input .mlir file>"),
+                                      cl::desc("<input: a .mlir file, or a config.json or model "
+                                               "directory>"),
                                       cl::init(""), cl::cat(category));
 static cl::opt<std::string>
     hfConfig("hf-config",
-             cl::desc("Import the layer from a Hugging Face config.json "
-                      "instead of a .mlir file"),
+             cl::desc("Import the layer from a Hugging Face config.json, "
+                      "or a model directory holding one (a .json or "
+                      "directory input is taken as this too)"),
              cl::value_desc("path"), cl::init(""), cl::cat(category));
 static cl::opt<std::string> target("target", cl::desc("Target: host or sm_90a"),
                                    cl::init("host"), cl::cat(category));
 static cl::opt<std::string>
     dtype("dtype",
-          cl::desc("Compute element type of an imported config: f32, bf16 "
-                   "or f16 (default f32 on the host, bf16 on sm_90a)"),
+          cl::desc("Element type of the layer: f32, bf16, f16, or fp8 "
+                   "(bf16 with e4m3 expert weights and 128 x 128 block "
+                   "scales); a .mlir layer of another type is converted "
+                   "(default: the .mlir layer's; for a config f32 on the "
+                   "host, bf16 on sm_90a)"),
           cl::init(""), cl::cat(category));
 static cl::opt<std::string>
     emit("emit",
@@ -124,9 +131,9 @@ static cl::opt<std::string> deviceMemory(
     cl::init(""), cl::cat(category));
 static cl::opt<bool>
     train("train",
-          cl::desc("Also compile the training step (host): forward, MSE "
-                   "loss, backward, AdamW, auxiliary-loss-free bias update; "
-                   "run it with moe-train"),
+          cl::desc("Also compile the training step (host and sm_90a): "
+                   "forward, MSE loss, backward, AdamW, auxiliary-loss-free "
+                   "bias update; run it with moe-train"),
           cl::init(false), cl::cat(category));
 static cl::opt<bool> backward(
     "backward",
@@ -136,8 +143,9 @@ static cl::opt<bool> backward(
     cl::init(false), cl::cat(category));
 static cl::opt<int64_t>
     ep("ep",
-       cl::desc("Shard the experts over N expert-parallel ranks (host; run "
-                "the bundle with mpirun -np N moe-run or moe-train)"),
+       cl::desc("Shard the experts over N expert-parallel ranks (host and "
+                "sm_90a; run the bundle with mpirun -np N moe-run or "
+                "moe-train)"),
        cl::init(1), cl::cat(category));
 static cl::opt<int64_t> epChunks(
     "ep-chunks",
@@ -254,6 +262,10 @@ int main(int argc, char **argv) {
         option->getOptionHiddenFlag() == cl::NotHidden)
       option->setHiddenFlag(cl::Hidden);
   }
+  cl::SetVersionPrinter([](llvm::raw_ostream &os) {
+    os << "moe-compile (moe-compiler " MOE_VERSION ", commit " MOE_GIT_COMMIT
+          ")\n  LLVM " LLVM_VERSION_STRING "\n";
+  });
   cl::ParseCommandLineOptions(argc, argv, "moe-compiler: MoE layer compiler\n");
 
   if (printBuildIdentity) {
@@ -261,7 +273,8 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (inputFile.empty() == hfConfig.empty())
-    return fail("give exactly one input: a .mlir file or --hf-config=PATH");
+    return fail("give exactly one input: a .mlir file, or a config.json or "
+                "model directory (--hf-config=PATH, or as the input)");
   CompileOptions options;
   options.target = target;
   options.emit = emit;
@@ -298,6 +311,20 @@ int main(int argc, char **argv) {
 
   InputKind kind = hfConfig.empty() ? InputKind::Mlir : InputKind::HFConfig;
   std::string inputName = hfConfig.empty() ? inputFile : hfConfig;
+  // As Hugging Face users pass a model: its directory, or its config.json
+  // without --hf-config (a .json input, or a directory, is a config).
+  {
+    struct stat info;
+    bool isDir = ::stat(inputName.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+    if (kind == InputKind::Mlir &&
+        (isDir || llvm::StringRef(inputName).ends_with(".json")))
+      kind = InputKind::HFConfig;
+    ::moe::rt::Expected<std::string> resolved =
+        ::moe::rt::resolveModelPath(inputName, "config");
+    if (!resolved)
+      return fail(resolved.message());
+    inputName = *resolved;
+  }
   // Regular files only (never a device or FIFO), of a sane size.
   ::moe::rt::Expected<std::vector<uint8_t>> bytes =
       ::moe::rt::readFile(inputName, 256u << 20);

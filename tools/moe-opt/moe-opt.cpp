@@ -9,6 +9,7 @@
 #include "moe/MoeDialect.h"
 #include "moe/Pipelines/Pipelines.h"
 #include "moe/Support/Nesting.h"
+#include "moe/Version.h"
 #include "moe/Transforms/Passes.h"
 #include "moe/runtime/Support.h"
 #include "moegpu/MoeGpuDialect.h"
@@ -18,11 +19,39 @@
 #include "mlir/InitAllExtensions.h"
 #include "mlir/InitAllPasses.h"
 #include "mlir/Target/LLVMIR/Dialect/All.h"
+#include "mlir/Pass/PassRegistry.h"
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 
+#include "llvm/Config/llvm-config.h"
+#include "llvm/Support/CommandLine.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
+
+/// The project's passes (include/moe/*/Passes.td) and pipelines
+/// (registerPipelines), with their summaries, for the top of --help.
+static void printProjectPasses(llvm::raw_ostream &os) {
+  static const char *const passes[] = {
+      "moe-decompose-layer",    "moe-autodiff",
+      "moe-expert-parallel",    "moe-select-tiles",
+      "moe-partition-sms",      "convert-moe-to-host",
+      "convert-dynamic-parallel-to-openmp",
+      "convert-moe-to-moegpu",  "moegpu-warp-specialize",
+      "convert-moegpu-to-nvgpu", "moegpu-lower-kernels"};
+  static const char *const pipelines[] = {
+      "moe-graph-pipeline", "moe-host-pipeline", "moegpu-kernel-pipeline",
+      "moe-sm90-pipeline"};
+  os << "moe-compiler passes (their options are in the full list below):\n";
+  for (const char *name : passes)
+    if (const mlir::PassInfo *info = mlir::PassInfo::lookup(name))
+      os << "  --" << name << "  " << info->getPassDescription() << "\n";
+  os << "moe-compiler pipelines:\n";
+  for (const char *name : pipelines)
+    if (const mlir::PassPipelineInfo *info =
+            mlir::PassPipelineInfo::lookup(name))
+      os << "  --" << name << "  " << info->getPassDescription() << "\n";
+  os << "\n";
+}
 
 int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
@@ -36,6 +65,18 @@ int main(int argc, char **argv) {
   mlir::moe::registerMoeConversionPasses();
   mlir::moe::registerPipelines();
 
+  // --help lists the project's passes and pipelines first (upstream's
+  // follow, in MLIR's one alphabetical list).
+  for (int i = 1; i < argc; ++i)
+    if (llvm::StringRef(argv[i]) == "--help" ||
+        llvm::StringRef(argv[i]) == "-help") {
+      printProjectPasses(llvm::outs());
+      break;
+    }
+  llvm::cl::SetVersionPrinter([](llvm::raw_ostream &os) {
+    os << "moe-opt (moe-compiler " MOE_VERSION ", commit " MOE_GIT_COMMIT
+          ")\n  LLVM " LLVM_VERSION_STRING "\n";
+  });
   auto [inputName, outputName] = mlir::registerAndParseCLIOptions(
       argc, argv, "moe-compiler optimizer driver\n", registry);
   mlir::MlirOptMainConfig config = mlir::MlirOptMainConfig::createFromCLOptions();

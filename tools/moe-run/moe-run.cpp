@@ -36,8 +36,9 @@ static const char kUsage[] =
     "                           bundles on GPU 0) (host)\n"
     "  --weights=FILE           weights, named as in the model family's\n"
     "                           checkpoints (gate.weight, experts.{i}...):\n"
-    "                           a safetensors file or a sharded\n"
+    "                           a safetensors file, a sharded\n"
     "                           checkpoint's model.safetensors.index.json\n"
+    "                           or the model's directory (its index)\n"
     "  --weights-prefix=P       prefix of the layer's names in FILE, e.g.\n"
     "                           model.layers.3.mlp.\n"
     "  --layer=N                the model's layer N (bundles compiled from\n"
@@ -99,6 +100,10 @@ int main(int argc, char **argv) {
     const char *a = argv[i];
     if (!std::strcmp(a, "--help") || !std::strcmp(a, "-h")) {
       std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (!std::strcmp(a, "--version")) {
+      moe::tools::printVersion();
       return 0;
     }
     if (flag(argc, argv, i, "--device", &device) ||

@@ -51,7 +51,9 @@ static const char kUsage[] =
     "  --lr=LR                  AdamW learning rate (1e-3)\n"
     "  --seed=S                 seed of the student, teacher and tokens (0)\n"
     "  --tokens=T               tokens per step (64)\n"
-    "  --weights=FILE           student weights instead of random ones\n"
+    "  --weights=FILE           student weights instead of random ones (a\n"
+    "                           safetensors file, an index or a model's\n"
+    "                           directory, as moe-run reads them)\n"
     "  --weights-prefix=P       prefix of the layer's names in FILE\n"
     "  --layer=N                the model's layer N in FILE (a safetensors\n"
     "                           file or a model.safetensors.index.json)\n"
@@ -135,6 +137,10 @@ int main(int argc, char **argv) {
     const char *a = argv[i];
     if (!std::strcmp(a, "--help") || !std::strcmp(a, "-h")) {
       std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (!std::strcmp(a, "--version")) {
+      moe::tools::printVersion();
       return 0;
     }
     if (flag(argc, argv, i, "--weights", &weights) ||

@@ -60,6 +60,9 @@ struct ImportedConfig {
   /// (first_k_dense_replace, mlp_layer_types, decoder_sparse_step,
   /// mlp_only_layers); empty when the config has no num_hidden_layers.
   std::vector<int64_t> moeLayers;
+  /// What the import assumed that the user should hear (a model_type it
+  /// does not know, read as the family its architectures name).
+  std::vector<std::string> warnings;
 };
 
 /// Imports the MoE layer of a config.json. `dtype` is the compute element

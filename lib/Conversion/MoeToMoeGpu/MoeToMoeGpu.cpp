@@ -53,13 +53,21 @@ void LayerBuilder::addLaunch(gpu::GPUFuncOp func, ArrayRef<StringRef> args,
 }
 
 
+/// The sm_90a kernels' element types; the diagnostic says how to convert.
+static LogicalResult checkSm90Dtype(LayerOp layer) {
+  Type dtype = layer.getConfig().getDtype();
+  if (dtype.isBF16() || dtype.isF16())
+    return success();
+  return layer.emitOpError()
+         << "has dtype " << dtype
+         << "; the sm_90a kernels take bf16 or f16 layers (moe-compile "
+            "--target=sm_90a --dtype=bf16 converts this one)";
+}
+
 LogicalResult LayerBuilder::build(ModuleOp module) {
+  if (failed(checkSm90Dtype(layer)))
+    return failure();
   Type dtype = config.getDtype();
-  if (!dtype.isBF16() && !dtype.isF16())
-    return layer.emitOpError()
-           << "has dtype " << dtype
-           << "; the sm_90a kernels take bf16 or f16 layers (compile with "
-              "--dtype=bf16)";
   auto ep = static_cast<int64_t>(layer.getEpSize());
   // Token chunks of a sharded layer's exchanges: the dispatch sorts rows by
   // (chunk, expert), so each chunk's all-to-all can run beside the expert
@@ -511,6 +519,11 @@ struct ConvertMoeToMoeGpu
       layer.emitOpError() << "has no training step yet: " << why;
       return signalPassFailure();
     }
+
+    // Checked before the conversion, so that the error is the only one
+    // (a failed pattern would add "failed to legalize").
+    if (failed(checkSm90Dtype(layer)))
+      return signalPassFailure();
 
     // The layer is the one moe op this conversion takes; any other left in
     // the module (a primitive the sm_90a target has no kernel for) fails

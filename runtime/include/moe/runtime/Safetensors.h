@@ -78,6 +78,9 @@ public:
   Expected<Tensor> get(const std::string &tensor) const;
   /// The file `tensor` is in (its shard), or the checkpoint's name.
   std::string fileOf(const std::string &tensor) const;
+  /// The prefixes P under which the checkpoint holds a tensor P + `name`
+  /// (where a whole model's checkpoint keeps a layer's tensor), sorted.
+  std::vector<std::string> prefixesOf(const std::string &name) const;
   const std::string &getName() const { return name; }
 
   /// A checkpoint without tensors.

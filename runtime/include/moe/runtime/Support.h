@@ -184,6 +184,15 @@ Expected<std::vector<uint8_t>> readFile(const std::string &path,
 Status writeFileAtomically(const std::string &path, const void *data,
                            size_t size);
 
+/// A model directory as Hugging Face users pass it, resolved to the file
+/// wanted inside: for kind "config", DIR/config.json; for kind
+/// "checkpoint", DIR/model.safetensors.index.json, else
+/// DIR/model.safetensors, else the directory's only *.safetensors file.
+/// A path that is not a directory is returned as it is; a directory
+/// without the file is one error listing what was looked for.
+Expected<std::string> resolveModelPath(const std::string &path,
+                                       const std::string &kind);
+
 /// How long an output waits for a FIFO's reader: $MOE_OUTPUT_TIMEOUT
 /// seconds, 30 when unset or not a number in [0, 86400].
 double outputTimeoutSeconds();
