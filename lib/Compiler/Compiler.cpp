@@ -863,14 +863,13 @@ CompileResult mlir::moe::compile(const std::string &input,
 
   // The CPUs the host code is built for: one (--mcpu, or any emit but a
   // bundle), or, for a bundle with no --mcpu on x86-64, each level of
-  // hostCpuLevels() with the runtime taking the best this CPU runs.
+  // rt::kHostCpuLevels, the runtime taking the best this CPU runs.
   std::vector<std::string> cpus = hostCpusFor(options);
   std::vector<EntryArgument> arguments;
   std::vector<TrainArgument> trainArguments, updateArguments,
       backwardArguments;
   std::vector<std::vector<uint8_t>> objects;
   for (const std::string &cpu : cpus) {
-    std::string error;
     std::unique_ptr<llvm::LLVMContext> llvmContext;
     std::unique_ptr<llvm::Module> llvmModule = lowerHostCode(
         layer, cpu, options, rootTiming, arguments, trainArguments,

@@ -39,7 +39,6 @@ static void *ownSymbol(void *handle, const std::string &name) {
   return address;
 }
 
-
 Backend::~Backend() = default;
 
 namespace {
@@ -92,6 +91,8 @@ public:
 
   void setThreads(int count) override { threads = std::max(1, count); }
   std::string codeVariant() const override { return variant; }
+  /// The CPU level of the code loaded, when the bundle holds several.
+  void setVariant(std::string level) { variant = std::move(level); }
   int getThreads() const override { return threads; }
 
   Status setCommunicator(Communicator *comm) override {
@@ -172,9 +173,7 @@ private:
   double flopsPerToken; // of a forward pass: router, k experts, shared
   SetThreads setThreadsFn;
   std::unique_ptr<CommContext> context;
-
-public:
-  std::string variant; // the CPU level of the code loaded, when chosen
+  std::string variant;
 };
 
 } // namespace
@@ -261,7 +260,7 @@ Expected<std::unique_ptr<Backend>> createHostBackend(const Bundle &bundle) {
   auto backend = std::make_unique<HostBackend>(handle, entry, fd, threads,
                                                flopsPerToken);
   if (!m.hostCpus.empty())
-    backend->variant = m.hostCpus[chosen];
+    backend->setVariant(m.hostCpus[chosen]);
   return std::unique_ptr<Backend>(std::move(backend));
 }
 
