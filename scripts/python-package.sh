@@ -21,7 +21,7 @@ if ! "$venv/bin/pip" wheel -v --disable-pip-version-check --no-deps \
   cat "$log"
   exit 1
 fi
-grep -E '^\[[0-9]+/[0-9]+\]' "$log" | tail -n 2 || true
+grep -E '^ *\[[0-9]+/[0-9]+\]' "$log" | tail -n 2 || true
 wheel=$(ls "$wheels"/moe_compiler-*.whl)
 echo "python-package: built $(basename "$wheel") in $(( $(date +%s) - start )) s"
 "$venv/bin/pip" install -q --disable-pip-version-check "$wheel" pytest
