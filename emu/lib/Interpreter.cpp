@@ -41,7 +41,6 @@
 #include "Races.h"
 
 #include <algorithm>
-#include <functional>
 #include <unordered_set>
 #include <chrono>
 #include <cmath>
@@ -305,8 +304,10 @@ std::shared_ptr<Module> loadModule(const std::string &ptx,
   std::unique_ptr<Module> m = parseModule(ptx, name, error);
   if (m)
     for (Kernel &k : m->kernels)
-      for (Instr &in : k.code)
+      for (Instr &in : k.code) {
         in.fast = in.op == Op::St ? classifyStore(in) : classify(in);
+        in.pure = isPure(in.op);
+      }
   return std::shared_ptr<Module>(std::move(m));
 }
 
@@ -652,17 +653,24 @@ private:
   /// shared memory.
   /// `excused`, when given, is asked once a conflict is found: true when
   /// the conflict is defined behaviour after all.
+  /// `excused` is asked only once a conflict is found: true when the
+  /// conflict is defined behaviour after all. (A template, not a
+  /// std::function: this runs for every lane of every shared access.)
+  template <typename Excused>
   void checkShared(Cta &cta, Warp &w, int lane, const uint8_t *p,
-                   uint32_t bytes, bool isWrite,
-                   const std::function<bool()> &excused = nullptr) {
+                   uint32_t bytes, bool isWrite, Excused excused) {
     if (!cta.races.enabled() || p < cta.smem.data() ||
         p >= cta.smem.data() + cta.smem.size())
       return;
     auto offset = static_cast<uint32_t>(p - cta.smem.data());
     std::string race = isWrite ? cta.races.write(tidOf(w, lane), offset, bytes)
                                : cta.races.read(tidOf(w, lane), offset, bytes);
-    if (!race.empty() && !(excused && excused()))
+    if (!race.empty() && !excused())
       fail(lane, race);
+  }
+  void checkShared(Cta &cta, Warp &w, int lane, const uint8_t *p,
+                   uint32_t bytes, bool isWrite) {
+    checkShared(cta, w, lane, p, bytes, isWrite, [] { return false; });
   }
 
   uint8_t *paramPtr(uint64_t addr, size_t bytes, int lane) {
@@ -1643,11 +1651,17 @@ private:
     const uint8_t *p = cta.smem.data() + addr;
     uint32_t v = 0;
     std::memcpy(&v, p, es);
+    return decodeOperand(v, t);
+  }
+
+  /// One matrix operand element (wgmma's, mma.sync's) of type `t` from
+  /// its bits (the low 8, 16 or 32), as a double.
+  static double decodeOperand(uint32_t v, Ty t) {
     switch (t) {
-    case Ty::BF16: return bf16ToF32(v);
-    case Ty::F16: return decode(v, kF16);
-    case Ty::E4M3: return decode(v, kE4M3);
-    case Ty::E5M2: return decode(v, kE5M2);
+    case Ty::BF16: return bf16ToF32(v & 0xFFFF);
+    case Ty::F16: return decode(v & 0xFFFF, kF16);
+    case Ty::E4M3: return decode(v & 0xFF, kE4M3);
+    case Ty::E5M2: return decode(v & 0xFF, kE5M2);
     case Ty::TF32: return bitsToF32(v & 0xFFFFE000u);
     case Ty::S8: return static_cast<int8_t>(v & 0xFF);
     case Ty::U8: return v & 0xFF;
@@ -1737,13 +1751,8 @@ private:
             int col0 = tq * perReg + ((r & 2) ? K / 2 : 0);
             for (int e = 0; e < perReg; ++e) {
               uint32_t bits = (v >> (8 * es * e)) & ((1u << (8 * es)) - 1);
-              double x = t == Ty::BF16   ? bf16ToF32(bits)
-                         : t == Ty::F16  ? decode(bits, kF16)
-                         : t == Ty::E4M3 ? decode(bits, kE4M3)
-                         : t == Ty::S8   ? static_cast<int8_t>(bits)
-                         : t == Ty::U8   ? static_cast<double>(bits)
-                                         : decode(bits, kE5M2);
-              A[row * K + col0 + e] = static_cast<float>(x);
+              A[row * K + col0 + e] =
+                  static_cast<float>(decodeOperand(bits, t));
             }
           }
         }
@@ -1906,6 +1915,13 @@ private:
     }
   }
 
+  /// Byte `i` of `word`, signed when `t` (dp4a's and vabsdiff4's operand
+  /// type) is s32.
+  static int64_t byteOf(uint32_t word, int i, Ty t) {
+    uint32_t b = (word >> (8 * i)) & 0xFF;
+    return t == Ty::S32 ? static_cast<int8_t>(b) : static_cast<int64_t>(b);
+  }
+
   /// match.any / match.all over the gathered lanes of `members`.
   void matchOp(Warp &w, const Instr &in, uint32_t gathered, uint32_t members) {
     uint32_t group = gathered & members;
@@ -1939,19 +1955,11 @@ private:
     }
   }
 
-  /// One element of an mma.sync fragment register: element `i` (of
-  /// 32 / bits per register) of type `t`, as a double.
-  double mmaElement(uint32_t v, Ty t, int i) {
-    switch (t) {
-    case Ty::F16: return decode((v >> (16 * i)) & 0xFFFF, kF16);
-    case Ty::BF16: return bf16ToF32((v >> (16 * i)) & 0xFFFF);
-    case Ty::TF32: return bitsToF32(v & 0xFFFFE000u);
-    case Ty::E4M3: return decode((v >> (8 * i)) & 0xFF, kE4M3);
-    case Ty::E5M2: return decode((v >> (8 * i)) & 0xFF, kE5M2);
-    case Ty::S8: return static_cast<int8_t>((v >> (8 * i)) & 0xFF);
-    case Ty::U8: return (v >> (8 * i)) & 0xFF;
-    default: return 0;
-    }
+  /// Element `i` of an mma.sync fragment register (32 / bits of `t` of
+  /// them per register), as a double.
+  static double mmaElement(uint32_t v, Ty t, int i) {
+    unsigned bits = t == Ty::TF32 ? 32 : bitsOf(t);
+    return decodeOperand(bits == 32 ? v : v >> (bits * i), t);
   }
 
   /// mma.sync.aligned.m16n8kK.row.col: D = A.B + C over the warp's
@@ -1980,24 +1988,17 @@ private:
       return o.kind == Operand::Vec ? o.elems[i] : o;
     };
     std::vector<double> A(M * K), B(K * N), C(M * N);
-    // The k of element e (of perReg) in register r of a row-major A
-    // fragment and of a column-major B fragment, and A's row.
-    int kPerRegGroup = perReg * 4; // k columns one register spans across lanes
+    // The k columns one register spans across a lane group's 4 lanes.
+    int kPerRegGroup = perReg * 4;
     for (int l = 0; l < 32; ++l) {
       int g = l / 4, t = l % 4;
       for (int r = 0; r < aRegs; ++r) {
         uint32_t v = static_cast<uint32_t>(read(w, elem(aOp, r), l));
-        // Registers alternate rows g, g + 8 (when there are two row
-        // halves) and then step along k by kPerRegGroup.
-        int rowHalf = aRegs >= 2 ? (r & 1) : 0;
-        int kBlock = aRegs >= 2 ? r >> 1 : r;
-        if (at == Ty::TF32 && K == 4) { // a0: row g, a1: row g + 8
-          rowHalf = r;
-          kBlock = 0;
-        }
+        // A's registers (at least 2 in every shape) alternate rows g and
+        // g + 8, then step along k by kPerRegGroup.
+        int row = g + 8 * (r & 1);
         for (int e = 0; e < perReg; ++e) {
-          int row = g + 8 * rowHalf;
-          int col = kBlock * kPerRegGroup + t * perReg + e;
+          int col = (r >> 1) * kPerRegGroup + t * perReg + e;
           A[row * K + col] = mmaElement(v, at, e);
         }
       }
@@ -2431,7 +2432,7 @@ void Engine::execute(Cta &cta, Warp &w, uint32_t pc, uint32_t mask) {
   const Instr &in = k.code[pc];
   curInstr = &in;
   ++warpInstructions;
-  if (!isPure(in.op))
+  if (!in.pure)
     lastProgress = warpInstructions;
   else if (in.op == Op::Ld)
     w.lastLoad = pc;
@@ -2785,12 +2786,8 @@ void Engine::execute(Cta &cta, Warp &w, uint32_t pc, uint32_t mask) {
       uint32_t a = static_cast<uint32_t>(read(w, in.ops[1], l));
       uint32_t b = static_cast<uint32_t>(read(w, in.ops[2], l));
       int64_t acc = static_cast<int64_t>(read(w, in.ops[3], l) & 0xFFFFFFFFu);
-      for (int i = 0; i < 4; ++i) {
-        uint32_t ab = (a >> (8 * i)) & 0xFF, bb = (b >> (8 * i)) & 0xFF;
-        int64_t x = in.type == Ty::S32 ? static_cast<int8_t>(ab) : ab;
-        int64_t y = in.type2 == Ty::S32 ? static_cast<int8_t>(bb) : bb;
-        acc += x * y;
-      }
+      for (int i = 0; i < 4; ++i)
+        acc += byteOf(a, i, in.type) * byteOf(b, i, in.type2);
       write(w, in.ops[0], l, maskBits(static_cast<uint64_t>(acc), 32));
     });
     break;
@@ -2803,9 +2800,7 @@ void Engine::execute(Cta &cta, Warp &w, uint32_t pc, uint32_t mask) {
       int64_t sum = 0;
       uint64_t bytes = 0;
       for (int i = 0; i < 4; ++i) {
-        uint32_t ab = (a >> (8 * i)) & 0xFF, bb = (b >> (8 * i)) & 0xFF;
-        int64_t x = in.type2 == Ty::S32 ? static_cast<int8_t>(ab) : ab;
-        int64_t y = in.type3 == Ty::S32 ? static_cast<int8_t>(bb) : bb;
+        int64_t x = byteOf(a, i, in.type2), y = byteOf(b, i, in.type3);
         int64_t diff = x > y ? x - y : y - x;
         sum += diff;
         if (sat)

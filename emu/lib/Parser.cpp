@@ -919,16 +919,10 @@ private:
   // Opcode decoding.
   // ---------------------------------------------------------------------
 
-  /// mma.sync.aligned.mMnNkK.row.col.dtype.atype.btype.ctype d, a, b, c:
-  /// the warp-wide MMA shapes Triton and nvcc emit for small tiles.
-  template <typename Has>
-  void decodeMma(const std::string &opcode,
-                 const std::vector<std::string> &parts,
-                 const std::vector<Ty> &types, Has has, Instr &in) {
-    auto bad = [&]() {
-      throw ParseError(in.line, "unsupported instruction '" + opcode + "'");
-    };
-    in.op = Op::MmaSync;
+  /// The shape modifier mMnNkK of wgmma and mma into in.shapeM/N/K (left
+  /// 0 when there is none; the callers check the values).
+  static void parseMmaShape(const std::vector<std::string> &parts,
+                            Instr &in) {
     for (size_t i = 1; i < parts.size(); ++i) {
       const std::string &p = parts[i];
       size_t n = p.find('n'), k = p.find('k');
@@ -940,6 +934,19 @@ private:
         in.shapeK = std::atoi(p.c_str() + k + 1);
       }
     }
+  }
+
+  /// mma.sync.aligned.mMnNkK.row.col.dtype.atype.btype.ctype d, a, b, c:
+  /// the warp-wide MMA shapes Triton and nvcc emit for small tiles.
+  template <typename Has>
+  void decodeMma(const std::string &opcode,
+                 const std::vector<std::string> &parts,
+                 const std::vector<Ty> &types, Has has, Instr &in) {
+    auto bad = [&]() {
+      throw ParseError(in.line, "unsupported instruction '" + opcode + "'");
+    };
+    in.op = Op::MmaSync;
+    parseMmaShape(parts, in);
     // Sparse (.sp) and block-scaled MMAs are not modelled.
     if (has("sp") || has("sp::ordered_metadata") || has("block_scale") ||
         has("kind::mxf8f6f4") || has("kind::f8f6f4"))
@@ -1428,15 +1435,7 @@ private:
         in.op = Op::WgmmaMma;
         if (has("sp"))
           bad();
-        for (size_t i = 1; i < parts.size(); ++i) {
-          const std::string &p = parts[i];
-          if (p.size() > 4 && p[0] == 'm' && p.find('n') != std::string::npos &&
-              p.find('k') != std::string::npos) {
-            in.shapeM = std::stoi(p.substr(1));
-            in.shapeN = std::stoi(p.substr(p.find('n') + 1));
-            in.shapeK = std::stoi(p.substr(p.find('k') + 1));
-          }
-        }
+        parseMmaShape(parts, in);
         if (in.shapeM != 64 || in.shapeN < 8 || in.shapeN > 256 ||
             in.shapeN % 8 != 0)
           bad();

@@ -150,6 +150,7 @@ struct Instr {
   // wgmma: M, N, K of the shape; ld/st: tensor rank; ldmatrix: count.
   int32_t shapeM = 0, shapeN = 0, shapeK = 0;
   uint8_t fast = 0; // the interpreter's fast path for this instruction, or 0
+  bool pure = false; // changes nothing another thread sees (the hang check)
   std::vector<Operand> ops;
   std::string text; // the instruction as written, for reports
 };

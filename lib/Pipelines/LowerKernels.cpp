@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/Conversion/Passes.h"
+#include "moe/MoeOps.h"
 #include "moe/Transforms/Passes.h"
 #include "moegpu/MoeGpuDialect.h"
 
@@ -41,7 +42,7 @@ struct MoeGpuLowerKernels
     getOperation()->walk([&](Operation *op) {
       if (isa<gpu::GPUModuleOp>(op))
         kernels = true;
-      else if (!layer && op->getName().getStringRef() == "moe.layer")
+      else if (!layer && isa<moe::LayerOp>(op))
         layer = op;
     });
     if (!kernels && layer)

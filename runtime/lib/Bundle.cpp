@@ -169,6 +169,25 @@ std::string serializeManifest(const Manifest &m) {
 }
 
 namespace {
+/// The index of `name` in kHostCpuLevels (best first), or -1.
+int hostCpuLevelRank(const std::string &name) {
+  for (size_t i = 0; i < std::size(kHostCpuLevels); ++i)
+    if (name == kHostCpuLevels[i])
+      return static_cast<int>(i);
+  return -1;
+}
+
+/// "x86-64-v4, x86-64-v3, x86-64" (`last` before the last one).
+std::string hostCpuLevelList(const char *last = ", ") {
+  std::string list;
+  for (size_t i = 0; i < std::size(kHostCpuLevels); ++i)
+    list += std::string(i == 0 ? ""
+                        : i + 1 == std::size(kHostCpuLevels) ? last
+                                                             : ", ") +
+            kHostCpuLevels[i];
+  return list;
+}
+
 /// "0000abcd".
 std::string hex32(uint32_t value) {
   char text[9];
@@ -436,17 +455,13 @@ Expected<Manifest> parseManifest(const std::string &text) {
   if (root.is_object() && root.contains("host_cpus")) {
     const json &cpus = root["host_cpus"];
     auto known = [](const json &c) {
-      if (!c.is_string())
-        return false;
-      for (const char *level : kHostCpuLevels)
-        if (c.get_ref<const std::string &>() == level)
-          return true;
-      return false;
+      return c.is_string() &&
+             hostCpuLevelRank(c.get_ref<const std::string &>()) >= 0;
     };
     if (!cpus.is_array() || cpus.empty() ||
         !std::all_of(cpus.begin(), cpus.end(), known))
-      r.error = "expected 'host_cpus' in the manifest to list x86-64 levels "
-                "(x86-64-v4, x86-64-v3, x86-64)";
+      r.error = "expected 'host_cpus' in the manifest to list x86-64 levels (" +
+                hostCpuLevelList() + ")";
     else
       for (const json &c : cpus)
         m.hostCpus.push_back(c.get<std::string>());
@@ -604,22 +619,16 @@ std::vector<uint8_t> serializeBundle(const Bundle &bundle) {
 
 Expected<bool> hostRunsLevel(const std::string &level) {
   // Levels in kHostCpuLevels order: a cap admits itself and those after.
-  auto rank = [](const std::string &name) -> int {
-    for (size_t i = 0; i < std::size(kHostCpuLevels); ++i)
-      if (name == kHostCpuLevels[i])
-        return static_cast<int>(i);
-    return -1;
-  };
-  int want = rank(level);
+  int want = hostCpuLevelRank(level);
   if (want < 0)
     return Expected<bool>::error("unknown host CPU level '" + level + "'");
   if (const char *cap = std::getenv("MOE_HOST_ISA"); cap && *cap) {
-    int limit = rank(cap);
+    int limit = hostCpuLevelRank(cap);
     if (limit < 0)
-      return Expected<bool>::error(
-          std::string("MOE_HOST_ISA must be x86-64-v4, x86-64-v3 or x86-64 "
-                      "(the most the runtime may use), got '") +
-          cap + "'");
+      return Expected<bool>::error("MOE_HOST_ISA must be " +
+                                   hostCpuLevelList(" or ") +
+                                   " (the most the runtime may use), got '" +
+                                   cap + "'");
     if (want < limit)
       return false;
   }

@@ -189,24 +189,18 @@ Expected<std::unique_ptr<Backend>> createHostBackend(const Bundle &bundle) {
                          "it holds " +
                          std::to_string(bundle.blobs.size()) + " blobs");
   if (!m.hostCpus.empty()) {
-    chosen = m.hostCpus.size();
-    for (size_t i = 0; i < m.hostCpus.size() && chosen == m.hostCpus.size();
-         ++i) {
-      Expected<bool> runs = hostRunsLevel(m.hostCpus[i]);
+    std::string levels;
+    for (chosen = 0; chosen < m.hostCpus.size(); ++chosen) {
+      Expected<bool> runs = hostRunsLevel(m.hostCpus[chosen]);
       if (!runs)
         return Result::error(runs.message());
       if (*runs)
-        chosen = i;
+        break;
+      levels += (levels.empty() ? "" : ", ") + m.hostCpus[chosen];
     }
     if (chosen == m.hostCpus.size())
       return Result::error("this CPU runs none of the bundle's host code (" +
-                           [&] {
-                             std::string list;
-                             for (const std::string &c : m.hostCpus)
-                               list += (list.empty() ? "" : ", ") + c;
-                             return list;
-                           }() +
-                           ")");
+                           levels + ")");
   }
   int threads = defaultThreads();
   if (const char *value = std::getenv("MOE_NUM_THREADS")) {

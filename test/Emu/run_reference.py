@@ -289,7 +289,7 @@ def run_nvcc_intrinsics(case, rng):
     got_f = np.frombuffer(case.drv.download(pf, 32 * 4), np.float32).astype(np.float64)
     got_w = np.frombuffer(case.drv.download(pw, 96 * 8), np.uint64)
 
-    def ffs(v, bits):
+    def ffs(v):
         v = int(v)
         return (v & -v).bit_length() if v else 0
 
@@ -308,7 +308,7 @@ def run_nvcc_intrinsics(case, rng):
     hi = [(int(w[t]) * int(w[t + 32]) + int(w[t + 64])) >> 64 for t in range(32)]
     for t in range(32):
         x, y = int(a[t]), int(b[t])
-        ref[t] = ffs(x, 32)
+        ref[t] = ffs(x)
         ref[t + 32] = (7 + sum(u8(x, i) * u8(y, i) for i in range(4))) & 0xFFFFFFFF
         ref[t + 64] = (7 + sum(s8(x, i) * s8(y, i) for i in range(4))) & 0xFFFFFFFF
         ref[t + 96] = sum(abs(u8(x, i) - u8(y, i)) << (8 * i) for i in range(4))
@@ -317,7 +317,7 @@ def run_nvcc_intrinsics(case, rng):
         ref[t + 160] = ((both << (t & 31)) >> 32) & 0xFFFFFFFF
         ref[t + 192] = (both >> min(t + 16, 32)) & 0xFFFFFFFF
         clz = 32 - x.bit_length()
-        ref[t + 224] = (clz + ffs(hi[t], 64)) & 0xFFFFFFFF
+        ref[t + 224] = (clz + ffs(hi[t])) & 0xFFFFFFFF
         same = all(int(a[j]) & 1 == x & 1 for j in range(32))
         ref[t + 256] = 0xFFFFFFFF if same else 0
         ref[t + 288] = int(same)

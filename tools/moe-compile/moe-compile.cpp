@@ -314,15 +314,14 @@ int main(int argc, char **argv) {
   // As Hugging Face users pass a model: its directory, or its config.json
   // without --hf-config (a .json input, or a directory, is a config).
   {
-    struct stat info;
-    bool isDir = ::stat(inputName.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
-    if (kind == InputKind::Mlir &&
-        (isDir || llvm::StringRef(inputName).ends_with(".json")))
-      kind = InputKind::HFConfig;
     ::moe::rt::Expected<std::string> resolved =
         ::moe::rt::resolveModelPath(inputName, "config");
     if (!resolved)
       return fail(resolved.message());
+    bool wasDirectory = *resolved != inputName;
+    if (kind == InputKind::Mlir &&
+        (wasDirectory || llvm::StringRef(inputName).ends_with(".json")))
+      kind = InputKind::HFConfig;
     inputName = *resolved;
   }
   // Regular files only (never a device or FIFO), of a sane size.
