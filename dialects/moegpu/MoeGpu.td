@@ -11,5 +11,6 @@ include "moegpu/MoeGpuDialect.td"
 include "moegpu/MoeGpuAttrs.td"
 include "moegpu/MoeGpuTypes.td"
 include "moegpu/MoeGpuOps.td"
+include "moegpu/MoeGpuKernelOps.td"
 
 #endif // MOE_DIALECT_MOEGPU_MOEGPU_TD

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moegpu/MoeGpuDialect.h"
+#include "moe/runtime/ScheduleAbi.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -576,13 +577,7 @@ LogicalResult BufferOp::verify() {
                          << " dynamic dimension(s) but " << getDims().size()
                          << " entries in dims";
   StringRef source = getSource();
-  bool known =
-      source == "input" || source == "output" || source == "scratch" ||
-      (source.starts_with("param:") && source.size() > 6) ||
-      (source.starts_with("arg:") && source.size() > 4) ||
-      ((source.starts_with("pack:") || source.starts_with("concat:")) &&
-       source.contains(','));
-  if (!known)
+  if (!::moe::abi::parseBufferSource(source))
     return emitOpError() << "has unknown source '" << source
                          << "' (expected input, output, scratch, "
                             "param:<role>, pack:<gate>,<up>, "

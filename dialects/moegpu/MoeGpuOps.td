@@ -16,6 +16,13 @@ include "mlir/Interfaces/SideEffectInterfaces.td"
 // Ops
 //===----------------------------------------------------------------------===//
 
+/// Memory operands by what an op does to them: reads, writes, or both.
+def MoeGpu_In : Arg<AnyMemRef, "", [MemRead]>;
+def MoeGpu_Out : Arg<AnyMemRef, "", [MemWrite]>;
+def MoeGpu_InOut : Arg<AnyMemRef, "", [MemRead, MemWrite]>;
+def MoeGpu_OptIn : Arg<Optional<AnyMemRef>, "", [MemRead]>;
+def MoeGpu_OptOut : Arg<Optional<AnyMemRef>, "", [MemWrite]>;
+
 def MoeGpu_GroupedGemmOp : MoeGpu_Op<"grouped_gemm",
     [AttrSizedOperandSegments]> {
   let summary = "Per-expert GEMM over an expert-contiguous buffer";
@@ -89,12 +96,12 @@ def MoeGpu_GroupedGemmOp : MoeGpu_Op<"grouped_gemm",
       : memref<?x7168xbf16>, memref<256x7168xbf16>, memref<?x256xf32>
     ```
   }];
-  let arguments = (ins AnyMemRef:$a, AnyMemRef:$b,
-                       Optional<AnyMemRef>:$offsets, AnyMemRef:$c,
-                       Optional<AnyMemRef>:$scale,
-                       Optional<AnyMemRef>:$bias,
-                       Optional<AnyMemRef>:$a_scale,
-                       Optional<AnyMemRef>:$b_scale,
+  let arguments = (ins MoeGpu_In:$a, MoeGpu_In:$b,
+                       MoeGpu_OptIn:$offsets, MoeGpu_InOut:$c,
+                       MoeGpu_OptIn:$scale,
+                       MoeGpu_OptIn:$bias,
+                       MoeGpu_OptIn:$a_scale,
+                       MoeGpu_OptIn:$b_scale,
                        DefaultValuedAttr<MoeGpu_EpilogueAttr,
                            "::mlir::moegpu::Epilogue::None">:$epilogue,
                        DefaultValuedAttr<MoeGpu_GemmLayoutAttr,
@@ -264,8 +271,9 @@ def MoeGpu_ProduceOp : MoeGpu_Op<"produce"> {
     columns. Out-of-bounds elements are zero. Runs on one thread of the
     producer warpgroup.
   }];
-  let arguments = (ins MoeGpu_PipelineType:$pipeline, Index:$iter,
-                       AnyMemRef:$a, Index:$a_mn, Index:$a_k, AnyMemRef:$b,
+  let arguments = (ins Arg<MoeGpu_PipelineType, "its slots' tiles",
+                           [MemWrite]>:$pipeline, Index:$iter,
+                       MoeGpu_In:$a, Index:$a_mn, Index:$a_k, MoeGpu_In:$b,
                        Index:$b_mn, Index:$b_k);
   let assemblyFormat = [{
     $pipeline `[` $iter `]` `,` $a `[` $a_mn `,` $a_k `]` `,`
@@ -373,11 +381,11 @@ def MoeGpu_StoreTileOp : MoeGpu_Op<"store_tile", [AttrSizedOperandSegments]> {
     by `group` first. `bias`, `alpha`, `limit` and `rounded_inputs` are
     the grouped GEMM's; the tile's rows are of group `expert`.
   }];
-  let arguments = (ins VectorOfRankAndType<[1], [F32]>:$acc, AnyMemRef:$c,
-                       Optional<Index>:$group,
+  let arguments = (ins VectorOfRankAndType<[1], [F32]>:$acc,
+                       MoeGpu_InOut:$c, Optional<Index>:$group,
                        Index:$row, Index:$col, Index:$warpgroup, Index:$row_end,
-                       Optional<AnyMemRef>:$scale,
-                       Optional<AnyMemRef>:$bias,
+                       MoeGpu_OptIn:$scale,
+                       MoeGpu_OptIn:$bias,
                        Optional<Index>:$expert,
                        DefaultValuedAttr<MoeGpu_EpilogueAttr,
                            "::mlir::moegpu::Epilogue::None">:$epilogue,

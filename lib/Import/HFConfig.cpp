@@ -38,11 +38,13 @@
 // moe_intermediate_size. A field that is absent (or null) takes the
 // default of the family's transformers 5 config class. A model_type we do
 // not know (Kimi-K2's kimi_k2) is read as the family of the first known
-// entry of `architectures` (DeepseekV3ForCausalLM).
+// entry of `architectures` (DeepseekV3ForCausalLM). Each family is one
+// record of the table in Families.cpp.
 //
 //===----------------------------------------------------------------------===//
 
 #include "moe/Import/HFConfig.h"
+#include "Families.h"
 #include "moe/runtime/Support.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -57,6 +59,7 @@
 
 using namespace mlir;
 using namespace mlir::moe;
+using namespace mlir::moe::hfimport;
 
 std::optional<WeightNaming> mlir::moe::parseWeightNaming(llvm::StringRef name) {
   return llvm::StringSwitch<std::optional<WeightNaming>>(name)
@@ -102,295 +105,6 @@ llvm::StringRef mlir::moe::stringifyWeightNaming(WeightNaming naming) {
   return "deepseek";
 }
 
-namespace {
-/// config.json names of the #moe.layer_config fields, per model_type.
-SmallVector<std::pair<llvm::StringRef, llvm::StringRef>>
-aliasesOf(llvm::StringRef modelType) {
-  if (modelType.starts_with("deepseek") || modelType.starts_with("glm4_moe") ||
-      modelType == "dots1")
-    return {{"hidden", "hidden_size"},
-            {"experts", "n_routed_experts"},
-            {"top_k", "num_experts_per_tok"},
-            {"groups", "n_group"},
-            {"topk_groups", "topk_group"},
-            {"ffn", "moe_intermediate_size"},
-            {"routed_scale", "routed_scaling_factor"},
-            {"shared_experts", "n_shared_experts"}};
-  if (modelType == "ernie4_5_moe")
-    return {{"hidden", "hidden_size"},
-            {"experts", "num_experts"},
-            {"top_k", "num_experts_per_tok"},
-            {"ffn", "moe_intermediate_size"},
-            {"shared_experts", "moe_num_shared_experts"}};
-  if (modelType == "hunyuan_v1_moe")
-    return {{"hidden", "hidden_size"},
-            {"experts", "num_experts"},
-            {"top_k", "moe_topk"},
-            {"ffn", "intermediate_size"},
-            {"shared_ffn", "intermediate_size"}};
-  if (modelType == "llama4_text")
-    return {{"hidden", "hidden_size"},
-            {"experts", "num_local_experts"},
-            {"top_k", "num_experts_per_tok"},
-            {"ffn", "intermediate_size"},
-            {"shared_ffn", "intermediate_size"}};
-  if (modelType == "olmoe")
-    return {{"hidden", "hidden_size"},
-            {"experts", "num_experts"},
-            {"top_k", "num_experts_per_tok"},
-            {"ffn", "intermediate_size"}};
-  if (modelType == "dbrx")
-    return {{"hidden", "d_model"},
-            {"experts", "ffn_config.moe_num_experts"},
-            {"top_k", "ffn_config.moe_top_k"},
-            {"ffn", "ffn_config.ffn_hidden_size"}};
-  if (modelType == "gpt_oss")
-    return {{"hidden", "hidden_size"},
-            {"experts", "num_local_experts"},
-            {"top_k", "num_experts_per_tok"},
-            {"ffn", "intermediate_size"}};
-  if (modelType == "jetmoe")
-    return {{"hidden", "hidden_size"},
-            {"experts", "num_local_experts"},
-            {"top_k", "num_experts_per_tok"},
-            {"ffn", "intermediate_size"}};
-  if (modelType == "phimoe")
-    return {{"hidden", "hidden_size"},
-            {"experts", "num_local_experts"},
-            {"top_k", "num_experts_per_tok"},
-            {"ffn", "intermediate_size"},
-            {"router_jitter", "router_jitter_noise"}};
-  if (modelType.starts_with("mixtral") || modelType.starts_with("minimax") ||
-      modelType == "granitemoe")
-    return {{"hidden", "hidden_size"},
-            {"experts", "num_local_experts"},
-            {"top_k", "num_experts_per_tok"},
-            {"ffn", "intermediate_size"}};
-  return {{"hidden", "hidden_size"},
-          {"experts", "num_experts"},
-          {"top_k", "num_experts_per_tok"},
-          {"ffn", "moe_intermediate_size"},
-          {"shared_ffn", "shared_expert_intermediate_size"}};
-}
-
-/// A number as a config.json would write it.
-std::string formatNumber(double v) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%g", v);
-  return text;
-}
-
-/// "" or why `text` is no name: it holds a control character (a NUL
-/// would end the name for C code that reads it).
-static std::string controlCharacter(llvm::StringRef text) {
-  for (size_t i = 0; i < text.size(); ++i)
-    if (static_cast<unsigned char>(text[i]) < 0x20 || text[i] == 0x7f) {
-      char code[8];
-      std::snprintf(code, sizeof(code), "U+%04X",
-                    static_cast<unsigned char>(text[i]));
-      return "holds the control character " + std::string(code) +
-             " at offset " + std::to_string(i);
-    }
-  return "";
-}
-
-/// Reads fields of one config object, recording the first error.
-struct FieldReader {
-  const llvm::json::Object &object;
-  std::string prefix; // "config.json (model_type mixtral)"
-  std::string error;
-
-  bool failed() const { return !error.empty(); }
-
-  /// Fields a published config may leave null, where the family's model
-  /// reads None as its default (dots.llm1's n_group and topk_group: no
-  /// expert groups). Anywhere else a null is what transformers would
-  /// carry into the model as None, and fail on: an error here too.
-  static bool nullMeansDefault(llvm::StringRef key) {
-    return key == "n_group" || key == "topk_group";
-  }
-
-  /// The field `key`: null when it is absent (an error when `required`),
-  /// or when it is null and the family reads null as its default.
-  const llvm::json::Value *find(llvm::StringRef key, bool required) {
-    if (failed())
-      return nullptr;
-    const llvm::json::Value *value = object.get(key);
-    if (value && value->kind() == llvm::json::Value::Null) {
-      if (!nullMeansDefault(key))
-        error = prefix + ": field '" + key.str() +
-                "' is null; expected " + (required ? "a value" : "a value "
-                "or no field at all (for the family's default)") +
-                " (transformers would carry None into the model)";
-      else if (required)
-        error = prefix + ": missing field '" + key.str() + "'";
-      return nullptr;
-    }
-    if (!value && required)
-      error = prefix + ": missing field '" + key.str() + "'";
-    return value;
-  }
-
-  /// An integer field that transformers also writes under other names (a
-  /// config class's attribute_map: transformers 5 saves Qwen-MoE's
-  /// num_experts as num_local_experts, for one). Names that are present
-  /// must agree; `fallback` when none is.
-  int64_t integerAliased(llvm::ArrayRef<llvm::StringRef> keys,
-                         std::optional<int64_t> fallback = {}) {
-    std::optional<int64_t> found;
-    llvm::StringRef foundKey;
-    for (llvm::StringRef key : keys) {
-      if (failed() || !object.get(key) ||
-          (object.get(key)->kind() == llvm::json::Value::Null &&
-           nullMeansDefault(key)))
-        continue;
-      int64_t v = integer(key);
-      if (found && v != *found && !failed())
-        error = prefix + ": fields '" + foundKey.str() + "' (" +
-                std::to_string(*found) + ") and '" + key.str() + "' (" +
-                std::to_string(v) + ") disagree";
-      if (!found) {
-        found = v;
-        foundKey = key;
-      }
-    }
-    if (!found && fallback)
-      return *fallback;
-    if (!found && !failed()) {
-      error = prefix + ": missing field '" + keys.front().str() + "'";
-      for (size_t i = 1; i < keys.size(); ++i)
-        error += (i == 1 ? " (or '" : ", '") + keys[i].str() + "'";
-      if (keys.size() > 1)
-        error += ")";
-    }
-    return found.value_or(0);
-  }
-
-  int64_t integer(llvm::StringRef key, std::optional<int64_t> fallback = {}) {
-    const llvm::json::Value *value = find(key, !fallback);
-    if (!value)
-      return fallback.value_or(0);
-    std::optional<int64_t> v = value->getAsInteger();
-    if (!v) {
-      error = prefix + ": field '" + key.str() + "' must be an integer";
-      return 0;
-    }
-    return *v;
-  }
-
-  /// An integer that a family may also give per layer, as a list
-  /// (Hunyuan's moe_topk): one layer configuration takes one value, so a
-  /// list must hold the same value for every layer.
-  int64_t uniformInteger(llvm::StringRef key, int64_t fallback) {
-    const llvm::json::Value *value = find(key, false);
-    if (!value || !value->getAsArray())
-      return integer(key, fallback);
-    const llvm::json::Array &list = *value->getAsArray();
-    std::optional<int64_t> first;
-    for (const llvm::json::Value &v : list) {
-      std::optional<int64_t> i = v.getAsInteger();
-      if (!i) {
-        error = prefix + ": field '" + key.str() +
-                "' must be an integer or a list of integers";
-        return 0;
-      }
-      if (first && *i != *first) {
-        error = prefix + ": field '" + key.str() +
-                "' differs between layers (" + std::to_string(*first) +
-                " and " + std::to_string(*i) +
-                "); a layer configuration takes one value, so give the "
-                "layer's as an integer";
-        return 0;
-      }
-      first = first.value_or(*i);
-    }
-    if (!first)
-      error = prefix + ": field '" + key.str() + "' is an empty list";
-    return first.value_or(0);
-  }
-
-  double number(llvm::StringRef key, std::optional<double> fallback = {}) {
-    const llvm::json::Value *value = find(key, !fallback);
-    if (!value)
-      return fallback.value_or(0.0);
-    std::optional<double> v = value->getAsNumber();
-    if (!v) {
-      error = prefix + ": field '" + key.str() + "' must be a number";
-      return 0.0;
-    }
-    return *v;
-  }
-
-  bool boolean(llvm::StringRef key, std::optional<bool> fallback = {}) {
-    const llvm::json::Value *value = find(key, !fallback);
-    if (!value)
-      return fallback.value_or(false);
-    std::optional<bool> v = value->getAsBoolean();
-    if (!v) {
-      error = prefix + ": field '" + key.str() + "' must be true or false";
-      return false;
-    }
-    return *v;
-  }
-
-  std::string string(llvm::StringRef key,
-                     std::optional<llvm::StringRef> fallback = {}) {
-    const llvm::json::Value *value = find(key, !fallback);
-    if (!value)
-      return fallback.value_or("").str();
-    std::optional<llvm::StringRef> v = value->getAsString();
-    if (!v) {
-      error = prefix + ": field '" + key.str() + "' must be a string";
-      return {};
-    }
-    if (std::string why = controlCharacter(*v); !why.empty()) {
-      error = prefix + ": field '" + key.str() + "' " + why;
-      return {};
-    }
-    return v->str();
-  }
-
-  /// A string field that must be one of `allowed`.
-  std::string oneOf(llvm::StringRef key, ArrayRef<llvm::StringRef> allowed,
-                    std::optional<llvm::StringRef> fallback = {}) {
-    std::string v = string(key, fallback);
-    if (failed() || llvm::is_contained(allowed, v))
-      return v;
-    error = prefix + ": field '" + key.str() + "' is '" + v + "', expected ";
-    for (size_t i = 0; i < allowed.size(); ++i)
-      error += (i ? (i + 1 == allowed.size() ? " or '" : ", '") : "'") +
-               allowed[i].str() + "'";
-    return v;
-  }
-};
-
-/// The #moe.layer_config fields before verification.
-struct Fields {
-  int64_t hidden = 0, experts = 0, topK = 0, groups = 1, topkGroups = 1;
-  ScoringFunc scoring = ScoringFunc::Softmax;
-  GroupScore groupScore = GroupScore::Max;
-  bool scoreBias = false, normalize = false, sharedGate = false,
-       scaleInput = false, outputBias = false, routerBias = false,
-       expertBias = false;
-  double scale = 1.0, jitter = 0.0;
-  Activation activation = Activation::SwiGLU;
-  double alpha = 1.702, limit = 7.0;
-  int64_t ffn = 0, sharedExperts = 0, sharedFfn = 0;
-
-  /// Mixtral's fields (hidden_size, num_local_experts or num_experts,
-  /// num_experts_per_tok, intermediate_size), with the family's defaults.
-  void readMixtralStyle(FieldReader &r, int64_t defaultHidden,
-                        int64_t defaultExperts, int64_t defaultTopK,
-                        int64_t defaultFfn) {
-    hidden = r.integer("hidden_size", defaultHidden);
-    experts =
-        r.integerAliased({"num_local_experts", "num_experts"}, defaultExperts);
-    topK = r.integer("num_experts_per_tok", defaultTopK);
-    ffn = r.integer("intermediate_size", defaultFfn);
-  }
-};
-} // namespace
-
 std::optional<ImportedConfig>
 mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
                           MLIRContext *context, Type dtype,
@@ -414,35 +128,6 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
     return std::nullopt;
   }
   FieldReader top{*root, fileName.str(), {}};
-  static const llvm::StringRef kTypes[] = {
-      "deepseek_v3",  "deepseek_v32", "glm4_moe",       "glm4_moe_lite",
-      "dots1",        "deepseek_v2",  "mixtral",        "minimax",
-      "minimax_m2",   "qwen2_moe",    "qwen3_moe",      "olmoe",
-      "ernie4_5_moe", "granitemoe",   "hunyuan_v1_moe", "llama4_text",
-      "phimoe",       "dbrx",         "jetmoe",         "gpt_oss"};
-  // The families' causal-LM class names, for a model_type we do not know.
-  static const std::pair<llvm::StringRef, llvm::StringRef> kArchitectures[] = {
-      {"DeepseekV3ForCausalLM", "deepseek_v3"},
-      {"DeepseekV32ForCausalLM", "deepseek_v32"},
-      {"Glm4MoeForCausalLM", "glm4_moe"},
-      {"Glm4MoeLiteForCausalLM", "glm4_moe_lite"},
-      {"Dots1ForCausalLM", "dots1"},
-      {"DeepseekV2ForCausalLM", "deepseek_v2"},
-      {"MixtralForCausalLM", "mixtral"},
-      {"MiniMaxForCausalLM", "minimax"},
-      {"MiniMaxM2ForCausalLM", "minimax_m2"},
-      {"OlmoeForCausalLM", "olmoe"},
-      {"Ernie4_5_MoeForCausalLM", "ernie4_5_moe"},
-      {"Qwen2MoeForCausalLM", "qwen2_moe"},
-      {"Qwen3MoeForCausalLM", "qwen3_moe"},
-      {"GraniteMoeForCausalLM", "granitemoe"},
-      {"HunYuanMoEV1ForCausalLM", "hunyuan_v1_moe"},
-      {"Llama4ForCausalLM", "llama4_text"},
-      {"PhimoeForCausalLM", "phimoe"},
-      {"PhiMoEForCausalLM", "phimoe"},
-      {"DbrxForCausalLM", "dbrx"},
-      {"JetMoeForCausalLM", "jetmoe"},
-      {"GptOssForCausalLM", "gpt_oss"}};
   std::string declared = top.string("model_type", "");
   std::string modelType = declared;
   std::string via;
@@ -475,17 +160,16 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
   };
   checkArchitectures(*root, fileName.str());
   auto known = [&](const llvm::json::Object &object) {
-    if (llvm::is_contained(kTypes, modelType))
+    if (familyOf(modelType))
       return true;
     if (const llvm::json::Array *archs = object.getArray("architectures"))
       for (const llvm::json::Value &arch : *archs) {
         std::optional<llvm::StringRef> name = arch.getAsString();
-        for (auto [cls, type] : kArchitectures)
-          if (name && *name == cls) {
-            modelType = type.str();
-            via = "architectures " + cls.str();
-            return true;
-          }
+        if (const Family *family = name ? familyOfClass(*name) : nullptr) {
+          modelType = family->modelType.str();
+          via = "architectures " + name->str();
+          return true;
+        }
       }
     return false;
   };
@@ -512,10 +196,10 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
           (declared.empty() ? std::string("missing field 'model_type'")
                             : "field 'model_type' is '" + declared + "'") +
           ", expected ";
-      for (size_t i = 0; i < std::size(kTypes); ++i)
-        top.error +=
-            (i ? (i + 1 == std::size(kTypes) ? " or '" : ", '") : "'") +
-            kTypes[i].str() + "'";
+      llvm::ArrayRef<Family> all = families();
+      for (size_t i = 0; i < all.size(); ++i)
+        top.error += (i ? (i + 1 == all.size() ? " or '" : ", '") : "'") +
+                     all[i].modelType.str() + "'";
       top.error += " (or an 'architectures' entry of one of them, such as "
                    "'DeepseekV3ForCausalLM')";
       if (text)
@@ -533,230 +217,12 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
                        : declared + ", read as " + modelType + " from " + via) +
           ")",
       {}};
+  const Family &family = *familyOf(modelType);
   Fields f;
-  WeightNaming naming = WeightNaming::DeepSeek;
   // The experts are SwiGLU: silu (transformers' "swish" is the same
   // function). Anything else would compile into a different model.
   r.oneOf("hidden_act", {"silu", "swish"}, "silu");
-
-  // Absent fields take the defaults of the family's transformers 5 config
-  // class (std::nullopt: the class has none, the field is required).
-  using Int = std::optional<int64_t>;
-  if (modelType == "deepseek_v3" || modelType == "deepseek_v32" ||
-      modelType == "glm4_moe" || modelType == "glm4_moe_lite" ||
-      modelType == "dots1") {
-    struct {
-      Int hidden, experts, topK, groups, topkGroups, shared, ffn;
-      bool norm;
-      double scale;
-    } d;
-    if (modelType == "glm4_moe")
-      d = {4096, 128, 8, 1, 1, 1, 1408, true, 1.0};
-    else if (modelType == "glm4_moe_lite")
-      d = {2048, 64, 4, 1, 1, 1, 1536, true, 1.8};
-    else if (modelType == "dots1")
-      d = {4608, {}, {}, 1, 1, {}, 1408, false, 1.0};
-    else // deepseek_v3, deepseek_v32
-      d = {7168, 256, 8, 8, 4, 1, 2048, true, 2.5};
-    f.hidden = r.integer("hidden_size", d.hidden);
-    f.experts =
-        r.integerAliased({"n_routed_experts", "num_local_experts"}, d.experts);
-    f.topK = r.integer("num_experts_per_tok", d.topK);
-    f.ffn = r.integer("moe_intermediate_size", d.ffn);
-    f.groups = r.integer("n_group", d.groups);
-    f.topkGroups = r.integer("topk_group", d.topkGroups);
-    f.sharedExperts = r.integer("n_shared_experts", d.shared);
-    f.sharedFfn = f.sharedExperts > 0 ? f.ffn : 0;
-    // Fields transformers 5 does not read, but which would name another
-    // router if they were set to something else.
-    r.oneOf("topk_method", {"noaux_tc"}, "noaux_tc");
-    r.oneOf("scoring_func", {"sigmoid"}, "sigmoid");
-    f.scoring = ScoringFunc::Sigmoid;
-    f.scoreBias = true;
-    f.groupScore = GroupScore::SumTop2;
-    f.normalize = r.boolean("norm_topk_prob", d.norm);
-    f.scale = r.number("routed_scaling_factor", d.scale);
-  } else if (modelType == "deepseek_v2") {
-    f.hidden = r.integer("hidden_size", 4096);
-    f.experts = r.integerAliased({"n_routed_experts", "num_experts"}, 64);
-    f.topK = r.integer("num_experts_per_tok");
-    f.ffn = r.integer("moe_intermediate_size", 1407);
-    f.sharedExperts = r.integer("n_shared_experts", 2);
-    f.sharedFfn = f.sharedExperts > 0 ? f.ffn : 0;
-    r.oneOf("scoring_func", {"softmax"}, "softmax");
-    std::string method =
-        r.oneOf("topk_method", {"greedy", "group_limited_greedy"}, "greedy");
-    if (method == "group_limited_greedy") {
-      f.groups = r.integer("n_group");
-      f.topkGroups = r.integer("topk_group");
-    }
-    f.scale = r.number("routed_scaling_factor", 1.0);
-    if (r.boolean("mlp_bias", false) && !r.failed())
-      r.error = r.prefix + ": field 'mlp_bias' is true: biases of the "
-                           "shared experts' projections are not supported";
-  } else if (modelType == "mixtral" || modelType == "minimax") {
-    // MiniMax-Text-01's experts are Mixtral's (its attention is not).
-    naming = WeightNaming::Mixtral;
-    f.readMixtralStyle(r, 4096, 8, 2, 14336);
-    f.normalize = true;
-  } else if (modelType == "granitemoe") {
-    // Mixtral's routing (softmax over the top-k logits); every expert's
-    // gate and up projections in one tensor, the down projections in
-    // another.
-    naming = WeightNaming::Granite;
-    f.readMixtralStyle(r, 4096, 8, 2, 11008);
-    f.normalize = true;
-  } else if (modelType == "hunyuan_v1_moe") {
-    // Softmax, top-k, renormalized; one always-on shared MLP. In
-    // transformers 5 the routed experts and the shared MLP are both
-    // intermediate_size wide (moe_intermediate_size and
-    // num_shared_expert, per layer in the published configs, are not
-    // read there).
-    naming = WeightNaming::Hunyuan;
-    f.hidden = r.integer("hidden_size", 4096);
-    f.experts = r.integerAliased({"num_experts", "num_local_experts"}, 1);
-    // (num_experts_per_tok is the config class's alias of moe_topk.)
-    f.topK = root->get("moe_topk") ? r.uniformInteger("moe_topk", 1)
-                                   : r.integer("num_experts_per_tok", 1);
-    f.ffn = r.integer("intermediate_size", 11008);
-    f.sharedExperts = 1;
-    f.sharedFfn = f.ffn;
-    f.normalize = true;
-    if (r.boolean("mlp_bias", false) && !r.failed())
-      r.error = r.prefix + ": field 'mlp_bias' is true: biases of the "
-                           "projections are not supported";
-  } else if (modelType == "llama4_text") {
-    // The top-k logits' sigmoids (no renormalization) scale the token
-    // before its experts; one always-on shared MLP as wide as an expert.
-    naming = WeightNaming::Llama4;
-    f.hidden = r.integer("hidden_size", 5120);
-    f.experts = r.integer("num_local_experts", 16);
-    f.topK = r.integer("num_experts_per_tok", 1);
-    f.ffn = r.integer("intermediate_size", 8192);
-    f.sharedExperts = 1;
-    f.sharedFfn = f.ffn;
-    f.scoring = ScoringFunc::Sigmoid;
-    f.scaleInput = true;
-  } else if (modelType == "jetmoe") {
-    // GraniteMoE's experts and routing (softmax over the top-k logits)
-    // plus a bias on the block's output; its attention layers are a
-    // mixture too, which is not the MoE block compiled here.
-    naming = WeightNaming::JetMoe;
-    f.hidden = r.integer("hidden_size", 2048);
-    f.experts = r.integer("num_local_experts", 8);
-    f.topK = r.integer("num_experts_per_tok", 2);
-    f.ffn = r.integer("intermediate_size", 5632);
-    r.oneOf("activation_function", {"silu", "swish"}, "silu");
-    f.normalize = true;
-    f.outputBias = true;
-  } else if (modelType == "dbrx") {
-    // Softmax, top-k, divided by the k weights' p-norm (p = 1: their sum);
-    // the MoE fields in ffn_config; every expert's matrices in three
-    // tensors with the experts folded into the rows ([E * F, H]), w2 as
-    // (in, out).
-    naming = WeightNaming::Dbrx;
-    f.hidden = r.integerAliased({"d_model", "hidden_size"}, 2048);
-    llvm::json::Object none;
-    const llvm::json::Object *ffnObject = root->getObject("ffn_config");
-    if (!ffnObject && root->get("ffn_config") &&
-        root->get("ffn_config")->kind() != llvm::json::Value::Null &&
-        !r.failed())
-      r.error = r.prefix + ": field 'ffn_config' must be an object";
-    FieldReader ffn{ffnObject ? *ffnObject : none, r.prefix + ": ffn_config",
-                    r.error};
-    f.experts = ffn.integer("moe_num_experts", 4);
-    f.topK = ffn.integer("moe_top_k", 1);
-    f.ffn = ffn.integer("ffn_hidden_size", 3584);
-    if (const llvm::json::Object *act =
-            ffnObject ? ffnObject->getObject("ffn_act_fn") : nullptr) {
-      FieldReader fn{*act, ffn.prefix + ": ffn_act_fn", ffn.error};
-      fn.oneOf("name", {"silu", "swish"}, "silu");
-      ffn.error = fn.error;
-    }
-    if (ffnObject && ffnObject->get("moe_normalize_expert_weights") &&
-        ffnObject->get("moe_normalize_expert_weights")->kind() ==
-            llvm::json::Value::Null) {
-      f.normalize = false;
-    } else {
-      double p = ffn.number("moe_normalize_expert_weights", 1.0);
-      f.normalize = true;
-      if (p != 1.0 && !ffn.failed())
-        ffn.error = ffn.prefix + ": field 'moe_normalize_expert_weights' is " +
-                    formatNumber(p) +
-                    ", expected 1 or null (weights divided by their sum, or "
-                    "not at all); other p-norms are not supported";
-    }
-    r.error = ffn.error;
-  } else if (modelType == "gpt_oss") {
-    // A router with a bias; softmax over the top-k logits (the same as
-    // the top-k of the softmax, renormalized); experts with biases and the
-    // clamped SwiGLU (its hidden_act is not read); fused, interleaved
-    // gate/up columns.
-    naming = WeightNaming::GptOss;
-    f.readMixtralStyle(r, 2880, 128, 4, 2880);
-    f.normalize = true;
-    f.routerBias = true;
-    f.expertBias = true;
-    f.activation = Activation::ClampedSwiGLU;
-    f.alpha = r.number("swiglu_alpha", 1.702);
-    f.limit = r.number("swiglu_limit", 7.0);
-  } else if (modelType == "phimoe") {
-    // Sparsemixer over the logits (its inference form), two experts;
-    // Mixtral's checkpoint names.
-    naming = WeightNaming::Mixtral;
-    f.hidden = r.integer("hidden_size", 4096);
-    f.experts = r.integer("num_local_experts", 16);
-    f.topK = r.integer("num_experts_per_tok", 2);
-    if (!r.failed() && f.topK != 2)
-      r.error = r.prefix + ": field 'num_experts_per_tok' is " +
-                std::to_string(f.topK) +
-                ", expected 2 (sparsemixer picks two experts whatever it "
-                "says)";
-    f.ffn = r.integer("intermediate_size", 6400);
-    f.scoring = ScoringFunc::Sparsemixer;
-    f.jitter = r.number("router_jitter_noise", 0.01);
-  } else if (modelType == "minimax_m2") {
-    naming = WeightNaming::MiniMax;
-    f.readMixtralStyle(r, 3072, 256, 8, 1536);
-    r.oneOf("scoring_func", {"sigmoid"}, "sigmoid");
-    f.scoring = ScoringFunc::Sigmoid;
-    f.scoreBias = true;
-    f.normalize = true;
-  } else if (modelType == "ernie4_5_moe") {
-    naming = WeightNaming::Ernie;
-    f.hidden = r.integer("hidden_size", 2560);
-    f.experts = r.integerAliased({"num_experts", "moe_num_experts"}, 64);
-    f.topK = r.integerAliased({"num_experts_per_tok", "moe_k"}, 6);
-    f.ffn = r.integer("moe_intermediate_size", 1536);
-    f.sharedExperts = r.integer("moe_num_shared_experts", 2);
-    f.sharedFfn = f.sharedExperts > 0 ? f.ffn : 0;
-    f.scoreBias = true;
-    f.normalize = true;
-    if (r.boolean("use_bias", false) && !r.failed())
-      r.error = r.prefix + ": field 'use_bias' is true: biases of the "
-                           "experts' projections are not supported";
-  } else if (modelType == "olmoe") {
-    naming = WeightNaming::Qwen;
-    f.hidden = r.integer("hidden_size", 2048);
-    f.experts = r.integerAliased({"num_experts", "num_local_experts"}, 64);
-    f.topK = r.integer("num_experts_per_tok", 8);
-    f.ffn = r.integer("intermediate_size", 2048);
-    f.normalize = r.boolean("norm_topk_prob", false);
-  } else { // qwen2_moe, qwen3_moe
-    naming = WeightNaming::Qwen;
-    bool qwen2 = modelType == "qwen2_moe";
-    f.hidden = r.integer("hidden_size", 2048);
-    f.experts = r.integerAliased({"num_experts", "num_local_experts"},
-                                 qwen2 ? 60 : 128);
-    f.topK = r.integer("num_experts_per_tok", qwen2 ? 4 : 8);
-    f.ffn = r.integer("moe_intermediate_size", qwen2 ? 1408 : 768);
-    f.normalize = r.boolean("norm_topk_prob", false);
-    if (qwen2) {
-      f.sharedFfn = r.integer("shared_expert_intermediate_size", 5632);
-      f.sharedExperts = f.sharedFfn > 0 ? 1 : 0;
-      f.sharedGate = f.sharedExperts > 0;
-    }
-  }
+  family.readFields(r, *root, f);
   // Quantized checkpoints: FP8 with 128 x 128 block scales (DeepSeek-V3/R1,
   // Kimi-K2) is dequantized when the weights are loaded; the layer computes
   // in its own dtype. Any other method would be read as something else.
@@ -764,14 +230,14 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
           root->getObject("quantization_config")) {
     FieldReader q{*quant, r.prefix + ": quantization_config", {}};
     std::string method = q.string("quant_method", "");
-    bool gptOss = modelType == "gpt_oss";
-    if (method != "fp8" && !(gptOss && method == "mxfp4") && !q.failed())
+    bool mxfp4 = family.mxfp4;
+    if (method != "fp8" && !(mxfp4 && method == "mxfp4") && !q.failed())
       q.error = q.prefix + ": 'quant_method' is '" + method +
                 "', expected 'fp8' (128 x 128 block-scaled e4m3 weights, "
                 "dequantized on load)" +
-                (gptOss ? " or 'mxfp4' (GPT-OSS's expert weights, "
-                          "dequantized on load)"
-                        : "") +
+                (mxfp4 ? " or 'mxfp4' (GPT-OSS's expert weights, "
+                         "dequantized on load)"
+                       : "") +
                 "; other methods are not supported";
     // mxfp4: the experts' *_blocks and *_scales; nothing else to check.
     if (method != "mxfp4") {
@@ -798,107 +264,22 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
 
   // Which layers are MoE layers, by the family's rule, and where their
   // tensors are in the published checkpoints.
-  bool dbrx = modelType == "dbrx";
-  bool blockSparse = modelType == "mixtral" || modelType == "minimax" ||
-                     modelType == "minimax_m2" || modelType == "granitemoe" ||
-                     modelType == "phimoe";
   // (A wrapper's language model is elsewhere in its checkpoints, under a
   // name of the wrapper's: not recorded, --weights-prefix names it.)
-  std::string checkpointPrefix =
-      llvm::StringRef(via).starts_with("text_config") ? ""
-      : blockSparse                ? "model.layers.{layer}.block_sparse_moe."
-      : modelType == "llama4_text" ? "model.layers.{layer}.feed_forward."
-      : dbrx                       ? "transformer.blocks.{layer}.ffn."
-                                   : "model.layers.{layer}.mlp.";
+  std::string checkpointPrefix = llvm::StringRef(via).starts_with("text_config")
+                                     ? ""
+                                     : family.checkpointPrefix.str();
   std::vector<int64_t> moeLayers;
-  llvm::StringRef layersKey = dbrx ? "n_layers" : "num_hidden_layers";
+  llvm::StringRef layersKey = family.layersKey;
   if (root->get(layersKey) &&
       root->get(layersKey)->kind() != llvm::json::Value::Null) {
     int64_t layers = r.integer(layersKey);
     if (!r.failed() && (layers < 1 || layers > 100000))
       r.error = r.prefix + ": field '" + layersKey.str() + "' is " +
                 std::to_string(layers) + ", expected 1 to 100000";
-    std::function<bool(int64_t)> isMoe = [](int64_t) { return true; };
-    std::vector<std::string> types;
-    std::vector<int64_t> mlpOnly, listed;
-    if ((modelType == "deepseek_v32" || modelType == "glm4_moe_lite") &&
-        root->getArray("mlp_layer_types")) {
-      for (const llvm::json::Value &v : *root->getArray("mlp_layer_types")) {
-        std::optional<llvm::StringRef> t = v.getAsString();
-        if ((!t || (*t != "dense" && *t != "sparse")) && !r.failed())
-          r.error = r.prefix +
-                    ": field 'mlp_layer_types' must be a list of 'dense' "
-                    "or 'sparse'";
-        types.push_back(t ? t->str() : "");
-      }
-      if (!r.failed() && static_cast<int64_t>(types.size()) != layers)
-        r.error = r.prefix + ": field 'mlp_layer_types' has " +
-                  std::to_string(types.size()) +
-                  " entries, expected num_hidden_layers (" +
-                  std::to_string(layers) + ")";
-      isMoe = [&](int64_t i) { return types[i] == "sparse"; };
-    } else if (modelType == "glm4_moe_lite") {
-      // Its class ignores first_k_dense_replace: layer 0 is dense.
-      isMoe = [](int64_t i) { return i >= 1; };
-    } else if (llvm::StringRef(modelType).starts_with("deepseek") ||
-               modelType == "glm4_moe" || modelType == "dots1") {
-      int64_t dense = modelType == "deepseek_v3" || modelType == "deepseek_v32"
-                          ? 3
-                      : modelType == "glm4_moe" ? 1
-                                                : 0;
-      dense = r.integer("first_k_dense_replace", dense);
-      isMoe = [dense](int64_t i) { return i >= dense; };
-    } else if (modelType == "ernie4_5_moe") {
-      int64_t interval = r.integer("moe_layer_interval", 1);
-      int64_t start = r.integer("moe_layer_start_index", 1);
-      int64_t end = r.integer("moe_layer_end_index", layers - 1);
-      if (!r.failed() && interval < 1)
-        r.error = r.prefix + ": field 'moe_layer_interval' is " +
-                  std::to_string(interval) + ", expected at least 1";
-      isMoe = [=](int64_t i) {
-        return (i + 1) % interval == 0 && i >= start && i <= end;
-      };
-    } else if (modelType == "llama4_text") {
-      // moe_layers, else every interleave_moe_layer_step-th layer.
-      if (root->get("moe_layers") &&
-          root->get("moe_layers")->kind() != llvm::json::Value::Null) {
-        const llvm::json::Array *list = root->getArray("moe_layers");
-        if (!list && !r.failed())
-          r.error = r.prefix + ": field 'moe_layers' must be a list of "
-                               "layer indices";
-        for (const llvm::json::Value &v : list ? *list : llvm::json::Array()) {
-          std::optional<int64_t> i = v.getAsInteger();
-          if ((!i || *i < 0 || *i >= layers) && !r.failed())
-            r.error = r.prefix +
-                      ": field 'moe_layers' must hold layer "
-                      "indices in [0, " +
-                      std::to_string(layers) + ")";
-          listed.push_back(i.value_or(-1));
-        }
-        isMoe = [&](int64_t i) { return llvm::is_contained(listed, i); };
-      } else {
-        int64_t step = r.integer("interleave_moe_layer_step", 1);
-        if (!r.failed() && step < 1)
-          r.error = r.prefix + ": field 'interleave_moe_layer_step' is " +
-                    std::to_string(step) + ", expected at least 1";
-        isMoe = [step](int64_t i) { return (i + 1) % step == 0; };
-      }
-    } else if (modelType == "qwen2_moe" || modelType == "qwen3_moe") {
-      int64_t step = r.integer("decoder_sparse_step", 1);
-      if (!r.failed() && step < 1)
-        r.error = r.prefix + ": field 'decoder_sparse_step' is " +
-                  std::to_string(step) + ", expected at least 1";
-      if (const llvm::json::Array *only = root->getArray("mlp_only_layers"))
-        for (const llvm::json::Value &v : *only) {
-          if (!v.getAsInteger() && !r.failed())
-            r.error = r.prefix +
-                      ": field 'mlp_only_layers' must be a list of integers";
-          mlpOnly.push_back(v.getAsInteger().value_or(-1));
-        }
-      isMoe = [&, step](int64_t i) {
-        return !llvm::is_contained(mlpOnly, i) && (i + 1) % step == 0;
-      };
-    }
+    MoeLayers isMoe = [](int64_t) { return true; };
+    if (family.moeLayers && !r.failed())
+      isMoe = family.moeLayers(r, *root, layers);
     for (int64_t i = 0; !r.failed() && i < layers; ++i)
       if (isMoe(i))
         moeLayers.push_back(i);
@@ -934,7 +315,7 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
   if (!config) {
     error = r.prefix + ": inconsistent MoE configuration: " + verifyError;
     std::string aliases;
-    for (auto [ours, theirs] : aliasesOf(modelType)) {
+    for (auto [ours, theirs] : family.aliases) {
       llvm::Regex word(("(^|[^a-z_])" + ours + "([^a-z_]|$)").str());
       if (word.match(verifyError))
         aliases += (aliases.empty() ? "" : ", ") + ours.str() + " is '" +
@@ -944,8 +325,8 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
       error += " (" + aliases + ")";
     return std::nullopt;
   }
-  ImportedConfig imported{modelType, naming, config, checkpointPrefix,
-                          std::move(moeLayers), {}};
+  ImportedConfig imported{modelType,        family.naming,        config,
+                          checkpointPrefix, std::move(moeLayers), {}};
   if (!declared.empty() && declared != modelType &&
       via.find("architectures") != std::string::npos)
     imported.warnings.push_back(

@@ -51,6 +51,7 @@ struct MoeGpuLowerKernels
              "none: convert the layer first (--convert-moe-to-moegpu), or "
              "compile it with moe-compile --target=sm_90a";
     OpPassManager pm(ModuleOp::getOperationName());
+    pm.addNestedPass<gpu::GPUModuleOp>(moe::createConvertMoeGpuKernelsToGpu());
     moe::MoeSelectTilesOptions tiles;
     tiles.maxStages = maxStages;
     tiles.tileN = tileN;

@@ -123,7 +123,7 @@ std::string serializeManifest(const Manifest &m) {
       buffers.push_back({{"name", b.name},
                          {"dtype", mlirName(b.dtype)},
                          {"shape", b.shape},
-                         {"source", b.source}});
+                         {"source", abi::formatBufferSource(b.source)}});
     auto stepList = [](const std::vector<GpuStep> &list) {
       json out = json::array();
       for (const GpuStep &st : list) {
@@ -134,20 +134,28 @@ std::string serializeManifest(const Manifest &m) {
                           {"view", t.view},
                           {"box", t.box},
                           {"swizzle", t.swizzle}});
-        out.push_back({{"op", st.op},
-                       {"buffer", st.buffer},
-                       {"kernel", st.kernel},
-                       {"exchange", st.exchange},
-                       {"args", st.args},
-                       {"grid", st.gridKind},
-                       {"per_block", st.perBlock},
-                       {"grid_size", st.gridSize},
-                       {"block", st.block},
-                       {"smem", st.sharedMemory},
-                       {"cluster", st.cluster},
-                       {"tensor_maps", maps}});
+        out.push_back(
+            {{"op", abi::stepKindName(st.kind)},
+             {"buffer", st.buffer},
+             {"kernel", st.kernel},
+             {"exchange", std::string(st.kind == abi::StepKind::Exchange
+                                          ? abi::exchangeKindName(st.exchange)
+                                          : "")},
+             {"args", st.args},
+             {"grid", std::string(st.kind == abi::StepKind::Launch
+                                      ? abi::gridKindName(st.grid)
+                                      : "")},
+             {"per_block", st.perBlock},
+             {"grid_size", st.gridSize},
+             {"block", st.block},
+             {"smem", st.sharedMemory},
+             {"cluster", st.cluster},
+             {"tensor_maps", maps}});
         if (st.chunk >= 0)
           out.back()["chunk"] = st.chunk;
+        if (st.kind == abi::StepKind::Launch)
+          out.back()["kernel_kind"] =
+              std::string(abi::kernelKindName(st.kernelKind));
       }
       return out;
     };
@@ -348,18 +356,37 @@ static void readGpuProgram(Reader &r, const json &root, GpuProgram &program) {
       b.name = r.str(item, "name", "a gpu buffer");
       b.dtype = r.dtype(item, "a gpu buffer");
       b.shape = ints(item, "shape", "a gpu buffer");
-      b.source = r.str(item, "source", "a gpu buffer");
+      std::string source = r.str(item, "source", "a gpu buffer");
+      if (std::optional<abi::BufferSource> parsed =
+              abi::parseBufferSource(source))
+        b.source = std::move(*parsed);
+      else if (r.error.empty())
+        r.error = "gpu buffer '" + b.name + "' has unknown source '" + source +
+                  "' (expected input, output, scratch, param:<role>, "
+                  "pack:<gate>,<up>, concat:<gate>,<up> or arg:<name>)";
       program.buffers.push_back(std::move(b));
     }
   auto readSteps = [&](const json &list, std::vector<GpuStep> &into) {
     for (const json &item : list) {
       const char *sw = "a gpu step";
       GpuStep st;
-      st.op = r.str(item, "op", sw);
+      std::string op = r.str(item, "op", sw);
       st.buffer = r.str(item, "buffer", sw);
       st.kernel = r.str(item, "kernel", sw);
-      if (item.contains("exchange"))
-        st.exchange = r.str(item, "exchange", sw);
+      std::optional<abi::StepKind> kind = abi::parseStepKind(op);
+      if (!kind && r.error.empty())
+        r.error = "unknown gpu step '" + op +
+                  "' (expected launch, memset, exchange or all_reduce)";
+      st.kind = kind.value_or(abi::StepKind::Launch);
+      if (st.kind == abi::StepKind::Exchange) {
+        std::string exchange = r.str(item, "exchange", sw);
+        std::optional<abi::ExchangeKind> e = abi::parseExchangeKind(exchange);
+        if (!e && r.error.empty())
+          r.error = "a gpu exchange must be a dispatch, combine, "
+                    "dispatch_rows, combine_rows or dispatch_plan, not '" +
+                    exchange + "'";
+        st.exchange = e.value_or(abi::ExchangeKind::Dispatch);
+      }
       if (const json *args = r.array(item, "args", sw))
         for (const json &a : *args) {
           if (!a.is_string()) {
@@ -368,7 +395,23 @@ static void readGpuProgram(Reader &r, const json &root, GpuProgram &program) {
           }
           st.args.push_back(a.get<std::string>());
         }
-      st.gridKind = r.str(item, "grid", sw);
+      std::string grid = r.str(item, "grid", sw);
+      std::optional<abi::GridKind> gridKind = abi::parseGridKind(grid);
+      // Only a launch's grid matters (other steps write one all the same).
+      if (!gridKind && st.kind == abi::StepKind::Launch && r.error.empty())
+        r.error = "kernel '" + st.kernel + "' has unknown grid '" + grid + "'";
+      st.grid = gridKind.value_or(abi::GridKind::One);
+      // Bundles written before kernel kinds have none: other.
+      if (st.kind == abi::StepKind::Launch && item.contains("kernel_kind")) {
+        std::string kernelKind = r.str(item, "kernel_kind", sw);
+        std::optional<abi::KernelKind> k = abi::parseKernelKind(kernelKind);
+        if (!k && r.error.empty())
+          r.error = "kernel '" + st.kernel + "' has unknown kind '" +
+                    kernelKind +
+                    "' (expected the name of a moegpu kernel op, "
+                    "such as grouped_gemm or route)";
+        st.kernelKind = k.value_or(abi::KernelKind::Other);
+      }
       st.perBlock = r.integer(item, "per_block", sw);
       st.gridSize = r.integer(item, "grid_size", sw);
       st.block = r.integer(item, "block", sw);
@@ -399,6 +442,7 @@ static void readGpuProgram(Reader &r, const json &root, GpuProgram &program) {
   if (gpu->contains("update_steps"))
     if (const json *steps = r.array(*gpu, "update_steps", w))
       readSteps(*steps, program.updateSteps);
+  indexGpuBuffers(program);
 }
 
 bool isGradient(const TrainArgumentSpec &spec) {

@@ -43,7 +43,7 @@ public:
   ~CudaBackend() override {
     if (!ready)
       return;
-    for (auto &[name, ptr] : buffers)
+    for (CUdeviceptr ptr : buffers)
       if (ptr)
         driver.memFree(ptr);
     if (mapsBuffer)
@@ -95,11 +95,20 @@ private:
       return Status::success();
     return Status::failure(what + ": " + driver.describe(rc));
   }
+  /// The buffer of a name, when loading and for what the user asks by
+  /// name; steps know theirs by index (GpuStep::argIds).
   const GpuBuffer *findBuffer(const std::string &name) const {
     for (const GpuBuffer &b : manifest.gpu.buffers)
       if (b.name == name)
         return &b;
     return nullptr;
+  }
+  /// The device memory of a buffer of the manifest.
+  CUdeviceptr &deviceOf(const GpuBuffer &b) {
+    return buffers[static_cast<size_t>(&b - manifest.gpu.buffers.data())];
+  }
+  const GpuBuffer &bufferOf(int32_t id) const {
+    return manifest.gpu.buffers[static_cast<size_t>(id)];
   }
   size_t capacityBytes(const GpuBuffer &b) const {
     return gpuBufferBytes(manifest.gpu, b, manifest.maxTokens,
@@ -122,7 +131,7 @@ private:
     for (size_t i = 0; i < steps.size(); ++i) {
       const GpuStep &st = steps[i];
       bool exchange = i < timedExchanges.size() && timedExchanges[i];
-      if (st.op != "launch" && !exchange)
+      if (st.kind != abi::StepKind::Launch && !exchange)
         continue;
       KernelTime k;
       k.exchange = exchange;
@@ -131,7 +140,8 @@ private:
       std::string chunk =
           st.chunk >= 0 ? "chunk " + std::to_string(st.chunk) : "";
       if (exchange) {
-        k.kernel = "all-to-all (" + st.exchange;
+        k.kernel =
+            "all-to-all (" + std::string(abi::exchangeKindName(st.exchange));
         if (st.args.size() == 2)
           k.kernel += " " + st.args[0] + " -> " + st.args[1];
         k.kernel += (chunk.empty() ? "" : ", " + chunk) + ")";
@@ -157,24 +167,31 @@ private:
       n *= static_cast<size_t>(b.shape[i]);
     return n;
   }
+  /// What a schedule's steps need at run time beyond the manifest, found
+  /// at load: each launch's kernel and the device addresses of its tensor
+  /// maps.
+  struct StepPlan {
+    CUfunction function = nullptr;
+    std::vector<CUdeviceptr> maps;
+  };
+  using SchedulePlan = std::vector<StepPlan>;
   /// Enqueues the memsets and launches of `steps` for `tokens` tokens.
   /// Timed, their starts count from this schedule's start, or with
   /// `sameClock` from the last timed schedule's (the update after its
   /// step).
   Status launchSteps(const std::vector<GpuStep> &steps,
-                     const std::vector<std::vector<CUdeviceptr>> &maps,
-                     int64_t tokens, bool timed, bool sameClock = false);
+                     const SchedulePlan &plan, int64_t tokens, bool timed,
+                     bool sameClock = false);
   /// Runs `steps` for `tokens` tokens to completion (timed when profiling;
   /// `what` names the schedule in errors).
   Status runSchedule(const std::vector<GpuStep> &steps,
-                     const std::vector<std::vector<CUdeviceptr>> &maps,
-                     int64_t tokens, const std::string &what,
+                     const SchedulePlan &plan, int64_t tokens, const char *what,
                      bool sameClock = false) {
-    if (Status s = launchSteps(steps, maps, tokens, profiling, sameClock);
+    if (Status s = launchSteps(steps, plan, tokens, profiling, sameClock);
         !s.ok())
       return s;
     if (Status s = check(driver.streamSynchronize(stream),
-                         "a kernel of " + what + " failed");
+                         std::string("a kernel of ") + what + " failed");
         !s.ok())
       return s;
     if (profiling)
@@ -183,12 +200,14 @@ private:
   }
   /// The buffer of training step argument `name`.
   const GpuBuffer *argumentBuffer(const std::string &name) const {
+    using abi::SourceKind;
     for (const GpuBuffer &b : manifest.gpu.buffers)
-      if (b.source == "arg:" + name)
+      if (b.source.kind == SourceKind::Arg && b.source.role == name)
         return &b;
     for (const GpuBuffer &b : manifest.gpu.buffers)
       if (b.name == name &&
-          (b.source == "input" || b.source == "param:" + name))
+          (b.source.kind == SourceKind::Input ||
+           (b.source.kind == SourceKind::Param && b.source.role == name)))
         return &b;
     return nullptr;
   }
@@ -210,13 +229,16 @@ private:
   std::vector<uint8_t> staging;
   CUmodule module = nullptr;
   CUstream stream = nullptr;
-  std::map<std::string, CUfunction> functions;
-  std::map<std::string, CUdeviceptr> buffers;
+  /// By buffer index (GpuProgram::buffers).
+  std::vector<CUdeviceptr> buffers;
   CUdeviceptr mapsBuffer = 0;
-  /// Per step of the forward and of the training schedule: the device
-  /// address of each of its tensor maps.
-  std::vector<std::vector<CUdeviceptr>> stepMaps, trainStepMaps,
-      updateStepMaps;
+  /// The forward pass's, the training step's and the update's.
+  SchedulePlan stepPlan, trainStepPlan, updateStepPlan;
+  /// The forward pass's input and outputs (y, topk_ids, topk_weights); the
+  /// training step's arguments' buffers, in TrainSpec order (null: none).
+  const GpuBuffer *inputBuffer = nullptr;
+  const GpuBuffer *outputBuffers[3] = {};
+  std::vector<const GpuBuffer *> trainArgumentBuffers;
   /// A step keeping its state on the device: whether the device holds it
   /// (uploaded by a step; a restore invalidates it).
   bool trainingStateValid = false;
@@ -226,7 +248,7 @@ private:
   /// that touches its buffers (or the end of the schedule) waits for it.
   struct PendingExchange {
     CUevent done;
-    std::vector<std::string> buffers;
+    std::vector<int32_t> buffers;
     int64_t chunk = -1; // the token chunk it moves, or -1: all
   };
   std::vector<PendingExchange> pendingExchanges;
@@ -258,10 +280,10 @@ private:
     return e;
   }
   /// The compute stream waits for the pending exchanges that touch any of
-  /// `names` (all of them when `names` is null). A step of token chunk
-  /// `chunk` touches only that chunk's rows: another chunk's exchange of
-  /// the same buffers does not hold it back.
-  Status waitForExchanges(const std::vector<std::string> *names,
+  /// the buffers `ids` (all of them when `ids` is null). A step of token
+  /// chunk `chunk` touches only that chunk's rows: another chunk's
+  /// exchange of the same buffers does not hold it back.
+  Status waitForExchanges(const std::vector<int32_t> *ids,
                           int64_t chunk = -1) {
     for (size_t i = 0; i < pendingExchanges.size();) {
       PendingExchange &p = pendingExchanges[i];
@@ -269,10 +291,10 @@ private:
         ++i;
         continue;
       }
-      bool touches = !names;
-      for (size_t j = 0; names && !touches && j < names->size(); ++j)
-        touches = std::find(p.buffers.begin(), p.buffers.end(),
-                            (*names)[j]) != p.buffers.end();
+      bool touches = !ids;
+      for (size_t j = 0; ids && !touches && j < ids->size(); ++j)
+        touches = std::find(p.buffers.begin(), p.buffers.end(), (*ids)[j]) !=
+                  p.buffers.end();
       if (!touches) {
         ++i;
         continue;
@@ -299,7 +321,7 @@ Expected<std::map<std::string, Tensor>> CudaBackend::dumpBuffers() {
     int32_t end = 0;
     size_t at = static_cast<size_t>(offsets->shape[0] - 1) * sizeof(int32_t);
     if (Status s =
-            check(driver.memcpyDtoH(&end, buffers["offsets"] + at, sizeof(end)),
+            check(driver.memcpyDtoH(&end, deviceOf(*offsets) + at, sizeof(end)),
                   "cannot read the expert offsets");
         !s.ok())
       return Result::error(s.error);
@@ -313,7 +335,7 @@ Expected<std::map<std::string, Tensor>> CudaBackend::dumpBuffers() {
     Tensor t = Tensor::zeros(b.dtype, shape);
     if (!t.data.empty())
       if (Status s = check(
-              driver.memcpyDtoH(t.data.data(), buffers[b.name], t.data.size()),
+              driver.memcpyDtoH(t.data.data(), deviceOf(b), t.data.size()),
               "cannot download '" + b.name + "'");
           !s.ok())
         return Result::error(s.error);
@@ -324,6 +346,8 @@ Expected<std::map<std::string, Tensor>> CudaBackend::dumpBuffers() {
 
 Status CudaBackend::init(const Bundle &bundle) {
   manifest = bundle.manifest;
+  // (A program built in memory has not been through the bundle reader.)
+  indexGpuBuffers(manifest.gpu);
   Expected<Driver> d = openDriver();
   if (!d)
     return Status::failure(d.message());
@@ -381,6 +405,7 @@ Status CudaBackend::init(const Bundle &bundle) {
         "; compile with more expert-parallel ranks (--ep) or fewer tokens "
         "(--max-tokens)");
 
+  buffers.assign(manifest.gpu.buffers.size(), 0);
   for (const GpuBuffer &b : manifest.gpu.buffers) {
     CUdeviceptr ptr = 0;
     size_t bytes = std::max<size_t>(capacityBytes(b), 16);
@@ -389,7 +414,7 @@ Status CudaBackend::init(const Bundle &bundle) {
                              " MiB for buffer '" + b.name + "'");
         !s.ok())
       return s;
-    buffers[b.name] = ptr;
+    deviceOf(b) = ptr;
     // Zeroed once: a weight gradient's GEMM reads whole 64-row blocks of
     // its operands, and rows no step has written yet must not be NaN.
     if (Status s = check(driver.memsetD8Async(ptr, 0, bytes, stream),
@@ -402,6 +427,7 @@ Status CudaBackend::init(const Bundle &bundle) {
   // each buffer's full capacity: rows past the live ones are never stored).
   std::vector<TensorMap> maps;
   std::vector<std::vector<size_t>> mapIndex;
+  std::vector<CUfunction> functions;
   std::vector<const GpuStep *> allSteps;
   for (const GpuStep &step : manifest.gpu.steps)
     allSteps.push_back(&step);
@@ -412,7 +438,8 @@ Status CudaBackend::init(const Bundle &bundle) {
   for (const GpuStep *stepPtr : allSteps) {
     const GpuStep &step = *stepPtr;
     mapIndex.emplace_back();
-    if (step.op != "launch")
+    functions.push_back(nullptr);
+    if (step.kind != abi::StepKind::Launch)
       continue;
     CUfunction fn = nullptr;
     if (Status s =
@@ -420,7 +447,7 @@ Status CudaBackend::init(const Bundle &bundle) {
                   "the cubin has no kernel '" + step.kernel + "'");
         !s.ok())
       return s;
-    functions[step.kernel] = fn;
+    functions.back() = fn;
     if (step.sharedMemory > 48 * 1024)
       if (Status s = check(
               driver.funcSetAttribute(fn, kFuncAttributeMaxDynamicSharedSize,
@@ -431,7 +458,7 @@ Status CudaBackend::init(const Bundle &bundle) {
           !s.ok())
         return s;
     for (const GpuTensorMap &t : step.tensorMaps) {
-      const GpuBuffer *b = findBuffer(step.args[t.source]);
+      const GpuBuffer *b = &bufferOf(step.argIds[t.source]);
       int64_t cols = t.view[1];
       int64_t rows =
           t.view[0] >= 0
@@ -450,14 +477,14 @@ Status CudaBackend::init(const Bundle &bundle) {
                  : b->dtype == DType::F32    ? kTensorMapFloat32
                  : b->dtype == DType::F8E4M3 ? kTensorMapUInt8
                                              : kTensorMapFloat16;
-      if (Status s = check(driver.tensorMapEncodeTiled(
-                               &map, type, 2,
-                               reinterpret_cast<void *>(buffers[b->name]), dims,
-                               strides, box, elementStrides, /*interleave=*/0,
-                               kTensorMapSwizzle128B, kTensorMapL2Promotion256B,
-                               /*oobFill=*/0),
-                           "cannot encode the tensor map of '" + b->name +
-                               "' for kernel '" + step.kernel + "'");
+      if (Status s =
+              check(driver.tensorMapEncodeTiled(
+                        &map, type, 2, reinterpret_cast<void *>(deviceOf(*b)),
+                        dims, strides, box, elementStrides, /*interleave=*/0,
+                        kTensorMapSwizzle128B, kTensorMapL2Promotion256B,
+                        /*oobFill=*/0),
+                    "cannot encode the tensor map of '" + b->name +
+                        "' for kernel '" + step.kernel + "'");
           !s.ok())
         return s;
       mapIndex.back().push_back(maps.size());
@@ -478,13 +505,20 @@ Status CudaBackend::init(const Bundle &bundle) {
   size_t forwardSteps = manifest.gpu.steps.size();
   size_t trainEnd = forwardSteps + manifest.gpu.trainSteps.size();
   for (size_t j = 0; j < mapIndex.size(); ++j) {
-    auto &into = j < forwardSteps ? stepMaps
-                 : j < trainEnd   ? trainStepMaps
-                                  : updateStepMaps;
+    SchedulePlan &into = j < forwardSteps ? stepPlan
+                         : j < trainEnd   ? trainStepPlan
+                                          : updateStepPlan;
     into.emplace_back();
+    into.back().function = functions[j];
     for (size_t i : mapIndex[j])
-      into.back().push_back(mapsBuffer + i * sizeof(TensorMap));
+      into.back().maps.push_back(mapsBuffer + i * sizeof(TensorMap));
   }
+  inputBuffer = findBuffer("x");
+  const char *outputs[3] = {"y", "topk_ids", "topk_weights"};
+  for (int o = 0; o < 3; ++o)
+    outputBuffers[o] = findBuffer(outputs[o]);
+  for (const TrainArgumentSpec &spec : manifest.train.arguments)
+    trainArgumentBuffers.push_back(argumentBuffer(spec.name));
   // One pair of events per step of the longest schedule: a schedule's
   // times are read before the next one runs.
   size_t timedSteps =
@@ -510,24 +544,20 @@ CudaBackend::uploadParameters(const std::vector<const Tensor *> &arguments) {
   for (const GpuBuffer &b : manifest.gpu.buffers) {
     AlignedBytes packed;
     const AlignedBytes *bytes = nullptr;
-    if (b.source.rfind("param:", 0) == 0) {
-      const Tensor *t = parameter(b.source.substr(6));
+    if (b.source.kind == abi::SourceKind::Param) {
+      const Tensor *t = parameter(b.source.role);
       if (!t)
         return Status::failure("buffer '" + b.name + "' takes parameter '" +
-                               b.source.substr(6) +
-                               "', which the bundle has not");
+                               b.source.role + "', which the bundle has not");
       bytes = &t->data;
-    } else if (bool concat = b.source.rfind("concat:", 0) == 0;
-               concat || b.source.rfind("pack:", 0) == 0) {
-      std::string roles = b.source.substr(concat ? 7 : 5);
-      size_t comma = roles.find(',');
-      const Tensor *gate = parameter(roles.substr(0, comma));
-      const Tensor *up = comma == std::string::npos
-                             ? nullptr
-                             : parameter(roles.substr(comma + 1));
+    } else if (b.source.fromCheckpoint()) {
+      bool concat = b.source.kind == abi::SourceKind::Concat;
+      const Tensor *gate = parameter(b.source.role);
+      const Tensor *up = parameter(b.source.upRole);
       if (!gate || !up || gate->shape != up->shape ||
           (concat && gate->shape.size() < 2))
-        return Status::failure("buffer '" + b.name + "' packs '" + roles +
+        return Status::failure("buffer '" + b.name + "' packs '" +
+                               b.source.role + "," + b.source.upRole +
                                "', which the bundle does not hold alike" +
                                (concat ? " (as matrices)" : ""));
       // A rank-2 buffer packs vectors (the experts' gate and up biases).
@@ -542,9 +572,9 @@ CudaBackend::uploadParameters(const std::vector<const Tensor *> &arguments) {
       return Status::failure(
           "buffer '" + b.name + "' needs " + std::to_string(capacityBytes(b)) +
           " bytes, its parameters give " + std::to_string(bytes->size()));
-    if (Status s = check(
-            driver.memcpyHtoD(buffers[b.name], bytes->data(), bytes->size()),
-            "cannot upload '" + b.name + "'");
+    if (Status s =
+            check(driver.memcpyHtoD(deviceOf(b), bytes->data(), bytes->size()),
+                  "cannot upload '" + b.name + "'");
         !s.ok())
       return s;
   }
@@ -565,16 +595,16 @@ Status CudaBackend::runExchange(const GpuStep &step, CUevent begin,
   int ranks = deviceComm->size();
   double started = steadySeconds();
   auto ptr = [&](size_t arg) {
-    return reinterpret_cast<void *>(buffers[step.args[arg]]);
+    return reinterpret_cast<void *>(buffers[step.argIds[arg]]);
   };
-  std::optional<abi::ExchangeKind> kind = abi::parseExchangeKind(step.exchange);
+  abi::ExchangeKind kind = step.exchange;
   // A dispatch needs what the launches before wrote on the host (the
   // sizes). The others have their sizes from the dispatch: the
   // communicator's stream waits for the compute stream's work so far,
   // runs the exchange, and the compute stream goes on (the steps that
   // touch the exchange's buffers wait for it).
-  bool async = kind && *kind != abi::ExchangeKind::Dispatch &&
-               *kind != abi::ExchangeKind::DispatchPlan;
+  bool async = kind != abi::ExchangeKind::Dispatch &&
+               kind != abi::ExchangeKind::DispatchPlan;
   auto *commStream = static_cast<CUstream>(deviceComm->stream());
   if (async) {
     Expected<CUevent> ready =
@@ -598,7 +628,7 @@ Status CudaBackend::runExchange(const GpuStep &step, CUevent begin,
     dispatchedOffsets.assign(experts + 1, 0);
     receivedOffsets.assign(experts + 1, 0);
     if (Status s = check(driver.memcpyDtoH(dispatchedOffsets.data(),
-                                           buffers[step.args[0]],
+                                           buffers[step.argIds[0]],
                                            (experts + 1) * sizeof(int32_t)),
                          "cannot read the expert offsets");
         !s.ok())
@@ -614,20 +644,21 @@ Status CudaBackend::runExchange(const GpuStep &step, CUevent begin,
     std::vector<int32_t> groups(local + 1);
     for (int64_t l = 0; l <= local; ++l)
       groups[l] = receivedOffsets[l * ranks];
-    if (Status s = check(driver.memcpyHtoD(buffers[step.args[3]],
+    if (Status s = check(driver.memcpyHtoD(buffers[step.argIds[3]],
                                            receivedOffsets.data(),
                                            (experts + 1) * sizeof(int32_t)),
                          "cannot write the received offsets");
         !s.ok())
       return s;
-    if (Status s = check(driver.memcpyHtoD(buffers[step.args[4]], groups.data(),
-                                           groups.size() * sizeof(int32_t)),
-                         "cannot write the experts' offsets");
+    if (Status s =
+            check(driver.memcpyHtoD(buffers[step.argIds[4]], groups.data(),
+                                    groups.size() * sizeof(int32_t)),
+                  "cannot write the experts' offsets");
         !s.ok())
       return s;
     ExchangePlan rows = planExchange(
         comm::Kind::Dispatch, dispatchedOffsets.data(), receivedOffsets.data(),
-        experts, ranks, rowBytes(*findBuffer(step.args[1])));
+        experts, ranks, rowBytes(bufferOf(step.argIds[1])));
     ExchangePlan weights =
         planExchange(comm::Kind::Dispatch, dispatchedOffsets.data(),
                      receivedOffsets.data(), experts, ranks, sizeof(float));
@@ -654,10 +685,10 @@ Status CudaBackend::runExchange(const GpuStep &step, CUevent begin,
     bool forth = kind == abi::ExchangeKind::DispatchRows;
     const int32_t *sent = chunkDispatched[c].data();
     const int32_t *came = chunkReceived[c].data();
-    ExchangePlan plan = planExchange(
-        forth ? comm::Kind::Dispatch : comm::Kind::Combine,
-        forth ? sent : came, forth ? came : sent, experts, ranks,
-        rowBytes(*findBuffer(step.args[0])));
+    ExchangePlan plan =
+        planExchange(forth ? comm::Kind::Dispatch : comm::Kind::Combine,
+                     forth ? sent : came, forth ? came : sent, experts, ranks,
+                     rowBytes(bufferOf(step.argIds[0])));
     if (Status s = deviceComm->exchange(ptr(0), plan.sends, ptr(1), plan.recvs);
         !s.ok())
       return s;
@@ -672,7 +703,7 @@ Status CudaBackend::runExchange(const GpuStep &step, CUevent begin,
         planExchange(forth ? comm::Kind::Dispatch : comm::Kind::Combine,
                      forth ? dispatchedOffsets.data() : receivedOffsets.data(),
                      forth ? receivedOffsets.data() : dispatchedOffsets.data(),
-                     experts, ranks, rowBytes(*findBuffer(step.args[0])));
+                     experts, ranks, rowBytes(bufferOf(step.argIds[0])));
     if (Status s = deviceComm->exchange(ptr(0), plan.sends, ptr(1), plan.recvs);
         !s.ok())
       return s;
@@ -681,13 +712,10 @@ Status CudaBackend::runExchange(const GpuStep &step, CUevent begin,
       return Status::failure("the schedule combines before it dispatches");
     ExchangePlan rows = planExchange(
         comm::Kind::Combine, receivedOffsets.data(), dispatchedOffsets.data(),
-        experts, ranks, rowBytes(*findBuffer(step.args[1])));
+        experts, ranks, rowBytes(bufferOf(step.argIds[1])));
     if (Status s = deviceComm->exchange(ptr(1), rows.sends, ptr(3), rows.recvs);
         !s.ok())
       return s;
-  } else {
-    return Status::failure("unknown exchange '" + step.exchange +
-                           "' in the bundle's schedule");
   }
   if (async) {
     if (end) {
@@ -699,9 +727,9 @@ Status CudaBackend::runExchange(const GpuStep &step, CUevent begin,
         recordExchangeEvent(commStream, "the exchange's completion");
     if (!done)
       return Status::failure(done.message());
-    pendingExchanges.push_back({*done, step.args, step.chunk});
+    pendingExchanges.push_back({*done, step.argIds, step.chunk});
     // For the trace: enqueueing it (it runs beside the next launches).
-    std::string what = step.exchange;
+    std::string what(abi::exchangeKindName(step.exchange));
     if (step.chunk >= 0)
       what += ", chunk " + std::to_string(step.chunk);
     hostComm->record("all-to-all (" + what + ", NCCL, enqueued)", started);
@@ -714,7 +742,10 @@ Status CudaBackend::runExchange(const GpuStep &step, CUevent begin,
   }
   Status done = deviceComm->synchronize();
   // For the trace: the exchange's span, sizes and NCCL together.
-  hostComm->record("all-to-all (" + step.exchange + ", NCCL)", started);
+  hostComm->record("all-to-all (" +
+                       std::string(abi::exchangeKindName(step.exchange)) +
+                       ", NCCL)",
+                   started);
   return done;
 }
 
@@ -723,8 +754,8 @@ Status CudaBackend::planChunks(const GpuStep &step) {
   int ranks = deviceComm->size();
   int64_t local = experts / ranks;
   auto chunks = static_cast<int64_t>(step.args.size()) - 2;
-  const GpuBuffer *offsets = findBuffer(step.args[0]);
-  const GpuBuffer *received = findBuffer(step.args[1]);
+  const GpuBuffer *offsets = &bufferOf(step.argIds[0]);
+  const GpuBuffer *received = &bufferOf(step.argIds[1]);
   if (offsets->shape.size() != 1 || offsets->shape[0] != chunks * experts + 1 ||
       received->shape.size() != 1 ||
       received->shape[0] != chunks * (experts + 1))
@@ -734,7 +765,7 @@ Status CudaBackend::planChunks(const GpuStep &step) {
         " and ep_offsets of " + std::to_string(chunks * (experts + 1)) +
         " entries");
   std::vector<int32_t> all(static_cast<size_t>(chunks * experts + 1));
-  if (Status s = check(driver.memcpyDtoH(all.data(), buffers[step.args[0]],
+  if (Status s = check(driver.memcpyDtoH(all.data(), buffers[step.argIds[0]],
                                          all.size() * sizeof(int32_t)),
                        "cannot read the chunks' expert offsets");
       !s.ok())
@@ -774,7 +805,7 @@ Status CudaBackend::planChunks(const GpuStep &step) {
     for (int64_t l = 0; l <= local; ++l)
       groups[l] = came[l * ranks];
     if (Status s = check(
-            driver.memcpyHtoD(buffers[step.args[2 + c]], groups.data(),
+            driver.memcpyHtoD(buffers[step.argIds[2 + c]], groups.data(),
                               groups.size() * sizeof(int32_t)),
             "cannot write chunk " + std::to_string(c) + "'s expert offsets");
         !s.ok())
@@ -784,7 +815,7 @@ Status CudaBackend::planChunks(const GpuStep &step) {
   // A later unchunked exchange has no dispatch to refer to.
   dispatchedOffsets.clear();
   receivedOffsets.clear();
-  return check(driver.memcpyHtoD(buffers[step.args[1]], layout.data(),
+  return check(driver.memcpyHtoD(buffers[step.argIds[1]], layout.data(),
                                  layout.size() * sizeof(int32_t)),
                "cannot write the received offsets");
 }
@@ -798,11 +829,10 @@ Status CudaBackend::runAllReduce(const GpuStep &step) {
       !s.ok())
     return s;
   double started = steadySeconds();
-  for (const std::string &name : step.args) {
-    const GpuBuffer *b = findBuffer(name);
-    if (Status s =
-            deviceComm->allReduceSum(reinterpret_cast<float *>(buffers[name]),
-                                     capacityBytes(*b) / sizeof(float));
+  for (int32_t id : step.argIds) {
+    if (Status s = deviceComm->allReduceSum(
+            reinterpret_cast<float *>(buffers[id]),
+            capacityBytes(bufferOf(id)) / sizeof(float));
         !s.ok())
       return s;
   }
@@ -817,10 +847,9 @@ Status CudaBackend::runAllReduce(const GpuStep &step) {
   return done;
 }
 
-Status
-CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
-                         const std::vector<std::vector<CUdeviceptr>> &maps,
-                         int64_t tokens, bool timed, bool sameClock) {
+Status CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
+                                const SchedulePlan &plan, int64_t tokens,
+                                bool timed, bool sameClock) {
   int64_t k = manifest.layer.topK;
   if (timed) {
     timedExchanges.assign(steps.size(), false);
@@ -836,7 +865,7 @@ CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
   }
   for (size_t i = 0; i < steps.size(); ++i) {
     const GpuStep &step = steps[i];
-    if (step.op == "exchange") {
+    if (step.kind == abi::StepKind::Exchange) {
       bool recorded = false;
       if (Status s = timed ? runExchange(step, events[2 * i],
                                          events[2 * i + 1], &recorded)
@@ -847,29 +876,28 @@ CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
         timedExchanges[i] = recorded;
       continue;
     }
-    if (step.op == "all_reduce") {
+    if (step.kind == abi::StepKind::AllReduce) {
       if (Status s = runAllReduce(step); !s.ok())
         return s;
       continue;
     }
-    if (step.op == "memset") {
-      const GpuBuffer *b = findBuffer(step.buffer);
-      std::vector<std::string> cleared{step.buffer};
+    if (step.kind == abi::StepKind::Memset) {
+      std::vector<int32_t> cleared{step.bufferId};
       if (Status s = waitForExchanges(&cleared); !s.ok())
         return s;
-      if (Status s = check(driver.memsetD8Async(buffers[step.buffer], 0,
-                                                capacityBytes(*b), stream),
+      if (Status s = check(driver.memsetD8Async(
+                               buffers[step.bufferId], 0,
+                               capacityBytes(bufferOf(step.bufferId)), stream),
                            "cannot clear '" + step.buffer + "'");
           !s.ok())
         return s;
       continue;
     }
-    if (Status s = waitForExchanges(&step.args, step.chunk); !s.ok())
+    if (Status s = waitForExchanges(&step.argIds, step.chunk); !s.ok())
       return s;
-    // The manifest was validated: the grid kind is known.
     int64_t perBlock = std::max<int64_t>(step.perBlock, 1);
     int64_t grid = step.gridSize;
-    switch (*abi::parseGridKind(step.gridKind)) {
+    switch (step.grid) {
     case abi::GridKind::Tokens:
       grid = (tokens + perBlock - 1) / perBlock;
       break;
@@ -894,9 +922,9 @@ CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
     // map pointers appended by the compiler.
     std::vector<int64_t> words;
     words.reserve(64);
-    for (const std::string &name : step.args) {
-      const GpuBuffer *b = findBuffer(name);
-      auto ptr = static_cast<int64_t>(buffers[name]);
+    for (int32_t id : step.argIds) {
+      const GpuBuffer *b = &bufferOf(id);
+      auto ptr = static_cast<int64_t>(buffers[id]);
       words.push_back(ptr);
       words.push_back(ptr);
       words.push_back(0);
@@ -915,7 +943,7 @@ CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
       for (int64_t s : strides)
         words.push_back(s);
     }
-    for (CUdeviceptr map : maps[i])
+    for (CUdeviceptr map : plan[i].maps)
       words.push_back(static_cast<int64_t>(map));
     std::vector<void *> params;
     for (size_t j = 0; j < words.size(); ++j)
@@ -930,7 +958,8 @@ CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
     // touches memory, so it may be scheduled while that one runs.
     attrs[1].id = kLaunchAttributeProgrammaticStreamSerialization;
     attrs[1].value.programmaticStreamSerializationAllowed = 1;
-    bool afterKernel = i > 0 && steps[i - 1].op == "launch" && !timed;
+    bool afterKernel =
+        i > 0 && steps[i - 1].kind == abi::StepKind::Launch && !timed;
     LaunchConfig config{static_cast<unsigned>(grid),
                         1,
                         1,
@@ -943,7 +972,7 @@ CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
                         afterKernel ? 2u : 1u};
     if (timed)
       driver.eventRecord(events[2 * i], stream);
-    if (Status s = check(driver.launchKernelEx(&config, functions[step.kernel],
+    if (Status s = check(driver.launchKernelEx(&config, plan[i].function,
                                                params.data(), nullptr),
                          "cannot launch kernel '" + step.kernel + "'");
         !s.ok())
@@ -958,20 +987,24 @@ CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
 Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {
   const Tensor &x = *arguments.front();
   int64_t tokens = x.shape[0];
+  if (!inputBuffer || !outputBuffers[0] || !outputBuffers[1] ||
+      !outputBuffers[2])
+    return Status::failure("the sm_90a bundle has no forward pass (no "
+                           "buffers x, y, topk_ids and topk_weights)");
   lastTokens = tokens;
   if (!parametersUploaded)
     if (Status s = uploadParameters(arguments); !s.ok())
       return s;
-  if (Status s =
-          check(driver.memcpyHtoD(buffers["x"], x.data.data(), x.data.size()),
-                "cannot upload the input");
+  if (Status s = check(driver.memcpyHtoD(deviceOf(*inputBuffer), x.data.data(),
+                                         x.data.size()),
+                       "cannot upload the input");
       !s.ok())
     return s;
 
   profile.clear();
   // No tokens: nothing to launch, only the stream to wait for.
   static const std::vector<GpuStep> none;
-  if (Status s = runSchedule(tokens > 0 ? manifest.gpu.steps : none, stepMaps,
+  if (Status s = runSchedule(tokens > 0 ? manifest.gpu.steps : none, stepPlan,
                              tokens, "the forward pass");
       !s.ok())
     return s;
@@ -984,7 +1017,7 @@ Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {
   for (int o = 0; o < 3; ++o) {
     const Tensor &out = *arguments[arguments.size() - 3 + o];
     auto *into = const_cast<uint8_t *>(out.data.data());
-    const GpuBuffer *b = findBuffer(names[o]);
+    const GpuBuffer *b = outputBuffers[o];
     size_t count = static_cast<size_t>(out.numElements());
     if (tokens == 0 || count == 0)
       continue;
@@ -997,7 +1030,7 @@ Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {
     if (!same && staging.size() < bytes)
       staging.resize(bytes);
     if (Status s = check(driver.memcpyDtoH(same ? into : staging.data(),
-                                           buffers[names[o]], bytes),
+                                           deviceOf(*b), bytes),
                          std::string("cannot download '") + names[o] + "'");
         !s.ok())
       return s;
@@ -1044,7 +1077,7 @@ Status CudaBackend::runEntry(const std::string &symbol,
   std::vector<const GpuBuffer *> targets;
   for (size_t i = 0; i < arguments.size(); ++i) {
     const TrainArgumentSpec &spec = train.arguments[i];
-    const GpuBuffer *b = argumentBuffer(spec.name);
+    const GpuBuffer *b = trainArgumentBuffers[i];
     if (!b)
       return Status::failure("the training schedule has no buffer for "
                              "argument '" +
@@ -1072,15 +1105,14 @@ Status CudaBackend::runEntry(const std::string &symbol,
                  spec.name != "target" && spec.name != "hyper";
     if (state && trainingStateValid)
       continue;
-    if (Status s =
-            check(driver.memcpyHtoD(buffers[b->name], t.data.data(), bytes),
-                  "cannot upload '" + spec.name + "'");
+    if (Status s = check(driver.memcpyHtoD(deviceOf(*b), t.data.data(), bytes),
+                         "cannot upload '" + spec.name + "'");
         !s.ok())
       return s;
     // Rows past this step's tokens are zero: the shared experts' weight
     // gradients reduce over the tokens in blocks of 64 rows.
     if (size_t capacity = capacityBytes(*b); capacity > bytes)
-      if (Status s = check(driver.memsetD8Async(buffers[b->name] + bytes, 0,
+      if (Status s = check(driver.memsetD8Async(deviceOf(*b) + bytes, 0,
                                                 capacity - bytes, stream),
                            "cannot clear the rows past '" + spec.name + "'");
           !s.ok())
@@ -1090,7 +1122,7 @@ Status CudaBackend::runEntry(const std::string &symbol,
   profile.clear();
   if (train.stateOnDevice)
     trainingStateValid = true;
-  if (Status s = runSchedule(manifest.gpu.trainSteps, trainStepMaps, tokens,
+  if (Status s = runSchedule(manifest.gpu.trainSteps, trainStepPlan, tokens,
                              "the training step");
       !s.ok())
     return s;
@@ -1105,7 +1137,7 @@ Status CudaBackend::runEntry(const std::string &symbol,
       continue;
     if (Status s =
             check(driver.memcpyDtoH(const_cast<uint8_t *>(t.data.data()),
-                                    buffers[targets[i]->name], t.data.size()),
+                                    deviceOf(*targets[i]), t.data.size()),
                   "cannot download '" + train.arguments[i].name + "'");
         !s.ok())
       return s;
@@ -1124,8 +1156,7 @@ Status CudaBackend::downloadTrainingTensors(
                              " buffer of " +
                              std::to_string(tensor->data.size()) +
                              " bytes for '" + name + "'");
-    if (Status s = check(driver.memcpyDtoH(tensor->data.data(),
-                                           buffers[b->name],
+    if (Status s = check(driver.memcpyDtoH(tensor->data.data(), deviceOf(*b),
                                            tensor->data.size()),
                          "cannot download '" + name + "'");
         !s.ok())
@@ -1139,7 +1170,7 @@ Status CudaBackend::runTrainingUpdate() {
     return Status::failure("no training step ran whose state the device "
                            "holds");
   // Profiled, the update's kernels follow the step's in lastProfile().
-  return runSchedule(manifest.gpu.updateSteps, updateStepMaps, lastTokens,
+  return runSchedule(manifest.gpu.updateSteps, updateStepPlan, lastTokens,
                      "the training update", /*sameClock=*/true);
 }
 
@@ -1155,11 +1186,13 @@ AlignedBytes packGateUp(const Tensor &gate, const Tensor &up, bool vectors) {
   for (int64_t e = 0; e < experts; ++e)
     for (int64_t r = 0; r < f; ++r) {
       size_t src = (static_cast<size_t>(e) * f + r) * rowBytes;
-      size_t gateRow = static_cast<size_t>(e * 2 * f + (r / 8) * 16 + r % 8);
+      constexpr int64_t block = abi::kGateUpBlock;
+      size_t gateRow = static_cast<size_t>(e * 2 * f + (r / block) * 2 * block +
+                                           r % block);
       std::memcpy(out.data() + gateRow * rowBytes, gate.data.data() + src,
                   rowBytes);
-      std::memcpy(out.data() + (gateRow + 8) * rowBytes, up.data.data() + src,
-                  rowBytes);
+      std::memcpy(out.data() + (gateRow + block) * rowBytes,
+                  up.data.data() + src, rowBytes);
     }
   return out;
 }

@@ -72,53 +72,50 @@ static Status validateGpuProgram(const Manifest &m) {
     if (st.chunk < -1)
       return fail("a gpu step has chunk " + std::to_string(st.chunk) +
                   ", expected a chunk index >= 0 (or none)");
-    if (st.op == "memset") {
+    using abi::StepKind;
+    if (st.kind == StepKind::Memset) {
       if (!buffers.count(st.buffer))
         return fail("memset of unknown gpu buffer '" + st.buffer + "'");
       return Status::success();
     }
-    if (st.op == "exchange" || st.op == "all_reduce") {
-      std::optional<abi::ExchangeKind> kind =
-          abi::parseExchangeKind(st.exchange);
+    if (st.kind == StepKind::Exchange || st.kind == StepKind::AllReduce) {
+      bool exchange = st.kind == StepKind::Exchange;
+      abi::ExchangeKind kind = st.exchange;
       bool plan = kind == abi::ExchangeKind::DispatchPlan;
-      if (st.op == "exchange" &&
-          (!kind || (plan ? st.args.size() < abi::exchangeArity(*kind)
-                          : st.args.size() != abi::exchangeArity(*kind))))
+      if (exchange && (plan ? st.args.size() < abi::exchangeArity(kind)
+                            : st.args.size() != abi::exchangeArity(kind)))
         return fail("a gpu exchange must be a dispatch of 7 buffers, a "
                     "combine of 4, a dispatch_rows or combine_rows of 2, "
                     "or a dispatch_plan of at least 3 ('" +
-                    st.exchange + "' of " + std::to_string(st.args.size()) +
-                    ")");
+                    std::string(abi::exchangeKindName(kind)) + "' of " +
+                    std::to_string(st.args.size()) + ")");
       bool rows = kind == abi::ExchangeKind::DispatchRows ||
                   kind == abi::ExchangeKind::CombineRows;
-      if (st.op == "exchange" && st.chunk >= 0 && !rows)
-        return fail("a gpu exchange of kind '" + st.exchange +
+      if (exchange && st.chunk >= 0 && !rows)
+        return fail("a gpu exchange of kind '" +
+                    std::string(abi::exchangeKindName(kind)) +
                     "' takes no chunk (only dispatch_rows and combine_rows "
                     "move one chunk's rows)");
-      if (st.chunk >= 0 && plan)
+      if (exchange && st.chunk >= 0 && plan)
         return fail("a dispatch_plan takes no chunk");
+      std::string what(abi::stepKindName(st.kind));
       if (m.expertParallel < 2)
-        return fail("the gpu program has a collective (" + st.op +
+        return fail("the gpu program has a collective (" + what +
                     "), but its layer is not sharded");
       for (const std::string &a : st.args) {
         if (!buffers.count(a))
-          return fail("a gpu " + st.op + " takes unknown buffer '" + a + "'");
-        if (st.op == "all_reduce" && buffers[a]->dtype != DType::F32)
+          return fail("a gpu " + what + " takes unknown buffer '" + a + "'");
+        if (!exchange && buffers[a]->dtype != DType::F32)
           return fail("a gpu all_reduce sums f32 buffers, and '" + a +
                       "' is not one");
       }
       return Status::success();
     }
-    if (st.op != "launch")
-      return fail("unknown gpu step '" + st.op + "'");
     for (const std::string &a : st.args)
       if (!buffers.count(a))
         return fail("kernel '" + st.kernel + "' takes unknown buffer '" + a +
                     "'");
-    std::optional<abi::GridKind> grid = abi::parseGridKind(st.gridKind);
-    if (!grid)
-      return fail("kernel '" + st.kernel + "' has unknown grid '" +
-                  st.gridKind + "'");
+    abi::GridKind grid = st.grid;
     if ((grid == abi::GridKind::Tokens || grid == abi::GridKind::Assignments) &&
         st.perBlock < 1)
       return fail("kernel '" + st.kernel + "' has per_block < 1");

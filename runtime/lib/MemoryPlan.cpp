@@ -10,6 +10,7 @@
 #include "moe/runtime/ScheduleAbi.h"
 
 #include <cstdio>
+#include <map>
 #include <set>
 
 namespace moe::rt {
@@ -38,29 +39,47 @@ uint64_t gpuBufferBytes(const GpuProgram &program, const GpuBuffer &buffer,
   return n;
 }
 
+void indexGpuBuffers(GpuProgram &program) {
+  std::map<std::string, int32_t> ids;
+  for (size_t i = 0; i < program.buffers.size(); ++i)
+    ids.emplace(program.buffers[i].name, static_cast<int32_t>(i));
+  auto id = [&](const std::string &name) {
+    auto it = ids.find(name);
+    return it == ids.end() ? -1 : it->second;
+  };
+  for (auto *steps :
+       {&program.steps, &program.trainSteps, &program.updateSteps})
+    for (GpuStep &step : *steps) {
+      step.argIds.clear();
+      for (const std::string &a : step.args)
+        step.argIds.push_back(id(a));
+      step.bufferId = step.buffer.empty() ? -1 : id(step.buffer);
+    }
+}
+
 GpuMemoryPlan planGpuMemory(const GpuProgram &program, int64_t maxTokens,
                             int64_t ranks) {
   // Which buffers the forward pass's kernels touch, and which the training
   // step's own kernels and exchanges do.
   std::set<std::string> forwardKernels, forward, backward;
   for (const GpuStep &step : program.steps) {
-    if (step.op == "launch")
+    if (step.kind == abi::StepKind::Launch)
       forwardKernels.insert(step.kernel);
     forward.insert(step.args.begin(), step.args.end());
   }
   for (const GpuStep &step : program.trainSteps)
-    if (step.op != "launch" || !forwardKernels.count(step.kernel))
+    if (step.kind != abi::StepKind::Launch ||
+        !forwardKernels.count(step.kernel))
       backward.insert(step.args.begin(), step.args.end());
 
   GpuMemoryPlan plan;
   for (const GpuBuffer &b : program.buffers) {
     uint64_t bytes = gpuBufferBytes(program, b, maxTokens, ranks);
-    const std::string &src = b.source;
-    if (src.rfind("param:", 0) == 0 || src.rfind("pack:", 0) == 0 ||
-        src.rfind("concat:", 0) == 0) {
+    abi::SourceKind src = b.source.kind;
+    if (b.source.fromCheckpoint()) {
       plan.weights += bytes;
-    } else if (src.rfind("arg:", 0) == 0) {
-      std::string name = src.substr(4);
+    } else if (src == abi::SourceKind::Arg) {
+      const std::string &name = b.source.role;
       if (endsWith(name, ".grad"))
         plan.gradients += bytes;
       else if (endsWith(name, ".m") || endsWith(name, ".v") ||
@@ -72,7 +91,8 @@ GpuMemoryPlan planGpuMemory(const GpuProgram &program, int64_t maxTokens,
         plan.activations += bytes; // the step's inputs and outputs
       else
         plan.weights += bytes; // an fp32 master
-    } else if (src == "input" || src == "output" ||
+    } else if (src == abi::SourceKind::Input ||
+               src == abi::SourceKind::Output ||
                (forward.count(b.name) && backward.count(b.name))) {
       plan.activations += bytes;
     } else {

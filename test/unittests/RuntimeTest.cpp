@@ -322,16 +322,22 @@ TEST(RuntimeTest, GpuProgramRoundTripAndValidation) {
   m.compiler = "test";
   m.maxTokens = 8;
   m.gpu.rowCapacity = 256;
-  m.gpu.buffers = {{"x", DType::BF16, {-1, 64}, "input"},
-                   {"rows", DType::BF16, {-2, 64}, "scratch"},
-                   {"y", DType::BF16, {-1, 64}, "output"},
-                   {"topk_ids", DType::I32, {-1, 2}, "output"},
-                   {"topk_weights", DType::F32, {-1, 2}, "output"}};
+  auto source = [](const char *text) {
+    return *::moe::abi::parseBufferSource(text);
+  };
+  m.gpu.buffers = {
+      {"x", DType::BF16, {-1, 64}, source("input")},
+      {"rows", DType::BF16, {-2, 64}, source("scratch")},
+      {"y", DType::BF16, {-1, 64}, source("output")},
+      {"topk_ids", DType::I32, {-1, 2}, source("output")},
+      {"topk_weights", DType::F32, {-1, 2}, source("output")},
+      {"w13", DType::BF16, {4, 16, 64}, source("pack:gate_weight,up_weight")}};
   GpuStep launch;
-  launch.op = "launch";
+  launch.kind = ::moe::abi::StepKind::Launch;
   launch.kernel = "k";
+  launch.kernelKind = ::moe::abi::KernelKind::GroupedGemm;
   launch.args = {"x", "rows"};
-  launch.gridKind = "persistent";
+  launch.grid = ::moe::abi::GridKind::Persistent;
   launch.gridSize = 112;
   launch.block = 384;
   launch.sharedMemory = 229376;
@@ -345,6 +351,58 @@ TEST(RuntimeTest, GpuProgramRoundTripAndValidation) {
   EXPECT_EQ(back->gpu.steps[0].tensorMaps[0].box,
             (std::vector<int64_t>{128, 64}));
   EXPECT_EQ(back->gpu.steps[0].sharedMemory, 229376);
+  EXPECT_EQ(back->gpu.steps[0].kind, ::moe::abi::StepKind::Launch);
+  EXPECT_EQ(back->gpu.steps[0].grid, ::moe::abi::GridKind::Persistent);
+  EXPECT_EQ(back->gpu.steps[0].kernelKind, ::moe::abi::KernelKind::GroupedGemm);
+  // The reader resolves the buffers once: x and rows are buffers 0 and 1.
+  EXPECT_EQ(back->gpu.steps[0].argIds, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(back->gpu.buffers[5].source.kind, ::moe::abi::SourceKind::Pack);
+  EXPECT_EQ(back->gpu.buffers[5].source.role, "gate_weight");
+  EXPECT_EQ(back->gpu.buffers[5].source.upRole, "up_weight");
+
+  // What the reader refuses: a step or a source it has no kind for.
+  std::string text = serializeManifest(m);
+  auto replaced = [&](const std::string &from, const std::string &to) {
+    std::string t = text;
+    size_t at = t.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return at == std::string::npos ? t : t.replace(at, from.size(), to);
+  };
+  Expected<Manifest> badStep =
+      parseManifest(replaced("\"op\": \"launch\"", "\"op\": \"jump\""));
+  ASSERT_FALSE(static_cast<bool>(badStep));
+  EXPECT_NE(badStep.message().find("unknown gpu step 'jump'"),
+            std::string::npos)
+      << badStep.message();
+  Expected<Manifest> badGrid = parseManifest(
+      replaced("\"grid\": \"persistent\"", "\"grid\": \"everywhere\""));
+  ASSERT_FALSE(static_cast<bool>(badGrid));
+  EXPECT_NE(badGrid.message().find("kernel 'k' has unknown grid 'everywhere'"),
+            std::string::npos)
+      << badGrid.message();
+  Expected<Manifest> badKind = parseManifest(replaced(
+      "\"kernel_kind\": \"grouped_gemm\"", "\"kernel_kind\": \"matmul\""));
+  ASSERT_FALSE(static_cast<bool>(badKind));
+  EXPECT_NE(badKind.message().find("kernel 'k' has unknown kind 'matmul'"),
+            std::string::npos)
+      << badKind.message();
+  // A bundle written before kernel kinds reads as kind other.
+  {
+    std::string old = text;
+    size_t at = old.find("\"kernel_kind\": \"grouped_gemm\",");
+    ASSERT_NE(at, std::string::npos);
+    old.erase(at, std::string("\"kernel_kind\": \"grouped_gemm\",").size());
+    Expected<Manifest> before = parseManifest(old);
+    ASSERT_TRUE(static_cast<bool>(before)) << before.message();
+    EXPECT_EQ(before->gpu.steps[0].kernelKind, ::moe::abi::KernelKind::Other);
+  }
+  Expected<Manifest> badSource =
+      parseManifest(replaced("\"scratch\"", "\"weights\""));
+  ASSERT_FALSE(static_cast<bool>(badSource));
+  EXPECT_NE(badSource.message().find(
+                "gpu buffer 'rows' has unknown source 'weights'"),
+            std::string::npos)
+      << badSource.message();
 
   // A host bundle's manifest made sm_90a with a bad program.
   m.layer.hidden = 64;
@@ -360,4 +418,27 @@ TEST(RuntimeTest, GpuProgramRoundTripAndValidation) {
   EXPECT_NE(s.error.find("kernel 'k' takes unknown buffer 'nowhere'"),
             std::string::npos)
       << s.error;
+}
+
+// The one parser of a buffer's source: every form, and what it refuses.
+TEST(RuntimeTest, BufferSourceParser) {
+  for (const char *text : {"input", "output", "scratch", "param:router_weight",
+                           "pack:gate_weight,up_weight",
+                           "concat:gate_scale,up_scale", "arg:x.grad"}) {
+    std::optional<::moe::abi::BufferSource> s =
+        ::moe::abi::parseBufferSource(text);
+    ASSERT_TRUE(s.has_value()) << text;
+    EXPECT_EQ(::moe::abi::formatBufferSource(*s), text);
+  }
+  std::optional<::moe::abi::BufferSource> concat =
+      ::moe::abi::parseBufferSource("concat:gate_scale,up_scale");
+  EXPECT_EQ(concat->kind, ::moe::abi::SourceKind::Concat);
+  EXPECT_EQ(concat->role, "gate_scale");
+  EXPECT_EQ(concat->upRole, "up_scale");
+  EXPECT_TRUE(concat->fromCheckpoint());
+  EXPECT_FALSE(::moe::abi::parseBufferSource("arg:x")->fromCheckpoint());
+  for (const char *text :
+       {"", "weights", "param:", "arg:", "param:a,b", "pack:gate", "pack:,up",
+        "pack:gate,", "concat:a,b,c", "Input", "input:x"})
+    EXPECT_FALSE(::moe::abi::parseBufferSource(text).has_value()) << text;
 }

@@ -36,8 +36,9 @@ static void printProjectPasses(llvm::raw_ostream &os) {
       "moe-expert-parallel",    "moe-select-tiles",
       "moe-partition-sms",      "convert-moe-to-host",
       "convert-dynamic-parallel-to-openmp",
-      "convert-moe-to-moegpu",  "moegpu-warp-specialize",
-      "convert-moegpu-to-nvgpu", "moegpu-lower-kernels"};
+      "convert-moe-to-moegpu",  "convert-moegpu-kernels-to-gpu",
+      "moegpu-warp-specialize", "convert-moegpu-to-nvgpu",
+      "moegpu-lower-kernels"};
   static const char *const pipelines[] = {
       "moe-graph-pipeline", "moe-host-pipeline", "moegpu-kernel-pipeline",
       "moe-sm90-pipeline"};

@@ -88,6 +88,27 @@ def ConvertDynamicParallelToOpenMP
   ];
 }
 
+def ConvertMoeGpuKernelsToGpu : Pass<"convert-moegpu-kernels-to-gpu",
+                                     "::mlir::gpu::GPUModuleOp"> {
+  let summary = "Expand each SIMT kernel op into its threads' code";
+  let description = [{
+    Each SIMT kernel op of the `moegpu` dialect (`moegpu.route`,
+    `dispatch_scan`, `dispatch_scatter`, `quantize`, `combine`, ...: the
+    body of a `gpu.func` that convert-moe-to-moegpu made) becomes `gpu`,
+    `scf`, `arith`, `memref`, `vector` and `nvvm` code in its place, for
+    the CTA shape its launch has (moe/Conversion/MoeGpuKernels.h). One
+    pattern per op (`populateMoeGpuKernelsToGpuPatterns`), applied in one
+    walk without folding. Kernels that need shared memory get it as a
+    workgroup attribution of their function.
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect", "::mlir::gpu::GPUDialect",
+    "::mlir::LLVM::LLVMDialect", "::mlir::math::MathDialect",
+    "::mlir::memref::MemRefDialect", "::mlir::NVVM::NVVMDialect",
+    "::mlir::scf::SCFDialect", "::mlir::vector::VectorDialect"
+  ];
+}
+
 def ConvertMoeGpuToNVGPU : Pass<"convert-moegpu-to-nvgpu",
                                 "::mlir::gpu::GPUModuleOp"> {
   let summary = "Lower warp-specialized moegpu kernels to gpu, nvgpu and nvvm";
@@ -194,11 +215,13 @@ def ConvertMoeToMoeGpu : Pass<"convert-moe-to-moegpu", "::mlir::ModuleOp"> {
 }
 
 def MoeGpuLowerKernels : Pass<"moegpu-lower-kernels", "::mlir::ModuleOp"> {
-  let summary = "Warp-specialize and lower every grouped GEMM (umbrella)";
+  let summary = "Lower the SIMT kernels and warp-specialize every grouped "
+                "GEMM (umbrella)";
   let description = [{
-    Runs, on the module, the passes that turn `moegpu.grouped_gemm` ops into
-    warp-specialized kernels in gpu, nvgpu and nvvm, in order:
-    `moe-select-tiles`, `moe-partition-sms`, `moegpu-warp-specialize` and
+    Runs, on the module, the passes that turn the kernel ops into gpu, nvgpu
+    and nvvm code, in order: `convert-moegpu-kernels-to-gpu` (the SIMT
+    kernels, on each `gpu.module`), then for the `moegpu.grouped_gemm` ops'
+    warp-specialized kernels `moe-select-tiles`, `moe-partition-sms`, `moegpu-warp-specialize` and
     `convert-moegpu-to-nvgpu` (on each `gpu.module`). Each step has its own
     lit tests; this pass is what the sm_90a pipeline runs.
   }];

@@ -37,9 +37,49 @@ struct Sm90Options {
   std::string ptxas;
 };
 
+/// What a kernel is: the moegpu op its body was before lowering (the
+/// schedule ABI's kind, which the manifest carries too). The performance
+/// model and the report tell kernels apart by this, never by their names.
+using Sm90KernelKind = ::moe::abi::KernelKind;
+
+/// The schedule a kernel is first launched by: the forward pass, the
+/// training step's own launches (after the forward ones it repeats), or
+/// the update.
+enum class Sm90Phase { Forward, Train, Update };
+
+/// What the rows of a kernel's first operand are: a fixed count, the
+/// tokens, or the dispatched (or received) rows of the experts.
+enum class Sm90Rows { Fixed, Tokens, Routed };
+
+enum class Sm90GemmLayout { NT, NN, TN };
+
+/// What a kernel computes, read from its op before lowering (its operands'
+/// types and attributes) and from its launch.
+struct Sm90KernelWork {
+  Sm90KernelKind kind = Sm90KernelKind::Other;
+  Sm90Phase phase = Sm90Phase::Forward;
+  Sm90Rows rows = Sm90Rows::Fixed;
+  /// GEMMs: the layout, the output's M x N (tn) or N and the reduction's K
+  /// (nt, nn), their epilogue, and FP8 block scales.
+  Sm90GemmLayout layout = Sm90GemmLayout::NT;
+  int64_t m = 0, n = 0, k = 0;
+  bool swiglu = false, accumulate = false, blockScaled = false;
+  /// Bytes of an element of the first operand and of the output.
+  int64_t inBytes = 0, outBytes = 0;
+  /// The width a row kernel works along (a quantization's columns, the
+  /// FFN width of a SwiGLU backward).
+  int64_t width = 0;
+  /// The elements of the output (a weight's copy, update or gradient).
+  int64_t elements = 0;
+  /// A dispatch moving e4m3 codes and their scales; an input gradient
+  /// that computes the router's part itself (SIMT).
+  bool codes = false, routerPart = false;
+};
+
 /// What `ptxas -v` and the compiler say about one kernel.
 struct Sm90KernelReport {
   std::string name;
+  Sm90KernelWork work;
   std::string grid; // e.g. "112 (persistent)" or "ceil(T / 4)"
   int64_t block = 0;
   int64_t sharedMemory = 0; // dynamic shared memory
@@ -107,8 +147,8 @@ struct Sm90KernelCost {
 };
 
 /// The forward kernels' costs at `tokens`, routing assumed uniform over the
-/// experts (each expert's rows padded to the alignment). Kernels the model
-/// does not know (training kernels) are left out.
+/// experts (each expert's rows padded to the alignment). Kernels of the
+/// training step and kinds the model does not know are left out.
 std::vector<Sm90KernelCost>
 modelForward(const Sm90LayerShape &shape,
              const std::vector<Sm90KernelReport> &kernels, int64_t tokens,

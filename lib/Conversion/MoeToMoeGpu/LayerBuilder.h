@@ -1,11 +1,12 @@
-//===- LayerBuilder.h - The sm_90a kernels and schedule of a layer ----*- C++ -*-===//
+//===- LayerBuilder.h - The sm_90a schedule of a layer ----------*- C++ -*-===//
 //
 // Part of moe-compiler.
 //
-// Internal to convert-moe-to-moegpu: the builder of one layer's kernels
-// (the forward kernels in Forward.cpp, the training step's in
-// TrainingKernels.cpp and TrainingSchedule.cpp) and the typed schedule
-// beside them, and the emitter of the SIMT kernels' arithmetic.
+// Internal to convert-moe-to-moegpu: the builder of one layer's schedule
+// (buffers, launches, exchanges: the forward pass in MoeToMoeGpu.cpp, the
+// training step in TrainingSchedule.cpp) and of its kernels, each a
+// gpu.func whose body is one kernel op: moegpu.grouped_gemm (Forward.cpp)
+// or a SIMT kernel op, which convert-moegpu-kernels-to-gpu lowers.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,7 +16,7 @@
 #include "moe/MoeOps.h"
 #include "moe/Transforms/Autodiff.h"
 #include "moe/runtime/ScheduleAbi.h"
-#include "moe/Conversion/KernelBuilder.h"
+#include "moe/Conversion/MoeGpuKernels.h"
 #include "moegpu/MoeGpuDialect.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -35,22 +36,6 @@
 namespace mlir::moe::lowering {
 
 
-constexpr int64_t kRouteWarps = 4;
-/// Threads of a CTA of the one-thread-per-element SIMT kernels.
-constexpr int64_t kCountThreads = 256;
-/// Most CTAs of a grid-stride kernel over a weight's elements (the
-/// conversions, checks and AdamW): 8 of kCountThreads fill an H200 SM.
-/// One element a thread with a CTA each ran at 0.6 TB/s on an H200 (CTA
-/// launches, not bytes, bound it).
-constexpr int64_t kStrideCtas = 132 * 8;
-constexpr int64_t kRowThreads = 128;
-/// Rows (one warp each) a CTA of the FP8 quantization kernels takes.
-constexpr int64_t kQuantizeWarps = 8;
-/// Threads of the one CTA that scans the expert counts.
-constexpr int64_t kScanThreads = 256;
-/// Bytes a thread copies at once in row copies and sums (one 16-byte
-/// vector access: 8 bf16 or f16).
-constexpr int64_t kChunkBytes = 16;
 /// Shape markers of buffers sized at run time (the manifest's, from the
 /// schedule ABI): the token count, the dispatched-row capacity, and the
 /// rows an expert-parallel rank can receive (ranks x the capacity).
@@ -68,7 +53,6 @@ struct Buffer {
   std::string source;
 };
 
-struct Emitter;
 
 class LayerBuilder {
 public:
@@ -99,6 +83,45 @@ private:
     for (int64_t d : b.shape)
       shape.push_back(d < 0 ? ShapedType::kDynamic : d);
     return MemRefType::get(shape, b.elementType);
+  }
+  /// A kernel's function and the buffers its arguments are, in order.
+  struct Kernel {
+    mutable gpu::GPUFuncOp func;
+    SmallVector<std::string> buffers;
+    /// The argument that is buffer `name`, or null where the launch does
+    /// not pass it (an absent optional operand of the kernel's op).
+    Value get(StringRef name) const {
+      for (auto [arg, buffer] : llvm::zip(func.getArguments(), buffers))
+        if (buffer == name)
+          return arg;
+      return Value();
+    }
+    Value operator[](StringRef name) const {
+      Value arg = get(name);
+      assert(arg && "the buffer is not an argument of the kernel");
+      return arg;
+    }
+  };
+  static Kernel kernelOf(gpu::GPUFuncOp func, ArrayRef<StringRef> args);
+  /// A kernel taking `args`, launched now; its body is one kernel op
+  /// (kernelOp).
+  Kernel kernel(StringRef name, ArrayRef<StringRef> args,
+                moegpu::GridAttr grid, int64_t block) {
+    return kernelOf(addKernel(name, args, grid, block), args);
+  }
+  /// Creates kernel op `OpT` from `operands` as the body of `k`.
+  template <typename OpT, typename... Operands>
+  OpT kernelOp(const Kernel &k, Operands &&...operands) {
+    OpBuilder b = builderAt(k.func.front().getTerminator());
+    return OpT::create(b, layer.getLoc(),
+                       std::forward<Operands>(operands)...);
+  }
+  /// Whether `launch` runs a kernel whose body is an `OpT`.
+  template <typename OpT>
+  bool runs(moegpu::LaunchOp launch) {
+    auto func = kernels.lookupSymbol<gpu::GPUFuncOp>(
+        launch.getKernel().getLeafReference());
+    return func && !func.front().empty() && isa<OpT>(func.front().front());
   }
   /// Creates a kernel taking `args` and appends its launch to the schedule.
   gpu::GPUFuncOp addKernel(StringRef name, ArrayRef<StringRef> args,
@@ -205,69 +228,58 @@ private:
     moegpu::MemsetOp::create(b, layer.getLoc(), buffer);
   }
 
-  /// Router logits [T, E] in f32: a dense wgmma GEMM when the router
-  /// weight has the layer's 16-bit type, SIMT when it is f32.
-  void buildRouterGemm(gpu::GPUFuncOp func);
-  void buildRouterLogits(gpu::GPUFuncOp func);
-  /// Qwen2-MoE's per-token scale of the shared experts' output,
-  /// sigmoid(x . g) in f32: one warp per token.
-  void buildSharedGate(gpu::GPUFuncOp func);
-  /// Scores, group-limited top-k and the per-expert counts from logits.
-  void buildRoute(gpu::GPUFuncOp func);
-  void buildScan(gpu::GPUFuncOp func);
-  /// The chunk of `token` among `tokens` (index values).
-  Value chunkOf(Emitter &e, Value token, Value tokens);
-  void forRowChunks(Emitter &e, Value tid,
-                    function_ref<void(Value, Type)> body);
-  void buildScatter(gpu::GPUFuncOp func);
-  Value sparsemixerWeight(Emitter &e, ArrayRef<Value> score,
-                          ArrayRef<Value> expert, ArrayRef<Value> inRange,
-                          ArrayRef<Value> chosen, Value m);
-  void buildCombine(gpu::GPUFuncOp func);
-  /// A grouped GEMM kernel on (a, b, offsets, c [, scale]), or a dense one
-  /// on (a, b, c [, scale]); `bias`, `alpha` and `limit` as on
-  /// moegpu.grouped_gemm.
-  void buildGemm(gpu::GPUFuncOp func, moegpu::Epilogue epilogue,
-                 moegpu::GemmLayout layout = moegpu::GemmLayout::NT,
-                 bool dense = false, Value bias = Value(),
-                 FloatAttr alpha = FloatAttr(), FloatAttr limit = FloatAttr());
-  /// The routed experts' up (SwiGLU) or down (row scale) projection:
-  /// buildGemm, with the expert bias (the kernel's last argument) and the
-  /// layer's activation.
-  void buildExpertGemm(gpu::GPUFuncOp func, moegpu::Epilogue epilogue);
-  /// FP8 (DeepSeek-V3's fine-grained e4m3): the rows of a 16-bit buffer
-  /// quantized per row per 128 channels, on (in, [offsets,] codes,
-  /// scales); with `segmented` the rows of offsets' segments (from its first
-  /// element to its last).
-  void buildQuantize(gpu::GPUFuncOp func, bool segmented);
-  /// An FP8 grouped GEMM on (a codes, b codes, offsets, c [, row weight],
-  /// a scales, b scales); `expert` gives it the layer's activation.
-  void buildFp8Gemm(gpu::GPUFuncOp func, moegpu::Epilogue epilogue,
-                    bool expert);
+  /// A moegpu.grouped_gemm kernel: its operands by buffer (empty: absent;
+  /// no offsets: a dense GEMM), its epilogue and layout.
+  struct Gemm {
+    Gemm(StringRef a, StringRef b, StringRef offsets, StringRef c,
+         moegpu::Epilogue epilogue = moegpu::Epilogue::None,
+         moegpu::GemmLayout layout = moegpu::GemmLayout::NT)
+        : a(a), b(b), offsets(offsets), c(c), epilogue(epilogue),
+          layout(layout) {}
+    /// The row weight of a RowScale epilogue.
+    Gemm &scaleRows(StringRef weight) {
+      rowScale = weight;
+      return *this;
+    }
+    /// FP8: the per-128 scales of a's codes and of b's blocks.
+    Gemm &blockScales(StringRef a, StringRef b) {
+      aScale = a;
+      bScale = b;
+      return *this;
+    }
+    /// The expert bias (GPT-OSS) the epilogue adds; empty: none.
+    Gemm &withBias(StringRef buffer) {
+      bias = buffer;
+      return *this;
+    }
+    /// The routed experts' up projection: SwiGLU as the layer clamps it.
+    Gemm &ofExperts() {
+      expert = true;
+      return *this;
+    }
+    /// The kernel's arguments, in the ABI's order: a, b, [offsets], c,
+    /// [row scale], [a scale, b scale], [bias].
+    SmallVector<StringRef> args() const;
 
-  // The training step (TrainKernels below).
+    StringRef a, b, offsets, c;
+    moegpu::Epilogue epilogue;
+    moegpu::GemmLayout layout;
+    StringRef rowScale, aScale, bScale, bias;
+    bool expert = false;
+  };
+  /// Launches GEMM kernel `name` (of token chunk `chunk`) on a persistent
+  /// grid; the kernel is made at its first launch.
+  void launchGemm(StringRef name, const Gemm &gemm,
+                  std::optional<int64_t> chunk = std::nullopt);
+  /// FP8 (DeepSeek-V3's fine-grained e4m3): kernel `k`'s body quantizes
+  /// buffer `in` into `out` and `scale`, the rows of `offsets`' groups
+  /// (none: all rows).
+  void quantize(const Kernel &k, StringRef in, StringRef offsets,
+                StringRef out, StringRef scale);
+  static moegpu::Scoring scoringOf(ScoringFunc scoring);
+
+  /// The training step: its buffers, kernels and schedules.
   void buildTraining();
-  void buildConvert(gpu::GPUFuncOp func);
-  void buildPack(gpu::GPUFuncOp func);
-  void buildLoss(gpu::GPUFuncOp func);
-  void buildRowTokens(gpu::GPUFuncOp func);
-  void buildGatherRowDy(gpu::GPUFuncOp func);
-  void buildScatterRowWeightGrad(gpu::GPUFuncOp func);
-  void buildActGrad(gpu::GPUFuncOp func, bool weighted);
-  void buildScaleToHalf(gpu::GPUFuncOp func, bool weighted);
-  void buildRouteGrad(gpu::GPUFuncOp func);
-  /// With `routerGemm` the router's part of dx comes from a GEMM's output.
-  void buildInputGrad(gpu::GPUFuncOp func, bool routerGemm);
-  void buildTokenOffsets(gpu::GPUFuncOp func);
-  void buildRouterGrad(gpu::GPUFuncOp func);
-  void buildSharedScaleGrad(gpu::GPUFuncOp func);
-  void buildLoad(gpu::GPUFuncOp func);
-  void buildColumnSum(gpu::GPUFuncOp func);
-  void buildScaledWeightGrad(gpu::GPUFuncOp func);
-  void buildGroupedColumnSum(gpu::GPUFuncOp func, bool accumulate);
-  void buildBias(gpu::GPUFuncOp func);
-  void buildAdamW(gpu::GPUFuncOp func);
-  void buildUpdateCheck(gpu::GPUFuncOp func, int64_t index);
 
   LayerOp layer;
   LayerConfigAttr config;
@@ -287,111 +299,6 @@ private:
   Block *steps = nullptr;
 };
 
-
-/// The SIMT kernels' builder: KernelBuilder's shorthands and what only the
-/// GPU has (thread and block ids, SFU math, atomics, warp-level selection).
-struct Emitter : KernelBuilder {
-  explicit Emitter(ImplicitLocOpBuilder &b) : KernelBuilder{b} {}
-  Value exp(Value x) { return moegpu::buildExp(b, x); }
-  /// IEEE square root (sqrt.rn.f32): math.sqrt would become a libdevice
-  /// call, as math.exp would.
-  Value sqrt(Value x) {
-    return LLVM::CallIntrinsicOp::create(b, b.getF32Type(),
-                                         b.getStringAttr("llvm.nvvm.sqrt.rn.f"),
-                                         ValueRange{x})
-        .getResult(0);
-  }
-  Value sigmoid(Value x) {
-    return arith::DivFOp::create(
-        b, f32(1.0),
-        arith::AddFOp::create(b, f32(1.0), exp(arith::NegFOp::create(b, x))));
-  }
-  Value block() { return gpu::BlockIdOp::create(b, gpu::Dimension::x); }
-  Value thread() { return gpu::ThreadIdOp::create(b, gpu::Dimension::x); }
-  /// body(c) for the columns c < n this thread of a kRowThreads-wide CTA
-  /// owns (c = thread, thread + kRowThreads, ...).
-  void columns(int64_t n, function_ref<void(Value)> body) {
-    loop(thread(), idx(n), idx(kRowThreads), {}, [&](Value c, ValueRange) {
-      body(c);
-      return SmallVector<Value>{};
-    });
-  }
-  /// init + sum of term(i) for i from lb to ub by step, in f32, in order.
-  Value sum(Value lb, Value ub, Value step, Value init,
-            function_ref<Value(Value)> term) {
-    return loop(lb, ub, step, {init}, [&](Value i, ValueRange it) {
-      return SmallVector<Value>{add(it[0], term(i))};
-    })[0];
-  }
-  /// The launch's thread index, `perBlock` threads to a CTA.
-  Value globalThread(int64_t perBlock) {
-    return addi(muli(block(), idx(perBlock)), thread());
-  }
-  void atomicAdd(Value v, Value memref, ValueRange indices) {
-    memref::AtomicRMWOp::create(b, arith::AtomicRMWKind::addf, v, memref,
-                                indices);
-  }
-  /// body(i, carried) for the elements i < n this thread owns in a
-  /// grid-stride loop over a one-dimensional grid of kCountThreads-wide
-  /// CTAs, carrying values from `init` -> their final values.
-  ValueRange gridStride(int64_t n, ValueRange init,
-                        function_ref<SmallVector<Value>(Value, ValueRange)> body) {
-    Value stride =
-        muli(gpu::GridDimOp::create(b, gpu::Dimension::x), idx(kCountThreads));
-    return loop(globalThread(kCountThreads), idx(n), stride, init, body);
-  }
-  void gridStride(int64_t n, function_ref<void(Value)> body) {
-    gridStride(n, {}, [&](Value i, ValueRange) {
-      body(i);
-      return SmallVector<Value>{};
-    });
-  }
-  /// The sum of `v` over the warp, in every lane (butterfly shuffles).
-  Value warpSum(Value v) {
-    for (int32_t offset = 16; offset >= 1; offset /= 2)
-      v = add(v, gpu::ShuffleOp::create(b, v, offset, 32,
-                                        gpu::ShuffleMode::XOR)
-                     .getShuffleResult());
-    return v;
-  }
-  /// memref[indices] += the sum of `v` over the warp: one atomic per warp
-  /// instead of one per thread (a CTA's 128 atomics on one address
-  /// serialize in L2). Every lane of the warp must reach it.
-  void warpAtomicAdd(Value v, Value memref, ValueRange indices) {
-    Value sum = warpSum(v);
-    Value lane = remi(thread(), idx(32));
-    when(cmp(arith::CmpIPredicate::eq, lane, idx(0)),
-         [&] { atomicAdd(sum, memref, indices); });
-  }
-  /// Index of the largest of `n` values from `get` (ties: the lower
-  /// index), skipping NaN, which marks what is excluded (chosen or masked):
-  /// with any value not NaN, never an excluded index.
-  std::pair<Value, Value> argmax(int64_t n, function_ref<Value(Value)> get) {
-    Value no = arith::ConstantIntOp::create(b, 0, 1);
-    Value yes = arith::ConstantIntOp::create(b, 1, 1);
-    ValueRange r = loop(
-        idx(0), idx(n), idx(1), {idx(0), f32(-INFINITY), no},
-        [&](Value i, ValueRange it) {
-          Value v = get(i);
-          Value ordered =
-              arith::CmpFOp::create(b, arith::CmpFPredicate::ORD, v, v);
-          Value gt =
-              arith::CmpFOp::create(b, arith::CmpFPredicate::OGT, v, it[1]);
-          Value first = arith::XOrIOp::create(b, it[2], yes);
-          Value take = arith::AndIOp::create(
-              b, ordered, arith::OrIOp::create(b, first, gt));
-          return SmallVector<Value>{arith::SelectOp::create(b, take, i, it[0]),
-                                    arith::SelectOp::create(b, take, v, it[1]),
-                                    arith::OrIOp::create(b, it[2], take)};
-        });
-    return {r[0], r[1]};
-  }
-  /// `v`, or -inf where it is NaN: scores compare as ordered values.
-  Value ordered(Value v) {
-    Value nan = arith::CmpFOp::create(b, arith::CmpFPredicate::UNO, v, v);
-    return arith::SelectOp::create(b, nan, f32(-INFINITY), v);
-  }
-};
 
 } // namespace mlir::moe::lowering
 

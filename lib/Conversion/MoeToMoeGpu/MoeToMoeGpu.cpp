@@ -52,6 +52,29 @@ void LayerBuilder::addLaunch(gpu::GPUFuncOp func, ArrayRef<StringRef> args,
       chunk ? sb.getI64IntegerAttr(*chunk) : IntegerAttr());
 }
 
+LayerBuilder::Kernel LayerBuilder::kernelOf(gpu::GPUFuncOp func,
+                                            ArrayRef<StringRef> args) {
+  Kernel k{func, {}};
+  for (StringRef arg : args)
+    k.buffers.push_back(arg.str());
+  return k;
+}
+
+void LayerBuilder::quantize(const Kernel &k, StringRef in, StringRef offsets,
+                            StringRef out, StringRef scale) {
+  kernelOp<moegpu::QuantizeOp>(k, k[in],
+                               offsets.empty() ? Value() : k[offsets], k[out],
+                               k[scale]);
+}
+
+moegpu::Scoring LayerBuilder::scoringOf(ScoringFunc scoring) {
+  switch (scoring) {
+  case ScoringFunc::Softmax: return moegpu::Scoring::Softmax;
+  case ScoringFunc::Sigmoid: return moegpu::Scoring::Sigmoid;
+  case ScoringFunc::Sparsemixer: return moegpu::Scoring::Sparsemixer;
+  }
+  llvm_unreachable("unknown scoring function");
+}
 
 /// The sm_90a kernels' element types; the diagnostic says how to convert.
 static LogicalResult checkSm90Dtype(LayerOp layer) {
@@ -227,46 +250,64 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   OpBuilder pb = builderAtEnd(&program.getBody().front());
   forward = moegpu::ScheduleOp::create(pb, layer.getLoc(), "forward");
   steps = &forward.getBody().front();
-  auto wg = gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup);
 
   // Routing: the logits on tensor cores (SIMT for an f32 router weight),
   // then one warp per token scores, selects and counts.
   addMemset("counts");
-  if (routerType == dtype)
-    buildRouterGemm(addKernel("router", {"x", "router_weight", "router_logits"},
-                              gridOf(moegpu::GridKind::Persistent), 0));
-  else
-    buildRouterLogits(addKernel(
-        "router", {"x", "router_weight", "router_logits"},
-        gridOf(moegpu::GridKind::Tokens, kRouteWarps), kRouteWarps * 32));
-  if (gated)
-    buildSharedGate(addKernel(
-        "shared_gate", {"x", "shared_expert_gate", "shared_scale"},
-        gridOf(moegpu::GridKind::Tokens, kRouteWarps), kRouteWarps * 32));
+  if (routerType == dtype) {
+    launchGemm("router", Gemm("x", "router_weight", "", "router_logits"));
+  } else {
+    Kernel k = kernel("router", {"x", "router_weight", "router_logits"},
+                      gridOf(moegpu::GridKind::Tokens, kRouteWarps),
+                      kRouteWarps * 32);
+    kernelOp<moegpu::RouterLogitsOp>(k, k["x"], k["router_weight"],
+                                     k["router_logits"]);
+  }
+  if (gated) {
+    Kernel k = kernel("shared_gate", {"x", "shared_expert_gate", "shared_scale"},
+                      gridOf(moegpu::GridKind::Tokens, kRouteWarps),
+                      kRouteWarps * 32);
+    kernelOp<moegpu::SharedGateOp>(k, k["x"], k["shared_expert_gate"],
+                                   k["shared_scale"]);
+  }
   SmallVector<StringRef> routeArgs{"router_logits"};
   if (config.getRouterBias())
     routeArgs.push_back("router_bias");
   if (bias)
     routeArgs.push_back("score_bias");
   routeArgs.append({"topk_ids", "topk_weights", "counts"});
-  buildRoute(addKernel("route", routeArgs,
-                       gridOf(moegpu::GridKind::Tokens, kRouteWarps),
-                       kRouteWarps * 32));
+  {
+    Kernel k = kernel("route", routeArgs,
+                      gridOf(moegpu::GridKind::Tokens, kRouteWarps),
+                      kRouteWarps * 32);
+    kernelOp<moegpu::RouteOp>(
+        k, k["router_logits"], k.get("router_bias"), k.get("score_bias"),
+        k["topk_ids"], k["topk_weights"], k["counts"],
+        scoringOf(config.getScoring()), config.getGroups(),
+        config.getTopkGroups(),
+        config.getGroupScore() == GroupScore::SumTop2,
+        config.getNormTopkProb(), APFloat(config.getRoutedScaleValue()),
+        APFloat(config.getRouterJitterValue()), chunks);
+  }
   SmallVector<StringRef> scanArgs{"topk_ids", "counts", "offsets", "cursors"};
   if (shared)
     scanArgs.push_back("shared_offsets");
-  buildScan(addKernel("dispatch_scan", scanArgs, gridOf(moegpu::GridKind::One),
-                      kScanThreads,
-                      {MemRefType::get({kScanThreads}, i32, AffineMap(), wg)}));
+  {
+    Kernel k = kernel("dispatch_scan", scanArgs, gridOf(moegpu::GridKind::One),
+                      kScanThreads);
+    kernelOp<moegpu::DispatchScanOp>(k, k["topk_ids"], k["counts"],
+                                     k["offsets"], k["cursors"],
+                                     k.get("shared_offsets"), alignment);
+  }
   // FP8: x is quantized once per token, before the dispatch copies its
   // codes and scales to its rows (the shared experts read them too). With
   // scale_input the rows are x times a weight: they are quantized after.
   bool quantizeTokens = dispatchesCodes();
   if (fp8 && (shared || quantizeTokens))
-    buildQuantize(addKernel("quantize_x", {"x", "x_q", "x_scale"},
-                            gridOf(moegpu::GridKind::Tokens, kQuantizeWarps),
-                            kQuantizeWarps * 32),
-                  /*segmented=*/false);
+    quantize(kernel("quantize_x", {"x", "x_q", "x_scale"},
+                    gridOf(moegpu::GridKind::Tokens, kQuantizeWarps),
+                    kQuantizeWarps * 32),
+             "x", "", "x_q", "x_scale");
   SmallVector<StringRef> scatterArgs{"x",       "topk_ids", "topk_weights",
                                      "cursors", "rows",     "row_map",
                                      "row_weight"};
@@ -275,15 +316,20 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
     scatterArgs[4] = "rows_q";
     scatterArgs.append({"x_scale", "rows_scale"});
   }
-  buildScatter(addKernel("dispatch_scatter", scatterArgs,
-                         gridOf(moegpu::GridKind::Assignments, 1), kRowThreads,
-                         {MemRefType::get({1}, i32, AffineMap(), wg)}));
+  {
+    Kernel k = kernel("dispatch_scatter", scatterArgs,
+                      gridOf(moegpu::GridKind::Assignments, 1), kRowThreads);
+    StringRef x = scatterArgs[0], rows = scatterArgs[4];
+    kernelOp<moegpu::DispatchScatterOp>(
+        k, k[x], k["topk_ids"], k["topk_weights"], k["cursors"], k[rows],
+        k["row_map"], k["row_weight"], k.get("x_scale"), k.get("rows_scale"),
+        config.getExperts(), chunks, config.getScaleInput());
+  }
   if (fp8 && !quantizeTokens)
-    buildQuantize(addKernel("quantize_rows",
-                            {"rows", "offsets", "rows_q", "rows_scale"},
-                            gridOf(moegpu::GridKind::Rows, kQuantizeWarps),
-                            kQuantizeWarps * 32),
-                  /*segmented=*/true);
+    quantize(kernel("quantize_rows", {"rows", "offsets", "rows_q", "rows_scale"},
+                    gridOf(moegpu::GridKind::Rows, kQuantizeWarps),
+                    kQuantizeWarps * 32),
+             "rows", "offsets", "rows_q", "rows_scale");
 
   if (ep > 1 && chunks > 1) {
     buildChunkedExperts();
@@ -314,16 +360,12 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   if (shared && fp8) {
     launchFp8SharedExperts();
   } else if (shared && chunks == 1) {
-    buildGemm(addKernel("shared_up",
-                        {"x", "ws13", "shared_offsets", "shared_act"},
-                        gridOf(moegpu::GridKind::Persistent), 0),
-              moegpu::Epilogue::SwiGLU);
+    launchGemm("shared_up", Gemm("x", "ws13", "shared_offsets", "shared_act",
+                                 moegpu::Epilogue::SwiGLU));
   }
   if (shared && !fp8) {
-    buildGemm(addKernel("shared_down",
-                        {"shared_act", "ws2", "shared_offsets", "shared_out"},
-                        gridOf(moegpu::GridKind::Persistent), 0),
-              moegpu::Epilogue::None);
+    launchGemm("shared_down",
+               Gemm("shared_act", "ws2", "shared_offsets", "shared_out"));
   }
   SmallVector<StringRef> combineArgs{"down", "row_map"};
   if (shared)
@@ -333,8 +375,13 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   if (config.getOutputBias())
     combineArgs.push_back("output_bias");
   combineArgs.push_back("y");
-  buildCombine(
-      addKernel("combine", combineArgs, gridOf(moegpu::GridKind::Tokens, 1), kRowThreads));
+  {
+    Kernel k = kernel("combine", combineArgs,
+                      gridOf(moegpu::GridKind::Tokens, 1), kRowThreads);
+    kernelOp<moegpu::CombineOp>(k, k["down"], k["row_map"], k.get("shared_out"),
+                                k.get("shared_scale"), k.get("output_bias"),
+                                k["y"]);
+  }
   if (train)
     buildTraining();
 
@@ -359,27 +406,22 @@ void LayerBuilder::launchExperts(StringRef rows, StringRef groups,
                                  StringRef act, StringRef down,
                                  StringRef rowWeight,
                                  std::optional<int64_t> chunk) {
-  // The experts' biases (GPT-OSS) are the kernels' last arguments.
-  auto withBias = [&](SmallVector<StringRef> args, StringRef bias) {
-    if (config.getExpertBias())
-      args.push_back(bias);
-    return args;
-  };
-  auto persistent = gridOf(moegpu::GridKind::Persistent);
-  launchKernel("expert_up", withBias({rows, "w13", groups, act}, "b13"),
-               persistent, 0, chunk, [&](gpu::GPUFuncOp f) {
-                 buildExpertGemm(f, moegpu::Epilogue::SwiGLU);
-               });
-  launchKernel("expert_down",
-               withBias({act, "w2", groups, down, rowWeight}, "b2"), persistent,
-               0, chunk, [&](gpu::GPUFuncOp f) {
-                 buildExpertGemm(f, moegpu::Epilogue::RowScale);
-               });
+  // The experts' biases (GPT-OSS).
+  bool bias = config.getExpertBias();
+  launchGemm("expert_up",
+             Gemm(rows, "w13", groups, act, moegpu::Epilogue::SwiGLU)
+                 .withBias(bias ? "b13" : "")
+                 .ofExperts(),
+             chunk);
+  launchGemm("expert_down",
+             Gemm(act, "w2", groups, down, moegpu::Epilogue::RowScale)
+                 .scaleRows(rowWeight)
+                 .withBias(bias ? "b2" : ""),
+             chunk);
 }
 
 void LayerBuilder::launchFp8Experts(StringRef prefix, StringRef groups,
                                     std::optional<int64_t> chunk) {
-  auto persistent = gridOf(moegpu::GridKind::Persistent);
   auto rows = gridOf(prefix.empty() ? moegpu::GridKind::Rows
                                     : moegpu::GridKind::ReceivedRows,
                      kQuantizeWarps);
@@ -389,37 +431,35 @@ void LayerBuilder::launchFp8Experts(StringRef prefix, StringRef groups,
               act = name("act"), actQ = name("act_q"),
               actScale = name("act_scale"), down = name("down"),
               rowWeight = name("row_weight");
-  launchKernel("expert_up", {rowsQ, "w13", groups, act, rowsScale, "w13_scale"},
-               persistent, 0, chunk, [&](gpu::GPUFuncOp f) {
-                 buildFp8Gemm(f, moegpu::Epilogue::SwiGLU, /*expert=*/true);
-               });
+  launchGemm("expert_up",
+             Gemm(rowsQ, "w13", groups, act, moegpu::Epilogue::SwiGLU)
+                 .blockScales(rowsScale, "w13_scale")
+                 .ofExperts(),
+             chunk);
   launchKernel("quantize_act", {act, groups, actQ, actScale}, rows,
-               kQuantizeWarps * 32, chunk,
-               [&](gpu::GPUFuncOp f) { buildQuantize(f, /*segmented=*/true); });
-  launchKernel("expert_down",
-               {actQ, "w2", groups, down, rowWeight, actScale, "w2_scale"},
-               persistent, 0, chunk, [&](gpu::GPUFuncOp f) {
-                 buildFp8Gemm(f, moegpu::Epilogue::RowScale, /*expert=*/true);
+               kQuantizeWarps * 32, chunk, [&](gpu::GPUFuncOp f) {
+                 quantize(kernelOf(f, {act, groups, actQ, actScale}), act,
+                          groups, actQ, actScale);
                });
+  launchGemm("expert_down",
+             Gemm(actQ, "w2", groups, down, moegpu::Epilogue::RowScale)
+                 .scaleRows(rowWeight)
+                 .blockScales(actScale, "w2_scale"),
+             chunk);
 }
 
 void LayerBuilder::launchFp8SharedExperts() {
-  auto persistent = gridOf(moegpu::GridKind::Persistent);
   auto tokens = gridOf(moegpu::GridKind::Tokens, kQuantizeWarps);
-  buildFp8Gemm(addKernel("shared_up",
-                         {"x_q", "ws13", "shared_offsets", "shared_act",
-                          "x_scale", "ws13_scale"},
-                         persistent, 0),
-               moegpu::Epilogue::SwiGLU, /*expert=*/false);
-  buildQuantize(addKernel("quantize_shared_act",
-                          {"shared_act", "shared_act_q", "shared_act_scale"},
-                          tokens, kQuantizeWarps * 32),
-                /*segmented=*/false);
-  buildFp8Gemm(addKernel("shared_down",
-                         {"shared_act_q", "ws2", "shared_offsets", "shared_out",
-                          "shared_act_scale", "ws2_scale"},
-                         persistent, 0),
-               moegpu::Epilogue::None, /*expert=*/false);
+  launchGemm("shared_up", Gemm("x_q", "ws13", "shared_offsets", "shared_act",
+                               moegpu::Epilogue::SwiGLU)
+                              .blockScales("x_scale", "ws13_scale"));
+  quantize(kernel("quantize_shared_act",
+                  {"shared_act", "shared_act_q", "shared_act_scale"}, tokens,
+                  kQuantizeWarps * 32),
+           "shared_act", "", "shared_act_q", "shared_act_scale");
+  launchGemm("shared_down",
+             Gemm("shared_act_q", "ws2", "shared_offsets", "shared_out")
+                 .blockScales("shared_act_scale", "ws2_scale"));
 }
 
 void LayerBuilder::buildChunkedExperts() {
@@ -448,12 +488,9 @@ void LayerBuilder::buildChunkedExperts() {
   // The shared experts' up projection needs no exchanged rows: it runs
   // while the first chunk's rows travel (FP8: after the routed experts,
   // with the rest of the shared experts).
-  auto persistent = gridOf(moegpu::GridKind::Persistent);
   if (config.hasSharedExperts() && !fp8)
-    buildGemm(addKernel("shared_up",
-                        {"x", "ws13", "shared_offsets", "shared_act"},
-                        persistent, 0),
-              moegpu::Epilogue::SwiGLU);
+    launchGemm("shared_up", Gemm("x", "ws13", "shared_offsets", "shared_act",
+                                 moegpu::Epilogue::SwiGLU));
   // Each chunk's GEMMs wait for its own rows only; its outputs go back as
   // soon as its down projection is done, beside the next chunk's GEMMs.
   for (int64_t c = 0; c < chunks; ++c) {

@@ -94,20 +94,27 @@ void LayerBuilder::buildTraining() {
   // Compute copies of the master weights.
   auto convert = [&](StringRef name, StringRef master, StringRef compute) {
     std::string src = arg(master), dst = compute.str();
-    buildConvert(addKernel(name, {src, dst},
-                           strideGrid(memrefType(src).getNumElements()),
-                           kCountThreads));
+    Kernel k = kernel(name, {src, dst},
+                      strideGrid(memrefType(src).getNumElements()),
+                      kCountThreads);
+    kernelOp<moegpu::ConvertOp>(k, k[src], k[dst]);
+  };
+  // Gate and up interleaved (kGateUpBlock rows each) as the SwiGLU GEMM
+  // reads them.
+  auto pack = [&](StringRef name, StringRef gate, StringRef up,
+                  StringRef packed) {
+    std::string g = arg(gate), u = arg(up);
+    Kernel k = kernel(name, {g, u, packed},
+                      strideGrid(memrefType(packed).getNumElements()),
+                      kCountThreads);
+    kernelOp<moegpu::PackGateUpOp>(k, k[g], k[u], k[packed]);
   };
   convert("train_router_weight", "router_weight", "router_weight");
-  buildPack(addKernel(
-      "train_pack_gate_up", {arg("gate_weight"), arg("up_weight"), "w13"},
-      strideGrid(memrefType("w13").getNumElements()), kCountThreads));
+  pack("train_pack_gate_up", "gate_weight", "up_weight", "w13");
   convert("train_down_weight", "down_weight", "w2");
   if (shared) {
-    buildPack(addKernel(
-        "train_pack_shared_gate_up",
-        {arg("shared_gate_weight"), arg("shared_up_weight"), "ws13"},
-        strideGrid(memrefType("ws13").getNumElements()), kCountThreads));
+    pack("train_pack_shared_gate_up", "shared_gate_weight", "shared_up_weight",
+         "ws13");
     convert("train_shared_down_weight", "shared_down_weight", "ws2");
   }
   if (gated)
@@ -121,16 +128,14 @@ void LayerBuilder::buildTraining() {
   if (routerBias)
     convert("train_router_bias", "router_bias", "router_bias");
   if (expertBias) {
-    buildPack(addKernel(
-        "train_pack_gate_up_bias", {arg("gate_bias"), arg("up_bias"), "b13"},
-        strideGrid(memrefType("b13").getNumElements()), kCountThreads));
+    pack("train_pack_gate_up_bias", "gate_bias", "up_bias", "b13");
     convert("train_down_bias", "down_bias", "b2");
   }
   // The forward pass, with the padding rows of the dispatched rows and
   // their weights zeroed: the backward pass sums over whole segments.
   for (Operation &step : forward.getBody().front()) {
     if (auto launch = dyn_cast<moegpu::LaunchOp>(step);
-        launch && launch.getKernel().getLeafReference() == "dispatch_scatter") {
+        launch && runs<moegpu::DispatchScatterOp>(launch)) {
       addMemset("rows");
       addMemset("row_weight");
     }
@@ -139,22 +144,38 @@ void LayerBuilder::buildTraining() {
   }
   // Loss, and dy of every dispatched row.
   addMemset(arg("loss"));
-  buildLoss(addKernel("train_loss",
-                      {"y", arg("target"), arg("hyper"), "dy", arg("loss")},
-                      gridOf(moegpu::GridKind::Tokens, 1), kRowThreads));
+  {
+    std::string target = arg("target"), hyper = arg("hyper"),
+                loss = arg("loss");
+    Kernel k = kernel("train_loss", {"y", target, hyper, "dy", loss},
+                      gridOf(moegpu::GridKind::Tokens, 1), kRowThreads);
+    kernelOp<moegpu::MseLossOp>(k, k["y"], k[target], k[hyper], k["dy"],
+                                k[loss]);
+  }
+  // A column sum: the gradient of a bias added to every row.
+  auto columnSum = [&](StringRef name, StringRef in, StringRef out,
+                       int64_t columns) {
+    Kernel k = kernel(name, {in, out}, elementGrid(columns), kCountThreads);
+    kernelOp<moegpu::ColumnSumOp>(k, k[in], k[out]);
+  };
   // JetMoE's output bias: the sum of dy over the tokens.
   if (outputBias)
-    buildColumnSum(addKernel("train_output_bias_grad",
-                             {"dy", arg("output_bias.grad")}, elementGrid(h),
-                             kCountThreads));
+    columnSum("train_output_bias_grad", "dy", arg("output_bias.grad"), h);
   addMemset("row_token");
-  buildRowTokens(addKernel("train_row_tokens", {"row_map", "row_token"},
-                           gridOf(moegpu::GridKind::Assignments, kCountThreads),
-                           kCountThreads));
+  {
+    Kernel k = kernel("train_row_tokens", {"row_map", "row_token"},
+                      gridOf(moegpu::GridKind::Assignments, kCountThreads),
+                      kCountThreads);
+    kernelOp<moegpu::RowTokensOp>(k, k["row_map"], k["row_token"]);
+  }
   addMemset("row_dy");
-  buildGatherRowDy(addKernel("train_gather_row_dy",
-                             {"dy", "row_token", "offsets", "row_dy"},
-                             gridOf(moegpu::GridKind::Rows), kRowThreads));
+  {
+    Kernel k = kernel("train_gather_row_dy",
+                      {"dy", "row_token", "offsets", "row_dy"},
+                      gridOf(moegpu::GridKind::Rows), kRowThreads);
+    kernelOp<moegpu::GatherRowDyOp>(k, k["dy"], k["row_token"], k["offsets"],
+                                    k["row_dy"], config.getTopK());
+  }
   // The rows' dy go to the experts' ranks: all at once, or chunk by chunk
   // as the forward pass's rows went (each chunk's backward below waits for
   // its own).
@@ -163,7 +184,8 @@ void LayerBuilder::buildTraining() {
   for (int64_t c = 0; sharded && c < passes; ++c)
     addExchange(moegpu::ExchangeKind::DispatchRows, {"row_dy", "ep_row_dy"},
                 chunked ? std::optional<int64_t>(c) : std::nullopt);
-  auto persistent = gridOf(moegpu::GridKind::Persistent);
+  auto none = moegpu::Epilogue::None;
+  auto nn = moegpu::GemmLayout::NN, tn = moegpu::GemmLayout::TN;
   // Shared experts (first: with expert parallelism they run while the
   // rows' dy travel): one group of every token, weight 1. Their weight
   // gradients reduce over the tokens in blocks of 64 rows: rows past T
@@ -176,53 +198,51 @@ void LayerBuilder::buildTraining() {
     SmallVector<StringRef> dyArgs{"dy", "shared_offsets", "dy_half"};
     if (gated) {
       dyArgs.push_back("shared_scale");
-      buildSharedScaleGrad(addKernel(
-          "train_shared_scale_grad",
-          {"dy", "shared_out", "shared_scale", "shared_dz"},
-          gridOf(moegpu::GridKind::Tokens, kRouteWarps), kRouteWarps * 32));
-      buildRouterGrad(
-          addKernel("train_shared_expert_gate_grad",
-                    {"shared_dz", "x", arg("shared_expert_gate.grad")},
-                    fixedGrid(1), kRowThreads));
+      Kernel k = kernel("train_shared_scale_grad",
+                        {"dy", "shared_out", "shared_scale", "shared_dz"},
+                        gridOf(moegpu::GridKind::Tokens, kRouteWarps),
+                        kRouteWarps * 32);
+      kernelOp<moegpu::SharedScaleGradOp>(k, k["dy"], k["shared_out"],
+                                          k["shared_scale"], k["shared_dz"]);
+      std::string grad = arg("shared_expert_gate.grad");
+      Kernel g = kernel("train_shared_expert_gate_grad",
+                        {"shared_dz", "x", grad}, fixedGrid(1), kRowThreads);
+      kernelOp<moegpu::RouterGradOp>(g, g["shared_dz"], g["x"], g[grad]);
     }
-    buildScaleToHalf(addKernel("train_shared_dy", dyArgs,
-                               gridOf(moegpu::GridKind::Tokens, 1),
-                               kRowThreads),
-                     /*weighted=*/gated);
-    buildGemm(addKernel("train_shared_gate_up",
-                        {"x", "ws13", "shared_offsets", "shared_gu"},
-                        persistent, 0),
-              moegpu::Epilogue::None);
-    buildGemm(addKernel("train_shared_dact",
-                        {"dy_half", "ws2", "shared_offsets", "shared_gs"},
-                        persistent, 0),
-              moegpu::Epilogue::None, moegpu::GemmLayout::NN);
+    {
+      Kernel k = kernel("train_shared_dy", dyArgs,
+                        gridOf(moegpu::GridKind::Tokens, 1), kRowThreads);
+      kernelOp<moegpu::ScaleRowsOp>(k, k["dy"], k["shared_offsets"],
+                                    k["dy_half"], k.get("shared_scale"));
+    }
+    launchGemm("train_shared_gate_up",
+               Gemm("x", "ws13", "shared_offsets", "shared_gu"));
+    launchGemm("train_shared_dact",
+               Gemm("dy_half", "ws2", "shared_offsets", "shared_gs", none, nn));
     addMemset("shared_dg");
     addMemset("shared_du");
-    buildActGrad(addKernel("train_shared_act_grad",
-                           {"shared_gu", "shared_gs", "shared_offsets",
-                            "shared_dgu", "shared_dg", "shared_du"},
-                           gridOf(moegpu::GridKind::Tokens, 1), kRowThreads),
-                 /*weighted=*/false);
-    buildGemm(addKernel("train_shared_rows_grad",
-                        {"shared_dgu", "ws13", "shared_offsets", "shared_dx"},
-                        persistent, 0),
-              moegpu::Epilogue::None, moegpu::GemmLayout::NN);
-    buildGemm(addKernel("train_shared_down_grad",
-                        {"dy_half", "shared_act", "shared_offsets",
-                         arg("shared_down_weight.grad")},
-                        persistent, 0),
-              moegpu::Epilogue::None, moegpu::GemmLayout::TN);
-    buildGemm(addKernel("train_shared_gate_grad",
-                        {"shared_dg", "x", "shared_offsets",
-                         arg("shared_gate_weight.grad")},
-                        persistent, 0),
-              moegpu::Epilogue::None, moegpu::GemmLayout::TN);
-    buildGemm(addKernel("train_shared_up_grad",
-                        {"shared_du", "x", "shared_offsets",
-                         arg("shared_up_weight.grad")},
-                        persistent, 0),
-              moegpu::Epilogue::None, moegpu::GemmLayout::TN);
+    {
+      Kernel k = kernel("train_shared_act_grad",
+                        {"shared_gu", "shared_gs", "shared_offsets",
+                         "shared_dgu", "shared_dg", "shared_du"},
+                        gridOf(moegpu::GridKind::Tokens, 1), kRowThreads);
+      kernelOp<moegpu::ActGradOp>(
+          k, k["shared_gu"], k["shared_gs"], k["shared_offsets"],
+          k["shared_dgu"], k["shared_dg"], k["shared_du"], Value(), Value(),
+          Value(), Value(), FloatAttr(), FloatAttr());
+    }
+    launchGemm(
+        "train_shared_rows_grad",
+        Gemm("shared_dgu", "ws13", "shared_offsets", "shared_dx", none, nn));
+    launchGemm("train_shared_down_grad",
+               Gemm("dy_half", "shared_act", "shared_offsets",
+                    arg("shared_down_weight.grad"), none, tn));
+    launchGemm("train_shared_gate_grad",
+               Gemm("shared_dg", "x", "shared_offsets",
+                    arg("shared_gate_weight.grad"), none, tn));
+    launchGemm("train_shared_up_grad",
+               Gemm("shared_du", "x", "shared_offsets",
+                    arg("shared_up_weight.grad"), none, tn));
   }
   // The routing weights' gradients are summed into (atomics per row).
   addMemset(xWeightGrad);
@@ -234,65 +254,68 @@ void LayerBuilder::buildTraining() {
   // through all of it on that chunk's groups, its rows' gradients go back
   // as soon as they are complete, and the weight gradients of the chunks
   // after the first accumulate into the first's.
-  auto gemm = [&](moegpu::Epilogue epilogue,
-                  moegpu::GemmLayout layout = moegpu::GemmLayout::NT) {
-    return [=](gpu::GPUFuncOp f) { buildGemm(f, epilogue, layout); };
-  };
-  // GPT-OSS: the pre-activations with the gate and up biases (the GEMM's
-  // last argument).
-  SmallVector<StringRef> gateUpArgs{xRows, "w13", "", "gu"};
-  auto gateUp = [&](gpu::GPUFuncOp f) {
-    buildGemm(f, moegpu::Epilogue::None, moegpu::GemmLayout::NT,
-              /*dense=*/false,
-              expertBias ? f.getArgument(f.getNumArguments() - 1) : Value());
-  };
-  auto none = moegpu::Epilogue::None;
-  auto nn = moegpu::GemmLayout::NN, tn = moegpu::GemmLayout::TN;
   for (int64_t c = 0; c < passes; ++c) {
     std::optional<int64_t> chunk =
         chunked ? std::optional<int64_t>(c) : std::nullopt;
     std::string groups = chunked ? groupOffsets(c) : xGroups;
-    launchKernel("train_expert_dy", {xDy, groups, "dyw", xWeight}, expertGrid,
-                 kRowThreads, chunk, [&](gpu::GPUFuncOp f) {
-                   buildScaleToHalf(f, /*weighted=*/true);
+    SmallVector<StringRef> dyArgs{xDy, groups, "dyw", xWeight};
+    launchKernel("train_expert_dy", dyArgs, expertGrid, kRowThreads, chunk,
+                 [&](gpu::GPUFuncOp f) {
+                   Kernel k = kernelOf(f, dyArgs);
+                   kernelOp<moegpu::ScaleRowsOp>(k, k[xDy], k[groups],
+                                                 k["dyw"], k[xWeight]);
                  });
-    gateUpArgs[2] = groups;
-    SmallVector<StringRef> guArgs(gateUpArgs);
-    if (expertBias)
-      guArgs.push_back("b13");
-    launchKernel("train_expert_gate_up", guArgs, persistent, 0, chunk, gateUp);
-    launchKernel("train_expert_dact", {xDy, "w2", groups, "gs"}, persistent, 0,
-                 chunk, gemm(none, nn));
+    // GPT-OSS: the pre-activations with the gate and up biases.
+    launchGemm(
+        "train_expert_gate_up",
+        Gemm(xRows, "w13", groups, "gu").withBias(expertBias ? "b13" : ""),
+        chunk);
+    launchGemm("train_expert_dact", Gemm(xDy, "w2", groups, "gs", none, nn),
+               chunk);
     SmallVector<StringRef> actArgs{"gu", "gs", groups,  "dgu",
                                    "dg", "du", xWeight, xWeightGrad};
     if (expertBias)
       actArgs.append({xDy, "b2"});
     launchKernel("train_expert_act_grad", actArgs, expertGrid, kRowThreads,
-                 chunk,
-                 [&](gpu::GPUFuncOp f) { buildActGrad(f, /*weighted=*/true); });
+                 chunk, [&](gpu::GPUFuncOp f) {
+                   Kernel k = kernelOf(f, actArgs);
+                   // GPT-OSS's clamped SwiGLU.
+                   FloatAttr alpha, limit;
+                   if (config.isClamped()) {
+                     Builder attrs(ctx);
+                     alpha = attrs.getF64FloatAttr(
+                         config.getSwigluAlphaValue());
+                     limit = attrs.getF64FloatAttr(
+                         config.getSwigluLimitValue());
+                   }
+                   kernelOp<moegpu::ActGradOp>(
+                       k, k["gu"], k["gs"], k[groups], k["dgu"], k["dg"],
+                       k["du"], k[xWeight], k[xWeightGrad], k.get(xDy),
+                       k.get("b2"), alpha, limit);
+                 });
     // With expert parallelism each gradient goes back to its token's rank
     // as soon as it is complete: the exchanges run on the communicator's
     // stream beside the weight gradients' GEMMs, which do not touch them.
     if (sharded)
       addExchange(moegpu::ExchangeKind::CombineRows,
                   {"ep_row_weight_grad", "row_weight_grad"}, chunk);
-    launchKernel("train_expert_rows_grad", {"dgu", "w13", groups, xDrows},
-                 persistent, 0, chunk, gemm(none, nn));
+    launchGemm("train_expert_rows_grad",
+               Gemm("dgu", "w13", groups, xDrows, none, nn), chunk);
     if (sharded)
       addExchange(moegpu::ExchangeKind::CombineRows, {"ep_drows", "drows"},
                   chunk);
     // The first pass stores the weight gradients, later ones add to them.
     std::string suffix = c == 0 ? "" : "_acc";
     auto epilogue = c == 0 ? none : moegpu::Epilogue::Accumulate;
-    launchKernel("train_expert_down_grad" + suffix,
-                 {"dyw", xAct, groups, arg("down_weight.grad")}, persistent, 0,
-                 chunk, gemm(epilogue, tn));
-    launchKernel("train_expert_gate_grad" + suffix,
-                 {"dg", xRows, groups, arg("gate_weight.grad")}, persistent, 0,
-                 chunk, gemm(epilogue, tn));
-    launchKernel("train_expert_up_grad" + suffix,
-                 {"du", xRows, groups, arg("up_weight.grad")}, persistent, 0,
-                 chunk, gemm(epilogue, tn));
+    std::string downGrad = arg("down_weight.grad"),
+                gateGrad = arg("gate_weight.grad"),
+                upGrad = arg("up_weight.grad");
+    launchGemm("train_expert_down_grad" + suffix,
+               Gemm("dyw", xAct, groups, downGrad, epilogue, tn), chunk);
+    launchGemm("train_expert_gate_grad" + suffix,
+               Gemm("dg", xRows, groups, gateGrad, epilogue, tn), chunk);
+    launchGemm("train_expert_up_grad" + suffix,
+               Gemm("du", xRows, groups, upGrad, epilogue, tn), chunk);
     // GPT-OSS: each expert's bias gradients, its rows' column sums of the
     // pre-activations' and the (weighted) output's gradients.
     if (expertBias)
@@ -300,28 +323,40 @@ void LayerBuilder::buildTraining() {
            {std::pair<StringRef, StringRef>{"gate_bias", "dg"},
             {"up_bias", "du"},
             {"down_bias", "dyw"}})
+      {
+        std::string grad = arg((name + ".grad").str());
+        SmallVector<StringRef> sumArgs{rowsGrad, groups, grad};
         launchKernel(("train_expert_" + name + "_grad" + suffix).str(),
-                     {rowsGrad, groups, arg((name + ".grad").str())},
-                     fixedGrid(memrefType("b2").getDimSize(0)), kRowThreads,
-                     chunk, [&, c](gpu::GPUFuncOp f) {
-                       buildGroupedColumnSum(f, /*accumulate=*/c > 0);
+                     sumArgs, fixedGrid(memrefType("b2").getDimSize(0)),
+                     kRowThreads, chunk, [&, c](gpu::GPUFuncOp f) {
+                       Kernel k = kernelOf(f, sumArgs);
+                       kernelOp<moegpu::GroupedColumnSumOp>(
+                           k, k[rowsGrad], k[groups], k[grad],
+                           /*accumulate=*/c > 0);
                      });
+      }
   }
   // Llama 4: the routing weights scaled the rows, not the outputs (whose
   // row weights were 1): their gradients are the rows' gradients dotted
   // with the tokens, in place of what the experts' backward summed.
   if (config.getScaleInput()) {
     addMemset("row_weight_grad");
-    buildScaledWeightGrad(
-        addKernel("train_scaled_weight_grad",
-                  {"drows", "row_token", "offsets", "x", "row_weight_grad"},
-                  gridOf(moegpu::GridKind::Rows), kRowThreads));
+    Kernel k = kernel("train_scaled_weight_grad",
+                      {"drows", "row_token", "offsets", "x", "row_weight_grad"},
+                      gridOf(moegpu::GridKind::Rows), kRowThreads);
+    kernelOp<moegpu::ScaledWeightGradOp>(k, k["drows"], k["row_token"],
+                                         k["offsets"], k["x"],
+                                         k["row_weight_grad"], config.getTopK());
   }
   addMemset("dtw");
-  buildScatterRowWeightGrad(
-      addKernel("train_scatter_row_weight_grad",
-                {"row_weight_grad", "row_token", "offsets", "dtw"},
-                gridOf(moegpu::GridKind::Rows, kCountThreads), kCountThreads));
+  {
+    Kernel k = kernel("train_scatter_row_weight_grad",
+                      {"row_weight_grad", "row_token", "offsets", "dtw"},
+                      gridOf(moegpu::GridKind::Rows, kCountThreads),
+                      kCountThreads);
+    kernelOp<moegpu::ScatterRowWeightGradOp>(
+        k, k["row_weight_grad"], k["row_token"], k["offsets"], k["dtw"]);
+  }
   // Router and input. The router's gradients are GEMMs over the experts
   // (dRouter = dl^T . x, tn over one group of every token; its part of dx
   // = dl . router, nn) when the router weight is in the compute type and
@@ -341,22 +376,23 @@ void LayerBuilder::buildTraining() {
     // blocks of 64 tokens.
     addMemset("dl_half");
   }
-  buildRouteGrad(addKernel("train_route_grad", routeArgs,
-                           gridOf(moegpu::GridKind::Tokens, kCountThreads),
-                           kCountThreads));
+  {
+    Kernel k = kernel("train_route_grad", routeArgs,
+                      gridOf(moegpu::GridKind::Tokens, kCountThreads),
+                      kCountThreads);
+    kernelOp<moegpu::RouteGradOp>(
+        k, k["router_logits"], k.get("router_bias"), k["topk_ids"], k["dtw"],
+        k["dl"], k.get("dl_half"), scoringOf(config.getScoring()),
+        config.getNormTopkProb(), APFloat(config.getRoutedScaleValue()));
+  }
   if (routerGemm) {
-    buildGemm(addKernel("train_router_dx",
-                        {"dl_half", "router_weight", "router_dx"}, persistent,
-                        0),
-              moegpu::Epilogue::None, moegpu::GemmLayout::NN,
-              /*dense=*/true);
-    buildTokenOffsets(addKernel("train_token_offsets", {"x", "token_offsets"},
-                                gridOf(moegpu::GridKind::One), 32));
-    buildGemm(addKernel("train_router_grad",
-                        {"dl_half", "x", "token_offsets",
-                         arg("router_weight.grad")},
-                        persistent, 0),
-              moegpu::Epilogue::None, moegpu::GemmLayout::TN);
+    launchGemm("train_router_dx",
+               Gemm("dl_half", "router_weight", "", "router_dx", none, nn));
+    Kernel k = kernel("train_token_offsets", {"x", "token_offsets"},
+                      gridOf(moegpu::GridKind::One), 32);
+    kernelOp<moegpu::TokenOffsetsOp>(k, k["x"], k["token_offsets"]);
+    launchGemm("train_router_grad", Gemm("dl_half", "x", "token_offsets",
+                                         arg("router_weight.grad"), none, tn));
   }
   SmallVector<StringRef> dxArgs{"drows", "row_map"};
   if (config.getScaleInput())
@@ -375,20 +411,30 @@ void LayerBuilder::buildTraining() {
     dxArgs.push_back("shared_expert_gate");
   }
   dxArgs.push_back(xGrad);
-  buildInputGrad(addKernel("train_input_grad", dxArgs,
-                           gridOf(moegpu::GridKind::Tokens, 1), kRowThreads),
-                 routerGemm);
-  if (!routerGemm)
-    buildRouterGrad(addKernel("train_router_grad",
-                              {"dl", "x", arg("router_weight.grad")},
-                              fixedGrid(e), kRowThreads));
+  {
+    Kernel k = kernel("train_input_grad", dxArgs,
+                      gridOf(moegpu::GridKind::Tokens, 1), kRowThreads);
+    kernelOp<moegpu::InputGradOp>(
+        k, k["drows"], k["row_map"], k.get("topk_weights"),
+        k.get("router_dx"), k.get("dl"), k.get("router_weight"),
+        k.get("shared_dx"), k.get("shared_dz"), k.get("shared_expert_gate"),
+        k[xGrad]);
+  }
+  if (!routerGemm) {
+    std::string grad = arg("router_weight.grad");
+    Kernel k = kernel("train_router_grad", {"dl", "x", grad}, fixedGrid(e),
+                      kRowThreads);
+    kernelOp<moegpu::RouterGradOp>(k, k["dl"], k["x"], k[grad]);
+  }
   // GPT-OSS's router bias: the logits' gradient summed over the tokens.
   if (routerBias)
-    buildColumnSum(addKernel("train_router_bias_grad",
-                             {"dl", arg("router_bias.grad")}, elementGrid(e),
-                             kCountThreads));
-  buildLoad(addKernel("train_load", {"counts", arg("load")}, elementGrid(e),
-                      kCountThreads));
+    columnSum("train_router_bias_grad", "dl", arg("router_bias.grad"), e);
+  {
+    std::string load = arg("load");
+    Kernel k = kernel("train_load", {"counts", load}, elementGrid(e),
+                      kCountThreads);
+    kernelOp<moegpu::ExpertLoadOp>(k, k["counts"], k[load], chunks);
+  }
   // With expert parallelism: what every rank computed in part. Each
   // rank's experts already saw every token routed to them.
   if (sharded) {
@@ -422,27 +468,33 @@ void LayerBuilder::buildTraining() {
     names.push_back(arg("grad_sq"));
     names.push_back(arg("bad_updates"));
     int64_t elements = memrefType(arg(weight.first)).getNumElements();
-    buildUpdateCheck(
-        addKernel("train_check_" + weight.first.str(),
-                  SmallVector<StringRef>(names.begin(), names.end()),
-                  strideGrid(elements),
-                  kCountThreads),
-        static_cast<int64_t>(i));
+    Kernel k = kernel("train_check_" + weight.first.str(),
+                      SmallVector<StringRef>(names.begin(), names.end()),
+                      strideGrid(elements), kCountThreads);
+    kernelOp<moegpu::UpdateCheckOp>(k, k[names[0]], k[names[1]], k[names[2]],
+                                    k[names[3]], k[names[4]], k[names[5]],
+                                    k[names[6]], i);
   }
 
   // The update, in place: the selection bias, then AdamW on every master.
   OpBuilder ub = builderAtEnd(&program.getBody().front());
   update = moegpu::ScheduleOp::create(ub, layer.getLoc(), "update");
   steps = &update.getBody().front();
-  if (bias)
-    buildBias(addKernel("train_bias", {arg("load"), arg("hyper"), "score_bias"},
-                        elementGrid(e), kCountThreads));
+  if (bias) {
+    std::string load = arg("load"), hyper = arg("hyper");
+    Kernel k = kernel("train_bias", {load, hyper, "score_bias"},
+                      elementGrid(e), kCountThreads);
+    kernelOp<moegpu::BiasUpdateOp>(k, k[load], k[hyper], k["score_bias"],
+                                   config.getTopK());
+  }
   for (auto [name, value] : trained) {
     SmallVector<std::string> names = adamwArgs(name);
-    buildAdamW(addKernel(
-        "train_adamw_" + name.str(),
-        SmallVector<StringRef>(names.begin(), names.end()),
-        strideGrid(memrefType(arg(name)).getNumElements()), kCountThreads));
+    Kernel k = kernel("train_adamw_" + name.str(),
+                      SmallVector<StringRef>(names.begin(), names.end()),
+                      strideGrid(memrefType(arg(name)).getNumElements()),
+                      kCountThreads);
+    kernelOp<moegpu::AdamWOp>(k, k[names[0]], k[names[1]], k[names[2]],
+                              k[names[3]], k[names[4]]);
   }
   steps = &forward.getBody().front();
 }

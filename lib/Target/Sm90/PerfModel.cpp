@@ -107,6 +107,50 @@ Rows routedRows(const Sm90LayerShape &s, int64_t tokens) {
 
 } // namespace
 
+namespace {
+
+/// A grouped GEMM's work from its op: nt and nn reduce over K into each
+/// row's N outputs (SwiGLU halves what is stored), tn reduces over the
+/// rows into a group's M x N; its rows are the tokens (one group) or the
+/// experts' dispatched rows. The useful work counts the real rows, the
+/// estimate the padded ones too.
+void costGemmKernel(Sm90KernelCost &c, const Sm90KernelReport &kr,
+                    const Sm90LayerShape &s, const Rows &routed, double T,
+                    int64_t tokens, const Sm90Machine &m) {
+  const Sm90KernelWork &w = kr.work;
+  bool byRows = w.rows == Sm90Rows::Routed;
+  double rows = byRows ? routed.real : T;
+  double groups = byRows ? static_cast<double>(routed.busy) : 1;
+  int64_t tileRows = byRows ? routed.paddedPerExpert : tokens;
+  int64_t bm = kr.tileM ? kr.tileM : 128, bn = kr.tileN ? kr.tileN : 128;
+  // FP8 experts: 1-byte operands and a scale per 128 of K (a row's, a
+  // block's).
+  bool fp8 = s.fp8 && w.blockScaled;
+  double operand = fp8 ? 1 : static_cast<double>(s.elementBytes);
+  double out = w.outBytes == 4 ? 4 : static_cast<double>(s.elementBytes);
+  double M = static_cast<double>(w.m), N = static_cast<double>(w.n),
+         K = static_cast<double>(w.k);
+  if (w.layout == Sm90GemmLayout::TN) {
+    // A weight gradient: every group's M x N over its rows.
+    c.flops = 2 * rows * M * N;
+    c.bytes = operand * rows * (M + N) + out * groups * M * N;
+    int64_t tiles =
+        static_cast<int64_t>(groups) * ceilDiv(w.m, bm) * ceilDiv(w.n, bn);
+    costGemm(c, kr, tiles, byRows ? routed.paddedPerExpert : T, m, operand);
+    return;
+  }
+  // Activations in and out, each busy group's weights once.
+  c.flops = 2 * rows * N * K;
+  c.bytes = operand * (rows * K + groups * N * K) +
+            out * rows * N / (w.swiglu ? 2 : 1) +
+            (fp8 ? 4 * (rows + groups * N / 128) * std::ceil(K / 128) : 0);
+  int64_t mBlocks = ceilDiv(tileRows, bm);
+  int64_t tiles = static_cast<int64_t>(groups) * mBlocks * ceilDiv(w.n, bn);
+  costGemm(c, kr, tiles, K, m, operand, fp8, mBlocks);
+}
+
+} // namespace
+
 std::vector<Sm90KernelCost>
 modelForward(const Sm90LayerShape &s,
              const std::vector<Sm90KernelReport> &kernels, int64_t tokens,
@@ -116,107 +160,54 @@ modelForward(const Sm90LayerShape &s,
   // This rank's experts and the rows they get (sharded: every rank's
   // tokens reach a rank's experts in the same proportion).
   const Rows routed = routedRows(s, tokens);
-  const int64_t busy = routed.busy;
-  const int64_t paddedPerExpert = routed.paddedPerExpert;
-  const double rows = routed.padded, real = routed.real;
-
-  auto hasKernel = [&](StringRef name) {
-    return llvm::any_of(kernels, [&](const Sm90KernelReport &kr) {
-      return kr.name == name;
-    });
-  };
+  const double real = routed.real;
+  using K = Sm90KernelKind;
   for (const Sm90KernelReport &kr : kernels) {
+    const Sm90KernelWork &w = kr.work;
+    if (w.phase != Sm90Phase::Forward)
+      continue;
     Sm90KernelCost c;
     c.kernel = kr.name;
-    // GEMMs: rows per group, N, K, groups with rows, weight bytes.
-    double gRows = 0, gN = 0, gK = 0, groups = 0, outBytes = e;
-    int64_t tileRowsPerGroup = 0;
-    bool up = kr.name == "expert_up" || kr.name == "shared_up";
-    if (kr.name == "router" && kr.tileM) {
-      // The router's logits on tensor cores: one dense group, f32 out.
-      gRows = T;
-      gN = E;
-      gK = H;
-      groups = 1;
-      tileRowsPerGroup = tokens;
-      outBytes = 4;
-    } else if (kr.name == "expert_up" || kr.name == "expert_down") {
-      gRows = rows;
-      gN = up ? 2 * F : H;
-      gK = up ? H : F;
-      groups = static_cast<double>(busy);
-      tileRowsPerGroup = paddedPerExpert;
-    } else if (kr.name == "shared_up" || kr.name == "shared_down") {
-      if (S == 0)
-        continue;
-      gRows = T;
-      gN = up ? 2 * S : H;
-      gK = up ? H : S;
-      groups = 1;
-      tileRowsPerGroup = tokens;
-    }
-    if (gN > 0) {
-      // The useful work and traffic: real rows only (the kernel computes
-      // the padded ones too, which the estimate counts), activations in
-      // and out (SwiGLU halves the up GEMM's output), each busy group's
-      // weights once.
-      double useful = gRows == rows ? real : gRows;
-      // FP8 experts: 1-byte operands and a scale per 128 of K (a row's, a
-      // block's).
-      bool fp8 = s.fp8 && kr.name != "router";
-      double operand = fp8 ? 1 : e;
-      c.flops = 2 * useful * gN * gK;
-      c.bytes =
-          operand * (useful * gK + groups * gN * gK) +
-          outBytes * useful * gN / (up ? 2 : 1) +
-          (fp8 ? 4 * (useful + groups * gN / 128) * std::ceil(gK / 128) : 0);
-      int64_t bm = kr.tileM ? kr.tileM : 128, bn = kr.tileN ? kr.tileN : 128;
-      int64_t mBlocks = ceilDiv(tileRowsPerGroup, bm);
-      int64_t tiles = static_cast<int64_t>(groups) * mBlocks *
-                      ceilDiv(static_cast<int64_t>(gN), bn);
-      costGemm(c, kr, tiles, gK, m, operand, fp8, mBlocks);
+    bool byRows = w.rows == Sm90Rows::Routed;
+    switch (w.kind) {
+    case K::GroupedGemm:
+      costGemmKernel(c, kr, s, routed, T, tokens, m);
       out.push_back(c);
       continue;
+    case K::Quantize: {
+      // A 16-bit input read, codes and a scale per 128 channels written.
+      double qRows = byRows ? real : T, width = static_cast<double>(w.width);
+      c.bytes = qRows * (e * width + width + 4 * std::ceil(width / 128));
+      break;
     }
-    // FP8 quantization: a 16-bit input read, codes and a scale per 128
-    // channels written.
-    double qRows = 0, qWidth = 0;
-    if (kr.name == "quantize_rows" || kr.name == "quantize_act") {
-      qRows = real;
-      qWidth = kr.name == "quantize_rows" ? H : F;
-    } else if (kr.name == "quantize_x" || kr.name == "quantize_shared_act") {
-      qRows = T;
-      qWidth = kr.name == "quantize_x" ? H : S;
-    }
-    if (qWidth > 0) {
-      c.bytes = qRows * (e * qWidth + qWidth + 4 * std::ceil(qWidth / 128));
-      costSimt(c, m);
-      out.push_back(c);
-      continue;
-    }
-    if (kr.name == "router") {
+    case K::RouterLogits:
       // SIMT logits (an f32 router weight).
       c.flops = 2 * T * E * H;
       c.bytes = e * T * H + 4 * E * H + 4 * T * E;
-    } else if (kr.name == "shared_gate") {
+      break;
+    case K::SharedGate:
       // Qwen2-MoE's gate on the shared output: x . g, one scale a token.
       c.flops = 2 * T * H;
       c.bytes = e * (T * H + H) + 4 * T;
-    } else if (kr.name == "route") {
+      break;
+    case K::Route:
       // Logits in; ids, weights and the counts' atomics out.
       c.bytes = 4 * T * E + 12 * T * k;
-    } else if (kr.name == "dispatch_scan") {
+      break;
+    case K::DispatchScan:
       c.bytes = 12 * E;
-    } else if (kr.name == "dispatch_scatter") {
+      break;
+    case K::DispatchScatter:
       // FP8 rows carry codes and a scale per 128 channels (e4m3 when the
       // kernel reads x's codes: its one-byte rows).
-      c.bytes = (s.fp8 && !hasKernel("quantize_rows")
-                     ? 2 * T * k * (H + 4 * std::ceil(H / 128))
-                     : 2 * e * T * k * H) +
+      c.bytes = (s.fp8 && w.codes ? 2 * T * k * (H + 4 * std::ceil(H / 128))
+                                  : 2 * e * T * k * H) +
                 12 * T * k;
-    } else if (kr.name == "combine") {
+      break;
+    case K::Combine:
       c.bytes = e * (real * H + T * H * (S > 0 ? 2 : 1)) + 4 * T * k;
-    } else {
+      break;
+    default:
       continue; // not a forward kernel the model knows
     }
     costSimt(c, m);
@@ -233,142 +224,103 @@ modelTraining(const Sm90LayerShape &s,
   std::vector<Sm90KernelCost> out = modelForward(s, kernels, tokens, m);
   const auto [e, T, H, F, S, E, k] = dimsOf(s, tokens);
   const Rows r = routedRows(s, tokens);
-  const double busy = static_cast<double>(r.busy);
-  // The routed experts' weights this rank trains.
-  const double expertWeights = 3.0 * static_cast<double>(r.local) * F * H;
-  auto tilesOf = [](double groups, double rows, double cols, int64_t bm,
-                    int64_t bn) {
-    return static_cast<int64_t>(groups) *
-           ceilDiv(static_cast<int64_t>(rows), bm) *
-           ceilDiv(static_cast<int64_t>(cols), bn);
-  };
+  using K = Sm90KernelKind;
   for (const Sm90KernelReport &kr : kernels) {
-    const std::string &n = kr.name;
-    // A chunked step's weight gradients of the later chunks ("_acc") are
-    // modelled with the first chunk's kernel, which the model gives every
-    // row.
-    if (n.rfind("train_", 0) != 0 ||
-        (n.size() > 4 && n.compare(n.size() - 4, 4, "_acc") == 0))
+    const Sm90KernelWork &w = kr.work;
+    // A chunked step's weight gradients of the later chunks (accumulated
+    // into the first's) are modelled with the first chunk's kernel, which
+    // the model gives every row.
+    if (w.phase == Sm90Phase::Forward || w.accumulate)
       continue;
     Sm90KernelCost c;
-    c.kernel = n;
-    int64_t bm = kr.tileM ? kr.tileM : 128, bn = kr.tileN ? kr.tileN : 128;
-    bool routed = n.rfind("train_expert_", 0) == 0;
-    bool sharedK = n.rfind("train_shared_", 0) == 0;
-    // Rows, groups, FFN width and reduction depth of the expert kernels.
-    double rows = routed ? r.real : T, groups = routed ? busy : 1;
-    double width = routed ? F : S;
-    double depth = routed ? static_cast<double>(r.paddedPerExpert) : T;
-    if ((routed || sharedK) && width == 0)
-      continue;
-    if (kr.tileM && (routed || sharedK)) {
-      // After "train_expert_" or "train_shared_".
-      std::string what = n.substr(13);
-      double rowTiles = routed ? static_cast<double>(r.paddedPerExpert) : T;
-      if (what == "gate_up") {
-        // GU = X . W13^T again (nt): N = 2F, K = H, f32 out.
-        c.flops = 2 * rows * 2 * width * H;
-        c.bytes = e * (rows * H + groups * 2 * width * H) + 4 * rows * 2 * width;
-        costGemm(c, kr, tilesOf(groups, rowTiles, 2 * width, bm, bn), H, m, e);
-      } else if (what == "dact") {
-        // GS = dY . W2 (nn): N = F, K = H, f32 out.
-        c.flops = 2 * rows * width * H;
-        c.bytes = e * (rows * H + groups * H * width) + 4 * rows * width;
-        costGemm(c, kr, tilesOf(groups, rowTiles, width, bm, bn), H, m, e);
-      } else if (what == "rows_grad") {
-        // dX = dGU . W13 (nn): K = 2F.
-        c.flops = 2 * rows * 2 * width * H;
-        c.bytes = e * (rows * 2 * width + groups * 2 * width * H) + 4 * rows * H;
-        costGemm(c, kr, tilesOf(groups, rowTiles, H, bm, bn), 2 * width, m, e);
-      } else if (what == "down_grad") {
-        // dW2 = dY^T . act (tn): H x F per group over its rows.
-        c.flops = 2 * rows * H * width;
-        c.bytes = e * rows * (H + width) + 4 * groups * H * width;
-        costGemm(c, kr, tilesOf(groups, H, width, bm, bn), depth, m, e);
-      } else {
-        // dWg or dWu = dG^T . X (tn): F x H per group.
-        c.flops = 2 * rows * width * H;
-        c.bytes = e * rows * (width + H) + 4 * groups * width * H;
-        costGemm(c, kr, tilesOf(groups, width, H, bm, bn), depth, m, e);
-      }
+    c.kernel = kr.name;
+    double rows = w.rows == Sm90Rows::Routed ? r.real : T;
+    double width = static_cast<double>(w.width);
+    double elements = static_cast<double>(w.elements);
+    switch (w.kind) {
+    case K::GroupedGemm:
+      costGemmKernel(c, kr, s, r, T, tokens, m);
       out.push_back(c);
       continue;
-    }
-    if (kr.tileM && (n == "train_router_dx" || n == "train_router_grad")) {
-      // The router's part of dx = dl . router (nn, dense over the tokens),
-      // or dRouter = dl^T . x (tn over one group of every token).
-      c.flops = 2 * T * E * H;
-      bool dx = n == "train_router_dx";
-      c.bytes = e * (T * E + (dx ? E * H : T * H)) + 4 * (dx ? T * H : E * H);
-      int64_t tiles = dx ? tilesOf(1, T, H, bm, bn) : tilesOf(1, E, H, bm, bn);
-      costGemm(c, kr, tiles, dx ? E : T, m, e);
-      out.push_back(c);
-      continue;
-    }
-    if (n == "train_expert_act_grad" || n == "train_shared_act_grad") {
+    case K::ActGrad:
       // The SwiGLU backward: GU and GS in (f32), dGU, dG and dU out.
       c.bytes = 4 * rows * 3 * width + e * rows * 4 * width;
-    } else if (n == "train_expert_dy" || n == "train_shared_dy") {
+      break;
+    case K::ScaleRows:
       // dY in (the rows' in the compute type, the tokens' in f32); the
       // weighted rows' or the tokens' in the compute type out.
-      c.bytes = ((routed ? e : 4) + e) * rows * H;
-    } else if (n == "train_shared_scale_grad") {
+      c.bytes = (static_cast<double>(w.inBytes) + e) * rows * H;
+      break;
+    case K::SharedScaleGrad:
       // Qwen2-MoE's gate: dy (f32) . shared_out a token.
       c.flops = 2 * T * H;
       c.bytes = (4 + e) * T * H + 8 * T;
-    } else if (n == "train_shared_expert_gate_grad") {
-      // dg = dz^T . x.
-      c.flops = 2 * T * H;
-      c.bytes = e * T * H + 4 * (T + H);
-    } else if (n == "train_route_grad") {
+      break;
+    case K::RouterGrad: {
+      // SIMT (an f32 router weight, or the shared experts' gate): dl^T . x
+      // into `elements` = outputs x H.
+      double outputs = elements / H;
+      c.flops = 2 * T * outputs * H;
+      c.bytes = e * T * H + 4 * (T * outputs + elements);
+      break;
+    }
+    case K::RouteGrad:
       // The forward's logits in; their gradient out (f32 and, for the
       // GEMMs, the compute type).
       c.bytes = (8 + e) * T * E + 4 * T * k;
-    } else if (n == "train_router_grad") {
-      // SIMT (an f32 router weight): dl^T . x.
-      c.flops = 2 * T * E * H;
-      c.bytes = e * T * H + 4 * (T * E + E * H);
-    } else if (n == "train_input_grad") {
+      break;
+    case K::InputGrad:
       // The rows' dx summed per token, the shared experts' and the
       // router's added (SIMT: dl . router computed here).
-      bool simtRouter = std::any_of(
-          kernels.begin(), kernels.end(), [](const Sm90KernelReport &o) {
-            return o.name == "train_router_grad" && !o.tileM;
-          });
-      c.flops = simtRouter ? 2 * T * E * H : 0;
-      c.bytes = e * r.real * H + 4 * 3 * T * H + (simtRouter ? 4 * T * E : 0);
-    } else if (n == "train_token_offsets") {
+      c.flops = w.routerPart ? 2 * T * E * H : 0;
+      c.bytes = e * r.real * H + 4 * 3 * T * H + (w.routerPart ? 4 * T * E : 0);
+      break;
+    case K::TokenOffsets:
       c.bytes = 8;
-    } else if (n == "train_loss") {
+      break;
+    case K::MseLoss:
       c.bytes = (e + 8) * T * H;
-    } else if (n == "train_gather_row_dy") {
+      break;
+    case K::GatherRowDy:
       c.bytes = (4 + e) * r.real * H;
-    } else if (n == "train_row_tokens" ||
-               n == "train_scatter_row_weight_grad") {
+      break;
+    case K::RowTokens:
+    case K::ScatterRowWeightGrad:
       c.bytes = 12 * T * k;
-    } else if (n == "train_load" || n == "train_bias") {
+      break;
+    case K::ExpertLoad:
+    case K::BiasUpdate:
       c.bytes = 12 * E;
-    } else if (n.rfind("train_adamw_", 0) == 0) {
-      // Read w, m, v, grad; write the next w, m, v (f32), this weight's
-      // share of the trained weights.
-      std::string w = n.substr(12);
-      double count = w == "router_weight"         ? E * H
-                     : w == "shared_expert_gate"  ? H
-                     : w.rfind("shared_", 0) == 0 ? S * H
-                                                  : expertWeights / 3;
-      c.bytes = 28 * count;
-    } else {
+      break;
+    case K::AdamW:
+      // Read w, m, v, grad; write the next w, m, v (f32).
+      c.bytes = 28 * elements;
+      break;
+    case K::Convert:
+    case K::PackGateUp:
       // Compute copies of the masters: f32 in, the compute type out.
-      double count = n == "train_router_weight"         ? E * H
-                     : n == "train_pack_gate_up"        ? 2 * expertWeights / 3
-                     : n == "train_down_weight"         ? expertWeights / 3
-                     : n == "train_pack_shared_gate_up" ? 2 * S * H
-                     : n == "train_shared_down_weight"  ? S * H
-                     : n == "train_shared_expert_gate"  ? H
-                                                        : 0;
-      if (count == 0)
-        continue;
-      c.bytes = (4 + e) * count;
+      c.bytes = (4 + e) * elements;
+      break;
+    case K::UpdateCheck:
+      // The weight's master, moments and gradient read (f32) before its
+      // update: the gradient's square sum and the non-finite count.
+      c.bytes = 16 * elements;
+      break;
+    case K::ColumnSum:
+      // A bias's gradient: the rows' gradients in, one f32 per column out.
+      c.bytes = (static_cast<double>(w.inBytes) * rows + 4) * width;
+      break;
+    case K::GroupedColumnSum:
+      // Each expert's bias gradient over its rows.
+      c.bytes = (static_cast<double>(w.inBytes) * rows + 4 * E) * width;
+      break;
+    case K::ScaledWeightGrad:
+      // Llama 4: a row's gradient dotted with its token's x.
+      c.flops = 2 * rows * H;
+      c.bytes = (static_cast<double>(w.inBytes) + e) * rows * H + 12 * rows;
+      break;
+    default:
+      continue;
     }
     costSimt(c, m);
     out.push_back(c);

@@ -4,6 +4,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "KernelWork.h"
+
 #include "moe/Conversion/Passes.h"
 #include "moe/MoeOps.h"
 #include "moe/Pipelines/Pipelines.h"
@@ -353,13 +355,28 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
   pipeline.tileM = options.tileM;
   pipeline.cluster = options.cluster;
   {
-    TimingScope scope = timing.nest("Kernels (moegpu)");
+    TimingScope scope = timing.nest("Schedule (moegpu)");
     PassManager pm(ctx);
     pm.enableTiming(scope);
     ConvertMoeToMoeGpuOptions convert;
     convert.alignment = options.alignment;
     convert.train = options.train;
     pm.addPass(createConvertMoeToMoeGpu(convert));
+    if (failed(pm.run(module))) {
+      error = "the sm_90a layer conversion failed";
+      return std::nullopt;
+    }
+  }
+  // What each kernel is (the op of its body: moegpu.route, .quantize,
+  // .grouped_gemm, ...), before the ops become code.
+  llvm::StringMap<Sm90KernelWork> kernelWork;
+  module.walk([&](gpu::GPUFuncOp func) {
+    kernelWork[func.getName()] = kernelWorkOf(func);
+  });
+  {
+    TimingScope scope = timing.nest("Kernels (moegpu)");
+    PassManager pm(ctx);
+    pm.enableTiming(scope);
     buildMoeGpuKernelPipeline(pm, pipeline);
     if (failed(pm.run(module))) {
       error = "the sm_90a kernel pipeline failed";
@@ -407,20 +424,38 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
       }
       b.shape.push_back(static_cast<int64_t>(toAbi((*dim++).getValue())));
     }
-    b.source = buffer.getSource().str();
+    // (The op's verifier parsed it already.)
+    b.source = *abi::parseBufferSource(buffer.getSource());
     program.buffers.push_back(std::move(b));
   }
+  // What the rows of a buffer are (its first dimension's).
+  auto rowsOf = [&](StringRef name) {
+    auto buffer = gpuProgram.lookupSymbol<moegpu::BufferOp>(name);
+    if (!buffer || buffer.getMemRefType().getRank() == 0 ||
+        !ShapedType::isDynamic(buffer.getMemRefType().getDimSize(0)))
+      return Sm90Rows::Fixed;
+    auto dims = buffer.getDims().getAsRange<moegpu::BufferDimAttr>();
+    return dims.empty() ||
+                   (*dims.begin()).getValue() == moegpu::BufferDim::Tokens
+               ? Sm90Rows::Tokens
+               : Sm90Rows::Routed;
+  };
   std::set<std::string> reported;
+  Sm90Phase phase = Sm90Phase::Forward;
   auto readLaunch = [&](moegpu::LaunchOp launch, rt::GpuStep &step) {
     step.kernel = launch.getKernel().getLeafReference().str();
     moegpu::GridAttr grid = launch.getGrid();
-    step.gridKind = std::string(abi::gridKindName(toAbi(grid.getKind())));
+    step.grid = toAbi(grid.getKind());
     step.perBlock = grid.getPerBlock();
     step.gridSize = grid.getSize();
     step.block = launch.getBlock();
     auto func = kernels.lookupSymbol<gpu::GPUFuncOp>(step.kernel);
     Sm90KernelReport report;
     report.name = step.kernel;
+    report.work = kernelWork.lookup(step.kernel);
+    step.kernelKind = report.work.kind;
+    report.work.phase = phase;
+    report.work.rows = rowsOf(step.args.empty() ? "" : step.args.front());
     if (auto required = func ? func->getAttrOfType<IntegerAttr>(
                                    moegpu::kRequiredRegistersAttrName)
                              : IntegerAttr())
@@ -470,24 +505,26 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
                                      : schedule.getEntry() == "update"
                                          ? program.updateSteps
                                          : program.steps;
+    phase = schedule.getEntry() == "train"    ? Sm90Phase::Train
+            : schedule.getEntry() == "update" ? Sm90Phase::Update
+                                              : Sm90Phase::Forward;
     for (Operation &op : schedule.getBody().front()) {
       rt::GpuStep step;
       if (auto launch = dyn_cast<moegpu::LaunchOp>(op)) {
-        step.op = "launch";
+        step.kind = abi::StepKind::Launch;
         step.args = names(launch.getArgs());
         step.chunk = launch.getChunk().value_or(-1);
         readLaunch(launch, step);
       } else if (auto memset = dyn_cast<moegpu::MemsetOp>(op)) {
-        step.op = "memset";
+        step.kind = abi::StepKind::Memset;
         step.buffer = memset.getBuffer().str();
       } else if (auto exchange = dyn_cast<moegpu::ExchangeOp>(op)) {
-        step.op = "exchange";
-        step.exchange =
-            std::string(abi::exchangeKindName(toAbi(exchange.getKind())));
+        step.kind = abi::StepKind::Exchange;
+        step.exchange = toAbi(exchange.getKind());
         step.args = names(exchange.getArgs());
         step.chunk = exchange.getChunk().value_or(-1);
       } else if (auto reduce = dyn_cast<moegpu::AllReduceOp>(op)) {
-        step.op = "all_reduce";
+        step.kind = abi::StepKind::AllReduce;
         step.args = names(reduce.getArgs());
       } else {
         op.emitOpError() << "is not a step the runtime runs";
@@ -497,6 +534,7 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
       into.push_back(std::move(step));
     }
   }
+  rt::indexGpuBuffers(program);
   // Its job done, the program leaves before the kernels become PTX.
   gpuProgram.erase();
 

@@ -1,4 +1,5 @@
-// RUN: moe-opt %s --convert-moe-to-moegpu | FileCheck %s
+// RUN: moe-opt %s --convert-moe-to-moegpu --convert-moegpu-kernels-to-gpu \
+// RUN:   | FileCheck %s
 
 // The sm_90a route kernel's selection is NaN-safe: scores are read with NaN
 // as -inf (cmpf uno + select), lanes past the experts hold NaN, NaN

@@ -365,6 +365,14 @@ moegpu.program {
 
 // -----
 
+// A packed source names exactly two roles.
+moegpu.program {
+  // expected-error @+1 {{has unknown source 'pack:gate_weight,up_weight,down_weight'}}
+  moegpu.buffer @x : memref<8xbf16> dims [] source "pack:gate_weight,up_weight,down_weight"
+}
+
+// -----
+
 moegpu.program {
   // expected-error @+1 {{has entry 'backward', expected forward, train or update}}
   moegpu.schedule "backward" {

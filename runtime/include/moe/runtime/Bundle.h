@@ -20,6 +20,7 @@
 #ifndef MOE_RUNTIME_BUNDLE_H
 #define MOE_RUNTIME_BUNDLE_H
 
+#include "moe/runtime/ScheduleAbi.h"
 #include "moe/runtime/Support.h"
 
 #include <memory>
@@ -111,11 +112,9 @@ struct GpuBuffer {
   std::string name;
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
-  /// input | output | scratch | param:<role> | pack:<gate role>,<up role>
-  /// (gate and up rows interleaved in blocks of 8 along dim -2) |
-  /// concat:<gate role>,<up role> (gate rows, then up rows, along dim -2) |
-  /// arg:<training step argument>.
-  std::string source;
+  /// Where its contents come from (the manifest spells it as
+  /// abi::formatBufferSource does).
+  abi::BufferSource source;
 };
 
 /// A TMA descriptor the runtime encodes for a kernel argument.
@@ -129,9 +128,11 @@ struct GpuTensorMap {
 
 /// One step of an sm_90a schedule.
 struct GpuStep {
-  std::string op;     // launch | memset | exchange | all_reduce
+  abi::StepKind kind = abi::StepKind::Launch;
   std::string buffer; // memset: the buffer zeroed
   std::string kernel; // launch: the kernel
+  /// launch: what the kernel computes (the moegpu op its body was).
+  abi::KernelKind kernelKind = abi::KernelKind::Other;
   /// exchange (expert parallelism, between the launches): "dispatch" with
   /// args [offsets, rows, row_weight, ep_offsets, ep_group_offsets,
   /// ep_rows, ep_row_weight]: every expert's segment of rows and weights
@@ -142,13 +143,18 @@ struct GpuStep {
   /// chunk's segments of the last "dispatch_plan" (args [offsets,
   /// ep_offsets, then each chunk's ep_group_offsets]). all_reduce: the f32
   /// buffers of args summed over the ranks, in place.
-  std::string exchange;
+  abi::ExchangeKind exchange = abi::ExchangeKind::Dispatch;
   std::vector<std::string> args; // launch: the buffers of its memref args
+  /// `args` and `buffer` as indices into GpuProgram::buffers (-1: no such
+  /// buffer), set by indexGpuBuffers when a program is loaded: running a
+  /// step looks nothing up by name.
+  std::vector<int32_t> argIds;
+  int32_t bufferId = -1;
   /// Grid: tokens (ceil(T / perBlock)), assignments (ceil(T * k /
   /// perBlock)), rows and received_rows (ceil(capacity / perBlock) over the
   /// dispatched or the received rows' capacity), one, or persistent and
   /// fixed (`gridSize` CTAs).
-  std::string gridKind;
+  abi::GridKind grid = abi::GridKind::One;
   int64_t perBlock = 0, gridSize = 0;
   int64_t block = 0, sharedMemory = 0;
   /// CTAs of a cluster along x (1 or 2); the grid is a multiple of it.
@@ -177,6 +183,10 @@ struct GpuProgram {
   std::vector<GpuStep> trainSteps;
   std::vector<GpuStep> updateSteps;
 };
+
+/// Sets every step's argIds and bufferId from its buffer names (-1 for a
+/// name the program has no buffer of; validation reports those).
+void indexGpuBuffers(GpuProgram &program);
 
 /// Bytes of an sm_90a buffer at its capacity: `maxTokens` tokens, the
 /// program's dispatched-row capacity and, for a rank of `ranks`, the rows

@@ -2,8 +2,9 @@
 //
 // Part of moe-compiler's runtime. What the compiler's typed schedule (the
 // moegpu.program op) and the runtime's manifest both speak: how a launch's
-// grid is sized, what a buffer's run-time dimensions stand for, and the
-// kinds of expert-parallel exchange. The compiler maps its enums onto these
+// grid is sized, what a buffer's run-time dimensions stand for and where
+// its contents come from, the kinds of step and of expert-parallel
+// exchange. The compiler maps its enums onto these
 // and the runtime reads manifests through them; nobody spells the strings
 // or the size markers anywhere else. Header-only, no LLVM/MLIR.
 //
@@ -16,6 +17,7 @@
 #include <cstdint>
 #include <iterator>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace moe::abi {
@@ -26,6 +28,30 @@ constexpr int64_t kMaxSms = 1024;
 /// The partition when none is given: all 132 SMs of an H100/H200 SXM for
 /// compute, none kept for communication.
 constexpr int64_t kDefaultSms = 132;
+
+/// The packed gate/up weight ([E, 2F, H], and the [E, 2F] biases) holds
+/// blocks of this many gate rows, each followed by the same rows of up: the
+/// runtime packs checkpoints so, the training step's pack kernel too, and
+/// the SwiGLU epilogue finds a gate column and its up column in neighbouring
+/// 8-column chunks of a wgmma fragment.
+constexpr int64_t kGateUpBlock = 8;
+
+/// The name of enumerator `kind` in `names` (the enum's order), and the
+/// enumerator a name stands for: every kind below is spelled through these.
+template <typename Enum, size_t N>
+constexpr std::string_view nameOf(const std::string_view (&names)[N],
+                                  Enum kind) {
+  return names[static_cast<size_t>(kind)];
+}
+
+template <typename Enum, size_t N>
+constexpr std::optional<Enum> parseName(const std::string_view (&names)[N],
+                                        std::string_view name) {
+  for (size_t i = 0; i < N; ++i)
+    if (names[i] == name)
+      return static_cast<Enum>(i);
+  return std::nullopt;
+}
 
 /// How many CTAs a launch gets.
 enum class GridKind {
@@ -43,14 +69,11 @@ inline constexpr std::string_view kGridKindNames[] = {
     "one",    "persistent",  "fixed"};
 
 constexpr std::string_view gridKindName(GridKind kind) {
-  return kGridKindNames[static_cast<size_t>(kind)];
+  return nameOf(kGridKindNames, kind);
 }
 
 constexpr std::optional<GridKind> parseGridKind(std::string_view name) {
-  for (size_t i = 0; i < std::size(kGridKindNames); ++i)
-    if (kGridKindNames[i] == name)
-      return static_cast<GridKind>(i);
-  return std::nullopt;
+  return parseName<GridKind>(kGridKindNames, name);
 }
 
 /// A buffer dimension known only at run time, as the manifest writes it
@@ -62,6 +85,80 @@ enum class BufferDim : int64_t {
 };
 
 constexpr bool isBufferDim(int64_t size) { return size >= -3 && size <= -1; }
+
+/// What a launched kernel computes: the moegpu op its body is (named by
+/// the op's mnemonic). The performance model and the report dispatch on
+/// it; a manifest's launch carries it as `kernel_kind`.
+enum class KernelKind {
+  Other, ///< a kernel with no moegpu op (none the compiler makes)
+  GroupedGemm,
+  RouterLogits,
+  SharedGate,
+  Route,
+  DispatchScan,
+  DispatchScatter,
+  Quantize,
+  Combine,
+  Convert,
+  PackGateUp,
+  MseLoss,
+  ColumnSum,
+  GroupedColumnSum,
+  RowTokens,
+  GatherRowDy,
+  ScatterRowWeightGrad,
+  ScaledWeightGrad,
+  ScaleRows,
+  ActGrad,
+  RouteGrad,
+  InputGrad,
+  SharedScaleGrad,
+  RouterGrad,
+  TokenOffsets,
+  ExpertLoad,
+  BiasUpdate,
+  AdamW,
+  UpdateCheck,
+};
+
+inline constexpr std::string_view kKernelKindNames[] = {
+    "other",
+    "grouped_gemm",
+    "router_logits",
+    "shared_gate",
+    "route",
+    "dispatch_scan",
+    "dispatch_scatter",
+    "quantize",
+    "combine",
+    "convert",
+    "pack_gate_up",
+    "mse_loss",
+    "column_sum",
+    "grouped_column_sum",
+    "row_tokens",
+    "gather_row_dy",
+    "scatter_row_weight_grad",
+    "scaled_weight_grad",
+    "scale_rows",
+    "act_grad",
+    "route_grad",
+    "input_grad",
+    "shared_scale_grad",
+    "router_grad",
+    "token_offsets",
+    "expert_load",
+    "bias_update",
+    "adamw",
+    "update_check"};
+
+constexpr std::string_view kernelKindName(KernelKind kind) {
+  return nameOf(kKernelKindNames, kind);
+}
+
+constexpr std::optional<KernelKind> parseKernelKind(std::string_view name) {
+  return parseName<KernelKind>(kKernelKindNames, name);
+}
 
 /// The kinds of expert-parallel exchange between launches, and how many
 /// buffers each takes (GpuStep in moe/runtime/Bundle.h says which).
@@ -80,7 +177,7 @@ inline constexpr std::string_view kExchangeKindNames[] = {
 inline constexpr size_t kExchangeArity[] = {7, 4, 2, 2, 3};
 
 constexpr std::string_view exchangeKindName(ExchangeKind kind) {
-  return kExchangeKindNames[static_cast<size_t>(kind)];
+  return nameOf(kExchangeKindNames, kind);
 }
 
 constexpr size_t exchangeArity(ExchangeKind kind) {
@@ -88,10 +185,113 @@ constexpr size_t exchangeArity(ExchangeKind kind) {
 }
 
 constexpr std::optional<ExchangeKind> parseExchangeKind(std::string_view name) {
-  for (size_t i = 0; i < std::size(kExchangeKindNames); ++i)
-    if (kExchangeKindNames[i] == name)
-      return static_cast<ExchangeKind>(i);
+  return parseName<ExchangeKind>(kExchangeKindNames, name);
+}
+
+/// What a step of a schedule does.
+enum class StepKind {
+  Launch,    ///< a kernel over its buffers
+  Memset,    ///< one buffer zeroed
+  Exchange,  ///< an expert-parallel exchange (ExchangeKind)
+  AllReduce, ///< f32 buffers summed over the ranks in place
+};
+
+inline constexpr std::string_view kStepKindNames[] = {"launch", "memset",
+                                                      "exchange", "all_reduce"};
+
+constexpr std::string_view stepKindName(StepKind kind) {
+  return nameOf(kStepKindNames, kind);
+}
+
+constexpr std::optional<StepKind> parseStepKind(std::string_view name) {
+  return parseName<StepKind>(kStepKindNames, name);
+}
+
+/// Where a device buffer's contents come from.
+enum class SourceKind {
+  Input,   ///< the pass's input x
+  Output,  ///< an output read back after the pass
+  Scratch, ///< written by the schedule itself
+  Param,   ///< a checkpoint tensor (`role`)
+  Pack,    ///< gate and up tensors interleaved in blocks of kGateUpBlock
+           ///< rows along dim -2 (`role`, then `upRole`)
+  Concat,  ///< gate rows, then up rows, along dim -2
+  Arg,     ///< a training step's argument (`role`)
+};
+
+/// A buffer's source, written `input`, `output`, `scratch`,
+/// `param:<role>`, `pack:<gate role>,<up role>`, `concat:<gate
+/// role>,<up role>` or `arg:<name>`: the one spelling the compiler's
+/// moegpu.buffer and the manifest share, parsed only by parseBufferSource.
+struct BufferSource {
+  SourceKind kind = SourceKind::Scratch;
+  std::string role, upRole;
+
+  bool fromCheckpoint() const {
+    return kind == SourceKind::Param || kind == SourceKind::Pack ||
+           kind == SourceKind::Concat;
+  }
+  bool operator==(const BufferSource &o) const {
+    return kind == o.kind && role == o.role && upRole == o.upRole;
+  }
+};
+
+inline std::optional<BufferSource> parseBufferSource(std::string_view text) {
+  auto after = [&](std::string_view prefix) -> std::optional<std::string_view> {
+    if (text.substr(0, prefix.size()) != prefix)
+      return std::nullopt;
+    return text.substr(prefix.size());
+  };
+  BufferSource s;
+  if (text == "input" || text == "output" || text == "scratch") {
+    s.kind = text == "input"    ? SourceKind::Input
+             : text == "output" ? SourceKind::Output
+                                : SourceKind::Scratch;
+    return s;
+  }
+  for (auto [prefix, kind] : {std::pair{"param:", SourceKind::Param},
+                              std::pair{"arg:", SourceKind::Arg}})
+    if (std::optional<std::string_view> role = after(prefix)) {
+      if (role->empty() || role->find(',') != std::string_view::npos)
+        return std::nullopt;
+      s.kind = kind;
+      s.role = std::string(*role);
+      return s;
+    }
+  for (auto [prefix, kind] : {std::pair{"pack:", SourceKind::Pack},
+                              std::pair{"concat:", SourceKind::Concat}})
+    if (std::optional<std::string_view> roles = after(prefix)) {
+      size_t comma = roles->find(',');
+      if (comma == 0 || comma == std::string_view::npos ||
+          comma + 1 == roles->size() ||
+          roles->find(',', comma + 1) != std::string_view::npos)
+        return std::nullopt;
+      s.kind = kind;
+      s.role = std::string(roles->substr(0, comma));
+      s.upRole = std::string(roles->substr(comma + 1));
+      return s;
+    }
   return std::nullopt;
+}
+
+inline std::string formatBufferSource(const BufferSource &s) {
+  switch (s.kind) {
+  case SourceKind::Input:
+    return "input";
+  case SourceKind::Output:
+    return "output";
+  case SourceKind::Scratch:
+    return "scratch";
+  case SourceKind::Param:
+    return "param:" + s.role;
+  case SourceKind::Arg:
+    return "arg:" + s.role;
+  case SourceKind::Pack:
+    return "pack:" + s.role + "," + s.upRole;
+  case SourceKind::Concat:
+    return "concat:" + s.role + "," + s.upRole;
+  }
+  return "scratch";
 }
 
 } // namespace moe::abi

@@ -1,110 +1,29 @@
-//===- TrainingKernels.cpp - The training step's SIMT kernels -------------===//
+//===- Training.cpp - The training step's SIMT kernels --------------------===//
 //
 // Part of moe-compiler.
 //
+// One CTA per dispatched row, token or weight row, its threads striding
+// over the row's columns, or a thread per element; sums in f32. Names follow
+// the host's training step (moe/Transforms/Autodiff.h), whose gradients are
+// checked against finite differences; these kernels compute the same
+// quantities.
+//
 //===----------------------------------------------------------------------===//
 
-#include "LayerBuilder.h"
+#include "Lowering.h"
+#include "moe/Transforms/Autodiff.h"
 
 using namespace mlir;
 using namespace mlir::moe;
-using namespace mlir::moe::lowering;
-
-//===----------------------------------------------------------------------===//
-// The training step: SIMT kernels around the forward schedule
-//===----------------------------------------------------------------------===//
-//
-// One CTA per dispatched row, token or weight row, its threads striding
-// over the row's columns; sums in f32. Names follow the host's training
-// step (moe/Transforms/Autodiff.h), whose gradients are checked against
-// finite differences; these kernels compute the same quantities.
+using namespace mlir::moe::kernels;
 
 /// Row of the packed [G, 2F, H] gate/up weight that holds gate row `f`
-/// (blocks of 8 gate rows, then 8 up rows); its up row is 8 further.
+/// (blocks of kGateUpBlock gate rows, then as many up rows); its up row
+/// is kGateUpBlock further.
 static Value gateRow(Emitter &e, Value f) {
-  return e.addi(e.muli(e.divi(f, e.idx(8)), e.idx(16)), e.remi(f, e.idx(8)));
-}
-
-/// dst[i] = src[i] in dst's element type, over every element of two
-/// memrefs of equal size.
-void LayerBuilder::buildConvert(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b = kernelBody(func);
-  Emitter e{b};
-  Value src = func.getArgument(0), dst = func.getArgument(1);
-  Type type = cast<MemRefType>(dst.getType()).getElementType();
-  e.gridStride(cast<MemRefType>(src.getType()).getNumElements(), [&](Value i) {
-    e.store(e.truncTo(type, e.load(src, e.delinearize(i, src))), dst,
-            e.delinearize(i, dst));
-  });
-}
-
-/// The packed [G, 2F, H] compute weight from f32 gate and up weights
-/// ([G, F, H], or [F, H] for one group), or the packed [G, 2F] biases from
-/// [G, F] ones.
-void LayerBuilder::buildPack(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b = kernelBody(func);
-  Emitter e{b};
-  Value gate = func.getArgument(0), up = func.getArgument(1);
-  Value packed = func.getArgument(2);
-  auto type = cast<MemRefType>(packed.getType());
-  e.gridStride(type.getNumElements(), [&](Value i) {
-    SmallVector<Value> at = e.delinearize(i, packed);
-    Value c = at[1];
-    Value inBlock = e.remi(c, e.idx(16));
-    Value f = e.addi(e.muli(e.divi(c, e.idx(16)), e.idx(8)),
-                     e.remi(inBlock, e.idx(8)));
-    Value isGate = e.cmp(arith::CmpIPredicate::ult, inBlock, e.idx(8));
-    SmallVector<Value> src{f};
-    if (type.getRank() == 3)
-      src.push_back(at[2]);
-    // Grouped (gate of the packed rank): the group first.
-    if (cast<MemRefType>(gate.getType()).getRank() == type.getRank())
-      src.insert(src.begin(), at[0]);
-    Value v = arith::SelectOp::create(b, isGate, e.load(gate, src),
-                                      e.load(up, src));
-    e.store(e.truncTo(type.getElementType(), v), packed, at);
-  });
-}
-
-/// dy = 2 (y - target) / (T * H); loss += sum of (y - target)^2 / (T * H),
-/// T every rank's tokens (hyper[kHyperTokens], which the runtime fills).
-void LayerBuilder::buildLoss(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b = kernelBody(func);
-  Emitter e{b};
-  Value y = func.getArgument(0), target = func.getArgument(1);
-  Value hyper = func.getArgument(2), dy = func.getArgument(3);
-  Value loss = func.getArgument(4);
-  int64_t hidden = config.getHidden();
-  Value t = e.block();
-  Value count = e.mul(e.load(hyper, {e.idx(kHyperTokens)}),
-                      e.f32(static_cast<double>(hidden)));
-  Value partial = e.loop(
-      e.thread(), e.idx(hidden), e.idx(kRowThreads), {e.f32(0)},
-      [&](Value h, ValueRange it) {
-        Value d = e.sub(e.toF32(e.load(y, {t, h})), e.load(target, {t, h}));
-        e.store(e.div(e.mul(e.f32(2.0), d), count), dy, {t, h});
-        return SmallVector<Value>{e.add(it[0], e.div(e.mul(d, d), count))};
-      })[0];
-  e.warpAtomicAdd(partial, loss, {e.idx(0)});
-}
-
-/// row_token[r] = t * k + j + 1 for the row of assignment (t, j); padding
-/// rows keep 0.
-void LayerBuilder::buildRowTokens(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b = kernelBody(func);
-  Emitter e{b};
-  Value rowMap = func.getArgument(0), rowToken = func.getArgument(1);
-  int64_t topK = config.getTopK();
-  Value i = e.globalThread(kCountThreads);
-  Value n = e.muli(e.dim(rowMap, 0), e.idx(topK));
-  e.when(e.cmp(arith::CmpIPredicate::ult, i, n), [&] {
-    Value r = e.load(rowMap, {e.divi(i, e.idx(topK)), e.remi(i, e.idx(topK))});
-    e.when(e.cmp(arith::CmpIPredicate::sge, r, e.i32(0)), [&] {
-      Value code =
-          arith::IndexCastOp::create(b, b.getI32Type(), e.addi(i, e.idx(1)));
-      e.store(code, rowToken, {e.index(r)});
-    });
-  });
+  return e.addi(
+      e.muli(e.divi(f, e.idx(kGateUpBlock)), e.idx(2 * kGateUpBlock)),
+      e.remi(f, e.idx(kGateUpBlock)));
 }
 
 /// Whether row `r` lies in [groups[0], groups[last]): the rows of the
@@ -150,18 +69,117 @@ static void forAssignedRow(Emitter &e, Value rowToken, Value offsets, Value r,
   });
 }
 
+namespace {
+/// One AdamW step with bias-corrected moments on element values: the new
+/// master, first and second moments.
+struct AdamWValues {
+  Value p, m, v;
+};
+
+AdamWValues adamwStep(Emitter &e, Value hyper, Value p, Value m, Value v,
+                      Value g) {
+  auto h = [&](TrainHyper k) { return e.load(hyper, {e.idx(k)}); };
+  Value lr = h(kHyperLearningRate), step = h(kHyperStep);
+  Value beta1 = h(kHyperBeta1), beta2 = h(kHyperBeta2);
+  Value eps = h(kHyperEpsilon), decay = h(kHyperWeightDecay);
+  Value one = e.f32(1.0);
+  Value m2 = e.add(e.mul(beta1, m), e.mul(e.sub(one, beta1), g));
+  Value v2 = e.add(e.mul(beta2, v), e.mul(e.sub(one, beta2), e.mul(g, g)));
+  Value mHat = e.div(m2, e.sub(one, e.powi(beta1, step)));
+  Value vHat = e.div(v2, e.sub(one, e.powi(beta2, step)));
+  Value update = e.add(e.div(mHat, e.add(e.sqrt(vHat), eps)), e.mul(decay, p));
+  return {e.sub(p, e.mul(lr, update)), m2, v2};
+}
+} // namespace
+
+/// dst[i] = src[i] in dst's element type, over every element of two
+/// memrefs of equal size.
+static void lowerConvert(moegpu::ConvertOp op, Emitter &e) {
+  Value src = op.getSrc(), dst = op.getDst();
+  Type type = cast<MemRefType>(dst.getType()).getElementType();
+  e.gridStride(cast<MemRefType>(src.getType()).getNumElements(), [&](Value i) {
+    e.store(e.truncTo(type, e.load(src, e.delinearize(i, src))), dst,
+            e.delinearize(i, dst));
+  });
+}
+
+/// The packed [G, 2F, H] compute weight from f32 gate and up weights
+/// ([G, F, H], or [F, H] for one group), or the packed [G, 2F] biases from
+/// [G, F] ones.
+static void lowerPackGateUp(moegpu::PackGateUpOp op, Emitter &e) {
+  ImplicitLocOpBuilder &b = e.b;
+  Value gate = op.getGate(), up = op.getUp(), packed = op.getPacked();
+  auto type = cast<MemRefType>(packed.getType());
+  e.gridStride(type.getNumElements(), [&](Value i) {
+    SmallVector<Value> at = e.delinearize(i, packed);
+    Value c = at[1];
+    Value inBlock = e.remi(c, e.idx(2 * kGateUpBlock));
+    Value f = e.addi(e.muli(e.divi(c, e.idx(2 * kGateUpBlock)),
+                            e.idx(kGateUpBlock)),
+                     e.remi(inBlock, e.idx(kGateUpBlock)));
+    Value isGate =
+        e.cmp(arith::CmpIPredicate::ult, inBlock, e.idx(kGateUpBlock));
+    SmallVector<Value> src{f};
+    if (type.getRank() == 3)
+      src.push_back(at[2]);
+    // Grouped (gate of the packed rank): the group first.
+    if (cast<MemRefType>(gate.getType()).getRank() == type.getRank())
+      src.insert(src.begin(), at[0]);
+    Value v = arith::SelectOp::create(b, isGate, e.load(gate, src),
+                                      e.load(up, src));
+    e.store(e.truncTo(type.getElementType(), v), packed, at);
+  });
+}
+
+/// dy = 2 (y - target) / (T * H); loss += sum of (y - target)^2 / (T * H),
+/// T every rank's tokens (hyper[kHyperTokens], which the runtime fills).
+static void lowerMseLoss(moegpu::MseLossOp op, Emitter &e) {
+  Value y = op.getY(), target = op.getTarget(), hyper = op.getHyper();
+  Value dy = op.getDy(), loss = op.getLoss();
+  int64_t hidden = op.getY().getType().getDimSize(1);
+  Value t = e.block();
+  Value count = e.mul(e.load(hyper, {e.idx(kHyperTokens)}),
+                      e.f32(static_cast<double>(hidden)));
+  Value partial = e.loop(
+      e.thread(), e.idx(hidden), e.idx(kRowThreads), {e.f32(0)},
+      [&](Value h, ValueRange it) {
+        Value d = e.sub(e.toF32(e.load(y, {t, h})), e.load(target, {t, h}));
+        e.store(e.div(e.mul(e.f32(2.0), d), count), dy, {t, h});
+        return SmallVector<Value>{e.add(it[0], e.div(e.mul(d, d), count))};
+      })[0];
+  e.warpAtomicAdd(partial, loss, {e.idx(0)});
+}
+
+/// row_token[r] = t * k + j + 1 for the row of assignment (t, j); padding
+/// rows keep 0.
+static void lowerRowTokens(moegpu::RowTokensOp op, Emitter &e) {
+  ImplicitLocOpBuilder &b = e.b;
+  Value rowMap = op.getRowMap(), rowToken = op.getRowToken();
+  int64_t topK = op.getRowMap().getType().getDimSize(1);
+  Value i = e.globalThread(kCountThreads);
+  Value n = e.muli(e.dim(rowMap, 0), e.idx(topK));
+  e.when(e.cmp(arith::CmpIPredicate::ult, i, n), [&] {
+    Value r = e.load(rowMap, {e.divi(i, e.idx(topK)), e.remi(i, e.idx(topK))});
+    e.when(e.cmp(arith::CmpIPredicate::sge, r, e.i32(0)), [&] {
+      Value code =
+          arith::IndexCastOp::create(b, b.getI32Type(), e.addi(i, e.idx(1)));
+      e.store(code, rowToken, {e.index(r)});
+    });
+  });
+}
+
 /// row_dy[r] = dy[t] (in the compute type) for every dispatched row r of
 /// token t (padding rows stay as the memset left them: zero).
-void LayerBuilder::buildGatherRowDy(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b = kernelBody(func);
-  Emitter e{b};
-  Value dy = func.getArgument(0), rowToken = func.getArgument(1);
-  Value offsets = func.getArgument(2), rowDy = func.getArgument(3);
+static void lowerGatherRowDy(moegpu::GatherRowDyOp op, Emitter &e) {
+  ImplicitLocOpBuilder &b = e.b;
+  Value dy = op.getDy(), rowToken = op.getRowToken();
+  Value offsets = op.getOffsets(), rowDy = op.getRowDy();
+  int64_t topK = op.getTopK(), hidden = op.getDy().getType().getDimSize(1);
   Value r = e.block();
   forAssignedRow(e, rowToken, offsets, r, [&](Value slot) {
-    Value t = e.divi(slot, e.idx(config.getTopK()));
+    Value t = e.divi(slot, e.idx(topK));
     Type half = cast<MemRefType>(rowDy.getType()).getElementType();
-    e.columns(config.getHidden(), [&](Value h) {
+    e.columns(hidden, [&](Value h) {
       e.store(arith::TruncFOp::create(b, half, e.load(dy, {t, h})), rowDy,
               {r, h});
     });
@@ -169,12 +187,10 @@ void LayerBuilder::buildGatherRowDy(gpu::GPUFuncOp func) {
 }
 
 /// dtw[t, j] = dtw_row[r] for the row r of assignment (t, j).
-void LayerBuilder::buildScatterRowWeightGrad(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b = kernelBody(func);
-  Emitter e{b};
-  Value rowGrad = func.getArgument(0), rowToken = func.getArgument(1);
-  Value offsets = func.getArgument(2), dtw = func.getArgument(3);
-  int64_t topK = config.getTopK();
+static void lowerScatterRowWeightGrad(moegpu::ScatterRowWeightGradOp op, Emitter &e) {
+  Value rowGrad = op.getRowGrad(), rowToken = op.getRowToken();
+  Value offsets = op.getOffsets(), dtw = op.getDtw();
+  int64_t topK = op.getDtw().getType().getDimSize(1);
   Value i = e.globalThread(kCountThreads);
   forAssignedRow(e, rowToken, offsets, i, [&](Value slot) {
     e.store(e.load(rowGrad, {i}), dtw,
@@ -186,16 +202,14 @@ void LayerBuilder::buildScatterRowWeightGrad(gpu::GPUFuncOp func) {
 /// is drows[r] . x[t] (the roundings are not differentiated), summed into
 /// row_grad[r] for every dispatched row. (drows, row_token, offsets, x,
 /// row_grad)
-void LayerBuilder::buildScaledWeightGrad(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b = kernelBody(func);
-  Emitter e{b};
-  Value drows = func.getArgument(0), rowToken = func.getArgument(1);
-  Value offsets = func.getArgument(2), x = func.getArgument(3);
-  Value rowGrad = func.getArgument(4);
+static void lowerScaledWeightGrad(moegpu::ScaledWeightGradOp op, Emitter &e) {
+  Value drows = op.getDrows(), rowToken = op.getRowToken();
+  Value offsets = op.getOffsets(), x = op.getX(), rowGrad = op.getRowGrad();
+  int64_t topK = op.getTopK(), hidden = op.getDrows().getType().getDimSize(1);
   Value r = e.block();
   forAssignedRow(e, rowToken, offsets, r, [&](Value slot) {
-    Value t = e.divi(slot, e.idx(config.getTopK()));
-    Value partial = e.sum(e.thread(), e.idx(config.getHidden()),
+    Value t = e.divi(slot, e.idx(topK));
+    Value partial = e.sum(e.thread(), e.idx(hidden),
                           e.idx(kRowThreads), e.f32(0), [&](Value h) {
                             return e.mul(e.toF32(e.load(drows, {r, h})),
                                          e.toF32(e.load(x, {t, h})));
@@ -214,29 +228,29 @@ void LayerBuilder::buildScaledWeightGrad(gpu::GPUFuncOp func) {
 /// with routing weights, the weight's gradient sum_f act * gs into
 /// row_grad[r]. Padding rows have zero rows, dy and weight, so they
 /// contribute nothing.
-void LayerBuilder::buildActGrad(gpu::GPUFuncOp func, bool weighted) {
-  ImplicitLocOpBuilder b = kernelBody(func);
-  Emitter e{b};
-  // gu, gs, groups, dgu, dg, du [, weight, row_grad [, dy, b2]]
-  Value gu = func.getArgument(0), gsIn = func.getArgument(1);
-  Value groups = func.getArgument(2), dgu = func.getArgument(3);
-  Value dgOut = func.getArgument(4), duOut = func.getArgument(5);
+static void lowerActGrad(moegpu::ActGradOp op, Emitter &e) {
+  ImplicitLocOpBuilder &b = e.b;
+  Value gu = op.getGu(), gsIn = op.getGs();
+  Value groups = op.getGroups(), dgu = op.getDgu();
+  Value dgOut = op.getDg(), duOut = op.getDu();
+  bool weighted = static_cast<bool>(op.getWeight());
   // GPT-OSS: the routed experts' down bias is part of each row's output.
-  bool downBias = weighted && config.getExpertBias();
+  bool downBias = static_cast<bool>(op.getB2());
   auto dguType = cast<MemRefType>(dgu.getType());
   int64_t ffn = dguType.getDimSize(1) / 2;
   Type half = dguType.getElementType();
-  // GPT-OSS's clamped SwiGLU (not of the shared experts: unweighted).
-  bool clamped = weighted && config.isClamped();
-  double alpha = clamped ? config.getSwigluAlphaValue() : 1.0;
-  double limit = config.getSwigluLimitValue();
+  // GPT-OSS's clamped SwiGLU.
+  bool clamped = static_cast<bool>(op.getAlpha());
+  double alpha = clamped ? op.getAlpha()->convertToDouble() : 1.0;
+  double limit = clamped ? op.getLimit()->convertToDouble() : 0.0;
   Value r = e.block();
   e.when(inGroups(e, groups, r), [&] {
-    Value weight = weighted ? e.load(func.getArgument(6), {r}) : e.f32(1.0);
+    Value weight = weighted ? e.load(op.getWeight(), {r}) : e.f32(1.0);
     Value partial = e.loop(
         e.thread(), e.idx(ffn), e.idx(kRowThreads), {e.f32(0)},
         [&](Value f, ValueRange it) {
-          Value gr = gateRow(e, f), ur = e.addi(gateRow(e, f), e.idx(8));
+          Value gr = gateRow(e, f);
+          Value ur = e.addi(gr, e.idx(kGateUpBlock));
           Value gate = e.load(gu, {r, gr}), up = e.load(gu, {r, ur});
           Value gs = e.load(gsIn, {r, f});
           Value one = e.f32(1.0);
@@ -270,32 +284,31 @@ void LayerBuilder::buildActGrad(gpu::GPUFuncOp func, bool weighted) {
     if (downBias) {
       // The weight multiplies down(act) + b2[e]: dy . b2[e] joins its
       // gradient.
-      Value dy = func.getArgument(8), b2 = func.getArgument(9);
+      Value dy = op.getDy(), b2 = op.getB2();
       Value ex = expertOfRow(e, groups, r);
-      partial = e.sum(e.thread(), e.idx(config.getHidden()), e.idx(kRowThreads),
+      partial = e.sum(e.thread(), e.idx(op.getB2().getType().getDimSize(1)),
+                      e.idx(kRowThreads),
                       partial, [&](Value h) {
                         return e.mul(e.toF32(e.load(dy, {r, h})),
                                      e.toF32(e.load(b2, {ex, h})));
                       });
     }
     if (weighted)
-      e.warpAtomicAdd(partial, func.getArgument(7), {r});
+      e.warpAtomicAdd(partial, op.getRowGrad(), {r});
   });
 }
 
 /// dst[r, h] = w[r] * src[r, h] (w = 1 without weights) in the compute
 /// type, for the rows in `groups`: the output gradient as the backward
 /// GEMMs read it. (src, groups, dst [, weight])
-void LayerBuilder::buildScaleToHalf(gpu::GPUFuncOp func, bool weighted) {
-  ImplicitLocOpBuilder b = kernelBody(func);
-  Emitter e{b};
-  Value src = func.getArgument(0), groups = func.getArgument(1);
-  Value dst = func.getArgument(2);
+static void lowerScaleRows(moegpu::ScaleRowsOp op, Emitter &e) {
+  ImplicitLocOpBuilder &b = e.b;
+  Value src = op.getSrc(), groups = op.getGroups(), dst = op.getDst();
   Type half = cast<MemRefType>(dst.getType()).getElementType();
   Value r = e.block();
   e.when(inGroups(e, groups, r), [&] {
-    Value w = weighted ? e.load(func.getArgument(3), {r}) : Value();
-    e.columns(config.getHidden(), [&](Value h) {
+    Value w = op.getWeight() ? e.load(op.getWeight(), {r}) : Value();
+    e.columns(op.getSrc().getType().getDimSize(1), [&](Value h) {
       Value v = e.toF32(e.load(src, {r, h}));
       if (w)
         v = e.mul(w, v);
@@ -309,21 +322,16 @@ void LayerBuilder::buildScaleToHalf(gpu::GPUFuncOp func, bool weighted) {
 /// gradient from the routing weights' (moe.topk_grad), then the logits'
 /// (moe.router_grad), in place; with a dl_half argument, also in the
 /// compute type for the router's gradient GEMMs.
-void LayerBuilder::buildRouteGrad(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b = kernelBody(func);
-  Emitter e{b};
-  int64_t experts = config.getExperts();
-  int64_t topK = config.getTopK();
-  bool sigmoid = config.getScoring() == ScoringFunc::Sigmoid;
-  bool normalize = config.getNormTopkProb();
-  double scale = config.getRoutedScaleValue();
-  // logits [, router_bias], ids, dtw, dl [, dl_half]
-  unsigned next = 0;
-  auto arg = [&]() { return func.getArgument(next++); };
-  Value logits = arg();
-  Value routerBias = config.getRouterBias() ? arg() : Value();
-  Value ids = arg(), dtw = arg(), dl = arg();
-  Value dlHalf = next < func.getNumArguments() ? arg() : Value();
+static void lowerRouteGrad(moegpu::RouteGradOp op, Emitter &e) {
+  ImplicitLocOpBuilder &b = e.b;
+  int64_t experts = op.getLogits().getType().getDimSize(1);
+  int64_t topK = op.getIds().getType().getDimSize(1);
+  bool sigmoid = op.getScoring() == moegpu::Scoring::Sigmoid;
+  bool normalize = op.getNormalize();
+  double scale = op.getRoutedScale().convertToDouble();
+  Value logits = op.getLogits(), routerBias = op.getRouterBias();
+  Value ids = op.getIds(), dtw = op.getDtw(), dl = op.getDl();
+  Value dlHalf = op.getDlHalf();
   Value t = e.globalThread(kCountThreads);
   Value zero = e.idx(0), one = e.idx(1), nE = e.idx(experts), nK = e.idx(topK);
   e.when(e.cmp(arith::CmpIPredicate::ult, t, e.dim(ids, 0)), [&] {
@@ -394,36 +402,23 @@ void LayerBuilder::buildRouteGrad(gpu::GPUFuncOp func) {
 
 /// dx[t, h] = sum_j d_rows[row_map[t, j], h] (+ the shared experts' input
 /// gradient) + sum_e dl[t, e] * router[e, h].
-void LayerBuilder::buildInputGrad(gpu::GPUFuncOp func, bool routerGemm) {
-  ImplicitLocOpBuilder b = kernelBody(func);
-  Emitter e{b};
-  bool shared = config.hasSharedExperts();
-  // drows, row_map [, scales], (dl, router | the router's dx)
-  // [, shared dx], dx
-  Value drows = func.getArgument(0), rowMap = func.getArgument(1);
-  unsigned next = 2;
+static void lowerInputGrad(moegpu::InputGradOp op, Emitter &e) {
+  ImplicitLocOpBuilder &b = e.b;
+  Value drows = op.getDrows(), rowMap = op.getRowMap();
   // Llama 4: a row is the token times its scale, rounded to the compute
   // type as the dispatch rounded it.
-  Value scales = config.getScaleInput() ? func.getArgument(next++) : Value();
+  Value scales = op.getScales();
   Type half = cast<MemRefType>(drows.getType()).getElementType();
-  Value routerDx, dl, wr;
-  if (routerGemm) {
-    routerDx = func.getArgument(next++);
-  } else {
-    dl = func.getArgument(next++);
-    wr = func.getArgument(next++);
-  }
-  Value sharedDx = shared ? func.getArgument(next++) : Value();
-  Value dz, gate;
-  if (shared && config.getSharedGate()) {
-    dz = func.getArgument(next++);
-    gate = func.getArgument(next++);
-  }
-  Value dx = func.getArgument(next);
+  Value routerDx = op.getRouterDx(), dl = op.getDl(), wr = op.getRouter();
+  Value sharedDx = op.getSharedDx();
+  bool shared = static_cast<bool>(sharedDx);
+  Value dz = op.getSharedDz(), gate = op.getGate();
+  Value dx = op.getDx();
   Value t = e.block();
-  e.columns(config.getHidden(), [&](Value h) {
+  e.columns(op.getDx().getType().getDimSize(1), [&](Value h) {
     Value acc = e.loop(
-        e.idx(0), e.idx(config.getTopK()), e.idx(1), {e.f32(0)},
+        e.idx(0), e.idx(op.getRowMap().getType().getDimSize(1)), e.idx(1),
+        {e.f32(0)},
         [&](Value j, ValueRange it) {
           Value r = e.load(rowMap, {t, j});
           auto ifOp = scf::IfOp::create(
@@ -449,12 +444,11 @@ void LayerBuilder::buildInputGrad(gpu::GPUFuncOp func, bool routerGemm) {
     if (routerDx) {
       acc = e.add(acc, e.load(routerDx, {t, h}));
     } else {
-      acc = e.loop(
-          e.idx(0), e.idx(config.getExperts()), e.idx(1), {acc},
-          [&](Value ex, ValueRange it) {
-            Value p = e.mul(e.load(dl, {t, ex}), e.toF32(e.load(wr, {ex, h})));
-            return SmallVector<Value>{e.add(it[0], p)};
-          })[0];
+      acc = e.sum(
+          e.idx(0), e.idx(op.getRouter().getType().getDimSize(0)), e.idx(1),
+          acc, [&](Value ex) {
+            return e.mul(e.load(dl, {t, ex}), e.toF32(e.load(wr, {ex, h})));
+          });
     }
     e.store(acc, dx, {t, h});
   });
@@ -463,21 +457,16 @@ void LayerBuilder::buildInputGrad(gpu::GPUFuncOp func, bool routerGemm) {
 /// One warp per token: dz[t] = (dy[t] . shared_out[t]) * s (1 - s), the
 /// gradient of the gate's logit, with s = sigmoid of it (the forward
 /// pass's shared_scale).
-void LayerBuilder::buildSharedScaleGrad(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b = kernelBody(func);
-  Emitter e{b};
-  Value dy = func.getArgument(0), out = func.getArgument(1);
-  Value scale = func.getArgument(2), dz = func.getArgument(3);
-  Value lane = e.remi(e.thread(), e.idx(32));
-  Value token = e.addi(e.muli(e.block(), e.idx(kRouteWarps)),
-                       e.divi(e.thread(), e.idx(32)));
+static void lowerSharedScaleGrad(moegpu::SharedScaleGradOp op, Emitter &e) {
+  Value dy = op.getDy(), out = op.getOut();
+  Value scale = op.getScale(), dz = op.getDz();
+  int64_t hidden = op.getDy().getType().getDimSize(1);
+  Value lane, token;
+  std::tie(lane, token) = e.warpRow(kRouteWarps);
   e.when(e.cmp(arith::CmpIPredicate::ult, token, e.dim(dy, 0)), [&] {
-    Value part = e.loop(lane, e.idx(config.getHidden()), e.idx(32), {e.f32(0)},
-                        [&](Value h, ValueRange it) {
-                          Value p = e.mul(e.load(dy, {token, h}),
-                                          e.toF32(e.load(out, {token, h})));
-                          return SmallVector<Value>{e.add(it[0], p)};
-                        })[0];
+    Value part = e.sum(lane, e.idx(hidden), e.idx(32), e.f32(0), [&](Value h) {
+      return e.mul(e.load(dy, {token, h}), e.toF32(e.load(out, {token, h})));
+    });
     Value sum = e.warpSum(part);
     Value s = e.load(scale, {token});
     Value grad = e.mul(sum, e.mul(s, e.sub(e.f32(1.0), s)));
@@ -488,19 +477,13 @@ void LayerBuilder::buildSharedScaleGrad(gpu::GPUFuncOp func) {
 }
 
 /// dRouter[e, h] = sum_t dl[t, e] * x[t, h].
-void LayerBuilder::buildRouterGrad(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b = kernelBody(func);
-  Emitter e{b};
-  Value dl = func.getArgument(0), x = func.getArgument(1);
-  Value grad = func.getArgument(2);
+static void lowerRouterGrad(moegpu::RouterGradOp op, Emitter &e) {
+  Value dl = op.getDl(), x = op.getX(), grad = op.getGrad();
   Value ex = e.block();
-  e.columns(config.getHidden(), [&](Value h) {
-    Value acc = e.loop(
-        e.idx(0), e.dim(x, 0), e.idx(1), {e.f32(0)},
-        [&](Value t, ValueRange it) {
-          Value p = e.mul(e.load(dl, {t, ex}), e.toF32(e.load(x, {t, h})));
-          return SmallVector<Value>{e.add(it[0], p)};
-        })[0];
+  e.columns(op.getGrad().getType().getDimSize(1), [&](Value h) {
+    Value acc = e.sum(e.idx(0), e.dim(x, 0), e.idx(1), e.f32(0), [&](Value t) {
+      return e.mul(e.load(dl, {t, ex}), e.toF32(e.load(x, {t, h})));
+    });
     e.store(acc, grad, {ex, h});
   });
 }
@@ -508,10 +491,8 @@ void LayerBuilder::buildRouterGrad(gpu::GPUFuncOp func) {
 /// out[c] = sum_t in[t, c] over the rows of an f32 `in` [T, C]: the
 /// gradient of a bias added to every row (JetMoE's output bias from dy).
 /// A thread a column, summing in token order.
-void LayerBuilder::buildColumnSum(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b = kernelBody(func);
-  Emitter e{b};
-  Value in = func.getArgument(0), out = func.getArgument(1);
+static void lowerColumnSum(moegpu::ColumnSumOp op, Emitter &e) {
+  Value in = op.getIn(), out = op.getOut();
   auto columns = cast<MemRefType>(in.getType()).getDimSize(1);
   Value c = e.globalThread(kCountThreads);
   e.when(e.cmp(arith::CmpIPredicate::ult, c, e.idx(columns)), [&] {
@@ -527,11 +508,9 @@ void LayerBuilder::buildColumnSum(gpu::GPUFuncOp func) {
 /// groups[g+1]): the gradient of a per-group bias (GPT-OSS's expert
 /// biases). A block a group, a thread a column, rows in order;
 /// `accumulate` adds to out (the token chunks after the first).
-void LayerBuilder::buildGroupedColumnSum(gpu::GPUFuncOp func, bool accumulate) {
-  ImplicitLocOpBuilder b = kernelBody(func);
-  Emitter e{b};
-  Value in = func.getArgument(0), groups = func.getArgument(1);
-  Value out = func.getArgument(2);
+static void lowerGroupedColumnSum(moegpu::GroupedColumnSumOp op, Emitter &e) {
+  Value in = op.getIn(), groups = op.getGroups(), out = op.getOut();
+  bool accumulate = op.getAccumulate();
   auto columns = cast<MemRefType>(in.getType()).getDimSize(1);
   Value g = e.block();
   Value lo = e.index(e.load(groups, {g}));
@@ -548,10 +527,9 @@ void LayerBuilder::buildGroupedColumnSum(gpu::GPUFuncOp func, bool accumulate) {
 
 /// offsets = [0, T]: one group of every token, for the k-grouped GEMM of
 /// the router's weight gradient.
-void LayerBuilder::buildTokenOffsets(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b = kernelBody(func);
-  Emitter e{b};
-  Value x = func.getArgument(0), offsets = func.getArgument(1);
+static void lowerTokenOffsets(moegpu::TokenOffsetsOp op, Emitter &e) {
+  ImplicitLocOpBuilder &b = e.b;
+  Value x = op.getX(), offsets = op.getOffsets();
   e.when(e.cmp(arith::CmpIPredicate::eq, e.thread(), e.idx(0)), [&] {
     e.store(e.i32(0), offsets, {e.idx(0)});
     e.store(arith::IndexCastOp::create(b, b.getI32Type(), e.dim(x, 0)),
@@ -560,11 +538,11 @@ void LayerBuilder::buildTokenOffsets(gpu::GPUFuncOp func) {
 }
 
 /// load[e] = this rank's tokens routed to expert e.
-void LayerBuilder::buildLoad(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b = kernelBody(func);
-  Emitter e{b};
-  Value counts = func.getArgument(0), load = func.getArgument(1);
-  int64_t experts = config.getExperts();
+static void lowerExpertLoad(moegpu::ExpertLoadOp op, Emitter &e) {
+  ImplicitLocOpBuilder &b = e.b;
+  Value counts = op.getCounts(), load = op.getLoad();
+  int64_t experts = op.getLoad().getType().getDimSize(0);
+  int64_t chunks = op.getChunks();
   Value ex = e.globalThread(kCountThreads);
   e.when(e.cmp(arith::CmpIPredicate::ult, ex, e.idx(experts)), [&] {
     // An expert's rows in every token chunk (counts are chunk-major).
@@ -579,17 +557,15 @@ void LayerBuilder::buildLoad(gpu::GPUFuncOp func) {
 /// The auxiliary-loss-free bias update, in place: bias += gamma *
 /// sign(T * k / E - load), T every rank's tokens (hyper[kHyperTokens]) and
 /// load summed over the ranks.
-void LayerBuilder::buildBias(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b = kernelBody(func);
-  Emitter e{b};
-  Value load = func.getArgument(0), hyper = func.getArgument(1);
-  Value bias = func.getArgument(2);
-  int64_t experts = config.getExperts();
+static void lowerBiasUpdate(moegpu::BiasUpdateOp op, Emitter &e) {
+  ImplicitLocOpBuilder &b = e.b;
+  Value load = op.getLoad(), hyper = op.getHyper(), bias = op.getBias();
+  int64_t experts = op.getLoad().getType().getDimSize(0);
   Value ex = e.globalThread(kCountThreads);
   e.when(e.cmp(arith::CmpIPredicate::ult, ex, e.idx(experts)), [&] {
     Value tokens = e.load(hyper, {e.idx(kHyperTokens)});
     Value mean =
-        e.div(e.mul(tokens, e.f32(static_cast<double>(config.getTopK()))),
+        e.div(e.mul(tokens, e.f32(static_cast<double>(op.getTopK()))),
               e.f32(static_cast<double>(experts)));
     Value gamma = e.load(hyper, {e.idx(kHyperGamma)});
     Value d = e.sub(mean, e.load(load, {ex}));
@@ -604,36 +580,10 @@ void LayerBuilder::buildBias(gpu::GPUFuncOp func) {
   });
 }
 
-namespace {
-/// One AdamW step with bias-corrected moments on element values: the new
-/// master, first and second moments.
-struct AdamWValues {
-  Value p, m, v;
-};
-
-AdamWValues adamwStep(Emitter &e, Value hyper, Value p, Value m, Value v,
-                      Value g) {
-  auto h = [&](TrainHyper k) { return e.load(hyper, {e.idx(k)}); };
-  Value lr = h(kHyperLearningRate), step = h(kHyperStep);
-  Value beta1 = h(kHyperBeta1), beta2 = h(kHyperBeta2);
-  Value eps = h(kHyperEpsilon), decay = h(kHyperWeightDecay);
-  Value one = e.f32(1.0);
-  Value m2 = e.add(e.mul(beta1, m), e.mul(e.sub(one, beta1), g));
-  Value v2 = e.add(e.mul(beta2, v), e.mul(e.sub(one, beta2), e.mul(g, g)));
-  Value mHat = e.div(m2, e.sub(one, e.powi(beta1, step)));
-  Value vHat = e.div(v2, e.sub(one, e.powi(beta2, step)));
-  Value update = e.add(e.div(mHat, e.add(e.sqrt(vHat), eps)), e.mul(decay, p));
-  return {e.sub(p, e.mul(lr, update)), m2, v2};
-}
-} // namespace
-
 /// AdamW on one f32 master weight, in place: (p, m, v, grad, hyper).
-void LayerBuilder::buildAdamW(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder b = kernelBody(func);
-  Emitter e{b};
-  Value p = func.getArgument(0), m = func.getArgument(1);
-  Value v = func.getArgument(2), grad = func.getArgument(3);
-  Value hyper = func.getArgument(4);
+static void lowerAdamW(moegpu::AdamWOp op, Emitter &e) {
+  Value p = op.getP(), m = op.getM(), v = op.getV(), grad = op.getGrad();
+  Value hyper = op.getHyper();
   e.gridStride(cast<MemRefType>(p.getType()).getNumElements(), [&](Value i) {
     SmallVector<Value> at = e.delinearize(i, p);
     AdamWValues next = adamwStep(e, hyper, e.load(p, at), e.load(m, at),
@@ -650,13 +600,11 @@ void LayerBuilder::buildAdamW(gpu::GPUFuncOp func) {
 /// would make the master or a moment non-finite into bad[index]; each
 /// warp adds its lanes' sums (a butterfly of shuffles) with one atomic.
 /// (p, m, v, grad, hyper, grad_sq, bad)
-void LayerBuilder::buildUpdateCheck(gpu::GPUFuncOp func, int64_t index) {
-  ImplicitLocOpBuilder b = kernelBody(func);
-  Emitter e{b};
-  Value p = func.getArgument(0), m = func.getArgument(1);
-  Value v = func.getArgument(2), grad = func.getArgument(3);
-  Value hyper = func.getArgument(4), gradSq = func.getArgument(5);
-  Value bad = func.getArgument(6);
+static void lowerUpdateCheck(moegpu::UpdateCheckOp op, Emitter &e) {
+  ImplicitLocOpBuilder &b = e.b;
+  Value p = op.getP(), m = op.getM(), v = op.getV(), grad = op.getGrad();
+  Value hyper = op.getHyper(), gradSq = op.getGradSq(), bad = op.getBad();
+  int64_t index = op.getIndex();
   int64_t elements = cast<MemRefType>(p.getType()).getNumElements();
   // x - x is 0 exactly when x is finite.
   auto finite = [&](Value x) {
@@ -680,3 +628,27 @@ void LayerBuilder::buildUpdateCheck(gpu::GPUFuncOp func, int64_t index) {
   e.warpAtomicAdd(sums[1], bad, {e.idx(index)});
 }
 
+void kernels::populateTrainingPatterns(RewritePatternSet &patterns) {
+  patterns.add<LowerKernel<moegpu::ConvertOp, lowerConvert>,
+               LowerKernel<moegpu::PackGateUpOp, lowerPackGateUp>,
+               LowerKernel<moegpu::MseLossOp, lowerMseLoss>,
+               LowerKernel<moegpu::RowTokensOp, lowerRowTokens>,
+               LowerKernel<moegpu::GatherRowDyOp, lowerGatherRowDy>,
+               LowerKernel<moegpu::ScatterRowWeightGradOp,
+                           lowerScatterRowWeightGrad>,
+               LowerKernel<moegpu::ScaledWeightGradOp, lowerScaledWeightGrad>,
+               LowerKernel<moegpu::ActGradOp, lowerActGrad>,
+               LowerKernel<moegpu::ScaleRowsOp, lowerScaleRows>,
+               LowerKernel<moegpu::RouteGradOp, lowerRouteGrad>,
+               LowerKernel<moegpu::InputGradOp, lowerInputGrad>,
+               LowerKernel<moegpu::SharedScaleGradOp, lowerSharedScaleGrad>,
+               LowerKernel<moegpu::RouterGradOp, lowerRouterGrad>,
+               LowerKernel<moegpu::ColumnSumOp, lowerColumnSum>,
+               LowerKernel<moegpu::GroupedColumnSumOp, lowerGroupedColumnSum>,
+               LowerKernel<moegpu::TokenOffsetsOp, lowerTokenOffsets>,
+               LowerKernel<moegpu::ExpertLoadOp, lowerExpertLoad>,
+               LowerKernel<moegpu::BiasUpdateOp, lowerBiasUpdate>,
+               LowerKernel<moegpu::AdamWOp, lowerAdamW>,
+               LowerKernel<moegpu::UpdateCheckOp, lowerUpdateCheck>>(
+      patterns.getContext());
+}

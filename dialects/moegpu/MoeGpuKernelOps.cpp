@@ -1,0 +1,610 @@
+//===- MoeGpuKernelOps.cpp - Verifiers of the SIMT kernel ops -------------===//
+//
+// Part of moe-compiler.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moegpu/MoeGpuDialect.h"
+
+using namespace mlir;
+using namespace mlir::moegpu;
+
+namespace {
+
+/// What an operand's element type must be.
+enum class Elt { I32, F32, Half, F8, HalfOrF32, Float };
+
+StringRef describe(Elt e) {
+  switch (e) {
+  case Elt::I32: return "i32";
+  case Elt::F32: return "f32";
+  case Elt::Half: return "bf16 or f16";
+  case Elt::F8: return "f8E4M3FN";
+  case Elt::HalfOrF32: return "bf16, f16 or f32";
+  case Elt::Float: return "a float type";
+  }
+  return "";
+}
+
+bool matches(Elt e, Type t) {
+  switch (e) {
+  case Elt::I32: return t.isInteger(32);
+  case Elt::F32: return t.isF32();
+  case Elt::Half: return t.isBF16() || t.isF16();
+  case Elt::F8: return isa<Float8E4M3FNType>(t);
+  case Elt::HalfOrF32: return t.isBF16() || t.isF16() || t.isF32();
+  case Elt::Float: return isa<FloatType>(t);
+  }
+  return false;
+}
+
+/// The checks of one kernel op's operands: each names the operand, what was
+/// expected and what it got; the first failure is the op's one error.
+struct Checker {
+  Operation *op;
+  bool ok = true;
+
+  InFlightDiagnostic error() {
+    ok = false;
+    return op->emitOpError();
+  }
+  /// `value` (named `name`; absent values pass) has rank `rank` and an
+  /// element type `elt`.
+  Checker &memref(Value value, StringRef name, int64_t rank, Elt elt) {
+    if (!ok || !value)
+      return *this;
+    auto type = cast<MemRefType>(value.getType());
+    if (type.getRank() != rank)
+      error() << "expects " << name << " of rank " << rank << ", got "
+              << type;
+    else if (!matches(elt, type.getElementType()))
+      error() << "expects " << name << " of " << describe(elt) << ", got "
+              << type;
+    return *this;
+  }
+  /// Dimension `d` of `value` is `size` (unless either is dynamic); `what`
+  /// says what the size is.
+  Checker &dim(Value value, StringRef name, int64_t d, int64_t size,
+               StringRef what) {
+    if (!ok || !value)
+      return *this;
+    auto type = cast<MemRefType>(value.getType());
+    int64_t got = type.getDimSize(d);
+    if (!ShapedType::isDynamic(got) && !ShapedType::isDynamic(size) &&
+        got != size)
+      error() << "expects dimension " << d << " of " << name << " to be "
+              << size << " (" << what << "), got " << type;
+    return *this;
+  }
+  /// `value`'s dimension `d` is static.
+  Checker &isStatic(Value value, StringRef name, int64_t d) {
+    if (!ok || !value)
+      return *this;
+    auto type = cast<MemRefType>(value.getType());
+    if (type.isDynamicDim(d))
+      error() << "expects dimension " << d << " of " << name
+              << " to be static, got " << type;
+    return *this;
+  }
+  Checker &sameType(Value a, StringRef aName, Value b, StringRef bName) {
+    if (!ok || !a || !b || a.getType() == b.getType())
+      return *this;
+    error() << "expects " << aName << " and " << bName
+            << " to have one type, got " << a.getType() << " and "
+            << b.getType();
+    return *this;
+  }
+  Checker &positive(int64_t v, StringRef name) {
+    if (ok && v < 1)
+      error() << "expects " << name << " to be at least 1, got " << v;
+    return *this;
+  }
+  LogicalResult result() const { return success(ok); }
+};
+
+int64_t dimOf(Value v, int64_t d) {
+  return cast<MemRefType>(v.getType()).getDimSize(d);
+}
+
+} // namespace
+
+LogicalResult RouterLogitsOp::verify() {
+  Checker c{*this};
+  c.memref(getX(), "x", 2, Elt::Float)
+      .memref(getWeight(), "weight", 2, Elt::Float)
+      .memref(getLogits(), "logits", 2, Elt::F32)
+      .isStatic(getWeight(), "weight", 0)
+      .isStatic(getX(), "x", 1)
+      .dim(getWeight(), "weight", 1, dimOf(getX(), 1), "x's hidden size")
+      .dim(getLogits(), "logits", 1, dimOf(getWeight(), 0),
+           "the router's experts")
+      .dim(getLogits(), "logits", 0, dimOf(getX(), 0), "x's tokens");
+  return c.result();
+}
+
+LogicalResult SharedGateOp::verify() {
+  Checker c{*this};
+  c.memref(getX(), "x", 2, Elt::Float)
+      .memref(getGate(), "gate", 2, Elt::Float)
+      .memref(getScale(), "scale", 1, Elt::F32)
+      .isStatic(getX(), "x", 1)
+      .dim(getGate(), "gate", 0, 1, "one row")
+      .dim(getGate(), "gate", 1, dimOf(getX(), 1), "x's hidden size")
+      .dim(getScale(), "scale", 0, dimOf(getX(), 0), "x's tokens");
+  return c.result();
+}
+
+LogicalResult RouteOp::verify() {
+  Checker c{*this};
+  c.memref(getLogits(), "logits", 2, Elt::F32)
+      .isStatic(getLogits(), "logits", 1)
+      .memref(getRouterBias(), "router_bias", 1, Elt::Float)
+      .memref(getScoreBias(), "score_bias", 1, Elt::F32)
+      .memref(getIds(), "ids", 2, Elt::I32)
+      .memref(getWeights(), "weights", 2, Elt::F32)
+      .memref(getCounts(), "counts", 1, Elt::I32)
+      .isStatic(getIds(), "ids", 1)
+      .positive(getGroups(), "groups")
+      .positive(getTopkGroups(), "topk_groups")
+      .positive(getChunks(), "chunks");
+  if (!c.ok)
+    return failure();
+  int64_t experts = getNumExperts(), k = getTopK();
+  c.dim(getRouterBias(), "router_bias", 0, experts, "the experts")
+      .dim(getScoreBias(), "score_bias", 0, experts, "the experts")
+      .dim(getWeights(), "weights", 1, k, "ids' k")
+      .dim(getIds(), "ids", 0, dimOf(getLogits(), 0), "logits' tokens")
+      .dim(getWeights(), "weights", 0, dimOf(getLogits(), 0),
+           "logits' tokens")
+      .dim(getCounts(), "counts", 0, getChunks() * experts,
+           "chunks x experts");
+  if (!c.ok)
+    return failure();
+  if (k < 1 || k > experts)
+    return emitOpError() << "expects between 1 and " << experts
+                         << " experts a token (ids' k), got " << k;
+  if (experts % getGroups() != 0)
+    return emitOpError() << "expects groups to divide the " << experts
+                         << " experts, got " << getGroups();
+  if (getTopkGroups() > getGroups())
+    return emitOpError() << "expects topk_groups of at most groups ("
+                         << getGroups() << "), got " << getTopkGroups();
+  if (getSumTop2() && getGroups() > 1 && experts / getGroups() < 2)
+    return emitOpError() << "scores groups of one expert by sum_top2";
+  if (getScoring() == Scoring::Sparsemixer && getGroups() > 1)
+    return emitOpError() << "expects sparsemixer scoring without groups";
+  return success();
+}
+
+LogicalResult DispatchScanOp::verify() {
+  Checker c{*this};
+  c.memref(getIds(), "ids", 2, Elt::I32)
+      .memref(getCounts(), "counts", 1, Elt::I32)
+      .memref(getOffsets(), "offsets", 1, Elt::I32)
+      .memref(getCursors(), "cursors", 1, Elt::I32)
+      .memref(getSharedOffsets(), "shared_offsets", 1, Elt::I32)
+      .isStatic(getCounts(), "counts", 0)
+      .positive(getAlignment(), "alignment");
+  if (!c.ok)
+    return failure();
+  int64_t segments = dimOf(getCounts(), 0);
+  c.dim(getOffsets(), "offsets", 0, segments + 1, "one more than counts")
+      .dim(getCursors(), "cursors", 0, segments, "counts'")
+      .dim(getSharedOffsets(), "shared_offsets", 0, 2, "[0, T]");
+  return c.result();
+}
+
+LogicalResult DispatchScatterOp::verify() {
+  bool codes = copiesCodes();
+  if (static_cast<bool>(getXScale()) != static_cast<bool>(getRowScale()))
+    return emitOpError() << "expects x_scale and row_scale together";
+  Checker c{*this};
+  c.memref(getX(), "x", 2, codes ? Elt::F8 : Elt::HalfOrF32)
+      .isStatic(getX(), "x", 1)
+      .memref(getIds(), "ids", 2, Elt::I32)
+      .memref(getWeights(), "weights", 2, Elt::F32)
+      .memref(getCursors(), "cursors", 1, Elt::I32)
+      .memref(getRows(), "rows", 2, codes ? Elt::F8 : Elt::HalfOrF32)
+      .memref(getRowMap(), "row_map", 2, Elt::I32)
+      .memref(getRowWeight(), "row_weight", 1, Elt::F32)
+      .memref(getXScale(), "x_scale", 2, Elt::F32)
+      .memref(getRowScale(), "row_scale", 2, Elt::F32)
+      .positive(getExperts(), "experts")
+      .positive(getChunks(), "chunks");
+  if (!c.ok)
+    return failure();
+  if (codes && getScaleInput())
+    return emitOpError() << "scales rows (scale_input) that it copies as "
+                            "e4m3 codes; quantize the scaled rows instead";
+  if (cast<MemRefType>(getX().getType()).getElementType() !=
+      cast<MemRefType>(getRows().getType()).getElementType())
+    return emitOpError() << "expects x and rows of one element type, got "
+                         << getX().getType() << " and " << getRows().getType();
+  c.dim(getRows(), "rows", 1, dimOf(getX(), 1), "x's hidden size")
+      .sameType(getIds(), "ids", getRowMap(), "row_map")
+      .dim(getWeights(), "weights", 1, dimOf(getIds(), 1), "ids' k")
+      .dim(getCursors(), "cursors", 0, getChunks() * getExperts(),
+           "chunks x experts")
+      .dim(getRowScale(), "row_scale", 1,
+           getXScale() ? dimOf(getXScale(), 1) : 0, "x_scale's blocks");
+  return c.result();
+}
+
+LogicalResult QuantizeOp::verify() {
+  Checker c{*this};
+  c.memref(getIn(), "in", 2, Elt::Half)
+      .isStatic(getIn(), "in", 1)
+      .memref(getOffsets(), "offsets", 1, Elt::I32)
+      .isStatic(getOffsets(), "offsets", 0)
+      .memref(getOut(), "out", 2, Elt::F8)
+      .memref(getScale(), "scale", 2, Elt::F32);
+  if (!c.ok)
+    return failure();
+  int64_t depth = dimOf(getIn(), 1);
+  if (depth % 4 != 0)
+    return emitOpError() << "expects rows of a multiple of 4 channels (a "
+                            "lane's four codes), got "
+                         << depth;
+  c.dim(getOut(), "out", 1, depth, "in's channels")
+      .dim(getScale(), "scale", 1, (depth + 127) / 128,
+           "in's blocks of 128 channels")
+      .dim(getOut(), "out", 0, dimOf(getIn(), 0), "in's rows")
+      .dim(getScale(), "scale", 0, dimOf(getIn(), 0), "in's rows");
+  if (c.ok && getOffsets() && dimOf(getOffsets(), 0) < 2)
+    return emitOpError() << "expects offsets of at least one group ([G + 1], "
+                            "G >= 1), got "
+                         << getOffsets().getType();
+  return c.result();
+}
+
+LogicalResult CombineOp::verify() {
+  if (getSharedScale() && !getSharedOut())
+    return emitOpError() << "expects shared_scale only with shared";
+  Checker c{*this};
+  c.memref(getDown(), "down", 2, Elt::HalfOrF32)
+      .memref(getRowMap(), "row_map", 2, Elt::I32)
+      .isStatic(getRowMap(), "row_map", 1)
+      .memref(getSharedOut(), "shared_out", 2, Elt::HalfOrF32)
+      .memref(getSharedScale(), "shared_scale", 1, Elt::F32)
+      .memref(getOutputBias(), "output_bias", 1, Elt::HalfOrF32)
+      .memref(getY(), "y", 2, Elt::HalfOrF32)
+      .isStatic(getY(), "y", 1);
+  if (!c.ok)
+    return failure();
+  int64_t hidden = dimOf(getY(), 1);
+  c.dim(getDown(), "down", 1, hidden, "y's hidden size")
+      .sameType(getSharedOut(), "shared", getY(), "y")
+      .dim(getOutputBias(), "output_bias", 0, hidden, "y's hidden size")
+      .dim(getRowMap(), "row_map", 0, dimOf(getY(), 0), "y's tokens")
+      .dim(getSharedScale(), "shared_scale", 0, dimOf(getY(), 0),
+           "y's tokens");
+  if (!c.ok)
+    return failure();
+  Type elt = cast<MemRefType>(getY().getType()).getElementType();
+  for (auto [value, name] : {std::pair<Value, StringRef>{getDown(), "down"},
+                             {getOutputBias(), "output_bias"}})
+    if (value && cast<MemRefType>(value.getType()).getElementType() != elt)
+      return emitOpError() << "expects " << name << " of y's element type "
+                           << elt << ", got " << value.getType();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// The training step
+//===----------------------------------------------------------------------===//
+
+LogicalResult ConvertOp::verify() {
+  auto src = getSrc().getType(), dst = getDst().getType();
+  if (!src.hasStaticShape() || !dst.hasStaticShape() ||
+      src.getNumElements() != dst.getNumElements())
+    return emitOpError() << "expects src and dst of static shapes with as "
+                            "many elements, got "
+                         << src << " and " << dst;
+  Checker c{*this};
+  c.memref(getSrc(), "src", src.getRank(), Elt::Float)
+      .memref(getDst(), "dst", dst.getRank(), Elt::Float);
+  return c.result();
+}
+
+LogicalResult PackGateUpOp::verify() {
+  auto packed = getPacked().getType();
+  Checker c{*this};
+  if (packed.getRank() != 2 && packed.getRank() != 3)
+    return emitOpError() << "expects packed of rank 2 (biases) or 3 "
+                            "(weights), got "
+                         << packed;
+  c.memref(getPacked(), "packed", packed.getRank(), Elt::HalfOrF32)
+      .isStatic(getPacked(), "packed", 0)
+      .sameType(getGate(), "gate", getUp(), "up");
+  if (!c.ok)
+    return failure();
+  auto gate = getGate().getType();
+  // The gate has packed's shape with half its rows, without the group
+  // dimension for one group.
+  SmallVector<int64_t> expected(packed.getShape());
+  expected[1] /= 2;
+  if (gate.getRank() + 1 == packed.getRank() && expected[0] == 1)
+    expected.erase(expected.begin());
+  if (packed.getDimSize(1) % 2 != 0 ||
+      gate.getShape() != ArrayRef<int64_t>(expected))
+    return emitOpError() << "expects gate and up of half packed's rows, got "
+                         << gate << " for " << packed;
+  return success();
+}
+
+LogicalResult MseLossOp::verify() {
+  Checker c{*this};
+  c.memref(getY(), "y", 2, Elt::HalfOrF32)
+      .memref(getTarget(), "target", 2, Elt::F32)
+      .memref(getHyper(), "hyper", 1, Elt::F32)
+      .memref(getDy(), "dy", 2, Elt::F32)
+      .memref(getLoss(), "loss", 1, Elt::F32)
+      .isStatic(getY(), "y", 1)
+      .sameType(getTarget(), "target", getDy(), "dy")
+      .dim(getTarget(), "target", 1, dimOf(getY(), 1), "y's hidden size");
+  return c.result();
+}
+
+LogicalResult ColumnSumOp::verify() {
+  Checker c{*this};
+  c.memref(getIn(), "in", 2, Elt::Float)
+      .isStatic(getIn(), "in", 1)
+      .memref(getOut(), "out", 1, Elt::F32)
+      .dim(getOut(), "out", 0, dimOf(getIn(), 1), "in's columns");
+  return c.result();
+}
+
+LogicalResult GroupedColumnSumOp::verify() {
+  Checker c{*this};
+  c.memref(getIn(), "in", 2, Elt::Float)
+      .isStatic(getIn(), "in", 1)
+      .memref(getGroups(), "groups", 1, Elt::I32)
+      .isStatic(getGroups(), "groups", 0)
+      .memref(getOut(), "out", 2, Elt::F32)
+      .dim(getOut(), "out", 1, dimOf(getIn(), 1), "in's columns");
+  if (!c.ok)
+    return failure();
+  c.dim(getOut(), "out", 0, dimOf(getGroups(), 0) - 1, "the groups");
+  return c.result();
+}
+
+LogicalResult RowTokensOp::verify() {
+  Checker c{*this};
+  c.memref(getRowMap(), "row_map", 2, Elt::I32)
+      .isStatic(getRowMap(), "row_map", 1)
+      .memref(getRowToken(), "row_token", 1, Elt::I32);
+  return c.result();
+}
+
+/// The (row_token, offsets) pair of the kernels that find each row's
+/// assignment.
+static void checkRowTokens(Checker &c, Value rowToken, Value offsets) {
+  c.memref(rowToken, "row_token", 1, Elt::I32)
+      .memref(offsets, "offsets", 1, Elt::I32)
+      .isStatic(offsets, "offsets", 0);
+}
+
+LogicalResult GatherRowDyOp::verify() {
+  Checker c{*this};
+  checkRowTokens(c, getRowToken(), getOffsets());
+  c.memref(getDy(), "dy", 2, Elt::F32)
+      .isStatic(getDy(), "dy", 1)
+      .memref(getRowDy(), "row_dy", 2, Elt::Half)
+      .dim(getRowDy(), "row_dy", 1, dimOf(getDy(), 1), "dy's hidden size")
+      .positive(getTopK(), "top_k");
+  return c.result();
+}
+
+LogicalResult ScatterRowWeightGradOp::verify() {
+  Checker c{*this};
+  checkRowTokens(c, getRowToken(), getOffsets());
+  c.memref(getRowGrad(), "row_grad", 1, Elt::F32)
+      .memref(getDtw(), "dtw", 2, Elt::F32)
+      .isStatic(getDtw(), "dtw", 1);
+  return c.result();
+}
+
+LogicalResult ScaledWeightGradOp::verify() {
+  Checker c{*this};
+  checkRowTokens(c, getRowToken(), getOffsets());
+  c.memref(getDrows(), "drows", 2, Elt::HalfOrF32)
+      .isStatic(getDrows(), "drows", 1)
+      .memref(getX(), "x", 2, Elt::HalfOrF32)
+      .memref(getRowGrad(), "row_grad", 1, Elt::F32)
+      .dim(getX(), "x", 1, dimOf(getDrows(), 1), "drows' hidden size")
+      .positive(getTopK(), "top_k");
+  return c.result();
+}
+
+LogicalResult ScaleRowsOp::verify() {
+  Checker c{*this};
+  c.memref(getSrc(), "src", 2, Elt::HalfOrF32)
+      .isStatic(getSrc(), "src", 1)
+      .memref(getGroups(), "groups", 1, Elt::I32)
+      .isStatic(getGroups(), "groups", 0)
+      .memref(getDst(), "dst", 2, Elt::Half)
+      .memref(getWeight(), "weight", 1, Elt::F32)
+      .dim(getDst(), "dst", 1, dimOf(getSrc(), 1), "src's columns");
+  return c.result();
+}
+
+LogicalResult ActGradOp::verify() {
+  if (static_cast<bool>(getWeight()) != static_cast<bool>(getRowGrad()))
+    return emitOpError() << "expects weight and row_grad together";
+  if (getDy() && !getWeight())
+    return emitOpError() << "expects the down bias (dy, b2) only with "
+                            "weight and row_grad";
+  if (static_cast<bool>(getAlpha()) != static_cast<bool>(getLimit()))
+    return emitOpError() << "expects alpha and limit together";
+  Checker c{*this};
+  c.memref(getGu(), "gu", 2, Elt::F32)
+      .isStatic(getGu(), "gu", 1)
+      .memref(getGs(), "gs", 2, Elt::F32)
+      .memref(getGroups(), "groups", 1, Elt::I32)
+      .isStatic(getGroups(), "groups", 0)
+      .memref(getDgu(), "dgu", 2, Elt::Half)
+      .memref(getDg(), "dg", 2, Elt::Half)
+      .memref(getDu(), "du", 2, Elt::Half)
+      .memref(getWeight(), "weight", 1, Elt::F32)
+      .memref(getRowGrad(), "row_grad", 1, Elt::F32)
+      .memref(getDy(), "dy", 2, Elt::Half)
+      .memref(getB2(), "b2", 2, Elt::Half);
+  if (!c.ok)
+    return failure();
+  int64_t ffn2 = dimOf(getGu(), 1);
+  if (ffn2 % 16 != 0)
+    return emitOpError() << "expects gu of 2F columns, F a multiple of 8 "
+                            "(blocks of 8 gate and 8 up columns), got "
+                         << getGu().getType();
+  c.dim(getGs(), "gs", 1, ffn2 / 2, "half of gu's columns")
+      .dim(getDgu(), "dgu", 1, ffn2, "gu's columns")
+      .sameType(getDg(), "dg", getDu(), "du")
+      .dim(getDg(), "dg", 1, ffn2 / 2, "half of gu's columns");
+  if (getB2())
+    c.isStatic(getB2(), "b2", 1)
+        .dim(getDy(), "dy", 1, dimOf(getB2(), 1), "b2's hidden size")
+        .dim(getB2(), "b2", 0, dimOf(getGroups(), 0) - 1, "the groups");
+  return c.result();
+}
+
+LogicalResult RouteGradOp::verify() {
+  if (getScoring() == Scoring::Sparsemixer)
+    return emitOpError() << "expects softmax or sigmoid scoring "
+                            "(sparsemixer has no gradient here)";
+  Checker c{*this};
+  c.memref(getLogits(), "logits", 2, Elt::F32)
+      .isStatic(getLogits(), "logits", 1)
+      .memref(getRouterBias(), "router_bias", 1, Elt::Float)
+      .memref(getIds(), "ids", 2, Elt::I32)
+      .isStatic(getIds(), "ids", 1)
+      .memref(getDtw(), "dtw", 2, Elt::F32)
+      .memref(getDl(), "dl", 2, Elt::F32)
+      .memref(getDlHalf(), "dl_half", 2, Elt::Half)
+      .sameType(getLogits(), "logits", getDl(), "dl")
+      .dim(getDtw(), "dtw", 1, dimOf(getIds(), 1), "ids' k")
+      .dim(getRouterBias(), "router_bias", 0, dimOf(getLogits(), 1),
+           "the experts")
+      .dim(getDlHalf(), "dl_half", 1, dimOf(getLogits(), 1), "the experts");
+  return c.result();
+}
+
+LogicalResult InputGradOp::verify() {
+  if (static_cast<bool>(getRouterDx()) == static_cast<bool>(getDl()))
+    return emitOpError() << "expects the router's part of dx as one of "
+                            "router_dx or router(dl, router)";
+  if (static_cast<bool>(getDl()) != static_cast<bool>(getRouter()))
+    return emitOpError() << "expects dl and router together";
+  if (static_cast<bool>(getSharedDz()) != static_cast<bool>(getGate()))
+    return emitOpError() << "expects shared_dz and gate together";
+  Checker c{*this};
+  c.memref(getDrows(), "drows", 2, Elt::HalfOrF32)
+      .memref(getRowMap(), "row_map", 2, Elt::I32)
+      .isStatic(getRowMap(), "row_map", 1)
+      .memref(getScales(), "scales", 2, Elt::F32)
+      .memref(getRouterDx(), "router_dx", 2, Elt::F32)
+      .memref(getDl(), "dl", 2, Elt::F32)
+      .memref(getRouter(), "router", 2, Elt::Float)
+      .memref(getSharedDx(), "shared_dx", 2, Elt::F32)
+      .memref(getSharedDz(), "shared_dz", 2, Elt::F32)
+      .memref(getGate(), "gate", 2, Elt::Float)
+      .memref(getDx(), "dx", 2, Elt::F32)
+      .isStatic(getDx(), "dx", 1);
+  if (!c.ok)
+    return failure();
+  int64_t hidden = dimOf(getDx(), 1);
+  c.dim(getDrows(), "drows", 1, hidden, "dx's hidden size")
+      .dim(getRouterDx(), "router_dx", 1, hidden, "dx's hidden size")
+      .dim(getRouter(), "router", 1, hidden, "dx's hidden size")
+      .dim(getSharedDx(), "shared_dx", 1, hidden, "dx's hidden size")
+      .dim(getGate(), "gate", 1, hidden, "dx's hidden size")
+      .dim(getScales(), "scales", 1, dimOf(getRowMap(), 1), "row_map's k");
+  if (getDl())
+    c.isStatic(getRouter(), "router", 0)
+        .dim(getDl(), "dl", 1, dimOf(getRouter(), 0), "the router's experts");
+  return c.result();
+}
+
+LogicalResult SharedScaleGradOp::verify() {
+  Checker c{*this};
+  c.memref(getDy(), "dy", 2, Elt::F32)
+      .isStatic(getDy(), "dy", 1)
+      .memref(getOut(), "out", 2, Elt::HalfOrF32)
+      .memref(getScale(), "scale", 1, Elt::F32)
+      .memref(getDz(), "dz", 2, Elt::F32)
+      .dim(getOut(), "out", 1, dimOf(getDy(), 1), "dy's hidden size")
+      .dim(getDz(), "dz", 1, 1, "one logit a token");
+  return c.result();
+}
+
+LogicalResult RouterGradOp::verify() {
+  Checker c{*this};
+  c.memref(getDl(), "dl", 2, Elt::F32)
+      .memref(getX(), "x", 2, Elt::HalfOrF32)
+      .memref(getGrad(), "grad", 2, Elt::F32)
+      .isStatic(getGrad(), "grad", 1)
+      .dim(getX(), "x", 1, dimOf(getGrad(), 1), "grad's hidden size")
+      .dim(getDl(), "dl", 1, dimOf(getGrad(), 0), "grad's rows");
+  return c.result();
+}
+
+LogicalResult TokenOffsetsOp::verify() {
+  Checker c{*this};
+  c.memref(getX(), "x", 2, Elt::HalfOrF32)
+      .memref(getOffsets(), "offsets", 1, Elt::I32)
+      .dim(getOffsets(), "offsets", 0, 2, "[0, T]");
+  return c.result();
+}
+
+LogicalResult ExpertLoadOp::verify() {
+  Checker c{*this};
+  c.memref(getCounts(), "counts", 1, Elt::I32)
+      .memref(getLoad(), "load", 1, Elt::F32)
+      .isStatic(getLoad(), "load", 0)
+      .positive(getChunks(), "chunks");
+  if (!c.ok)
+    return failure();
+  c.dim(getCounts(), "counts", 0, getChunks() * dimOf(getLoad(), 0),
+        "chunks x experts");
+  return c.result();
+}
+
+LogicalResult BiasUpdateOp::verify() {
+  Checker c{*this};
+  c.memref(getLoad(), "load", 1, Elt::F32)
+      .isStatic(getLoad(), "load", 0)
+      .memref(getHyper(), "hyper", 1, Elt::F32)
+      .memref(getBias(), "bias", 1, Elt::F32)
+      .sameType(getLoad(), "load", getBias(), "bias")
+      .positive(getTopK(), "top_k");
+  return c.result();
+}
+
+LogicalResult AdamWOp::verify() {
+  Checker c{*this};
+  c.memref(getHyper(), "hyper", 1, Elt::F32);
+  if (c.ok && (!getP().getType().hasStaticShape() ||
+               !getP().getType().getElementType().isF32()))
+    return emitOpError() << "expects an f32 master weight of static shape, "
+                            "got "
+                         << getP().getType();
+  return c.result();
+}
+
+LogicalResult UpdateCheckOp::verify() {
+  Checker c{*this};
+  c.memref(getHyper(), "hyper", 1, Elt::F32)
+      .memref(getGradSq(), "grad_sq", 1, Elt::F32)
+      .isStatic(getGradSq(), "grad_sq", 0);
+  if (!c.ok)
+    return failure();
+  if (!getP().getType().hasStaticShape() ||
+      !getP().getType().getElementType().isF32())
+    return emitOpError() << "expects an f32 master weight of static shape, "
+                            "got "
+                         << getP().getType();
+  if (static_cast<int64_t>(getIndex()) >= dimOf(getGradSq(), 0))
+    return emitOpError() << "expects index below the "
+                         << dimOf(getGradSq(), 0) << " weights of grad_sq, got "
+                         << getIndex();
+  return success();
+}

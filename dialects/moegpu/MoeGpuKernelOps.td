@@ -1,0 +1,592 @@
+//===- MoeGpuKernelOps.td - The SIMT kernels of a layer ----*- tablegen -*-===//
+//
+// Part of moe-compiler.
+//
+// One op per SIMT kernel of a layer's schedule. convert-moe-to-moegpu makes
+// each kernel a gpu.func whose body is one of these ops on the function's
+// arguments (as the GEMM kernels' bodies are one moegpu.grouped_gemm);
+// convert-moegpu-kernels-to-gpu expands each into its threads' code. The
+// ops say what a kernel reads and writes and which facts of the layer it
+// needs; their verifiers check the operands' shapes against each other.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_DIALECT_MOEGPU_MOEGPUKERNELOPS_TD
+#define MOE_DIALECT_MOEGPU_MOEGPUKERNELOPS_TD
+
+include "moegpu/MoeGpuOps.td"
+
+class MoeGpu_KernelOp<string mnemonic, list<Trait> traits = []>
+    : MoeGpu_Op<mnemonic, !listconcat(traits, [
+          HasParent<"::mlir::gpu::GPUFuncOp">])> {
+  let hasVerifier = 1;
+}
+
+
+def MoeGpu_Scoring : I32EnumAttr<"Scoring",
+    "how the router's logits become expert scores", [
+      I32EnumAttrCase<"Softmax", 0, "softmax">,
+      I32EnumAttrCase<"Sigmoid", 1, "sigmoid">,
+      I32EnumAttrCase<"Sparsemixer", 2, "sparsemixer">
+    ]> {
+  let cppNamespace = "::mlir::moegpu";
+  let genSpecializedAttr = 0;
+}
+
+def MoeGpu_ScoringAttr : EnumAttr<MoeGpu_Dialect, MoeGpu_Scoring, "scoring"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
+//===----------------------------------------------------------------------===//
+// Routing
+//===----------------------------------------------------------------------===//
+
+def MoeGpu_RouterLogitsOp : MoeGpu_KernelOp<"router_logits"> {
+  let summary = "The router's f32 logits from an f32 router weight (SIMT)";
+  let description = [{
+    `logits[t, e] = sum_h x[t, h] * weight[e, h]` in f32, summed in order of
+    h: the router of a layer whose router weight is f32 while x is 16-bit
+    (a 16-bit weight takes a dense `moegpu.grouped_gemm` instead). One warp
+    per token, its lanes striding over the experts. `x` is `[T, H]`,
+    `weight` `[E, H]`, `logits` `[T, E]` f32.
+
+    ```mlir
+    moegpu.router_logits %x, %w, %logits
+      : memref<?x64xbf16>, memref<8x64xf32>, memref<?x8xf32>
+    ```
+  }];
+  let arguments = (ins MoeGpu_In:$x, MoeGpu_In:$weight, MoeGpu_Out:$logits);
+  let assemblyFormat = [{
+    $x `,` $weight `,` $logits attr-dict `:` type($x) `,` type($weight) `,`
+    type($logits)
+  }];
+}
+
+def MoeGpu_SharedGateOp : MoeGpu_KernelOp<"shared_gate"> {
+  let summary = "Qwen2-MoE's per-token scale of the shared experts' output";
+  let description = [{
+    `scale[t] = sigmoid(sum_h x[t, h] * gate[0, h])` in f32: one warp per
+    token, a butterfly sum over its lanes. `x` is `[T, H]`, `gate` `[1, H]`,
+    `scale` `[T]` f32.
+  }];
+  let arguments = (ins MoeGpu_In:$x, MoeGpu_In:$gate, MoeGpu_Out:$scale);
+  let assemblyFormat = [{
+    $x `,` $gate `,` $scale attr-dict `:` type($x) `,` type($gate) `,`
+    type($scale)
+  }];
+}
+
+def MoeGpu_RouteOp : MoeGpu_KernelOp<"route", [AttrSizedOperandSegments]> {
+  let summary = "Scores, group-limited top-k and per-expert counts";
+  let description = [{
+    One warp per token of `logits` (`[T, E]` f32), lane l holding experts l,
+    l + 32, ...: the scores (`scoring`: softmax over the experts, sigmoid
+    each, or Phi-3.5's sparsemixer, which selects on the logits), the
+    selection (scores plus `score_bias` `[E]` f32, DeepSeek-V3's correction
+    bias, which only selects; with `groups > 1`, the experts of the
+    `topk_groups` best groups, a group scored by its best expert or with
+    `sum_top2` its best two), and the k best (ties: the lower expert) into
+    `ids` and `weights` (`[T, k]` i32 and f32: the unbiased scores,
+    normalized to sum 1 with `normalize`, times `routed_scale`). Each pick
+    adds one to `counts[c * E + e]` (`[chunks * E]` i32; c the token's
+    chunk of `chunks`: token t of T is in chunk `((t + 1) * chunks - 1) /
+    T`). `router_bias` (`[E]`, GPT-OSS) joins the logits before the
+    scoring. A NaN score is never selected over a number; `jitter` is
+    sparsemixer's router_jitter.
+
+    ```mlir
+    moegpu.route %logits, %ids, %weights, %counts
+      {scoring = #moegpu.scoring<softmax>, normalize}
+      : memref<?x8xf32>, memref<?x2xi32>, memref<?x2xf32>, memref<8xi32>
+    ```
+  }];
+  let arguments = (ins MoeGpu_In:$logits, MoeGpu_OptIn:$router_bias,
+                       MoeGpu_OptIn:$score_bias, MoeGpu_Out:$ids,
+                       MoeGpu_Out:$weights, MoeGpu_InOut:$counts,
+                       MoeGpu_ScoringAttr:$scoring,
+                       DefaultValuedAttr<I64Attr, "1">:$groups,
+                       DefaultValuedAttr<I64Attr, "1">:$topk_groups,
+                       UnitAttr:$sum_top2, UnitAttr:$normalize,
+                       DefaultValuedAttr<F64Attr, "1.0">:$routed_scale,
+                       DefaultValuedAttr<F64Attr, "0.0">:$jitter,
+                       DefaultValuedAttr<I64Attr, "1">:$chunks);
+  let assemblyFormat = [{
+    $logits `,` $ids `,` $weights `,` $counts
+    (`router_bias` `(` $router_bias^ `:` type($router_bias) `)`)?
+    (`score_bias` `(` $score_bias^ `:` type($score_bias) `)`)? attr-dict
+    `:` type($logits) `,` type($ids) `,` type($weights) `,` type($counts)
+  }];
+  let extraClassDeclaration = [{
+    int64_t getNumExperts() { return getLogits().getType().getDimSize(1); }
+    int64_t getTopK() { return getIds().getType().getDimSize(1); }
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Dispatch
+//===----------------------------------------------------------------------===//
+
+def MoeGpu_DispatchScanOp : MoeGpu_KernelOp<"dispatch_scan"> {
+  let summary = "Each expert's aligned segment of the dispatched rows";
+  let description = [{
+    From `counts` (`[S]` i32, the rows of each of S segments: experts, or
+    (chunk, expert) pairs chunk-major), `offsets` (`[S + 1]` i32) gets the
+    exclusive prefix sums of the counts rounded up to `alignment`, and
+    `cursors` (`[S]`) each segment's start, where the scatter counts from.
+    `shared_offsets` (`[2]` i32), when present, gets `[0, T]` with T the
+    rows of `ids` (`[T, k]`): the shared experts' one group. One CTA of 256
+    threads: a scan over the threads' runs of segments in shared memory.
+
+    ```mlir
+    moegpu.dispatch_scan %ids, %counts, %offsets, %cursors {alignment = 128}
+      : memref<?x2xi32>, memref<8xi32>, memref<9xi32>, memref<8xi32>
+    ```
+  }];
+  let arguments = (ins MoeGpu_In:$ids, MoeGpu_In:$counts,
+                       MoeGpu_Out:$offsets, MoeGpu_Out:$cursors,
+                       MoeGpu_OptOut:$shared_offsets, I64Attr:$alignment);
+  let assemblyFormat = [{
+    $ids `,` $counts `,` $offsets `,` $cursors
+    (`shared` `(` $shared_offsets^ `:` type($shared_offsets) `)`)? attr-dict
+    `:` type($ids) `,` type($counts) `,` type($offsets) `,` type($cursors)
+  }];
+}
+
+def MoeGpu_DispatchScatterOp : MoeGpu_KernelOp<"dispatch_scatter",
+    [AttrSizedOperandSegments]> {
+  let summary = "Copy each token's row to the rows of its experts";
+  let description = [{
+    One CTA per assignment (t, j) of `ids` (`[T, k]` i32): an expert in
+    `[0, experts)` takes the next row of its segment from `cursors` (the
+    segment of (chunk, expert) with `chunks > 1`), and `x[t]` is copied
+    there in `rows`; `row_map[t, j]` gets the row (-1 for an id out of
+    range) and `row_weight` the routing weight `weights[t, j]` (1 with
+    `scale_input`, where the row is x[t] times the weight rounded to x's
+    type instead: Llama 4). With `x_scale` and `row_scale`, x and rows hold
+    e4m3 codes and each token's 128-channel scales go to its rows too.
+
+    ```mlir
+    moegpu.dispatch_scatter %x, %ids, %weights, %cursors, %rows, %row_map,
+        %row_weight {experts = 8}
+      : memref<?x64xbf16>, memref<?x2xi32>, memref<?x2xf32>, memref<8xi32>,
+        memref<?x64xbf16>, memref<?x2xi32>, memref<?xf32>
+    ```
+  }];
+  let arguments = (ins MoeGpu_In:$x, MoeGpu_In:$ids, MoeGpu_In:$weights,
+                       MoeGpu_InOut:$cursors, MoeGpu_Out:$rows,
+                       MoeGpu_Out:$row_map, MoeGpu_Out:$row_weight,
+                       MoeGpu_OptIn:$x_scale, MoeGpu_OptOut:$row_scale,
+                       I64Attr:$experts,
+                       DefaultValuedAttr<I64Attr, "1">:$chunks,
+                       UnitAttr:$scale_input);
+  let assemblyFormat = [{
+    $x `,` $ids `,` $weights `,` $cursors `,` $rows `,` $row_map `,`
+    $row_weight (`scales` `(` $x_scale^ `,` $row_scale `:` type($x_scale) `,`
+    type($row_scale) `)`)? attr-dict `:` type($x) `,` type($ids) `,`
+    type($weights) `,` type($cursors) `,` type($rows) `,` type($row_map) `,`
+    type($row_weight)
+  }];
+  let extraClassDeclaration = [{
+    /// x and rows hold e4m3 codes, their scales beside them.
+    bool copiesCodes() { return static_cast<bool>(getXScale()); }
+  }];
+}
+
+def MoeGpu_QuantizeOp : MoeGpu_KernelOp<"quantize"> {
+  let summary = "Rows as e4m3 codes with one scale per 128 channels";
+  let description = [{
+    One warp per row of `in` (`[R, K]`, 16-bit): each block of 128 channels
+    (the last may be shorter) becomes e4m3 codes in `out` (`[R, K]`) and one
+    f32 scale in `scale` (`[R, ceil(K / 128)]`), DeepSeek-V3's fine-grained
+    quantization: with `a` the block's largest magnitude (at least 1e-4),
+    the codes are `e4m3(v * 448 / a)`, rounded to nearest even and
+    saturated, and the scale `a / 448`. With `offsets` (`[G + 1]` i32) only
+    the rows `[offsets[0], offsets[G])` are quantized: a group's rows. K is
+    a multiple of 4.
+
+    ```mlir
+    moegpu.quantize %act, %codes, %scales offsets(%offsets : memref<9xi32>)
+      : memref<?x256xbf16>, memref<?x256xf8E4M3FN>, memref<?x2xf32>
+    ```
+  }];
+  let arguments = (ins MoeGpu_In:$in, MoeGpu_OptIn:$offsets,
+                       MoeGpu_Out:$out, MoeGpu_Out:$scale);
+  let assemblyFormat = [{
+    $in `,` $out `,` $scale (`offsets` `(` $offsets^ `:` type($offsets) `)`)?
+    attr-dict `:` type($in) `,` type($out) `,` type($scale)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Combine
+//===----------------------------------------------------------------------===//
+
+def MoeGpu_CombineOp : MoeGpu_KernelOp<"combine",
+    [AttrSizedOperandSegments]> {
+  let summary = "Each token's output: its experts' rows summed";
+  let description = [{
+    `y[t] = sum_j down[row_map[t, j]]` over the token's k rows (a row of -1
+    is skipped), summed in f32, plus `shared_out[t]` (times
+    `shared_scale[t]` when present: Qwen2-MoE's gate), plus `output_bias`
+    (`[H]`, JetMoE: added to the sum rounded to y's type, as transformers
+    does), rounded to y's type. One CTA per token. `down` is `[R, H]`,
+    `row_map` `[T, k]` i32, `shared_out` and `y` `[T, H]`, `shared_scale`
+    `[T]` f32.
+
+    ```mlir
+    moegpu.combine %down, %row_map, %y
+      : memref<?x64xbf16>, memref<?x2xi32>, memref<?x64xbf16>
+    ```
+  }];
+  let arguments = (ins MoeGpu_In:$down, MoeGpu_In:$row_map,
+                       MoeGpu_OptIn:$shared_out, MoeGpu_OptIn:$shared_scale,
+                       MoeGpu_OptIn:$output_bias, MoeGpu_Out:$y);
+  let assemblyFormat = [{
+    $down `,` $row_map `,` $y
+    (`shared` `(` $shared_out^ `:` type($shared_out) `)`)?
+    (`shared_scale` `(` $shared_scale^ `:` type($shared_scale) `)`)?
+    (`output_bias` `(` $output_bias^ `:` type($output_bias) `)`)? attr-dict
+    `:` type($down) `,` type($row_map) `,` type($y)
+  }];
+  let extraClassDeclaration = [{
+    int64_t getTopK() { return getRowMap().getType().getDimSize(1); }
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// The training step
+//===----------------------------------------------------------------------===//
+//
+// One CTA per dispatched row, token or weight row (its threads striding
+// over the row's columns), or one thread per element; sums in f32. They
+// compute what the host's training step computes (moe/Transforms/
+// Autodiff.h), whose gradients are checked against finite differences.
+// `hyper` is the step's f32 hyperparameters, indexed by TrainHyper.
+
+def MoeGpu_ConvertOp : MoeGpu_KernelOp<"convert"> {
+  let summary = "Copy a buffer into another element type";
+  let description = [{
+    `dst[i] = src[i]` rounded to dst's element type, over every element of
+    two buffers of as many elements, each read in row-major order (the
+    compute copy of an f32 master weight, which may have a group dimension
+    of 1 the master lacks). A grid-stride loop of 256-thread CTAs.
+  }];
+  let arguments = (ins MoeGpu_In:$src, MoeGpu_Out:$dst);
+  let assemblyFormat = "$src `,` $dst attr-dict `:` type($src) `,` type($dst)";
+}
+
+def MoeGpu_PackGateUpOp : MoeGpu_KernelOp<"pack_gate_up"> {
+  let summary = "Interleave gate and up weights as the SwiGLU GEMM reads them";
+  let description = [{
+    `packed` (`[G, 2F, H]`, or `[G, 2F]` for biases) from `gate` and `up`
+    (`[G, F, H]` / `[G, F]`, or without the group dimension for one group):
+    rows `16j .. 16j+7` are gate rows `8j ..`, rows `16j+8 .. 16j+15` up
+    rows `8j ..` (kGateUpBlock), rounded to packed's element type.
+  }];
+  let arguments = (ins MoeGpu_In:$gate, MoeGpu_In:$up, MoeGpu_Out:$packed);
+  let assemblyFormat = [{
+    $gate `,` $up `,` $packed attr-dict `:` type($gate) `,` type($up) `,`
+    type($packed)
+  }];
+}
+
+def MoeGpu_MseLossOp : MoeGpu_KernelOp<"mse_loss"> {
+  let summary = "The mean squared error and its gradient";
+  let description = [{
+    `dy = 2 (y - target) / (T * H)` and `loss[0] += sum (y - target)^2 /
+    (T * H)` with T every rank's tokens (`hyper[tokens]`): one CTA per
+    token, one atomic per warp. `y` is `[T, H]` 16-bit, `target` and `dy`
+    `[T, H]` f32, `loss` `[1]` f32.
+  }];
+  let arguments = (ins MoeGpu_In:$y, MoeGpu_In:$target, MoeGpu_In:$hyper,
+                       MoeGpu_Out:$dy, MoeGpu_InOut:$loss);
+  let assemblyFormat = [{
+    $y `,` $target `,` $hyper `,` $dy `,` $loss attr-dict `:` type($y) `,`
+    type($target) `,` type($hyper) `,` type($dy) `,` type($loss)
+  }];
+}
+
+def MoeGpu_ColumnSumOp : MoeGpu_KernelOp<"column_sum"> {
+  let summary = "Each column's sum over the rows";
+  let description = [{
+    `out[c] = sum_t in[t, c]` in row order, a thread per column: the
+    gradient of a bias added to every row. `in` is `[T, C]`, `out` `[C]`
+    f32.
+  }];
+  let arguments = (ins MoeGpu_In:$in, MoeGpu_Out:$out);
+  let assemblyFormat = "$in `,` $out attr-dict `:` type($in) `,` type($out)";
+}
+
+def MoeGpu_GroupedColumnSumOp : MoeGpu_KernelOp<"grouped_column_sum"> {
+  let summary = "Each group's column sums";
+  let description = [{
+    `out[g, c] = sum in[r, c]` over group g's rows `[groups[g],
+    groups[g + 1])` (with `accumulate`, added to out): the gradient of a
+    per-expert bias. A CTA per group, a thread per column. `in` is
+    `[R, C]`, `groups` `[G + 1]` i32, `out` `[G, C]` f32.
+  }];
+  let arguments = (ins MoeGpu_In:$in, MoeGpu_In:$groups, MoeGpu_InOut:$out,
+                       UnitAttr:$accumulate);
+  let assemblyFormat = [{
+    $in `,` $groups `,` $out attr-dict `:` type($in) `,` type($groups) `,`
+    type($out)
+  }];
+}
+
+def MoeGpu_RowTokensOp : MoeGpu_KernelOp<"row_tokens"> {
+  let summary = "Each dispatched row's assignment";
+  let description = [{
+    `row_token[row_map[t, j]] = t * k + j + 1` for every assignment with a
+    row (padding rows keep what they had: 0 after a memset). A thread per
+    assignment. `row_map` is `[T, k]` i32, `row_token` `[R]` i32.
+  }];
+  let arguments = (ins MoeGpu_In:$row_map, MoeGpu_Out:$row_token);
+  let assemblyFormat = [{
+    $row_map `,` $row_token attr-dict `:` type($row_map) `,` type($row_token)
+  }];
+}
+
+def MoeGpu_GatherRowDyOp : MoeGpu_KernelOp<"gather_row_dy"> {
+  let summary = "Each dispatched row's output gradient";
+  let description = [{
+    `row_dy[r] = dy[t]` (rounded to row_dy's type) for each row r in the
+    groups of `offsets` whose `row_token` is an assignment of token t (of
+    `top_k` a token); other rows are left alone. A CTA per row.
+  }];
+  let arguments = (ins MoeGpu_In:$dy, MoeGpu_In:$row_token,
+                       MoeGpu_In:$offsets, MoeGpu_Out:$row_dy,
+                       I64Attr:$top_k);
+  let assemblyFormat = [{
+    $dy `,` $row_token `,` $offsets `,` $row_dy attr-dict `:` type($dy) `,`
+    type($row_token) `,` type($offsets) `,` type($row_dy)
+  }];
+}
+
+def MoeGpu_ScatterRowWeightGradOp
+    : MoeGpu_KernelOp<"scatter_row_weight_grad"> {
+  let summary = "The routing weights' gradients from their rows'";
+  let description = [{
+    `dtw[t, j] = row_grad[r]` for the row r of assignment (t, j) (found
+    through `row_token`, within the groups of `offsets`). A thread per row.
+    `dtw` is `[T, k]` f32.
+  }];
+  let arguments = (ins MoeGpu_In:$row_grad, MoeGpu_In:$row_token,
+                       MoeGpu_In:$offsets, MoeGpu_Out:$dtw);
+  let assemblyFormat = [{
+    $row_grad `,` $row_token `,` $offsets `,` $dtw attr-dict `:`
+    type($row_grad) `,` type($row_token) `,` type($offsets) `,` type($dtw)
+  }];
+}
+
+def MoeGpu_ScaledWeightGradOp : MoeGpu_KernelOp<"scaled_weight_grad"> {
+  let summary = "Llama 4's routing weights' gradients (rows scaled by them)";
+  let description = [{
+    With scale_input a row r of token t holds `x[t] * w`, so
+    `row_grad[r] += drows[r] . x[t]` (one atomic per warp), for the rows of
+    `offsets`' groups with an assignment (`row_token`, `top_k` a token). A
+    CTA per row.
+  }];
+  let arguments = (ins MoeGpu_In:$drows, MoeGpu_In:$row_token,
+                       MoeGpu_In:$offsets, MoeGpu_In:$x,
+                       MoeGpu_InOut:$row_grad, I64Attr:$top_k);
+  let assemblyFormat = [{
+    $drows `,` $row_token `,` $offsets `,` $x `,` $row_grad attr-dict `:`
+    type($drows) `,` type($row_token) `,` type($offsets) `,` type($x) `,`
+    type($row_grad)
+  }];
+}
+
+def MoeGpu_ScaleRowsOp : MoeGpu_KernelOp<"scale_rows"> {
+  let summary = "Rows times their weights, in the compute type";
+  let description = [{
+    `dst[r, h] = weight[r] * src[r, h]` (`weight` absent: 1) rounded to
+    dst's 16-bit type, for the rows of `groups`' groups: the output
+    gradient as the backward GEMMs read it. A CTA per row.
+  }];
+  let arguments = (ins MoeGpu_In:$src, MoeGpu_In:$groups, MoeGpu_Out:$dst,
+                       MoeGpu_OptIn:$weight);
+  let assemblyFormat = [{
+    $src `,` $groups `,` $dst (`weight` `(` $weight^ `:` type($weight) `)`)?
+    attr-dict `:` type($src) `,` type($groups) `,` type($dst)
+  }];
+}
+
+def MoeGpu_ActGradOp : MoeGpu_KernelOp<"act_grad",
+    [AttrSizedOperandSegments]> {
+  let summary = "The SwiGLU backward of each row";
+  let description = [{
+    Per row r of `groups`' groups and FFN column f, from `gu` (`[R, 2F]`
+    f32: the gate and up pre-activations at the packed rows) and `gs`
+    (`[R, F]` f32: dY[r] . W2[:, f]): `d_act = w * gs` (w = `weight[r]`, or
+    1), `dg = d_act * u * silu'(g)`, `du = d_act * silu(g)`, stored in the
+    compute type into `dgu` (interleaved as the packed weight's rows) and
+    into `dg` and `du`; with `row_grad`, the routing weight's gradient
+    `sum_f act * gs` (plus `dy[r] . b2[e]` with `dy` and `b2`: GPT-OSS's
+    down bias, e the row's group) is added to `row_grad[r]`. `alpha` and
+    `limit` make it GPT-OSS's clamped SwiGLU. A CTA per row.
+  }];
+  let arguments = (ins MoeGpu_In:$gu, MoeGpu_In:$gs, MoeGpu_In:$groups,
+                       MoeGpu_Out:$dgu, MoeGpu_Out:$dg, MoeGpu_Out:$du,
+                       MoeGpu_OptIn:$weight,
+                       Arg<Optional<AnyMemRef>, "", [MemRead, MemWrite]>:
+                           $row_grad,
+                       MoeGpu_OptIn:$dy, MoeGpu_OptIn:$b2,
+                       OptionalAttr<F64Attr>:$alpha,
+                       OptionalAttr<F64Attr>:$limit);
+  let assemblyFormat = [{
+    $gu `,` $gs `,` $groups `,` $dgu `,` $dg `,` $du
+    (`weight` `(` $weight^ `,` $row_grad `:` type($weight) `,`
+     type($row_grad) `)`)?
+    (`down_bias` `(` $dy^ `,` $b2 `:` type($dy) `,` type($b2) `)`)?
+    attr-dict `:` type($gu) `,` type($gs) `,` type($groups) `,` type($dgu)
+    `,` type($dg) `,` type($du)
+  }];
+}
+
+def MoeGpu_RouteGradOp : MoeGpu_KernelOp<"route_grad",
+    [AttrSizedOperandSegments]> {
+  let summary = "The router logits' gradient from the routing weights'";
+  let description = [{
+    One thread per token: the scores again from `logits` (plus
+    `router_bias`; `scoring` sigmoid or softmax) into `dl` (`[T, E]` f32),
+    the selected scores' gradient from `dtw` (`[T, k]`: the routing
+    weights', through `normalize` and `routed_scale`), then the logits',
+    in place; with `dl_half`, also rounded to its type for the router's
+    gradient GEMMs.
+  }];
+  let arguments = (ins MoeGpu_In:$logits, MoeGpu_OptIn:$router_bias,
+                       MoeGpu_In:$ids, MoeGpu_In:$dtw, MoeGpu_Out:$dl,
+                       MoeGpu_OptOut:$dl_half, MoeGpu_ScoringAttr:$scoring,
+                       UnitAttr:$normalize,
+                       DefaultValuedAttr<F64Attr, "1.0">:$routed_scale);
+  let assemblyFormat = [{
+    $logits `,` $ids `,` $dtw `,` $dl
+    (`router_bias` `(` $router_bias^ `:` type($router_bias) `)`)?
+    (`half` `(` $dl_half^ `:` type($dl_half) `)`)? attr-dict `:`
+    type($logits) `,` type($ids) `,` type($dtw) `,` type($dl)
+  }];
+}
+
+def MoeGpu_InputGradOp : MoeGpu_KernelOp<"input_grad",
+    [AttrSizedOperandSegments]> {
+  let summary = "The layer input's gradient";
+  let description = [{
+    `dx[t, h] = sum_j drows[row_map[t, j], h]` (each times its token's
+    weight rounded to the compute type with `scales`: Llama 4), plus the
+    router's part (`router_dx[t, h]` from a GEMM, or `sum_e dl[t, e] *
+    router[e, h]`), plus `shared_dx[t, h]`, plus `shared_dz[t, 0] *
+    gate[0, h]` (Qwen2-MoE's gate). A CTA per token.
+  }];
+  let arguments = (ins MoeGpu_In:$drows, MoeGpu_In:$row_map,
+                       MoeGpu_OptIn:$scales, MoeGpu_OptIn:$router_dx,
+                       MoeGpu_OptIn:$dl, MoeGpu_OptIn:$router,
+                       MoeGpu_OptIn:$shared_dx, MoeGpu_OptIn:$shared_dz,
+                       MoeGpu_OptIn:$gate, MoeGpu_Out:$dx);
+  let assemblyFormat = [{
+    $drows `,` $row_map `,` $dx
+    (`scales` `(` $scales^ `:` type($scales) `)`)?
+    (`router_dx` `(` $router_dx^ `:` type($router_dx) `)`)?
+    (`router` `(` $dl^ `,` $router `:` type($dl) `,` type($router) `)`)?
+    (`shared` `(` $shared_dx^ `:` type($shared_dx) `)`)?
+    (`gate` `(` $shared_dz^ `,` $gate `:` type($shared_dz) `,` type($gate)
+     `)`)? attr-dict `:` type($drows) `,` type($row_map) `,` type($dx)
+  }];
+}
+
+def MoeGpu_SharedScaleGradOp : MoeGpu_KernelOp<"shared_scale_grad"> {
+  let summary = "The gradient of Qwen2-MoE's shared-expert gate logit";
+  let description = [{
+    `dz[t, 0] = (dy[t] . out[t]) * s (1 - s)`, s = `scale[t]` (the forward
+    pass's sigmoid): one warp per token.
+  }];
+  let arguments = (ins MoeGpu_In:$dy, MoeGpu_In:$out, MoeGpu_In:$scale,
+                       MoeGpu_Out:$dz);
+  let assemblyFormat = [{
+    $dy `,` $out `,` $scale `,` $dz attr-dict `:` type($dy) `,` type($out)
+    `,` type($scale) `,` type($dz)
+  }];
+}
+
+def MoeGpu_RouterGradOp : MoeGpu_KernelOp<"router_grad"> {
+  let summary = "A router weight's gradient (SIMT)";
+  let description = [{
+    `grad[e, h] = sum_t dl[t, e] * x[t, h]` in token order: a CTA per row
+    e. `dl` is `[T, E]` f32, `x` `[T, H]`, `grad` `[E, H]` f32.
+  }];
+  let arguments = (ins MoeGpu_In:$dl, MoeGpu_In:$x, MoeGpu_Out:$grad);
+  let assemblyFormat = [{
+    $dl `,` $x `,` $grad attr-dict `:` type($dl) `,` type($x) `,` type($grad)
+  }];
+}
+
+def MoeGpu_TokenOffsetsOp : MoeGpu_KernelOp<"token_offsets"> {
+  let summary = "One group of every token: [0, T]";
+  let arguments = (ins MoeGpu_In:$x, MoeGpu_Out:$offsets);
+  let assemblyFormat = "$x `,` $offsets attr-dict `:` type($x) `,` type($offsets)";
+}
+
+def MoeGpu_ExpertLoadOp : MoeGpu_KernelOp<"expert_load"> {
+  let summary = "Each expert's routed tokens on this rank";
+  let description = [{
+    `load[e] = sum_c counts[c * E + e]` as f32, over the `chunks` token
+    chunks (counts are chunk-major). A thread per expert.
+  }];
+  let arguments = (ins MoeGpu_In:$counts, MoeGpu_Out:$load,
+                       DefaultValuedAttr<I64Attr, "1">:$chunks);
+  let assemblyFormat = [{
+    $counts `,` $load attr-dict `:` type($counts) `,` type($load)
+  }];
+}
+
+def MoeGpu_BiasUpdateOp : MoeGpu_KernelOp<"bias_update"> {
+  let summary = "DeepSeek-V3's auxiliary-loss-free bias update";
+  let description = [{
+    In place, a thread per expert: `bias[e] += gamma * sign(T * k / E -
+    load[e])`, T every rank's tokens and gamma from `hyper`, `load` summed
+    over the ranks, k `top_k`.
+  }];
+  let arguments = (ins MoeGpu_In:$load, MoeGpu_In:$hyper,
+                       MoeGpu_InOut:$bias, I64Attr:$top_k);
+  let assemblyFormat = [{
+    $load `,` $hyper `,` $bias attr-dict `:` type($load) `,` type($hyper)
+    `,` type($bias)
+  }];
+}
+
+def MoeGpu_AdamWOp : MoeGpu_KernelOp<"adamw",
+    [AllTypesMatch<["p", "m", "v", "grad"]>]> {
+  let summary = "One AdamW step on an f32 master weight, in place";
+  let description = [{
+    With bias-corrected moments and decoupled weight decay, the
+    hyperparameters (learning rate, step, betas, epsilon, decay) from
+    `hyper`: `m` and `v` updated from `grad`, then `p`. A grid-stride loop.
+  }];
+  let arguments = (ins MoeGpu_InOut:$p, MoeGpu_InOut:$m, MoeGpu_InOut:$v,
+                       MoeGpu_In:$grad, MoeGpu_In:$hyper);
+  let assemblyFormat = [{
+    $p `,` $m `,` $v `,` $grad `,` $hyper attr-dict `:` type($p) `,`
+    type($hyper)
+  }];
+}
+
+def MoeGpu_UpdateCheckOp : MoeGpu_KernelOp<"update_check",
+    [AllTypesMatch<["p", "m", "v", "grad"]>,
+     AllTypesMatch<["grad_sq", "bad"]>]> {
+  let summary = "What the runtime checks before an update";
+  let description = [{
+    Over weight `index`'s elements: the sum of its gradient's squares into
+    `grad_sq[index]` and the count of elements whose AdamW step would make
+    the master or a moment non-finite into `bad[index]` (one atomic per
+    warp each). Nothing else is written.
+  }];
+  let arguments = (ins MoeGpu_In:$p, MoeGpu_In:$m, MoeGpu_In:$v,
+                       MoeGpu_In:$grad, MoeGpu_In:$hyper,
+                       MoeGpu_InOut:$grad_sq, MoeGpu_InOut:$bad,
+                       I64Attr:$index);
+  let assemblyFormat = [{
+    $p `,` $m `,` $v `,` $grad `,` $hyper `,` $grad_sq `,` $bad attr-dict
+    `:` type($p) `,` type($hyper) `,` type($grad_sq)
+  }];
+}
+
+#endif // MOE_DIALECT_MOEGPU_MOEGPUKERNELOPS_TD

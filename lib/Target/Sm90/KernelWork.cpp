@@ -1,0 +1,160 @@
+//===- KernelWork.cpp - What a kernel computes, from its op ---------------===//
+//
+// Part of moe-compiler. Reads each kernel's moegpu op into the typed
+// record the performance model costs (Sm90KernelWork), so that the model
+// and the report dispatch on what a kernel is, not on what it is called.
+//
+//===----------------------------------------------------------------------===//
+
+#include "KernelWork.h"
+
+#include "moegpu/MoeGpuDialect.h"
+
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+
+namespace {
+
+MemRefType memrefOf(Value v) { return cast<MemRefType>(v.getType()); }
+
+int64_t elementBytes(Value v) {
+  return (memrefOf(v).getElementTypeBitWidth() + 7) / 8;
+}
+
+/// The size of a memref's last dimension (0 if dynamic).
+int64_t columnsOf(Value v) {
+  ArrayRef<int64_t> shape = memrefOf(v).getShape();
+  return shape.empty() || ShapedType::isDynamic(shape.back()) ? 0
+                                                              : shape.back();
+}
+
+int64_t elementsOf(Value v) {
+  MemRefType type = memrefOf(v);
+  return type.hasStaticShape() ? type.getNumElements() : 0;
+}
+
+/// A grouped GEMM's output M x N (tn) or N and K (nt, nn), from its
+/// operands' static sizes: b is [E, N, K] (nt) or [E, K, N] (nn), c [E, M,
+/// N] (tn); dense, without the E.
+void readGemm(moegpu::GroupedGemmOp gemm, Sm90KernelWork &w) {
+  ArrayRef<int64_t> b = memrefOf(gemm.getB()).getShape();
+  ArrayRef<int64_t> c = memrefOf(gemm.getC()).getShape();
+  switch (gemm.getLayout()) {
+  case moegpu::GemmLayout::NT:
+    w.layout = Sm90GemmLayout::NT;
+    w.n = b[b.size() - 2];
+    w.k = b.back();
+    break;
+  case moegpu::GemmLayout::NN:
+    w.layout = Sm90GemmLayout::NN;
+    w.k = b[b.size() - 2];
+    w.n = b.back();
+    break;
+  case moegpu::GemmLayout::TN:
+    w.layout = Sm90GemmLayout::TN;
+    w.m = c[c.size() - 2];
+    w.n = c.back();
+    break;
+  }
+  w.swiglu = gemm.getEpilogue() == moegpu::Epilogue::SwiGLU;
+  w.accumulate = gemm.getEpilogue() == moegpu::Epilogue::Accumulate;
+  w.blockScaled = static_cast<bool>(gemm.getAScale());
+  w.inBytes = elementBytes(gemm.getA());
+  w.outBytes = elementBytes(gemm.getC());
+}
+
+} // namespace
+
+Sm90KernelWork mlir::moe::kernelWorkOf(gpu::GPUFuncOp func) {
+  Sm90KernelWork w;
+  if (func.getBody().empty())
+    return w;
+  Operation *body = nullptr;
+  for (Operation &op : func.front())
+    if (isa<moegpu::MoeGpuDialect>(op.getDialect())) {
+      body = &op;
+      break;
+    }
+  if (!body)
+    return w;
+  using K = Sm90KernelKind;
+  llvm::TypeSwitch<Operation *>(body)
+      .Case([&](moegpu::GroupedGemmOp op) {
+        w.kind = K::GroupedGemm;
+        readGemm(op, w);
+      })
+      .Case([&](moegpu::RouterLogitsOp) { w.kind = K::RouterLogits; })
+      .Case([&](moegpu::SharedGateOp) { w.kind = K::SharedGate; })
+      .Case([&](moegpu::RouteOp) { w.kind = K::Route; })
+      .Case([&](moegpu::DispatchScanOp) { w.kind = K::DispatchScan; })
+      .Case([&](moegpu::DispatchScatterOp op) {
+        w.kind = K::DispatchScatter;
+        w.codes = static_cast<bool>(op.getXScale());
+      })
+      .Case([&](moegpu::QuantizeOp op) {
+        w.kind = K::Quantize;
+        w.width = columnsOf(op.getIn());
+      })
+      .Case([&](moegpu::CombineOp) { w.kind = K::Combine; })
+      .Case([&](moegpu::ConvertOp op) {
+        w.kind = K::Convert;
+        w.elements = elementsOf(op.getDst());
+      })
+      .Case([&](moegpu::PackGateUpOp op) {
+        w.kind = K::PackGateUp;
+        w.elements = elementsOf(op.getPacked());
+      })
+      .Case([&](moegpu::MseLossOp) { w.kind = K::MseLoss; })
+      .Case([&](moegpu::RowTokensOp) { w.kind = K::RowTokens; })
+      .Case([&](moegpu::GatherRowDyOp) { w.kind = K::GatherRowDy; })
+      .Case([&](moegpu::ScaleRowsOp op) {
+        w.kind = K::ScaleRows;
+        w.inBytes = elementBytes(op.getSrc());
+      })
+      .Case([&](moegpu::ActGradOp op) {
+        w.kind = K::ActGrad;
+        w.width = columnsOf(op.getGs());
+      })
+      .Case([&](moegpu::SharedScaleGradOp) { w.kind = K::SharedScaleGrad; })
+      .Case([&](moegpu::RouteGradOp) { w.kind = K::RouteGrad; })
+      .Case([&](moegpu::RouterGradOp op) {
+        w.kind = K::RouterGrad;
+        w.elements = elementsOf(op.getGrad());
+      })
+      .Case([&](moegpu::InputGradOp op) {
+        w.kind = K::InputGrad;
+        w.routerPart = static_cast<bool>(op.getDl());
+      })
+      .Case([&](moegpu::ScatterRowWeightGradOp) {
+        w.kind = K::ScatterRowWeightGrad;
+      })
+      .Case([&](moegpu::TokenOffsetsOp) { w.kind = K::TokenOffsets; })
+      .Case([&](moegpu::ExpertLoadOp) { w.kind = K::ExpertLoad; })
+      .Case([&](moegpu::BiasUpdateOp) { w.kind = K::BiasUpdate; })
+      .Case([&](moegpu::AdamWOp op) {
+        w.kind = K::AdamW;
+        w.elements = elementsOf(op.getP());
+      })
+      .Case([&](moegpu::ColumnSumOp op) {
+        w.kind = K::ColumnSum;
+        w.width = columnsOf(op.getIn());
+        w.inBytes = elementBytes(op.getIn());
+      })
+      .Case([&](moegpu::GroupedColumnSumOp op) {
+        w.kind = K::GroupedColumnSum;
+        w.width = columnsOf(op.getIn());
+        w.inBytes = elementBytes(op.getIn());
+        w.accumulate = op.getAccumulate();
+      })
+      .Case([&](moegpu::ScaledWeightGradOp op) {
+        w.kind = K::ScaledWeightGrad;
+        w.inBytes = elementBytes(op.getDrows());
+      })
+      .Case([&](moegpu::UpdateCheckOp op) {
+        w.kind = K::UpdateCheck;
+        w.elements = elementsOf(op.getP());
+      });
+  return w;
+}

@@ -1,0 +1,369 @@
+// RUN: moe-opt %s -split-input-file -verify-diagnostics
+
+// One case per diagnostic of the SIMT kernel ops' verifiers.
+gpu.module @k {
+  gpu.func @f(%x: memref<?x64xbf16>, %w: memref<8x64xf32>, %l: memref<?x8xf16>) kernel {
+    // expected-error @+1 {{'moegpu.router_logits' op expects logits of f32, got 'memref<?x8xf16>'}}
+    moegpu.router_logits %x, %w, %l : memref<?x64xbf16>, memref<8x64xf32>, memref<?x8xf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%x: memref<?x64xbf16>, %w: memref<8x32xf32>, %l: memref<?x8xf32>) kernel {
+    // expected-error @+1 {{'moegpu.router_logits' op expects dimension 1 of weight to be 64 (x's hidden size), got 'memref<8x32xf32>'}}
+    moegpu.router_logits %x, %w, %l : memref<?x64xbf16>, memref<8x32xf32>, memref<?x8xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%x: memref<?x?xbf16>, %g: memref<1x64xbf16>, %s: memref<?xf32>) kernel {
+    // expected-error @+1 {{'moegpu.shared_gate' op expects dimension 1 of x to be static, got 'memref<?x?xbf16>'}}
+    moegpu.shared_gate %x, %g, %s : memref<?x?xbf16>, memref<1x64xbf16>, memref<?xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%x: memref<?x64xbf16>, %g: memref<64xbf16>, %s: memref<?xf32>) kernel {
+    // expected-error @+1 {{'moegpu.shared_gate' op expects gate of rank 2, got 'memref<64xbf16>'}}
+    moegpu.shared_gate %x, %g, %s : memref<?x64xbf16>, memref<64xbf16>, memref<?xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%l: memref<?x8xf32>, %i: memref<?x2xi32>, %w: memref<?x2xf32>, %c: memref<9xi32>) kernel {
+    // expected-error @+1 {{'moegpu.route' op expects dimension 0 of counts to be 8 (chunks x experts), got 'memref<9xi32>'}}
+    moegpu.route %l, %i, %w, %c {scoring = #moegpu.scoring<softmax>} : memref<?x8xf32>, memref<?x2xi32>, memref<?x2xf32>, memref<9xi32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%l: memref<?x8xf32>, %i: memref<?x2xi32>, %w: memref<?x2xf32>, %c: memref<8xi32>) kernel {
+    // expected-error @+1 {{'moegpu.route' op expects chunks to be at least 1, got 0}}
+    moegpu.route %l, %i, %w, %c {scoring = #moegpu.scoring<softmax>, chunks = 0} : memref<?x8xf32>, memref<?x2xi32>, memref<?x2xf32>, memref<8xi32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%l: memref<?x8xf32>, %i: memref<?x9xi32>, %w: memref<?x9xf32>, %c: memref<8xi32>) kernel {
+    // expected-error @+1 {{'moegpu.route' op expects between 1 and 8 experts a token (ids' k), got 9}}
+    moegpu.route %l, %i, %w, %c {scoring = #moegpu.scoring<softmax>} : memref<?x8xf32>, memref<?x9xi32>, memref<?x9xf32>, memref<8xi32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%l: memref<?x8xf32>, %i: memref<?x2xi32>, %w: memref<?x2xf32>, %c: memref<8xi32>) kernel {
+    // expected-error @+1 {{'moegpu.route' op expects groups to divide the 8 experts, got 3}}
+    moegpu.route %l, %i, %w, %c {scoring = #moegpu.scoring<softmax>, groups = 3} : memref<?x8xf32>, memref<?x2xi32>, memref<?x2xf32>, memref<8xi32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%l: memref<?x8xf32>, %i: memref<?x2xi32>, %w: memref<?x2xf32>, %c: memref<8xi32>) kernel {
+    // expected-error @+1 {{'moegpu.route' op expects topk_groups of at most groups (2), got 3}}
+    moegpu.route %l, %i, %w, %c {scoring = #moegpu.scoring<softmax>, groups = 2, topk_groups = 3} : memref<?x8xf32>, memref<?x2xi32>, memref<?x2xf32>, memref<8xi32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%l: memref<?x8xf32>, %i: memref<?x2xi32>, %w: memref<?x2xf32>, %c: memref<8xi32>) kernel {
+    // expected-error @+1 {{'moegpu.route' op scores groups of one expert by sum_top2}}
+    moegpu.route %l, %i, %w, %c {scoring = #moegpu.scoring<sigmoid>, groups = 8, topk_groups = 2, sum_top2} : memref<?x8xf32>, memref<?x2xi32>, memref<?x2xf32>, memref<8xi32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%l: memref<?x8xf32>, %i: memref<?x2xi32>, %w: memref<?x2xf32>, %c: memref<8xi32>) kernel {
+    // expected-error @+1 {{'moegpu.route' op expects sparsemixer scoring without groups}}
+    moegpu.route %l, %i, %w, %c {scoring = #moegpu.scoring<sparsemixer>, groups = 2} : memref<?x8xf32>, memref<?x2xi32>, memref<?x2xf32>, memref<8xi32>
+    gpu.return
+  }
+}
+
+// -----
+
+func.func @f(%l: memref<?x8xf32>, %i: memref<?x2xi32>, %w: memref<?x2xf32>, %c: memref<8xi32>) {
+  // expected-error @+1 {{'moegpu.route' op expects parent op 'gpu.func'}}
+  moegpu.route %l, %i, %w, %c {scoring = #moegpu.scoring<softmax>} : memref<?x8xf32>, memref<?x2xi32>, memref<?x2xf32>, memref<8xi32>
+  return
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%i: memref<?x2xi32>, %c: memref<8xi32>, %o: memref<8xi32>, %cur: memref<8xi32>) kernel {
+    // expected-error @+1 {{'moegpu.dispatch_scan' op expects dimension 0 of offsets to be 9 (one more than counts), got 'memref<8xi32>'}}
+    moegpu.dispatch_scan %i, %c, %o, %cur {alignment = 128} : memref<?x2xi32>, memref<8xi32>, memref<8xi32>, memref<8xi32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%x: memref<?x64xbf16>, %i: memref<?x2xi32>, %w: memref<?x2xf32>, %cur: memref<8xi32>, %r: memref<?x64xbf16>, %m: memref<?x2xi32>, %rw: memref<?xf32>, %s: memref<?x1xf32>) kernel {
+    // expected-error @+1 {{'moegpu.dispatch_scatter' op expects x of f8E4M3FN, got 'memref<?x64xbf16>'}}
+    moegpu.dispatch_scatter %x, %i, %w, %cur, %r, %m, %rw scales(%s, %s : memref<?x1xf32>, memref<?x1xf32>) {experts = 8} : memref<?x64xbf16>, memref<?x2xi32>, memref<?x2xf32>, memref<8xi32>, memref<?x64xbf16>, memref<?x2xi32>, memref<?xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%x: memref<?x64xf8E4M3FN>, %i: memref<?x2xi32>, %w: memref<?x2xf32>, %cur: memref<8xi32>, %r: memref<?x64xf8E4M3FN>, %m: memref<?x2xi32>, %rw: memref<?xf32>, %s: memref<?x1xf32>) kernel {
+    // expected-error @+1 {{'moegpu.dispatch_scatter' op scales rows (scale_input) that it copies as e4m3 codes; quantize the scaled rows instead}}
+    moegpu.dispatch_scatter %x, %i, %w, %cur, %r, %m, %rw scales(%s, %s : memref<?x1xf32>, memref<?x1xf32>) {experts = 8, scale_input} : memref<?x64xf8E4M3FN>, memref<?x2xi32>, memref<?x2xf32>, memref<8xi32>, memref<?x64xf8E4M3FN>, memref<?x2xi32>, memref<?xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%x: memref<?x64xbf16>, %i: memref<?x2xi32>, %w: memref<?x2xf32>, %cur: memref<8xi32>, %r: memref<?x64xf16>, %m: memref<?x2xi32>, %rw: memref<?xf32>) kernel {
+    // expected-error @+1 {{'moegpu.dispatch_scatter' op expects x and rows of one element type, got 'memref<?x64xbf16>' and 'memref<?x64xf16>'}}
+    moegpu.dispatch_scatter %x, %i, %w, %cur, %r, %m, %rw {experts = 8} : memref<?x64xbf16>, memref<?x2xi32>, memref<?x2xf32>, memref<8xi32>, memref<?x64xf16>, memref<?x2xi32>, memref<?xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%x: memref<?x64xbf16>, %i: memref<?x2xi32>, %w: memref<?x2xf32>, %cur: memref<8xi32>, %r: memref<?x64xbf16>, %m: memref<?x3xi32>, %rw: memref<?xf32>) kernel {
+    // expected-error @+1 {{'moegpu.dispatch_scatter' op expects ids and row_map to have one type, got 'memref<?x2xi32>' and 'memref<?x3xi32>'}}
+    moegpu.dispatch_scatter %x, %i, %w, %cur, %r, %m, %rw {experts = 8} : memref<?x64xbf16>, memref<?x2xi32>, memref<?x2xf32>, memref<8xi32>, memref<?x64xbf16>, memref<?x3xi32>, memref<?xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%a: memref<?x258xbf16>, %q: memref<?x258xf8E4M3FN>, %s: memref<?x3xf32>) kernel {
+    // expected-error @+1 {{'moegpu.quantize' op expects rows of a multiple of 4 channels (a lane's four codes), got 258}}
+    moegpu.quantize %a, %q, %s : memref<?x258xbf16>, memref<?x258xf8E4M3FN>, memref<?x3xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%a: memref<?x256xbf16>, %q: memref<?x256xf8E4M3FN>, %s: memref<?x2xf32>, %o: memref<1xi32>) kernel {
+    // expected-error @+1 {{'moegpu.quantize' op expects offsets of at least one group ([G + 1], G >= 1), got 'memref<1xi32>'}}
+    moegpu.quantize %a, %q, %s offsets(%o : memref<1xi32>) : memref<?x256xbf16>, memref<?x256xf8E4M3FN>, memref<?x2xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%d: memref<?x64xbf16>, %m: memref<?x2xi32>, %y: memref<?x64xbf16>, %ss: memref<?xf32>) kernel {
+    // expected-error @+1 {{'moegpu.combine' op expects shared_scale only with shared}}
+    moegpu.combine %d, %m, %y shared_scale(%ss : memref<?xf32>) : memref<?x64xbf16>, memref<?x2xi32>, memref<?x64xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%d: memref<?x64xf16>, %m: memref<?x2xi32>, %y: memref<?x64xbf16>) kernel {
+    // expected-error @+1 {{'moegpu.combine' op expects down of y's element type 'bf16', got 'memref<?x64xf16>'}}
+    moegpu.combine %d, %m, %y : memref<?x64xf16>, memref<?x2xi32>, memref<?x64xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%a: memref<8x64xf32>, %b: memref<8x32xbf16>) kernel {
+    // expected-error @+1 {{'moegpu.convert' op expects src and dst of static shapes with as many elements, got 'memref<8x64xf32>' and 'memref<8x32xbf16>'}}
+    moegpu.convert %a, %b : memref<8x64xf32>, memref<8x32xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%g: memref<64xf32>, %u: memref<64xf32>, %p: memref<128xbf16>) kernel {
+    // expected-error @+1 {{'moegpu.pack_gate_up' op expects packed of rank 2 (biases) or 3 (weights), got 'memref<128xbf16>'}}
+    moegpu.pack_gate_up %g, %u, %p : memref<64xf32>, memref<64xf32>, memref<128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%g: memref<4x16x64xf32>, %u: memref<4x16x64xf32>, %p: memref<4x16x64xbf16>) kernel {
+    // expected-error @+1 {{'moegpu.pack_gate_up' op expects gate and up of half packed's rows, got 'memref<4x16x64xf32>' for 'memref<4x16x64xbf16>'}}
+    moegpu.pack_gate_up %g, %u, %p : memref<4x16x64xf32>, memref<4x16x64xf32>, memref<4x16x64xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%gu: memref<?x32xf32>, %gs: memref<?x16xf32>, %g: memref<5xi32>, %dgu: memref<?x32xbf16>, %dg: memref<?x16xbf16>, %du: memref<?x16xbf16>) kernel {
+    // expected-error @+1 {{'moegpu.act_grad' op expects alpha and limit together}}
+    moegpu.act_grad %gu, %gs, %g, %dgu, %dg, %du {alpha = 1.702 : f64} : memref<?x32xf32>, memref<?x16xf32>, memref<5xi32>, memref<?x32xbf16>, memref<?x16xbf16>, memref<?x16xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%gu: memref<?x32xf32>, %gs: memref<?x16xf32>, %g: memref<5xi32>, %dgu: memref<?x32xbf16>, %dg: memref<?x16xbf16>, %du: memref<?x16xbf16>, %dy: memref<?x64xbf16>, %b2: memref<4x64xbf16>) kernel {
+    // expected-error @+1 {{'moegpu.act_grad' op expects the down bias (dy, b2) only with weight and row_grad}}
+    moegpu.act_grad %gu, %gs, %g, %dgu, %dg, %du down_bias(%dy, %b2 : memref<?x64xbf16>, memref<4x64xbf16>) : memref<?x32xf32>, memref<?x16xf32>, memref<5xi32>, memref<?x32xbf16>, memref<?x16xbf16>, memref<?x16xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%gu: memref<?x24xf32>, %gs: memref<?x12xf32>, %g: memref<5xi32>, %dgu: memref<?x24xbf16>, %dg: memref<?x12xbf16>, %du: memref<?x12xbf16>) kernel {
+    // expected-error @+1 {{'moegpu.act_grad' op expects gu of 2F columns, F a multiple of 8 (blocks of 8 gate and 8 up columns), got 'memref<?x24xf32>'}}
+    moegpu.act_grad %gu, %gs, %g, %dgu, %dg, %du : memref<?x24xf32>, memref<?x12xf32>, memref<5xi32>, memref<?x24xbf16>, memref<?x12xbf16>, memref<?x12xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%l: memref<?x8xf32>, %i: memref<?x2xi32>, %t: memref<?x2xf32>, %dl: memref<?x8xf32>) kernel {
+    // expected-error @+1 {{'moegpu.route_grad' op expects softmax or sigmoid scoring (sparsemixer has no gradient here)}}
+    moegpu.route_grad %l, %i, %t, %dl {scoring = #moegpu.scoring<sparsemixer>} : memref<?x8xf32>, memref<?x2xi32>, memref<?x2xf32>, memref<?x8xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%d: memref<?x64xbf16>, %m: memref<?x2xi32>, %dx: memref<?x64xf32>) kernel {
+    // expected-error @+1 {{'moegpu.input_grad' op expects the router's part of dx as one of router_dx or router(dl, router)}}
+    moegpu.input_grad %d, %m, %dx : memref<?x64xbf16>, memref<?x2xi32>, memref<?x64xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%p: memref<?x64xf32>, %h: memref<16xf32>) kernel {
+    // expected-error @+1 {{'moegpu.adamw' op expects an f32 master weight of static shape, got 'memref<?x64xf32>'}}
+    moegpu.adamw %p, %p, %p, %p, %h : memref<?x64xf32>, memref<16xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%p: memref<8x64xf32>, %h: memref<16xf32>, %s: memref<4xf32>) kernel {
+    // expected-error @+1 {{'moegpu.update_check' op expects index below the 4 weights of grad_sq, got 4}}
+    moegpu.update_check %p, %p, %p, %p, %h, %s, %s {index = 4} : memref<8x64xf32>, memref<16xf32>, memref<4xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%p: memref<8x64xbf16>, %h: memref<16xf32>, %s: memref<4xf32>) kernel {
+    // expected-error @+1 {{'moegpu.update_check' op expects an f32 master weight of static shape, got 'memref<8x64xbf16>'}}
+    moegpu.update_check %p, %p, %p, %p, %h, %s, %s {index = 0} : memref<8x64xbf16>, memref<16xf32>, memref<4xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%c: memref<12xi32>, %l: memref<8xf32>) kernel {
+    // expected-error @+1 {{'moegpu.expert_load' op expects dimension 0 of counts to be 16 (chunks x experts), got 'memref<12xi32>'}}
+    moegpu.expert_load %c, %l {chunks = 2} : memref<12xi32>, memref<8xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+// The pairs the custom form writes together, split in the generic form.
+gpu.module @k {
+  gpu.func @f(%gu: memref<?x32xf32>, %gs: memref<?x16xf32>, %g: memref<5xi32>, %dgu: memref<?x32xbf16>, %dg: memref<?x16xbf16>, %du: memref<?x16xbf16>, %w: memref<?xf32>) kernel {
+    // expected-error @+1 {{'moegpu.act_grad' op expects weight and row_grad together}}
+    "moegpu.act_grad"(%gu, %gs, %g, %dgu, %dg, %du, %w) <{operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1, 1, 0, 0, 0>}> : (memref<?x32xf32>, memref<?x16xf32>, memref<5xi32>, memref<?x32xbf16>, memref<?x16xbf16>, memref<?x16xbf16>, memref<?xf32>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%d: memref<?x64xbf16>, %m: memref<?x2xi32>, %dx: memref<?x64xf32>, %dl: memref<?x8xf32>) kernel {
+    // expected-error @+1 {{'moegpu.input_grad' op expects dl and router together}}
+    "moegpu.input_grad"(%d, %m, %dl, %dx) <{operandSegmentSizes = array<i32: 1, 1, 0, 0, 1, 0, 0, 0, 0, 1>}> : (memref<?x64xbf16>, memref<?x2xi32>, memref<?x8xf32>, memref<?x64xf32>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%d: memref<?x64xbf16>, %m: memref<?x2xi32>, %dx: memref<?x64xf32>, %rdx: memref<?x64xf32>, %dz: memref<?x1xf32>) kernel {
+    // expected-error @+1 {{'moegpu.input_grad' op expects shared_dz and gate together}}
+    "moegpu.input_grad"(%d, %m, %rdx, %dz, %dx) <{operandSegmentSizes = array<i32: 1, 1, 0, 1, 0, 0, 0, 1, 0, 1>}> : (memref<?x64xbf16>, memref<?x2xi32>, memref<?x64xf32>, memref<?x1xf32>, memref<?x64xf32>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%x: memref<?x64xf8E4M3FN>, %i: memref<?x2xi32>, %w: memref<?x2xf32>, %cur: memref<8xi32>, %r: memref<?x64xf8E4M3FN>, %m: memref<?x2xi32>, %rw: memref<?xf32>, %s: memref<?x1xf32>) kernel {
+    // expected-error @+1 {{'moegpu.dispatch_scatter' op expects x_scale and row_scale together}}
+    "moegpu.dispatch_scatter"(%x, %i, %w, %cur, %r, %m, %rw, %s) <{experts = 8 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1, 1, 1, 0>}> : (memref<?x64xf8E4M3FN>, memref<?x2xi32>, memref<?x2xf32>, memref<8xi32>, memref<?x64xf8E4M3FN>, memref<?x2xi32>, memref<?xf32>, memref<?x1xf32>) -> ()
+    gpu.return
+  }
+}
