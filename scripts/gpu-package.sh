@@ -47,6 +47,11 @@ mkdir -p "$out/bin" "$out/lib" "$out/bundles/train" "$out/bundles/train-host"
 cp "$build/bin/moe-run" "$build/bin/moe-comm-bench" "$build/bin/moe-train" "$out/bin/"
 cp -L "$build"/lib/libmoe_runtime.so* "$out/lib/" 2>/dev/null ||
   cp -L "$(find "$build" -name 'libmoe_runtime.so*' | head -1)" "$out/lib/"
+# The host bundles' code (train-host/, the multi-step comparison) needs
+# the OpenMP runtime, which a GPU machine need not have.
+libomp=$(ldconfig -p | awk '/libomp\.so\.5 .*x86-64/ {print $NF; exit}')
+[[ -n $libomp ]] || { echo "gpu-package: no libomp.so.5 here (scripts/setup-deps.sh installs it)" >&2; exit 1; }
+cp -L "$libomp" "$out/lib/"
 cp "$root/tools/gpu-check/gpu_check.py" "$root/tools/gpu-check/train_bench.py" \
   "$root/test/Integration/reference.py" "$root/tools/gpu-check.sh" "$out/"
 configs=("$root"/tools/gpu-check/configs/*.json)
