@@ -79,6 +79,8 @@ bool asyncStreams() {
   return async;
 }
 
+struct Graph;
+
 /// A stream: its work, in order. `blocking` streams (created without
 /// CU_STREAM_NON_BLOCKING) order with the legacy stream's work: the
 /// synchronous copies and fills wait for them.
@@ -107,6 +109,11 @@ public:
   }
 
   const bool blocking;
+  /// While the stream is being captured (cuStreamBeginCapture), its work
+  /// goes into this graph instead of running.
+  std::shared_ptr<Graph> capture;
+  int captureMode = 0;
+  std::thread::id captureThread;
 
 private:
   void run() {
@@ -300,12 +307,103 @@ void *contextOf(int device) {
 /// Whether work on `stream` runs later, on the stream's thread.
 bool deferred(void *stream) { return stream && asyncStreams(); }
 
+/// A captured graph: its stream's work in capture order (one chain, as
+/// one stream captures it), and whether an unsafe call invalidated the
+/// capture. An instantiated graph copies the chain; each launch runs it
+/// as one piece of work of the launching stream.
+struct Graph {
+  std::vector<std::function<CUresult()>> nodes;
+  bool invalidated = false;
+};
+struct GraphExec {
+  std::vector<std::function<CUresult()>> nodes;
+};
+
+/// The streams being captured, for the calls that are unsafe during a
+/// capture: synchronizations, synchronous copies and fills, allocations.
+/// They fail with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidate the
+/// capture when a capture in global mode is under way, or one in
+/// thread-local mode on the calling thread; so the emulator finds a host
+/// wait inside a captured schedule as a GPU's driver does.
+struct CaptureRegistry {
+  std::mutex mutex;
+  std::set<Stream *> capturing;
+};
+CaptureRegistry &captures() {
+  static CaptureRegistry r;
+  return r;
+}
+Graph *capturingGraph(void *stream) {
+  auto *s = static_cast<Stream *>(stream);
+  return s && s->capture ? s->capture.get() : nullptr;
+}
+/// Whether an unsafe call now fails; if it does, the captures it breaks
+/// are invalidated.
+bool unsafeDuringCapture() {
+  std::lock_guard<std::mutex> lock(captures().mutex);
+  bool unsafe = false;
+  for (Stream *s : captures().capturing)
+    if (s->captureMode == kStreamCaptureModeGlobal ||
+        s->captureThread == std::this_thread::get_id())
+      unsafe = true;
+  if (unsafe)
+    for (Stream *s : captures().capturing)
+      s->capture->invalidated = true;
+  return unsafe;
+}
+
+#define REQUIRE_NO_CAPTURE()                                                   \
+  do {                                                                         \
+    if (unsafeDuringCapture())                                                 \
+      return kErrorStreamCaptureUnsupported;                                   \
+  } while (0)
+
+/// Events recorded or waited for inside a capture (graph event nodes) are
+/// not emulated: said once, and refused.
+CUresult eventsNotCaptured() {
+  static std::once_flag said;
+  std::call_once(said, [] {
+    std::fprintf(stderr, "moe-emu: events inside a stream capture are not "
+                         "emulated\n");
+  });
+  return kErrorNotSupported;
+}
+
+/// Page-locked host memory (cuMemAllocHost): its start and size. An async
+/// copy to or from it runs when its stream reaches it, reading the bytes
+/// then, as a DMA from pinned memory does.
+struct PinnedRegistry {
+  std::mutex mutex;
+  std::map<uintptr_t, size_t> blocks;
+  bool contains(const void *p, size_t bytes) {
+    auto at = reinterpret_cast<uintptr_t>(p);
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = blocks.upper_bound(at);
+    if (it == blocks.begin())
+      return false;
+    --it;
+    return at >= it->first && at + bytes <= it->first + it->second;
+  }
+};
+PinnedRegistry &pinned() {
+  static PinnedRegistry r;
+  return r;
+}
+
 /// Runs `work` as `stream`'s: on the legacy stream (null) after the
 /// blocking streams' work and before returning, or enqueued on an
 /// asynchronous stream. Run at once, it returns the work's failure or the
 /// context's sticky error (an earlier fault); deferred, the work's
 /// failure becomes the sticky error when it runs.
 CUresult runOnStream(void *stream, std::function<CUresult()> work) {
+  if (Graph *graph = capturingGraph(stream)) {
+    graph->nodes.push_back(std::move(work));
+    return kSuccess;
+  }
+  // The legacy stream's work (the synchronous copies and fills) waits for
+  // the device: unsafe during a capture.
+  if (!stream)
+    REQUIRE_NO_CAPTURE();
   if (!deferred(stream)) {
     if (!stream)
       drainStreams(/*blockingOnly=*/true);
@@ -563,6 +661,7 @@ CUresult cuCtxGetDevice(int *device) {
 
 CUresult cuCtxSynchronize() {
   REQUIRE_CONTEXT();
+  REQUIRE_NO_CAPTURE();
   drainStreams(/*blockingOnly=*/false);
   return state().sticky;
 }
@@ -674,6 +773,7 @@ CUresult cuFuncGetAttribute(int *value, int attribute, void *function) {
 
 CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t bytes) {
   REQUIRE_CONTEXT();
+  REQUIRE_NO_CAPTURE();
   if (!ptr || bytes == 0)
     return kErrorInvalidValue;
   uint64_t p = state().memory.allocate(bytes);
@@ -685,12 +785,42 @@ CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t bytes) {
 
 CUresult cuMemFree_v2(CUdeviceptr ptr) {
   REQUIRE_INIT();
+  REQUIRE_NO_CAPTURE();
   if (ptr == 0)
     return kSuccess;
   // Freeing waits for the device, as cuMemFree does.
   drainStreams(/*blockingOnly=*/false);
   // Only an allocation's start frees it (not an adopted module variable).
   return state().memory.release(ptr) ? kSuccess : kErrorInvalidValue;
+}
+
+// Page-locked host memory: ordinary host memory here, remembered so that
+// async copies through it read and write it when they run.
+CUresult cuMemAllocHost_v2(void **ptr, size_t bytes) {
+  REQUIRE_CONTEXT();
+  REQUIRE_NO_CAPTURE();
+  if (!ptr || bytes == 0)
+    return kErrorInvalidValue;
+  size_t rounded = (bytes + 4095) / 4096 * 4096;
+  void *p = std::aligned_alloc(4096, rounded);
+  if (!p)
+    return kErrorOutOfMemory;
+  std::lock_guard<std::mutex> lock(pinned().mutex);
+  pinned().blocks[reinterpret_cast<uintptr_t>(p)] = bytes;
+  *ptr = p;
+  return kSuccess;
+}
+CUresult cuMemFreeHost(void *ptr) {
+  REQUIRE_INIT();
+  REQUIRE_NO_CAPTURE();
+  // The device may still copy from or to it: freeing waits, as for
+  // device memory.
+  drainStreams(/*blockingOnly=*/false);
+  std::lock_guard<std::mutex> lock(pinned().mutex);
+  if (!pinned().blocks.erase(reinterpret_cast<uintptr_t>(ptr)))
+    return kErrorInvalidValue;
+  std::free(ptr);
+  return kSuccess;
 }
 
 CUresult cuMemGetInfo_v2(size_t *free, size_t *total) {
@@ -712,9 +842,16 @@ CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t bytes,
   REQUIRE_CONTEXT();
   if (!inAllocation(dst, bytes) || (!src && bytes))
     return kErrorInvalidValue;
-  // Deferred, the host bytes are read now (the caller may reuse them).
+  // From pageable memory, the host bytes are read now (the caller may
+  // reuse them), and such a copy cannot be captured; from page-locked
+  // memory they are read when the copy runs.
+  bool fromPinned = pinned().contains(src, bytes);
+  if (capturingGraph(stream) && !fromPinned) {
+    unsafeDuringCapture();
+    return kErrorStreamCaptureUnsupported;
+  }
   std::shared_ptr<std::vector<char>> copy;
-  if (deferred(stream)) {
+  if (deferred(stream) && !fromPinned) {
     copy = std::make_shared<std::vector<char>>(
         static_cast<const char *>(src), static_cast<const char *>(src) + bytes);
     src = copy->data();
@@ -729,6 +866,12 @@ CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t bytes,
   REQUIRE_CONTEXT();
   if (!inAllocation(src, bytes) || (!dst && bytes))
     return kErrorInvalidValue;
+  // A captured copy writes its host bytes at every launch of the graph:
+  // only into page-locked memory.
+  if (capturingGraph(stream) && !pinned().contains(dst, bytes)) {
+    unsafeDuringCapture();
+    return kErrorStreamCaptureUnsupported;
+  }
   return onStream(stream, [=] {
     if (bytes)
       std::memcpy(dst, reinterpret_cast<const void *>(src), bytes);
@@ -803,6 +946,7 @@ CUresult cuStreamDestroy_v2(void *stream) {
 }
 CUresult cuStreamSynchronize(void *stream) {
   REQUIRE_CONTEXT();
+  REQUIRE_NO_CAPTURE();
   if (stream)
     static_cast<Stream *>(stream)->drain();
   else
@@ -811,6 +955,7 @@ CUresult cuStreamSynchronize(void *stream) {
 }
 CUresult cuStreamQuery(void *stream) {
   REQUIRE_CONTEXT();
+  REQUIRE_NO_CAPTURE();
   if (stream && !static_cast<Stream *>(stream)->idle())
     return kErrorNotReady;
   return kSuccess;
@@ -820,6 +965,8 @@ CUresult cuStreamWaitEvent(void *stream, void *event, unsigned) {
   auto *e = static_cast<Event *>(event);
   if (!e)
     return kErrorInvalidHandle;
+  if (capturingGraph(stream))
+    return eventsNotCaptured();
   // The stream's later work waits for the event's last record as of now.
   uint64_t target = e->recordedSeq;
   return onStream(stream, [e, target] { e->waitFor(target); });
@@ -842,11 +989,14 @@ CUresult cuEventRecord(void *event, void *stream) {
   auto *e = static_cast<Event *>(event);
   if (!e)
     return kErrorInvalidHandle;
+  if (capturingGraph(stream))
+    return eventsNotCaptured();
   uint64_t seq = ++e->recordedSeq;
   return onStream(stream, [e, seq] { e->complete(seq); });
 }
 CUresult cuEventSynchronize(void *event) {
   REQUIRE_CONTEXT();
+  REQUIRE_NO_CAPTURE();
   auto *e = static_cast<Event *>(event);
   if (!e)
     return kErrorInvalidHandle;
@@ -855,6 +1005,7 @@ CUresult cuEventSynchronize(void *event) {
 }
 CUresult cuEventQuery(void *event) {
   REQUIRE_CONTEXT();
+  REQUIRE_NO_CAPTURE();
   auto *e = static_cast<Event *>(event);
   if (!e)
     return kErrorInvalidHandle;
@@ -869,6 +1020,94 @@ CUresult cuEventElapsedTime(float *ms, void *start, void *end) {
   if (!a->completedAt(from) || !b->completedAt(to))
     return kErrorNotReady;
   *ms = std::chrono::duration<float, std::milli>(to - from).count();
+  return kSuccess;
+}
+
+// Stream capture and graphs.
+CUresult cuStreamBeginCapture_v2(void *stream, int mode) {
+  REQUIRE_CONTEXT();
+  auto *s = static_cast<Stream *>(stream);
+  if (!s) // the legacy stream cannot be captured
+    return kErrorStreamCaptureUnsupported;
+  if (mode != kStreamCaptureModeGlobal &&
+      mode != kStreamCaptureModeThreadLocal && mode != 2 /* relaxed */)
+    return kErrorInvalidValue;
+  std::lock_guard<std::mutex> lock(captures().mutex);
+  if (s->capture)
+    return kErrorIllegalState;
+  s->capture = std::make_shared<Graph>();
+  // Relaxed mode forbids nothing: as thread-local on no thread.
+  s->captureMode = mode;
+  s->captureThread = mode == 2 ? std::thread::id() : std::this_thread::get_id();
+  if (mode == 2)
+    s->captureMode = kStreamCaptureModeThreadLocal;
+  captures().capturing.insert(s);
+  return kSuccess;
+}
+CUresult cuStreamBeginCapture(void *stream) {
+  return cuStreamBeginCapture_v2(stream, kStreamCaptureModeGlobal);
+}
+CUresult cuStreamEndCapture(void *stream, void **graph) {
+  REQUIRE_CONTEXT();
+  auto *s = static_cast<Stream *>(stream);
+  if (!s || !graph)
+    return kErrorInvalidValue;
+  std::shared_ptr<Graph> captured;
+  {
+    std::lock_guard<std::mutex> lock(captures().mutex);
+    if (!s->capture)
+      return kErrorIllegalState;
+    captured = std::move(s->capture);
+    s->capture.reset();
+    captures().capturing.erase(s);
+  }
+  *graph = nullptr;
+  if (captured->invalidated)
+    return kErrorStreamCaptureInvalidated;
+  *graph = new Graph(std::move(*captured));
+  return kSuccess;
+}
+CUresult cuStreamIsCapturing(void *stream, int *status) {
+  REQUIRE_CONTEXT();
+  if (!status)
+    return kErrorInvalidValue;
+  Graph *g = capturingGraph(stream);
+  // CU_STREAM_CAPTURE_STATUS_NONE, _ACTIVE, _INVALIDATED.
+  *status = !g ? 0 : g->invalidated ? 2 : 1;
+  return kSuccess;
+}
+CUresult cuGraphInstantiateWithFlags(void **exec, void *graph,
+                                     unsigned long long flags) {
+  REQUIRE_CONTEXT();
+  if (!exec || !graph || flags)
+    return kErrorInvalidValue;
+  *exec = new GraphExec{static_cast<Graph *>(graph)->nodes};
+  return kSuccess;
+}
+CUresult cuGraphLaunch(void *exec, void *stream) {
+  REQUIRE_CONTEXT();
+  auto *e = static_cast<GraphExec *>(exec);
+  if (!e)
+    return kErrorInvalidHandle;
+  // The graph's work in order, as one piece of the stream's: a node that
+  // fails ends the launch, its failure the context's sticky error.
+  return runOnStream(stream, [e]() -> CUresult {
+    for (const std::function<CUresult()> &node : e->nodes)
+      if (CUresult rc = node(); rc != kSuccess)
+        return rc;
+    return kSuccess;
+  });
+}
+CUresult cuGraphExecDestroy(void *exec) {
+  REQUIRE_INIT();
+  // A launch still queued runs first.
+  drainStreams(/*blockingOnly=*/false);
+  delete static_cast<GraphExec *>(exec);
+  return kSuccess;
+}
+CUresult cuGraphDestroy(void *graph) {
+  REQUIRE_INIT();
+  delete static_cast<Graph *>(graph);
   return kSuccess;
 }
 

@@ -14,6 +14,7 @@
 #include "CudaDriver.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 
@@ -48,6 +49,10 @@ public:
         driver.memFree(ptr);
     if (mapsBuffer)
       driver.memFree(mapsBuffer);
+    for (auto &[tokens, exec] : forwardGraphs)
+      driver.graphExecDestroy(exec);
+    if (pinned)
+      driver.memFreeHost(pinned);
     for (CUevent e : events)
       driver.eventDestroy(e);
     for (CUevent e : exchangeEvents)
@@ -86,6 +91,7 @@ public:
   }
   void invalidateParameters() override { parametersUploaded = false; }
   std::vector<KernelTime> lastProfile() const override { return profile; }
+  DeviceActivity activity() const override { return driverActivity(); }
   void setProfiling(bool on) override { profiling = on; }
   Expected<std::map<std::string, Tensor>> dumpBuffers() override;
 
@@ -311,6 +317,29 @@ private:
   }
   std::vector<KernelTime> profile;
   int64_t lastTokens = 0;
+
+  /// Page-locked host memory for the forward pass, allocated at load:
+  /// x's staging, then y's, topk_ids' and topk_weights' at their
+  /// capacities (offsets in bytes from `pinned`). Async copies read and
+  /// write it, so a pass waits for the device once.
+  void *pinned = nullptr;
+  size_t pinnedInput = 0, pinnedOutputs[3] = {};
+  uint8_t *pinnedAt(size_t offset) const {
+    return static_cast<uint8_t *>(pinned) + offset;
+  }
+  /// Enqueues a forward pass of `tokens` tokens: x from its staging, the
+  /// schedule, the outputs to theirs.
+  Status enqueueForward(int64_t tokens);
+  /// Whether `steps` can be captured as a CUDA graph: kernels and memsets
+  /// only (an exchange needs the host), not timed, and graphs not turned
+  /// off ($MOE_CUDA_GRAPHS=0).
+  bool capturable(const std::vector<GpuStep> &steps) const;
+  /// The forward pass captured once per token count, replayed after; at
+  /// most kForwardGraphs of them, the least recently used replaced.
+  static constexpr size_t kForwardGraphs = 8;
+  std::map<int64_t, CUgraphExec> forwardGraphs;
+  std::vector<int64_t> forwardGraphOrder; // least recently used first
+  Expected<CUgraphExec> forwardGraph(int64_t tokens);
 };
 
 Expected<std::map<std::string, Tensor>> CudaBackend::dumpBuffers() {
@@ -529,6 +558,22 @@ Status CudaBackend::init(const Bundle &bundle) {
     if (Status s = check(driver.eventCreate(&e, 0), "cuEventCreate"); !s.ok())
       return s;
     events.push_back(e);
+  }
+  if (inputBuffer && outputBuffers[0] && outputBuffers[1] && outputBuffers[2]) {
+    size_t bytes = 0;
+    auto reserve = [&](const GpuBuffer &b) {
+      size_t at = bytes;
+      bytes += (capacityBytes(b) + 255) / 256 * 256;
+      return at;
+    };
+    pinnedInput = reserve(*inputBuffer);
+    for (int o = 0; o < 3; ++o)
+      pinnedOutputs[o] = reserve(*outputBuffers[o]);
+    if (Status s = check(driver.memAllocHost(&pinned, bytes),
+                         "cannot allocate " + formatBytes(bytes) +
+                             " of page-locked host memory");
+        !s.ok())
+      return s;
   }
   return Status::success();
 }
@@ -995,24 +1040,35 @@ Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {
   if (!parametersUploaded)
     if (Status s = uploadParameters(arguments); !s.ok())
       return s;
-  if (Status s = check(driver.memcpyHtoD(deviceOf(*inputBuffer), x.data.data(),
-                                         x.data.size()),
-                       "cannot upload the input");
-      !s.ok())
-    return s;
+  if (static_cast<size_t>(x.data.size()) > capacityBytes(*inputBuffer))
+    return Status::failure("the input is larger than the bundle's x");
+  std::memcpy(pinnedAt(pinnedInput), x.data.data(), x.data.size());
 
   profile.clear();
-  // No tokens: nothing to launch, only the stream to wait for.
-  static const std::vector<GpuStep> none;
-  if (Status s = runSchedule(tokens > 0 ? manifest.gpu.steps : none, stepPlan,
-                             tokens, "the forward pass");
+  // One wait for the device a pass, after the outputs' copies: the pass
+  // replays its graph where it can, else enqueues its steps.
+  if (tokens > 0) {
+    if (capturable(manifest.gpu.steps)) {
+      Expected<CUgraphExec> graph = forwardGraph(tokens);
+      if (!graph)
+        return Status::failure(graph.message());
+      if (Status s = check(driver.graphLaunch(*graph, stream),
+                           "cannot launch the forward pass's graph");
+          !s.ok())
+        return s;
+    } else if (Status s = enqueueForward(tokens); !s.ok()) {
+      return s;
+    }
+  }
+  if (Status s = check(driver.streamSynchronize(stream),
+                       "a kernel of the forward pass failed");
       !s.ok())
     return s;
+  if (profiling && tokens > 0)
+    collectProfile(manifest.gpu.steps);
 
-  // Outputs: y (converted to f32), topk_ids, topk_weights. One of the
-  // output's dtype lands in it; another goes through a staging buffer kept
-  // across calls (fresh memory costs its page faults on every call) and is
-  // converted into it.
+  // Outputs: y (converted to f32), topk_ids, topk_weights, from their
+  // staging.
   const char *names[3] = {"y", "topk_ids", "topk_weights"};
   for (int o = 0; o < 3; ++o) {
     const Tensor &out = *arguments[arguments.size() - 3 + o];
@@ -1026,18 +1082,91 @@ Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {
       return Status::failure(std::string("cannot convert '") + names[o] +
                              "' from " + mlirName(b->dtype) + " to " +
                              mlirName(out.dtype));
-    size_t bytes = count * dtypeSize(b->dtype);
-    if (!same && staging.size() < bytes)
-      staging.resize(bytes);
-    if (Status s = check(driver.memcpyDtoH(same ? into : staging.data(),
-                                           deviceOf(*b), bytes),
+    const uint8_t *from = pinnedAt(pinnedOutputs[o]);
+    if (same)
+      std::memcpy(into, from, count * dtypeSize(b->dtype));
+    else
+      convertFloats(from, b->dtype, into, out.dtype, count);
+  }
+  return Status::success();
+}
+
+Status CudaBackend::enqueueForward(int64_t tokens) {
+  size_t inputBytes = static_cast<size_t>(tokens) * rowBytes(*inputBuffer);
+  if (Status s = check(driver.memcpyHtoDAsync(deviceOf(*inputBuffer),
+                                              pinnedAt(pinnedInput), inputBytes,
+                                              stream),
+                       "cannot upload the input");
+      !s.ok())
+    return s;
+  if (Status s = launchSteps(manifest.gpu.steps, stepPlan, tokens, profiling);
+      !s.ok())
+    return s;
+  const char *names[3] = {"y", "topk_ids", "topk_weights"};
+  for (int o = 0; o < 3; ++o) {
+    const GpuBuffer *b = outputBuffers[o];
+    size_t bytes = static_cast<size_t>(tokens) * rowBytes(*b);
+    if (Status s = check(driver.memcpyDtoHAsync(pinnedAt(pinnedOutputs[o]),
+                                                deviceOf(*b), bytes, stream),
                          std::string("cannot download '") + names[o] + "'");
         !s.ok())
       return s;
-    if (!same)
-      convertFloats(staging.data(), b->dtype, into, out.dtype, count);
   }
   return Status::success();
+}
+
+bool CudaBackend::capturable(const std::vector<GpuStep> &steps) const {
+  static const bool off = [] {
+    const char *v = std::getenv("MOE_CUDA_GRAPHS");
+    return v && std::strcmp(v, "0") == 0;
+  }();
+  if (off || profiling)
+    return false;
+  return std::all_of(steps.begin(), steps.end(), [](const GpuStep &st) {
+    return st.kind == abi::StepKind::Launch || st.kind == abi::StepKind::Memset;
+  });
+}
+
+Expected<CUgraphExec> CudaBackend::forwardGraph(int64_t tokens) {
+  using Result = Expected<CUgraphExec>;
+  auto used =
+      std::find(forwardGraphOrder.begin(), forwardGraphOrder.end(), tokens);
+  if (used != forwardGraphOrder.end()) {
+    forwardGraphOrder.erase(used);
+    forwardGraphOrder.push_back(tokens);
+    return forwardGraphs.at(tokens);
+  }
+  // Captured in thread-local mode: a wait or an allocation on this thread
+  // while capturing fails the capture (another thread's work is its own).
+  if (Status s = check(
+          driver.streamBeginCapture(stream, kStreamCaptureModeThreadLocal),
+          "cannot capture the forward pass");
+      !s.ok())
+    return Result::error(s.error);
+  Status enqueued = enqueueForward(tokens);
+  CUgraph graph = nullptr;
+  CUresult ended = driver.streamEndCapture(stream, &graph);
+  if (!enqueued.ok()) {
+    if (graph)
+      driver.graphDestroy(graph);
+    return Result::error(enqueued.error);
+  }
+  if (Status s = check(ended, "cannot capture the forward pass"); !s.ok())
+    return Result::error(s.error);
+  CUgraphExec exec = nullptr;
+  CUresult made = driver.graphInstantiate(&exec, graph, 0);
+  driver.graphDestroy(graph);
+  if (Status s = check(made, "cannot instantiate the forward pass's graph");
+      !s.ok())
+    return Result::error(s.error);
+  if (forwardGraphOrder.size() == kForwardGraphs) {
+    driver.graphExecDestroy(forwardGraphs.at(forwardGraphOrder.front()));
+    forwardGraphs.erase(forwardGraphOrder.front());
+    forwardGraphOrder.erase(forwardGraphOrder.begin());
+  }
+  forwardGraphs[tokens] = exec;
+  forwardGraphOrder.push_back(tokens);
+  return exec;
 }
 
 Status CudaBackend::runEntry(const std::string &symbol,

@@ -6,10 +6,149 @@
 
 #include "CudaDriver.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <dlfcn.h>
+#include <map>
+#include <mutex>
 
 namespace moe::rt::cuda {
+
+namespace {
+
+/// The driver's own entry points, and what was asked of them. The counted
+/// entry points below stand in front of the driver in every table
+/// openDriver returns.
+Driver real{};
+struct Counters {
+  std::atomic<uint64_t> launches{0}, graphLaunches{0}, hostWaits{0},
+      allocations{0}, bytesToDevice{0}, bytesToHost{0};
+} counters;
+
+CUresult countedMemAlloc(CUdeviceptr *p, size_t bytes) {
+  ++counters.allocations;
+  return real.memAlloc(p, bytes);
+}
+CUresult countedMemAllocHost(void **p, size_t bytes) {
+  ++counters.allocations;
+  return real.memAllocHost(p, bytes);
+}
+CUresult countedMemcpyHtoD(CUdeviceptr dst, const void *src, size_t bytes) {
+  ++counters.hostWaits;
+  counters.bytesToDevice += bytes;
+  return real.memcpyHtoD(dst, src, bytes);
+}
+CUresult countedMemcpyDtoH(void *dst, CUdeviceptr src, size_t bytes) {
+  ++counters.hostWaits;
+  counters.bytesToHost += bytes;
+  return real.memcpyDtoH(dst, src, bytes);
+}
+/// Bytes a graph copies each way when it runs: the async copies captured
+/// into it (tallied on the capturing thread), carried to its executable
+/// graphs and counted at each launch.
+struct GraphBytes {
+  uint64_t toDevice = 0, toHost = 0;
+};
+thread_local bool capturing = false;
+thread_local GraphBytes captured;
+std::mutex graphMutex;
+std::map<CUgraph, GraphBytes> graphBytes;
+std::map<CUgraphExec, GraphBytes> execBytes;
+
+CUresult countedMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t bytes,
+                                CUstream stream) {
+  if (capturing)
+    captured.toDevice += bytes;
+  else
+    counters.bytesToDevice += bytes;
+  return real.memcpyHtoDAsync(dst, src, bytes, stream);
+}
+CUresult countedMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t bytes,
+                                CUstream stream) {
+  if (capturing)
+    captured.toHost += bytes;
+  else
+    counters.bytesToHost += bytes;
+  return real.memcpyDtoHAsync(dst, src, bytes, stream);
+}
+CUresult countedStreamBeginCapture(CUstream stream, int mode) {
+  CUresult rc = real.streamBeginCapture(stream, mode);
+  if (rc == 0) {
+    capturing = true;
+    captured = {};
+  }
+  return rc;
+}
+CUresult countedStreamEndCapture(CUstream stream, CUgraph *graph) {
+  CUresult rc = real.streamEndCapture(stream, graph);
+  capturing = false;
+  if (rc == 0 && graph && *graph) {
+    std::lock_guard<std::mutex> lock(graphMutex);
+    graphBytes[*graph] = captured;
+  }
+  return rc;
+}
+CUresult countedGraphInstantiate(CUgraphExec *exec, CUgraph graph,
+                                 unsigned long long flags) {
+  CUresult rc = real.graphInstantiate(exec, graph, flags);
+  if (rc == 0 && exec) {
+    std::lock_guard<std::mutex> lock(graphMutex);
+    execBytes[*exec] = graphBytes[graph];
+  }
+  return rc;
+}
+CUresult countedGraphDestroy(CUgraph graph) {
+  {
+    std::lock_guard<std::mutex> lock(graphMutex);
+    graphBytes.erase(graph);
+  }
+  return real.graphDestroy(graph);
+}
+CUresult countedGraphExecDestroy(CUgraphExec exec) {
+  {
+    std::lock_guard<std::mutex> lock(graphMutex);
+    execBytes.erase(exec);
+  }
+  return real.graphExecDestroy(exec);
+}
+CUresult countedStreamSynchronize(CUstream stream) {
+  ++counters.hostWaits;
+  return real.streamSynchronize(stream);
+}
+CUresult countedEventSynchronize(CUevent event) {
+  ++counters.hostWaits;
+  return real.eventSynchronize(event);
+}
+CUresult countedLaunchKernelEx(const void *config, CUfunction f, void **params,
+                               void **extra) {
+  ++counters.launches;
+  return real.launchKernelEx(config, f, params, extra);
+}
+CUresult countedGraphLaunch(CUgraphExec exec, CUstream stream) {
+  ++counters.graphLaunches;
+  {
+    std::lock_guard<std::mutex> lock(graphMutex);
+    auto it = execBytes.find(exec);
+    if (it != execBytes.end()) {
+      counters.bytesToDevice += it->second.toDevice;
+      counters.bytesToHost += it->second.toHost;
+    }
+  }
+  return real.graphLaunch(exec, stream);
+}
+
+} // namespace
+
+DeviceActivity driverActivity() {
+  DeviceActivity a;
+  a.launches = counters.launches;
+  a.graphLaunches = counters.graphLaunches;
+  a.hostWaits = counters.hostWaits;
+  a.allocations = counters.allocations;
+  a.bytesToDevice = counters.bytesToDevice;
+  a.bytesToHost = counters.bytesToHost;
+  return a;
+}
 
 Expected<Driver> openDriver() {
   using Result = Expected<Driver>;
@@ -34,6 +173,10 @@ Expected<Driver> openDriver() {
   bind(d.memGetInfo, "cuMemGetInfo_v2");
   bind(d.memcpyHtoD, "cuMemcpyHtoD_v2");
   bind(d.memcpyDtoH, "cuMemcpyDtoH_v2");
+  bind(d.memcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
+  bind(d.memcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
+  bind(d.memAllocHost, "cuMemAllocHost_v2");
+  bind(d.memFreeHost, "cuMemFreeHost");
   bind(d.memsetD8Async, "cuMemsetD8Async");
   bind(d.streamCreate, "cuStreamCreate");
   bind(d.streamDestroy, "cuStreamDestroy_v2");
@@ -45,6 +188,12 @@ Expected<Driver> openDriver() {
   bind(d.streamWaitEvent, "cuStreamWaitEvent");
   bind(d.eventSynchronize, "cuEventSynchronize");
   bind(d.eventElapsedTime, "cuEventElapsedTime");
+  bind(d.streamBeginCapture, "cuStreamBeginCapture_v2");
+  bind(d.streamEndCapture, "cuStreamEndCapture");
+  bind(d.graphInstantiate, "cuGraphInstantiateWithFlags");
+  bind(d.graphLaunch, "cuGraphLaunch");
+  bind(d.graphExecDestroy, "cuGraphExecDestroy");
+  bind(d.graphDestroy, "cuGraphDestroy");
   bind(d.launchKernelEx, "cuLaunchKernelEx");
   bind(d.tensorMapEncodeTiled, "cuTensorMapEncodeTiled");
   bind(d.getErrorString, "cuGetErrorString");
@@ -54,7 +203,24 @@ Expected<Driver> openDriver() {
                          "' is not a CUDA driver (missing driver API "
                          "entry points)");
   }
-  // The handle stays open: the driver is process-wide.
+  // The handle stays open: the driver is process-wide, and so are the
+  // counts.
+  real = d;
+  d.memAlloc = countedMemAlloc;
+  d.memAllocHost = countedMemAllocHost;
+  d.memcpyHtoD = countedMemcpyHtoD;
+  d.memcpyDtoH = countedMemcpyDtoH;
+  d.memcpyHtoDAsync = countedMemcpyHtoDAsync;
+  d.memcpyDtoHAsync = countedMemcpyDtoHAsync;
+  d.streamSynchronize = countedStreamSynchronize;
+  d.eventSynchronize = countedEventSynchronize;
+  d.launchKernelEx = countedLaunchKernelEx;
+  d.graphLaunch = countedGraphLaunch;
+  d.streamBeginCapture = countedStreamBeginCapture;
+  d.streamEndCapture = countedStreamEndCapture;
+  d.graphInstantiate = countedGraphInstantiate;
+  d.graphDestroy = countedGraphDestroy;
+  d.graphExecDestroy = countedGraphExecDestroy;
   return d;
 }
 

@@ -11,6 +11,7 @@
 #define MOE_RUNTIME_LIB_CUDADRIVER_H
 
 #include "moe/runtime/CudaAbi.h"
+#include "moe/runtime/Layer.h"
 #include "moe/runtime/Support.h"
 
 #include <cstddef>
@@ -36,6 +37,12 @@ struct Driver {
   CUresult (*memGetInfo)(size_t *free, size_t *total);
   CUresult (*memcpyHtoD)(CUdeviceptr, const void *, size_t);
   CUresult (*memcpyDtoH)(void *, CUdeviceptr, size_t);
+  CUresult (*memcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+  CUresult (*memcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
+  /// Page-locked host memory: what async copies read and write while the
+  /// host goes on (and what a captured copy reads when its graph runs).
+  CUresult (*memAllocHost)(void **, size_t);
+  CUresult (*memFreeHost)(void *);
   CUresult (*memsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
   CUresult (*streamCreate)(CUstream *, unsigned);
   CUresult (*streamDestroy)(CUstream);
@@ -47,6 +54,12 @@ struct Driver {
   CUresult (*streamWaitEvent)(CUstream, CUevent, unsigned);
   CUresult (*eventSynchronize)(CUevent);
   CUresult (*eventElapsedTime)(float *, CUevent, CUevent);
+  CUresult (*streamBeginCapture)(CUstream, int mode);
+  CUresult (*streamEndCapture)(CUstream, CUgraph *);
+  CUresult (*graphInstantiate)(CUgraphExec *, CUgraph, unsigned long long);
+  CUresult (*graphLaunch)(CUgraphExec, CUstream);
+  CUresult (*graphExecDestroy)(CUgraphExec);
+  CUresult (*graphDestroy)(CUgraph);
   // Structures pass as void pointers: the callee's type is the driver's
   // own (UBSan's function check compares the two exactly, and the
   // emulator's driver defines these with void pointers too).
@@ -69,6 +82,11 @@ struct Driver {
     return "CUDA error " + std::to_string(rc);
   }
 };
+
+/// What the process asked of the driver since it was opened, counted in
+/// front of it (the runtime's own instrument; moe-run --profile and
+/// moe-train --trace print it per pass and per step).
+DeviceActivity driverActivity();
 
 /// Binds entry points of a library opened with dlopen by name;
 /// `complete` stays true while every one was found.

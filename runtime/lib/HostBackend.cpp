@@ -41,6 +41,18 @@ static void *ownSymbol(void *handle, const std::string &name) {
 
 Backend::~Backend() = default;
 
+std::string DeviceActivity::describe() const {
+  auto count = [](uint64_t n, const char *one, const char *many) {
+    return std::to_string(n) + " " + (n == 1 ? one : many);
+  };
+  return count(launches, "launch", "launches") + ", " +
+         count(graphLaunches, "graph launch", "graph launches") + ", " +
+         count(hostWaits, "host wait", "host waits") + ", " +
+         count(allocations, "allocation", "allocations") + ", " +
+         formatBytes(bytesToDevice) + " to the device, " +
+         formatBytes(bytesToHost) + " back";
+}
+
 namespace {
 
 using PackedEntry = void (*)(void **);

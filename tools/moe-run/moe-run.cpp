@@ -62,6 +62,11 @@ static const char kUsage[] =
     "                           last pass (to check each kernel alone)\n"
     "  --profile                cuda: per-kernel device times (CUDA events),\n"
     "                           median over the repeats, after one warm-up\n"
+    "  --activity               cuda: what the driver was asked in the first\n"
+    "                           and the last pass: launches, graph launches,\n"
+    "                           host waits, allocations, bytes copied (the\n"
+    "                           first captures the pass's CUDA graph; later\n"
+    "                           ones replay it); --profile prints it too\n"
     "  --trace=FILE             cuda: write a Chrome trace (Perfetto) of the\n"
     "                           passes: kernels on the compute stream and\n"
     "                           exchanges on the communication stream, as\n"
@@ -91,7 +96,8 @@ int main(int argc, char **argv) {
   std::string dumpBuffers, tracePath;
   std::string bundlePath, device = "host", weights, prefix, inputs, outputs,
                           saveWeights, saveInputs, value;
-  bool randomWeights = false, profile = false, allowNonFinite = false;
+  bool randomWeights = false, profile = false, allowNonFinite = false,
+       activity = false;
   int64_t tokens = -1, repeat = 1, threads = 0;
   uint64_t seed = 0;
   double timeout = 300;
@@ -132,6 +138,8 @@ int main(int argc, char **argv) {
         die("expected --timeout >= 1");
     } else if (flag(argc, argv, i, "--profile", nullptr)) {
       profile = true;
+    } else if (flag(argc, argv, i, "--activity", nullptr)) {
+      activity = true;
     } else if (flag(argc, argv, i, "--threads", &value)) {
       threads = parseInt(value, "--threads");
       if (threads < 1 || threads > 4096)
@@ -229,18 +237,34 @@ int main(int argc, char **argv) {
   }
   if (profile && device != "cuda")
     die("--profile needs --device=cuda");
+  if (activity && device != "cuda")
+    die("--activity needs --device=cuda");
+  activity = activity || profile;
+  // What the driver was asked in the first pass (warm-up or not) and in
+  // the last.
+  DeviceActivity firstActivity, lastActivity;
+  bool firstCounted = false;
+  auto countedForward = [&]() {
+    DeviceActivity before = layer.activity();
+    Expected<ForwardResult> r = layer.forward(x);
+    lastActivity = layer.activity() - before;
+    if (!firstCounted)
+      firstActivity = lastActivity;
+    firstCounted = true;
+    return r;
+  };
   // One pass before the timed ones (first-touch page faults, the OpenMP
   // threads' start, the GPU's clocks), when there is more than one or a
   // profile.
   if (profile || repeat > 1)
-    if (Expected<ForwardResult> warm = layer.forward(x); !warm)
+    if (Expected<ForwardResult> warm = countedForward(); !warm)
       die(warm.message());
   if (profile)
     layer.setProfiling(true);
   for (int64_t r = 0; r < repeat; ++r) {
     double began = trace.now();
     auto start = std::chrono::steady_clock::now();
-    result = layer.forward(x);
+    result = countedForward();
     auto end = std::chrono::steady_clock::now();
     if (!result)
       die(result.message());
@@ -265,6 +289,12 @@ int main(int argc, char **argv) {
       std::printf("moe-run: %s %-18s %10.4f ms (median of %zu)\n",
                   exchanges.count(kernel) ? "exchange" : "kernel",
                   kernel.c_str(), t[t.size() / 2], t.size());
+  }
+  if (activity && leader) {
+    std::printf("moe-run: driver, first pass: %s\n",
+                firstActivity.describe().c_str());
+    std::printf("moe-run: driver, last pass: %s\n",
+                lastActivity.describe().c_str());
   }
   if (!tracePath.empty())
     if (Status s = trace.write(moe::tools::rankPath(tracePath, comm)); !s.ok())

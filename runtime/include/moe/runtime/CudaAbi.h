@@ -22,6 +22,8 @@ using CUmodule = void *;
 using CUfunction = void *;
 using CUstream = void *;
 using CUevent = void *;
+using CUgraph = void *;
+using CUgraphExec = void *;
 
 // CUresult values.
 enum : CUresult {
@@ -36,6 +38,7 @@ enum : CUresult {
   kErrorNoBinaryForGpu = 209,
   kErrorInvalidPtx = 218,
   kErrorInvalidHandle = 400,
+  kErrorIllegalState = 401,
   kErrorNotFound = 500,
   kErrorNotReady = 600,
   kErrorIllegalAddress = 700,
@@ -43,6 +46,8 @@ enum : CUresult {
   kErrorMisalignedAddress = 716,
   kErrorLaunchFailed = 719,
   kErrorNotSupported = 801,
+  kErrorStreamCaptureUnsupported = 900,
+  kErrorStreamCaptureInvalidated = 901,
   kErrorUnknown = 999,
 };
 
@@ -79,6 +84,9 @@ struct alignas(64) TensorMap {
 constexpr int kLaunchAttributeClusterDimension = 4;
 constexpr int kLaunchAttributeProgrammaticStreamSerialization = 6;
 constexpr unsigned kStreamNonBlocking = 1;
+/// CUstreamCaptureMode: unsafe calls (synchronization, allocation) fail
+/// during a capture from any thread, or only from the capturing one.
+constexpr int kStreamCaptureModeGlobal = 0, kStreamCaptureModeThreadLocal = 1;
 constexpr int kFuncAttributeMaxDynamicSharedSize = 8;
 constexpr int kTensorMapUInt8 = 0, kTensorMapFloat16 = 6, kTensorMapFloat32 = 7,
               kTensorMapBFloat16 = 9;

@@ -36,6 +36,28 @@ struct KernelTime {
   bool exchange = false; // on the communication stream
 };
 
+/// What a device's driver was asked to do (counted in front of it): each
+/// field a count or a byte total since the device was opened; the
+/// difference of two is what happened in between.
+struct DeviceActivity {
+  uint64_t launches = 0;      // kernel launches enqueued (or captured)
+  uint64_t graphLaunches = 0; // CUDA graphs launched
+  uint64_t hostWaits = 0;     // the host waited for the device: stream,
+                              // event and context synchronizations and
+                              // synchronous copies
+  uint64_t allocations = 0;   // device and page-locked host allocations
+  uint64_t bytesToDevice = 0, bytesToHost = 0; // copied each way
+
+  DeviceActivity operator-(const DeviceActivity &o) const {
+    return {launches - o.launches,           graphLaunches - o.graphLaunches,
+            hostWaits - o.hostWaits,         allocations - o.allocations,
+            bytesToDevice - o.bytesToDevice, bytesToHost - o.bytesToHost};
+  }
+  /// "12 launches, 1 graph launch, 1 host wait, 0 allocations, 16 KiB to
+  /// the device, 48 KiB back".
+  std::string describe() const;
+};
+
 /// A device that runs a bundle's code.
 class Backend {
 public:
@@ -84,6 +106,9 @@ public:
   virtual int getThreads() const { return 1; }
   /// The kernel times of the last forward pass, in launch order.
   virtual std::vector<KernelTime> lastProfile() const { return {}; }
+  /// What this device's driver was asked to do so far (devices with a
+  /// driver; zeros otherwise).
+  virtual DeviceActivity activity() const { return {}; }
   /// Every device buffer after the last forward pass, at its live size
   /// (devices with buffers of their own; empty otherwise).
   virtual Expected<std::map<std::string, Tensor>> dumpBuffers() {
@@ -177,6 +202,7 @@ public:
   /// Per-kernel device times of the following forward passes (cuda).
   void setProfiling(bool on) { backend->setProfiling(on); }
   std::vector<KernelTime> lastProfile() const { return backend->lastProfile(); }
+  DeviceActivity activity() const { return backend->activity(); }
   /// The device buffers after the last forward pass (cuda), for checking
   /// each kernel on its own.
   Expected<std::map<std::string, Tensor>> dumpBuffers() {
