@@ -568,7 +568,21 @@ LogicalResult ExpertLoadOp::verify() {
   return c.result();
 }
 
+/// A verdict buffer (update_verdict's `rejected`): one f32.
+static LogicalResult verifyVerdict(Operation *op, Value rejected,
+                                   StringRef name) {
+  auto type = dyn_cast<MemRefType>(rejected.getType());
+  if (!type || type.getRank() != 1 || !type.getElementType().isF32() ||
+      type.getDimSize(0) != 1)
+    return op->emitOpError()
+           << "expects " << name << " to be one f32 (memref<1xf32>), got "
+           << rejected.getType();
+  return success();
+}
+
 LogicalResult BiasUpdateOp::verify() {
+  if (getRejected() && failed(verifyVerdict(*this, getRejected(), "rejected")))
+    return failure();
   Checker c{*this};
   c.memref(getLoad(), "load", 1, Elt::F32)
       .isStatic(getLoad(), "load", 0)
@@ -580,6 +594,8 @@ LogicalResult BiasUpdateOp::verify() {
 }
 
 LogicalResult AdamWOp::verify() {
+  if (getRejected() && failed(verifyVerdict(*this, getRejected(), "rejected")))
+    return failure();
   Checker c{*this};
   c.memref(getHyper(), "hyper", 1, Elt::F32);
   if (c.ok && (!getP().getType().hasStaticShape() ||
@@ -607,4 +623,14 @@ LogicalResult UpdateCheckOp::verify() {
                          << dimOf(getGradSq(), 0) << " weights of grad_sq, got "
                          << getIndex();
   return success();
+}
+
+LogicalResult UpdateVerdictOp::verify() {
+  if (failed(verifyVerdict(*this, getLoss(), "loss")) ||
+      failed(verifyVerdict(*this, getRejected(), "rejected")))
+    return failure();
+  Checker c{*this};
+  c.memref(getGradSq(), "grad_sq", 1, Elt::F32)
+      .isStatic(getGradSq(), "grad_sq", 0);
+  return c.result();
 }

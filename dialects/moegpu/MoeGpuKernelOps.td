@@ -543,13 +543,16 @@ def MoeGpu_BiasUpdateOp : MoeGpu_KernelOp<"bias_update"> {
   let description = [{
     In place, a thread per expert: `bias[e] += gamma * sign(T * k / E -
     load[e])`, T every rank's tokens and gamma from `hyper`, `load` summed
-    over the ranks, k `top_k`.
+    over the ranks, k `top_k`. With `rejected` (update_verdict's), nothing
+    changes when it is not 0.
   }];
   let arguments = (ins MoeGpu_In:$load, MoeGpu_In:$hyper,
-                       MoeGpu_InOut:$bias, I64Attr:$top_k);
+                       MoeGpu_InOut:$bias, MoeGpu_OptIn:$rejected,
+                       I64Attr:$top_k);
   let assemblyFormat = [{
-    $load `,` $hyper `,` $bias attr-dict `:` type($load) `,` type($hyper)
-    `,` type($bias)
+    $load `,` $hyper `,` $bias
+    (`rejected` `(` $rejected^ `:` type($rejected) `)`)? attr-dict
+    `:` type($load) `,` type($hyper) `,` type($bias)
   }];
 }
 
@@ -560,12 +563,16 @@ def MoeGpu_AdamWOp : MoeGpu_KernelOp<"adamw",
     With bias-corrected moments and decoupled weight decay, the
     hyperparameters (learning rate, step, betas, epsilon, decay) from
     `hyper`: `m` and `v` updated from `grad`, then `p`. A grid-stride loop.
+    With `rejected` (update_verdict's), nothing changes when it is not 0,
+    as PyTorch's fused AdamW does with `found_inf`.
   }];
   let arguments = (ins MoeGpu_InOut:$p, MoeGpu_InOut:$m, MoeGpu_InOut:$v,
-                       MoeGpu_In:$grad, MoeGpu_In:$hyper);
+                       MoeGpu_In:$grad, MoeGpu_In:$hyper,
+                       MoeGpu_OptIn:$rejected);
   let assemblyFormat = [{
-    $p `,` $m `,` $v `,` $grad `,` $hyper attr-dict `:` type($p) `,`
-    type($hyper)
+    $p `,` $m `,` $v `,` $grad `,` $hyper
+    (`rejected` `(` $rejected^ `:` type($rejected) `)`)? attr-dict
+    `:` type($p) `,` type($hyper)
   }];
 }
 
@@ -586,6 +593,30 @@ def MoeGpu_UpdateCheckOp : MoeGpu_KernelOp<"update_check",
   let assemblyFormat = [{
     $p `,` $m `,` $v `,` $grad `,` $hyper `,` $grad_sq `,` $bad attr-dict
     `:` type($p) `,` type($hyper) `,` type($grad_sq)
+  }];
+}
+
+def MoeGpu_UpdateVerdictOp : MoeGpu_KernelOp<"update_verdict",
+    [AllTypesMatch<["grad_sq", "bad"]>]> {
+  let summary = "Whether a training step's update is applied, on the device";
+  let description = [{
+    One thread: `rejected[0]` is 0 when the loss and every weight's sum of
+    gradient squares (`grad_sq`, update_check's) are finite and no
+    weight's update would make a value non-finite (`bad` all 0), else 1.
+    The update's kernels read it and change nothing when it is not 0; with
+    expert parallelism the schedule sums it over the ranks first, so that
+    every rank decides alike. The host reads it only to report the step.
+
+    ```mlir
+    moegpu.update_verdict %loss, %grad_sq, %bad, %rejected
+      : memref<1xf32>, memref<6xf32>, memref<1xf32>
+    ```
+  }];
+  let arguments = (ins MoeGpu_In:$loss, MoeGpu_In:$grad_sq, MoeGpu_In:$bad,
+                       MoeGpu_Out:$rejected);
+  let assemblyFormat = [{
+    $loss `,` $grad_sq `,` $bad `,` $rejected attr-dict `:` type($loss) `,`
+    type($grad_sq) `,` type($rejected)
   }];
 }
 

@@ -39,6 +39,13 @@ int64_t resolveDim(int64_t d, int64_t tokens, int64_t rows,
   return d;
 }
 
+/// A training step argument that the host gives every step (the rest of
+/// a step's inputs is state that the device keeps).
+bool isStepInput(const TrainArgumentSpec &spec) {
+  return !spec.output &&
+         (spec.name == "x" || spec.name == "target" || spec.name == "hyper");
+}
+
 class CudaBackend : public Backend {
 public:
   ~CudaBackend() override {
@@ -71,6 +78,7 @@ public:
                   const std::vector<const Tensor *> &arguments,
                   int64_t tokens) override;
   void invalidateTrainingState() override { trainingStateValid = false; }
+  bool updatesWithStep() const override { return deviceVerdict; }
   Status
   downloadTrainingTensors(const std::map<std::string, Tensor *> &) override;
   Status runTrainingUpdate() override;
@@ -230,9 +238,6 @@ private:
   /// the chunk's segments, absolute in the dispatched and received rows.
   std::vector<std::vector<int32_t>> chunkDispatched, chunkReceived;
   bool ready = false, parametersUploaded = false, profiling = false;
-  /// Host memory the forward pass's outputs are downloaded into before
-  /// their conversion; it only grows.
-  std::vector<uint8_t> staging;
   CUmodule module = nullptr;
   CUstream stream = nullptr;
   /// By buffer index (GpuProgram::buffers).
@@ -318,15 +323,25 @@ private:
   std::vector<KernelTime> profile;
   int64_t lastTokens = 0;
 
-  /// Page-locked host memory for the forward pass, allocated at load:
-  /// x's staging, then y's, topk_ids' and topk_weights' at their
-  /// capacities (offsets in bytes from `pinned`). Async copies read and
-  /// write it, so a pass waits for the device once.
+  /// Page-locked host memory, allocated at load, staging what crosses
+  /// between host and device in every pass and step (the forward pass's x
+  /// and outputs; a training step's x, target, hyper and the results it
+  /// reports), each buffer's at its capacity. Async copies read and write
+  /// it, so a pass or a step waits for the device once.
   void *pinned = nullptr;
-  size_t pinnedInput = 0, pinnedOutputs[3] = {};
-  uint8_t *pinnedAt(size_t offset) const {
-    return static_cast<uint8_t *>(pinned) + offset;
+  /// By buffer index: its staging's offset in `pinned`, or kNoStaging.
+  static constexpr size_t kNoStaging = ~size_t(0);
+  std::vector<size_t> stagingOffsets;
+  uint8_t *stagingOf(const GpuBuffer &b) const {
+    size_t at =
+        stagingOffsets[static_cast<size_t>(&b - manifest.gpu.buffers.data())];
+    return at == kNoStaging ? nullptr : static_cast<uint8_t *>(pinned) + at;
   }
+  /// Allocates the staging of the buffers above.
+  Status allocateStaging();
+  /// Whether the training step's update runs right after it, decided on
+  /// the device (the bundle's update kernels read update_rejected).
+  bool deviceVerdict = false;
   /// Enqueues a forward pass of `tokens` tokens: x from its staging, the
   /// schedule, the outputs to theirs.
   Status enqueueForward(int64_t tokens);
@@ -559,23 +574,39 @@ Status CudaBackend::init(const Bundle &bundle) {
       return s;
     events.push_back(e);
   }
-  if (inputBuffer && outputBuffers[0] && outputBuffers[1] && outputBuffers[2]) {
-    size_t bytes = 0;
-    auto reserve = [&](const GpuBuffer &b) {
-      size_t at = bytes;
-      bytes += (capacityBytes(b) + 255) / 256 * 256;
-      return at;
-    };
-    pinnedInput = reserve(*inputBuffer);
-    for (int o = 0; o < 3; ++o)
-      pinnedOutputs[o] = reserve(*outputBuffers[o]);
-    if (Status s = check(driver.memAllocHost(&pinned, bytes),
-                         "cannot allocate " + formatBytes(bytes) +
-                             " of page-locked host memory");
-        !s.ok())
-      return s;
+  deviceVerdict = findBuffer("update_rejected") != nullptr;
+  return allocateStaging();
+}
+
+Status CudaBackend::allocateStaging() {
+  std::vector<const GpuBuffer *> staged;
+  if (inputBuffer && outputBuffers[0] && outputBuffers[1] && outputBuffers[2])
+    staged = {inputBuffer, outputBuffers[0], outputBuffers[1],
+              outputBuffers[2]};
+  // A step keeping its state on the device: its per-step inputs and the
+  // results it reports (not the gradients, which stay there).
+  if (manifest.train.stateOnDevice)
+    for (size_t i = 0; i < manifest.train.arguments.size(); ++i) {
+      const TrainArgumentSpec &spec = manifest.train.arguments[i];
+      if (trainArgumentBuffers[i] &&
+          (spec.output ? !isGradient(spec) : isStepInput(spec)))
+        staged.push_back(trainArgumentBuffers[i]);
+    }
+  stagingOffsets.assign(manifest.gpu.buffers.size(), kNoStaging);
+  size_t bytes = 0;
+  for (const GpuBuffer *b : staged) {
+    size_t &at =
+        stagingOffsets[static_cast<size_t>(b - manifest.gpu.buffers.data())];
+    if (at != kNoStaging)
+      continue; // x of both the forward pass and the step
+    at = bytes;
+    bytes += (capacityBytes(*b) + 255) / 256 * 256;
   }
-  return Status::success();
+  if (bytes == 0)
+    return Status::success();
+  return check(driver.memAllocHost(&pinned, bytes),
+               "cannot allocate " + formatBytes(bytes) +
+                   " of page-locked host memory");
 }
 
 Status
@@ -1042,7 +1073,7 @@ Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {
       return s;
   if (static_cast<size_t>(x.data.size()) > capacityBytes(*inputBuffer))
     return Status::failure("the input is larger than the bundle's x");
-  std::memcpy(pinnedAt(pinnedInput), x.data.data(), x.data.size());
+  std::memcpy(stagingOf(*inputBuffer), x.data.data(), x.data.size());
 
   profile.clear();
   // One wait for the device a pass, after the outputs' copies: the pass
@@ -1082,7 +1113,7 @@ Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {
       return Status::failure(std::string("cannot convert '") + names[o] +
                              "' from " + mlirName(b->dtype) + " to " +
                              mlirName(out.dtype));
-    const uint8_t *from = pinnedAt(pinnedOutputs[o]);
+    const uint8_t *from = stagingOf(*b);
     if (same)
       std::memcpy(into, from, count * dtypeSize(b->dtype));
     else
@@ -1094,8 +1125,8 @@ Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {
 Status CudaBackend::enqueueForward(int64_t tokens) {
   size_t inputBytes = static_cast<size_t>(tokens) * rowBytes(*inputBuffer);
   if (Status s = check(driver.memcpyHtoDAsync(deviceOf(*inputBuffer),
-                                              pinnedAt(pinnedInput), inputBytes,
-                                              stream),
+                                              stagingOf(*inputBuffer),
+                                              inputBytes, stream),
                        "cannot upload the input");
       !s.ok())
     return s;
@@ -1106,9 +1137,9 @@ Status CudaBackend::enqueueForward(int64_t tokens) {
   for (int o = 0; o < 3; ++o) {
     const GpuBuffer *b = outputBuffers[o];
     size_t bytes = static_cast<size_t>(tokens) * rowBytes(*b);
-    if (Status s = check(driver.memcpyDtoHAsync(pinnedAt(pinnedOutputs[o]),
-                                                deviceOf(*b), bytes, stream),
-                         std::string("cannot download '") + names[o] + "'");
+    if (Status s = check(
+            driver.memcpyDtoHAsync(stagingOf(*b), deviceOf(*b), bytes, stream),
+            std::string("cannot download '") + names[o] + "'");
         !s.ok())
       return s;
   }
@@ -1230,12 +1261,18 @@ Status CudaBackend::runEntry(const std::string &symbol,
     if (spec.output)
       continue;
     // State the device holds already stays there.
-    bool state = train.stateOnDevice && spec.name != "x" &&
-                 spec.name != "target" && spec.name != "hyper";
+    bool state = train.stateOnDevice && !isStepInput(spec);
     if (state && trainingStateValid)
       continue;
-    if (Status s = check(driver.memcpyHtoD(deviceOf(*b), t.data.data(), bytes),
-                         "cannot upload '" + spec.name + "'");
+    // A step's own inputs through their staging, on the stream; state
+    // (the first step's, or a restored one) directly.
+    uint8_t *staged = stagingOf(*b);
+    if (staged)
+      std::memcpy(staged, t.data.data(), bytes);
+    if (Status s = check(
+            staged ? driver.memcpyHtoDAsync(deviceOf(*b), staged, bytes, stream)
+                   : driver.memcpyHtoD(deviceOf(*b), t.data.data(), bytes),
+            "cannot upload '" + spec.name + "'");
         !s.ok())
       return s;
     // Rows past this step's tokens are zero: the shared experts' weight
@@ -1251,24 +1288,60 @@ Status CudaBackend::runEntry(const std::string &symbol,
   profile.clear();
   if (train.stateOnDevice)
     trainingStateValid = true;
-  if (Status s = runSchedule(manifest.gpu.trainSteps, trainStepPlan, tokens,
-                             "the training step");
-      !s.ok())
+  // The step, then (where the device decides) its update, then the results
+  // it reports into their staging: one wait for the device. Timed, each
+  // schedule is waited for to read its events.
+  auto launch = [&](const std::vector<GpuStep> &steps, const SchedulePlan &plan,
+                    bool sameClock) {
+    if (Status s = launchSteps(steps, plan, tokens, profiling, sameClock);
+        !s.ok())
+      return s;
+    if (!profiling)
+      return Status::success();
+    if (Status s = check(driver.streamSynchronize(stream),
+                         "a kernel of the training step failed");
+        !s.ok())
+      return s;
+    collectProfile(steps);
+    return Status::success();
+  };
+  if (Status s = launch(manifest.gpu.trainSteps, trainStepPlan, false); !s.ok())
     return s;
+  if (deviceVerdict)
+    if (Status s = launch(manifest.gpu.updateSteps, updateStepPlan, true);
+        !s.ok())
+      return s;
   // The step rewrote the compute copies from its master weights.
   parametersUploaded = false;
-  for (size_t i = 0; i < arguments.size(); ++i) {
+  auto reported = [&](size_t i) {
     const TrainArgumentSpec &spec = train.arguments[i];
-    if (!spec.output)
-      continue;
     const Tensor &t = *arguments[i];
-    if (train.stateOnDevice && isGradient(spec) && t.data.empty())
+    return spec.output &&
+           !(train.stateOnDevice && isGradient(spec) && t.data.empty());
+  };
+  for (size_t i = 0; i < arguments.size(); ++i)
+    if (uint8_t *staged = stagingOf(*targets[i]); staged && reported(i))
+      if (Status s =
+              check(driver.memcpyDtoHAsync(staged, deviceOf(*targets[i]),
+                                           arguments[i]->data.size(), stream),
+                    "cannot download '" + train.arguments[i].name + "'");
+          !s.ok())
+        return s;
+  if (Status s = check(driver.streamSynchronize(stream),
+                       "a kernel of the training step failed");
+      !s.ok())
+    return s;
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    if (!reported(i))
       continue;
-    if (Status s =
-            check(driver.memcpyDtoH(const_cast<uint8_t *>(t.data.data()),
-                                    deviceOf(*targets[i]), t.data.size()),
-                  "cannot download '" + train.arguments[i].name + "'");
-        !s.ok())
+    auto *into = const_cast<uint8_t *>(arguments[i]->data.data());
+    size_t bytes = arguments[i]->data.size();
+    if (const uint8_t *staged = stagingOf(*targets[i]))
+      std::memcpy(into, staged, bytes);
+    else if (Status s =
+                 check(driver.memcpyDtoH(into, deviceOf(*targets[i]), bytes),
+                       "cannot download '" + train.arguments[i].name + "'");
+             !s.ok())
       return s;
   }
   return Status::success();
@@ -1298,6 +1371,9 @@ Status CudaBackend::runTrainingUpdate() {
   if (!manifest.train.stateOnDevice || !trainingStateValid)
     return Status::failure("no training step ran whose state the device "
                            "holds");
+  if (deviceVerdict)
+    return Status::failure("this bundle's training step updates its state "
+                           "itself, decided on the device");
   // Profiled, the update's kernels follow the step's in lastProfile().
   return runSchedule(manifest.gpu.updateSteps, updateStepPlan, lastTokens,
                      "the training update", /*sameClock=*/true);

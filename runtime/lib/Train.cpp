@@ -250,9 +250,13 @@ Expected<StepResult> Trainer::step(const Tensor &x, const Tensor &target,
   gradients.clear();
   gradientsOnDevice.clear();
   if (spec.stateOnDevice) {
+    // The device applied the update already, or (having found what the
+    // host found above) left the state as it was.
+    Backend &backend = layer.getBackend();
     if (result.nonFinite.empty()) {
-      if (Status s = layer.getBackend().runTrainingUpdate(); !s.ok())
-        return Result::error(s.error);
+      if (!backend.updatesWithStep())
+        if (Status s = backend.runTrainingUpdate(); !s.ok())
+          return Result::error(s.error);
       stateOnDevice = true;
     }
     // The gradients stay on the device until asked for.

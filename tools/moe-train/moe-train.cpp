@@ -79,6 +79,9 @@ static const char kUsage[] =
     "  --trace=FILE             write a Chrome trace (Perfetto) of the run:\n"
     "                           inputs, the teacher's forward pass, the\n"
     "                           compiled step and checkpoints, per step\n"
+    "  --activity               cuda: what the driver was asked in each step:\n"
+    "                           launches, graph launches, host waits,\n"
+    "                           allocations, bytes copied each way\n"
     "  --dump-grads=FILE        write the first step's gradients (before its\n"
     "                           update) under checkpoint names, plus x\n"
     "  --save-weights=FILE      write the student's weights at the end\n"
@@ -126,7 +129,7 @@ int main(int argc, char **argv) {
   std::string checkpointDir, resumeDir, tracePath, device = "host";
   std::string onNonFinite = "stop";
   int64_t steps = -1, tokens = 64, checkpointEvery = 0, keepCheckpoints = 0;
-  bool resumeStrict = false;
+  bool resumeStrict = false, activity = false;
   uint64_t seed = 0;
   double timeout = 300;
   int threads = 0; // the backend's default
@@ -154,7 +157,9 @@ int main(int argc, char **argv) {
         flag(argc, argv, i, "--on-nonfinite", &onNonFinite) ||
         flag(argc, argv, i, "--device", &device))
       continue;
-    if (flag(argc, argv, i, "--resume-strict", nullptr))
+    if (flag(argc, argv, i, "--activity", nullptr))
+      activity = true;
+    else if (flag(argc, argv, i, "--resume-strict", nullptr))
       resumeStrict = true;
     else if (flag(argc, argv, i, "--steps", &value))
       steps = parseCount(value, "--steps", 1, kMaxStep);
@@ -201,6 +206,8 @@ int main(int argc, char **argv) {
     die("--keep-checkpoints needs --checkpoint=DIR");
   if (resumeStrict && resumeDir.empty())
     die("--resume-strict needs --resume=DIR");
+  if (activity && device != "cuda")
+    die("--activity needs --device=cuda");
   if (onNonFinite != "stop" && onNonFinite != "skip-step")
     die("unknown --on-nonfinite '" + onNonFinite +
         "' (expected stop or skip-step)");
@@ -351,8 +358,13 @@ int main(int argc, char **argv) {
     }
     auto start = std::chrono::steady_clock::now();
     double t2 = trace.now();
+    DeviceActivity before = (*student)->activity();
     Expected<StepResult> result = (*trainer)->step(*x, *target, options);
     auto end = std::chrono::steady_clock::now();
+    if (activity && leader)
+      std::printf("moe-train: driver, step %lld: %s\n",
+                  static_cast<long long>(step),
+                  ((*student)->activity() - before).describe().c_str());
     // The last checkpoint was written beside this step: published now,
     // before anything of this step can end the run.
     if (checkpoints.pending()) {

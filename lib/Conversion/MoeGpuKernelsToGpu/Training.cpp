@@ -557,26 +557,40 @@ static void lowerExpertLoad(moegpu::ExpertLoadOp op, Emitter &e) {
 /// The auxiliary-loss-free bias update, in place: bias += gamma *
 /// sign(T * k / E - load), T every rank's tokens (hyper[kHyperTokens]) and
 /// load summed over the ranks.
+/// Runs `body` unless the step's verdict (`rejected`, update_verdict's)
+/// rejects the update; without one, always.
+static void unlessRejected(Emitter &e, Value rejected,
+                           function_ref<void()> body) {
+  if (!rejected)
+    return body();
+  Value accepted = arith::CmpFOp::create(
+      e.b, arith::CmpFPredicate::OEQ, e.load(rejected, {e.idx(0)}), e.f32(0));
+  e.when(accepted, body);
+}
+
 static void lowerBiasUpdate(moegpu::BiasUpdateOp op, Emitter &e) {
   ImplicitLocOpBuilder &b = e.b;
   Value load = op.getLoad(), hyper = op.getHyper(), bias = op.getBias();
   int64_t experts = op.getLoad().getType().getDimSize(0);
   Value ex = e.globalThread(kCountThreads);
-  e.when(e.cmp(arith::CmpIPredicate::ult, ex, e.idx(experts)), [&] {
-    Value tokens = e.load(hyper, {e.idx(kHyperTokens)});
-    Value mean =
-        e.div(e.mul(tokens, e.f32(static_cast<double>(op.getTopK()))),
-              e.f32(static_cast<double>(experts)));
-    Value gamma = e.load(hyper, {e.idx(kHyperGamma)});
-    Value d = e.sub(mean, e.load(load, {ex}));
-    Value above =
-        arith::CmpFOp::create(b, arith::CmpFPredicate::OGT, d, e.f32(0));
-    Value below =
-        arith::CmpFOp::create(b, arith::CmpFPredicate::OLT, d, e.f32(0));
-    Value sign = arith::SelectOp::create(
-        b, above, e.f32(1.0),
-        arith::SelectOp::create(b, below, e.f32(-1.0), e.f32(0)));
-    e.store(e.add(e.load(bias, {ex}), e.mul(gamma, sign)), bias, {ex});
+  Value inRange = e.cmp(arith::CmpIPredicate::ult, ex, e.idx(experts));
+  unlessRejected(e, op.getRejected(), [&] {
+    e.when(inRange, [&] {
+      Value tokens = e.load(hyper, {e.idx(kHyperTokens)});
+      Value mean =
+          e.div(e.mul(tokens, e.f32(static_cast<double>(op.getTopK()))),
+                e.f32(static_cast<double>(experts)));
+      Value gamma = e.load(hyper, {e.idx(kHyperGamma)});
+      Value d = e.sub(mean, e.load(load, {ex}));
+      Value above =
+          arith::CmpFOp::create(b, arith::CmpFPredicate::OGT, d, e.f32(0));
+      Value below =
+          arith::CmpFOp::create(b, arith::CmpFPredicate::OLT, d, e.f32(0));
+      Value sign = arith::SelectOp::create(
+          b, above, e.f32(1.0),
+          arith::SelectOp::create(b, below, e.f32(-1.0), e.f32(0)));
+      e.store(e.add(e.load(bias, {ex}), e.mul(gamma, sign)), bias, {ex});
+    });
   });
 }
 
@@ -584,13 +598,42 @@ static void lowerBiasUpdate(moegpu::BiasUpdateOp op, Emitter &e) {
 static void lowerAdamW(moegpu::AdamWOp op, Emitter &e) {
   Value p = op.getP(), m = op.getM(), v = op.getV(), grad = op.getGrad();
   Value hyper = op.getHyper();
-  e.gridStride(cast<MemRefType>(p.getType()).getNumElements(), [&](Value i) {
-    SmallVector<Value> at = e.delinearize(i, p);
-    AdamWValues next = adamwStep(e, hyper, e.load(p, at), e.load(m, at),
-                                 e.load(v, at), e.load(grad, at));
-    e.store(next.p, p, at);
-    e.store(next.m, m, at);
-    e.store(next.v, v, at);
+  int64_t elements = cast<MemRefType>(p.getType()).getNumElements();
+  unlessRejected(e, op.getRejected(), [&] {
+    e.gridStride(elements, [&](Value i) {
+      SmallVector<Value> at = e.delinearize(i, p);
+      AdamWValues next = adamwStep(e, hyper, e.load(p, at), e.load(m, at),
+                                   e.load(v, at), e.load(grad, at));
+      e.store(next.p, p, at);
+      e.store(next.m, m, at);
+      e.store(next.v, v, at);
+    });
+  });
+}
+
+/// The step's verdict, on one thread: rejected = 1 unless the loss and
+/// every grad_sq are finite and every bad count is 0. (loss, grad_sq,
+/// bad, rejected)
+static void lowerUpdateVerdict(moegpu::UpdateVerdictOp op, Emitter &e) {
+  ImplicitLocOpBuilder &b = e.b;
+  Value gradSq = op.getGradSq(), bad = op.getBad();
+  int64_t weights = op.getGradSq().getType().getDimSize(0);
+  // x - x is 0 exactly when x is finite.
+  auto finite = [&](Value x) {
+    return arith::CmpFOp::create(b, arith::CmpFPredicate::OEQ, e.sub(x, x),
+                                 e.f32(0));
+  };
+  e.when(e.cmp(arith::CmpIPredicate::eq, e.thread(), e.idx(0)), [&] {
+    Value ok = finite(e.load(op.getLoss(), {e.idx(0)}));
+    for (int64_t w = 0; w < weights; ++w) {
+      Value none = arith::CmpFOp::create(b, arith::CmpFPredicate::OEQ,
+                                         e.load(bad, {e.idx(w)}), e.f32(0));
+      ok = arith::AndIOp::create(
+          b, ok,
+          arith::AndIOp::create(b, finite(e.load(gradSq, {e.idx(w)})), none));
+    }
+    e.store(arith::SelectOp::create(b, ok, e.f32(0), e.f32(1.0)),
+            op.getRejected(), {e.idx(0)});
   });
 }
 
@@ -629,26 +672,27 @@ static void lowerUpdateCheck(moegpu::UpdateCheckOp op, Emitter &e) {
 }
 
 void kernels::populateTrainingPatterns(RewritePatternSet &patterns) {
-  patterns.add<LowerKernel<moegpu::ConvertOp, lowerConvert>,
-               LowerKernel<moegpu::PackGateUpOp, lowerPackGateUp>,
-               LowerKernel<moegpu::MseLossOp, lowerMseLoss>,
-               LowerKernel<moegpu::RowTokensOp, lowerRowTokens>,
-               LowerKernel<moegpu::GatherRowDyOp, lowerGatherRowDy>,
-               LowerKernel<moegpu::ScatterRowWeightGradOp,
-                           lowerScatterRowWeightGrad>,
-               LowerKernel<moegpu::ScaledWeightGradOp, lowerScaledWeightGrad>,
-               LowerKernel<moegpu::ActGradOp, lowerActGrad>,
-               LowerKernel<moegpu::ScaleRowsOp, lowerScaleRows>,
-               LowerKernel<moegpu::RouteGradOp, lowerRouteGrad>,
-               LowerKernel<moegpu::InputGradOp, lowerInputGrad>,
-               LowerKernel<moegpu::SharedScaleGradOp, lowerSharedScaleGrad>,
-               LowerKernel<moegpu::RouterGradOp, lowerRouterGrad>,
-               LowerKernel<moegpu::ColumnSumOp, lowerColumnSum>,
-               LowerKernel<moegpu::GroupedColumnSumOp, lowerGroupedColumnSum>,
-               LowerKernel<moegpu::TokenOffsetsOp, lowerTokenOffsets>,
-               LowerKernel<moegpu::ExpertLoadOp, lowerExpertLoad>,
-               LowerKernel<moegpu::BiasUpdateOp, lowerBiasUpdate>,
-               LowerKernel<moegpu::AdamWOp, lowerAdamW>,
-               LowerKernel<moegpu::UpdateCheckOp, lowerUpdateCheck>>(
+  patterns.add<
+      LowerKernel<moegpu::ConvertOp, lowerConvert>,
+      LowerKernel<moegpu::PackGateUpOp, lowerPackGateUp>,
+      LowerKernel<moegpu::MseLossOp, lowerMseLoss>,
+      LowerKernel<moegpu::RowTokensOp, lowerRowTokens>,
+      LowerKernel<moegpu::GatherRowDyOp, lowerGatherRowDy>,
+      LowerKernel<moegpu::ScatterRowWeightGradOp, lowerScatterRowWeightGrad>,
+      LowerKernel<moegpu::ScaledWeightGradOp, lowerScaledWeightGrad>,
+      LowerKernel<moegpu::ActGradOp, lowerActGrad>,
+      LowerKernel<moegpu::ScaleRowsOp, lowerScaleRows>,
+      LowerKernel<moegpu::RouteGradOp, lowerRouteGrad>,
+      LowerKernel<moegpu::InputGradOp, lowerInputGrad>,
+      LowerKernel<moegpu::SharedScaleGradOp, lowerSharedScaleGrad>,
+      LowerKernel<moegpu::RouterGradOp, lowerRouterGrad>,
+      LowerKernel<moegpu::ColumnSumOp, lowerColumnSum>,
+      LowerKernel<moegpu::GroupedColumnSumOp, lowerGroupedColumnSum>,
+      LowerKernel<moegpu::TokenOffsetsOp, lowerTokenOffsets>,
+      LowerKernel<moegpu::ExpertLoadOp, lowerExpertLoad>,
+      LowerKernel<moegpu::BiasUpdateOp, lowerBiasUpdate>,
+      LowerKernel<moegpu::AdamWOp, lowerAdamW>,
+      LowerKernel<moegpu::UpdateCheckOp, lowerUpdateCheck>,
+      LowerKernel<moegpu::UpdateVerdictOp, lowerUpdateVerdict>>(
       patterns.getContext());
 }

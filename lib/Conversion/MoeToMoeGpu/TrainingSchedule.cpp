@@ -453,8 +453,10 @@ void LayerBuilder::buildTraining() {
     addAllReduce(SmallVector<StringRef>(sums.begin(), sums.end()));
   }
   // Before anything changes: each weight's sum of gradient squares and
-  // how many values its update would make non-finite (the runtime runs
-  // the update only if the whole step is finite).
+  // how many values its update would make non-finite; from them and the
+  // loss the step's verdict, which the update's kernels read (they
+  // change nothing for a step that is not finite): no host decision
+  // between the step and its update.
   addMemset(arg("grad_sq"));
   addMemset(arg("bad_updates"));
   SmallVector<std::pair<StringRef, Value>> trained = listTrainedWeights(layer);
@@ -475,6 +477,19 @@ void LayerBuilder::buildTraining() {
                                     k[names[3]], k[names[4]], k[names[5]],
                                     k[names[6]], i);
   }
+  addBuffer("update_rejected", f32, {1}, "scratch");
+  {
+    std::string loss = arg("loss"), gradSq = arg("grad_sq"),
+                bad = arg("bad_updates");
+    Kernel k =
+        kernel("train_update_verdict", {loss, gradSq, bad, "update_rejected"},
+               gridOf(moegpu::GridKind::One), 32);
+    kernelOp<moegpu::UpdateVerdictOp>(k, k[loss], k[gradSq], k[bad],
+                                      k["update_rejected"]);
+  }
+  // Every rank decides alike: a step rejected anywhere is rejected.
+  if (sharded)
+    addAllReduce({"update_rejected"});
 
   // The update, in place: the selection bias, then AdamW on every master.
   OpBuilder ub = builderAtEnd(&program.getBody().front());
@@ -482,19 +497,21 @@ void LayerBuilder::buildTraining() {
   steps = &update.getBody().front();
   if (bias) {
     std::string load = arg("load"), hyper = arg("hyper");
-    Kernel k = kernel("train_bias", {load, hyper, "score_bias"},
-                      elementGrid(e), kCountThreads);
+    Kernel k =
+        kernel("train_bias", {load, hyper, "score_bias", "update_rejected"},
+               elementGrid(e), kCountThreads);
     kernelOp<moegpu::BiasUpdateOp>(k, k[load], k[hyper], k["score_bias"],
-                                   config.getTopK());
+                                   k["update_rejected"], config.getTopK());
   }
   for (auto [name, value] : trained) {
     SmallVector<std::string> names = adamwArgs(name);
+    names.push_back("update_rejected");
     Kernel k = kernel("train_adamw_" + name.str(),
                       SmallVector<StringRef>(names.begin(), names.end()),
                       strideGrid(memrefType(arg(name)).getNumElements()),
                       kCountThreads);
     kernelOp<moegpu::AdamWOp>(k, k[names[0]], k[names[1]], k[names[2]],
-                              k[names[3]], k[names[4]]);
+                              k[names[3]], k[names[4]], k[names[5]]);
   }
   steps = &forward.getBody().front();
 }

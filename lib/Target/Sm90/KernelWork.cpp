@@ -155,6 +155,10 @@ Sm90KernelWork mlir::moe::kernelWorkOf(gpu::GPUFuncOp func) {
       .Case([&](moegpu::UpdateCheckOp op) {
         w.kind = K::UpdateCheck;
         w.elements = elementsOf(op.getP());
+      })
+      .Case([&](moegpu::UpdateVerdictOp op) {
+        w.kind = K::UpdateVerdict;
+        w.elements = elementsOf(op.getGradSq());
       });
   return w;
 }

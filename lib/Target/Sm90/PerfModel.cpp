@@ -306,6 +306,10 @@ modelTraining(const Sm90LayerShape &s,
       // update: the gradient's square sum and the non-finite count.
       c.bytes = 16 * elements;
       break;
+    case K::UpdateVerdict:
+      // One thread: the loss and each weight's two check results read.
+      c.bytes = 4 + 8 * elements;
+      break;
     case K::ColumnSum:
       // A bias's gradient: the rows' gradients in, one f32 per column out.
       c.bytes = (static_cast<double>(w.inBytes) * rows + 4) * width;

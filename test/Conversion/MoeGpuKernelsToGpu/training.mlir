@@ -409,3 +409,64 @@ gpu.module @k {
     gpu.return
   }
 }
+
+// -----
+
+// With a verdict, AdamW's loop runs only when rejected[0] == 0.
+// CHECK-LABEL: gpu.func @adamw_verdict
+// CHECK: %[[R:.*]] = memref.load %{{.*}}[%{{.*}}] : memref<1xf32>
+// CHECK: %[[OK:.*]] = arith.cmpf oeq, %[[R]], %{{.*}} : f32
+// CHECK: scf.if %[[OK]] {
+// CHECK: scf.for
+// CHECK: llvm.call_intrinsic "llvm.nvvm.sqrt.rn.f"
+// CHECK: memref.store %{{.*}} : memref<8x64xf32>
+gpu.module @k {
+  gpu.func @adamw_verdict(%p: memref<8x64xf32>, %m: memref<8x64xf32>, %v: memref<8x64xf32>, %g: memref<8x64xf32>, %h: memref<16xf32>, %r: memref<1xf32>) kernel {
+    moegpu.adamw %p, %m, %v, %g, %h rejected(%r : memref<1xf32>) : memref<8x64xf32>, memref<16xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+// The bias update too: its thread's expert only when the step is kept.
+// CHECK-LABEL: gpu.func @bias_update_verdict
+// CHECK: %[[R:.*]] = memref.load %{{.*}}[%{{.*}}] : memref<1xf32>
+// CHECK: %[[OK:.*]] = arith.cmpf oeq, %[[R]], %{{.*}} : f32
+// CHECK: scf.if %[[OK]] {
+// CHECK: scf.if
+// CHECK: arith.cmpf ogt
+gpu.module @k {
+  gpu.func @bias_update_verdict(%l: memref<8xf32>, %h: memref<16xf32>, %b: memref<8xf32>, %r: memref<1xf32>) kernel {
+    moegpu.bias_update %l, %h, %b rejected(%r : memref<1xf32>) {top_k = 2} : memref<8xf32>, memref<16xf32>, memref<8xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+// Thread 0 alone: the loss finite (x - x == 0), and per weight its
+// grad_sq finite and its bad count 0, all anded; rejected = ok ? 0 : 1.
+// CHECK-LABEL: gpu.func @update_verdict
+// CHECK: scf.if
+// CHECK: %[[L:.*]] = memref.load %{{.*}}[%{{.*}}] : memref<1xf32>
+// CHECK: %[[LD:.*]] = arith.subf %[[L]], %[[L]] : f32
+// CHECK: %[[LOK:.*]] = arith.cmpf oeq, %[[LD]], %{{.*}} : f32
+// CHECK: %[[B0:.*]] = memref.load %{{.*}}[%{{.*}}] : memref<2xf32>
+// CHECK: %[[NONE0:.*]] = arith.cmpf oeq, %[[B0]], %{{.*}} : f32
+// CHECK: %[[S0:.*]] = memref.load %{{.*}}[%{{.*}}] : memref<2xf32>
+// CHECK: arith.subf %[[S0]], %[[S0]] : f32
+// CHECK: arith.andi
+// CHECK: %[[OK0:.*]] = arith.andi %[[LOK]], %{{.*}} : i1
+// CHECK: memref.load %{{.*}}[%{{.*}}] : memref<2xf32>
+// CHECK: memref.load %{{.*}}[%{{.*}}] : memref<2xf32>
+// CHECK: %[[OK1:.*]] = arith.andi %[[OK0]], %{{.*}} : i1
+// CHECK: %[[V:.*]] = arith.select %[[OK1]], %{{.*}}, %{{.*}} : f32
+// CHECK: memref.store %[[V]], %{{.*}}[%{{.*}}] : memref<1xf32>
+gpu.module @k {
+  gpu.func @update_verdict(%l: memref<1xf32>, %s: memref<2xf32>, %b: memref<2xf32>, %r: memref<1xf32>) kernel {
+    moegpu.update_verdict %l, %s, %b, %r : memref<1xf32>, memref<2xf32>, memref<1xf32>
+    gpu.return
+  }
+}
+

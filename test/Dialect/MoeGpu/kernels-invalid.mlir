@@ -367,3 +367,53 @@ gpu.module @k {
     gpu.return
   }
 }
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%l: memref<1xf32>, %s: memref<4xf32>, %r: memref<2xf32>) kernel {
+    // expected-error @+1 {{'moegpu.update_verdict' op expects rejected to be one f32 (memref<1xf32>), got 'memref<2xf32>'}}
+    moegpu.update_verdict %l, %s, %s, %r : memref<1xf32>, memref<4xf32>, memref<2xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%l: memref<2xf32>, %s: memref<4xf32>, %r: memref<1xf32>) kernel {
+    // expected-error @+1 {{'moegpu.update_verdict' op expects loss to be one f32 (memref<1xf32>), got 'memref<2xf32>'}}
+    moegpu.update_verdict %l, %s, %s, %r : memref<2xf32>, memref<4xf32>, memref<1xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%l: memref<1xf32>, %s: memref<?xf32>, %r: memref<1xf32>) kernel {
+    // expected-error @+1 {{'moegpu.update_verdict' op expects dimension 0 of grad_sq to be static, got 'memref<?xf32>'}}
+    moegpu.update_verdict %l, %s, %s, %r : memref<1xf32>, memref<?xf32>, memref<1xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%p: memref<8x64xf32>, %h: memref<16xf32>, %r: memref<1xi32>) kernel {
+    // expected-error @+1 {{'moegpu.adamw' op expects rejected to be one f32 (memref<1xf32>), got 'memref<1xi32>'}}
+    moegpu.adamw %p, %p, %p, %p, %h rejected(%r : memref<1xi32>) : memref<8x64xf32>, memref<16xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%l: memref<8xf32>, %h: memref<16xf32>, %r: memref<4xf32>) kernel {
+    // expected-error @+1 {{'moegpu.bias_update' op expects rejected to be one f32 (memref<1xf32>), got 'memref<4xf32>'}}
+    moegpu.bias_update %l, %h, %l rejected(%r : memref<4xf32>) {top_k = 2} : memref<8xf32>, memref<16xf32>, memref<8xf32>
+    gpu.return
+  }
+}

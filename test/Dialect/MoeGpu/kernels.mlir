@@ -173,6 +173,20 @@ gpu.module @k {
     moegpu.adamw %p, %m, %v, %g, %h : memref<8x64xf32>, memref<16xf32>
     gpu.return
   }
+  // CHECK-LABEL: gpu.func @t_adamw_verdict
+  // CHECK: moegpu.adamw {{.*}} rejected(%{{.*}} : memref<1xf32>) : memref<8x64xf32>, memref<16xf32>
+  // CHECK: moegpu.bias_update {{.*}} rejected(%{{.*}} : memref<1xf32>) {top_k = 2 : i64}
+  gpu.func @t_adamw_verdict(%p: memref<8x64xf32>, %h: memref<16xf32>, %r: memref<1xf32>, %l: memref<8xf32>) kernel {
+    moegpu.adamw %p, %p, %p, %p, %h rejected(%r : memref<1xf32>) : memref<8x64xf32>, memref<16xf32>
+    moegpu.bias_update %l, %h, %l rejected(%r : memref<1xf32>) {top_k = 2} : memref<8xf32>, memref<16xf32>, memref<8xf32>
+    gpu.return
+  }
+  // CHECK-LABEL: gpu.func @t_update_verdict
+  // CHECK: moegpu.update_verdict %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : memref<1xf32>, memref<4xf32>, memref<1xf32>
+  gpu.func @t_update_verdict(%l: memref<1xf32>, %s: memref<4xf32>, %r: memref<1xf32>) kernel {
+    moegpu.update_verdict %l, %s, %s, %r : memref<1xf32>, memref<4xf32>, memref<1xf32>
+    gpu.return
+  }
   // CHECK-LABEL: gpu.func @t_update_check
   // CHECK: moegpu.update_check {{.*}} {index = 3 : i64} : memref<8x64xf32>, memref<16xf32>, memref<4xf32>
   gpu.func @t_update_check(%p: memref<8x64xf32>, %m: memref<8x64xf32>, %v: memref<8x64xf32>, %g: memref<8x64xf32>, %h: memref<16xf32>, %sq: memref<4xf32>, %bad: memref<4xf32>) kernel {

@@ -82,6 +82,10 @@ public:
   downloadTrainingTensors(const std::map<std::string, Tensor *> &) {
     return Status::failure("this device keeps no training state");
   }
+  /// Whether a training step updates the state itself, the step's
+  /// finiteness decided on the device (bundles since 2026-12-04): then
+  /// runTrainingUpdate is not called.
+  virtual bool updatesWithStep() const { return false; }
   /// Updates the state in place with the last step's gradients.
   virtual Status runTrainingUpdate() {
     return Status::failure("this device keeps no training state");

@@ -119,6 +119,7 @@ enum class KernelKind {
   BiasUpdate,
   AdamW,
   UpdateCheck,
+  UpdateVerdict,
 };
 
 inline constexpr std::string_view kKernelKindNames[] = {
@@ -150,7 +151,8 @@ inline constexpr std::string_view kKernelKindNames[] = {
     "expert_load",
     "bias_update",
     "adamw",
-    "update_check"};
+    "update_check",
+    "update_verdict"};
 
 constexpr std::string_view kernelKindName(KernelKind kind) {
   return nameOf(kKernelKindNames, kind);
