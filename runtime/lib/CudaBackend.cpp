@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 
 namespace moe::rt {
@@ -56,7 +57,7 @@ public:
         driver.memFree(ptr);
     if (mapsBuffer)
       driver.memFree(mapsBuffer);
-    for (auto &[tokens, exec] : forwardGraphs)
+    for (auto &[key, exec] : graphs)
       driver.graphExecDestroy(exec);
     if (pinned)
       driver.memFreeHost(pinned);
@@ -349,12 +350,36 @@ private:
   /// only (an exchange needs the host), not timed, and graphs not turned
   /// off ($MOE_CUDA_GRAPHS=0).
   bool capturable(const std::vector<GpuStep> &steps) const;
-  /// The forward pass captured once per token count, replayed after; at
-  /// most kForwardGraphs of them, the least recently used replaced.
-  static constexpr size_t kForwardGraphs = 8;
-  std::map<int64_t, CUgraphExec> forwardGraphs;
-  std::vector<int64_t> forwardGraphOrder; // least recently used first
-  Expected<CUgraphExec> forwardGraph(int64_t tokens);
+  /// Runs a schedule's work as a CUDA graph: captured by `enqueue` the
+  /// first time `key` is asked for (what the work depends on: the
+  /// schedule, the token count, ...), replayed after. At most kGraphs are
+  /// kept, the least recently used replaced.
+  Status launchGraph(const std::vector<int64_t> &key, const char *what,
+                     const std::function<Status()> &enqueue);
+  static constexpr size_t kGraphs = 16;
+  /// A graph key's first entry: whose schedule.
+  enum : int64_t { kForwardPass, kTrainingStep };
+  std::map<std::vector<int64_t>, CUgraphExec> graphs;
+  std::vector<std::vector<int64_t>> graphOrder; // least recently used first
+  /// Zeroes the rows of `b` past its first `bytes` (a step's input of
+  /// fewer tokens than its capacity: the shared experts' weight gradients
+  /// reduce over the tokens in blocks of 64 rows).
+  Status clearPast(const GpuBuffer &b, size_t bytes, const std::string &name) {
+    size_t capacity = capacityBytes(b);
+    if (capacity <= bytes)
+      return Status::success();
+    return check(
+        driver.memsetD8Async(deviceOf(b) + bytes, 0, capacity - bytes, stream),
+        "cannot clear the rows past '" + name + "'");
+  }
+  /// Enqueues a training step of `tokens` tokens: the staged inputs'
+  /// copies, the step, its update where the device decides it, and the
+  /// copies of the results in `reported` (by argument) to their staging.
+  Status enqueueTrainingStep(int64_t tokens,
+                             const std::vector<const GpuBuffer *> &targets,
+                             const std::vector<size_t> &uploads,
+                             const std::vector<size_t> &reported,
+                             const std::vector<const Tensor *> &arguments);
 };
 
 Expected<std::map<std::string, Tensor>> CudaBackend::dumpBuffers() {
@@ -1080,11 +1105,8 @@ Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {
   // replays its graph where it can, else enqueues its steps.
   if (tokens > 0) {
     if (capturable(manifest.gpu.steps)) {
-      Expected<CUgraphExec> graph = forwardGraph(tokens);
-      if (!graph)
-        return Status::failure(graph.message());
-      if (Status s = check(driver.graphLaunch(*graph, stream),
-                           "cannot launch the forward pass's graph");
+      if (Status s = launchGraph({kForwardPass, tokens}, "the forward pass",
+                                 [&] { return enqueueForward(tokens); });
           !s.ok())
         return s;
     } else if (Status s = enqueueForward(tokens); !s.ok()) {
@@ -1158,46 +1180,49 @@ bool CudaBackend::capturable(const std::vector<GpuStep> &steps) const {
   });
 }
 
-Expected<CUgraphExec> CudaBackend::forwardGraph(int64_t tokens) {
-  using Result = Expected<CUgraphExec>;
-  auto used =
-      std::find(forwardGraphOrder.begin(), forwardGraphOrder.end(), tokens);
-  if (used != forwardGraphOrder.end()) {
-    forwardGraphOrder.erase(used);
-    forwardGraphOrder.push_back(tokens);
-    return forwardGraphs.at(tokens);
-  }
-  // Captured in thread-local mode: a wait or an allocation on this thread
-  // while capturing fails the capture (another thread's work is its own).
-  if (Status s = check(
-          driver.streamBeginCapture(stream, kStreamCaptureModeThreadLocal),
-          "cannot capture the forward pass");
-      !s.ok())
-    return Result::error(s.error);
-  Status enqueued = enqueueForward(tokens);
-  CUgraph graph = nullptr;
-  CUresult ended = driver.streamEndCapture(stream, &graph);
-  if (!enqueued.ok()) {
-    if (graph)
-      driver.graphDestroy(graph);
-    return Result::error(enqueued.error);
-  }
-  if (Status s = check(ended, "cannot capture the forward pass"); !s.ok())
-    return Result::error(s.error);
+Status CudaBackend::launchGraph(const std::vector<int64_t> &key,
+                                const char *what,
+                                const std::function<Status()> &enqueue) {
   CUgraphExec exec = nullptr;
-  CUresult made = driver.graphInstantiate(&exec, graph, 0);
-  driver.graphDestroy(graph);
-  if (Status s = check(made, "cannot instantiate the forward pass's graph");
-      !s.ok())
-    return Result::error(s.error);
-  if (forwardGraphOrder.size() == kForwardGraphs) {
-    driver.graphExecDestroy(forwardGraphs.at(forwardGraphOrder.front()));
-    forwardGraphs.erase(forwardGraphOrder.front());
-    forwardGraphOrder.erase(forwardGraphOrder.begin());
+  auto used = std::find(graphOrder.begin(), graphOrder.end(), key);
+  if (used != graphOrder.end()) {
+    graphOrder.erase(used);
+    exec = graphs.at(key);
+  } else {
+    // Captured in thread-local mode: a wait or an allocation on this
+    // thread while capturing fails the capture (another thread's work is
+    // its own).
+    std::string cannot = std::string("cannot capture ") + what;
+    if (Status s = check(
+            driver.streamBeginCapture(stream, kStreamCaptureModeThreadLocal),
+            cannot);
+        !s.ok())
+      return s;
+    Status enqueued = enqueue();
+    CUgraph graph = nullptr;
+    CUresult ended = driver.streamEndCapture(stream, &graph);
+    if (!enqueued.ok()) {
+      if (graph)
+        driver.graphDestroy(graph);
+      return enqueued;
+    }
+    if (Status s = check(ended, cannot); !s.ok())
+      return s;
+    CUresult made = driver.graphInstantiate(&exec, graph, 0);
+    driver.graphDestroy(graph);
+    if (Status s = check(made, std::string("cannot instantiate ") + what);
+        !s.ok())
+      return s;
+    if (graphOrder.size() == kGraphs) {
+      driver.graphExecDestroy(graphs.at(graphOrder.front()));
+      graphs.erase(graphOrder.front());
+      graphOrder.erase(graphOrder.begin());
+    }
+    graphs[key] = exec;
   }
-  forwardGraphs[tokens] = exec;
-  forwardGraphOrder.push_back(tokens);
-  return exec;
+  graphOrder.push_back(key);
+  return check(driver.graphLaunch(exec, stream),
+               std::string("cannot launch the graph of ") + what);
 }
 
 Status CudaBackend::runEntry(const std::string &symbol,
@@ -1235,6 +1260,7 @@ Status CudaBackend::runEntry(const std::string &symbol,
       args[i] = &hyper;
     }
   std::vector<const GpuBuffer *> targets;
+  std::vector<size_t> uploads; // staged, by argument
   for (size_t i = 0; i < arguments.size(); ++i) {
     const TrainArgumentSpec &spec = train.arguments[i];
     const GpuBuffer *b = trainArgumentBuffers[i];
@@ -1264,33 +1290,94 @@ Status CudaBackend::runEntry(const std::string &symbol,
     bool state = train.stateOnDevice && !isStepInput(spec);
     if (state && trainingStateValid)
       continue;
-    // A step's own inputs through their staging, on the stream; state
-    // (the first step's, or a restored one) directly.
-    uint8_t *staged = stagingOf(*b);
-    if (staged)
+    // A step's own inputs go through their staging, copied with the
+    // step's work; state (the first step's, or a restored one) directly.
+    if (uint8_t *staged = stagingOf(*b)) {
       std::memcpy(staged, t.data.data(), bytes);
-    if (Status s = check(
-            staged ? driver.memcpyHtoDAsync(deviceOf(*b), staged, bytes, stream)
-                   : driver.memcpyHtoD(deviceOf(*b), t.data.data(), bytes),
-            "cannot upload '" + spec.name + "'");
-        !s.ok())
+      uploads.push_back(i);
+    } else if (Status s =
+                   check(driver.memcpyHtoD(deviceOf(*b), t.data.data(), bytes),
+                         "cannot upload '" + spec.name + "'");
+               !s.ok()) {
       return s;
-    // Rows past this step's tokens are zero: the shared experts' weight
-    // gradients reduce over the tokens in blocks of 64 rows.
-    if (size_t capacity = capacityBytes(*b); capacity > bytes)
-      if (Status s = check(driver.memsetD8Async(deviceOf(*b) + bytes, 0,
-                                                capacity - bytes, stream),
-                           "cannot clear the rows past '" + spec.name + "'");
-          !s.ok())
-        return s;
+    } else if (Status s = clearPast(*b, bytes, spec.name); !s.ok()) {
+      return s;
+    }
   }
   lastTokens = tokens;
   profile.clear();
   if (train.stateOnDevice)
     trainingStateValid = true;
-  // The step, then (where the device decides) its update, then the results
-  // it reports into their staging: one wait for the device. Timed, each
-  // schedule is waited for to read its events.
+  // The results to give back (the gradients that stay on the device are
+  // not asked for).
+  std::vector<size_t> reported;
+  bool allStaged = true;
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const TrainArgumentSpec &spec = train.arguments[i];
+    if (!spec.output ||
+        (train.stateOnDevice && isGradient(spec) && arguments[i]->data.empty()))
+      continue;
+    reported.push_back(i);
+    allStaged = allStaged && stagingOf(*targets[i]);
+  }
+  // The step, then (where the device decides) its update, then the
+  // results into their staging: one wait for the device. As a graph when
+  // all of it can be captured (the key: the tokens and what is reported).
+  if (deviceVerdict && allStaged && capturable(manifest.gpu.trainSteps) &&
+      capturable(manifest.gpu.updateSteps)) {
+    std::vector<int64_t> key{kTrainingStep, tokens};
+    key.insert(key.end(), reported.begin(), reported.end());
+    if (Status s = launchGraph(key, "the training step",
+                               [&] {
+                                 return enqueueTrainingStep(tokens, targets,
+                                                            uploads, reported,
+                                                            arguments);
+                               });
+        !s.ok())
+      return s;
+  } else if (Status s = enqueueTrainingStep(tokens, targets, uploads, reported,
+                                            arguments);
+             !s.ok()) {
+    return s;
+  }
+  // The step rewrote the compute copies from its master weights.
+  parametersUploaded = false;
+  if (Status s = check(driver.streamSynchronize(stream),
+                       "a kernel of the training step failed");
+      !s.ok())
+    return s;
+  for (size_t i : reported) {
+    auto *into = const_cast<uint8_t *>(arguments[i]->data.data());
+    size_t bytes = arguments[i]->data.size();
+    if (const uint8_t *staged = stagingOf(*targets[i]))
+      std::memcpy(into, staged, bytes);
+    else if (Status s =
+                 check(driver.memcpyDtoH(into, deviceOf(*targets[i]), bytes),
+                       "cannot download '" + train.arguments[i].name + "'");
+             !s.ok())
+      return s;
+  }
+  return Status::success();
+}
+
+Status CudaBackend::enqueueTrainingStep(
+    int64_t tokens, const std::vector<const GpuBuffer *> &targets,
+    const std::vector<size_t> &uploads, const std::vector<size_t> &reported,
+    const std::vector<const Tensor *> &arguments) {
+  const TrainSpec &train = manifest.train;
+  for (size_t i : uploads) {
+    const GpuBuffer &b = *targets[i];
+    size_t bytes = arguments[i]->data.size();
+    if (Status s = check(
+            driver.memcpyHtoDAsync(deviceOf(b), stagingOf(b), bytes, stream),
+            "cannot upload '" + train.arguments[i].name + "'");
+        !s.ok())
+      return s;
+    if (Status s = clearPast(b, bytes, train.arguments[i].name); !s.ok())
+      return s;
+  }
+  // Timed, each schedule is waited for to read its events (not captured:
+  // a timed step is never a graph).
   auto launch = [&](const std::vector<GpuStep> &steps, const SchedulePlan &plan,
                     bool sameClock) {
     if (Status s = launchSteps(steps, plan, tokens, profiling, sameClock);
@@ -1311,39 +1398,14 @@ Status CudaBackend::runEntry(const std::string &symbol,
     if (Status s = launch(manifest.gpu.updateSteps, updateStepPlan, true);
         !s.ok())
       return s;
-  // The step rewrote the compute copies from its master weights.
-  parametersUploaded = false;
-  auto reported = [&](size_t i) {
-    const TrainArgumentSpec &spec = train.arguments[i];
-    const Tensor &t = *arguments[i];
-    return spec.output &&
-           !(train.stateOnDevice && isGradient(spec) && t.data.empty());
-  };
-  for (size_t i = 0; i < arguments.size(); ++i)
-    if (uint8_t *staged = stagingOf(*targets[i]); staged && reported(i))
+  for (size_t i : reported)
+    if (uint8_t *staged = stagingOf(*targets[i]))
       if (Status s =
               check(driver.memcpyDtoHAsync(staged, deviceOf(*targets[i]),
                                            arguments[i]->data.size(), stream),
                     "cannot download '" + train.arguments[i].name + "'");
           !s.ok())
         return s;
-  if (Status s = check(driver.streamSynchronize(stream),
-                       "a kernel of the training step failed");
-      !s.ok())
-    return s;
-  for (size_t i = 0; i < arguments.size(); ++i) {
-    if (!reported(i))
-      continue;
-    auto *into = const_cast<uint8_t *>(arguments[i]->data.data());
-    size_t bytes = arguments[i]->data.size();
-    if (const uint8_t *staged = stagingOf(*targets[i]))
-      std::memcpy(into, staged, bytes);
-    else if (Status s =
-                 check(driver.memcpyDtoH(into, deviceOf(*targets[i]), bytes),
-                       "cannot download '" + train.arguments[i].name + "'");
-             !s.ok())
-      return s;
-  }
   return Status::success();
 }
 
