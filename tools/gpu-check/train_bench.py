@@ -11,7 +11,9 @@
   train_bench.py speed MOE_TRAIN GPU.moeb WORK [--steps N] [--tokens T]
       N steps (default 4) on random data with --trace; from the last step:
       its time, each GEMM kernel's time and rate (useful FLOPs: the routed
-      rows, not the padding), and the backward GEMMs' rate together.
+      rows, not the padding), and the backward GEMMs' rate together; then
+      N steps untimed (CUDA graphs): the last step's wall clock against
+      the sum of its kernels, and what the driver was asked in it.
 
 Both print PASS/FAIL lines (speed always passes: it measures) and exit
 non-zero on a failure. gpu_check.py calls them; run alone they work on
@@ -203,6 +205,27 @@ def measure(moe_train, bundle, work, steps=4, tokens=None, seed=1, label=""):
     if backward_ms > 0:
         print("    %-26s %9.3f ms %8.1f TFLOP/s" % (
             "backward GEMMs", backward_ms, backward_flops / (backward_ms / 1e3) / 1e12))
+    # The same steps untimed: each is then one CUDA graph launch and one
+    # wait (moe-train --activity says so); the last step's wall clock
+    # against the sum of its kernels above is the host's share.
+    run = run_tool([moe_train, bundle, "--device=cuda", "--steps", str(steps),
+                    "--tokens", str(tokens), "--seed", str(seed), "--activity"])
+    if run.returncode:
+        print("  FAIL train speed %s: moe-train (graphs) failed\n%s%s"
+              % (label, run.stdout, run.stderr))
+        return False
+    rates = re.findall(r"^step %d loss \S+ tokens/s ([0-9.]+)" % steps,
+                       run.stdout, re.M)
+    driver = re.findall(r"^moe-train: driver, step %d: (.*)$" % steps,
+                        run.stdout, re.M)
+    kernel_ms = sum(kernels.values())
+    if rates and float(rates[0]) > 0:
+        graph_ms = tokens / float(rates[0]) * 1e3
+        print("  train speed %s, graph replayed: step %.2f ms, kernels %.2f ms "
+              "(host %.1f%%); driver: %s"
+              % (label, graph_ms, kernel_ms,
+                 100.0 * max(graph_ms - kernel_ms, 0.0) / graph_ms,
+                 driver[0] if driver else "?"))
     print("  PASS train speed %s (measured)" % label)
     return True
 
