@@ -175,6 +175,9 @@ private:
   std::vector<bool> timedExchanges;
   /// Sums each f32 buffer of `step` over the ranks.
   Status runAllReduce(const GpuStep &step);
+  /// Waits for the compute stream (and, sharded, the collectives, polled
+  /// against their timeout); `what` names the work in the error.
+  Status waitForDevice(const std::string &what);
   /// Bytes of one row of `b` (its dimensions after the first).
   size_t rowBytes(const GpuBuffer &b) const {
     size_t n = dtypeSize(b.dtype);
@@ -205,9 +208,7 @@ private:
     if (Status s = launchSteps(steps, plan, tokens, profiling, sameClock);
         !s.ok())
       return s;
-    if (Status s = check(driver.streamSynchronize(stream),
-                         std::string("a kernel of ") + what + " failed");
-        !s.ok())
+    if (Status s = waitForDevice(what); !s.ok())
       return s;
     if (profiling)
       collectProfile(steps);
@@ -925,27 +926,44 @@ Status CudaBackend::runAllReduce(const GpuStep &step) {
   if (!deviceComm)
     return Status::failure("the bundle's schedule sums over ranks, and this "
                            "run has no communicator");
-  if (Status s = check(driver.streamSynchronize(stream),
-                       "a kernel before the all-reduce failed");
-      !s.ok())
-    return s;
+  // Stream-ordered, like an exchange whose sizes are known: the
+  // communicator's stream waits for the compute stream's work so far and
+  // sums; the steps that touch the sums (or the schedule's end) wait for
+  // it on the device. No host wait.
   double started = steadySeconds();
-  for (int32_t id : step.argIds) {
+  auto *commStream = static_cast<CUstream>(deviceComm->stream());
+  Expected<CUevent> ready =
+      recordExchangeEvent(stream, "the compute stream's progress");
+  if (!ready)
+    return Status::failure(ready.message());
+  Status waited = check(driver.streamWaitEvent(commStream, *ready, 0),
+                        "cannot order the all-reduce after the compute stream");
+  freeExchangeEvents.push_back(*ready);
+  if (!waited.ok())
+    return waited;
+  for (int32_t id : step.argIds)
     if (Status s = deviceComm->allReduceSum(
             reinterpret_cast<float *>(buffers[id]),
             capacityBytes(bufferOf(id)) / sizeof(float));
         !s.ok())
       return s;
-  }
-  Status done = deviceComm->synchronize();
-  // The communicator's stream is idle: every exchange before is complete.
-  if (done.ok())
-    for (PendingExchange &p : pendingExchanges)
-      freeExchangeEvents.push_back(p.done);
-  if (done.ok())
-    pendingExchanges.clear();
-  hostComm->record("all-reduce (NCCL)", started);
-  return done;
+  Expected<CUevent> done =
+      recordExchangeEvent(commStream, "the all-reduce's completion");
+  if (!done)
+    return Status::failure(done.message());
+  pendingExchanges.push_back({*done, step.argIds, -1});
+  hostComm->record("all-reduce (NCCL, enqueued)", started);
+  return Status::success();
+}
+
+Status CudaBackend::waitForDevice(const std::string &what) {
+  // Collectives first, polled against the communicator's timeout: a rank
+  // that died must not leave this one blocked in the synchronization.
+  if (deviceComm)
+    if (Status s = deviceComm->synchronize(); !s.ok())
+      return s;
+  return check(driver.streamSynchronize(stream),
+               "a kernel of " + what + " failed");
 }
 
 Status CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
@@ -1113,9 +1131,7 @@ Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {
       return s;
     }
   }
-  if (Status s = check(driver.streamSynchronize(stream),
-                       "a kernel of the forward pass failed");
-      !s.ok())
+  if (Status s = waitForDevice("the forward pass"); !s.ok())
     return s;
   if (profiling && tokens > 0)
     collectProfile(manifest.gpu.steps);
@@ -1342,9 +1358,7 @@ Status CudaBackend::runEntry(const std::string &symbol,
   }
   // The step rewrote the compute copies from its master weights.
   parametersUploaded = false;
-  if (Status s = check(driver.streamSynchronize(stream),
-                       "a kernel of the training step failed");
-      !s.ok())
+  if (Status s = waitForDevice("the training step"); !s.ok())
     return s;
   for (size_t i : reported) {
     auto *into = const_cast<uint8_t *>(arguments[i]->data.data());
@@ -1385,9 +1399,7 @@ Status CudaBackend::enqueueTrainingStep(
       return s;
     if (!profiling)
       return Status::success();
-    if (Status s = check(driver.streamSynchronize(stream),
-                         "a kernel of the training step failed");
-        !s.ok())
+    if (Status s = waitForDevice("the training step"); !s.ok())
       return s;
     collectProfile(steps);
     return Status::success();
