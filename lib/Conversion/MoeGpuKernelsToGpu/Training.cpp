@@ -21,9 +21,9 @@ using namespace mlir::moe::kernels;
 /// (blocks of kGateUpBlock gate rows, then as many up rows); its up row
 /// is kGateUpBlock further.
 static Value gateRow(Emitter &e, Value f) {
-  return e.addi(
-      e.muli(e.divi(f, e.idx(kGateUpBlock)), e.idx(2 * kGateUpBlock)),
-      e.remi(f, e.idx(kGateUpBlock)));
+  Value lo = e.remi(f, e.idx(kGateUpBlock));
+  Value hi = e.divi(f, e.idx(kGateUpBlock));
+  return e.addi(e.muli(hi, e.idx(2 * kGateUpBlock)), lo);
 }
 
 /// Whether row `r` lies in [groups[0], groups[last]): the rows of the
@@ -113,10 +113,12 @@ static void lowerPackGateUp(moegpu::PackGateUpOp op, Emitter &e) {
   e.gridStride(type.getNumElements(), [&](Value i) {
     SmallVector<Value> at = e.delinearize(i, packed);
     Value c = at[1];
+    // One emitting call a statement: the IR's order must not depend on
+    // the order in which a C++ compiler evaluates arguments.
     Value inBlock = e.remi(c, e.idx(2 * kGateUpBlock));
-    Value f = e.addi(e.muli(e.divi(c, e.idx(2 * kGateUpBlock)),
-                            e.idx(kGateUpBlock)),
-                     e.remi(inBlock, e.idx(kGateUpBlock)));
+    Value lo = e.remi(inBlock, e.idx(kGateUpBlock));
+    Value hi = e.divi(c, e.idx(2 * kGateUpBlock));
+    Value f = e.addi(e.muli(hi, e.idx(kGateUpBlock)), lo);
     Value isGate =
         e.cmp(arith::CmpIPredicate::ult, inBlock, e.idx(kGateUpBlock));
     SmallVector<Value> src{f};
@@ -125,8 +127,9 @@ static void lowerPackGateUp(moegpu::PackGateUpOp op, Emitter &e) {
     // Grouped (gate of the packed rank): the group first.
     if (cast<MemRefType>(gate.getType()).getRank() == type.getRank())
       src.insert(src.begin(), at[0]);
-    Value v = arith::SelectOp::create(b, isGate, e.load(gate, src),
-                                      e.load(up, src));
+    Value fromUp = e.load(up, src);
+    Value fromGate = e.load(gate, src);
+    Value v = arith::SelectOp::create(b, isGate, fromGate, fromUp);
     e.store(e.truncTo(type.getElementType(), v), packed, at);
   });
 }
@@ -193,8 +196,9 @@ static void lowerScatterRowWeightGrad(moegpu::ScatterRowWeightGradOp op, Emitter
   int64_t topK = op.getDtw().getType().getDimSize(1);
   Value i = e.globalThread(kCountThreads);
   forAssignedRow(e, rowToken, offsets, i, [&](Value slot) {
-    e.store(e.load(rowGrad, {i}), dtw,
-            {e.divi(slot, e.idx(topK)), e.remi(slot, e.idx(topK))});
+    Value token = e.divi(slot, e.idx(topK));
+    Value k = e.remi(slot, e.idx(topK));
+    e.store(e.load(rowGrad, {i}), dtw, {token, k});
   });
 }
 

@@ -28,8 +28,8 @@ gpu.module @k {
 // CHECK: %[[BASE:.*]] = arith.muli %[[HI]], %c8
 // CHECK: %[[F:.*]] = arith.addi %[[BASE]], %[[LO]]
 // CHECK: %[[GATE:.*]] = arith.cmpi ult, %[[IN]], %c8
-// CHECK-DAG: %[[U:.*]] = memref.load %[[UP:.*]][%{{.*}}, %[[F]], %{{.*}}] : memref<4x16x64xf32>
-// CHECK-DAG: %[[G:.*]] = memref.load %[[GT:.*]][%{{.*}}, %[[F]], %{{.*}}] : memref<4x16x64xf32>
+// CHECK: %[[U:.*]] = memref.load %arg1[%{{.*}}, %[[F]], %{{.*}}] : memref<4x16x64xf32>
+// CHECK: %[[G:.*]] = memref.load %arg0[%{{.*}}, %[[F]], %{{.*}}] : memref<4x16x64xf32>
 // CHECK: %[[S:.*]] = arith.select %[[GATE]], %[[G]], %[[U]] : f32
 // CHECK: arith.truncf %[[S]] : f32 to bf16
 gpu.module @k {
