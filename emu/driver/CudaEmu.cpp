@@ -141,10 +141,11 @@ private:
   std::thread worker;
 };
 
-/// Every live stream, for the legacy stream's and the context's waits.
+/// Every live stream, for the legacy stream's and the context's waits,
+/// and the streams being captured (see unsafeDuringCapture).
 struct StreamRegistry {
   std::mutex mutex;
-  std::set<Stream *> streams;
+  std::set<Stream *> streams, capturing;
 };
 StreamRegistry &streamRegistry() {
   static StreamRegistry r;
@@ -170,6 +171,7 @@ Stream::~Stream() {
     worker.join();
   std::lock_guard<std::mutex> lock(streamRegistry().mutex);
   streamRegistry().streams.erase(this);
+  streamRegistry().capturing.erase(this); // destroyed while capturing
 }
 
 /// Waits for the work of every stream (or every blocking one).
@@ -319,35 +321,25 @@ struct GraphExec {
   std::vector<std::function<CUresult()>> nodes;
 };
 
-/// The streams being captured, for the calls that are unsafe during a
-/// capture: synchronizations, synchronous copies and fills, allocations.
-/// They fail with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidate the
-/// capture when a capture in global mode is under way, or one in
-/// thread-local mode on the calling thread; so the emulator finds a host
-/// wait inside a captured schedule as a GPU's driver does.
-struct CaptureRegistry {
-  std::mutex mutex;
-  std::set<Stream *> capturing;
-};
-CaptureRegistry &captures() {
-  static CaptureRegistry r;
-  return r;
-}
 Graph *capturingGraph(void *stream) {
   auto *s = static_cast<Stream *>(stream);
   return s && s->capture ? s->capture.get() : nullptr;
 }
-/// Whether an unsafe call now fails; if it does, the captures it breaks
-/// are invalidated.
+/// Whether a call that is unsafe during a capture (a synchronization, a
+/// synchronous copy or fill, an allocation) fails now: while a capture in
+/// global mode is under way, or one in thread-local mode on the calling
+/// thread. It then fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and the
+/// captures are invalidated, so the emulator finds a host wait inside a
+/// captured schedule as a GPU's driver does.
 bool unsafeDuringCapture() {
-  std::lock_guard<std::mutex> lock(captures().mutex);
+  std::lock_guard<std::mutex> lock(streamRegistry().mutex);
   bool unsafe = false;
-  for (Stream *s : captures().capturing)
+  for (Stream *s : streamRegistry().capturing)
     if (s->captureMode == kStreamCaptureModeGlobal ||
         s->captureThread == std::this_thread::get_id())
       unsafe = true;
   if (unsafe)
-    for (Stream *s : captures().capturing)
+    for (Stream *s : streamRegistry().capturing)
       s->capture->invalidated = true;
   return unsafe;
 }
@@ -1032,7 +1024,7 @@ CUresult cuStreamBeginCapture_v2(void *stream, int mode) {
   if (mode != kStreamCaptureModeGlobal &&
       mode != kStreamCaptureModeThreadLocal && mode != 2 /* relaxed */)
     return kErrorInvalidValue;
-  std::lock_guard<std::mutex> lock(captures().mutex);
+  std::lock_guard<std::mutex> lock(streamRegistry().mutex);
   if (s->capture)
     return kErrorIllegalState;
   s->capture = std::make_shared<Graph>();
@@ -1041,7 +1033,7 @@ CUresult cuStreamBeginCapture_v2(void *stream, int mode) {
   s->captureThread = mode == 2 ? std::thread::id() : std::this_thread::get_id();
   if (mode == 2)
     s->captureMode = kStreamCaptureModeThreadLocal;
-  captures().capturing.insert(s);
+  streamRegistry().capturing.insert(s);
   return kSuccess;
 }
 CUresult cuStreamBeginCapture(void *stream) {
@@ -1054,12 +1046,12 @@ CUresult cuStreamEndCapture(void *stream, void **graph) {
     return kErrorInvalidValue;
   std::shared_ptr<Graph> captured;
   {
-    std::lock_guard<std::mutex> lock(captures().mutex);
+    std::lock_guard<std::mutex> lock(streamRegistry().mutex);
     if (!s->capture)
       return kErrorIllegalState;
     captured = std::move(s->capture);
     s->capture.reset();
-    captures().capturing.erase(s);
+    streamRegistry().capturing.erase(s);
   }
   *graph = nullptr;
   if (captured->invalidated)

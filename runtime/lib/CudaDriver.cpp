@@ -55,20 +55,21 @@ std::mutex graphMutex;
 std::map<CUgraph, GraphBytes> graphBytes;
 std::map<CUgraphExec, GraphBytes> execBytes;
 
+/// An async copy's bytes: the graph's being captured, or copied now.
+void countAsyncCopy(size_t bytes, bool toDevice) {
+  if (capturing)
+    (toDevice ? captured.toDevice : captured.toHost) += bytes;
+  else
+    (toDevice ? counters.bytesToDevice : counters.bytesToHost) += bytes;
+}
 CUresult countedMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t bytes,
                                 CUstream stream) {
-  if (capturing)
-    captured.toDevice += bytes;
-  else
-    counters.bytesToDevice += bytes;
+  countAsyncCopy(bytes, /*toDevice=*/true);
   return real.memcpyHtoDAsync(dst, src, bytes, stream);
 }
 CUresult countedMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t bytes,
                                 CUstream stream) {
-  if (capturing)
-    captured.toHost += bytes;
-  else
-    counters.bytesToHost += bytes;
+  countAsyncCopy(bytes, /*toDevice=*/false);
   return real.memcpyDtoHAsync(dst, src, bytes, stream);
 }
 CUresult countedStreamBeginCapture(CUstream stream, int mode) {
