@@ -66,6 +66,14 @@ constexpr DeepSeekDefaults kGlm4MoeLite = {2048, 64,   4,    1,  1,
                                            1,    1536, true, 1.8};
 constexpr DeepSeekDefaults kDots1 = {4608, {}, {}, 1, 1, {}, 1408, false, 1.0};
 
+
+/// A family's switch for biases the layer does not model: set, one error.
+void refuseBias(FieldReader &r, const char *field, const char *what) {
+  if (r.boolean(field, false) && !r.failed())
+    r.error = r.prefix + ": field '" + field + "' is true: biases of the " +
+              what + " are not supported";
+}
+
 void readDeepSeekV2(FieldReader &r, const llvm::json::Object &root, Fields &f) {
   f.hidden = r.integer("hidden_size", 4096);
   f.experts = r.integerAliased({"n_routed_experts", "num_experts"}, 64);
@@ -81,9 +89,7 @@ void readDeepSeekV2(FieldReader &r, const llvm::json::Object &root, Fields &f) {
     f.topkGroups = r.integer("topk_group");
   }
   f.scale = r.number("routed_scaling_factor", 1.0);
-  if (r.boolean("mlp_bias", false) && !r.failed())
-    r.error = r.prefix + ": field 'mlp_bias' is true: biases of the "
-                         "shared experts' projections are not supported";
+  refuseBias(r, "mlp_bias", "shared experts' projections");
 }
 
 void readMixtral(FieldReader &r, const llvm::json::Object &root, Fields &f) {
@@ -114,9 +120,7 @@ void readHunyuan(FieldReader &r, const llvm::json::Object &root, Fields &f) {
   f.sharedExperts = 1;
   f.sharedFfn = f.ffn;
   f.normalize = true;
-  if (r.boolean("mlp_bias", false) && !r.failed())
-    r.error = r.prefix + ": field 'mlp_bias' is true: biases of the "
-                         "projections are not supported";
+  refuseBias(r, "mlp_bias", "projections");
 }
 
 void readLlama4(FieldReader &r, const llvm::json::Object &root, Fields &f) {
@@ -230,9 +234,7 @@ void readErnie(FieldReader &r, const llvm::json::Object &root, Fields &f) {
   f.sharedFfn = f.sharedExperts > 0 ? f.ffn : 0;
   f.scoreBias = true;
   f.normalize = true;
-  if (r.boolean("use_bias", false) && !r.failed())
-    r.error = r.prefix + ": field 'use_bias' is true: biases of the "
-                         "experts' projections are not supported";
+  refuseBias(r, "use_bias", "experts' projections");
 }
 
 void readOlmoe(FieldReader &r, const llvm::json::Object &root, Fields &f) {
