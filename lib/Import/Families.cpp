@@ -66,7 +66,6 @@ constexpr DeepSeekDefaults kGlm4MoeLite = {2048, 64,   4,    1,  1,
                                            1,    1536, true, 1.8};
 constexpr DeepSeekDefaults kDots1 = {4608, {}, {}, 1, 1, {}, 1408, false, 1.0};
 
-
 /// A family's switch for biases the layer does not model: set, one error.
 void refuseBias(FieldReader &r, const char *field, const char *what) {
   if (r.boolean(field, false) && !r.failed())
