@@ -13,6 +13,7 @@
 #include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <algorithm>
 #include <cmath>
 
 using namespace mlir;
@@ -102,6 +103,35 @@ bool mlir::moegpu::rowsEndOnBoxes(Value offsets) {
          (type && type.getRank() == 1 && type.getShape()[0] == 2);
 }
 
+int64_t mlir::moegpu::splitCount(int64_t rows, int64_t blockM,
+                                 int64_t columnBlocks, int64_t kBlocks,
+                                 int64_t maxSplits, int64_t ctas) {
+  int64_t tiles =
+      std::max<int64_t>(1, llvm::divideCeil(rows, blockM) * columnBlocks);
+  int64_t splits = std::clamp<int64_t>(
+      ctas / tiles, 1, std::max<int64_t>(1, std::min(maxSplits, kBlocks)));
+  return llvm::divideCeil(kBlocks, llvm::divideCeil(kBlocks, splits));
+}
+
+Value mlir::moegpu::buildSplitCount(ImplicitLocOpBuilder &b, Value rows,
+                                    int64_t blockM, int64_t columnBlocks,
+                                    int64_t kBlocks, int64_t maxSplits,
+                                    Value ctas) {
+  auto idx = [&](int64_t v) -> Value {
+    return arith::ConstantIndexOp::create(b, v);
+  };
+  Value tiles = arith::MaxUIOp::create(
+      b, idx(1),
+      arith::MulIOp::create(b, arith::CeilDivUIOp::create(b, rows, idx(blockM)),
+                            idx(columnBlocks)));
+  Value splits = arith::DivUIOp::create(b, ctas, tiles);
+  splits = arith::MinUIOp::create(
+      b, arith::MaxUIOp::create(b, splits, idx(1)),
+      idx(std::max<int64_t>(1, std::min(maxSplits, kBlocks))));
+  Value per = arith::CeilDivUIOp::create(b, idx(kBlocks), splits);
+  return arith::CeilDivUIOp::create(b, idx(kBlocks), per);
+}
+
 bool mlir::moegpu::usesTmaStoreEpilogue(MemRefType c, bool rowsEndOnBoxes,
                                         bool kGrouped) {
   Type element = c.getElementType();
@@ -109,6 +139,10 @@ bool mlir::moegpu::usesTmaStoreEpilogue(MemRefType c, bool rowsEndOnBoxes,
                                                                            : 0;
   int64_t width = c.getShape().back();
   if (!bytes || ShapedType::isDynamic(width) || width * bytes % 16 != 0)
+    return false;
+  // A split_k GEMM's slices of a run-time row count: a box clipped only
+  // at the buffer's end would reach into the next slice.
+  if (!kGrouped && c.getRank() == 3)
     return false;
   if (kGrouped) {
     int64_t rows = c.getRank() >= 2 ? c.getShape()[c.getRank() - 2] : 0;
@@ -274,7 +308,8 @@ LogicalResult GroupedGemmOp::verify() {
   // b is [E, N, K] / [E, K, N], or rank 2 dense; with tn it is [R, N] and
   // c [E, M, N], or [M, N] for one group.
   int64_t bRank = kGrouped || isDense() ? 2 : 3;
-  int64_t cRank = kGrouped && getNumExperts() > 1 ? 3 : 2;
+  bool split = isSplitK();
+  int64_t cRank = (kGrouped && getNumExperts() > 1) || split ? 3 : 2;
   if (static_cast<bool>(getAScale()) != static_cast<bool>(getBScale()))
     return emitOpError() << "expects a_scale and b_scale together";
   bool fp8 = isFp8();
@@ -290,6 +325,26 @@ LogicalResult GroupedGemmOp::verify() {
           checkMemRef(*this, getC(), "c", cRank, "bf16, f16 or f32", isOutput)))
     return failure();
   MemRefType a = getA().getType(), b = getB().getType(), c = getC().getType();
+  if (split) {
+    auto count = cast<MemRefType>(getSplitCount().getType());
+    if (!isDense() || layout != GemmLayout::NT || fp8 ||
+        getEpilogue() != Epilogue::None || getScale() || getBias())
+      return emitOpError() << "expects split_k only on a dense GEMM of the nt "
+                              "layout with 16-bit operands and the none "
+                              "epilogue";
+    if (!c.getElementType().isF32() || c.isDynamicDim(0) || c.getDimSize(0) < 2)
+      return emitOpError() << "expects a split_k c of f32 with a static "
+                              "first dimension of at least 2 (the most "
+                              "slices), got "
+                           << c;
+    if (count.getRank() != 1 || count.getDimSize(0) != 1 ||
+        !count.getElementType().isInteger(32))
+      return emitOpError() << "expects the split count to be memref<1xi32>, "
+                              "got "
+                           << count;
+  }
+  // Past a split_k c's slices, its rows and columns.
+  int64_t cRow = split ? 1 : 0;
   if (fp8) {
     if (failed(verifyBlockScales()))
       return failure();
@@ -375,13 +430,13 @@ LogicalResult GroupedGemmOp::verify() {
                             "rows), got "
                          << n;
   int64_t columns = swiglu ? n / 2 : n;
-  if (c.getDimSize(1) != columns)
+  if (c.getDimSize(cRow + 1) != columns)
     return emitOpError() << "expects c to have " << columns << " columns"
                          << (swiglu ? " (N / 2 with swiglu)" : " (N)")
                          << ", got " << c;
   if (!ShapedType::isDynamic(a.getDimSize(0)) &&
-      !ShapedType::isDynamic(c.getDimSize(0)) &&
-      a.getDimSize(0) != c.getDimSize(0))
+      !ShapedType::isDynamic(c.getDimSize(cRow)) &&
+      a.getDimSize(0) != c.getDimSize(cRow))
     return emitOpError() << "expects a and c to have the same rows, got " << a
                          << " and " << c;
   if (failed(checkScaleOperand(*this, getEpilogue(), getScale())) ||
@@ -455,12 +510,25 @@ LogicalResult TileLoopOp::verify() {
                             "depth 0 (the groups' rows are the reduction)";
   if (!getKGrouped() && getDepth() < 1)
     return emitOpError() << "expects a positive depth, got " << getDepth();
+  if (getSplits() < 1)
+    return emitOpError() << "expects at least 1 split, got " << getSplits();
+  if (getSplits() > 1 && (getOffsets() || getKGrouped()))
+    return emitOpError() << "expects splits only over rows (one dense group)";
+  if (Value count = getSplitCount()) {
+    auto type = cast<MemRefType>(count.getType());
+    if (getSplits() < 2 || type.getRank() != 1 || type.getDimSize(0) != 1 ||
+        !type.getElementType().isInteger(32))
+      return emitOpError() << "expects a split_count of memref<1xi32> with "
+                              "splits above 1, got "
+                           << type << " with " << getSplits();
+  }
   Block &body = getBody().front();
-  if (body.getNumArguments() != 5 ||
+  if (body.getNumArguments() != 6 ||
       !llvm::all_of(body.getArgumentTypes(),
                     [](Type t) { return t.isIndex(); }))
-    return emitOpError() << "expects the body to take five index arguments "
-                            "(group, row, column, first iteration, k blocks)";
+    return emitOpError() << "expects the body to take six index arguments "
+                            "(group, row, column, first iteration, k blocks, "
+                            "first k block)";
   return success();
 }
 

@@ -60,6 +60,19 @@ constexpr llvm::StringLiteral kTmaStoreEpilogueAttrName =
 /// have to link.
 Value buildExp(ImplicitLocOpBuilder &b, Value x);
 
+/// The slices a split_k GEMM of `rows` output rows takes at run time: as
+/// many as leave each of `ctas` CTAs one tile of `blockM` rows x
+/// `columnBlocks` column blocks (at least 1, at most `maxSplits` and the
+/// `kBlocks` k blocks), then as few as cover the k blocks in slices of
+/// `ceil(kBlocks / splits)` (so that none is empty). The kernel computes
+/// the same (buildSplitCount) from its grid; the cost model calls this.
+int64_t splitCount(int64_t rows, int64_t blockM, int64_t columnBlocks,
+                   int64_t kBlocks, int64_t maxSplits, int64_t ctas);
+/// splitCount in the kernel, of index values `rows` and `ctas`.
+Value buildSplitCount(ImplicitLocOpBuilder &b, Value rows, int64_t blockM,
+                      int64_t columnBlocks, int64_t kBlocks, int64_t maxSplits,
+                      Value ctas);
+
 /// Whether a grouped GEMM writing `c` stores its tiles through shared
 /// memory and TMA (a bulk tensor store per 64-row, 128-byte box, left to
 /// complete while the next tile's main loop runs) rather than from

@@ -122,6 +122,20 @@ LogicalResult RouterLogitsOp::verify() {
   return c.result();
 }
 
+LogicalResult SumSplitsOp::verify() {
+  Checker c{*this};
+  c.memref(getPartials(), "partials", 3, Elt::F32)
+      .memref(getCount(), "count", 1, Elt::I32)
+      .memref(getOut(), "out", 2, Elt::F32)
+      .isStatic(getPartials(), "partials", 0)
+      .isStatic(getPartials(), "partials", 2)
+      .dim(getCount(), "count", 0, 1, "one slice count")
+      .dim(getOut(), "out", 0, dimOf(getPartials(), 1), "the partials' rows")
+      .dim(getOut(), "out", 1, dimOf(getPartials(), 2),
+           "the partials' columns");
+  return c.result();
+}
+
 LogicalResult SharedGateOp::verify() {
   Checker c{*this};
   c.memref(getX(), "x", 2, Elt::Float)

@@ -62,6 +62,29 @@ def MoeGpu_RouterLogitsOp : MoeGpu_KernelOp<"router_logits"> {
   }];
 }
 
+def MoeGpu_SumSplitsOp : MoeGpu_KernelOp<"sum_splits"> {
+  let summary = "The sum of a split-K GEMM's slices, in slice order";
+  let description = [{
+    `out[r, n] = sum_{s < count[0]} partials[s, r, n]` in f32, the slices
+    added in order 0, 1, ... so that the result is the same on every run:
+    the second half of a `grouped_gemm ... split_k(%count)`, whose kernel
+    wrote `count` (at least 1, at most `S`). One CTA per row, its threads
+    striding over the columns. `partials` is `[S, R, N]` f32, `count`
+    `[1]` i32, `out` `[R, N]` f32.
+
+    ```mlir
+    moegpu.sum_splits %partials, %count, %logits
+      : memref<28x?x256xf32>, memref<1xi32>, memref<?x256xf32>
+    ```
+  }];
+  let arguments = (ins MoeGpu_In:$partials, MoeGpu_In:$count,
+                       MoeGpu_Out:$out);
+  let assemblyFormat = [{
+    $partials `,` $count `,` $out attr-dict `:` type($partials) `,`
+    type($count) `,` type($out)
+  }];
+}
+
 def MoeGpu_SharedGateOp : MoeGpu_KernelOp<"shared_gate"> {
   let summary = "Qwen2-MoE's per-token scale of the shared experts' output";
   let description = [{

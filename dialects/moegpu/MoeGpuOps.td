@@ -72,6 +72,17 @@ def MoeGpu_GroupedGemmOp : MoeGpu_Op<"grouped_gemm",
     are rounded before their activation: what the host computes, so that
     an FP8 layer's SwiGLU outputs, which are quantized next, agree with it.
 
+    `split_k(count)` splits a dense `nt` GEMM's reduction over CTAs, for
+    few rows and a long K (the router at a serving step's 1-256 tokens,
+    whose few output tiles would leave most SMs idle while they walk all of
+    K). `c` is then f32 `[S, R, N]`: slice `s` of the `S` slices at most
+    holds `sum_k a[r, k] * b[n, k]` over its k blocks, and the kernel picks
+    the slices `s' <= S` at run time from the rows, the grid and K (see
+    `moegpu::splitCount`), writes `s'` to `count` (`memref<1xi32>`) and
+    leaves slices from `s'` on alone. A `moegpu.sum_splits` after it adds
+    the slices in order, so the result does not depend on the schedule.
+    The epilogue is `none`.
+
     `layout` names the operands' storage as DeepGEMM does, `n` for an
     operand read along its rows of K (K-major) and `t` for one read down
     its columns (MN-major, transposed by wgmma):
@@ -94,6 +105,9 @@ def MoeGpu_GroupedGemmOp : MoeGpu_Op<"grouped_gemm",
         memref<?x2048xbf16>
     moegpu.grouped_gemm %x, %router, dense, %logits
       : memref<?x7168xbf16>, memref<256x7168xbf16>, memref<?x256xf32>
+    moegpu.grouped_gemm %x, %router, dense, %partials split_k(%count
+      : memref<1xi32>)
+      : memref<?x7168xbf16>, memref<256x7168xbf16>, memref<28x?x256xf32>
     ```
   }];
   let arguments = (ins MoeGpu_In:$a, MoeGpu_In:$b,
@@ -102,6 +116,7 @@ def MoeGpu_GroupedGemmOp : MoeGpu_Op<"grouped_gemm",
                        MoeGpu_OptIn:$bias,
                        MoeGpu_OptIn:$a_scale,
                        MoeGpu_OptIn:$b_scale,
+                       MoeGpu_OptOut:$split_count,
                        DefaultValuedAttr<MoeGpu_EpilogueAttr,
                            "::mlir::moegpu::Epilogue::None">:$epilogue,
                        DefaultValuedAttr<MoeGpu_GemmLayoutAttr,
@@ -115,7 +130,8 @@ def MoeGpu_GroupedGemmOp : MoeGpu_Op<"grouped_gemm",
     $a `,` $b `,` ($offsets^):(`dense`)? `,` $c (`scale` $scale^)?
     (`bias` `(` $bias^ `:` type($bias) `)`)?
     (`block_scales` `(` $a_scale^ `,` $b_scale `:` type($a_scale) `,`
-     type($b_scale) `)`)? attr-dict
+     type($b_scale) `)`)?
+    (`split_k` `(` $split_count^ `:` type($split_count) `)`)? attr-dict
     `:` type($a) `,` type($b) `,`
     custom<OptionalTypeComma>(ref($offsets), type($offsets)) type($c)
     (`,` type($scale)^)?
@@ -158,6 +174,12 @@ def MoeGpu_GroupedGemmOp : MoeGpu_Op<"grouped_gemm",
     bool isKGrouped() { return getLayout() == GemmLayout::TN; }
     /// e4m3 operands with block scales.
     bool isFp8() { return static_cast<bool>(getAScale()); }
+    /// The reduction split over CTAs into `c`'s slices (split_k).
+    bool isSplitK() { return static_cast<bool>(getSplitCount()); }
+    /// The most slices of a split_k GEMM (c's first dimension), else 1.
+    int64_t getMaxSplits() {
+      return isSplitK() ? getC().getType().getDimSize(0) : 1;
+    }
     /// The FP8 GEMM's operands and scales (verify()'s part for them).
     ::llvm::LogicalResult verifyBlockScales();
   }];
@@ -226,15 +248,23 @@ def MoeGpu_TileLoopOp : MoeGpu_Op<"tile_loop", [
     block, then column block) and a tile of group `e` reduces over its
     `offsets[e+1] - offsets[e]` rows (`depth` is then 0).
 
+    `splits` above 1 (with `rows`, not `k_grouped`) splits the reduction:
+    the loop takes `s' = moegpu::splitCount(rows, block_m, column blocks,
+    k blocks, splits, grid)` slices of `ceil(k blocks / s')` k blocks (the
+    last one the rest), the tiles are slice-major, and a tile's group is
+    its slice. `split_count` (`memref<1xi32>`) gets `s'` from the first
+    thread of the grid.
+
     The body's arguments are the tile's group, first row, first column, the
     pipeline iteration of its first k block (the k blocks of this CTA's
-    earlier tiles) and its count of k blocks.
+    earlier tiles), its count of k blocks and the index of its first k
+    block (0 unless split).
 
     ```mlir
     moegpu.tile_loop %offsets : memref<257xi32> columns 4096 tiles 128 x 128
         x 64 depth 7168 on #moegpu.sm_range<first = 0, count = 112> {
     ^bb0(%expert: index, %row: index, %col: index, %iter: index,
-         %kblocks: index):
+         %kblocks: index, %kfirst: index):
       ...
     }
     ```
@@ -242,13 +272,17 @@ def MoeGpu_TileLoopOp : MoeGpu_Op<"tile_loop", [
   let arguments = (ins Optional<AnyMemRef>:$offsets, Optional<Index>:$rows,
                        I64Attr:$columns, I64Attr:$block_m,
                        I64Attr:$block_n, I64Attr:$depth, I64Attr:$block_k,
-                       UnitAttr:$k_grouped, MoeGpu_SmRangeAttr:$sm_range);
+                       UnitAttr:$k_grouped, MoeGpu_SmRangeAttr:$sm_range,
+                       DefaultValuedAttr<I64Attr, "1">:$splits,
+                       Arg<Optional<AnyMemRef>, "", [MemWrite]>:$split_count);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     ($offsets^ `:` type($offsets))? (`k_grouped` $k_grouped^)?
     (`rows` $rows^)? `columns` $columns
     `tiles` $block_m `x` $block_n `x` $block_k `depth` $depth
-    `on` $sm_range attr-dict-with-keyword $body
+    `on` $sm_range
+    (`split_count` `(` $split_count^ `:` type($split_count) `)`)?
+    attr-dict-with-keyword $body
   }];
   let hasVerifier = 1;
 }

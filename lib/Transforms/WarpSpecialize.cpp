@@ -28,28 +28,36 @@ constexpr int64_t kProducerRegisters = 40;
 /// tile is 128 of them).
 constexpr int64_t kMaxConsumerRegisters = 232;
 
+/// The tile's place in a `moegpu.tile_loop`: its group (a split_k GEMM's
+/// slice), first row and column, the pipeline iteration of its first k
+/// block, its k blocks and the first of them.
+struct TileArgs {
+  Value group, row, col, base, kBlocks, kFirst;
+};
+
 /// Builds a `moegpu.tile_loop` for `op` (over `rows` rows when it is dense,
 /// of `rows` output rows per group when it is k-grouped) whose body
-/// `buildBody` fills with the tile's (group, row, col, first iteration, k
-/// blocks).
+/// `buildBody` fills. `splitCount` (a split_k GEMM's consumers) gets the
+/// slices the launch takes.
 void buildTileLoop(
-    OpBuilder &b, GroupedGemmOp op, Value rows,
-    function_ref<void(OpBuilder &, Value, Value, Value, Value, Value)>
-        buildBody) {
+    OpBuilder &b, GroupedGemmOp op, Value rows, Value splitCount,
+    function_ref<void(OpBuilder &, const TileArgs &)> buildBody) {
   Location loc = op.getLoc();
   TileAttr tile = op.getTileAttr();
   bool kGrouped = op.isKGrouped();
   auto loop = TileLoopOp::create(
       b, loc, op.getOffsets(), rows, op.getN(), tile.getM(), tile.getN(),
-      kGrouped ? 0 : op.getK(), tile.getK(), kGrouped, op.getSmRangeAttr());
+      kGrouped ? 0 : op.getK(), tile.getK(), kGrouped, op.getSmRangeAttr(),
+      op.getMaxSplits(), splitCount);
   Type index = b.getIndexType();
-  Block *body =
-      b.createBlock(&loop.getBody(), {}, {index, index, index, index, index},
-                    {loc, loc, loc, loc, loc});
+  SmallVector<Type> types(6, index);
+  SmallVector<Location> locs(6, loc);
+  Block *body = b.createBlock(&loop.getBody(), {}, types, locs);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(body);
-  buildBody(b, body->getArgument(0), body->getArgument(1), body->getArgument(2),
-            body->getArgument(3), body->getArgument(4));
+  buildBody(b,
+            {body->getArgument(0), body->getArgument(1), body->getArgument(2),
+             body->getArgument(3), body->getArgument(4), body->getArgument(5)});
   YieldOp::create(b, loc);
 }
 
@@ -120,15 +128,22 @@ LogicalResult specialize(GroupedGemmOp op) {
   {
     OpBuilder::InsertionGuard guard(b);
     b.createBlock(&roles.getProducer());
-    buildTileLoop(b, op, rows,
-                  [&](OpBuilder &b, Value group, Value row, Value col,
-                      Value base, Value kBlocks) {
+    buildTileLoop(b, op, rows, Value(),
+                  [&](OpBuilder &b, const TileArgs &t) {
+                    Value group = t.group, row = t.row, col = t.col;
+                    Value base = t.base, kBlocks = t.kBlocks;
                     // Where the tile's A and B boxes start, [mn, k]: a
                     // group's B rows (nt) or B's K rows (nn) or the
-                    // group's reduction rows (tn) come first.
+                    // group's reduction rows (tn) come first; a split_k
+                    // slice starts at its first k block.
                     Value bMn = col, aK0, bK0;
                     switch (layout) {
                     case GemmLayout::NT:
+                      if (op.isSplitK()) {
+                        aK0 = bK0 = arith::MulIOp::create(
+                            b, loc, t.kFirst, constant(b, tile.getK()));
+                        break;
+                      }
                       bMn = arith::AddIOp::create(
                           b, loc,
                           arith::MulIOp::create(b, loc, group, constant(b, n)),
@@ -170,9 +185,9 @@ LogicalResult specialize(GroupedGemmOp op) {
     Value warpgroup = consumer->getArgument(0);
     auto fragmentType = VectorType::get({tile.getN() / 2}, b.getF32Type());
     buildTileLoop(
-        b, op, rows,
-        [&](OpBuilder &b, Value group, Value row, Value col, Value base,
-            Value kBlocks) {
+        b, op, rows, op.getSplitCount(), [&](OpBuilder &b, const TileArgs &t) {
+          Value group = t.group, row = t.row, col = t.col;
+          Value base = t.base, kBlocks = t.kBlocks;
           Value zero = arith::ConstantOp::create(
               b, loc, DenseElementsAttr::get(fragmentType, 0.0f));
           // Where the tile's group ends: a dense GEMM's rows, or the
@@ -185,9 +200,10 @@ LogicalResult specialize(GroupedGemmOp op) {
             return arith::IndexCastOp::create(b, loc, b.getIndexType(), end);
           };
           // The epilogue of the tile's accumulator, its rows ending at
-          // rowEnd (a rank-3 c, k-grouped, is indexed by group first).
+          // rowEnd (a rank-3 c, k-grouped or split_k, is indexed by group
+          // or slice first).
           auto storeTile = [&](Value acc, Value rowEnd) {
-            bool grouped = kGrouped && op.getC().getType().getRank() == 3;
+            bool grouped = op.getC().getType().getRank() == 3;
             StoreTileOp::create(b, loc, acc, op.getC(),
                                 grouped ? group : Value(), row, col, warpgroup,
                                 rowEnd, op.getScale(), op.getBias(),

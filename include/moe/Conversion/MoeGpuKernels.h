@@ -22,6 +22,7 @@
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 #include "mlir/IR/PatternMatch.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace mlir::moe {
@@ -29,6 +30,18 @@ namespace mlir::moe {
 /// Rows (one warp each) of a CTA of the routing kernels (router_logits,
 /// shared_gate, route).
 constexpr int64_t kRouteWarps = 4;
+/// Most slices of a split-K router GEMM, and the fewest k blocks (of 64)
+/// a slice walks, so that its TMA pipeline still overlaps loads with
+/// wgmma: DeepSeek-V3's H = 7168 is 112 k blocks in 28 slices.
+constexpr int64_t kMaxRouterSplits = 32;
+constexpr int64_t kMinSliceKBlocks = 4;
+/// The most slices the router GEMM of hidden size `hidden` splits K into
+/// (1: not split).
+inline int64_t routerSplitsOf(int64_t hidden) {
+  return std::min<int64_t>(
+      kMaxRouterSplits,
+      std::max<int64_t>(1, (hidden + 63) / 64 / kMinSliceKBlocks));
+}
 /// Threads of a CTA of the one-thread-per-element SIMT kernels.
 constexpr int64_t kCountThreads = 256;
 /// Most CTAs of a grid-stride kernel over a weight's elements (the

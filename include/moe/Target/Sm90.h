@@ -74,6 +74,8 @@ struct Sm90KernelWork {
   /// A dispatch moving e4m3 codes and their scales; an input gradient
   /// that computes the router's part itself (SIMT).
   bool codes = false, routerPart = false;
+  /// A split_k GEMM's most slices and their sum's (1: not split).
+  int64_t splits = 1;
 };
 
 /// What `ptxas -v` and the compiler say about one kernel.

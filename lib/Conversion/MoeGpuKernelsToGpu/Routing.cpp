@@ -36,6 +36,28 @@ static void lowerRouterLogits(moegpu::RouterLogitsOp op, Emitter &e) {
   });
 }
 
+/// One CTA per row, its threads striding over the columns; each element's
+/// slices added in slice order.
+static void lowerSumSplits(moegpu::SumSplitsOp op, Emitter &e) {
+  Value partials = op.getPartials(), out = op.getOut();
+  Value row = gpu::BlockIdOp::create(e.b, gpu::Dimension::x);
+  Value tid = gpu::ThreadIdOp::create(e.b, gpu::Dimension::x);
+  Value threads = gpu::BlockDimOp::create(e.b, gpu::Dimension::x);
+  int64_t columns = op.getOut().getType().getDimSize(1);
+  e.when(e.cmp(arith::CmpIPredicate::ult, row, e.dim(out, 0)), [&] {
+    Value count = e.index(e.load(op.getCount(), {e.idx(0)}));
+    e.loop(tid, e.idx(columns), threads, {}, [&](Value n, ValueRange) {
+      Value sum = e.loop(e.idx(0), count, e.idx(1), {e.f32(0)},
+                         [&](Value slice, ValueRange it) {
+                           Value p = e.load(partials, {slice, row, n});
+                           return SmallVector<Value>{e.add(it[0], p)};
+                         })[0];
+      e.store(sum, out, {row, n});
+      return SmallVector<Value>{};
+    });
+  });
+}
+
 /// One warp per token.
 static void lowerSharedGate(moegpu::SharedGateOp op, Emitter &e) {
   Value x = op.getX(), g = op.getGate(), scale = op.getScale();
@@ -367,7 +389,7 @@ static void lowerRoute(moegpu::RouteOp op, Emitter &e) {
 
 void kernels::populateRoutingPatterns(RewritePatternSet &patterns) {
   patterns.add<LowerKernel<moegpu::RouterLogitsOp, lowerRouterLogits>,
+               LowerKernel<moegpu::SumSplitsOp, lowerSumSplits>,
                LowerKernel<moegpu::SharedGateOp, lowerSharedGate>,
-               LowerKernel<moegpu::RouteOp, lowerRoute>>(
-      patterns.getContext());
+               LowerKernel<moegpu::RouteOp, lowerRoute>>(patterns.getContext());
 }

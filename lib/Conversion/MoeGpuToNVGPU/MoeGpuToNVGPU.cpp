@@ -81,6 +81,35 @@ TileLoopLowering::matchAndRewrite(TileLoopOp op,
   Value tiles = arith::MulIOp::create(b, mBlocks, nBlocks);
   if (kGrouped)
     tiles = arith::MulIOp::create(b, tiles, constIndex(b, groups));
+  // Split K: the slices this launch takes, slice-major tiles of
+  // `perSlice` k blocks (the last slice the rest); the first thread of
+  // the grid tells the slices' sum how many there are.
+  int64_t depthBlocks = llvm::divideCeil(op.getDepth(), blockK);
+  Value splits, perSlice;
+  if (op.getSplits() > 1) {
+    splits = buildSplitCount(b, rows, blockM * cluster,
+                             llvm::divideCeil(op.getColumns(), blockN),
+                             depthBlocks, op.getSplits(), gridDim);
+    perSlice =
+        arith::CeilDivUIOp::create(b, constIndex(b, depthBlocks), splits);
+    tiles = arith::MulIOp::create(b, tiles, splits);
+    if (Value count = op.getSplitCount()) {
+      Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+      Value firstThread = arith::AndIOp::create(
+          b,
+          arith::CmpIOp::create(b, arith::CmpIPredicate::eq, tid,
+                                constIndex(b, 0)),
+          arith::CmpIOp::create(b, arith::CmpIPredicate::eq,
+                                gpu::BlockIdOp::create(b, gpu::Dimension::x),
+                                constIndex(b, 0)));
+      auto ifFirst = scf::IfOp::create(b, firstThread, /*withElse=*/false);
+      ImplicitLocOpBuilder tb =
+          ImplicitLocOpBuilder::atBlockBegin(op.getLoc(), ifFirst.thenBlock());
+      memref::StoreOp::create(
+          tb, arith::IndexCastOp::create(tb, tb.getI32Type(), splits), count,
+          ValueRange{constIndex(tb, 0)});
+    }
+  }
   // The pipeline iteration is carried by the loop: no division by the grid
   // size, and k-grouped tiles of different depths count right.
   auto loop = scf::ForOp::create(b, blockId, tiles, gridDim,
@@ -89,7 +118,7 @@ TileLoopLowering::matchAndRewrite(TileLoopOp op,
       ImplicitLocOpBuilder::atBlockEnd(op.getLoc(), loop.getBody());
   Value tile = loop.getInductionVar();
   Value base = loop.getRegionIterArgs().front();
-  Value group, row, col, kBlocks;
+  Value group, row, col, kBlocks, kFirst = constIndex(lb, 0);
   // The M block of a tile's (pair's) row block index for this CTA.
   auto rowOf = [&](ImplicitLocOpBuilder &b, Value mBlock) -> Value {
     if (cluster > 1)
@@ -109,13 +138,24 @@ TileLoopLowering::matchAndRewrite(TileLoopOp op,
         loadOffset(lb, arith::AddIOp::create(lb, group, constIndex(lb, 1)));
     kBlocks = arith::CeilDivUIOp::create(
         lb, arith::SubIOp::create(lb, end, begin), constIndex(lb, blockK));
+  } else if (splits) {
+    Value perSplit = arith::MulIOp::create(lb, mBlocks, nBlocks);
+    group = arith::DivUIOp::create(lb, tile, perSplit);
+    Value within = arith::RemUIOp::create(lb, tile, perSplit);
+    row = rowOf(lb, arith::DivUIOp::create(lb, within, nBlocks));
+    col = arith::MulIOp::create(lb, arith::RemUIOp::create(lb, within, nBlocks),
+                                constIndex(lb, blockN));
+    kFirst = arith::MulIOp::create(lb, group, perSlice);
+    kBlocks = arith::MinUIOp::create(
+        lb, perSlice,
+        arith::SubIOp::create(lb, constIndex(lb, depthBlocks), kFirst));
   } else {
     row = rowOf(lb, arith::DivUIOp::create(lb, tile, nBlocks));
     if (first)
       row = arith::AddIOp::create(lb, first, row);
     col = arith::MulIOp::create(lb, arith::RemUIOp::create(lb, tile, nBlocks),
                                 constIndex(lb, blockN));
-    kBlocks = constIndex(lb, llvm::divideCeil(op.getDepth(), blockK));
+    kBlocks = constIndex(lb, depthBlocks);
     // The group whose segment holds `row`: offsets[lo] <= row <
     // offsets[hi] narrows to hi = lo + 1 in ceil(log2(E)) steps.
     Value lo = constIndex(lb, 0), hi = constIndex(lb, groups);
@@ -134,8 +174,8 @@ TileLoopLowering::matchAndRewrite(TileLoopOp op,
   Block &body = op.getBody().front();
   Operation *yield = body.getTerminator();
   rewriter.eraseOp(yield);
-  rewriter.inlineBlockBefore(&body, next,
-                             ValueRange{group, row, col, base, kBlocks});
+  rewriter.inlineBlockBefore(
+      &body, next, ValueRange{group, row, col, base, kBlocks, kFirst});
   rewriter.eraseOp(op);
   return success();
 }

@@ -20,7 +20,7 @@ SmallVector<StringRef> LayerBuilder::Gemm::args() const {
   if (!offsets.empty())
     list.push_back(offsets);
   list.push_back(c);
-  for (StringRef optional : {rowScale, aScale, bScale, bias})
+  for (StringRef optional : {rowScale, aScale, bScale, bias, splitCount})
     if (!optional.empty())
       list.push_back(optional);
   return list;
@@ -49,7 +49,7 @@ void LayerBuilder::launchGemm(StringRef name, const Gemm &gemm,
     kernelOp<moegpu::GroupedGemmOp>(
         k, operand(gemm.a), operand(gemm.b), operand(gemm.offsets),
         operand(gemm.c), operand(gemm.rowScale), operand(gemm.bias),
-        operand(gemm.aScale), operand(gemm.bScale),
+        operand(gemm.aScale), operand(gemm.bScale), operand(gemm.splitCount),
         moegpu::EpilogueAttr::get(ctx, gemm.epilogue),
         moegpu::GemmLayoutAttr::get(ctx, gemm.layout), moegpu::TileAttr(),
         moegpu::SmRangeAttr(), alpha, limit,

@@ -252,19 +252,25 @@ private:
       bias = buffer;
       return *this;
     }
+    /// Split K over CTAs into c's slices; the kernel writes how many it
+    /// took to `count`.
+    Gemm &splitK(StringRef count) {
+      splitCount = count;
+      return *this;
+    }
     /// The routed experts' up projection: SwiGLU as the layer clamps it.
     Gemm &ofExperts() {
       expert = true;
       return *this;
     }
     /// The kernel's arguments, in the ABI's order: a, b, [offsets], c,
-    /// [row scale], [a scale, b scale], [bias].
+    /// [row scale], [a scale, b scale], [bias], [split count].
     SmallVector<StringRef> args() const;
 
     StringRef a, b, offsets, c;
     moegpu::Epilogue epilogue;
     moegpu::GemmLayout layout;
-    StringRef rowScale, aScale, bScale, bias;
+    StringRef rowScale, aScale, bScale, bias, splitCount;
     bool expert = false;
   };
   /// Launches GEMM kernel `name` (of token chunk `chunk`) on a persistent

@@ -177,6 +177,13 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   if (config.getOutputBias())
     addBuffer("output_bias", dtype, {h}, "param:output_bias");
   addBuffer("router_logits", f32, {kTokens, e}, "scratch");
+  // A 16-bit router's GEMM splits its K over CTAs when the hidden size is
+  // long enough (its slices, and the count the kernel took).
+  int64_t routerSplits = routerSplitsOf(h);
+  if (routerType == dtype && routerSplits > 1) {
+    addBuffer("router_partials", f32, {routerSplits, kTokens, e}, "scratch");
+    addBuffer("router_splits", i32, {1}, "scratch");
+  }
   addBuffer("topk_ids", i32, {kTokens, k}, "output");
   addBuffer("topk_weights", f32, {kTokens, k}, "output");
   // Counts, segment offsets and scatter cursors of (chunk, expert) pairs,
@@ -254,7 +261,15 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   // Routing: the logits on tensor cores (SIMT for an f32 router weight),
   // then one warp per token scores, selects and counts.
   addMemset("counts");
-  if (routerType == dtype) {
+  if (routerType == dtype && routerSplits > 1) {
+    launchGemm("router", Gemm("x", "router_weight", "", "router_partials")
+                             .splitK("router_splits"));
+    Kernel k = kernel("router_sum",
+                      {"router_partials", "router_splits", "router_logits"},
+                      gridOf(moegpu::GridKind::Tokens, 1), kRowThreads);
+    kernelOp<moegpu::SumSplitsOp>(k, k["router_partials"], k["router_splits"],
+                                  k["router_logits"]);
+  } else if (routerType == dtype) {
     launchGemm("router", Gemm("x", "router_weight", "", "router_logits"));
   } else {
     Kernel k = kernel("router", {"x", "router_weight", "router_logits"},

@@ -63,6 +63,7 @@ void readGemm(moegpu::GroupedGemmOp gemm, Sm90KernelWork &w) {
   w.blockScaled = static_cast<bool>(gemm.getAScale());
   w.inBytes = elementBytes(gemm.getA());
   w.outBytes = elementBytes(gemm.getC());
+  w.splits = gemm.getMaxSplits();
 }
 
 } // namespace
@@ -86,6 +87,11 @@ Sm90KernelWork mlir::moe::kernelWorkOf(gpu::GPUFuncOp func) {
         readGemm(op, w);
       })
       .Case([&](moegpu::RouterLogitsOp) { w.kind = K::RouterLogits; })
+      .Case([&](moegpu::SumSplitsOp op) {
+        w.kind = K::SumSplits;
+        w.width = columnsOf(op.getOut());
+        w.splits = cast<MemRefType>(op.getPartials().getType()).getDimSize(0);
+      })
       .Case([&](moegpu::SharedGateOp) { w.kind = K::SharedGate; })
       .Case([&](moegpu::RouteOp) { w.kind = K::Route; })
       .Case([&](moegpu::DispatchScanOp) { w.kind = K::DispatchScan; })

@@ -17,6 +17,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/Target/Sm90.h"
+#include "moegpu/MoeGpuDialect.h"
 
 #include <algorithm>
 #include <cmath>
@@ -109,6 +110,20 @@ Rows routedRows(const Sm90LayerShape &s, int64_t tokens) {
 
 namespace {
 
+/// The slices a split_k GEMM of `tokens` rows takes (1: not split), as
+/// its kernel decides them.
+int64_t slicesOf(const Sm90KernelReport &kr, int64_t tokens,
+                 const Sm90Machine &m) {
+  const Sm90KernelWork &w = kr.work;
+  if (w.splits <= 1)
+    return 1;
+  int64_t bm = kr.tileM ? kr.tileM : 128, bn = kr.tileN ? kr.tileN : 128;
+  int64_t bk = kr.tileK ? kr.tileK : 64;
+  int64_t ctas = kr.persistentCtas ? kr.persistentCtas : m.sms;
+  return mlir::moegpu::splitCount(tokens, bm * kr.cluster, ceilDiv(w.n, bn),
+                                  ceilDiv(w.k, bk), w.splits, ctas);
+}
+
 /// A grouped GEMM's work from its op: nt and nn reduce over K into each
 /// row's N outputs (SwiGLU halves what is stored), tn reduces over the
 /// rows into a group's M x N; its rows are the tokens (one group) or the
@@ -146,6 +161,17 @@ void costGemmKernel(Sm90KernelCost &c, const Sm90KernelReport &kr,
             (fp8 ? 4 * (rows + groups * N / 128) * std::ceil(K / 128) : 0);
   int64_t mBlocks = ceilDiv(tileRows, bm);
   int64_t tiles = static_cast<int64_t>(groups) * mBlocks * ceilDiv(w.n, bn);
+  // Split K: each slice's tiles walk their share of K and write f32
+  // partials in place of the output.
+  if (int64_t slices = slicesOf(kr, tokens, m); slices > 1) {
+    int64_t bk = kr.tileK ? kr.tileK : 64;
+    int64_t kBlocks = ceilDiv(w.k, bk);
+    c.bytes += (4 * static_cast<double>(slices) - out) * rows * N;
+    costGemm(c, kr, tiles * slices,
+             static_cast<double>(ceilDiv(kBlocks, slices) * bk), m, operand,
+             fp8, mBlocks);
+    return;
+  }
   costGemm(c, kr, tiles, K, m, operand, fp8, mBlocks);
 }
 
@@ -162,6 +188,11 @@ modelForward(const Sm90LayerShape &s,
   const Rows routed = routedRows(s, tokens);
   const double real = routed.real;
   using K = Sm90KernelKind;
+  // The slices of the split_k GEMM whose sum a sum_splits kernel takes.
+  int64_t slices = 1;
+  for (const Sm90KernelReport &kr : kernels)
+    if (kr.work.kind == K::GroupedGemm && kr.work.phase == Sm90Phase::Forward)
+      slices = std::max(slices, slicesOf(kr, tokens, m));
   for (const Sm90KernelReport &kr : kernels) {
     const Sm90KernelWork &w = kr.work;
     if (w.phase != Sm90Phase::Forward)
@@ -184,6 +215,11 @@ modelForward(const Sm90LayerShape &s,
       // SIMT logits (an f32 router weight).
       c.flops = 2 * T * E * H;
       c.bytes = e * T * H + 4 * E * H + 4 * T * E;
+      break;
+    case K::SumSplits:
+      // The slices in, the sum out, f32.
+      c.bytes = 4 * T * static_cast<double>(w.width) *
+                (static_cast<double>(slices) + 1);
       break;
     case K::SharedGate:
       // Qwen2-MoE's gate on the shared output: x . g, one scale a token.

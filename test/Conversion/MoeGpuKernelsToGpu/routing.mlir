@@ -97,3 +97,27 @@ gpu.module @k {
     gpu.return
   }
 }
+
+// -----
+
+// The split router's sum: one CTA per token, its threads striding over the
+// experts; the slices the GEMM took (count[0]) added in slice order.
+// CHECK-LABEL: gpu.func @sum_splits
+// CHECK: %[[T:.*]] = gpu.block_id x
+// CHECK: %[[TID:.*]] = gpu.thread_id x
+// CHECK: %[[STEP:.*]] = gpu.block_dim x
+// CHECK: scf.if
+// CHECK: %[[N:.*]] = memref.load %{{.*}}[%{{.*}}] : memref<1xi32>
+// CHECK: %[[NI:.*]] = arith.index_cast %[[N]] : i32 to index
+// CHECK: scf.for %[[E:.*]] = %[[TID]] to %c8{{[_0-9]*}} step %[[STEP]]
+// CHECK: %[[SUM:.*]] = scf.for %[[S:.*]] = %c0{{[_0-9]*}} to %[[NI]] step %c1{{[_0-9]*}} iter_args(%[[ACC:.*]] = %{{.*}}) -> (f32)
+// CHECK: %[[P:.*]] = memref.load %{{.*}}[%[[S]], %[[T]], %[[E]]] : memref<4x?x8xf32>
+// CHECK: %[[NEXT:.*]] = arith.addf %[[ACC]], %[[P]] : f32
+// CHECK: scf.yield %[[NEXT]]
+// CHECK: memref.store %[[SUM]], %{{.*}}[%[[T]], %[[E]]] : memref<?x8xf32>
+gpu.module @k {
+  gpu.func @sum_splits(%p: memref<4x?x8xf32>, %n: memref<1xi32>, %l: memref<?x8xf32>) kernel {
+    moegpu.sum_splits %p, %n, %l : memref<4x?x8xf32>, memref<1xi32>, memref<?x8xf32>
+    gpu.return
+  }
+}

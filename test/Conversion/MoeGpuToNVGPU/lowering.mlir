@@ -268,3 +268,40 @@ module attributes {gpu.container_module} {
     }
   }
 }
+
+// -----
+
+// Split K (the router): the consumers' loop takes as many slices as the
+// grid leaves CTAs per tile (at most 2 here, and K's 9 k blocks in slices
+// of ceil(9 / slices)); the grid's first thread stores the count; each
+// tile's slice is tile / (M blocks x N blocks), its first k block
+// slice x per-slice, its k blocks the rest of K when that is fewer.
+// CHECK-LABEL: gpu.func @router
+// CHECK: } else {
+// CHECK: %[[GRID:.*]] = gpu.grid_dim x
+// CHECK: %[[MB:.*]] = arith.ceildivui %{{.*}}, %c128
+// CHECK: %[[TILES:.*]] = arith.maxui %c1{{[_0-9]*}}, %{{.*}}
+// CHECK: %[[FREE:.*]] = arith.divui %[[GRID]], %[[TILES]]
+// CHECK: %[[ATLEAST:.*]] = arith.maxui %[[FREE]], %c1
+// CHECK: %[[WANT:.*]] = arith.minui %[[ATLEAST]], %c2
+// CHECK: %[[PER0:.*]] = arith.ceildivui %c9{{[_0-9]*}}, %[[WANT]]
+// CHECK: %[[SPLITS:.*]] = arith.ceildivui %c9{{[_0-9]*}}, %[[PER0]]
+// CHECK: %[[PER:.*]] = arith.ceildivui %c9{{[_0-9]*}}, %[[SPLITS]]
+// CHECK: %[[ALL:.*]] = arith.muli %{{.*}}, %[[SPLITS]]
+// CHECK: scf.if
+// CHECK: %[[N:.*]] = arith.index_cast %[[SPLITS]] : index to i32
+// CHECK: memref.store %[[N]], %{{.*}}[%{{.*}}] : memref<1xi32>
+// CHECK: scf.for %[[T:.*]] = %{{.*}} to %[[ALL]] step %[[GRID]]
+// CHECK: %[[SLICE:.*]] = arith.divui %[[T]], %{{.*}}
+// CHECK: %[[KF:.*]] = arith.muli %[[SLICE]], %[[PER]]
+// CHECK: %[[LEFT:.*]] = arith.subi %c9{{[_0-9]*}}, %[[KF]]
+// CHECK: %[[KB:.*]] = arith.minui %[[PER]], %[[LEFT]]
+// CHECK: vector.store %{{.*}}, %{{.*}}[%[[SLICE]], %{{.*}}, %{{.*}}] {{.*}} : memref<2x?x8xf32>, vector<2xf32>
+module attributes {gpu.container_module} {
+  gpu.module @kernels {
+    gpu.func @router(%a: memref<?x576xbf16>, %b: memref<8x576xbf16>, %c: memref<2x?x8xf32>, %n: memref<1xi32>) kernel {
+      moegpu.grouped_gemm %a, %b, dense, %c split_k(%n : memref<1xi32>) {tile = #moegpu.tile<m = 128, n = 8, k = 64, stages = 8>, sm_range = #moegpu.sm_range<first = 0, count = 132>} : memref<?x576xbf16>, memref<8x576xbf16>, memref<2x?x8xf32>
+      gpu.return
+    }
+  }
+}

@@ -260,7 +260,7 @@ func.func @f() {
 func.func @f(%o: memref<?xi32>) {
   // expected-error @+1 {{'moegpu.tile_loop' op expects offsets to be a static memref of at least 2 i32, got 'memref<?xi32>'}}
   moegpu.tile_loop %o : memref<?xi32> columns 64 tiles 128 x 64 x 64 depth 256 on #moegpu.sm_range<first = 0, count = 4> {
-  ^bb0(%e: index, %r: index, %c: index, %s: index, %k: index):
+  ^bb0(%e: index, %r: index, %c: index, %s: index, %k: index, %f: index):
   }
   return
 }
@@ -270,7 +270,7 @@ func.func @f(%o: memref<?xi32>) {
 func.func @f(%o: memref<9xi32>) {
   // expected-error @+1 {{'moegpu.tile_loop' op expects positive columns and tile sizes}}
   moegpu.tile_loop %o : memref<9xi32> columns 64 tiles 128 x 0 x 64 depth 256 on #moegpu.sm_range<first = 0, count = 4> {
-  ^bb0(%e: index, %r: index, %c: index, %s: index, %k: index):
+  ^bb0(%e: index, %r: index, %c: index, %s: index, %k: index, %f: index):
   }
   return
 }
@@ -278,7 +278,7 @@ func.func @f(%o: memref<9xi32>) {
 // -----
 
 func.func @f(%o: memref<9xi32>) {
-  // expected-error @+1 {{'moegpu.tile_loop' op expects the body to take five index arguments (group, row, column, first iteration, k blocks)}}
+  // expected-error @+1 {{'moegpu.tile_loop' op expects the body to take six index arguments (group, row, column, first iteration, k blocks, first k block)}}
   moegpu.tile_loop %o : memref<9xi32> columns 64 tiles 128 x 64 x 64 depth 256 on #moegpu.sm_range<first = 0, count = 4> {
   ^bb0(%e: index, %r: index, %c: index):
   }
@@ -560,7 +560,7 @@ func.func @f(%a: memref<?x256xbf16>, %b: memref<60x256xbf16>, %c: memref<?x60xf1
 func.func @f(%o: memref<9xi32>, %n: index) {
   // expected-error @+1 {{'moegpu.tile_loop' op expects either offsets or rows}}
   moegpu.tile_loop %o : memref<9xi32> rows %n columns 64 tiles 128 x 64 x 64 depth 256 on #moegpu.sm_range<first = 0, count = 4> {
-  ^bb0(%e: index, %r: index, %c: index, %s: index, %k: index):
+  ^bb0(%e: index, %r: index, %c: index, %s: index, %k: index, %f: index):
   }
   return
 }
@@ -570,7 +570,7 @@ func.func @f(%o: memref<9xi32>, %n: index) {
 func.func @f() {
   // expected-error @+1 {{'moegpu.tile_loop' op expects either offsets or rows}}
   moegpu.tile_loop columns 64 tiles 128 x 64 x 64 depth 256 on #moegpu.sm_range<first = 0, count = 4> {
-  ^bb0(%e: index, %r: index, %c: index, %s: index, %k: index):
+  ^bb0(%e: index, %r: index, %c: index, %s: index, %k: index, %f: index):
   }
   return
 }
@@ -644,7 +644,7 @@ func.func @f(%a: memref<128x256xbf16>, %b: memref<64x64xbf16>, %o: memref<9xi32>
 func.func @f(%o: memref<9xi32>) {
   // expected-error @+1 {{'moegpu.tile_loop' op expects k_grouped to have offsets, rows and depth 0 (the groups' rows are the reduction)}}
   moegpu.tile_loop %o : memref<9xi32> k_grouped columns 64 tiles 128 x 64 x 64 depth 0 on #moegpu.sm_range<first = 0, count = 4> {
-  ^bb0(%e: index, %r: index, %c: index, %s: index, %k: index):
+  ^bb0(%e: index, %r: index, %c: index, %s: index, %k: index, %f: index):
   }
   return
 }
@@ -654,7 +654,7 @@ func.func @f(%o: memref<9xi32>) {
 func.func @f(%o: memref<9xi32>) {
   // expected-error @+1 {{'moegpu.tile_loop' op expects a positive depth, got 0}}
   moegpu.tile_loop %o : memref<9xi32> columns 64 tiles 128 x 64 x 64 depth 0 on #moegpu.sm_range<first = 0, count = 4> {
-  ^bb0(%e: index, %r: index, %c: index, %s: index, %k: index):
+  ^bb0(%e: index, %r: index, %c: index, %s: index, %k: index, %f: index):
   }
   return
 }
@@ -703,7 +703,7 @@ func.func @f(%a: memref<?x256xbf16>, %b: memref<8x64x256xbf16>, %o: memref<9xi32
 
 func.func @f(%a: memref<?x256xf8E4M3FN>, %b: memref<8x64x256xf8E4M3FN>, %o: memref<9xi32>, %c: memref<?x64xbf16>, %as: memref<?x2xf32>) {
   // expected-error @+1 {{'moegpu.grouped_gemm' op expects a_scale and b_scale together}}
-  "moegpu.grouped_gemm"(%a, %b, %o, %c, %as) {operandSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0, 1, 0>} : (memref<?x256xf8E4M3FN>, memref<8x64x256xf8E4M3FN>, memref<9xi32>, memref<?x64xbf16>, memref<?x2xf32>) -> ()
+  "moegpu.grouped_gemm"(%a, %b, %o, %c, %as) {operandSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0, 1, 0, 0>} : (memref<?x256xf8E4M3FN>, memref<8x64x256xf8E4M3FN>, memref<9xi32>, memref<?x64xbf16>, memref<?x2xf32>) -> ()
   return
 }
 
@@ -784,5 +784,68 @@ func.func @f(%acc: vector<64xf32>, %as: memref<?xf32>, %bs: memref<8x4x2xf32>, %
 func.func @f(%acc: vector<64xf32>, %as: memref<?x2xf32>, %bs: memref<8x3x2xf32>, %i: index) {
   // expected-error @+1 {{'moegpu.promote' op expects an even number of n blocks (gate, then up) with interleaved, got 3}}
   %r = moegpu.promote %acc into %acc scales(%as, %bs)[%i, %i, %i, %i], warpgroup %i, row_end %i {interleaved} : vector<64xf32>, memref<?x2xf32>, memref<8x3x2xf32>
+  return
+}
+
+// -----
+
+// split_k: a dense nt GEMM into f32 slices, its count memref<1xi32>.
+func.func @f(%a: memref<?x256xbf16>, %b: memref<1x64x256xbf16>, %o: memref<2xi32>, %c: memref<4x?x64xf32>, %n: memref<1xi32>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects split_k only on a dense GEMM of the nt layout with 16-bit operands and the none epilogue}}
+  moegpu.grouped_gemm %a, %b, %o, %c split_k(%n : memref<1xi32>) : memref<?x256xbf16>, memref<1x64x256xbf16>, memref<2xi32>, memref<4x?x64xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xbf16>, %b: memref<60x256xbf16>, %c: memref<1x?x60xf32>, %n: memref<1xi32>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects a split_k c of f32 with a static first dimension of at least 2 (the most slices), got 'memref<1x?x60xf32>'}}
+  moegpu.grouped_gemm %a, %b, dense, %c split_k(%n : memref<1xi32>) : memref<?x256xbf16>, memref<60x256xbf16>, memref<1x?x60xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xbf16>, %b: memref<60x256xbf16>, %c: memref<4x?x60xf32>, %n: memref<1xi64>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects the split count to be memref<1xi32>, got 'memref<1xi64>'}}
+  moegpu.grouped_gemm %a, %b, dense, %c split_k(%n : memref<1xi64>) : memref<?x256xbf16>, memref<60x256xbf16>, memref<4x?x60xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xbf16>, %b: memref<60x256xbf16>, %c: memref<4x?x30xf32>, %n: memref<1xi32>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects c to have 60 columns (N), got 'memref<4x?x30xf32>'}}
+  moegpu.grouped_gemm %a, %b, dense, %c split_k(%n : memref<1xi32>) : memref<?x256xbf16>, memref<60x256xbf16>, memref<4x?x30xf32>
+  return
+}
+
+// -----
+
+func.func @f(%n: index) {
+  // expected-error @+1 {{'moegpu.tile_loop' op expects at least 1 split, got 0}}
+  moegpu.tile_loop rows %n columns 64 tiles 128 x 64 x 64 depth 256 on #moegpu.sm_range<first = 0, count = 4> attributes {splits = 0} {
+  ^bb0(%e: index, %r: index, %c: index, %s: index, %k: index, %f: index):
+  }
+  return
+}
+
+// -----
+
+func.func @f(%o: memref<9xi32>) {
+  // expected-error @+1 {{'moegpu.tile_loop' op expects splits only over rows (one dense group)}}
+  moegpu.tile_loop %o : memref<9xi32> columns 64 tiles 128 x 64 x 64 depth 256 on #moegpu.sm_range<first = 0, count = 4> attributes {splits = 2} {
+  ^bb0(%e: index, %r: index, %c: index, %s: index, %k: index, %f: index):
+  }
+  return
+}
+
+// -----
+
+func.func @f(%n: index, %count: memref<1xi32>) {
+  // expected-error @+1 {{'moegpu.tile_loop' op expects a split_count of memref<1xi32> with splits above 1, got 'memref<1xi32>' with 1}}
+  moegpu.tile_loop rows %n columns 64 tiles 128 x 64 x 64 depth 256 on #moegpu.sm_range<first = 0, count = 4> split_count(%count : memref<1xi32>) {
+  ^bb0(%e: index, %r: index, %c: index, %s: index, %k: index, %f: index):
+  }
   return
 }

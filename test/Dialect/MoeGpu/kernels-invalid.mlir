@@ -22,6 +22,36 @@ gpu.module @k {
 // -----
 
 gpu.module @k {
+  gpu.func @f(%p: memref<4x?x8xf32>, %n: memref<2xi32>, %l: memref<?x8xf32>) kernel {
+    // expected-error @+1 {{'moegpu.sum_splits' op expects dimension 0 of count to be 1 (one slice count), got 'memref<2xi32>'}}
+    moegpu.sum_splits %p, %n, %l : memref<4x?x8xf32>, memref<2xi32>, memref<?x8xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%p: memref<4x?x8xf32>, %n: memref<1xi32>, %l: memref<?x16xf32>) kernel {
+    // expected-error @+1 {{'moegpu.sum_splits' op expects dimension 1 of out to be 8 (the partials' columns), got 'memref<?x16xf32>'}}
+    moegpu.sum_splits %p, %n, %l : memref<4x?x8xf32>, memref<1xi32>, memref<?x16xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%p: memref<?x?x8xf32>, %n: memref<1xi32>, %l: memref<?x8xf32>) kernel {
+    // expected-error @+1 {{'moegpu.sum_splits' op expects dimension 0 of partials to be static, got 'memref<?x?x8xf32>'}}
+    moegpu.sum_splits %p, %n, %l : memref<?x?x8xf32>, memref<1xi32>, memref<?x8xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
   gpu.func @f(%x: memref<?x?xbf16>, %g: memref<1x64xbf16>, %s: memref<?xf32>) kernel {
     // expected-error @+1 {{'moegpu.shared_gate' op expects dimension 1 of x to be static, got 'memref<?x?xbf16>'}}
     moegpu.shared_gate %x, %g, %s : memref<?x?xbf16>, memref<1x64xbf16>, memref<?xf32>

@@ -11,6 +11,12 @@ gpu.module @k {
     moegpu.router_logits %x, %w, %l : memref<?x64xbf16>, memref<8x64xf32>, memref<?x8xf32>
     gpu.return
   }
+  // CHECK-LABEL: gpu.func @sum_splits
+  // CHECK: moegpu.sum_splits %{{.*}}, %{{.*}}, %{{.*}} : memref<4x?x8xf32>, memref<1xi32>, memref<?x8xf32>
+  gpu.func @sum_splits(%p: memref<4x?x8xf32>, %n: memref<1xi32>, %l: memref<?x8xf32>) kernel {
+    moegpu.sum_splits %p, %n, %l : memref<4x?x8xf32>, memref<1xi32>, memref<?x8xf32>
+    gpu.return
+  }
   // CHECK-LABEL: gpu.func @shared_gate
   // CHECK: moegpu.shared_gate %{{.*}}, %{{.*}}, %{{.*}} : memref<?x64xbf16>, memref<1x64xbf16>, memref<?xf32>
   gpu.func @shared_gate(%x: memref<?x64xbf16>, %g: memref<1x64xbf16>, %s: memref<?xf32>) kernel {

@@ -8,6 +8,7 @@
 // CHECK: moegpu.grouped_gemm %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} scale %{{.*}} {epilogue = #moegpu.epilogue<row_scale>} : memref<?x256xf16>, memref<8x64x256xf16>, memref<9xi32>, memref<?x64xf16>, memref<?xf32>
 // CHECK: moegpu.grouped_gemm %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : memref<?x256xbf16>, memref<1x64x256xbf16>, memref<2xi32>, memref<?x64xbf16>
 // CHECK: moegpu.grouped_gemm %{{.*}}, %{{.*}}, dense, %{{.*}} : memref<?x256xbf16>, memref<60x256xbf16>, memref<?x60xf32>
+// CHECK: moegpu.grouped_gemm %{{.*}}, %{{.*}}, dense, %{{.*}} split_k(%{{.*}} : memref<1xi32>) : memref<?x256xbf16>, memref<60x256xbf16>, memref<4x?x60xf32>
 // CHECK: moegpu.grouped_gemm %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {layout = #moegpu.layout<nn>} : memref<?x512xbf16>, memref<8x512x256xbf16>, memref<9xi32>, memref<?x256xf32>
 // CHECK: moegpu.grouped_gemm %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {layout = #moegpu.layout<tn>} : memref<?x256xbf16>, memref<?x64xbf16>, memref<9xi32>, memref<8x256x64xf32>
 // CHECK: moegpu.grouped_gemm %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {layout = #moegpu.layout<tn>} : memref<?x256xbf16>, memref<?x64xbf16>, memref<2xi32>, memref<256x64xf32>
@@ -19,11 +20,13 @@ func.func @grouped_gemm(%a: memref<?x256xbf16>, %b: memref<8x512x256xbf16>,
                         %c1: memref<?x64xbf16>, %router: memref<60x256xbf16>,
                         %logits: memref<?x60xf32>, %dy: memref<?x512xbf16>,
                         %dx: memref<?x256xf32>, %act: memref<?x64xbf16>,
-                        %dw: memref<8x256x64xf32>, %dw1: memref<256x64xf32>) {
+                        %dw: memref<8x256x64xf32>, %dw1: memref<256x64xf32>,
+                        %partials: memref<4x?x60xf32>, %count: memref<1xi32>) {
   moegpu.grouped_gemm %a, %b, %offsets, %c {epilogue = #moegpu.epilogue<swiglu>, tile = #moegpu.tile<m = 128, n = 128, k = 64, stages = 7>, sm_range = #moegpu.sm_range<first = 0, count = 112>} : memref<?x256xbf16>, memref<8x512x256xbf16>, memref<9xi32>, memref<?x256xbf16>
   moegpu.grouped_gemm %ah, %bh, %offsets, %ch scale %scale {epilogue = #moegpu.epilogue<row_scale>} : memref<?x256xf16>, memref<8x64x256xf16>, memref<9xi32>, memref<?x64xf16>, memref<?xf32>
   moegpu.grouped_gemm %a, %b1, %o1, %c1 {epilogue = #moegpu.epilogue<none>} : memref<?x256xbf16>, memref<1x64x256xbf16>, memref<2xi32>, memref<?x64xbf16>
   moegpu.grouped_gemm %a, %router, dense, %logits : memref<?x256xbf16>, memref<60x256xbf16>, memref<?x60xf32>
+  moegpu.grouped_gemm %a, %router, dense, %partials split_k(%count : memref<1xi32>) : memref<?x256xbf16>, memref<60x256xbf16>, memref<4x?x60xf32>
   moegpu.grouped_gemm %dy, %b, %offsets, %dx {layout = #moegpu.layout<nn>} : memref<?x512xbf16>, memref<8x512x256xbf16>, memref<9xi32>, memref<?x256xf32>
   moegpu.grouped_gemm %a, %act, %offsets, %dw {layout = #moegpu.layout<tn>} : memref<?x256xbf16>, memref<?x64xbf16>, memref<9xi32>, memref<8x256x64xf32>
   moegpu.grouped_gemm %a, %act, %o1, %dw1 {layout = #moegpu.layout<tn>} : memref<?x256xbf16>, memref<?x64xbf16>, memref<2xi32>, memref<256x64xf32>
@@ -34,11 +37,12 @@ func.func @grouped_gemm(%a: memref<?x256xbf16>, %b: memref<8x512x256xbf16>,
 // CHECK: %[[P:.*]] = moegpu.pipeline.create : <<m = 64, n = 64, k = 64, stages = 4>, bf16>
 // CHECK: moegpu.warp_roles consumers = 1, producer_regs = 40, consumer_regs = 232 producer {
 // CHECK:   moegpu.tile_loop %{{.*}} : memref<9xi32> columns 64 tiles 64 x 64 x 64 depth 256 on <first = 0, count = 4> {
-// CHECK:   ^bb0(%{{.*}}: index, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index):
+// CHECK:   ^bb0(%{{.*}}: index, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index):
 // CHECK:     moegpu.produce %[[P]][%{{.*}}], %{{.*}}[%{{.*}}, %{{.*}}], %{{.*}}[%{{.*}}, %{{.*}}] : <<m = 64, n = 64, k = 64, stages = 4>, bf16>, memref<?x256xbf16>, memref<8x64x256xbf16>
 // CHECK: } consumer {
 // CHECK: ^bb0(%[[WG:.*]]: index):
 // CHECK:     moegpu.tile_loop rows %{{.*}} columns 60 tiles 64 x 64 x 64 depth 256 on <first = 0, count = 4> {
+// CHECK:     moegpu.tile_loop rows %{{.*}} columns 60 tiles 64 x 64 x 64 depth 256 on <first = 0, count = 4> split_count(%{{.*}} : memref<1xi32>) attributes {splits = 4 : i64} {
 // CHECK:     moegpu.tile_loop %{{.*}} : memref<9xi32> k_grouped rows %{{.*}} columns 64 tiles 64 x 64 x 64 depth 0 on <first = 0, count = 4> {
 // CHECK:     %[[ACC1:.*]] = moegpu.mma %[[P]][%{{.*}}], %{{.*}}, warpgroup %[[WG]] {pending = 1 : i64}
 // CHECK:     moegpu.release %[[P]][%{{.*}}] : <<m = 64, n = 64, k = 64, stages = 4>, bf16>
@@ -51,23 +55,26 @@ func.func @grouped_gemm(%a: memref<?x256xbf16>, %b: memref<8x512x256xbf16>,
 func.func @specialized(%a: memref<?x256xbf16>, %b: memref<8x64x256xbf16>,
                        %offsets: memref<9xi32>, %c: memref<?x64xbf16>,
                        %scale: memref<?xf32>, %k: index, %end: index,
-                       %dw: memref<8x256x64xf32>) {
+                       %dw: memref<8x256x64xf32>, %count: memref<1xi32>) {
   %p = moegpu.pipeline.create : !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 4>, bf16>
   moegpu.warp_roles consumers = 1, producer_regs = 40, consumer_regs = 232 producer {
     moegpu.tile_loop %offsets : memref<9xi32> columns 64 tiles 64 x 64 x 64 depth 256 on #moegpu.sm_range<first = 0, count = 4> {
-    ^bb0(%e: index, %row: index, %col: index, %seq: index, %kb: index):
+    ^bb0(%e: index, %row: index, %col: index, %seq: index, %kb: index, %kf: index):
       moegpu.produce %p[%seq], %a[%row, %k], %b[%col, %k] : !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 4>, bf16>, memref<?x256xbf16>, memref<8x64x256xbf16>
     }
   } consumer {
   ^bb0(%wg: index):
     moegpu.tile_loop rows %end columns 60 tiles 64 x 64 x 64 depth 256 on #moegpu.sm_range<first = 0, count = 4> {
-    ^bb0(%e: index, %row: index, %col: index, %seq: index, %kb: index):
+    ^bb0(%e: index, %row: index, %col: index, %seq: index, %kb: index, %kf: index):
+    }
+    moegpu.tile_loop rows %end columns 60 tiles 64 x 64 x 64 depth 256 on #moegpu.sm_range<first = 0, count = 4> split_count(%count : memref<1xi32>) attributes {splits = 4} {
+    ^bb0(%e: index, %row: index, %col: index, %seq: index, %kb: index, %kf: index):
     }
     moegpu.tile_loop %offsets : memref<9xi32> k_grouped rows %end columns 64 tiles 64 x 64 x 64 depth 0 on #moegpu.sm_range<first = 0, count = 4> {
-    ^bb0(%e: index, %row: index, %col: index, %seq: index, %kb: index):
+    ^bb0(%e: index, %row: index, %col: index, %seq: index, %kb: index, %kf: index):
     }
     moegpu.tile_loop %offsets : memref<9xi32> columns 64 tiles 64 x 64 x 64 depth 256 on #moegpu.sm_range<first = 0, count = 4> {
-    ^bb0(%e: index, %row: index, %col: index, %seq: index, %kb: index):
+    ^bb0(%e: index, %row: index, %col: index, %seq: index, %kb: index, %kf: index):
       %zero = arith.constant dense<0.0> : vector<32xf32>
       %acc1 = moegpu.mma %p[%seq], %zero, warpgroup %wg {pending = 1} : !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 4>, bf16>, vector<32xf32>
       moegpu.release %p[%seq] : !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 4>, bf16>

@@ -8,7 +8,7 @@
 // CHECK: %[[P:.*]] = moegpu.pipeline.create : <<m = 128, n = 128, k = 64, stages = 7>, bf16>
 // CHECK: moegpu.warp_roles consumers = 2, producer_regs = 40, consumer_regs = 232 producer {
 // CHECK:   moegpu.tile_loop %[[O]] : memref<257xi32> columns 7168 tiles 128 x 128 x 64 depth 2048 on <first = 0, count = 112> {
-// CHECK:   ^bb0(%[[E:.*]]: index, %[[ROW:.*]]: index, %[[COL:.*]]: index, %[[BASE:.*]]: index, %[[KBS:.*]]: index):
+// CHECK:   ^bb0(%[[E:.*]]: index, %[[ROW:.*]]: index, %[[COL:.*]]: index, %[[BASE:.*]]: index, %[[KBS:.*]]: index, %{{.*}}: index):
 // CHECK:     %[[N:.*]] = arith.constant 7168 : index
 // CHECK:     %[[EN:.*]] = arith.muli %[[E]], %[[N]]
 // CHECK:     %[[BROW:.*]] = arith.addi %[[EN]], %[[COL]]
@@ -19,7 +19,7 @@
 // CHECK: } consumer {
 // CHECK: ^bb0(%[[WG:.*]]: index):
 // CHECK:   moegpu.tile_loop %[[O]] : memref<257xi32> columns 7168 tiles 128 x 128 x 64 depth 2048 on <first = 0, count = 112> {
-// CHECK:   ^bb0(%[[E2:.*]]: index, %[[ROW2:.*]]: index, %[[COL2:.*]]: index, %[[BASE2:.*]]: index, %[[KBS2:.*]]: index):
+// CHECK:   ^bb0(%[[E2:.*]]: index, %[[ROW2:.*]]: index, %[[COL2:.*]]: index, %[[BASE2:.*]]: index, %[[KBS2:.*]]: index, %{{.*}}: index):
 // The tile's first k block ignores the accumulator (`first`); then one
 // wgmma batch stays in flight: each k-block's mma gives back the previous
 // k-block's slot, and the last is drained after the loop.
@@ -84,7 +84,7 @@ func.func @too_few_registers(%a: memref<?x64xbf16>, %b: memref<4x256x64xbf16>, %
 // CHECK-LABEL: func.func @dx
 // CHECK: %[[P:.*]] = moegpu.pipeline.create : <<m = 128, n = 128, k = 64, stages = 7>, bf16, nn>
 // CHECK: moegpu.tile_loop %{{.*}} : memref<9xi32> columns 256 tiles 128 x 128 x 64 depth 512
-// CHECK: ^bb0(%[[E:.*]]: index, %[[ROW:.*]]: index, %[[COL:.*]]: index, %{{.*}}: index, %{{.*}}: index):
+// CHECK: ^bb0(%[[E:.*]]: index, %[[ROW:.*]]: index, %[[COL:.*]]: index, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index):
 // CHECK:   %[[EK:.*]] = arith.muli %[[E]], %c512
 // CHECK:   scf.for
 // CHECK:     %[[K:.*]] = arith.muli
@@ -103,7 +103,7 @@ func.func @dx(%a: memref<?x512xbf16>, %b: memref<8x512x256xbf16>, %o: memref<9xi
 // CHECK-LABEL: func.func @dw
 // CHECK: %[[P:.*]] = moegpu.pipeline.create : <<m = 128, n = 128, k = 64, stages = 7>, bf16, tn>
 // CHECK: moegpu.tile_loop %[[O:.*]] : memref<9xi32> k_grouped rows %{{.*}} columns 256 tiles 128 x 128 x 64 depth 0
-// CHECK: ^bb0(%[[E:.*]]: index, %[[ROW:.*]]: index, %[[COL:.*]]: index, %{{.*}}: index, %[[KBS:.*]]: index):
+// CHECK: ^bb0(%[[E:.*]]: index, %[[ROW:.*]]: index, %[[COL:.*]]: index, %{{.*}}: index, %[[KBS:.*]]: index, %{{.*}}: index):
 // CHECK:   %[[START:.*]] = memref.load %[[O]][%[[E]]]
 // CHECK:   %[[FIRST:.*]] = arith.index_cast %[[START]]
 // CHECK:   scf.for %{{.*}} = %{{.*}} to %[[KBS]]
@@ -111,7 +111,7 @@ func.func @dx(%a: memref<?x512xbf16>, %b: memref<8x512x256xbf16>, %o: memref<9xi
 // CHECK:     %[[R:.*]] = arith.addi %[[FIRST]], %[[K]]
 // CHECK:     moegpu.produce %[[P]][%{{.*}}], %{{.*}}[%[[ROW]], %[[R]]], %{{.*}}[%[[COL]], %[[R]]]
 // CHECK: } consumer {
-// CHECK: ^bb0(%{{.*}}: index, %[[ROW2:.*]]: index, %[[COL2:.*]]: index, %{{.*}}: index, %[[KBS2:.*]]: index):
+// CHECK: ^bb0(%{{.*}}: index, %[[ROW2:.*]]: index, %[[COL2:.*]]: index, %{{.*}}: index, %[[KBS2:.*]]: index, %{{.*}}: index):
 // The wait for the last batch is on every path (else ptxas serializes
 // the kernel's wgmma); only the slot release is conditional.
 // CHECK:   moegpu.drain %[[P]]
@@ -162,5 +162,30 @@ func.func @fp8_registers(%a: memref<?x256xf8E4M3FN>, %b: memref<8x256x256xf8E4M3
 func.func @k128_bf16(%a: memref<?x64xbf16>, %b: memref<4x64x64xbf16>, %o: memref<5xi32>, %c: memref<?x64xbf16>) {
   // expected-error @+1 {{'moegpu.grouped_gemm' op tile k 128 is for FP8; 16-bit operands take k = 64}}
   moegpu.grouped_gemm %a, %b, %o, %c {tile = #moegpu.tile<m = 128, n = 64, k = 128, stages = 4>, sm_range = #moegpu.sm_range<first = 0, count = 8>} : memref<?x64xbf16>, memref<4x64x64xbf16>, memref<5xi32>, memref<?x64xbf16>
+  return
+}
+
+// -----
+
+// Split K (the router at few tokens): both loops take the slices; the
+// producer's boxes start at the slice's first k block, the consumers'
+// loop reports the slice count and stores each slice's partial sums from
+// registers into c's slice (the group argument).
+// CHECK-LABEL: func.func @split_router
+// CHECK-SAME: (%[[A:.*]]: memref<?x512xbf16>, %[[B:.*]]: memref<16x512xbf16>, %[[C:.*]]: memref<2x?x16xf32>, %[[N:.*]]: memref<1xi32>)
+// CHECK: producer {
+// CHECK:   moegpu.tile_loop rows %[[ROWS:.*]] columns 16 tiles 128 x 64 x 64 depth 512 on <first = 0, count = 132> attributes {splits = 2 : i64} {
+// CHECK:   ^bb0(%{{.*}}: index, %[[ROW:.*]]: index, %[[COL:.*]]: index, %[[BASE:.*]]: index, %{{.*}}: index, %[[KF:.*]]: index):
+// CHECK:     %[[K0:.*]] = arith.muli %[[KF]], %{{.*}}
+// CHECK:     scf.for %[[KB:.*]] =
+// CHECK:       %[[KK:.*]] = arith.muli %[[KB]]
+// CHECK:       %[[K:.*]] = arith.addi %[[K0]], %[[KK]]
+// CHECK:       moegpu.produce %{{.*}}, %[[A]][%[[ROW]], %[[K]]], %[[B]][%[[COL]], %[[K]]]
+// CHECK: } consumer {
+// CHECK:   moegpu.tile_loop rows %[[ROWS]] columns 16 tiles 128 x 64 x 64 depth 512 on <first = 0, count = 132> split_count(%[[N]] : memref<1xi32>) attributes {splits = 2 : i64} {
+// CHECK:   ^bb0(%[[SLICE:[^:]*]]: index, %[[ROW2:[^:]*]]: index, %[[COL2:[^:]*]]: index,
+// CHECK:     moegpu.store_tile %{{.*}}, %[[C]][%[[SLICE]], %[[ROW2]], %[[COL2]]], warpgroup %{{.*}}, row_end %[[ROWS]] :
+func.func @split_router(%a: memref<?x512xbf16>, %b: memref<16x512xbf16>, %c: memref<2x?x16xf32>, %n: memref<1xi32>) {
+  moegpu.grouped_gemm %a, %b, dense, %c split_k(%n : memref<1xi32>) {tile = #moegpu.tile<m = 128, n = 64, k = 64, stages = 8>, sm_range = #moegpu.sm_range<first = 0, count = 132>} : memref<?x512xbf16>, memref<16x512xbf16>, memref<2x?x16xf32>
   return
 }

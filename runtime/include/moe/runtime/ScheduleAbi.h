@@ -120,6 +120,7 @@ enum class KernelKind {
   AdamW,
   UpdateCheck,
   UpdateVerdict,
+  SumSplits,
 };
 
 inline constexpr std::string_view kKernelKindNames[] = {
@@ -152,7 +153,8 @@ inline constexpr std::string_view kKernelKindNames[] = {
     "bias_update",
     "adamw",
     "update_check",
-    "update_verdict"};
+    "update_verdict",
+    "sum_splits"};
 
 constexpr std::string_view kernelKindName(KernelKind kind) {
   return nameOf(kKernelKindNames, kind);
