@@ -117,19 +117,22 @@ Value mlir::moegpu::buildSplitCount(ImplicitLocOpBuilder &b, Value rows,
                                     int64_t blockM, int64_t columnBlocks,
                                     int64_t kBlocks, int64_t maxSplits,
                                     Value ctas) {
+  // One op a statement: the IR's order must not depend on the order in
+  // which the C++ compiler evaluates a call's arguments.
   auto idx = [&](int64_t v) -> Value {
     return arith::ConstantIndexOp::create(b, v);
   };
-  Value tiles = arith::MaxUIOp::create(
-      b, idx(1),
-      arith::MulIOp::create(b, arith::CeilDivUIOp::create(b, rows, idx(blockM)),
-                            idx(columnBlocks)));
+  Value one = idx(1);
+  Value mBlocks = arith::CeilDivUIOp::create(b, rows, idx(blockM));
+  Value tiles = arith::MulIOp::create(b, mBlocks, idx(columnBlocks));
+  tiles = arith::MaxUIOp::create(b, one, tiles);
   Value splits = arith::DivUIOp::create(b, ctas, tiles);
-  splits = arith::MinUIOp::create(
-      b, arith::MaxUIOp::create(b, splits, idx(1)),
-      idx(std::max<int64_t>(1, std::min(maxSplits, kBlocks))));
-  Value per = arith::CeilDivUIOp::create(b, idx(kBlocks), splits);
-  return arith::CeilDivUIOp::create(b, idx(kBlocks), per);
+  splits = arith::MaxUIOp::create(b, splits, one);
+  Value most = idx(std::max<int64_t>(1, std::min(maxSplits, kBlocks)));
+  splits = arith::MinUIOp::create(b, splits, most);
+  Value depth = idx(kBlocks);
+  Value per = arith::CeilDivUIOp::create(b, depth, splits);
+  return arith::CeilDivUIOp::create(b, depth, per);
 }
 
 bool mlir::moegpu::usesTmaStoreEpilogue(MemRefType c, bool rowsEndOnBoxes,

@@ -47,11 +47,14 @@ static void lowerSumSplits(moegpu::SumSplitsOp op, Emitter &e) {
   e.when(e.cmp(arith::CmpIPredicate::ult, row, e.dim(out, 0)), [&] {
     Value count = e.index(e.load(op.getCount(), {e.idx(0)}));
     e.loop(tid, e.idx(columns), threads, {}, [&](Value n, ValueRange) {
-      Value sum = e.loop(e.idx(0), count, e.idx(1), {e.f32(0)},
-                         [&](Value slice, ValueRange it) {
-                           Value p = e.load(partials, {slice, row, n});
-                           return SmallVector<Value>{e.add(it[0], p)};
-                         })[0];
+      // (One op a statement: the IR's order must not depend on the C++
+      // compiler's order of evaluating arguments.)
+      Value first = e.idx(0), step = e.idx(1), zero = e.f32(0);
+      Value sum =
+          e.loop(first, count, step, {zero}, [&](Value slice, ValueRange it) {
+            Value p = e.load(partials, {slice, row, n});
+            return SmallVector<Value>{e.add(it[0], p)};
+          })[0];
       e.store(sum, out, {row, n});
       return SmallVector<Value>{};
     });

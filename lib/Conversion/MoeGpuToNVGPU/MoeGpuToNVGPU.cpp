@@ -94,20 +94,21 @@ TileLoopLowering::matchAndRewrite(TileLoopOp op,
         arith::CeilDivUIOp::create(b, constIndex(b, depthBlocks), splits);
     tiles = arith::MulIOp::create(b, tiles, splits);
     if (Value count = op.getSplitCount()) {
+      // (One op a statement: the IR's order must not depend on the C++
+      // compiler's order of evaluating arguments.)
+      Value zero = constIndex(b, 0);
       Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
-      Value firstThread = arith::AndIOp::create(
-          b,
-          arith::CmpIOp::create(b, arith::CmpIPredicate::eq, tid,
-                                constIndex(b, 0)),
-          arith::CmpIOp::create(b, arith::CmpIPredicate::eq,
-                                gpu::BlockIdOp::create(b, gpu::Dimension::x),
-                                constIndex(b, 0)));
+      Value block = gpu::BlockIdOp::create(b, gpu::Dimension::x);
+      Value firstInBlock =
+          arith::CmpIOp::create(b, arith::CmpIPredicate::eq, tid, zero);
+      Value firstBlock =
+          arith::CmpIOp::create(b, arith::CmpIPredicate::eq, block, zero);
+      Value firstThread = arith::AndIOp::create(b, firstInBlock, firstBlock);
       auto ifFirst = scf::IfOp::create(b, firstThread, /*withElse=*/false);
       ImplicitLocOpBuilder tb =
           ImplicitLocOpBuilder::atBlockBegin(op.getLoc(), ifFirst.thenBlock());
-      memref::StoreOp::create(
-          tb, arith::IndexCastOp::create(tb, tb.getI32Type(), splits), count,
-          ValueRange{constIndex(tb, 0)});
+      Value taken = arith::IndexCastOp::create(tb, tb.getI32Type(), splits);
+      memref::StoreOp::create(tb, taken, count, ValueRange{zero});
     }
   }
   // The pipeline iteration is carried by the loop: no division by the grid
@@ -126,29 +127,25 @@ TileLoopLowering::matchAndRewrite(TileLoopOp op,
           b, arith::MulIOp::create(b, mBlock, constIndex(b, cluster)), rank);
     return arith::MulIOp::create(b, mBlock, constIndex(b, blockM));
   };
-  if (kGrouped) {
+  if (kGrouped || splits) {
+    // Group- (slice-) major: the group, then its row block and column block.
     Value perGroup = arith::MulIOp::create(lb, mBlocks, nBlocks);
     group = arith::DivUIOp::create(lb, tile, perGroup);
     Value within = arith::RemUIOp::create(lb, tile, perGroup);
     row = rowOf(lb, arith::DivUIOp::create(lb, within, nBlocks));
     col = arith::MulIOp::create(lb, arith::RemUIOp::create(lb, within, nBlocks),
                                 constIndex(lb, blockN));
+  }
+  if (kGrouped) {
     Value begin = loadOffset(lb, group);
     Value end =
         loadOffset(lb, arith::AddIOp::create(lb, group, constIndex(lb, 1)));
     kBlocks = arith::CeilDivUIOp::create(
         lb, arith::SubIOp::create(lb, end, begin), constIndex(lb, blockK));
   } else if (splits) {
-    Value perSplit = arith::MulIOp::create(lb, mBlocks, nBlocks);
-    group = arith::DivUIOp::create(lb, tile, perSplit);
-    Value within = arith::RemUIOp::create(lb, tile, perSplit);
-    row = rowOf(lb, arith::DivUIOp::create(lb, within, nBlocks));
-    col = arith::MulIOp::create(lb, arith::RemUIOp::create(lb, within, nBlocks),
-                                constIndex(lb, blockN));
     kFirst = arith::MulIOp::create(lb, group, perSlice);
-    kBlocks = arith::MinUIOp::create(
-        lb, perSlice,
-        arith::SubIOp::create(lb, constIndex(lb, depthBlocks), kFirst));
+    Value left = arith::SubIOp::create(lb, constIndex(lb, depthBlocks), kFirst);
+    kBlocks = arith::MinUIOp::create(lb, perSlice, left);
   } else {
     row = rowOf(lb, arith::DivUIOp::create(lb, tile, nBlocks));
     if (first)
