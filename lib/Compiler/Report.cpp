@@ -11,6 +11,7 @@
 
 #include "moegpu/MoeGpuDialect.h"
 
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -160,8 +161,28 @@ mlir::moe::formatModelProjection(const std::vector<Sm90KernelReport> &kernels,
   os << llvm::formatv("training step, {0} tokens:\n", t);
   os << llvm::formatv("{0,-31} {1,-6} {2,10} {3,10} {4,12}\n", "kernel",
                       "engine", "GFLOP", "MB", "estimate us");
-  double flops = 0, tensor = 0, estimate = 0;
+  // The optimizer's kernels: the compute copies (and the gate/up repack)
+  // the step's GEMMs read, the update checks, the verdict, AdamW and the
+  // bias update.
+  llvm::StringSet<> optimizerKernels;
+  for (const Sm90KernelReport &k : kernels)
+    switch (k.work.kind) {
+    case Sm90KernelKind::Convert:
+    case Sm90KernelKind::PackGateUp:
+    case Sm90KernelKind::UpdateCheck:
+    case Sm90KernelKind::UpdateVerdict:
+    case Sm90KernelKind::AdamW:
+    case Sm90KernelKind::BiasUpdate:
+      if (k.work.phase != Sm90Phase::Forward)
+        optimizerKernels.insert(k.name);
+      break;
+    default:
+      break;
+    }
+  double flops = 0, tensor = 0, estimate = 0, optimizer = 0;
   for (const Sm90KernelCost &c : modelTraining(shape, kernels, t, machine)) {
+    if (optimizerKernels.contains(c.kernel))
+      optimizer += c.estimateUs;
     os << llvm::formatv("{0,-31} {1,-6} {2,10:f2} {3,10:f2} {4,12:f1}\n",
                         c.kernel, c.engine, c.flops / 1e9, c.bytes / 1e6,
                         c.estimateUs);
@@ -174,6 +195,11 @@ mlir::moe::formatModelProjection(const std::vector<Sm90KernelReport> &kernels,
                       "({5:f1}% of the FLOPs on tensor cores)\n",
                       "step", "", flops / 1e9, "", estimate,
                       flops > 0 ? 100 * tensor / flops : 0.0);
+  os << llvm::formatv("{0,-31} {1,-6} {2,10} {3,10} {4,12:f1}  "
+                      "({5:f1}% of the step: compute copies, update checks, "
+                      "AdamW, bias update)\n",
+                      "of which the optimizer", "", "", "", optimizer,
+                      estimate > 0 ? 100 * optimizer / estimate : 0.0);
   return text;
 }
 
