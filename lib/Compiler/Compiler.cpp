@@ -252,6 +252,22 @@ static void setText(CompileResult &result, llvm::StringRef text) {
   result.output.assign(text.begin(), text.end());
 }
 
+/// Whether `variant` (a forward pass's build) names only buffers of
+/// `program`, each as `program` declares it.
+static bool sharesBuffers(const rt::GpuProgram &program,
+                          const rt::GpuProgram &variant) {
+  for (const rt::GpuBuffer &v : variant.buffers) {
+    auto same = llvm::find_if(program.buffers, [&](const rt::GpuBuffer &b) {
+      return b.name == v.name && b.dtype == v.dtype && b.shape == v.shape &&
+             ::moe::abi::formatBufferSource(b.source) ==
+                 ::moe::abi::formatBufferSource(v.source);
+    });
+    if (same == program.buffers.end())
+      return false;
+  }
+  return variant.rowCapacity <= program.rowCapacity;
+}
+
 static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
                                      WeightNaming naming,
                                      const CheckpointLayout &checkpoint,
@@ -295,12 +311,55 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
   sm90.cluster = options.tileCluster;
   sm90.cubin = options.emit != "ptx" || options.report;
   sm90.ptxas = options.ptxas;
+  Sm90LayerShape shape;
+  shape.hidden = config.getHidden();
+  shape.ffn = config.getFfn();
+  shape.experts = config.getExperts();
+  shape.topK = config.getTopK();
+  shape.sharedFfn = config.getSharedFfnTotal();
+  shape.alignment = sm90.alignment;
+  shape.ranks = ranks;
+  shape.fp8 = config.isFp8();
+  // A bundle or report whose tiles the options leave to the compiler also
+  // gets the forward pass with 64-row tiles (one consumer warpgroup,
+  // segments padded to 64 rows) for the token counts at which the model
+  // finds it faster: small T, where 128-row tiles are mostly padding.
+  // One GPU, 16-bit experts and unpaired CTAs, as --tile-m 64 takes them.
+  OwningOpRef<ModuleOp> variantModule;
+  if ((options.emit == "bundle" || options.report) && !options.tileM &&
+      !options.alignment && options.tileCluster == 1 && ranks == 1 &&
+      !config.isFp8())
+    variantModule = module.clone();
   std::optional<Sm90Result> compiled =
       compileSm90(module, sm90, timing, result.error);
   if (!compiled) {
     if (!result.diagnostics.empty())
       result.error.clear();
     return result;
+  }
+  compiled->program.tileM = blockM(options);
+  std::optional<Sm90Result> variant;
+  int64_t variantTokens = 0;
+  if (variantModule) {
+    Sm90Options small = sm90;
+    small.tileM = 64;
+    small.alignment = 64;
+    small.train = false;
+    TimingScope scope = timing.nest("BLOCK_M 64 forward pass");
+    variant = compileSm90(*variantModule, small, scope, result.error);
+    if (!variant) {
+      if (!result.diagnostics.empty())
+        result.error.clear();
+      return result;
+    }
+    if (!sharesBuffers(compiled->program, variant->program)) {
+      result.error = "internal error: the BLOCK_M 64 forward pass declares "
+                     "buffers other than the program's";
+      return result;
+    }
+    variantTokens =
+        variantBucket(shape, compiled->kernels, sm90.alignment,
+                      variant->kernels, small.alignment, options.maxTokens);
   }
   // What each rank allocates, against the budget given.
   rt::GpuMemoryPlan memory =
@@ -316,19 +375,14 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
         result.warning.empty() ? over : result.warning + "; " + over;
   }
   if (options.report) {
-    Sm90LayerShape shape;
-    shape.hidden = config.getHidden();
-    shape.ffn = config.getFfn();
-    shape.experts = config.getExperts();
-    shape.topK = config.getTopK();
-    shape.sharedFfn = config.getSharedFfnTotal();
-    shape.alignment = sm90.alignment;
-    shape.ranks = ranks;
-    shape.fp8 = config.isFp8();
     result.report = formatKernelTable(compiled->kernels) +
                     formatModelProjection(compiled->kernels, shape,
                                           options.maxTokens, options.train) +
                     formatMemoryPlan(memory, options.maxTokens, ranks);
+    if (variant)
+      result.report += formatTileVariants(
+          shape, compiled->kernels, sm90.alignment, variant->kernels,
+          /*variantAlignment=*/64, variantTokens, options.maxTokens);
   }
   if (options.emit == "ptx") {
     setText(result, compiled->ptx);
@@ -349,6 +403,15 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
       bundle.manifest.schedule.push_back(step.kernel);
   bundle.manifest.gpu = std::move(compiled->program);
   bundle.manifest.expertParallel = ranks;
+  if (variant && variantTokens > 0) {
+    rt::GpuVariant v;
+    v.tileM = 64;
+    v.maxTokens = variantTokens;
+    v.rowCapacity = variant->program.rowCapacity;
+    v.blob = 2;
+    v.steps = std::move(variant->program.steps);
+    bundle.manifest.gpu.variants.push_back(std::move(v));
+  }
   if (options.train) {
     // The runtime runs the training schedule for this entry point.
     bundle.manifest.train.entry = "train_steps";
@@ -365,6 +428,12 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
   std::vector<uint8_t> ptx(compiled->ptx.begin(), compiled->ptx.end());
   ptx.push_back(0);
   bundle.blobs.push_back(std::move(ptx));
+  if (!bundle.manifest.gpu.variants.empty()) {
+    bundle.blobs.push_back(std::move(variant->cubin));
+    std::vector<uint8_t> variantPtx(variant->ptx.begin(), variant->ptx.end());
+    variantPtx.push_back(0);
+    bundle.blobs.push_back(std::move(variantPtx));
+  }
   result.output = rt::serializeBundle(bundle);
   return result;
 }

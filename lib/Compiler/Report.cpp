@@ -222,3 +222,58 @@ std::string mlir::moe::formatMemoryPlan(const rt::GpuMemoryPlan &plan,
     os << llvm::formatv("  {0,-41} {1,12}\n", what, rt::formatBytes(bytes));
   return text;
 }
+
+double
+mlir::moe::modelledForwardUs(Sm90LayerShape shape,
+                             const std::vector<Sm90KernelReport> &kernels,
+                             int64_t alignment, int64_t tokens) {
+  shape.alignment = alignment;
+  double us = 0;
+  for (const Sm90KernelCost &c : modelForward(shape, kernels, tokens))
+    us += c.estimateUs;
+  return us;
+}
+
+int64_t mlir::moe::variantBucket(const Sm90LayerShape &shape,
+                                 const std::vector<Sm90KernelReport> &main,
+                                 int64_t mainAlignment,
+                                 const std::vector<Sm90KernelReport> &variant,
+                                 int64_t variantAlignment, int64_t maxTokens) {
+  int64_t t = 0;
+  while (t < maxTokens &&
+         modelledForwardUs(shape, variant, variantAlignment, t + 1) <
+             modelledForwardUs(shape, main, mainAlignment, t + 1))
+    ++t;
+  return t;
+}
+
+std::string mlir::moe::formatTileVariants(
+    const Sm90LayerShape &shape, const std::vector<Sm90KernelReport> &main,
+    int64_t mainAlignment, const std::vector<Sm90KernelReport> &variant,
+    int64_t variantAlignment, int64_t variantTokens, int64_t maxTokens) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "tile variants of the forward pass (model, us):\n";
+  os << llvm::formatv("{0,6} {1,12} {2,12}  {3}\n", "tokens", "BLOCK_M 128",
+                      "BLOCK_M 64", "runs");
+  std::vector<int64_t> counts = {1, 8, 32, 128, 512, 4096};
+  if (variantTokens > 0 && variantTokens < maxTokens)
+    counts.push_back(variantTokens + 1);
+  llvm::sort(counts);
+  for (int64_t t : counts) {
+    if (t > maxTokens)
+      continue;
+    os << llvm::formatv("{0,6} {1,12:f1} {2,12:f1}  BLOCK_M {3}\n", t,
+                        modelledForwardUs(shape, main, mainAlignment, t),
+                        modelledForwardUs(shape, variant, variantAlignment, t),
+                        t <= variantTokens ? 64 : 128);
+  }
+  if (variantTokens > 0)
+    os << llvm::formatv("the bundle runs BLOCK_M 64 for 1 .. {0} tokens{1}\n",
+                        variantTokens,
+                        variantTokens < maxTokens ? ", BLOCK_M 128 above" : "");
+  else
+    os << "the bundle runs BLOCK_M 128 at every token count (BLOCK_M 64 "
+          "is not faster at 1)\n";
+  return text;
+}

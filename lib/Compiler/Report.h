@@ -33,6 +33,30 @@ std::string formatModelProjection(const std::vector<Sm90KernelReport> &kernels,
 std::string formatMemoryPlan(const ::moe::rt::GpuMemoryPlan &plan,
                              int64_t maxTokens, int64_t ranks);
 
+/// The forward pass's modelled time with `kernels` at `tokens`, expert
+/// segments padded to `alignment` rows.
+double modelledForwardUs(Sm90LayerShape shape,
+                         const std::vector<Sm90KernelReport> &kernels,
+                         int64_t alignment, int64_t tokens);
+
+/// The most tokens T such that the forward pass built with `variant`'s
+/// kernels is faster in the performance model than with `main`'s at every
+/// count 1 .. T (at most `maxTokens`); 0 when it is not at 1.
+int64_t variantBucket(const Sm90LayerShape &shape,
+                      const std::vector<Sm90KernelReport> &main,
+                      int64_t mainAlignment,
+                      const std::vector<Sm90KernelReport> &variant,
+                      int64_t variantAlignment, int64_t maxTokens);
+
+/// Both builds' modelled forward pass at a few token counts, and which
+/// one the bundle runs (the variant up to `variantTokens`).
+std::string formatTileVariants(const Sm90LayerShape &shape,
+                               const std::vector<Sm90KernelReport> &main,
+                               int64_t mainAlignment,
+                               const std::vector<Sm90KernelReport> &variant,
+                               int64_t variantAlignment, int64_t variantTokens,
+                               int64_t maxTokens);
+
 } // namespace mlir::moe
 
 #endif // MOE_COMPILER_REPORT_H

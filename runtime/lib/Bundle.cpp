@@ -170,6 +170,18 @@ std::string serializeManifest(const Manifest &m) {
       root["gpu"]["train_steps"] = stepList(m.gpu.trainSteps);
     if (!m.gpu.updateSteps.empty())
       root["gpu"]["update_steps"] = stepList(m.gpu.updateSteps);
+    if (m.gpu.tileM)
+      root["gpu"]["tile_m"] = m.gpu.tileM;
+    if (!m.gpu.variants.empty()) {
+      json variants = json::array();
+      for (const GpuVariant &v : m.gpu.variants)
+        variants.push_back({{"tile_m", v.tileM},
+                            {"max_tokens", v.maxTokens},
+                            {"row_capacity", v.rowCapacity},
+                            {"blob", v.blob},
+                            {"steps", stepList(v.steps)}});
+      root["gpu"]["variants"] = variants;
+    }
   }
   if (!m.hostCpus.empty())
     root["host_cpus"] = m.hostCpus;
@@ -442,6 +454,21 @@ static void readGpuProgram(Reader &r, const json &root, GpuProgram &program) {
   if (gpu->contains("update_steps"))
     if (const json *steps = r.array(*gpu, "update_steps", w))
       readSteps(*steps, program.updateSteps);
+  if (gpu->contains("tile_m"))
+    program.tileM = r.integer(*gpu, "tile_m", w);
+  if (gpu->contains("variants"))
+    if (const json *variants = r.array(*gpu, "variants", w))
+      for (const json &item : *variants) {
+        const char *vw = "a gpu variant";
+        GpuVariant v;
+        v.tileM = r.integer(item, "tile_m", vw);
+        v.maxTokens = r.integer(item, "max_tokens", vw);
+        v.rowCapacity = r.integer(item, "row_capacity", vw);
+        v.blob = r.integer(item, "blob", vw);
+        if (const json *steps = r.array(item, "steps", vw))
+          readSteps(*steps, v.steps);
+        program.variants.push_back(std::move(v));
+      }
   indexGpuBuffers(program);
 }
 

@@ -69,6 +69,8 @@ public:
       driver.eventDestroy(scheduleStart);
     if (stream)
       driver.streamDestroy(stream);
+    for (CUmodule m : variantModules)
+      driver.moduleUnload(m);
     if (module)
       driver.moduleUnload(module);
   }
@@ -99,6 +101,11 @@ public:
     return Status::success();
   }
   void invalidateParameters() override { parametersUploaded = false; }
+  /// The last forward pass's build of the expert GEMMs ("BLOCK_M 64"),
+  /// in a bundle that records it.
+  std::string codeVariant() const override {
+    return lastTileM ? "BLOCK_M " + std::to_string(lastTileM) : std::string();
+  }
   std::vector<KernelTime> lastProfile() const override { return profile; }
   DeviceActivity activity() const override { return driverActivity(); }
   void setProfiling(bool on) override { profiling = on; }
@@ -199,7 +206,7 @@ private:
   /// step).
   Status launchSteps(const std::vector<GpuStep> &steps,
                      const SchedulePlan &plan, int64_t tokens, bool timed,
-                     bool sameClock = false);
+                     bool sameClock = false, int64_t rowCapacity = -1);
   /// Runs `steps` for `tokens` tokens to completion (timed when profiling;
   /// `what` names the schedule in errors).
   Status runSchedule(const std::vector<GpuStep> &steps,
@@ -247,6 +254,14 @@ private:
   CUdeviceptr mapsBuffer = 0;
   /// The forward pass's, the training step's and the update's.
   SchedulePlan stepPlan, trainStepPlan, updateStepPlan;
+  /// The forward pass's other builds (GpuProgram::variants): their
+  /// modules and plans.
+  std::vector<CUmodule> variantModules;
+  std::vector<SchedulePlan> variantPlans;
+  /// The build of the forward pass that runs `tokens` tokens: an index
+  /// into GpuProgram::variants, or -1 for its own steps; by the bundle's
+  /// buckets, or as $MOE_TILE_M (64 or 128) asks.
+  Expected<int> forwardVariant(int64_t tokens) const;
   /// The forward pass's input and outputs (y, topk_ids, topk_weights); the
   /// training step's arguments' buffers, in TrainSpec order (null: none).
   const GpuBuffer *inputBuffer = nullptr;
@@ -324,6 +339,8 @@ private:
   }
   std::vector<KernelTime> profile;
   int64_t lastTokens = 0;
+  /// The BLOCK_M of the last forward pass's build (0: not recorded).
+  int64_t lastTileM = 0;
 
   /// Page-locked host memory, allocated at load, staging what crosses
   /// between host and device in every pass and step (the forward pass's x
@@ -345,8 +362,8 @@ private:
   /// the device (the bundle's update kernels read update_rejected).
   bool deviceVerdict = false;
   /// Enqueues a forward pass of `tokens` tokens: x from its staging, the
-  /// schedule, the outputs to theirs.
-  Status enqueueForward(int64_t tokens);
+  /// schedule (`variant`'s, see forwardVariant), the outputs to theirs.
+  Status enqueueForward(int64_t tokens, int variant);
   /// Whether `steps` can be captured as a CUDA graph: kernels and memsets
   /// only (an exchange needs the host), not timed, and graphs not turned
   /// off ($MOE_CUDA_GRAPHS=0).
@@ -427,28 +444,59 @@ Status CudaBackend::init(const Bundle &bundle) {
   if (Status s = makeContextCurrent(driver, device); !s.ok())
     return s;
   ready = true;
-  if (bundle.blobs.empty() || bundle.blobs.size() > 2 ||
-      bundle.blobs[0].size() < 4 ||
-      std::memcmp(bundle.blobs[0].data(),
-                  "\x7f"
-                  "ELF",
-                  4) != 0)
-    return Status::failure("the sm_90a bundle holds no cubin (expected an "
-                           "ELF blob, then optionally its PTX)");
-  const std::vector<uint8_t> *ptx =
-      bundle.blobs.size() == 2 ? &bundle.blobs[1] : nullptr;
-  if (ptx && (ptx->empty() || ptx->back() != 0))
-    return Status::failure("the sm_90a bundle's PTX is not NUL-terminated");
+  // The program's cubin and optionally its PTX, then each variant's
+  // cubin and PTX.
+  size_t variants = manifest.gpu.variants.size();
+  auto isElf = [](const std::vector<uint8_t> &blob) {
+    return blob.size() >= 4 && std::memcmp(blob.data(),
+                                           "\x7f"
+                                           "ELF",
+                                           4) == 0;
+  };
+  if (bundle.blobs.empty() || !isElf(bundle.blobs[0]) ||
+      (variants ? bundle.blobs.size() != 2 + 2 * variants
+                : bundle.blobs.size() > 2))
+    return Status::failure(
+        "the sm_90a bundle holds no cubin (expected an ELF blob, then "
+        "optionally its PTX" +
+        std::string(variants ? ", then a cubin and its PTX for each of the " +
+                                   std::to_string(variants) + " variants"
+                             : "") +
+        "; found " + std::to_string(bundle.blobs.size()) + " blobs)");
   // The cubin first; a driver that has no binary for this GPU (a newer
   // architecture, or the PTX emulator) gets the PTX to JIT instead.
-  CUresult loaded = driver.moduleLoadData(&module, bundle.blobs[0].data());
-  if (loaded == kErrorNoBinaryForGpu && ptx)
-    loaded = driver.moduleLoadData(&module, ptx->data());
-  if (Status s = check(loaded, std::string("cannot load the bundle's ") +
-                                   (ptx ? "cubin or PTX" : "cubin") +
-                                   " (is the GPU an sm_90 Hopper?)");
-      !s.ok())
+  // `of`: "" for the program's own code, " of its BLOCK_M 64 forward
+  // pass" for a variant's.
+  auto load = [&](CUmodule &into, size_t at, const std::string &of) {
+    if (at >= bundle.blobs.size())
+      return Status::failure("the cubin" + of + " is blob " +
+                             std::to_string(at) + ", but the bundle has " +
+                             std::to_string(bundle.blobs.size()) + " blobs");
+    const std::vector<uint8_t> *ptx =
+        at + 1 < bundle.blobs.size() ? &bundle.blobs[at + 1] : nullptr;
+    if (!isElf(bundle.blobs[at]))
+      return Status::failure("the sm_90a bundle's blob " + std::to_string(at) +
+                             " (the cubin" + of + ") is not an ELF file");
+    if (ptx && (ptx->empty() || ptx->back() != 0))
+      return Status::failure("the sm_90a bundle's PTX" + of +
+                             " is not NUL-terminated");
+    CUresult loaded = driver.moduleLoadData(&into, bundle.blobs[at].data());
+    if (loaded == kErrorNoBinaryForGpu && ptx)
+      loaded = driver.moduleLoadData(&into, ptx->data());
+    return check(loaded, std::string("cannot load the bundle's ") +
+                             (ptx ? "cubin or PTX" : "cubin") + of +
+                             " (is the GPU an sm_90 Hopper?)");
+  };
+  if (Status s = load(module, 0, ""); !s.ok())
     return s;
+  for (const GpuVariant &v : manifest.gpu.variants) {
+    variantModules.push_back(nullptr);
+    if (Status s = load(variantModules.back(), static_cast<size_t>(v.blob),
+                        " of its BLOCK_M " + std::to_string(v.tileM) +
+                            " forward pass");
+        !s.ok())
+      return s;
+  }
   if (Status s = check(driver.streamCreate(&stream, 0), "cuStreamCreate");
       !s.ok())
     return s;
@@ -498,23 +546,34 @@ Status CudaBackend::init(const Bundle &bundle) {
   std::vector<TensorMap> maps;
   std::vector<std::vector<size_t>> mapIndex;
   std::vector<CUfunction> functions;
-  std::vector<const GpuStep *> allSteps;
-  for (const GpuStep &step : manifest.gpu.steps)
-    allSteps.push_back(&step);
-  for (const GpuStep &step : manifest.gpu.trainSteps)
-    allSteps.push_back(&step);
-  for (const GpuStep &step : manifest.gpu.updateSteps)
-    allSteps.push_back(&step);
-  for (const GpuStep *stepPtr : allSteps) {
+  // Each schedule's steps, the module of their kernels and their plan.
+  variantPlans.resize(variants);
+  struct Schedule {
+    const std::vector<GpuStep> *steps;
+    CUmodule module;
+    SchedulePlan *plan;
+  };
+  std::vector<Schedule> schedules = {
+      {&manifest.gpu.steps, module, &stepPlan},
+      {&manifest.gpu.trainSteps, module, &trainStepPlan},
+      {&manifest.gpu.updateSteps, module, &updateStepPlan}};
+  for (size_t v = 0; v < variants; ++v)
+    schedules.push_back(
+        {&manifest.gpu.variants[v].steps, variantModules[v], &variantPlans[v]});
+  std::vector<std::pair<const GpuStep *, CUmodule>> allSteps;
+  for (const Schedule &schedule : schedules)
+    for (const GpuStep &step : *schedule.steps)
+      allSteps.push_back({&step, schedule.module});
+  for (auto [stepPtr, stepModule] : allSteps) {
     const GpuStep &step = *stepPtr;
     mapIndex.emplace_back();
     functions.push_back(nullptr);
     if (step.kind != abi::StepKind::Launch)
       continue;
     CUfunction fn = nullptr;
-    if (Status s =
-            check(driver.moduleGetFunction(&fn, module, step.kernel.c_str()),
-                  "the cubin has no kernel '" + step.kernel + "'");
+    if (Status s = check(
+            driver.moduleGetFunction(&fn, stepModule, step.kernel.c_str()),
+            "the cubin has no kernel '" + step.kernel + "'");
         !s.ok())
       return s;
     functions.back() = fn;
@@ -572,17 +631,15 @@ Status CudaBackend::init(const Bundle &bundle) {
         !s.ok())
       return s;
   }
-  size_t forwardSteps = manifest.gpu.steps.size();
-  size_t trainEnd = forwardSteps + manifest.gpu.trainSteps.size();
-  for (size_t j = 0; j < mapIndex.size(); ++j) {
-    SchedulePlan &into = j < forwardSteps ? stepPlan
-                         : j < trainEnd   ? trainStepPlan
-                                          : updateStepPlan;
-    into.emplace_back();
-    into.back().function = functions[j];
-    for (size_t i : mapIndex[j])
-      into.back().maps.push_back(mapsBuffer + i * sizeof(TensorMap));
-  }
+  size_t j = 0;
+  for (const Schedule &schedule : schedules)
+    for (size_t n = 0; n < schedule.steps->size(); ++n, ++j) {
+      schedule.plan->emplace_back();
+      schedule.plan->back().function = functions[j];
+      for (size_t i : mapIndex[j])
+        schedule.plan->back().maps.push_back(mapsBuffer +
+                                             i * sizeof(TensorMap));
+    }
   inputBuffer = findBuffer("x");
   const char *outputs[3] = {"y", "topk_ids", "topk_weights"};
   for (int o = 0; o < 3; ++o)
@@ -591,9 +648,9 @@ Status CudaBackend::init(const Bundle &bundle) {
     trainArgumentBuffers.push_back(argumentBuffer(spec.name));
   // One pair of events per step of the longest schedule: a schedule's
   // times are read before the next one runs.
-  size_t timedSteps =
-      std::max({manifest.gpu.steps.size(), manifest.gpu.trainSteps.size(),
-                manifest.gpu.updateSteps.size()});
+  size_t timedSteps = 0;
+  for (const Schedule &schedule : schedules)
+    timedSteps = std::max(timedSteps, schedule.steps->size());
   for (size_t i = 0; i < 2 * timedSteps; ++i) {
     CUevent e = nullptr;
     if (Status s = check(driver.eventCreate(&e, 0), "cuEventCreate"); !s.ok())
@@ -968,8 +1025,11 @@ Status CudaBackend::waitForDevice(const std::string &what) {
 
 Status CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
                                 const SchedulePlan &plan, int64_t tokens,
-                                bool timed, bool sameClock) {
+                                bool timed, bool sameClock,
+                                int64_t rowCapacity) {
   int64_t k = manifest.layer.topK;
+  if (rowCapacity < 0)
+    rowCapacity = manifest.gpu.rowCapacity;
   if (timed) {
     timedExchanges.assign(steps.size(), false);
     if (!scheduleStart) {
@@ -1024,7 +1084,7 @@ Status CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
       grid = (tokens * k + perBlock - 1) / perBlock;
       break;
     case abi::GridKind::Rows:
-      grid = (manifest.gpu.rowCapacity + perBlock - 1) / perBlock;
+      grid = (rowCapacity + perBlock - 1) / perBlock;
       break;
     case abi::GridKind::ReceivedRows:
       grid = (receivedRows() + perBlock - 1) / perBlock;
@@ -1049,8 +1109,7 @@ Status CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
       words.push_back(0);
       std::vector<int64_t> sizes;
       for (int64_t d : b->shape)
-        sizes.push_back(
-            resolveDim(d, tokens, manifest.gpu.rowCapacity, receivedRows()));
+        sizes.push_back(resolveDim(d, tokens, rowCapacity, receivedRows()));
       for (int64_t s : sizes)
         words.push_back(s);
       int64_t stride = 1;
@@ -1118,23 +1177,33 @@ Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {
     return Status::failure("the input is larger than the bundle's x");
   std::memcpy(stagingOf(*inputBuffer), x.data.data(), x.data.size());
 
+  Expected<int> variant = forwardVariant(tokens);
+  if (!variant)
+    return Status::failure(variant.message());
+  const std::vector<GpuStep> &steps =
+      *variant < 0 ? manifest.gpu.steps
+                   : manifest.gpu.variants[static_cast<size_t>(*variant)].steps;
+  lastTileM = *variant < 0
+                  ? manifest.gpu.tileM
+                  : manifest.gpu.variants[static_cast<size_t>(*variant)].tileM;
   profile.clear();
   // One wait for the device a pass, after the outputs' copies: the pass
   // replays its graph where it can, else enqueues its steps.
   if (tokens > 0) {
-    if (capturable(manifest.gpu.steps)) {
-      if (Status s = launchGraph({kForwardPass, tokens}, "the forward pass",
-                                 [&] { return enqueueForward(tokens); });
+    if (capturable(steps)) {
+      if (Status s =
+              launchGraph({kForwardPass, tokens, *variant}, "the forward pass",
+                          [&] { return enqueueForward(tokens, *variant); });
           !s.ok())
         return s;
-    } else if (Status s = enqueueForward(tokens); !s.ok()) {
+    } else if (Status s = enqueueForward(tokens, *variant); !s.ok()) {
       return s;
     }
   }
   if (Status s = waitForDevice("the forward pass"); !s.ok())
     return s;
   if (profiling && tokens > 0)
-    collectProfile(manifest.gpu.steps);
+    collectProfile(steps);
 
   // Outputs: y (converted to f32), topk_ids, topk_weights, from their
   // staging.
@@ -1160,7 +1229,47 @@ Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {
   return Status::success();
 }
 
-Status CudaBackend::enqueueForward(int64_t tokens) {
+Expected<int> CudaBackend::forwardVariant(int64_t tokens) const {
+  const std::vector<GpuVariant> &variants = manifest.gpu.variants;
+  const char *asked = std::getenv("MOE_TILE_M");
+  if (!asked || !*asked) {
+    for (size_t v = 0; v < variants.size(); ++v)
+      if (tokens <= variants[v].maxTokens)
+        return static_cast<int>(v);
+    return -1;
+  }
+  std::string text = asked;
+  if (text != "64" && text != "128")
+    return Expected<int>::error("MOE_TILE_M is '" + text +
+                                "', expected 64 or 128 (the expert GEMMs' "
+                                "BLOCK_M of a build of the forward pass)");
+  int64_t tileM = std::stoll(text);
+  // Bundles before variants record no tile: theirs is the 128 default.
+  int64_t own = manifest.gpu.tileM ? manifest.gpu.tileM : 128;
+  if (own == tileM)
+    return -1;
+  std::string have = std::to_string(own);
+  for (size_t v = 0; v < variants.size(); ++v) {
+    if (variants[v].tileM == tileM)
+      return static_cast<int>(v);
+    have += " and " + std::to_string(variants[v].tileM);
+  }
+  return Expected<int>::error("MOE_TILE_M is " + text +
+                              ", but the bundle's forward pass is built "
+                              "with BLOCK_M " +
+                              have + " only");
+}
+
+Status CudaBackend::enqueueForward(int64_t tokens, int variant) {
+  const std::vector<GpuStep> &steps =
+      variant < 0 ? manifest.gpu.steps
+                  : manifest.gpu.variants[static_cast<size_t>(variant)].steps;
+  const SchedulePlan &plan =
+      variant < 0 ? stepPlan : variantPlans[static_cast<size_t>(variant)];
+  int64_t rowCapacity =
+      variant < 0
+          ? manifest.gpu.rowCapacity
+          : manifest.gpu.variants[static_cast<size_t>(variant)].rowCapacity;
   size_t inputBytes = static_cast<size_t>(tokens) * rowBytes(*inputBuffer);
   if (Status s = check(driver.memcpyHtoDAsync(deviceOf(*inputBuffer),
                                               stagingOf(*inputBuffer),
@@ -1168,7 +1277,8 @@ Status CudaBackend::enqueueForward(int64_t tokens) {
                        "cannot upload the input");
       !s.ok())
     return s;
-  if (Status s = launchSteps(manifest.gpu.steps, stepPlan, tokens, profiling);
+  if (Status s = launchSteps(steps, plan, tokens, profiling,
+                             /*sameClock=*/false, rowCapacity);
       !s.ok())
     return s;
   const char *names[3] = {"y", "topk_ids", "topk_weights"};

@@ -162,6 +162,43 @@ static Status validateGpuProgram(const Manifest &m) {
     for (const GpuStep &st : *list)
       if (Status s = checkStep(st); !s.ok())
         return s;
+  if (g.tileM != 0 && g.tileM != 64 && g.tileM != 128)
+    return fail("the gpu program has tile_m " + std::to_string(g.tileM) +
+                ", expected 64 or 128");
+  int64_t below = 0;
+  for (const GpuVariant &v : g.variants) {
+    std::string which = "gpu variant of tile_m " + std::to_string(v.tileM);
+    if (v.tileM != 64 && v.tileM != 128)
+      return fail("a gpu variant has tile_m " + std::to_string(v.tileM) +
+                  ", expected 64 or 128");
+    // Its rows live in the program's buffers, and it runs on one GPU.
+    if (v.rowCapacity < 0 || v.rowCapacity > g.rowCapacity)
+      return fail("the " + which + " has row_capacity " +
+                  std::to_string(v.rowCapacity) + ", expected at most the " +
+                  "program's " + std::to_string(g.rowCapacity));
+    if (v.maxTokens <= below || v.maxTokens > m.maxTokens)
+      return fail("the " + which + " has max_tokens " +
+                  std::to_string(v.maxTokens) + ", expected above " +
+                  std::to_string(below) + " (the variant before it) and at " +
+                  "most the bundle's " + std::to_string(m.maxTokens));
+    below = v.maxTokens;
+    if (v.blob < 2 || v.blob % 2 != 0)
+      return fail("the " + which + " has blob " + std::to_string(v.blob) +
+                  ", expected an even index above 1 (its cubin; its PTX "
+                  "next)");
+    if (m.expertParallel != 1)
+      return fail("the " + which +
+                  " belongs to a sharded layer; variants "
+                  "are built for one GPU");
+    for (const GpuStep &st : v.steps) {
+      if (st.kind != abi::StepKind::Launch && st.kind != abi::StepKind::Memset)
+        return fail("the " + which + " has an " +
+                    std::string(abi::stepKindName(st.kind)) +
+                    " step; a variant launches kernels and clears buffers");
+      if (Status s = checkStep(st); !s.ok())
+        return s;
+    }
+  }
   return Status::success();
 }
 

@@ -47,8 +47,11 @@ void indexGpuBuffers(GpuProgram &program) {
     auto it = ids.find(name);
     return it == ids.end() ? -1 : it->second;
   };
-  for (auto *steps :
-       {&program.steps, &program.trainSteps, &program.updateSteps})
+  std::vector<std::vector<GpuStep> *> lists = {
+      &program.steps, &program.trainSteps, &program.updateSteps};
+  for (GpuVariant &variant : program.variants)
+    lists.push_back(&variant.steps);
+  for (std::vector<GpuStep> *steps : lists)
     for (GpuStep &step : *steps) {
       step.argIds.clear();
       for (const std::string &a : step.args)

@@ -343,10 +343,33 @@ TEST(RuntimeTest, GpuProgramRoundTripAndValidation) {
   launch.sharedMemory = 229376;
   launch.tensorMaps = {{2, 0, {-1, 64}, {128, 64}, 128}};
   m.gpu.steps = {launch};
+  m.gpu.tileM = 128;
+  GpuVariant small;
+  small.tileM = 64;
+  small.maxTokens = 4;
+  small.rowCapacity = 192;
+  small.blob = 2;
+  small.steps = {launch};
+  small.steps[0].args = {"rows", "x"};
+  small.steps[0].block = 256;
+  m.gpu.variants = {small};
   Expected<Manifest> back = parseManifest(serializeManifest(m));
   ASSERT_TRUE(static_cast<bool>(back)) << back.message();
   ASSERT_EQ(back->gpu.steps.size(), 1u);
   EXPECT_EQ(back->gpu.rowCapacity, 256);
+  // The 64-row build: its fields, and its steps resolved against the
+  // program's buffers.
+  EXPECT_EQ(back->gpu.tileM, 128);
+  ASSERT_EQ(back->gpu.variants.size(), 1u);
+  const GpuVariant &v = back->gpu.variants[0];
+  EXPECT_EQ(v.tileM, 64);
+  EXPECT_EQ(v.maxTokens, 4);
+  EXPECT_EQ(v.rowCapacity, 192);
+  EXPECT_EQ(v.blob, 2);
+  ASSERT_EQ(v.steps.size(), 1u);
+  EXPECT_EQ(v.steps[0].block, 256);
+  EXPECT_EQ(v.steps[0].argIds, (std::vector<int32_t>{1, 0}));
+  m.gpu.variants.clear();
   EXPECT_EQ(back->gpu.buffers[1].shape, (std::vector<int64_t>{-2, 64}));
   EXPECT_EQ(back->gpu.steps[0].tensorMaps[0].box,
             (std::vector<int64_t>{128, 64}));

@@ -106,7 +106,10 @@ static cl::opt<int64_t>
     tileM("tile-m",
           cl::desc("sm_90a: BLOCK_M of the GEMMs: 64 (one consumer "
                    "warpgroup; expert segments padded to 64 rows, half the "
-                   "padding of few tokens per expert) or 128 (the default)"),
+                   "padding of few tokens per expert) or 128. Unset, a "
+                   "bundle has both builds of the forward pass and runs 64 "
+                   "at the token counts where the performance model finds "
+                   "it faster (--report shows where)"),
           cl::init(0), cl::cat(category));
 static cl::opt<int64_t> tileCluster(
     "tile-cluster",

@@ -165,8 +165,27 @@ struct GpuStep {
   std::vector<GpuTensorMap> tensorMaps;
 };
 
+/// The forward pass built with other GEMM tiles, for the token counts at
+/// which the performance model finds them faster (BLOCK_M 64 at small T):
+/// its kernels are in code blobs of their own, and its steps name the
+/// program's buffers, whose capacities hold its rows.
+struct GpuVariant {
+  /// The expert GEMMs' BLOCK_M (the segments' alignment).
+  int64_t tileM = 0;
+  /// The runtime runs it for 1 .. maxTokens tokens.
+  int64_t maxTokens = 0;
+  /// Its dispatched rows at the bundle's max tokens (at most the
+  /// program's).
+  int64_t rowCapacity = 0;
+  /// The bundle blob of its cubin; its PTX is the next one.
+  int64_t blob = 0;
+  std::vector<GpuStep> steps;
+};
+
 struct GpuProgram {
   int64_t rowCapacity = 0;
+  /// The expert GEMMs' BLOCK_M (0: not recorded, bundles before variants).
+  int64_t tileM = 0;
   /// The rows a rank of a sharded program can receive (its experts' rows
   /// from every rank, padded); 0 when not sharded.
   int64_t receivedRowCapacity = 0;
@@ -182,6 +201,9 @@ struct GpuProgram {
   /// in place, which the runtime runs only when the step is finite.
   std::vector<GpuStep> trainSteps;
   std::vector<GpuStep> updateSteps;
+  /// Other builds of the forward pass, smallest maxTokens first: a pass of
+  /// T tokens runs the first whose maxTokens is at least T, else `steps`.
+  std::vector<GpuVariant> variants;
 };
 
 /// Sets every step's argIds and bufferId from its buffer names (-1 for a
