@@ -292,7 +292,8 @@ struct Manifest {
   std::vector<TensorSpec> outputs;
   /// The launch sequence; for the host target one call of `entry`.
   std::vector<std::string> schedule;
-  /// sm_90a: buffers and steps; blob 0 is the cubin holding every kernel.
+  /// sm_90a: buffers and steps; blob 0 is the cubin holding the program's
+  /// kernels, blob 1 their PTX, then each variant's cubin and PTX.
   GpuProgram gpu;
   /// With --train: the training step.
   TrainSpec train;
