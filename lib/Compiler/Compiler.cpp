@@ -259,8 +259,7 @@ static bool sharesBuffers(const rt::GpuProgram &program,
   for (const rt::GpuBuffer &v : variant.buffers) {
     auto same = llvm::find_if(program.buffers, [&](const rt::GpuBuffer &b) {
       return b.name == v.name && b.dtype == v.dtype && b.shape == v.shape &&
-             ::moe::abi::formatBufferSource(b.source) ==
-                 ::moe::abi::formatBufferSource(v.source);
+             b.source == v.source;
     });
     if (same == program.buffers.end())
       return false;

@@ -126,10 +126,7 @@ mlir::moe::formatModelProjection(const std::vector<Sm90KernelReport> &kernels,
                         t, "layer", flops / 1e9, bytes / 1e6, roofline,
                         estimate, roofline > 0 ? estimate / roofline : 0.0);
     if (shape.fp8) {
-      double bf16Estimate = 0;
-      for (const Sm90KernelCost &c :
-           modelForward(bf16, unquantized, t, machine))
-        bf16Estimate += c.estimateUs;
+      double bf16Estimate = modelledForwardUs(bf16, unquantized, t);
       os << llvm::formatv("{0,6} {1,-17} {2,10} {3,10} {4,12} {5,12:f1}  "
                           "({6:f2}x the fp8 layer's)\n",
                           t, "layer if bf16", "", "", "", bf16Estimate,
@@ -145,9 +142,7 @@ mlir::moe::formatModelProjection(const std::vector<Sm90KernelReport> &kernels,
         pairs = true;
       }
     if (pairs) {
-      double pairedEstimate = 0;
-      for (const Sm90KernelCost &c : modelForward(shape, paired, t, machine))
-        pairedEstimate += c.estimateUs;
+      double pairedEstimate = modelledForwardUs(shape, paired, t);
       os << llvm::formatv("{0,6} {1,-17} {2,10} {3,10} {4,12} {5,12:f1}  "
                           "(--tile-cluster=2)\n",
                           t, "layer if paired", "", "", "", pairedEstimate);
@@ -224,14 +219,19 @@ std::string mlir::moe::formatMemoryPlan(const rt::GpuMemoryPlan &plan,
 }
 
 double
-mlir::moe::modelledForwardUs(Sm90LayerShape shape,
+mlir::moe::modelledForwardUs(const Sm90LayerShape &shape,
                              const std::vector<Sm90KernelReport> &kernels,
-                             int64_t alignment, int64_t tokens) {
-  shape.alignment = alignment;
+                             int64_t tokens) {
   double us = 0;
   for (const Sm90KernelCost &c : modelForward(shape, kernels, tokens))
     us += c.estimateUs;
   return us;
+}
+
+/// `shape` with its expert segments padded to `alignment` rows.
+static Sm90LayerShape alignedTo(Sm90LayerShape shape, int64_t alignment) {
+  shape.alignment = alignment;
+  return shape;
 }
 
 int64_t mlir::moe::variantBucket(const Sm90LayerShape &shape,
@@ -239,10 +239,11 @@ int64_t mlir::moe::variantBucket(const Sm90LayerShape &shape,
                                  int64_t mainAlignment,
                                  const std::vector<Sm90KernelReport> &variant,
                                  int64_t variantAlignment, int64_t maxTokens) {
+  Sm90LayerShape big = alignedTo(shape, mainAlignment);
+  Sm90LayerShape small = alignedTo(shape, variantAlignment);
   int64_t t = 0;
-  while (t < maxTokens &&
-         modelledForwardUs(shape, variant, variantAlignment, t + 1) <
-             modelledForwardUs(shape, main, mainAlignment, t + 1))
+  while (t < maxTokens && modelledForwardUs(small, variant, t + 1) <
+                              modelledForwardUs(big, main, t + 1))
     ++t;
   return t;
 }
@@ -251,6 +252,8 @@ std::string mlir::moe::formatTileVariants(
     const Sm90LayerShape &shape, const std::vector<Sm90KernelReport> &main,
     int64_t mainAlignment, const std::vector<Sm90KernelReport> &variant,
     int64_t variantAlignment, int64_t variantTokens, int64_t maxTokens) {
+  Sm90LayerShape big = alignedTo(shape, mainAlignment);
+  Sm90LayerShape small = alignedTo(shape, variantAlignment);
   std::string text;
   llvm::raw_string_ostream os(text);
   os << "tile variants of the forward pass (model, us):\n";
@@ -264,8 +267,8 @@ std::string mlir::moe::formatTileVariants(
     if (t > maxTokens)
       continue;
     os << llvm::formatv("{0,6} {1,12:f1} {2,12:f1}  BLOCK_M {3}\n", t,
-                        modelledForwardUs(shape, main, mainAlignment, t),
-                        modelledForwardUs(shape, variant, variantAlignment, t),
+                        modelledForwardUs(big, main, t),
+                        modelledForwardUs(small, variant, t),
                         t <= variantTokens ? 64 : 128);
   }
   if (variantTokens > 0)

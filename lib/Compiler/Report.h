@@ -33,11 +33,11 @@ std::string formatModelProjection(const std::vector<Sm90KernelReport> &kernels,
 std::string formatMemoryPlan(const ::moe::rt::GpuMemoryPlan &plan,
                              int64_t maxTokens, int64_t ranks);
 
-/// The forward pass's modelled time with `kernels` at `tokens`, expert
-/// segments padded to `alignment` rows.
-double modelledForwardUs(Sm90LayerShape shape,
+/// The forward pass's modelled time (the sum of its kernels' estimates)
+/// with `kernels` at `tokens`.
+double modelledForwardUs(const Sm90LayerShape &shape,
                          const std::vector<Sm90KernelReport> &kernels,
-                         int64_t alignment, int64_t tokens);
+                         int64_t tokens);
 
 /// The most tokens T such that the forward pass built with `variant`'s
 /// kernels is faster in the performance model than with `main`'s at every

@@ -262,6 +262,20 @@ private:
   /// into GpuProgram::variants, or -1 for its own steps; by the bundle's
   /// buckets, or as $MOE_TILE_M (64 or 128) asks.
   Expected<int> forwardVariant(int64_t tokens) const;
+  /// What running build `variant` (as forwardVariant gives) takes.
+  struct ForwardBuild {
+    const std::vector<GpuStep> &steps;
+    const SchedulePlan &plan;
+    int64_t rowCapacity, tileM;
+  };
+  ForwardBuild forwardBuild(int variant) const {
+    if (variant < 0)
+      return {manifest.gpu.steps, stepPlan, manifest.gpu.rowCapacity,
+              manifest.gpu.tileM};
+    auto v = static_cast<size_t>(variant);
+    const GpuVariant &build = manifest.gpu.variants[v];
+    return {build.steps, variantPlans[v], build.rowCapacity, build.tileM};
+  }
   /// The forward pass's input and outputs (y, topk_ids, topk_weights); the
   /// training step's arguments' buffers, in TrainSpec order (null: none).
   const GpuBuffer *inputBuffer = nullptr;
@@ -1180,12 +1194,9 @@ Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {
   Expected<int> variant = forwardVariant(tokens);
   if (!variant)
     return Status::failure(variant.message());
-  const std::vector<GpuStep> &steps =
-      *variant < 0 ? manifest.gpu.steps
-                   : manifest.gpu.variants[static_cast<size_t>(*variant)].steps;
-  lastTileM = *variant < 0
-                  ? manifest.gpu.tileM
-                  : manifest.gpu.variants[static_cast<size_t>(*variant)].tileM;
+  ForwardBuild build = forwardBuild(*variant);
+  const std::vector<GpuStep> &steps = build.steps;
+  lastTileM = build.tileM;
   profile.clear();
   // One wait for the device a pass, after the outputs' copies: the pass
   // replays its graph where it can, else enqueues its steps.
@@ -1231,14 +1242,18 @@ Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {
 
 Expected<int> CudaBackend::forwardVariant(int64_t tokens) const {
   const std::vector<GpuVariant> &variants = manifest.gpu.variants;
-  const char *asked = std::getenv("MOE_TILE_M");
-  if (!asked || !*asked) {
+  // Read once, as $MOE_CUDA_GRAPHS is: a pass asks nothing of the
+  // environment.
+  static const std::string text = [] {
+    const char *v = std::getenv("MOE_TILE_M");
+    return std::string(v ? v : "");
+  }();
+  if (text.empty()) {
     for (size_t v = 0; v < variants.size(); ++v)
       if (tokens <= variants[v].maxTokens)
         return static_cast<int>(v);
     return -1;
   }
-  std::string text = asked;
   if (text != "64" && text != "128")
     return Expected<int>::error("MOE_TILE_M is '" + text +
                                 "', expected 64 or 128 (the expert GEMMs' "
@@ -1261,15 +1276,7 @@ Expected<int> CudaBackend::forwardVariant(int64_t tokens) const {
 }
 
 Status CudaBackend::enqueueForward(int64_t tokens, int variant) {
-  const std::vector<GpuStep> &steps =
-      variant < 0 ? manifest.gpu.steps
-                  : manifest.gpu.variants[static_cast<size_t>(variant)].steps;
-  const SchedulePlan &plan =
-      variant < 0 ? stepPlan : variantPlans[static_cast<size_t>(variant)];
-  int64_t rowCapacity =
-      variant < 0
-          ? manifest.gpu.rowCapacity
-          : manifest.gpu.variants[static_cast<size_t>(variant)].rowCapacity;
+  ForwardBuild build = forwardBuild(variant);
   size_t inputBytes = static_cast<size_t>(tokens) * rowBytes(*inputBuffer);
   if (Status s = check(driver.memcpyHtoDAsync(deviceOf(*inputBuffer),
                                               stagingOf(*inputBuffer),
@@ -1277,8 +1284,8 @@ Status CudaBackend::enqueueForward(int64_t tokens, int variant) {
                        "cannot upload the input");
       !s.ok())
     return s;
-  if (Status s = launchSteps(steps, plan, tokens, profiling,
-                             /*sameClock=*/false, rowCapacity);
+  if (Status s = launchSteps(build.steps, build.plan, tokens, profiling,
+                             /*sameClock=*/false, build.rowCapacity);
       !s.ok())
     return s;
   const char *names[3] = {"y", "topk_ids", "topk_weights"};
