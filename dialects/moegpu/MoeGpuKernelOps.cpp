@@ -307,43 +307,125 @@ LogicalResult CombineOp::verify() {
 // The training step
 //===----------------------------------------------------------------------===//
 
-LogicalResult ConvertOp::verify() {
-  auto src = getSrc().getType(), dst = getDst().getType();
-  if (!src.hasStaticShape() || !dst.hasStaticShape() ||
-      src.getNumElements() != dst.getNumElements())
-    return emitOpError() << "expects src and dst of static shapes with as "
-                            "many elements, got "
-                         << src << " and " << dst;
-  Checker c{*this};
-  c.memref(getSrc(), "src", src.getRank(), Elt::Float)
-      .memref(getDst(), "dst", dst.getRank(), Elt::Float);
-  return c.result();
+/// A verdict buffer (update_verdict's `rejected`): one f32.
+static LogicalResult verifyVerdict(Operation *op, Value rejected,
+                                   StringRef name) {
+  auto type = dyn_cast<MemRefType>(rejected.getType());
+  if (!type || type.getRank() != 1 || !type.getElementType().isF32() ||
+      type.getDimSize(0) != 1)
+    return op->emitOpError()
+           << "expects " << name << " to be one f32 (memref<1xf32>), got "
+           << rejected.getType();
+  return success();
 }
 
-LogicalResult PackGateUpOp::verify() {
-  auto packed = getPacked().getType();
-  Checker c{*this};
-  if (packed.getRank() != 2 && packed.getRank() != 3)
-    return emitOpError() << "expects packed of rank 2 (biases) or 3 "
-                            "(weights), got "
-                         << packed;
-  c.memref(getPacked(), "packed", packed.getRank(), Elt::HalfOrF32)
-      .isStatic(getPacked(), "packed", 0)
-      .sameType(getGate(), "gate", getUp(), "up");
-  if (!c.ok)
-    return failure();
-  auto gate = getGate().getType();
-  // The gate has packed's shape with half its rows, without the group
-  // dimension for one group.
-  SmallVector<int64_t> expected(packed.getShape());
-  expected[1] /= 2;
-  if (gate.getRank() + 1 == packed.getRank() && expected[0] == 1)
+/// Master `i` (f32, static shape) and its compute copy in `layout`: `same`
+/// as many elements; `gate_rows`/`up_rows` half the rows of a packed copy
+/// of rank 2 (biases) or 3 (weights), the master without its group
+/// dimension where there is one group.
+static LogicalResult verifyCopy(Operation *op, size_t i, Value master,
+                                Value copy, CopyLayout layout) {
+  auto from = cast<MemRefType>(master.getType());
+  auto to = cast<MemRefType>(copy.getType());
+  if (!from.hasStaticShape() || !from.getElementType().isF32())
+    return op->emitOpError() << "expects master " << i
+                             << " to be f32 of static shape, got " << from;
+  if (!to.hasStaticShape() || !isa<FloatType>(to.getElementType()))
+    return op->emitOpError() << "expects copy " << i
+                             << " of a float type and static shape, got " << to;
+  if (layout == CopyLayout::Same) {
+    if (from.getNumElements() != to.getNumElements())
+      return op->emitOpError()
+             << "expects copy " << i << " (same) with as many elements as "
+             << "its master, got " << to << " for " << from;
+    return success();
+  }
+  // The master has the packed copy's shape with half its rows, without the
+  // group dimension for one group.
+  SmallVector<int64_t> expected(to.getShape());
+  if (to.getRank() == 2 || to.getRank() == 3)
+    expected[1] /= 2;
+  if (from.getRank() + 1 == to.getRank() && expected[0] == 1)
     expected.erase(expected.begin());
-  if (packed.getDimSize(1) % 2 != 0 ||
-      gate.getShape() != ArrayRef<int64_t>(expected))
-    return emitOpError() << "expects gate and up of half packed's rows, got "
-                         << gate << " for " << packed;
+  if ((to.getRank() != 2 && to.getRank() != 3) || to.getDimSize(1) % 2 != 0 ||
+      from.getShape() != ArrayRef<int64_t>(expected))
+    return op->emitOpError()
+           << "expects copy " << i << " (" << stringifyCopyLayout(layout)
+           << ") to be a packed [G, 2F, H] or [G, 2F] copy of twice its "
+              "master's rows, got "
+           << to << " for " << from;
   return success();
+}
+
+static LogicalResult verifyCopies(Operation *op, ValueRange masters,
+                                  ValueRange copies, ArrayAttr layouts) {
+  size_t count = layouts ? layouts.size() : 0;
+  if (copies.size() != masters.size() || count != masters.size())
+    return op->emitOpError()
+           << "expects one copy and one layout per master (" << masters.size()
+           << "), got " << copies.size() << " and " << count;
+  for (auto [i, master] : llvm::enumerate(masters))
+    if (failed(verifyCopy(op, i, master, copies[i],
+                          cast<CopyLayoutAttr>(layouts[i]).getValue())))
+      return failure();
+  return success();
+}
+
+/// The weights of an update: as many masters, moments and gradients, each
+/// weight's four f32 of one static shape.
+static LogicalResult verifyWeights(Operation *op, ValueRange params,
+                                   ValueRange m, ValueRange v,
+                                   ValueRange grads) {
+  if (params.empty() || m.size() != params.size() ||
+      v.size() != params.size() || grads.size() != params.size())
+    return op->emitOpError()
+           << "expects as many params, m, v and grads, at least one, got "
+           << params.size() << ", " << m.size() << ", " << v.size() << " and "
+           << grads.size();
+  for (auto [i, p] : llvm::enumerate(params)) {
+    auto type = cast<MemRefType>(p.getType());
+    if (!type.hasStaticShape() || !type.getElementType().isF32())
+      return op->emitOpError() << "expects master " << i
+                               << " to be f32 of static shape, got " << type;
+    for (auto [name, value] : {std::pair<StringRef, Value>{"m", m[i]},
+                               {"v", v[i]},
+                               {"grads", grads[i]}})
+      if (value.getType() != type)
+        return op->emitOpError()
+               << "expects " << name << " " << i << " of its master's type "
+               << type << ", got " << value.getType();
+  }
+  return success();
+}
+
+/// The state's bounds (update_check's): `[weights, 3]` i32, or any number
+/// of weights where `weights` is negative.
+static LogicalResult verifyBounds(Operation *op, Value bounds,
+                                  int64_t weights) {
+  auto type = cast<MemRefType>(bounds.getType());
+  if (type.getRank() != 2 || !type.getElementType().isInteger(32) ||
+      !type.hasStaticShape() || type.getDimSize(1) != 3 ||
+      (weights >= 0 && type.getDimSize(0) != weights))
+    return op->emitOpError()
+           << "expects bounds of "
+           << (weights >= 0 ? std::to_string(weights) : std::string("W"))
+           << " x 3 i32 (each weight's largest |master|, |first moment| and "
+              "second moment), got "
+           << type;
+  return success();
+}
+
+LogicalResult ComputeCopiesOp::verify() {
+  if (getValid() && failed(verifyVerdict(*this, getValid(), "valid")))
+    return failure();
+  if (getBounds() && !getValid())
+    return emitOpError() << "expects valid with bounds (they are zeroed "
+                            "when the copies are made)";
+  if (getBounds() && failed(verifyBounds(*this, getBounds(), -1)))
+    return failure();
+  if (getMasters().empty())
+    return emitOpError() << "expects at least one master";
+  return verifyCopies(*this, getMasters(), getCopies(), getLayouts());
 }
 
 LogicalResult MseLossOp::verify() {
@@ -582,18 +664,6 @@ LogicalResult ExpertLoadOp::verify() {
   return c.result();
 }
 
-/// A verdict buffer (update_verdict's `rejected`): one f32.
-static LogicalResult verifyVerdict(Operation *op, Value rejected,
-                                   StringRef name) {
-  auto type = dyn_cast<MemRefType>(rejected.getType());
-  if (!type || type.getRank() != 1 || !type.getElementType().isF32() ||
-      type.getDimSize(0) != 1)
-    return op->emitOpError()
-           << "expects " << name << " to be one f32 (memref<1xf32>), got "
-           << rejected.getType();
-  return success();
-}
-
 LogicalResult BiasUpdateOp::verify() {
   if (getRejected() && failed(verifyVerdict(*this, getRejected(), "rejected")))
     return failure();
@@ -612,36 +682,72 @@ LogicalResult AdamWOp::verify() {
     return failure();
   Checker c{*this};
   c.memref(getHyper(), "hyper", 1, Elt::F32);
-  if (c.ok && (!getP().getType().hasStaticShape() ||
-               !getP().getType().getElementType().isF32()))
-    return emitOpError() << "expects an f32 master weight of static shape, "
-                            "got "
-                         << getP().getType();
-  return c.result();
+  if (!c.ok ||
+      failed(verifyWeights(*this, getParams(), getM(), getV(), getGrads())))
+    return failure();
+  if (getBounds() &&
+      failed(verifyBounds(*this, getBounds(), getParams().size())))
+    return failure();
+  if (getCopies().empty() && !getLayouts())
+    return success();
+  return verifyCopies(*this, getParams(), getCopies(),
+                      getLayouts().value_or(nullptr));
+}
+
+/// `value` is `[weights]` of `elt` (i32 or f32), one entry per weight.
+static LogicalResult verifyPerWeight(Operation *op, Value value, StringRef name,
+                                     bool isI32, size_t weights) {
+  auto type = cast<MemRefType>(value.getType());
+  bool eltOk = isI32 ? type.getElementType().isInteger(32)
+                     : type.getElementType().isF32();
+  if (type.getRank() != 1 || !eltOk || !type.hasStaticShape() ||
+      type.getDimSize(0) != static_cast<int64_t>(weights))
+    return op->emitOpError()
+           << "expects " << name << " of " << weights << " "
+           << (isI32 ? "i32" : "f32") << " (one per weight), got " << type;
+  return success();
+}
+
+LogicalResult GradStatsOp::verify() {
+  if (getGrads().empty())
+    return emitOpError() << "expects at least one gradient";
+  for (auto [i, g] : llvm::enumerate(getGrads())) {
+    auto type = cast<MemRefType>(g.getType());
+    if (!type.hasStaticShape() || !type.getElementType().isF32())
+      return emitOpError() << "expects gradient " << i
+                           << " to be f32 of static shape, got " << type;
+  }
+  size_t n = getGrads().size();
+  if (failed(verifyPerWeight(*this, getGradSq(), "grad_sq", false, n)) ||
+      failed(verifyPerWeight(*this, getGradMax(), "grad_max", true, n)))
+    return failure();
+  return success();
 }
 
 LogicalResult UpdateCheckOp::verify() {
   Checker c{*this};
-  c.memref(getHyper(), "hyper", 1, Elt::F32)
-      .memref(getGradSq(), "grad_sq", 1, Elt::F32)
-      .isStatic(getGradSq(), "grad_sq", 0);
-  if (!c.ok)
+  c.memref(getHyper(), "hyper", 1, Elt::F32);
+  if (!c.ok ||
+      failed(verifyWeights(*this, getParams(), getM(), getV(), getGrads())))
     return failure();
-  if (!getP().getType().hasStaticShape() ||
-      !getP().getType().getElementType().isF32())
-    return emitOpError() << "expects an f32 master weight of static shape, "
-                            "got "
-                         << getP().getType();
-  if (static_cast<int64_t>(getIndex()) >= dimOf(getGradSq(), 0))
-    return emitOpError() << "expects index below the "
-                         << dimOf(getGradSq(), 0) << " weights of grad_sq, got "
-                         << getIndex();
+  size_t n = getParams().size();
+  if (failed(verifyPerWeight(*this, getGradMax(), "grad_max", true, n)) ||
+      failed(verifyPerWeight(*this, getBad(), "bad", false, n)))
+    return failure();
+  if (static_cast<bool>(getValid()) != static_cast<bool>(getBounds()))
+    return emitOpError() << "expects valid and bounds together (the bounds "
+                            "hold while the flag is set)";
+  if (getValid() && (failed(verifyVerdict(*this, getValid(), "valid")) ||
+                     failed(verifyBounds(*this, getBounds(), n))))
+    return failure();
   return success();
 }
 
 LogicalResult UpdateVerdictOp::verify() {
   if (failed(verifyVerdict(*this, getLoss(), "loss")) ||
-      failed(verifyVerdict(*this, getRejected(), "rejected")))
+      failed(verifyVerdict(*this, getRejected(), "rejected")) ||
+      (getCopiesValid() &&
+       failed(verifyVerdict(*this, getCopiesValid(), "copies_valid"))))
     return failure();
   Checker c{*this};
   c.memref(getGradSq(), "grad_sq", 1, Elt::F32)

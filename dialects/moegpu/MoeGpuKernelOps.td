@@ -286,30 +286,61 @@ def MoeGpu_CombineOp : MoeGpu_KernelOp<"combine",
 // Autodiff.h), whose gradients are checked against finite differences.
 // `hyper` is the step's f32 hyperparameters, indexed by TrainHyper.
 
-def MoeGpu_ConvertOp : MoeGpu_KernelOp<"convert"> {
-  let summary = "Copy a buffer into another element type";
-  let description = [{
-    `dst[i] = src[i]` rounded to dst's element type, over every element of
-    two buffers of as many elements, each read in row-major order (the
-    compute copy of an f32 master weight, which may have a group dimension
-    of 1 the master lacks). A grid-stride loop of 256-thread CTAs.
-  }];
-  let arguments = (ins MoeGpu_In:$src, MoeGpu_Out:$dst);
-  let assemblyFormat = "$src `,` $dst attr-dict `:` type($src) `,` type($dst)";
+def MoeGpu_CopyLayout : I32EnumAttr<"CopyLayout",
+    "where a master weight's elements go in its compute copy", [
+      I32EnumAttrCase<"Same", 0, "same">,
+      I32EnumAttrCase<"GateRows", 1, "gate_rows">,
+      I32EnumAttrCase<"UpRows", 2, "up_rows">
+    ]> {
+  let cppNamespace = "::mlir::moegpu";
+  let genSpecializedAttr = 0;
 }
 
-def MoeGpu_PackGateUpOp : MoeGpu_KernelOp<"pack_gate_up"> {
-  let summary = "Interleave gate and up weights as the SwiGLU GEMM reads them";
+def MoeGpu_CopyLayoutAttr : EnumAttr<MoeGpu_Dialect, MoeGpu_CopyLayout,
+                                     "copy_layout"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
+def MoeGpu_CopyLayoutArrayAttr
+    : TypedArrayAttrBase<MoeGpu_CopyLayoutAttr, "compute-copy layouts">;
+
+def MoeGpu_ComputeCopiesOp : MoeGpu_KernelOp<"compute_copies",
+    [AttrSizedOperandSegments]> {
+  let summary = "The compute copies of f32 master weights, in one launch";
   let description = [{
-    `packed` (`[G, 2F, H]`, or `[G, 2F]` for biases) from `gate` and `up`
-    (`[G, F, H]` / `[G, F]`, or without the group dimension for one group):
-    rows `16j .. 16j+7` are gate rows `8j ..`, rows `16j+8 .. 16j+15` up
-    rows `8j ..` (kGateUpBlock), rounded to packed's element type.
+    For each master `masters[i]` (f32, static shape), its elements rounded
+    to the element type of `copies[i]` and stored where `layouts[i]` says:
+    `same`, element j of the master is element j of the copy (row-major;
+    the copy may have a group dimension of 1 the master lacks); `gate_rows`
+    and `up_rows`, the master (`[G, F, H]` or `[G, F]`, the group dimension
+    absent for one group) is the gate or the up half of a packed `[G, 2F,
+    H]` / `[G, 2F]` copy, whose rows `16j .. 16j+7` are gate rows `8j ..`
+    and rows `16j+8 .. 16j+15` up rows `8j ..` (kGateUpBlock), as the
+    SwiGLU GEMM reads them. One grid-stride loop of 256-thread CTAs per
+    master, one after another.
+
+    With `valid` (one f32): nothing is done when `valid[0]` is not 0, the
+    copies being those of the masters already (`update_verdict` marks them
+    so after a step; the runtime clears it when the host writes a master).
+    With `bounds` (`update_check`'s bounds of the state, i32): zeroed too
+    when the copies are made, for `update_check` to take them anew.
+
+    ```mlir
+    moegpu.compute_copies masters(%g, %u : memref<4x32x64xf32>,
+      memref<4x32x64xf32>) copies(%w13, %w13 : memref<4x64x64xbf16>,
+      memref<4x64x64xbf16>) layouts [#moegpu.copy_layout<gate_rows>,
+      #moegpu.copy_layout<up_rows>] valid(%valid : memref<1xf32>)
+    ```
   }];
-  let arguments = (ins MoeGpu_In:$gate, MoeGpu_In:$up, MoeGpu_Out:$packed);
+  let arguments = (ins Arg<Variadic<AnyMemRef>, "", [MemRead]>:$masters,
+                       Arg<Variadic<AnyMemRef>, "", [MemWrite]>:$copies,
+                       MoeGpu_CopyLayoutArrayAttr:$layouts,
+                       MoeGpu_OptIn:$valid, MoeGpu_OptOut:$bounds);
   let assemblyFormat = [{
-    $gate `,` $up `,` $packed attr-dict `:` type($gate) `,` type($up) `,`
-    type($packed)
+    `masters` `(` $masters `:` type($masters) `)`
+    `copies` `(` $copies `:` type($copies) `)` `layouts` $layouts
+    (`valid` `(` $valid^ `:` type($valid) `)`)?
+    (`bounds` `(` $bounds^ `:` type($bounds) `)`)? attr-dict
   }];
 }
 
@@ -579,43 +610,120 @@ def MoeGpu_BiasUpdateOp : MoeGpu_KernelOp<"bias_update"> {
   }];
 }
 
-def MoeGpu_AdamWOp : MoeGpu_KernelOp<"adamw",
-    [AllTypesMatch<["p", "m", "v", "grad"]>]> {
-  let summary = "One AdamW step on an f32 master weight, in place";
+def MoeGpu_AdamWOp : MoeGpu_KernelOp<"adamw", [AttrSizedOperandSegments]> {
+  let summary = "AdamW on every f32 master weight, in place, in one launch";
   let description = [{
-    With bias-corrected moments and decoupled weight decay, the
-    hyperparameters (learning rate, step, betas, epsilon, decay) from
-    `hyper`: `m` and `v` updated from `grad`, then `p`. A grid-stride loop.
-    With `rejected` (update_verdict's), nothing changes when it is not 0,
-    as PyTorch's fused AdamW does with `found_inf`.
+    For each weight i: one AdamW step with bias-corrected moments and
+    decoupled weight decay on the master `params[i]` and its moments `m[i]`
+    and `v[i]` from its gradient `grads[i]` (all four f32 of one static
+    shape), the hyperparameters (learning rate, step, betas, epsilon,
+    decay) from `hyper`. A grid-stride loop per weight, one after another,
+    so that one launch reads each master, moment and gradient once and
+    writes each master and moment once (as PyTorch's fused and Apex's
+    multi-tensor AdamW do).
+
+    With `copies` (one per weight, `layouts` as `compute_copies`'s): the
+    new master is also rounded into its compute copy, the one the next
+    step's GEMMs read, while it is in registers. With `bounds`
+    (`update_check`'s, `[W, 3]` i32): each weight's largest |master|,
+    |first moment| and second moment raised to the new values' (one
+    atomic max per warp each), so that the next step's check knows them
+    without reading the state. With `rejected` (update_verdict's): nothing
+    changes when it is not 0, as PyTorch's fused AdamW does with
+    `found_inf`.
+
+    ```mlir
+    moegpu.adamw %hyper params(%p : memref<8x64xf32>) m(%m : memref<8x64xf32>)
+      v(%v : memref<8x64xf32>) grads(%g : memref<8x64xf32>)
+      copies(%c : memref<8x64xbf16>) layouts [#moegpu.copy_layout<same>]
+      rejected(%r : memref<1xf32>) : memref<8xf32>
+    ```
   }];
-  let arguments = (ins MoeGpu_InOut:$p, MoeGpu_InOut:$m, MoeGpu_InOut:$v,
-                       MoeGpu_In:$grad, MoeGpu_In:$hyper,
+  let arguments = (ins MoeGpu_In:$hyper,
+                       Arg<Variadic<AnyMemRef>, "", [MemRead, MemWrite]>:$params,
+                       Arg<Variadic<AnyMemRef>, "", [MemRead, MemWrite]>:$m,
+                       Arg<Variadic<AnyMemRef>, "", [MemRead, MemWrite]>:$v,
+                       Arg<Variadic<AnyMemRef>, "", [MemRead]>:$grads,
+                       Arg<Variadic<AnyMemRef>, "", [MemWrite]>:$copies,
+                       OptionalAttr<MoeGpu_CopyLayoutArrayAttr>:$layouts,
+                       Arg<Optional<AnyMemRef>, "", [MemRead, MemWrite]>:$bounds,
                        MoeGpu_OptIn:$rejected);
   let assemblyFormat = [{
-    $p `,` $m `,` $v `,` $grad `,` $hyper
+    $hyper `params` `(` $params `:` type($params) `)`
+    `m` `(` $m `:` type($m) `)` `v` `(` $v `:` type($v) `)`
+    `grads` `(` $grads `:` type($grads) `)`
+    (`copies` `(` $copies^ `:` type($copies) `)`)? (`layouts` $layouts^)?
+    (`bounds` `(` $bounds^ `:` type($bounds) `)`)?
     (`rejected` `(` $rejected^ `:` type($rejected) `)`)? attr-dict
-    `:` type($p) `,` type($hyper)
+    `:` type($hyper)
+  }];
+}
+
+def MoeGpu_GradStatsOp : MoeGpu_KernelOp<"grad_stats"> {
+  let summary = "Each gradient's sum of squares and largest magnitude";
+  let description = [{
+    For each weight i, over its gradient `grads[i]` (f32): the sum of the
+    squares into `grad_sq[i]` (f32, its norm and whether it is finite) and
+    the largest |g| into `grad_max[i]` (i32: the f32's bits, whose order is
+    the order of non-negative floats; NaN above every number), one atomic
+    per warp each. A grid-stride loop per weight: the only read of the
+    gradients before the update.
+
+    ```mlir
+    moegpu.grad_stats %grad_sq, %grad_max grads(%g : memref<8x64xf32>)
+      : memref<1xf32>, memref<1xi32>
+    ```
+  }];
+  let arguments = (ins MoeGpu_InOut:$grad_sq, MoeGpu_InOut:$grad_max,
+                       Arg<Variadic<AnyMemRef>, "", [MemRead]>:$grads);
+  let assemblyFormat = [{
+    $grad_sq `,` $grad_max `grads` `(` $grads `:` type($grads) `)` attr-dict
+    `:` type($grad_sq) `,` type($grad_max)
   }];
 }
 
 def MoeGpu_UpdateCheckOp : MoeGpu_KernelOp<"update_check",
-    [AllTypesMatch<["p", "m", "v", "grad"]>,
-     AllTypesMatch<["grad_sq", "bad"]>]> {
-  let summary = "What the runtime checks before an update";
+    [AttrSizedOperandSegments]> {
+  let summary = "Whether an update would make the state non-finite";
   let description = [{
-    Over weight `index`'s elements: the sum of its gradient's squares into
-    `grad_sq[index]` and the count of elements whose AdamW step would make
-    the master or a moment non-finite into `bad[index]` (one atomic per
-    warp each). Nothing else is written.
+    For each weight i (`params`, `m`, `v`, `grads` as `adamw`'s): the count
+    of elements whose AdamW step would make the master or a moment
+    non-finite into `bad[i]` (one atomic per warp). Nothing else of the
+    state is written.
+
+    With `bounds` (`[W, 3]` i32, f32 bits: each weight's largest |master|,
+    |first moment| and second moment, a negative one counted as +inf) and
+    `valid` (compute_copies' flag): when the flag is set the bounds hold
+    (`adamw` keeps them), and a weight whose bounds, largest |gradient|
+    (`grad_max`, grad_stats') and hyperparameters show every value of its
+    update finite (each below a quarter of the largest float, the betas in
+    [0, 1], epsilon positive) is not read at all: its count is 0. Else
+    (the flag clear: the host wrote the state) every element is checked,
+    and the bounds taken from the state as it is.
+
+    ```mlir
+    moegpu.update_check %hyper, %grad_max, %bad params(%p : memref<8x64xf32>)
+      m(%m : memref<8x64xf32>) v(%v : memref<8x64xf32>)
+      grads(%g : memref<8x64xf32>) valid(%valid : memref<1xf32>)
+      bounds(%b : memref<1x3xi32>) : memref<8xf32>, memref<1xi32>,
+      memref<1xf32>
+    ```
   }];
-  let arguments = (ins MoeGpu_In:$p, MoeGpu_In:$m, MoeGpu_In:$v,
-                       MoeGpu_In:$grad, MoeGpu_In:$hyper,
-                       MoeGpu_InOut:$grad_sq, MoeGpu_InOut:$bad,
-                       I64Attr:$index);
+  let arguments = (ins MoeGpu_In:$hyper, MoeGpu_In:$grad_max,
+                       MoeGpu_InOut:$bad,
+                       Arg<Variadic<AnyMemRef>, "", [MemRead]>:$params,
+                       Arg<Variadic<AnyMemRef>, "", [MemRead]>:$m,
+                       Arg<Variadic<AnyMemRef>, "", [MemRead]>:$v,
+                       Arg<Variadic<AnyMemRef>, "", [MemRead]>:$grads,
+                       MoeGpu_OptIn:$valid,
+                       Arg<Optional<AnyMemRef>, "", [MemRead, MemWrite]>:$bounds);
   let assemblyFormat = [{
-    $p `,` $m `,` $v `,` $grad `,` $hyper `,` $grad_sq `,` $bad attr-dict
-    `:` type($p) `,` type($hyper) `,` type($grad_sq)
+    $hyper `,` $grad_max `,` $bad `params` `(` $params `:` type($params) `)`
+    `m` `(` $m `:` type($m) `)` `v` `(` $v `:` type($v) `)`
+    `grads` `(` $grads `:` type($grads) `)`
+    (`valid` `(` $valid^ `:` type($valid) `)`)?
+    (`bounds` `(` $bounds^ `:` type($bounds) `)`)? attr-dict
+    `:` type($hyper) `,` type($grad_max) `,` type($bad)
   }];
 }
 
@@ -624,11 +732,13 @@ def MoeGpu_UpdateVerdictOp : MoeGpu_KernelOp<"update_verdict",
   let summary = "Whether a training step's update is applied, on the device";
   let description = [{
     One thread: `rejected[0]` is 0 when the loss and every weight's sum of
-    gradient squares (`grad_sq`, update_check's) are finite and no
+    gradient squares (`grad_sq`, grad_stats') are finite and no
     weight's update would make a value non-finite (`bad` all 0), else 1.
     The update's kernels read it and change nothing when it is not 0; with
     expert parallelism the schedule sums it over the ranks first, so that
     every rank decides alike. The host reads it only to report the step.
+    With `copies_valid`: 1 into it, the compute copies being those of the
+    masters from here on (the update rewrites both, or neither).
 
     ```mlir
     moegpu.update_verdict %loss, %grad_sq, %bad, %rejected
@@ -636,10 +746,11 @@ def MoeGpu_UpdateVerdictOp : MoeGpu_KernelOp<"update_verdict",
     ```
   }];
   let arguments = (ins MoeGpu_In:$loss, MoeGpu_In:$grad_sq, MoeGpu_In:$bad,
-                       MoeGpu_Out:$rejected);
+                       MoeGpu_Out:$rejected, MoeGpu_OptOut:$copies_valid);
   let assemblyFormat = [{
-    $loss `,` $grad_sq `,` $bad `,` $rejected attr-dict `:` type($loss) `,`
-    type($grad_sq) `,` type($rejected)
+    $loss `,` $grad_sq `,` $bad `,` $rejected
+    (`copies_valid` `(` $copies_valid^ `:` type($copies_valid) `)`)?
+    attr-dict `:` type($loss) `,` type($grad_sq) `,` type($rejected)
   }];
 }
 

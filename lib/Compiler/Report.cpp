@@ -162,8 +162,8 @@ mlir::moe::formatModelProjection(const std::vector<Sm90KernelReport> &kernels,
   llvm::StringSet<> optimizerKernels;
   for (const Sm90KernelReport &k : kernels)
     switch (k.work.kind) {
-    case Sm90KernelKind::Convert:
-    case Sm90KernelKind::PackGateUp:
+    case Sm90KernelKind::ComputeCopies:
+    case Sm90KernelKind::GradStats:
     case Sm90KernelKind::UpdateCheck:
     case Sm90KernelKind::UpdateVerdict:
     case Sm90KernelKind::AdamW:

@@ -375,6 +375,13 @@ private:
   /// Whether the training step's update runs right after it, decided on
   /// the device (the bundle's update kernels read update_rejected).
   bool deviceVerdict = false;
+  /// The flag of what the training step derives from its state on the
+  /// device (copies_valid: while it is 0 the step makes the compute copies
+  /// from the masters and reads the state's bounds anew; its verdict sets
+  /// it), and whether the host wrote a master or a copy since the last
+  /// step, so that the next clears it.
+  const GpuBuffer *copiesValid = nullptr;
+  bool copiesStale = true;
   /// Enqueues a forward pass of `tokens` tokens: x from its staging, the
   /// schedule (`variant`'s, see forwardVariant), the outputs to theirs.
   Status enqueueForward(int64_t tokens, int variant);
@@ -672,6 +679,7 @@ Status CudaBackend::init(const Bundle &bundle) {
     events.push_back(e);
   }
   deviceVerdict = findBuffer("update_rejected") != nullptr;
+  copiesValid = findBuffer("copies_valid");
   return allocateStaging();
 }
 
@@ -752,6 +760,8 @@ CudaBackend::uploadParameters(const std::vector<const Tensor *> &arguments) {
       return s;
   }
   parametersUploaded = true;
+  // The compute copies are the host's now, not the masters'.
+  copiesStale = true;
   return Status::success();
 }
 
@@ -1423,6 +1433,9 @@ Status CudaBackend::runEntry(const std::string &symbol,
     bool state = train.stateOnDevice && !isStepInput(spec);
     if (state && trainingStateValid)
       continue;
+    // A master from the host: the step remakes the compute copies.
+    if (!isStepInput(spec))
+      copiesStale = true;
     // A step's own inputs go through their staging, copied with the
     // step's work; state (the first step's, or a restored one) directly.
     if (uint8_t *staged = stagingOf(*b)) {
@@ -1452,6 +1465,18 @@ Status CudaBackend::runEntry(const std::string &symbol,
       continue;
     reported.push_back(i);
     allStaged = allStaged && stagingOf(*targets[i]);
+  }
+  // Before the step (and outside its graph, which is replayed whatever
+  // the host wrote): where the host wrote a master, the step remakes the
+  // compute copies and the state's bounds.
+  if (copiesValid && copiesStale) {
+    if (Status s =
+            check(driver.memsetD8Async(deviceOf(*copiesValid), 0,
+                                       capacityBytes(*copiesValid), stream),
+                  "cannot clear 'copies_valid'");
+        !s.ok())
+      return s;
+    copiesStale = false;
   }
   // The step, then (where the device decides) its update, then the
   // results into their staging: one wait for the device. As a graph when

@@ -69,8 +69,15 @@ struct Sm90KernelWork {
   /// The width a row kernel works along (a quantization's columns, the
   /// FFN width of a SwiGLU backward).
   int64_t width = 0;
-  /// The elements of the output (a weight's copy, update or gradient).
+  /// The elements of the output (a weight's copy, update or gradient; the
+  /// masters of an optimizer kernel over several).
   int64_t elements = 0;
+  /// Bytes of the compute copies an optimizer kernel writes.
+  int64_t copyBytes = 0;
+  /// A kernel that does its work only after the host wrote a master (the
+  /// compute copies and the full update check, whose flag the update's
+  /// verdict sets): next to nothing in a step after the first.
+  bool onHostWrite = false;
   /// A dispatch moving e4m3 codes and their scales; an input gradient
   /// that computes the router's part itself (SIMT).
   bool codes = false, routerPart = false;

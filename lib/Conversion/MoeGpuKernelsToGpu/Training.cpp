@@ -13,6 +13,8 @@
 #include "Lowering.h"
 #include "moe/Transforms/Autodiff.h"
 
+#include <limits>
+
 using namespace mlir;
 using namespace mlir::moe;
 using namespace mlir::moe::kernels;
@@ -76,62 +78,201 @@ struct AdamWValues {
   Value p, m, v;
 };
 
-AdamWValues adamwStep(Emitter &e, Value hyper, Value p, Value m, Value v,
-                      Value g) {
+/// AdamW's hyperparameters, read from `hyper` once a kernel (before its
+/// loops), and the bias corrections 1 - beta^step (powers by squaring).
+struct AdamWHyper {
+  Value lr, beta1, beta2, eps, decay, rest1, rest2, c1, c2;
+};
+
+AdamWHyper loadAdamWHyper(Emitter &e, Value hyper) {
   auto h = [&](TrainHyper k) { return e.load(hyper, {e.idx(k)}); };
-  Value lr = h(kHyperLearningRate), step = h(kHyperStep);
-  Value beta1 = h(kHyperBeta1), beta2 = h(kHyperBeta2);
-  Value eps = h(kHyperEpsilon), decay = h(kHyperWeightDecay);
+  AdamWHyper a;
+  a.lr = h(kHyperLearningRate);
+  Value step = h(kHyperStep);
+  a.beta1 = h(kHyperBeta1);
+  a.beta2 = h(kHyperBeta2);
+  a.eps = h(kHyperEpsilon);
+  a.decay = h(kHyperWeightDecay);
   Value one = e.f32(1.0);
-  Value m2 = e.add(e.mul(beta1, m), e.mul(e.sub(one, beta1), g));
-  Value v2 = e.add(e.mul(beta2, v), e.mul(e.sub(one, beta2), e.mul(g, g)));
-  Value mHat = e.div(m2, e.sub(one, e.powi(beta1, step)));
-  Value vHat = e.div(v2, e.sub(one, e.powi(beta2, step)));
-  Value update = e.add(e.div(mHat, e.add(e.sqrt(vHat), eps)), e.mul(decay, p));
-  return {e.sub(p, e.mul(lr, update)), m2, v2};
+  a.rest1 = e.sub(one, a.beta1);
+  a.rest2 = e.sub(one, a.beta2);
+  Value power1 = e.powi(a.beta1, step);
+  a.c1 = e.sub(one, power1);
+  Value power2 = e.powi(a.beta2, step);
+  a.c2 = e.sub(one, power2);
+  return a;
+}
+
+/// One AdamW step with bias-corrected moments on element values.
+AdamWValues adamwStep(Emitter &e, const AdamWHyper &a, Value p, Value m,
+                      Value v, Value g) {
+  // One emitting call a statement (the IR's order independent of the C++
+  // compiler's order of arguments).
+  Value keep1 = e.mul(a.beta1, m);
+  Value m2 = e.add(keep1, e.mul(a.rest1, g));
+  Value keep2 = e.mul(a.beta2, v);
+  Value square = e.mul(g, g);
+  Value v2 = e.add(keep2, e.mul(a.rest2, square));
+  Value mHat = e.div(m2, a.c1);
+  Value vHat = e.div(v2, a.c2);
+  Value root = e.sqrt(vHat);
+  Value ratio = e.div(mHat, e.add(root, a.eps));
+  Value update = e.add(ratio, e.mul(a.decay, p));
+  return {e.sub(p, e.mul(a.lr, update)), m2, v2};
+}
+
+/// The order-preserving i32 of a magnitude: the f32 bits of |x| (a NaN
+/// above every number); with `signedInf`, +inf's bits for a negative x
+/// (a second moment below 0 bounds nothing).
+Value magnitudeBits(Emitter &e, Value x, bool signedInf = false) {
+  ImplicitLocOpBuilder &b = e.b;
+  Value bits = arith::BitcastOp::create(b, b.getI32Type(), x);
+  Value mask = e.i32(0x7fffffff);
+  Value magnitude = arith::AndIOp::create(b, bits, mask);
+  if (!signedInf)
+    return magnitude;
+  Value zero = e.f32(0);
+  Value negative = arith::CmpFOp::create(b, arith::CmpFPredicate::OLT, x, zero);
+  Value inf = e.i32(0x7f800000);
+  return arith::SelectOp::create(b, negative, inf, magnitude);
+}
+
+Value maxBits(Emitter &e, Value l, Value r) {
+  return arith::MaxUIOp::create(e.b, l, r);
+}
+
+/// memref[indices] = max(memref[indices], the warp's largest `v`) (i32,
+/// unsigned): a butterfly of shuffles, one atomic per warp.
+void warpAtomicMax(Emitter &e, Value v, Value memref, ValueRange indices) {
+  for (int32_t offset = 16; offset >= 1; offset /= 2) {
+    Value other =
+        gpu::ShuffleOp::create(e.b, v, offset, 32, gpu::ShuffleMode::XOR)
+            .getShuffleResult();
+    v = maxBits(e, v, other);
+  }
+  Value lane = e.remi(e.thread(), e.idx(32));
+  Value first = e.cmp(arith::CmpIPredicate::eq, lane, e.idx(0));
+  e.when(first, [&] {
+    memref::AtomicRMWOp::create(e.b, arith::AtomicRMWKind::maxu, v, memref,
+                                indices);
+  });
+}
+
+/// Whether weight `w`'s AdamW step is finite everywhere, from its bounds
+/// (largest |p|, |m| and v, f32 bits in bounds[w]), its largest |g|
+/// (gradMax[w]) and the hyperparameters, each value of the step bounded
+/// as the step computes it: |m'| <= b1 M + (1 - b1) G, v' <= b2 V + (1 -
+/// b2) G^2, the corrections' quotients, |m^ / (sqrt(v^) + eps)| <= M^ /
+/// eps, |p'| <= P + |lr| (M^ / eps + |wd| P). Every bound below a quarter
+/// of the largest float (room for the f32 rounding of both sides), the
+/// betas in [0, 1] and eps > 0: no value overflows and none is 0/0. A NaN
+/// anywhere fails a comparison: not shown finite.
+Value boundsShowFinite(Emitter &e, const AdamWHyper &a, Value bounds,
+                       Value gradMax, int64_t w) {
+  ImplicitLocOpBuilder &b = e.b;
+  auto bound = [&](int64_t i) {
+    Value bits = e.load(bounds, {e.idx(w), e.idx(i)});
+    return arith::BitcastOp::create(b, b.getF32Type(), bits).getResult();
+  };
+  auto le = [&](Value l, Value r) {
+    return arith::CmpFOp::create(b, arith::CmpFPredicate::OLE, l, r)
+        .getResult();
+  };
+  auto magnitude = [&](Value x) {
+    Value negated = arith::NegFOp::create(b, x);
+    return arith::MaximumFOp::create(b, x, negated).getResult();
+  };
+  Value p = bound(0), m = bound(1), v = bound(2);
+  Value gBits = e.load(gradMax, {e.idx(w)});
+  Value g = arith::BitcastOp::create(b, b.getF32Type(), gBits);
+  Value zero = e.f32(0), one = e.f32(1.0);
+  Value limit = e.f32(std::numeric_limits<float>::max() / 4);
+  // One emitting call a statement: the IR's order must not depend on the
+  // order in which a C++ compiler evaluates arguments.
+  Value keep1 = e.mul(a.beta1, m);
+  Value m2 = e.add(keep1, e.mul(a.rest1, g));
+  Value g2 = e.mul(g, g);
+  Value keep2 = e.mul(a.beta2, v);
+  Value v2 = e.add(keep2, e.mul(a.rest2, g2));
+  Value mHat = e.div(m2, a.c1);
+  Value vHat = e.div(v2, a.c2);
+  Value ratio = e.div(mHat, a.eps);
+  Value decayAbs = magnitude(a.decay);
+  Value update = e.add(ratio, e.mul(decayAbs, p));
+  Value lrAbs = magnitude(a.lr);
+  Value p2 = e.add(p, e.mul(lrAbs, update));
+  SmallVector<Value> conditions{le(zero, a.beta1), le(a.beta1, one),
+                                le(zero, a.beta2), le(a.beta2, one)};
+  for (Value positive : {a.eps, a.c1, a.c2})
+    conditions.push_back(
+        arith::CmpFOp::create(b, arith::CmpFPredicate::OGT, positive, zero));
+  for (Value x : {p, m, v, g, m2, g2, v2, mHat, vHat, update, p2})
+    conditions.push_back(le(x, limit));
+  Value ok = conditions.front();
+  for (Value c : ArrayRef<Value>(conditions).drop_front())
+    ok = arith::AndIOp::create(b, ok, c);
+  return ok;
 }
 } // namespace
 
-/// dst[i] = src[i] in dst's element type, over every element of two
-/// memrefs of equal size.
-static void lowerConvert(moegpu::ConvertOp op, Emitter &e) {
-  Value src = op.getSrc(), dst = op.getDst();
-  Type type = cast<MemRefType>(dst.getType()).getElementType();
-  e.gridStride(cast<MemRefType>(src.getType()).getNumElements(), [&](Value i) {
-    e.store(e.truncTo(type, e.load(src, e.delinearize(i, src))), dst,
-            e.delinearize(i, dst));
-  });
+/// Stores f32 `x`, the master's element `i` (row-major; at indices
+/// `master`), rounded into its compute copy `copy` where `layout` puts it.
+static void storeCopy(Emitter &e, Value copy, moegpu::CopyLayout layout,
+                      Value i, ArrayRef<Value> master, Value x) {
+  auto type = cast<MemRefType>(copy.getType());
+  Value rounded = e.truncTo(type.getElementType(), x);
+  if (layout == moegpu::CopyLayout::Same) {
+    e.store(rounded, copy, e.delinearize(i, copy));
+    return;
+  }
+  // A packed [G, 2F, H] / [G, 2F] copy: the master's row f is packed row
+  // gateRow(f), or kGateUpBlock further for the up half.
+  SmallVector<Value> at(master);
+  if (at.size() + 1 == static_cast<size_t>(type.getRank()))
+    at.insert(at.begin(), e.idx(0));
+  Value row = gateRow(e, at[1]);
+  if (layout == moegpu::CopyLayout::UpRows)
+    row = e.addi(row, e.idx(kGateUpBlock));
+  at[1] = row;
+  e.store(rounded, copy, at);
 }
 
-/// The packed [G, 2F, H] compute weight from f32 gate and up weights
-/// ([G, F, H], or [F, H] for one group), or the packed [G, 2F] biases from
-/// [G, F] ones.
-static void lowerPackGateUp(moegpu::PackGateUpOp op, Emitter &e) {
-  ImplicitLocOpBuilder &b = e.b;
-  Value gate = op.getGate(), up = op.getUp(), packed = op.getPacked();
-  auto type = cast<MemRefType>(packed.getType());
-  e.gridStride(type.getNumElements(), [&](Value i) {
-    SmallVector<Value> at = e.delinearize(i, packed);
-    Value c = at[1];
-    // One emitting call a statement: the IR's order must not depend on
-    // the order in which a C++ compiler evaluates arguments.
-    Value inBlock = e.remi(c, e.idx(2 * kGateUpBlock));
-    Value lo = e.remi(inBlock, e.idx(kGateUpBlock));
-    Value hi = e.divi(c, e.idx(2 * kGateUpBlock));
-    Value f = e.addi(e.muli(hi, e.idx(kGateUpBlock)), lo);
-    Value isGate =
-        e.cmp(arith::CmpIPredicate::ult, inBlock, e.idx(kGateUpBlock));
-    SmallVector<Value> src{f};
-    if (type.getRank() == 3)
-      src.push_back(at[2]);
-    // Grouped (gate of the packed rank): the group first.
-    if (cast<MemRefType>(gate.getType()).getRank() == type.getRank())
-      src.insert(src.begin(), at[0]);
-    Value fromUp = e.load(up, src);
-    Value fromGate = e.load(gate, src);
-    Value v = arith::SelectOp::create(b, isGate, fromGate, fromUp);
-    e.store(e.truncTo(type.getElementType(), v), packed, at);
-  });
+static moegpu::CopyLayout layoutOf(ArrayAttr layouts, size_t i) {
+  return cast<moegpu::CopyLayoutAttr>(layouts[i]).getValue();
+}
+
+/// Each master's compute copy, a grid-stride loop per master; nothing when
+/// `valid` says the copies are current.
+static void lowerComputeCopies(moegpu::ComputeCopiesOp op, Emitter &e) {
+  auto body = [&] {
+    // The state's bounds, zeroed for update_check to take anew.
+    if (Value bounds = op.getBounds()) {
+      int64_t n = cast<MemRefType>(bounds.getType()).getNumElements();
+      e.gridStride(n, [&](Value j) {
+        Value zero = e.i32(0);
+        e.store(zero, bounds, e.delinearize(j, bounds));
+      });
+    }
+    for (auto [i, master] : llvm::enumerate(op.getMasters())) {
+      Value copy = op.getCopies()[i];
+      moegpu::CopyLayout layout = layoutOf(op.getLayouts(), i);
+      e.gridStride(cast<MemRefType>(master.getType()).getNumElements(),
+                   [&](Value j) {
+                     SmallVector<Value> at = e.delinearize(j, master);
+                     Value x = e.load(master, at);
+                     storeCopy(e, copy, layout, j, at, x);
+                   });
+    }
+  };
+  if (!op.getValid())
+    return body();
+  // One emitting call a statement (the IR's order independent of the C++
+  // compiler's order of arguments).
+  Value flag = e.load(op.getValid(), {e.idx(0)});
+  Value zero = e.f32(0);
+  Value stale =
+      arith::CmpFOp::create(e.b, arith::CmpFPredicate::OEQ, flag, zero);
+  e.when(stale, body);
 }
 
 /// dy = 2 (y - target) / (T * H); loss += sum of (y - target)^2 / (T * H),
@@ -598,20 +739,48 @@ static void lowerBiasUpdate(moegpu::BiasUpdateOp op, Emitter &e) {
   });
 }
 
-/// AdamW on one f32 master weight, in place: (p, m, v, grad, hyper).
+/// AdamW on every f32 master, in place, a grid-stride loop per weight:
+/// (hyper, params, m, v, grads[, copies, bounds]), each new master also
+/// rounded into its compute copy, the new values' largest magnitudes
+/// into the bounds.
 static void lowerAdamW(moegpu::AdamWOp op, Emitter &e) {
-  Value p = op.getP(), m = op.getM(), v = op.getV(), grad = op.getGrad();
-  Value hyper = op.getHyper();
-  int64_t elements = cast<MemRefType>(p.getType()).getNumElements();
   unlessRejected(e, op.getRejected(), [&] {
-    e.gridStride(elements, [&](Value i) {
-      SmallVector<Value> at = e.delinearize(i, p);
-      AdamWValues next = adamwStep(e, hyper, e.load(p, at), e.load(m, at),
-                                   e.load(v, at), e.load(grad, at));
-      e.store(next.p, p, at);
-      e.store(next.m, m, at);
-      e.store(next.v, v, at);
-    });
+    AdamWHyper hyper = loadAdamWHyper(e, op.getHyper());
+    for (auto [w, p] : llvm::enumerate(op.getParams())) {
+      Value m = op.getM()[w], v = op.getV()[w], grad = op.getGrads()[w];
+      Value copy = op.getCopies().empty() ? Value() : op.getCopies()[w];
+      int64_t elements = cast<MemRefType>(p.getType()).getNumElements();
+      Value bounds = op.getBounds();
+      // The new values' largest magnitudes, for the bounds.
+      SmallVector<Value> init;
+      if (bounds)
+        init.assign(3, e.i32(0));
+      ValueRange largest =
+          e.gridStride(elements, init, [&](Value i, ValueRange it) {
+            SmallVector<Value> at = e.delinearize(i, p);
+            Value p0 = e.load(p, at);
+            Value m0 = e.load(m, at);
+            Value v0 = e.load(v, at);
+            Value g = e.load(grad, at);
+            AdamWValues next = adamwStep(e, hyper, p0, m0, v0, g);
+            e.store(next.p, p, at);
+            e.store(next.m, m, at);
+            e.store(next.v, v, at);
+            if (copy)
+              storeCopy(e, copy, layoutOf(*op.getLayouts(), w), i, at, next.p);
+            if (!bounds)
+              return SmallVector<Value>{};
+            Value pb = magnitudeBits(e, next.p);
+            Value mb = magnitudeBits(e, next.m);
+            Value vb = magnitudeBits(e, next.v, /*signedInf=*/true);
+            return SmallVector<Value>{maxBits(e, it[0], pb),
+                                      maxBits(e, it[1], mb),
+                                      maxBits(e, it[2], vb)};
+          });
+      if (bounds)
+        for (int64_t k = 0; k < 3; ++k)
+          warpAtomicMax(e, largest[k], bounds, {e.idx(w), e.idx(k)});
+    }
   });
 }
 
@@ -638,47 +807,107 @@ static void lowerUpdateVerdict(moegpu::UpdateVerdictOp op, Emitter &e) {
     }
     e.store(arith::SelectOp::create(b, ok, e.f32(0), e.f32(1.0)),
             op.getRejected(), {e.idx(0)});
+    if (Value valid = op.getCopiesValid()) {
+      Value one = e.f32(1.0);
+      e.store(one, valid, {e.idx(0)});
+    }
   });
 }
 
-/// What the runtime checks before it runs the update: over weight
-/// `index`'s elements (a grid-stride loop), the sum of its gradient's
-/// squares into grad_sq[index] and the count of elements whose AdamW step
-/// would make the master or a moment non-finite into bad[index]; each
-/// warp adds its lanes' sums (a butterfly of shuffles) with one atomic.
-/// (p, m, v, grad, hyper, grad_sq, bad)
+/// Each gradient's sum of squares and largest magnitude, a grid-stride
+/// loop per weight, one atomic per warp each. (grad_sq, grad_max, grads)
+static void lowerGradStats(moegpu::GradStatsOp op, Emitter &e) {
+  for (auto [w, grad] : llvm::enumerate(op.getGrads())) {
+    int64_t elements = cast<MemRefType>(grad.getType()).getNumElements();
+    Value zero = e.f32(0);
+    Value none = e.i32(0);
+    ValueRange stats =
+        e.gridStride(elements, {zero, none}, [&](Value i, ValueRange it) {
+          Value g = e.load(grad, e.delinearize(i, grad));
+          Value square = e.mul(g, g);
+          Value bits = magnitudeBits(e, g);
+          return SmallVector<Value>{e.add(it[0], square),
+                                    maxBits(e, it[1], bits)};
+        });
+    Value sum = stats[0], largest = stats[1];
+    e.warpAtomicAdd(sum, op.getGradSq(), {e.idx(w)});
+    warpAtomicMax(e, largest, op.getGradMax(), {e.idx(w)});
+  }
+}
+
+/// Whether each weight's update would make anything non-finite: bad[w] +=
+/// the elements whose AdamW step would (one atomic per warp), read from
+/// the state where the flag is clear or the bounds do not show the step
+/// finite (boundsShowFinite), taking the state's bounds as it goes; else
+/// nothing read. (hyper, grad_max, bad, params, m, v, grads[, valid,
+/// bounds])
 static void lowerUpdateCheck(moegpu::UpdateCheckOp op, Emitter &e) {
   ImplicitLocOpBuilder &b = e.b;
-  Value p = op.getP(), m = op.getM(), v = op.getV(), grad = op.getGrad();
-  Value hyper = op.getHyper(), gradSq = op.getGradSq(), bad = op.getBad();
-  int64_t index = op.getIndex();
-  int64_t elements = cast<MemRefType>(p.getType()).getNumElements();
+  Value bad = op.getBad(), valid = op.getValid(), bounds = op.getBounds();
+  AdamWHyper hyper = loadAdamWHyper(e, op.getHyper());
   // x - x is 0 exactly when x is finite.
   auto finite = [&](Value x) {
     return arith::CmpFOp::create(b, arith::CmpFPredicate::OEQ, e.sub(x, x),
                                  e.f32(0));
   };
-  ValueRange sums = e.gridStride(
-      elements, {e.f32(0), e.f32(0)}, [&](Value i, ValueRange it) {
-        SmallVector<Value> at = e.delinearize(i, p);
-        Value g = e.load(grad, at);
-        AdamWValues next = adamwStep(e, hyper, e.load(p, at), e.load(m, at),
-                                     e.load(v, at), g);
-        Value ok = arith::AndIOp::create(
-            b, finite(next.p),
-            arith::AndIOp::create(b, finite(next.m), finite(next.v)));
-        Value count = arith::SelectOp::create(b, ok, e.f32(0), e.f32(1.0));
-        return SmallVector<Value>{e.add(it[0], e.mul(g, g)),
-                                  e.add(it[1], count)};
-      });
-  e.warpAtomicAdd(sums[0], gradSq, {e.idx(index)});
-  e.warpAtomicAdd(sums[1], bad, {e.idx(index)});
+  Value known;
+  if (valid) {
+    Value flag = e.load(valid, {e.idx(0)});
+    Value zero = e.f32(0);
+    known = arith::CmpFOp::create(b, arith::CmpFPredicate::ONE, flag, zero);
+  }
+  for (auto [w, p] : llvm::enumerate(op.getParams())) {
+    Value m = op.getM()[w], v = op.getV()[w], grad = op.getGrads()[w];
+    int64_t elements = cast<MemRefType>(p.getType()).getNumElements();
+    auto check = [&] {
+      SmallVector<Value> init{e.f32(0)};
+      if (bounds)
+        init.append(3, e.i32(0));
+      ValueRange sums =
+          e.gridStride(elements, init, [&](Value i, ValueRange it) {
+            SmallVector<Value> at = e.delinearize(i, p);
+            Value p0 = e.load(p, at);
+            Value m0 = e.load(m, at);
+            Value v0 = e.load(v, at);
+            Value g = e.load(grad, at);
+            AdamWValues next = adamwStep(e, hyper, p0, m0, v0, g);
+            Value ok = arith::AndIOp::create(
+                b, finite(next.p),
+                arith::AndIOp::create(b, finite(next.m), finite(next.v)));
+            Value zero = e.f32(0);
+            Value one = e.f32(1.0);
+            Value count = arith::SelectOp::create(b, ok, zero, one);
+            SmallVector<Value> out{e.add(it[0], count)};
+            if (bounds) {
+              Value pb = magnitudeBits(e, p0);
+              Value mb = magnitudeBits(e, m0);
+              Value vb = magnitudeBits(e, v0, /*signedInf=*/true);
+              out.push_back(maxBits(e, it[1], pb));
+              out.push_back(maxBits(e, it[2], mb));
+              out.push_back(maxBits(e, it[3], vb));
+            }
+            return out;
+          });
+      e.warpAtomicAdd(sums[0], bad, {e.idx(w)});
+      if (bounds)
+        for (int64_t k = 0; k < 3; ++k)
+          warpAtomicMax(e, sums[1 + k], bounds, {e.idx(w), e.idx(k)});
+    };
+    if (!valid) {
+      check();
+      continue;
+    }
+    Value shown = boundsShowFinite(e, hyper, bounds, op.getGradMax(), w);
+    Value skip = arith::AndIOp::create(b, known, shown);
+    Value yes = arith::ConstantIntOp::create(b, 1, 1);
+    Value read = arith::XOrIOp::create(b, skip, yes);
+    e.when(read, check);
+  }
 }
 
 void kernels::populateTrainingPatterns(RewritePatternSet &patterns) {
   patterns.add<
-      LowerKernel<moegpu::ConvertOp, lowerConvert>,
-      LowerKernel<moegpu::PackGateUpOp, lowerPackGateUp>,
+      LowerKernel<moegpu::ComputeCopiesOp, lowerComputeCopies>,
       LowerKernel<moegpu::MseLossOp, lowerMseLoss>,
       LowerKernel<moegpu::RowTokensOp, lowerRowTokens>,
       LowerKernel<moegpu::GatherRowDyOp, lowerGatherRowDy>,
@@ -696,6 +925,7 @@ void kernels::populateTrainingPatterns(RewritePatternSet &patterns) {
       LowerKernel<moegpu::ExpertLoadOp, lowerExpertLoad>,
       LowerKernel<moegpu::BiasUpdateOp, lowerBiasUpdate>,
       LowerKernel<moegpu::AdamWOp, lowerAdamW>,
+      LowerKernel<moegpu::GradStatsOp, lowerGradStats>,
       LowerKernel<moegpu::UpdateCheckOp, lowerUpdateCheck>,
       LowerKernel<moegpu::UpdateVerdictOp, lowerUpdateVerdict>>(
       patterns.getContext());

@@ -91,45 +91,82 @@ void LayerBuilder::buildTraining() {
   auto elementGrid = [&](int64_t n) {
     return fixedGrid((n + kCountThreads - 1) / kCountThreads);
   };
-  // Compute copies of the master weights.
-  auto convert = [&](StringRef name, StringRef master, StringRef compute) {
-    std::string src = arg(master), dst = compute.str();
-    Kernel k = kernel(name, {src, dst},
-                      strideGrid(memrefType(src).getNumElements()),
-                      kCountThreads);
-    kernelOp<moegpu::ConvertOp>(k, k[src], k[dst]);
+  // Compute copies of the master weights, gate and up interleaved
+  // (kGateUpBlock rows each) as the SwiGLU GEMM reads them: made here only
+  // when the host wrote a master (the runtime clears copies_valid, the
+  // verdict sets it); AdamW rewrites them with the masters.
+  struct CopySpec {
+    std::string master, copy;
+    moegpu::CopyLayout layout;
   };
-  // Gate and up interleaved (kGateUpBlock rows each) as the SwiGLU GEMM
-  // reads them.
-  auto pack = [&](StringRef name, StringRef gate, StringRef up,
-                  StringRef packed) {
-    std::string g = arg(gate), u = arg(up);
-    Kernel k = kernel(name, {g, u, packed},
-                      strideGrid(memrefType(packed).getNumElements()),
-                      kCountThreads);
-    kernelOp<moegpu::PackGateUpOp>(k, k[g], k[u], k[packed]);
+  SmallVector<CopySpec> copySpecs;
+  auto convert = [&](StringRef master, StringRef compute) {
+    copySpecs.push_back(
+        {master.str(), compute.str(), moegpu::CopyLayout::Same});
   };
-  convert("train_router_weight", "router_weight", "router_weight");
-  pack("train_pack_gate_up", "gate_weight", "up_weight", "w13");
-  convert("train_down_weight", "down_weight", "w2");
+  auto pack = [&](StringRef gate, StringRef up, StringRef packed) {
+    copySpecs.push_back(
+        {gate.str(), packed.str(), moegpu::CopyLayout::GateRows});
+    copySpecs.push_back({up.str(), packed.str(), moegpu::CopyLayout::UpRows});
+  };
+  convert("router_weight", "router_weight");
+  pack("gate_weight", "up_weight", "w13");
+  convert("down_weight", "w2");
   if (shared) {
-    pack("train_pack_shared_gate_up", "shared_gate_weight", "shared_up_weight",
-         "ws13");
-    convert("train_shared_down_weight", "shared_down_weight", "ws2");
+    pack("shared_gate_weight", "shared_up_weight", "ws13");
+    convert("shared_down_weight", "ws2");
   }
   if (gated)
-    convert("train_shared_expert_gate", "shared_expert_gate",
-            "shared_expert_gate");
+    convert("shared_expert_gate", "shared_expert_gate");
   bool outputBias = config.getOutputBias();
   if (outputBias)
-    convert("train_output_bias", "output_bias", "output_bias");
+    convert("output_bias", "output_bias");
   // GPT-OSS's router and expert biases.
   bool routerBias = config.getRouterBias(), expertBias = config.getExpertBias();
   if (routerBias)
-    convert("train_router_bias", "router_bias", "router_bias");
+    convert("router_bias", "router_bias");
   if (expertBias) {
-    pack("train_pack_gate_up_bias", "gate_bias", "up_bias", "b13");
-    convert("train_down_bias", "down_bias", "b2");
+    pack("gate_bias", "up_bias", "b13");
+    convert("down_bias", "b2");
+  }
+  addBuffer("copies_valid", f32, {1}, "scratch");
+  // Each trained weight's largest |master|, |first moment| and second
+  // moment (f32 bits): update_check takes them from the state after the
+  // host wrote it, AdamW keeps them, and with them the check reads only
+  // the gradients (grad_stats) in a step after the first.
+  int64_t weightCount = listTrainedWeights(layer).size();
+  addBuffer("state_bounds", i32, {weightCount, 3}, "scratch");
+  auto layoutsOf = [&](ArrayRef<const CopySpec *> specs) {
+    SmallVector<Attribute> layouts;
+    for (const CopySpec *c : specs)
+      layouts.push_back(moegpu::CopyLayoutAttr::get(ctx, c->layout));
+    return ArrayAttr::get(ctx, layouts);
+  };
+  {
+    llvm::SetVector<StringRef> names;
+    SmallVector<std::string> masters;
+    for (const CopySpec &c : copySpecs)
+      masters.push_back(arg(c.master));
+    for (auto [c, master] : llvm::zip(copySpecs, masters)) {
+      names.insert(master);
+      names.insert(c.copy);
+    }
+    names.insert("copies_valid");
+    names.insert("state_bounds");
+    int64_t elements = 0;
+    for (const std::string &m : masters)
+      elements += memrefType(m).getNumElements();
+    Kernel k = kernel("train_compute_copies", names.getArrayRef(),
+                      strideGrid(elements), kCountThreads);
+    SmallVector<Value> from, to;
+    SmallVector<const CopySpec *> specs;
+    for (auto [c, master] : llvm::zip(copySpecs, masters)) {
+      from.push_back(k[master]);
+      to.push_back(k[c.copy]);
+      specs.push_back(&c);
+    }
+    kernelOp<moegpu::ComputeCopiesOp>(k, from, to, layoutsOf(specs),
+                                      k["copies_valid"], k["state_bounds"]);
   }
   // The forward pass, with the padding rows of the dispatched rows and
   // their weights zeroed: the backward pass sums over whole segments.
@@ -460,38 +497,87 @@ void LayerBuilder::buildTraining() {
   addMemset(arg("grad_sq"));
   addMemset(arg("bad_updates"));
   SmallVector<std::pair<StringRef, Value>> trained = listTrainedWeights(layer);
-  auto adamwArgs = [&](StringRef name) {
+  // Every weight's master, moments and gradient, and its compute copy, in
+  // the order of `trained` (grad_sq's and bad_updates' entries).
+  SmallVector<std::string> masters, moments1, moments2, grads;
+  SmallVector<const CopySpec *> copyOf;
+  for (auto [name, value] : trained) {
     std::string w = name.str();
-    return SmallVector<std::string>{arg(w), arg(w + ".m"), arg(w + ".v"),
-                                    arg(w + ".grad"), arg("hyper")};
+    masters.push_back(arg(w));
+    moments1.push_back(arg(w + ".m"));
+    moments2.push_back(arg(w + ".v"));
+    grads.push_back(arg(w + ".grad"));
+    const CopySpec *spec = llvm::find_if(
+        copySpecs, [&](const CopySpec &c) { return c.master == w; });
+    assert(spec != copySpecs.end() && "a trained weight without a copy");
+    copyOf.push_back(spec);
+  }
+  int64_t trainedElements = 0;
+  for (const std::string &m : masters)
+    trainedElements += memrefType(m).getNumElements();
+  // The arguments of the update's two kernels: the weights' buffers, each
+  // once, then `extra`.
+  auto weightArgs = [&](ArrayRef<StringRef> extra, bool copies) {
+    llvm::SetVector<StringRef> names;
+    for (auto *list : {&masters, &moments1, &moments2, &grads})
+      for (const std::string &n : *list)
+        names.insert(n);
+    if (copies)
+      for (const CopySpec *c : copyOf)
+        names.insert(c->copy);
+    for (StringRef n : extra)
+      names.insert(n);
+    return SmallVector<StringRef>(names.begin(), names.end());
   };
-  for (auto [i, weight] : llvm::enumerate(trained)) {
-    SmallVector<std::string> names = adamwArgs(weight.first);
-    names.push_back(arg("grad_sq"));
-    names.push_back(arg("bad_updates"));
-    int64_t elements = memrefType(arg(weight.first)).getNumElements();
-    Kernel k = kernel("train_check_" + weight.first.str(),
-                      SmallVector<StringRef>(names.begin(), names.end()),
-                      strideGrid(elements), kCountThreads);
-    kernelOp<moegpu::UpdateCheckOp>(k, k[names[0]], k[names[1]], k[names[2]],
-                                    k[names[3]], k[names[4]], k[names[5]],
-                                    k[names[6]], i);
+  auto valuesOf = [](const Kernel &k, ArrayRef<std::string> names) {
+    SmallVector<Value> values;
+    for (const std::string &n : names)
+      values.push_back(k[n]);
+    return values;
+  };
+  // The gradients' norms and largest magnitudes, then the check, which
+  // reads the state only where the bounds do not show the update finite.
+  addBuffer("grad_max", i32, {weightCount}, "scratch");
+  addMemset("grad_max");
+  {
+    std::string gradSq = arg("grad_sq");
+    llvm::SetVector<StringRef> names;
+    for (const std::string &g : grads)
+      names.insert(g);
+    names.insert(gradSq);
+    names.insert("grad_max");
+    Kernel k = kernel("train_grad_stats", names.getArrayRef(),
+                      strideGrid(trainedElements), kCountThreads);
+    kernelOp<moegpu::GradStatsOp>(k, k[gradSq], k["grad_max"],
+                                  valuesOf(k, grads));
+  }
+  {
+    std::string hyper = arg("hyper"), bad = arg("bad_updates");
+    SmallVector<StringRef> names = weightArgs(
+        {hyper, "grad_max", bad, "copies_valid", "state_bounds"}, false);
+    Kernel k = kernel("train_update_check", names, strideGrid(trainedElements),
+                      kCountThreads);
+    kernelOp<moegpu::UpdateCheckOp>(k, k[hyper], k["grad_max"], k[bad],
+                                    valuesOf(k, masters), valuesOf(k, moments1),
+                                    valuesOf(k, moments2), valuesOf(k, grads),
+                                    k["copies_valid"], k["state_bounds"]);
   }
   addBuffer("update_rejected", f32, {1}, "scratch");
   {
     std::string loss = arg("loss"), gradSq = arg("grad_sq"),
                 bad = arg("bad_updates");
-    Kernel k =
-        kernel("train_update_verdict", {loss, gradSq, bad, "update_rejected"},
-               gridOf(moegpu::GridKind::One), 32);
+    Kernel k = kernel("train_update_verdict",
+                      {loss, gradSq, bad, "update_rejected", "copies_valid"},
+                      gridOf(moegpu::GridKind::One), 32);
     kernelOp<moegpu::UpdateVerdictOp>(k, k[loss], k[gradSq], k[bad],
-                                      k["update_rejected"]);
+                                      k["update_rejected"], k["copies_valid"]);
   }
   // Every rank decides alike: a step rejected anywhere is rejected.
   if (sharded)
     addAllReduce({"update_rejected"});
 
-  // The update, in place: the selection bias, then AdamW on every master.
+  // The update, in place: the selection bias, then AdamW on every master
+  // (and its compute copy), one launch.
   OpBuilder ub = builderAtEnd(&program.getBody().front());
   update = moegpu::ScheduleOp::create(ub, layer.getLoc(), "update");
   steps = &update.getBody().front();
@@ -503,15 +589,19 @@ void LayerBuilder::buildTraining() {
     kernelOp<moegpu::BiasUpdateOp>(k, k[load], k[hyper], k["score_bias"],
                                    k["update_rejected"], config.getTopK());
   }
-  for (auto [name, value] : trained) {
-    SmallVector<std::string> names = adamwArgs(name);
-    names.push_back("update_rejected");
-    Kernel k = kernel("train_adamw_" + name.str(),
-                      SmallVector<StringRef>(names.begin(), names.end()),
-                      strideGrid(memrefType(arg(name)).getNumElements()),
+  {
+    std::string hyper = arg("hyper");
+    SmallVector<StringRef> names =
+        weightArgs({hyper, "state_bounds", "update_rejected"}, true);
+    Kernel k = kernel("train_adamw", names, strideGrid(trainedElements),
                       kCountThreads);
-    kernelOp<moegpu::AdamWOp>(k, k[names[0]], k[names[1]], k[names[2]],
-                              k[names[3]], k[names[4]], k[names[5]]);
+    SmallVector<Value> copies;
+    for (const CopySpec *c : copyOf)
+      copies.push_back(k[c->copy]);
+    kernelOp<moegpu::AdamWOp>(k, k[hyper], valuesOf(k, masters),
+                              valuesOf(k, moments1), valuesOf(k, moments2),
+                              valuesOf(k, grads), copies, layoutsOf(copyOf),
+                              k["state_bounds"], k["update_rejected"]);
   }
   steps = &forward.getBody().front();
 }

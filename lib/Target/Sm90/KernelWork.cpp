@@ -35,6 +35,23 @@ int64_t elementsOf(Value v) {
   return type.hasStaticShape() ? type.getNumElements() : 0;
 }
 
+/// The elements of several memrefs.
+int64_t elementsOf(ValueRange values) {
+  int64_t n = 0;
+  for (Value v : values)
+    n += elementsOf(v);
+  return n;
+}
+
+/// Bytes written into compute copies: each master's elements in its
+/// copy's element type (a packed copy takes two masters, half each).
+int64_t copyBytesOf(ValueRange masters, ValueRange copies) {
+  int64_t n = 0;
+  for (auto [master, copy] : llvm::zip(masters, copies))
+    n += elementsOf(master) * elementBytes(copy);
+  return n;
+}
+
 /// A grouped GEMM's output M x N (tn) or N and K (nt, nn), from its
 /// operands' static sizes: b is [E, N, K] (nt) or [E, K, N] (nn), c [E, M,
 /// N] (tn); dense, without the E.
@@ -104,13 +121,11 @@ Sm90KernelWork mlir::moe::kernelWorkOf(gpu::GPUFuncOp func) {
         w.width = columnsOf(op.getIn());
       })
       .Case([&](moegpu::CombineOp) { w.kind = K::Combine; })
-      .Case([&](moegpu::ConvertOp op) {
-        w.kind = K::Convert;
-        w.elements = elementsOf(op.getDst());
-      })
-      .Case([&](moegpu::PackGateUpOp op) {
-        w.kind = K::PackGateUp;
-        w.elements = elementsOf(op.getPacked());
+      .Case([&](moegpu::ComputeCopiesOp op) {
+        w.kind = K::ComputeCopies;
+        w.elements = elementsOf(op.getMasters());
+        w.copyBytes = copyBytesOf(op.getMasters(), op.getCopies());
+        w.onHostWrite = static_cast<bool>(op.getValid());
       })
       .Case([&](moegpu::MseLossOp) { w.kind = K::MseLoss; })
       .Case([&](moegpu::RowTokensOp) { w.kind = K::RowTokens; })
@@ -141,7 +156,8 @@ Sm90KernelWork mlir::moe::kernelWorkOf(gpu::GPUFuncOp func) {
       .Case([&](moegpu::BiasUpdateOp) { w.kind = K::BiasUpdate; })
       .Case([&](moegpu::AdamWOp op) {
         w.kind = K::AdamW;
-        w.elements = elementsOf(op.getP());
+        w.elements = elementsOf(op.getParams());
+        w.copyBytes = copyBytesOf(op.getParams(), op.getCopies());
       })
       .Case([&](moegpu::ColumnSumOp op) {
         w.kind = K::ColumnSum;
@@ -158,9 +174,14 @@ Sm90KernelWork mlir::moe::kernelWorkOf(gpu::GPUFuncOp func) {
         w.kind = K::ScaledWeightGrad;
         w.inBytes = elementBytes(op.getDrows());
       })
+      .Case([&](moegpu::GradStatsOp op) {
+        w.kind = K::GradStats;
+        w.elements = elementsOf(op.getGrads());
+      })
       .Case([&](moegpu::UpdateCheckOp op) {
         w.kind = K::UpdateCheck;
-        w.elements = elementsOf(op.getP());
+        w.elements = elementsOf(op.getParams());
+        w.onHostWrite = static_cast<bool>(op.getValid());
       })
       .Case([&](moegpu::UpdateVerdictOp op) {
         w.kind = K::UpdateVerdict;

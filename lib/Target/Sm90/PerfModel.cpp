@@ -329,8 +329,16 @@ modelTraining(const Sm90LayerShape &s,
       c.bytes = 12 * E;
       break;
     case K::AdamW:
-      // Read w, m, v, grad; write the next w, m, v (f32).
-      c.bytes = 28 * elements;
+      // Read w, m, v, grad; write the next w, m, v (f32) and the new w's
+      // compute copy.
+      c.bytes = 28 * elements + static_cast<double>(w.copyBytes);
+      break;
+    case K::ComputeCopies:
+      // Compute copies of the masters, f32 in; in a step after the first
+      // (the flag set, nothing the host wrote) only the flag is read: the
+      // launch's cost.
+      c.bytes =
+          w.onHostWrite ? 0 : 4 * elements + static_cast<double>(w.copyBytes);
       break;
     case K::Convert:
     case K::PackGateUp:
@@ -338,9 +346,16 @@ modelTraining(const Sm90LayerShape &s,
       c.bytes = (4 + e) * elements;
       break;
     case K::UpdateCheck:
-      // The weight's master, moments and gradient read (f32) before its
-      // update: the gradient's square sum and the non-finite count.
-      c.bytes = 16 * elements;
+      // The weights' masters, moments and gradients read (f32) before the
+      // update: how many values it would make non-finite. With the
+      // state's bounds (in a step after the first, the flag set and the
+      // bounds showing the update finite) only they are read: a few bytes
+      // a weight, the launch's cost.
+      c.bytes = w.onHostWrite ? 0 : 16 * elements;
+      break;
+    case K::GradStats:
+      // Each gradient read once: its square sum and largest magnitude.
+      c.bytes = 4 * elements;
       break;
     case K::UpdateVerdict:
       // One thread: the loss and each weight's two check results read.

@@ -2,39 +2,51 @@
 
 // The training step's SIMT kernels, one split per op.
 
-// A grid-stride loop of 256-thread CTAs over the 512 elements; each
-// element read and written at its row-major position, rounded to bf16.
-// CHECK-LABEL: gpu.func @convert
-// CHECK: %[[STRIDE:.*]] = arith.muli %{{.*}}, %c256
-// CHECK: scf.for %[[I:.*]] = %{{.*}} to %c512 step %[[STRIDE]]
-// CHECK: %[[V:.*]] = memref.load %{{.*}} : memref<8x64xf32>
-// CHECK: %[[R:.*]] = arith.truncf %[[V]] : f32 to bf16
-// CHECK: memref.store %[[R]], %{{.*}} : memref<8x64xbf16>
+// Only when valid[0] == 0 (the host wrote a master): a grid-stride loop
+// of 256-thread CTAs per master, one after another. The gate master's
+// row f goes to packed row (f / 8) * 16 + f % 8, the up master's 8 rows
+// further; a `same` copy takes each element at its row-major position
+// (the copy's group dimension of 1 the master lacks). Each rounded to
+// bf16.
+// CHECK-LABEL: gpu.func @compute_copies
+// CHECK: %[[VALID:.*]] = memref.load %arg5[%{{.*}}] : memref<1xf32>
+// CHECK: %[[STALE:.*]] = arith.cmpf oeq, %[[VALID]], %{{.*}} : f32
+// CHECK: scf.if %[[STALE]] {
+// CHECK: %[[STRIDE:.*]] = arith.muli %{{.*}}, %c256{{[_0-9]*}}
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c4096{{[_0-9]*}} step %[[STRIDE]]
+// CHECK: %[[G:.*]] = memref.load %arg0[%[[E:.*]], %[[F:.*]], %[[H:.*]]] : memref<4x16x64xf32>
+// CHECK: %[[GB:.*]] = arith.truncf %[[G]] : f32 to bf16
+// CHECK: %[[LO:.*]] = arith.remui %[[F]], %c8{{[_0-9]*}}
+// CHECK: %[[HI:.*]] = arith.divui %[[F]], %c8{{[_0-9]*}}
+// CHECK: %[[BASE:.*]] = arith.muli %[[HI]], %c16{{[_0-9]*}}
+// CHECK: %[[ROW:.*]] = arith.addi %[[BASE]], %[[LO]]
+// CHECK: memref.store %[[GB]], %arg2[%[[E]], %[[ROW]], %[[H]]] : memref<4x32x64xbf16>
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c4096{{[_0-9]*}} step
+// CHECK: %[[U:.*]] = memref.load %arg1[%[[E2:.*]], %[[F2:.*]], %[[H2:.*]]] : memref<4x16x64xf32>
+// CHECK: %[[UB:.*]] = arith.truncf %[[U]] : f32 to bf16
+// CHECK: %[[GROW:.*]] = arith.addi
+// CHECK: %[[UROW:.*]] = arith.addi %[[GROW]], %c8{{[_0-9]*}}
+// CHECK: memref.store %[[UB]], %arg2[%[[E2]], %[[UROW]], %[[H2]]] : memref<4x32x64xbf16>
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c512{{[_0-9]*}} step
+// CHECK: %[[A:.*]] = memref.load %arg3[%{{.*}}, %{{.*}}] : memref<8x64xf32>
+// CHECK: %[[AB:.*]] = arith.truncf %[[A]] : f32 to bf16
+// CHECK: memref.store %[[AB]], %arg4[%{{.*}}, %{{.*}}, %{{.*}}] : memref<1x8x64xbf16>
 gpu.module @k {
-  gpu.func @convert(%a: memref<8x64xf32>, %b: memref<8x64xbf16>) kernel {
-    moegpu.convert %a, %b : memref<8x64xf32>, memref<8x64xbf16>
+  gpu.func @compute_copies(%g: memref<4x16x64xf32>, %u: memref<4x16x64xf32>, %p: memref<4x32x64xbf16>, %a: memref<8x64xf32>, %b: memref<1x8x64xbf16>, %valid: memref<1xf32>) kernel {
+    moegpu.compute_copies masters(%g, %u, %a : memref<4x16x64xf32>, memref<4x16x64xf32>, memref<8x64xf32>) copies(%p, %p, %b : memref<4x32x64xbf16>, memref<4x32x64xbf16>, memref<1x8x64xbf16>) layouts [#moegpu.copy_layout<gate_rows>, #moegpu.copy_layout<up_rows>, #moegpu.copy_layout<same>] valid(%valid : memref<1xf32>)
     gpu.return
   }
 }
 
 // -----
 
-// Packed row c of a group: within its block of 16 rows, the first 8 are
-// gate rows, the next 8 up rows; its source row is (c / 16) * 8 + c % 8.
-// CHECK-LABEL: gpu.func @pack
-// CHECK: %[[IN:.*]] = arith.remui %[[C:.*]], %c16
-// CHECK: %[[LO:.*]] = arith.remui %[[IN]], %c8
-// CHECK: %[[HI:.*]] = arith.divui %[[C]], %c16
-// CHECK: %[[BASE:.*]] = arith.muli %[[HI]], %c8
-// CHECK: %[[F:.*]] = arith.addi %[[BASE]], %[[LO]]
-// CHECK: %[[GATE:.*]] = arith.cmpi ult, %[[IN]], %c8
-// CHECK: %[[U:.*]] = memref.load %arg1[%{{.*}}, %[[F]], %{{.*}}] : memref<4x16x64xf32>
-// CHECK: %[[G:.*]] = memref.load %arg0[%{{.*}}, %[[F]], %{{.*}}] : memref<4x16x64xf32>
-// CHECK: %[[S:.*]] = arith.select %[[GATE]], %[[G]], %[[U]] : f32
-// CHECK: arith.truncf %[[S]] : f32 to bf16
+// Without a flag: always, no condition before the loop.
+// CHECK-LABEL: gpu.func @compute_copies_always
+// CHECK-NOT: scf.if
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c512{{[_0-9]*}} step
 gpu.module @k {
-  gpu.func @pack(%g: memref<4x16x64xf32>, %u: memref<4x16x64xf32>, %p: memref<4x32x64xbf16>) kernel {
-    moegpu.pack_gate_up %g, %u, %p : memref<4x16x64xf32>, memref<4x16x64xf32>, memref<4x32x64xbf16>
+  gpu.func @compute_copies_always(%a: memref<8x64xf32>, %b: memref<8x64xbf16>) kernel {
+    moegpu.compute_copies masters(%a : memref<8x64xf32>) copies(%b : memref<8x64xbf16>) layouts [#moegpu.copy_layout<same>]
     gpu.return
   }
 }
@@ -374,45 +386,141 @@ gpu.module @k {
 
 // -----
 
-// A grid-stride loop: the moments, their bias corrections (powers of the
-// betas by squaring), sqrt.rn, and p, m and v stored in place.
+// A grid-stride loop per weight, one after the other: the moments, their
+// bias corrections (powers of the betas by squaring), sqrt.rn, and p, m
+// and v stored in place; the second weight's new master also rounded into
+// its compute copy.
 // CHECK-LABEL: gpu.func @adamw
-// CHECK: scf.for
-// CHECK: scf.for
-// CHECK: scf.for
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c512{{[_0-9]*}} step
 // CHECK: llvm.call_intrinsic "llvm.nvvm.sqrt.rn.f"
 // CHECK: memref.store %{{.*}} : memref<8x64xf32>
 // CHECK: memref.store %{{.*}} : memref<8x64xf32>
 // CHECK: memref.store %{{.*}} : memref<8x64xf32>
+// CHECK-NOT: truncf
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c16{{[_0-9]*}} step
+// CHECK: llvm.call_intrinsic "llvm.nvvm.sqrt.rn.f"
+// CHECK: memref.store %[[P:.*]], %arg5[%{{.*}}] : memref<16xf32>
+// CHECK: memref.store %{{.*}} : memref<16xf32>
+// CHECK: memref.store %{{.*}} : memref<16xf32>
+// CHECK: %[[C:.*]] = arith.truncf %[[P]] : f32 to bf16
+// CHECK: memref.store %[[C]], %arg6[%{{.*}}] : memref<16xbf16>
 gpu.module @k {
-  gpu.func @adamw(%p: memref<8x64xf32>, %m: memref<8x64xf32>, %v: memref<8x64xf32>, %g: memref<8x64xf32>, %h: memref<16xf32>) kernel {
-    moegpu.adamw %p, %m, %v, %g, %h : memref<8x64xf32>, memref<16xf32>
+  gpu.func @adamw(%p: memref<8x64xf32>, %m: memref<8x64xf32>, %v: memref<8x64xf32>, %g: memref<8x64xf32>, %h: memref<16xf32>, %q: memref<16xf32>, %qc: memref<16xbf16>, %pc: memref<8x64xf32>) kernel {
+    moegpu.adamw %h params(%p, %q : memref<8x64xf32>, memref<16xf32>) m(%m, %q : memref<8x64xf32>, memref<16xf32>) v(%v, %q : memref<8x64xf32>, memref<16xf32>) grads(%g, %q : memref<8x64xf32>, memref<16xf32>) copies(%pc, %qc : memref<8x64xf32>, memref<16xbf16>) layouts [#moegpu.copy_layout<same>, #moegpu.copy_layout<same>] : memref<16xf32>
     gpu.return
   }
 }
 
 // -----
 
-// The squares of the gradient and the count of non-finite results (x - x
-// != 0), each added by one atomic per warp at the weight's index (3);
-// nothing stored to the weight or its moments.
+// Per weight: the count of elements whose update would be non-finite (x
+// - x != 0), added by one atomic per warp at the weight's index (0, then
+// 1); nothing stored to the weights or their moments. Without the flag
+// and the bounds, every element is read.
 // CHECK-LABEL: gpu.func @update_check
-// CHECK: scf.for
+// CHECK-NOT: scf.if
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c512{{[_0-9]*}} step
 // CHECK: llvm.call_intrinsic "llvm.nvvm.sqrt.rn.f"
 // CHECK: arith.cmpf oeq
 // CHECK-NOT: memref.store
-// CHECK: memref.atomic_rmw addf %{{.*}}, %{{.*}}[%c3{{[_0-9]*}}] : (f32, memref<4xf32>) -> f32
-// CHECK: memref.atomic_rmw addf %{{.*}}, %{{.*}}[%c3{{[_0-9]*}}] : (f32, memref<4xf32>) -> f32
+// CHECK: memref.atomic_rmw addf %{{.*}}, %{{.*}}[%c0{{[_0-9]*}}] : (f32, memref<2xf32>) -> f32
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c16{{[_0-9]*}} step
+// CHECK-NOT: memref.store
+// CHECK: memref.atomic_rmw addf %{{.*}}, %{{.*}}[%c1{{[_0-9]*}}] : (f32, memref<2xf32>) -> f32
 gpu.module @k {
-  gpu.func @update_check(%p: memref<8x64xf32>, %m: memref<8x64xf32>, %v: memref<8x64xf32>, %g: memref<8x64xf32>, %h: memref<16xf32>, %sq: memref<4xf32>, %bad: memref<4xf32>) kernel {
-    moegpu.update_check %p, %m, %v, %g, %h, %sq, %bad {index = 3} : memref<8x64xf32>, memref<16xf32>, memref<4xf32>
+  gpu.func @update_check(%p: memref<8x64xf32>, %m: memref<8x64xf32>, %v: memref<8x64xf32>, %g: memref<8x64xf32>, %h: memref<16xf32>, %gm: memref<2xi32>, %bad: memref<2xf32>) kernel {
+    moegpu.update_check %h, %gm, %bad params(%p, %h : memref<8x64xf32>, memref<16xf32>) m(%m, %h : memref<8x64xf32>, memref<16xf32>) v(%v, %h : memref<8x64xf32>, memref<16xf32>) grads(%g, %h : memref<8x64xf32>, memref<16xf32>) : memref<16xf32>, memref<2xi32>, memref<2xf32>
     gpu.return
   }
 }
 
 // -----
 
-// With a verdict, AdamW's loop runs only when rejected[0] == 0.
+// With the flag and the bounds: the state is read (and its bounds taken,
+// an unsigned atomic max of the magnitudes' bits per warp) only where the
+// flag is clear or the bounds cannot show the update finite: |m'|, the
+// square of the largest |g|, v', the corrected moments, the update and
+// |p'| each at most a quarter of the largest float.
+// CHECK-LABEL: gpu.func @update_check_bounds
+// CHECK: %[[FLAG:.*]] = memref.load %arg8[%{{.*}}] : memref<1xf32>
+// CHECK: %[[KNOWN:.*]] = arith.cmpf one, %[[FLAG]], %{{.*}} : f32
+// CHECK: %[[P:.*]] = memref.load %arg9[%{{.*}}, %c0{{[_0-9]*}}] : memref<1x3xi32>
+// CHECK: arith.bitcast %[[P]] : i32 to f32
+// CHECK: %[[G:.*]] = memref.load %arg5[%{{.*}}] : memref<1xi32>
+// CHECK: arith.constant 8.50705867E+37 : f32
+// CHECK: %[[SKIP:.*]] = arith.andi %[[KNOWN]], %{{.*}} : i1
+// CHECK: %[[READ:.*]] = arith.xori %[[SKIP]], %{{.*}} : i1
+// CHECK: scf.if %[[READ]] {
+// CHECK: scf.for
+// CHECK: arith.andi %{{.*}}, %c2147483647{{[_a-z0-9]*}} : i32
+// CHECK: arith.maxui
+// CHECK: memref.atomic_rmw addf
+// CHECK: gpu.shuffle xor
+// CHECK: memref.atomic_rmw maxu %{{.*}}, %arg9[%{{.*}}, %{{.*}}] : (i32, memref<1x3xi32>) -> i32
+gpu.module @k {
+  gpu.func @update_check_bounds(%p: memref<8x64xf32>, %m: memref<8x64xf32>, %v: memref<8x64xf32>, %g: memref<8x64xf32>, %h: memref<16xf32>, %gm: memref<1xi32>, %bad: memref<1xf32>, %unused: memref<1xf32>, %valid: memref<1xf32>, %bounds: memref<1x3xi32>) kernel {
+    moegpu.update_check %h, %gm, %bad params(%p : memref<8x64xf32>) m(%m : memref<8x64xf32>) v(%v : memref<8x64xf32>) grads(%g : memref<8x64xf32>) valid(%valid : memref<1xf32>) bounds(%bounds : memref<1x3xi32>) : memref<16xf32>, memref<1xi32>, memref<1xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+// Each gradient read once: the squares summed (one atomic add per warp)
+// and the largest magnitude's bits (one unsigned atomic max per warp).
+// CHECK-LABEL: gpu.func @grad_stats
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c512{{[_0-9]*}} step
+// CHECK: %[[G:.*]] = memref.load %arg0
+// CHECK: arith.mulf %[[G]], %[[G]] : f32
+// CHECK: %[[BITS:.*]] = arith.bitcast %[[G]] : f32 to i32
+// CHECK: arith.andi %[[BITS]], %{{.*}} : i32
+// CHECK: arith.maxui
+// CHECK: memref.atomic_rmw addf %{{.*}}, %arg1[%{{.*}}] : (f32, memref<1xf32>) -> f32
+// CHECK: memref.atomic_rmw maxu %{{.*}}, %arg2[%{{.*}}] : (i32, memref<1xi32>) -> i32
+gpu.module @k {
+  gpu.func @grad_stats(%g: memref<8x64xf32>, %sq: memref<1xf32>, %gm: memref<1xi32>) kernel {
+    moegpu.grad_stats %sq, %gm grads(%g : memref<8x64xf32>) : memref<1xf32>, memref<1xi32>
+    gpu.return
+  }
+}
+
+// -----
+
+// With bounds: the new master's, first moment's and second moment's
+// magnitudes carried as unsigned maxima through the loop (a negative
+// second moment as +inf's bits), then one atomic max per warp each.
+// CHECK-LABEL: gpu.func @adamw_bounds
+// CHECK: scf.for {{.*}} iter_args({{.*}}) -> (i32, i32, i32)
+// CHECK: llvm.call_intrinsic "llvm.nvvm.sqrt.rn.f"
+// CHECK: arith.cmpf olt
+// CHECK: arith.select %{{.*}}, %c2139095040{{[_a-z0-9]*}}, %{{.*}} : i32
+// CHECK: arith.maxui
+// CHECK-COUNT-3: memref.atomic_rmw maxu %{{.*}}, %arg5[%{{.*}}, %{{.*}}] : (i32, memref<1x3xi32>) -> i32
+gpu.module @k {
+  gpu.func @adamw_bounds(%p: memref<8x64xf32>, %m: memref<8x64xf32>, %v: memref<8x64xf32>, %g: memref<8x64xf32>, %h: memref<16xf32>, %b: memref<1x3xi32>) kernel {
+    moegpu.adamw %h params(%p : memref<8x64xf32>) m(%m : memref<8x64xf32>) v(%v : memref<8x64xf32>) grads(%g : memref<8x64xf32>) bounds(%b : memref<1x3xi32>) : memref<16xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+// With bounds, the copies' kernel (when it makes them) zeroes them first.
+// CHECK-LABEL: gpu.func @compute_copies_bounds
+// CHECK: scf.if
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c6{{[_0-9]*}} step
+// CHECK: memref.store %c0_i32{{[_0-9]*}}, %arg3[%{{.*}}, %{{.*}}] : memref<2x3xi32>
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c512{{[_0-9]*}} step
+gpu.module @k {
+  gpu.func @compute_copies_bounds(%a: memref<8x64xf32>, %c: memref<8x64xbf16>, %valid: memref<1xf32>, %b: memref<2x3xi32>) kernel {
+    moegpu.compute_copies masters(%a : memref<8x64xf32>) copies(%c : memref<8x64xbf16>) layouts [#moegpu.copy_layout<same>] valid(%valid : memref<1xf32>) bounds(%b : memref<2x3xi32>)
+    gpu.return
+  }
+}
+
+// -----
+
+// With a verdict, AdamW's loops run only when rejected[0] == 0.
 // CHECK-LABEL: gpu.func @adamw_verdict
 // CHECK: %[[R:.*]] = memref.load %{{.*}}[%{{.*}}] : memref<1xf32>
 // CHECK: %[[OK:.*]] = arith.cmpf oeq, %[[R]], %{{.*}} : f32
@@ -422,7 +530,7 @@ gpu.module @k {
 // CHECK: memref.store %{{.*}} : memref<8x64xf32>
 gpu.module @k {
   gpu.func @adamw_verdict(%p: memref<8x64xf32>, %m: memref<8x64xf32>, %v: memref<8x64xf32>, %g: memref<8x64xf32>, %h: memref<16xf32>, %r: memref<1xf32>) kernel {
-    moegpu.adamw %p, %m, %v, %g, %h rejected(%r : memref<1xf32>) : memref<8x64xf32>, memref<16xf32>
+    moegpu.adamw %h params(%p : memref<8x64xf32>) m(%m : memref<8x64xf32>) v(%v : memref<8x64xf32>) grads(%g : memref<8x64xf32>) rejected(%r : memref<1xf32>) : memref<16xf32>
     gpu.return
   }
 }
@@ -470,3 +578,19 @@ gpu.module @k {
   }
 }
 
+// -----
+
+// With copies_valid: 1 stored into it after the verdict, whatever it is
+// (the update rewrites the masters and their copies, or neither).
+// CHECK-LABEL: gpu.func @update_verdict_copies
+// CHECK: scf.if
+// CHECK: %[[V:.*]] = arith.select %{{.*}}, %{{.*}}, %{{.*}} : f32
+// CHECK: memref.store %[[V]], %arg3[%{{.*}}] : memref<1xf32>
+// CHECK: %[[ONE:.*]] = arith.constant 1.000000e+00 : f32
+// CHECK: memref.store %[[ONE]], %arg4[%{{.*}}] : memref<1xf32>
+gpu.module @k {
+  gpu.func @update_verdict_copies(%l: memref<1xf32>, %s: memref<2xf32>, %b: memref<2xf32>, %r: memref<1xf32>, %c: memref<1xf32>) kernel {
+    moegpu.update_verdict %l, %s, %b, %r copies_valid(%c : memref<1xf32>) : memref<1xf32>, memref<2xf32>, memref<1xf32>
+    gpu.return
+  }
+}

@@ -35,14 +35,24 @@
 // TRAIN-DAG: moegpu.buffer @arg.loss : memref<1xf32> dims [] source "arg:loss"
 // TRAIN: moegpu.schedule "forward" {
 // TRAIN: moegpu.schedule "train" {
-// TRAIN-NEXT: moegpu.launch @moe_kernels::@train_router_weight [@arg.router_weight, @router_weight] grid <fixed, size = 2> block 256
+// The compute copies, one kernel over the router's 8 x 64 and the
+// experts' three 8 x 32 x 64 masters (194 CTAs of 256 threads for 49664
+// elements), gate and up both into w13; then, once the step is decided,
+// the check over every weight, the verdict (which marks the copies
+// current) and AdamW, which writes the copies too.
+// TRAIN-NEXT: moegpu.launch @moe_kernels::@train_compute_copies [@arg.router_weight, @router_weight, @arg.gate_weight, @w13, @arg.up_weight, @arg.down_weight, @w2, @copies_valid, @state_bounds] grid <fixed, size = 194> block 256
 // TRAIN: moegpu.launch @moe_kernels::@route
 // TRAIN: moegpu.memset @rows
 // TRAIN-NEXT: moegpu.memset @row_weight
 // TRAIN-NEXT: moegpu.launch @moe_kernels::@dispatch_scatter
 // TRAIN: moegpu.memset @arg.loss
 // TRAIN-NEXT: moegpu.launch @moe_kernels::@train_loss [@y, @arg.target, @arg.hyper, @dy, @arg.loss] grid <tokens, per_block = 1> block 128
-// TRAIN: moegpu.launch @moe_kernels::@train_adamw_down_weight
+// TRAIN: moegpu.memset @grad_max
+// TRAIN-NEXT: moegpu.launch @moe_kernels::@train_grad_stats [@arg.router_weight.grad, @arg.gate_weight.grad, @arg.up_weight.grad, @arg.down_weight.grad, @arg.grad_sq, @grad_max]
+// TRAIN-NEXT: moegpu.launch @moe_kernels::@train_update_check [{{.*}}@arg.down_weight.grad, @arg.hyper, @grad_max, @arg.bad_updates, @copies_valid, @state_bounds]
+// TRAIN-NEXT: moegpu.launch @moe_kernels::@train_update_verdict [@arg.loss, @arg.grad_sq, @arg.bad_updates, @update_rejected, @copies_valid]
+// TRAIN: moegpu.schedule "update" {
+// TRAIN-NEXT: moegpu.launch @moe_kernels::@train_adamw [{{.*}}@arg.down_weight.grad, @router_weight, @w13, @w2, @arg.hyper, @state_bounds, @update_rejected] grid <fixed, size = 194> block 256
 // TRAIN-NEXT: }
 func.func @layer(%x: tensor<?x64xbf16>, %wr: tensor<8x64xbf16>, %wg: tensor<8x32x64xbf16>,
                  %wu: tensor<8x32x64xbf16>, %wd: tensor<8x64x32xbf16>) -> tensor<?x64xbf16> {

@@ -241,8 +241,8 @@ gpu.module @k {
 
 gpu.module @k {
   gpu.func @f(%a: memref<8x64xf32>, %b: memref<8x32xbf16>) kernel {
-    // expected-error @+1 {{'moegpu.convert' op expects src and dst of static shapes with as many elements, got 'memref<8x64xf32>' and 'memref<8x32xbf16>'}}
-    moegpu.convert %a, %b : memref<8x64xf32>, memref<8x32xbf16>
+    // expected-error @+1 {{'moegpu.compute_copies' op expects copy 0 (same) with as many elements as its master, got 'memref<8x32xbf16>' for 'memref<8x64xf32>'}}
+    moegpu.compute_copies masters(%a : memref<8x64xf32>) copies(%b : memref<8x32xbf16>) layouts [#moegpu.copy_layout<same>]
     gpu.return
   }
 }
@@ -250,9 +250,9 @@ gpu.module @k {
 // -----
 
 gpu.module @k {
-  gpu.func @f(%g: memref<64xf32>, %u: memref<64xf32>, %p: memref<128xbf16>) kernel {
-    // expected-error @+1 {{'moegpu.pack_gate_up' op expects packed of rank 2 (biases) or 3 (weights), got 'memref<128xbf16>'}}
-    moegpu.pack_gate_up %g, %u, %p : memref<64xf32>, memref<64xf32>, memref<128xbf16>
+  gpu.func @f(%g: memref<64xf32>, %c: memref<64xbf16>, %p: memref<128xbf16>) kernel {
+    // expected-error @+1 {{'moegpu.compute_copies' op expects copy 1 (up_rows) to be a packed [G, 2F, H] or [G, 2F] copy of twice its master's rows, got 'memref<128xbf16>' for 'memref<64xf32>'}}
+    moegpu.compute_copies masters(%g, %g : memref<64xf32>, memref<64xf32>) copies(%c, %p : memref<64xbf16>, memref<128xbf16>) layouts [#moegpu.copy_layout<same>, #moegpu.copy_layout<up_rows>]
     gpu.return
   }
 }
@@ -260,9 +260,39 @@ gpu.module @k {
 // -----
 
 gpu.module @k {
-  gpu.func @f(%g: memref<4x16x64xf32>, %u: memref<4x16x64xf32>, %p: memref<4x16x64xbf16>) kernel {
-    // expected-error @+1 {{'moegpu.pack_gate_up' op expects gate and up of half packed's rows, got 'memref<4x16x64xf32>' for 'memref<4x16x64xbf16>'}}
-    moegpu.pack_gate_up %g, %u, %p : memref<4x16x64xf32>, memref<4x16x64xf32>, memref<4x16x64xbf16>
+  gpu.func @f(%g: memref<4x16x64xf32>, %p: memref<4x16x64xbf16>) kernel {
+    // expected-error @+1 {{'moegpu.compute_copies' op expects copy 0 (gate_rows) to be a packed [G, 2F, H] or [G, 2F] copy of twice its master's rows, got 'memref<4x16x64xbf16>' for 'memref<4x16x64xf32>'}}
+    moegpu.compute_copies masters(%g : memref<4x16x64xf32>) copies(%p : memref<4x16x64xbf16>) layouts [#moegpu.copy_layout<gate_rows>]
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%g: memref<16x64xbf16>, %p: memref<16x64xbf16>) kernel {
+    // expected-error @+1 {{'moegpu.compute_copies' op expects master 0 to be f32 of static shape, got 'memref<16x64xbf16>'}}
+    moegpu.compute_copies masters(%g : memref<16x64xbf16>) copies(%p : memref<16x64xbf16>) layouts [#moegpu.copy_layout<same>]
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%g: memref<16x64xf32>, %p: memref<16x64xbf16>) kernel {
+    // expected-error @+1 {{'moegpu.compute_copies' op expects one copy and one layout per master (2), got 1 and 1}}
+    moegpu.compute_copies masters(%g, %g : memref<16x64xf32>, memref<16x64xf32>) copies(%p : memref<16x64xbf16>) layouts [#moegpu.copy_layout<same>]
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%g: memref<16x64xf32>, %p: memref<16x64xbf16>, %v: memref<1xi32>) kernel {
+    // expected-error @+1 {{'moegpu.compute_copies' op expects valid to be one f32 (memref<1xf32>), got 'memref<1xi32>'}}
+    moegpu.compute_copies masters(%g : memref<16x64xf32>) copies(%p : memref<16x64xbf16>) layouts [#moegpu.copy_layout<same>] valid(%v : memref<1xi32>)
     gpu.return
   }
 }
@@ -321,8 +351,8 @@ gpu.module @k {
 
 gpu.module @k {
   gpu.func @f(%p: memref<?x64xf32>, %h: memref<16xf32>) kernel {
-    // expected-error @+1 {{'moegpu.adamw' op expects an f32 master weight of static shape, got 'memref<?x64xf32>'}}
-    moegpu.adamw %p, %p, %p, %p, %h : memref<?x64xf32>, memref<16xf32>
+    // expected-error @+1 {{'moegpu.adamw' op expects master 0 to be f32 of static shape, got 'memref<?x64xf32>'}}
+    moegpu.adamw %h params(%p : memref<?x64xf32>) m(%p : memref<?x64xf32>) v(%p : memref<?x64xf32>) grads(%p : memref<?x64xf32>) : memref<16xf32>
     gpu.return
   }
 }
@@ -330,9 +360,9 @@ gpu.module @k {
 // -----
 
 gpu.module @k {
-  gpu.func @f(%p: memref<8x64xf32>, %h: memref<16xf32>, %s: memref<4xf32>) kernel {
-    // expected-error @+1 {{'moegpu.update_check' op expects index below the 4 weights of grad_sq, got 4}}
-    moegpu.update_check %p, %p, %p, %p, %h, %s, %s {index = 4} : memref<8x64xf32>, memref<16xf32>, memref<4xf32>
+  gpu.func @f(%p: memref<8x64xf32>, %h: memref<16xf32>, %s: memref<4xf32>, %gm: memref<1xi32>) kernel {
+    // expected-error @+1 {{'moegpu.update_check' op expects bad of 1 f32 (one per weight), got 'memref<4xf32>'}}
+    moegpu.update_check %h, %gm, %s params(%p : memref<8x64xf32>) m(%p : memref<8x64xf32>) v(%p : memref<8x64xf32>) grads(%p : memref<8x64xf32>) : memref<16xf32>, memref<1xi32>, memref<4xf32>
     gpu.return
   }
 }
@@ -340,9 +370,9 @@ gpu.module @k {
 // -----
 
 gpu.module @k {
-  gpu.func @f(%p: memref<8x64xbf16>, %h: memref<16xf32>, %s: memref<4xf32>) kernel {
-    // expected-error @+1 {{'moegpu.update_check' op expects an f32 master weight of static shape, got 'memref<8x64xbf16>'}}
-    moegpu.update_check %p, %p, %p, %p, %h, %s, %s {index = 0} : memref<8x64xbf16>, memref<16xf32>, memref<4xf32>
+  gpu.func @f(%p: memref<8x64xbf16>, %h: memref<16xf32>, %s: memref<4xf32>, %gm: memref<1xi32>) kernel {
+    // expected-error @+1 {{'moegpu.update_check' op expects master 0 to be f32 of static shape, got 'memref<8x64xbf16>'}}
+    moegpu.update_check %h, %gm, %s params(%p : memref<8x64xbf16>) m(%p : memref<8x64xbf16>) v(%p : memref<8x64xbf16>) grads(%p : memref<8x64xbf16>) : memref<16xf32>, memref<1xi32>, memref<4xf32>
     gpu.return
   }
 }
@@ -433,7 +463,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @f(%p: memref<8x64xf32>, %h: memref<16xf32>, %r: memref<1xi32>) kernel {
     // expected-error @+1 {{'moegpu.adamw' op expects rejected to be one f32 (memref<1xf32>), got 'memref<1xi32>'}}
-    moegpu.adamw %p, %p, %p, %p, %h rejected(%r : memref<1xi32>) : memref<8x64xf32>, memref<16xf32>
+    moegpu.adamw %h params(%p : memref<8x64xf32>) m(%p : memref<8x64xf32>) v(%p : memref<8x64xf32>) grads(%p : memref<8x64xf32>) rejected(%r : memref<1xi32>) : memref<16xf32>
     gpu.return
   }
 }
@@ -444,6 +474,116 @@ gpu.module @k {
   gpu.func @f(%l: memref<8xf32>, %h: memref<16xf32>, %r: memref<4xf32>) kernel {
     // expected-error @+1 {{'moegpu.bias_update' op expects rejected to be one f32 (memref<1xf32>), got 'memref<4xf32>'}}
     moegpu.bias_update %l, %h, %l rejected(%r : memref<4xf32>) {top_k = 2} : memref<8xf32>, memref<16xf32>, memref<8xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%p: memref<8x64xf32>, %h: memref<16xf32>) kernel {
+    // expected-error @+1 {{'moegpu.adamw' op expects as many params, m, v and grads, at least one, got 2, 1, 1 and 1}}
+    moegpu.adamw %h params(%p, %p : memref<8x64xf32>, memref<8x64xf32>) m(%p : memref<8x64xf32>) v(%p : memref<8x64xf32>) grads(%p : memref<8x64xf32>) : memref<16xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%p: memref<8x64xf32>, %m: memref<64x8xf32>, %h: memref<16xf32>) kernel {
+    // expected-error @+1 {{'moegpu.adamw' op expects m 0 of its master's type 'memref<8x64xf32>', got 'memref<64x8xf32>'}}
+    moegpu.adamw %h params(%p : memref<8x64xf32>) m(%m : memref<64x8xf32>) v(%p : memref<8x64xf32>) grads(%p : memref<8x64xf32>) : memref<16xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%p: memref<8x64xf32>, %c: memref<8x64xbf16>, %h: memref<16xf32>) kernel {
+    // expected-error @+1 {{'moegpu.adamw' op expects one copy and one layout per master (1), got 1 and 0}}
+    moegpu.adamw %h params(%p : memref<8x64xf32>) m(%p : memref<8x64xf32>) v(%p : memref<8x64xf32>) grads(%p : memref<8x64xf32>) copies(%c : memref<8x64xbf16>) : memref<16xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%l: memref<1xf32>, %s: memref<4xf32>, %c: memref<2xf32>) kernel {
+    // expected-error @+1 {{'moegpu.update_verdict' op expects copies_valid to be one f32 (memref<1xf32>), got 'memref<2xf32>'}}
+    moegpu.update_verdict %l, %s, %s, %l copies_valid(%c : memref<2xf32>) : memref<1xf32>, memref<4xf32>, memref<1xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%p: memref<8x64xf32>, %h: memref<16xf32>, %s: memref<1xf32>, %gm: memref<1xf32>) kernel {
+    // expected-error @+1 {{'moegpu.update_check' op expects grad_max of 1 i32 (one per weight), got 'memref<1xf32>'}}
+    moegpu.update_check %h, %gm, %s params(%p : memref<8x64xf32>) m(%p : memref<8x64xf32>) v(%p : memref<8x64xf32>) grads(%p : memref<8x64xf32>) : memref<16xf32>, memref<1xf32>, memref<1xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%p: memref<8x64xf32>, %h: memref<16xf32>, %s: memref<1xf32>, %gm: memref<1xi32>) kernel {
+    // expected-error @+1 {{'moegpu.update_check' op expects valid and bounds together (the bounds hold while the flag is set)}}
+    moegpu.update_check %h, %gm, %s params(%p : memref<8x64xf32>) m(%p : memref<8x64xf32>) v(%p : memref<8x64xf32>) grads(%p : memref<8x64xf32>) valid(%s : memref<1xf32>) : memref<16xf32>, memref<1xi32>, memref<1xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%p: memref<8x64xf32>, %h: memref<16xf32>, %s: memref<1xf32>, %gm: memref<1xi32>, %b: memref<2x3xi32>) kernel {
+    // expected-error @+1 {{'moegpu.update_check' op expects bounds of 1 x 3 i32 (each weight's largest |master|, |first moment| and second moment), got 'memref<2x3xi32>'}}
+    moegpu.update_check %h, %gm, %s params(%p : memref<8x64xf32>) m(%p : memref<8x64xf32>) v(%p : memref<8x64xf32>) grads(%p : memref<8x64xf32>) valid(%s : memref<1xf32>) bounds(%b : memref<2x3xi32>) : memref<16xf32>, memref<1xi32>, memref<1xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%p: memref<8x64xf32>, %h: memref<16xf32>, %b: memref<1x2xi32>) kernel {
+    // expected-error @+1 {{'moegpu.adamw' op expects bounds of 1 x 3 i32 (each weight's largest |master|, |first moment| and second moment), got 'memref<1x2xi32>'}}
+    moegpu.adamw %h params(%p : memref<8x64xf32>) m(%p : memref<8x64xf32>) v(%p : memref<8x64xf32>) grads(%p : memref<8x64xf32>) bounds(%b : memref<1x2xi32>) : memref<16xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%g: memref<16x64xf32>, %p: memref<16x64xbf16>, %b: memref<1x3xi32>) kernel {
+    // expected-error @+1 {{'moegpu.compute_copies' op expects valid with bounds (they are zeroed when the copies are made)}}
+    moegpu.compute_copies masters(%g : memref<16x64xf32>) copies(%p : memref<16x64xbf16>) layouts [#moegpu.copy_layout<same>] bounds(%b : memref<1x3xi32>)
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%g: memref<8x64xf32>, %sq: memref<1xf32>, %gm: memref<2xi32>) kernel {
+    // expected-error @+1 {{'moegpu.grad_stats' op expects grad_max of 1 i32 (one per weight), got 'memref<2xi32>'}}
+    moegpu.grad_stats %sq, %gm grads(%g : memref<8x64xf32>) : memref<1xf32>, memref<2xi32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%g: memref<8x64xbf16>, %sq: memref<1xf32>, %gm: memref<1xi32>) kernel {
+    // expected-error @+1 {{'moegpu.grad_stats' op expects gradient 0 to be f32 of static shape, got 'memref<8x64xbf16>'}}
+    moegpu.grad_stats %sq, %gm grads(%g : memref<8x64xbf16>) : memref<1xf32>, memref<1xi32>
     gpu.return
   }
 }

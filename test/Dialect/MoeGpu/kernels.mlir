@@ -65,16 +65,12 @@ gpu.module @k {
     moegpu.combine %d, %m, %y shared(%so : memref<?x64xbf16>) shared_scale(%ss : memref<?xf32>) output_bias(%ob : memref<64xbf16>) : memref<?x64xbf16>, memref<?x2xi32>, memref<?x64xbf16>
     gpu.return
   }
-  // CHECK-LABEL: gpu.func @t_convert
-  // CHECK: moegpu.convert 
-  gpu.func @t_convert(%a: memref<8x64xf32>, %b: memref<8x64xbf16>) kernel {
-    moegpu.convert %a, %b : memref<8x64xf32>, memref<8x64xbf16>
-    gpu.return
-  }
-  // CHECK-LABEL: gpu.func @t_pack
-  // CHECK: moegpu.pack_gate_up 
-  gpu.func @t_pack(%g: memref<4x16x64xf32>, %u: memref<4x16x64xf32>, %p: memref<4x32x64xbf16>) kernel {
-    moegpu.pack_gate_up %g, %u, %p : memref<4x16x64xf32>, memref<4x16x64xf32>, memref<4x32x64xbf16>
+  // CHECK-LABEL: gpu.func @t_copies
+  // CHECK: moegpu.compute_copies masters(%{{.*}}, %{{.*}}, %{{.*}} : memref<4x16x64xf32>, memref<4x16x64xf32>, memref<8x64xf32>) copies(%{{.*}}, %{{.*}}, %{{.*}} : memref<4x32x64xbf16>, memref<4x32x64xbf16>, memref<1x8x64xbf16>) layouts [#moegpu.copy_layout<gate_rows>, #moegpu.copy_layout<up_rows>, #moegpu.copy_layout<same>] valid(%{{.*}} : memref<1xf32>) bounds(%{{.*}} : memref<3x3xi32>)
+  // CHECK: moegpu.compute_copies masters(%{{.*}} : memref<8x64xf32>) copies(%{{.*}} : memref<1x8x64xbf16>) layouts [#moegpu.copy_layout<same>]{{$}}
+  gpu.func @t_copies(%g: memref<4x16x64xf32>, %u: memref<4x16x64xf32>, %p: memref<4x32x64xbf16>, %a: memref<8x64xf32>, %b: memref<1x8x64xbf16>, %valid: memref<1xf32>, %bounds: memref<3x3xi32>) kernel {
+    moegpu.compute_copies masters(%g, %u, %a : memref<4x16x64xf32>, memref<4x16x64xf32>, memref<8x64xf32>) copies(%p, %p, %b : memref<4x32x64xbf16>, memref<4x32x64xbf16>, memref<1x8x64xbf16>) layouts [#moegpu.copy_layout<gate_rows>, #moegpu.copy_layout<up_rows>, #moegpu.copy_layout<same>] valid(%valid : memref<1xf32>) bounds(%bounds : memref<3x3xi32>)
+    moegpu.compute_copies masters(%a : memref<8x64xf32>) copies(%b : memref<1x8x64xbf16>) layouts [#moegpu.copy_layout<same>]
     gpu.return
   }
   // CHECK-LABEL: gpu.func @t_loss
@@ -174,29 +170,39 @@ gpu.module @k {
     gpu.return
   }
   // CHECK-LABEL: gpu.func @t_adamw
-  // CHECK: moegpu.adamw {{.*}} : memref<8x64xf32>, memref<16xf32>
+  // CHECK: moegpu.adamw %{{.*}} params(%{{.*}}, %{{.*}} : memref<8x64xf32>, memref<16xf32>) m(%{{.*}}, %{{.*}} : memref<8x64xf32>, memref<16xf32>) v(%{{.*}}, %{{.*}} : memref<8x64xf32>, memref<16xf32>) grads(%{{.*}}, %{{.*}} : memref<8x64xf32>, memref<16xf32>) : memref<16xf32>
   gpu.func @t_adamw(%p: memref<8x64xf32>, %m: memref<8x64xf32>, %v: memref<8x64xf32>, %g: memref<8x64xf32>, %h: memref<16xf32>) kernel {
-    moegpu.adamw %p, %m, %v, %g, %h : memref<8x64xf32>, memref<16xf32>
+    moegpu.adamw %h params(%p, %h : memref<8x64xf32>, memref<16xf32>) m(%m, %h : memref<8x64xf32>, memref<16xf32>) v(%v, %h : memref<8x64xf32>, memref<16xf32>) grads(%g, %h : memref<8x64xf32>, memref<16xf32>) : memref<16xf32>
     gpu.return
   }
   // CHECK-LABEL: gpu.func @t_adamw_verdict
-  // CHECK: moegpu.adamw {{.*}} rejected(%{{.*}} : memref<1xf32>) : memref<8x64xf32>, memref<16xf32>
+  // CHECK: moegpu.adamw %{{.*}} params(%{{.*}} : memref<8x64xf32>) m(%{{.*}} : memref<8x64xf32>) v(%{{.*}} : memref<8x64xf32>) grads(%{{.*}} : memref<8x64xf32>) copies(%{{.*}} : memref<8x64xbf16>) layouts [#moegpu.copy_layout<same>] bounds(%{{.*}} : memref<1x3xi32>) rejected(%{{.*}} : memref<1xf32>) : memref<16xf32>
   // CHECK: moegpu.bias_update {{.*}} rejected(%{{.*}} : memref<1xf32>) {top_k = 2 : i64}
-  gpu.func @t_adamw_verdict(%p: memref<8x64xf32>, %h: memref<16xf32>, %r: memref<1xf32>, %l: memref<8xf32>) kernel {
-    moegpu.adamw %p, %p, %p, %p, %h rejected(%r : memref<1xf32>) : memref<8x64xf32>, memref<16xf32>
+  gpu.func @t_adamw_verdict(%p: memref<8x64xf32>, %c: memref<8x64xbf16>, %h: memref<16xf32>, %r: memref<1xf32>, %l: memref<8xf32>, %b: memref<1x3xi32>) kernel {
+    moegpu.adamw %h params(%p : memref<8x64xf32>) m(%p : memref<8x64xf32>) v(%p : memref<8x64xf32>) grads(%p : memref<8x64xf32>) copies(%c : memref<8x64xbf16>) layouts [#moegpu.copy_layout<same>] bounds(%b : memref<1x3xi32>) rejected(%r : memref<1xf32>) : memref<16xf32>
     moegpu.bias_update %l, %h, %l rejected(%r : memref<1xf32>) {top_k = 2} : memref<8xf32>, memref<16xf32>, memref<8xf32>
     gpu.return
   }
   // CHECK-LABEL: gpu.func @t_update_verdict
   // CHECK: moegpu.update_verdict %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : memref<1xf32>, memref<4xf32>, memref<1xf32>
+  // CHECK: moegpu.update_verdict %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} copies_valid(%{{.*}} : memref<1xf32>) : memref<1xf32>, memref<4xf32>, memref<1xf32>
   gpu.func @t_update_verdict(%l: memref<1xf32>, %s: memref<4xf32>, %r: memref<1xf32>) kernel {
     moegpu.update_verdict %l, %s, %s, %r : memref<1xf32>, memref<4xf32>, memref<1xf32>
+    moegpu.update_verdict %l, %s, %s, %r copies_valid(%l : memref<1xf32>) : memref<1xf32>, memref<4xf32>, memref<1xf32>
+    gpu.return
+  }
+  // CHECK-LABEL: gpu.func @t_grad_stats
+  // CHECK: moegpu.grad_stats %{{.*}}, %{{.*}} grads(%{{.*}}, %{{.*}} : memref<8x64xf32>, memref<16xf32>) : memref<2xf32>, memref<2xi32>
+  gpu.func @t_grad_stats(%g: memref<8x64xf32>, %h: memref<16xf32>, %sq: memref<2xf32>, %gm: memref<2xi32>) kernel {
+    moegpu.grad_stats %sq, %gm grads(%g, %h : memref<8x64xf32>, memref<16xf32>) : memref<2xf32>, memref<2xi32>
     gpu.return
   }
   // CHECK-LABEL: gpu.func @t_update_check
-  // CHECK: moegpu.update_check {{.*}} {index = 3 : i64} : memref<8x64xf32>, memref<16xf32>, memref<4xf32>
-  gpu.func @t_update_check(%p: memref<8x64xf32>, %m: memref<8x64xf32>, %v: memref<8x64xf32>, %g: memref<8x64xf32>, %h: memref<16xf32>, %sq: memref<4xf32>, %bad: memref<4xf32>) kernel {
-    moegpu.update_check %p, %m, %v, %g, %h, %sq, %bad {index = 3} : memref<8x64xf32>, memref<16xf32>, memref<4xf32>
+  // CHECK: moegpu.update_check %{{.*}}, %{{.*}}, %{{.*}} params(%{{.*}}, %{{.*}} : memref<8x64xf32>, memref<16xf32>) m({{.*}}) v({{.*}}) grads({{.*}}) : memref<16xf32>, memref<2xi32>, memref<2xf32>
+  // CHECK: moegpu.update_check {{.*}} grads({{.*}}) valid(%{{.*}} : memref<1xf32>) bounds(%{{.*}} : memref<2x3xi32>) : memref<16xf32>, memref<2xi32>, memref<2xf32>
+  gpu.func @t_update_check(%p: memref<8x64xf32>, %m: memref<8x64xf32>, %v: memref<8x64xf32>, %g: memref<8x64xf32>, %h: memref<16xf32>, %gm: memref<2xi32>, %bad: memref<2xf32>, %valid: memref<1xf32>, %bounds: memref<2x3xi32>) kernel {
+    moegpu.update_check %h, %gm, %bad params(%p, %h : memref<8x64xf32>, memref<16xf32>) m(%m, %h : memref<8x64xf32>, memref<16xf32>) v(%v, %h : memref<8x64xf32>, memref<16xf32>) grads(%g, %h : memref<8x64xf32>, memref<16xf32>) : memref<16xf32>, memref<2xi32>, memref<2xf32>
+    moegpu.update_check %h, %gm, %bad params(%p, %h : memref<8x64xf32>, memref<16xf32>) m(%m, %h : memref<8x64xf32>, memref<16xf32>) v(%v, %h : memref<8x64xf32>, memref<16xf32>) grads(%g, %h : memref<8x64xf32>, memref<16xf32>) valid(%valid : memref<1xf32>) bounds(%bounds : memref<2x3xi32>) : memref<16xf32>, memref<2xi32>, memref<2xf32>
     gpu.return
   }
 }

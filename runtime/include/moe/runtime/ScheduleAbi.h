@@ -99,8 +99,8 @@ enum class KernelKind {
   DispatchScatter,
   Quantize,
   Combine,
-  Convert,
-  PackGateUp,
+  Convert,    ///< bundles before compute_copies: one master's copy
+  PackGateUp, ///< bundles before compute_copies: a packed gate/up copy
   MseLoss,
   ColumnSum,
   GroupedColumnSum,
@@ -121,6 +121,8 @@ enum class KernelKind {
   UpdateCheck,
   UpdateVerdict,
   SumSplits,
+  ComputeCopies,
+  GradStats,
 };
 
 inline constexpr std::string_view kKernelKindNames[] = {
@@ -154,7 +156,9 @@ inline constexpr std::string_view kKernelKindNames[] = {
     "adamw",
     "update_check",
     "update_verdict",
-    "sum_splits"};
+    "sum_splits",
+    "compute_copies",
+    "grad_stats"};
 
 constexpr std::string_view kernelKindName(KernelKind kind) {
   return nameOf(kKernelKindNames, kind);

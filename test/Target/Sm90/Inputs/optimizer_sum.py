@@ -1,7 +1,8 @@
 """Reads moe-compile --train --report from stdin and checks that the
 "of which the optimizer" line is the sum of the training table's compute
-copies (train_<weight> and train_pack_*), update checks, verdict, AdamW
-and bias-update rows, and its share of the step line's total."""
+copies, gradient statistics, update check, verdict, AdamW and
+bias-update rows, and its share
+of the step line's total."""
 
 import sys
 
@@ -23,13 +24,12 @@ def main():
             step = float(fields[2])
         elif len(fields) == 5 and fields[0].startswith("train_"):
             rows[fields[0]] = float(fields[4])
-    names = ("train_check_", "train_adamw_", "train_pack_",
-             "train_update_verdict")
-    # The compute copies: train_<weight name> (router_weight, down_weight,
-    # ...), the conversions of each weight's master.
+    names = ("train_compute_copies", "train_grad_stats",
+             "train_update_check", "train_update_verdict", "train_adamw",
+             "train_bias")
+
     def is_optimizer(name):
-        return (name.startswith(names) or name.endswith("_weight") or
-                name == "train_bias")
+        return name in names
     expected = sum(us for name, us in rows.items() if is_optimizer(name))
     if optimizer is None or step is None:
         print("optimizer_sum: no optimizer or step line")
