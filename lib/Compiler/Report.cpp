@@ -191,8 +191,8 @@ mlir::moe::formatModelProjection(const std::vector<Sm90KernelReport> &kernels,
                       "step", "", flops / 1e9, "", estimate,
                       flops > 0 ? 100 * tensor / flops : 0.0);
   os << llvm::formatv("{0,-31} {1,-6} {2,10} {3,10} {4,12:f1}  "
-                      "({5:f1}% of the step: compute copies, update checks, "
-                      "AdamW, bias update)\n",
+                      "({5:f1}% of the step: compute copies, gradient "
+                      "statistics, update checks, AdamW, bias update)\n",
                       "of which the optimizer", "", "", "", optimizer,
                       estimate > 0 ? 100 * optimizer / estimate : 0.0);
   return text;
