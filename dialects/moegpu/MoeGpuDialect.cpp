@@ -650,7 +650,7 @@ LogicalResult BufferOp::verify() {
   StringRef source = getSource();
   if (!::moe::abi::parseBufferSource(source))
     return emitOpError() << "has unknown source '" << source
-                         << "' (expected input, output, scratch, "
+                         << "' (expected input, output, scratch, tokens, "
                             "param:<role>, pack:<gate>,<up>, "
                             "concat:<gate>,<up> or arg:<name>)";
   return success();

@@ -474,7 +474,8 @@ def MoeGpu_BufferOp : MoeGpu_Op<"buffer", [
     `type`'s dynamic dimensions are sized at run time, in order, by `dims`
     (the token count, the dispatched-row capacity, or the rows an
     expert-parallel rank can receive). `source` says where its contents
-    come from: `input`, `output`, `scratch`, `param:<role>` (a layer
+    come from: `input`, `output`, `scratch`, `tokens` (one i32, the
+    pass's token count, which the runtime writes), `param:<role>` (a layer
     parameter), `pack:<gate role>,<up role>` (gate and up weights
     interleaved in blocks of 8 rows), `concat:<gate role>,<up role>` (the
     gate's FP8 block scales, then the up's, along the second to last

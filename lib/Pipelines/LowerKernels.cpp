@@ -62,6 +62,9 @@ struct MoeGpuLowerKernels
     pm.addPass(moe::createMoePartitionSms());
     pm.addPass(moe::createMoeGpuWarpSpecialize());
     pm.addNestedPass<gpu::GPUModuleOp>(moe::createConvertMoeGpuToNVGPU());
+    // Last: a TMA source must be a kernel argument until the GEMMs are
+    // lowered.
+    pm.addPass(moe::createMoeGpuTokensFromMemory());
     if (failed(runPipeline(pm, getOperation())))
       signalPassFailure();
   }

@@ -42,6 +42,16 @@ int64_t resolveDim(int64_t d, int64_t tokens, int64_t rows,
 
 /// A training step argument that the host gives every step (the rest of
 /// a step's inputs is state that the device keeps).
+/// The bytes of training argument `spec` (held in `b`) for `tokens`
+/// tokens.
+size_t argumentBytes(const TrainArgumentSpec &spec, const GpuBuffer &b,
+                     int64_t tokens) {
+  size_t bytes = dtypeSize(b.dtype);
+  for (int64_t d : spec.shape)
+    bytes *= static_cast<size_t>(d < 0 ? tokens : d);
+  return bytes;
+}
+
 bool isStepInput(const TrainArgumentSpec &spec) {
   return !spec.output &&
          (spec.name == "x" || spec.name == "target" || spec.name == "hyper");
@@ -382,9 +392,46 @@ private:
   /// step, so that the next clears it.
   const GpuBuffer *copiesValid = nullptr;
   bool copiesStale = true;
-  /// Enqueues a forward pass of `tokens` tokens: x from its staging, the
-  /// schedule (`variant`'s, see forwardVariant), the outputs to theirs.
-  Status enqueueForward(int64_t tokens, int variant);
+  /// The pass's token count as the kernels read it (bundles since the
+  /// word: moegpu-tokens-from-memory), or null. Written from its staging
+  /// by an async copy at the start of each pass, so a graph launched for
+  /// `launchTokens(T)` tokens runs any T up to that.
+  const GpuBuffer *tokensWord = nullptr;
+  /// Sets the word's staging to `tokens` (before the pass is enqueued or
+  /// its graph launched) and enqueues its copy (with the pass).
+  void stageTokens(int64_t tokens) {
+    if (tokensWord)
+      *reinterpret_cast<int32_t *>(stagingOf(*tokensWord)) =
+          static_cast<int32_t>(tokens);
+  }
+  Status enqueueTokens() {
+    if (!tokensWord)
+      return Status::success();
+    return check(driver.memcpyHtoDAsync(deviceOf(*tokensWord),
+                                        stagingOf(*tokensWord), sizeof(int32_t),
+                                        stream),
+                 "cannot upload the token count");
+  }
+  /// The token count a graph for `tokens` tokens is launched for: the
+  /// next power of two, at most `capacity`, where the kernels read the
+  /// count from the word (one graph a bucket), else `tokens` itself.
+  int64_t launchTokens(int64_t tokens, int64_t capacity) const {
+    if (!tokensWord || tokens <= 0)
+      return tokens;
+    int64_t bucket = 1;
+    while (bucket < tokens)
+      bucket *= 2;
+    return std::max(tokens, std::min(bucket, capacity));
+  }
+  /// Rows of a training input's staging past the live ones that an
+  /// earlier step left non-zero (by buffer index): a graph copies its
+  /// bucket's rows, and the rows past the tokens must arrive as zeros.
+  std::vector<int64_t> stagedRows;
+  /// Enqueues a forward pass launched for `launched` tokens (the live
+  /// ones, or their graph's bucket): the token count and x from their
+  /// staging, the schedule (`variant`'s, see forwardVariant), the outputs
+  /// to theirs.
+  Status enqueueForward(int64_t launched, int variant);
   /// Whether `steps` can be captured as a CUDA graph: kernels and memsets
   /// only (an exchange needs the host), not timed, and graphs not turned
   /// off ($MOE_CUDA_GRAPHS=0).
@@ -411,10 +458,11 @@ private:
         driver.memsetD8Async(deviceOf(b) + bytes, 0, capacity - bytes, stream),
         "cannot clear the rows past '" + name + "'");
   }
-  /// Enqueues a training step of `tokens` tokens: the staged inputs'
-  /// copies, the step, its update where the device decides it, and the
-  /// copies of the results in `reported` (by argument) to their staging.
-  Status enqueueTrainingStep(int64_t tokens,
+  /// Enqueues a training step launched for `launched` tokens (as
+  /// enqueueForward): the staged inputs' copies, the step, its update
+  /// where the device decides it, and the copies of the results in
+  /// `reported` (by argument) to their staging.
+  Status enqueueTrainingStep(int64_t launched,
                              const std::vector<const GpuBuffer *> &targets,
                              const std::vector<size_t> &uploads,
                              const std::vector<size_t> &reported,
@@ -680,6 +728,9 @@ Status CudaBackend::init(const Bundle &bundle) {
   }
   deviceVerdict = findBuffer("update_rejected") != nullptr;
   copiesValid = findBuffer("copies_valid");
+  for (const GpuBuffer &b : manifest.gpu.buffers)
+    if (b.source.kind == abi::SourceKind::Tokens)
+      tokensWord = &b;
   return allocateStaging();
 }
 
@@ -697,6 +748,9 @@ Status CudaBackend::allocateStaging() {
           (spec.output ? !isGradient(spec) : isStepInput(spec)))
         staged.push_back(trainArgumentBuffers[i]);
     }
+  if (tokensWord)
+    staged.push_back(tokensWord);
+  stagedRows.assign(manifest.gpu.buffers.size(), 0);
   stagingOffsets.assign(manifest.gpu.buffers.size(), kNoStaging);
   size_t bytes = 0;
   for (const GpuBuffer *b : staged) {
@@ -709,9 +763,14 @@ Status CudaBackend::allocateStaging() {
   }
   if (bytes == 0)
     return Status::success();
-  return check(driver.memAllocHost(&pinned, bytes),
-               "cannot allocate " + formatBytes(bytes) +
-                   " of page-locked host memory");
+  if (Status s = check(driver.memAllocHost(&pinned, bytes),
+                       "cannot allocate " + formatBytes(bytes) +
+                           " of page-locked host memory");
+      !s.ok())
+    return s;
+  // Zeros past what a step stages (see stagedRows).
+  std::memset(pinned, 0, bytes);
+  return Status::success();
 }
 
 Status
@@ -1208,13 +1267,19 @@ Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {
   const std::vector<GpuStep> &steps = build.steps;
   lastTileM = build.tileM;
   profile.clear();
+  stageTokens(tokens);
   // One wait for the device a pass, after the outputs' copies: the pass
-  // replays its graph where it can, else enqueues its steps.
+  // replays its graph where it can (one a bucket of token counts, where
+  // the kernels read the count from memory), else enqueues its steps.
   if (tokens > 0) {
     if (capturable(steps)) {
-      if (Status s =
-              launchGraph({kForwardPass, tokens, *variant}, "the forward pass",
-                          [&] { return enqueueForward(tokens, *variant); });
+      int64_t capacity = *variant >= 0
+                             ? manifest.gpu.variants[*variant].maxTokens
+                             : manifest.maxTokens;
+      int64_t launched = launchTokens(tokens, capacity);
+      if (Status s = launchGraph(
+              {kForwardPass, launched, *variant}, "the forward pass",
+              [&] { return enqueueForward(launched, *variant); });
           !s.ok())
         return s;
     } else if (Status s = enqueueForward(tokens, *variant); !s.ok()) {
@@ -1285,23 +1350,25 @@ Expected<int> CudaBackend::forwardVariant(int64_t tokens) const {
                               have + " only");
 }
 
-Status CudaBackend::enqueueForward(int64_t tokens, int variant) {
+Status CudaBackend::enqueueForward(int64_t launched, int variant) {
   ForwardBuild build = forwardBuild(variant);
-  size_t inputBytes = static_cast<size_t>(tokens) * rowBytes(*inputBuffer);
+  if (Status s = enqueueTokens(); !s.ok())
+    return s;
+  size_t inputBytes = static_cast<size_t>(launched) * rowBytes(*inputBuffer);
   if (Status s = check(driver.memcpyHtoDAsync(deviceOf(*inputBuffer),
                                               stagingOf(*inputBuffer),
                                               inputBytes, stream),
                        "cannot upload the input");
       !s.ok())
     return s;
-  if (Status s = launchSteps(build.steps, build.plan, tokens, profiling,
+  if (Status s = launchSteps(build.steps, build.plan, launched, profiling,
                              /*sameClock=*/false, build.rowCapacity);
       !s.ok())
     return s;
   const char *names[3] = {"y", "topk_ids", "topk_weights"};
   for (int o = 0; o < 3; ++o) {
     const GpuBuffer *b = outputBuffers[o];
-    size_t bytes = static_cast<size_t>(tokens) * rowBytes(*b);
+    size_t bytes = static_cast<size_t>(launched) * rowBytes(*b);
     if (Status s = check(
             driver.memcpyDtoHAsync(stagingOf(*b), deviceOf(*b), bytes, stream),
             std::string("cannot download '") + names[o] + "'");
@@ -1411,9 +1478,7 @@ Status CudaBackend::runEntry(const std::string &symbol,
       return Status::failure("the training schedule has no buffer for "
                              "argument '" +
                              spec.name + "'");
-    size_t bytes = dtypeSize(b->dtype);
-    for (int64_t d : spec.shape)
-      bytes *= static_cast<size_t>(d < 0 ? tokens : d);
+    size_t bytes = argumentBytes(spec, *b, tokens);
     const Tensor &t = *args[i];
     // With the state on the device, the gradients (the weights' and the
     // input's) stay there until asked for (downloadTrainingTensors): their
@@ -1440,6 +1505,13 @@ Status CudaBackend::runEntry(const std::string &symbol,
     // step's work; state (the first step's, or a restored one) directly.
     if (uint8_t *staged = stagingOf(*b)) {
       std::memcpy(staged, t.data.data(), bytes);
+      // Zeros past the tokens, where an earlier step staged more.
+      int64_t &dirty =
+          stagedRows[static_cast<size_t>(b - manifest.gpu.buffers.data())];
+      size_t dirtyBytes = argumentBytes(spec, *b, dirty);
+      if (dirtyBytes > bytes)
+        std::memset(staged + bytes, 0, dirtyBytes - bytes);
+      dirty = tokens;
       uploads.push_back(i);
     } else if (Status s =
                    check(driver.memcpyHtoD(deviceOf(*b), t.data.data(), bytes),
@@ -1480,14 +1552,17 @@ Status CudaBackend::runEntry(const std::string &symbol,
   }
   // The step, then (where the device decides) its update, then the
   // results into their staging: one wait for the device. As a graph when
-  // all of it can be captured (the key: the tokens and what is reported).
+  // all of it can be captured (the key: the tokens' bucket and what is
+  // reported).
+  stageTokens(tokens);
   if (deviceVerdict && allStaged && capturable(manifest.gpu.trainSteps) &&
       capturable(manifest.gpu.updateSteps)) {
-    std::vector<int64_t> key{kTrainingStep, tokens};
+    int64_t launched = launchTokens(tokens, manifest.maxTokens);
+    std::vector<int64_t> key{kTrainingStep, launched};
     key.insert(key.end(), reported.begin(), reported.end());
     if (Status s = launchGraph(key, "the training step",
                                [&] {
-                                 return enqueueTrainingStep(tokens, targets,
+                                 return enqueueTrainingStep(launched, targets,
                                                             uploads, reported,
                                                             arguments);
                                });
@@ -1517,13 +1592,16 @@ Status CudaBackend::runEntry(const std::string &symbol,
 }
 
 Status CudaBackend::enqueueTrainingStep(
-    int64_t tokens, const std::vector<const GpuBuffer *> &targets,
+    int64_t launched, const std::vector<const GpuBuffer *> &targets,
     const std::vector<size_t> &uploads, const std::vector<size_t> &reported,
     const std::vector<const Tensor *> &arguments) {
   const TrainSpec &train = manifest.train;
+  if (Status s = enqueueTokens(); !s.ok())
+    return s;
+  // The launched tokens' rows (past the live ones: zeros, see stagedRows).
   for (size_t i : uploads) {
     const GpuBuffer &b = *targets[i];
-    size_t bytes = arguments[i]->data.size();
+    size_t bytes = argumentBytes(train.arguments[i], b, launched);
     if (Status s = check(
             driver.memcpyHtoDAsync(deviceOf(b), stagingOf(b), bytes, stream),
             "cannot upload '" + train.arguments[i].name + "'");
@@ -1536,7 +1614,7 @@ Status CudaBackend::enqueueTrainingStep(
   // a timed step is never a graph).
   auto launch = [&](const std::vector<GpuStep> &steps, const SchedulePlan &plan,
                     bool sameClock) {
-    if (Status s = launchSteps(steps, plan, tokens, profiling, sameClock);
+    if (Status s = launchSteps(steps, plan, launched, profiling, sameClock);
         !s.ok())
       return s;
     if (!profiling)
@@ -1556,7 +1634,9 @@ Status CudaBackend::enqueueTrainingStep(
     if (uint8_t *staged = stagingOf(*targets[i]))
       if (Status s =
               check(driver.memcpyDtoHAsync(staged, deviceOf(*targets[i]),
-                                           arguments[i]->data.size(), stream),
+                                           argumentBytes(train.arguments[i],
+                                                         *targets[i], launched),
+                                           stream),
                     "cannot download '" + train.arguments[i].name + "'");
           !s.ok())
         return s;

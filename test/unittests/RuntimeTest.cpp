@@ -445,8 +445,8 @@ TEST(RuntimeTest, GpuProgramRoundTripAndValidation) {
 
 // The one parser of a buffer's source: every form, and what it refuses.
 TEST(RuntimeTest, BufferSourceParser) {
-  for (const char *text : {"input", "output", "scratch", "param:router_weight",
-                           "pack:gate_weight,up_weight",
+  for (const char *text : {"input", "output", "scratch", "tokens",
+                           "param:router_weight", "pack:gate_weight,up_weight",
                            "concat:gate_scale,up_scale", "arg:x.grad"}) {
     std::optional<::moe::abi::BufferSource> s =
         ::moe::abi::parseBufferSource(text);
@@ -460,8 +460,10 @@ TEST(RuntimeTest, BufferSourceParser) {
   EXPECT_EQ(concat->upRole, "up_scale");
   EXPECT_TRUE(concat->fromCheckpoint());
   EXPECT_FALSE(::moe::abi::parseBufferSource("arg:x")->fromCheckpoint());
+  EXPECT_EQ(::moe::abi::parseBufferSource("tokens")->kind,
+            ::moe::abi::SourceKind::Tokens);
   for (const char *text :
        {"", "weights", "param:", "arg:", "param:a,b", "pack:gate", "pack:,up",
-        "pack:gate,", "concat:a,b,c", "Input", "input:x"})
+        "pack:gate,", "concat:a,b,c", "Input", "input:x", "tokens:x"})
     EXPECT_FALSE(::moe::abi::parseBufferSource(text).has_value()) << text;
 }

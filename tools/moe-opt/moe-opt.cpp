@@ -31,14 +31,19 @@
 /// The project's passes (include/moe/*/Passes.td) and pipelines
 /// (registerPipelines), with their summaries, for the top of --help.
 static void printProjectPasses(llvm::raw_ostream &os) {
-  static const char *const passes[] = {
-      "moe-decompose-layer",    "moe-autodiff",
-      "moe-expert-parallel",    "moe-select-tiles",
-      "moe-partition-sms",      "convert-moe-to-host",
-      "convert-dynamic-parallel-to-openmp",
-      "convert-moe-to-moegpu",  "convert-moegpu-kernels-to-gpu",
-      "moegpu-warp-specialize", "convert-moegpu-to-nvgpu",
-      "moegpu-lower-kernels"};
+  static const char *const passes[] = {"moe-decompose-layer",
+                                       "moe-autodiff",
+                                       "moe-expert-parallel",
+                                       "moe-select-tiles",
+                                       "moe-partition-sms",
+                                       "convert-moe-to-host",
+                                       "convert-dynamic-parallel-to-openmp",
+                                       "convert-moe-to-moegpu",
+                                       "convert-moegpu-kernels-to-gpu",
+                                       "moegpu-warp-specialize",
+                                       "convert-moegpu-to-nvgpu",
+                                       "moegpu-tokens-from-memory",
+                                       "moegpu-lower-kernels"};
   static const char *const pipelines[] = {
       "moe-graph-pipeline", "moe-host-pipeline", "moegpu-kernel-pipeline",
       "moe-sm90-pipeline"};

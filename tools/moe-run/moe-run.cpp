@@ -52,6 +52,11 @@ static const char kUsage[] =
     "  --save-weights=FILE      write the weights used (with "
     "--random-weights)\n"
     "  --save-inputs=FILE       write the input used (with --tokens)\n"
+    "  --warm-tokens=T,T,...    first, one pass of random tokens for each\n"
+    "                           count (a serving mix; untimed, their\n"
+    "                           outputs dropped); with --activity each\n"
+    "                           one's driver work is printed (cuda: a pass\n"
+    "                           replays the graph of its count's bucket)\n"
     "  --repeat=N               run N times and report the median (1);\n"
     "                           with N > 1 after one untimed warm-up\n"
     "  --threads=N              host: threads of the compiled code\n"
@@ -99,6 +104,7 @@ int main(int argc, char **argv) {
   bool randomWeights = false, profile = false, allowNonFinite = false,
        activity = false;
   int64_t tokens = -1, repeat = 1, threads = 0;
+  std::vector<int64_t> warmTokens;
   uint64_t seed = 0;
   double timeout = 300;
   int64_t checkpointLayer = -1;
@@ -130,6 +136,19 @@ int main(int argc, char **argv) {
       checkpointLayer = parseInt(value, "--layer");
     } else if (flag(argc, argv, i, "--tokens", &value)) {
       tokens = parseInt(value, "--tokens");
+    } else if (flag(argc, argv, i, "--warm-tokens", &value)) {
+      for (size_t at = 0;;) {
+        size_t comma = value.find(',', at);
+        std::string item = value.substr(at, comma - at);
+        int64_t t = parseInt(item, "an entry of --warm-tokens");
+        if (t < 1)
+          die("--warm-tokens takes token counts of 1 or more, got '" + item +
+              "'");
+        warmTokens.push_back(t);
+        if (comma == std::string::npos)
+          break;
+        at = comma + 1;
+      }
     } else if (flag(argc, argv, i, "--seed", &value)) {
       seed = static_cast<uint64_t>(parseInt(value, "--seed"));
     } else if (flag(argc, argv, i, "--timeout", &value)) {
@@ -253,6 +272,27 @@ int main(int argc, char **argv) {
     firstCounted = true;
     return r;
   };
+  // The serving mix first, each count's tokens split over the ranks.
+  for (int64_t t : warmTokens) {
+    if (t > m.maxTokens)
+      die("--warm-tokens: " + std::to_string(t) +
+          " tokens, the bundle was compiled for at most " +
+          std::to_string(m.maxTokens) + " (--max-tokens)");
+    if (t % comm.size() != 0)
+      die("--warm-tokens: " + std::to_string(t) +
+          " tokens do not split evenly over " + std::to_string(comm.size()) +
+          " ranks");
+    Random rng(seed ^ moe::tools::kTokenSeedSalt ^ static_cast<uint64_t>(t));
+    Tensor warm = moe::tools::rankRows(
+        moe::tools::randomTokens(rng, t, m.layer.hidden), comm);
+    DeviceActivity before = layer.activity();
+    if (Expected<ForwardResult> r = layer.forward(warm); !r)
+      die(r.message());
+    if (activity && leader)
+      std::printf("moe-run: driver, warm pass of %lld tokens: %s\n",
+                  static_cast<long long>(t),
+                  (layer.activity() - before).describe().c_str());
+  }
   // One pass before the timed ones (first-touch page faults, the OpenMP
   // threads' start, the GPU's clocks), when there is more than one or a
   // profile.

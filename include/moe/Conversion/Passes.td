@@ -222,8 +222,10 @@ def MoeGpuLowerKernels : Pass<"moegpu-lower-kernels", "::mlir::ModuleOp"> {
     and nvvm code, in order: `convert-moegpu-kernels-to-gpu` (the SIMT
     kernels, on each `gpu.module`), then for the `moegpu.grouped_gemm` ops'
     warp-specialized kernels `moe-select-tiles`, `moe-partition-sms`, `moegpu-warp-specialize` and
-    `convert-moegpu-to-nvgpu` (on each `gpu.module`). Each step has its own
-    lit tests; this pass is what the sm_90a pipeline runs.
+    `convert-moegpu-to-nvgpu` (on each `gpu.module`), and last
+    `moegpu-tokens-from-memory` (the kernels read the token count from a
+    device word). Each step has its own lit tests; this pass is what the
+    sm_90a pipeline runs.
   }];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::gpu::GPUDialect",

@@ -133,6 +133,44 @@ def MoeGpuWarpSpecialize : Pass<"moegpu-warp-specialize"> {
                            "::mlir::scf::SCFDialect"];
 }
 
+def MoeGpuTokensFromMemory : Pass<"moegpu-tokens-from-memory",
+                                   "::mlir::ModuleOp"> {
+  let summary = "Kernels read the pass's token count from a device word";
+  let description = [{
+    Gives every kernel that a schedule launches on a token-sized buffer
+    (a `moegpu.buffer` with a `#moegpu.dim<tokens>` dimension) one more
+    argument, the buffer `@tokens : memref<1xi32>` of source `tokens`,
+    which the runtime writes before each pass, and makes the kernel see
+    its token-sized arguments with that many tokens:
+
+    ```mlir
+    %w = memref.load %tokens[%c0] : memref<1xi32>
+    %t = arith.index_castui %w : i32 to index
+    %x1 = memref.reinterpret_cast %x to offset: [0], sizes: [%t, 64],
+        strides: [64, 1] : memref<?x64xbf16> to memref<?x64xbf16>
+    ```
+
+    So the launch's own sizes (its memref descriptors and a grid of
+    `tokens` or `assignments`) may be those of any token count up to the
+    buffers' capacity: a CUDA graph captured for a bucket of token counts
+    replays for each of them. On a grid of `tokens`, a CTA whose first
+    token is past the count returns at once (`cf.cond_br` to a
+    `gpu.return`); on a grid of `assignments`, the kernel ops guard their
+    assignment themselves. Runs after the kernels are lowered (a TMA source must still be
+    a kernel argument there); the new argument goes after the buffers and
+    before the tensor-map pointers, whose records it shifts.
+
+    Errors: a kernel launched with token-sized buffers at different
+    arguments by different launches, and a kernel on a grid of the token
+    count that takes no token-sized buffer (it could not tell the live
+    tokens from its grid's).
+  }];
+  let dependentDialects = ["::mlir::moegpu::MoeGpuDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::cf::ControlFlowDialect",
+                           "::mlir::memref::MemRefDialect"];
+}
+
 def MoeExpertParallel : Pass<"moe-expert-parallel", "::mlir::ModuleOp"> {
   let summary = "Shard every layer's experts over `ep` ranks";
   let description = [{

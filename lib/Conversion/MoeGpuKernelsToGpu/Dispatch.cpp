@@ -107,9 +107,10 @@ static void lowerScan(moegpu::DispatchScanOp op, Emitter &e) {
   });
 }
 
-/// One CTA per assignment (t, j): thread 0 takes the row from the
+/// One assignment (t, j) of the CTA's: thread 0 takes the row from the
 /// segment's cursor, every thread copies a share of the token's row.
-static void lowerScatter(moegpu::DispatchScatterOp op, Emitter &e) {
+static void lowerScatterAssignment(moegpu::DispatchScatterOp op, Emitter &e,
+                                   Value i, Value t) {
   ImplicitLocOpBuilder &b = e.b;
   Value x = op.getX(), ids = op.getIds();
   Value weights = op.getWeights(), cursors = op.getCursors();
@@ -123,9 +124,7 @@ static void lowerScatter(moegpu::DispatchScatterOp op, Emitter &e) {
                                        gpu::AddressSpace::Workgroup);
   Value pos = op->getParentOfType<gpu::GPUFuncOp>().addWorkgroupAttribution(
       MemRefType::get({1}, b.getI32Type(), AffineMap(), wg), op.getLoc());
-  Value i = gpu::BlockIdOp::create(b, gpu::Dimension::x);
   Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
-  Value t = arith::DivUIOp::create(b, i, e.idx(topK));
   Value j = arith::RemUIOp::create(b, i, e.idx(topK));
   e.when(e.cmp(arith::CmpIPredicate::eq, tid, e.idx(0)), [&] {
     Value id = e.load(ids, {t, j});
@@ -217,6 +216,18 @@ static void lowerScatter(moegpu::DispatchScatterOp op, Emitter &e) {
         e.store(scaled(e.load(x, {t, h})), rows, {row, h});
     });
   });
+}
+
+/// One CTA per assignment (t, j); CTAs past the assignments (a launch
+/// sized for more tokens) do nothing.
+static void lowerScatter(moegpu::DispatchScatterOp op, Emitter &e) {
+  ImplicitLocOpBuilder &b = e.b;
+  int64_t topK = op.getIds().getType().getDimSize(1);
+  Value i = gpu::BlockIdOp::create(b, gpu::Dimension::x);
+  Value t = arith::DivUIOp::create(b, i, e.idx(topK));
+  Value tokens = e.dim(op.getIds(), 0);
+  e.when(e.cmp(arith::CmpIPredicate::ult, t, tokens),
+         [&] { lowerScatterAssignment(op, e, i, t); });
 }
 
 void kernels::populateDispatchPatterns(RewritePatternSet &patterns) {

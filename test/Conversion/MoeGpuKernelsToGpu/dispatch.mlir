@@ -34,14 +34,18 @@ gpu.module @k {
 
 // -----
 
-// The scatter: one CTA per assignment (block id = t * k + j); thread 0
-// takes the row from the expert's cursor (an atomic add) when the id is in
-// [0, experts), else -1, and shares it through shared memory; the CTA's
-// threads copy the token's row in 16-byte vectors (8 bf16) of the row.
+// The scatter: one CTA per assignment (block id = t * k + j), none past
+// the tokens; thread 0 takes the row from the expert's cursor (an atomic
+// add) when the id is in [0, experts), else -1, and shares it through
+// shared memory; the CTA's threads copy the token's row in 16-byte vectors
+// (8 bf16) of the row.
 // CHECK-LABEL: gpu.func @scatter
 // CHECK-SAME: workgroup(%[[POS:.*]] : memref<1xi32, #gpu.address_space<workgroup>>)
 // CHECK: %[[I:.*]] = gpu.block_id x
-// CHECK: arith.divui %[[I]], %c2{{[_0-9]*}}
+// CHECK: %[[T:.*]] = arith.divui %[[I]], %c2{{[_0-9]*}}
+// CHECK: %[[TOKENS:.*]] = memref.dim %{{.*}}, %c0{{[_0-9]*}} : memref<?x2xi32>
+// CHECK: %[[LIVE:.*]] = arith.cmpi ult, %[[T]], %[[TOKENS]]
+// CHECK: scf.if %[[LIVE]] {
 // CHECK: arith.remui %[[I]], %c2{{[_0-9]*}}
 // CHECK: %[[ID:.*]] = memref.load %{{.*}} : memref<?x2xi32>
 // CHECK-DAG: arith.cmpi sge, %[[ID]], %c0_i32{{[_0-9]*}}

@@ -359,7 +359,7 @@ moegpu.program {
 // -----
 
 moegpu.program {
-  // expected-error @+1 {{has unknown source 'weights' (expected input, output, scratch, param:<role>, pack:<gate>,<up>, concat:<gate>,<up> or arg:<name>)}}
+  // expected-error @+1 {{has unknown source 'weights' (expected input, output, scratch, tokens, param:<role>, pack:<gate>,<up>, concat:<gate>,<up> or arg:<name>)}}
   moegpu.buffer @x : memref<8xbf16> dims [] source "weights"
 }
 

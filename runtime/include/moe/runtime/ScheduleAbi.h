@@ -225,9 +225,11 @@ enum class SourceKind {
            ///< rows along dim -2 (`role`, then `upRole`)
   Concat,  ///< gate rows, then up rows, along dim -2
   Arg,     ///< a training step's argument (`role`)
+  Tokens,  ///< one i32, the pass's token count: the runtime writes it
+           ///< before each pass, and the kernels read it
 };
 
-/// A buffer's source, written `input`, `output`, `scratch`,
+/// A buffer's source, written `input`, `output`, `scratch`, `tokens`,
 /// `param:<role>`, `pack:<gate role>,<up role>`, `concat:<gate
 /// role>,<up role>` or `arg:<name>`: the one spelling the compiler's
 /// moegpu.buffer and the manifest share, parsed only by parseBufferSource.
@@ -251,9 +253,11 @@ inline std::optional<BufferSource> parseBufferSource(std::string_view text) {
     return text.substr(prefix.size());
   };
   BufferSource s;
-  if (text == "input" || text == "output" || text == "scratch") {
+  if (text == "input" || text == "output" || text == "scratch" ||
+      text == "tokens") {
     s.kind = text == "input"    ? SourceKind::Input
              : text == "output" ? SourceKind::Output
+             : text == "tokens" ? SourceKind::Tokens
                                 : SourceKind::Scratch;
     return s;
   }
@@ -290,6 +294,8 @@ inline std::string formatBufferSource(const BufferSource &s) {
     return "output";
   case SourceKind::Scratch:
     return "scratch";
+  case SourceKind::Tokens:
+    return "tokens";
   case SourceKind::Param:
     return "param:" + s.role;
   case SourceKind::Arg:
