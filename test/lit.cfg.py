@@ -76,6 +76,9 @@ cuda_emu = os.path.join(config.moe_obj_root, "lib", "libcuda-emu.so")
 if os.path.exists(cuda_emu):
     config.available_features.add("emu")
     config.substitutions.append(("%cuda_emu", cuda_emu))
+    config.substitutions.append(
+        ("%nccl_emu",
+         os.path.join(config.moe_obj_root, "lib", "libnccl-emu.so")))
     if "cuda" not in config.available_features:
         config.available_features.add("cuda")
         config.available_features.add("cuda-emu")

@@ -419,11 +419,12 @@ CUresult onStream(void *stream, std::function<void()> work) {
 }
 
 CUresult runLaunch(Function *fn, Dim3 grid, Dim3 block, Dim3 cluster,
-                   unsigned shared, const std::vector<uint8_t> &params);
+                   unsigned shared, const std::vector<uint8_t> &params,
+                   bool cooperative);
 
 CUresult launchOn(Function *fn, Dim3 grid, Dim3 block, Dim3 cluster,
                   unsigned shared, void **kernelParams, void **extra,
-                  void *stream) {
+                  void *stream, bool cooperative) {
   if (!fn || !fn->kernel)
     return kErrorInvalidHandle;
   if (shared > static_cast<unsigned>(fn->maxDynamicShared)) {
@@ -463,18 +464,21 @@ CUresult launchOn(Function *fn, Dim3 grid, Dim3 block, Dim3 cluster,
   // Deferred, the launch's failure (one that cannot start included) is
   // the context's sticky error from when it runs.
   return runOnStream(stream, [=, params = std::move(params)] {
-    return runLaunch(fn, grid, block, cluster, shared, params);
+    return runLaunch(fn, grid, block, cluster, shared, params, cooperative);
   });
 }
 
 CUresult runLaunch(Function *fn, Dim3 grid, Dim3 block, Dim3 cluster,
-                   unsigned shared, const std::vector<uint8_t> &params) {
+                   unsigned shared, const std::vector<uint8_t> &params,
+                   bool cooperative) {
   State &s = state();
   LaunchStats stats;
   auto begin = std::chrono::steady_clock::now();
+  LaunchOptions options = s.options;
+  options.cooperative = cooperative;
   LaunchResult result =
       launch(*fn->module->module, *fn->kernel, grid, block, cluster, shared,
-             params, s.memory, s.options, &stats);
+             params, s.memory, options, &stats);
   double seconds = std::chrono::duration<double>(
                        std::chrono::steady_clock::now() - begin)
                        .count();
@@ -784,6 +788,25 @@ CUresult cuMemFree_v2(CUdeviceptr ptr) {
   drainStreams(/*blockingOnly=*/false);
   // Only an allocation's start frees it (not an adopted module variable).
   return state().memory.release(ptr) ? kSuccess : kErrorInvalidValue;
+}
+
+// Memory that other processes map too (libnccl-emu's symmetric memory:
+// every rank's window, mapped from one file each): kernels and copies may
+// address it, and the interpreter waits for a spin on it to end (a peer's
+// store ends it) instead of calling it a hang. Not part of the CUDA API:
+// libnccl-emu finds these with dlsym in the library $MOE_CUDA_DRIVER
+// names.
+int moeEmuAdoptShared(void *ptr, size_t bytes) {
+  if (!ptr || bytes == 0)
+    return kErrorInvalidValue;
+  state().memory.adopt(reinterpret_cast<uint64_t>(ptr), bytes, true);
+  return kSuccess;
+}
+
+int moeEmuForget(void *ptr) {
+  drainStreams(/*blockingOnly=*/false);
+  state().memory.forget(reinterpret_cast<uint64_t>(ptr));
+  return kSuccess;
 }
 
 // Page-locked host memory: ordinary host memory here, remembered so that
@@ -1116,8 +1139,19 @@ CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz,
                         unsigned bx, unsigned by, unsigned bz, unsigned shared,
                         void *stream, void **params, void **extra) {
   REQUIRE_CONTEXT();
-  return launchOn(static_cast<Function *>(function), {gx, gy, gz},
-                  {bx, by, bz}, {1, 1, 1}, shared, params, extra, stream);
+  return launchOn(static_cast<Function *>(function), {gx, gy, gz}, {bx, by, bz},
+                  {1, 1, 1}, shared, params, extra, stream,
+                  /*cooperative=*/false);
+}
+
+CUresult cuLaunchCooperativeKernel(void *function, unsigned gx, unsigned gy,
+                                   unsigned gz, unsigned bx, unsigned by,
+                                   unsigned bz, unsigned shared, void *stream,
+                                   void **params) {
+  REQUIRE_CONTEXT();
+  return launchOn(static_cast<Function *>(function), {gx, gy, gz}, {bx, by, bz},
+                  {1, 1, 1}, shared, params, nullptr, stream,
+                  /*cooperative=*/true);
 }
 
 CUresult cuLaunchKernelEx(const void *configBytes, void *function,
@@ -1127,7 +1161,10 @@ CUresult cuLaunchKernelEx(const void *configBytes, void *function,
     return kErrorInvalidValue;
   const auto *config = static_cast<const LaunchConfig *>(configBytes);
   Dim3 cluster;
+  bool cooperative = false;
   for (unsigned i = 0; i < config->numAttrs; ++i) {
+    if (config->attrs[i].id == kLaunchAttributeCooperative)
+      cooperative = config->attrs[i].value.cooperative != 0;
     if (config->attrs[i].id == kLaunchAttributeClusterDimension) {
       cluster = {config->attrs[i].value.clusterDim.x,
                  config->attrs[i].value.clusterDim.y,
@@ -1146,7 +1183,7 @@ CUresult cuLaunchKernelEx(const void *configBytes, void *function,
                   {config->gridDimX, config->gridDimY, config->gridDimZ},
                   {config->blockDimX, config->blockDimY, config->blockDimZ},
                   cluster, config->sharedMemBytes, params, extra,
-                  config->stream);
+                  config->stream, cooperative);
 }
 
 CUresult cuTensorMapEncodeTiled(void *map, int dtype, unsigned rank,

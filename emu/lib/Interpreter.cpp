@@ -41,17 +41,29 @@
 #include "Races.h"
 
 #include <algorithm>
-#include <unordered_set>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace moe::emu {
+
+/// How long a spin on memory that peers share waits for them to write it:
+/// $MOE_EMU_PEER_TIMEOUT seconds (300, as libnccl-emu's timeout).
+static double peerTimeoutSeconds() {
+  static const double seconds = [] {
+    const char *t = std::getenv("MOE_EMU_PEER_TIMEOUT");
+    return t && *t ? std::atof(t) : 300.0;
+  }();
+  return seconds;
+}
 
 //===----------------------------------------------------------------------===//
 // Global memory
@@ -60,6 +72,7 @@ namespace moe::emu {
 struct GlobalMemory::Block {
   uint64_t size;
   void *owned; // null: adopted
+  bool shared = false;
 };
 
 struct GlobalMemory::Impl {
@@ -104,9 +117,9 @@ bool GlobalMemory::release(uint64_t address) {
   return true;
 }
 
-void GlobalMemory::adopt(uint64_t address, size_t bytes) {
+void GlobalMemory::adopt(uint64_t address, size_t bytes, bool shared) {
   std::lock_guard<std::mutex> lock(impl->mutex);
-  impl->blocks[address] = {bytes, nullptr};
+  impl->blocks[address] = {bytes, nullptr, shared};
 }
 
 void GlobalMemory::forget(uint64_t address) {
@@ -140,6 +153,15 @@ bool GlobalMemory::nearestBelow(uint64_t address, uint64_t &start,
   // its guard.
   return atOrBelow(impl->blocks, address, start, size) &&
          address < start + (size + 255) / 256 * 256 + kGuardBytes;
+}
+
+bool GlobalMemory::isShared(uint64_t address) const {
+  std::lock_guard<std::mutex> lock(impl->mutex);
+  auto it = impl->blocks.upper_bound(address);
+  if (it == impl->blocks.begin())
+    return false;
+  --it;
+  return it->second.shared && address - it->first < it->second.size;
 }
 
 size_t GlobalMemory::allocatedBytes() const {
@@ -443,6 +465,10 @@ private:
   /// Hashes of the cluster's whole state at the ends of scheduling rounds
   /// since lastProgress went stale.
   std::unordered_set<uint64_t> spinStates;
+  /// When the threads began to spin on memory that other processes write
+  /// (a peer's flag in symmetric memory), or 0: such a spin ends when the
+  /// peer writes, so it is waited for, up to peerTimeoutSeconds().
+  std::chrono::steady_clock::time_point peerWaitSince{};
   bool yieldFlag = false;
   FILE *trace = nullptr;
   uint32_t clusterPhase = 0, clusterArrived = 0;
@@ -2066,6 +2092,15 @@ private:
   std::string deadlockReport();
   void spinCheck();
   uint64_t stateHash() const;
+  /// Whether the kernel has cluster instructions (cluster barriers,
+  /// shared::cluster accesses, mapa, multicast copies).
+  bool usesClusters() const {
+    for (const Instr &in : k.code)
+      if (in.op == Op::BarCluster || in.op == Op::Mapa ||
+          in.space == Space::SharedCluster || (in.flags & FMulticast))
+        return true;
+    return false;
+  }
   void initCta(Cta &cta, Dim3 id, uint32_t rank, uint64_t warpBase);
 };
 
@@ -3395,7 +3430,8 @@ void Engine::initCta(Cta &cta, Dim3 id, uint32_t rank, uint64_t warpBase) {
       set(SrSmid, cta.linear % opt.sms);
       set(SrNsmid, opt.sms);
       set(SrGridid, 1);
-      set(SrClusterCtarank, rank);
+      // A cooperative grid's CTAs are clusters of one.
+      set(SrClusterCtarank, opt.cooperative ? 0 : rank);
       set(SrClusterNctarank, cdim.count());
       set(SrClusterCtaidX, id.x % cdim.x);
       set(SrClusterCtaidY, id.y % cdim.y);
@@ -3509,6 +3545,7 @@ void Engine::spinCheck() {
   if (warpInstructions - lastProgress < kSpinWindow) {
     if (!spinStates.empty())
       spinStates.clear();
+    peerWaitSince = {};
     return;
   }
   if (spinStates.insert(stateHash()).second) {
@@ -3516,13 +3553,47 @@ void Engine::spinCheck() {
       spinStates.clear();
     return;
   }
+  // A spin on memory another process writes (a peer's flag): the peer
+  // ends it, so give it the processor and wait, up to the peer timeout.
+  bool onPeer = false;
+  for (Cta &cta : ctas)
+    for (Warp &w : cta.warps) {
+      if (w.lastLoad >= k.code.size())
+        continue;
+      const Instr &ld = k.code[w.lastLoad];
+      for (int l = 0; l < 32 && !onPeer; ++l)
+        if (w.state[l] == Ready && ld.ops.size() > 1 &&
+            ld.ops[1].kind == Operand::Addr)
+          onPeer = mem.isShared(effectiveAddress(w, ld.ops[1], l));
+    }
+  auto now = std::chrono::steady_clock::now();
+  if (onPeer) {
+    if (peerWaitSince == std::chrono::steady_clock::time_point{})
+      peerWaitSince = now;
+    double waited = std::chrono::duration<double>(now - peerWaitSince).count();
+    if (waited < peerTimeoutSeconds()) {
+      spinStates.clear();
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      return;
+    }
+  }
   std::ostringstream os;
-  os << m.name << ": kernel '" << k.name << "' hangs: for "
-     << warpInstructions - lastProgress
-     << " warp instructions no thread stored, arrived at a barrier or "
-        "exited, and the threads came back to a state they were in "
-        "before, so nothing will change (a spin on memory that nothing "
-        "writes)";
+  if (onPeer)
+    os << m.name << ": kernel '" << k.name << "' hangs: for "
+       << static_cast<long>(
+              peerWaitSince == now
+                  ? 0
+                  : std::chrono::duration<double>(now - peerWaitSince).count())
+       << " s ($MOE_EMU_PEER_TIMEOUT) it waited for memory that another "
+          "process shares, and no peer wrote it (a peer died, or waits "
+          "itself)";
+  else
+    os << m.name << ": kernel '" << k.name << "' hangs: for "
+       << warpInstructions - lastProgress
+       << " warp instructions no thread stored, arrived at a barrier or "
+          "exited, and the threads came back to a state they were in "
+          "before, so nothing will change (a spin on memory that nothing "
+          "writes)";
   for (Cta &cta : ctas)
     for (Warp &w : cta.warps) {
       uint32_t lanes = 0, pc = UINT32_MAX;
@@ -3679,9 +3750,19 @@ LaunchResult Engine::run(LaunchStats *stats) {
     if (k.maxnreg)
       initialRegs = initialRegs ? std::min(initialRegs, k.maxnreg / 8 * 8)
                                 : k.maxnreg / 8 * 8;
-    size_t ctasPerCluster = cluster.count();
-    regStore.assign(ctasPerCluster * warpsPerCta * k.numRegs * 32, 0);
-    localStore.assign(ctasPerCluster * warpsPerCta * 32 * k.localBytes, 0);
+    if (opt.cooperative) {
+      if (grid.count() > opt.sms)
+        badLaunch("a cooperative grid of " + std::to_string(grid.count()) +
+                  " CTAs does not fit the device's " + std::to_string(opt.sms) +
+                  " SMs at once");
+      if (cluster.count() > 1 || usesClusters())
+        badLaunch("a cooperative launch of a kernel with clusters (the "
+                  "emulator runs cooperative grids of single CTAs)");
+    }
+    // Every CTA of a cooperative grid at once, else a cluster's.
+    size_t resident = opt.cooperative ? grid.count() : cluster.count();
+    regStore.assign(resident * warpsPerCta * k.numRegs * 32, 0);
+    localStore.assign(resident * warpsPerCta * 32 * k.localBytes, 0);
     if (opt.traceCta >= 0) {
       trace = opt.traceFile.empty() ? stderr
                                     : std::fopen(opt.traceFile.c_str(), "a");
@@ -3689,7 +3770,16 @@ LaunchResult Engine::run(LaunchStats *stats) {
         trace = stderr;
     }
     uint64_t ctasRun = 0;
-    for (unsigned cz = 0; cz < grid.z; cz += cluster.z)
+    if (opt.cooperative) {
+      std::vector<Dim3> ids;
+      for (unsigned z = 0; z < grid.z; ++z)
+        for (unsigned y = 0; y < grid.y; ++y)
+          for (unsigned x = 0; x < grid.x; ++x)
+            ids.push_back({x, y, z});
+      runCluster(ids);
+      ctasRun = ids.size();
+    }
+    for (unsigned cz = 0; cz < grid.z && !opt.cooperative; cz += cluster.z)
       for (unsigned cy = 0; cy < grid.y; cy += cluster.y)
         for (unsigned cx = 0; cx < grid.x; cx += cluster.x) {
           std::vector<Dim3> ids;

@@ -1,10 +1,20 @@
-//===- NcclEmu.cpp - NCCL between the processes of one job, for the emulator ===//
+//===- NcclEmu.cpp - NCCL between the processes of one job, for the emulator
+//===//
 //
 // Part of moe-compiler's PTX emulator. libnccl-emu.so exports the NCCL
 // entry points moe-compiler's runtime binds (MOE_NCCL names it), for ranks
 // whose devices are libcuda-emu.so's: device memory is host memory in each
 // process, so ranks exchange bytes through files in a directory named by
 // the unique id (under $MOE_NCCL_EMU_DIR, else /dev/shm, else $TMPDIR).
+//
+// Symmetric memory: ncclMemAlloc maps a file of its own under the same
+// base directory (MAP_SHARED) and hands it to the emulated driver as
+// shared device memory; ncclCommWindowRegister (collective) publishes
+// each rank's file, maps every rank's at its place in one flat range
+// (rank i at lsaFlatBase + i * stride4G * 2^32, as NCCL's device API
+// computes a peer's address) and returns a window structure whose fields
+// the device API reads, so a store through a peer's address lands in the
+// peer process. Every rank of a communicator is one LSA team.
 //
 // A send writes "<src>-<dst>-<n>" (the n-th message of the pair) to a
 // temporary name and renames it into place; the receive waits for it,
@@ -38,8 +48,11 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <random>
 #include <string>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
@@ -54,6 +67,7 @@ struct Communicator {
   int rank = 0, size = 1;
   std::vector<uint64_t> sent, received; // messages per peer
   uint64_t reductions = 0;
+  uint64_t windows = 0; // window registrations so far
   std::string lastError;
   /// The first failure of work run on a stream, and the work not yet run.
   std::atomic<int> asyncError{0};
@@ -323,9 +337,228 @@ void removeDirectory(const std::string &dir) {
   ::rmdir(dir.c_str());
 }
 
+/// The base directory of the communicators' directories (and of the
+/// symmetric memory's files).
+std::string baseDirectory() {
+  if (const char *d = std::getenv("MOE_NCCL_EMU_DIR"); d && *d)
+    return d;
+  if (::access("/dev/shm", W_OK) == 0)
+    return "/dev/shm";
+  if (const char *t = std::getenv("TMPDIR"); t && *t)
+    return t;
+  return "/tmp";
+}
+
+/// The emulated driver's entry points for memory other processes share.
+struct SharedHooks {
+  int (*adopt)(void *, size_t) = nullptr;
+  int (*forget)(void *) = nullptr;
+};
+const SharedHooks &sharedHooks() {
+  static const SharedHooks hooks = [] {
+    SharedHooks h;
+    const char *path = std::getenv("MOE_CUDA_DRIVER");
+    if (void *lib =
+            path && *path ? ::dlopen(path, RTLD_NOW | RTLD_NOLOAD) : nullptr) {
+      h.adopt = reinterpret_cast<int (*)(void *, size_t)>(
+          ::dlsym(lib, "moeEmuAdoptShared"));
+      h.forget =
+          reinterpret_cast<int (*)(void *)>(::dlsym(lib, "moeEmuForget"));
+    }
+    return h;
+  }();
+  return hooks;
+}
+
+/// An ncclMemAlloc allocation: a file mapped shared, so that peers can
+/// map it too.
+struct SharedAllocation {
+  std::string path;
+  size_t bytes;
+};
+
+/// A registered window: the flat range of every rank's copy, and the
+/// structure the device API reads.
+struct Window {
+  WindowFields fields;
+  char *flat;
+  size_t flatBytes, bytes;
+  int ranks;
+};
+
+std::mutex sharedMutex;
+std::map<void *, SharedAllocation> allocations;
+uint64_t allocationCount = 0;
+
+constexpr size_t k4G = size_t(1) << 32;
+
 } // namespace
 
 extern "C" {
+
+Result ncclMemAlloc(void **ptr, size_t size) {
+  if (!ptr || size == 0)
+    return failWith(nullptr, kInvalidArgument, "ncclMemAlloc of 0 bytes");
+  size_t bytes = (size + 4095) / 4096 * 4096;
+  std::string path;
+  {
+    std::lock_guard<std::mutex> lock(sharedMutex);
+    path = baseDirectory() + "/moe-nccl-emu-mem-" + std::to_string(::getpid()) +
+           "-" + std::to_string(allocationCount++);
+  }
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0)
+    return failWith(nullptr, kSystemError, "cannot make '" + path + "'");
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    ::close(fd);
+    ::unlink(path.c_str());
+    return failWith(nullptr, kSystemError,
+                    "cannot size '" + path + "' to " + std::to_string(bytes) +
+                        " bytes");
+  }
+  void *p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) {
+    ::unlink(path.c_str());
+    return failWith(nullptr, kSystemError, "cannot map '" + path + "'");
+  }
+  if (sharedHooks().adopt)
+    sharedHooks().adopt(p, bytes);
+  std::lock_guard<std::mutex> lock(sharedMutex);
+  allocations[p] = {path, bytes};
+  *ptr = p;
+  return kSuccess;
+}
+
+Result ncclMemFree(void *ptr) {
+  if (!ptr)
+    return kSuccess;
+  SharedAllocation a;
+  {
+    std::lock_guard<std::mutex> lock(sharedMutex);
+    auto it = allocations.find(ptr);
+    if (it == allocations.end())
+      return failWith(nullptr, kInvalidArgument,
+                      "ncclMemFree of memory ncclMemAlloc did not return");
+    a = it->second;
+    allocations.erase(it);
+  }
+  if (sharedHooks().forget)
+    sharedHooks().forget(ptr);
+  ::munmap(ptr, a.bytes);
+  ::unlink(a.path.c_str()); // gone already once a window was registered
+  return kSuccess;
+}
+
+Result ncclCommWindowRegister(void *comm, void *buff, size_t size, void **win,
+                              int) {
+  auto *c = static_cast<Communicator *>(comm);
+  if (!c || !win || !buff || size == 0)
+    return failWith(c, kInvalidArgument, "bad window arguments");
+  SharedAllocation mine;
+  {
+    std::lock_guard<std::mutex> lock(sharedMutex);
+    auto it = allocations.find(buff);
+    if (it == allocations.end() || size > it->second.bytes)
+      return failWith(c, kInvalidArgument,
+                      "libnccl-emu registers windows that start at an "
+                      "ncclMemAlloc allocation and lie inside it");
+    mine = it->second;
+  }
+  // Publish this rank's file and size; read every rank's.
+  uint64_t n = c->windows++;
+  auto path = [&](const char *what, int r) {
+    return c->dir + "/" + what + "-" + std::to_string(n) + "-" +
+           std::to_string(r);
+  };
+  std::string record = std::to_string(size) + " " + mine.path;
+  if (!writeFile(path("win", c->rank), record.data(), record.size()))
+    return failWith(c, kSystemError, "cannot write in '" + c->dir + "'");
+  std::vector<std::string> files(static_cast<size_t>(c->size));
+  for (int r = 0; r < c->size; ++r) {
+    if (!waitFor(path("win", r)))
+      return failWith(c, kRemoteError,
+                      "rank " + std::to_string(r) +
+                          " did not register the window within the timeout");
+    char text[4096] = {};
+    int fd = ::open(path("win", r).c_str(), O_RDONLY);
+    ssize_t got = fd >= 0 ? ::read(fd, text, sizeof text - 1) : -1;
+    if (fd >= 0)
+      ::close(fd);
+    char *rest = nullptr;
+    unsigned long long theirs = std::strtoull(text, &rest, 10);
+    if (got <= 0 || !rest || *rest != ' ')
+      return failWith(c, kSystemError, "a malformed window record");
+    if (theirs != size)
+      return failWith(c, kInvalidUsage,
+                      "rank " + std::to_string(r) + " registers a window of " +
+                          std::to_string(theirs) + " bytes, rank " +
+                          std::to_string(c->rank) + " one of " +
+                          std::to_string(size) +
+                          " (a symmetric window has one size on every rank)");
+    files[static_cast<size_t>(r)] = rest + 1;
+  }
+  // One flat range, every rank's copy 4 GiB-strided.
+  unsigned stride4G = static_cast<unsigned>((size + k4G - 1) / k4G);
+  size_t flatBytes = static_cast<size_t>(c->size) * stride4G * k4G;
+  void *range = ::mmap(nullptr, flatBytes, PROT_NONE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (range == MAP_FAILED)
+    return failWith(c, kSystemError, "cannot reserve the window's addresses");
+  char *flat = static_cast<char *>(range);
+  for (int r = 0; r < c->size; ++r) {
+    char *at = flat + static_cast<size_t>(r) * stride4G * k4G;
+    int fd = ::open(files[static_cast<size_t>(r)].c_str(), O_RDWR);
+    void *p = fd < 0 ? MAP_FAILED
+                     : ::mmap(at, size, PROT_READ | PROT_WRITE,
+                              MAP_SHARED | MAP_FIXED, fd, 0);
+    if (fd >= 0)
+      ::close(fd);
+    if (p == MAP_FAILED) {
+      ::munmap(range, flatBytes);
+      return failWith(c, kRemoteError,
+                      "cannot map rank " + std::to_string(r) + "'s memory ('" +
+                          files[static_cast<size_t>(r)] + "')");
+    }
+    if (sharedHooks().adopt)
+      sharedHooks().adopt(at, size);
+  }
+  // Every rank has mapped every file: the names can go.
+  writeFile(path("mapped", c->rank), "", 0);
+  for (int r = 0; r < c->size; ++r)
+    if (!waitFor(path("mapped", r)))
+      return failWith(c, kRemoteError,
+                      "rank " + std::to_string(r) +
+                          " did not map the window within the timeout");
+  ::unlink(mine.path.c_str());
+  auto *w = new Window;
+  w->fields = {w, flat, c->rank, c->rank, stride4G};
+  w->flat = flat;
+  w->flatBytes = flatBytes;
+  w->bytes = size;
+  w->ranks = c->size;
+  // The structure is device memory the kernels read.
+  if (sharedHooks().adopt)
+    sharedHooks().adopt(&w->fields, sizeof w->fields);
+  *win = &w->fields;
+  return kSuccess;
+}
+
+Result ncclCommWindowDeregister(void *comm, void *win) {
+  auto *c = static_cast<Communicator *>(comm);
+  if (!c || !win)
+    return failWith(c, kInvalidArgument, "bad window");
+  auto *w = static_cast<Window *>(static_cast<WindowFields *>(win)->winHost);
+  if (sharedHooks().forget) {
+    sharedHooks().forget(&w->fields);
+    for (int r = 0; r < w->ranks; ++r)
+      sharedHooks().forget(w->flat +
+                           static_cast<size_t>(r) * w->fields.stride4G * k4G);
+  }
+  ::munmap(w->flat, w->flatBytes);
+  delete w;
+  return kSuccess;
+}
 
 Result ncclGetVersion(int *version) {
   if (!version)
@@ -355,15 +588,7 @@ Result ncclCommInitRankConfig(void **comm, int nranks, ncclUniqueId id, int rank
   if (std::strncmp(id.internal, "moe-nccl-emu-", 13) != 0)
     return failWith(nullptr, kInvalidArgument,
                     "the unique id is not one of libnccl-emu's");
-  std::string base;
-  if (const char *d = std::getenv("MOE_NCCL_EMU_DIR"); d && *d)
-    base = d;
-  else if (::access("/dev/shm", W_OK) == 0)
-    base = "/dev/shm";
-  else if (const char *t = std::getenv("TMPDIR"); t && *t)
-    base = t;
-  else
-    base = "/tmp";
+  std::string base = baseDirectory();
   auto *c = new Communicator;
   c->dir = base + "/" + std::string(id.internal, ::strnlen(id.internal, 127));
   c->rank = rank;

@@ -46,6 +46,12 @@ struct Nccl {
                             CUstream);
   const char *(*getErrorString)(nccl::Result);
   const char *(*getLastError)(nccl::Comm);
+  // Symmetric memory (2.28): optional, null when the library lacks it.
+  nccl::Result (*memAlloc)(void **, size_t);
+  nccl::Result (*memFree)(void *);
+  nccl::Result (*windowRegister)(nccl::Comm, void *, size_t, void **, int);
+  nccl::Result (*windowDeregister)(nccl::Comm, void *);
+  int version;
 
   std::string describe(nccl::Result rc, nccl::Comm comm = nullptr) const {
     std::string text = getErrorString(rc);
@@ -90,6 +96,14 @@ Expected<Nccl> openNccl() {
   if (version < kMinimumVersion)
     return Result::error("NCCL " + std::to_string(version) + " in '" + library +
                          "' is too old: 2.18 or later is needed");
+  n.version = version;
+  SymbolBinder windows{handle};
+  windows(n.memAlloc, "ncclMemAlloc");
+  windows(n.memFree, "ncclMemFree");
+  windows(n.windowRegister, "ncclCommWindowRegister");
+  windows(n.windowDeregister, "ncclCommWindowDeregister");
+  if (!windows.complete || version < nccl::kWindowVersion)
+    n.memAlloc = nullptr;
   return n;
 }
 
@@ -98,6 +112,11 @@ public:
   NcclCommunicator(Communicator &host, const DeviceCommOptions &options)
       : host(host), options(options) {}
   ~NcclCommunicator() override {
+    for (SymmetricWindow &w : windows) {
+      if (comm && healthy)
+        nccl.windowDeregister(comm, w.handle);
+      nccl.memFree(w.local);
+    }
     if (comm)
       (healthy ? nccl.commDestroy : nccl.commAbort)(comm);
     if (commStream)
@@ -120,6 +139,7 @@ public:
                   const std::vector<SegmentTransfer> &recvs) override;
   Status allReduceSum(float *data, size_t count) override;
   Status synchronize() override;
+  Expected<SymmetricWindow> openWindow(size_t bytes) override;
 
   Expected<void *> allocate(size_t bytes) override {
     CUdeviceptr ptr = 0;
@@ -173,6 +193,7 @@ private:
   nccl::Comm comm = nullptr;
   CUstream commStream = nullptr;
   bool healthy = true;
+  std::vector<SymmetricWindow> windows;
 };
 
 Status NcclCommunicator::init() {
@@ -326,6 +347,76 @@ Status NcclCommunicator::allReduceSum(float *data, size_t count) {
       !s.ok())
     return s;
   return waitReady("all-reduce");
+}
+
+Expected<SymmetricWindow> NcclCommunicator::openWindow(size_t bytes) {
+  using Result = Expected<SymmetricWindow>;
+  if (!nccl.memAlloc)
+    return Result::error("NCCL " + std::to_string(nccl.version) +
+                         " has no symmetric memory windows (2.28 or later "
+                         "has)");
+  // Every rank learns whether every rank has its window, so that all take
+  // the same path (a rank that failed alone would leave the others
+  // waiting in the registration).
+  auto agree = [&](bool ok) {
+    std::vector<float> fine(1, ok ? 1.0f : 0.0f);
+    host.allReduceSum(fine.data(), 1);
+    return fine[0] == static_cast<float>(size());
+  };
+  SymmetricWindow w;
+  w.bytes = bytes;
+  size_t rounded = (std::max<size_t>(bytes, 1) + 4095) / 4096 * 4096;
+  nccl::Result rc = nccl.memAlloc(&w.local, rounded);
+  // Zeroed before any peer can reach it (the agreement after the
+  // registration orders every rank's zeroing before every rank's use).
+  bool zeroed = rc == nccl::kSuccess &&
+                driver.memsetD8Async(reinterpret_cast<CUdeviceptr>(w.local), 0,
+                                     rounded, commStream) == 0 &&
+                driver.streamSynchronize(commStream) == 0;
+  if (rc == nccl::kSuccess && !zeroed) {
+    nccl.memFree(w.local);
+    rc = nccl::kSystemError;
+  }
+  if (!agree(rc == nccl::kSuccess)) {
+    if (rc == nccl::kSuccess)
+      nccl.memFree(w.local);
+    return Result::error(rc == nccl::kSuccess
+                             ? "another rank could not allocate its window"
+                             : "ncclMemAlloc of " + std::to_string(rounded) +
+                                   " bytes failed on " + where() + ": " +
+                                   nccl.describe(rc));
+  }
+  rc = nccl.windowRegister(comm, w.local, rounded, &w.handle,
+                           nccl::kWinCollSymmetric);
+  if (rc == nccl::kInProgress) {
+    if (Status s = waitReady("window registration"); !s.ok())
+      rc = nccl::kSystemError;
+    else
+      rc = nccl::kSuccess;
+  }
+  nccl::WindowFields fields{};
+  bool read =
+      rc == nccl::kSuccess &&
+      driver.memcpyDtoH(&fields, reinterpret_cast<CUdeviceptr>(w.handle),
+                        sizeof fields) == 0;
+  // One LSA team: every rank's position in it is its rank (a second node's
+  // ranks would count from 0 again).
+  bool oneTeam = read && fields.lsaRank == rank() && fields.worldRank == rank();
+  if (!agree(oneTeam)) {
+    if (rc == nccl::kSuccess)
+      nccl.windowDeregister(comm, w.handle);
+    nccl.memFree(w.local);
+    if (rc != nccl::kSuccess)
+      return Result::error("ncclCommWindowRegister failed on " + where() +
+                           ": " + nccl.describe(rc, comm));
+    return Result::error("the ranks are not one LSA team (load/store "
+                         "accessible: one node's NVLink domain)");
+  }
+  for (int p = 0; p < size(); ++p)
+    w.peers.push_back(reinterpret_cast<uint64_t>(fields.lsaFlatBase) +
+                      (static_cast<uint64_t>(p) * fields.stride4G << 32));
+  windows.push_back(w);
+  return w;
 }
 
 Status NcclCommunicator::synchronize() {

@@ -3,7 +3,7 @@
 libcuda.so.1) through the driver API, with ctypes: the emulator's tests.
 
   ptx_run.py DRIVER FILE.ptx --kernel NAME [--grid X,Y,Z] [--block X,Y,Z]
-      [--cluster X,Y,Z | --plain] [--shared BYTES]
+      [--cluster X,Y,Z | --plain | --cooperative] [--shared BYTES]
       [--buf NAME=BYTES[:INIT]]...  INIT: zero (default), iota-u32, iota-f32
       [--args ARG ...]  ARG: p:NAME[+OFFSET] | u32:V | u64:V | s32:V | f32:V
                         | tmap:NAME:DTYPE:DIMS:BOX:SWIZZLE (128 bytes by value)
@@ -91,11 +91,17 @@ class LaunchConfig(ctypes.Structure):
                 ("attrs", ctypes.POINTER(LaunchAttribute)), ("numAttrs", ctypes.c_uint)]
 
 
-def launch_ex(drv, fn, grid, block, cluster, shared, params):
-    """cuLaunchKernelEx with a cluster dimension; returns the CUresult."""
+def launch_ex(drv, fn, grid, block, cluster, shared, params,
+              cooperative=False):
+    """cuLaunchKernelEx with a cluster dimension (or cooperative); returns
+    the CUresult."""
     attr = LaunchAttribute()
-    attr.id = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-    attr.value[0], attr.value[1], attr.value[2] = cluster
+    if cooperative:
+        attr.id = 2  # CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+        attr.value[0] = 1
+    else:
+        attr.id = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attr.value[0], attr.value[1], attr.value[2] = cluster
     config = LaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block),
                           shared, None, ctypes.pointer(attr), 1)
     return drv.cu.cuLaunchKernelEx(ctypes.byref(config), fn, params, None)
@@ -116,6 +122,8 @@ def main():
     ap.add_argument("--cluster", default="1")
     ap.add_argument("--plain", action="store_true",
                     help="launch with cuLaunchKernel (no cluster attribute)")
+    ap.add_argument("--cooperative", action="store_true",
+                    help="a cooperative launch: every CTA resident at once")
     ap.add_argument("--shared", type=int, default=0)
     ap.add_argument("--buf", action="append", default=[])
     ap.add_argument("--args", nargs="*", default=[])
@@ -181,7 +189,8 @@ def main():
         rc = drv.cu.cuLaunchKernel(fn, g[0], g[1], g[2], b[0], b[1], b[2], a.shared,
                                    None, params, None)
     else:
-        rc = launch_ex(drv, fn, g, b, triple(a.cluster), a.shared, params)
+        rc = launch_ex(drv, fn, g, b, triple(a.cluster), a.shared, params,
+                       a.cooperative)
     if rc == 0:
         rc = drv.cu.cuCtxSynchronize()
     if rc != 0:

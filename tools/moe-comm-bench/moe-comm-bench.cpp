@@ -39,7 +39,11 @@ static const char kUsage[] =
     "\n"
     "  --device=host|cuda   host memory over MPI (one rank: no MPI), or GPU\n"
     "                       memory over NCCL (default host)\n"
-    "  --op=all_to_all|all_reduce|both   (both)\n"
+    "  --op=all_to_all|all_reduce|both|window   (both); window (cuda): a\n"
+    "                       symmetric memory window (NCCL >= 2.28): every\n"
+    "                       rank stores into every peer's copy through the\n"
+    "                       window's peer addresses, every rank checks its\n"
+    "                       own (a check, not timed)\n"
     "  --bytes=B            all-to-all: bytes each rank sends each rank on\n"
     "                       average; all-reduce: bytes reduced (1048576)\n"
     "  --iters=N            timed calls (20), after --warmup=W checked\n"
@@ -279,6 +283,50 @@ Result runAllReduce(Communicator &c, Collectives &b, size_t bytes,
   return r;
 }
 
+/// The check of a symmetric window: rank s stores `mean` elements
+/// pairValue(s, d, i) into slot s of rank d's copy through d's address;
+/// after a barrier every rank reads its own copy.
+Result runWindow(Communicator &c, DeviceCommunicator &dev, size_t bytes) {
+  int n = c.size(), me = c.rank();
+  size_t mean = std::max<size_t>(bytes / sizeof(uint32_t), 1);
+  Result r;
+  r.op = "window";
+  r.bytes = mean * sizeof(uint32_t) * static_cast<size_t>(n);
+  Expected<SymmetricWindow> w = dev.openWindow(r.bytes);
+  if (!w)
+    c.abort("moe-comm-bench: error: rank " + std::to_string(me) +
+                ": no symmetric window: " + w.message(),
+            1);
+  std::vector<uint32_t> part(mean);
+  for (int d = 0; d < n; ++d) {
+    for (size_t i = 0; i < mean; ++i)
+      part[i] = pairValue(me, d, i);
+    uint64_t at = w->peers[static_cast<size_t>(d)] +
+                  static_cast<uint64_t>(me) * mean * sizeof(uint32_t);
+    if (Status s = dev.upload(reinterpret_cast<void *>(at), part.data(),
+                              mean * sizeof(uint32_t));
+        !s.ok())
+      c.abort("moe-comm-bench: error: " + s.error, 1);
+  }
+  barrier(c);
+  std::vector<uint32_t> mine(mean * static_cast<size_t>(n));
+  if (Status s = dev.download(mine.data(), w->local, r.bytes); !s.ok())
+    c.abort("moe-comm-bench: error: " + s.error, 1);
+  if (corruptOn(c))
+    mine[mine.size() / 2] ^= 1;
+  for (int src = 0; src < n; ++src)
+    for (size_t i = 0; i < mean; ++i) {
+      uint32_t got = mine[static_cast<size_t>(src) * mean + i];
+      uint32_t want = pairValue(src, me, i);
+      if (got != want && r.errors++ == 0)
+        r.firstError = "rank " + std::to_string(me) + ": element " +
+                       std::to_string(i) + " of rank " + std::to_string(src) +
+                       "'s slot is " + std::to_string(got) + ", expected " +
+                       std::to_string(want);
+    }
+  return r;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -317,8 +365,12 @@ int main(int argc, char **argv) {
   }
   if (device != "host" && device != "cuda")
     die("--device must be host or cuda, got '" + device + "'");
-  if (op != "all_to_all" && op != "all_reduce" && op != "both")
-    die("--op must be all_to_all, all_reduce or both, got '" + op + "'");
+  if (op != "all_to_all" && op != "all_reduce" && op != "both" &&
+      op != "window")
+    die("--op must be all_to_all, all_reduce, both or window, got '" + op +
+        "'");
+  if (op == "window" && device != "cuda")
+    die("--op=window needs --device=cuda (a window is GPU memory)");
   if (bytes < 4)
     die("--bytes must be at least 4 (one element)");
   // The all-to-all holds a send, a receive and an expected buffer of
@@ -363,9 +415,12 @@ int main(int argc, char **argv) {
   }
 
   std::vector<Result> results;
-  if (op != "all_reduce")
+  if (op == "window")
+    results.push_back(
+        runWindow(comm, *static_cast<CudaCollectives &>(*backend).dev, bytes));
+  if (op == "all_to_all" || op == "both")
     results.push_back(runAllToAll(comm, *backend, bytes, warmup, iters));
-  if (op != "all_to_all")
+  if (op == "all_reduce" || op == "both")
     results.push_back(runAllReduce(comm, *backend, bytes, warmup, iters));
 
   // Every rank learns which checks failed anywhere; failing ranks say where.
@@ -393,7 +448,13 @@ int main(int argc, char **argv) {
     failed = failed || failures[i] > 0;
     if (comm.rank() != 0)
       continue;
-    // One rank's all-reduce moves nothing: no bandwidth to speak of.
+    // One rank's all-reduce moves nothing, and the window is a check:
+    // no bandwidth to speak of.
+    if (r.op == "window") {
+      std::printf("%-11s %12zu %11s %11s %11s  %s\n", r.op.c_str(), r.bytes,
+                  "-", "-", "-", failures[i] > 0 ? "FAILED" : "ok");
+      continue;
+    }
     if (comm.size() == 1 && r.op == "all_reduce") {
       std::printf("%-11s %12zu %11.1f %11s %11s  %s\n", r.op.c_str(), r.bytes,
                   r.seconds * 1e6, "-", "-", failures[i] > 0 ? "FAILED" : "ok");

@@ -37,8 +37,10 @@ public:
   uint64_t allocate(size_t bytes);
   /// False when `address` is not an allocation's start.
   bool release(uint64_t address);
-  /// Registers memory owned elsewhere (a module's variables).
-  void adopt(uint64_t address, size_t bytes);
+  /// Registers memory owned elsewhere (a module's variables). `shared`:
+  /// memory other processes write too (a peer's window of symmetric
+  /// memory), so a spin on it may end without this process's doing.
+  void adopt(uint64_t address, size_t bytes, bool shared = false);
   void forget(uint64_t address);
   /// True when [address, address + bytes) lies inside one allocation.
   bool contains(uint64_t address, size_t bytes) const;
@@ -47,6 +49,8 @@ public:
   /// The allocation just below `address` when `address` is a near miss past
   /// its end (inside its 256-byte rounding).
   bool nearestBelow(uint64_t address, uint64_t &start, uint64_t &size) const;
+  /// Whether `address` lies in memory adopted as shared.
+  bool isShared(uint64_t address) const;
   /// Bytes allocated (not adopted).
   size_t allocatedBytes() const;
   struct Block;
@@ -74,6 +78,11 @@ struct LaunchOptions {
   uint64_t instructionLimit = 1ull << 36;
   /// SMs of the emulated device (%nsmid; %smid is the CTA's index modulo).
   unsigned sms = 132;
+  /// A cooperative launch: every CTA of the grid is resident at once (the
+  /// grid must fit, one CTA an SM) and they run interleaved, so CTAs may
+  /// wait for each other through global memory. Otherwise a grid runs a
+  /// cluster at a time.
+  bool cooperative = false;
 };
 
 struct LaunchStats {

@@ -61,6 +61,7 @@ struct LaunchAttribute {
       unsigned x, y, z;
     } clusterDim;
     int programmaticStreamSerializationAllowed;
+    int cooperative;
   } value;
 };
 static_assert(sizeof(LaunchAttribute) == 72, "CUlaunchAttribute layout");
@@ -81,6 +82,7 @@ struct alignas(64) TensorMap {
 };
 
 // Enum values of the driver API.
+constexpr int kLaunchAttributeCooperative = 2;
 constexpr int kLaunchAttributeClusterDimension = 4;
 constexpr int kLaunchAttributeProgrammaticStreamSerialization = 6;
 constexpr unsigned kStreamNonBlocking = 1;

@@ -25,6 +25,21 @@ struct DeviceCommOptions {
   double timeoutSeconds = 300;
 };
 
+/// Symmetric memory (NCCL >= 2.28): a window of the same size on every
+/// rank, allocated with ncclMemAlloc and registered with
+/// ncclCommWindowRegister, that this rank's kernels load from and store to
+/// on every peer (NVLink load/store within one LSA team).
+struct SymmetricWindow {
+  /// This rank's copy (a device address).
+  void *local = nullptr;
+  size_t bytes = 0;
+  /// Rank p's copy as this rank addresses it (peers[rank()] is this rank's
+  /// copy through the window's flat range, an alias of `local`).
+  std::vector<uint64_t> peers;
+  /// NCCL's window handle (the device address of its ncclWindow_vidmem).
+  void *handle = nullptr;
+};
+
 /// Collectives on device memory among the ranks of a host communicator,
 /// enqueued on a stream of the communicator's own, so they run beside the
 /// compute stream's kernels. Calls enqueue and return; synchronize() waits.
@@ -56,6 +71,12 @@ public:
   /// Waits until everything enqueued has completed, up to the timeout;
   /// past it, aborts the communicator and fails naming the rank.
   virtual Status synchronize() = 0;
+
+  /// A symmetric window of `bytes` (every rank calls it, with the same
+  /// size; collective), zeroed, kept until the communicator is destroyed.
+  /// Fails with the reason when the library has no windows or the ranks
+  /// are not one LSA team (then the exchanges stay on send/receive).
+  virtual Expected<SymmetricWindow> openWindow(size_t bytes) = 0;
 
   /// Device memory for tools and tests (frameworks bring their own).
   virtual Expected<void *> allocate(size_t bytes) = 0;

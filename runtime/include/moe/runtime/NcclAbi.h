@@ -68,6 +68,22 @@ constexpr int kConfigUndefined = -2147483647 - 1; // NCCL_CONFIG_UNDEF_INT
 constexpr unsigned kConfigMagic = 0xcafebeef;
 constexpr unsigned kConfigVersion = 21800; // NCCL_VERSION(2, 18, 0)
 
+/// The fields of NCCL 2.28's `struct ncclWindow_vidmem` that its device
+/// API reads (nccl_device/impl/core__types.h): an `ncclWindow_t` is the
+/// device address of one. Rank i of the window's LSA team holds its copy at
+/// `lsaFlatBase + i * stride4G * 2^32`.
+struct WindowFields {
+  void *winHost;
+  char *lsaFlatBase;
+  int lsaRank;
+  int worldRank;
+  unsigned stride4G;
+};
+/// ncclCommWindowRegister's flag for a window every rank registers alike.
+constexpr int kWinCollSymmetric = 0x01;
+/// The first version with windows and the device API's layout above.
+constexpr int kWindowVersion = 22800;
+
 } // namespace moe::nccl
 
 #endif // MOE_RUNTIME_NCCLABI_H
