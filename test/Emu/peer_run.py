@@ -29,6 +29,7 @@ def rank_main(a, uid, rank, out):
     os.environ["MOE_CUDA_DRIVER"] = a.driver
     drv = Driver(a.driver)
     nccl = ctypes.CDLL(a.nccl)
+    nccl.ncclGetLastError.restype = ctypes.c_char_p
     comm = ctypes.c_void_p()
     rc = nccl.ncclCommInitRank(ctypes.byref(comm), a.ranks, uid, rank)
     assert rc == 0, "ncclCommInitRank: %d" % rc
@@ -39,14 +40,8 @@ def rank_main(a, uid, rank, out):
     rc = nccl.ncclCommWindowRegister(comm, local, ctypes.c_size_t(a.bytes),
                                      ctypes.byref(win), 1)
     assert rc == 0, "ncclCommWindowRegister: %s" % \
-        ctypes.c_char_p(nccl.ncclGetLastError(comm)).value
-    with open(a.ptx, "rb") as f:
-        text = f.read() + b"\0"
-    module = ctypes.c_void_p()
-    drv.check(drv.cu.cuModuleLoadData(ctypes.byref(module), text), "load")
-    fn = ctypes.c_void_p()
-    drv.check(drv.cu.cuModuleGetFunction(ctypes.byref(fn), module,
-                                         a.kernel.encode()), "kernel")
+        nccl.ncclGetLastError(comm)
+    fn = drv.kernel(a.ptx, a.kernel)
     lines = []
     failed = 0
     if rank != a.skip:

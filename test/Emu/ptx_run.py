@@ -49,6 +49,18 @@ class Driver:
                    "cuMemAlloc")
         return ptr.value
 
+    def kernel(self, path, name):
+        """Loads the PTX file at `path`; returns its kernel `name`."""
+        with open(path, "rb") as f:
+            text = f.read() + b"\0"
+        module = ctypes.c_void_p()
+        self.check(self.cu.cuModuleLoadData(ctypes.byref(module), text),
+                   "load")
+        fn = ctypes.c_void_p()
+        self.check(self.cu.cuModuleGetFunction(ctypes.byref(fn), module,
+                                               name.encode()), "kernel")
+        return fn
+
     def upload(self, ptr, data):
         self.check(self.cu.cuMemcpyHtoD_v2(ctypes.c_uint64(ptr), data,
                                            ctypes.c_size_t(len(data))), "cuMemcpyHtoD")
@@ -131,13 +143,7 @@ def main():
     a = ap.parse_args()
 
     drv = Driver(a.driver)
-    with open(a.ptx, "rb") as f:
-        text = f.read() + b"\0"
-    module = ctypes.c_void_p()
-    drv.check(drv.cu.cuModuleLoadData(ctypes.byref(module), text), "load")
-    fn = ctypes.c_void_p()
-    drv.check(drv.cu.cuModuleGetFunction(ctypes.byref(fn), module,
-                                         a.kernel.encode()), "kernel")
+    fn = drv.kernel(a.ptx, a.kernel)
     bufs = {}
     for spec in a.buf:
         name, rest = spec.split("=")
