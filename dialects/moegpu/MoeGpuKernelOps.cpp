@@ -12,11 +12,12 @@ using namespace mlir::moegpu;
 namespace {
 
 /// What an operand's element type must be.
-enum class Elt { I32, F32, Half, F8, HalfOrF32, Float };
+enum class Elt { I32, I64, F32, Half, F8, HalfOrF32, Float };
 
 StringRef describe(Elt e) {
   switch (e) {
   case Elt::I32: return "i32";
+  case Elt::I64: return "i64";
   case Elt::F32: return "f32";
   case Elt::Half: return "bf16 or f16";
   case Elt::F8: return "f8E4M3FN";
@@ -29,6 +30,7 @@ StringRef describe(Elt e) {
 bool matches(Elt e, Type t) {
   switch (e) {
   case Elt::I32: return t.isInteger(32);
+  case Elt::I64: return t.isInteger(64);
   case Elt::F32: return t.isF32();
   case Elt::Half: return t.isBF16() || t.isF16();
   case Elt::F8: return isa<Float8E4M3FNType>(t);
@@ -752,5 +754,111 @@ LogicalResult UpdateVerdictOp::verify() {
   Checker c{*this};
   c.memref(getGradSq(), "grad_sq", 1, Elt::F32)
       .isStatic(getGradSq(), "grad_sq", 0);
+  return c.result();
+}
+
+//===----------------------------------------------------------------------===//
+// Device-initiated exchanges
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// The operands every exchange kernel shares: `peers` holds a distance per
+/// rank, this rank, the waits' limit and the received rows' capacity; `status`
+/// two words; `flags` i32 words, `slot` one of them.
+void checkExchange(Checker &c, int64_t ranks, Value peers, Value status,
+                   Value flags) {
+  c.positive(ranks, "ranks")
+      .memref(peers, "peers", 1, Elt::I64)
+      .dim(peers, "peers", 0, ranks + 3,
+           "a distance per rank, the rank, the limit and the capacity")
+      .memref(status, "status", 1, Elt::I32)
+      .dim(status, "status", 0, 2, "a code and its rank or slot")
+      .memref(flags, "flags", 1, Elt::I32)
+      .isStatic(flags, "flags", 0);
+}
+
+/// A send's flag: a word of `flags` past the ranks' flags of the sizes.
+void checkSlot(Checker &c, int64_t slot, int64_t ranks, Value flags) {
+  if (c.ok && (slot < ranks || slot >= dimOf(flags, 0)))
+    c.error() << "expects slot " << slot << " to be a word of flags ("
+              << flags.getType() << ") past the " << ranks
+              << " flags of the sizes";
+}
+
+/// Experts (E, from `offsets` of E + 1), a multiple of `ranks`.
+int64_t expertsOf(Checker &c, Value offsets, int64_t ranks) {
+  c.memref(offsets, "offsets", 1, Elt::I32).isStatic(offsets, "offsets", 0);
+  if (!c.ok)
+    return 0;
+  int64_t experts = dimOf(offsets, 0) - 1;
+  if (experts < 1 || experts % ranks)
+    c.error() << "expects offsets of a multiple of " << ranks
+              << " experts (one block a rank) plus one, got "
+              << offsets.getType();
+  return experts;
+}
+
+} // namespace
+
+LogicalResult EpCountsOp::verify() {
+  Checker c{*this};
+  int64_t ranks = getRanks();
+  checkExchange(c, ranks, getPeers(), getStatus(), getFlags());
+  int64_t e = c.ok ? expertsOf(c, getOffsets(), ranks) : 0;
+  if (!c.ok)
+    return failure();
+  c.memref(getTable(), "table", 1, Elt::I32)
+      .dim(getTable(), "table", 0, ranks * e, "ranks x experts")
+      .memref(getEpoch(), "epoch", 1, Elt::I32)
+      .dim(getEpoch(), "epoch", 0, 1, "one word")
+      .memref(getEpOffsets(), "ep_offsets", 1, Elt::I32)
+      .dim(getEpOffsets(), "ep_offsets", 0, e + 1, "experts + 1")
+      .memref(getEpGroupOffsets(), "ep_group_offsets", 1, Elt::I32)
+      .dim(getEpGroupOffsets(), "ep_group_offsets", 0, e / ranks + 1,
+           "local experts + 1")
+      .memref(getSendPos(), "send_pos", 1, Elt::I32)
+      .dim(getSendPos(), "send_pos", 0, e, "experts")
+      .memref(getBackPos(), "back_pos", 1, Elt::I32)
+      .dim(getBackPos(), "back_pos", 0, e, "experts");
+  if (c.ok && dimOf(getFlags(), 0) < ranks)
+    c.error() << "expects flags of at least " << ranks
+              << " words (a flag per rank), got " << getFlags().getType();
+  return c.result();
+}
+
+LogicalResult EpSendOp::verify() {
+  Checker c{*this};
+  int64_t ranks = getRanks();
+  checkExchange(c, ranks, getPeers(), getStatus(), getFlags());
+  int64_t e = c.ok ? expertsOf(c, getSegments(), ranks) : 0;
+  if (!c.ok)
+    return failure();
+  c.memref(getPositions(), "positions", 1, Elt::I32)
+      .dim(getPositions(), "positions", 0, e, "a position per segment")
+      .memref(getRows(), "rows", 2, Elt::Float)
+      .isStatic(getRows(), "rows", 1)
+      .memref(getTo(), "to", 2, Elt::Float)
+      .dim(getTo(), "to", 1, dimOf(getRows(), 1), "the rows' width");
+  if (c.ok && cast<MemRefType>(getRows().getType()).getElementType() !=
+                  cast<MemRefType>(getTo().getType()).getElementType())
+    c.error() << "expects rows and to of one element type, got "
+              << getRows().getType() << " and " << getTo().getType();
+  if (c.ok && static_cast<bool>(getWeights()) != static_cast<bool>(getToWeights()))
+    c.error() << "expects weights and to_weights together";
+  c.memref(getWeights(), "weights", 1, Elt::F32)
+      .memref(getToWeights(), "to_weights", 1, Elt::F32);
+  checkSlot(c, getSlot(), ranks, getFlags());
+  return c.result();
+}
+
+LogicalResult EpWaitOp::verify() {
+  Checker c{*this};
+  checkExchange(c, getRanks(), getPeers(), getStatus(), getFlags());
+  c.memref(getEpoch(), "epoch", 1, Elt::I32)
+      .dim(getEpoch(), "epoch", 0, 1, "one word")
+      .positive(getSenders(), "senders")
+      .positive(getCode(), "code");
+  checkSlot(c, getSlot(), getRanks(), getFlags());
   return c.result();
 }

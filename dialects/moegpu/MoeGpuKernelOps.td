@@ -754,4 +754,141 @@ def MoeGpu_UpdateVerdictOp : MoeGpu_KernelOp<"update_verdict",
   }];
 }
 
+//===----------------------------------------------------------------------===//
+// Device-initiated exchanges over symmetric memory
+//===----------------------------------------------------------------------===//
+
+def MoeGpu_EpCountsOp : MoeGpu_KernelOp<"ep_counts"> {
+  let summary = "Exchange the dispatch's sizes between the ranks, on the device";
+  let description = [{
+    The sizes part of an expert-parallel dispatch without the host, over
+    symmetric memory (`table` and `flags` are in every rank's window;
+    `peers` is the runtime's `peers` buffer: for each of the `ranks` ranks
+    the byte distance from this rank's address of a window byte to that
+    rank's, then this rank, the wait's limit in nanoseconds and the rows a
+    rank can receive). One CTA:
+
+    1. the pass's epoch, `epoch[0] + 1`, kept in `epoch`;
+    2. this rank's size of every expert (`offsets[e + 1] - offsets[e]`)
+       into row `rank` of every rank's `table` (`ranks x experts`), then
+       `flags[rank] = epoch` on every rank, a release at system scope;
+    3. every rank's flag waited for (acquire), up to the limit: past it,
+       `status = [1, the rank]` and every later exchange kernel of the pass
+       does nothing;
+    4. every rank's received rows against the capacity (all ranks see the
+       same table, so all stop alike): past it, `status = [4, the rank]`;
+    5. from the table: `ep_offsets`, the received segments by (local expert,
+       source rank), and `ep_group_offsets`, each local expert's rows, as
+       the host path lays them out; `send_pos[e]`, where this rank's segment
+       of expert e starts in its owner's received rows; and `back_pos[i]`,
+       where received segment i (local expert l, source s) starts in s's
+       dispatched rows.
+
+    ```mlir
+    moegpu.ep_counts %offsets, %table, %flags, %epoch, %peers, %ep_offsets,
+        %ep_group_offsets, %send_pos, %back_pos, %status {ranks = 2 : i64}
+      : memref<9xi32>, memref<16xi32>, memref<4xi32>, memref<1xi32>,
+        memref<5xi64>, memref<9xi32>, memref<5xi32>, memref<8xi32>,
+        memref<8xi32>, memref<2xi32>
+    ```
+  }];
+  let arguments = (ins MoeGpu_In:$offsets, MoeGpu_InOut:$table,
+                       MoeGpu_InOut:$flags, MoeGpu_InOut:$epoch,
+                       MoeGpu_In:$peers, MoeGpu_Out:$ep_offsets,
+                       MoeGpu_Out:$ep_group_offsets, MoeGpu_Out:$send_pos,
+                       MoeGpu_Out:$back_pos, MoeGpu_InOut:$status,
+                       I64Attr:$ranks);
+  let assemblyFormat = [{
+    $offsets `,` $table `,` $flags `,` $epoch `,` $peers `,` $ep_offsets `,`
+    $ep_group_offsets `,` $send_pos `,` $back_pos `,` $status attr-dict `:`
+    type($offsets) `,` type($table) `,` type($flags) `,` type($epoch) `,`
+    type($peers) `,` type($ep_offsets) `,` type($ep_group_offsets) `,`
+    type($send_pos) `,` type($back_pos) `,` type($status)
+  }];
+}
+
+def MoeGpu_EpDirection : I32EnumAttr<"EpDirection",
+    "which way a device-initiated exchange moves rows", [
+      I32EnumAttrCase<"Dispatch", 0, "dispatch">,
+      I32EnumAttrCase<"Combine", 1, "combine">
+    ]> {
+  let cppNamespace = "::mlir::moegpu";
+  let genSpecializedAttr = 0;
+}
+
+def MoeGpu_EpDirectionAttr
+    : EnumAttr<MoeGpu_Dialect, MoeGpu_EpDirection, "ep_direction"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
+def MoeGpu_EpSendOp : MoeGpu_KernelOp<"ep_send", [AttrSizedOperandSegments]> {
+  let summary = "Store rows into the ranks' symmetric buffers, then signal";
+  let description = [{
+    The rows of an expert-parallel exchange, stored by this rank straight
+    into each destination's copy of `to` (a buffer in the symmetric window,
+    addressed through `peers`, see `ep_counts`). Segment i of `rows`
+    (`segments[i]` to `segments[i + 1]`, E segments) goes to rank
+    `i / (E / ranks)` (`dispatch`: segments are experts, each rank owns a
+    block of them) or `i % ranks` (`combine`: segments are (local expert,
+    source rank)), where its rows start at `positions[i]`; `weights`, one f32 per
+    row, go the same way into `to_weights`. A warp copies a row (16-byte
+    chunks where the row allows), the warps of the grid striding over the
+    rows; then each CTA adds 1 to `flags[slot]` (a word past the ranks'
+    flags of the sizes) of every rank, a release at
+    system scope after a fence, so a rank has its rows when its flag counts
+    every CTA of every rank (`ep_wait`). Nothing waits here: the grid need
+    not be resident at once. After a failed wait (`status[0]` not 0) it
+    does nothing.
+
+    ```mlir
+    moegpu.ep_send <dispatch> %offsets, %send_pos, %rows, %ep_rows,
+        weights(%row_weight, %ep_row_weight), %flags, %status, %peers
+        {ranks = 2 : i64, slot = 2 : i64}
+      : memref<9xi32>, memref<8xi32>, memref<?x64xbf16>, memref<?x64xbf16>,
+        memref<?xf32>, memref<?xf32>, memref<4xi32>, memref<2xi32>,
+        memref<5xi64>
+    ```
+  }];
+  let arguments = (ins MoeGpu_EpDirectionAttr:$direction,
+                       MoeGpu_In:$segments, MoeGpu_In:$positions,
+                       MoeGpu_In:$rows, MoeGpu_InOut:$to,
+                       MoeGpu_OptIn:$weights, MoeGpu_OptOut:$to_weights,
+                       MoeGpu_InOut:$flags, MoeGpu_In:$status,
+                       MoeGpu_In:$peers, I64Attr:$ranks, I64Attr:$slot);
+  let assemblyFormat = [{
+    $direction $segments `,` $positions `,` $rows `,` $to `,`
+    (`weights` `(` $weights^ `,` $to_weights `:` type($weights) `,`
+     type($to_weights) `)` `,`)?
+    $flags `,` $status `,` $peers attr-dict `:` type($segments) `,`
+    type($positions) `,` type($rows) `,` type($to) `,` type($flags) `,`
+    type($status) `,` type($peers)
+  }];
+}
+
+def MoeGpu_EpWaitOp : MoeGpu_KernelOp<"ep_wait"> {
+  let summary = "Wait until every rank's ep_send has signalled this pass";
+  let description = [{
+    One thread spins (acquire at system scope, with nanosleep between
+    tries) until `flags[slot]` reaches `epoch[0] x ranks x senders` (every
+    CTA of every rank's `ep_send` of this pass), up to the limit in `peers`
+    (see `ep_counts`): past it, `status = [code, slot]` (`code`: 2 for a
+    dispatch, 3 for a combine, by `slot`). The kernels after it on the
+    stream then see every rank's rows.
+
+    ```mlir
+    moegpu.ep_wait %flags, %epoch, %status, %peers
+        {ranks = 2 : i64, slot = 2 : i64, senders = 20 : i64, code = 2 : i64}
+      : memref<4xi32>, memref<1xi32>, memref<2xi32>, memref<5xi64>
+    ```
+  }];
+  let arguments = (ins MoeGpu_In:$flags, MoeGpu_In:$epoch,
+                       MoeGpu_InOut:$status, MoeGpu_In:$peers,
+                       I64Attr:$ranks, I64Attr:$slot, I64Attr:$senders,
+                       I64Attr:$code);
+  let assemblyFormat = [{
+    $flags `,` $epoch `,` $status `,` $peers attr-dict `:` type($flags) `,`
+    type($epoch) `,` type($status) `,` type($peers)
+  }];
+}
+
 #endif // MOE_DIALECT_MOEGPU_MOEGPUKERNELOPS_TD

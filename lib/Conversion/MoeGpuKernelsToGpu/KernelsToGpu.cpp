@@ -24,6 +24,7 @@ void mlir::moe::populateMoeGpuKernelsToGpuPatterns(
   kernels::populateQuantizePatterns(patterns);
   kernels::populateCombinePatterns(patterns);
   kernels::populateTrainingPatterns(patterns);
+  kernels::populateExchangePatterns(patterns);
 }
 
 namespace {

@@ -55,6 +55,7 @@ void populateDispatchPatterns(RewritePatternSet &patterns);
 void populateQuantizePatterns(RewritePatternSet &patterns);
 void populateCombinePatterns(RewritePatternSet &patterns);
 void populateTrainingPatterns(RewritePatternSet &patterns);
+void populateExchangePatterns(RewritePatternSet &patterns);
 
 } // namespace mlir::moe::kernels
 

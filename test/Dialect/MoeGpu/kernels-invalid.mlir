@@ -587,3 +587,121 @@ gpu.module @k {
     gpu.return
   }
 }
+
+// -----
+
+// The device-initiated exchange's kernels.
+gpu.module @k {
+  gpu.func @f(%o: memref<9xi32>, %t: memref<16xi32>, %f: memref<4xi32>, %e: memref<1xi32>, %p: memref<4xi64>,
+              %eo: memref<9xi32>, %g: memref<5xi32>, %s: memref<8xi32>, %b: memref<8xi32>, %st: memref<2xi32>) kernel {
+    // expected-error @+1 {{'moegpu.ep_counts' op expects dimension 0 of peers to be 5 (a distance per rank, the rank, the limit and the capacity), got 'memref<4xi64>'}}
+    moegpu.ep_counts %o, %t, %f, %e, %p, %eo, %g, %s, %b, %st {ranks = 2 : i64}
+      : memref<9xi32>, memref<16xi32>, memref<4xi32>, memref<1xi32>, memref<4xi64>, memref<9xi32>, memref<5xi32>, memref<8xi32>, memref<8xi32>, memref<2xi32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%o: memref<10xi32>, %t: memref<18xi32>, %f: memref<4xi32>, %e: memref<1xi32>, %p: memref<5xi64>,
+              %eo: memref<10xi32>, %g: memref<5xi32>, %s: memref<9xi32>, %b: memref<9xi32>, %st: memref<2xi32>) kernel {
+    // expected-error @+1 {{'moegpu.ep_counts' op expects offsets of a multiple of 2 experts (one block a rank) plus one, got 'memref<10xi32>'}}
+    moegpu.ep_counts %o, %t, %f, %e, %p, %eo, %g, %s, %b, %st {ranks = 2 : i64}
+      : memref<10xi32>, memref<18xi32>, memref<4xi32>, memref<1xi32>, memref<5xi64>, memref<10xi32>, memref<5xi32>, memref<9xi32>, memref<9xi32>, memref<2xi32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%o: memref<9xi32>, %t: memref<8xi32>, %f: memref<4xi32>, %e: memref<1xi32>, %p: memref<5xi64>,
+              %eo: memref<9xi32>, %g: memref<5xi32>, %s: memref<8xi32>, %b: memref<8xi32>, %st: memref<2xi32>) kernel {
+    // expected-error @+1 {{'moegpu.ep_counts' op expects dimension 0 of table to be 16 (ranks x experts), got 'memref<8xi32>'}}
+    moegpu.ep_counts %o, %t, %f, %e, %p, %eo, %g, %s, %b, %st {ranks = 2 : i64}
+      : memref<9xi32>, memref<8xi32>, memref<4xi32>, memref<1xi32>, memref<5xi64>, memref<9xi32>, memref<5xi32>, memref<8xi32>, memref<8xi32>, memref<2xi32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%o: memref<9xi32>, %t: memref<16xi32>, %f: memref<1xi32>, %e: memref<1xi32>, %p: memref<5xi64>,
+              %eo: memref<9xi32>, %g: memref<5xi32>, %s: memref<8xi32>, %b: memref<8xi32>, %st: memref<2xi32>) kernel {
+    // expected-error @+1 {{'moegpu.ep_counts' op expects flags of at least 2 words (a flag per rank), got 'memref<1xi32>'}}
+    moegpu.ep_counts %o, %t, %f, %e, %p, %eo, %g, %s, %b, %st {ranks = 2 : i64}
+      : memref<9xi32>, memref<16xi32>, memref<1xi32>, memref<1xi32>, memref<5xi64>, memref<9xi32>, memref<5xi32>, memref<8xi32>, memref<8xi32>, memref<2xi32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%o: memref<9xi32>, %pos: memref<8xi32>, %r: memref<?x64xbf16>, %to: memref<?x64xf16>,
+              %f: memref<4xi32>, %st: memref<2xi32>, %p: memref<5xi64>) kernel {
+    // expected-error @+1 {{'moegpu.ep_send' op expects rows and to of one element type, got 'memref<?x64xbf16>' and 'memref<?x64xf16>'}}
+    moegpu.ep_send <combine> %o, %pos, %r, %to, %f, %st, %p {ranks = 2 : i64, slot = 3 : i64}
+      : memref<9xi32>, memref<8xi32>, memref<?x64xbf16>, memref<?x64xf16>, memref<4xi32>, memref<2xi32>, memref<5xi64>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%o: memref<9xi32>, %pos: memref<8xi32>, %r: memref<?x64xbf16>, %to: memref<?x64xbf16>,
+              %f: memref<4xi32>, %st: memref<2xi32>, %p: memref<5xi64>) kernel {
+    // expected-error @+1 {{'moegpu.ep_send' op expects slot 4 to be a word of flags ('memref<4xi32>') past the 2 flags of the sizes}}
+    moegpu.ep_send <combine> %o, %pos, %r, %to, %f, %st, %p {ranks = 2 : i64, slot = 4 : i64}
+      : memref<9xi32>, memref<8xi32>, memref<?x64xbf16>, memref<?x64xbf16>, memref<4xi32>, memref<2xi32>, memref<5xi64>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%o: memref<9xi32>, %pos: memref<7xi32>, %r: memref<?x64xbf16>, %to: memref<?x64xbf16>,
+              %f: memref<4xi32>, %st: memref<2xi32>, %p: memref<5xi64>) kernel {
+    // expected-error @+1 {{'moegpu.ep_send' op expects dimension 0 of positions to be 8 (a position per segment), got 'memref<7xi32>'}}
+    moegpu.ep_send <dispatch> %o, %pos, %r, %to, %f, %st, %p {ranks = 2 : i64, slot = 2 : i64}
+      : memref<9xi32>, memref<7xi32>, memref<?x64xbf16>, memref<?x64xbf16>, memref<4xi32>, memref<2xi32>, memref<5xi64>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%f: memref<4xi32>, %e: memref<1xi32>, %st: memref<3xi32>, %p: memref<5xi64>) kernel {
+    // expected-error @+1 {{'moegpu.ep_wait' op expects dimension 0 of status to be 2 (a code and its rank or slot), got 'memref<3xi32>'}}
+    moegpu.ep_wait %f, %e, %st, %p {ranks = 2 : i64, slot = 2 : i64, senders = 20 : i64, code = 2 : i64}
+      : memref<4xi32>, memref<1xi32>, memref<3xi32>, memref<5xi64>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%f: memref<4xi32>, %e: memref<1xi32>, %st: memref<2xi32>, %p: memref<5xi64>) kernel {
+    // expected-error @+1 {{'moegpu.ep_wait' op expects senders to be at least 1, got 0}}
+    moegpu.ep_wait %f, %e, %st, %p {ranks = 2 : i64, slot = 2 : i64, senders = 0 : i64, code = 2 : i64}
+      : memref<4xi32>, memref<1xi32>, memref<2xi32>, memref<5xi64>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%f: memref<4xi32>, %e: memref<1xi32>, %st: memref<2xi32>, %p: memref<5xi64>) kernel {
+    // expected-error @+1 {{'moegpu.ep_wait' op expects slot 1 to be a word of flags ('memref<4xi32>') past the 2 flags of the sizes}}
+    moegpu.ep_wait %f, %e, %st, %p {ranks = 2 : i64, slot = 1 : i64, senders = 20 : i64, code = 2 : i64}
+      : memref<4xi32>, memref<1xi32>, memref<2xi32>, memref<5xi64>
+    gpu.return
+  }
+}

@@ -1,0 +1,382 @@
+#!/usr/bin/env python3
+"""Runs the compiled device-initiated exchange (moegpu.ep_counts, ep_send
+and ep_wait) on every rank of a job of processes, each with its own
+emulated GPU and one symmetric window from libnccl-emu, and checks every
+rank's results against a reference computed here from the routing.
+
+  exchange_run.py DRIVER NCCL --moe-opt PATH [--ranks N] [--experts E]
+      [--hidden H] [--grid G] [--passes P] [--capacity C]
+      [--stall-combine R] [--limit-ms L]
+
+The script writes a gpu.module of five kernels (counts, dispatch, combine
+and the two waits) for the shape, lowers it with `moe-opt
+--moe-sm90-pipeline` and loads the PTX. Each pass: every rank routes a
+random number of rows to every expert (seeded by pass and rank, so every
+rank knows every rank's rows), counts, dispatches rows and weights into
+the experts' owners, checks what it received (rows, weights, the
+segment layouts), negates the received rows (the "experts"), and
+combines them back; it then checks that its own rows came back negated,
+in place. Nothing goes through the host between ranks: the passes run
+back to back, ordered only by the kernels' flags and epochs.
+
+--capacity caps the rows a rank may receive (status 4 when exceeded);
+--stall-combine R makes rank R stop before its combine, so the others'
+combine waits run into the limit (status 3). Each rank prints one line a
+pass ('rank R pass P: ok ...' or what differed) or its status.
+"""
+import argparse
+import ctypes
+import os
+import random
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ptx_run import Driver  # noqa: E402
+
+
+class UniqueId(ctypes.Structure):
+    _fields_ = [("internal", ctypes.c_char * 128)]
+
+
+def module_text(n, experts, hidden, grid):
+    """The five kernels for n ranks, `experts` experts, rows of `hidden`
+    bf16 and `grid` CTAs a send."""
+    local = experts // n
+    e1, t, f, p = experts + 1, n * experts, n + 2, n + 3
+    rows = "memref<?x%dxbf16>" % hidden
+    return """gpu.module @exchange {{
+  gpu.func @counts(%o: memref<{e1}xi32>, %t: memref<{t}xi32>,
+      %f: memref<{f}xi32>, %e: memref<1xi32>, %p: memref<{p}xi64>,
+      %eo: memref<{e1}xi32>, %g: memref<{g}xi32>, %s: memref<{ex}xi32>,
+      %b: memref<{ex}xi32>, %st: memref<2xi32>) kernel {{
+    moegpu.ep_counts %o, %t, %f, %e, %p, %eo, %g, %s, %b, %st {{ranks = {n} : i64}}
+      : memref<{e1}xi32>, memref<{t}xi32>, memref<{f}xi32>, memref<1xi32>,
+        memref<{p}xi64>, memref<{e1}xi32>, memref<{g}xi32>, memref<{ex}xi32>,
+        memref<{ex}xi32>, memref<2xi32>
+    gpu.return
+  }}
+  gpu.func @dispatch(%o: memref<{e1}xi32>, %pos: memref<{ex}xi32>,
+      %r: {rows}, %to: {rows}, %w: memref<?xf32>, %tw: memref<?xf32>,
+      %f: memref<{f}xi32>, %st: memref<2xi32>, %p: memref<{p}xi64>) kernel {{
+    moegpu.ep_send <dispatch> %o, %pos, %r, %to, weights(%w, %tw : memref<?xf32>, memref<?xf32>), %f, %st, %p {{ranks = {n} : i64, slot = {n} : i64}}
+      : memref<{e1}xi32>, memref<{ex}xi32>, {rows}, {rows}, memref<{f}xi32>,
+        memref<2xi32>, memref<{p}xi64>
+    gpu.return
+  }}
+  gpu.func @combine(%o: memref<{e1}xi32>, %pos: memref<{ex}xi32>,
+      %r: {rows}, %to: {rows}, %f: memref<{f}xi32>, %st: memref<2xi32>,
+      %p: memref<{p}xi64>) kernel {{
+    moegpu.ep_send <combine> %o, %pos, %r, %to, %f, %st, %p {{ranks = {n} : i64, slot = {n1} : i64}}
+      : memref<{e1}xi32>, memref<{ex}xi32>, {rows}, {rows}, memref<{f}xi32>,
+        memref<2xi32>, memref<{p}xi64>
+    gpu.return
+  }}
+  gpu.func @wait_dispatch(%f: memref<{f}xi32>, %e: memref<1xi32>,
+      %st: memref<2xi32>, %p: memref<{p}xi64>) kernel {{
+    moegpu.ep_wait %f, %e, %st, %p {{ranks = {n} : i64, slot = {n} : i64, senders = {grid} : i64, code = 2 : i64}}
+      : memref<{f}xi32>, memref<1xi32>, memref<2xi32>, memref<{p}xi64>
+    gpu.return
+  }}
+  gpu.func @wait_combine(%f: memref<{f}xi32>, %e: memref<1xi32>,
+      %st: memref<2xi32>, %p: memref<{p}xi64>) kernel {{
+    moegpu.ep_wait %f, %e, %st, %p {{ranks = {n} : i64, slot = {n1} : i64, senders = {grid} : i64, code = 3 : i64}}
+      : memref<{f}xi32>, memref<1xi32>, memref<2xi32>, memref<{p}xi64>
+    gpu.return
+  }}
+}}
+""".format(n=n, n1=n + 1, e1=e1, t=t, f=f, p=p, g=local + 1, ex=experts,
+           rows=rows, grid=grid)
+
+
+def compile_ptx(moe_opt, text):
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "exchange.mlir")
+        with open(src, "w") as f:
+            f.write(text)
+        out = subprocess.run([moe_opt, src, "--moe-sm90-pipeline"],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            sys.exit("moe-opt failed:\n" + out.stderr)
+        found = re.findall(r'assembly = "((?:[^"\\]|\\.)*)"', out.stdout)
+        if len(found) != 1:
+            sys.exit("moe-opt made no PTX")
+        ptx = re.sub(r'\\([0-9A-Fa-f]{2})',
+                     lambda m: chr(int(m.group(1), 16)), found[0])
+        path = os.path.join(tempfile.gettempdir(),
+                            "exchange-%d.ptx" % os.getpid())
+        with open(path, "w") as f:
+            f.write(ptx)
+        return path
+
+
+def routing(a, pass_no, rank):
+    """Rank `rank`'s rows of pass `pass_no`: rows per expert, the rows'
+    bf16 bytes (by expert) and their f32 weights."""
+    rng = random.Random(1000003 * pass_no + 7919 * rank + a.seed)
+    counts = [rng.randrange(0, a.max_rows + 1) for _ in range(a.experts)]
+    total = sum(counts)
+    # Finite bf16s: the high halves of floats in [-4, 4).
+    rows = b"".join(struct.pack("<f", rng.uniform(-4, 4))[2:]
+                    for _ in range(total * a.hidden))
+    weights = [rng.uniform(0, 1) for _ in range(total)]
+    return counts, rows, weights
+
+
+def negate(rows):
+    out = bytearray(rows)
+    for i in range(1, len(out), 2):
+        out[i] ^= 0x80
+    return bytes(out)
+
+
+def i32s(data):
+    return list(struct.unpack("<%di" % (len(data) // 4), data))
+
+
+def f32s(values):
+    return struct.pack("<%df" % len(values), *values)
+
+
+def memref(ptr, *sizes):
+    """The descriptor of a contiguous memref as kernel parameters."""
+    strides = []
+    stride = 1
+    for s in reversed(sizes):
+        strides.insert(0, stride)
+        stride *= s
+    return [ptr, ptr, 0] + list(sizes) + strides
+
+
+def launch(drv, fn, grid, block, values):
+    words = [ctypes.c_uint64(v) for v in values]
+    params = (ctypes.c_void_p * len(words))(
+        *[ctypes.cast(ctypes.pointer(w), ctypes.c_void_p) for w in words])
+    rc = drv.cu.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, None, params,
+                               None)
+    if rc != 0:
+        raise RuntimeError("launch: " + drv.error(rc))
+
+
+def rank_main(a, ptx, uid, rank, out):
+    n, experts, hidden = a.ranks, a.experts, a.hidden
+    local = experts // n
+    row_bytes = 2 * hidden
+    drv = Driver(a.driver)
+    nccl = ctypes.CDLL(a.nccl)
+    nccl.ncclGetLastError.restype = ctypes.c_char_p
+    comm = ctypes.c_void_p()
+    assert nccl.ncclCommInitRank(ctypes.byref(comm), n, uid, rank) == 0
+    try:
+        return exchange(a, ptx, rank, out, drv, nccl, comm)
+    finally:
+        # The others may still write this rank's window: leave together.
+        out.flush()
+        nccl.ncclCommDestroy(comm)
+
+
+def exchange(a, ptx, rank, out, drv, nccl, comm):
+    n, experts, hidden = a.ranks, a.experts, a.hidden
+    local = experts // n
+    row_bytes = 2 * hidden
+    # The window: every rank's buffers of the exchange at one offset.
+    cap = a.capacity if a.capacity >= 0 else n * experts * a.max_rows
+    most = experts * a.max_rows
+    layout = {}
+    at = 0
+    for name, size in (("table", 4 * n * experts), ("flags", 4 * (n + 2)),
+                       ("recv", row_bytes * max(cap, 1)),
+                       ("recv_w", 4 * max(cap, 1)),
+                       ("back", row_bytes * max(most, 1))):
+        layout[name] = at
+        at += (size + 255) // 256 * 256
+    window = ctypes.c_void_p()
+    assert nccl.ncclMemAlloc(ctypes.byref(window), ctypes.c_size_t(at)) == 0
+    drv.upload(window.value, b"\0" * at)
+    win = ctypes.c_void_p()
+    rc = nccl.ncclCommWindowRegister(comm, window, ctypes.c_size_t(at),
+                                     ctypes.byref(win), 1)
+    assert rc == 0, nccl.ncclGetLastError(comm)
+    # NCCL's window fields: lsaFlatBase at 8, stride4G at 24.
+    fields = drv.download(win.value, 32)
+    flat = struct.unpack_from("<Q", fields, 8)[0]
+    stride = struct.unpack_from("<I", fields, 24)[0] << 32
+    w = {k: window.value + v for k, v in layout.items()}
+    # Local buffers.
+    mem = {k: drv.alloc(s) for k, s in (
+        ("offsets", 4 * (experts + 1)), ("epoch", 4),
+        ("peers", 8 * (n + 3)), ("ep_offsets", 4 * (experts + 1)),
+        ("ep_groups", 4 * (local + 1)), ("send_pos", 4 * experts),
+        ("back_pos", 4 * experts), ("status", 8),
+        ("rows", row_bytes * max(most, 1)), ("weights", 4 * max(most, 1)),
+        ("outputs", row_bytes * max(cap, 1)))}
+    drv.upload(mem["epoch"], b"\0" * 4)
+    drv.upload(mem["status"], b"\0" * 8)
+    distances = [(flat + p * stride - window.value) % (1 << 64)
+                 for p in range(n)]
+    drv.upload(mem["peers"], struct.pack(
+        "<%dQ" % (n + 3), *(distances + [rank, a.limit_ms * 1000000, cap])))
+    fn = {k: drv.kernel(ptx, k) for k in (
+        "counts", "dispatch", "combine", "wait_dispatch", "wait_combine")}
+    common = (memref(w["flags"], n + 2), memref(mem["status"], 2),
+              memref(mem["peers"], n + 3))
+    failed = 0
+
+    def status():
+        return i32s(drv.download(mem["status"], 8))
+
+    for pass_no in range(a.passes):
+        every = [routing(a, pass_no, s) for s in range(n)]
+        counts, rows, weights = every[rank]
+        total = sum(counts)
+        offsets = [0]
+        for c in counts:
+            offsets.append(offsets[-1] + c)
+        drv.upload(mem["offsets"], struct.pack("<%di" % (experts + 1),
+                                               *offsets))
+        if total:
+            drv.upload(mem["rows"], rows)
+            drv.upload(mem["weights"], f32s(weights))
+        flags, st, peers = common
+        launch(drv, fn["counts"], 1, 128,
+               memref(mem["offsets"], experts + 1) +
+               memref(w["table"], n * experts) + flags +
+               memref(mem["epoch"], 1) + peers +
+               memref(mem["ep_offsets"], experts + 1) +
+               memref(mem["ep_groups"], local + 1) +
+               memref(mem["send_pos"], experts) +
+               memref(mem["back_pos"], experts) + st)
+        launch(drv, fn["dispatch"], a.grid, 128,
+               memref(mem["offsets"], experts + 1) +
+               memref(mem["send_pos"], experts) +
+               memref(mem["rows"], total, hidden) +
+               memref(w["recv"], cap, hidden) +
+               memref(mem["weights"], total) + memref(w["recv_w"], cap) +
+               flags + st + peers)
+        launch(drv, fn["wait_dispatch"], 1, 32,
+               flags + memref(mem["epoch"], 1) + st + peers)
+        drv.check(drv.cu.cuCtxSynchronize(), "synchronize")
+        code = status()
+        if code[0]:
+            out.write("rank %d pass %d: status %d %d\n" % (rank, pass_no,
+                                                          code[0], code[1]))
+            return 0
+        # What this rank must have received: for each local expert, each
+        # source's rows of it in source order.
+        want_rows, want_w, want_off, want_groups = [], [], [], []
+        got_total = 0
+        for l in range(local):
+            ex = rank * local + l
+            want_groups.append(got_total)
+            for s in range(n):
+                c_s, rows_s, w_s = every[s]
+                first = sum(c_s[:ex])
+                want_off.append(got_total)
+                want_rows.append(rows_s[first * row_bytes:
+                                        (first + c_s[ex]) * row_bytes])
+                want_w.extend(w_s[first:first + c_s[ex]])
+                got_total += c_s[ex]
+        want_off.append(got_total)
+        want_groups.append(got_total)
+        want_rows = b"".join(want_rows)
+        errors = []
+        if i32s(drv.download(mem["ep_offsets"], 4 * (experts + 1))) != \
+                want_off:
+            errors.append("ep_offsets")
+        if i32s(drv.download(mem["ep_groups"], 4 * (local + 1))) != \
+                want_groups:
+            errors.append("ep_group_offsets")
+        got = drv.download(w["recv"], row_bytes * got_total) if got_total \
+            else b""
+        if got != want_rows:
+            bad = next(i for i in range(len(got)) if got[i] != want_rows[i])
+            errors.append("received row %d" % (bad // row_bytes))
+        if got_total and drv.download(w["recv_w"], 4 * got_total) != \
+                f32s(want_w):
+            errors.append("received weights")
+        if rank == a.stall_combine:
+            out.write("rank %d pass %d: stalls before its combine\n"
+                      % (rank, pass_no))
+            return 0
+        # The experts negate their rows; combine sends them back.
+        if got_total:
+            drv.upload(mem["outputs"], negate(got))
+        launch(drv, fn["combine"], a.grid, 128,
+               memref(mem["ep_offsets"], experts + 1) +
+               memref(mem["back_pos"], experts) +
+               memref(mem["outputs"], got_total, hidden) +
+               memref(w["back"], most, hidden) + flags + st + peers)
+        launch(drv, fn["wait_combine"], 1, 32,
+               flags + memref(mem["epoch"], 1) + st + peers)
+        drv.check(drv.cu.cuCtxSynchronize(), "synchronize")
+        code = status()
+        if code[0]:
+            out.write("rank %d pass %d: status %d %d\n" % (rank, pass_no,
+                                                          code[0], code[1]))
+            return 0
+        if total and drv.download(w["back"], row_bytes * total) != \
+                negate(rows):
+            errors.append("combined rows")
+        if errors:
+            failed = 1
+            out.write("rank %d pass %d: wrong %s\n" % (rank, pass_no,
+                                                      ", ".join(errors)))
+        else:
+            out.write("rank %d pass %d: ok, %d rows sent, %d received\n" %
+                      (rank, pass_no, total, got_total))
+        out.flush()
+    return failed
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("driver")
+    ap.add_argument("nccl")
+    ap.add_argument("--moe-opt", required=True)
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--experts", type=int, default=8)
+    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--grid", type=int, default=3)
+    ap.add_argument("--passes", type=int, default=2)
+    ap.add_argument("--max-rows", type=int, default=5)
+    ap.add_argument("--capacity", type=int, default=-1)
+    ap.add_argument("--stall-combine", type=int, default=-1)
+    ap.add_argument("--limit-ms", type=int, default=60000)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    os.environ["MOE_CUDA_DRIVER"] = a.driver
+    ptx = compile_ptx(a.moe_opt, module_text(a.ranks, a.experts, a.hidden,
+                                             a.grid))
+    nccl = ctypes.CDLL(a.nccl)
+    uid = UniqueId()
+    assert nccl.ncclGetUniqueId(ctypes.byref(uid)) == 0
+    children = []
+    for rank in range(a.ranks):
+        r, wfd = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            with os.fdopen(wfd, "w") as out:
+                try:
+                    code = rank_main(a, ptx, uid, rank, out)
+                except Exception as e:  # reported, then a failed rank
+                    out.write("rank %d: error: %s\n" % (rank, e))
+                    code = 1
+            os._exit(code)
+        os.close(wfd)
+        children.append((pid, r))
+    status = 0
+    for pid, r in children:
+        with os.fdopen(r) as f:
+            sys.stdout.write(f.read())
+        _, code = os.waitpid(pid, 0)
+        status = status or (1 if code else 0)
+    os.unlink(ptx)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
