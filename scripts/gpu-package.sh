@@ -49,7 +49,9 @@ cp -L "$build"/lib/libmoe_runtime.so* "$out/lib/" 2>/dev/null ||
   cp -L "$(find "$build" -name 'libmoe_runtime.so*' | head -1)" "$out/lib/"
 # The host bundles' code (train-host/, the multi-step comparison) needs
 # the OpenMP runtime, which a GPU machine need not have.
-libomp=$(ldconfig -p | awk '/libomp\.so\.5 .*x86-64/ {print $NF; exit}')
+# (awk reads to the end: an early exit would leave ldconfig writing to a
+# closed pipe, and pipefail would fail on its SIGPIPE.)
+libomp=$(ldconfig -p | awk '/libomp\.so\.5 .*x86-64/ && !found {print $NF; found = 1}')
 [[ -n $libomp ]] || { echo "gpu-package: no libomp.so.5 here (scripts/setup-deps.sh installs it)" >&2; exit 1; }
 cp -L "$libomp" "$out/lib/"
 cp "$root/tools/gpu-check/gpu_check.py" "$root/tools/gpu-check/train_bench.py" \

@@ -182,6 +182,20 @@ def MoeGpu_ExchangeKindAttr : EnumAttr<MoeGpu_Dialect, MoeGpu_ExchangeKind,
   let assemblyFormat = "`<` $value `>`";
 }
 
+def MoeGpu_Transport : I32EnumAttr<"Transport",
+    "how a step's expert-parallel exchange moves rows", [
+      I32EnumAttrCase<"Lsa", 0, "lsa">,
+      I32EnumAttrCase<"Nccl", 1, "nccl">
+    ]> {
+  let cppNamespace = "::mlir::moegpu";
+  let genSpecializedAttr = 0;
+}
+
+def MoeGpu_TransportAttr : EnumAttr<MoeGpu_Dialect, MoeGpu_Transport,
+                                    "transport"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
 def MoeGpu_KernelLaunchAttr : AttrDef<MoeGpu_Dialect, "KernelLaunch"> {
   let mnemonic = "kernel_launch";
   let summary = "Launch configuration a lowered kernel was built for";

@@ -648,11 +648,20 @@ LogicalResult BufferOp::verify() {
                          << " dynamic dimension(s) but " << getDims().size()
                          << " entries in dims";
   StringRef source = getSource();
-  if (!::moe::abi::parseBufferSource(source))
+  std::optional<::moe::abi::BufferSource> parsed =
+      ::moe::abi::parseBufferSource(source);
+  if (!parsed)
     return emitOpError() << "has unknown source '" << source
                          << "' (expected input, output, scratch, tokens, "
-                            "param:<role>, pack:<gate>,<up>, "
-                            "concat:<gate>,<up> or arg:<name>)";
+                            "symmetric, peers, param:<role>, "
+                            "pack:<gate>,<up>, concat:<gate>,<up> or "
+                            "arg:<name>)";
+  if (parsed->kind == ::moe::abi::SourceKind::Peers &&
+      (type.getRank() != 1 || !type.hasStaticShape() ||
+       !type.getElementType().isInteger(64)))
+    return emitOpError() << "is the exchange's peers and must be a static "
+                            "1-D memref of i64, got "
+                         << type;
   return success();
 }
 

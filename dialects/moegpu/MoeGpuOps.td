@@ -528,10 +528,18 @@ def MoeGpu_LaunchOp : MoeGpu_StepOp<"launch"> {
     A launch with a `chunk` works on that token chunk's share of its
     buffers only (a chunked expert-parallel exchange's rows): it waits for
     that chunk's exchanges, not the other chunks'.
+
+    A launch or an exchange with a `transport` is one of two ways of
+    moving a sharded pass's rows, and the runtime runs the steps of the
+    one it chose for its communicator and skips the other's: `lsa`, the
+    device-initiated exchange kernels over symmetric memory (one node's
+    NVLink domain), or `nccl`, the host-driven exchanges. Steps without
+    one always run.
   }];
   let arguments = (ins SymbolRefAttr:$kernel, FlatSymbolRefArrayAttr:$args,
                        MoeGpu_GridAttr:$grid, I64Attr:$block,
-                       OptionalAttr<I64Attr>:$chunk);
+                       OptionalAttr<I64Attr>:$chunk,
+                       OptionalAttr<MoeGpu_TransportAttr>:$transport);
   let assemblyFormat = [{
     $kernel $args `grid` $grid `block` $block attr-dict
   }];
@@ -563,7 +571,8 @@ def MoeGpu_ExchangeOp : MoeGpu_StepOp<"exchange"> {
   }];
   let arguments = (ins MoeGpu_ExchangeKindAttr:$kind,
                        FlatSymbolRefArrayAttr:$args,
-                       OptionalAttr<I64Attr>:$chunk);
+                       OptionalAttr<I64Attr>:$chunk,
+                       OptionalAttr<MoeGpu_TransportAttr>:$transport);
   let assemblyFormat = "$kind $args attr-dict";
   let hasVerifier = 1;
 }

@@ -1,4 +1,5 @@
-//===- CudaEmu.cpp - The CUDA driver API over the PTX emulator -------------===//
+//===- CudaEmu.cpp - The CUDA driver API over the PTX emulator
+//-------------===//
 //
 // Part of moe-compiler's PTX emulator. libcuda-emu.so exports the driver
 // API entry points that moe-compiler's runtime (and programs like it) bind,
@@ -23,6 +24,8 @@
 // MOE_EMU_TRACE=<cta>:<warp> traces one warp's instructions (to
 // MOE_EMU_TRACE_FILE, else stderr); MOE_EMU_STATS=1 prints each kernel's
 // emulated instruction counts and rates at exit;
+// MOE_EMU_STALL_KERNEL=<name> makes every launch of that kernel hang
+// (a stuck rank, for the tests of timeouts);
 // MOE_EMU_INSTRUCTION_LIMIT bounds one launch; MOE_EMU_DEVICE_MEMORY sets
 // the device's memory in bytes (80 GiB); MOE_EMU_PTX=<file> loads
 // that file's PTX in place of every PTX module the program loads (to run
@@ -258,7 +261,13 @@ struct State {
       options.instructionLimit = std::strtoull(l, nullptr, 10);
     if (const char *s = std::getenv("MOE_EMU_STATS"))
       stats = std::strcmp(s, "0") != 0;
+    if (const char *k = std::getenv("MOE_EMU_STALL_KERNEL"))
+      stallKernel = k;
   }
+  /// A kernel whose launches never start: the process hangs there, as a
+  /// rank stuck in a driver call or a dead GPU would (the tests of the
+  /// exchanges' timeouts; one rank of a job gets it).
+  std::string stallKernel;
 
   ~State() {
     if (!stats || kernelStats.empty())
@@ -472,6 +481,13 @@ CUresult runLaunch(Function *fn, Dim3 grid, Dim3 block, Dim3 cluster,
                    unsigned shared, const std::vector<uint8_t> &params,
                    bool cooperative) {
   State &s = state();
+  if (!s.stallKernel.empty() && s.stallKernel == kernelName(*fn->kernel)) {
+    std::fprintf(stderr,
+                 "moe-emu: kernel '%s' stalls ($MOE_EMU_STALL_KERNEL)\n",
+                 s.stallKernel.c_str());
+    for (;;)
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
   LaunchStats stats;
   auto begin = std::chrono::steady_clock::now();
   LaunchOptions options = s.options;

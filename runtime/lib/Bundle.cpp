@@ -153,6 +153,9 @@ std::string serializeManifest(const Manifest &m) {
              {"tensor_maps", maps}});
         if (st.chunk >= 0)
           out.back()["chunk"] = st.chunk;
+        if (st.transport != abi::Transport::Any)
+          out.back()["transport"] =
+              std::string(abi::transportName(st.transport));
         if (st.kind == abi::StepKind::Launch)
           out.back()["kernel_kind"] =
               std::string(abi::kernelKindName(st.kernelKind));
@@ -433,6 +436,15 @@ static void readGpuProgram(Reader &r, const json &root, GpuProgram &program) {
         st.cluster = r.integer(item, "cluster", sw);
       if (item.contains("chunk"))
         st.chunk = r.integer(item, "chunk", sw);
+      // Bundles before the device-initiated exchange: every step runs.
+      if (item.contains("transport")) {
+        std::string name = r.str(item, "transport", sw);
+        std::optional<abi::Transport> t = abi::parseTransport(name);
+        if ((!t || *t == abi::Transport::Any) && r.error.empty())
+          r.error = "a gpu step has unknown transport '" + name +
+                    "' (expected lsa or nccl)";
+        st.transport = t.value_or(abi::Transport::Any);
+      }
       if (const json *maps = r.array(item, "tensor_maps", sw))
         for (const json &m : *maps) {
           GpuTensorMap t;

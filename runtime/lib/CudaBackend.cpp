@@ -62,9 +62,9 @@ public:
   ~CudaBackend() override {
     if (!ready)
       return;
-    for (CUdeviceptr ptr : buffers)
-      if (ptr)
-        driver.memFree(ptr);
+    for (size_t i = 0; i < buffers.size(); ++i)
+      if (buffers[i] && !(i < inWindow.size() && inWindow[i]))
+        driver.memFree(buffers[i]);
     if (mapsBuffer)
       driver.memFree(mapsBuffer);
     for (auto &[key, exec] : graphs)
@@ -108,7 +108,17 @@ public:
       return Status::failure(made.message());
     hostComm = comm;
     deviceComm = std::move(*made);
-    return Status::success();
+    return chooseTransport();
+  }
+  std::string exchangeTransport() const override {
+    if (!deviceComm)
+      return {};
+    if (transport == abi::Transport::Lsa)
+      return "lsa (device-initiated kernels over NCCL symmetric memory, " +
+             std::to_string(deviceComm->size()) + " ranks)";
+    return "nccl (host-driven send/receive" +
+           (transportNote.empty() ? std::string(")")
+                                  : std::string(": ") + transportNote + ")");
   }
   void invalidateParameters() override { parametersUploaded = false; }
   /// The last forward pass's build of the expert GEMMs ("BLOCK_M 64"),
@@ -157,13 +167,36 @@ private:
                      CUevent end = nullptr, bool *timed = nullptr);
   /// A dispatch_plan: every chunk's sizes exchanged and laid out.
   Status planChunks(const GpuStep &step);
+  /// The exchange transport of a sharded layer (after its communicator):
+  /// lsa, where the bundle has the device-initiated exchange and every
+  /// rank opens the symmetric window (its buffers moved there, the peers
+  /// written, the tensor maps encoded again), else nccl, with the reason
+  /// in transportNote. $MOE_EP_TRANSPORT (auto, lsa, nccl) asks for one.
+  Status chooseTransport();
+  abi::Transport transport = abi::Transport::Nccl;
+  std::string transportNote;
+  /// By buffer index: whether it lives in the symmetric window (freed
+  /// with the communicator, not by this backend).
+  std::vector<bool> inWindow;
+  /// Whether step `st` runs with the chosen transport.
+  bool runs(const GpuStep &st) const {
+    return st.transport == abi::Transport::Any || st.transport == transport;
+  }
+  /// The device-initiated exchange's status words (ep_status), copied to
+  /// their staging at the end of each pass; the error they report.
+  const GpuBuffer *exchangeStatus = nullptr;
+  Status checkExchangeStatus(const char *what) const;
+  /// Encodes the tensor map of every launch's GpuTensorMap (in the order
+  /// of the steps of every schedule) into `maps`.
+  Status encodeTensorMaps(std::vector<TensorMap> &maps);
+  std::vector<std::pair<const GpuStep *, CUmodule>> allSteps;
   /// The time and start of every launch of `steps`, and of every
   /// exchange on the communication stream, after a timed run.
   void collectProfile(const std::vector<GpuStep> &steps) {
     for (size_t i = 0; i < steps.size(); ++i) {
       const GpuStep &st = steps[i];
       bool exchange = i < timedExchanges.size() && timedExchanges[i];
-      if (st.kind != abi::StepKind::Launch && !exchange)
+      if ((st.kind != abi::StepKind::Launch && !exchange) || !runs(st))
         continue;
       KernelTime k;
       k.exchange = exchange;
@@ -629,7 +662,7 @@ Status CudaBackend::init(const Bundle &bundle) {
   for (size_t v = 0; v < variants; ++v)
     schedules.push_back(
         {&manifest.gpu.variants[v].steps, variantModules[v], &variantPlans[v]});
-  std::vector<std::pair<const GpuStep *, CUmodule>> allSteps;
+  allSteps.clear();
   for (const Schedule &schedule : schedules)
     for (const GpuStep &step : *schedule.steps)
       allSteps.push_back({&step, schedule.module});
@@ -655,40 +688,13 @@ Status CudaBackend::init(const Bundle &bundle) {
                   " bytes of shared memory");
           !s.ok())
         return s;
-    for (const GpuTensorMap &t : step.tensorMaps) {
-      const GpuBuffer *b = &bufferOf(step.argIds[t.source]);
-      int64_t cols = t.view[1];
-      int64_t rows =
-          t.view[0] >= 0
-              ? t.view[0]
-              : static_cast<int64_t>(capacityBytes(*b) / dtypeSize(b->dtype)) /
-                    cols;
-      unsigned long long dims[2] = {static_cast<unsigned long long>(cols),
-                                    static_cast<unsigned long long>(rows)};
-      unsigned long long strides[1] = {static_cast<unsigned long long>(cols) *
-                                       dtypeSize(b->dtype)};
-      unsigned box[2] = {static_cast<unsigned>(t.box[1]),
-                         static_cast<unsigned>(t.box[0])};
-      unsigned elementStrides[2] = {1, 1};
-      TensorMap map{};
-      int type = b->dtype == DType::BF16     ? kTensorMapBFloat16
-                 : b->dtype == DType::F32    ? kTensorMapFloat32
-                 : b->dtype == DType::F8E4M3 ? kTensorMapUInt8
-                                             : kTensorMapFloat16;
-      if (Status s =
-              check(driver.tensorMapEncodeTiled(
-                        &map, type, 2, reinterpret_cast<void *>(deviceOf(*b)),
-                        dims, strides, box, elementStrides, /*interleave=*/0,
-                        kTensorMapSwizzle128B, kTensorMapL2Promotion256B,
-                        /*oobFill=*/0),
-                    "cannot encode the tensor map of '" + b->name +
-                        "' for kernel '" + step.kernel + "'");
-          !s.ok())
-        return s;
-      mapIndex.back().push_back(maps.size());
-      maps.push_back(map);
-    }
+    for (size_t t = 0; t < step.tensorMaps.size(); ++t)
+      mapIndex.back().push_back(maps.size() + t);
+    maps.resize(maps.size() + step.tensorMaps.size());
   }
+  if (Status s = encodeTensorMaps(maps); !s.ok())
+    return s;
+
   if (!maps.empty()) {
     size_t bytes = maps.size() * sizeof(TensorMap);
     if (Status s = check(driver.memAlloc(&mapsBuffer, bytes),
@@ -731,7 +737,180 @@ Status CudaBackend::init(const Bundle &bundle) {
   for (const GpuBuffer &b : manifest.gpu.buffers)
     if (b.source.kind == abi::SourceKind::Tokens)
       tokensWord = &b;
+  exchangeStatus = findBuffer("ep_status");
+  if (exchangeStatus && capacityBytes(*exchangeStatus) != 2 * sizeof(int32_t))
+    return Status::failure("buffer 'ep_status' must be two i32 words");
   return allocateStaging();
+}
+
+Status CudaBackend::encodeTensorMaps(std::vector<TensorMap> &maps) {
+  maps.clear();
+  for (auto [step, stepModule] : allSteps) {
+    const GpuStep &st = *step;
+    for (const GpuTensorMap &t : st.tensorMaps) {
+      const GpuBuffer *b = &bufferOf(st.argIds[t.source]);
+      int64_t cols = t.view[1];
+      int64_t rows =
+          t.view[0] >= 0
+              ? t.view[0]
+              : static_cast<int64_t>(capacityBytes(*b) / dtypeSize(b->dtype)) /
+                    cols;
+      unsigned long long dims[2] = {static_cast<unsigned long long>(cols),
+                                    static_cast<unsigned long long>(rows)};
+      unsigned long long strides[1] = {static_cast<unsigned long long>(cols) *
+                                       dtypeSize(b->dtype)};
+      unsigned box[2] = {static_cast<unsigned>(t.box[1]),
+                         static_cast<unsigned>(t.box[0])};
+      unsigned elementStrides[2] = {1, 1};
+      TensorMap map{};
+      int type = b->dtype == DType::BF16     ? kTensorMapBFloat16
+                 : b->dtype == DType::F32    ? kTensorMapFloat32
+                 : b->dtype == DType::F8E4M3 ? kTensorMapUInt8
+                                             : kTensorMapFloat16;
+      if (Status s =
+              check(driver.tensorMapEncodeTiled(
+                        &map, type, 2, reinterpret_cast<void *>(deviceOf(*b)),
+                        dims, strides, box, elementStrides, /*interleave=*/0,
+                        kTensorMapSwizzle128B, kTensorMapL2Promotion256B,
+                        /*oobFill=*/0),
+                    "cannot encode the tensor map of '" + b->name +
+                        "' for kernel '" + st.kernel + "'");
+          !s.ok())
+        return s;
+      maps.push_back(map);
+    }
+  }
+  return Status::success();
+}
+
+Status CudaBackend::chooseTransport() {
+  using abi::Transport;
+  transport = Transport::Nccl;
+  transportNote.clear();
+  bool device = false;
+  for (auto [step, stepModule] : allSteps)
+    device = device || step->transport == Transport::Lsa;
+  if (!device) {
+    transportNote = "the bundle has no device-initiated exchange (chunked, "
+                    "FP8 and training steps have none yet)";
+    return Status::success();
+  }
+  static const std::string asked = [] {
+    const char *v = std::getenv("MOE_EP_TRANSPORT");
+    return std::string(v ? v : "auto");
+  }();
+  if (asked != "auto" && asked != "lsa" && asked != "nccl")
+    return Status::failure("MOE_EP_TRANSPORT is '" + asked +
+                           "', expected auto, lsa or nccl");
+  // Every rank takes the same path: the window is collective.
+  float wants = asked == "nccl" ? 0.0F : 1.0F;
+  hostComm->allReduceSum(&wants, 1);
+  if (wants < static_cast<float>(hostComm->size())) {
+    if (asked == "lsa")
+      return Status::failure("MOE_EP_TRANSPORT=lsa on rank " +
+                             std::to_string(hostComm->rank()) +
+                             ", but another rank asks for nccl");
+    transportNote = "MOE_EP_TRANSPORT=nccl";
+    return Status::success();
+  }
+  // The symmetric buffers, each at one offset of every rank's window.
+  std::vector<std::pair<const GpuBuffer *, size_t>> placed;
+  size_t bytes = 0;
+  for (const GpuBuffer &b : manifest.gpu.buffers)
+    if (b.source.kind == abi::SourceKind::Symmetric) {
+      placed.push_back({&b, bytes});
+      bytes += (std::max<size_t>(capacityBytes(b), 16) + 255) / 256 * 256;
+    }
+  const GpuBuffer *peers = nullptr;
+  for (const GpuBuffer &b : manifest.gpu.buffers)
+    if (b.source.kind == abi::SourceKind::Peers)
+      peers = &b;
+  int n = deviceComm->size();
+  if (!peers || capacityBytes(*peers) != (n + 3) * sizeof(int64_t) ||
+      !exchangeStatus)
+    return Status::failure(
+        "the bundle's device-initiated exchange needs a peers buffer of " +
+        std::to_string(n + 3) +
+        " i64 (one a rank, the rank, the limit, the "
+        "capacity) and ep_status");
+  Expected<SymmetricWindow> window = deviceComm->openWindow(bytes);
+  if (!window) {
+    if (asked == "lsa")
+      return Status::failure("MOE_EP_TRANSPORT=lsa, but " + window.message());
+    transportNote = window.message();
+    return Status::success();
+  }
+  inWindow.assign(manifest.gpu.buffers.size(), false);
+  auto local = reinterpret_cast<CUdeviceptr>(window->local);
+  for (auto [b, at] : placed) {
+    CUdeviceptr &ptr = deviceOf(*b);
+    driver.memFree(ptr);
+    ptr = local + at;
+    inWindow[static_cast<size_t>(b - manifest.gpu.buffers.data())] = true;
+  }
+  // Distances from this rank's copy to every rank's, the rank, the
+  // waits' limit (the communicator's timeout) and what a rank receives.
+  std::vector<int64_t> words;
+  for (int p = 0; p < n; ++p)
+    words.push_back(static_cast<int64_t>(window->peers[p] - local));
+  words.push_back(deviceComm->rank());
+  words.push_back(static_cast<int64_t>(hostComm->timeoutSeconds * 1e9));
+  words.push_back(receivedRows());
+  if (Status s = check(driver.memcpyHtoD(deviceOf(*peers), words.data(),
+                                         words.size() * sizeof(int64_t)),
+                       "cannot write the exchange's peers");
+      !s.ok())
+    return s;
+  // The tensor maps of the moved buffers point into the window now.
+  std::vector<TensorMap> maps;
+  if (Status s = encodeTensorMaps(maps); !s.ok())
+    return s;
+  if (!maps.empty())
+    if (Status s = check(driver.memcpyHtoD(mapsBuffer, maps.data(),
+                                           maps.size() * sizeof(TensorMap)),
+                         "cannot copy the tensor maps");
+        !s.ok())
+      return s;
+  transport = Transport::Lsa;
+  return Status::success();
+}
+
+Status CudaBackend::checkExchangeStatus(const char *what) const {
+  if (!exchangeStatus || transport != abi::Transport::Lsa)
+    return Status::success();
+  int32_t words[2];
+  std::memcpy(words, stagingOf(*exchangeStatus), sizeof words);
+  if (words[0] == 0)
+    return Status::success();
+  std::string rank = "rank " + std::to_string(deviceComm->rank());
+  std::string limit =
+      std::to_string(static_cast<int64_t>(hostComm->timeoutSeconds)) + " s";
+  using abi::ExchangeStatus;
+  std::string why = "stopped with status " + std::to_string(words[0]);
+  switch (static_cast<ExchangeStatus>(words[0])) {
+  case ExchangeStatus::Ok:
+    break;
+  case ExchangeStatus::SizesTimeout:
+    why = "waited " + limit + " for the sizes of rank " +
+          std::to_string(words[1]) + " (is it alive?)";
+    break;
+  case ExchangeStatus::DispatchTimeout:
+  case ExchangeStatus::CombineTimeout:
+    why = "waited " + limit + " for the " +
+          (words[0] == static_cast<int32_t>(ExchangeStatus::DispatchTimeout)
+               ? "dispatch's"
+               : "combine's") +
+          " rows of its peers (flag " + std::to_string(words[1]) +
+          "; did a rank die?)";
+    break;
+  case ExchangeStatus::Capacity:
+    why = "found that rank " + std::to_string(words[1]) +
+          " would receive more rows than its " +
+          std::to_string(receivedRows()) + " (do the ranks run one bundle?)";
+    break;
+  }
+  return Status::failure(rank + ": the device-initiated exchange of " + what +
+                         " " + why);
 }
 
 Status CudaBackend::allocateStaging() {
@@ -750,6 +929,8 @@ Status CudaBackend::allocateStaging() {
     }
   if (tokensWord)
     staged.push_back(tokensWord);
+  if (exchangeStatus)
+    staged.push_back(exchangeStatus);
   stagedRows.assign(manifest.gpu.buffers.size(), 0);
   stagingOffsets.assign(manifest.gpu.buffers.size(), kNoStaging);
   size_t bytes = 0;
@@ -1125,8 +1306,14 @@ Status CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
     if (!sameClock)
       driver.eventRecord(scheduleStart, stream);
   }
+  // The last step that ran (a launch right after a launch may overlap it).
+  const GpuStep *previous = nullptr;
   for (size_t i = 0; i < steps.size(); ++i) {
     const GpuStep &step = steps[i];
+    if (!runs(step))
+      continue;
+    const GpuStep *before = previous;
+    previous = &step;
     if (step.kind == abi::StepKind::Exchange) {
       bool recorded = false;
       if (Status s = timed ? runExchange(step, events[2 * i],
@@ -1220,7 +1407,7 @@ Status CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
     attrs[1].id = kLaunchAttributeProgrammaticStreamSerialization;
     attrs[1].value.programmaticStreamSerializationAllowed = 1;
     bool afterKernel =
-        i > 0 && steps[i - 1].kind == abi::StepKind::Launch && !timed;
+        before && before->kind == abi::StepKind::Launch && !timed;
     LaunchConfig config{static_cast<unsigned>(grid),
                         1,
                         1,
@@ -1288,6 +1475,9 @@ Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {
   }
   if (Status s = waitForDevice("the forward pass"); !s.ok())
     return s;
+  if (tokens > 0)
+    if (Status s = checkExchangeStatus("the forward pass"); !s.ok())
+      return s;
   if (profiling && tokens > 0)
     collectProfile(steps);
 
@@ -1375,6 +1565,11 @@ Status CudaBackend::enqueueForward(int64_t launched, int variant) {
         !s.ok())
       return s;
   }
+  if (exchangeStatus && transport == abi::Transport::Lsa)
+    return check(driver.memcpyDtoHAsync(stagingOf(*exchangeStatus),
+                                        deviceOf(*exchangeStatus),
+                                        2 * sizeof(int32_t), stream),
+                 "cannot download the exchange's status");
   return Status::success();
 }
 
@@ -1385,8 +1580,9 @@ bool CudaBackend::capturable(const std::vector<GpuStep> &steps) const {
   }();
   if (off || profiling)
     return false;
-  return std::all_of(steps.begin(), steps.end(), [](const GpuStep &st) {
-    return st.kind == abi::StepKind::Launch || st.kind == abi::StepKind::Memset;
+  return std::all_of(steps.begin(), steps.end(), [&](const GpuStep &st) {
+    return st.kind == abi::StepKind::Launch ||
+           st.kind == abi::StepKind::Memset || !runs(st);
   });
 }
 

@@ -330,6 +330,9 @@ int main(int argc, char **argv) {
                   exchanges.count(kernel) ? "exchange" : "kernel",
                   kernel.c_str(), t[t.size() / 2], t.size());
   }
+  if (std::string how = layer.getBackend().exchangeTransport();
+      (activity || profile) && leader && !how.empty())
+    std::printf("moe-run: exchanges: %s\n", how.c_str());
   if (activity && leader) {
     std::printf("moe-run: driver, first pass: %s\n",
                 firstActivity.describe().c_str());

@@ -18,6 +18,7 @@
 using namespace mlir;
 using namespace mlir::moe;
 using namespace mlir::moe::kernels;
+using ::moe::abi::ExchangeStatus;
 
 namespace {
 
@@ -217,7 +218,8 @@ static void lowerEpCounts(moegpu::EpCountsOp op, Emitter &e) {
           b, flagsAt, arith::MulIOp::create(b, x.toI64(tid), x.c64(4)));
       Value late = x.waitFor(flag, epoch, x.limit());
       e.when(late, [&] {
-        e.store(e.i32(1), status, {zero});
+        e.store(e.i32(static_cast<int64_t>(ExchangeStatus::SizesTimeout)),
+                status, {zero});
         e.store(arith::IndexCastOp::create(b, b.getI32Type(), tid), status,
                 {e.idx(1)});
       });
@@ -256,7 +258,8 @@ static void lowerEpCounts(moegpu::EpCountsOp op, Emitter &e) {
                 arith::XOrIOp::create(b, x.failedBefore(status),
                                       arith::ConstantIntOp::create(b, 1, 1)));
             e.when(over, [&] {
-              e.store(e.i32(4), status, {zero});
+              e.store(e.i32(static_cast<int64_t>(ExchangeStatus::Capacity)),
+                      status, {zero});
               e.store(arith::IndexCastOp::create(b, b.getI32Type(), d), status,
                       {e.idx(1)});
             });

@@ -43,6 +43,10 @@ constexpr int64_t kTokens = static_cast<int64_t>(::moe::abi::BufferDim::Tokens);
 constexpr int64_t kRows = static_cast<int64_t>(::moe::abi::BufferDim::Rows);
 constexpr int64_t kReceivedRows =
     static_cast<int64_t>(::moe::abi::BufferDim::ReceivedRows);
+/// The device-initiated exchange: its sends' CTAs without a partition, and
+/// the most ranks (ep_counts waits for rank t on thread t of 128).
+constexpr int64_t kDefaultCommCtas = 20;
+constexpr int64_t kMaxLsaRanks = 128;
 
 /// One buffer of the schedule.
 struct Buffer {
@@ -150,6 +154,16 @@ private:
   }
   /// The chunked exchanges and expert GEMMs of a sharded layer.
   void buildChunkedExperts();
+  /// The device-initiated exchange of `ep` ranks (steps of transport
+  /// lsa): the sizes and the dispatch's sends; a send's wait; the
+  /// combine's sends.
+  void buildDeviceDispatch(int64_t ep);
+  void buildDeviceWait(int64_t ep, bool combine);
+  void buildDeviceCombine(int64_t ep);
+  moegpu::TransportAttr transportAttr() const {
+    return transport ? moegpu::TransportAttr::get(ctx, *transport)
+                     : moegpu::TransportAttr();
+  }
   /// Launches the experts' up and down projections over `rows` grouped by
   /// `groups` (of token chunk `chunk`), into `act` and `down`.
   void launchExperts(StringRef rows, StringRef groups, StringRef act,
@@ -214,9 +228,9 @@ private:
   void addExchange(moegpu::ExchangeKind kind, ArrayRef<StringRef> args,
                    std::optional<int64_t> chunk = std::nullopt) {
     OpBuilder b = stepBuilder();
-    moegpu::ExchangeOp::create(b, layer.getLoc(), kind, symbols(args),
-                               chunk ? b.getI64IntegerAttr(*chunk)
-                                     : IntegerAttr());
+    moegpu::ExchangeOp::create(
+        b, layer.getLoc(), kind, symbols(args),
+        chunk ? b.getI64IntegerAttr(*chunk) : IntegerAttr(), transportAttr());
   }
   /// An elementwise f32 sum over the ranks of each buffer, in place.
   void addAllReduce(ArrayRef<StringRef> args) {
@@ -294,6 +308,13 @@ private:
   bool train;
   /// Token chunks of the expert-parallel exchanges (1: not chunked).
   int64_t chunks = 1;
+  /// Whether the forward pass has the device-initiated exchange (steps of
+  /// transport lsa) beside the host-driven one (nccl), and the CTAs of its
+  /// sends: the partition's comm SMs (DeepSeek-V3's 20 without one).
+  bool lsa = false;
+  int64_t commCtas = kDefaultCommCtas;
+  /// The transport of the steps added now (none: every transport's).
+  std::optional<moegpu::Transport> transport;
   /// The kernels launchKernel made, by name.
   llvm::StringMap<gpu::GPUFuncOp> launched;
   gpu::GPUModuleOp kernels;

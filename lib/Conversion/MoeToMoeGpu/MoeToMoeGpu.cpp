@@ -49,7 +49,7 @@ void LayerBuilder::addLaunch(gpu::GPUFuncOp func, ArrayRef<StringRef> args,
       SymbolRefAttr::get(kernels.getNameAttr(),
                          {FlatSymbolRefAttr::get(func.getNameAttr())}),
       symbols(args), grid, sb.getI64IntegerAttr(block),
-      chunk ? sb.getI64IntegerAttr(*chunk) : IntegerAttr());
+      chunk ? sb.getI64IntegerAttr(*chunk) : IntegerAttr(), transportAttr());
 }
 
 LayerBuilder::Kernel LayerBuilder::kernelOf(gpu::GPUFuncOp func,
@@ -96,6 +96,13 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   // (chunk, expert), so each chunk's all-to-all can run beside the expert
   // GEMMs of the chunks before it.
   chunks = ep > 1 ? std::max<int64_t>(1, layer.getEpChunks()) : 1;
+  // The device-initiated exchange beside the host-driven one (the runtime
+  // runs one): the forward pass of a bf16 layer, unchunked, for now.
+  lsa =
+      ep > 1 && ep <= kMaxLsaRanks && chunks == 1 && !config.isFp8() && !train;
+  if (SmPartitionAttr partition = layer.getPartitionAttr();
+      partition && partition.getComm() > 0)
+    commCtas = partition.getComm();
   // FP8 experts (DeepSeek-V3's e4m3 with block scales): the forward pass
   // so far.
   bool fp8 = config.isFp8();
@@ -199,7 +206,9 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   addBuffer("row_map", i32, {kTokens, k}, "scratch");
   addBuffer("row_weight", f32, {kRows}, "scratch");
   addBuffer("act", dtype, {kRows, f}, "scratch");
-  addBuffer("down", dtype, {kRows, h}, "scratch");
+  // The combine's destination is in the symmetric window: the experts'
+  // ranks store their outputs straight into it.
+  addBuffer("down", dtype, {kRows, h}, lsa ? "symmetric" : "scratch");
   if (shared) {
     addBuffer("shared_act", dtype, {kTokens, s}, "scratch");
     addBuffer("shared_out", dtype, {kTokens, h}, "scratch");
@@ -243,11 +252,28 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
       addBuffer("ep_act_q", f8, {kReceivedRows, f}, "scratch");
       addBuffer("ep_act_scale", f32, {kReceivedRows, fb}, "scratch");
     } else {
-      addBuffer("ep_rows", dtype, {kReceivedRows, h}, "scratch");
+      addBuffer("ep_rows", dtype, {kReceivedRows, h},
+                lsa ? "symmetric" : "scratch");
     }
-    addBuffer("ep_row_weight", f32, {kReceivedRows}, "scratch");
+    addBuffer("ep_row_weight", f32, {kReceivedRows},
+              lsa ? "symmetric" : "scratch");
     addBuffer("ep_act", dtype, {kReceivedRows, f}, "scratch");
     addBuffer("ep_down", dtype, {kReceivedRows, h}, "scratch");
+  }
+  if (lsa) {
+    // The device-initiated exchange's own: every rank's sizes (ranks x
+    // experts) and flags (one a rank, then the dispatch's and the
+    // combine's) in the window; the pass's epoch, the wait's status, the
+    // peers (the runtime's: distances, rank, limit, capacity), and where
+    // this rank's segments start at their owners and the received ones
+    // at their sources.
+    addBuffer("ep_table", i32, {ep * e}, "symmetric");
+    addBuffer("ep_flags", i32, {ep + 2}, "symmetric");
+    addBuffer("ep_epoch", i32, {1}, "scratch");
+    addBuffer("ep_status", i32, {2}, "scratch");
+    addBuffer("ep_peers", Builder(ctx).getI64Type(), {ep + 3}, "peers");
+    addBuffer("send_pos", i32, {e}, "scratch");
+    addBuffer("back_pos", i32, {e}, "scratch");
   }
 
   OpBuilder b = builderAtEnd(module.getBody());
@@ -359,11 +385,30 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
     addExchange(moegpu::ExchangeKind::Combine,
                 {"ep_offsets", "ep_down", "offsets", "down"});
   } else if (ep > 1) {
-    addExchange(moegpu::ExchangeKind::Dispatch, {"offsets", "rows", "row_weight", "ep_offsets",
-                             "ep_group_offsets", "ep_rows", "ep_row_weight"});
+    // With the device-initiated exchange beside them, the host's
+    // exchanges are the nccl transport's.
+    auto hostExchange = [&](moegpu::ExchangeKind kind,
+                            ArrayRef<StringRef> args) {
+      if (lsa)
+        transport = moegpu::Transport::Nccl;
+      addExchange(kind, args);
+      transport.reset();
+    };
+    if (lsa)
+      buildDeviceDispatch(ep);
+    hostExchange(moegpu::ExchangeKind::Dispatch,
+                 {"offsets", "rows", "row_weight", "ep_offsets",
+                  "ep_group_offsets", "ep_rows", "ep_row_weight"});
+    if (lsa)
+      buildDeviceWait(ep, /*combine=*/false);
     launchExperts("ep_rows", "ep_group_offsets", "ep_act", "ep_down",
                   "ep_row_weight", std::nullopt);
-    addExchange(moegpu::ExchangeKind::Combine, {"ep_offsets", "ep_down", "offsets", "down"});
+    if (lsa)
+      buildDeviceCombine(ep);
+    hostExchange(moegpu::ExchangeKind::Combine,
+                 {"ep_offsets", "ep_down", "offsets", "down"});
+    if (lsa)
+      buildDeviceWait(ep, /*combine=*/true);
   } else if (fp8) {
     launchFp8Experts("", "offsets", std::nullopt);
   } else {
@@ -415,6 +460,63 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
                              buf.source);
   }
   return success();
+}
+
+// The device-initiated exchange: ep_counts and the dispatch's sends, its
+// wait, the combine's sends (each on the comm SMs' CTAs) and its wait,
+// steps of transport lsa. Flags: one a rank (the sizes), then the
+// dispatch's (ep) and the combine's (ep + 1).
+void LayerBuilder::buildDeviceDispatch(int64_t ep) {
+  transport = moegpu::Transport::Lsa;
+  {
+    Kernel k = kernel("ep_counts",
+                      {"offsets", "ep_table", "ep_flags", "ep_epoch",
+                       "ep_peers", "ep_offsets", "ep_group_offsets", "send_pos",
+                       "back_pos", "ep_status"},
+                      fixedGrid(1), kRowThreads);
+    kernelOp<moegpu::EpCountsOp>(k, k["offsets"], k["ep_table"], k["ep_flags"],
+                                 k["ep_epoch"], k["ep_peers"], k["ep_offsets"],
+                                 k["ep_group_offsets"], k["send_pos"],
+                                 k["back_pos"], k["ep_status"], ep);
+  }
+  {
+    Kernel k = kernel("ep_dispatch",
+                      {"offsets", "send_pos", "rows", "ep_rows", "row_weight",
+                       "ep_row_weight", "ep_flags", "ep_status", "ep_peers"},
+                      fixedGrid(commCtas), kRowThreads);
+    kernelOp<moegpu::EpSendOp>(
+        k, moegpu::EpDirection::Dispatch, k["offsets"], k["send_pos"],
+        k["rows"], k["ep_rows"], k["row_weight"], k["ep_row_weight"],
+        k["ep_flags"], k["ep_status"], k["ep_peers"], ep, ep);
+  }
+  transport.reset();
+}
+
+void LayerBuilder::buildDeviceWait(int64_t ep, bool combine) {
+  transport = moegpu::Transport::Lsa;
+  Kernel k = kernel(combine ? "ep_combine_wait" : "ep_dispatch_wait",
+                    {"ep_flags", "ep_epoch", "ep_status", "ep_peers"},
+                    fixedGrid(1), 32);
+  using ::moe::abi::ExchangeStatus;
+  auto code = static_cast<int64_t>(combine ? ExchangeStatus::CombineTimeout
+                                           : ExchangeStatus::DispatchTimeout);
+  kernelOp<moegpu::EpWaitOp>(k, k["ep_flags"], k["ep_epoch"], k["ep_status"],
+                             k["ep_peers"], ep, combine ? ep + 1 : ep, commCtas,
+                             code);
+  transport.reset();
+}
+
+void LayerBuilder::buildDeviceCombine(int64_t ep) {
+  transport = moegpu::Transport::Lsa;
+  Kernel k = kernel("ep_combine",
+                    {"ep_offsets", "back_pos", "ep_down", "down", "ep_flags",
+                     "ep_status", "ep_peers"},
+                    fixedGrid(commCtas), kRowThreads);
+  kernelOp<moegpu::EpSendOp>(k, moegpu::EpDirection::Combine, k["ep_offsets"],
+                             k["back_pos"], k["ep_down"], k["down"], Value(),
+                             Value(), k["ep_flags"], k["ep_status"],
+                             k["ep_peers"], ep, ep + 1);
+  transport.reset();
 }
 
 void LayerBuilder::launchExperts(StringRef rows, StringRef groups,

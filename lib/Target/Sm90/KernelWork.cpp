@@ -121,6 +121,9 @@ Sm90KernelWork mlir::moe::kernelWorkOf(gpu::GPUFuncOp func) {
         w.width = columnsOf(op.getIn());
       })
       .Case([&](moegpu::CombineOp) { w.kind = K::Combine; })
+      .Case([&](moegpu::EpCountsOp) { w.kind = K::EpCounts; })
+      .Case([&](moegpu::EpSendOp) { w.kind = K::EpSend; })
+      .Case([&](moegpu::EpWaitOp) { w.kind = K::EpWait; })
       .Case([&](moegpu::ComputeCopiesOp op) {
         w.kind = K::ComputeCopies;
         w.elements = elementsOf(op.getMasters());

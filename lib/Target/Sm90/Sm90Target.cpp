@@ -241,6 +241,13 @@ abi::ExchangeKind toAbi(moegpu::ExchangeKind kind) {
   llvm_unreachable("an ExchangeKind the ABI lacks");
 }
 
+abi::Transport toAbi(std::optional<moegpu::Transport> transport) {
+  if (!transport)
+    return abi::Transport::Any;
+  return *transport == moegpu::Transport::Lsa ? abi::Transport::Lsa
+                                              : abi::Transport::Nccl;
+}
+
 } // namespace
 
 namespace {
@@ -514,6 +521,7 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
         step.kind = abi::StepKind::Launch;
         step.args = names(launch.getArgs());
         step.chunk = launch.getChunk().value_or(-1);
+        step.transport = toAbi(launch.getTransport());
         readLaunch(launch, step);
       } else if (auto memset = dyn_cast<moegpu::MemsetOp>(op)) {
         step.kind = abi::StepKind::Memset;
@@ -523,6 +531,7 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
         step.exchange = toAbi(exchange.getKind());
         step.args = names(exchange.getArgs());
         step.chunk = exchange.getChunk().value_or(-1);
+        step.transport = toAbi(exchange.getTransport());
       } else if (auto reduce = dyn_cast<moegpu::AllReduceOp>(op)) {
         step.kind = abi::StepKind::AllReduce;
         step.args = names(reduce.getArgs());

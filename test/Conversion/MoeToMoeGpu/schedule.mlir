@@ -67,16 +67,31 @@ func.func @layer(%x: tensor<?x64xbf16>, %wr: tensor<8x64xbf16>, %wg: tensor<8x32
 // A layer sharded over two ranks: the dispatched rows and weights go to
 // the experts' ranks between the scatter and the experts (received rows:
 // ranks x the capacity), and the experts' outputs come back before the
-// combine.
+// combine. Two ways each, of which the runtime runs one: the
+// device-initiated kernels over the symmetric buffers (transport lsa,
+// the sends on the 20 CTAs of DeepSeek-V3's comm SMs without a
+// partition; flags 0-1 the ranks' sizes, 2 the dispatch's, 3 the
+// combine's) and the host-driven exchanges (nccl).
 // CHECK-LABEL: moegpu.program {
-// CHECK-DAG: moegpu.buffer @ep_rows : memref<?x64xbf16> dims [#moegpu.dim<received_rows>] source "scratch"
+// CHECK-DAG: moegpu.buffer @ep_rows : memref<?x64xbf16> dims [#moegpu.dim<received_rows>] source "symmetric"
+// CHECK-DAG: moegpu.buffer @ep_row_weight : memref<?xf32> dims [#moegpu.dim<received_rows>] source "symmetric"
+// CHECK-DAG: moegpu.buffer @down : memref<?x64xbf16> dims [#moegpu.dim<rows>] source "symmetric"
+// CHECK-DAG: moegpu.buffer @ep_table : memref<16xi32> dims [] source "symmetric"
+// CHECK-DAG: moegpu.buffer @ep_flags : memref<4xi32> dims [] source "symmetric"
+// CHECK-DAG: moegpu.buffer @ep_peers : memref<5xi64> dims [] source "peers"
+// CHECK-DAG: moegpu.buffer @ep_act : memref<?x32xbf16> dims [#moegpu.dim<received_rows>] source "scratch"
 // CHECK-DAG: moegpu.buffer @w13 : memref<4x64x64xbf16> dims [] source "pack:gate_weight,up_weight"
 // CHECK: moegpu.schedule "forward" {
 // CHECK: moegpu.launch @moe_kernels::@dispatch_scatter
-// CHECK-NEXT: moegpu.exchange <dispatch> [@offsets, @rows, @row_weight, @ep_offsets, @ep_group_offsets, @ep_rows, @ep_row_weight]
+// CHECK-NEXT: moegpu.launch @moe_kernels::@ep_counts [@offsets, @ep_table, @ep_flags, @ep_epoch, @ep_peers, @ep_offsets, @ep_group_offsets, @send_pos, @back_pos, @ep_status] grid <fixed, size = 1> block 128 {transport = #moegpu.transport<lsa>}
+// CHECK-NEXT: moegpu.launch @moe_kernels::@ep_dispatch [@offsets, @send_pos, @rows, @ep_rows, @row_weight, @ep_row_weight, @ep_flags, @ep_status, @ep_peers] grid <fixed, size = 20> block 128 {transport = #moegpu.transport<lsa>}
+// CHECK-NEXT: moegpu.exchange <dispatch> [@offsets, @rows, @row_weight, @ep_offsets, @ep_group_offsets, @ep_rows, @ep_row_weight] {transport = #moegpu.transport<nccl>}
+// CHECK-NEXT: moegpu.launch @moe_kernels::@ep_dispatch_wait [@ep_flags, @ep_epoch, @ep_status, @ep_peers] grid <fixed, size = 1> block 32 {transport = #moegpu.transport<lsa>}
 // CHECK-NEXT: moegpu.launch @moe_kernels::@expert_up [@ep_rows, @w13, @ep_group_offsets, @ep_act] grid <persistent> block 0
 // CHECK-NEXT: moegpu.launch @moe_kernels::@expert_down [@ep_act, @w2, @ep_group_offsets, @ep_down, @ep_row_weight] grid <persistent> block 0
-// CHECK-NEXT: moegpu.exchange <combine> [@ep_offsets, @ep_down, @offsets, @down]
+// CHECK-NEXT: moegpu.launch @moe_kernels::@ep_combine [@ep_offsets, @back_pos, @ep_down, @down, @ep_flags, @ep_status, @ep_peers] grid <fixed, size = 20> block 128 {transport = #moegpu.transport<lsa>}
+// CHECK-NEXT: moegpu.exchange <combine> [@ep_offsets, @ep_down, @offsets, @down] {transport = #moegpu.transport<nccl>}
+// CHECK-NEXT: moegpu.launch @moe_kernels::@ep_combine_wait [@ep_flags, @ep_epoch, @ep_status, @ep_peers] grid <fixed, size = 1> block 32 {transport = #moegpu.transport<lsa>}
 // CHECK-NEXT: moegpu.launch @moe_kernels::@combine
 // TRAIN-LABEL: moegpu.program {
 // TRAIN: moegpu.schedule "train" {

@@ -359,8 +359,15 @@ moegpu.program {
 // -----
 
 moegpu.program {
-  // expected-error @+1 {{has unknown source 'weights' (expected input, output, scratch, tokens, param:<role>, pack:<gate>,<up>, concat:<gate>,<up> or arg:<name>)}}
+  // expected-error @+1 {{has unknown source 'weights' (expected input, output, scratch, tokens, symmetric, peers, param:<role>, pack:<gate>,<up>, concat:<gate>,<up> or arg:<name>)}}
   moegpu.buffer @x : memref<8xbf16> dims [] source "weights"
+}
+
+// -----
+
+moegpu.program {
+  // expected-error @+1 {{is the exchange's peers and must be a static 1-D memref of i64, got 'memref<5xi32>'}}
+  moegpu.buffer @ep_peers : memref<5xi32> dims [] source "peers"
 }
 
 // -----

@@ -162,6 +162,9 @@ struct GpuStep {
   /// The token chunk a launch or exchange works on (chunked
   /// expert-parallel exchanges), or -1: all of its buffers.
   int64_t chunk = -1;
+  /// The exchange transport the step belongs to (launch, exchange): it
+  /// runs only when the runtime chose that one (Any: always).
+  abi::Transport transport = abi::Transport::Any;
   std::vector<GpuTensorMap> tensorMaps;
 };
 

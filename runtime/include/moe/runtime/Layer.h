@@ -99,6 +99,9 @@ public:
   /// Which of the bundle's code runs, when it holds several (the host's
   /// CPU level: "x86-64-v4"); empty otherwise.
   virtual std::string codeVariant() const { return {}; }
+  /// How a sharded layer's exchanges move rows ("lsa (...)" or "nccl
+  /// (...)", with the reason); empty when not sharded or not a GPU.
+  virtual std::string exchangeTransport() const { return {}; }
   /// Time every kernel of the following forward passes (devices that can).
   virtual void setProfiling(bool) {}
   /// Threads of the code's parallel loops (the host; other devices ignore

@@ -123,6 +123,9 @@ enum class KernelKind {
   SumSplits,
   ComputeCopies,
   GradStats,
+  EpCounts,
+  EpSend,
+  EpWait,
 };
 
 inline constexpr std::string_view kKernelKindNames[] = {
@@ -158,7 +161,10 @@ inline constexpr std::string_view kKernelKindNames[] = {
     "update_verdict",
     "sum_splits",
     "compute_copies",
-    "grad_stats"};
+    "grad_stats",
+    "ep_counts",
+    "ep_send",
+    "ep_wait"};
 
 constexpr std::string_view kernelKindName(KernelKind kind) {
   return nameOf(kKernelKindNames, kind);
@@ -197,6 +203,35 @@ constexpr std::optional<ExchangeKind> parseExchangeKind(std::string_view name) {
 }
 
 /// What a step of a schedule does.
+/// How a step's expert-parallel exchange moves rows: a step of a transport
+/// runs only when the runtime chose it for its communicator (Any: always).
+enum class Transport {
+  Any,
+  Lsa,  ///< device-initiated kernels over NCCL symmetric memory (one node)
+  Nccl, ///< host-driven exchanges over NCCL's send and receive
+};
+
+inline constexpr std::string_view kTransportNames[] = {"", "lsa", "nccl"};
+
+constexpr std::string_view transportName(Transport t) {
+  return nameOf(kTransportNames, t);
+}
+
+constexpr std::optional<Transport> parseTransport(std::string_view name) {
+  return parseName<Transport>(kTransportNames, name);
+}
+
+/// The device-initiated exchange's status word (ep_status[0]; [1] says
+/// which rank or flag): what its kernels stopped at. Past a failure every
+/// later exchange kernel of the pass does nothing.
+enum class ExchangeStatus : int32_t {
+  Ok = 0,
+  SizesTimeout = 1,    ///< a rank's sizes did not come ([1]: the rank)
+  DispatchTimeout = 2, ///< the dispatch's rows did not all come ([1]: flag)
+  CombineTimeout = 3,  ///< the combine's rows did not all come ([1]: flag)
+  Capacity = 4, ///< a rank would receive more rows than it holds ([1]: rank)
+};
+
 enum class StepKind {
   Launch,    ///< a kernel over its buffers
   Memset,    ///< one buffer zeroed
@@ -217,16 +252,21 @@ constexpr std::optional<StepKind> parseStepKind(std::string_view name) {
 
 /// Where a device buffer's contents come from.
 enum class SourceKind {
-  Input,   ///< the pass's input x
-  Output,  ///< an output read back after the pass
-  Scratch, ///< written by the schedule itself
-  Param,   ///< a checkpoint tensor (`role`)
-  Pack,    ///< gate and up tensors interleaved in blocks of kGateUpBlock
-           ///< rows along dim -2 (`role`, then `upRole`)
-  Concat,  ///< gate rows, then up rows, along dim -2
-  Arg,     ///< a training step's argument (`role`)
-  Tokens,  ///< one i32, the pass's token count: the runtime writes it
-           ///< before each pass, and the kernels read it
+  Input,     ///< the pass's input x
+  Output,    ///< an output read back after the pass
+  Scratch,   ///< written by the schedule itself
+  Param,     ///< a checkpoint tensor (`role`)
+  Pack,      ///< gate and up tensors interleaved in blocks of kGateUpBlock
+             ///< rows along dim -2 (`role`, then `upRole`)
+  Concat,    ///< gate rows, then up rows, along dim -2
+  Arg,       ///< a training step's argument (`role`)
+  Tokens,    ///< one i32, the pass's token count: the runtime writes it
+             ///< before each pass, and the kernels read it
+  Symmetric, ///< scratch in the communicator's symmetric window, at one
+             ///< offset on every rank (the device-initiated exchange)
+  Peers,     ///< the device-initiated exchange's i64 peers: each rank's
+             ///< distance from this rank's window, the rank, the waits'
+             ///< limit (ns) and the rows a rank can receive; the runtime's
 };
 
 /// A buffer's source, written `input`, `output`, `scratch`, `tokens`,
@@ -254,11 +294,13 @@ inline std::optional<BufferSource> parseBufferSource(std::string_view text) {
   };
   BufferSource s;
   if (text == "input" || text == "output" || text == "scratch" ||
-      text == "tokens") {
-    s.kind = text == "input"    ? SourceKind::Input
-             : text == "output" ? SourceKind::Output
-             : text == "tokens" ? SourceKind::Tokens
-                                : SourceKind::Scratch;
+      text == "tokens" || text == "symmetric" || text == "peers") {
+    s.kind = text == "input"       ? SourceKind::Input
+             : text == "output"    ? SourceKind::Output
+             : text == "tokens"    ? SourceKind::Tokens
+             : text == "symmetric" ? SourceKind::Symmetric
+             : text == "peers"     ? SourceKind::Peers
+                                   : SourceKind::Scratch;
     return s;
   }
   for (auto [prefix, kind] : {std::pair{"param:", SourceKind::Param},
@@ -296,6 +338,10 @@ inline std::string formatBufferSource(const BufferSource &s) {
     return "scratch";
   case SourceKind::Tokens:
     return "tokens";
+  case SourceKind::Symmetric:
+    return "symmetric";
+  case SourceKind::Peers:
+    return "peers";
   case SourceKind::Param:
     return "param:" + s.role;
   case SourceKind::Arg:
