@@ -36,10 +36,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ptx_run import Driver  # noqa: E402
-
-
-class UniqueId(ctypes.Structure):
-    _fields_ = [("internal", ctypes.c_char * 128)]
+from peer_run import run_ranks  # noqa: E402
 
 
 def module_text(n, experts, hidden, grid):
@@ -225,8 +222,15 @@ def exchange(a, ptx, rank, out, drv, nccl, comm):
               memref(mem["peers"], n + 3))
     failed = 0
 
-    def status():
-        return i32s(drv.download(mem["status"], 8))
+    def stopped(pass_no):
+        """Waits for the kernels; prints and returns the status they
+        stopped with (0: none)."""
+        drv.check(drv.cu.cuCtxSynchronize(), "synchronize")
+        code = i32s(drv.download(mem["status"], 8))
+        if code[0]:
+            out.write("rank %d pass %d: status %d %d\n" % (rank, pass_no,
+                                                          code[0], code[1]))
+        return code[0]
 
     for pass_no in range(a.passes):
         every = [routing(a, pass_no, s) for s in range(n)]
@@ -258,11 +262,7 @@ def exchange(a, ptx, rank, out, drv, nccl, comm):
                flags + st + peers)
         launch(drv, fn["wait_dispatch"], 1, 32,
                flags + memref(mem["epoch"], 1) + st + peers)
-        drv.check(drv.cu.cuCtxSynchronize(), "synchronize")
-        code = status()
-        if code[0]:
-            out.write("rank %d pass %d: status %d %d\n" % (rank, pass_no,
-                                                          code[0], code[1]))
+        if stopped(pass_no):
             return 0
         # What this rank must have received: for each local expert, each
         # source's rows of it in source order.
@@ -311,11 +311,7 @@ def exchange(a, ptx, rank, out, drv, nccl, comm):
                memref(w["back"], most, hidden) + flags + st + peers)
         launch(drv, fn["wait_combine"], 1, 32,
                flags + memref(mem["epoch"], 1) + st + peers)
-        drv.check(drv.cu.cuCtxSynchronize(), "synchronize")
-        code = status()
-        if code[0]:
-            out.write("rank %d pass %d: status %d %d\n" % (rank, pass_no,
-                                                          code[0], code[1]))
+        if stopped(pass_no):
             return 0
         if total and drv.download(w["back"], row_bytes * total) != \
                 negate(rows):
@@ -350,30 +346,9 @@ def main():
     os.environ["MOE_CUDA_DRIVER"] = a.driver
     ptx = compile_ptx(a.moe_opt, module_text(a.ranks, a.experts, a.hidden,
                                              a.grid))
-    nccl = ctypes.CDLL(a.nccl)
-    uid = UniqueId()
-    assert nccl.ncclGetUniqueId(ctypes.byref(uid)) == 0
-    children = []
-    for rank in range(a.ranks):
-        r, wfd = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(r)
-            with os.fdopen(wfd, "w") as out:
-                try:
-                    code = rank_main(a, ptx, uid, rank, out)
-                except Exception as e:  # reported, then a failed rank
-                    out.write("rank %d: error: %s\n" % (rank, e))
-                    code = 1
-            os._exit(code)
-        os.close(wfd)
-        children.append((pid, r))
-    status = 0
-    for pid, r in children:
-        with os.fdopen(r) as f:
-            sys.stdout.write(f.read())
-        _, code = os.waitpid(pid, 0)
-        status = status or (1 if code else 0)
+    status = run_ranks(a.nccl, a.ranks,
+                       lambda uid, rank, out: rank_main(a, ptx, uid, rank,
+                                                        out))
     os.unlink(ptx)
     return status
 

@@ -69,29 +69,23 @@ def rank_main(a, uid, rank, out):
     return failed
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("driver")
-    ap.add_argument("nccl")
-    ap.add_argument("ptx")
-    ap.add_argument("--kernel", required=True)
-    ap.add_argument("--ranks", type=int, default=2)
-    ap.add_argument("--bytes", type=int, default=4096)
-    ap.add_argument("--skip", type=int, default=-1)
-    ap.add_argument("--print", type=int, default=8, dest="print_count")
-    a = ap.parse_args()
-    nccl = ctypes.CDLL(a.nccl)
+def run_ranks(nccl_path, ranks, body):
+    """Runs body(uid, rank, out) in a process a rank, all of one NCCL
+    unique id; prints each rank's output (the file `out`) in rank order.
+    Returns 1 when a rank failed (an exception, reported, or a non-zero
+    result), else 0."""
+    nccl = ctypes.CDLL(nccl_path)
     uid = UniqueId()
     assert nccl.ncclGetUniqueId(ctypes.byref(uid)) == 0
     children = []
-    for rank in range(a.ranks):
+    for rank in range(ranks):
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:
             os.close(r)
             with os.fdopen(w, "w") as out:
                 try:
-                    code = rank_main(a, uid, rank, out)
+                    code = body(uid, rank, out)
                 except Exception as e:  # reported, then a failed rank
                     out.write("rank %d: error: %s\n" % (rank, e))
                     code = 1
@@ -105,6 +99,21 @@ def main():
         _, code = os.waitpid(pid, 0)
         status = status or (1 if code else 0)
     return status
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("driver")
+    ap.add_argument("nccl")
+    ap.add_argument("ptx")
+    ap.add_argument("--kernel", required=True)
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--bytes", type=int, default=4096)
+    ap.add_argument("--skip", type=int, default=-1)
+    ap.add_argument("--print", type=int, default=8, dest="print_count")
+    a = ap.parse_args()
+    return run_ranks(a.nccl, a.ranks,
+                     lambda uid, rank, out: rank_main(a, uid, rank, out))
 
 
 if __name__ == "__main__":
