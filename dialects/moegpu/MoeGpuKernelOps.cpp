@@ -855,10 +855,10 @@ LogicalResult EpSendOp::verify() {
 LogicalResult EpWaitOp::verify() {
   Checker c{*this};
   checkExchange(c, getRanks(), getPeers(), getStatus(), getFlags());
-  c.memref(getEpoch(), "epoch", 1, Elt::I32)
-      .dim(getEpoch(), "epoch", 0, 1, "one word")
-      .positive(getSenders(), "senders")
-      .positive(getCode(), "code");
+  c.memref(getWaited(), "waited", 1, Elt::I32);
+  if (c.ok)
+    c.dim(getWaited(), "waited", 0, dimOf(getFlags(), 0), "a count a flag");
+  c.positive(getSenders(), "senders").positive(getCode(), "code");
   checkSlot(c, getSlot(), getRanks(), getFlags());
   return c.result();
 }

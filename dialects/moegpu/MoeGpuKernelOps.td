@@ -866,28 +866,31 @@ def MoeGpu_EpSendOp : MoeGpu_KernelOp<"ep_send", [AttrSizedOperandSegments]> {
 }
 
 def MoeGpu_EpWaitOp : MoeGpu_KernelOp<"ep_wait"> {
-  let summary = "Wait until every rank's ep_send has signalled this pass";
+  let summary = "Wait until every rank's ep_send of this pass has signalled";
   let description = [{
-    One thread spins (acquire at system scope, with nanosleep between
-    tries) until `flags[slot]` reaches `epoch[0] x ranks x senders` (every
-    CTA of every rank's `ep_send` of this pass), up to the limit in `peers`
-    (see `ep_counts`): past it, `status = [code, slot]` (`code`: 2 for a
-    dispatch, 3 for a combine, by `slot`). The kernels after it on the
-    stream then see every rank's rows.
+    One thread adds `ranks x senders` (every CTA of every rank's `ep_send`
+    on this flag) to `waited[slot]`, this rank's count of the signals it
+    has waited for on each flag word, and spins (acquire at system scope,
+    with nanosleep between tries) until `flags[slot]` reaches it, up to the
+    limit in `peers` (see `ep_counts`): past it, `status = [code, slot]`
+    (`code`: 2 for a dispatch, 3 for a combine). The kernels after it on
+    the stream then see every rank's rows. A count a flag keeps it right
+    whichever schedules ran before (a forward pass sends on fewer flags
+    than a training step).
 
     ```mlir
-    moegpu.ep_wait %flags, %epoch, %status, %peers
+    moegpu.ep_wait %flags, %waited, %status, %peers
         {ranks = 2 : i64, slot = 2 : i64, senders = 20 : i64, code = 2 : i64}
-      : memref<4xi32>, memref<1xi32>, memref<2xi32>, memref<5xi64>
+      : memref<4xi32>, memref<4xi32>, memref<2xi32>, memref<5xi64>
     ```
   }];
-  let arguments = (ins MoeGpu_In:$flags, MoeGpu_In:$epoch,
+  let arguments = (ins MoeGpu_In:$flags, MoeGpu_InOut:$waited,
                        MoeGpu_InOut:$status, MoeGpu_In:$peers,
                        I64Attr:$ranks, I64Attr:$slot, I64Attr:$senders,
                        I64Attr:$code);
   let assemblyFormat = [{
-    $flags `,` $epoch `,` $status `,` $peers attr-dict `:` type($flags) `,`
-    type($epoch) `,` type($status) `,` type($peers)
+    $flags `,` $waited `,` $status `,` $peers attr-dict `:` type($flags) `,`
+    type($waited) `,` type($status) `,` type($peers)
   }];
 }
 

@@ -186,6 +186,16 @@ private:
   /// their staging at the end of each pass; the error they report.
   const GpuBuffer *exchangeStatus = nullptr;
   Status checkExchangeStatus(const char *what) const;
+  /// Enqueues the copy of the status words to their staging (the end of a
+  /// pass or step with the device-initiated exchange).
+  Status enqueueStatusCopy() {
+    if (!exchangeStatus || transport != abi::Transport::Lsa)
+      return Status::success();
+    return check(driver.memcpyDtoHAsync(stagingOf(*exchangeStatus),
+                                        deviceOf(*exchangeStatus),
+                                        2 * sizeof(int32_t), stream),
+                 "cannot download the exchange's status");
+  }
   /// Encodes the tensor map of every launch's GpuTensorMap (in the order
   /// of the steps of every schedule) into `maps`.
   Status encodeTensorMaps(std::vector<TensorMap> &maps);
@@ -791,8 +801,8 @@ Status CudaBackend::chooseTransport() {
   for (auto [step, stepModule] : allSteps)
     device = device || step->transport == Transport::Lsa;
   if (!device) {
-    transportNote = "the bundle has no device-initiated exchange (chunked, "
-                    "FP8 and training steps have none yet)";
+    transportNote = "the bundle has no device-initiated exchange (chunked "
+                    "and FP8 exchanges have none yet)";
     return Status::success();
   }
   static const std::string asked = [] {
@@ -1565,12 +1575,7 @@ Status CudaBackend::enqueueForward(int64_t launched, int variant) {
         !s.ok())
       return s;
   }
-  if (exchangeStatus && transport == abi::Transport::Lsa)
-    return check(driver.memcpyDtoHAsync(stagingOf(*exchangeStatus),
-                                        deviceOf(*exchangeStatus),
-                                        2 * sizeof(int32_t), stream),
-                 "cannot download the exchange's status");
-  return Status::success();
+  return enqueueStatusCopy();
 }
 
 bool CudaBackend::capturable(const std::vector<GpuStep> &steps) const {
@@ -1773,6 +1778,8 @@ Status CudaBackend::runEntry(const std::string &symbol,
   parametersUploaded = false;
   if (Status s = waitForDevice("the training step"); !s.ok())
     return s;
+  if (Status s = checkExchangeStatus("the training step"); !s.ok())
+    return s;
   for (size_t i : reported) {
     auto *into = const_cast<uint8_t *>(arguments[i]->data.data());
     size_t bytes = arguments[i]->data.size();
@@ -1836,7 +1843,7 @@ Status CudaBackend::enqueueTrainingStep(
                     "cannot download '" + train.arguments[i].name + "'");
           !s.ok())
         return s;
-  return Status::success();
+  return enqueueStatusCopy();
 }
 
 Status CudaBackend::downloadTrainingTensors(

@@ -72,16 +72,16 @@ def module_text(n, experts, hidden, grid):
         memref<2xi32>, memref<{p}xi64>
     gpu.return
   }}
-  gpu.func @wait_dispatch(%f: memref<{f}xi32>, %e: memref<1xi32>,
+  gpu.func @wait_dispatch(%f: memref<{f}xi32>, %w: memref<{f}xi32>,
       %st: memref<2xi32>, %p: memref<{p}xi64>) kernel {{
-    moegpu.ep_wait %f, %e, %st, %p {{ranks = {n} : i64, slot = {n} : i64, senders = {grid} : i64, code = 2 : i64}}
-      : memref<{f}xi32>, memref<1xi32>, memref<2xi32>, memref<{p}xi64>
+    moegpu.ep_wait %f, %w, %st, %p {{ranks = {n} : i64, slot = {n} : i64, senders = {grid} : i64, code = 2 : i64}}
+      : memref<{f}xi32>, memref<{f}xi32>, memref<2xi32>, memref<{p}xi64>
     gpu.return
   }}
-  gpu.func @wait_combine(%f: memref<{f}xi32>, %e: memref<1xi32>,
+  gpu.func @wait_combine(%f: memref<{f}xi32>, %w: memref<{f}xi32>,
       %st: memref<2xi32>, %p: memref<{p}xi64>) kernel {{
-    moegpu.ep_wait %f, %e, %st, %p {{ranks = {n} : i64, slot = {n1} : i64, senders = {grid} : i64, code = 3 : i64}}
-      : memref<{f}xi32>, memref<1xi32>, memref<2xi32>, memref<{p}xi64>
+    moegpu.ep_wait %f, %w, %st, %p {{ranks = {n} : i64, slot = {n1} : i64, senders = {grid} : i64, code = 3 : i64}}
+      : memref<{f}xi32>, memref<{f}xi32>, memref<2xi32>, memref<{p}xi64>
     gpu.return
   }}
 }}
@@ -205,12 +205,14 @@ def exchange(a, ptx, rank, out, drv, nccl, comm):
     # Local buffers.
     mem = {k: drv.alloc(s) for k, s in (
         ("offsets", 4 * (experts + 1)), ("epoch", 4),
+        ("waited", 4 * (n + 2)),
         ("peers", 8 * (n + 3)), ("ep_offsets", 4 * (experts + 1)),
         ("ep_groups", 4 * (local + 1)), ("send_pos", 4 * experts),
         ("back_pos", 4 * experts), ("status", 8),
         ("rows", row_bytes * max(most, 1)), ("weights", 4 * max(most, 1)),
         ("outputs", row_bytes * max(cap, 1)))}
     drv.upload(mem["epoch"], b"\0" * 4)
+    drv.upload(mem["waited"], b"\0" * 4 * (n + 2))
     drv.upload(mem["status"], b"\0" * 8)
     distances = [(flat + p * stride - window.value) % (1 << 64)
                  for p in range(n)]
@@ -261,7 +263,7 @@ def exchange(a, ptx, rank, out, drv, nccl, comm):
                memref(mem["weights"], total) + memref(w["recv_w"], cap) +
                flags + st + peers)
         launch(drv, fn["wait_dispatch"], 1, 32,
-               flags + memref(mem["epoch"], 1) + st + peers)
+               flags + memref(mem["waited"], n + 2) + st + peers)
         if stopped(pass_no):
             return 0
         # What this rank must have received: for each local expert, each
@@ -310,7 +312,7 @@ def exchange(a, ptx, rank, out, drv, nccl, comm):
                memref(mem["outputs"], got_total, hidden) +
                memref(w["back"], most, hidden) + flags + st + peers)
         launch(drv, fn["wait_combine"], 1, 32,
-               flags + memref(mem["epoch"], 1) + st + peers)
+               flags + memref(mem["waited"], n + 2) + st + peers)
         if stopped(pass_no):
             return 0
         if total and drv.download(w["back"], row_bytes * total) != \

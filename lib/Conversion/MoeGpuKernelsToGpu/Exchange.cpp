@@ -405,17 +405,19 @@ static void lowerEpWait(moegpu::EpWaitOp op, Emitter &e) {
     e.when(arith::XOrIOp::create(b, x.failedBefore(status),
                                  arith::ConstantIntOp::create(b, 1, 1)),
            [&] {
-      Value target = arith::MulIOp::create(
-          b, e.load(op.getEpoch(), {zero}),
-          e.i32(op.getRanks() * op.getSenders()));
-      Value flag = arith::AddIOp::create(b, x.address(op.getFlags()),
-                                         x.c64(4 * op.getSlot()));
-      Value late = x.waitFor(flag, target, x.limit());
-      e.when(late, [&] {
-        e.store(e.i32(op.getCode()), status, {zero});
-        e.store(e.i32(op.getSlot()), status, {e.idx(1)});
-      });
-    });
+             Value slot = e.idx(op.getSlot());
+             Value target =
+                 arith::AddIOp::create(b, e.load(op.getWaited(), {slot}),
+                                       e.i32(op.getRanks() * op.getSenders()));
+             e.store(target, op.getWaited(), {slot});
+             Value flag = arith::AddIOp::create(b, x.address(op.getFlags()),
+                                                x.c64(4 * op.getSlot()));
+             Value late = x.waitFor(flag, target, x.limit());
+             e.when(late, [&] {
+               e.store(e.i32(op.getCode()), status, {zero});
+               e.store(e.i32(op.getSlot()), status, {e.idx(1)});
+             });
+           });
   });
 }
 

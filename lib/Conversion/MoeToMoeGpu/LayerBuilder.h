@@ -47,6 +47,11 @@ constexpr int64_t kReceivedRows =
 /// the most ranks (ep_counts waits for rank t on thread t of 128).
 constexpr int64_t kDefaultCommCtas = 20;
 constexpr int64_t kMaxLsaRanks = 128;
+/// Its sends' flags, after the ranks' flags of the sizes: the forward
+/// pass's dispatch and combine, a training step's rows' dy to the experts
+/// and their gradients back.
+constexpr int64_t kFlagDispatch = 0, kFlagCombine = 1, kFlagDispatchRows = 2,
+                  kFlagCombineRows = 3;
 
 /// One buffer of the schedule.
 struct Buffer {
@@ -155,11 +160,14 @@ private:
   /// The chunked exchanges and expert GEMMs of a sharded layer.
   void buildChunkedExperts();
   /// The device-initiated exchange of `ep` ranks (steps of transport
-  /// lsa): the sizes and the dispatch's sends; a send's wait; the
-  /// combine's sends.
-  void buildDeviceDispatch(int64_t ep);
-  void buildDeviceWait(int64_t ep, bool combine);
-  void buildDeviceCombine(int64_t ep);
+  /// lsa): ep_counts; kernel `name` sending `rows` (and `weights`) into
+  /// `to` (`toWeights`) on the peers, signalling `flag` (kFlag...: which
+  /// way and which layout); kernel `name` waiting for `flag`.
+  void buildDeviceCounts(int64_t ep);
+  void buildDeviceSend(StringRef name, int64_t ep, int64_t flag, StringRef rows,
+                       StringRef to, StringRef weights = "",
+                       StringRef toWeights = "");
+  void buildDeviceWait(StringRef name, int64_t ep, int64_t flag);
   moegpu::TransportAttr transportAttr() const {
     return transport ? moegpu::TransportAttr::get(ctx, *transport)
                      : moegpu::TransportAttr();

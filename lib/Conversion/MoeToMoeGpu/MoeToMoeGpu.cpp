@@ -97,9 +97,8 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   // GEMMs of the chunks before it.
   chunks = ep > 1 ? std::max<int64_t>(1, layer.getEpChunks()) : 1;
   // The device-initiated exchange beside the host-driven one (the runtime
-  // runs one): the forward pass of a bf16 layer, unchunked, for now.
-  lsa =
-      ep > 1 && ep <= kMaxLsaRanks && chunks == 1 && !config.isFp8() && !train;
+  // runs one): bf16 layers with whole exchanges, for now.
+  lsa = ep > 1 && ep <= kMaxLsaRanks && chunks == 1 && !config.isFp8();
   if (SmPartitionAttr partition = layer.getPartitionAttr();
       partition && partition.getComm() > 0)
     commCtas = partition.getComm();
@@ -262,13 +261,16 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   }
   if (lsa) {
     // The device-initiated exchange's own: every rank's sizes (ranks x
-    // experts) and flags (one a rank, then the dispatch's and the
-    // combine's) in the window; the pass's epoch, the wait's status, the
-    // peers (the runtime's: distances, rank, limit, capacity), and where
-    // this rank's segments start at their owners and the received ones
-    // at their sources.
+    // experts) and flags (one a rank, then one a send) in the window; the
+    // signals this rank waited for on each flag, the pass's epoch, the
+    // waits' status, the peers (the runtime's: distances, rank, limit,
+    // capacity), and where this rank's segments start at their owners and
+    // the received ones at their sources.
+    // A training step's sends: the rows' dy and their gradients back.
+    int64_t flags = ep + (train ? kFlagCombineRows : kFlagCombine) + 1;
     addBuffer("ep_table", i32, {ep * e}, "symmetric");
-    addBuffer("ep_flags", i32, {ep + 2}, "symmetric");
+    addBuffer("ep_flags", i32, {flags}, "symmetric");
+    addBuffer("ep_waited", i32, {flags}, "scratch");
     addBuffer("ep_epoch", i32, {1}, "scratch");
     addBuffer("ep_status", i32, {2}, "scratch");
     addBuffer("ep_peers", Builder(ctx).getI64Type(), {ep + 3}, "peers");
@@ -394,21 +396,24 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
       addExchange(kind, args);
       transport.reset();
     };
-    if (lsa)
-      buildDeviceDispatch(ep);
+    if (lsa) {
+      buildDeviceCounts(ep);
+      buildDeviceSend("ep_dispatch", ep, kFlagDispatch, "rows", "ep_rows",
+                      "row_weight", "ep_row_weight");
+    }
     hostExchange(moegpu::ExchangeKind::Dispatch,
                  {"offsets", "rows", "row_weight", "ep_offsets",
                   "ep_group_offsets", "ep_rows", "ep_row_weight"});
     if (lsa)
-      buildDeviceWait(ep, /*combine=*/false);
+      buildDeviceWait("ep_dispatch_wait", ep, kFlagDispatch);
     launchExperts("ep_rows", "ep_group_offsets", "ep_act", "ep_down",
                   "ep_row_weight", std::nullopt);
     if (lsa)
-      buildDeviceCombine(ep);
+      buildDeviceSend("ep_combine", ep, kFlagCombine, "ep_down", "down");
     hostExchange(moegpu::ExchangeKind::Combine,
                  {"ep_offsets", "ep_down", "offsets", "down"});
     if (lsa)
-      buildDeviceWait(ep, /*combine=*/true);
+      buildDeviceWait("ep_combine_wait", ep, kFlagCombine);
   } else if (fp8) {
     launchFp8Experts("", "offsets", std::nullopt);
   } else {
@@ -462,60 +467,57 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   return success();
 }
 
-// The device-initiated exchange: ep_counts and the dispatch's sends, its
-// wait, the combine's sends (each on the comm SMs' CTAs) and its wait,
-// steps of transport lsa. Flags: one a rank (the sizes), then the
-// dispatch's (ep) and the combine's (ep + 1).
-void LayerBuilder::buildDeviceDispatch(int64_t ep) {
+// The device-initiated exchange: ep_counts, then sends (on the comm SMs'
+// CTAs) and their waits, steps of transport lsa. Flags: one a rank (the
+// sizes), then one a send (kFlagDispatch... past the ranks').
+void LayerBuilder::buildDeviceCounts(int64_t ep) {
   transport = moegpu::Transport::Lsa;
-  {
-    Kernel k = kernel("ep_counts",
-                      {"offsets", "ep_table", "ep_flags", "ep_epoch",
-                       "ep_peers", "ep_offsets", "ep_group_offsets", "send_pos",
-                       "back_pos", "ep_status"},
-                      fixedGrid(1), kRowThreads);
-    kernelOp<moegpu::EpCountsOp>(k, k["offsets"], k["ep_table"], k["ep_flags"],
-                                 k["ep_epoch"], k["ep_peers"], k["ep_offsets"],
-                                 k["ep_group_offsets"], k["send_pos"],
-                                 k["back_pos"], k["ep_status"], ep);
-  }
-  {
-    Kernel k = kernel("ep_dispatch",
-                      {"offsets", "send_pos", "rows", "ep_rows", "row_weight",
-                       "ep_row_weight", "ep_flags", "ep_status", "ep_peers"},
-                      fixedGrid(commCtas), kRowThreads);
-    kernelOp<moegpu::EpSendOp>(
-        k, moegpu::EpDirection::Dispatch, k["offsets"], k["send_pos"],
-        k["rows"], k["ep_rows"], k["row_weight"], k["ep_row_weight"],
-        k["ep_flags"], k["ep_status"], k["ep_peers"], ep, ep);
-  }
+  Kernel k = kernel("ep_counts",
+                    {"offsets", "ep_table", "ep_flags", "ep_epoch", "ep_peers",
+                     "ep_offsets", "ep_group_offsets", "send_pos", "back_pos",
+                     "ep_status"},
+                    fixedGrid(1), kRowThreads);
+  kernelOp<moegpu::EpCountsOp>(k, k["offsets"], k["ep_table"], k["ep_flags"],
+                               k["ep_epoch"], k["ep_peers"], k["ep_offsets"],
+                               k["ep_group_offsets"], k["send_pos"],
+                               k["back_pos"], k["ep_status"], ep);
   transport.reset();
 }
 
-void LayerBuilder::buildDeviceWait(int64_t ep, bool combine) {
+void LayerBuilder::buildDeviceSend(StringRef name, int64_t ep, int64_t flag,
+                                   StringRef rows, StringRef to,
+                                   StringRef weights, StringRef toWeights) {
   transport = moegpu::Transport::Lsa;
-  Kernel k = kernel(combine ? "ep_combine_wait" : "ep_dispatch_wait",
-                    {"ep_flags", "ep_epoch", "ep_status", "ep_peers"},
+  // Dispatch: this rank's segments by expert, each to its owner's
+  // position; combine: the received segments back to their sources.
+  bool dispatch = flag == kFlagDispatch || flag == kFlagDispatchRows;
+  StringRef segments = dispatch ? "offsets" : "ep_offsets";
+  StringRef positions = dispatch ? "send_pos" : "back_pos";
+  SmallVector<StringRef> args{segments, positions, rows, to};
+  if (!weights.empty())
+    args.append({weights, toWeights});
+  args.append({"ep_flags", "ep_status", "ep_peers"});
+  Kernel k = kernel(name, args, fixedGrid(commCtas), kRowThreads);
+  kernelOp<moegpu::EpSendOp>(
+      k,
+      dispatch ? moegpu::EpDirection::Dispatch : moegpu::EpDirection::Combine,
+      k[segments], k[positions], k[rows], k[to],
+      weights.empty() ? Value() : k[weights],
+      toWeights.empty() ? Value() : k[toWeights], k["ep_flags"], k["ep_status"],
+      k["ep_peers"], ep, ep + flag);
+  transport.reset();
+}
+
+void LayerBuilder::buildDeviceWait(StringRef name, int64_t ep, int64_t flag) {
+  transport = moegpu::Transport::Lsa;
+  Kernel k = kernel(name, {"ep_flags", "ep_waited", "ep_status", "ep_peers"},
                     fixedGrid(1), 32);
   using ::moe::abi::ExchangeStatus;
-  auto code = static_cast<int64_t>(combine ? ExchangeStatus::CombineTimeout
-                                           : ExchangeStatus::DispatchTimeout);
-  kernelOp<moegpu::EpWaitOp>(k, k["ep_flags"], k["ep_epoch"], k["ep_status"],
-                             k["ep_peers"], ep, combine ? ep + 1 : ep, commCtas,
-                             code);
-  transport.reset();
-}
-
-void LayerBuilder::buildDeviceCombine(int64_t ep) {
-  transport = moegpu::Transport::Lsa;
-  Kernel k = kernel("ep_combine",
-                    {"ep_offsets", "back_pos", "ep_down", "down", "ep_flags",
-                     "ep_status", "ep_peers"},
-                    fixedGrid(commCtas), kRowThreads);
-  kernelOp<moegpu::EpSendOp>(k, moegpu::EpDirection::Combine, k["ep_offsets"],
-                             k["back_pos"], k["ep_down"], k["down"], Value(),
-                             Value(), k["ep_flags"], k["ep_status"],
-                             k["ep_peers"], ep, ep + 1);
+  bool dispatch = flag == kFlagDispatch || flag == kFlagDispatchRows;
+  auto code = static_cast<int64_t>(dispatch ? ExchangeStatus::DispatchTimeout
+                                            : ExchangeStatus::CombineTimeout);
+  kernelOp<moegpu::EpWaitOp>(k, k["ep_flags"], k["ep_waited"], k["ep_status"],
+                             k["ep_peers"], ep, ep + flag, commCtas, code);
   transport.reset();
 }
 

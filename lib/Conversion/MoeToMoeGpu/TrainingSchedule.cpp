@@ -41,9 +41,11 @@ void LayerBuilder::buildTraining() {
   addBuffer("dy", f32, {kTokens, h}, "scratch");
   addBuffer("row_token", i32, {kRows}, "scratch");
   addBuffer("row_dy", half, {kRows, h}, "scratch");
-  addBuffer("row_weight_grad", f32, {kRows}, "scratch");
+  // With the device-initiated exchange the experts' ranks store the rows'
+  // gradients straight into these two.
+  addBuffer("row_weight_grad", f32, {kRows}, lsa ? "symmetric" : "scratch");
   addBuffer("dtw", f32, {kTokens, config.getTopK()}, "scratch");
-  addBuffer("drows", half, {kRows, h}, "scratch");
+  addBuffer("drows", half, {kRows, h}, lsa ? "symmetric" : "scratch");
   addBuffer("dl", f32, {kTokens, e}, "scratch");
   if (shared) {
     addBuffer("dy_half", half, {kTokens, h}, "scratch");
@@ -79,7 +81,8 @@ void LayerBuilder::buildTraining() {
   addBuffer("dg", half, {expertRows, f}, "scratch");
   addBuffer("du", half, {expertRows, f}, "scratch");
   if (sharded) {
-    addBuffer("ep_row_dy", half, {kReceivedRows, h}, "scratch");
+    addBuffer("ep_row_dy", half, {kReceivedRows, h},
+              lsa ? "symmetric" : "scratch");
     addBuffer("ep_row_weight_grad", f32, {kReceivedRows}, "scratch");
     addBuffer("ep_drows", half, {kReceivedRows, h}, "scratch");
   }
@@ -218,9 +221,23 @@ void LayerBuilder::buildTraining() {
   // its own).
   bool chunked = sharded && chunks > 1;
   int64_t passes = chunked ? chunks : 1;
+  // With the device-initiated exchange beside them, the host's exchanges
+  // are the nccl transport's.
+  auto hostExchange = [&](moegpu::ExchangeKind kind, ArrayRef<StringRef> args,
+                          std::optional<int64_t> chunk) {
+    if (lsa)
+      transport = moegpu::Transport::Nccl;
+    addExchange(kind, args, chunk);
+    transport.reset();
+  };
+  if (lsa)
+    buildDeviceSend("ep_dispatch_dy", ep, kFlagDispatchRows, "row_dy",
+                    "ep_row_dy");
   for (int64_t c = 0; sharded && c < passes; ++c)
-    addExchange(moegpu::ExchangeKind::DispatchRows, {"row_dy", "ep_row_dy"},
-                chunked ? std::optional<int64_t>(c) : std::nullopt);
+    hostExchange(moegpu::ExchangeKind::DispatchRows, {"row_dy", "ep_row_dy"},
+                 chunked ? std::optional<int64_t>(c) : std::nullopt);
+  if (lsa)
+    buildDeviceWait("ep_dispatch_dy_wait", ep, kFlagDispatchRows);
   auto none = moegpu::Epilogue::None;
   auto nn = moegpu::GemmLayout::NN, tn = moegpu::GemmLayout::TN;
   // Shared experts (first: with expert parallelism they run while the
@@ -334,13 +351,18 @@ void LayerBuilder::buildTraining() {
     // as soon as it is complete: the exchanges run on the communicator's
     // stream beside the weight gradients' GEMMs, which do not touch them.
     if (sharded)
-      addExchange(moegpu::ExchangeKind::CombineRows,
-                  {"ep_row_weight_grad", "row_weight_grad"}, chunk);
+      hostExchange(moegpu::ExchangeKind::CombineRows,
+                   {"ep_row_weight_grad", "row_weight_grad"}, chunk);
     launchGemm("train_expert_rows_grad",
                Gemm("dgu", "w13", groups, xDrows, none, nn), chunk);
     if (sharded)
-      addExchange(moegpu::ExchangeKind::CombineRows, {"ep_drows", "drows"},
-                  chunk);
+      hostExchange(moegpu::ExchangeKind::CombineRows, {"ep_drows", "drows"},
+                   chunk);
+    // Device-initiated: both gradients back in one send (the weights'
+    // beside the rows'), waited for after the weight gradients' GEMMs.
+    if (lsa)
+      buildDeviceSend("ep_combine_grads", ep, kFlagCombineRows, "ep_drows",
+                      "drows", "ep_row_weight_grad", "row_weight_grad");
     // The first pass stores the weight gradients, later ones add to them.
     std::string suffix = c == 0 ? "" : "_acc";
     auto epilogue = c == 0 ? none : moegpu::Epilogue::Accumulate;
@@ -373,6 +395,8 @@ void LayerBuilder::buildTraining() {
                      });
       }
   }
+  if (lsa)
+    buildDeviceWait("ep_combine_grads_wait", ep, kFlagCombineRows);
   // Llama 4: the routing weights scaled the rows, not the outputs (whose
   // row weights were 1): their gradients are the rows' gradients dotted
   // with the tokens, in place of what the experts' backward summed.

@@ -91,14 +91,16 @@ gpu.module @k {
 
 // -----
 
-// ep_wait: thread 0, unless a wait failed before, spins until the slot's
-// flag (word 3, byte 12) reaches epoch * ranks * senders (2 * 20), then
-// stores its code and slot on a timeout.
+// ep_wait: thread 0, unless a wait failed before, adds ranks * senders
+// (2 * 20) to its count of the slot's signals (waited[3]) and spins until
+// the slot's flag (word 3, byte 12) reaches it, then stores its code and
+// slot on a timeout.
 // CHECK-LABEL: gpu.func @wait
 // CHECK: scf.if
 // CHECK: scf.if
-// CHECK: %[[EPOCH:.*]] = memref.load %{{.*}} : memref<1xi32>
-// CHECK: %[[TARGET:.*]] = arith.muli %[[EPOCH]], %c40_i32
+// CHECK: %[[WAITED:.*]] = memref.load %[[W:.*]][%c3{{[_0-9]*}}] : memref<4xi32>
+// CHECK: %[[TARGET:.*]] = arith.addi %[[WAITED]], %c40_i32
+// CHECK: memref.store %[[TARGET]], %[[W]][%c3{{[_0-9]*}}] : memref<4xi32>
 // CHECK: arith.addi %{{.*}}, %c12_i64
 // CHECK: scf.while
 // CHECK: %[[SEEN:.*]] = llvm.inline_asm has_side_effects "ld.acquire.sys.global.u32 $0, [$1];"
@@ -106,9 +108,9 @@ gpu.module @k {
 // CHECK: memref.store %c5_i32{{[_0-9]*}}, %{{.*}}[%c0{{[_0-9]*}}] : memref<2xi32>
 // CHECK: memref.store %c3_i32{{[_0-9]*}}, %{{.*}}[%c1{{[_0-9]*}}] : memref<2xi32>
 gpu.module @k {
-  gpu.func @wait(%f: memref<4xi32>, %e: memref<1xi32>, %st: memref<2xi32>, %p: memref<5xi64>) kernel {
+  gpu.func @wait(%f: memref<4xi32>, %e: memref<4xi32>, %st: memref<2xi32>, %p: memref<5xi64>) kernel {
     moegpu.ep_wait %f, %e, %st, %p {ranks = 2 : i64, slot = 3 : i64, senders = 20 : i64, code = 5 : i64}
-      : memref<4xi32>, memref<1xi32>, memref<2xi32>, memref<5xi64>
+      : memref<4xi32>, memref<4xi32>, memref<2xi32>, memref<5xi64>
     gpu.return
   }
 }

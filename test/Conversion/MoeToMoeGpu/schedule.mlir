@@ -86,12 +86,12 @@ func.func @layer(%x: tensor<?x64xbf16>, %wr: tensor<8x64xbf16>, %wg: tensor<8x32
 // CHECK-NEXT: moegpu.launch @moe_kernels::@ep_counts [@offsets, @ep_table, @ep_flags, @ep_epoch, @ep_peers, @ep_offsets, @ep_group_offsets, @send_pos, @back_pos, @ep_status] grid <fixed, size = 1> block 128 {transport = #moegpu.transport<lsa>}
 // CHECK-NEXT: moegpu.launch @moe_kernels::@ep_dispatch [@offsets, @send_pos, @rows, @ep_rows, @row_weight, @ep_row_weight, @ep_flags, @ep_status, @ep_peers] grid <fixed, size = 20> block 128 {transport = #moegpu.transport<lsa>}
 // CHECK-NEXT: moegpu.exchange <dispatch> [@offsets, @rows, @row_weight, @ep_offsets, @ep_group_offsets, @ep_rows, @ep_row_weight] {transport = #moegpu.transport<nccl>}
-// CHECK-NEXT: moegpu.launch @moe_kernels::@ep_dispatch_wait [@ep_flags, @ep_epoch, @ep_status, @ep_peers] grid <fixed, size = 1> block 32 {transport = #moegpu.transport<lsa>}
+// CHECK-NEXT: moegpu.launch @moe_kernels::@ep_dispatch_wait [@ep_flags, @ep_waited, @ep_status, @ep_peers] grid <fixed, size = 1> block 32 {transport = #moegpu.transport<lsa>}
 // CHECK-NEXT: moegpu.launch @moe_kernels::@expert_up [@ep_rows, @w13, @ep_group_offsets, @ep_act] grid <persistent> block 0
 // CHECK-NEXT: moegpu.launch @moe_kernels::@expert_down [@ep_act, @w2, @ep_group_offsets, @ep_down, @ep_row_weight] grid <persistent> block 0
 // CHECK-NEXT: moegpu.launch @moe_kernels::@ep_combine [@ep_offsets, @back_pos, @ep_down, @down, @ep_flags, @ep_status, @ep_peers] grid <fixed, size = 20> block 128 {transport = #moegpu.transport<lsa>}
 // CHECK-NEXT: moegpu.exchange <combine> [@ep_offsets, @ep_down, @offsets, @down] {transport = #moegpu.transport<nccl>}
-// CHECK-NEXT: moegpu.launch @moe_kernels::@ep_combine_wait [@ep_flags, @ep_epoch, @ep_status, @ep_peers] grid <fixed, size = 1> block 32 {transport = #moegpu.transport<lsa>}
+// CHECK-NEXT: moegpu.launch @moe_kernels::@ep_combine_wait [@ep_flags, @ep_waited, @ep_status, @ep_peers] grid <fixed, size = 1> block 32 {transport = #moegpu.transport<lsa>}
 // CHECK-NEXT: moegpu.launch @moe_kernels::@combine
 // TRAIN-LABEL: moegpu.program {
 // TRAIN: moegpu.schedule "train" {

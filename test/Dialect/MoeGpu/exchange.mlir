@@ -24,10 +24,10 @@ gpu.module @k {
     gpu.return
   }
   // CHECK-LABEL: gpu.func @wait
-  // CHECK: moegpu.ep_wait %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {code = 2 : i64, ranks = 2 : i64, senders = 20 : i64, slot = 2 : i64} : memref<4xi32>, memref<1xi32>, memref<2xi32>, memref<5xi64>
-  gpu.func @wait(%f: memref<4xi32>, %e: memref<1xi32>, %st: memref<2xi32>, %p: memref<5xi64>) kernel {
+  // CHECK: moegpu.ep_wait %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {code = 2 : i64, ranks = 2 : i64, senders = 20 : i64, slot = 2 : i64} : memref<4xi32>, memref<4xi32>, memref<2xi32>, memref<5xi64>
+  gpu.func @wait(%f: memref<4xi32>, %e: memref<4xi32>, %st: memref<2xi32>, %p: memref<5xi64>) kernel {
     moegpu.ep_wait %f, %e, %st, %p {ranks = 2 : i64, slot = 2 : i64, senders = 20 : i64, code = 2 : i64}
-      : memref<4xi32>, memref<1xi32>, memref<2xi32>, memref<5xi64>
+      : memref<4xi32>, memref<4xi32>, memref<2xi32>, memref<5xi64>
     gpu.return
   }
 }

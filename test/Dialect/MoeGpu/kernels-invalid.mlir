@@ -676,10 +676,10 @@ gpu.module @k {
 // -----
 
 gpu.module @k {
-  gpu.func @f(%f: memref<4xi32>, %e: memref<1xi32>, %st: memref<3xi32>, %p: memref<5xi64>) kernel {
+  gpu.func @f(%f: memref<4xi32>, %e: memref<4xi32>, %st: memref<3xi32>, %p: memref<5xi64>) kernel {
     // expected-error @+1 {{'moegpu.ep_wait' op expects dimension 0 of status to be 2 (a code and its rank or slot), got 'memref<3xi32>'}}
     moegpu.ep_wait %f, %e, %st, %p {ranks = 2 : i64, slot = 2 : i64, senders = 20 : i64, code = 2 : i64}
-      : memref<4xi32>, memref<1xi32>, memref<3xi32>, memref<5xi64>
+      : memref<4xi32>, memref<4xi32>, memref<3xi32>, memref<5xi64>
     gpu.return
   }
 }
@@ -687,10 +687,10 @@ gpu.module @k {
 // -----
 
 gpu.module @k {
-  gpu.func @f(%f: memref<4xi32>, %e: memref<1xi32>, %st: memref<2xi32>, %p: memref<5xi64>) kernel {
+  gpu.func @f(%f: memref<4xi32>, %e: memref<4xi32>, %st: memref<2xi32>, %p: memref<5xi64>) kernel {
     // expected-error @+1 {{'moegpu.ep_wait' op expects senders to be at least 1, got 0}}
     moegpu.ep_wait %f, %e, %st, %p {ranks = 2 : i64, slot = 2 : i64, senders = 0 : i64, code = 2 : i64}
-      : memref<4xi32>, memref<1xi32>, memref<2xi32>, memref<5xi64>
+      : memref<4xi32>, memref<4xi32>, memref<2xi32>, memref<5xi64>
     gpu.return
   }
 }
@@ -698,10 +698,10 @@ gpu.module @k {
 // -----
 
 gpu.module @k {
-  gpu.func @f(%f: memref<4xi32>, %e: memref<1xi32>, %st: memref<2xi32>, %p: memref<5xi64>) kernel {
+  gpu.func @f(%f: memref<4xi32>, %e: memref<4xi32>, %st: memref<2xi32>, %p: memref<5xi64>) kernel {
     // expected-error @+1 {{'moegpu.ep_wait' op expects slot 1 to be a word of flags ('memref<4xi32>') past the 2 flags of the sizes}}
     moegpu.ep_wait %f, %e, %st, %p {ranks = 2 : i64, slot = 1 : i64, senders = 20 : i64, code = 2 : i64}
-      : memref<4xi32>, memref<1xi32>, memref<2xi32>, memref<5xi64>
+      : memref<4xi32>, memref<4xi32>, memref<2xi32>, memref<5xi64>
     gpu.return
   }
 }
