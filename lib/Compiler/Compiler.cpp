@@ -51,13 +51,23 @@ namespace rt = ::moe::rt;
 
 const char *const mlir::moe::kCompilerVersion = "moe-compiler " MOE_VERSION;
 
-/// "SMS:COMM" -> (sms, comm).
+/// The comm SMs of a partition the model chooses.
+static constexpr int64_t kAutoComm = -1;
+
+/// "SMS:COMM" -> (sms, comm); "auto" -> (0, kAutoComm), "SMS:auto" ->
+/// (sms, kAutoComm).
 static std::optional<std::pair<int64_t, int64_t>>
 parseSmPartition(llvm::StringRef text) {
+  // auto: the SMs of the layer's partition (else 132), COMM the model's.
+  if (text == "auto")
+    return std::make_pair(int64_t(0), kAutoComm);
   auto [smsText, commText] = text.split(':');
   int64_t sms = 0, comm = 0;
-  if (smsText.getAsInteger(10, sms) || commText.getAsInteger(10, comm) ||
-      sms < 1 || sms > ::moe::abi::kMaxSms || comm < 0 || comm >= sms)
+  if (smsText.getAsInteger(10, sms) || sms < 1 || sms > ::moe::abi::kMaxSms)
+    return std::nullopt;
+  if (commText == "auto")
+    return std::make_pair(sms, kAutoComm);
+  if (commText.getAsInteger(10, comm) || comm < 0 || comm >= sms)
     return std::nullopt;
   return std::make_pair(sms, comm);
 }
@@ -131,7 +141,7 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
            std::to_string(o.tileN);
   if (!o.smPartition.empty() && !parseSmPartition(o.smPartition))
     return "--sm-partition must be SMS:COMM with 0 <= COMM < SMS <= 1024, "
-           "got '" +
+           "auto or SMS:auto, got '" +
            o.smPartition + "'";
   if (o.maxTokens < 1 || o.maxTokens > std::numeric_limits<int32_t>::max())
     return "--max-tokens must be in [1, 2147483647], got " +
@@ -273,21 +283,49 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
                                      const CompileOptions &options,
                                      TimingScope &timing,
                                      CompileResult &result) {
-  if (!options.smPartition.empty()) {
-    auto [sms, comm] = *parseSmPartition(options.smPartition);
-    layer.setPartitionAttr(
-        SmPartitionAttr::get(module.getContext(), sms, comm));
-  }
   // The parameters and tensors the runtime binds, as for the host target.
   std::vector<EntryArgument> arguments = entryArguments(layer);
   LayerConfigAttr config = layer.getConfig();
+  auto ranks = static_cast<int64_t>(layer.getEpSize());
+  int64_t chunks = std::max<int64_t>(1, layer.getEpChunks());
+  Sm90LayerShape shape;
+  shape.hidden = config.getHidden();
+  shape.ffn = config.getFfn();
+  shape.experts = config.getExperts();
+  shape.topK = config.getTopK();
+  shape.sharedFfn = config.getSharedFfnTotal();
+  shape.alignment = alignmentFor(options);
+  shape.ranks = ranks;
+  shape.fp8 = config.isFp8();
+  // The SM partition: the one given, else the layer's; the model chooses
+  // the comm SMs for --sm-partition=auto (or SMS:auto) and, by default, for
+  // a sharded layer whose own partition keeps none for its exchanges.
+  SmPartitionAttr written = layer.getPartitionAttr();
+  int64_t sms = written ? written.getSms() : ::moe::abi::kDefaultSms;
+  int64_t comm = written ? written.getComm() : 0;
+  if (!options.smPartition.empty()) {
+    auto [givenSms, givenComm] = *parseSmPartition(options.smPartition);
+    sms = givenSms ? givenSms : sms;
+    comm = givenComm;
+  } else if (ranks > 1 && comm == 0) {
+    comm = kAutoComm;
+  }
+  std::vector<std::pair<int64_t, double>> candidates;
+  if (comm == kAutoComm)
+    comm = ranks > 1 ? chooseCommSms(shape, sms, options.maxTokens, chunks,
+                                     &candidates)
+                     : 0;
+  if (comm != (written ? written.getComm() : 0) ||
+      sms != (written ? written.getSms() : ::moe::abi::kDefaultSms) ||
+      !options.smPartition.empty())
+    layer.setPartitionAttr(
+        SmPartitionAttr::get(module.getContext(), sms, comm));
 
   // The sm_90a step keeps its state on the device (no `.next` outputs).
   std::vector<TrainArgument> trainArguments;
   if (options.train)
     trainArguments = listDeviceTrainArguments(layer);
   // The kernel pipeline erases the layer's function.
-  auto ranks = static_cast<int64_t>(layer.getEpSize());
   // SMs kept for communication serve the all-to-alls of a sharded layer;
   // without one they only stand idle.
   if (SmPartitionAttr partition = layer.getPartitionAttr();
@@ -310,15 +348,6 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
   sm90.cluster = options.tileCluster;
   sm90.cubin = options.emit != "ptx" || options.report;
   sm90.ptxas = options.ptxas;
-  Sm90LayerShape shape;
-  shape.hidden = config.getHidden();
-  shape.ffn = config.getFfn();
-  shape.experts = config.getExperts();
-  shape.topK = config.getTopK();
-  shape.sharedFfn = config.getSharedFfnTotal();
-  shape.alignment = sm90.alignment;
-  shape.ranks = ranks;
-  shape.fp8 = config.isFp8();
   // A bundle or report whose tiles the options leave to the compiler also
   // gets the forward pass with 64-row tiles (one consumer warpgroup,
   // segments padded to 64 rows) for the token counts at which the model
@@ -376,8 +405,11 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
   if (options.report) {
     result.report = formatKernelTable(compiled->kernels) +
                     formatModelProjection(compiled->kernels, shape,
-                                          options.maxTokens, options.train) +
-                    formatMemoryPlan(memory, options.maxTokens, ranks);
+                                          options.maxTokens, options.train);
+    if (ranks > 1)
+      result.report += formatPartition(compiled->kernels, shape, sms, comm,
+                                       chunks, options.maxTokens, candidates);
+    result.report += formatMemoryPlan(memory, options.maxTokens, ranks);
     if (variant)
       result.report += formatTileVariants(
           shape, compiled->kernels, sm90.alignment, variant->kernels,

@@ -21,6 +21,18 @@ using namespace mlir;
 using namespace mlir::moe;
 namespace rt = ::moe::rt;
 
+/// The report's token counts: 128, 512 and 4096 up to `maxTokens`, else
+/// `maxTokens`.
+static std::vector<int64_t> reportCounts(int64_t maxTokens) {
+  std::vector<int64_t> counts;
+  for (int64_t t : {128, 512, 4096})
+    if (t <= maxTokens)
+      counts.push_back(t);
+  if (counts.empty())
+    counts.push_back(maxTokens);
+  return counts;
+}
+
 std::string
 mlir::moe::formatKernelTable(const std::vector<Sm90KernelReport> &kernels) {
   std::string text;
@@ -94,12 +106,7 @@ mlir::moe::formatModelProjection(const std::vector<Sm90KernelReport> &kernels,
   os << llvm::formatv("{0,6} {1,-17} {2,10} {3,10} {4,12} {5,12}  {6}\n",
                       "tokens", "kernel", "GFLOP", "MB", "roofline us",
                       "estimate us", "bound");
-  std::vector<int64_t> counts;
-  for (int64_t t : {128, 512, 4096})
-    if (t <= maxTokens)
-      counts.push_back(t);
-  if (counts.empty())
-    counts.push_back(maxTokens);
+  std::vector<int64_t> counts = reportCounts(maxTokens);
   // An FP8 layer's projections get the layer with bf16 experts beside
   // them: these GEMMs' tiles on 16-bit operands at the bf16 rate, without
   // the quantization.
@@ -195,6 +202,60 @@ mlir::moe::formatModelProjection(const std::vector<Sm90KernelReport> &kernels,
                       "statistics, update checks, AdamW, bias update)\n",
                       "of which the optimizer", "", "", "", optimizer,
                       estimate > 0 ? 100 * optimizer / estimate : 0.0);
+  return text;
+}
+
+std::string mlir::moe::formatPartition(
+    const std::vector<Sm90KernelReport> &kernels, const Sm90LayerShape &shape,
+    int64_t sms, int64_t comm, int64_t chunks, int64_t maxTokens,
+    const std::vector<std::pair<int64_t, double>> &candidates) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  Sm90Machine machine;
+  os << llvm::formatv("SM partition {0}:{1}: the exchange's sends on {1} comm "
+                      "SMs, the GEMMs on {2}{3}\n",
+                      sms, comm, sms - comm,
+                      candidates.empty()
+                          ? std::string(" (as given)")
+                          : llvm::formatv(" (the model's choice at {0} "
+                                          "tokens; --sm-partition=S:C fixes "
+                                          "it)",
+                                          maxTokens)
+                                .str());
+  if (!candidates.empty()) {
+    os << "  comm SMs -> modelled GEMMs and sends us:";
+    for (auto [c, us] : candidates)
+      os << llvm::formatv(" {0}:{1:f1}", c, us);
+    os << " (the fewest within 1% of the fastest)\n";
+  }
+  int64_t whatIf = chunks > 1 ? chunks : 4;
+  os << llvm::formatv(
+      "exchange and overlap (model: NVLink {0:f0} GB/s each way at {1:f0}%, "
+      "{2:f0} GB/s a comm SM; routing uniform; sends to {3} peer{4}):\n",
+      machine.nvlinkBandwidth / 1e9, machine.nvlinkEfficiency * 100,
+      machine.commSmBandwidth / 1e9, shape.ranks - 1,
+      shape.ranks > 2 ? "s" : "");
+  std::string overlapped =
+      chunks > 1 ? llvm::formatv("{0} chunks us", chunks).str()
+                 : llvm::formatv("if {0} chunks us", whatIf).str();
+  os << llvm::formatv("{0,6} {1,11} {2,11} {3,9} {4,-8} {5,10} {6,9} {7,10} "
+                      "{8,15}\n",
+                      "tokens", "dispatch MB", "combine MB", "sends us",
+                      "bound", "routed us", "other us", "serial us",
+                      overlapped);
+  for (int64_t t : reportCounts(maxTokens)) {
+    Sm90ExchangeCost x = modelExchange(shape, t, comm, machine);
+    Sm90Overlap o = modelOverlap(shape, kernels, t, whatIf, comm, machine);
+    os << llvm::formatv("{0,6} {1,11:f2} {2,11:f2} {3,9:f1} {4,-8} {5,10:f1} "
+                        "{6,9:f1} {7,10:f1} {8,15:f1}\n",
+                        t, x.dispatchBytes / 1e6, x.combineBytes / 1e6,
+                        o.dispatchUs + o.combineUs, x.bound, o.routedUs,
+                        o.otherUs, o.serialUs, o.overlappedUs);
+  }
+  os << (chunks > 1 ? "the pass pipelines its chunks' exchanges beside the "
+                      "GEMMs\n"
+                    : "the pass runs its exchanges whole, in series with "
+                      "the GEMMs (--ep-chunks pipelines them)\n");
   return text;
 }
 

@@ -28,6 +28,18 @@ std::string formatModelProjection(const std::vector<Sm90KernelReport> &kernels,
                                   const Sm90LayerShape &shape,
                                   int64_t maxTokens, bool train);
 
+/// A sharded layer's SM partition (`comm` of `sms` SMs) and the model's
+/// projection of its exchange beside the GEMMs at the token counts of
+/// formatModelProjection: the pass in series and pipelined over `chunks`
+/// chunks (4 where the layer's exchanges are whole, as what they would
+/// give). `candidates`, when the model chose the partition (at
+/// `maxTokens`), are its modelled pass for each count of comm SMs.
+std::string
+formatPartition(const std::vector<Sm90KernelReport> &kernels,
+                const Sm90LayerShape &shape, int64_t sms, int64_t comm,
+                int64_t chunks, int64_t maxTokens,
+                const std::vector<std::pair<int64_t, double>> &candidates);
+
 /// The device memory of each rank (the buffers at their capacities, the
 /// received rows for `ranks` ranks).
 std::string formatMemoryPlan(const ::moe::rt::GpuMemoryPlan &plan,

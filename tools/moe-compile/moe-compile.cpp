@@ -92,8 +92,11 @@ static cl::opt<std::string>
 static cl::opt<std::string>
     smPartition("sm-partition",
                 cl::desc("sm_90a: SMS:COMM, the SMs of the GPU and those left "
-                         "to communication (default: the layer's partition, "
-                         "else 132:0)"),
+                         "to communication; auto (or SMS:auto): the "
+                         "performance model chooses COMM for a sharded "
+                         "layer (none for one GPU) (default: the layer's "
+                         "partition, auto for a sharded layer whose "
+                         "partition keeps none, else 132:0)"),
                 cl::init(""), cl::cat(category));
 static cl::opt<int64_t>
     tileN("tile-n",

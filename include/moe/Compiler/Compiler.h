@@ -32,8 +32,10 @@ struct CompileOptions {
   /// Rows each expert's segment is padded to; 0 for the target's default
   /// (1 on the host, 128 on sm_90a).
   int64_t alignment = 0;
-  /// sm_90a: "SMS:COMM" overriding the layer's partition; "" keeps it
-  /// (132:0 when the layer has none).
+  /// sm_90a: "SMS:COMM" overriding the layer's partition, or "auto" /
+  /// "SMS:auto" for the performance model's comm SMs; "" keeps the
+  /// layer's (132:0 when it has none), except that a sharded layer whose
+  /// partition keeps no comm SMs gets the model's.
   std::string smPartition;
   /// sm_90a: BLOCK_N of every grouped GEMM whose N it divides (64, 128,
   /// 192 or 256); 0 leaves each to the cost model.

@@ -83,6 +83,10 @@ struct Sm90KernelWork {
   bool codes = false, routerPart = false;
   /// A split_k GEMM's most slices and their sum's (1: not split).
   int64_t splits = 1;
+  /// A device-initiated send (ep_send) that takes rows back to their
+  /// sources (else to the experts' ranks); with `width` elements of
+  /// `inBytes` a row, and with `codes` a routing weight (f32) beside each.
+  bool combine = false;
 };
 
 /// What `ptxas -v` and the compiler say about one kernel.
@@ -128,6 +132,16 @@ struct Sm90Machine {
   /// against the H200's times"), which Nsight Compute found L2-bound.
   double l2Bandwidth = 7.0e12;
   double launchMicroseconds = 2.0;
+  /// NVLink 4 of an H100/H200 SXM: 18 links, 450 GB/s each way, of which
+  /// an all-to-all reaches about 380 (DeepEP's maintainers' figure).
+  double nvlinkBandwidth = 450e9, nvlinkEfficiency = 0.84;
+  /// What one SM's CTA of a device-initiated send moves into peers'
+  /// memory: DeepEP's intranode kernels moved 337 GB/s with 24 SMs on an
+  /// H20 (NVLink 4). An assumption until moe-comm-bench measures ours.
+  double commSmBandwidth = 14e9;
+  /// A flag's round trip between two GPUs (a release store, the peer's
+  /// acquire load seeing it).
+  double flagMicroseconds = 2.0;
 };
 
 /// The layer's shapes the model needs.
@@ -168,6 +182,51 @@ modelForward(const Sm90LayerShape &shape,
 std::vector<Sm90KernelCost>
 modelTraining(const Sm90LayerShape &shape,
               const std::vector<Sm90KernelReport> &kernels, int64_t tokens,
+              const Sm90Machine &machine = {});
+
+/// The device-initiated exchange of a sharded layer's forward pass at a
+/// token count on `commSms` SMs, routing uniform: the bytes each rank
+/// sends its peers for the dispatch and the combine, and their times.
+struct Sm90ExchangeCost {
+  double dispatchBytes = 0, combineBytes = 0;
+  double dispatchUs = 0, combineUs = 0;
+  /// "NVLink" when the link is the limit, else "SMs" (the comm SMs).
+  std::string bound;
+};
+
+Sm90ExchangeCost modelExchange(const Sm90LayerShape &shape, int64_t tokens,
+                               int64_t commSms,
+                               const Sm90Machine &machine = {});
+
+/// The forward pass split into what the SM partition overlaps: the
+/// exchange's sends on the comm SMs (dispatch, combine), the routed
+/// experts' kernels on the compute SMs, and the rest (router, dispatch,
+/// shared experts, combine, counts and waits), which the model keeps in
+/// series. `serialUs` runs all of them one after the other (one stream);
+/// `overlappedUs` pipelines `chunks` chunks: a chunk's dispatch beside the
+/// GEMMs of the one before, its combine beside those of the one after.
+/// Kernels without device-initiated sends (the host-driven exchange, whose
+/// NCCL kernels get the comm SMs' CTAs) get modelExchange's on `commSms`.
+struct Sm90Overlap {
+  double dispatchUs = 0, combineUs = 0, routedUs = 0, otherUs = 0;
+  double serialUs = 0, overlappedUs = 0;
+  int64_t chunks = 1;
+};
+
+Sm90Overlap modelOverlap(const Sm90LayerShape &shape,
+                         const std::vector<Sm90KernelReport> &kernels,
+                         int64_t tokens, int64_t chunks, int64_t commSms,
+                         const Sm90Machine &machine = {});
+
+/// The comm SMs the model picks for a sharded layer on `sms` SMs at
+/// `tokens`: the fewest (an even count, 2 .. 32) whose pipelined forward
+/// pass (`chunks` chunks) is within 1% of the fastest, the GEMMs (with
+/// the tiles moe-select-tiles gives 16-bit experts) on the others.
+/// `projection` gets each candidate's modelled pass.
+int64_t
+chooseCommSms(const Sm90LayerShape &shape, int64_t sms, int64_t tokens,
+              int64_t chunks,
+              std::vector<std::pair<int64_t, double>> *projection = nullptr,
               const Sm90Machine &machine = {});
 
 struct Sm90Result {

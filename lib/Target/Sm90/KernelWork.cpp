@@ -122,7 +122,13 @@ Sm90KernelWork mlir::moe::kernelWorkOf(gpu::GPUFuncOp func) {
       })
       .Case([&](moegpu::CombineOp) { w.kind = K::Combine; })
       .Case([&](moegpu::EpCountsOp) { w.kind = K::EpCounts; })
-      .Case([&](moegpu::EpSendOp) { w.kind = K::EpSend; })
+      .Case([&](moegpu::EpSendOp op) {
+        w.kind = K::EpSend;
+        w.combine = op.getDirection() == moegpu::EpDirection::Combine;
+        w.width = columnsOf(op.getRows());
+        w.inBytes = elementBytes(op.getRows());
+        w.codes = static_cast<bool>(op.getWeights());
+      })
       .Case([&](moegpu::EpWaitOp) { w.kind = K::EpWait; })
       .Case([&](moegpu::ComputeCopiesOp op) {
         w.kind = K::ComputeCopies;

@@ -19,6 +19,8 @@
 #include "moe/Target/Sm90.h"
 #include "moegpu/MoeGpuDialect.h"
 
+#include "llvm/ADT/STLExtras.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -175,6 +177,56 @@ void costGemmKernel(Sm90KernelCost &c, const Sm90KernelReport &kr,
   costGemm(c, kr, tiles, K, m, operand, fp8, mBlocks);
 }
 
+/// The rows a rank sends its peers in one direction of an exchange,
+/// routing uniform: every rank's experts get its dispatched rows in the
+/// same share, so all but 1 / ranks of them leave it.
+double rowsToPeers(const Sm90LayerShape &s, int64_t tokens) {
+  double ranks = static_cast<double>(std::max<int64_t>(1, s.ranks));
+  return static_cast<double>(tokens * s.topK) * (ranks - 1) / ranks;
+}
+
+/// `bytes` to the peers by `ctas` SMs: at their share of the link or the
+/// link's achievable bandwidth, whichever is less; which one in `bound`.
+double sendSeconds(double bytes, int64_t ctas, const Sm90Machine &m,
+                   std::string &bound) {
+  double link = m.nvlinkBandwidth * m.nvlinkEfficiency;
+  double sms =
+      static_cast<double>(std::max<int64_t>(1, ctas)) * m.commSmBandwidth;
+  bound = sms >= link ? "NVLink" : "SMs";
+  return bytes / std::min(link, sms);
+}
+
+/// The device-initiated exchange's kernels: a send moves its rows to the
+/// peers (the NVLink traffic is its bytes); the counts add a flag's round
+/// trip to their launch; a wait costs its launch (its time is the send's).
+void costExchangeKernel(Sm90KernelCost &c, const Sm90KernelReport &kr,
+                        const Sm90LayerShape &s, int64_t tokens,
+                        const Sm90Machine &m) {
+  const Sm90KernelWork &w = kr.work;
+  c.engine = "NVLink";
+  c.bound = "latency";
+  double launch = m.launchMicroseconds;
+  switch (w.kind) {
+  case Sm90KernelKind::EpSend: {
+    double rowBytes =
+        static_cast<double>(w.width * w.inBytes) + (w.codes ? 4.0 : 0.0);
+    c.bytes = rowsToPeers(s, tokens) * rowBytes;
+    c.rooflineUs = 1e6 * c.bytes / m.nvlinkBandwidth;
+    c.estimateUs =
+        1e6 * sendSeconds(c.bytes, kr.persistentCtas, m, c.bound) + launch;
+    return;
+  }
+  case Sm90KernelKind::EpCounts:
+    // Each rank's count a local expert to every peer.
+    c.bytes = 4.0 * static_cast<double>(s.experts);
+    c.estimateUs = launch + m.flagMicroseconds;
+    return;
+  default:
+    c.estimateUs = launch;
+    return;
+  }
+}
+
 } // namespace
 
 std::vector<Sm90KernelCost>
@@ -243,6 +295,12 @@ modelForward(const Sm90LayerShape &s,
     case K::Combine:
       c.bytes = e * (real * H + T * H * (S > 0 ? 2 : 1)) + 4 * T * k;
       break;
+    case K::EpCounts:
+    case K::EpSend:
+    case K::EpWait:
+      costExchangeKernel(c, kr, s, tokens, m);
+      out.push_back(c);
+      continue;
     default:
       continue; // not a forward kernel the model knows
     }
@@ -276,6 +334,12 @@ modelTraining(const Sm90LayerShape &s,
     switch (w.kind) {
     case K::GroupedGemm:
       costGemmKernel(c, kr, s, r, T, tokens, m);
+      out.push_back(c);
+      continue;
+    case K::EpCounts:
+    case K::EpSend:
+    case K::EpWait:
+      costExchangeKernel(c, kr, s, tokens, m);
       out.push_back(c);
       continue;
     case K::ActGrad:
@@ -381,6 +445,130 @@ modelTraining(const Sm90LayerShape &s,
     out.push_back(c);
   }
   return out;
+}
+
+Sm90ExchangeCost modelExchange(const Sm90LayerShape &s, int64_t tokens,
+                               int64_t commSms, const Sm90Machine &m) {
+  Sm90ExchangeCost x;
+  double rows = rowsToPeers(s, tokens);
+  double row = static_cast<double>(s.hidden * s.elementBytes);
+  // The dispatch carries each row's routing weight (f32) too; FP8 rows
+  // travel as e4m3 codes with a scale per 128 channels.
+  double dispatched =
+      s.fp8 ? static_cast<double>(s.hidden + 4 * ceilDiv(s.hidden, 128)) : row;
+  x.dispatchBytes = rows * (dispatched + 4);
+  x.combineBytes = rows * row;
+  x.dispatchUs = 1e6 * sendSeconds(x.dispatchBytes, commSms, m, x.bound) +
+                 m.launchMicroseconds;
+  x.combineUs = 1e6 * sendSeconds(x.combineBytes, commSms, m, x.bound) +
+                m.launchMicroseconds;
+  return x;
+}
+
+Sm90Overlap modelOverlap(const Sm90LayerShape &s,
+                         const std::vector<Sm90KernelReport> &kernels,
+                         int64_t tokens, int64_t chunks, int64_t commSms,
+                         const Sm90Machine &m) {
+  Sm90Overlap o;
+  o.chunks = std::max<int64_t>(1, chunks);
+  std::vector<Sm90KernelCost> costs = modelForward(s, kernels, tokens, m);
+  for (const Sm90KernelCost &c : costs) {
+    auto kr = llvm::find_if(
+        kernels, [&](const Sm90KernelReport &r) { return r.name == c.kernel; });
+    if (kr == kernels.end())
+      continue;
+    const Sm90KernelWork &w = kr->work;
+    if (w.kind == Sm90KernelKind::EpSend)
+      (w.combine ? o.combineUs : o.dispatchUs) += c.estimateUs;
+    else if (w.rows == Sm90Rows::Routed)
+      o.routedUs += c.estimateUs;
+    else
+      o.otherUs += c.estimateUs;
+  }
+  if (s.ranks > 1 && !llvm::any_of(kernels, [](const Sm90KernelReport &r) {
+        return r.work.kind == Sm90KernelKind::EpSend;
+      })) {
+    Sm90ExchangeCost x = modelExchange(s, tokens, commSms, m);
+    o.dispatchUs = x.dispatchUs;
+    o.combineUs = x.combineUs;
+  }
+  double n = static_cast<double>(o.chunks);
+  o.serialUs = o.otherUs + o.routedUs + o.dispatchUs + o.combineUs;
+  o.overlappedUs =
+      o.otherUs + o.dispatchUs / n +
+      std::max(o.routedUs, (o.dispatchUs + o.combineUs) * (n - 1) / n) +
+      o.combineUs / n;
+  return o;
+}
+
+int64_t chooseCommSms(const Sm90LayerShape &s, int64_t sms, int64_t tokens,
+                      int64_t chunks,
+                      std::vector<std::pair<int64_t, double>> *projection,
+                      const Sm90Machine &m) {
+  // The kernels whose time the partition changes, as the compiler builds
+  // them: the grouped GEMMs (persistent on the compute SMs; BLOCK_N 256
+  // where N divides by it, else 128; FP8: 128) and the two sends.
+  auto gemm = [&](const char *name, Sm90Rows rows, int64_t n, int64_t k,
+                  bool swiglu, int64_t ctas) {
+    Sm90KernelReport r;
+    r.name = name;
+    r.work.kind = Sm90KernelKind::GroupedGemm;
+    r.work.rows = rows;
+    r.work.n = n;
+    r.work.k = k;
+    r.work.swiglu = swiglu;
+    r.work.blockScaled = s.fp8 && rows == Sm90Rows::Routed;
+    r.work.inBytes = s.elementBytes;
+    r.work.outBytes = s.elementBytes;
+    r.tileM = 128;
+    r.tileN = !s.fp8 && n % 256 == 0 ? 256 : 128;
+    r.tileK = r.work.blockScaled ? 128 : 64;
+    r.persistentCtas = ctas;
+    return r;
+  };
+  auto send = [&](const char *name, bool combine, int64_t ctas) {
+    Sm90KernelReport r;
+    r.name = name;
+    r.work.kind = Sm90KernelKind::EpSend;
+    r.work.combine = combine;
+    r.work.width = s.hidden;
+    r.work.inBytes = s.elementBytes;
+    r.work.codes = !combine;
+    r.persistentCtas = ctas;
+    return r;
+  };
+  int64_t best = 0;
+  double bestUs = 0;
+  std::vector<std::pair<int64_t, double>> all;
+  for (int64_t comm = 2; comm <= std::min<int64_t>(32, sms / 2); comm += 2) {
+    int64_t compute = sms - comm;
+    std::vector<Sm90KernelReport> kernels = {
+        send("dispatch", false, comm),
+        gemm("expert_up", Sm90Rows::Routed, 2 * s.ffn, s.hidden, true, compute),
+        gemm("expert_down", Sm90Rows::Routed, s.hidden, s.ffn, false, compute),
+        send("combine", true, comm)};
+    if (s.sharedFfn > 0) {
+      kernels.push_back(gemm("shared_up", Sm90Rows::Tokens, 2 * s.sharedFfn,
+                             s.hidden, true, compute));
+      kernels.push_back(gemm("shared_down", Sm90Rows::Tokens, s.hidden,
+                             s.sharedFfn, false, compute));
+    }
+    double us = modelOverlap(s, kernels, tokens, chunks, comm, m).overlappedUs;
+    all.emplace_back(comm, us);
+    if (!best || us < bestUs) {
+      best = comm;
+      bestUs = us;
+    }
+  }
+  // The fewest SMs within 1% of the fastest: the rest compute.
+  for (auto [comm, us] : all)
+    if (us <= bestUs * 1.01) {
+      best = comm;
+      break;
+    }
+  if (projection)
+    *projection = std::move(all);
+  return best;
 }
 
 } // namespace mlir::moe

@@ -494,6 +494,9 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
                std::vector<int64_t>(map.getBox().begin(), map.getBox().end()),
                map.getSwizzle()});
     }
+    // A device-initiated send runs on the comm SMs' CTAs: its fixed grid.
+    if (report.work.kind == Sm90KernelKind::EpSend)
+      report.persistentCtas = step.gridSize;
     report.grid = describeGrid(grid.getKind(), step);
     report.block = step.block;
     report.sharedMemory = step.sharedMemory;
