@@ -117,6 +117,10 @@ public:
   std::shared_ptr<Graph> capture;
   int captureMode = 0;
   std::thread::id captureThread;
+  /// Its lane of the captured graph: 0 for the stream that began the
+  /// capture, another for each stream that joined it (by waiting for an
+  /// event recorded in it).
+  int captureLane = 0;
 
 private:
   void run() {
@@ -193,6 +197,10 @@ void drainStreams(bool blockingOnly) {
 /// An event: records are numbered as they are enqueued and completed as
 /// their stream reaches them.
 struct Event {
+  /// Its last record inside a stream capture: the graph and the record's
+  /// node there (while that capture is under way).
+  Graph *capturedIn = nullptr;
+  int capturedRecord = -1;
   std::mutex mutex;
   std::condition_variable reachedRecord;
   std::atomic<uint64_t> recordedSeq{0};
@@ -318,16 +326,32 @@ void *contextOf(int device) {
 /// Whether work on `stream` runs later, on the stream's thread.
 bool deferred(void *stream) { return stream && asyncStreams(); }
 
-/// A captured graph: its stream's work in capture order (one chain, as
-/// one stream captures it), and whether an unsafe call invalidated the
-/// capture. An instantiated graph copies the chain; each launch runs it
-/// as one piece of work of the launching stream.
+/// A node of a captured graph: work of one lane (the captured streams'
+/// order within each), or an event's record there, or a lane's wait for
+/// such a record (another lane's).
+struct GraphNode {
+  int lane = 0;
+  enum Kind { Work, Record, Wait } kind = Work;
+  int record = -1; // Record: its index; Wait: the record waited for
+  std::function<CUresult()> work;
+};
+/// A captured graph: its streams' work in capture order, a lane a stream
+/// (the one that began the capture and those that joined it by waiting
+/// for an event recorded in it, as CUDA's fork and join), and whether an
+/// unsafe call invalidated the capture. An instantiated graph copies the
+/// nodes; each launch runs them as one piece of work of the launching
+/// stream, each lane on a thread of its own, the records and waits
+/// between them ordering the lanes as the streams' events did.
 struct Graph {
-  std::vector<std::function<CUresult()>> nodes;
+  std::vector<GraphNode> nodes;
+  int lanes = 1, records = 0;
   bool invalidated = false;
+  /// The streams that joined the capture (lanes 1 ..).
+  std::vector<Stream *> joined;
 };
 struct GraphExec {
-  std::vector<std::function<CUresult()>> nodes;
+  std::vector<GraphNode> nodes;
+  int lanes = 1, records = 0;
 };
 
 Graph *capturingGraph(void *stream) {
@@ -398,7 +422,10 @@ PinnedRegistry &pinned() {
 /// failure becomes the sticky error when it runs.
 CUresult runOnStream(void *stream, std::function<CUresult()> work) {
   if (Graph *graph = capturingGraph(stream)) {
-    graph->nodes.push_back(std::move(work));
+    GraphNode node;
+    node.lane = static_cast<Stream *>(stream)->captureLane;
+    node.work = std::move(work);
+    graph->nodes.push_back(std::move(node));
     return kSuccess;
   }
   // The legacy stream's work (the synchronous copies and fills) waits for
@@ -996,8 +1023,41 @@ CUresult cuStreamWaitEvent(void *stream, void *event, unsigned) {
   auto *e = static_cast<Event *>(event);
   if (!e)
     return kErrorInvalidHandle;
-  if (capturingGraph(stream))
-    return eventsNotCaptured();
+  // Inside a capture: a wait for a record of the same capture (a stream
+  // not yet capturing joins it, as a forked stream does on a GPU).
+  {
+    std::lock_guard<std::mutex> lock(streamRegistry().mutex);
+    auto *s = static_cast<Stream *>(stream);
+    Graph *g = s ? s->capture.get() : nullptr;
+    // The stream that began the capture of the event's record, while that
+    // capture is under way.
+    Stream *origin = nullptr;
+    if (e->capturedIn)
+      for (Stream *c : streamRegistry().capturing)
+        if (c->capture.get() == e->capturedIn && c->captureLane == 0)
+          origin = c;
+    if (g || (s && origin)) {
+      if (!origin)
+        return eventsNotCaptured();
+      if (g && g != e->capturedIn)
+        return kErrorStreamCaptureIsolation;
+      if (!g) {
+        s->capture = origin->capture;
+        s->captureMode = origin->captureMode;
+        s->captureThread = origin->captureThread;
+        s->captureLane = e->capturedIn->lanes++;
+        e->capturedIn->joined.push_back(s);
+        streamRegistry().capturing.insert(s);
+        g = e->capturedIn;
+      }
+      GraphNode node;
+      node.lane = s->captureLane;
+      node.kind = GraphNode::Wait;
+      node.record = e->capturedRecord;
+      g->nodes.push_back(std::move(node));
+      return kSuccess;
+    }
+  }
   // The stream's later work waits for the event's last record as of now.
   uint64_t target = e->recordedSeq;
   return onStream(stream, [e, target] { e->waitFor(target); });
@@ -1020,8 +1080,19 @@ CUresult cuEventRecord(void *event, void *stream) {
   auto *e = static_cast<Event *>(event);
   if (!e)
     return kErrorInvalidHandle;
-  if (capturingGraph(stream))
-    return eventsNotCaptured();
+  if (Graph *g = capturingGraph(stream)) {
+    // A record node: the lanes that wait for it follow it.
+    std::lock_guard<std::mutex> lock(streamRegistry().mutex);
+    GraphNode node;
+    node.lane = static_cast<Stream *>(stream)->captureLane;
+    node.kind = GraphNode::Record;
+    node.record = g->records++;
+    e->capturedIn = g;
+    e->capturedRecord = node.record;
+    g->nodes.push_back(std::move(node));
+    return kSuccess;
+  }
+  e->capturedIn = nullptr;
   uint64_t seq = ++e->recordedSeq;
   return onStream(stream, [e, seq] { e->complete(seq); });
 }
@@ -1086,15 +1157,39 @@ CUresult cuStreamEndCapture(void *stream, void **graph) {
   std::shared_ptr<Graph> captured;
   {
     std::lock_guard<std::mutex> lock(streamRegistry().mutex);
-    if (!s->capture)
+    // Only the stream that began the capture ends it.
+    if (!s->capture || s->captureLane != 0)
       return kErrorIllegalState;
     captured = std::move(s->capture);
     s->capture.reset();
     streamRegistry().capturing.erase(s);
+    for (Stream *j : captured->joined) {
+      j->capture.reset();
+      j->captureLane = 0;
+      streamRegistry().capturing.erase(j);
+    }
+    captured->joined.clear();
   }
   *graph = nullptr;
   if (captured->invalidated)
     return kErrorStreamCaptureInvalidated;
+  // Every joined stream must have been joined back: its last node a
+  // record that a node of another lane, after it, waits for (CUDA's
+  // CUDA_ERROR_STREAM_CAPTURE_UNJOINED otherwise).
+  for (int lane = 1; lane < captured->lanes; ++lane) {
+    int last = -1;
+    for (size_t i = 0; i < captured->nodes.size(); ++i)
+      if (captured->nodes[i].lane == lane)
+        last = static_cast<int>(i);
+    bool joined = false;
+    if (last >= 0 && captured->nodes[last].kind == GraphNode::Record)
+      for (size_t i = last + 1; i < captured->nodes.size(); ++i)
+        joined = joined ||
+                 (captured->nodes[i].kind == GraphNode::Wait &&
+                  captured->nodes[i].record == captured->nodes[last].record);
+    if (!joined)
+      return kErrorStreamCaptureUnjoined;
+  }
   *graph = new Graph(std::move(*captured));
   return kSuccess;
 }
@@ -1112,7 +1207,8 @@ CUresult cuGraphInstantiateWithFlags(void **exec, void *graph,
   REQUIRE_CONTEXT();
   if (!exec || !graph || flags)
     return kErrorInvalidValue;
-  *exec = new GraphExec{static_cast<Graph *>(graph)->nodes};
+  auto *g = static_cast<Graph *>(graph);
+  *exec = new GraphExec{g->nodes, g->lanes, g->records};
   return kSuccess;
 }
 CUresult cuGraphLaunch(void *exec, void *stream) {
@@ -1120,13 +1216,61 @@ CUresult cuGraphLaunch(void *exec, void *stream) {
   auto *e = static_cast<GraphExec *>(exec);
   if (!e)
     return kErrorInvalidHandle;
-  // The graph's work in order, as one piece of the stream's: a node that
-  // fails ends the launch, its failure the context's sticky error.
+  // The graph's work, as one piece of the stream's: each lane's nodes in
+  // order on a thread of its own (lane 0 on the stream's), a wait until
+  // its record has run. A node that fails ends the launch (the other
+  // lanes' waits give up), its failure the context's sticky error.
   return runOnStream(stream, [e]() -> CUresult {
-    for (const std::function<CUresult()> &node : e->nodes)
-      if (CUresult rc = node(); rc != kSuccess)
-        return rc;
-    return kSuccess;
+    if (e->lanes == 1) {
+      for (const GraphNode &node : e->nodes)
+        if (node.kind == GraphNode::Work)
+          if (CUresult rc = node.work(); rc != kSuccess)
+            return rc;
+      return kSuccess;
+    }
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::vector<bool> recorded(e->records, false);
+    CUresult failed = kSuccess;
+    auto runLane = [&](int lane) {
+      for (const GraphNode &node : e->nodes) {
+        if (node.lane != lane)
+          continue;
+        if (node.kind == GraphNode::Wait) {
+          std::unique_lock<std::mutex> lock(mutex);
+          changed.wait(lock, [&] {
+            return recorded[node.record] || failed != kSuccess;
+          });
+          if (failed != kSuccess)
+            return;
+          continue;
+        }
+        if (node.kind == GraphNode::Record) {
+          {
+            std::lock_guard<std::mutex> lock(mutex);
+            recorded[node.record] = true;
+          }
+          changed.notify_all();
+          continue;
+        }
+        if (CUresult rc = node.work(); rc != kSuccess) {
+          {
+            std::lock_guard<std::mutex> lock(mutex);
+            if (failed == kSuccess)
+              failed = rc;
+          }
+          changed.notify_all();
+          return;
+        }
+      }
+    };
+    std::vector<std::thread> others;
+    for (int lane = 1; lane < e->lanes; ++lane)
+      others.emplace_back(runLane, lane);
+    runLane(0);
+    for (std::thread &t : others)
+      t.join();
+    return failed;
   });
 }
 CUresult cuGraphExecDestroy(void *exec) {

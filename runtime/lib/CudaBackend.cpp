@@ -214,14 +214,16 @@ private:
       // chunk 1)".
       std::string chunk =
           st.chunk >= 0 ? "chunk " + std::to_string(st.chunk) : "";
-      if (exchange) {
+      if (i < timedGrids.size())
+        k.ctas = timedGrids[i];
+      if (st.kind == abi::StepKind::Launch) {
+        k.kernel = st.kernel + (chunk.empty() ? "" : " (" + chunk + ")");
+      } else {
         k.kernel =
             "all-to-all (" + std::string(abi::exchangeKindName(st.exchange));
         if (st.args.size() == 2)
           k.kernel += " " + st.args[0] + " -> " + st.args[1];
         k.kernel += (chunk.empty() ? "" : ", " + chunk) + ")";
-      } else {
-        k.kernel = st.kernel + (chunk.empty() ? "" : " (" + chunk + ")");
       }
       driver.eventElapsedTime(&k.milliseconds, events[2 * i],
                               events[2 * i + 1]);
@@ -233,6 +235,11 @@ private:
   /// A timed run: its first event, and the exchanges it timed (by step).
   CUevent scheduleStart = nullptr;
   std::vector<bool> timedExchanges;
+  /// The CTAs of each launch of a timed run (by step).
+  std::vector<int64_t> timedGrids;
+  /// Device-initiated sends on the communicator's stream (else on the
+  /// compute stream): $MOE_EP_SEND_STREAM=comm (the default) or compute.
+  bool sendsOnCommStream = true;
   /// Sums each f32 buffer of `step` over the ranks.
   Status runAllReduce(const GpuStep &step);
   /// Waits for the compute stream (and, sharded, the collectives, polled
@@ -823,6 +830,14 @@ Status CudaBackend::chooseTransport() {
     transportNote = "MOE_EP_TRANSPORT=nccl";
     return Status::success();
   }
+  static const std::string sendStream = [] {
+    const char *v = std::getenv("MOE_EP_SEND_STREAM");
+    return std::string(v ? v : "comm");
+  }();
+  if (sendStream != "comm" && sendStream != "compute")
+    return Status::failure("MOE_EP_SEND_STREAM is '" + sendStream +
+                           "', expected comm or compute");
+  sendsOnCommStream = sendStream == "comm";
   // The symmetric buffers, each at one offset of every rank's window.
   std::vector<std::pair<const GpuBuffer *, size_t>> placed;
   size_t bytes = 0;
@@ -1306,6 +1321,7 @@ Status CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
     rowCapacity = manifest.gpu.rowCapacity;
   if (timed) {
     timedExchanges.assign(steps.size(), false);
+    timedGrids.assign(steps.size(), 0);
     if (!scheduleStart) {
       if (Status s = check(driver.eventCreate(&scheduleStart, 0),
                            "cuEventCreate");
@@ -1354,6 +1370,29 @@ Status CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
     }
     if (Status s = waitForExchanges(&step.argIds, step.chunk); !s.ok())
       return s;
+    // A device-initiated send runs on the communicator's stream, beside
+    // the compute stream's kernels (its CTAs on the comm SMs that the
+    // persistent kernels leave free): after the compute stream's work so
+    // far, and the steps that touch its buffers (its wait, which reads
+    // its flags) after it. $MOE_EP_SEND_STREAM=compute keeps it in line.
+    CUstream launchStream = stream;
+    bool onCommStream = step.kernelKind == abi::KernelKind::EpSend &&
+                        deviceComm && sendsOnCommStream;
+    if (onCommStream) {
+      launchStream = static_cast<CUstream>(deviceComm->stream());
+      Expected<CUevent> ready =
+          recordExchangeEvent(stream, "the compute stream's progress");
+      if (!ready)
+        return Status::failure(ready.message());
+      Status waited = check(driver.streamWaitEvent(launchStream, *ready, 0),
+                            "cannot order a send after the compute stream");
+      freeExchangeEvents.push_back(*ready);
+      if (!waited.ok())
+        return waited;
+      // The next launch on the compute stream follows the kernel before
+      // this one there.
+      previous = before;
+    }
     int64_t perBlock = std::max<int64_t>(step.perBlock, 1);
     int64_t grid = step.gridSize;
     switch (step.grid) {
@@ -1416,8 +1455,8 @@ Status CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
     // touches memory, so it may be scheduled while that one runs.
     attrs[1].id = kLaunchAttributeProgrammaticStreamSerialization;
     attrs[1].value.programmaticStreamSerializationAllowed = 1;
-    bool afterKernel =
-        before && before->kind == abi::StepKind::Launch && !timed;
+    bool afterKernel = before && before->kind == abi::StepKind::Launch &&
+                       !timed && !onCommStream;
     LaunchConfig config{static_cast<unsigned>(grid),
                         1,
                         1,
@@ -1425,18 +1464,28 @@ Status CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
                         1,
                         1,
                         static_cast<unsigned>(step.sharedMemory),
-                        stream,
+                        launchStream,
                         attrs,
                         afterKernel ? 2u : 1u};
-    if (timed)
-      driver.eventRecord(events[2 * i], stream);
+    if (timed) {
+      driver.eventRecord(events[2 * i], launchStream);
+      timedExchanges[i] = onCommStream;
+      timedGrids[i] = grid;
+    }
     if (Status s = check(driver.launchKernelEx(&config, plan[i].function,
                                                params.data(), nullptr),
                          "cannot launch kernel '" + step.kernel + "'");
         !s.ok())
       return s;
     if (timed)
-      driver.eventRecord(events[2 * i + 1], stream);
+      driver.eventRecord(events[2 * i + 1], launchStream);
+    if (onCommStream) {
+      Expected<CUevent> done =
+          recordExchangeEvent(launchStream, "a send's completion");
+      if (!done)
+        return Status::failure(done.message());
+      pendingExchanges.push_back({*done, step.argIds, step.chunk});
+    }
   }
   // Nothing of the schedule outlives it.
   return waitForExchanges(nullptr);

@@ -1016,9 +1016,11 @@ void Trace::addDeviceProfile(const std::vector<KernelTime> &profile,
                              const std::string &label, double start) {
   if (kernelLane < 0)
     addDeviceLanes();
-  for (const KernelTime &k : profile)
+  for (const KernelTime &k : profile) {
     add(k.exchange ? exchangeLane : kernelLane, label + ": " + k.kernel,
         start + k.startMilliseconds / 1e3, k.milliseconds / 1e3);
+    events.back().ctas = k.ctas;
+  }
 }
 
 Status Trace::write(const std::string &path) const {
@@ -1030,13 +1032,16 @@ Status Trace::write(const std::string &path) const {
                     {"pid", 0},
                     {"tid", static_cast<int>(i)},
                     {"args", {{"name", lanes[i]}}}});
-  for (const Event &e : events)
-    list.push_back({{"name", e.name},
-                    {"ph", "X"},
-                    {"pid", 0},
-                    {"tid", e.lane},
-                    {"ts", e.start * 1e6},
-                    {"dur", e.duration * 1e6}});
+  for (const Event &e : events) {
+    json span = {
+        {"name", e.name}, {"ph", "X"},           {"pid", 0},
+        {"tid", e.lane},  {"ts", e.start * 1e6}, {"dur", e.duration * 1e6}};
+    // A kernel's CTAs: a send's are the comm SMs, a persistent GEMM's the
+    // others.
+    if (e.ctas > 0)
+      span["args"] = {{"ctas", e.ctas}};
+    list.push_back(std::move(span));
+  }
   std::string text =
       json{{"traceEvents", list}, {"displayTimeUnit", "ms"}}.dump(1);
   return writeFileAtomically(path, text.data(), text.size());

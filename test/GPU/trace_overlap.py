@@ -3,10 +3,14 @@
 exchanges on the communication stream's lane ran while a kernel ran on the
 compute stream's lane: spans that intersect in time.
 
-  trace_overlap.py TRACE.json
+  trace_overlap.py TRACE.json [--sms N]
 
 Prints `overlap: N of E exchanges beside kernels` and, for each such
-exchange, the kernel it overlapped longest (or `overlap: none of E`).
+exchange, the kernel it overlapped longest (or `overlap: none of E`). The
+communication lane holds NCCL's exchanges and the device-initiated sends'
+kernels; a kernel's span carries its CTAs. With --sms, every pair of
+kernels that overlap must fit the N SMs together (one CTA an SM, as the
+persistent GEMMs and the sends take them): disjoint SMs.
 """
 import json
 import sys
@@ -22,6 +26,7 @@ def lanes(events):
 
 def main():
     events = json.load(open(sys.argv[1]))["traceEvents"]
+    sms = int(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[2] == "--sms" else None
     names = lanes(events)
     kernel_lane = names.get("kernels (compute stream)")
     exchange_lane = names.get("exchanges (communication stream)")
@@ -38,13 +43,31 @@ def main():
             if shared > best_us:
                 best, best_us = k, shared
         if best is not None:
-            found.append((x["name"], best["name"], best_us))
+            found.append((x, best, best_us))
     if not found:
         print(f"overlap: none of {len(exchanges)}")
         return
     print(f"overlap: {len(found)} of {len(exchanges)} exchanges beside kernels")
-    for exchange, kernel, us in found:
-        print(f"  {exchange} | {kernel} | {us / 1000:.3f} ms")
+    ctas = lambda e: e.get("args", {}).get("ctas", 0)
+    for x, k, us in found:
+        grids = f" | {ctas(x)} + {ctas(k)} CTAs" if ctas(x) else ""
+        print(f"  {x['name']} | {k['name']} | {us / 1000:.3f} ms{grids}")
+    if sms is None:
+        return
+    # Every kernel of the communication lane against every kernel it
+    # overlaps at all.
+    worst = 0
+    for x in exchanges:
+        for k in kernels:
+            if min(x["ts"] + x["dur"], k["ts"] + k["dur"]) > max(x["ts"], k["ts"]):
+                if not ctas(x) or not ctas(k):
+                    continue
+                worst = max(worst, ctas(x) + ctas(k))
+                if ctas(x) + ctas(k) > sms:
+                    print(f"SMs: {x['name']} ({ctas(x)} CTAs) beside "
+                          f"{k['name']} ({ctas(k)}) exceed {sms}")
+                    sys.exit(1)
+    print(f"SMs: every overlap fits {sms} (at most {worst} CTAs at once)")
 
 
 if __name__ == "__main__":

@@ -374,6 +374,8 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
                     kQuantizeWarps * 32),
              "rows", "offsets", "rows_q", "rows_scale");
 
+  // The shared experts ran beside the device-initiated sends.
+  bool sharedDone = false;
   if (ep > 1 && chunks > 1) {
     buildChunkedExperts();
   } else if (ep > 1 && fp8) {
@@ -396,10 +398,16 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
       addExchange(kind, args);
       transport.reset();
     };
+    // The device-initiated sends run on the comm SMs beside the shared
+    // experts, which need no exchanged row: the up projection while the
+    // rows travel, the down projection while they come back.
     if (lsa) {
       buildDeviceCounts(ep);
       buildDeviceSend("ep_dispatch", ep, kFlagDispatch, "rows", "ep_rows",
                       "row_weight", "ep_row_weight");
+      if (shared)
+        launchGemm("shared_up", Gemm("x", "ws13", "shared_offsets",
+                                     "shared_act", moegpu::Epilogue::SwiGLU));
     }
     hostExchange(moegpu::ExchangeKind::Dispatch,
                  {"offsets", "rows", "row_weight", "ep_offsets",
@@ -408,8 +416,13 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
       buildDeviceWait("ep_dispatch_wait", ep, kFlagDispatch);
     launchExperts("ep_rows", "ep_group_offsets", "ep_act", "ep_down",
                   "ep_row_weight", std::nullopt);
-    if (lsa)
+    if (lsa) {
       buildDeviceSend("ep_combine", ep, kFlagCombine, "ep_down", "down");
+      if (shared)
+        launchGemm("shared_down",
+                   Gemm("shared_act", "ws2", "shared_offsets", "shared_out"));
+      sharedDone = shared;
+    }
     hostExchange(moegpu::ExchangeKind::Combine,
                  {"ep_offsets", "ep_down", "offsets", "down"});
     if (lsa)
@@ -424,11 +437,11 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   // chunk's way back.
   if (shared && fp8) {
     launchFp8SharedExperts();
-  } else if (shared && chunks == 1) {
+  } else if (shared && chunks == 1 && !sharedDone) {
     launchGemm("shared_up", Gemm("x", "ws13", "shared_offsets", "shared_act",
                                  moegpu::Epilogue::SwiGLU));
   }
-  if (shared && !fp8) {
+  if (shared && !fp8 && !sharedDone) {
     launchGemm("shared_down",
                Gemm("shared_act", "ws2", "shared_offsets", "shared_out"));
   }

@@ -236,15 +236,13 @@ void LayerBuilder::buildTraining() {
   for (int64_t c = 0; sharded && c < passes; ++c)
     hostExchange(moegpu::ExchangeKind::DispatchRows, {"row_dy", "ep_row_dy"},
                  chunked ? std::optional<int64_t>(c) : std::nullopt);
-  if (lsa)
-    buildDeviceWait("ep_dispatch_dy_wait", ep, kFlagDispatchRows);
   auto none = moegpu::Epilogue::None;
   auto nn = moegpu::GemmLayout::NN, tn = moegpu::GemmLayout::TN;
   // Shared experts (first: with expert parallelism they run while the
-  // rows' dy travel): one group of every token, weight 1. Their weight
-  // gradients reduce over the tokens in blocks of 64 rows: rows past T
-  // are zero in dG and dU (the memsets) and in x (the runtime clears the
-  // rows past an input's tokens).
+  // rows' dy travel, on the comm SMs or NCCL's stream): one group of every
+  // token, weight 1. Their weight gradients reduce over the tokens in blocks of
+  // 64 rows: rows past T are zero in dG and dU (the memsets) and in x (the
+  // runtime clears the rows past an input's tokens).
   if (shared) {
     addMemset("dy_half");
     // Gated, the shared output's gradient is dy scaled by the gate, and
@@ -298,6 +296,10 @@ void LayerBuilder::buildTraining() {
                Gemm("shared_du", "x", "shared_offsets",
                     arg("shared_up_weight.grad"), none, tn));
   }
+  // The rows' dy travelled on the comm SMs beside the shared experts'
+  // backward.
+  if (lsa)
+    buildDeviceWait("ep_dispatch_dy_wait", ep, kFlagDispatchRows);
   // The routing weights' gradients are summed into (atomics per row).
   addMemset(xWeightGrad);
   // The experts, every GEMM on tensor cores: the gate and up

@@ -105,6 +105,61 @@ def main():
     ok(cu.cuStreamSynchronize(stream), "sync")
     print("after the failed captures: out[3] = %d" % host_out[3])
 
+    # Fork and join: a second stream joins the capture by waiting for an
+    # event recorded in it, adds one in its lane, and is joined back by
+    # the first stream's wait for its own event: out = in + 2.
+    side = ctypes.c_void_p()
+    ok(cu.cuStreamCreate(ctypes.byref(side), 1), "side stream")
+    forked, joined = ctypes.c_void_p(), ctypes.c_void_p()
+    ok(cu.cuEventCreate(ctypes.byref(forked), 2), "event")
+    ok(cu.cuEventCreate(ctypes.byref(joined), 2), "event")
+    d_mid = ctypes.c_uint64()
+    ok(cu.cuMemAlloc_v2(ctypes.byref(d_mid), size), "alloc")
+    first = (ctypes.c_void_p * 3)(ctypes.addressof(d_in), ctypes.addressof(d_mid),
+                                  ctypes.addressof(n))
+    second = (ctypes.c_void_p * 3)(ctypes.addressof(d_mid),
+                                   ctypes.addressof(d_out), ctypes.addressof(n))
+    ok(cu.cuStreamBeginCapture_v2(stream, THREAD_LOCAL), "begin")
+    ok(cu.cuMemcpyHtoDAsync_v2(d_in, h_in, size, stream), "HtoD")
+    ok(cu.cuEventRecord(forked, stream), "record (fork)")
+    ok(cu.cuStreamWaitEvent(side, forked, 0), "wait (fork)")
+    ok(cu.cuStreamIsCapturing(side, ctypes.byref(status)), "is capturing")
+    side_status = status.value
+    ok(cu.cuLaunchKernel(fn, 1, 1, 1, N, 1, 1, 0, side, first, None), "launch")
+    ok(cu.cuEventRecord(joined, side), "record (join)")
+    ok(cu.cuStreamWaitEvent(stream, joined, 0), "wait (join)")
+    ok(cu.cuLaunchKernel(fn, 1, 1, 1, N, 1, 1, 0, stream, second, None),
+       "launch")
+    ok(cu.cuMemcpyDtoHAsync_v2(h_out, d_out, size, stream), "DtoH")
+    g = ctypes.c_void_p()
+    ok(cu.cuStreamEndCapture(stream, ctypes.byref(g)), "end (fork and join)")
+    ok(cu.cuStreamIsCapturing(side, ctypes.byref(status)), "is capturing")
+    print("fork: the side stream captures (%d), after the end not (%d)" %
+          (side_status, status.value))
+    ok(cu.cuGraphInstantiateWithFlags(ctypes.byref(exec_), g,
+                                      ctypes.c_ulonglong(0)), "instantiate")
+    for i in range(N):
+        host_in[i] = 7 * i
+        host_out[i] = 0
+    ok(cu.cuGraphLaunch(exec_, stream), "graph launch")
+    ok(cu.cuStreamSynchronize(stream), "sync")
+    good = all(host_out[i] == 7 * i + 2 for i in range(N))
+    print("fork and join: %s" % ("ok" if good else "wrong: out[1] = %d" %
+                                 host_out[1]))
+    ok(cu.cuGraphExecDestroy(exec_), "exec destroy")
+    ok(cu.cuGraphDestroy(g), "graph destroy")
+
+    # A forked stream that is never joined back: the capture fails with
+    # CUDA_ERROR_STREAM_CAPTURE_UNJOINED (904), and both streams go on.
+    ok(cu.cuStreamBeginCapture_v2(stream, THREAD_LOCAL), "begin")
+    ok(cu.cuEventRecord(forked, stream), "record (fork)")
+    ok(cu.cuStreamWaitEvent(side, forked, 0), "wait (fork)")
+    ok(cu.cuLaunchKernel(fn, 1, 1, 1, N, 1, 1, 0, side, first, None), "launch")
+    end = cu.cuStreamEndCapture(stream, ctypes.byref(g))
+    ok(cu.cuLaunchKernel(fn, 1, 1, 1, N, 1, 1, 0, side, first, None), "launch")
+    ok(cu.cuStreamSynchronize(side), "sync")
+    print("unjoined fork: end capture: %d; the side stream runs: ok" % end)
+
 
 if __name__ == "__main__":
     main()

@@ -48,6 +48,8 @@ enum : CUresult {
   kErrorNotSupported = 801,
   kErrorStreamCaptureUnsupported = 900,
   kErrorStreamCaptureInvalidated = 901,
+  kErrorStreamCaptureUnjoined = 904,
+  kErrorStreamCaptureIsolation = 905,
   kErrorUnknown = 999,
 };
 

@@ -33,7 +33,11 @@ struct KernelTime {
   /// Its start after the schedule's first work, in ms of the device's
   /// clock, shared by the compute and communication streams.
   float startMilliseconds = 0;
-  bool exchange = false; // on the communication stream
+  /// On the communication stream: an exchange, or a device-initiated
+  /// send's kernel.
+  bool exchange = false;
+  /// A kernel's CTAs (0 for an exchange).
+  int64_t ctas = 0;
 };
 
 /// What a device's driver was asked to do (counted in front of it): each

@@ -234,6 +234,7 @@ private:
     int lane;
     std::string name;
     double start, duration;
+    int64_t ctas = 0; // a kernel's, in the span's args
   };
   std::vector<std::string> lanes;
   std::vector<Event> events;
