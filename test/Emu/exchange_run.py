@@ -33,6 +33,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ptx_run import Driver  # noqa: E402
@@ -193,6 +194,11 @@ def exchange(a, ptx, rank, out, drv, nccl, comm):
     window = ctypes.c_void_p()
     assert nccl.ncclMemAlloc(ctypes.byref(window), ctypes.c_size_t(at)) == 0
     drv.upload(window.value, b"\0" * at)
+    # The counters as a long run leaves them (--counters-at): the flags
+    # (before the collective registration, so before any peer signals),
+    # the waits' targets and the epoch.
+    start = struct.pack("<I", a.counters_at % (1 << 32))
+    drv.upload(window.value + layout["flags"], start * (n + 2))
     win = ctypes.c_void_p()
     rc = nccl.ncclCommWindowRegister(comm, window, ctypes.c_size_t(at),
                                      ctypes.byref(win), 1)
@@ -211,8 +217,8 @@ def exchange(a, ptx, rank, out, drv, nccl, comm):
         ("back_pos", 4 * experts), ("status", 8),
         ("rows", row_bytes * max(most, 1)), ("weights", 4 * max(most, 1)),
         ("outputs", row_bytes * max(cap, 1)))}
-    drv.upload(mem["epoch"], b"\0" * 4)
-    drv.upload(mem["waited"], b"\0" * 4 * (n + 2))
+    drv.upload(mem["epoch"], start)
+    drv.upload(mem["waited"], start * (n + 2))
     drv.upload(mem["status"], b"\0" * 8)
     distances = [(flat + p * stride - window.value) % (1 << 64)
                  for p in range(n)]
@@ -255,6 +261,10 @@ def exchange(a, ptx, rank, out, drv, nccl, comm):
                memref(mem["ep_groups"], local + 1) +
                memref(mem["send_pos"], experts) +
                memref(mem["back_pos"], experts) + st)
+        # A rank that sends late: the others' waits must hold until its
+        # rows are there.
+        if rank == a.late_rank:
+            time.sleep(0.5)
         launch(drv, fn["dispatch"], a.grid, 128,
                memref(mem["offsets"], experts + 1) +
                memref(mem["send_pos"], experts) +
@@ -344,6 +354,11 @@ def main():
     ap.add_argument("--stall-combine", type=int, default=-1)
     ap.add_argument("--limit-ms", type=int, default=60000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--late-rank", type=int, default=-1,
+                    help="this rank waits 0.5 s before each dispatch")
+    ap.add_argument("--counters-at", type=int, default=0,
+                    help="the flags, the waits' targets and the epoch "
+                         "start at this u32 (as after a long run)")
     a = ap.parse_args()
     os.environ["MOE_CUDA_DRIVER"] = a.driver
     ptx = compile_ptx(a.moe_opt, module_text(a.ranks, a.experts, a.hidden,

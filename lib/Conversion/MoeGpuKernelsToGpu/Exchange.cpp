@@ -95,7 +95,10 @@ struct Exchange {
   }
 
   /// Spins until the i32 at `address` reaches `target` (acquire), up to
-  /// the limit; true when the limit passed first.
+  /// the limit; true when the limit passed first. The counters wrap (a
+  /// send adds a signal a CTA every pass): they are compared as serial
+  /// numbers, `seen - target >= 0` modulo 2^32, right while the two are
+  /// less than 2^31 signals apart.
   Value waitFor(Value address, Value target, Value limit) {
     Value start = globalTimer();
     Type i1 = b.getI1Type();
@@ -106,7 +109,9 @@ struct Exchange {
           ImplicitLocOpBuilder::InsertionGuard guard(b);
           b.setInsertionPointToEnd(b.getBlock());
           Value seen = loadAcquire(address);
-          Value arrived = e.cmp(arith::CmpIPredicate::sge, seen, target);
+          Value arrived =
+              e.cmp(arith::CmpIPredicate::sge,
+                    arith::SubIOp::create(b, seen, target), e.i32(0));
           Value waited = arith::SubIOp::create(b, globalTimer(), start);
           Value late = e.cmp(arith::CmpIPredicate::sgt, waited, limit);
           Value yes = arith::ConstantIntOp::create(b, 1, 1);
