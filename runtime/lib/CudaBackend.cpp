@@ -809,7 +809,7 @@ Status CudaBackend::chooseTransport() {
     device = device || step->transport == Transport::Lsa;
   if (!device) {
     transportNote = "the bundle has no device-initiated exchange (chunked "
-                    "and FP8 exchanges have none yet)";
+                    "exchanges have none yet)";
     return Status::success();
   }
   static const std::string asked = [] {

@@ -97,8 +97,8 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   // GEMMs of the chunks before it.
   chunks = ep > 1 ? std::max<int64_t>(1, layer.getEpChunks()) : 1;
   // The device-initiated exchange beside the host-driven one (the runtime
-  // runs one): bf16 layers with whole exchanges, for now.
-  lsa = ep > 1 && ep <= kMaxLsaRanks && chunks == 1 && !config.isFp8();
+  // runs one): whole exchanges, for now.
+  lsa = ep > 1 && ep <= kMaxLsaRanks && chunks == 1;
   if (SmPartitionAttr partition = layer.getPartitionAttr();
       partition && partition.getComm() > 0)
     commCtas = partition.getComm();
@@ -246,8 +246,10 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
       addBuffer(groupOffsets(c), i32, {local + 1}, "scratch");
     if (fp8) {
       Type f8 = config.getExpertDtype();
-      addBuffer("ep_rows_q", f8, {kReceivedRows, h}, "scratch");
-      addBuffer("ep_rows_scale", f32, {kReceivedRows, hb}, "scratch");
+      addBuffer("ep_rows_q", f8, {kReceivedRows, h},
+                lsa ? "symmetric" : "scratch");
+      addBuffer("ep_rows_scale", f32, {kReceivedRows, hb},
+                lsa ? "symmetric" : "scratch");
       addBuffer("ep_act_q", f8, {kReceivedRows, f}, "scratch");
       addBuffer("ep_act_scale", f32, {kReceivedRows, fb}, "scratch");
     } else {
@@ -267,7 +269,13 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
     // capacity), and where this rank's segments start at their owners and
     // the received ones at their sources.
     // A training step's sends: the rows' dy and their gradients back.
-    int64_t flags = ep + (train ? kFlagCombineRows : kFlagCombine) + 1;
+    // FP8 rows' scales travel on a flag of their own (kFlagDispatchRows,
+    // which only a training step uses otherwise).
+    int64_t flags = ep +
+                    (train ? kFlagCombineRows
+                     : fp8 ? kFlagDispatchRows
+                           : kFlagCombine) +
+                    1;
     addBuffer("ep_table", i32, {ep * e}, "symmetric");
     addBuffer("ep_flags", i32, {flags}, "symmetric");
     addBuffer("ep_waited", i32, {flags}, "scratch");
@@ -379,15 +387,42 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   if (ep > 1 && chunks > 1) {
     buildChunkedExperts();
   } else if (ep > 1 && fp8) {
-    // FP8 rows travel as codes, their scales beside them.
-    addExchange(moegpu::ExchangeKind::Dispatch,
-                {"offsets", "rows_q", "row_weight", "ep_offsets",
-                 "ep_group_offsets", "ep_rows_q", "ep_row_weight"});
-    addExchange(moegpu::ExchangeKind::DispatchRows,
-                {"rows_scale", "ep_rows_scale"});
+    // FP8 rows travel as codes, their scales beside them (device-
+    // initiated: a send each, on flags of their own, beside the shared
+    // experts).
+    auto hostExchange = [&](moegpu::ExchangeKind kind,
+                            ArrayRef<StringRef> args) {
+      if (lsa)
+        transport = moegpu::Transport::Nccl;
+      addExchange(kind, args);
+      transport.reset();
+    };
+    if (lsa) {
+      buildDeviceCounts(ep);
+      buildDeviceSend("ep_dispatch", ep, kFlagDispatch, "rows_q", "ep_rows_q",
+                      "row_weight", "ep_row_weight");
+      buildDeviceSend("ep_dispatch_scales", ep, kFlagDispatchRows, "rows_scale",
+                      "ep_rows_scale");
+      if (shared)
+        launchFp8SharedExperts();
+      sharedDone = shared;
+    }
+    hostExchange(moegpu::ExchangeKind::Dispatch,
+                 {"offsets", "rows_q", "row_weight", "ep_offsets",
+                  "ep_group_offsets", "ep_rows_q", "ep_row_weight"});
+    hostExchange(moegpu::ExchangeKind::DispatchRows,
+                 {"rows_scale", "ep_rows_scale"});
+    if (lsa) {
+      buildDeviceWait("ep_dispatch_wait", ep, kFlagDispatch);
+      buildDeviceWait("ep_dispatch_scales_wait", ep, kFlagDispatchRows);
+    }
     launchFp8Experts("ep_", "ep_group_offsets", std::nullopt);
-    addExchange(moegpu::ExchangeKind::Combine,
-                {"ep_offsets", "ep_down", "offsets", "down"});
+    if (lsa)
+      buildDeviceSend("ep_combine", ep, kFlagCombine, "ep_down", "down");
+    hostExchange(moegpu::ExchangeKind::Combine,
+                 {"ep_offsets", "ep_down", "offsets", "down"});
+    if (lsa)
+      buildDeviceWait("ep_combine_wait", ep, kFlagCombine);
   } else if (ep > 1) {
     // With the device-initiated exchange beside them, the host's
     // exchanges are the nccl transport's.
@@ -435,7 +470,7 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   // Chunked, the shared experts' up projection ran beside the first
   // chunk's dispatch (buildChunkedExperts); the rest runs beside the last
   // chunk's way back.
-  if (shared && fp8) {
+  if (shared && fp8 && !sharedDone) {
     launchFp8SharedExperts();
   } else if (shared && chunks == 1 && !sharedDone) {
     launchGemm("shared_up", Gemm("x", "ws13", "shared_offsets", "shared_act",

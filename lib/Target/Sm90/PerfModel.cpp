@@ -526,14 +526,17 @@ int64_t chooseCommSms(const Sm90LayerShape &s, int64_t sms, int64_t tokens,
     r.persistentCtas = ctas;
     return r;
   };
-  auto send = [&](const char *name, bool combine, int64_t ctas) {
+  // FP8 rows go as e4m3 codes, their scales (f32, one per 128 channels)
+  // in a send of their own.
+  auto send = [&](const char *name, bool combine, int64_t ctas,
+                  bool scales = false) {
     Sm90KernelReport r;
     r.name = name;
     r.work.kind = Sm90KernelKind::EpSend;
     r.work.combine = combine;
-    r.work.width = s.hidden;
-    r.work.inBytes = s.elementBytes;
-    r.work.codes = !combine;
+    r.work.width = scales ? ceilDiv(s.hidden, 128) : s.hidden;
+    r.work.inBytes = scales ? 4 : s.fp8 && !combine ? 1 : s.elementBytes;
+    r.work.codes = !combine && !scales;
     r.persistentCtas = ctas;
     return r;
   };
@@ -547,6 +550,8 @@ int64_t chooseCommSms(const Sm90LayerShape &s, int64_t sms, int64_t tokens,
         gemm("expert_up", Sm90Rows::Routed, 2 * s.ffn, s.hidden, true, compute),
         gemm("expert_down", Sm90Rows::Routed, s.hidden, s.ffn, false, compute),
         send("combine", true, comm)};
+    if (s.fp8)
+      kernels.push_back(send("dispatch_scales", false, comm, true));
     if (s.sharedFfn > 0) {
       kernels.push_back(gemm("shared_up", Sm90Rows::Tokens, 2 * s.sharedFfn,
                              s.hidden, true, compute));
