@@ -240,6 +240,15 @@ private:
         b, layer.getLoc(), kind, symbols(args),
         chunk ? b.getI64IntegerAttr(*chunk) : IntegerAttr(), transportAttr());
   }
+  /// A host-driven exchange: with the device-initiated one beside it, the
+  /// nccl transport's (the runtime runs one of the two).
+  void addHostExchange(moegpu::ExchangeKind kind, ArrayRef<StringRef> args,
+                       std::optional<int64_t> chunk = std::nullopt) {
+    if (lsa)
+      transport = moegpu::Transport::Nccl;
+    addExchange(kind, args, chunk);
+    transport.reset();
+  }
   /// An elementwise f32 sum over the ranks of each buffer, in place.
   void addAllReduce(ArrayRef<StringRef> args) {
     OpBuilder b = stepBuilder();

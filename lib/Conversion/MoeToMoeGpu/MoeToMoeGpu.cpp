@@ -390,13 +390,6 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
     // FP8 rows travel as codes, their scales beside them (device-
     // initiated: a send each, on flags of their own, beside the shared
     // experts).
-    auto hostExchange = [&](moegpu::ExchangeKind kind,
-                            ArrayRef<StringRef> args) {
-      if (lsa)
-        transport = moegpu::Transport::Nccl;
-      addExchange(kind, args);
-      transport.reset();
-    };
     if (lsa) {
       buildDeviceCounts(ep);
       buildDeviceSend("ep_dispatch", ep, kFlagDispatch, "rows_q", "ep_rows_q",
@@ -407,11 +400,11 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
         launchFp8SharedExperts();
       sharedDone = shared;
     }
-    hostExchange(moegpu::ExchangeKind::Dispatch,
-                 {"offsets", "rows_q", "row_weight", "ep_offsets",
-                  "ep_group_offsets", "ep_rows_q", "ep_row_weight"});
-    hostExchange(moegpu::ExchangeKind::DispatchRows,
-                 {"rows_scale", "ep_rows_scale"});
+    addHostExchange(moegpu::ExchangeKind::Dispatch,
+                    {"offsets", "rows_q", "row_weight", "ep_offsets",
+                     "ep_group_offsets", "ep_rows_q", "ep_row_weight"});
+    addHostExchange(moegpu::ExchangeKind::DispatchRows,
+                    {"rows_scale", "ep_rows_scale"});
     if (lsa) {
       buildDeviceWait("ep_dispatch_wait", ep, kFlagDispatch);
       buildDeviceWait("ep_dispatch_scales_wait", ep, kFlagDispatchRows);
@@ -419,20 +412,11 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
     launchFp8Experts("ep_", "ep_group_offsets", std::nullopt);
     if (lsa)
       buildDeviceSend("ep_combine", ep, kFlagCombine, "ep_down", "down");
-    hostExchange(moegpu::ExchangeKind::Combine,
-                 {"ep_offsets", "ep_down", "offsets", "down"});
+    addHostExchange(moegpu::ExchangeKind::Combine,
+                    {"ep_offsets", "ep_down", "offsets", "down"});
     if (lsa)
       buildDeviceWait("ep_combine_wait", ep, kFlagCombine);
   } else if (ep > 1) {
-    // With the device-initiated exchange beside them, the host's
-    // exchanges are the nccl transport's.
-    auto hostExchange = [&](moegpu::ExchangeKind kind,
-                            ArrayRef<StringRef> args) {
-      if (lsa)
-        transport = moegpu::Transport::Nccl;
-      addExchange(kind, args);
-      transport.reset();
-    };
     // The device-initiated sends run on the comm SMs beside the shared
     // experts, which need no exchanged row: the up projection while the
     // rows travel, the down projection while they come back.
@@ -444,9 +428,9 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
         launchGemm("shared_up", Gemm("x", "ws13", "shared_offsets",
                                      "shared_act", moegpu::Epilogue::SwiGLU));
     }
-    hostExchange(moegpu::ExchangeKind::Dispatch,
-                 {"offsets", "rows", "row_weight", "ep_offsets",
-                  "ep_group_offsets", "ep_rows", "ep_row_weight"});
+    addHostExchange(moegpu::ExchangeKind::Dispatch,
+                    {"offsets", "rows", "row_weight", "ep_offsets",
+                     "ep_group_offsets", "ep_rows", "ep_row_weight"});
     if (lsa)
       buildDeviceWait("ep_dispatch_wait", ep, kFlagDispatch);
     launchExperts("ep_rows", "ep_group_offsets", "ep_act", "ep_down",
@@ -458,8 +442,8 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
                    Gemm("shared_act", "ws2", "shared_offsets", "shared_out"));
       sharedDone = shared;
     }
-    hostExchange(moegpu::ExchangeKind::Combine,
-                 {"ep_offsets", "ep_down", "offsets", "down"});
+    addHostExchange(moegpu::ExchangeKind::Combine,
+                    {"ep_offsets", "ep_down", "offsets", "down"});
     if (lsa)
       buildDeviceWait("ep_combine_wait", ep, kFlagCombine);
   } else if (fp8) {

@@ -221,21 +221,12 @@ void LayerBuilder::buildTraining() {
   // its own).
   bool chunked = sharded && chunks > 1;
   int64_t passes = chunked ? chunks : 1;
-  // With the device-initiated exchange beside them, the host's exchanges
-  // are the nccl transport's.
-  auto hostExchange = [&](moegpu::ExchangeKind kind, ArrayRef<StringRef> args,
-                          std::optional<int64_t> chunk) {
-    if (lsa)
-      transport = moegpu::Transport::Nccl;
-    addExchange(kind, args, chunk);
-    transport.reset();
-  };
   if (lsa)
     buildDeviceSend("ep_dispatch_dy", ep, kFlagDispatchRows, "row_dy",
                     "ep_row_dy");
   for (int64_t c = 0; sharded && c < passes; ++c)
-    hostExchange(moegpu::ExchangeKind::DispatchRows, {"row_dy", "ep_row_dy"},
-                 chunked ? std::optional<int64_t>(c) : std::nullopt);
+    addHostExchange(moegpu::ExchangeKind::DispatchRows, {"row_dy", "ep_row_dy"},
+                    chunked ? std::optional<int64_t>(c) : std::nullopt);
   auto none = moegpu::Epilogue::None;
   auto nn = moegpu::GemmLayout::NN, tn = moegpu::GemmLayout::TN;
   // Shared experts (first: with expert parallelism they run while the
@@ -353,13 +344,13 @@ void LayerBuilder::buildTraining() {
     // as soon as it is complete: the exchanges run on the communicator's
     // stream beside the weight gradients' GEMMs, which do not touch them.
     if (sharded)
-      hostExchange(moegpu::ExchangeKind::CombineRows,
-                   {"ep_row_weight_grad", "row_weight_grad"}, chunk);
+      addHostExchange(moegpu::ExchangeKind::CombineRows,
+                      {"ep_row_weight_grad", "row_weight_grad"}, chunk);
     launchGemm("train_expert_rows_grad",
                Gemm("dgu", "w13", groups, xDrows, none, nn), chunk);
     if (sharded)
-      hostExchange(moegpu::ExchangeKind::CombineRows, {"ep_drows", "drows"},
-                   chunk);
+      addHostExchange(moegpu::ExchangeKind::CombineRows, {"ep_drows", "drows"},
+                      chunk);
     // Device-initiated: both gradients back in one send (the weights'
     // beside the rows'), waited for after the weight gradients' GEMMs.
     if (lsa)
