@@ -286,6 +286,7 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
   // The parameters and tensors the runtime binds, as for the host target.
   std::vector<EntryArgument> arguments = entryArguments(layer);
   LayerConfigAttr config = layer.getConfig();
+  // (Read before the kernel pipeline erases the layer's function.)
   auto ranks = static_cast<int64_t>(layer.getEpSize());
   int64_t chunks = std::max<int64_t>(1, layer.getEpChunks());
   Sm90LayerShape shape;
@@ -315,17 +316,14 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
     comm = ranks > 1 ? chooseCommSms(shape, sms, options.maxTokens, chunks,
                                      &candidates)
                      : 0;
-  if (comm != (written ? written.getComm() : 0) ||
-      sms != (written ? written.getSms() : ::moe::abi::kDefaultSms) ||
-      !options.smPartition.empty())
+  // Written back unless the layer has none and keeps the default 132:0.
+  if (written || !options.smPartition.empty() || comm != 0)
     layer.setPartitionAttr(
         SmPartitionAttr::get(module.getContext(), sms, comm));
-
   // The sm_90a step keeps its state on the device (no `.next` outputs).
   std::vector<TrainArgument> trainArguments;
   if (options.train)
     trainArguments = listDeviceTrainArguments(layer);
-  // The kernel pipeline erases the layer's function.
   // SMs kept for communication serve the all-to-alls of a sharded layer;
   // without one they only stand idle.
   if (SmPartitionAttr partition = layer.getPartitionAttr();

@@ -381,6 +381,29 @@ private:
       return Expected<CUevent>::error(s.error);
     return e;
   }
+  /// `comm` waits for the compute stream's work so far (`what` names the
+  /// work that follows there in the error).
+  Status orderAfterCompute(CUstream comm, const std::string &what) {
+    Expected<CUevent> ready =
+        recordExchangeEvent(stream, "the compute stream's progress");
+    if (!ready)
+      return Status::failure(ready.message());
+    Status waited = check(driver.streamWaitEvent(comm, *ready, 0),
+                          "cannot order " + what + " after the compute stream");
+    freeExchangeEvents.push_back(*ready);
+    return waited;
+  }
+  /// The work enqueued on `comm` so far is a pending exchange of `buffers`
+  /// (see waitForExchanges), recorded as `what`'s completion.
+  Status addPendingExchange(CUstream comm, const std::vector<int32_t> &buffers,
+                            int64_t chunk, const std::string &what) {
+    Expected<CUevent> done =
+        recordExchangeEvent(comm, (what + "'s completion").c_str());
+    if (!done)
+      return Status::failure(done.message());
+    pendingExchanges.push_back({*done, buffers, chunk});
+    return Status::success();
+  }
   /// The compute stream waits for the pending exchanges that touch any of
   /// the buffers `ids` (all of them when `ids` is null). A step of token
   /// chunk `chunk` touches only that chunk's rows: another chunk's
@@ -1055,16 +1078,8 @@ Status CudaBackend::runExchange(const GpuStep &step, CUevent begin,
                kind != abi::ExchangeKind::DispatchPlan;
   auto *commStream = static_cast<CUstream>(deviceComm->stream());
   if (async) {
-    Expected<CUevent> ready =
-        recordExchangeEvent(stream, "the compute stream's progress");
-    if (!ready)
-      return Status::failure(ready.message());
-    Status waited = check(driver.streamWaitEvent(commStream, *ready, 0),
-                          "cannot order the exchange after the compute "
-                          "stream");
-    freeExchangeEvents.push_back(*ready);
-    if (!waited.ok())
-      return waited;
+    if (Status s = orderAfterCompute(commStream, "the exchange"); !s.ok())
+      return s;
     if (begin)
       driver.eventRecord(begin, commStream);
   } else if (Status s = check(driver.streamSynchronize(stream),
@@ -1171,11 +1186,10 @@ Status CudaBackend::runExchange(const GpuStep &step, CUevent begin,
       if (timed)
         *timed = true;
     }
-    Expected<CUevent> done =
-        recordExchangeEvent(commStream, "the exchange's completion");
-    if (!done)
-      return Status::failure(done.message());
-    pendingExchanges.push_back({*done, step.argIds, step.chunk});
+    if (Status s = addPendingExchange(commStream, step.argIds, step.chunk,
+                                      "the exchange");
+        !s.ok())
+      return s;
     // For the trace: enqueueing it (it runs beside the next launches).
     std::string what(abi::exchangeKindName(step.exchange));
     if (step.chunk >= 0)
@@ -1278,26 +1292,18 @@ Status CudaBackend::runAllReduce(const GpuStep &step) {
   // it on the device. No host wait.
   double started = steadySeconds();
   auto *commStream = static_cast<CUstream>(deviceComm->stream());
-  Expected<CUevent> ready =
-      recordExchangeEvent(stream, "the compute stream's progress");
-  if (!ready)
-    return Status::failure(ready.message());
-  Status waited = check(driver.streamWaitEvent(commStream, *ready, 0),
-                        "cannot order the all-reduce after the compute stream");
-  freeExchangeEvents.push_back(*ready);
-  if (!waited.ok())
-    return waited;
+  if (Status s = orderAfterCompute(commStream, "the all-reduce"); !s.ok())
+    return s;
   for (int32_t id : step.argIds)
     if (Status s = deviceComm->allReduceSum(
             reinterpret_cast<float *>(buffers[id]),
             capacityBytes(bufferOf(id)) / sizeof(float));
         !s.ok())
       return s;
-  Expected<CUevent> done =
-      recordExchangeEvent(commStream, "the all-reduce's completion");
-  if (!done)
-    return Status::failure(done.message());
-  pendingExchanges.push_back({*done, step.argIds, -1});
+  if (Status s =
+          addPendingExchange(commStream, step.argIds, -1, "the all-reduce");
+      !s.ok())
+    return s;
   hostComm->record("all-reduce (NCCL, enqueued)", started);
   return Status::success();
 }
@@ -1380,15 +1386,8 @@ Status CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
                         deviceComm && sendsOnCommStream;
     if (onCommStream) {
       launchStream = static_cast<CUstream>(deviceComm->stream());
-      Expected<CUevent> ready =
-          recordExchangeEvent(stream, "the compute stream's progress");
-      if (!ready)
-        return Status::failure(ready.message());
-      Status waited = check(driver.streamWaitEvent(launchStream, *ready, 0),
-                            "cannot order a send after the compute stream");
-      freeExchangeEvents.push_back(*ready);
-      if (!waited.ok())
-        return waited;
+      if (Status s = orderAfterCompute(launchStream, "a send"); !s.ok())
+        return s;
       // The next launch on the compute stream follows the kernel before
       // this one there.
       previous = before;
@@ -1479,13 +1478,11 @@ Status CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
       return s;
     if (timed)
       driver.eventRecord(events[2 * i + 1], launchStream);
-    if (onCommStream) {
-      Expected<CUevent> done =
-          recordExchangeEvent(launchStream, "a send's completion");
-      if (!done)
-        return Status::failure(done.message());
-      pendingExchanges.push_back({*done, step.argIds, step.chunk});
-    }
+    if (onCommStream)
+      if (Status s = addPendingExchange(launchStream, step.argIds, step.chunk,
+                                        "a send");
+          !s.ok())
+        return s;
   }
   // Nothing of the schedule outlives it.
   return waitForExchanges(nullptr);
