@@ -786,14 +786,17 @@ void checkSlot(Checker &c, int64_t slot, int64_t ranks, Value flags) {
               << " flags of the sizes";
 }
 
-/// Experts (E, from `offsets` of E + 1), a multiple of `ranks`.
-int64_t expertsOf(Checker &c, Value offsets, int64_t ranks) {
+/// Experts (E, from `offsets` of C x E + 1 for C token chunks), a multiple
+/// of `ranks`.
+int64_t expertsOf(Checker &c, Value offsets, int64_t ranks, int64_t chunks) {
   c.memref(offsets, "offsets", 1, Elt::I32).isStatic(offsets, "offsets", 0);
   if (!c.ok)
     return 0;
-  int64_t experts = dimOf(offsets, 0) - 1;
-  if (experts < 1 || experts % ranks)
-    c.error() << "expects offsets of a multiple of " << ranks
+  int64_t segments = dimOf(offsets, 0) - 1;
+  int64_t experts = segments / chunks;
+  if (segments < 1 || segments % chunks || experts % ranks)
+    c.error() << "expects offsets of " << chunks
+              << " chunk(s) of a multiple of " << ranks
               << " experts (one block a rank) plus one, got "
               << offsets.getType();
   return experts;
@@ -805,22 +808,27 @@ LogicalResult EpCountsOp::verify() {
   Checker c{*this};
   int64_t ranks = getRanks();
   checkExchange(c, ranks, getPeers(), getStatus(), getFlags());
-  int64_t e = c.ok ? expertsOf(c, getOffsets(), ranks) : 0;
+  int64_t chunks = getChunks();
+  if (c.ok && chunks < 1)
+    c.error() << "expects the ep_group_offsets of at least one chunk";
+  int64_t e = c.ok ? expertsOf(c, getOffsets(), ranks, chunks) : 0;
   if (!c.ok)
     return failure();
   c.memref(getTable(), "table", 1, Elt::I32)
-      .dim(getTable(), "table", 0, ranks * e, "ranks x experts")
+      .dim(getTable(), "table", 0, ranks * chunks * e,
+           "ranks x chunks x experts")
       .memref(getEpoch(), "epoch", 1, Elt::I32)
       .dim(getEpoch(), "epoch", 0, 1, "one word")
       .memref(getEpOffsets(), "ep_offsets", 1, Elt::I32)
-      .dim(getEpOffsets(), "ep_offsets", 0, e + 1, "experts + 1")
-      .memref(getEpGroupOffsets(), "ep_group_offsets", 1, Elt::I32)
-      .dim(getEpGroupOffsets(), "ep_group_offsets", 0, e / ranks + 1,
-           "local experts + 1")
+      .dim(getEpOffsets(), "ep_offsets", 0, chunks * (e + 1),
+           "chunks x (experts + 1)")
       .memref(getSendPos(), "send_pos", 1, Elt::I32)
-      .dim(getSendPos(), "send_pos", 0, e, "experts")
+      .dim(getSendPos(), "send_pos", 0, chunks * e, "chunks x experts")
       .memref(getBackPos(), "back_pos", 1, Elt::I32)
-      .dim(getBackPos(), "back_pos", 0, e, "experts");
+      .dim(getBackPos(), "back_pos", 0, chunks * e, "chunks x experts");
+  for (Value groups : getEpGroupOffsets())
+    c.memref(groups, "ep_group_offsets", 1, Elt::I32)
+        .dim(groups, "ep_group_offsets", 0, e / ranks + 1, "local experts + 1");
   if (c.ok && dimOf(getFlags(), 0) < ranks)
     c.error() << "expects flags of at least " << ranks
               << " words (a flag per rank), got " << getFlags().getType();
@@ -830,13 +838,32 @@ LogicalResult EpCountsOp::verify() {
 LogicalResult EpSendOp::verify() {
   Checker c{*this};
   int64_t ranks = getRanks();
+  int64_t chunks = getChunks(), chunk = getChunk();
   checkExchange(c, ranks, getPeers(), getStatus(), getFlags());
-  int64_t e = c.ok ? expertsOf(c, getSegments(), ranks) : 0;
+  c.positive(chunks, "chunks");
+  if (c.ok && (chunk < 0 || chunk >= chunks))
+    c.error() << "expects chunk " << chunk << " to be one of the " << chunks
+              << " chunk(s)";
+  // Dispatch: the chunks' segments by expert, C x E + 1 offsets; combine:
+  // each chunk's E received segments and its end, C x (E + 1).
+  c.memref(getSegments(), "segments", 1, Elt::I32)
+      .isStatic(getSegments(), "segments", 0);
   if (!c.ok)
     return failure();
+  bool dispatch = getDirection() == EpDirection::Dispatch;
+  int64_t bounds = dimOf(getSegments(), 0);
+  int64_t e = dispatch ? (bounds - 1) / chunks : bounds / chunks - 1;
+  if (e < 1 || e % ranks ||
+      (dispatch ? (bounds - 1) % chunks : bounds % chunks))
+    c.error() << "expects segments of " << chunks
+              << " chunk(s) of a multiple of " << ranks
+              << " experts (one block a rank), "
+              << (dispatch ? "plus one" : "each plus one") << ", got "
+              << getSegments().getType();
   c.memref(getPositions(), "positions", 1, Elt::I32)
-      .dim(getPositions(), "positions", 0, e, "a position per segment")
-      .memref(getRows(), "rows", 2, Elt::Float)
+      .dim(getPositions(), "positions", 0, chunks * e,
+           "a position per segment");
+  c.memref(getRows(), "rows", 2, Elt::Float)
       .isStatic(getRows(), "rows", 1)
       .memref(getTo(), "to", 2, Elt::Float)
       .dim(getTo(), "to", 1, dimOf(getRows(), 1), "the rows' width");

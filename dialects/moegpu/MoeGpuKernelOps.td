@@ -766,44 +766,58 @@ def MoeGpu_EpCountsOp : MoeGpu_KernelOp<"ep_counts"> {
     `peers` is the runtime's `peers` buffer: for each of the `ranks` ranks
     the byte distance from this rank's address of a window byte to that
     rank's, then this rank, the wait's limit in nanoseconds and the rows a
-    rank can receive). One CTA:
+    rank can receive). The rows are in C token chunks, one
+    `ep_group_offsets` buffer a chunk: `offsets` holds C x E segments
+    (chunk-major, E experts) plus one. One CTA:
 
     1. the pass's epoch, `epoch[0] + 1`, kept in `epoch`;
-    2. this rank's size of every expert (`offsets[e + 1] - offsets[e]`)
-       into row `rank` of every rank's `table` (`ranks x experts`), then
-       `flags[rank] = epoch` on every rank, a release at system scope;
+    2. this rank's size of every (chunk, expert) segment
+       (`offsets[i + 1] - offsets[i]`) into row `rank` of every rank's
+       `table` (`ranks x C x E`), then `flags[rank] = epoch` on every rank,
+       a release at system scope;
     3. every rank's flag waited for (acquire), up to the limit: past it,
        `status = [1, the rank]` and every later exchange kernel of the pass
        does nothing;
-    4. every rank's received rows against the capacity (all ranks see the
-       same table, so all stop alike): past it, `status = [4, the rank]`;
-    5. from the table: `ep_offsets`, the received segments by (local expert,
-       source rank), and `ep_group_offsets`, each local expert's rows, as
-       the host path lays them out; `send_pos[e]`, where this rank's segment
-       of expert e starts in its owner's received rows; and `back_pos[i]`,
-       where received segment i (local expert l, source s) starts in s's
-       dispatched rows.
+    4. every rank's received rows over all chunks against the capacity (all
+       ranks see the same table, so all stop alike): past it,
+       `status = [4, the rank]`;
+    5. from the table, chunk c's received rows after chunk c - 1's:
+       `ep_offsets[c (E + 1) + l ranks + s]`, where the segment of local
+       expert l from source rank s starts, and `ep_offsets[c (E + 1) + E]`,
+       where the chunk ends, as the host path lays them out; chunk c's
+       `ep_group_offsets`, each local expert's rows; `send_pos[c E + e]`,
+       where this rank's segment (c, e) starts in its owner's received
+       rows; and `back_pos[c E + i]`, where received segment i of chunk c
+       started in its source's dispatched rows.
 
     ```mlir
     moegpu.ep_counts %offsets, %table, %flags, %epoch, %peers, %ep_offsets,
-        %ep_group_offsets, %send_pos, %back_pos, %status {ranks = 2 : i64}
+        %send_pos, %back_pos, %status groups(%ep_group_offsets : memref<5xi32>)
+        {ranks = 2 : i64}
       : memref<9xi32>, memref<16xi32>, memref<4xi32>, memref<1xi32>,
-        memref<5xi64>, memref<9xi32>, memref<5xi32>, memref<8xi32>,
-        memref<8xi32>, memref<2xi32>
+        memref<5xi64>, memref<9xi32>, memref<8xi32>, memref<8xi32>,
+        memref<2xi32>
     ```
   }];
   let arguments = (ins MoeGpu_In:$offsets, MoeGpu_InOut:$table,
                        MoeGpu_InOut:$flags, MoeGpu_InOut:$epoch,
                        MoeGpu_In:$peers, MoeGpu_Out:$ep_offsets,
-                       MoeGpu_Out:$ep_group_offsets, MoeGpu_Out:$send_pos,
-                       MoeGpu_Out:$back_pos, MoeGpu_InOut:$status,
+                       MoeGpu_Out:$send_pos, MoeGpu_Out:$back_pos,
+                       MoeGpu_InOut:$status,
+                       Arg<Variadic<AnyMemRef>, "", [MemWrite]>:$ep_group_offsets,
                        I64Attr:$ranks);
   let assemblyFormat = [{
     $offsets `,` $table `,` $flags `,` $epoch `,` $peers `,` $ep_offsets `,`
-    $ep_group_offsets `,` $send_pos `,` $back_pos `,` $status attr-dict `:`
+    $send_pos `,` $back_pos `,` $status
+    `groups` `(` $ep_group_offsets `:` type($ep_group_offsets) `)`
+    attr-dict `:`
     type($offsets) `,` type($table) `,` type($flags) `,` type($epoch) `,`
-    type($peers) `,` type($ep_offsets) `,` type($ep_group_offsets) `,`
-    type($send_pos) `,` type($back_pos) `,` type($status)
+    type($peers) `,` type($ep_offsets) `,` type($send_pos) `,`
+    type($back_pos) `,` type($status)
+  }];
+  let extraClassDeclaration = [{
+    /// The token chunks: one ep_group_offsets buffer each.
+    int64_t getChunks() { return getEpGroupOffsets().size(); }
   }];
 }
 
@@ -831,7 +845,11 @@ def MoeGpu_EpSendOp : MoeGpu_KernelOp<"ep_send", [AttrSizedOperandSegments]> {
     `i / (E / ranks)` (`dispatch`: segments are experts, each rank owns a
     block of them) or `i % ranks` (`combine`: segments are (local expert,
     source rank)), where its rows start at `positions[i]`; `weights`, one f32 per
-    row, go the same way into `to_weights`. A warp copies a row (16-byte
+    row, go the same way into `to_weights`. In C token chunks (`chunks`,
+    the layout of `ep_counts`) the send moves chunk `chunk`'s segments:
+    dispatch, `segments[chunk E .. (chunk + 1) E]` of C x E + 1; combine,
+    `segments[chunk (E + 1) ..]` of C x (E + 1); positions from
+    `positions[chunk E]`. A warp copies a row (16-byte
     chunks where the row allows), the warps of the grid striding over the
     rows; then each CTA adds 1 to `flags[slot]` (a word past the ranks'
     flags of the sizes) of every rank, a release at
@@ -854,7 +872,9 @@ def MoeGpu_EpSendOp : MoeGpu_KernelOp<"ep_send", [AttrSizedOperandSegments]> {
                        MoeGpu_In:$rows, MoeGpu_InOut:$to,
                        MoeGpu_OptIn:$weights, MoeGpu_OptOut:$to_weights,
                        MoeGpu_InOut:$flags, MoeGpu_In:$status,
-                       MoeGpu_In:$peers, I64Attr:$ranks, I64Attr:$slot);
+                       MoeGpu_In:$peers, I64Attr:$ranks, I64Attr:$slot,
+                       DefaultValuedAttr<I64Attr, "0">:$chunk,
+                       DefaultValuedAttr<I64Attr, "1">:$chunks);
   let assemblyFormat = [{
     $direction $segments `,` $positions `,` $rows `,` $to `,`
     (`weights` `(` $weights^ `,` $to_weights `:` type($weights) `,`

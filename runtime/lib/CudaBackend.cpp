@@ -186,6 +186,8 @@ private:
   /// their staging at the end of each pass; the error they report.
   const GpuBuffer *exchangeStatus = nullptr;
   Status checkExchangeStatus(const char *what) const;
+  /// ", token chunk c" of a chunked exchange's flag word (else nothing).
+  std::string chunkOfFlag(int32_t flag) const;
   /// Enqueues the copy of the status words to their staging (the end of a
   /// pass or step with the device-initiated exchange).
   Status enqueueStatusCopy() {
@@ -831,8 +833,7 @@ Status CudaBackend::chooseTransport() {
   for (auto [step, stepModule] : allSteps)
     device = device || step->transport == Transport::Lsa;
   if (!device) {
-    transportNote = "the bundle has no device-initiated exchange (chunked "
-                    "exchanges have none yet)";
+    transportNote = "the bundle has no device-initiated exchange";
     return Status::success();
   }
   static const std::string asked = [] {
@@ -923,6 +924,18 @@ Status CudaBackend::chooseTransport() {
   return Status::success();
 }
 
+std::string CudaBackend::chunkOfFlag(int32_t flag) const {
+  // Chunked sends (steps with a chunk) have a set of flags a chunk.
+  bool chunked = false;
+  for (auto [step, stepModule] : allSteps)
+    chunked =
+        chunked || (step->transport == abi::Transport::Lsa && step->chunk >= 0);
+  int32_t past = flag - deviceComm->size();
+  if (!chunked || past < 0)
+    return "";
+  return ", token chunk " + std::to_string(past / abi::kExchangeFlagsPerChunk);
+}
+
 Status CudaBackend::checkExchangeStatus(const char *what) const {
   if (!exchangeStatus || transport != abi::Transport::Lsa)
     return Status::success();
@@ -949,7 +962,7 @@ Status CudaBackend::checkExchangeStatus(const char *what) const {
                ? "dispatch's"
                : "combine's") +
           " rows of its peers (flag " + std::to_string(words[1]) +
-          "; did a rank die?)";
+          chunkOfFlag(words[1]) + "; did a rank die?)";
     break;
   case ExchangeStatus::Capacity:
     why = "found that rank " + std::to_string(words[1]) +

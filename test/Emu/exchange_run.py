@@ -5,17 +5,18 @@ emulated GPU and one symmetric window from libnccl-emu, and checks every
 rank's results against a reference computed here from the routing.
 
   exchange_run.py DRIVER NCCL --moe-opt PATH [--ranks N] [--experts E]
-      [--hidden H] [--grid G] [--passes P] [--capacity C]
+      [--hidden H] [--grid G] [--passes P] [--chunks C] [--capacity C]
       [--stall-combine R] [--limit-ms L]
 
-The script writes a gpu.module of five kernels (counts, dispatch, combine
-and the two waits) for the shape, lowers it with `moe-opt
+The script writes a gpu.module of the exchange's kernels (counts, then a
+dispatch, a combine and their two waits a token chunk) for the shape, lowers it with `moe-opt
 --moe-sm90-pipeline` and loads the PTX. Each pass: every rank routes a
 random number of rows to every expert (seeded by pass and rank, so every
-rank knows every rank's rows), counts, dispatches rows and weights into
-the experts' owners, checks what it received (rows, weights, the
-segment layouts), negates the received rows (the "experts"), and
-combines them back; it then checks that its own rows came back negated,
+rank knows every rank's rows), counts, dispatches every chunk's rows and
+weights into the experts' owners, waits for each chunk in turn and
+checks what it received (rows and weights, while the later chunks may
+still travel; the segment layouts), negates the received rows (the
+"experts"), and combines them back chunk by chunk; it then checks that its own rows came back negated,
 in place. Nothing goes through the host between ranks: the passes run
 back to back, ordered only by the kernels' flags and epochs.
 
@@ -40,54 +41,65 @@ from ptx_run import Driver  # noqa: E402
 from peer_run import run_ranks  # noqa: E402
 
 
-def module_text(n, experts, hidden, grid):
-    """The five kernels for n ranks, `experts` experts, rows of `hidden`
-    bf16 and `grid` CTAs a send."""
+def module_text(n, experts, hidden, grid, chunks):
+    """The kernels for n ranks, `experts` experts, rows of `hidden` bf16,
+    `grid` CTAs a send and `chunks` token chunks: the counts, and a
+    dispatch, a combine and their waits a chunk (chunk c's on flags
+    n + 4c and n + 4c + 1, as the compiler lays them out)."""
     local = experts // n
-    e1, t, f, p = experts + 1, n * experts, n + 2, n + 3
+    seg, t = chunks * experts, n * chunks * experts
+    f, p = n + 4 * (chunks - 1) + 2, n + 3
+    o, eo = seg + 1, chunks * (experts + 1)
     rows = "memref<?x%dxbf16>" % hidden
-    return """gpu.module @exchange {{
-  gpu.func @counts(%o: memref<{e1}xi32>, %t: memref<{t}xi32>,
+    g = "memref<%dxi32>" % (local + 1)
+    groups = ", ".join("%%g%d" % c for c in range(chunks))
+    group_args = "".join(", %%g%d: %s" % (c, g) for c in range(chunks))
+    group_types = ", ".join([g] * chunks)
+    text = """gpu.module @exchange {{
+  gpu.func @counts(%o: memref<{o}xi32>, %t: memref<{t}xi32>,
       %f: memref<{f}xi32>, %e: memref<1xi32>, %p: memref<{p}xi64>,
-      %eo: memref<{e1}xi32>, %g: memref<{g}xi32>, %s: memref<{ex}xi32>,
-      %b: memref<{ex}xi32>, %st: memref<2xi32>) kernel {{
-    moegpu.ep_counts %o, %t, %f, %e, %p, %eo, %g, %s, %b, %st {{ranks = {n} : i64}}
-      : memref<{e1}xi32>, memref<{t}xi32>, memref<{f}xi32>, memref<1xi32>,
-        memref<{p}xi64>, memref<{e1}xi32>, memref<{g}xi32>, memref<{ex}xi32>,
-        memref<{ex}xi32>, memref<2xi32>
+      %eo: memref<{eo}xi32>, %s: memref<{seg}xi32>,
+      %b: memref<{seg}xi32>, %st: memref<2xi32>{group_args}) kernel {{
+    moegpu.ep_counts %o, %t, %f, %e, %p, %eo, %s, %b, %st groups({groups} : {group_types}) {{ranks = {n} : i64}}
+      : memref<{o}xi32>, memref<{t}xi32>, memref<{f}xi32>, memref<1xi32>,
+        memref<{p}xi64>, memref<{eo}xi32>, memref<{seg}xi32>,
+        memref<{seg}xi32>, memref<2xi32>
     gpu.return
   }}
-  gpu.func @dispatch(%o: memref<{e1}xi32>, %pos: memref<{ex}xi32>,
+""".format(n=n, o=o, t=t, f=f, p=p, eo=eo, seg=seg, groups=groups,
+           group_args=group_args, group_types=group_types)
+    for c in range(chunks):
+        text += """  gpu.func @dispatch{c}(%o: memref<{o}xi32>, %pos: memref<{seg}xi32>,
       %r: {rows}, %to: {rows}, %w: memref<?xf32>, %tw: memref<?xf32>,
       %f: memref<{f}xi32>, %st: memref<2xi32>, %p: memref<{p}xi64>) kernel {{
-    moegpu.ep_send <dispatch> %o, %pos, %r, %to, weights(%w, %tw : memref<?xf32>, memref<?xf32>), %f, %st, %p {{ranks = {n} : i64, slot = {n} : i64}}
-      : memref<{e1}xi32>, memref<{ex}xi32>, {rows}, {rows}, memref<{f}xi32>,
+    moegpu.ep_send <dispatch> %o, %pos, %r, %to, weights(%w, %tw : memref<?xf32>, memref<?xf32>), %f, %st, %p {{ranks = {n} : i64, slot = {sd} : i64, chunk = {c} : i64, chunks = {chunks} : i64}}
+      : memref<{o}xi32>, memref<{seg}xi32>, {rows}, {rows}, memref<{f}xi32>,
         memref<2xi32>, memref<{p}xi64>
     gpu.return
   }}
-  gpu.func @combine(%o: memref<{e1}xi32>, %pos: memref<{ex}xi32>,
+  gpu.func @combine{c}(%o: memref<{eo}xi32>, %pos: memref<{seg}xi32>,
       %r: {rows}, %to: {rows}, %f: memref<{f}xi32>, %st: memref<2xi32>,
       %p: memref<{p}xi64>) kernel {{
-    moegpu.ep_send <combine> %o, %pos, %r, %to, %f, %st, %p {{ranks = {n} : i64, slot = {n1} : i64}}
-      : memref<{e1}xi32>, memref<{ex}xi32>, {rows}, {rows}, memref<{f}xi32>,
+    moegpu.ep_send <combine> %o, %pos, %r, %to, %f, %st, %p {{ranks = {n} : i64, slot = {sc} : i64, chunk = {c} : i64, chunks = {chunks} : i64}}
+      : memref<{eo}xi32>, memref<{seg}xi32>, {rows}, {rows}, memref<{f}xi32>,
         memref<2xi32>, memref<{p}xi64>
     gpu.return
   }}
-  gpu.func @wait_dispatch(%f: memref<{f}xi32>, %w: memref<{f}xi32>,
+  gpu.func @wait_dispatch{c}(%f: memref<{f}xi32>, %w: memref<{f}xi32>,
       %st: memref<2xi32>, %p: memref<{p}xi64>) kernel {{
-    moegpu.ep_wait %f, %w, %st, %p {{ranks = {n} : i64, slot = {n} : i64, senders = {grid} : i64, code = 2 : i64}}
+    moegpu.ep_wait %f, %w, %st, %p {{ranks = {n} : i64, slot = {sd} : i64, senders = {grid} : i64, code = 2 : i64}}
       : memref<{f}xi32>, memref<{f}xi32>, memref<2xi32>, memref<{p}xi64>
     gpu.return
   }}
-  gpu.func @wait_combine(%f: memref<{f}xi32>, %w: memref<{f}xi32>,
+  gpu.func @wait_combine{c}(%f: memref<{f}xi32>, %w: memref<{f}xi32>,
       %st: memref<2xi32>, %p: memref<{p}xi64>) kernel {{
-    moegpu.ep_wait %f, %w, %st, %p {{ranks = {n} : i64, slot = {n1} : i64, senders = {grid} : i64, code = 3 : i64}}
+    moegpu.ep_wait %f, %w, %st, %p {{ranks = {n} : i64, slot = {sc} : i64, senders = {grid} : i64, code = 3 : i64}}
       : memref<{f}xi32>, memref<{f}xi32>, memref<2xi32>, memref<{p}xi64>
     gpu.return
   }}
-}}
-""".format(n=n, n1=n + 1, e1=e1, t=t, f=f, p=p, g=local + 1, ex=experts,
-           rows=rows, grid=grid)
+""".format(c=c, n=n, o=o, eo=eo, seg=seg, f=f, p=p, rows=rows, grid=grid,
+           chunks=chunks, sd=n + 4 * c, sc=n + 4 * c + 1)
+    return text + "}\n"
 
 
 def compile_ptx(moe_opt, text):
@@ -112,10 +124,12 @@ def compile_ptx(moe_opt, text):
 
 
 def routing(a, pass_no, rank):
-    """Rank `rank`'s rows of pass `pass_no`: rows per expert, the rows'
-    bf16 bytes (by expert) and their f32 weights."""
+    """Rank `rank`'s rows of pass `pass_no`: rows per (chunk, expert)
+    segment, chunk-major, the rows' bf16 bytes (by segment) and their f32
+    weights."""
     rng = random.Random(1000003 * pass_no + 7919 * rank + a.seed)
-    counts = [rng.randrange(0, a.max_rows + 1) for _ in range(a.experts)]
+    counts = [rng.randrange(0, a.max_rows + 1)
+              for _ in range(a.chunks * a.experts)]
     total = sum(counts)
     # Finite bf16s: the high halves of floats in [-4, 4).
     rows = b"".join(struct.pack("<f", rng.uniform(-4, 4))[2:]
@@ -177,15 +191,17 @@ def rank_main(a, ptx, uid, rank, out):
 
 
 def exchange(a, ptx, rank, out, drv, nccl, comm):
-    n, experts, hidden = a.ranks, a.experts, a.hidden
+    n, experts, hidden, chunks = a.ranks, a.experts, a.hidden, a.chunks
     local = experts // n
+    seg = chunks * experts
+    flag_words = n + 4 * (chunks - 1) + 2
     row_bytes = 2 * hidden
     # The window: every rank's buffers of the exchange at one offset.
-    cap = a.capacity if a.capacity >= 0 else n * experts * a.max_rows
-    most = experts * a.max_rows
+    cap = a.capacity if a.capacity >= 0 else n * seg * a.max_rows
+    most = seg * a.max_rows
     layout = {}
     at = 0
-    for name, size in (("table", 4 * n * experts), ("flags", 4 * (n + 2)),
+    for name, size in (("table", 4 * n * seg), ("flags", 4 * flag_words),
                        ("recv", row_bytes * max(cap, 1)),
                        ("recv_w", 4 * max(cap, 1)),
                        ("back", row_bytes * max(most, 1))):
@@ -198,7 +214,7 @@ def exchange(a, ptx, rank, out, drv, nccl, comm):
     # (before the collective registration, so before any peer signals),
     # the waits' targets and the epoch.
     start = struct.pack("<I", a.counters_at % (1 << 32))
-    drv.upload(window.value + layout["flags"], start * (n + 2))
+    drv.upload(window.value + layout["flags"], start * flag_words)
     win = ctypes.c_void_p()
     rc = nccl.ncclCommWindowRegister(comm, window, ctypes.c_size_t(at),
                                      ctypes.byref(win), 1)
@@ -209,24 +225,27 @@ def exchange(a, ptx, rank, out, drv, nccl, comm):
     stride = struct.unpack_from("<I", fields, 24)[0] << 32
     w = {k: window.value + v for k, v in layout.items()}
     # Local buffers.
-    mem = {k: drv.alloc(s) for k, s in (
-        ("offsets", 4 * (experts + 1)), ("epoch", 4),
-        ("waited", 4 * (n + 2)),
-        ("peers", 8 * (n + 3)), ("ep_offsets", 4 * (experts + 1)),
-        ("ep_groups", 4 * (local + 1)), ("send_pos", 4 * experts),
-        ("back_pos", 4 * experts), ("status", 8),
-        ("rows", row_bytes * max(most, 1)), ("weights", 4 * max(most, 1)),
-        ("outputs", row_bytes * max(cap, 1)))}
+    sizes = [("offsets", 4 * (seg + 1)), ("epoch", 4),
+             ("waited", 4 * flag_words), ("peers", 8 * (n + 3)),
+             ("ep_offsets", 4 * chunks * (experts + 1)),
+             ("send_pos", 4 * seg), ("back_pos", 4 * seg), ("status", 8),
+             ("rows", row_bytes * max(most, 1)),
+             ("weights", 4 * max(most, 1)),
+             ("outputs", row_bytes * max(cap, 1))]
+    sizes += [("groups%d" % c, 4 * (local + 1)) for c in range(chunks)]
+    mem = {k: drv.alloc(s) for k, s in sizes}
     drv.upload(mem["epoch"], start)
-    drv.upload(mem["waited"], start * (n + 2))
+    drv.upload(mem["waited"], start * flag_words)
     drv.upload(mem["status"], b"\0" * 8)
     distances = [(flat + p * stride - window.value) % (1 << 64)
                  for p in range(n)]
     drv.upload(mem["peers"], struct.pack(
         "<%dQ" % (n + 3), *(distances + [rank, a.limit_ms * 1000000, cap])))
-    fn = {k: drv.kernel(ptx, k) for k in (
-        "counts", "dispatch", "combine", "wait_dispatch", "wait_combine")}
-    common = (memref(w["flags"], n + 2), memref(mem["status"], 2),
+    fn = {"counts": drv.kernel(ptx, "counts")}
+    for c in range(chunks):
+        for k in ("dispatch", "combine", "wait_dispatch", "wait_combine"):
+            fn[k + str(c)] = drv.kernel(ptx, k + str(c))
+    common = (memref(w["flags"], flag_words), memref(mem["status"], 2),
               memref(mem["peers"], n + 3))
     failed = 0
 
@@ -247,82 +266,101 @@ def exchange(a, ptx, rank, out, drv, nccl, comm):
         offsets = [0]
         for c in counts:
             offsets.append(offsets[-1] + c)
-        drv.upload(mem["offsets"], struct.pack("<%di" % (experts + 1),
-                                               *offsets))
+        drv.upload(mem["offsets"], struct.pack("<%di" % (seg + 1), *offsets))
         if total:
             drv.upload(mem["rows"], rows)
             drv.upload(mem["weights"], f32s(weights))
         flags, st, peers = common
         launch(drv, fn["counts"], 1, 128,
-               memref(mem["offsets"], experts + 1) +
-               memref(w["table"], n * experts) + flags +
+               memref(mem["offsets"], seg + 1) +
+               memref(w["table"], n * seg) + flags +
                memref(mem["epoch"], 1) + peers +
-               memref(mem["ep_offsets"], experts + 1) +
-               memref(mem["ep_groups"], local + 1) +
-               memref(mem["send_pos"], experts) +
-               memref(mem["back_pos"], experts) + st)
+               memref(mem["ep_offsets"], chunks * (experts + 1)) +
+               memref(mem["send_pos"], seg) +
+               memref(mem["back_pos"], seg) + st +
+               sum((memref(mem["groups%d" % c], local + 1)
+                    for c in range(chunks)), []))
         # A rank that sends late: the others' waits must hold until its
         # rows are there.
         if rank == a.late_rank:
             time.sleep(0.5)
-        launch(drv, fn["dispatch"], a.grid, 128,
-               memref(mem["offsets"], experts + 1) +
-               memref(mem["send_pos"], experts) +
-               memref(mem["rows"], total, hidden) +
-               memref(w["recv"], cap, hidden) +
-               memref(mem["weights"], total) + memref(w["recv_w"], cap) +
-               flags + st + peers)
-        launch(drv, fn["wait_dispatch"], 1, 32,
-               flags + memref(mem["waited"], n + 2) + st + peers)
-        if stopped(pass_no):
-            return 0
-        # What this rank must have received: for each local expert, each
-        # source's rows of it in source order.
-        want_rows, want_w, want_off, want_groups = [], [], [], []
+        for c in range(chunks):
+            launch(drv, fn["dispatch%d" % c], a.grid, 128,
+                   memref(mem["offsets"], seg + 1) +
+                   memref(mem["send_pos"], seg) +
+                   memref(mem["rows"], total, hidden) +
+                   memref(w["recv"], cap, hidden) +
+                   memref(mem["weights"], total) +
+                   memref(w["recv_w"], cap) + flags + st + peers)
+        # What this rank must have received: chunk by chunk after the
+        # chunk before, for each local expert, each source's rows of it in
+        # source order.
+        want_off, want_groups, want_rows, want_w = [], [], [], []
         got_total = 0
-        for l in range(local):
-            ex = rank * local + l
-            want_groups.append(got_total)
-            for s in range(n):
-                c_s, rows_s, w_s = every[s]
-                first = sum(c_s[:ex])
-                want_off.append(got_total)
-                want_rows.append(rows_s[first * row_bytes:
-                                        (first + c_s[ex]) * row_bytes])
-                want_w.extend(w_s[first:first + c_s[ex]])
-                got_total += c_s[ex]
-        want_off.append(got_total)
-        want_groups.append(got_total)
-        want_rows = b"".join(want_rows)
+        for c in range(chunks):
+            groups, chunk_rows, chunk_w = [], [], []
+            for l in range(local):
+                i = c * experts + rank * local + l
+                groups.append(got_total)
+                for s in range(n):
+                    c_s, rows_s, w_s = every[s]
+                    first = sum(c_s[:i])
+                    want_off.append(got_total)
+                    chunk_rows.append(rows_s[first * row_bytes:
+                                             (first + c_s[i]) * row_bytes])
+                    chunk_w.extend(w_s[first:first + c_s[i]])
+                    got_total += c_s[i]
+            want_off.append(got_total)
+            groups.append(got_total)
+            want_groups.append(groups)
+            want_rows.append(b"".join(chunk_rows))
+            want_w.append(chunk_w)
         errors = []
-        if i32s(drv.download(mem["ep_offsets"], 4 * (experts + 1))) != \
-                want_off:
+        got_all = []
+        for c in range(chunks):
+            # Chunk c's flag says chunk c's rows are here, while the later
+            # chunks' may still travel.
+            launch(drv, fn["wait_dispatch%d" % c], 1, 32,
+                   flags + memref(mem["waited"], flag_words) + st + peers)
+            if stopped(pass_no):
+                return 0
+            base = want_groups[c][0]
+            got = drv.download(w["recv"] + base * row_bytes,
+                               len(want_rows[c])) if want_rows[c] else b""
+            if got != want_rows[c]:
+                bad = next(i for i in range(len(got))
+                           if got[i] != want_rows[c][i])
+                errors.append("chunk %d received row %d"
+                              % (c, base + bad // row_bytes))
+            if want_w[c] and drv.download(w["recv_w"] + 4 * base,
+                                          4 * len(want_w[c])) != \
+                    f32s(want_w[c]):
+                errors.append("chunk %d received weights" % c)
+            got_all.append(got)
+        if i32s(drv.download(mem["ep_offsets"],
+                             4 * chunks * (experts + 1))) != want_off:
             errors.append("ep_offsets")
-        if i32s(drv.download(mem["ep_groups"], 4 * (local + 1))) != \
-                want_groups:
-            errors.append("ep_group_offsets")
-        got = drv.download(w["recv"], row_bytes * got_total) if got_total \
-            else b""
-        if got != want_rows:
-            bad = next(i for i in range(len(got)) if got[i] != want_rows[i])
-            errors.append("received row %d" % (bad // row_bytes))
-        if got_total and drv.download(w["recv_w"], 4 * got_total) != \
-                f32s(want_w):
-            errors.append("received weights")
+        for c in range(chunks):
+            if i32s(drv.download(mem["groups%d" % c], 4 * (local + 1))) != \
+                    want_groups[c]:
+                errors.append("ep_group_offsets of chunk %d" % c)
         if rank == a.stall_combine:
             out.write("rank %d pass %d: stalls before its combine\n"
                       % (rank, pass_no))
             return 0
-        # The experts negate their rows; combine sends them back.
-        if got_total:
-            drv.upload(mem["outputs"], negate(got))
-        launch(drv, fn["combine"], a.grid, 128,
-               memref(mem["ep_offsets"], experts + 1) +
-               memref(mem["back_pos"], experts) +
-               memref(mem["outputs"], got_total, hidden) +
-               memref(w["back"], most, hidden) + flags + st + peers)
-        launch(drv, fn["wait_combine"], 1, 32,
-               flags + memref(mem["waited"], n + 2) + st + peers)
+        # The experts negate their rows; each chunk's go back on its own.
+        for c in range(chunks):
+            if got_all[c]:
+                drv.upload(mem["outputs"] + want_groups[c][0] * row_bytes,
+                           negate(got_all[c]))
+            launch(drv, fn["combine%d" % c], a.grid, 128,
+                   memref(mem["ep_offsets"], chunks * (experts + 1)) +
+                   memref(mem["back_pos"], seg) +
+                   memref(mem["outputs"], got_total, hidden) +
+                   memref(w["back"], most, hidden) + flags + st + peers)
+        for c in range(chunks):
+            launch(drv, fn["wait_combine%d" % c], 1, 32,
+                   flags + memref(mem["waited"], flag_words) + st + peers)
         if stopped(pass_no):
             return 0
         if total and drv.download(w["back"], row_bytes * total) != \
@@ -349,6 +387,8 @@ def main():
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--grid", type=int, default=3)
     ap.add_argument("--passes", type=int, default=2)
+    ap.add_argument("--chunks", type=int, default=1,
+                    help="token chunks: a send and a wait a chunk each way")
     ap.add_argument("--max-rows", type=int, default=5)
     ap.add_argument("--capacity", type=int, default=-1)
     ap.add_argument("--stall-combine", type=int, default=-1)
@@ -362,7 +402,7 @@ def main():
     a = ap.parse_args()
     os.environ["MOE_CUDA_DRIVER"] = a.driver
     ptx = compile_ptx(a.moe_opt, module_text(a.ranks, a.experts, a.hidden,
-                                             a.grid))
+                                             a.grid, a.chunks))
     status = run_ranks(a.nccl, a.ranks,
                        lambda uid, rank, out: rank_main(a, ptx, uid, rank,
                                                         out))

@@ -85,8 +85,10 @@ struct Sm90KernelWork {
   int64_t splits = 1;
   /// A device-initiated send (ep_send) that takes rows back to their
   /// sources (else to the experts' ranks); with `width` elements of
-  /// `inBytes` a row, and with `codes` a routing weight (f32) beside each.
+  /// `inBytes` a row, and with `codes` a routing weight (f32) beside each;
+  /// one of `sendChunks` token chunks' sends (each moves its share).
   bool combine = false;
+  int64_t sendChunks = 1;
 };
 
 /// What `ptxas -v` and the compiler say about one kernel.

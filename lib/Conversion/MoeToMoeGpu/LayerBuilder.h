@@ -47,11 +47,19 @@ constexpr int64_t kReceivedRows =
 /// the most ranks (ep_counts waits for rank t on thread t of 128).
 constexpr int64_t kDefaultCommCtas = 20;
 constexpr int64_t kMaxLsaRanks = 128;
-/// Its sends' flags, after the ranks' flags of the sizes: the forward
-/// pass's dispatch and combine, a training step's rows' dy to the experts
-/// and their gradients back.
-constexpr int64_t kFlagDispatch = 0, kFlagCombine = 1, kFlagDispatchRows = 2,
-                  kFlagCombineRows = 3;
+/// Its sends' flags, after the ranks' flags of the sizes (the ABI's
+/// ExchangeFlag): the forward pass's dispatch and combine, a training
+/// step's rows' dy to the experts and their gradients back; in token
+/// chunks, kFlagsPerChunk a chunk (chunk c's dispatch: ranks + c
+/// kFlagsPerChunk + kFlagDispatch).
+using ::moe::abi::ExchangeFlag;
+constexpr int64_t kFlagDispatch = static_cast<int64_t>(ExchangeFlag::Dispatch),
+                  kFlagCombine = static_cast<int64_t>(ExchangeFlag::Combine),
+                  kFlagDispatchRows =
+                      static_cast<int64_t>(ExchangeFlag::DispatchRows),
+                  kFlagCombineRows =
+                      static_cast<int64_t>(ExchangeFlag::CombineRows),
+                  kFlagsPerChunk = ::moe::abi::kExchangeFlagsPerChunk;
 
 /// One buffer of the schedule.
 struct Buffer {
@@ -114,9 +122,9 @@ private:
   static Kernel kernelOf(gpu::GPUFuncOp func, ArrayRef<StringRef> args);
   /// A kernel taking `args`, launched now; its body is one kernel op
   /// (kernelOp).
-  Kernel kernel(StringRef name, ArrayRef<StringRef> args,
-                moegpu::GridAttr grid, int64_t block) {
-    return kernelOf(addKernel(name, args, grid, block), args);
+  Kernel kernel(StringRef name, ArrayRef<StringRef> args, moegpu::GridAttr grid,
+                int64_t block, std::optional<int64_t> chunk = std::nullopt) {
+    return kernelOf(addKernel(name, args, grid, block, {}, chunk), args);
   }
   /// Creates kernel op `OpT` from `operands` as the body of `k`.
   template <typename OpT, typename... Operands>
@@ -157,17 +165,28 @@ private:
   static std::string groupOffsets(int64_t c) {
     return c == 0 ? "ep_group_offsets" : "ep_group_offsets.c" + std::to_string(c);
   }
-  /// The chunked exchanges and expert GEMMs of a sharded layer.
-  void buildChunkedExperts();
+  /// The chunked exchanges and expert GEMMs of a sharded layer over `ep`
+  /// ranks; true when they ran the shared experts too.
+  bool buildChunkedExperts(int64_t ep);
   /// The device-initiated exchange of `ep` ranks (steps of transport
-  /// lsa): ep_counts; kernel `name` sending `rows` (and `weights`) into
-  /// `to` (`toWeights`) on the peers, signalling `flag` (kFlag...: which
-  /// way and which layout); kernel `name` waiting for `flag`.
+  /// lsa): ep_counts (every chunk's sizes and layouts); kernel `name`
+  /// sending `rows` (and `weights`) into `to` (`toWeights`) on the peers,
+  /// signalling `flag` (kFlag...: which way and which layout); kernel
+  /// `name` waiting for `flag`. With `chunk`, the send moves that token
+  /// chunk's rows and signals, and the wait waits for, that chunk's flag;
+  /// the kernels are named `name`_c<chunk>.
   void buildDeviceCounts(int64_t ep);
   void buildDeviceSend(StringRef name, int64_t ep, int64_t flag, StringRef rows,
                        StringRef to, StringRef weights = "",
-                       StringRef toWeights = "");
-  void buildDeviceWait(StringRef name, int64_t ep, int64_t flag);
+                       StringRef toWeights = "",
+                       std::optional<int64_t> chunk = std::nullopt);
+  void buildDeviceWait(StringRef name, int64_t ep, int64_t flag,
+                       std::optional<int64_t> chunk = std::nullopt);
+  /// The word of ep_flags of `flag` (of token chunk `chunk`).
+  static int64_t flagSlot(int64_t ep, int64_t flag,
+                          std::optional<int64_t> chunk) {
+    return ep + flag + kFlagsPerChunk * chunk.value_or(0);
+  }
   moegpu::TransportAttr transportAttr() const {
     return transport ? moegpu::TransportAttr::get(ctx, *transport)
                      : moegpu::TransportAttr();

@@ -97,8 +97,8 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   // GEMMs of the chunks before it.
   chunks = ep > 1 ? std::max<int64_t>(1, layer.getEpChunks()) : 1;
   // The device-initiated exchange beside the host-driven one (the runtime
-  // runs one): whole exchanges, for now.
-  lsa = ep > 1 && ep <= kMaxLsaRanks && chunks == 1;
+  // runs one), whole or in chunks.
+  lsa = ep > 1 && ep <= kMaxLsaRanks;
   if (SmPartitionAttr partition = layer.getPartitionAttr();
       partition && partition.getComm() > 0)
     commCtas = partition.getComm();
@@ -271,19 +271,21 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
     // A training step's sends: the rows' dy and their gradients back.
     // FP8 rows' scales travel on a flag of their own (kFlagDispatchRows,
     // which only a training step uses otherwise).
-    int64_t flags = ep +
-                    (train ? kFlagCombineRows
-                     : fp8 ? kFlagDispatchRows
-                           : kFlagCombine) +
+    // In token chunks, a set of flags a chunk.
+    int64_t flags = flagSlot(ep,
+                             train ? kFlagCombineRows
+                             : fp8 ? kFlagDispatchRows
+                                   : kFlagCombine,
+                             chunks - 1) +
                     1;
-    addBuffer("ep_table", i32, {ep * e}, "symmetric");
+    addBuffer("ep_table", i32, {ep * chunks * e}, "symmetric");
     addBuffer("ep_flags", i32, {flags}, "symmetric");
     addBuffer("ep_waited", i32, {flags}, "scratch");
     addBuffer("ep_epoch", i32, {1}, "scratch");
     addBuffer("ep_status", i32, {2}, "scratch");
     addBuffer("ep_peers", Builder(ctx).getI64Type(), {ep + 3}, "peers");
-    addBuffer("send_pos", i32, {e}, "scratch");
-    addBuffer("back_pos", i32, {e}, "scratch");
+    addBuffer("send_pos", i32, {chunks * e}, "scratch");
+    addBuffer("back_pos", i32, {chunks * e}, "scratch");
   }
 
   OpBuilder b = builderAtEnd(module.getBody());
@@ -385,7 +387,7 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   // The shared experts ran beside the device-initiated sends.
   bool sharedDone = false;
   if (ep > 1 && chunks > 1) {
-    buildChunkedExperts();
+    sharedDone = buildChunkedExperts(ep);
   } else if (ep > 1 && fp8) {
     // FP8 rows travel as codes, their scales beside them (device-
     // initiated: a send each, on flags of their own, beside the shared
@@ -504,21 +506,33 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
 // sizes), then one a send (kFlagDispatch... past the ranks').
 void LayerBuilder::buildDeviceCounts(int64_t ep) {
   transport = moegpu::Transport::Lsa;
-  Kernel k = kernel("ep_counts",
-                    {"offsets", "ep_table", "ep_flags", "ep_epoch", "ep_peers",
-                     "ep_offsets", "ep_group_offsets", "send_pos", "back_pos",
-                     "ep_status"},
-                    fixedGrid(1), kRowThreads);
+  SmallVector<std::string> groups;
+  for (int64_t c = 0; c < chunks; ++c)
+    groups.push_back(groupOffsets(c));
+  SmallVector<StringRef> args{"offsets",  "ep_table", "ep_flags",
+                              "ep_epoch", "ep_peers", "ep_offsets",
+                              "send_pos", "back_pos", "ep_status"};
+  args.append(groups.begin(), groups.end());
+  Kernel k = kernel("ep_counts", args, fixedGrid(1), kRowThreads);
+  SmallVector<Value> groupArgs;
+  for (const std::string &g : groups)
+    groupArgs.push_back(k[g]);
   kernelOp<moegpu::EpCountsOp>(k, k["offsets"], k["ep_table"], k["ep_flags"],
                                k["ep_epoch"], k["ep_peers"], k["ep_offsets"],
-                               k["ep_group_offsets"], k["send_pos"],
-                               k["back_pos"], k["ep_status"], ep);
+                               k["send_pos"], k["back_pos"], k["ep_status"],
+                               groupArgs, ep);
   transport.reset();
+}
+
+/// A chunk's kernel of an exchange: `name`_c<chunk>.
+static std::string chunkKernel(StringRef name, std::optional<int64_t> chunk) {
+  return chunk ? (name + "_c" + Twine(*chunk)).str() : name.str();
 }
 
 void LayerBuilder::buildDeviceSend(StringRef name, int64_t ep, int64_t flag,
                                    StringRef rows, StringRef to,
-                                   StringRef weights, StringRef toWeights) {
+                                   StringRef weights, StringRef toWeights,
+                                   std::optional<int64_t> chunk) {
   transport = moegpu::Transport::Lsa;
   // Dispatch: this rank's segments by expert, each to its owner's
   // position; combine: the received segments back to their sources.
@@ -529,27 +543,31 @@ void LayerBuilder::buildDeviceSend(StringRef name, int64_t ep, int64_t flag,
   if (!weights.empty())
     args.append({weights, toWeights});
   args.append({"ep_flags", "ep_status", "ep_peers"});
-  Kernel k = kernel(name, args, fixedGrid(commCtas), kRowThreads);
+  Kernel k = kernel(chunkKernel(name, chunk), args, fixedGrid(commCtas),
+                    kRowThreads, chunk);
   kernelOp<moegpu::EpSendOp>(
       k,
       dispatch ? moegpu::EpDirection::Dispatch : moegpu::EpDirection::Combine,
       k[segments], k[positions], k[rows], k[to],
       weights.empty() ? Value() : k[weights],
       toWeights.empty() ? Value() : k[toWeights], k["ep_flags"], k["ep_status"],
-      k["ep_peers"], ep, ep + flag);
+      k["ep_peers"], ep, flagSlot(ep, flag, chunk), chunk.value_or(0), chunks);
   transport.reset();
 }
 
-void LayerBuilder::buildDeviceWait(StringRef name, int64_t ep, int64_t flag) {
+void LayerBuilder::buildDeviceWait(StringRef name, int64_t ep, int64_t flag,
+                                   std::optional<int64_t> chunk) {
   transport = moegpu::Transport::Lsa;
-  Kernel k = kernel(name, {"ep_flags", "ep_waited", "ep_status", "ep_peers"},
-                    fixedGrid(1), 32);
+  Kernel k = kernel(chunkKernel(name, chunk),
+                    {"ep_flags", "ep_waited", "ep_status", "ep_peers"},
+                    fixedGrid(1), 32, chunk);
   using ::moe::abi::ExchangeStatus;
   bool dispatch = flag == kFlagDispatch || flag == kFlagDispatchRows;
   auto code = static_cast<int64_t>(dispatch ? ExchangeStatus::DispatchTimeout
                                             : ExchangeStatus::CombineTimeout);
   kernelOp<moegpu::EpWaitOp>(k, k["ep_flags"], k["ep_waited"], k["ep_status"],
-                             k["ep_peers"], ep, ep + flag, commCtas, code);
+                             k["ep_peers"], ep, flagSlot(ep, flag, chunk),
+                             commCtas, code);
   transport.reset();
 }
 
@@ -613,45 +631,83 @@ void LayerBuilder::launchFp8SharedExperts() {
                  .blockScales("shared_act_scale", "ws2_scale"));
 }
 
-void LayerBuilder::buildChunkedExperts() {
-  // One wait of the host for the device: every chunk's sizes, exchanged
-  // at once, and the layout of what each chunk brings.
+bool LayerBuilder::buildChunkedExperts(int64_t ep) {
+  bool fp8 = config.isFp8(), shared = config.hasSharedExperts();
+  // Device-initiated: every chunk's sizes and layouts at once, then every
+  // chunk's rows on the comm SMs, a send (and a flag) a chunk.
+  if (lsa) {
+    buildDeviceCounts(ep);
+    for (int64_t c = 0; c < chunks; ++c) {
+      if (fp8) {
+        buildDeviceSend("ep_dispatch", ep, kFlagDispatch, "rows_q", "ep_rows_q",
+                        "row_weight", "ep_row_weight", c);
+        buildDeviceSend("ep_dispatch_scales", ep, kFlagDispatchRows,
+                        "rows_scale", "ep_rows_scale", "", "", c);
+      } else {
+        buildDeviceSend("ep_dispatch", ep, kFlagDispatch, "rows", "ep_rows",
+                        "row_weight", "ep_row_weight", c);
+      }
+    }
+  }
+  // Host-driven: one wait of the host for the device, every chunk's sizes
+  // exchanged at once and the layout of what each chunk brings.
   SmallVector<std::string> plan{"offsets", "ep_offsets"};
   for (int64_t c = 0; c < chunks; ++c)
     plan.push_back(groupOffsets(c));
   SmallVector<StringRef> planArgs(plan.begin(), plan.end());
-  addExchange(moegpu::ExchangeKind::DispatchPlan, planArgs);
+  addHostExchange(moegpu::ExchangeKind::DispatchPlan, planArgs);
   // Every chunk's rows and weights are enqueued on the communicator's
   // stream at once: chunk c + 1's move while chunk c's GEMMs run.
-  bool fp8 = config.isFp8();
   for (int64_t c = 0; c < chunks; ++c) {
     if (fp8) {
-      addExchange(moegpu::ExchangeKind::DispatchRows, {"rows_q", "ep_rows_q"},
-                  c);
-      addExchange(moegpu::ExchangeKind::DispatchRows,
-                  {"rows_scale", "ep_rows_scale"}, c);
+      addHostExchange(moegpu::ExchangeKind::DispatchRows,
+                      {"rows_q", "ep_rows_q"}, c);
+      addHostExchange(moegpu::ExchangeKind::DispatchRows,
+                      {"rows_scale", "ep_rows_scale"}, c);
     } else {
-      addExchange(moegpu::ExchangeKind::DispatchRows, {"rows", "ep_rows"}, c);
+      addHostExchange(moegpu::ExchangeKind::DispatchRows, {"rows", "ep_rows"},
+                      c);
     }
-    addExchange(moegpu::ExchangeKind::DispatchRows,
-                {"row_weight", "ep_row_weight"}, c);
+    addHostExchange(moegpu::ExchangeKind::DispatchRows,
+                    {"row_weight", "ep_row_weight"}, c);
   }
   // The shared experts' up projection needs no exchanged rows: it runs
-  // while the first chunk's rows travel (FP8: after the routed experts,
-  // with the rest of the shared experts).
-  if (config.hasSharedExperts() && !fp8)
+  // while the first chunk's rows travel (FP8: the device-initiated path
+  // runs all of the shared experts there; the host-driven one after the
+  // routed experts).
+  if (shared && !fp8)
     launchGemm("shared_up", Gemm("x", "ws13", "shared_offsets", "shared_act",
                                  moegpu::Epilogue::SwiGLU));
+  else if (shared && lsa)
+    launchFp8SharedExperts();
   // Each chunk's GEMMs wait for its own rows only; its outputs go back as
   // soon as its down projection is done, beside the next chunk's GEMMs.
   for (int64_t c = 0; c < chunks; ++c) {
+    if (lsa) {
+      buildDeviceWait("ep_dispatch_wait", ep, kFlagDispatch, c);
+      if (fp8)
+        buildDeviceWait("ep_dispatch_scales_wait", ep, kFlagDispatchRows, c);
+    }
     if (fp8)
       launchFp8Experts("ep_", groupOffsets(c), c);
     else
       launchExperts("ep_rows", groupOffsets(c), "ep_act", "ep_down",
                     "ep_row_weight", c);
-    addExchange(moegpu::ExchangeKind::CombineRows, {"ep_down", "down"}, c);
+    if (lsa)
+      buildDeviceSend("ep_combine", ep, kFlagCombine, "ep_down", "down", "", "",
+                      c);
+    addHostExchange(moegpu::ExchangeKind::CombineRows, {"ep_down", "down"}, c);
   }
+  if (!lsa)
+    return false;
+  // The shared experts' down projection covers the last chunk's way back;
+  // the waits come after it.
+  if (shared && !fp8)
+    launchGemm("shared_down",
+               Gemm("shared_act", "ws2", "shared_offsets", "shared_out"));
+  for (int64_t c = 0; c < chunks; ++c)
+    buildDeviceWait("ep_combine_wait", ep, kFlagCombine, c);
+  return shared;
 }
 
 namespace {

@@ -221,9 +221,12 @@ void LayerBuilder::buildTraining() {
   // its own).
   bool chunked = sharded && chunks > 1;
   int64_t passes = chunked ? chunks : 1;
-  if (lsa)
+  auto chunkOf = [&](int64_t c) {
+    return chunked ? std::optional<int64_t>(c) : std::nullopt;
+  };
+  for (int64_t c = 0; lsa && c < passes; ++c)
     buildDeviceSend("ep_dispatch_dy", ep, kFlagDispatchRows, "row_dy",
-                    "ep_row_dy");
+                    "ep_row_dy", "", "", chunkOf(c));
   for (int64_t c = 0; sharded && c < passes; ++c)
     addHostExchange(moegpu::ExchangeKind::DispatchRows, {"row_dy", "ep_row_dy"},
                     chunked ? std::optional<int64_t>(c) : std::nullopt);
@@ -287,10 +290,6 @@ void LayerBuilder::buildTraining() {
                Gemm("shared_du", "x", "shared_offsets",
                     arg("shared_up_weight.grad"), none, tn));
   }
-  // The rows' dy travelled on the comm SMs beside the shared experts'
-  // backward.
-  if (lsa)
-    buildDeviceWait("ep_dispatch_dy_wait", ep, kFlagDispatchRows);
   // The routing weights' gradients are summed into (atomics per row).
   addMemset(xWeightGrad);
   // The experts, every GEMM on tensor cores: the gate and up
@@ -302,9 +301,12 @@ void LayerBuilder::buildTraining() {
   // as soon as they are complete, and the weight gradients of the chunks
   // after the first accumulate into the first's.
   for (int64_t c = 0; c < passes; ++c) {
-    std::optional<int64_t> chunk =
-        chunked ? std::optional<int64_t>(c) : std::nullopt;
+    std::optional<int64_t> chunk = chunkOf(c);
     std::string groups = chunked ? groupOffsets(c) : xGroups;
+    // The chunk's dy travelled on the comm SMs beside the shared experts'
+    // backward (and the chunks' before).
+    if (lsa)
+      buildDeviceWait("ep_dispatch_dy_wait", ep, kFlagDispatchRows, chunk);
     SmallVector<StringRef> dyArgs{xDy, groups, "dyw", xWeight};
     launchKernel("train_expert_dy", dyArgs, expertGrid, kRowThreads, chunk,
                  [&](gpu::GPUFuncOp f) {
@@ -355,7 +357,7 @@ void LayerBuilder::buildTraining() {
     // beside the rows'), waited for after the weight gradients' GEMMs.
     if (lsa)
       buildDeviceSend("ep_combine_grads", ep, kFlagCombineRows, "ep_drows",
-                      "drows", "ep_row_weight_grad", "row_weight_grad");
+                      "drows", "ep_row_weight_grad", "row_weight_grad", chunk);
     // The first pass stores the weight gradients, later ones add to them.
     std::string suffix = c == 0 ? "" : "_acc";
     auto epilogue = c == 0 ? none : moegpu::Epilogue::Accumulate;
@@ -388,8 +390,8 @@ void LayerBuilder::buildTraining() {
                      });
       }
   }
-  if (lsa)
-    buildDeviceWait("ep_combine_grads_wait", ep, kFlagCombineRows);
+  for (int64_t c = 0; lsa && c < passes; ++c)
+    buildDeviceWait("ep_combine_grads_wait", ep, kFlagCombineRows, chunkOf(c));
   // Llama 4: the routing weights scaled the rows, not the outputs (whose
   // row weights were 1): their gradients are the rows' gradients dotted
   // with the tokens, in place of what the experts' backward summed.

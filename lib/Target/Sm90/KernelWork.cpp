@@ -128,6 +128,7 @@ Sm90KernelWork mlir::moe::kernelWorkOf(gpu::GPUFuncOp func) {
         w.width = columnsOf(op.getRows());
         w.inBytes = elementBytes(op.getRows());
         w.codes = static_cast<bool>(op.getWeights());
+        w.sendChunks = op.getChunks();
       })
       .Case([&](moegpu::EpWaitOp) { w.kind = K::EpWait; })
       .Case([&](moegpu::ComputeCopiesOp op) {

@@ -210,7 +210,9 @@ void costExchangeKernel(Sm90KernelCost &c, const Sm90KernelReport &kr,
   case Sm90KernelKind::EpSend: {
     double rowBytes =
         static_cast<double>(w.width * w.inBytes) + (w.codes ? 4.0 : 0.0);
-    c.bytes = rowsToPeers(s, tokens) * rowBytes;
+    // A chunk's send moves the chunk's share of the rows.
+    c.bytes =
+        rowsToPeers(s, tokens) * rowBytes / static_cast<double>(w.sendChunks);
     c.rooflineUs = 1e6 * c.bytes / m.nvlinkBandwidth;
     c.estimateUs =
         1e6 * sendSeconds(c.bytes, kr.persistentCtas, m, c.bound) + launch;

@@ -36,8 +36,8 @@
 gpu.module @k {
   gpu.func @counts(%o: memref<9xi32>, %t: memref<16xi32>, %f: memref<4xi32>, %e: memref<1xi32>, %p: memref<5xi64>,
                    %eo: memref<9xi32>, %g: memref<5xi32>, %s: memref<8xi32>, %b: memref<8xi32>, %st: memref<2xi32>) kernel {
-    moegpu.ep_counts %o, %t, %f, %e, %p, %eo, %g, %s, %b, %st {ranks = 2 : i64}
-      : memref<9xi32>, memref<16xi32>, memref<4xi32>, memref<1xi32>, memref<5xi64>, memref<9xi32>, memref<5xi32>, memref<8xi32>, memref<8xi32>, memref<2xi32>
+    moegpu.ep_counts %o, %t, %f, %e, %p, %eo, %s, %b, %st groups(%g : memref<5xi32>) {ranks = 2 : i64}
+      : memref<9xi32>, memref<16xi32>, memref<4xi32>, memref<1xi32>, memref<5xi64>, memref<9xi32>, memref<8xi32>, memref<8xi32>, memref<2xi32>
     gpu.return
   }
 }

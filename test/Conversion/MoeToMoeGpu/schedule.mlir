@@ -83,7 +83,7 @@ func.func @layer(%x: tensor<?x64xbf16>, %wr: tensor<8x64xbf16>, %wg: tensor<8x32
 // CHECK-DAG: moegpu.buffer @w13 : memref<4x64x64xbf16> dims [] source "pack:gate_weight,up_weight"
 // CHECK: moegpu.schedule "forward" {
 // CHECK: moegpu.launch @moe_kernels::@dispatch_scatter
-// CHECK-NEXT: moegpu.launch @moe_kernels::@ep_counts [@offsets, @ep_table, @ep_flags, @ep_epoch, @ep_peers, @ep_offsets, @ep_group_offsets, @send_pos, @back_pos, @ep_status] grid <fixed, size = 1> block 128 {transport = #moegpu.transport<lsa>}
+// CHECK-NEXT: moegpu.launch @moe_kernels::@ep_counts [@offsets, @ep_table, @ep_flags, @ep_epoch, @ep_peers, @ep_offsets, @send_pos, @back_pos, @ep_status, @ep_group_offsets] grid <fixed, size = 1> block 128 {transport = #moegpu.transport<lsa>}
 // CHECK-NEXT: moegpu.launch @moe_kernels::@ep_dispatch [@offsets, @send_pos, @rows, @ep_rows, @row_weight, @ep_row_weight, @ep_flags, @ep_status, @ep_peers] grid <fixed, size = 20> block 128 {transport = #moegpu.transport<lsa>}
 // CHECK-NEXT: moegpu.exchange <dispatch> [@offsets, @rows, @row_weight, @ep_offsets, @ep_group_offsets, @ep_rows, @ep_row_weight] {transport = #moegpu.transport<nccl>}
 // CHECK-NEXT: moegpu.launch @moe_kernels::@ep_dispatch_wait [@ep_flags, @ep_waited, @ep_status, @ep_peers] grid <fixed, size = 1> block 32 {transport = #moegpu.transport<lsa>}
@@ -101,6 +101,53 @@ func.func @shard(%x: tensor<?x64xbf16>, %wr: tensor<8x64xbf16>, %wg: tensor<4x32
                  %wu: tensor<4x32x64xbf16>, %wd: tensor<4x64x32xbf16>) -> tensor<?x64xbf16> {
   %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd)
          {config = #moe.layer_config<hidden = 64, experts = 8, top_k = 2, ffn = 32, dtype = bf16>, ep_size = 2}
+       : (tensor<?x64xbf16>, tensor<8x64xbf16>, tensor<4x32x64xbf16>, tensor<4x32x64xbf16>, tensor<4x64x32xbf16>) -> tensor<?x64xbf16>
+  return %y : tensor<?x64xbf16>
+}
+
+// -----
+
+// In 2 token chunks: one ep_counts for every chunk's sizes and layouts
+// (a table of ranks x chunks x experts, a groups buffer a chunk), a send,
+// a flag and a wait a chunk each way (chunk c's dispatch on flag
+// 2 + 4c, its combine on 3 + 4c). Chunk 1's rows travel while chunk 0's
+// GEMMs run, chunk 0's go back during chunk 1's; the combine waits come
+// last. The host-driven plan and rows beside them (nccl).
+// CHECK-LABEL: gpu.func @ep_dispatch_c1
+// CHECK: moegpu.ep_send <dispatch> {{.*}} {chunk = 1 : i64, chunks = 2 : i64, ranks = 2 : i64, slot = 6 : i64}
+// CHECK-LABEL: gpu.func @ep_combine_c1
+// CHECK: moegpu.ep_send <combine> {{.*}} {chunk = 1 : i64, chunks = 2 : i64, ranks = 2 : i64, slot = 7 : i64}
+// CHECK-LABEL: gpu.func @ep_combine_wait_c1
+// CHECK: moegpu.ep_wait {{.*}} slot = 7 : i64
+// CHECK-LABEL: moegpu.program {
+// CHECK-DAG: moegpu.buffer @ep_table : memref<32xi32> dims [] source "symmetric"
+// CHECK-DAG: moegpu.buffer @ep_flags : memref<8xi32> dims [] source "symmetric"
+// CHECK-DAG: moegpu.buffer @send_pos : memref<16xi32> dims [] source "scratch"
+// CHECK-DAG: moegpu.buffer @back_pos : memref<16xi32> dims [] source "scratch"
+// CHECK: moegpu.schedule "forward" {
+// CHECK: moegpu.launch @moe_kernels::@dispatch_scatter
+// CHECK-NEXT: moegpu.launch @moe_kernels::@ep_counts [@offsets, @ep_table, @ep_flags, @ep_epoch, @ep_peers, @ep_offsets, @send_pos, @back_pos, @ep_status, @ep_group_offsets, @ep_group_offsets.c1] grid <fixed, size = 1> block 128 {transport = #moegpu.transport<lsa>}
+// CHECK-NEXT: moegpu.launch @moe_kernels::@ep_dispatch_c0 [@offsets, @send_pos, @rows, @ep_rows, @row_weight, @ep_row_weight, @ep_flags, @ep_status, @ep_peers] grid <fixed, size = 20> block 128 {chunk = 0 : i64, transport = #moegpu.transport<lsa>}
+// CHECK-NEXT: moegpu.launch @moe_kernels::@ep_dispatch_c1 {{.*}} {chunk = 1 : i64, transport = #moegpu.transport<lsa>}
+// CHECK-NEXT: moegpu.exchange <dispatch_plan> [@offsets, @ep_offsets, @ep_group_offsets, @ep_group_offsets.c1] {transport = #moegpu.transport<nccl>}
+// CHECK-COUNT-4: moegpu.exchange <dispatch_rows> {{.*}} {chunk = {{[01]}} : i64, transport = #moegpu.transport<nccl>}
+// CHECK-NEXT: moegpu.launch @moe_kernels::@ep_dispatch_wait_c0 [@ep_flags, @ep_waited, @ep_status, @ep_peers] grid <fixed, size = 1> block 32 {chunk = 0 : i64, transport = #moegpu.transport<lsa>}
+// CHECK-NEXT: moegpu.launch @moe_kernels::@expert_up [@ep_rows, @w13, @ep_group_offsets, @ep_act] grid <persistent> block 0 {chunk = 0 : i64}
+// CHECK-NEXT: moegpu.launch @moe_kernels::@expert_down {{.*}} {chunk = 0 : i64}
+// CHECK-NEXT: moegpu.launch @moe_kernels::@ep_combine_c0 [@ep_offsets, @back_pos, @ep_down, @down, @ep_flags, @ep_status, @ep_peers] grid <fixed, size = 20> block 128 {chunk = 0 : i64, transport = #moegpu.transport<lsa>}
+// CHECK-NEXT: moegpu.exchange <combine_rows> [@ep_down, @down] {chunk = 0 : i64, transport = #moegpu.transport<nccl>}
+// CHECK-NEXT: moegpu.launch @moe_kernels::@ep_dispatch_wait_c1 {{.*}} {chunk = 1 : i64, transport = #moegpu.transport<lsa>}
+// CHECK-NEXT: moegpu.launch @moe_kernels::@expert_up [@ep_rows, @w13, @ep_group_offsets.c1, @ep_act] grid <persistent> block 0 {chunk = 1 : i64}
+// CHECK-NEXT: moegpu.launch @moe_kernels::@expert_down {{.*}} {chunk = 1 : i64}
+// CHECK-NEXT: moegpu.launch @moe_kernels::@ep_combine_c1 {{.*}} {chunk = 1 : i64, transport = #moegpu.transport<lsa>}
+// CHECK-NEXT: moegpu.exchange <combine_rows> [@ep_down, @down] {chunk = 1 : i64, transport = #moegpu.transport<nccl>}
+// CHECK-NEXT: moegpu.launch @moe_kernels::@ep_combine_wait_c0 {{.*}} {chunk = 0 : i64, transport = #moegpu.transport<lsa>}
+// CHECK-NEXT: moegpu.launch @moe_kernels::@ep_combine_wait_c1 {{.*}} {chunk = 1 : i64, transport = #moegpu.transport<lsa>}
+// CHECK-NEXT: moegpu.launch @moe_kernels::@combine
+func.func @chunked(%x: tensor<?x64xbf16>, %wr: tensor<8x64xbf16>, %wg: tensor<4x32x64xbf16>,
+                   %wu: tensor<4x32x64xbf16>, %wd: tensor<4x64x32xbf16>) -> tensor<?x64xbf16> {
+  %y = moe.layer %x router(%wr) experts(%wg, %wu, %wd)
+         {config = #moe.layer_config<hidden = 64, experts = 8, top_k = 2, ffn = 32, dtype = bf16>, ep_size = 2, ep_chunks = 2}
        : (tensor<?x64xbf16>, tensor<8x64xbf16>, tensor<4x32x64xbf16>, tensor<4x32x64xbf16>, tensor<4x64x32xbf16>) -> tensor<?x64xbf16>
   return %y : tensor<?x64xbf16>
 }

@@ -595,8 +595,8 @@ gpu.module @k {
   gpu.func @f(%o: memref<9xi32>, %t: memref<16xi32>, %f: memref<4xi32>, %e: memref<1xi32>, %p: memref<4xi64>,
               %eo: memref<9xi32>, %g: memref<5xi32>, %s: memref<8xi32>, %b: memref<8xi32>, %st: memref<2xi32>) kernel {
     // expected-error @+1 {{'moegpu.ep_counts' op expects dimension 0 of peers to be 5 (a distance per rank, the rank, the limit and the capacity), got 'memref<4xi64>'}}
-    moegpu.ep_counts %o, %t, %f, %e, %p, %eo, %g, %s, %b, %st {ranks = 2 : i64}
-      : memref<9xi32>, memref<16xi32>, memref<4xi32>, memref<1xi32>, memref<4xi64>, memref<9xi32>, memref<5xi32>, memref<8xi32>, memref<8xi32>, memref<2xi32>
+    moegpu.ep_counts %o, %t, %f, %e, %p, %eo, %s, %b, %st groups(%g : memref<5xi32>) {ranks = 2 : i64}
+      : memref<9xi32>, memref<16xi32>, memref<4xi32>, memref<1xi32>, memref<4xi64>, memref<9xi32>, memref<8xi32>, memref<8xi32>, memref<2xi32>
     gpu.return
   }
 }
@@ -606,9 +606,9 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @f(%o: memref<10xi32>, %t: memref<18xi32>, %f: memref<4xi32>, %e: memref<1xi32>, %p: memref<5xi64>,
               %eo: memref<10xi32>, %g: memref<5xi32>, %s: memref<9xi32>, %b: memref<9xi32>, %st: memref<2xi32>) kernel {
-    // expected-error @+1 {{'moegpu.ep_counts' op expects offsets of a multiple of 2 experts (one block a rank) plus one, got 'memref<10xi32>'}}
-    moegpu.ep_counts %o, %t, %f, %e, %p, %eo, %g, %s, %b, %st {ranks = 2 : i64}
-      : memref<10xi32>, memref<18xi32>, memref<4xi32>, memref<1xi32>, memref<5xi64>, memref<10xi32>, memref<5xi32>, memref<9xi32>, memref<9xi32>, memref<2xi32>
+    // expected-error @+1 {{'moegpu.ep_counts' op expects offsets of 1 chunk(s) of a multiple of 2 experts (one block a rank) plus one, got 'memref<10xi32>'}}
+    moegpu.ep_counts %o, %t, %f, %e, %p, %eo, %s, %b, %st groups(%g : memref<5xi32>) {ranks = 2 : i64}
+      : memref<10xi32>, memref<18xi32>, memref<4xi32>, memref<1xi32>, memref<5xi64>, memref<10xi32>, memref<9xi32>, memref<9xi32>, memref<2xi32>
     gpu.return
   }
 }
@@ -618,9 +618,9 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @f(%o: memref<9xi32>, %t: memref<8xi32>, %f: memref<4xi32>, %e: memref<1xi32>, %p: memref<5xi64>,
               %eo: memref<9xi32>, %g: memref<5xi32>, %s: memref<8xi32>, %b: memref<8xi32>, %st: memref<2xi32>) kernel {
-    // expected-error @+1 {{'moegpu.ep_counts' op expects dimension 0 of table to be 16 (ranks x experts), got 'memref<8xi32>'}}
-    moegpu.ep_counts %o, %t, %f, %e, %p, %eo, %g, %s, %b, %st {ranks = 2 : i64}
-      : memref<9xi32>, memref<8xi32>, memref<4xi32>, memref<1xi32>, memref<5xi64>, memref<9xi32>, memref<5xi32>, memref<8xi32>, memref<8xi32>, memref<2xi32>
+    // expected-error @+1 {{'moegpu.ep_counts' op expects dimension 0 of table to be 16 (ranks x chunks x experts), got 'memref<8xi32>'}}
+    moegpu.ep_counts %o, %t, %f, %e, %p, %eo, %s, %b, %st groups(%g : memref<5xi32>) {ranks = 2 : i64}
+      : memref<9xi32>, memref<8xi32>, memref<4xi32>, memref<1xi32>, memref<5xi64>, memref<9xi32>, memref<8xi32>, memref<8xi32>, memref<2xi32>
     gpu.return
   }
 }
@@ -631,8 +631,8 @@ gpu.module @k {
   gpu.func @f(%o: memref<9xi32>, %t: memref<16xi32>, %f: memref<1xi32>, %e: memref<1xi32>, %p: memref<5xi64>,
               %eo: memref<9xi32>, %g: memref<5xi32>, %s: memref<8xi32>, %b: memref<8xi32>, %st: memref<2xi32>) kernel {
     // expected-error @+1 {{'moegpu.ep_counts' op expects flags of at least 2 words (a flag per rank), got 'memref<1xi32>'}}
-    moegpu.ep_counts %o, %t, %f, %e, %p, %eo, %g, %s, %b, %st {ranks = 2 : i64}
-      : memref<9xi32>, memref<16xi32>, memref<1xi32>, memref<1xi32>, memref<5xi64>, memref<9xi32>, memref<5xi32>, memref<8xi32>, memref<8xi32>, memref<2xi32>
+    moegpu.ep_counts %o, %t, %f, %e, %p, %eo, %s, %b, %st groups(%g : memref<5xi32>) {ranks = 2 : i64}
+      : memref<9xi32>, memref<16xi32>, memref<1xi32>, memref<1xi32>, memref<5xi64>, memref<9xi32>, memref<8xi32>, memref<8xi32>, memref<2xi32>
     gpu.return
   }
 }
@@ -669,6 +669,58 @@ gpu.module @k {
     // expected-error @+1 {{'moegpu.ep_send' op expects dimension 0 of positions to be 8 (a position per segment), got 'memref<7xi32>'}}
     moegpu.ep_send <dispatch> %o, %pos, %r, %to, %f, %st, %p {ranks = 2 : i64, slot = 2 : i64}
       : memref<9xi32>, memref<7xi32>, memref<?x64xbf16>, memref<?x64xbf16>, memref<4xi32>, memref<2xi32>, memref<5xi64>
+    gpu.return
+  }
+}
+
+// -----
+
+// Token chunks: the send's chunk is one of them; its segments hold the
+// chunks' (2 x 8 + 1 for a dispatch); the counts take a groups buffer a
+// chunk, of the local experts + 1 each.
+gpu.module @k {
+  gpu.func @f(%o: memref<17xi32>, %pos: memref<16xi32>, %r: memref<?x64xbf16>, %to: memref<?x64xbf16>,
+              %f: memref<8xi32>, %st: memref<2xi32>, %p: memref<5xi64>) kernel {
+    // expected-error @+1 {{'moegpu.ep_send' op expects chunk 2 to be one of the 2 chunk(s)}}
+    moegpu.ep_send <dispatch> %o, %pos, %r, %to, %f, %st, %p {ranks = 2 : i64, slot = 2 : i64, chunk = 2 : i64, chunks = 2 : i64}
+      : memref<17xi32>, memref<16xi32>, memref<?x64xbf16>, memref<?x64xbf16>, memref<8xi32>, memref<2xi32>, memref<5xi64>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%o: memref<18xi32>, %pos: memref<16xi32>, %r: memref<?x64xbf16>, %to: memref<?x64xbf16>,
+              %f: memref<8xi32>, %st: memref<2xi32>, %p: memref<5xi64>) kernel {
+    // expected-error @+1 {{'moegpu.ep_send' op expects segments of 2 chunk(s) of a multiple of 2 experts (one block a rank), plus one, got 'memref<18xi32>'}}
+    moegpu.ep_send <dispatch> %o, %pos, %r, %to, %f, %st, %p {ranks = 2 : i64, slot = 2 : i64, chunk = 1 : i64, chunks = 2 : i64}
+      : memref<18xi32>, memref<16xi32>, memref<?x64xbf16>, memref<?x64xbf16>, memref<8xi32>, memref<2xi32>, memref<5xi64>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%o: memref<9xi32>, %t: memref<16xi32>, %f: memref<4xi32>, %e: memref<1xi32>, %p: memref<5xi64>,
+              %eo: memref<9xi32>, %s: memref<8xi32>, %b: memref<8xi32>, %st: memref<2xi32>) kernel {
+    // expected-error @+1 {{'moegpu.ep_counts' op expects the ep_group_offsets of at least one chunk}}
+    "moegpu.ep_counts"(%o, %t, %f, %e, %p, %eo, %s, %b, %st) {ranks = 2 : i64}
+      : (memref<9xi32>, memref<16xi32>, memref<4xi32>, memref<1xi32>, memref<5xi64>, memref<9xi32>, memref<8xi32>, memref<8xi32>, memref<2xi32>) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%o: memref<17xi32>, %t: memref<32xi32>, %f: memref<8xi32>, %e: memref<1xi32>, %p: memref<5xi64>,
+              %eo: memref<18xi32>, %g0: memref<5xi32>, %g1: memref<4xi32>, %s: memref<16xi32>, %b: memref<16xi32>,
+              %st: memref<2xi32>) kernel {
+    // expected-error @+1 {{'moegpu.ep_counts' op expects dimension 0 of ep_group_offsets to be 5 (local experts + 1), got 'memref<4xi32>'}}
+    moegpu.ep_counts %o, %t, %f, %e, %p, %eo, %s, %b, %st groups(%g0, %g1 : memref<5xi32>, memref<4xi32>) {ranks = 2 : i64}
+      : memref<17xi32>, memref<32xi32>, memref<8xi32>, memref<1xi32>, memref<5xi64>, memref<18xi32>, memref<16xi32>, memref<16xi32>, memref<2xi32>
     gpu.return
   }
 }

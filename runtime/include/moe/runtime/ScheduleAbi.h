@@ -232,6 +232,17 @@ enum class ExchangeStatus : int32_t {
   Capacity = 4, ///< a rank would receive more rows than it holds ([1]: rank)
 };
 
+/// The device-initiated exchange's flags (ep_flags): one a rank (its
+/// sizes), then kExchangeFlagsPerChunk a token chunk (one set without
+/// chunks): chunk c's flag f is word ranks + c kExchangeFlagsPerChunk + f.
+enum class ExchangeFlag : int32_t {
+  Dispatch = 0,     ///< the forward pass's rows to the experts' ranks
+  Combine = 1,      ///< the experts' outputs back
+  DispatchRows = 2, ///< a training step's dy (FP8: the rows' scales)
+  CombineRows = 3,  ///< a training step's row and weight gradients back
+};
+constexpr int32_t kExchangeFlagsPerChunk = 4;
+
 enum class StepKind {
   Launch,    ///< a kernel over its buffers
   Memset,    ///< one buffer zeroed
