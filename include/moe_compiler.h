@@ -53,6 +53,14 @@ const void *moe_compile_result_data(const moe_compile_result *result,
 const char *moe_compile_result_diagnostics(const moe_compile_result *result);
 void moe_compile_result_free(moe_compile_result *result);
 
+/** The sm_90a PTX of a sharded layer's device-initiated exchange alone,
+ *  as moe-comm-bench runs it: `ranks` ranks of `experts / ranks` experts
+ *  each, rows of `hidden` bf16, sends on `ctas` CTAs (kernels `counts`,
+ *  `dispatch`, `dispatch_wait`, `combine`, `combine_wait`). The result's
+ *  data is the PTX text; its diagnostics say what failed. Never NULL. */
+moe_compile_result *moe_compile_exchange_kernels(int64_t ranks, int64_t experts,
+                                                 int64_t hidden, int64_t ctas);
+
 #ifdef __cplusplus
 }
 #endif

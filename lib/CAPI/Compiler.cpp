@@ -89,3 +89,21 @@ const char *moe_compile_result_diagnostics(const moe_compile_result *result) {
 }
 
 void moe_compile_result_free(moe_compile_result *result) { delete result; }
+
+moe_compile_result *moe_compile_exchange_kernels(int64_t ranks, int64_t experts,
+                                                 int64_t hidden, int64_t ctas) {
+  auto *result = new moe_compile_result();
+  mlir::moe::ExchangeKernelShape shape;
+  shape.ranks = ranks;
+  shape.experts = experts;
+  shape.hidden = hidden;
+  shape.ctas = ctas;
+  mlir::moe::ExchangeKernels kernels = mlir::moe::compileExchangeKernels(shape);
+  if (!kernels.error.empty()) {
+    result->diagnostics = "error: " + kernels.error + "\n";
+    return result;
+  }
+  result->output.assign(kernels.ptx.begin(), kernels.ptx.end());
+  result->ok = true;
+  return result;
+}

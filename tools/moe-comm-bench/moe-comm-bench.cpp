@@ -7,9 +7,10 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Bench.h"
 #include "ToolSupport.h"
-#include "moe/runtime/ScheduleAbi.h"
 #include "moe/runtime/DeviceComm.h"
+#include "moe/runtime/ScheduleAbi.h"
 
 #include <algorithm>
 #include <csignal>
@@ -19,6 +20,7 @@
 #include <vector>
 
 using namespace moe::rt;
+using moe::bench::Result;
 using moe::tools::die;
 using moe::tools::flag;
 using moe::tools::parseCount;
@@ -39,11 +41,23 @@ static const char kUsage[] =
     "\n"
     "  --device=host|cuda   host memory over MPI (one rank: no MPI), or GPU\n"
     "                       memory over NCCL (default host)\n"
-    "  --op=all_to_all|all_reduce|both|window   (both); window (cuda): a\n"
-    "                       symmetric memory window (NCCL >= 2.28): every\n"
-    "                       rank stores into every peer's copy through the\n"
-    "                       window's peer addresses, every rank checks its\n"
-    "                       own (a check, not timed)\n"
+    "  --op=all_to_all|all_reduce|both|window|dispatch_combine   (both);\n"
+    "                       window (cuda): a symmetric memory window (NCCL\n"
+    "                       >= 2.28): every rank stores into every peer's\n"
+    "                       copy through the window's peer addresses, every\n"
+    "                       rank checks its own (a check, not timed);\n"
+    "                       dispatch_combine (cuda, 2 to 128 ranks of one\n"
+    "                       LSA team): a sharded layer's rows to their\n"
+    "                       experts' ranks and back by the compiled device-\n"
+    "                       initiated exchange (ep_counts, ep_send, ep_wait\n"
+    "                       on --comm-sms CTAs, 20 by default; dispatch\n"
+    "                       includes the sizes' exchange), then by NCCL's\n"
+    "                       all-to-all of the same rows; every row, routing\n"
+    "                       weight and returned row is checked\n"
+    "  --tokens=T --hidden=H --experts=E --top-k=K   dispatch_combine: each\n"
+    "                       rank routes T tokens of H bf16 to K distinct of E\n"
+    "                       experts, E / ranks a rank (4096, 7168, 256, 8:\n"
+    "                       DeepSeek-V3)\n"
     "  --bytes=B            all-to-all: bytes each rank sends each rank on\n"
     "                       average; all-reduce: bytes reduced (1048576)\n"
     "  --iters=N            timed calls (20), after --warmup=W checked\n"
@@ -165,15 +179,6 @@ bool corruptOn(const Communicator &c) {
   return spec && std::sscanf(spec, "corrupt:%d", &rank) == 1 &&
          rank == c.rank();
 }
-
-struct Result {
-  std::string op;
-  size_t bytes = 0; // this rank's payload per call
-  double seconds = 0;
-  double busFactor = 1;
-  int64_t errors = 0;
-  std::string firstError;
-};
 
 /// Waits for every rank.
 void barrier(Communicator &c) {
@@ -333,6 +338,7 @@ int main(int argc, char **argv) {
   moe::tools::installOutOfMemoryHandler();
   std::string device = "host", op = "both";
   int64_t bytes = 1 << 20, iters = 20, warmup = 2, commSms = 0, gpu = -1;
+  moe::bench::ExchangeBenchOptions exchange;
   double timeout = 300;
   for (int i = 1; i < argc; ++i) {
     std::string value;
@@ -356,6 +362,14 @@ int main(int argc, char **argv) {
       warmup = parseCount(value, "--warmup", 0, moe::tools::kMaxRepeats);
     else if (flag(argc, argv, i, "--comm-sms", &value))
       commSms = parseCount(value, "--comm-sms");
+    else if (flag(argc, argv, i, "--tokens", &value))
+      exchange.tokens = parseCount(value, "--tokens", 1, 1 << 24);
+    else if (flag(argc, argv, i, "--hidden", &value))
+      exchange.hidden = parseCount(value, "--hidden", 1, 1 << 20);
+    else if (flag(argc, argv, i, "--experts", &value))
+      exchange.experts = parseCount(value, "--experts", 1, 1 << 16);
+    else if (flag(argc, argv, i, "--top-k", &value))
+      exchange.topK = parseCount(value, "--top-k", 1, 1 << 16);
     else if (flag(argc, argv, i, "--gpu", &value))
       gpu = parseCount(value, "--gpu");
     else if (flag(argc, argv, i, "--timeout", &value))
@@ -366,11 +380,18 @@ int main(int argc, char **argv) {
   if (device != "host" && device != "cuda")
     die("--device must be host or cuda, got '" + device + "'");
   if (op != "all_to_all" && op != "all_reduce" && op != "both" &&
-      op != "window")
-    die("--op must be all_to_all, all_reduce, both or window, got '" + op +
-        "'");
+      op != "window" && op != "dispatch_combine")
+    die("--op must be all_to_all, all_reduce, both, window or "
+        "dispatch_combine, got '" +
+        op + "'");
   if (op == "window" && device != "cuda")
     die("--op=window needs --device=cuda (a window is GPU memory)");
+  if (op == "dispatch_combine" && device != "cuda")
+    die("--op=dispatch_combine needs --device=cuda (the exchange is "
+        "compiled GPU kernels)");
+  if (exchange.topK > exchange.experts)
+    die("--top-k " + std::to_string(exchange.topK) +
+        " is more than the --experts " + std::to_string(exchange.experts));
   if (bytes < 4)
     die("--bytes must be at least 4 (one element)");
   // The all-to-all holds a send, a receive and an expected buffer of
@@ -415,6 +436,21 @@ int main(int argc, char **argv) {
   }
 
   std::vector<Result> results;
+  if (op == "dispatch_combine") {
+    if (exchange.experts % comm.size() || comm.size() < 2 || comm.size() > 128)
+      comm.abort("moe-comm-bench: error: --op=dispatch_combine needs 2 to "
+                 "128 ranks that divide the --experts " +
+                     std::to_string(exchange.experts) + ", got " +
+                     std::to_string(comm.size()) + " rank(s)",
+                 1);
+    exchange.ctas = commSms ? commSms : 20;
+    exchange.warmup = warmup;
+    exchange.iters = iters;
+    exchange.device = gpu >= 0 ? static_cast<int>(gpu) : launcherLocalRank();
+    exchange.timeoutSeconds = timeout;
+    results = moe::bench::runExpertExchange(
+        comm, *static_cast<CudaCollectives &>(*backend).dev, exchange);
+  }
   if (op == "window")
     results.push_back(
         runWindow(comm, *static_cast<CudaCollectives &>(*backend).dev, bytes));
@@ -440,7 +476,7 @@ int main(int argc, char **argv) {
   if (comm.rank() == 0) {
     std::printf("moe-comm-bench: %d rank(s), %s\n", comm.size(),
                 backend->describe().c_str());
-    std::printf("%-11s %12s %11s %11s %11s  %s\n", "op", "bytes/rank",
+    std::printf("%-13s %12s %11s %11s %11s  %s\n", "op", "bytes/rank",
                 "time_us", "algbw_GB/s", "busbw_GB/s", "check");
   }
   for (size_t i = 0; i < results.size(); ++i) {
@@ -451,17 +487,17 @@ int main(int argc, char **argv) {
     // One rank's all-reduce moves nothing, and the window is a check:
     // no bandwidth to speak of.
     if (r.op == "window") {
-      std::printf("%-11s %12zu %11s %11s %11s  %s\n", r.op.c_str(), r.bytes,
+      std::printf("%-13s %12zu %11s %11s %11s  %s\n", r.op.c_str(), r.bytes,
                   "-", "-", "-", failures[i] > 0 ? "FAILED" : "ok");
       continue;
     }
     if (comm.size() == 1 && r.op == "all_reduce") {
-      std::printf("%-11s %12zu %11.1f %11s %11s  %s\n", r.op.c_str(), r.bytes,
+      std::printf("%-13s %12zu %11.1f %11s %11s  %s\n", r.op.c_str(), r.bytes,
                   r.seconds * 1e6, "-", "-", failures[i] > 0 ? "FAILED" : "ok");
       continue;
     }
     double algbw = r.bytes / r.seconds / 1e9;
-    std::printf("%-11s %12zu %11.1f %11.3f %11.3f  %s\n", r.op.c_str(), r.bytes,
+    std::printf("%-13s %12zu %11.1f %11.3f %11.3f  %s\n", r.op.c_str(), r.bytes,
                 r.seconds * 1e6, algbw, algbw * r.busFactor,
                 failures[i] > 0 ? "FAILED" : "ok");
   }

@@ -140,6 +140,30 @@ std::optional<std::vector<uint8_t>> lookupCache(const std::string &dir,
 std::string storeCache(const std::string &dir, const std::string &key,
                        const std::vector<uint8_t> &bundle);
 
+/// The device-initiated exchange alone, as moe-comm-bench runs it: `ranks`
+/// ranks of `experts / ranks` experts each, rows of `hidden` bf16 with an
+/// f32 routing weight, sends on `ctas` CTAs, whole (one token chunk).
+struct ExchangeKernelShape {
+  int64_t ranks = 2;
+  int64_t experts = 8;
+  int64_t hidden = 64;
+  int64_t ctas = 20;
+};
+
+/// The sm_90a PTX of the exchange's kernels, each one kernel op that the
+/// compiler schedules for a sharded layer, lowered by the same pipeline:
+/// `counts` (moegpu.ep_counts), `dispatch` and `combine` (ep_send, on
+/// flags ranks + ExchangeFlag::Dispatch and + Combine) and their waits
+/// `dispatch_wait` and `combine_wait` (ep_wait). Their parameters are the
+/// operands' memref descriptors in operand order (groups last for
+/// counts); the buffers' sizes are those of the layer's schedule.
+struct ExchangeKernels {
+  std::string ptx;
+  /// Empty on success; else what failed.
+  std::string error;
+};
+ExchangeKernels compileExchangeKernels(const ExchangeKernelShape &shape);
+
 } // namespace mlir::moe
 
 #endif // MOE_COMPILER_COMPILER_H
