@@ -122,6 +122,10 @@ class Bundle:
         if device is None:
             device = "cuda" if self.target == "sm_90a" else "host"
         layer = Layer(_core.Layer.load(self.data, device))
+        # What a copy (pickle, copy.deepcopy of a torch module holding it)
+        # loads again.
+        layer._bundle = self
+        layer._device = device
         if threads is not None:
             layer.set_threads(threads)
         if weights is not None and seed is not None:

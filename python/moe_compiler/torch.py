@@ -14,7 +14,10 @@ The host target runs on CPU tensors. Parameters are float32 torch
 Parameters (the masters); each forward pass copies those that changed since
 the last one into the layer, in its compute dtype. Gradients flow to x and
 to every trained parameter through y; topk_ids and topk_weights are
-outputs without gradients.
+outputs without gradients. A batch of more tokens than the bundle's
+max_tokens runs in pieces of at most max_tokens (routing is per token, so
+the result is the same). A MoELayer pickles and deep-copies: the copy loads
+its bundle again and binds the copied parameters.
 """
 
 import re
@@ -72,6 +75,9 @@ class MoELayer(torch.nn.Module):
         if output not in ("tensor", "routing", "pair"):
             raise ValueError("output must be 'tensor', 'routing' or 'pair', "
                              "got %r" % (output,))
+        if not hasattr(layer, "_bundle"):
+            raise TypeError("layer must be a moe_compiler.Layer from "
+                            "Bundle.load, got %s" % type(layer).__name__)
         self.layer = layer
         self.output = output
         trained = set(layer.trained_parameters()) if layer.has_backward \
@@ -97,6 +103,26 @@ class MoELayer(torch.nn.Module):
         bundle = _compile(config, train=train, **compile_args)
         return cls(bundle.load(weights=weights, prefix=prefix, seed=seed,
                                threads=threads), output=output)
+
+    def __getstate__(self):
+        """The module's state with the loaded layer replaced by its bundle
+        (the compiled code is not picklable; the parameters are the
+        module's own tensors)."""
+        state = self.__dict__.copy()
+        layer = state.pop("layer")
+        state["_layer_bundle"] = (layer._bundle.data, layer._bundle.target,
+                                  layer._device)
+        return state
+
+    def __setstate__(self, state):
+        state = dict(state)
+        data, target, device = state.pop("_layer_bundle")
+        self.__dict__.update(state)
+        # Bound (to placeholders), then every parameter is set from the
+        # module's tensors.
+        self.layer = Bundle(data, target).load(device=device, seed=0)
+        self._seen = {role: None for role in self._roles}
+        self._sync()
 
     @staticmethod
     def _stamp(tensor):
@@ -129,7 +155,16 @@ class MoELayer(torch.nn.Module):
         self._sync()
         flat = x.reshape(-1, hidden).contiguous()
         params = [getattr(self, role) for role in self._trained]
-        y, ids, weights = _MoEFunction.apply(flat, self, *params)
+        # Batches beyond the bundle's capacity in pieces of at most
+        # max_tokens tokens.
+        cap = self.layer.max_tokens
+        if flat.shape[0] <= cap:
+            y, ids, weights = _MoEFunction.apply(flat, self, *params)
+        else:
+            parts = [_MoEFunction.apply(flat[i:i + cap], self, *params)
+                     for i in range(0, flat.shape[0], cap)]
+            y, ids, weights = (torch.cat([p[j] for p in parts])
+                               for j in range(3))
         y = y.to(x.dtype).reshape(x.shape)
         if self.output == "routing":
             k = self.layer.top_k
@@ -158,14 +193,55 @@ def _checkpoint_state(model, path, block):
     return revert_weight_conversion(model, state)
 
 
+# What transformers names a decoder layer's MoE block, whatever the
+# checkpoints call it (transformers 5 loads Mixtral's, Phi-3.5-MoE's and
+# MiniMax's `block_sparse_moe` into `mlp`).
+_BLOCK_NAMES = ("mlp", "block_sparse_moe", "feed_forward")
+
+# A model's parameter dtype -> the compiler's --dtype.
+_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16",
+           torch.float16: "f16"}
+
+
+def _find_blocks(model, template, moe_layers):
+    """(path, layer, module) of each MoE block. Blocks are found by the
+    prefix's last parts: "...layers.{layer}.mlp." matches the module
+    "model.layers.3.mlp" (and the module tree of a multimodal wrapper,
+    whose outer names differ from the checkpoint's); the block's own name
+    may be the checkpoint's or any of _BLOCK_NAMES, the checkpoint's
+    first."""
+    head, tail = template.split("{layer}", 1)
+    head_last = head.rstrip(".").split(".")[-1]
+    names = [tail.strip(".")]
+    names += [n for n in _BLOCK_NAMES if n not in names]
+    pattern = re.compile(r"(?:^|.*\.)%s\.(\d+)\.(%s)$"
+                         % (re.escape(head_last),
+                            "|".join(re.escape(n) for n in names)))
+    best = {}
+    for path, module in model.named_modules():
+        match = pattern.match(path)
+        if not match:
+            continue
+        index = int(match.group(1))
+        if moe_layers and index not in moe_layers:
+            continue
+        rank = names.index(match.group(2))
+        if index not in best or rank < best[index][0]:
+            best[index] = (rank, path, module)
+    return [(path, index, module)
+            for index, (_, path, module) in sorted(best.items())]
+
+
 def replace_moe_blocks(model, target="host", dtype=None, train=None,
-                       threads=None, cache=True):
+                       threads=None, cache=True, max_tokens=4096):
     """Swaps every MoE block of a transformers model (a family the importer
     supports) for a compiled MoELayer holding the block's weights, in place.
 
-    The layer is compiled once from model.config; train (default: whether
-    the model is in training mode) also compiles the backward pass. Returns
-    the module paths replaced.
+    The layer is compiled once from model.config, in the model's dtype
+    unless `dtype` says otherwise ("f32", "bf16", "f16", "fp8"); train
+    (default: whether the model is in training mode) also compiles the
+    backward pass. A forward pass of more than max_tokens tokens runs in
+    pieces. Returns the module paths replaced.
     """
     config = getattr(model, "config", None)
     if config is None:
@@ -173,29 +249,22 @@ def replace_moe_blocks(model, target="host", dtype=None, train=None,
                         ".config)")
     if train is None:
         train = model.training
+    if dtype is None:
+        first = next(model.parameters(), None)
+        dtype = _DTYPES.get(first.dtype) if first is not None else None
     bundle = _compile(config, target=target, dtype=dtype, train=train,
-                      cache=cache)
+                      max_tokens=max_tokens, cache=cache)
     template, moe_layers = _core.bundle_checkpoint(bundle.data)
     moe_layers = set(moe_layers)
     if "{layer}" not in template:
         raise ValueError("the compiled config does not say where its MoE "
                          "blocks are in the model (no checkpoint prefix)")
-    # Blocks are found by the prefix's last parts: "...layers.{layer}.mlp."
-    # matches the module "model.layers.3.mlp" (and the module tree of a
-    # multimodal wrapper, whose outer names differ from the checkpoint's).
-    head, tail = template.split("{layer}", 1)
-    head_last = head.rstrip(".").split(".")[-1]
-    pattern = re.compile(r"(?:^|.*\.)%s\.(\d+)\.%s$"
-                         % (re.escape(head_last),
-                            re.escape(tail.strip("."))))
-    found = []
-    for path, module in model.named_modules():
-        match = pattern.match(path)
-        if match and (not moe_layers or int(match.group(1)) in moe_layers):
-            found.append((path, int(match.group(1)), module))
+    found = _find_blocks(model, template, moe_layers)
     if not found:
-        raise ValueError("no MoE block of the form '%s' found in the model "
-                         "(layers %s)" % (template, sorted(moe_layers)))
+        raise ValueError("no MoE block of the form '%s' (or with the block "
+                         "named %s) found in the model (layers %s)"
+                         % (template, " or ".join(_BLOCK_NAMES),
+                            sorted(moe_layers)))
     replaced = []
     for path, index, block in found:
         prefix = template.replace("{layer}", str(index))

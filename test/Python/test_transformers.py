@@ -1,8 +1,12 @@
 """replace_moe_blocks on small transformers 5 models: the same logits, and
 loss.backward() gives the same gradients as transformers' own modules, for
 the swapped blocks' weights (compared under the checkpoint's names) and for
-every other parameter (whose gradients flow through the blocks' dx)."""
+every other parameter (whose gradients flow through the blocks' dx). A
+replaced model deep-copies and pickles, runs batches beyond the bundle's
+max_tokens, and gets a layer of its own dtype."""
 import copy
+import pickle
+import re
 
 import pytest
 
@@ -34,6 +38,11 @@ CASES = {
                   dict(num_hidden_layers=4, decoder_sparse_step=2,
                        hidden_size=64, num_experts=8, num_experts_per_tok=2,
                        moe_intermediate_size=32, norm_topk_prob=True)),
+    # transformers 5 names the block `mlp`; the checkpoints,
+    # `block_sparse_moe`.
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM",
+                dict(num_hidden_layers=2, hidden_size=64,
+                     num_local_experts=4, num_experts_per_tok=2)),
     # A block that returns (y, router scores), biases and the clamp.
     "gpt_oss": ("GptOssConfig", "GptOssForCausalLM",
                 dict(num_hidden_layers=2, hidden_size=64,
@@ -103,7 +112,89 @@ def test_replace_moe_blocks(case):
         prefix = path + "."
         ours = moe.layer.checkpoint_names(
             {role: grads[prefix + role] for role in moe._trained})
-        ref = {n[n.index(prefix) + len(prefix):]: g for n, g in ref.items()}
+        # Reverted to the checkpoint's block name (Mixtral's
+        # block_sparse_moe for the module mlp): names after it.
+        ref = {re.sub(r"^.*?layers\.\d+\.[a-z_]+\.", "", n): g
+               for n, g in ref.items()}
         assert set(ours) == set(ref), (sorted(ours), sorted(ref))
         for name, want in ref.items():
             close(torch.from_numpy(ours[name]), want, prefix + name)
+
+
+def test_copy_and_pickle():
+    """A replaced model copies (copy.deepcopy, pickle): the copy loads its
+    bundle again, computes the same logits, and trains apart from the
+    original."""
+    model = build("qwen3_moe")
+    replace_moe_blocks(model, train=True)
+    tokens = torch.randint(0, 100, (2, 7), generator=torch.Generator()
+                           .manual_seed(2))
+    with torch.no_grad():
+        want = model(tokens).logits
+    for copied in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        with torch.no_grad():
+            assert torch.equal(copied(tokens).logits, want)
+        # A step on the copy leaves the original alone.
+        moe = next(m for m in copied.modules() if isinstance(m, MoELayer))
+        with torch.no_grad():
+            getattr(moe, moe._trained[0]).mul_(2)
+            assert not torch.equal(copied(tokens).logits, want)
+            assert torch.equal(model(tokens).logits, want)
+
+
+def test_batches_beyond_max_tokens():
+    """22 tokens through a bundle compiled for 8: three pieces, the same
+    logits and gradients as one pass."""
+    model = build("deepseek_v3")
+    tokens = torch.randint(0, 100, (2, 11), generator=torch.Generator()
+                           .manual_seed(3))
+    whole = copy.deepcopy(model)
+    replace_moe_blocks(whole, train=True)
+    replace_moe_blocks(model, train=True, max_tokens=8)
+    assert all(m.layer.max_tokens == 8 for m in model.modules()
+               if isinstance(m, MoELayer))
+    ref_logits, ref_grads = run(whole, tokens)
+    logits, grads = run(model, tokens)
+    assert (logits - ref_logits).abs().max() <= 1e-5 * ref_logits.abs().max()
+    for name, want in ref_grads.items():
+        err = (grads[name] - want).abs().max() / max(want.abs().max(), 1e-12)
+        assert err <= 1e-5, "%s: relative error %.2e" % (name, err)
+
+
+def test_model_dtype():
+    """A bf16 model gets a bf16 layer (not f32), whose logits follow
+    transformers' bf16 ones; dtype= overrides."""
+    model = build("mixtral").to(torch.bfloat16)
+    tokens = torch.randint(0, 100, (2, 9), generator=torch.Generator()
+                           .manual_seed(4))
+    with torch.no_grad():
+        want = model(tokens).logits.float()
+    swapped = copy.deepcopy(model)
+    paths = replace_moe_blocks(swapped, train=False)
+    assert {swapped.get_submodule(p).layer.dtype for p in paths} == {"bf16"}
+    with torch.no_grad():
+        got = swapped(tokens).logits
+    assert got.dtype == torch.bfloat16
+    # bf16 rounding differs between the two (summation orders, where each
+    # rounds), not the math: 0.4% of the logits' scale here, where an f32
+    # layer in the bf16 model is 4% off.
+    assert (got.float() - want).abs().max() <= 1.5e-2 * want.abs().max()
+    f32 = copy.deepcopy(model)
+    paths = replace_moe_blocks(f32, train=False, dtype="f32")
+    assert {f32.get_submodule(p).layer.dtype for p in paths} == {"f32"}
+
+
+def test_no_block():
+    """A model whose modules hold no block where the config says: one
+    error naming what was looked for."""
+    class NotAModel(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.config = build("mixtral").config
+            self.proj = torch.nn.Linear(4, 4)
+
+    with pytest.raises(ValueError, match=r"no MoE block of the form "
+                       r"'model\.layers\.\{layer\}\.block_sparse_moe\.' "
+                       r"\(or with the block named mlp or block_sparse_moe "
+                       r"or feed_forward\) found in the model"):
+        replace_moe_blocks(NotAModel())
