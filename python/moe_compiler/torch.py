@@ -9,6 +9,7 @@ model's own weights.
     y.square().mean().backward()                        # grads in moe.*.grad
 
     replace_moe_blocks(model)                           # a transformers model
+    restore_moe_blocks(model)           # its own blocks back, trained weights
 
 The host target runs on CPU tensors. Parameters are float32 torch
 Parameters (the masters); each forward pass copies those that changed since
@@ -241,7 +242,8 @@ def replace_moe_blocks(model, target="host", dtype=None, train=None,
     unless `dtype` says otherwise ("f32", "bf16", "f16", "fp8"); train
     (default: whether the model is in training mode) also compiles the
     backward pass. A forward pass of more than max_tokens tokens runs in
-    pieces. Returns the module paths replaced.
+    pieces. Each block removed is kept, its tensors moved to the meta
+    device, for restore_moe_blocks. Returns the module paths replaced.
     """
     config = getattr(model, "config", None)
     if config is None:
@@ -285,6 +287,14 @@ def replace_moe_blocks(model, target="host", dtype=None, train=None,
             out = block(probe_x)
         output = "pair" if isinstance(out, tuple) else "tensor"
         new = MoELayer(layer, output=output)
+        # The block itself, for restore_moe_blocks: its tensors on the meta
+        # device (no memory), its non-persistent buffers (not in the
+        # checkpoint) kept as they are.
+        persistent = set(block.state_dict())
+        extra = {n: b.detach().clone() for n, b in block.named_buffers()
+                 if n not in persistent}
+        block.to("meta")
+        new._original = (block, extra)
         parent_path, _, name = path.rpartition(".")
         parent = model.get_submodule(parent_path) if parent_path else model
         setattr(parent, name, new)
@@ -292,4 +302,78 @@ def replace_moe_blocks(model, target="host", dtype=None, train=None,
     return replaced
 
 
-__all__ = ["MoELayer", "replace_moe_blocks", "Bundle"]
+def _block_values(model, path, block, checkpoint):
+    """The tensors of transformers' `block` (at module `path`, on the meta
+    device) from `checkpoint`, the layer's weights under the checkpoint's
+    names relative to the block: transformers' conversion from its tensors
+    to the checkpoint's (the one save_pretrained applies) rearranges
+    elements, so it is run on element indices and each checkpoint value
+    goes back where its index says."""
+    from transformers.core_model_loading import revert_weight_conversion
+    state = block.state_dict()
+    names = list(state)
+    offsets, total = {}, 0
+    for n in names:
+        offsets[n] = total
+        total += state[n].numel()
+    ids = {"%s.%s" % (path, n): torch.arange(
+        offsets[n], offsets[n] + state[n].numel(),
+        dtype=torch.int64).reshape(state[n].shape) for n in names}
+    reverted = revert_weight_conversion(model, ids)
+    flat = torch.zeros(total, dtype=torch.float32)
+    filled = torch.zeros(total, dtype=torch.bool)
+    for full, index in reverted.items():
+        rel = re.sub(r"^.*?layers\.\d+\.[A-Za-z_]+\.", "", full)
+        if rel not in checkpoint:
+            raise ValueError("restore_moe_blocks: the layer has no tensor "
+                             "'%s' that transformers' block '%s' saves as "
+                             "'%s'" % (rel, path, full))
+        value = torch.as_tensor(checkpoint[rel]).reshape(-1).float()
+        index = index.reshape(-1)
+        if value.numel() != index.numel():
+            raise ValueError("restore_moe_blocks: '%s' has %d elements, "
+                             "transformers' block saves %d"
+                             % (rel, value.numel(), index.numel()))
+        flat[index] = value
+        filled[index] = True
+    if not bool(filled.all()):
+        raise ValueError("restore_moe_blocks: transformers' conversion of "
+                         "block '%s' is not a rearrangement of its tensors "
+                         "(elements left unset)" % path)
+    return {n: flat[offsets[n]:offsets[n] + state[n].numel()]
+            .reshape(state[n].shape).to(state[n].dtype) for n in names}
+
+
+def restore_moe_blocks(model):
+    """Puts transformers' own MoE blocks back in place of the MoELayers that
+    replace_moe_blocks put in `model`, holding the layers' current
+    (trained) weights in the block's dtype, so that save_pretrained writes
+    a checkpoint from_pretrained loads (with or without the compiler).
+    Returns the module paths restored."""
+    restored = []
+    for path, module in list(model.named_modules()):
+        if not isinstance(module, MoELayer) or \
+                getattr(module, "_original", None) is None:
+            continue
+        block, extra = module._original
+        module._sync()
+        values = _block_values(model, path, block,
+                               module.layer.named_parameters())
+        device = next(iter(module.parameters()), torch.empty(0)).device
+        block.to_empty(device=device)
+        with torch.no_grad():
+            for name, value in values.items():
+                block.get_parameter(name).copy_(value) \
+                    if name in dict(block.named_parameters()) \
+                    else block.get_buffer(name).copy_(value)
+            for name, value in extra.items():
+                block.get_buffer(name).copy_(value)
+        block.train(module.training)
+        parent_path, _, name = path.rpartition(".")
+        parent = model.get_submodule(parent_path) if parent_path else model
+        setattr(parent, name, block)
+        restored.append(path)
+    return restored
+
+
+__all__ = ["MoELayer", "replace_moe_blocks", "restore_moe_blocks", "Bundle"]

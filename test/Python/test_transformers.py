@@ -3,7 +3,9 @@ loss.backward() gives the same gradients as transformers' own modules, for
 the swapped blocks' weights (compared under the checkpoint's names) and for
 every other parameter (whose gradients flow through the blocks' dx). A
 replaced model deep-copies and pickles, runs batches beyond the bundle's
-max_tokens, and gets a layer of its own dtype."""
+max_tokens, and gets a layer of its own dtype; restore_moe_blocks puts
+transformers' blocks back with the trained weights, so that a fine-tuned
+model survives save_pretrained and from_pretrained."""
 import copy
 import pickle
 import re
@@ -16,7 +18,8 @@ transformers = pytest.importorskip(
     "transformers", reason="transformers is not installed "
     "(scripts/torch-venv.sh makes a venv with it)")
 
-from moe_compiler.torch import MoELayer, replace_moe_blocks  # noqa: E402
+from moe_compiler.torch import (MoELayer, replace_moe_blocks,  # noqa: E402
+                                restore_moe_blocks)
 
 ATTENTION = dict(num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                  intermediate_size=64, vocab_size=100, bos_token_id=None,
@@ -198,3 +201,81 @@ def test_no_block():
                        r"\(or with the block named mlp or block_sparse_moe "
                        r"or feed_forward\) found in the model"):
         replace_moe_blocks(NotAModel())
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_restore_and_save_pretrained(case, tmp_path):
+    """Fine-tune with compiled layers, put transformers' blocks back, save
+    and load with transformers alone: the same logits as the tuned model."""
+    model = build(case)
+    tokens = torch.randint(0, 100, (2, 9), generator=torch.Generator()
+                           .manual_seed(5))
+    with torch.no_grad():
+        before = model(tokens).logits
+    classes = {p: type(model.get_submodule(p)) for p, _ in
+               model.named_modules()}
+    paths = replace_moe_blocks(model, train=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    model(tokens, labels=tokens).loss.backward()
+    optimizer.step()
+    with torch.no_grad():
+        tuned = model(tokens).logits
+    assert (tuned - before).abs().max() > 0.1  # the step changed something
+    assert restore_moe_blocks(model) == paths
+    assert all(type(model.get_submodule(p)) is classes[p] for p in paths)
+    assert not any(isinstance(m, MoELayer) for m in model.modules())
+    with torch.no_grad():
+        restored = model(tokens).logits
+    assert (restored - tuned).abs().max() <= 1e-5 * tuned.abs().max()
+    model.save_pretrained(tmp_path)
+    loaded = getattr(transformers, CASES[case][1]).from_pretrained(
+        tmp_path).float().eval()
+    with torch.no_grad():
+        assert torch.equal(loaded(tokens).logits, restored)
+    assert restore_moe_blocks(model) == []
+
+
+def test_restore_copies_and_dtype():
+    """A pickled replaced model restores too, and a bf16 model's blocks
+    come back in bf16."""
+    model = build("qwen3_moe").to(torch.bfloat16)
+    paths = replace_moe_blocks(model, train=False)
+    copied = pickle.loads(pickle.dumps(model))
+    for m in (model, copied):
+        assert restore_moe_blocks(m) == paths
+        assert {p.dtype for p in m.get_submodule(paths[0]).parameters()} == \
+            {torch.bfloat16}
+
+
+def test_restore_errors(monkeypatch):
+    """transformers' conversion of a block that the layer cannot give
+    back: one error saying which tensor or that elements are missing."""
+    import transformers.core_model_loading as loading
+    real = loading.revert_weight_conversion
+    model = build("mixtral")
+    replace_moe_blocks(model, train=True)
+
+    def renamed(m, state):
+        out = real(m, state)
+        gate = next(k for k in sorted(out) if k.endswith(".gate.weight"))
+        out[gate.replace("gate.weight", "router.kernel")] = out.pop(gate)
+        return out
+
+    monkeypatch.setattr(loading, "revert_weight_conversion", renamed)
+    with pytest.raises(ValueError, match=r"restore_moe_blocks: the layer "
+                       r"has no tensor 'router\.kernel' that transformers' "
+                       r"block 'model\.layers\.0\.mlp' saves as "
+                       r"'model\.layers\.0\.block_sparse_moe\.router"
+                       r"\.kernel'"):
+        restore_moe_blocks(model)
+
+    def dropped(m, state):
+        out = real(m, state)
+        out.pop(sorted(out)[0])
+        return out
+
+    monkeypatch.setattr(loading, "revert_weight_conversion", dropped)
+    with pytest.raises(ValueError, match=r"conversion of block "
+                       r"'model\.layers\.0\.mlp' is not a rearrangement "
+                       r"of its tensors \(elements left unset\)"):
+        restore_moe_blocks(model)
