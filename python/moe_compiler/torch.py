@@ -287,6 +287,7 @@ def replace_moe_blocks(model, target="host", dtype=None, train=None,
             out = block(probe_x)
         output = "pair" if isinstance(out, tuple) else "tensor"
         new = MoELayer(layer, output=output)
+        new.train(block.training)
         # The block itself, for restore_moe_blocks: its tensors on the meta
         # device (no memory), its non-persistent buffers (not in the
         # checkpoint) kept as they are.

@@ -46,6 +46,16 @@ CASES = {
     "mixtral": ("MixtralConfig", "MixtralForCausalLM",
                 dict(num_hidden_layers=2, hidden_size=64,
                      num_local_experts=4, num_experts_per_tok=2)),
+    # MiniMax: `mlp` too (full attention in both layers: the lightning
+    # attention layers are not what is tested here).
+    "minimax": ("MiniMaxConfig", "MiniMaxForCausalLM",
+                dict(num_hidden_layers=2, hidden_size=64,
+                     num_local_experts=4, num_experts_per_tok=2,
+                     layer_types=["full_attention"] * 2)),
+    # GraniteMoE keeps `block_sparse_moe` in transformers 5.
+    "granitemoe": ("GraniteMoeConfig", "GraniteMoeForCausalLM",
+                   dict(num_hidden_layers=2, hidden_size=64,
+                        num_local_experts=4, num_experts_per_tok=2)),
     # A block that returns (y, router scores), biases and the clamp.
     "gpt_oss": ("GptOssConfig", "GptOssForCausalLM",
                 dict(num_hidden_layers=2, hidden_size=64,
@@ -279,3 +289,27 @@ def test_restore_errors(monkeypatch):
                        r"'model\.layers\.0\.mlp' is not a rearrangement "
                        r"of its tensors \(elements left unset\)"):
         restore_moe_blocks(model)
+
+
+def test_phimoe_forward():
+    """Phi-3.5-MoE (transformers 5's `mlp`, sparsemixer routing, which has
+    no compiled backward pass): the forward pass equals transformers', and
+    its blocks come back."""
+    config = transformers.PhimoeConfig(**{
+        **ATTENTION, "num_hidden_layers": 2, "hidden_size": 64,
+        "num_local_experts": 4, "num_experts_per_tok": 2})
+    torch.manual_seed(0)
+    model = transformers.PhimoeForCausalLM(config).float().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn_like(p) * (0.1 if p.dim() > 1 else 0.3))
+    tokens = torch.randint(0, 100, (2, 11), generator=torch.Generator()
+                           .manual_seed(6))
+    with torch.no_grad():
+        want = model(tokens).logits
+        paths = replace_moe_blocks(model, train=False)
+        assert paths == ["model.layers.0.mlp", "model.layers.1.mlp"]
+        got = model(tokens).logits
+        assert (got - want).abs().max() <= 1e-5 * want.abs().max()
+        assert restore_moe_blocks(model) == paths
+        assert torch.equal(model(tokens).logits, want)
