@@ -1,7 +1,9 @@
 """PyTorch integration: a compiled MoE layer as a `torch.nn.Module` whose
 backward runs the compiled backward pass, and `replace_moe_blocks`, which
 swaps the MoE blocks of a transformers model for compiled layers holding the
-model's own weights.
+model's own weights. The layer runs as custom ops (moe_compiler::
+layer_forward and layer_backward), so torch.compile(fullgraph=True) traces
+through it.
 
     from moe_compiler.torch import MoELayer, replace_moe_blocks
     moe = MoELayer.from_config("config.json", seed=0)   # or weights=...
@@ -21,42 +23,101 @@ the result is the same). A MoELayer pickles and deep-copies: the copy loads
 its bundle again and binds the copied parameters.
 """
 
+import itertools
 import re
+import weakref
 
 import torch
 
 from . import Bundle, _core, compile as _compile
 
 
-class _MoEFunction(torch.autograd.Function):
-    """y, topk_ids, topk_weights = layer(x); the backward pass is the
-    bundle's compiled one (which recomputes the forward pass)."""
+# Every live MoELayer by a handle: the ops below take the handle (an int,
+# which torch.compile keeps as a constant of the graph) and the layer's
+# tensors, so that the layer's compiled code, which no op signature can
+# carry, stays outside the graph.
+_LAYERS = weakref.WeakValueDictionary()
+_HANDLES = itertools.count(1)
 
-    @staticmethod
-    def forward(ctx, x, module, *params):
-        y, ids, weights = module.layer._core.forward(x.detach())
-        y, ids, weights = (torch.from_numpy(y), torch.from_numpy(ids),
-                           torch.from_numpy(weights))
-        ctx.module = module
-        ctx.save_for_backward(x)
-        ctx.mark_non_differentiable(ids, weights)
-        return y, ids, weights
 
-    @staticmethod
-    def backward(ctx, dy, _ids, _weights):
-        module = ctx.module
-        if not module.layer.has_backward:
-            raise RuntimeError(
-                "this MoELayer's bundle has no backward pass: compile it "
-                "with train=True (moe-compile --backward)")
-        (x,) = ctx.saved_tensors
-        grads = module.layer._core.backward(x.detach(), dy.contiguous())
-        gx = torch.from_numpy(grads["x"]).to(x.dtype)
-        out = [gx if ctx.needs_input_grad[0] else None, None]
-        for role in module._trained:
-            param = getattr(module, role)
-            out.append(torch.from_numpy(grads[role]).to(param.dtype))
-        return tuple(out)
+def _module(handle):
+    module = _LAYERS.get(handle)
+    if module is None:
+        raise RuntimeError("moe_compiler: MoELayer %d no longer exists"
+                           % handle)
+    return module
+
+
+@torch.library.custom_op("moe_compiler::layer_forward", mutates_args=())
+def _layer_forward(x: torch.Tensor, params: list[torch.Tensor],
+                   handle: int) -> tuple[torch.Tensor, torch.Tensor,
+                                         torch.Tensor]:
+    """y [T, hidden] f32, topk_ids [T, k] i32, topk_weights [T, k] f32 of
+    layer `handle` on x [T, hidden], its parameters `params` (by role, in
+    the module's order) bound first where they changed."""
+    module = _module(handle)
+    module._bind(params)
+    y, ids, weights = module.layer._core.forward(x.detach())
+    return (torch.from_numpy(y), torch.from_numpy(ids),
+            torch.from_numpy(weights))
+
+
+@_layer_forward.register_fake
+def _(x, params, handle):
+    module = _module(handle)
+    tokens = x.shape[0]
+    return (x.new_empty((tokens, module._hidden), dtype=torch.float32),
+            x.new_empty((tokens, module._top_k), dtype=torch.int32),
+            x.new_empty((tokens, module._top_k), dtype=torch.float32))
+
+
+@torch.library.custom_op("moe_compiler::layer_backward", mutates_args=())
+def _layer_backward(x: torch.Tensor, dy: torch.Tensor,
+                    params: list[torch.Tensor],
+                    handle: int) -> list[torch.Tensor]:
+    """[dL/dx, then dL/dW of each trained parameter in the module's order]
+    for dL/dy = dy, by the bundle's compiled backward pass (which
+    recomputes the forward pass)."""
+    module = _module(handle)
+    if not module.layer.has_backward:
+        raise RuntimeError(
+            "this MoELayer's bundle has no backward pass: compile it "
+            "with train=True (moe-compile --backward)")
+    module._bind(params)
+    grads = module.layer._core.backward(x.detach(), dy.contiguous())
+    out = [torch.from_numpy(grads["x"]).to(x.dtype)]
+    for i in module._trained_index:
+        out.append(torch.from_numpy(grads[module._roles[i]])
+                   .to(params[i].dtype))
+    return out
+
+
+@_layer_backward.register_fake
+def _(x, dy, params, handle):
+    module = _module(handle)
+    return [torch.empty_like(x)] + [torch.empty_like(params[i])
+                                    for i in module._trained_index]
+
+
+def _setup_context(ctx, inputs, output):
+    x, params, handle = inputs
+    ctx.save_for_backward(x, *params)
+    ctx.handle = handle
+    ctx.mark_non_differentiable(output[1], output[2])
+
+
+def _backward(ctx, dy, _ids, _weights):
+    x, *params = ctx.saved_tensors
+    module = _module(ctx.handle)
+    grads = torch.ops.moe_compiler.layer_backward(x, dy.contiguous(), params,
+                                                  ctx.handle)
+    by_param = [None] * len(params)
+    for n, i in enumerate(module._trained_index):
+        by_param[i] = grads[n + 1]
+    return grads[0], by_param, None
+
+
+_layer_forward.register_autograd(_backward, setup_context=_setup_context)
 
 
 class MoELayer(torch.nn.Module):
@@ -96,6 +157,16 @@ class MoELayer(torch.nn.Module):
         # (data pointer, version) of each tensor as the layer last saw it.
         self._seen = {role: self._stamp(getattr(self, role))
                       for role in self._roles}
+        self._trained_index = [self._roles.index(r) for r in self._trained]
+        # The layer's facts as plain ints, for torch.compile.
+        self._hidden = layer.hidden_size
+        self._top_k = layer.top_k
+        self._max_tokens = layer.max_tokens
+        self._register()
+
+    def _register(self):
+        self._handle = next(_HANDLES)
+        _LAYERS[self._handle] = self
 
     @classmethod
     def from_config(cls, config, weights=None, prefix="", seed=None,
@@ -124,6 +195,7 @@ class MoELayer(torch.nn.Module):
         self.layer = Bundle(data, target).load(device=device, seed=0)
         self._seen = {role: None for role in self._roles}
         self._sync()
+        self._register()
 
     @staticmethod
     def _stamp(tensor):
@@ -132,8 +204,12 @@ class MoELayer(torch.nn.Module):
     def _sync(self):
         """Copies the parameters changed since the last call (an optimizer
         step, load_state_dict) into the layer."""
-        for role in self._roles:
-            tensor = getattr(self, role)
+        self._bind([getattr(self, role) for role in self._roles])
+
+    def _bind(self, params):
+        """Copies those of `params` (by role, in the module's order) that
+        changed since the layer last saw them into the layer."""
+        for role, tensor in zip(self._roles, params):
             stamp = self._stamp(tensor)
             if self._seen[role] != stamp:
                 if tensor.device.type != "cpu":
@@ -145,7 +221,7 @@ class MoELayer(torch.nn.Module):
                 self._seen[role] = stamp
 
     def forward(self, x):
-        hidden = self.layer.hidden_size
+        hidden = self._hidden
         if not isinstance(x, torch.Tensor):
             raise TypeError("x must be a torch.Tensor, got %s"
                             % type(x).__name__)
@@ -153,16 +229,16 @@ class MoELayer(torch.nn.Module):
             raise ValueError("x has shape %s, expected [..., %d] (float32, "
                              "bfloat16 or float16, on the CPU)"
                              % (list(x.shape), hidden))
-        self._sync()
         flat = x.reshape(-1, hidden).contiguous()
-        params = [getattr(self, role) for role in self._trained]
+        params = [getattr(self, role) for role in self._roles]
+        run = torch.ops.moe_compiler.layer_forward
         # Batches beyond the bundle's capacity in pieces of at most
         # max_tokens tokens.
-        cap = self.layer.max_tokens
+        cap = self._max_tokens
         if flat.shape[0] <= cap:
-            y, ids, weights = _MoEFunction.apply(flat, self, *params)
+            y, ids, weights = run(flat, params, self._handle)
         else:
-            parts = [_MoEFunction.apply(flat[i:i + cap], self, *params)
+            parts = [run(flat[i:i + cap], params, self._handle)
                      for i in range(0, flat.shape[0], cap)]
             y, ids, weights = (torch.cat([p[j] for p in parts])
                                for j in range(3))

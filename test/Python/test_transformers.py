@@ -5,7 +5,9 @@ every other parameter (whose gradients flow through the blocks' dx). A
 replaced model deep-copies and pickles, runs batches beyond the bundle's
 max_tokens, and gets a layer of its own dtype; restore_moe_blocks puts
 transformers' blocks back with the trained weights, so that a fine-tuned
-model survives save_pretrained and from_pretrained."""
+model survives save_pretrained and from_pretrained. The layer's ops pass
+torch.library.opcheck, and torch.compile(fullgraph=True) of a replaced
+model equals eager."""
 import copy
 import pickle
 import re
@@ -313,3 +315,48 @@ def test_phimoe_forward():
         assert (got - want).abs().max() <= 1e-5 * want.abs().max()
         assert restore_moe_blocks(model) == paths
         assert torch.equal(model(tokens).logits, want)
+
+
+COMPILED = ["deepseek_v3", "gpt_oss", "mixtral", "qwen3_moe"]
+
+
+@pytest.mark.parametrize("case", COMPILED)
+def test_opcheck(case):
+    """The forward and backward ops, as torch.library.opcheck checks a
+    custom op: schema, autograd registration, fake (meta) kernels against
+    the real ones, and AOT dispatch with dynamic shapes."""
+    model = build(case)
+    replace_moe_blocks(model, train=True)
+    moe = next(m for m in model.modules() if isinstance(m, MoELayer))
+    x = torch.randn(5, moe._hidden, requires_grad=True)
+    params = [getattr(moe, role) for role in moe._roles]
+    torch.library.opcheck(torch.ops.moe_compiler.layer_forward,
+                          (x, params, moe._handle))
+    dy = torch.randn(5, moe._hidden)
+    torch.library.opcheck(torch.ops.moe_compiler.layer_backward,
+                          (x.detach(), dy, [p.detach() for p in params],
+                           moe._handle))
+
+
+@pytest.mark.parametrize("case", COMPILED)
+def test_torch_compile_fullgraph(case):
+    """torch.compile(fullgraph=True) of a replaced model: no graph break
+    (fullgraph fails on one), and its logits and every gradient equal
+    eager's (up to the compiler's fusion of the rest of the model)."""
+    model = build(case)
+    replace_moe_blocks(model, train=True)
+    tokens = torch.randint(0, 100, (2, 7), generator=torch.Generator()
+                           .manual_seed(7))
+    ref_logits, ref_grads = run(model, tokens)
+    compiled = torch.compile(model, fullgraph=True)
+    logits, grads = run(compiled, tokens)
+    assert (logits - ref_logits).abs().max() <= 1e-5 * ref_logits.abs().max()
+    moe_grads = 0
+    for name, want in ref_grads.items():
+        got = grads["_orig_mod." + name]
+        err = (got - want).abs().max() / max(want.abs().max(), 1e-12)
+        assert err <= 1e-4, "%s: relative error %.2e" % (name, err)
+        moe_grads += any(isinstance(m, MoELayer) for n, m in
+                         model.named_modules() if name.startswith(n + ".")
+                         and n)
+    assert moe_grads  # the compiled layers' own weights got gradients
