@@ -29,7 +29,7 @@ import weakref
 
 import torch
 
-from . import Bundle, _core, compile as _compile
+from . import Bundle, _config_text, _core, compile as _compile
 
 
 # Every live MoELayer by a handle: the ops below take the handle (an int,
@@ -257,6 +257,64 @@ class MoELayer(torch.nn.Module):
             self.layer.dtype, self.layer.has_backward)
 
 
+# moe(): bundles by (config, dtype, target, token bucket) and loaded layers
+# by bundle and the weights' identity.
+_BUNDLES = {}
+_BOUND = {}
+
+
+def _bucket(tokens):
+    """The token capacity a call of `tokens` tokens is compiled for: the
+    next power of two, at least 64."""
+    cap = 64
+    while cap < tokens:
+        cap *= 2
+    return cap
+
+
+def moe(x, weights, config, prefix="", dtype=None, target="host"):
+    """The MoE layer of `config` on x [..., hidden] with `weights`, for
+    serving code that holds the weights itself: y, x's shape and dtype.
+
+    weights: a state dict (name -> tensor) under the model's checkpoint
+        names; `prefix` selects the layer's ("model.layers.3.mlp.").
+    config: as moe_compiler.compile takes it (a path, a dict or a
+        transformers config).
+    dtype: the compute dtype ("f32", "bf16", "f16", "fp8"; None: x's).
+
+    The layer is compiled once per (config, dtype, target, token bucket:
+    the next power of two of the tokens, at least 64), through the compile
+    cache, and loaded once per bundle and weights (the same tensors, not
+    changed in place since): later calls only run it. No gradients flow
+    (a serving entry; MoELayer trains).
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError("x must be a torch.Tensor, got %s" % type(x).__name__)
+    if not hasattr(weights, "items"):
+        raise TypeError("weights must be a state dict (name -> tensor), got "
+                        "%s" % type(weights).__name__)
+    if dtype is None:
+        dtype = _DTYPES.get(x.dtype)
+    tokens = x.numel() // x.shape[-1] if x.dim() and x.shape[-1] else 0
+    text, _, _ = _config_text(config)
+    key = (text, dtype, target, _bucket(tokens))
+    bundle = _BUNDLES.get(key)
+    if bundle is None:
+        bundle = _BUNDLES[key] = _compile(config, target=target, dtype=dtype,
+                                          max_tokens=key[3])
+    names = sorted(n for n in weights if n.startswith(prefix))
+    stamp = tuple((n, weights[n].data_ptr(), weights[n]._version)
+                  if isinstance(weights[n], torch.Tensor) else (n, id(weights[n]))
+                  for n in names)
+    bound = _BOUND.get(id(bundle))
+    if bound is None or bound[0] != (prefix, stamp):
+        module = MoELayer(bundle.load(weights=weights, prefix=prefix))
+        module.eval()
+        _BOUND[id(bundle)] = bound = ((prefix, stamp), module)
+    with torch.no_grad():
+        return bound[1](x)
+
+
 def _checkpoint_state(model, path, block):
     """The block's tensors under the names of the model's published
     checkpoints (transformers 5 fuses and renames some at load; its own
@@ -453,4 +511,5 @@ def restore_moe_blocks(model):
     return restored
 
 
-__all__ = ["MoELayer", "replace_moe_blocks", "restore_moe_blocks", "Bundle"]
+__all__ = ["MoELayer", "moe", "replace_moe_blocks", "restore_moe_blocks",
+           "Bundle"]

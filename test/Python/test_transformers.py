@@ -20,6 +20,7 @@ transformers = pytest.importorskip(
     "transformers", reason="transformers is not installed "
     "(scripts/torch-venv.sh makes a venv with it)")
 
+import moe_compiler.torch as moe_torch  # noqa: E402
 from moe_compiler.torch import (MoELayer, replace_moe_blocks,  # noqa: E402
                                 restore_moe_blocks)
 
@@ -360,3 +361,48 @@ def test_torch_compile_fullgraph(case):
                          model.named_modules() if name.startswith(n + ".")
                          and n)
     assert moe_grads  # the compiled layers' own weights got gradients
+
+
+def test_functional_moe():
+    """moe_compiler.torch.moe(x, weights, config) for serving code: the
+    block's output from its checkpoint-named weights, compiled once per
+    token bucket and bound once per weights, bound again when they
+    change."""
+    model = build("deepseek_v3")
+    path = "model.layers.1.mlp"
+    block = model.get_submodule(path)
+    # Copies: the serving code's own tensors.
+    weights = {n: w.clone() for n, w in
+               moe_torch._checkpoint_state(model, path, block).items()}
+    x = torch.randn(3, 5, 64, generator=torch.Generator().manual_seed(8))
+    with torch.no_grad():
+        want = block(x)
+    moe_torch._BUNDLES.clear()
+    moe_torch._BOUND.clear()
+    y = moe_torch.moe(x, weights, model.config, prefix=path + ".")
+    assert y.shape == x.shape and y.dtype == x.dtype
+    assert (y - want).abs().max() <= 1e-5 * want.abs().max()
+    # Same bucket (<= 64 tokens): nothing compiled or bound again.
+    bound = dict(moe_torch._BOUND)
+    assert torch.equal(moe_torch.moe(x, weights, model.config,
+                                     prefix=path + "."), y)
+    assert len(moe_torch._BUNDLES) == 1 and moe_torch._BOUND == bound
+    # 70 tokens: the 128 bucket.
+    moe_torch.moe(torch.randn(70, 64), weights, model.config,
+                  prefix=path + ".")
+    assert sorted(k[3] for k in moe_torch._BUNDLES) == [64, 128]
+    # Weights changed in place are bound again.
+    name = next(n for n in weights if n.endswith("gate.weight"))
+    with torch.no_grad():
+        weights[name].mul_(-1)
+        block.gate.weight.mul_(-1)
+        want = block(x)
+    y = moe_torch.moe(x, weights, model.config, prefix=path + ".")
+    assert (y - want).abs().max() <= 1e-5 * want.abs().max()
+    (first,) = bound
+    assert moe_torch._BOUND[first][1] is not bound[first][1]  # bound again
+    with pytest.raises(TypeError, match="x must be a torch.Tensor, got list"):
+        moe_torch.moe([1.0], weights, model.config)
+    with pytest.raises(TypeError, match=r"weights must be a state dict "
+                       r"\(name -> tensor\), got str"):
+        moe_torch.moe(x, "weights.safetensors", model.config)
