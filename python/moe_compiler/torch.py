@@ -303,9 +303,9 @@ def moe(x, weights, config, prefix="", dtype=None, target="host"):
         bundle = _BUNDLES[key] = _compile(config, target=target, dtype=dtype,
                                           max_tokens=key[3])
     names = sorted(n for n in weights if n.startswith(prefix))
-    stamp = tuple((n, weights[n].data_ptr(), weights[n]._version)
-                  if isinstance(weights[n], torch.Tensor) else (n, id(weights[n]))
-                  for n in names)
+    stamp = tuple((n, w.data_ptr(), w._version)
+                  if isinstance(w, torch.Tensor) else (n, id(w))
+                  for n, w in ((n, weights[n]) for n in names))
     bound = _BOUND.get(id(bundle))
     if bound is None or bound[0] != (prefix, stamp):
         module = MoELayer(bundle.load(weights=weights, prefix=prefix))
