@@ -33,6 +33,13 @@ struct Result {
   }
 };
 
+/// A test hook: MOE_TEST_FAULT=corrupt:R makes rank R change one received
+/// element before the check, to show that the check fails.
+bool corruptOn(const rt::Communicator &c);
+
+/// Waits for every rank.
+void barrier(rt::Communicator &c);
+
 /// The expert-parallel exchange of a layer's rows: every rank routes
 /// `tokens` tokens to `topK` distinct experts of `experts` (uniformly, by a
 /// seeded hash), `experts / ranks` on each rank; rows of `hidden` bf16.

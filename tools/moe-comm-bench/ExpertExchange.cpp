@@ -307,10 +307,7 @@ void Exchange::checkPass(Result &dispatch, Result &combine) {
     check(dev.download(got.data(), recv, got.size() * 2));
     check(dev.download(gotWeights.data(), recvWeights, gotWeights.size() * 4));
   }
-  if (std::getenv("MOE_TEST_FAULT") &&
-      std::string(std::getenv("MOE_TEST_FAULT")) ==
-          "corrupt:" + std::to_string(me) &&
-      !got.empty())
+  if (corruptOn(c) && !got.empty())
     got[got.size() / 2] ^= 1;
   // Local expert l's rows from every source in rank order, each source's
   // in its own order.
@@ -391,7 +388,7 @@ void Exchange::runNccl(Result &dispatch, Result &combine) {
                  ": rows came back different through NCCL's all-to-all");
   // The two ways timed apart, each over the iterations.
   for (Result *r : {&dispatch, &combine}) {
-    c.allReduceSum(std::vector<float>(1).data(), 1);
+    barrier(c);
     double start = steadySeconds();
     for (int64_t i = 0; i < o.iters; ++i) {
       if (r == &dispatch)
@@ -516,11 +513,11 @@ std::vector<Result> Exchange::run() {
   // Checked passes: the received rows and weights poisoned before each.
   std::vector<uint8_t> poison(std::max(capacity, mostSent) * rowBytes, 0xA5);
   for (int64_t w = 0; w < std::max<int64_t>(o.warmup, 1); ++w) {
-    c.allReduceSum(std::vector<float>(1).data(), 1);
+    barrier(c);
     check(dev.upload(recv, poison.data(), capacity * rowBytes));
     check(dev.upload(recvWeights, poison.data(), 4 * capacity));
     check(dev.upload(back, poison.data(), mostSent * rowBytes));
-    c.allReduceSum(std::vector<float>(1).data(), 1);
+    barrier(c);
     enqueuePass(nullptr, nullptr, nullptr);
     checkStatus();
     checkPass(dispatch, combine);
@@ -529,7 +526,7 @@ std::vector<Result> Exchange::run() {
   std::vector<CUevent> events(static_cast<size_t>(3 * o.iters));
   for (CUevent &ev : events)
     check(driver.eventCreate(&ev, 0), "cuEventCreate");
-  c.allReduceSum(std::vector<float>(1).data(), 1);
+  barrier(c);
   for (int64_t i = 0; i < o.iters; ++i)
     enqueuePass(events[3 * i], events[3 * i + 1], events[3 * i + 2]);
   checkStatus();

@@ -20,6 +20,8 @@
 #include <vector>
 
 using namespace moe::rt;
+using moe::bench::barrier;
+using moe::bench::corruptOn;
 using moe::bench::Result;
 using moe::tools::die;
 using moe::tools::flag;
@@ -171,21 +173,6 @@ uint32_t pairValue(int s, int d, size_t i) {
          (static_cast<uint32_t>(i) * 0xC2B2AE3Du);
 }
 
-/// A test hook: MOE_TEST_FAULT=corrupt:R makes rank R change one received
-/// element before the check, to show that the check fails.
-bool corruptOn(const Communicator &c) {
-  const char *spec = std::getenv("MOE_TEST_FAULT");
-  int rank = -1;
-  return spec && std::sscanf(spec, "corrupt:%d", &rank) == 1 &&
-         rank == c.rank();
-}
-
-/// Waits for every rank.
-void barrier(Communicator &c) {
-  float token = 0;
-  c.allReduceSum(&token, 1);
-}
-
 /// The mean over ranks of `v` (every rank gets it).
 double meanOverRanks(Communicator &c, double v) {
   float f = static_cast<float>(v);
@@ -333,6 +320,18 @@ Result runWindow(Communicator &c, DeviceCommunicator &dev, size_t bytes) {
 }
 
 } // namespace
+
+bool moe::bench::corruptOn(const Communicator &c) {
+  const char *spec = std::getenv("MOE_TEST_FAULT");
+  int rank = -1;
+  return spec && std::sscanf(spec, "corrupt:%d", &rank) == 1 &&
+         rank == c.rank();
+}
+
+void moe::bench::barrier(Communicator &c) {
+  float token = 0;
+  c.allReduceSum(&token, 1);
+}
 
 int main(int argc, char **argv) {
   moe::tools::installOutOfMemoryHandler();
