@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/Compiler/Compiler.h"
+#include "moe/runtime/Comm.h"
 #include "moe/runtime/Layer.h"
 #include "moe/runtime/Safetensors.h"
 
@@ -21,6 +22,8 @@
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -186,9 +189,156 @@ void check(const Status &status) {
     fail(status.error);
 }
 
+/// The ranks of an expert-parallel layer as a Python object gives them
+/// (moe_compiler.torch makes one over a torch.distributed process group):
+/// `rank` and `size` attributes, all_to_all_v(send, send_splits, recv,
+/// recv_splits) on uint8 arrays (byte counts per rank, packed in rank
+/// order) and all_reduce_sum(data) on a float32 array in place. The
+/// runtime calls it from its communication thread: each call takes the
+/// GIL (the layer's entry points run without it). A collective that
+/// raises ends the process, as the MPI communicator ends the job: the
+/// compiled code that waits on it cannot unwind.
+class PyCommunicator final : public Communicator {
+public:
+  explicit PyCommunicator(nb::object impl)
+      : impl(std::move(impl)),
+        rankValue(nb::cast<int>(this->impl.attr("rank"))),
+        sizeValue(nb::cast<int>(this->impl.attr("size"))) {
+    if (sizeValue < 1 || rankValue < 0 || rankValue >= sizeValue)
+      badArgument("the communicator's rank " + std::to_string(rankValue) +
+                  " and size " + std::to_string(sizeValue) +
+                  " are not a rank of a group");
+  }
+  ~PyCommunicator() override {
+    nb::gil_scoped_acquire gil;
+    impl.reset();
+  }
+
+  int rank() const override { return rankValue; }
+  int size() const override { return sizeValue; }
+  std::string name() const override { return "python"; }
+
+  void allToAllV(const void *send, const std::vector<size_t> &bytes,
+                 const std::vector<size_t> &sendOffsets, void *recv,
+                 const std::vector<size_t> &recvBytes,
+                 const std::vector<size_t> &recvOffsets) override {
+    double start = steadySeconds();
+    // Packed in rank order (the runtime's segments may have gaps).
+    std::vector<uint8_t> packedSend = pack(send, bytes, sendOffsets);
+    size_t received = 0;
+    for (size_t b : recvBytes)
+      received += b;
+    std::vector<uint8_t> packedRecv(received);
+    exchange(packedSend, bytes, packedRecv, recvBytes);
+    size_t at = 0;
+    for (size_t r = 0; r < recvBytes.size(); ++r) {
+      if (recvBytes[r])
+        std::memcpy(static_cast<uint8_t *>(recv) + recvOffsets[r],
+                    packedRecv.data() + at, recvBytes[r]);
+      at += recvBytes[r];
+    }
+    record("all_to_all_v", start);
+  }
+
+  void allToAll(const void *send, void *recv, size_t bytesPerRank) override {
+    double start = steadySeconds();
+    auto n = static_cast<size_t>(sizeValue);
+    std::vector<size_t> bytes(n, bytesPerRank);
+    std::vector<uint8_t> packedSend(static_cast<const uint8_t *>(send),
+                                    static_cast<const uint8_t *>(send) +
+                                        n * bytesPerRank);
+    std::vector<uint8_t> packedRecv(n * bytesPerRank);
+    exchange(packedSend, bytes, packedRecv, bytes);
+    if (!packedRecv.empty())
+      std::memcpy(recv, packedRecv.data(), packedRecv.size());
+    record("all_to_all", start);
+  }
+
+  void allReduceSum(float *data, size_t count) override {
+    double start = steadySeconds();
+    call("all_reduce_sum",
+         [&] { impl.attr("all_reduce_sum")(view<float>(data, count)); });
+    record("all_reduce", start);
+  }
+
+  [[noreturn]] void abort(const std::string &message, int status) override {
+    std::fprintf(stderr, "moe_compiler: rank %d: %s\n", rankValue,
+                 message.c_str());
+    std::fflush(stderr);
+    std::_Exit(status);
+  }
+
+private:
+  /// A numpy array over `count` elements at `data`, which the callee
+  /// reads or writes in place during the call (an owner that frees
+  /// nothing: without one, nanobind would hand Python a copy).
+  template <typename T> static nb::object view(T *data, size_t count) {
+    size_t shape[1] = {count};
+    nb::capsule owner(data, [](void *) noexcept {});
+    return nb::cast(nb::ndarray<nb::numpy, T>(data, 1, shape, owner));
+  }
+
+  static std::vector<uint8_t> pack(const void *data,
+                                   const std::vector<size_t> &bytes,
+                                   const std::vector<size_t> &offsets) {
+    size_t total = 0;
+    for (size_t b : bytes)
+      total += b;
+    std::vector<uint8_t> out(total);
+    size_t at = 0;
+    for (size_t r = 0; r < bytes.size(); ++r) {
+      if (bytes[r])
+        std::memcpy(out.data() + at,
+                    static_cast<const uint8_t *>(data) + offsets[r], bytes[r]);
+      at += bytes[r];
+    }
+    return out;
+  }
+
+  void exchange(std::vector<uint8_t> &send,
+                const std::vector<size_t> &sendBytes,
+                std::vector<uint8_t> &recv,
+                const std::vector<size_t> &recvBytes) {
+    call("all_to_all_v", [&] {
+      nb::list sendSplits, recvSplits;
+      for (size_t b : sendBytes)
+        sendSplits.append(b);
+      for (size_t b : recvBytes)
+        recvSplits.append(b);
+      impl.attr("all_to_all_v")(
+          view<uint8_t>(send.data(), send.size()), sendSplits,
+          view<uint8_t>(recv.data(), recv.size()), recvSplits);
+    });
+  }
+
+  /// Runs the Python call `f` with the GIL; a Python error ends the
+  /// process with its message.
+  template <typename F> void call(const char *what, F &&f) {
+    std::string error;
+    {
+      nb::gil_scoped_acquire gil;
+      try {
+        f();
+      } catch (nb::python_error &e) {
+        error = e.what();
+      } catch (std::exception &e) {
+        error = e.what();
+      }
+    }
+    if (!error.empty())
+      abort(std::string(what) + " failed: " + error, 1);
+  }
+
+  nb::object impl;
+  int rankValue, sizeValue;
+};
+
 /// A loaded layer: the runtime's Layer with the manifest facts Python
 /// needs.
 struct PyLayer {
+  /// The expert-parallel ranks, or null; outlives the layer, whose
+  /// communication thread calls it.
+  std::unique_ptr<PyCommunicator> communicator;
   std::unique_ptr<Layer> layer;
   std::shared_ptr<GradientPool> gradientPool = std::make_shared<GradientPool>();
 
@@ -307,7 +457,9 @@ struct PyLayer {
   }
 
   /// Tensors by role (gradients, say) under the checkpoint's names, as
-  /// namedParameters() names the parameters.
+  /// namedParameters() names the parameters: float tensors as float32,
+  /// int64 ones (element indices, which map a layout onto the other) as
+  /// they are.
   std::map<std::string, NumpyArray>
   checkpointNames(const std::map<std::string, AnyArray> &byRole) {
     std::map<std::string, Tensor> tensors;
@@ -315,12 +467,14 @@ struct PyLayer {
       const Tensor *p = layer->parameter(role);
       if (!p)
         badArgument("the layer has no parameter '" + role + "'");
-      Tensor t = toTensor(array, "tensor '" + role + "'", -1, true,
+      bool indices = toDType(array.dtype()) == DType::I64;
+      Tensor t = toTensor(array, "tensor '" + role + "'", -1, !indices,
                           "shape " + formatShape(p->shape));
       if (t.shape != p->shape)
         badArgument("tensor '" + role + "' has shape " + formatShape(t.shape) +
                     ", the parameter " + formatShape(p->shape));
-      tensors.emplace(role, check(convertTensor(t, DType::F32)));
+      tensors.emplace(role, indices ? std::move(t)
+                                    : check(convertTensor(t, DType::F32)));
     }
     std::map<std::string, NumpyArray> out;
     for (auto &[name, t] : layer->checkpointNames(tensors))
@@ -365,15 +519,28 @@ bundleCheckpoint(const nb::bytes &data) {
 }
 
 std::unique_ptr<PyLayer> loadLayer(const nb::bytes &data,
-                                   const std::string &device) {
+                                   const std::string &device,
+                                   nb::object communicator) {
   Bundle bundle = parseBundleBytes(data);
-  if (bundle.manifest.expertParallel > 1)
-    badArgument("the bundle shards its experts over " +
-                std::to_string(bundle.manifest.expertParallel) +
-                " ranks (ep); the Python package runs one rank: run it with "
-                "mpirun -np N moe-run or moe-train, or compile it with ep=1");
+  int ranks = bundle.manifest.expertParallel;
+  if (ranks > 1 && communicator.is_none())
+    badArgument("the bundle shards its experts over " + std::to_string(ranks) +
+                " ranks (ep); load it with a communicator (MoELayer's "
+                "process_group=), or run it with mpirun -np N moe-run or "
+                "moe-train");
   auto layer = std::make_unique<PyLayer>();
+  if (!communicator.is_none()) {
+    layer->communicator = std::make_unique<PyCommunicator>(communicator);
+    if (layer->communicator->size() != ranks)
+      badArgument("the bundle shards its experts over " +
+                  std::to_string(ranks) +
+                  " rank(s) (ep), but the process "
+                  "group has " +
+                  std::to_string(layer->communicator->size()));
+  }
   layer->layer = check(Layer::fromBundle(std::move(bundle), device));
+  if (ranks > 1)
+    check(layer->layer->setCommunicator(layer->communicator.get()));
   return layer;
 }
 
@@ -454,7 +621,8 @@ NB_MODULE(_core, m) {
   m.def("bundle_checkpoint", &bundleCheckpoint, nb::arg("bundle"));
 
   nb::class_<PyLayer>(m, "Layer")
-      .def_static("load", &loadLayer, nb::arg("bundle"), nb::arg("device"))
+      .def_static("load", &loadLayer, nb::arg("bundle"), nb::arg("device"),
+                  nb::arg("communicator").none() = nb::none())
       .def("forward", &PyLayer::forward, nb::arg("x"))
       .def("backward", &PyLayer::backward, nb::arg("x"), nb::arg("dy"))
       .def("load_file", &PyLayer::loadFile, nb::arg("path"), nb::arg("prefix"))

@@ -115,9 +115,6 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
     return "--train needs --emit=llvm or --emit=bundle";
   if (o.backward && (o.target != "host" || o.emit == "mlir"))
     return "--backward needs --target=host and --emit=llvm or --emit=bundle";
-  if (o.backward && o.ep > 1)
-    return "--backward takes one rank (no --ep); expert-parallel training "
-           "runs with --train and moe-train";
   if (o.train && o.target == "sm_90a" && o.emit != "bundle" &&
       o.emit != "ptx")
     return "--train needs --emit=ptx or --emit=bundle for --target=sm_90a";

@@ -66,8 +66,10 @@ def compile(config, target="host", dtype=None, train=False, ep=1,
         config's).
     train: also compile the layer's backward pass (host), so that
         Layer.backward and the torch integration's loss.backward() work.
-    ep: expert-parallel ranks (bundles for mpirun -np N moe-run/moe-train;
-        this package runs one rank).
+    ep: expert-parallel ranks: the bundle holds experts / ep of them per
+        rank, loaded with a communicator of ep ranks (Bundle.load;
+        moe_compiler.torch's process_group=), or run by mpirun -np N
+        moe-run/moe-train.
     max_tokens: the largest token count a forward pass takes.
     mcpu: the host CPU the code is for: "native" (the default here: this
         machine's vector unit, AVX2 or AVX-512; 2-3x the speed of the
@@ -107,7 +109,7 @@ class Bundle:
         _core.write_file(os.fspath(path), self.data)
 
     def load(self, weights=None, prefix="", device=None, seed=None,
-             threads=None):
+             threads=None, communicator=None):
         """A Layer ready to run.
 
         weights: a safetensors file, a sharded checkpoint's
@@ -118,14 +120,22 @@ class Bundle:
         device: "host" (default for host bundles) or "cuda".
         threads: the host code's threads (default: $MOE_NUM_THREADS, else
             the cores).
+        communicator: the ranks of a bundle compiled with ep > 1: an
+            object with `rank` and `size` and the collectives
+            all_to_all_v(send, send_splits, recv, recv_splits) (uint8
+            arrays, byte counts per rank) and all_reduce_sum(data) (a
+            float32 array, in place); moe_compiler.torch makes one over a
+            torch.distributed process group. The layer holds this rank's
+            experts.
         """
         if device is None:
             device = "cuda" if self.target == "sm_90a" else "host"
-        layer = Layer(_core.Layer.load(self.data, device))
+        layer = Layer(_core.Layer.load(self.data, device, communicator))
         # What a copy (pickle, copy.deepcopy of a torch module holding it)
         # loads again.
         layer._bundle = self
         layer._device = device
+        layer._communicator = communicator
         if threads is not None:
             layer.set_threads(threads)
         if weights is not None and seed is not None:

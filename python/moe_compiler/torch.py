@@ -11,7 +11,10 @@ through it.
     y.square().mean().backward()                        # grads in moe.*.grad
 
     replace_moe_blocks(model)                           # a transformers model
+    model.save_pretrained("tuned")      # transformers' names: loads anywhere
     restore_moe_blocks(model)           # its own blocks back, trained weights
+
+    MoELayer.from_config("config.json", seed=0, process_group=pg)  # torchrun
 
 The host target runs on CPU tensors. Parameters are float32 torch
 Parameters (the masters); each forward pass copies those that changed since
@@ -20,7 +23,10 @@ to every trained parameter through y; topk_ids and topk_weights are
 outputs without gradients. A batch of more tokens than the bundle's
 max_tokens runs in pieces of at most max_tokens (routing is per token, so
 the result is the same). A MoELayer pickles and deep-copies: the copy loads
-its bundle again and binds the copied parameters.
+its bundle again and binds the copied parameters. A replaced model's
+state_dict() and load_state_dict() use transformers' names for the
+blocks' tensors. process_group= shards the experts over a
+torch.distributed group (gloo), each rank holding its experts.
 """
 
 import itertools
@@ -120,6 +126,60 @@ def _backward(ctx, dy, _ids, _weights):
 _layer_forward.register_autograd(_backward, setup_context=_setup_context)
 
 
+class _GroupCommunicator:
+    """The collectives of an expert-parallel layer (moe_compiler.Bundle.
+    load's communicator) over a torch.distributed process group: gloo
+    for the host target."""
+
+    def __init__(self, group):
+        import torch.distributed as dist
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.size = dist.get_world_size(group)
+
+    def all_to_all_v(self, send, send_splits, recv, recv_splits):
+        import torch.distributed as dist
+        dist.all_to_all_single(torch.from_numpy(recv), torch.from_numpy(send),
+                               list(recv_splits), list(send_splits),
+                               group=self.group)
+
+    def all_reduce_sum(self, data):
+        import torch.distributed as dist
+        dist.all_reduce(torch.from_numpy(data), group=self.group)
+
+
+def _group_size(process_group, experts):
+    """The ranks of `process_group` (None: the default group), checked to
+    divide `experts`."""
+    import torch.distributed as dist
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError("process_group given, but torch.distributed is "
+                           "not initialized (call "
+                           "torch.distributed.init_process_group first)")
+    size = dist.get_world_size(process_group)
+    if experts is not None and experts % size:
+        raise ValueError("the process group has %d ranks, which does not "
+                         "divide the layer's %d experts (each rank holds "
+                         "experts / ranks of them)" % (size, experts))
+    return size
+
+
+def _config_experts(config):
+    """The routed experts of `config` (whatever the family calls them)."""
+    text, _, _ = _config_text(config)
+    import json
+    fields = json.loads(text) if text.lstrip().startswith("{") else {}
+    fields = fields.get("text_config", fields)
+    for key in ("n_routed_experts", "num_experts", "num_local_experts",
+                "moe_num_experts", "ffn_config"):
+        value = fields.get(key)
+        if isinstance(value, dict):
+            value = value.get("moe_num_experts")
+        if isinstance(value, int):
+            return value
+    return None
+
+
 class MoELayer(torch.nn.Module):
     """A compiled MoE layer as a module: forward(x) maps [..., hidden] to
     the same shape (x's dtype; computed in the bundle's dtype, accumulated
@@ -158,6 +218,8 @@ class MoELayer(torch.nn.Module):
         self._seen = {role: self._stamp(getattr(self, role))
                       for role in self._roles}
         self._trained_index = [self._roles.index(r) for r in self._trained]
+        self._dtypes = {role: dtype for role, _, _, dtype
+                        in layer._core.parameter_specs()}
         # The layer's facts as plain ints, for torch.compile.
         self._hidden = layer.hidden_size
         self._top_k = layer.top_k
@@ -170,16 +232,41 @@ class MoELayer(torch.nn.Module):
 
     @classmethod
     def from_config(cls, config, weights=None, prefix="", seed=None,
-                    train=True, threads=None, output="tensor", **compile_args):
-        """Compiles `config` (see moe_compiler.compile) and loads it."""
+                    train=True, threads=None, output="tensor",
+                    process_group=None, **compile_args):
+        """Compiles `config` (see moe_compiler.compile) and loads it.
+
+        process_group: shard the experts over a torch.distributed group
+            (gloo for the host target): each rank holds experts / ranks
+            of them (from `weights`, or `seed`, which gives the same layer
+            for any number of ranks), and every forward and backward pass
+            exchanges tokens with the other ranks, which must call the
+            layer in step (the same number of times; their token counts
+            may differ). The replicated weights' gradients are summed over
+            the ranks, so that a loss summed over every rank's tokens gets
+            one rank's gradients: do not also average them (keep the
+            layer out of DDP).
+        """
+        communicator = None
+        if process_group is not None:
+            size = _group_size(process_group, _config_experts(config))
+            if compile_args.setdefault("ep", size) != size:
+                raise ValueError("ep=%d, but the process group has %d ranks"
+                                 % (compile_args["ep"], size))
+            communicator = _GroupCommunicator(process_group)
         bundle = _compile(config, train=train, **compile_args)
         return cls(bundle.load(weights=weights, prefix=prefix, seed=seed,
-                               threads=threads), output=output)
+                               threads=threads, communicator=communicator),
+                   output=output)
 
     def __getstate__(self):
         """The module's state with the loaded layer replaced by its bundle
         (the compiled code is not picklable; the parameters are the
         module's own tensors)."""
+        if getattr(self.layer, "_communicator", None) is not None:
+            raise TypeError("a MoELayer sharded over a process group does "
+                            "not pickle or copy (its experts are this "
+                            "rank's)")
         state = self.__dict__.copy()
         layer = state.pop("layer")
         state["_layer_bundle"] = (layer._bundle.data, layer._bundle.target,
@@ -233,13 +320,22 @@ class MoELayer(torch.nn.Module):
         params = [getattr(self, role) for role in self._roles]
         run = torch.ops.moe_compiler.layer_forward
         # Batches beyond the bundle's capacity in pieces of at most
-        # max_tokens tokens.
+        # max_tokens tokens; the ranks of a sharded layer agree on the
+        # number of pieces (each piece is one exchange on every rank).
         cap = self._max_tokens
-        if flat.shape[0] <= cap:
+        pieces = max(1, -(-flat.shape[0] // cap))
+        communicator = getattr(self.layer, "_communicator", None)
+        if communicator is not None:
+            import torch.distributed as dist
+            most = torch.tensor([pieces])
+            dist.all_reduce(most, op=dist.ReduceOp.MAX,
+                            group=communicator.group)
+            pieces = int(most)
+        if pieces == 1:
             y, ids, weights = run(flat, params, self._handle)
         else:
-            parts = [run(flat[i:i + cap], params, self._handle)
-                     for i in range(0, flat.shape[0], cap)]
+            parts = [run(flat[i * cap:(i + 1) * cap], params, self._handle)
+                     for i in range(pieces)]
             y, ids, weights = (torch.cat([p[j] for p in parts])
                                for j in range(3))
         y = y.to(x.dtype).reshape(x.shape)
@@ -368,7 +464,8 @@ def _find_blocks(model, template, moe_layers):
 
 
 def replace_moe_blocks(model, target="host", dtype=None, train=None,
-                       threads=None, cache=True, max_tokens=4096):
+                       threads=None, cache=True, max_tokens=4096,
+                       process_group=None):
     """Swaps every MoE block of a transformers model (a family the importer
     supports) for a compiled MoELayer holding the block's weights, in place.
 
@@ -377,7 +474,12 @@ def replace_moe_blocks(model, target="host", dtype=None, train=None,
     (default: whether the model is in training mode) also compiles the
     backward pass. A forward pass of more than max_tokens tokens runs in
     pieces. Each block removed is kept, its tensors moved to the meta
-    device, for restore_moe_blocks. Returns the module paths replaced.
+    device, for restore_moe_blocks. model.state_dict() and
+    load_state_dict() name the layers' tensors as transformers names its
+    blocks'. process_group shards each layer's experts over the group's
+    ranks, as MoELayer.from_config does (every rank holds the whole model
+    and keeps its experts; the state dict then holds the layer's roles,
+    this rank's experts). Returns the module paths replaced.
     """
     config = getattr(model, "config", None)
     if config is None:
@@ -388,8 +490,11 @@ def replace_moe_blocks(model, target="host", dtype=None, train=None,
     if dtype is None:
         first = next(model.parameters(), None)
         dtype = _DTYPES.get(first.dtype) if first is not None else None
+    ep = 1
+    if process_group is not None:
+        ep = _group_size(process_group, _config_experts(config))
     bundle = _compile(config, target=target, dtype=dtype, train=train,
-                      max_tokens=max_tokens, cache=cache)
+                      max_tokens=max_tokens, cache=cache, ep=ep)
     template, moe_layers = _core.bundle_checkpoint(bundle.data)
     moe_layers = set(moe_layers)
     if "{layer}" not in template:
@@ -401,6 +506,11 @@ def replace_moe_blocks(model, target="host", dtype=None, train=None,
                          "named %s) found in the model (layers %s)"
                          % (template, " or ".join(_BLOCK_NAMES),
                             sorted(moe_layers)))
+    # model.state_dict() and load_state_dict() under transformers' names.
+    if not getattr(model, "_moe_compiler_hooks", False):
+        model.register_state_dict_post_hook(_state_dict_hook)
+        model.register_load_state_dict_pre_hook(_load_state_dict_hook)
+        model._moe_compiler_hooks = True
     replaced = []
     for path, index, block in found:
         prefix = template.replace("{layer}", str(index))
@@ -412,7 +522,9 @@ def replace_moe_blocks(model, target="host", dtype=None, train=None,
             start = names[0].index(prefix)
             state = {k[start:]: v for k, v in state.items()
                      if k[start:].startswith(prefix)}
-        layer = bundle.load(weights=state, prefix=prefix, threads=threads)
+        layer = bundle.load(weights=state, prefix=prefix, threads=threads,
+                            communicator=_GroupCommunicator(process_group)
+                            if process_group is not None else None)
         # Mimic the block's output: a tensor, or a pair whose second part
         # the decoder layer discards (GPT-OSS, Llama 4).
         with torch.no_grad():
@@ -437,46 +549,189 @@ def replace_moe_blocks(model, target="host", dtype=None, train=None,
     return replaced
 
 
-def _block_values(model, path, block, checkpoint):
-    """The tensors of transformers' `block` (at module `path`, on the meta
-    device) from `checkpoint`, the layer's weights under the checkpoint's
-    names relative to the block: transformers' conversion from its tensors
-    to the checkpoint's (the one save_pretrained applies) rearranges
-    elements, so it is run on element indices and each checkpoint value
-    goes back where its index says."""
-    from transformers.core_model_loading import revert_weight_conversion
+def _is_fp8_weight(module, role):
+    """Whether `role` holds e4m3 codes (an FP8 layer's expert weight, whose
+    block scales are role[:-7] + "_scale")."""
+    return module._dtypes.get(role) == "f8E4M3FN"
+
+
+def _fp8_dequantize(codes, scales):
+    """Float values of e4m3 `codes` [..., rows, cols] (uint8) with a scale
+    per 128x128 block [..., ceil(rows/128), ceil(cols/128)]: code * scale,
+    as the layer quantized them."""
+    values = codes.view(torch.float8_e4m3fn).float()
+    rows, cols = values.shape[-2:]
+    scales = scales.reshape(values.shape[:-2] + (-1, (cols + 127) // 128))
+    scales = scales.repeat_interleave(128, -2)[..., :rows, :]
+    return values * scales.repeat_interleave(128, -1)[..., :cols]
+
+
+def _layout_roles(module):
+    """The roles a transformers block's tensors map onto: every one but
+    an FP8 layer's block scales (which go with their weights)."""
+    return [r for r in module._roles
+            if not (r.endswith("_scale") and
+                    _is_fp8_weight(module, r[:-6] + "_weight"))]
+
+
+def _block_layout(model, path, block, module, what):
+    """Where each element of the layer's roles (concatenated in
+    _layout_roles order) is in transformers' block (its state_dict
+    tensors concatenated): an int64 index per role element, and the
+    block's (name, shape, dtype)s. Found by passing element indices both
+    ways to the checkpoint's names: transformers' conversion from its
+    block to the checkpoint (the one save_pretrained applies) and the
+    layer's from its roles. Transient memory: 8 bytes per element."""
     state = block.state_dict()
-    names = list(state)
-    offsets, total = {}, 0
-    for n in names:
-        offsets[n] = total
-        total += state[n].numel()
-    ids = {"%s.%s" % (path, n): torch.arange(
-        offsets[n], offsets[n] + state[n].numel(),
-        dtype=torch.int64).reshape(state[n].shape) for n in names}
-    reverted = revert_weight_conversion(model, ids)
-    flat = torch.zeros(total, dtype=torch.float32)
-    filled = torch.zeros(total, dtype=torch.bool)
-    for full, index in reverted.items():
+    entries = [(n, tuple(t.shape), t.dtype) for n, t in state.items()]
+    total = 0
+    block_ids = {}
+    for name, shape, _ in entries:
+        count = 1
+        for d in shape:
+            count *= d
+        block_ids["%s.%s" % (path, name)] = torch.arange(
+            total, total + count, dtype=torch.int64).reshape(shape)
+        total += count
+    try:
+        from transformers.core_model_loading import revert_weight_conversion
+        block_ids = revert_weight_conversion(model, block_ids)
+    except ImportError:  # transformers 4: names are the checkpoint's
+        pass
+    roles, offset = {}, 0
+    for role in _layout_roles(module):
+        tensor = getattr(module, role)
+        roles[role] = torch.arange(offset, offset + tensor.numel(),
+                                   dtype=torch.int64).reshape(tensor.shape)
+        offset += tensor.numel()
+    role_ids = module.layer.checkpoint_names(roles)
+    where = torch.full((offset,), -1, dtype=torch.int64)
+    for full, index in block_ids.items():
         rel = re.sub(r"^.*?layers\.\d+\.[A-Za-z_]+\.", "", full)
-        if rel not in checkpoint:
-            raise ValueError("restore_moe_blocks: the layer has no tensor "
-                             "'%s' that transformers' block '%s' saves as "
-                             "'%s'" % (rel, path, full))
-        value = torch.as_tensor(checkpoint[rel]).reshape(-1).float()
+        if rel not in role_ids:
+            raise ValueError("%s: the layer has no tensor '%s' that "
+                             "transformers' block '%s' saves as '%s'"
+                             % (what, rel, path, full))
+        ours = torch.from_numpy(role_ids[rel]).reshape(-1)
         index = index.reshape(-1)
-        if value.numel() != index.numel():
-            raise ValueError("restore_moe_blocks: '%s' has %d elements, "
-                             "transformers' block saves %d"
-                             % (rel, value.numel(), index.numel()))
-        flat[index] = value
-        filled[index] = True
-    if not bool(filled.all()):
-        raise ValueError("restore_moe_blocks: transformers' conversion of "
-                         "block '%s' is not a rearrangement of its tensors "
-                         "(elements left unset)" % path)
-    return {n: flat[offsets[n]:offsets[n] + state[n].numel()]
-            .reshape(state[n].shape).to(state[n].dtype) for n in names}
+        if ours.numel() != index.numel():
+            raise ValueError("%s: '%s' has %d elements, transformers' block "
+                             "saves %d" % (what, rel, ours.numel(),
+                                           index.numel()))
+        where[ours] = index
+    if offset != total or bool((where < 0).any()) or \
+            bool((torch.bincount(where.clamp(min=0), minlength=total) != 1)
+                 .any()):
+        raise ValueError("%s: transformers' conversion of block '%s' is not "
+                         "a rearrangement of its tensors (elements left "
+                         "unset)" % (what, path))
+    return where, entries
+
+
+def _role_values(module):
+    """The layer's values by role (_layout_roles order), float32 and flat:
+    the module's tensors (the masters), an FP8 weight dequantized."""
+    parts = []
+    for role in _layout_roles(module):
+        tensor = getattr(module, role).detach()
+        if _is_fp8_weight(module, role):
+            tensor = _fp8_dequantize(tensor, getattr(
+                module, role[:-7] + "_scale").detach())
+        parts.append(tensor.reshape(-1).float())
+    return torch.cat(parts) if parts else torch.empty(0)
+
+
+def _block_state(model, path, module, what):
+    """The layer's tensors as transformers' block (the one it replaced)
+    holds them: name -> tensor, in the block's dtypes."""
+    block, _ = module._original
+    where, entries = _block_layout(model, path, block, module, what)
+    flat = torch.empty(where.numel(), dtype=torch.float32)
+    flat[where] = _role_values(module)
+    out, offset = {}, 0
+    for name, shape, dtype in entries:
+        count = flat.new_empty(shape).numel()
+        out[name] = flat[offset:offset + count].reshape(shape).to(dtype)
+        offset += count
+    return out
+
+
+def _role_state(model, path, module, values, what):
+    """The roles' tensors (name -> tensor, as the module holds them) from
+    `values`, transformers' block's tensors by its names: an FP8 weight
+    quantized by the layer (its codes and block scales)."""
+    block, _ = module._original
+    where, entries = _block_layout(model, path, block, module, what)
+    flat = torch.cat([values[n].detach().reshape(-1).float().cpu()
+                      for n, _, _ in entries])[where]
+    out, offset = {}, 0
+    for role in _layout_roles(module):
+        current = getattr(module, role)
+        value = flat[offset:offset + current.numel()].reshape(current.shape)
+        offset += current.numel()
+        if _is_fp8_weight(module, role):
+            scale = role[:-7] + "_scale"
+            module.layer.set_parameter(role, value)
+            out[role] = torch.from_numpy(module.layer._core.parameter(role))
+            out[scale] = torch.from_numpy(module.layer._core.parameter(scale))
+            module._seen[role] = module._seen[scale] = None
+        else:
+            out[role] = value.to(current.dtype)
+    return out
+
+
+def _replaced(model, sharded=False):
+    """(path, MoELayer) of each block replace_moe_blocks swapped in `model`
+    (with `sharded`, those sharded over a process group too)."""
+    return [(path, m) for path, m in model.named_modules()
+            if isinstance(m, MoELayer) and
+            getattr(m, "_original", None) is not None and
+            (sharded or getattr(m.layer, "_communicator", None) is None)]
+
+
+def _state_dict_hook(model, state_dict, prefix, local_metadata):
+    """model.state_dict() names a replaced block's tensors as transformers
+    does (its block's names, layout and dtype), not by the layer's roles,
+    so that save_pretrained writes a checkpoint any transformers loads."""
+    for path, module in _replaced(model):
+        if not any(prefix + path + "." + role in state_dict
+                   for role in module._roles):
+            continue
+        for role in module._roles:
+            state_dict.pop(prefix + path + "." + role, None)
+        for name, value in _block_state(model, path, module,
+                                        "state_dict").items():
+            state_dict[prefix + path + "." + name] = value
+
+
+def _load_state_dict_hook(model, state_dict, prefix, local_metadata, strict,
+                          missing_keys, unexpected_keys, error_msgs):
+    """model.load_state_dict() takes a replaced block's tensors under
+    transformers' names (a state dict of the model before or after
+    replace_moe_blocks), or under the layer's roles."""
+    for path, module in _replaced(model):
+        block, _ = module._original
+        names = list(block.state_dict())
+        keys = [prefix + path + "." + n for n in names]
+        present = [k for k in keys if k in state_dict]
+        if not present:
+            continue
+        if len(present) != len(keys):
+            error_msgs.append(
+                "moe_compiler: the state dict holds only some of the "
+                "tensors of block '%s' (missing: %s)"
+                % (prefix + path, ", ".join(k for k in keys
+                                            if k not in state_dict)))
+            continue
+        values = {n: state_dict.pop(k) for n, k in zip(names, keys)}
+        try:
+            roles = _role_state(model, path, module, values,
+                                "load_state_dict")
+        except (ValueError, RuntimeError) as e:
+            error_msgs.append(str(e))
+            continue
+        for role, value in roles.items():
+            state_dict[prefix + path + "." + role] = value
 
 
 def restore_moe_blocks(model):
@@ -486,14 +741,13 @@ def restore_moe_blocks(model):
     a checkpoint from_pretrained loads (with or without the compiler).
     Returns the module paths restored."""
     restored = []
-    for path, module in list(model.named_modules()):
-        if not isinstance(module, MoELayer) or \
-                getattr(module, "_original", None) is None:
-            continue
+    for path, module in _replaced(model, sharded=True):
+        if getattr(module.layer, "_communicator", None) is not None:
+            raise ValueError("restore_moe_blocks: the layer at '%s' is "
+                             "sharded over a process group (this rank holds "
+                             "only its experts)" % path)
         block, extra = module._original
-        module._sync()
-        values = _block_values(model, path, block,
-                               module.layer.named_parameters())
+        values = _block_state(model, path, module, "restore_moe_blocks")
         device = next(iter(module.parameters()), torch.empty(0)).device
         block.to_empty(device=device)
         with torch.no_grad():

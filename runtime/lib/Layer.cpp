@@ -1251,6 +1251,8 @@ Layer::backward(const Tensor &x, const Tensor &dy,
   if (!weightsBound)
     return Result::error("no weights bound: load a weights file or use "
                          "random weights first");
+  if (Status s = checkCommunicator(); !s.ok())
+    return Result::error(s.error);
   int64_t hidden = m.layer.hidden;
   if (x.shape.size() != 2 || x.shape[1] != hidden || dy.shape != x.shape)
     return Result::error("x and dy must both be [T, " + std::to_string(hidden) +
@@ -1315,8 +1317,9 @@ Layer::backward(const Tensor &x, const Tensor &dy,
     if (!s.ok())
       return Result::error(s.error);
   }
-  // No tokens: every gradient is zero, as the outputs already are.
-  if (tokens > 0)
+  // No tokens: every gradient is zero, as the outputs already are (but a
+  // rank of an expert-parallel job still takes part in the exchanges).
+  if (tokens > 0 || communicator)
     if (Status s = backend->runEntry(spec.entry, args, tokens); !s.ok())
       return Result::error(s.error);
   std::map<std::string, Tensor> grads;

@@ -218,8 +218,21 @@ def test_bad_bundles(tmp_path):
         moe_compiler.Bundle(bytes(data)).load()
     ep2 = moe_compiler.compile(os.path.join(INPUTS, "qwen3-moe-tiny.json"),
                                ep=2)
-    with pytest.raises(ValueError, match="shards its experts over 2 ranks"):
+    with pytest.raises(ValueError, match=r"the bundle shards its experts "
+                       r"over 2 ranks \(ep\); load it with a communicator"):
         ep2.load()
+
+    class Ranks:
+        def __init__(self, rank, size):
+            self.rank, self.size = rank, size
+
+    with pytest.raises(ValueError, match=r"the bundle shards its experts "
+                       r"over 2 rank\(s\) \(ep\), but the process group "
+                       r"has 3"):
+        ep2.load(communicator=Ranks(0, 3))
+    with pytest.raises(ValueError, match=r"the communicator's rank 2 and "
+                       r"size 2 are not a rank of a group"):
+        ep2.load(communicator=Ranks(2, 2))
     layer = moe_compiler.compile(
         os.path.join(INPUTS, "qwen3-moe-tiny.json")).load()
     x = np.zeros((2, layer.hidden_size), np.float32)

@@ -5,7 +5,9 @@ every other parameter (whose gradients flow through the blocks' dx). A
 replaced model deep-copies and pickles, runs batches beyond the bundle's
 max_tokens, and gets a layer of its own dtype; restore_moe_blocks puts
 transformers' blocks back with the trained weights, so that a fine-tuned
-model survives save_pretrained and from_pretrained. The layer's ops pass
+model survives save_pretrained and from_pretrained; so does one saved
+without restoring, whose state_dict() is transformers' (load_state_dict()
+takes it back). The layer's ops pass
 torch.library.opcheck, and torch.compile(fullgraph=True) of a replaced
 model equals eager."""
 import copy
@@ -246,6 +248,118 @@ def test_restore_and_save_pretrained(case, tmp_path):
     with torch.no_grad():
         assert torch.equal(loaded(tokens).logits, restored)
     assert restore_moe_blocks(model) == []
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_state_dict_names_and_save_pretrained(case, tmp_path):
+    """A replaced model's state_dict() is transformers' (the same names,
+    shapes, dtypes and values as before the swap), so save_pretrained of a
+    model fine-tuned with compiled layers writes a checkpoint that
+    from_pretrained loads bit for bit, with or without the compiler."""
+    model = build(case)
+    want = model.state_dict()
+    paths = replace_moe_blocks(model, train=True)
+    got = model.state_dict()
+    assert list(got) == list(want) or set(got) == set(want)
+    for name, value in want.items():
+        assert got[name].dtype == value.dtype and \
+            torch.equal(got[name], value), name
+    tokens = torch.randint(0, 100, (2, 9), generator=torch.Generator()
+                           .manual_seed(9))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    model(tokens, labels=tokens).loss.backward()
+    optimizer.step()
+    with torch.no_grad():
+        tuned = model(tokens).logits
+    tuned_state = model.state_dict()
+    assert not all(torch.equal(tuned_state[n], want[n]) for n in want
+                   if n.startswith(paths[0] + "."))
+    model.save_pretrained(tmp_path)
+    plain = getattr(transformers, CASES[case][1]).from_pretrained(
+        tmp_path).float().eval()
+    plain_state = plain.state_dict()
+    assert set(plain_state) == set(tuned_state)
+    for name, value in tuned_state.items():
+        assert torch.equal(plain_state[name], value), name
+    # Loaded again with the compiler: the tuned model itself.
+    replace_moe_blocks(plain, train=True)
+    with torch.no_grad():
+        assert torch.equal(plain(tokens).logits, tuned)
+
+
+def test_load_state_dict():
+    """load_state_dict() takes transformers' names (a state dict of the
+    model before the swap, or of another replaced model) or the layer's
+    roles, and a state dict with only part of a block fails naming what
+    is missing."""
+    source = build("deepseek_v3")
+    tokens = torch.randint(0, 100, (2, 7), generator=torch.Generator()
+                           .manual_seed(10))
+    with torch.no_grad():
+        want = source(tokens).logits
+    model = build("deepseek_v3")
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(-1)  # other weights, so that loading shows
+    replace_moe_blocks(model, train=True)
+    model.load_state_dict(source.state_dict())
+    with torch.no_grad():
+        got = model(tokens).logits
+    assert (got - want).abs().max() <= 1e-5 * want.abs().max()
+    # Into a replaced model from a replaced model: equal, bit for bit.
+    other = build("deepseek_v3")
+    replace_moe_blocks(other, train=True)
+    other.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        assert torch.equal(other(tokens).logits, got)
+    # The layer's roles, as MoELayer.state_dict() names them.
+    moe = model.get_submodule("model.layers.1.mlp")
+    by_role = {"model.layers.1.mlp." + k: v for k, v in
+               MoELayer.state_dict(moe).items()}
+    assert "model.layers.1.mlp.gate_weight" in by_role
+    rest = {k: v for k, v in source.state_dict().items()
+            if not k.startswith("model.layers.1.mlp.")}
+    other.load_state_dict({**rest, **by_role})
+    with torch.no_grad():
+        assert torch.equal(other(tokens).logits, got)
+    partial = source.state_dict()
+    missing = next(k for k in partial if k.startswith("model.layers.1.mlp."))
+    del partial[missing]
+    with pytest.raises(RuntimeError, match=r"moe_compiler: the state dict "
+                       r"holds only some of the tensors of block "
+                       r"'model\.layers\.1\.mlp' \(missing: %s\)"
+                       % re.escape(missing)):
+        other.load_state_dict(partial)
+
+
+def test_state_dict_bf16_and_fp8():
+    """A bf16 model's state dict stays bf16 (the masters rounded as
+    transformers holds them); an FP8 layer's weights come out dequantized
+    (within e4m3's error of the block's), and loading them back quantizes
+    to the same codes."""
+    model = build("qwen3_moe").to(torch.bfloat16)
+    want = model.state_dict()
+    replace_moe_blocks(model, train=False)
+    got = model.state_dict()
+    for name, value in want.items():
+        assert got[name].dtype == torch.bfloat16 and \
+            torch.equal(got[name], value), name
+    model = build("qwen3_moe")
+    want = model.state_dict()
+    paths = replace_moe_blocks(model, train=False, dtype="fp8")
+    moe = model.get_submodule(paths[0])
+    # bf16 activations, e4m3 expert weights with 128x128 block scales.
+    assert any(moe._dtypes[r] == "f8E4M3FN" for r in moe._roles)
+    codes = {r: getattr(moe, r).clone() for r in moe._roles}
+    got = model.state_dict()
+    assert set(got) == set(want)
+    for name, value in want.items():
+        err = (got[name] - value).abs().max() / value.abs().max()
+        # e4m3 keeps 3 mantissa bits: half an ulp is 1/16 of a value.
+        assert err <= 1 / 16, "%s: relative error %.3f" % (name, err)
+    model.load_state_dict(got)
+    for role, value in codes.items():
+        assert torch.equal(getattr(moe, role), value), role
 
 
 def test_restore_copies_and_dtype():

@@ -56,8 +56,10 @@ struct CompileOptions {
   /// AdamW and the auxiliary-loss-free bias update.
   bool train = false;
   /// Also compile the layer's backward pass as an entry point of its own
-  /// (host, one rank): given x and dy = dL/dy, the gradients of x and of
-  /// every trained weight, for a framework's autograd (moe_backward).
+  /// (host): given x and dy = dL/dy, the gradients of x and of every
+  /// trained weight, for a framework's autograd (moe_backward). With ep >
+  /// 1, this rank's experts' gradients and the replicated weights'
+  /// gradients summed over the ranks.
   bool backward = false;
   /// Expert-parallel ranks (moe-expert-parallel): each rank of the bundle
   /// holds experts/ep experts. Needs train on the host target.

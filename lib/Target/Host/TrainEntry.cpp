@@ -494,8 +494,18 @@ std::vector<TrainArgument> mlir::moe::addHostBackwardEntry(ModuleOp module,
   LayerGradients grads = buildLayerBackward(b, copy, forward, dy);
   std::map<std::string, Value> out;
   out["x.grad"] = s.convert(grads.input, b.getF32Type());
-  for (auto [i, entry] : llvm::enumerate(listTrainedWeights(layer)))
-    out[(entry.first + ".grad").str()] = grads.weights[i];
+  // Expert-parallel: each rank's experts saw every token routed to them,
+  // and the replicated weights' gradients (partial sums over this rank's
+  // tokens) are summed over the ranks, as the training step sums them, so
+  // a framework's optimizer sees the gradients of the loss over every
+  // rank's tokens.
+  auto ep = static_cast<int64_t>(layer.getEpSize());
+  for (auto [i, entry] : llvm::enumerate(listTrainedWeights(layer))) {
+    Value g = grads.weights[i];
+    if (ep > 1 && !isExpertWeight(entry.first))
+      g = AllReduceOp::create(b, loc, g, ep);
+    out[(entry.first + ".grad").str()] = g;
+  }
   for (auto [i, arg] : llvm::enumerate(args))
     if (arg.output)
       writeOutput(b, loc, out.at(arg.name), arg, body->getArgument(i));
