@@ -1,4 +1,5 @@
-"""replace_moe_blocks on small transformers 5 models: the same logits, and
+"""replace_moe_blocks on small transformers 5 models: the same logits and
+greedy generations, and
 loss.backward() gives the same gradients as transformers' own modules, for
 the swapped blocks' weights (compared under the checkpoint's names) and for
 every other parameter (whose gradients flow through the blocks' dx). A
@@ -61,6 +62,13 @@ CASES = {
     "granitemoe": ("GraniteMoeConfig", "GraniteMoeForCausalLM",
                    dict(num_hidden_layers=2, hidden_size=64,
                         num_local_experts=4, num_experts_per_tok=2)),
+    # Llama 4's text model: `feed_forward` blocks returning (y, router
+    # logits), top-1 sigmoid routing applied to the experts' input, a
+    # shared expert.
+    "llama4": ("Llama4TextConfig", "Llama4ForCausalLM",
+               dict(num_hidden_layers=2, hidden_size=64,
+                    num_local_experts=4, num_experts_per_tok=1,
+                    intermediate_size=32, intermediate_size_mlp=64)),
     # A block that returns (y, router scores), biases and the clamp.
     "gpt_oss": ("GptOssConfig", "GptOssForCausalLM",
                 dict(num_hidden_layers=2, hidden_size=64,
@@ -137,6 +145,35 @@ def test_replace_moe_blocks(case):
         assert set(ours) == set(ref), (sorted(ours), sorted(ref))
         for name, want in ref.items():
             close(torch.from_numpy(ours[name]), want, prefix + name)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_generate(case):
+    """Greedy generation through the KV cache (a token at a time after the
+    prompt) gives transformers' tokens."""
+    model = build(case)
+    prompt = torch.randint(0, 100, (2, 6), generator=torch.Generator()
+                           .manual_seed(11))
+    args = dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        want = model.generate(prompt, **args)
+        replace_moe_blocks(model, train=False)
+        got = model.generate(prompt, **args)
+    assert torch.equal(got, want), (got, want)
+
+
+def test_5000_token_batch():
+    """A 5000-token prefill through bundles of the default max_tokens
+    (4096): two pieces, transformers' logits."""
+    model = build("qwen3_moe")
+    tokens = torch.randint(0, 100, (1, 5000), generator=torch.Generator()
+                           .manual_seed(12))
+    with torch.no_grad():
+        want = model(tokens).logits
+        paths = replace_moe_blocks(model, train=False)
+        assert model.get_submodule(paths[0]).layer.max_tokens == 4096
+        got = model(tokens).logits
+    assert (got - want).abs().max() <= 1e-5 * want.abs().max()
 
 
 def test_copy_and_pickle():
@@ -432,7 +469,7 @@ def test_phimoe_forward():
         assert torch.equal(model(tokens).logits, want)
 
 
-COMPILED = ["deepseek_v3", "gpt_oss", "mixtral", "qwen3_moe"]
+COMPILED = ["deepseek_v3", "gpt_oss", "llama4", "mixtral", "qwen3_moe"]
 
 
 @pytest.mark.parametrize("case", COMPILED)
