@@ -17,6 +17,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/unique_ptr.h>
@@ -107,10 +108,12 @@ Tensor toTensor(const AnyArray &a, const std::string &what, int rank,
     badArgument(what + " has shape " + formatArrayShape(a) + ", expected " +
                 form);
   // C-contiguous: each stride (in elements) the product of the sizes after
-  // it, ignoring dimensions of size 1.
+  // it, ignoring dimensions of size 1 (and every stride of an empty array,
+  // which numpy sets freely).
   int64_t expected = 1;
+  bool empty = a.size() == 0;
   for (size_t i = a.ndim(); i-- > 0;) {
-    if (a.shape(i) != 1 && a.stride(i) != expected)
+    if (!empty && a.shape(i) != 1 && a.stride(i) != expected)
       badArgument(what + " is not contiguous (strides in elements must be "
                          "row-major; call .contiguous() or "
                          "numpy.ascontiguousarray first)");
@@ -369,6 +372,33 @@ struct PyLayer {
             toNumpy(std::move(r.topkWeights))};
   }
 
+  /// The forward pass on device memory (a cuda layer): addresses and the
+  /// caller's stream, as DeviceForward takes them.
+  void forwardDevice(uint64_t x, int64_t tokens, uint64_t y, uint64_t ids,
+                     uint64_t weights, uint64_t stream) {
+    DeviceForward io;
+    io.x = x;
+    io.y = y;
+    io.topkIds = ids;
+    io.topkWeights = weights;
+    io.tokens = tokens;
+    io.stream = stream;
+    exclusive([&] { check(layer->forwardOnDevice(io)); });
+  }
+
+  /// What the device's driver was asked to do so far (counts and bytes;
+  /// zeros on the host).
+  std::map<std::string, uint64_t> activity() {
+    DeviceActivity a =
+        exclusive([&] { return layer->getBackend().activity(); });
+    return {{"launches", a.launches},
+            {"graph_launches", a.graphLaunches},
+            {"host_waits", a.hostWaits},
+            {"allocations", a.allocations},
+            {"bytes_to_device", a.bytesToDevice},
+            {"bytes_to_host", a.bytesToHost}};
+  }
+
   /// The gradients of x ("x") and of the trained weights (by role).
   std::map<std::string, NumpyArray> backward(const AnyArray &x,
                                              const AnyArray &dy) {
@@ -625,6 +655,16 @@ NB_MODULE(_core, m) {
                   nb::arg("communicator").none() = nb::none())
       .def("forward", &PyLayer::forward, nb::arg("x"))
       .def("backward", &PyLayer::backward, nb::arg("x"), nb::arg("dy"))
+      .def("forward_device", &PyLayer::forwardDevice, nb::arg("x"),
+           nb::arg("tokens"), nb::arg("y"), nb::arg("topk_ids"),
+           nb::arg("topk_weights"), nb::arg("stream"))
+      .def("activity", &PyLayer::activity)
+      .def_prop_ro("device_dtypes",
+                   [](const PyLayer &l) {
+                     return std::make_pair(
+                         std::string(mlirName(l.layer->deviceInputDType())),
+                         std::string(mlirName(l.layer->deviceOutputDType())));
+                   })
       .def("load_file", &PyLayer::loadFile, nb::arg("path"), nb::arg("prefix"))
       .def("load_tensors", &PyLayer::loadTensors, nb::arg("tensors"),
            nb::arg("prefix"))

@@ -55,6 +55,7 @@ libomp=$(ldconfig -p | awk '/libomp\.so\.5 .*x86-64/ && !found {print $NF; found
 [[ -n $libomp ]] || { echo "gpu-package: no libomp.so.5 here (scripts/setup-deps.sh installs it)" >&2; exit 1; }
 cp -L "$libomp" "$out/lib/"
 cp "$root/tools/gpu-check/gpu_check.py" "$root/tools/gpu-check/train_bench.py" \
+  "$root/tools/gpu-check/device_forward.py" \
   "$root/test/Integration/reference.py" "$root/tools/gpu-check.sh" "$out/"
 configs=("$root"/tools/gpu-check/configs/*.json)
 tokens=4096

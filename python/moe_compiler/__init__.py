@@ -157,6 +157,43 @@ def _host_array(value, name):
                     "tensor), got %s" % (name, type(value).__name__))
 
 
+# __cuda_array_interface__ typestrs and torch dtypes -> the runtime's names.
+_TYPESTRS = {"<f4": "f32", "<f2": "f16", "<i4": "i32"}
+_TORCH_DTYPES = {"torch.float32": "f32", "torch.bfloat16": "bf16",
+                 "torch.float16": "f16", "torch.int32": "i32"}
+
+
+def _device_array(value, name):
+    """(address, shape, dtype name) of a C-contiguous device array: a torch
+    CUDA tensor, or an object with __cuda_array_interface__."""
+    if hasattr(value, "data_ptr") and hasattr(value, "is_cuda"):
+        if not value.is_cuda:
+            raise ValueError("%s is on %s; forward_into takes device arrays "
+                             "(CUDA tensors)" % (name, value.device))
+        if not value.is_contiguous():
+            raise ValueError("%s is not contiguous" % name)
+        return (value.data_ptr(), tuple(value.shape),
+                _TORCH_DTYPES.get(str(value.dtype), str(value.dtype)))
+    cai = getattr(value, "__cuda_array_interface__", None)
+    if not isinstance(cai, dict):
+        raise TypeError("%s must be a device array (a torch CUDA tensor or "
+                        "an object with __cuda_array_interface__), got %s"
+                        % (name, type(value).__name__))
+    shape = tuple(cai["shape"])
+    dtype = _TYPESTRS.get(cai["typestr"], cai["typestr"])
+    strides = cai.get("strides")
+    if strides is not None:
+        size = int(cai["typestr"][2:])
+        want = []
+        for d in reversed(shape):
+            want.insert(0, size)
+            size *= d
+        if tuple(strides) != tuple(want):
+            raise ValueError("%s is not C-contiguous (strides %s)"
+                             % (name, list(strides)))
+    return int(cai["data"][0]), shape, dtype
+
+
 def _like(value, array):
     """`array` (numpy) as the framework of `value`: torch in, torch out."""
     if type(value).__module__.startswith("torch"):
@@ -237,6 +274,56 @@ class Layer:
         return _like(x, y), _like(x, ids), _like(x, weights)
 
     forward = __call__
+
+    def forward_into(self, x, y, topk_ids, topk_weights, stream=0):
+        """The forward pass on device memory (a cuda layer: an sm_90a
+        bundle): x [tokens, hidden] and the outputs y [tokens, hidden],
+        topk_ids [tokens, top_k] (int32) and topk_weights [tokens, top_k]
+        (float32) are device arrays (torch CUDA tensors, or any object
+        with __cuda_array_interface__), C-contiguous, x and y in the
+        dtypes of `device_dtypes`. Nothing is copied through the host and
+        the host does not wait: the pass runs after the work on `stream`
+        (a CUstream handle, or an object with .cuda_stream; 0: the legacy
+        default stream) and work enqueued there afterwards runs after it.
+        Parameters changed since the last pass are uploaded first."""
+        if self.target != "sm_90a":
+            raise RuntimeError("this device takes host tensors only: "
+                               "forward_into needs an sm_90a bundle (this "
+                               "one is for the %s target)" % self.target)
+        x_dtype, y_dtype = self.device_dtypes
+        tokens, hidden, k = None, self.hidden_size, self.top_k
+        ptrs = []
+        for name, value, dtype, width in (
+                ("x", x, x_dtype, hidden), ("y", y, y_dtype, hidden),
+                ("topk_ids", topk_ids, "i32", k),
+                ("topk_weights", topk_weights, "f32", k)):
+            ptr, shape, got = _device_array(value, name)
+            if got != dtype or len(shape) != 2 or shape[1] != width or \
+                    (tokens is not None and shape[0] != tokens):
+                raise ValueError(
+                    "%s is a %s array of shape %s, expected %s of shape "
+                    "[%s, %d]" % (name, got, list(shape), dtype,
+                                  "tokens" if tokens is None else tokens,
+                                  width))
+            tokens = shape[0]
+            ptrs.append(ptr)
+        stream = getattr(stream, "cuda_stream", stream)
+        if not isinstance(stream, int) or stream < 0:
+            raise TypeError("stream must be a CUstream handle (an int) or "
+                            "have .cuda_stream, got %r" % (stream,))
+        self._core.forward_device(ptrs[0], tokens, ptrs[1], ptrs[2], ptrs[3],
+                                  stream)
+
+    @property
+    def device_dtypes(self):
+        """(x's, y's) dtype on the device ("bf16", "f32", ...)."""
+        return tuple(self._core.device_dtypes)
+
+    def activity(self):
+        """What the device's driver was asked to do since it was opened:
+        launches, graph_launches, host_waits, allocations, bytes_to_device,
+        bytes_to_host (process-wide; zeros on the host target)."""
+        return dict(self._core.activity())
 
     def backward(self, x, dy):
         """The gradients of a loss whose gradient with respect to y is dy:

@@ -63,6 +63,8 @@ def _layer_forward(x: torch.Tensor, params: list[torch.Tensor],
     the module's order) bound first where they changed."""
     module = _module(handle)
     module._bind(params)
+    if x.is_cuda:
+        return module._forward_device(x.detach())
     y, ids, weights = module.layer._core.forward(x.detach())
     return (torch.from_numpy(y), torch.from_numpy(ids),
             torch.from_numpy(weights))
@@ -284,6 +286,29 @@ class MoELayer(torch.nn.Module):
         self._sync()
         self._register()
 
+    def _forward_device(self, x):
+        """The pass on x's device memory (an sm_90a layer), on the current
+        stream of x's device: outputs from PyTorch's caching allocator,
+        nothing through the host, no host wait."""
+        if self.layer.target != "sm_90a":
+            raise ValueError("x is on %s, but the layer's bundle is for the "
+                             "%s target (compile it with target='sm_90a', "
+                             "or pass CPU tensors)"
+                             % (x.device, self.layer.target))
+        x_dtype, y_dtype = self.layer.device_dtypes
+        names = {v: k for k, v in _TORCH_NAMES.items()}
+        flat = x.to(names[x_dtype]).contiguous()
+        tokens = flat.shape[0]
+        y = torch.empty((tokens, self._hidden), dtype=names[y_dtype],
+                        device=x.device)
+        ids = torch.empty((tokens, self._top_k), dtype=torch.int32,
+                          device=x.device)
+        weights = torch.empty((tokens, self._top_k), dtype=torch.float32,
+                              device=x.device)
+        self.layer.forward_into(flat, y, ids, weights,
+                                stream=torch.cuda.current_stream(x.device))
+        return y.float(), ids, weights
+
     @staticmethod
     def _stamp(tensor):
         return (tensor.data_ptr(), tensor._version, tensor.dtype)
@@ -299,12 +324,15 @@ class MoELayer(torch.nn.Module):
         for role, tensor in zip(self._roles, params):
             stamp = self._stamp(tensor)
             if self._seen[role] != stamp:
-                if tensor.device.type != "cpu":
+                if tensor.device.type != "cpu" and \
+                        self.layer.target != "sm_90a":
                     raise ValueError(
                         "parameter '%s' is on %s; the host target runs on "
                         "CPU tensors" % (role, tensor.device))
-                self.layer._core.set_parameter(role,
-                                               tensor.detach().contiguous())
+                # An sm_90a layer's parameters on the GPU are read back
+                # once when they change (the layer uploads its copy).
+                self.layer._core.set_parameter(
+                    role, tensor.detach().cpu().contiguous())
                 self._seen[role] = stamp
 
     def forward(self, x):
@@ -428,6 +456,10 @@ def _checkpoint_state(model, path, block):
 # checkpoints call it (transformers 5 loads Mixtral's, Phi-3.5-MoE's and
 # MiniMax's `block_sparse_moe` into `mlp`).
 _BLOCK_NAMES = ("mlp", "block_sparse_moe", "feed_forward")
+
+# The runtime's dtype names -> torch dtypes, for device buffers.
+_TORCH_NAMES = {"f32": torch.float32, "bf16": torch.bfloat16,
+                "f16": torch.float16, "i32": torch.int32}
 
 # A model's parameter dtype -> the compiler's --dtype.
 _DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16",

@@ -2,9 +2,10 @@
 -*-===*\
 |*                                                                            *|
 |* Part of moe-compiler. A stable C interface for frameworks: load a bundle,  *|
-|* bind weights, run forward passes on host buffers. Every function that can  *|
-|* fail returns 0 on success and -1 on failure; moe_last_error() then says    *|
-|* why (per thread, valid until the next call on that thread).                *|
+|* bind weights, run forward passes on host buffers (or, for a cuda layer,    *|
+|* on device memory). Every function that can fail returns 0 on success and   *|
+|* -1 on failure; moe_last_error() then says why (per thread, valid until     *|
+|* the next call on that thread).                                             *|
 |*                                                                            *|
 \*===----------------------------------------------------------------------===*/
 
@@ -59,6 +60,26 @@ int64_t moe_layer_max_tokens(const moe_layer *layer);
 int moe_layer_forward(moe_layer *layer, const void *x, moe_dtype x_dtype,
                       int64_t tokens, float *y, int32_t *topk_ids,
                       float *topk_weights);
+
+/** The dtypes moe_layer_forward_device takes x in and writes y in (the
+ *  sm_90a pass's own buffers': bf16 or f16). */
+int moe_layer_device_dtypes(const moe_layer *layer, moe_dtype *x_dtype,
+                            moe_dtype *y_dtype);
+
+/** Runs a "cuda" layer on device memory, for a framework that holds its
+ *  tensors on the GPU: x [tokens, hidden], y [tokens, hidden] (both in
+ *  the dtypes of moe_layer_device_dtypes), topk_ids [tokens, top_k]
+ *  int32 and topk_weights [tokens, top_k] f32 are device addresses in the
+ *  primary context of the layer's GPU, contiguous. The pass runs after the
+ *  work enqueued on `stream` (a CUstream; NULL: the legacy default stream)
+ *  and work enqueued there afterwards runs after the pass; nothing goes
+ *  through host memory and the host does not wait (parameters changed
+ *  since the last pass are uploaded first). When the caller is capturing
+ *  `stream` into a CUDA graph, the pass's copies and kernels are captured
+ *  into it. One rank (not for bundles compiled with --ep). */
+int moe_layer_forward_device(moe_layer *layer, uint64_t x, int64_t tokens,
+                             uint64_t y, uint64_t topk_ids,
+                             uint64_t topk_weights, void *stream);
 
 #ifdef __cplusplus
 }

@@ -147,3 +147,36 @@ int moe_layer_forward(moe_layer *layer, const void *x, moe_dtype x_dtype,
               rows * k * sizeof(float));
   return 0;
 }
+
+static moe_dtype toCDType(DType dtype) {
+  return dtype == DType::BF16  ? MOE_BF16
+         : dtype == DType::F16 ? MOE_F16
+                               : MOE_F32;
+}
+
+int moe_layer_device_dtypes(const moe_layer *layer, moe_dtype *x_dtype,
+                            moe_dtype *y_dtype) {
+  lastError.clear();
+  if (!layer || !x_dtype || !y_dtype)
+    return fail("moe_layer_device_dtypes: null layer or result pointer");
+  *x_dtype = toCDType(layer->layer->deviceInputDType());
+  *y_dtype = toCDType(layer->layer->deviceOutputDType());
+  return 0;
+}
+
+int moe_layer_forward_device(moe_layer *layer, uint64_t x, int64_t tokens,
+                             uint64_t y, uint64_t topk_ids,
+                             uint64_t topk_weights, void *stream) {
+  lastError.clear();
+  if (!layer)
+    return fail("moe_layer_forward_device: null layer");
+  DeviceForward io;
+  io.x = x;
+  io.y = y;
+  io.topkIds = topk_ids;
+  io.topkWeights = topk_weights;
+  io.tokens = tokens;
+  io.stream = reinterpret_cast<uint64_t>(stream);
+  Status s = layer->layer->forwardOnDevice(io);
+  return s.ok() ? 0 : fail(s.error);
+}

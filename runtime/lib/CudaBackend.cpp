@@ -62,6 +62,9 @@ public:
   ~CudaBackend() override {
     if (!ready)
       return;
+    for (CUevent e : {callerReady, passDone})
+      if (e)
+        driver.eventDestroy(e);
     for (size_t i = 0; i < buffers.size(); ++i)
       if (buffers[i] && !(i < inWindow.size() && inWindow[i]))
         driver.memFree(buffers[i]);
@@ -87,6 +90,8 @@ public:
 
   Status init(const Bundle &bundle);
   Status run(const std::vector<const Tensor *> &arguments) override;
+  Status runOnDevice(const DeviceForward &io,
+                     const std::vector<const Tensor *> &arguments) override;
   Status runEntry(const std::string &symbol,
                   const std::vector<const Tensor *> &arguments,
                   int64_t tokens) override;
@@ -518,8 +523,13 @@ private:
   Status launchGraph(const std::vector<int64_t> &key, const char *what,
                      const std::function<Status()> &enqueue);
   static constexpr size_t kGraphs = 16;
-  /// A graph key's first entry: whose schedule.
-  enum : int64_t { kForwardPass, kTrainingStep };
+  /// A graph key's first entry: whose schedule (a forward pass on the
+  /// caller's device memory captures the kernels alone).
+  enum : int64_t { kForwardPass, kTrainingStep, kDeviceForwardPass };
+  /// Recorded on the caller's stream and on this one around a pass on
+  /// device memory, so that each stream waits for the other on the
+  /// device.
+  CUevent callerReady = nullptr, passDone = nullptr;
   std::map<std::vector<int64_t>, CUgraphExec> graphs;
   std::vector<std::vector<int64_t>> graphOrder; // least recently used first
   /// Zeroes the rows of `b` past its first `bytes` (a step's input of
@@ -1572,6 +1582,114 @@ Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {
       convertFloats(from, b->dtype, into, out.dtype, count);
   }
   return Status::success();
+}
+
+Status CudaBackend::runOnDevice(const DeviceForward &io,
+                                const std::vector<const Tensor *> &arguments) {
+  if (!inputBuffer || !outputBuffers[0] || !outputBuffers[1] ||
+      !outputBuffers[2])
+    return Status::failure("the sm_90a bundle has no forward pass (no "
+                           "buffers x, y, topk_ids and topk_weights)");
+  if (manifest.expertParallel > 1)
+    return Status::failure("a layer sharded over expert-parallel ranks "
+                           "takes host tensors only (device pointers: one "
+                           "rank, for now)");
+  int64_t tokens = io.tokens;
+  size_t inputBytes = static_cast<size_t>(tokens) * rowBytes(*inputBuffer);
+  if (tokens < 0 || inputBytes > capacityBytes(*inputBuffer))
+    return Status::failure("the input is larger than the bundle's x");
+  lastTokens = tokens;
+  if (!parametersUploaded)
+    if (Status s = uploadParameters(arguments); !s.ok())
+      return s;
+  Expected<int> variant = forwardVariant(tokens);
+  if (!variant)
+    return Status::failure(variant.message());
+  ForwardBuild build = forwardBuild(*variant);
+  lastTileM = build.tileM;
+  profile.clear();
+  for (CUevent *e : {&callerReady, &passDone})
+    if (!*e)
+      if (Status s = check(driver.eventCreate(e, /*DISABLE_TIMING=*/2),
+                           "cuEventCreate");
+          !s.ok())
+        return s;
+  auto caller = reinterpret_cast<CUstream>(io.stream);
+  // A caller capturing its stream into a CUDA graph (torch.cuda.graph)
+  // gets the pass's copies and kernels in its graph: this stream joins
+  // the capture through the events below, and no graph of ours is
+  // launched inside it.
+  int captureStatus = 0;
+  if (caller)
+    if (Status s = check(driver.streamIsCapturing(caller, &captureStatus),
+                         "cannot query the caller's stream");
+        !s.ok())
+      return s;
+  if (captureStatus == 2)
+    return Status::failure("the caller's stream capture was invalidated");
+  bool callerCaptures = captureStatus == 1;
+  if (Status s = check(driver.eventRecord(callerReady, caller),
+                       "cannot record an event on the caller's stream");
+      !s.ok())
+    return s;
+  if (Status s = check(driver.streamWaitEvent(stream, callerReady, 0),
+                       "cannot order the pass after the caller's stream");
+      !s.ok())
+    return s;
+  if (tokens > 0) {
+    // The token count and x straight into the pass's buffers (device to
+    // device), then the kernels (a graph per bucket of token counts, as
+    // the host path replays them), then the outputs out of them.
+    if (tokensWord)
+      if (Status s = check(driver.memsetD32Async(deviceOf(*tokensWord),
+                                                 static_cast<unsigned>(tokens),
+                                                 1, stream),
+                           "cannot set the token count");
+          !s.ok())
+        return s;
+    if (Status s = check(driver.memcpyDtoDAsync(deviceOf(*inputBuffer), io.x,
+                                                inputBytes, stream),
+                         "cannot copy x into the pass's input");
+        !s.ok())
+      return s;
+    if (capturable(build.steps) && !callerCaptures) {
+      int64_t capacity = *variant >= 0
+                             ? manifest.gpu.variants[*variant].maxTokens
+                             : manifest.maxTokens;
+      int64_t launched = launchTokens(tokens, capacity);
+      if (Status s = launchGraph(
+              {kDeviceForwardPass, launched, *variant}, "the forward pass",
+              [&] {
+                return launchSteps(build.steps, build.plan, launched,
+                                   /*timed=*/false, /*sameClock=*/false,
+                                   build.rowCapacity);
+              });
+          !s.ok())
+        return s;
+    } else if (Status s = launchSteps(build.steps, build.plan, tokens,
+                                      /*timed=*/false, /*sameClock=*/false,
+                                      build.rowCapacity);
+               !s.ok()) {
+      return s;
+    }
+    const uint64_t into[3] = {io.y, io.topkIds, io.topkWeights};
+    const char *names[3] = {"y", "topk_ids", "topk_weights"};
+    for (int o = 0; o < 3; ++o) {
+      size_t bytes = static_cast<size_t>(tokens) * rowBytes(*outputBuffers[o]);
+      if (Status s =
+              check(driver.memcpyDtoDAsync(into[o], deviceOf(*outputBuffers[o]),
+                                           bytes, stream),
+                    std::string("cannot copy '") + names[o] + "' out");
+          !s.ok())
+        return s;
+    }
+  }
+  if (Status s = check(driver.eventRecord(passDone, stream),
+                       "cannot record the pass's end");
+      !s.ok())
+    return s;
+  return check(driver.streamWaitEvent(caller, passDone, 0),
+               "cannot order the caller's stream after the pass");
 }
 
 Expected<int> CudaBackend::forwardVariant(int64_t tokens) const {

@@ -179,10 +179,13 @@ Expected<Driver> openDriver() {
   bind(d.memAllocHost, "cuMemAllocHost_v2");
   bind(d.memFreeHost, "cuMemFreeHost");
   bind(d.memsetD8Async, "cuMemsetD8Async");
+  bind(d.memsetD32Async, "cuMemsetD32Async");
+  bind(d.memcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
   bind(d.streamCreate, "cuStreamCreate");
   bind(d.streamDestroy, "cuStreamDestroy_v2");
   bind(d.streamSynchronize, "cuStreamSynchronize");
   bind(d.streamQuery, "cuStreamQuery");
+  bind(d.streamIsCapturing, "cuStreamIsCapturing");
   bind(d.eventCreate, "cuEventCreate");
   bind(d.eventDestroy, "cuEventDestroy_v2");
   bind(d.eventRecord, "cuEventRecord");

@@ -44,10 +44,14 @@ struct Driver {
   CUresult (*memAllocHost)(void **, size_t);
   CUresult (*memFreeHost)(void *);
   CUresult (*memsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+  CUresult (*memsetD32Async)(CUdeviceptr, unsigned, size_t, CUstream);
+  CUresult (*memcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
   CUresult (*streamCreate)(CUstream *, unsigned);
   CUresult (*streamDestroy)(CUstream);
   CUresult (*streamSynchronize)(CUstream);
   CUresult (*streamQuery)(CUstream);
+  /// *status: 0 not capturing, 1 capturing, 2 a capture invalidated.
+  CUresult (*streamIsCapturing)(CUstream, int *status);
   CUresult (*eventCreate)(CUevent *, unsigned);
   CUresult (*eventDestroy)(CUevent);
   CUresult (*eventRecord)(CUevent, CUstream);

@@ -1239,6 +1239,43 @@ Expected<ForwardResult> Layer::forward(const Tensor &x) {
   return result;
 }
 
+DType Layer::deviceInputDType() const {
+  for (const GpuBuffer &b : bundle.manifest.gpu.buffers)
+    if (b.name == "x")
+      return b.dtype;
+  return bundle.manifest.inputs[0].dtype;
+}
+
+DType Layer::deviceOutputDType() const {
+  for (const GpuBuffer &b : bundle.manifest.gpu.buffers)
+    if (b.name == "y")
+      return b.dtype;
+  return bundle.manifest.outputs[0].dtype;
+}
+
+Status Layer::forwardOnDevice(const DeviceForward &io) {
+  const Manifest &m = bundle.manifest;
+  if (!weightsBound)
+    return Status::failure("no weights bound: load a weights file or use "
+                           "random weights first");
+  if (Status s = checkCommunicator(); !s.ok())
+    return s;
+  if (io.tokens < 0 || (m.staticTokens && io.tokens != m.staticTokens) ||
+      io.tokens > m.maxTokens)
+    return Status::failure(
+        "input 'x' has " + std::to_string(io.tokens) +
+        " tokens, the bundle takes " +
+        (m.staticTokens
+             ? "exactly " + std::to_string(m.staticTokens)
+             : "at most " + std::to_string(m.maxTokens) + " (--max-tokens)"));
+  if (io.tokens > 0 && (!io.x || !io.y || !io.topkIds || !io.topkWeights))
+    return Status::failure("a device pointer of x or the outputs is null");
+  std::vector<const Tensor *> args = {nullptr};
+  for (size_t i = 0; i < parameters.size(); ++i)
+    args.push_back(&param(i));
+  return backend->runOnDevice(io, args);
+}
+
 Expected<std::map<std::string, Tensor>>
 Layer::backward(const Tensor &x, const Tensor &dy,
                 std::map<std::string, Tensor> *spare) {

@@ -1,6 +1,7 @@
 """moe_compiler from numpy: compile, load weights (file or state dict), run
 against the float64 reference, and the errors a user meets."""
 import json
+import ctypes
 import os
 
 import numpy as np
@@ -206,6 +207,128 @@ def test_sm90_bundle_on_the_gpu(tmp_path):
     with pytest.raises(moe_compiler.CompileError, match="--backward needs "
                                                         "--target=host"):
         moe_compiler.compile(config, target="sm_90a", train=True)
+
+
+class DeviceArray:
+    """Device memory of the emulated driver (the one the runtime opens:
+    $MOE_CUDA_DRIVER), handed over as PyTorch hands a CUDA tensor to
+    libraries that take __cuda_array_interface__."""
+    TYPESTRS = {np.dtype(np.float16): "<f2", np.dtype(np.float32): "<f4",
+                np.dtype(np.int32): "<i4"}
+
+    def __init__(self, driver, shape, dtype, values=None):
+        self.driver, self.shape, self.dtype = driver, shape, np.dtype(dtype)
+        self.nbytes = int(np.prod(shape)) * self.dtype.itemsize
+        ptr = ctypes.c_uint64()
+        assert driver.cuMemAlloc_v2(ctypes.byref(ptr),
+                                    ctypes.c_size_t(max(self.nbytes, 1))) == 0
+        self.ptr = ptr.value
+        if values is not None:
+            host = np.ascontiguousarray(values, self.dtype)
+            assert driver.cuMemcpyHtoD_v2(
+                ctypes.c_uint64(self.ptr), host.ctypes.data_as(
+                    ctypes.c_void_p), ctypes.c_size_t(self.nbytes)) == 0
+        self.__cuda_array_interface__ = {
+            "shape": shape, "typestr": self.TYPESTRS[self.dtype],
+            "data": (self.ptr, False), "strides": None, "version": 3}
+
+    def read(self):
+        host = np.empty(self.shape, self.dtype)
+        assert self.driver.cuMemcpyDtoH_v2(
+            host.ctypes.data_as(ctypes.c_void_p), ctypes.c_uint64(self.ptr),
+            ctypes.c_size_t(self.nbytes)) == 0
+        return host
+
+    def __del__(self):
+        self.driver.cuMemFree_v2(ctypes.c_uint64(self.ptr))
+
+
+@pytest.mark.skipif(not os.environ.get("MOE_CUDA_DRIVER"),
+                    reason="no MOE_CUDA_DRIVER: the lit suite points it at "
+                           "the PTX emulator (or a real driver)")
+def test_forward_on_device_memory(tmp_path):
+    """Layer.forward_into on device buffers the caller allocated (the
+    emulated driver's, through __cuda_array_interface__): the outputs of
+    the host-staged pass, with no byte copied through the host, no host
+    wait and no allocation by the runtime (its driver counts), for two
+    token counts of one graph bucket and an empty batch; captured into the
+    caller's own CUDA graph and replayed; wrong arrays fail clearly."""
+    driver = ctypes.CDLL(os.environ["MOE_CUDA_DRIVER"])
+    config, weights, x = generate(tmp_path, "qwen3-moe-tiny", tokens=6)
+    gpu = moe_compiler.compile(config, target="sm_90a", dtype="f16",
+                               max_tokens=64).load(weights=weights)
+    assert gpu.device_dtypes == ("f16", "f16")
+    hidden, k = gpu.hidden_size, gpu.top_k
+    for tokens in (5, 3, 0):
+        xs = x[:tokens].astype(np.float16)
+        want_y, want_ids, want_w = gpu(xs)   # staged through the host
+        xd = DeviceArray(driver, (tokens, hidden), np.float16, xs)
+        y = DeviceArray(driver, (tokens, hidden), np.float16)
+        ids = DeviceArray(driver, (tokens, k), np.int32)
+        w = DeviceArray(driver, (tokens, k), np.float32)
+        before = gpu.activity()
+        gpu.forward_into(xd, y, ids, w)
+        delta = {n: v - before[n] for n, v in gpu.activity().items()}
+        assert delta["bytes_to_device"] == 0 and \
+            delta["bytes_to_host"] == 0, delta
+        assert delta["host_waits"] == 0 and delta["allocations"] == 0, delta
+        assert tokens == 0 or delta["graph_launches"] == 1, delta
+        assert driver.cuCtxSynchronize() == 0   # the test's own wait
+        assert (ids.read() == want_ids).all()
+        assert (w.read() == want_w).all()
+        assert (y.read().astype(np.float32) == want_y).all()
+    # The caller captures its stream into a CUDA graph (as
+    # torch.cuda.graph does): the pass's copies and kernels land in the
+    # caller's graph, which then replays on new contents of x.
+    stream = ctypes.c_void_p()
+    assert driver.cuStreamCreate(ctypes.byref(stream), 0) == 0
+    xd = DeviceArray(driver, (4, hidden), np.float16, x[:4])
+    y = DeviceArray(driver, (4, hidden), np.float16)
+    ids = DeviceArray(driver, (4, k), np.int32)
+    w = DeviceArray(driver, (4, k), np.float32)
+    assert driver.cuStreamBeginCapture_v2(stream, 0) == 0   # global mode
+    before = gpu.activity()
+    gpu.forward_into(xd, y, ids, w, stream=stream.value)
+    delta = {n: v - before[n] for n, v in gpu.activity().items()}
+    graph, graph_exec = ctypes.c_void_p(), ctypes.c_void_p()
+    assert driver.cuStreamEndCapture(stream, ctypes.byref(graph)) == 0
+    assert delta["graph_launches"] == 0 and delta["launches"] > 0, delta
+    assert driver.cuGraphInstantiateWithFlags(
+        ctypes.byref(graph_exec), graph, ctypes.c_ulonglong(0)) == 0
+    for shift in (1, 2):
+        xs = x[shift:shift + 4].astype(np.float16)
+        assert driver.cuMemcpyHtoD_v2(
+            ctypes.c_uint64(xd.ptr), xs.ctypes.data_as(ctypes.c_void_p),
+            ctypes.c_size_t(xs.nbytes)) == 0
+        assert driver.cuGraphLaunch(graph_exec, stream) == 0
+        assert driver.cuStreamSynchronize(stream) == 0
+        want_y, want_ids, want_w = gpu(xs)
+        assert (ids.read() == want_ids).all()
+        assert (y.read().astype(np.float32) == want_y).all()
+    assert driver.cuGraphExecDestroy(graph_exec) == 0
+    assert driver.cuGraphDestroy(graph) == 0
+    assert driver.cuStreamDestroy_v2(stream) == 0
+
+    xd = DeviceArray(driver, (2, hidden), np.float16, x[:2])
+    y = DeviceArray(driver, (2, hidden), np.float16)
+    ids = DeviceArray(driver, (2, k), np.int32)
+    w = DeviceArray(driver, (2, k), np.float32)
+    with pytest.raises(ValueError, match=r"y is a f32 array of shape "
+                       r"\[2, %d\], expected f16" % hidden):
+        gpu.forward_into(xd, DeviceArray(driver, (2, hidden), np.float32),
+                         ids, w)
+    with pytest.raises(ValueError, match=r"topk_ids is a i32 array of shape "
+                       r"\[3, %d\], expected i32 of shape \[2, %d\]"
+                       % (k, k)):
+        gpu.forward_into(xd, y, DeviceArray(driver, (3, k), np.int32), w)
+    with pytest.raises(TypeError, match=r"x must be a device array"):
+        gpu.forward_into(np.zeros((2, hidden), np.float16), y, ids, w)
+    with pytest.raises(TypeError, match=r"stream must be a CUstream handle"):
+        gpu.forward_into(xd, y, ids, w, stream="default")
+    host = moe_compiler.compile(config, dtype="f16").load(weights=weights)
+    with pytest.raises(RuntimeError, match=r"this device takes host tensors "
+                       r"only"):
+        host.forward_into(xd, y, ids, w)
 
 
 def test_bad_bundles(tmp_path):

@@ -34,6 +34,12 @@ was built (test/GPU/fp8_vs_host.py's bounds); off the emulator, each
 fp8/speed-NAME bundle's kernel times are printed next to NAME's bf16
 bundle's, at --tokens.
 
+The C API's zero-copy pass (moe_layer_forward_device, what a framework's
+CUDA tensors take) runs the first bundle on device memory (PyTorch CUDA
+tensors; the emulated driver's memory under --emulator) against the
+host-staged pass, then captured into the caller's CUDA graph and replayed
+(tools/gpu-check/device_forward.py), with both times on a GPU.
+
 It also runs `moe-comm-bench --device=cuda` on one rank: the NCCL
 communicator is created (unique id, non-blocking init, CTA limits of the
 comm SMs), and an uneven all-to-all and an f32 all-reduce on device memory
@@ -54,6 +60,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import device_forward  # noqa: E402
 import train_bench  # noqa: E402
 from train_bench import read_manifest, run_tool  # noqa: E402
 
@@ -729,6 +736,15 @@ def main():
             ok = check_fp8(args) and ok
         except Exception as error:
             print(f"  FAIL fp8: {error!r}")
+            ok = False
+    if bundles:
+        print("device memory (the C API's zero-copy pass)")
+        try:
+            ok = device_forward.check(
+                args.package, bundles[0], min(args.tokens, 256),
+                args.emulator, seed=args.seed, repeats=args.repeats) and ok
+        except Exception as error:
+            print(f"  FAIL device forward: {error!r}")
             ok = False
     print("communicator")
     ok = check_comm(args) and ok

@@ -62,10 +62,32 @@ struct DeviceActivity {
   std::string describe() const;
 };
 
+/// A forward pass on device memory (a framework's CUDA tensors): device
+/// addresses in the primary context of the layer's GPU, and the caller's
+/// stream. x is [tokens, hidden] in the bundle's input dtype; y [tokens,
+/// hidden] in its output dtype (Layer::deviceOutputDType), topk_ids
+/// [tokens, k] i32 and topk_weights [tokens, k] f32, all contiguous.
+struct DeviceForward {
+  uint64_t x = 0, y = 0, topkIds = 0, topkWeights = 0;
+  int64_t tokens = 0;
+  /// The caller's CUstream (0: the legacy default stream): the pass
+  /// starts after the work on it so far, and work enqueued on it after
+  /// the call runs after the pass. The host does not wait.
+  uint64_t stream = 0;
+};
+
 /// A device that runs a bundle's code.
 class Backend {
 public:
   virtual ~Backend();
+  /// A forward pass on device memory; `parameters` in manifest order
+  /// (uploaded when they changed). Devices without memory of their own
+  /// say so.
+  virtual Status runOnDevice(const DeviceForward &,
+                             const std::vector<const Tensor *> &) {
+    return Status::failure("this device takes host tensors only (device "
+                           "pointers need a cuda layer)");
+  }
   /// Runs another entry point of the bundle (the training step) on
   /// arguments in its own order, for `tokens` tokens (0: unknown; the host
   /// runs a small step on one thread); devices without one say so.
@@ -198,6 +220,12 @@ public:
 
   /// Runs the layer on `x` [T, hidden] (f32, bf16 or f16).
   Expected<ForwardResult> forward(const Tensor &x);
+  /// Runs the layer on device memory (a cuda layer, one rank): no host
+  /// copy of x or the outputs and no host wait; see DeviceForward.
+  Status forwardOnDevice(const DeviceForward &io);
+  /// The dtypes forwardOnDevice takes x in and writes y in.
+  DType deviceInputDType() const;
+  DType deviceOutputDType() const;
 
   /// The layer's backward pass (bundles compiled with --backward): from `x`
   /// [T, hidden] and `dy` [T, hidden], the gradient of a loss with respect
