@@ -659,6 +659,12 @@ NB_MODULE(_core, m) {
            nb::arg("tokens"), nb::arg("y"), nb::arg("topk_ids"),
            nb::arg("topk_weights"), nb::arg("stream"))
       .def("activity", &PyLayer::activity)
+      .def_prop_ro("exchange_transport",
+                   [](PyLayer &l) {
+                     return l.exclusive([&] {
+                       return l.layer->getBackend().exchangeTransport();
+                     });
+                   })
       .def_prop_ro("device_dtypes",
                    [](const PyLayer &l) {
                      return std::make_pair(

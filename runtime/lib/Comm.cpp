@@ -88,7 +88,7 @@ int launcherWorldSize();
 
 int launcherLocalRank() {
   for (const char *var : {"MOE_CUDA_DEVICE", "OMPI_COMM_WORLD_LOCAL_RANK",
-                          "MPI_LOCALRANKID", "SLURM_LOCALID"})
+                          "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"})
     if (const char *value = std::getenv(var))
       return std::atoi(value);
   return 0;

@@ -1,7 +1,8 @@
 """Expert parallelism from PyTorch: `torchrun --nproc-per-node 2` runs
 ep_worker.py, whose MoELayer(process_group=...) shards the experts over a
 gloo process group (no mpirun), against one rank's layer: outputs,
-gradients and training losses equal."""
+gradients and training losses equal; a transformers model's blocks; an
+sm_90a layer whose NCCL communicator the group bootstraps."""
 import os
 import subprocess
 import sys
@@ -32,6 +33,23 @@ def test_torchrun_two_ranks(name):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "rank 0 ok" in result.stdout and "rank 1 ok" in result.stdout, \
         result.stdout + result.stderr
+
+
+@pytest.mark.skipif(not (os.environ.get("MOE_CUDA_DRIVER") and
+                         os.environ.get("MOE_NCCL")),
+                    reason="no MOE_CUDA_DRIVER and MOE_NCCL: the lit suite "
+                           "points them at the PTX emulator and the "
+                           "emulated NCCL (or a real driver and NCCL)")
+def test_torchrun_sm90():
+    """An sm_90a layer sharded over the gloo group: the NCCL communicator
+    bootstrapped through torch.distributed, the exchanges on the GPUs."""
+    result = torchrun(os.path.join(HERE, "ep_worker.py"), "sm90",
+                      os.path.join(INPUTS, "qwen3-moe-tiny.json"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "rank 0 ok" in result.stdout and "rank 1 ok" in result.stdout, \
+        result.stdout + result.stderr
+    assert "exchanges lsa (device-initiated" in result.stdout or \
+        "exchanges nccl" in result.stdout, result.stdout
 
 
 def test_torchrun_transformers():

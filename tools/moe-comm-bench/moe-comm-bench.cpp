@@ -68,7 +68,7 @@ static const char kUsage[] =
     "                       maxCTAs; 0, the default, leaves NCCL's choice)\n"
     "  --gpu=D              cuda: this rank's device (default:\n"
     "                       $MOE_CUDA_DEVICE, else the local rank mpirun\n"
-    "                       gives, else 0)\n"
+    "                       or torchrun gives, else 0)\n"
     "  --timeout=SECONDS    limit of every collective (300)\n";
 
 namespace {

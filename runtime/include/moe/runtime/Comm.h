@@ -79,7 +79,7 @@ Expected<std::unique_ptr<Communicator>>
 createCommunicator(double timeoutSeconds);
 
 /// The GPU of this rank: $MOE_CUDA_DEVICE, else the node-local rank the
-/// launcher gives (Open MPI, MPICH, Slurm), else 0.
+/// launcher gives (Open MPI, MPICH, Slurm, torchrun), else 0.
 int launcherLocalRank();
 
 /// A communicator of one rank.
