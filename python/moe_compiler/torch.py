@@ -396,7 +396,7 @@ def _bucket(tokens):
     return cap
 
 
-def moe(x, weights, config, prefix="", dtype=None, target="host"):
+def moe(x, weights, config, prefix="", dtype=None, target=None):
     """The MoE layer of `config` on x [..., hidden] with `weights`, for
     serving code that holds the weights itself: y, x's shape and dtype.
 
@@ -405,6 +405,8 @@ def moe(x, weights, config, prefix="", dtype=None, target="host"):
     config: as moe_compiler.compile takes it (a path, a dict or a
         transformers config).
     dtype: the compute dtype ("f32", "bf16", "f16", "fp8"; None: x's).
+    target: "host" or "sm_90a" (None: sm_90a for a CUDA x, which then
+        runs on device memory, else host).
 
     The layer is compiled once per (config, dtype, target, token bucket:
     the next power of two of the tokens, at least 64), through the compile
@@ -419,6 +421,8 @@ def moe(x, weights, config, prefix="", dtype=None, target="host"):
                         "%s" % type(weights).__name__)
     if dtype is None:
         dtype = _DTYPES.get(x.dtype)
+    if target is None:
+        target = "sm_90a" if x.is_cuda else "host"
     tokens = x.numel() // x.shape[-1] if x.dim() and x.shape[-1] else 0
     text, _, _ = _config_text(config)
     key = (text, dtype, target, _bucket(tokens))
@@ -495,16 +499,18 @@ def _find_blocks(model, template, moe_layers):
             for index, (_, path, module) in sorted(best.items())]
 
 
-def replace_moe_blocks(model, target="host", dtype=None, train=None,
+def replace_moe_blocks(model, target=None, dtype=None, train=None,
                        threads=None, cache=True, max_tokens=4096,
                        process_group=None):
     """Swaps every MoE block of a transformers model (a family the importer
     supports) for a compiled MoELayer holding the block's weights, in place.
 
     The layer is compiled once from model.config, in the model's dtype
-    unless `dtype` says otherwise ("f32", "bf16", "f16", "fp8"); train
-    (default: whether the model is in training mode) also compiles the
-    backward pass. A forward pass of more than max_tokens tokens runs in
+    unless `dtype` says otherwise ("f32", "bf16", "f16", "fp8"), for
+    `target` (None: "sm_90a" for a model on a GPU, whose layers then run
+    on its CUDA tensors, else "host"); train (default: whether the model
+    is in training mode) also compiles the backward pass (host only, for
+    now). A forward pass of more than max_tokens tokens runs in
     pieces. Each block removed is kept, its tensors moved to the meta
     device, for restore_moe_blocks. model.state_dict() and
     load_state_dict() name the layers' tensors as transformers names its
@@ -519,9 +525,15 @@ def replace_moe_blocks(model, target="host", dtype=None, train=None,
                         ".config)")
     if train is None:
         train = model.training
+    first = next(model.parameters(), None)
     if dtype is None:
-        first = next(model.parameters(), None)
         dtype = _DTYPES.get(first.dtype) if first is not None else None
+    if target is None:
+        target = "sm_90a" if first is not None and first.is_cuda else "host"
+    if target == "sm_90a" and train:
+        raise ValueError("the sm_90a target has no backward pass yet: "
+                         "replace_moe_blocks(model, train=False) serves on "
+                         "the GPU (or target='host' trains on the CPU)")
     ep = 1
     if process_group is not None:
         ep = _group_size(process_group, _config_experts(config))
@@ -559,12 +571,13 @@ def replace_moe_blocks(model, target="host", dtype=None, train=None,
                             if process_group is not None else None)
         # Mimic the block's output: a tensor, or a pair whose second part
         # the decoder layer discards (GPT-OSS, Llama 4).
+        held = next(block.parameters())
         with torch.no_grad():
-            probe_x = torch.zeros(1, 1, layer.hidden_size,
-                                  dtype=next(block.parameters()).dtype)
+            probe_x = torch.zeros(1, 1, layer.hidden_size, dtype=held.dtype,
+                                  device=held.device)
             out = block(probe_x)
         output = "pair" if isinstance(out, tuple) else "tensor"
-        new = MoELayer(layer, output=output)
+        new = MoELayer(layer, output=output).to(held.device)
         new.train(block.training)
         # The block itself, for restore_moe_blocks: its tensors on the meta
         # device (no memory), its non-persistent buffers (not in the
@@ -780,7 +793,9 @@ def restore_moe_blocks(model):
                              "only its experts)" % path)
         block, extra = module._original
         values = _block_state(model, path, module, "restore_moe_blocks")
-        device = next(iter(module.parameters()), torch.empty(0)).device
+        device = next(itertools.chain(module.parameters(),
+                                      module.buffers()),
+                      torch.empty(0)).device
         block.to_empty(device=device)
         with torch.no_grad():
             for name, value in values.items():

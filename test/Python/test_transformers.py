@@ -239,6 +239,32 @@ def test_model_dtype():
     assert {f32.get_submodule(p).layer.dtype for p in paths} == {"f32"}
 
 
+@pytest.mark.skipif(not __import__("os").environ.get("MOE_CUDA_DRIVER"),
+                    reason="no MOE_CUDA_DRIVER: the lit suite points it at "
+                           "the PTX emulator (or a real driver)")
+def test_sm90_blocks():
+    """replace_moe_blocks(target="sm_90a") on a bf16 model: the layers run
+    on the GPU the driver gives (the PTX emulator here; CPU tensors go
+    through the host) and the logits follow transformers' bf16 ones;
+    training there is refused with what to do instead."""
+    model = build("qwen3_moe").to(torch.bfloat16)
+    tokens = torch.randint(0, 100, (2, 5), generator=torch.Generator()
+                           .manual_seed(13))
+    with torch.no_grad():
+        want = model(tokens).logits.float()
+    with pytest.raises(ValueError, match=r"the sm_90a target has no "
+                       r"backward pass yet: replace_moe_blocks\(model, "
+                       r"train=False\) serves on the GPU"):
+        replace_moe_blocks(model, target="sm_90a", train=True)
+    paths = replace_moe_blocks(model, target="sm_90a", train=False)
+    assert {model.get_submodule(p).layer.target for p in paths} == \
+        {"sm_90a"}
+    with torch.no_grad():
+        got = model(tokens).logits.float()
+    assert (got - want).abs().max() <= 1.5e-2 * want.abs().max()
+    assert restore_moe_blocks(model) == paths
+
+
 def test_no_block():
     """A model whose modules hold no block where the config says: one
     error naming what was looked for."""
