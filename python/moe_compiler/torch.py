@@ -342,7 +342,8 @@ class MoELayer(torch.nn.Module):
                             % type(x).__name__)
         if x.dim() < 1 or x.shape[-1] != hidden:
             raise ValueError("x has shape %s, expected [..., %d] (float32, "
-                             "bfloat16 or float16, on the CPU)"
+                             "bfloat16 or float16: a CPU tensor, or a CUDA "
+                             "tensor for an sm_90a layer)"
                              % (list(x.shape), hidden))
         flat = x.reshape(-1, hidden).contiguous()
         params = [getattr(self, role) for role in self._roles]

@@ -89,3 +89,9 @@ def test_errors(tmp_path):
         MoELayer(frozen.layer, output="logits")
     with pytest.raises(ValueError, match="x has dtype float64"):
         frozen(torch.from_numpy(x).double())
+    # The device path (CUDA tensors) of a host layer: refused before any
+    # device is touched.
+    with pytest.raises(ValueError, match=r"x is on cpu, but the layer's "
+                       r"bundle is for the host target \(compile it with "
+                       r"target='sm_90a'"):
+        frozen._forward_device(torch.from_numpy(x))
