@@ -188,13 +188,16 @@ class MoELayer(torch.nn.Module):
     in f32).
 
     layer: a moe_compiler.Layer with weights bound.
+    param_dtype: the dtype of its float parameters and buffers (float32:
+        masters for the optimizer; replace_moe_blocks gives the model's
+        own, as transformers' blocks hold them); gradients come in it.
     output: "tensor" returns y; "routing" returns (y, topk_ids,
         topk_weights); "pair" returns (y, topk_weights), the form of the
         GPT-OSS and Llama 4 blocks in transformers (whose decoder layers
         discard the second element).
     """
 
-    def __init__(self, layer, output="tensor"):
+    def __init__(self, layer, output="tensor", param_dtype=torch.float32):
         super().__init__()
         if output not in ("tensor", "routing", "pair"):
             raise ValueError("output must be 'tensor', 'routing' or 'pair', "
@@ -208,20 +211,31 @@ class MoELayer(torch.nn.Module):
             else set()
         self._trained = []
         self._roles = []
+        converted = set()
+        self._dtypes = {role: dtype for role, _, _, dtype
+                        in layer._core.parameter_specs()}
         for role, value in layer.parameters().items():
             tensor = torch.from_numpy(value)
+            # Float values in the module's dtype (e4m3 codes and their
+            # block scales as they are).
+            scales = role.endswith("_scale") and _is_fp8_weight(
+                self, role[:-6] + "_weight")
+            if tensor.dtype == torch.float32 and \
+                    param_dtype != torch.float32 and not scales:
+                tensor = tensor.to(param_dtype)
+                converted.add(role)
             if role in trained:
                 self.register_parameter(role, torch.nn.Parameter(tensor))
                 self._trained.append(role)
             else:
                 self.register_buffer(role, tensor)
             self._roles.append(role)
-        # (data pointer, version) of each tensor as the layer last saw it.
-        self._seen = {role: self._stamp(getattr(self, role))
+        # (data pointer, version) of each tensor as the layer last saw it
+        # (a converted one is bound again, rounded, before the first pass).
+        self._seen = {role: None if role in converted
+                      else self._stamp(getattr(self, role))
                       for role in self._roles}
         self._trained_index = [self._roles.index(r) for r in self._trained]
-        self._dtypes = {role: dtype for role, _, _, dtype
-                        in layer._core.parameter_specs()}
         # The layer's facts as plain ints, for torch.compile.
         self._hidden = layer.hidden_size
         self._top_k = layer.top_k
@@ -578,7 +592,8 @@ def replace_moe_blocks(model, target=None, dtype=None, train=None,
                                   device=held.device)
             out = block(probe_x)
         output = "pair" if isinstance(out, tuple) else "tensor"
-        new = MoELayer(layer, output=output).to(held.device)
+        new = MoELayer(layer, output=output,
+                       param_dtype=held.dtype).to(held.device)
         new.train(block.training)
         # The block itself, for restore_moe_blocks: its tensors on the meta
         # device (no memory), its non-persistent buffers (not in the

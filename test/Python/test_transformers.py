@@ -227,6 +227,9 @@ def test_model_dtype():
     swapped = copy.deepcopy(model)
     paths = replace_moe_blocks(swapped, train=False)
     assert {swapped.get_submodule(p).layer.dtype for p in paths} == {"bf16"}
+    # Its tensors in bf16 too, as transformers' blocks hold them.
+    assert {b.dtype for p in paths
+            for b in swapped.get_submodule(p).buffers()} == {torch.bfloat16}
     with torch.no_grad():
         got = swapped(tokens).logits
     assert got.dtype == torch.bfloat16
@@ -423,6 +426,27 @@ def test_state_dict_bf16_and_fp8():
     model.load_state_dict(got)
     for role, value in codes.items():
         assert torch.equal(getattr(moe, role), value), role
+
+
+def test_bf16_training():
+    """A bf16 model trained with compiled layers: their parameters and
+    gradients are bf16 (an optimizer sees what transformers' blocks would
+    give it), and the gradients follow transformers' bf16 ones."""
+    model = build("mixtral").to(torch.bfloat16)
+    tokens = torch.randint(0, 100, (2, 9), generator=torch.Generator()
+                           .manual_seed(14))
+    _, want = run(model, tokens)
+    swapped = copy.deepcopy(model)
+    paths = replace_moe_blocks(swapped, train=True)
+    _, got = run(swapped, tokens)
+    moe = swapped.get_submodule(paths[0])
+    assert {p.dtype for p in moe.parameters()} == {torch.bfloat16}
+    assert {p.grad.dtype for p in moe.parameters()} == {torch.bfloat16}
+    # Outside the blocks, bf16 rounding apart (where each side rounds).
+    for name in want:
+        if not any(name.startswith(p + ".") for p in paths):
+            err = (got[name].float() - want[name].float()).abs().max()
+            assert err <= 5e-2 * want[name].float().abs().max(), name
 
 
 def test_restore_copies_and_dtype():
