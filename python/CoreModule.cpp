@@ -376,13 +376,7 @@ struct PyLayer {
   /// caller's stream, as DeviceForward takes them.
   void forwardDevice(uint64_t x, int64_t tokens, uint64_t y, uint64_t ids,
                      uint64_t weights, uint64_t stream) {
-    DeviceForward io;
-    io.x = x;
-    io.y = y;
-    io.topkIds = ids;
-    io.topkWeights = weights;
-    io.tokens = tokens;
-    io.stream = stream;
+    DeviceForward io{x, y, ids, weights, tokens, stream};
     exclusive([&] { check(layer->forwardOnDevice(io)); });
   }
 

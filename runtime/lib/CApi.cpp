@@ -170,13 +170,8 @@ int moe_layer_forward_device(moe_layer *layer, uint64_t x, int64_t tokens,
   lastError.clear();
   if (!layer)
     return fail("moe_layer_forward_device: null layer");
-  DeviceForward io;
-  io.x = x;
-  io.y = y;
-  io.topkIds = topk_ids;
-  io.topkWeights = topk_weights;
-  io.tokens = tokens;
-  io.stream = reinterpret_cast<uint64_t>(stream);
+  DeviceForward io{
+      x, y, topk_ids, topk_weights, tokens, reinterpret_cast<uint64_t>(stream)};
   Status s = layer->layer->forwardOnDevice(io);
   return s.ok() ? 0 : fail(s.error);
 }

@@ -492,6 +492,12 @@ private:
                                         stream),
                  "cannot upload the token count");
   }
+  /// The most tokens the forward pass's build `variant` takes (-1: the
+  /// bundle's own).
+  int64_t variantCapacity(int variant) const {
+    return variant >= 0 ? manifest.gpu.variants[variant].maxTokens
+                        : manifest.maxTokens;
+  }
   /// The token count a graph for `tokens` tokens is launched for: the
   /// next power of two, at most `capacity`, where the kernels read the
   /// count from the word (one graph a bucket), else `tokens` itself.
@@ -1539,10 +1545,7 @@ Status CudaBackend::run(const std::vector<const Tensor *> &arguments) {
   // the kernels read the count from memory), else enqueues its steps.
   if (tokens > 0) {
     if (capturable(steps)) {
-      int64_t capacity = *variant >= 0
-                             ? manifest.gpu.variants[*variant].maxTokens
-                             : manifest.maxTokens;
-      int64_t launched = launchTokens(tokens, capacity);
+      int64_t launched = launchTokens(tokens, variantCapacity(*variant));
       if (Status s = launchGraph(
               {kForwardPass, launched, *variant}, "the forward pass",
               [&] { return enqueueForward(launched, *variant); });
@@ -1653,10 +1656,7 @@ Status CudaBackend::runOnDevice(const DeviceForward &io,
         !s.ok())
       return s;
     if (capturable(build.steps) && !callerCaptures) {
-      int64_t capacity = *variant >= 0
-                             ? manifest.gpu.variants[*variant].maxTokens
-                             : manifest.maxTokens;
-      int64_t launched = launchTokens(tokens, capacity);
+      int64_t launched = launchTokens(tokens, variantCapacity(*variant));
       if (Status s = launchGraph(
               {kDeviceForwardPass, launched, *variant}, "the forward pass",
               [&] {
