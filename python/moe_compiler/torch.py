@@ -16,9 +16,11 @@ through it.
 
     MoELayer.from_config("config.json", seed=0, process_group=pg)  # torchrun
 
-The host target runs on CPU tensors. Parameters are float32 torch
-Parameters (the masters); each forward pass copies those that changed since
-the last one into the layer, in its compute dtype. Gradients flow to x and
+The host target runs on CPU tensors; an sm_90a layer also on CUDA tensors
+(forward only), on device memory. Parameters are float32 torch Parameters
+(the masters; replace_moe_blocks gives the model's dtype); each forward
+pass copies those that changed since the last one into the layer, in its
+compute dtype. Gradients flow to x and
 to every trained parameter through y; topk_ids and topk_weights are
 outputs without gradients. A batch of more tokens than the bundle's
 max_tokens runs in pieces of at most max_tokens (routing is per token, so
@@ -310,17 +312,17 @@ class MoELayer(torch.nn.Module):
                              "or pass CPU tensors)"
                              % (x.device, self.layer.target))
         x_dtype, y_dtype = self.layer.device_dtypes
-        names = {v: k for k, v in _TORCH_NAMES.items()}
-        flat = x.to(names[x_dtype]).contiguous()
+        flat = x.to(_TORCH_NAMES[x_dtype]).contiguous()
         tokens = flat.shape[0]
-        y = torch.empty((tokens, self._hidden), dtype=names[y_dtype],
+        y = torch.empty((tokens, self._hidden), dtype=_TORCH_NAMES[y_dtype],
                         device=x.device)
         ids = torch.empty((tokens, self._top_k), dtype=torch.int32,
                           device=x.device)
         weights = torch.empty((tokens, self._top_k), dtype=torch.float32,
                               device=x.device)
-        self.layer.forward_into(flat, y, ids, weights,
-                                stream=torch.cuda.current_stream(x.device))
+        # (A CPU x is refused by forward_into, naming what it takes.)
+        stream = torch.cuda.current_stream(x.device) if x.is_cuda else 0
+        self.layer.forward_into(flat, y, ids, weights, stream=stream)
         return y.float(), ids, weights
 
     @staticmethod

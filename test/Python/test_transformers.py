@@ -265,6 +265,13 @@ def test_sm90_blocks():
     with torch.no_grad():
         got = model(tokens).logits.float()
     assert (got - want).abs().max() <= 1.5e-2 * want.abs().max()
+    # The device path (which CUDA tensors take; none here) up to the
+    # device arrays: buffers of the layer's dtypes, then a clear refusal
+    # of host memory.
+    moe = model.get_submodule(paths[0])
+    with pytest.raises(ValueError, match=r"x is on cpu; forward_into takes "
+                       r"device arrays \(CUDA tensors\)"):
+        moe._forward_device(torch.zeros(3, 64))
     assert restore_moe_blocks(model) == paths
 
 
