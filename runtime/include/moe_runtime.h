@@ -76,7 +76,9 @@ int moe_layer_device_dtypes(const moe_layer *layer, moe_dtype *x_dtype,
  *  through host memory and the host does not wait (parameters changed
  *  since the last pass are uploaded first). When the caller is capturing
  *  `stream` into a CUDA graph, the pass's copies and kernels are captured
- *  into it. One rank (not for bundles compiled with --ep). */
+ *  into it. A sharded layer (--ep) takes this path with the
+ *  device-initiated exchange only, every rank with at least one token; a
+ *  pass's exchange status is checked by a later call. */
 int moe_layer_forward_device(moe_layer *layer, uint64_t x, int64_t tokens,
                              uint64_t y, uint64_t topk_ids,
                              uint64_t topk_weights, void *stream);

@@ -536,6 +536,9 @@ private:
   /// device memory, so that each stream waits for the other on the
   /// device.
   CUevent callerReady = nullptr, passDone = nullptr;
+  /// A sharded pass on device pointers copied its exchange status to the
+  /// staging; not yet checked.
+  bool statusPending = false;
   std::map<std::vector<int64_t>, CUgraphExec> graphs;
   std::vector<std::vector<int64_t>> graphOrder; // least recently used first
   /// Zeroes the rows of `b` past its first `bytes` (a step's input of
@@ -1593,10 +1596,26 @@ Status CudaBackend::runOnDevice(const DeviceForward &io,
       !outputBuffers[2])
     return Status::failure("the sm_90a bundle has no forward pass (no "
                            "buffers x, y, topk_ids and topk_weights)");
-  if (manifest.expertParallel > 1)
-    return Status::failure("a layer sharded over expert-parallel ranks "
-                           "takes host tensors only (device pointers: one "
-                           "rank, for now)");
+  // Sharded, the exchanges must be the device's own: the NCCL path's
+  // host-driven steps cannot run behind the caller's stream.
+  bool sharded = manifest.expertParallel > 1;
+  if (sharded && transport != abi::Transport::Lsa)
+    return Status::failure(
+        "a sharded layer on device pointers needs the device-initiated "
+        "exchange (NCCL symmetric memory within one node); this "
+        "communicator's transport is " +
+        exchangeTransport());
+  if (sharded && io.tokens == 0)
+    return Status::failure("a rank of a sharded layer on device pointers "
+                           "needs at least one token a pass (its peers "
+                           "wait for its rows)");
+  // The previous pass's exchange status, where the device is done with it
+  // (no wait: a pass still running is checked by a later call).
+  if (statusPending && driver.streamQuery(stream) == 0) {
+    statusPending = false;
+    if (Status s = checkExchangeStatus("an earlier forward pass"); !s.ok())
+      return s;
+  }
   int64_t tokens = io.tokens;
   size_t inputBytes = static_cast<size_t>(tokens) * rowBytes(*inputBuffer);
   if (tokens < 0 || inputBytes > capacityBytes(*inputBuffer))
@@ -1683,6 +1702,13 @@ Status CudaBackend::runOnDevice(const DeviceForward &io,
           !s.ok())
         return s;
     }
+  }
+  // Sharded: the exchange's status words come back with the pass (8
+  // bytes), read by a later call once the device is done with them.
+  if (sharded) {
+    if (Status s = enqueueStatusCopy(); !s.ok())
+      return s;
+    statusPending = true;
   }
   if (Status s = check(driver.eventRecord(passDone, stream),
                        "cannot record the pass's end");

@@ -16,10 +16,11 @@ dist = pytest.importorskip("torch.distributed")
 from conftest import HERE, INPUTS  # noqa: E402
 
 
-def torchrun(*args, timeout=300):
+def torchrun(*args, timeout=300, env=None):
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("this PyTorch has no gloo backend")
-    env = dict(os.environ, OMP_NUM_THREADS="1", MOE_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", MOE_NUM_THREADS="1",
+               **(env or {}))
     return subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone",
          "--nproc-per-node", "2", *args], env=env, capture_output=True,
@@ -40,16 +41,23 @@ def test_torchrun_two_ranks(name):
                     reason="no MOE_CUDA_DRIVER and MOE_NCCL: the lit suite "
                            "points them at the PTX emulator and the "
                            "emulated NCCL (or a real driver and NCCL)")
-def test_torchrun_sm90():
+@pytest.mark.parametrize("transport", ["lsa", "nccl"])
+def test_torchrun_sm90(transport):
     """An sm_90a layer sharded over the gloo group: the NCCL communicator
-    bootstrapped through torch.distributed, the exchanges on the GPUs."""
+    bootstrapped through torch.distributed, the exchanges on the GPUs,
+    device-initiated (then on device memory too) or NCCL's (whose
+    host-driven steps refuse device pointers)."""
     result = torchrun(os.path.join(HERE, "ep_worker.py"), "sm90",
-                      os.path.join(INPUTS, "qwen3-moe-tiny.json"))
+                      os.path.join(INPUTS, "qwen3-moe-tiny.json"),
+                      env={"MOE_EP_TRANSPORT": transport})
     assert result.returncode == 0, result.stdout + result.stderr
     assert "rank 0 ok" in result.stdout and "rank 1 ok" in result.stdout, \
         result.stdout + result.stderr
-    assert "exchanges lsa (device-initiated" in result.stdout or \
-        "exchanges nccl" in result.stdout, result.stdout
+    assert "exchanges %s" % transport in result.stdout, result.stdout
+    if transport == "nccl":
+        assert "needs the device-initiated exchange" in result.stdout
+    else:
+        assert "'host_waits': 0" in result.stdout, result.stdout
 
 
 def test_torchrun_transformers():

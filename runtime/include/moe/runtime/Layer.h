@@ -220,8 +220,10 @@ public:
 
   /// Runs the layer on `x` [T, hidden] (f32, bf16 or f16).
   Expected<ForwardResult> forward(const Tensor &x);
-  /// Runs the layer on device memory (a cuda layer, one rank): no host
-  /// copy of x or the outputs and no host wait; see DeviceForward.
+  /// Runs the layer on device memory (a cuda layer; sharded, with the
+  /// device-initiated exchange): no host copy of x or the outputs and no
+  /// host wait; see DeviceForward. A sharded pass's exchange status is
+  /// checked by a later call, once the device is done with it.
   Status forwardOnDevice(const DeviceForward &io);
   /// The dtypes forwardOnDevice takes x in and writes y in.
   DType deviceInputDType() const;
