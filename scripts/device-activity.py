@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""What a forward pass asks of the CUDA driver, staged through host arrays
+(`layer(x)`) and on device memory (`layer.forward_into`), counted by the
+runtime in front of the driver (Layer.activity). For docs/Performance.md:
+
+  MOE_CUDA_DRIVER=build/lib/libcuda-emu.so PYTHONPATH=build/python_packages \
+    build/venv-torch/bin/python scripts/device-activity.py [CONFIG] [TOKENS]
+
+The device buffers are the driver's own memory ($MOE_CUDA_DRIVER: the PTX
+emulator, or a real driver), allocated here and handed over through
+__cuda_array_interface__."""
+import ctypes
+import os
+import sys
+
+import numpy as np
+
+import moe_compiler
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Buffer:
+    TYPESTRS = {np.dtype(np.float16): "<f2", np.dtype(np.float32): "<f4",
+                np.dtype(np.int32): "<i4"}
+
+    def __init__(self, driver, shape, dtype, values=None):
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        ptr = ctypes.c_uint64()
+        assert driver.cuMemAlloc_v2(ctypes.byref(ptr),
+                                    ctypes.c_size_t(nbytes)) == 0
+        if values is not None:
+            host = np.ascontiguousarray(values, dtype)
+            assert driver.cuMemcpyHtoD_v2(
+                ptr, host.ctypes.data_as(ctypes.c_void_p),
+                ctypes.c_size_t(nbytes)) == 0
+        self.__cuda_array_interface__ = {
+            "shape": shape, "typestr": self.TYPESTRS[dtype],
+            "data": (ptr.value, False), "strides": None, "version": 3}
+
+
+def main():
+    config = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
+        ROOT, "test", "Integration", "Inputs", "deepseek-v3-tiny.json")
+    tokens = int(sys.argv[2]) if len(sys.argv) > 2 else 37
+    driver = ctypes.CDLL(os.environ["MOE_CUDA_DRIVER"])
+    layer = moe_compiler.compile(config, target="sm_90a", dtype="f16",
+                                 max_tokens=64).load(seed=3)
+    h, k = layer.hidden_size, layer.top_k
+    x = (np.random.default_rng(0).standard_normal((tokens, h)) * 0.5) \
+        .astype(np.float16)
+
+    def counted(label, run):
+        before = layer.activity()
+        run()
+        after = layer.activity()
+        print(label, {n: after[n] - before[n] for n in sorted(after)})
+
+    for label in ("staged, first", "staged, after"):
+        counted(label, lambda: layer(x))
+    args = (Buffer(driver, (tokens, h), np.float16, x),
+            Buffer(driver, (tokens, h), np.float16),
+            Buffer(driver, (tokens, k), np.int32),
+            Buffer(driver, (tokens, k), np.float32))
+    for label in ("device memory, first", "device memory, after"):
+        counted(label, lambda: layer.forward_into(*args))
+
+
+if __name__ == "__main__":
+    main()
