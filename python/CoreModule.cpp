@@ -226,20 +226,31 @@ public:
                  const std::vector<size_t> &recvBytes,
                  const std::vector<size_t> &recvOffsets) override {
     double start = steadySeconds();
-    // Packed in rank order (the runtime's segments may have gaps).
-    std::vector<uint8_t> packedSend = pack(send, bytes, sendOffsets);
-    size_t received = 0;
-    for (size_t b : recvBytes)
-      received += b;
-    std::vector<uint8_t> packedRecv(received);
-    exchange(packedSend, bytes, packedRecv, recvBytes);
-    size_t at = 0;
-    for (size_t r = 0; r < recvBytes.size(); ++r) {
-      if (recvBytes[r])
-        std::memcpy(static_cast<uint8_t *>(recv) + recvOffsets[r],
-                    packedRecv.data() + at, recvBytes[r]);
-      at += recvBytes[r];
+    // Python's collective takes each side packed in rank order: segments
+    // that lie so already (the runtime's usual case) go as they are, others
+    // through a packed copy.
+    auto *in = static_cast<const uint8_t *>(send);
+    auto *out = static_cast<uint8_t *>(recv);
+    std::vector<uint8_t> packedSend, packedRecv;
+    bool sendInPlace = inRankOrder(bytes, sendOffsets);
+    bool recvInPlace = inRankOrder(recvBytes, recvOffsets);
+    if (!sendInPlace) {
+      packedSend.resize(total(bytes));
+      for (size_t r = 0, at = 0; r < bytes.size(); at += bytes[r++])
+        if (bytes[r])
+          std::memcpy(packedSend.data() + at, in + sendOffsets[r], bytes[r]);
     }
+    if (!recvInPlace)
+      packedRecv.resize(total(recvBytes));
+    exchange(sendInPlace ? in + sendOffsets[0] : packedSend.data(),
+             total(bytes), bytes,
+             recvInPlace ? out + recvOffsets[0] : packedRecv.data(),
+             total(recvBytes), recvBytes);
+    if (!recvInPlace)
+      for (size_t r = 0, at = 0; r < recvBytes.size(); at += recvBytes[r++])
+        if (recvBytes[r])
+          std::memcpy(out + recvOffsets[r], packedRecv.data() + at,
+                      recvBytes[r]);
     record("all_to_all_v", start);
   }
 
@@ -247,13 +258,8 @@ public:
     double start = steadySeconds();
     auto n = static_cast<size_t>(sizeValue);
     std::vector<size_t> bytes(n, bytesPerRank);
-    std::vector<uint8_t> packedSend(static_cast<const uint8_t *>(send),
-                                    static_cast<const uint8_t *>(send) +
-                                        n * bytesPerRank);
-    std::vector<uint8_t> packedRecv(n * bytesPerRank);
-    exchange(packedSend, bytes, packedRecv, bytes);
-    if (!packedRecv.empty())
-      std::memcpy(recv, packedRecv.data(), packedRecv.size());
+    exchange(static_cast<const uint8_t *>(send), n * bytesPerRank, bytes,
+             static_cast<uint8_t *>(recv), n * bytesPerRank, bytes);
     record("all_to_all", start);
   }
 
@@ -281,27 +287,28 @@ private:
     return nb::cast(nb::ndarray<nb::numpy, T>(data, 1, shape, owner));
   }
 
-  static std::vector<uint8_t> pack(const void *data,
-                                   const std::vector<size_t> &bytes,
-                                   const std::vector<size_t> &offsets) {
-    size_t total = 0;
+  static size_t total(const std::vector<size_t> &bytes) {
+    size_t sum = 0;
     for (size_t b : bytes)
-      total += b;
-    std::vector<uint8_t> out(total);
-    size_t at = 0;
-    for (size_t r = 0; r < bytes.size(); ++r) {
-      if (bytes[r])
-        std::memcpy(out.data() + at,
-                    static_cast<const uint8_t *>(data) + offsets[r], bytes[r]);
-      at += bytes[r];
-    }
-    return out;
+      sum += b;
+    return sum;
   }
 
-  void exchange(std::vector<uint8_t> &send,
-                const std::vector<size_t> &sendBytes,
-                std::vector<uint8_t> &recv,
-                const std::vector<size_t> &recvBytes) {
+  /// Whether the segments (`bytes[r]` at `offsets[r]`) follow each other
+  /// in rank order.
+  static bool inRankOrder(const std::vector<size_t> &bytes,
+                          const std::vector<size_t> &offsets) {
+    for (size_t r = 1; r < bytes.size(); ++r)
+      if (offsets[r] != offsets[r - 1] + bytes[r - 1])
+        return false;
+    return true;
+  }
+
+  /// Python's all_to_all_v on packed buffers (the callee only reads
+  /// `send`).
+  void exchange(const uint8_t *send, size_t sendTotal,
+                const std::vector<size_t> &sendBytes, uint8_t *recv,
+                size_t recvTotal, const std::vector<size_t> &recvBytes) {
     call("all_to_all_v", [&] {
       nb::list sendSplits, recvSplits;
       for (size_t b : sendBytes)
@@ -309,8 +316,8 @@ private:
       for (size_t b : recvBytes)
         recvSplits.append(b);
       impl.attr("all_to_all_v")(
-          view<uint8_t>(send.data(), send.size()), sendSplits,
-          view<uint8_t>(recv.data(), recv.size()), recvSplits);
+          view<uint8_t>(const_cast<uint8_t *>(send), sendTotal), sendSplits,
+          view<uint8_t>(recv, recvTotal), recvSplits);
     });
   }
 
