@@ -18,26 +18,8 @@ import numpy as np
 import moe_compiler
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-class Buffer:
-    TYPESTRS = {np.dtype(np.float16): "<f2", np.dtype(np.float32): "<f4",
-                np.dtype(np.int32): "<i4"}
-
-    def __init__(self, driver, shape, dtype, values=None):
-        dtype = np.dtype(dtype)
-        nbytes = int(np.prod(shape)) * dtype.itemsize
-        ptr = ctypes.c_uint64()
-        assert driver.cuMemAlloc_v2(ctypes.byref(ptr),
-                                    ctypes.c_size_t(nbytes)) == 0
-        if values is not None:
-            host = np.ascontiguousarray(values, dtype)
-            assert driver.cuMemcpyHtoD_v2(
-                ptr, host.ctypes.data_as(ctypes.c_void_p),
-                ctypes.c_size_t(nbytes)) == 0
-        self.__cuda_array_interface__ = {
-            "shape": shape, "typestr": self.TYPESTRS[dtype],
-            "data": (ptr.value, False), "strides": None, "version": 3}
+sys.path.insert(0, os.path.join(ROOT, "test", "Python"))
+from device_memory import DeviceArray  # noqa: E402
 
 
 def main():
@@ -59,10 +41,10 @@ def main():
 
     for label in ("staged, first", "staged, after"):
         counted(label, lambda: layer(x))
-    args = (Buffer(driver, (tokens, h), np.float16, x),
-            Buffer(driver, (tokens, h), np.float16),
-            Buffer(driver, (tokens, k), np.int32),
-            Buffer(driver, (tokens, k), np.float32))
+    args = (DeviceArray(driver, (tokens, h), np.float16, x),
+            DeviceArray(driver, (tokens, h), np.float16),
+            DeviceArray(driver, (tokens, k), np.int32),
+            DeviceArray(driver, (tokens, k), np.float32))
     for label in ("device memory, first", "device memory, after"):
         counted(label, lambda: layer.forward_into(*args))
 
