@@ -421,6 +421,7 @@ struct Cta {
   struct Bar {
     uint32_t arrived = 0, expected = 0;
     uint32_t popc = 0;
+    uint32_t waiters = 0; // warps (by index) with a lane waiting here
     bool andv = true, orv = false;
   } bars[16];
   std::unordered_map<uint32_t, MBarrier> mbars;
@@ -1451,7 +1452,8 @@ private:
       uint32_t expected = b.expected ? b.expected : cta.threads - cta.exited;
       if (b.arrived < expected)
         continue;
-      for (Warp &w : cta.warps)
+      for (uint32_t ws = b.waiters; ws; ws &= ws - 1) {
+        Warp &w = cta.warps[__builtin_ctz(ws)];
         for (int l = 0; l < 32; ++l)
           if (w.state[l] == AtBarrier && w.wait[l] == id) {
             w.state[l] = Ready;
@@ -1459,6 +1461,7 @@ private:
             if (cta.races.enabled())
               cta.races.acquire(tidOf(w, l), cta.races.barrier(id));
           }
+      }
       if (cta.races.enabled())
         cta.races.clearBarrier(id);
       b = Cta::Bar{};
@@ -2738,6 +2741,7 @@ void Engine::execute(Cta &cta, Warp &w, uint32_t pc, uint32_t mask) {
         w.state[l] = AtBarrier;
         w.wait[l] = id;
       }
+      b.waiters |= 1u << w.index;
     }
     if (in.op == Op::BarRed) {
       // The reduction's result is written when the barrier completes.
@@ -2746,10 +2750,12 @@ void Engine::execute(Cta &cta, Warp &w, uint32_t pc, uint32_t mask) {
         uint64_t result = in.sub == SubOp::Popc ? b.popc
                           : in.sub == SubOp::And ? b.andv
                                                  : b.orv;
-        for (Warp &o : cta.warps)
+        for (uint32_t ws = b.waiters; ws; ws &= ws - 1) {
+          Warp &o = cta.warps[__builtin_ctz(ws)];
           for (int l = 0; l < 32; ++l)
             if (o.state[l] == AtBarrier && o.wait[l] == id)
               write(o, k.code[o.pc[l]].ops[0], l, result);
+        }
       }
     }
     checkBarriers(cta);
@@ -3643,19 +3649,18 @@ void Engine::runCluster(const std::vector<Dim3> &ids) {
           trace = nullptr;
         yieldFlag = false;
         for (uint32_t n = 0; n < slice && !yieldFlag; ++n) {
+          // The ready lanes at the lowest pc run next (branch-free, so
+          // the compiler vectorizes both passes).
+          uint32_t key[32];
+          for (int l = 0; l < 32; ++l)
+            key[l] = w.state[l] == Ready ? w.pc[l] : UINT32_MAX;
           uint32_t minPc = UINT32_MAX, mask = 0;
-          for (int l = 0; l < 32; ++l) {
-            if (w.state[l] != Ready)
-              continue;
-            if (w.pc[l] < minPc) {
-              minPc = w.pc[l];
-              mask = 1u << l;
-            } else if (w.pc[l] == minPc) {
-              mask |= 1u << l;
-            }
-          }
-          if (!mask)
+          for (int l = 0; l < 32; ++l)
+            minPc = std::min(minPc, key[l]);
+          if (minPc == UINT32_MAX)
             break;
+          for (int l = 0; l < 32; ++l)
+            mask |= static_cast<uint32_t>(key[l] == minPc) << l;
           if (minPc >= k.code.size()) {
             curInstr = nullptr;
             fail(__builtin_ctz(mask), "ran past the end of the kernel "

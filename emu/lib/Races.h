@@ -47,8 +47,15 @@ public:
     clocks.assign(static_cast<size_t>(threads) * size, 0);
     for (uint32_t t = 0; t < threads; ++t)
       clocks[static_cast<size_t>(t) * size + t] = 1;
-    shadow.assign(sharedBytes, Shadow{});
-    inflight.assign(sharedBytes, 0);
+    // Only the bytes the last CTA touched need clearing (every entry at or
+    // past `touched` is still fresh); a CTA's shadow is 12 bytes a byte.
+    std::fill(shadow.begin(), shadow.begin() + touched, Shadow{});
+    std::fill(inflight.begin(), inflight.begin() + touched, 0);
+    if (shadow.size() < sharedBytes) {
+      shadow.resize(sharedBytes);
+      inflight.resize(sharedBytes, 0);
+    }
+    touched = 0;
     slots.clear();
     slotAddress.clear();
     slotAcc.clear();
@@ -62,8 +69,10 @@ public:
 
   uint32_t *clock(uint32_t t) { return &clocks[static_cast<size_t>(t) * size]; }
 
-  void join(uint32_t *dst, const uint32_t *src) {
-    for (uint32_t i = 0; i < size; ++i)
+  void join(uint32_t *__restrict dst, const uint32_t *__restrict src) {
+    // `n` is a local so the loop vectorizes (`dst` might alias `size`).
+    const uint32_t n = size;
+    for (uint32_t i = 0; i < n; ++i)
       dst[i] = std::max(dst[i], src[i]);
   }
 
@@ -116,6 +125,7 @@ public:
   /// Thread t reads or writes [offset, offset + bytes). Returns "" or what
   /// races.
   std::string read(uint32_t t, uint32_t offset, uint32_t bytes) {
+    touch(offset, bytes);
     const uint32_t *vc = clock(t);
     for (uint32_t g = offset; g < offset + bytes; ++g) {
       Shadow &s = shadow[g];
@@ -144,6 +154,7 @@ public:
   /// A multicast TMA copy from another CTA: recorded, not checked (the
   /// issuer's clocks are that CTA's).
   void recordAsync(int s, uint32_t phase, uint32_t offset, uint32_t bytes) {
+    touch(offset, bytes);
     for (uint32_t g = offset; g < offset + bytes; ++g) {
       shadow[g].wTid = s < 0 ? kNone : static_cast<uint16_t>(threads + s);
       shadow[g].wClock = phase + 1;
@@ -155,6 +166,7 @@ public:
   /// thread t: ordered after the data's write now, read until retired.
   std::string wgmmaRead(uint32_t group, uint32_t t, uint32_t offset,
                         uint32_t bytes) {
+    touch(offset, bytes);
     const uint32_t *vc = clock(t);
     Group &gr = groupOf(group);
     for (uint32_t g = offset; g < offset + bytes; ++g) {
@@ -247,6 +259,7 @@ private:
 
   std::string writeAs(uint32_t t, uint32_t offset, uint32_t bytes,
                       uint16_t tid, uint32_t epoch) {
+    touch(offset, bytes);
     const uint32_t *vc = clock(t);
     for (uint32_t g = offset; g < offset + bytes; ++g) {
       Shadow &s = shadow[g];
@@ -279,7 +292,12 @@ private:
   }
 
   bool on = false;
+  void touch(uint32_t offset, uint32_t bytes) {
+    touched = std::max(touched, offset + bytes);
+  }
+
   uint32_t threads = 0, size = 0;
+  uint32_t touched = 0; // shadow[touched..] are as reset left them
   std::vector<uint32_t> clocks;
   std::vector<Shadow> shadow;
   std::vector<uint8_t> inflight;
