@@ -673,10 +673,10 @@ void ScheduleOp::build(OpBuilder &builder, OperationState &state,
 }
 
 LogicalResult ScheduleOp::verify() {
-  if (getEntry() != "forward" && getEntry() != "train" &&
-      getEntry() != "update")
+  if (!llvm::is_contained({"forward", "train", "update", "backward"},
+                          getEntry()))
     return emitOpError() << "has entry '" << getEntry()
-                         << "', expected forward, train or update";
+                         << "', expected forward, train, update or backward";
   return success();
 }
 

@@ -501,9 +501,12 @@ def MoeGpu_ScheduleOp : MoeGpu_Op<"schedule", [
     HasParent<"ProgramOp">, NoTerminator, SingleBlock, NoRegionArguments]> {
   let summary = "The steps of one entry point, in order";
   let description = [{
-    `forward` (one forward pass) or `train` (one training step): launches,
-    memsets and, for sharded layers, exchanges and all-reduces, run in
-    order on the compute stream (collectives on the communicator's).
+    `forward` (one forward pass), `train` (one training step up to its
+    verdict), `update` (the step's update, where it is finite) or
+    `backward` (a framework's backward pass: the forward pass again, then
+    the gradients from the caller's dy): launches, memsets and, for sharded
+    layers, exchanges and all-reduces, run in order on the compute stream
+    (collectives on the communicator's).
   }];
   let arguments = (ins StrAttr:$entry);
   let regions = (region SizedRegion<1>:$body);

@@ -113,8 +113,14 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
            "exchanges)";
   if (o.train && o.emit == "mlir")
     return "--train needs --emit=llvm or --emit=bundle";
-  if (o.backward && (o.target != "host" || o.emit == "mlir"))
-    return "--backward needs --target=host and --emit=llvm or --emit=bundle";
+  if (o.backward && o.target == "host" && o.emit == "mlir")
+    return "--backward needs --emit=llvm or --emit=bundle";
+  if (o.backward && o.target == "sm_90a" && o.emit != "bundle" &&
+      o.emit != "ptx")
+    return "--backward needs --emit=ptx or --emit=bundle for --target=sm_90a";
+  if (o.backward && o.train && o.target == "sm_90a")
+    return "--backward and --train are separate bundles for --target=sm_90a "
+           "(a training step's bundle runs its backward kernels itself)";
   if (o.train && o.target == "sm_90a" && o.emit != "bundle" &&
       o.emit != "ptx")
     return "--train needs --emit=ptx or --emit=bundle for --target=sm_90a";
@@ -318,9 +324,11 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
     layer.setPartitionAttr(
         SmPartitionAttr::get(module.getContext(), sms, comm));
   // The sm_90a step keeps its state on the device (no `.next` outputs).
-  std::vector<TrainArgument> trainArguments;
+  std::vector<TrainArgument> trainArguments, backwardArguments;
   if (options.train)
     trainArguments = listDeviceTrainArguments(layer);
+  if (options.backward)
+    backwardArguments = listDeviceBackwardArguments(layer);
   // SMs kept for communication serve the all-to-alls of a sharded layer;
   // without one they only stand idle.
   if (SmPartitionAttr partition = layer.getPartitionAttr();
@@ -336,6 +344,7 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
         std::to_string(partition.getSms());
   Sm90Options sm90;
   sm90.train = options.train;
+  sm90.backward = options.backward;
   sm90.alignment = alignmentFor(options);
   sm90.maxTokens = options.maxTokens;
   sm90.tileN = options.tileN;
@@ -444,6 +453,14 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
     bundle.manifest.train.stateOnDevice = true;
     for (const TrainArgument &arg : trainArguments)
       bundle.manifest.train.arguments.push_back(
+          {arg.name, arg.output, *toDType(arg.type.getElementType()),
+           toShape(arg.type)});
+  }
+  if (options.backward) {
+    // The runtime runs the backward schedule for this entry point.
+    bundle.manifest.backward.entry = "backward_steps";
+    for (const TrainArgument &arg : backwardArguments)
+      bundle.manifest.backward.arguments.push_back(
           {arg.name, arg.output, *toDType(arg.type.getElementType()),
            toShape(arg.type)});
   }

@@ -510,6 +510,15 @@ std::vector<TrainArgument> mlir::moe::listDeviceTrainArguments(LayerOp layer) {
   return args;
 }
 
+std::vector<TrainArgument>
+mlir::moe::listDeviceBackwardArguments(LayerOp layer) {
+  std::vector<TrainArgument> args;
+  for (TrainArgument &arg : listBackwardArguments(layer))
+    if (arg.output || arg.name == "x" || arg.name == "dy")
+      args.push_back(std::move(arg));
+  return args;
+}
+
 std::vector<TrainArgument> mlir::moe::listBackwardArguments(LayerOp layer) {
   Builder b(layer.getContext());
   Type f32 = b.getF32Type();

@@ -64,7 +64,7 @@ def compile(config, target="host", dtype=None, train=False, ep=1,
     target: "host" (the CPU) or "sm_90a" (Hopper).
     dtype: "f32", "bf16", "f16" or "fp8" (bf16 with FP8 experts; None: the
         config's).
-    train: also compile the layer's backward pass (host), so that
+    train: also compile the layer's backward pass (host or sm_90a), so that
         Layer.backward and the torch integration's loss.backward() work.
     ep: expert-parallel ranks: the bundle holds experts / ep of them per
         rank, loaded with a communicator of ep ranks (Bundle.load;

@@ -87,18 +87,21 @@ def _layer_backward(x: torch.Tensor, dy: torch.Tensor,
                     handle: int) -> list[torch.Tensor]:
     """[dL/dx, then dL/dW of each trained parameter in the module's order]
     for dL/dy = dy, by the bundle's compiled backward pass (which
-    recomputes the forward pass)."""
+    recomputes the forward pass). CUDA tensors (an sm_90a layer's) go
+    through the host both ways: the backward pass is staged, not yet on
+    device memory."""
     module = _module(handle)
     if not module.layer.has_backward:
         raise RuntimeError(
             "this MoELayer's bundle has no backward pass: compile it "
             "with train=True (moe-compile --backward)")
     module._bind(params)
-    grads = module.layer._core.backward(x.detach(), dy.contiguous())
-    out = [torch.from_numpy(grads["x"]).to(x.dtype)]
+    grads = module.layer._core.backward(x.detach().cpu(),
+                                        dy.contiguous().cpu())
+    out = [torch.from_numpy(grads["x"]).to(device=x.device, dtype=x.dtype)]
     for i in module._trained_index:
         out.append(torch.from_numpy(grads[module._roles[i]])
-                   .to(params[i].dtype))
+                   .to(device=params[i].device, dtype=params[i].dtype))
     return out
 
 
@@ -526,8 +529,8 @@ def replace_moe_blocks(model, target=None, dtype=None, train=None,
     unless `dtype` says otherwise ("f32", "bf16", "f16", "fp8"), for
     `target` (None: "sm_90a" for a model on a GPU, whose layers then run
     on its CUDA tensors, else "host"); train (default: whether the model
-    is in training mode) also compiles the backward pass (host only, for
-    now). A forward pass of more than max_tokens tokens runs in
+    is in training mode) also compiles the backward pass (on sm_90a its
+    inputs and gradients go through the host). A forward pass of more than max_tokens tokens runs in
     pieces. Each block removed is kept, its tensors moved to the meta
     device, for restore_moe_blocks. model.state_dict() and
     load_state_dict() name the layers' tensors as transformers names its
@@ -547,10 +550,6 @@ def replace_moe_blocks(model, target=None, dtype=None, train=None,
         dtype = _DTYPES.get(first.dtype) if first is not None else None
     if target is None:
         target = "sm_90a" if first is not None and first.is_cuda else "host"
-    if target == "sm_90a" and train:
-        raise ValueError("the sm_90a target has no backward pass yet: "
-                         "replace_moe_blocks(model, train=False) serves on "
-                         "the GPU (or target='host' trains on the CPU)")
     ep = 1
     if process_group is not None:
         ep = _group_size(process_group, _config_experts(config))

@@ -173,6 +173,8 @@ std::string serializeManifest(const Manifest &m) {
       root["gpu"]["train_steps"] = stepList(m.gpu.trainSteps);
     if (!m.gpu.updateSteps.empty())
       root["gpu"]["update_steps"] = stepList(m.gpu.updateSteps);
+    if (!m.gpu.backwardSteps.empty())
+      root["gpu"]["backward_steps"] = stepList(m.gpu.backwardSteps);
     if (m.gpu.tileM)
       root["gpu"]["tile_m"] = m.gpu.tileM;
     if (!m.gpu.variants.empty()) {
@@ -466,6 +468,9 @@ static void readGpuProgram(Reader &r, const json &root, GpuProgram &program) {
   if (gpu->contains("update_steps"))
     if (const json *steps = r.array(*gpu, "update_steps", w))
       readSteps(*steps, program.updateSteps);
+  if (gpu->contains("backward_steps"))
+    if (const json *steps = r.array(*gpu, "backward_steps", w))
+      readSteps(*steps, program.backwardSteps);
   if (gpu->contains("tile_m"))
     program.tileM = r.integer(*gpu, "tile_m", w);
   if (gpu->contains("variants"))

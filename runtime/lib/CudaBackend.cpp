@@ -320,7 +320,7 @@ private:
   std::vector<CUdeviceptr> buffers;
   CUdeviceptr mapsBuffer = 0;
   /// The forward pass's, the training step's and the update's.
-  SchedulePlan stepPlan, trainStepPlan, updateStepPlan;
+  SchedulePlan stepPlan, trainStepPlan, updateStepPlan, backwardStepPlan;
   /// The forward pass's other builds (GpuProgram::variants): their
   /// modules and plans.
   std::vector<CUmodule> variantModules;
@@ -348,6 +348,12 @@ private:
   const GpuBuffer *inputBuffer = nullptr;
   const GpuBuffer *outputBuffers[3] = {};
   std::vector<const GpuBuffer *> trainArgumentBuffers;
+  /// The backward pass's (manifest.backward's arguments), all staged.
+  std::vector<const GpuBuffer *> backwardArgumentBuffers;
+  /// A backward pass: `arguments` in manifest.backward's order, then the
+  /// bound parameters in manifest order.
+  Status runBackward(const std::vector<const Tensor *> &arguments);
+  Status enqueueBackward(int64_t launched, const std::vector<size_t> &outputs);
   /// A step keeping its state on the device: whether the device holds it
   /// (uploaded by a step; a restore invalidates it).
   bool trainingStateValid = false;
@@ -531,7 +537,12 @@ private:
   static constexpr size_t kGraphs = 16;
   /// A graph key's first entry: whose schedule (a forward pass on the
   /// caller's device memory captures the kernels alone).
-  enum : int64_t { kForwardPass, kTrainingStep, kDeviceForwardPass };
+  enum : int64_t {
+    kForwardPass,
+    kTrainingStep,
+    kDeviceForwardPass,
+    kBackwardPass
+  };
   /// Recorded on the caller's stream and on this one around a pass on
   /// device memory, so that each stream waits for the other on the
   /// device.
@@ -719,7 +730,8 @@ Status CudaBackend::init(const Bundle &bundle) {
   std::vector<Schedule> schedules = {
       {&manifest.gpu.steps, module, &stepPlan},
       {&manifest.gpu.trainSteps, module, &trainStepPlan},
-      {&manifest.gpu.updateSteps, module, &updateStepPlan}};
+      {&manifest.gpu.updateSteps, module, &updateStepPlan},
+      {&manifest.gpu.backwardSteps, module, &backwardStepPlan}};
   for (size_t v = 0; v < variants; ++v)
     schedules.push_back(
         {&manifest.gpu.variants[v].steps, variantModules[v], &variantPlans[v]});
@@ -782,6 +794,8 @@ Status CudaBackend::init(const Bundle &bundle) {
     outputBuffers[o] = findBuffer(outputs[o]);
   for (const TrainArgumentSpec &spec : manifest.train.arguments)
     trainArgumentBuffers.push_back(argumentBuffer(spec.name));
+  for (const TrainArgumentSpec &spec : manifest.backward.arguments)
+    backwardArgumentBuffers.push_back(argumentBuffer(spec.name));
   // One pair of events per step of the longest schedule: a schedule's
   // times are read before the next one runs.
   size_t timedSteps = 0;
@@ -1007,6 +1021,10 @@ Status CudaBackend::allocateStaging() {
           (spec.output ? !isGradient(spec) : isStepInput(spec)))
         staged.push_back(trainArgumentBuffers[i]);
     }
+  // The backward pass's inputs and gradients (the caller's tensors).
+  for (const GpuBuffer *b : backwardArgumentBuffers)
+    if (b)
+      staged.push_back(b);
   if (tokensWord)
     staged.push_back(tokensWord);
   if (exchangeStatus)
@@ -1839,9 +1857,134 @@ Status CudaBackend::launchGraph(const std::vector<int64_t> &key,
                std::string("cannot launch the graph of ") + what);
 }
 
+Status CudaBackend::runBackward(const std::vector<const Tensor *> &arguments) {
+  const TrainSpec &spec = manifest.backward;
+  size_t count = spec.arguments.size();
+  if (arguments.size() != count + manifest.parameters.size())
+    return Status::failure(
+        "the backward pass takes " + std::to_string(count) +
+        " arguments and the " + std::to_string(manifest.parameters.size()) +
+        " parameters, got " + std::to_string(arguments.size()));
+  int64_t tokens = -1;
+  for (size_t i = 0; i < count; ++i)
+    if (spec.arguments[i].name == "x" && !arguments[i]->shape.empty())
+      tokens = arguments[i]->shape[0];
+  if (tokens < 0 || tokens > manifest.maxTokens)
+    return Status::failure("a backward pass takes 0 to " +
+                           std::to_string(manifest.maxTokens) +
+                           " tokens, got " + std::to_string(tokens));
+  // A sharded rank with no tokens still serves its experts' rows: its
+  // peers wait for its part of the exchanges, which the schedule's grids
+  // of no tokens would not send.
+  if (tokens == 0 && manifest.expertParallel > 1)
+    return Status::failure("a sharded sm_90a backward pass needs at least "
+                           "one token on every rank");
+  if (tokens == 0)
+    return Status::success(); // every gradient is zero, as given
+  // The weights are the forward pass's buffers: uploaded when they changed.
+  if (!parametersUploaded) {
+    std::vector<const Tensor *> params = {nullptr};
+    params.insert(params.end(), arguments.begin() + count, arguments.end());
+    if (Status s = uploadParameters(params); !s.ok())
+      return s;
+  }
+  bool graph = capturable(manifest.gpu.backwardSteps);
+  int64_t launched = graph ? launchTokens(tokens, manifest.maxTokens) : tokens;
+  std::vector<size_t> outputs;
+  for (size_t i = 0; i < count; ++i) {
+    const TrainArgumentSpec &a = spec.arguments[i];
+    const GpuBuffer *b = backwardArgumentBuffers[i];
+    if (!b || !stagingOf(*b))
+      return Status::failure("the backward schedule has no buffer for "
+                             "argument '" +
+                             a.name + "'");
+    size_t bytes = argumentBytes(a, *b, tokens);
+    const Tensor &t = *arguments[i];
+    if (t.dtype != b->dtype || t.data.size() != bytes)
+      return Status::failure("backward argument '" + a.name + "' must be " +
+                             std::string(mlirName(b->dtype)) + " of " +
+                             std::to_string(bytes) + " bytes");
+    if (a.output) {
+      outputs.push_back(i);
+      continue;
+    }
+    // Into the staging, zeros past the tokens up to the launched ones (a
+    // graph copies its bucket's rows; x's staging is the forward pass's
+    // too): the shared experts' weight gradients reduce over whole blocks
+    // of rows.
+    uint8_t *staged = stagingOf(*b);
+    std::memcpy(staged, t.data.data(), bytes);
+    std::memset(staged + bytes, 0, argumentBytes(a, *b, launched) - bytes);
+  }
+  lastTokens = tokens;
+  profile.clear();
+  stageTokens(tokens);
+  // The forward pass again, the gradients, their copies to the staging:
+  // one wait for the device, as a graph where the schedule can be one.
+  if (graph) {
+    if (Status s =
+            launchGraph({kBackwardPass, launched}, "the backward pass",
+                        [&] { return enqueueBackward(launched, outputs); });
+        !s.ok())
+      return s;
+  } else if (Status s = enqueueBackward(tokens, outputs); !s.ok()) {
+    return s;
+  }
+  if (Status s = waitForDevice("the backward pass"); !s.ok())
+    return s;
+  if (Status s = checkExchangeStatus("the backward pass"); !s.ok())
+    return s;
+  if (profiling)
+    collectProfile(manifest.gpu.backwardSteps);
+  for (size_t i : outputs) {
+    const Tensor &t = *arguments[i];
+    std::memcpy(const_cast<uint8_t *>(t.data.data()),
+                stagingOf(*backwardArgumentBuffers[i]), t.data.size());
+  }
+  return Status::success();
+}
+
+Status CudaBackend::enqueueBackward(int64_t launched,
+                                    const std::vector<size_t> &outputs) {
+  const TrainSpec &spec = manifest.backward;
+  if (Status s = enqueueTokens(); !s.ok())
+    return s;
+  for (size_t i = 0; i < spec.arguments.size(); ++i) {
+    const TrainArgumentSpec &a = spec.arguments[i];
+    if (a.output)
+      continue;
+    const GpuBuffer &b = *backwardArgumentBuffers[i];
+    size_t bytes = argumentBytes(a, b, launched);
+    if (Status s = check(
+            driver.memcpyHtoDAsync(deviceOf(b), stagingOf(b), bytes, stream),
+            "cannot upload '" + a.name + "'");
+        !s.ok())
+      return s;
+    if (Status s = clearPast(b, bytes, a.name); !s.ok())
+      return s;
+  }
+  if (Status s = launchSteps(manifest.gpu.backwardSteps, backwardStepPlan,
+                             launched, profiling);
+      !s.ok())
+    return s;
+  for (size_t i : outputs) {
+    const GpuBuffer &b = *backwardArgumentBuffers[i];
+    if (Status s =
+            check(driver.memcpyDtoHAsync(
+                      stagingOf(b), deviceOf(b),
+                      argumentBytes(spec.arguments[i], b, launched), stream),
+                  "cannot download '" + spec.arguments[i].name + "'");
+        !s.ok())
+      return s;
+  }
+  return enqueueStatusCopy();
+}
+
 Status CudaBackend::runEntry(const std::string &symbol,
                              const std::vector<const Tensor *> &arguments,
                              int64_t) {
+  if (!manifest.backward.entry.empty() && symbol == manifest.backward.entry)
+    return runBackward(arguments);
   const TrainSpec &train = manifest.train;
   if (train.entry.empty() || symbol != train.entry ||
       manifest.gpu.trainSteps.empty())

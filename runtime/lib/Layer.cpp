@@ -158,7 +158,8 @@ static Status validateGpuProgram(const Manifest &m) {
     }
     return Status::success();
   };
-  for (const auto *list : {&g.steps, &g.trainSteps, &g.updateSteps})
+  for (const auto *list :
+       {&g.steps, &g.trainSteps, &g.updateSteps, &g.backwardSteps})
     for (const GpuStep &st : *list)
       if (Status s = checkStep(st); !s.ok())
         return s;
@@ -332,11 +333,24 @@ static Status validateTrainArguments(const Manifest &m) {
 }
 
 /// The backward pass's arguments: `x`, `dy` and `x.grad` [T, hidden];
-/// each weight with a parameter's shape, also as `W.grad`.
+/// each weight with a parameter's shape, also as `W.grad` (on sm_90a only
+/// as `W.grad`: the schedule reads the bound parameters).
 static Status validateBackwardArguments(const Manifest &m) {
+  bool device = m.target == "sm_90a";
+  if ((m.target != "host" && !device) || m.backward.stateOnDevice)
+    return Status::failure("invalid manifest: a backward pass runs on the "
+                           "host or sm_90a targets, with no state of its own");
+  if (device && m.gpu.backwardSteps.empty())
+    return Status::failure("invalid manifest: the sm_90a backward pass has "
+                           "no steps (gpu.backward_steps)");
   std::map<std::string, std::vector<int64_t>> params = parameterShapes(m);
   std::vector<int64_t> tokens = {-1, m.layer.hidden};
   for (const TrainArgumentSpec &a : m.backward.arguments) {
+    if (device && !a.output && a.name != "x" && a.name != "dy")
+      return Status::failure("invalid manifest: the sm_90a backward pass "
+                             "takes input '" +
+                             a.name +
+                             "'; its weights are the bound parameters");
     std::string base = a.name;
     if (a.output && endsWith(base, ".grad"))
       base.resize(base.size() - 5);
@@ -355,9 +369,6 @@ static Status validateBackwardArguments(const Manifest &m) {
                              formatShape(*expected) + ", got " +
                              formatShape(a.shape));
   }
-  if (m.target != "host" || m.backward.stateOnDevice)
-    return Status::failure(
-        "invalid manifest: a backward pass runs on the host target only");
   return Status::success();
 }
 
@@ -1336,9 +1347,12 @@ Layer::backward(const Tensor &x, const Tensor &dy,
       auto reuse = spare ? spare->find(a.name.substr(0, a.name.size() - 5))
                          : std::map<std::string, Tensor>::iterator();
       if (spare && reuse != spare->end() && reuse->second.dtype == a.dtype &&
-          reuse->second.shape == shape)
+          reuse->second.shape == shape) {
         out = std::move(reuse->second);
-      else
+        // With no tokens nothing runs (or writes) them: zeros, as new.
+        if (tokens == 0)
+          std::fill(out.data.begin(), out.data.end(), uint8_t{0});
+      } else
         out = Tensor::zeros(a.dtype, shape);
       args.push_back(&out);
     } else if (a.name == "x") {
@@ -1354,6 +1368,11 @@ Layer::backward(const Tensor &x, const Tensor &dy,
     if (!s.ok())
       return Result::error(s.error);
   }
+  // On sm_90a the schedule reads the weights from the forward pass's
+  // buffers: the parameters follow the arguments, uploaded when changed.
+  if (m.target == "sm_90a")
+    for (size_t i = 0; i < parameters.size(); ++i)
+      args.push_back(&param(i));
   // No tokens: every gradient is zero, as the outputs already are (but a
   // rank of an expert-parallel job still takes part in the exchanges).
   if (tokens > 0 || communicator)

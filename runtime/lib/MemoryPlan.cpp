@@ -48,7 +48,8 @@ void indexGpuBuffers(GpuProgram &program) {
     return it == ids.end() ? -1 : it->second;
   };
   std::vector<std::vector<GpuStep> *> lists = {
-      &program.steps, &program.trainSteps, &program.updateSteps};
+      &program.steps, &program.trainSteps, &program.updateSteps,
+      &program.backwardSteps};
   for (GpuVariant &variant : program.variants)
     lists.push_back(&variant.steps);
   for (std::vector<GpuStep> *steps : lists)
@@ -70,10 +71,11 @@ GpuMemoryPlan planGpuMemory(const GpuProgram &program, int64_t maxTokens,
       forwardKernels.insert(step.kernel);
     forward.insert(step.args.begin(), step.args.end());
   }
-  for (const GpuStep &step : program.trainSteps)
-    if (step.kind != abi::StepKind::Launch ||
-        !forwardKernels.count(step.kernel))
-      backward.insert(step.args.begin(), step.args.end());
+  for (const auto *list : {&program.trainSteps, &program.backwardSteps})
+    for (const GpuStep &step : *list)
+      if (step.kind != abi::StepKind::Launch ||
+          !forwardKernels.count(step.kernel))
+        backward.insert(step.args.begin(), step.args.end());
 
   GpuMemoryPlan plan;
   for (const GpuBuffer &b : program.buffers) {

@@ -140,7 +140,7 @@ def sm90(config):
     sharded over the process group: the runtime's NCCL communicator is
     bootstrapped through the group (its unique id broadcast over gloo), the
     rows move between the ranks' GPUs, and each rank's outputs are its rows
-    of the one-rank sm_90a layer's."""
+    of the one-rank sm_90a layer's, forward and backward."""
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     args = dict(seed=0, target="sm_90a", dtype="bf16", train=False,
@@ -160,6 +160,30 @@ def sm90(config):
         rank, transport, float((got - want).abs().max())), flush=True)
     if not transport:
         sys.exit("rank %d: the sharded layer exchanges nothing" % rank)
+    # The backward pass on the GPUs (train=True: the bundle's backward
+    # schedule, the rows' dy out and their gradients back as the forward
+    # pass's rows went): dx is this rank's rows of the one-rank layer's,
+    # the experts' gradients this rank's slice, the replicated weights'
+    # the sum over the ranks.
+    size = dist.get_world_size()
+    trained = dict(args, train=True)
+    one_t = MoELayer.from_config(config, **trained)
+    ep_t = MoELayer.from_config(config, process_group=dist.group.WORLD,
+                                **trained)
+    g = torch.randn(x.shape, generator=gen)
+    xo = x.clone().requires_grad_()
+    (one_t(xo) * g).sum().backward()
+    xe = x[mine].clone().requires_grad_()
+    (ep_t(xe) * g[mine]).sum().backward()
+    close(xe.grad, xo.grad[mine], "dx", tol=3e-2)
+    experts = one_t.layer.num_experts
+    for name, p in ep_t.named_parameters():
+        want = getattr(one_t, name).grad
+        if p.shape[0] * size == experts and want.shape[0] == experts:
+            share = experts // size
+            want = want[rank * share:(rank + 1) * share]
+        close(p.grad, want, "d" + name, tol=3e-2)
+    print("rank %d: backward ok" % rank, flush=True)
     # On device memory (the emulated driver's): the rows still move
     # between the GPUs; x and y never touch the host (the status words,
     # 8 bytes, come back with the pass), and the host does not wait.

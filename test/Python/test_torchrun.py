@@ -46,7 +46,7 @@ def test_torchrun_sm90(transport):
     """An sm_90a layer sharded over the gloo group: the NCCL communicator
     bootstrapped through torch.distributed, the exchanges on the GPUs,
     device-initiated (then on device memory too) or NCCL's (whose
-    host-driven steps refuse device pointers)."""
+    host-driven steps refuse device pointers); the backward pass too."""
     result = torchrun(os.path.join(HERE, "ep_worker.py"), "sm90",
                       os.path.join(INPUTS, "qwen3-moe-tiny.json"),
                       env={"MOE_EP_TRANSPORT": transport})
@@ -54,6 +54,7 @@ def test_torchrun_sm90(transport):
     assert "rank 0 ok" in result.stdout and "rank 1 ok" in result.stdout, \
         result.stdout + result.stderr
     assert "exchanges %s" % transport in result.stdout, result.stdout
+    assert "rank 1: backward ok" in result.stdout, result.stdout
     if transport == "nccl":
         assert "needs the device-initiated exchange" in result.stdout
     else:

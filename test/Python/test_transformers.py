@@ -249,16 +249,26 @@ def test_sm90_blocks():
     """replace_moe_blocks(target="sm_90a") on a bf16 model: the layers run
     on the GPU the driver gives (the PTX emulator here; CPU tensors go
     through the host) and the logits follow transformers' bf16 ones;
-    training there is refused with what to do instead."""
+    trained there, loss.backward() runs the layers' sm_90a backward pass,
+    whose gradients are the host target's bf16 ones."""
     model = build("qwen3_moe").to(torch.bfloat16)
     tokens = torch.randint(0, 100, (2, 5), generator=torch.Generator()
                            .manual_seed(13))
     with torch.no_grad():
         want = model(tokens).logits.float()
-    with pytest.raises(ValueError, match=r"the sm_90a target has no "
-                       r"backward pass yet: replace_moe_blocks\(model, "
-                       r"train=False\) serves on the GPU"):
-        replace_moe_blocks(model, target="sm_90a", train=True)
+    grads = []
+    for target in ("sm_90a", "host"):
+        trained = copy.deepcopy(model)
+        layers = replace_moe_blocks(trained, target=target, train=True)
+        trained.train()
+        trained(tokens).logits.float().square().mean().backward()
+        grads.append({"%s.%s" % (p, n): t.grad.float()
+                      for p in layers
+                      for n, t in trained.get_submodule(p).named_parameters()})
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) >= 8
+    for name, got in grads[0].items():
+        ref = grads[1][name]
+        assert (got - ref).norm() <= 3e-2 * ref.norm(), name
     paths = replace_moe_blocks(model, target="sm_90a", train=False)
     assert {model.get_submodule(p).layer.target for p in paths} == \
         {"sm_90a"}

@@ -143,8 +143,8 @@ static cl::opt<bool>
           cl::init(false), cl::cat(category));
 static cl::opt<bool> backward(
     "backward",
-    cl::desc("Also compile the layer's backward pass (host): the "
-             "gradients of x and the weights from x and dL/dy, for a "
+    cl::desc("Also compile the layer's backward pass (host and sm_90a): "
+             "the gradients of x and the weights from x and dL/dy, for a "
              "framework's autograd (the Python package's); with --ep, the "
              "replicated weights' gradients summed over the ranks"),
     cl::init(false), cl::cat(category));

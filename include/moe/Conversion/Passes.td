@@ -188,17 +188,23 @@ def ConvertMoeToMoeGpu : Pass<"convert-moe-to-moegpu", "::mlir::ModuleOp"> {
     where its contents come from) and `moegpu.schedule` (memsets and
     launches with their buffer arguments, in order).
 
-    With `train`, the module also gets `moegpu.train_schedule`: one training
-    step with the arguments of the host's `moe_train_step` (buffers
-    `arg.<name>` with source `arg:<name>`; `x` and `score_bias` are the
-    forward pass's own buffers). It converts the f32 master weights to the
-    compute copies, runs the forward schedule, then SIMT kernels for the MSE
-    loss, the backward pass (expert gradients per dispatched row and per
-    weight row, top-k and router gradients, the input gradient), the
-    expert load with the auxiliary-loss-free bias update, and AdamW.
+    With `train`, the program also gets the schedules "train" and "update":
+    one training step with the arguments of listDeviceTrainArguments
+    (buffers `arg.<name>` with source `arg:<name>`; `x` and `score_bias`
+    are the forward pass's own buffers). It converts the f32 master weights
+    to the compute copies, runs the forward schedule, then the MSE loss,
+    the backward pass (the experts' GEMMs on tensor cores, top-k, router
+    and input gradients), the expert load, the step's verdict and, in
+    "update", the auxiliary-loss-free bias update and AdamW.
 
-    Needs a bf16 or f16 layer; the Qwen2-MoE shared-expert gate is not
-    supported on this target yet (an error says so).
+    With `backward` (not with `train`), the program gets the schedule
+    "backward" instead: a framework's vector-Jacobian product with the
+    arguments of listDeviceBackwardArguments. It runs the forward schedule
+    on the bound weights (the forward pass's own buffers), then the same
+    backward kernels from the caller's `dy` (source `arg:dy`) into
+    `arg.x.grad` and each `arg.<W>.grad`; no loss, no update.
+
+    Needs a bf16 or f16 layer (FP8 experts serve only).
   }];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::gpu::GPUDialect",
@@ -210,7 +216,9 @@ def ConvertMoeToMoeGpu : Pass<"convert-moe-to-moegpu", "::mlir::ModuleOp"> {
     Option<"alignment", "alignment", "int64_t", /*default=*/"128",
            "Rows each expert's segment is padded to (the GEMM's M block)">,
     Option<"train", "train", "bool", /*default=*/"false",
-           "Also build the training step: `moegpu.train_schedule`">
+           "Also build the training step: the schedules train and update">,
+    Option<"backward", "backward", "bool", /*default=*/"false",
+           "Also build the backward pass alone: the schedule backward">
   ];
 }
 

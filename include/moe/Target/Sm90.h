@@ -31,6 +31,8 @@ struct Sm90Options {
   int64_t cluster = 1;
   /// Also build the training step (the program's trainSteps).
   bool train = false;
+  /// Also build the backward pass alone (the program's backwardSteps).
+  bool backward = false;
   /// Make a cubin with ptxas (for --emit=cubin, bundles and reports).
   bool cubin = false;
   /// ptxas to run; "" finds one ($MOE_PTXAS, the configured toolkit, PATH).

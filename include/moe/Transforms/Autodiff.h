@@ -97,6 +97,12 @@ std::vector<TrainArgument> listDeviceTrainArguments(LayerOp layer);
 /// (f32).
 std::vector<TrainArgument> listBackwardArguments(LayerOp layer);
 
+/// The arguments of the sm_90a backward pass (the "backward" schedule):
+/// those of listBackwardArguments less the weights, which are the forward
+/// pass's own buffers on the device (the layer's bound parameters): `x`,
+/// `dy`, `x.grad` and each `W.grad`.
+std::vector<TrainArgument> listDeviceBackwardArguments(LayerOp layer);
+
 } // namespace mlir::moe
 
 #endif // MOE_TRANSFORMS_AUTODIFF_H

@@ -75,10 +75,11 @@ class LayerBuilder {
 public:
   /// Every op is created through builders that notify `listener` (the
   /// conversion's rewriter), so a failed conversion can undo them.
-  LayerBuilder(LayerOp layer, int64_t alignment, bool train,
+  LayerBuilder(LayerOp layer, int64_t alignment, bool train, bool backward,
                OpBuilder::Listener *listener = nullptr)
       : layer(layer), config(layer.getConfig()), ctx(layer.getContext()),
-        alignment(alignment), train(train), listener(listener) {}
+        alignment(alignment), train(train), backward(backward),
+        listener(listener) {}
 
   LogicalResult build(ModuleOp module);
 
@@ -334,7 +335,8 @@ private:
                 StringRef out, StringRef scale);
   static moegpu::Scoring scoringOf(ScoringFunc scoring);
 
-  /// The training step: its buffers, kernels and schedules.
+  /// The training step: its buffers, kernels and schedules; with
+  /// `backward`, the backward pass alone (its schedule "backward").
   void buildTraining();
 
   LayerOp layer;
@@ -342,6 +344,8 @@ private:
   MLIRContext *ctx;
   int64_t alignment;
   bool train;
+  /// The backward pass alone (a framework's autograd), not a step.
+  bool backward;
   /// Token chunks of the expert-parallel exchanges (1: not chunked).
   int64_t chunks = 1;
   /// Whether the forward pass has the device-initiated exchange (steps of

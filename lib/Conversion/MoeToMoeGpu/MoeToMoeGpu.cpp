@@ -105,12 +105,13 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   // FP8 experts (DeepSeek-V3's e4m3 with block scales): the forward pass
   // so far.
   bool fp8 = config.isFp8();
-  if (fp8 && (train || config.getExpertBias()))
+  if (fp8 && (train || backward || config.getExpertBias()))
     return layer.emitOpError()
            << "has FP8 experts, which sm_90a runs only for the forward pass "
               "without expert biases so far"
-           << (train ? " (compile the training step with bf16 experts)"
-                     : " (this layer has expert biases)");
+           << (train      ? " (compile the training step with bf16 experts)"
+               : backward ? " (compile the backward pass with bf16 experts)"
+                          : " (this layer has expert biases)");
   // TMA rows of e4m3 are whole 16-byte units: K of every FP8 GEMM.
   if (fp8)
     for (auto [what, width] :
@@ -273,9 +274,9 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
     // which only a training step uses otherwise).
     // In token chunks, a set of flags a chunk.
     int64_t flags = flagSlot(ep,
-                             train ? kFlagCombineRows
-                             : fp8 ? kFlagDispatchRows
-                                   : kFlagCombine,
+                             train || backward ? kFlagCombineRows
+                             : fp8             ? kFlagDispatchRows
+                                               : kFlagCombine,
                              chunks - 1) +
                     1;
     addBuffer("ep_table", i32, {ep * chunks * e}, "symmetric");
@@ -481,7 +482,7 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
                                 k.get("shared_scale"), k.get("output_bias"),
                                 k["y"]);
   }
-  if (train)
+  if (train || backward)
     buildTraining();
 
   // The buffers, ahead of the schedules in the program.
@@ -716,14 +717,16 @@ namespace {
 /// them, built through the rewriter; the layer's value becomes poison (the
 /// pass then erases the function around it).
 struct ConvertLayer : OpConversionPattern<LayerOp> {
-  ConvertLayer(MLIRContext *ctx, int64_t alignment, bool train)
-      : OpConversionPattern(ctx), alignment(alignment), train(train) {}
+  ConvertLayer(MLIRContext *ctx, int64_t alignment, bool train, bool backward)
+      : OpConversionPattern(ctx), alignment(alignment), train(train),
+        backward(backward) {}
 
   LogicalResult
   matchAndRewrite(LayerOp layer, OpAdaptor,
                   ConversionPatternRewriter &rewriter) const override {
     auto module = layer->getParentOfType<ModuleOp>();
-    if (failed(LayerBuilder(layer, alignment, train, rewriter.getListener())
+    if (failed(LayerBuilder(layer, alignment, train, backward,
+                            rewriter.getListener())
                    .build(module)))
       return failure();
     rewriter.replaceOpWithNewOp<ub::PoisonOp>(layer, layer.getType());
@@ -731,7 +734,7 @@ struct ConvertLayer : OpConversionPattern<LayerOp> {
   }
 
   int64_t alignment;
-  bool train;
+  bool train, backward;
 };
 
 struct ConvertMoeToMoeGpu
@@ -759,8 +762,10 @@ struct ConvertMoeToMoeGpu
       layer.setPartitionAttr(partition);
     SmPartitionAttr partition = layer.getPartitionAttr();
     if (std::string why = layer.getConfig().getUntrainable();
-        train && !why.empty()) {
-      layer.emitOpError() << "has no training step yet: " << why;
+        (train || backward) && !why.empty()) {
+      layer.emitOpError() << "has no "
+                          << (train ? "training step" : "backward pass")
+                          << " yet: " << why;
       return signalPassFailure();
     }
 
@@ -777,7 +782,12 @@ struct ConvertMoeToMoeGpu
     target.addIllegalDialect<MoeDialect>();
     target.markUnknownOpDynamicallyLegal([](Operation *) { return true; });
     RewritePatternSet patterns(ctx);
-    patterns.add<ConvertLayer>(ctx, alignment, train);
+    if (train && backward) {
+      layer.emitOpError() << "takes train or backward, not both (a training "
+                             "step's bundle already has its backward kernels)";
+      return signalPassFailure();
+    }
+    patterns.add<ConvertLayer>(ctx, alignment, train, backward);
     if (failed(applyPartialConversion(module, target, std::move(patterns))))
       return signalPassFailure();
 

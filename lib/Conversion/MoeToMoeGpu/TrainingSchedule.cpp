@@ -4,7 +4,10 @@
 //
 // The step's kernels and buffers around the forward schedule: compute
 // copies of the masters, the forward pass, the loss, the backward kernels,
-// the load and bias update and AdamW.
+// the load and bias update and AdamW. The backward pass alone (a
+// framework's autograd) is the same schedule from the caller's dy on the
+// bound weights, without the copies, the loss and what follows the
+// gradients.
 //
 //===----------------------------------------------------------------------===//
 
@@ -22,10 +25,13 @@ void LayerBuilder::buildTraining() {
   Type f32 = Builder(ctx).getF32Type(), i32 = Builder(ctx).getI32Type();
 
   // The step's arguments: x and score_bias are the forward pass's own
-  // buffers; the others are `arg.<name>`.
-  std::vector<TrainArgument> args = listDeviceTrainArguments(layer);
+  // buffers; the others are `arg.<name>`. The backward pass's dy is the
+  // step's own buffer (the loss's gradient there).
+  std::vector<TrainArgument> args = backward
+                                        ? listDeviceBackwardArguments(layer)
+                                        : listDeviceTrainArguments(layer);
   for (const TrainArgument &arg : args) {
-    if (arg.name == "x" || arg.name == "score_bias")
+    if (arg.name == "x" || arg.name == "score_bias" || arg.name == "dy")
       continue;
     SmallVector<int64_t> shape;
     for (int64_t d : arg.type.getShape())
@@ -38,7 +44,7 @@ void LayerBuilder::buildTraining() {
   // are kept) in the compute type, as the backward GEMMs read and write
   // them: half the bytes of f32 in the exchanges and in memory.
   Type half = memrefType("w13").getElementType();
-  addBuffer("dy", f32, {kTokens, h}, "scratch");
+  addBuffer("dy", f32, {kTokens, h}, backward ? "arg:dy" : "scratch");
   addBuffer("row_token", i32, {kRows}, "scratch");
   addBuffer("row_dy", half, {kRows, h}, "scratch");
   // With the device-initiated exchange the experts' ranks store the rows'
@@ -89,7 +95,8 @@ void LayerBuilder::buildTraining() {
   moegpu::GridAttr expertGrid = gridOf(sharded ? moegpu::GridKind::ReceivedRows : moegpu::GridKind::Rows);
 
   OpBuilder pb = builderAtEnd(&program.getBody().front());
-  training = moegpu::ScheduleOp::create(pb, layer.getLoc(), "train");
+  training = moegpu::ScheduleOp::create(pb, layer.getLoc(),
+                                        backward ? "backward" : "train");
   steps = &training.getBody().front();
   auto elementGrid = [&](int64_t n) {
     return fixedGrid((n + kCountThreads - 1) / kCountThreads);
@@ -132,20 +139,23 @@ void LayerBuilder::buildTraining() {
     pack("gate_bias", "up_bias", "b13");
     convert("down_bias", "b2");
   }
-  addBuffer("copies_valid", f32, {1}, "scratch");
+  if (!backward)
+    addBuffer("copies_valid", f32, {1}, "scratch");
   // Each trained weight's largest |master|, |first moment| and second
   // moment (f32 bits): update_check takes them from the state after the
   // host wrote it, AdamW keeps them, and with them the check reads only
   // the gradients (grad_stats) in a step after the first.
   int64_t weightCount = listTrainedWeights(layer).size();
-  addBuffer("state_bounds", i32, {weightCount, 3}, "scratch");
+  if (!backward)
+    addBuffer("state_bounds", i32, {weightCount, 3}, "scratch");
   auto layoutsOf = [&](ArrayRef<const CopySpec *> specs) {
     SmallVector<Attribute> layouts;
     for (const CopySpec *c : specs)
       layouts.push_back(moegpu::CopyLayoutAttr::get(ctx, c->layout));
     return ArrayAttr::get(ctx, layouts);
   };
-  {
+  // (The backward pass reads the bound weights themselves.)
+  if (!backward) {
     llvm::SetVector<StringRef> names;
     SmallVector<std::string> masters;
     for (const CopySpec &c : copySpecs)
@@ -182,9 +192,10 @@ void LayerBuilder::buildTraining() {
     OpBuilder b = stepBuilder();
     b.clone(step);
   }
-  // Loss, and dy of every dispatched row.
-  addMemset(arg("loss"));
-  {
+  // Loss, and dy of every dispatched row (the backward pass's is the
+  // caller's).
+  if (!backward) {
+    addMemset(arg("loss"));
     std::string target = arg("target"), hyper = arg("hyper"),
                 loss = arg("loss");
     Kernel k = kernel("train_loss", {"y", target, hyper, "dy", loss},
@@ -485,17 +496,21 @@ void LayerBuilder::buildTraining() {
   // GPT-OSS's router bias: the logits' gradient summed over the tokens.
   if (routerBias)
     columnSum("train_router_bias_grad", "dl", arg("router_bias.grad"), e);
-  {
+  if (!backward) {
     std::string load = arg("load");
     Kernel k = kernel("train_load", {"counts", load}, elementGrid(e),
                       kCountThreads);
     kernelOp<moegpu::ExpertLoadOp>(k, k["counts"], k[load], chunks);
   }
   // With expert parallelism: what every rank computed in part. Each
-  // rank's experts already saw every token routed to them.
+  // rank's experts already saw every token routed to them. (The backward
+  // pass sums the replicated weights' gradients as the step does: a
+  // framework's optimizer sees the gradients over every rank's tokens.)
   if (sharded) {
-    std::vector<std::string> sums{arg("loss"), arg("load"),
-                                  arg("router_weight.grad")};
+    std::vector<std::string> sums;
+    if (!backward)
+      sums = {arg("loss"), arg("load")};
+    sums.push_back(arg("router_weight.grad"));
     if (shared)
       for (const char *w :
            {"shared_gate_weight", "shared_up_weight", "shared_down_weight"})
@@ -507,6 +522,10 @@ void LayerBuilder::buildTraining() {
     if (routerBias)
       sums.push_back(arg("router_bias.grad"));
     addAllReduce(SmallVector<StringRef>(sums.begin(), sums.end()));
+  }
+  if (backward) {
+    steps = &forward.getBody().front();
+    return;
   }
   // Before anything changes: each weight's sum of gradient squares and
   // how many values its update would make non-finite; from them and the

@@ -368,6 +368,7 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
     ConvertMoeToMoeGpuOptions convert;
     convert.alignment = options.alignment;
     convert.train = options.train;
+    convert.backward = options.backward;
     pm.addPass(createConvertMoeToMoeGpu(convert));
     if (failed(pm.run(module))) {
       error = "the sm_90a layer conversion failed";
@@ -510,14 +511,15 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
     return out;
   };
   for (auto schedule : gpuProgram.getOps<moegpu::ScheduleOp>()) {
-    std::vector<rt::GpuStep> &into = schedule.getEntry() == "train"
-                                         ? program.trainSteps
-                                     : schedule.getEntry() == "update"
-                                         ? program.updateSteps
+    StringRef entry = schedule.getEntry();
+    std::vector<rt::GpuStep> &into = entry == "train"    ? program.trainSteps
+                                     : entry == "update" ? program.updateSteps
+                                     : entry == "backward"
+                                         ? program.backwardSteps
                                          : program.steps;
-    phase = schedule.getEntry() == "train"    ? Sm90Phase::Train
-            : schedule.getEntry() == "update" ? Sm90Phase::Update
-                                              : Sm90Phase::Forward;
+    phase = entry == "train" || entry == "backward" ? Sm90Phase::Train
+            : entry == "update"                     ? Sm90Phase::Update
+                                                    : Sm90Phase::Forward;
     for (Operation &op : schedule.getBody().front()) {
       rt::GpuStep step;
       if (auto launch = dyn_cast<moegpu::LaunchOp>(op)) {

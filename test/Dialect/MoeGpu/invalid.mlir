@@ -381,8 +381,8 @@ moegpu.program {
 // -----
 
 moegpu.program {
-  // expected-error @+1 {{has entry 'backward', expected forward, train or update}}
-  moegpu.schedule "backward" {
+  // expected-error @+1 {{has entry 'recompute', expected forward, train, update or backward}}
+  moegpu.schedule "recompute" {
   }
 }
 

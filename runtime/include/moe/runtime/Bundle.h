@@ -204,6 +204,10 @@ struct GpuProgram {
   /// in place, which the runtime runs only when the step is finite.
   std::vector<GpuStep> trainSteps;
   std::vector<GpuStep> updateSteps;
+  /// With --backward: the forward pass again, then the backward kernels
+  /// from the caller's dy (the buffer of source `arg:dy`) into the buffers
+  /// of `arg:x.grad` and `arg:<W>.grad`, on the bound weights.
+  std::vector<GpuStep> backwardSteps;
   /// Other builds of the forward pass, smallest maxTokens first: a pass of
   /// T tokens runs the first whose maxTokens is at least T, else `steps`.
   std::vector<GpuVariant> variants;
