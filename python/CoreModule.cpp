@@ -387,6 +387,15 @@ struct PyLayer {
     exclusive([&] { check(layer->forwardOnDevice(io)); });
   }
 
+  /// The backward pass on device memory: addresses of x, dy and the
+  /// gradients (x's, then each trained weight's) and the caller's stream,
+  /// as DeviceBackward takes them.
+  void backwardDevice(uint64_t x, uint64_t dy, int64_t tokens,
+                      const std::vector<uint64_t> &grads, uint64_t stream) {
+    DeviceBackward io{x, dy, grads, tokens, stream};
+    exclusive([&] { check(layer->backwardOnDevice(io)); });
+  }
+
   /// What the device's driver was asked to do so far (counts and bytes;
   /// zeros on the host).
   std::map<std::string, uint64_t> activity() {
@@ -659,6 +668,9 @@ NB_MODULE(_core, m) {
       .def("forward_device", &PyLayer::forwardDevice, nb::arg("x"),
            nb::arg("tokens"), nb::arg("y"), nb::arg("topk_ids"),
            nb::arg("topk_weights"), nb::arg("stream"))
+      .def("backward_device", &PyLayer::backwardDevice, nb::arg("x"),
+           nb::arg("dy"), nb::arg("tokens"), nb::arg("grads"),
+           nb::arg("stream"))
       .def("activity", &PyLayer::activity)
       .def_prop_ro("exchange_transport",
                    [](PyLayer &l) {

@@ -163,13 +163,13 @@ _TORCH_DTYPES = {"torch.float32": "f32", "torch.bfloat16": "bf16",
                  "torch.float16": "f16", "torch.int32": "i32"}
 
 
-def _device_array(value, name):
+def _device_array(value, name, what="forward_into"):
     """(address, shape, dtype name) of a C-contiguous device array: a torch
     CUDA tensor, or an object with __cuda_array_interface__."""
     if hasattr(value, "data_ptr") and hasattr(value, "is_cuda"):
         if not value.is_cuda:
-            raise ValueError("%s is on %s; forward_into takes device arrays "
-                             "(CUDA tensors)" % (name, value.device))
+            raise ValueError("%s is on %s; %s takes device arrays "
+                             "(CUDA tensors)" % (name, value.device, what))
         if not value.is_contiguous():
             raise ValueError("%s is not contiguous" % name)
         return (value.data_ptr(), tuple(value.shape),
@@ -192,6 +192,15 @@ def _device_array(value, name):
             raise ValueError("%s is not C-contiguous (strides %s)"
                              % (name, list(strides)))
     return int(cai["data"][0]), shape, dtype
+
+
+def _stream_handle(stream):
+    """A CUstream handle from an int or an object with .cuda_stream."""
+    stream = getattr(stream, "cuda_stream", stream)
+    if not isinstance(stream, int) or stream < 0:
+        raise TypeError("stream must be a CUstream handle (an int) or "
+                        "have .cuda_stream, got %r" % (stream,))
+    return stream
 
 
 def _like(value, array):
@@ -307,12 +316,58 @@ class Layer:
                                   width))
             tokens = shape[0]
             ptrs.append(ptr)
-        stream = getattr(stream, "cuda_stream", stream)
-        if not isinstance(stream, int) or stream < 0:
-            raise TypeError("stream must be a CUstream handle (an int) or "
-                            "have .cuda_stream, got %r" % (stream,))
         self._core.forward_device(ptrs[0], tokens, ptrs[1], ptrs[2], ptrs[3],
-                                  stream)
+                                  _stream_handle(stream))
+
+    def backward_into(self, x, dy, grads, stream=0):
+        """The backward pass on device memory (an sm_90a bundle compiled
+        with train=True), as forward_into runs the forward pass: x
+        [tokens, hidden] in device_dtypes[0] and dy [tokens, hidden]
+        (float32) are device arrays, and `grads` maps "x" and every role
+        of trained_parameters() to a float32 device array of its shape
+        (x's, the parameter's), which the pass writes. Nothing is copied
+        through the host and the host does not wait."""
+        if self.target != "sm_90a":
+            raise RuntimeError("this device takes host tensors only: "
+                               "backward_into needs an sm_90a bundle (this "
+                               "one is for the %s target)" % self.target)
+        if not self.has_backward:
+            raise RuntimeError("the bundle has no backward pass (compile it "
+                               "with train=True)")
+        roles = ["x"] + self.trained_parameters()
+        if not hasattr(grads, "keys") or set(grads) != set(roles):
+            raise ValueError("grads must map each of %s to a device array, "
+                             "got %s" % (roles, sorted(grads) if
+                                         hasattr(grads, "keys") else
+                                         type(grads).__name__))
+        shapes = {role: tuple(shape) for role, _, shape, _ in
+                  self._core.parameter_specs()}
+        hidden, tokens = self.hidden_size, None
+        ptrs = []
+        for name, value, dtype in (("x", x, self.device_dtypes[0]),
+                                   ("dy", dy, "f32")):
+            ptr, shape, got = _device_array(value, name, "backward_into")
+            if got != dtype or len(shape) != 2 or shape[1] != hidden or \
+                    (tokens is not None and shape[0] != tokens):
+                raise ValueError(
+                    "%s is a %s array of shape %s, expected %s of shape "
+                    "[%s, %d]" % (name, got, list(shape), dtype,
+                                  "tokens" if tokens is None else tokens,
+                                  hidden))
+            tokens = shape[0]
+            ptrs.append(ptr)
+        out = []
+        for role in roles:
+            want = (tokens, hidden) if role == "x" else shapes[role]
+            ptr, shape, got = _device_array(grads[role], "grads['%s']" % role,
+                                            "backward_into")
+            if got != "f32" or tuple(shape) != tuple(want):
+                raise ValueError("grads['%s'] is a %s array of shape %s, "
+                                 "expected f32 of shape %s"
+                                 % (role, got, list(shape), list(want)))
+            out.append(ptr)
+        self._core.backward_device(ptrs[0], ptrs[1], tokens, out,
+                                   _stream_handle(stream))
 
     @property
     def device_dtypes(self):

@@ -87,17 +87,17 @@ def _layer_backward(x: torch.Tensor, dy: torch.Tensor,
                     handle: int) -> list[torch.Tensor]:
     """[dL/dx, then dL/dW of each trained parameter in the module's order]
     for dL/dy = dy, by the bundle's compiled backward pass (which
-    recomputes the forward pass). CUDA tensors (an sm_90a layer's) go
-    through the host both ways: the backward pass is staged, not yet on
-    device memory."""
+    recomputes the forward pass); on CUDA tensors (an sm_90a layer's) on
+    their device memory, on the current stream."""
     module = _module(handle)
     if not module.layer.has_backward:
         raise RuntimeError(
             "this MoELayer's bundle has no backward pass: compile it "
             "with train=True (moe-compile --backward)")
     module._bind(params)
-    grads = module.layer._core.backward(x.detach().cpu(),
-                                        dy.contiguous().cpu())
+    if x.is_cuda:
+        return module._backward_device(x.detach(), dy, params)
+    grads = module.layer._core.backward(x.detach(), dy.contiguous())
     out = [torch.from_numpy(grads["x"]).to(device=x.device, dtype=x.dtype)]
     for i in module._trained_index:
         out.append(torch.from_numpy(grads[module._roles[i]])
@@ -327,6 +327,30 @@ class MoELayer(torch.nn.Module):
         stream = torch.cuda.current_stream(x.device) if x.is_cuda else 0
         self.layer.forward_into(flat, y, ids, weights, stream=stream)
         return y.float(), ids, weights
+
+    def _backward_device(self, x, dy, params):
+        """The backward pass on x's device memory (an sm_90a layer): dL/dx
+        and the trained parameters' gradients in torch's caching
+        allocator, nothing through the host, no host wait."""
+        if self.layer.target != "sm_90a":
+            raise ValueError("x is on %s, but the layer's bundle is for the "
+                             "%s target (compile it with target='sm_90a', "
+                             "or pass CPU tensors)"
+                             % (x.device, self.layer.target))
+        x_dtype = _TORCH_NAMES[self.layer.device_dtypes[0]]
+        flat = x.to(x_dtype).contiguous()
+        f32 = dict(dtype=torch.float32, device=x.device)
+        grads = {"x": torch.empty(flat.shape, **f32)}
+        for i in self._trained_index:
+            grads[self._roles[i]] = torch.empty(params[i].shape, **f32)
+        self.layer.backward_into(
+            flat, dy.to(torch.float32).contiguous(), grads,
+            stream=torch.cuda.current_stream(x.device))
+        out = [grads["x"].to(x.dtype)]
+        for i in self._trained_index:
+            out.append(grads[self._roles[i]].to(device=params[i].device,
+                                                 dtype=params[i].dtype))
+        return out
 
     @staticmethod
     def _stamp(tensor):

@@ -92,6 +92,9 @@ public:
   Status run(const std::vector<const Tensor *> &arguments) override;
   Status runOnDevice(const DeviceForward &io,
                      const std::vector<const Tensor *> &arguments) override;
+  Status
+  runBackwardOnDevice(const DeviceBackward &io,
+                      const std::vector<const Tensor *> &arguments) override;
   Status runEntry(const std::string &symbol,
                   const std::vector<const Tensor *> &arguments,
                   int64_t tokens) override;
@@ -541,8 +544,15 @@ private:
     kForwardPass,
     kTrainingStep,
     kDeviceForwardPass,
-    kBackwardPass
+    kBackwardPass,
+    kDeviceBackwardPass
   };
+  /// Orders this stream after the caller's (`callerReady`); whether the
+  /// caller is capturing its stream into a graph (then the pass's work
+  /// joins that capture and no graph of ours is launched inside it).
+  Status joinCaller(CUstream caller, bool &callerCaptures);
+  /// Orders the caller's stream after the pass (`passDone`).
+  Status releaseCaller(CUstream caller);
   /// Recorded on the caller's stream and on this one around a pass on
   /// device memory, so that each stream waits for the other on the
   /// device.
@@ -1648,33 +1658,9 @@ Status CudaBackend::runOnDevice(const DeviceForward &io,
   ForwardBuild build = forwardBuild(*variant);
   lastTileM = build.tileM;
   profile.clear();
-  for (CUevent *e : {&callerReady, &passDone})
-    if (!*e)
-      if (Status s = check(driver.eventCreate(e, /*DISABLE_TIMING=*/2),
-                           "cuEventCreate");
-          !s.ok())
-        return s;
   auto caller = reinterpret_cast<CUstream>(io.stream);
-  // A caller capturing its stream into a CUDA graph (torch.cuda.graph)
-  // gets the pass's copies and kernels in its graph: this stream joins
-  // the capture through the events below, and no graph of ours is
-  // launched inside it.
-  int captureStatus = 0;
-  if (caller)
-    if (Status s = check(driver.streamIsCapturing(caller, &captureStatus),
-                         "cannot query the caller's stream");
-        !s.ok())
-      return s;
-  if (captureStatus == 2)
-    return Status::failure("the caller's stream capture was invalidated");
-  bool callerCaptures = captureStatus == 1;
-  if (Status s = check(driver.eventRecord(callerReady, caller),
-                       "cannot record an event on the caller's stream");
-      !s.ok())
-    return s;
-  if (Status s = check(driver.streamWaitEvent(stream, callerReady, 0),
-                       "cannot order the pass after the caller's stream");
-      !s.ok())
+  bool callerCaptures = false;
+  if (Status s = joinCaller(caller, callerCaptures); !s.ok())
     return s;
   if (tokens > 0) {
     // The token count and x straight into the pass's buffers (device to
@@ -1728,12 +1714,159 @@ Status CudaBackend::runOnDevice(const DeviceForward &io,
       return s;
     statusPending = true;
   }
+  return releaseCaller(caller);
+}
+
+Status CudaBackend::joinCaller(CUstream caller, bool &callerCaptures) {
+  for (CUevent *e : {&callerReady, &passDone})
+    if (!*e)
+      if (Status s = check(driver.eventCreate(e, /*DISABLE_TIMING=*/2),
+                           "cuEventCreate");
+          !s.ok())
+        return s;
+  // A caller capturing its stream into a CUDA graph (torch.cuda.graph)
+  // gets the pass's copies and kernels in its graph: this stream joins
+  // the capture through the events, and no graph of ours is launched
+  // inside it.
+  int captureStatus = 0;
+  if (caller)
+    if (Status s = check(driver.streamIsCapturing(caller, &captureStatus),
+                         "cannot query the caller's stream");
+        !s.ok())
+      return s;
+  if (captureStatus == 2)
+    return Status::failure("the caller's stream capture was invalidated");
+  callerCaptures = captureStatus == 1;
+  if (Status s = check(driver.eventRecord(callerReady, caller),
+                       "cannot record an event on the caller's stream");
+      !s.ok())
+    return s;
+  return check(driver.streamWaitEvent(stream, callerReady, 0),
+               "cannot order the pass after the caller's stream");
+}
+
+Status CudaBackend::releaseCaller(CUstream caller) {
   if (Status s = check(driver.eventRecord(passDone, stream),
                        "cannot record the pass's end");
       !s.ok())
     return s;
   return check(driver.streamWaitEvent(caller, passDone, 0),
                "cannot order the caller's stream after the pass");
+}
+
+Status
+CudaBackend::runBackwardOnDevice(const DeviceBackward &io,
+                                 const std::vector<const Tensor *> &arguments) {
+  const TrainSpec &spec = manifest.backward;
+  if (spec.entry.empty() || manifest.gpu.backwardSteps.empty())
+    return Status::failure("the sm_90a bundle has no backward pass (compile "
+                           "it with moe-compile --backward)");
+  bool sharded = manifest.expertParallel > 1;
+  if (sharded && transport != abi::Transport::Lsa)
+    return Status::failure(
+        "a sharded layer on device pointers needs the device-initiated "
+        "exchange (NCCL symmetric memory within one node); this "
+        "communicator's transport is " +
+        exchangeTransport());
+  if (sharded && io.tokens == 0)
+    return Status::failure("a rank of a sharded layer on device pointers "
+                           "needs at least one token a pass (its peers "
+                           "wait for its rows)");
+  if (statusPending && driver.streamQuery(stream) == 0) {
+    statusPending = false;
+    if (Status s = checkExchangeStatus("an earlier pass"); !s.ok())
+      return s;
+  }
+  int64_t tokens = io.tokens;
+  if (tokens < 0 || tokens > manifest.maxTokens)
+    return Status::failure("a backward pass takes 0 to " +
+                           std::to_string(manifest.maxTokens) +
+                           " tokens, got " + std::to_string(tokens));
+  lastTokens = tokens;
+  if (!parametersUploaded)
+    if (Status s = uploadParameters(arguments); !s.ok())
+      return s;
+  profile.clear();
+  auto caller = reinterpret_cast<CUstream>(io.stream);
+  bool callerCaptures = false;
+  if (Status s = joinCaller(caller, callerCaptures); !s.ok())
+    return s;
+  // The arguments' buffers: the inputs x and dy, then the outputs in
+  // order (io.grads').
+  std::vector<std::pair<size_t, uint64_t>> inputs, outputs;
+  for (size_t i = 0; i < spec.arguments.size(); ++i) {
+    const TrainArgumentSpec &a = spec.arguments[i];
+    if (!backwardArgumentBuffers[i])
+      return Status::failure("the backward schedule has no buffer for "
+                             "argument '" +
+                             a.name + "'");
+    if (a.output)
+      outputs.push_back({i, io.grads[outputs.size()]});
+    else if (a.name == "x" || a.name == "dy")
+      inputs.push_back({i, a.name == "x" ? io.x : io.dy});
+  }
+  if (tokens > 0) {
+    // The count, x and dy straight into the pass's buffers (their rows
+    // past the tokens zero: the shared experts' weight gradients reduce
+    // over whole blocks of rows), the kernels (a graph per bucket), the
+    // gradients out.
+    if (tokensWord)
+      if (Status s = check(driver.memsetD32Async(deviceOf(*tokensWord),
+                                                 static_cast<unsigned>(tokens),
+                                                 1, stream),
+                           "cannot set the token count");
+          !s.ok())
+        return s;
+    for (auto [i, from] : inputs) {
+      const GpuBuffer &b = *backwardArgumentBuffers[i];
+      const std::string &name = spec.arguments[i].name;
+      size_t bytes = argumentBytes(spec.arguments[i], b, tokens);
+      if (Status s =
+              check(driver.memcpyDtoDAsync(deviceOf(b), from, bytes, stream),
+                    "cannot copy " + name + " into the pass");
+          !s.ok())
+        return s;
+      if (Status s = clearPast(b, bytes, name); !s.ok())
+        return s;
+    }
+    const std::vector<GpuStep> &steps = manifest.gpu.backwardSteps;
+    if (capturable(steps) && !callerCaptures) {
+      int64_t launched = launchTokens(tokens, manifest.maxTokens);
+      if (Status s = launchGraph(
+              {kDeviceBackwardPass, launched}, "the backward pass",
+              [&] {
+                return launchSteps(steps, backwardStepPlan, launched,
+                                   /*timed=*/false);
+              });
+          !s.ok())
+        return s;
+    } else if (Status s = launchSteps(steps, backwardStepPlan, tokens,
+                                      /*timed=*/false);
+               !s.ok()) {
+      return s;
+    }
+  }
+  for (auto [i, into] : outputs) {
+    const GpuBuffer &b = *backwardArgumentBuffers[i];
+    size_t bytes = argumentBytes(spec.arguments[i], b, tokens);
+    if (bytes == 0)
+      continue;
+    // No tokens: every gradient is zero.
+    Status s =
+        tokens > 0
+            ? check(driver.memcpyDtoDAsync(into, deviceOf(b), bytes, stream),
+                    "cannot copy '" + spec.arguments[i].name + "' out")
+            : check(driver.memsetD8Async(into, 0, bytes, stream),
+                    "cannot clear '" + spec.arguments[i].name + "'");
+    if (!s.ok())
+      return s;
+  }
+  if (sharded) {
+    if (Status s = enqueueStatusCopy(); !s.ok())
+      return s;
+    statusPending = true;
+  }
+  return releaseCaller(caller);
 }
 
 Expected<int> CudaBackend::forwardVariant(int64_t tokens) const {

@@ -1287,6 +1287,44 @@ Status Layer::forwardOnDevice(const DeviceForward &io) {
   return backend->runOnDevice(io, args);
 }
 
+Status Layer::backwardOnDevice(const DeviceBackward &io) {
+  const Manifest &m = bundle.manifest;
+  if (m.backward.entry.empty())
+    return Status::failure("the bundle has no backward pass (compile it with "
+                           "moe-compile --backward)");
+  if (!weightsBound)
+    return Status::failure("no weights bound: load a weights file or use "
+                           "random weights first");
+  if (Status s = checkCommunicator(); !s.ok())
+    return s;
+  if (io.tokens < 0 || (m.staticTokens && io.tokens != m.staticTokens) ||
+      io.tokens > m.maxTokens)
+    return Status::failure(
+        "input 'x' has " + std::to_string(io.tokens) +
+        " tokens, the bundle takes " +
+        (m.staticTokens
+             ? "exactly " + std::to_string(m.staticTokens)
+             : "at most " + std::to_string(m.maxTokens) + " (--max-tokens)"));
+  size_t outputs = 0;
+  for (const TrainArgumentSpec &a : m.backward.arguments)
+    outputs += a.output;
+  if (io.grads.size() != outputs)
+    return Status::failure("the backward pass writes " +
+                           std::to_string(outputs) +
+                           " gradients (x's, then each trained weight's), "
+                           "got " +
+                           std::to_string(io.grads.size()) + " addresses");
+  if (io.tokens > 0 && (!io.x || !io.dy))
+    return Status::failure("a device pointer of x or dy is null");
+  for (size_t i = 0; i < io.grads.size(); ++i)
+    if (!io.grads[i] && (i > 0 || io.tokens > 0))
+      return Status::failure("a gradient's device pointer is null");
+  std::vector<const Tensor *> args = {nullptr};
+  for (size_t i = 0; i < parameters.size(); ++i)
+    args.push_back(&param(i));
+  return backend->runBackwardOnDevice(io, args);
+}
+
 Expected<std::map<std::string, Tensor>>
 Layer::backward(const Tensor &x, const Tensor &dy,
                 std::map<std::string, Tensor> *spare) {

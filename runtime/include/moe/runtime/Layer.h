@@ -76,6 +76,19 @@ struct DeviceForward {
   uint64_t stream = 0;
 };
 
+/// A backward pass on device memory (an sm_90a bundle compiled with
+/// --backward): x [tokens, hidden] in the dtype forwardOnDevice takes, dy
+/// [tokens, hidden] f32, and where the gradients go (f32): `grads` in the
+/// order of the backward pass's outputs (Manifest::backward), x.grad
+/// [tokens, hidden] first, then each trained weight's, its parameter's
+/// shape. The stream is the caller's, as DeviceForward's.
+struct DeviceBackward {
+  uint64_t x = 0, dy = 0;
+  std::vector<uint64_t> grads;
+  int64_t tokens = 0;
+  uint64_t stream = 0;
+};
+
 /// A device that runs a bundle's code.
 class Backend {
 public:
@@ -85,6 +98,12 @@ public:
   /// say so.
   virtual Status runOnDevice(const DeviceForward &,
                              const std::vector<const Tensor *> &) {
+    return Status::failure("this device takes host tensors only (device "
+                           "pointers need a cuda layer)");
+  }
+  /// A backward pass on device memory; `parameters` as runOnDevice's.
+  virtual Status runBackwardOnDevice(const DeviceBackward &,
+                                     const std::vector<const Tensor *> &) {
     return Status::failure("this device takes host tensors only (device "
                            "pointers need a cuda layer)");
   }
@@ -225,6 +244,11 @@ public:
   /// host wait; see DeviceForward. A sharded pass's exchange status is
   /// checked by a later call, once the device is done with it.
   Status forwardOnDevice(const DeviceForward &io);
+  /// The backward pass on device memory (a cuda layer whose bundle was
+  /// compiled with --backward; sharded, with the device-initiated
+  /// exchange): no host copy of x, dy or the gradients and no host wait;
+  /// see DeviceBackward.
+  Status backwardOnDevice(const DeviceBackward &io);
   /// The dtypes forwardOnDevice takes x in and writes y in.
   DType deviceInputDType() const;
   DType deviceOutputDType() const;
