@@ -97,6 +97,11 @@ for name in deepseek-v3-tiny mixtral-tiny; do
     --train --dtype=bf16 --max-tokens=512 --no-cache \
     -o "$out/bundles/train-host/$name.moeb"
 done
+# The backward pass alone (a framework's autograd) on device memory.
+mkdir -p "$out/bundles/backward"
+"$build/bin/moe-compile" --hf-config "$root/test/Integration/Inputs/deepseek-v3-tiny.json" \
+  --backward --target=sm_90a --max-tokens=512 --no-cache \
+  -o "$out/bundles/backward/deepseek-v3-tiny.moeb"
 # A larger layer's training step for its speed (DeepSeek-V2-Lite's shapes:
 # 64 experts of 1408, top-6, two shared experts; 4096 tokens). Not on the
 # emulator (--tiny).

@@ -12,7 +12,7 @@ config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.moe_obj_root, "test")
 config.excludes = ["unittests", "Inputs", "CMakeLists.txt", "lit.cfg.py",
                    "lit.site.cfg.py", "run-lit.py", "reference.py",
-                   "check-layer.sh", "capi-forward.c"]
+                   "check-layer.sh", "capi-forward.c", "capi-backward.c"]
 
 path = [config.moe_tools_dir, config.llvm_tools_dir]
 if config.cuda_bin_dir:

@@ -2,8 +2,9 @@
 -*-===*\
 |*                                                                            *|
 |* Part of moe-compiler. A stable C interface for frameworks: load a bundle,  *|
-|* bind weights, run forward passes on host buffers (or, for a cuda layer,    *|
-|* on device memory). Every function that can fail returns 0 on success and   *|
+|* bind weights, run forward and backward passes on host buffers (or, for a   *|
+|* cuda layer, on device memory). Every function that can fail returns 0 on
+success and   *|
 |* -1 on failure; moe_last_error() then says why (per thread, valid until     *|
 |* the next call on that thread).                                             *|
 |*                                                                            *|
@@ -82,6 +83,33 @@ int moe_layer_device_dtypes(const moe_layer *layer, moe_dtype *x_dtype,
 int moe_layer_forward_device(moe_layer *layer, uint64_t x, int64_t tokens,
                              uint64_t y, uint64_t topk_ids,
                              uint64_t topk_weights, void *stream);
+
+/** The gradients the backward pass writes (bundles compiled with
+ *  --backward; 0 for others): dL/dx first, then each trained weight's.
+ *  moe_layer_gradient_name gives gradient i's name ("x", then the weights'
+ *  roles, e.g. "router_weight") and moe_layer_gradient_elements its f32
+ *  element count (x's per token: hidden). -1, NULL: no such gradient. */
+int64_t moe_layer_gradient_count(const moe_layer *layer);
+const char *moe_layer_gradient_name(const moe_layer *layer, int64_t i);
+int64_t moe_layer_gradient_elements(const moe_layer *layer, int64_t i);
+
+/** The backward pass for a loss whose gradient with respect to y is dy:
+ *  from x [tokens, hidden] of `x_dtype` and dy [tokens, hidden] f32 it
+ *  writes the `count` (moe_layer_gradient_count) f32 gradients into
+ *  grads[i] (host buffers, x's of tokens * hidden values). The forward
+ *  pass runs again first (nothing of an earlier call is kept). */
+int moe_layer_backward(moe_layer *layer, const void *x, moe_dtype x_dtype,
+                       const float *dy, int64_t tokens, float *const *grads,
+                       int64_t count);
+
+/** The backward pass of a "cuda" layer on device memory, as
+ *  moe_layer_forward_device runs the forward pass (stream, capture, no
+ *  host copy or wait; sharded, the device-initiated exchange only): x
+ *  [tokens, hidden] in moe_layer_device_dtypes' x dtype, dy [tokens,
+ *  hidden] f32, and the `count` gradients' device addresses (f32). */
+int moe_layer_backward_device(moe_layer *layer, uint64_t x, uint64_t dy,
+                              int64_t tokens, const uint64_t *grads,
+                              int64_t count, void *stream);
 
 #ifdef __cplusplus
 }

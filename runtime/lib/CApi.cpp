@@ -14,6 +14,23 @@ using namespace moe::rt;
 
 struct moe_layer {
   std::unique_ptr<Layer> layer;
+  /// The backward pass's gradients (x, then the trained weights' roles)
+  /// and their element counts (x's per token), in the manifest's order.
+  std::vector<std::string> gradients;
+  std::vector<int64_t> gradientElements;
+
+  explicit moe_layer(std::unique_ptr<Layer> l) : layer(std::move(l)) {
+    const Manifest &m = layer->getManifest();
+    for (const TrainArgumentSpec &a : m.backward.arguments) {
+      if (!a.output)
+        continue;
+      gradients.push_back(a.name.substr(0, a.name.size() - 5));
+      int64_t elements = 1;
+      for (int64_t d : a.shape)
+        elements *= d < 0 ? 1 : d;
+      gradientElements.push_back(elements);
+    }
+  }
 };
 
 static thread_local std::string lastError;
@@ -36,7 +53,7 @@ moe_layer *moe_layer_load(const char *bundle_path, const char *device) {
     fail(layer.message());
     return nullptr;
   }
-  return new moe_layer{std::move(*layer)};
+  return new moe_layer(std::move(*layer));
 }
 
 moe_layer *moe_layer_load_from_memory(const void *bundle, size_t size,
@@ -59,7 +76,7 @@ moe_layer *moe_layer_load_from_memory(const void *bundle, size_t size,
     fail(layer.message());
     return nullptr;
   }
-  return new moe_layer{std::move(*layer)};
+  return new moe_layer(std::move(*layer));
 }
 
 void moe_layer_free(moe_layer *layer) { delete layer; }
@@ -173,5 +190,102 @@ int moe_layer_forward_device(moe_layer *layer, uint64_t x, int64_t tokens,
   DeviceForward io{
       x, y, topk_ids, topk_weights, tokens, reinterpret_cast<uint64_t>(stream)};
   Status s = layer->layer->forwardOnDevice(io);
+  return s.ok() ? 0 : fail(s.error);
+}
+
+int64_t moe_layer_gradient_count(const moe_layer *layer) {
+  return layer ? static_cast<int64_t>(layer->gradients.size()) : -1;
+}
+
+const char *moe_layer_gradient_name(const moe_layer *layer, int64_t i) {
+  if (!layer || i < 0 || i >= moe_layer_gradient_count(layer))
+    return nullptr;
+  return layer->gradients[static_cast<size_t>(i)].c_str();
+}
+
+int64_t moe_layer_gradient_elements(const moe_layer *layer, int64_t i) {
+  if (!layer || i < 0 || i >= moe_layer_gradient_count(layer))
+    return -1;
+  return layer->gradientElements[static_cast<size_t>(i)];
+}
+
+/// The backward pass's gradient count, or an error naming `what`.
+static int checkGradientCount(const moe_layer *layer, int64_t count,
+                              const char *what) {
+  int64_t want = moe_layer_gradient_count(layer);
+  if (want == 0)
+    return fail(std::string(what) +
+                ": the bundle has no backward pass (compile it with "
+                "moe-compile --backward)");
+  if (count != want)
+    return fail(std::string(what) + ": the backward pass writes " +
+                std::to_string(want) + " gradients, got " +
+                std::to_string(count));
+  return 0;
+}
+
+int moe_layer_backward(moe_layer *layer, const void *x, moe_dtype x_dtype,
+                       const float *dy, int64_t tokens, float *const *grads,
+                       int64_t count) {
+  lastError.clear();
+  if (!layer || !grads || (tokens > 0 && (!x || !dy)))
+    return fail("moe_layer_backward: null layer or buffer");
+  if (tokens < 0)
+    return fail("moe_layer_backward: negative token count");
+  if (checkGradientCount(layer, count, "moe_layer_backward") != 0)
+    return -1;
+  for (int64_t i = 0; i < count; ++i)
+    if (!grads[i] && (i > 0 || tokens > 0))
+      return fail("moe_layer_backward: gradient " + std::to_string(i) + " ('" +
+                  layer->gradients[static_cast<size_t>(i)] +
+                  "') is a null buffer");
+  DType dtype;
+  switch (static_cast<int>(x_dtype)) {
+  case MOE_F32:
+    dtype = DType::F32;
+    break;
+  case MOE_BF16:
+    dtype = DType::BF16;
+    break;
+  case MOE_F16:
+    dtype = DType::F16;
+    break;
+  default:
+    return fail("moe_layer_backward: unknown x_dtype");
+  }
+  int64_t hidden = moe_layer_hidden_size(layer);
+  Tensor input = Tensor::zeros(dtype, {tokens, hidden});
+  Tensor grad = Tensor::zeros(DType::F32, {tokens, hidden});
+  if (tokens > 0) {
+    std::memcpy(input.data.data(), x, input.data.size());
+    std::memcpy(grad.data.data(), dy, grad.data.size());
+  }
+  Expected<std::map<std::string, Tensor>> result =
+      layer->layer->backward(input, grad);
+  if (!result)
+    return fail(result.message());
+  for (int64_t i = 0; i < count; ++i) {
+    const std::string &name = layer->gradients[static_cast<size_t>(i)];
+    auto it = result->find(name);
+    if (it == result->end())
+      return fail("moe_layer_backward: the backward pass gave no gradient '" +
+                  name + "'");
+    if (!it->second.data.empty())
+      std::memcpy(grads[i], it->second.data.data(), it->second.data.size());
+  }
+  return 0;
+}
+
+int moe_layer_backward_device(moe_layer *layer, uint64_t x, uint64_t dy,
+                              int64_t tokens, const uint64_t *grads,
+                              int64_t count, void *stream) {
+  lastError.clear();
+  if (!layer || !grads)
+    return fail("moe_layer_backward_device: null layer or gradient list");
+  if (checkGradientCount(layer, count, "moe_layer_backward_device") != 0)
+    return -1;
+  DeviceBackward io{x, dy, std::vector<uint64_t>(grads, grads + count), tokens,
+                    reinterpret_cast<uint64_t>(stream)};
+  Status s = layer->layer->backwardOnDevice(io);
   return s.ok() ? 0 : fail(s.error);
 }

@@ -245,6 +245,26 @@ def sm90(config):
           tol=0)
     close(got_y.float(), want_y.float(), "y on device memory", tol=1e-2)
     print("rank %d: device memory %s" % (rank, delta), flush=True)
+    # The sharded backward pass on device memory: the gradients of the
+    # staged one, nothing through the host but the status words.
+    layer = ep_t.layer
+    dy = g[mine].contiguous()
+    want = layer.backward(xs, dy)
+    dyd = DeviceArray(driver, (tokens, hidden), np.float32, dy.numpy())
+    grads = {r: DeviceArray(driver, tuple(want[r].shape), np.float32)
+             for r in want}
+    before = layer.activity()
+    layer.backward_into(xp, dyd, grads)
+    delta = {n: v - before[n] for n, v in layer.activity().items()}
+    if delta["bytes_to_device"] or delta["bytes_to_host"] > 8 or \
+            delta["host_waits"] or delta["allocations"]:
+        sys.exit("rank %d: the device backward went through the host: %s"
+                 % (rank, delta))
+    assert driver.cuCtxSynchronize() == 0
+    for role, value in want.items():
+        close(torch.from_numpy(grads[role].read()), value,
+              "d%s on device memory" % role, tol=1e-5)
+    print("rank %d: device backward %s" % (rank, delta), flush=True)
     print("rank %d ok" % rank, flush=True)
     dist.destroy_process_group()
 

@@ -59,6 +59,7 @@ def test_torchrun_sm90(transport):
         assert "needs the device-initiated exchange" in result.stdout
     else:
         assert "'host_waits': 0" in result.stdout, result.stdout
+        assert "rank 1: device backward" in result.stdout, result.stdout
 
 
 def test_torchrun_transformers():

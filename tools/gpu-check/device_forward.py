@@ -6,7 +6,8 @@ under --emulator (PyTorch has no CUDA there). Then the pass captured into
 the caller's CUDA graph (torch.cuda.graph on a GPU, the driver's stream
 capture on the emulator) and replayed on new inputs. On a GPU, the time
 of a pass both ways (CUDA events around the device pass; wall clock around
-the staged one, which waits for the device by design)."""
+the staged one, which waits for the device by design). Then the backward
+pass of a --backward bundle the same two ways (check_backward)."""
 import ctypes
 import os
 import time
@@ -39,6 +40,19 @@ def runtime(package):
     lib.moe_layer_forward_device.argtypes = [
         ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int64, ctypes.c_uint64,
         ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p]
+    lib.moe_layer_gradient_count.restype = ctypes.c_int64
+    lib.moe_layer_gradient_count.argtypes = [ctypes.c_void_p]
+    lib.moe_layer_gradient_name.restype = ctypes.c_char_p
+    lib.moe_layer_gradient_name.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    lib.moe_layer_gradient_elements.restype = ctypes.c_int64
+    lib.moe_layer_gradient_elements.argtypes = [ctypes.c_void_p,
+                                                ctypes.c_int64]
+    lib.moe_layer_backward.argtypes = [
+        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+        ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int64]
+    lib.moe_layer_backward_device.argtypes = [
+        ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int64,
+        ctypes.POINTER(ctypes.c_uint64), ctypes.c_int64, ctypes.c_void_p]
     return lib
 
 
@@ -198,3 +212,102 @@ def _check(lib, layer, tokens, emulator, seed, repeats):
           f"pointers, {med(graph_times):.4f} ms as a torch CUDA graph, "
           f"{med(staged_times):.4f} ms staged through the host")
     return ok
+
+
+def check_backward(package, bundle, tokens, emulator, seed=1, repeats=20):
+    """The backward pass (a bundle compiled with --backward) on device
+    memory (moe_layer_backward_device) against the host-staged one
+    (moe_layer_backward) of the same layer; on a GPU both times. Prints
+    PASS/FAIL lines; returns whether they agree."""
+    lib = runtime(package)
+    layer = lib.moe_layer_load(bundle.encode(), b"cuda")
+    if not layer:
+        print("  FAIL device backward: " + lib.moe_last_error().decode())
+        return False
+    try:
+        return _check_backward(lib, layer, tokens, emulator, seed, repeats)
+    finally:
+        lib.moe_layer_free(layer)
+
+
+def _check_backward(lib, layer, tokens, emulator, seed, repeats):
+    assert lib.moe_layer_random_weights(layer, seed) == 0
+    hidden = lib.moe_layer_hidden_size(layer)
+    tokens = min(tokens, lib.moe_layer_max_tokens(layer))
+    x_code, y_code = ctypes.c_int(), ctypes.c_int()
+    assert lib.moe_layer_device_dtypes(layer, ctypes.byref(x_code),
+                                       ctypes.byref(y_code)) == 0
+    x_dtype = TORCH_DTYPES[x_code.value]
+    count = lib.moe_layer_gradient_count(layer)
+    names = [lib.moe_layer_gradient_name(layer, i).decode()
+             for i in range(count)]
+    sizes = [lib.moe_layer_gradient_elements(layer, i) * (tokens if i == 0
+                                                          else 1)
+             for i in range(count)]
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(tokens, hidden, generator=gen).to(x_dtype)
+    dy = torch.randn(tokens, hidden, generator=gen)
+
+    def staged():
+        grads = [torch.empty(n) for n in sizes]
+        ptrs = (ctypes.c_void_p * count)(*[g.data_ptr() for g in grads])
+        rc = lib.moe_layer_backward(layer, x.data_ptr(), x_code.value,
+                                    dy.data_ptr(), tokens, ptrs, count)
+        assert rc == 0, lib.moe_last_error().decode()
+        return grads
+
+    if emulator:
+        mem = EmulatedMemory()
+        xd, dyd = mem.put(x), mem.put(dy)
+        outs = [mem.put(torch.zeros(n)) for n in sizes]
+        read = lambda: [mem.get(p, torch.empty(n))  # noqa: E731
+                        for p, n in zip(outs, sizes)]
+        stream = None
+    else:
+        xt, dyt = x.cuda(), dy.cuda()
+        xd, dyd = xt.data_ptr(), dyt.data_ptr()
+        outs_t = [torch.empty(n, device="cuda") for n in sizes]
+        outs = [t.data_ptr() for t in outs_t]
+        read = lambda: [t.cpu() for t in outs_t]  # noqa: E731
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+    out_ptrs = (ctypes.c_uint64 * count)(*outs)
+
+    def device_pass():
+        rc = lib.moe_layer_backward_device(layer, xd, dyd, tokens, out_ptrs,
+                                           count, stream)
+        assert rc == 0, lib.moe_last_error().decode()
+
+    device_pass()
+    if emulator:
+        assert mem.driver.cuCtxSynchronize() == 0
+    else:
+        torch.cuda.synchronize()
+    got, want = read(), staged()
+    # The same kernels both ways; the routing weights' gradients sum by
+    # atomics, whose order a GPU does not fix.
+    errors = {n: float((g - w).abs().max() / max(float(w.abs().max()), 1e-30))
+              for n, g, w in zip(names, got, want)}
+    worst = max(errors, key=errors.get)
+    same = errors[worst] <= 1e-5
+    print(f"  {'PASS' if same else 'FAIL'} device backward (zero-copy)  "
+          f"{tokens} tokens, {count} gradients "
+          f"{'equal to the staged pass' if same else 'differ'} "
+          f"(largest difference {errors[worst]:.1e}, {worst})")
+    if emulator or not same:
+        return same
+    start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+    times, staged_times = [], []
+    for _ in range(repeats):
+        start.record()
+        device_pass()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        staged()
+        staged_times.append((time.perf_counter() - t0) * 1e3)
+    med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
+    print(f"  device backward {tokens} tokens: {med(times):.4f} ms on device "
+          f"pointers, {med(staged_times):.4f} ms staged through the host")
+    return same

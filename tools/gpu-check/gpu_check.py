@@ -746,6 +746,17 @@ def main():
         except Exception as error:
             print(f"  FAIL device forward: {error!r}")
             ok = False
+    backward_dir = os.path.join(args.package, "bundles", "backward")
+    if os.path.isdir(backward_dir):
+        for name in sorted(os.listdir(backward_dir)):
+            try:
+                ok = device_forward.check_backward(
+                    args.package, os.path.join(backward_dir, name),
+                    min(args.tokens, 256), args.emulator, seed=args.seed,
+                    repeats=args.repeats) and ok
+            except Exception as error:
+                print(f"  FAIL device backward: {error!r}")
+                ok = False
     print("communicator")
     ok = check_comm(args) and ok
     train_dir = os.path.join(args.package, "bundles", "train")
