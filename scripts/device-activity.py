@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""What a forward pass asks of the CUDA driver, staged through host arrays
-(`layer(x)`) and on device memory (`layer.forward_into`), counted by the
+"""What a forward and a backward pass ask of the CUDA driver, staged
+through host arrays (`layer(x)`, `layer.backward`) and on device memory
+(`layer.forward_into`, `layer.backward_into`), counted by the
 runtime in front of the driver (Layer.activity). For docs/Performance.md:
 
   MOE_CUDA_DRIVER=build/lib/libcuda-emu.so PYTHONPATH=build/python_packages \
@@ -28,7 +29,7 @@ def main():
     tokens = int(sys.argv[2]) if len(sys.argv) > 2 else 37
     driver = ctypes.CDLL(os.environ["MOE_CUDA_DRIVER"])
     layer = moe_compiler.compile(config, target="sm_90a", dtype="f16",
-                                 max_tokens=64).load(seed=3)
+                                 max_tokens=64, train=True).load(seed=3)
     h, k = layer.hidden_size, layer.top_k
     x = (np.random.default_rng(0).standard_normal((tokens, h)) * 0.5) \
         .astype(np.float16)
@@ -47,6 +48,18 @@ def main():
             DeviceArray(driver, (tokens, k), np.float32))
     for label in ("device memory, first", "device memory, after"):
         counted(label, lambda: layer.forward_into(*args))
+    dy = np.random.default_rng(1).standard_normal((tokens, h)) \
+        .astype(np.float32)
+    for label in ("backward staged, first", "backward staged, after"):
+        counted(label, lambda: layer.backward(x, dy))
+    shapes = {r: p.shape for r, p in layer.parameters().items()}
+    grads = {r: DeviceArray(driver, (tokens, h) if r == "x" else shapes[r],
+                            np.float32)
+             for r in ["x"] + layer.trained_parameters()}
+    dyd = DeviceArray(driver, (tokens, h), np.float32, dy)
+    for label in ("backward device memory, first",
+                  "backward device memory, after"):
+        counted(label, lambda: layer.backward_into(args[0], dyd, grads))
 
 
 if __name__ == "__main__":
