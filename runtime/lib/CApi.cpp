@@ -42,6 +42,23 @@ static int fail(const std::string &message) {
 
 const char *moe_last_error(void) { return lastError.c_str(); }
 
+/// The runtime's dtype of a C caller's (any value: an int may be passed).
+static bool fromCDType(moe_dtype code, DType &dtype) {
+  switch (static_cast<int>(code)) {
+  case MOE_F32:
+    dtype = DType::F32;
+    return true;
+  case MOE_BF16:
+    dtype = DType::BF16;
+    return true;
+  case MOE_F16:
+    dtype = DType::F16;
+    return true;
+  default:
+    return false;
+  }
+}
+
 moe_layer *moe_layer_load(const char *bundle_path, const char *device) {
   lastError.clear();
   if (!bundle_path || !device) {
@@ -131,20 +148,8 @@ int moe_layer_forward(moe_layer *layer, const void *x, moe_dtype x_dtype,
   if (tokens < 0)
     return fail("moe_layer_forward: negative token count");
   DType dtype;
-  // (As an int: a C caller may pass any value.)
-  switch (static_cast<int>(x_dtype)) {
-  case MOE_F32:
-    dtype = DType::F32;
-    break;
-  case MOE_BF16:
-    dtype = DType::BF16;
-    break;
-  case MOE_F16:
-    dtype = DType::F16;
-    break;
-  default:
+  if (!fromCDType(x_dtype, dtype))
     return fail("moe_layer_forward: unknown x_dtype");
-  }
   int64_t hidden = moe_layer_hidden_size(layer);
   int64_t k = moe_layer_top_k(layer);
   if (tokens > moe_layer_max_tokens(layer))
@@ -240,19 +245,8 @@ int moe_layer_backward(moe_layer *layer, const void *x, moe_dtype x_dtype,
                   layer->gradients[static_cast<size_t>(i)] +
                   "') is a null buffer");
   DType dtype;
-  switch (static_cast<int>(x_dtype)) {
-  case MOE_F32:
-    dtype = DType::F32;
-    break;
-  case MOE_BF16:
-    dtype = DType::BF16;
-    break;
-  case MOE_F16:
-    dtype = DType::F16;
-    break;
-  default:
+  if (!fromCDType(x_dtype, dtype))
     return fail("moe_layer_backward: unknown x_dtype");
-  }
   int64_t hidden = moe_layer_hidden_size(layer);
   Tensor input = Tensor::zeros(dtype, {tokens, hidden});
   Tensor grad = Tensor::zeros(DType::F32, {tokens, hidden});

@@ -547,6 +547,9 @@ private:
     kBackwardPass,
     kDeviceBackwardPass
   };
+  /// What a pass on device pointers needs (sharded: the device-initiated
+  /// exchange and a token); the status of the previous one, where done.
+  Status checkDevicePass(int64_t tokens);
   /// Orders this stream after the caller's (`callerReady`); whether the
   /// caller is capturing its stream into a graph (then the pass's work
   /// joins that capture and no graph of ours is launched inside it).
@@ -1624,26 +1627,9 @@ Status CudaBackend::runOnDevice(const DeviceForward &io,
       !outputBuffers[2])
     return Status::failure("the sm_90a bundle has no forward pass (no "
                            "buffers x, y, topk_ids and topk_weights)");
-  // Sharded, the exchanges must be the device's own: the NCCL path's
-  // host-driven steps cannot run behind the caller's stream.
   bool sharded = manifest.expertParallel > 1;
-  if (sharded && transport != abi::Transport::Lsa)
-    return Status::failure(
-        "a sharded layer on device pointers needs the device-initiated "
-        "exchange (NCCL symmetric memory within one node); this "
-        "communicator's transport is " +
-        exchangeTransport());
-  if (sharded && io.tokens == 0)
-    return Status::failure("a rank of a sharded layer on device pointers "
-                           "needs at least one token a pass (its peers "
-                           "wait for its rows)");
-  // The previous pass's exchange status, where the device is done with it
-  // (no wait: a pass still running is checked by a later call).
-  if (statusPending && driver.streamQuery(stream) == 0) {
-    statusPending = false;
-    if (Status s = checkExchangeStatus("an earlier forward pass"); !s.ok())
-      return s;
-  }
+  if (Status s = checkDevicePass(io.tokens); !s.ok())
+    return s;
   int64_t tokens = io.tokens;
   size_t inputBytes = static_cast<size_t>(tokens) * rowBytes(*inputBuffer);
   if (tokens < 0 || inputBytes > capacityBytes(*inputBuffer))
@@ -1717,6 +1703,31 @@ Status CudaBackend::runOnDevice(const DeviceForward &io,
   return releaseCaller(caller);
 }
 
+Status CudaBackend::checkDevicePass(int64_t tokens) {
+  // Sharded, the exchanges must be the device's own: the NCCL path's
+  // host-driven steps cannot run behind the caller's stream.
+  if (manifest.expertParallel > 1) {
+    if (transport != abi::Transport::Lsa)
+      return Status::failure(
+          "a sharded layer on device pointers needs the device-initiated "
+          "exchange (NCCL symmetric memory within one node); this "
+          "communicator's transport is " +
+          exchangeTransport());
+    if (tokens == 0)
+      return Status::failure("a rank of a sharded layer on device pointers "
+                             "needs at least one token a pass (its peers "
+                             "wait for its rows)");
+  }
+  // The previous pass's exchange status, where the device is done with it
+  // (no wait: a pass still running is checked by a later call).
+  if (statusPending && driver.streamQuery(stream) == 0) {
+    statusPending = false;
+    if (Status s = checkExchangeStatus("an earlier pass"); !s.ok())
+      return s;
+  }
+  return Status::success();
+}
+
 Status CudaBackend::joinCaller(CUstream caller, bool &callerCaptures) {
   for (CUevent *e : {&callerReady, &passDone})
     if (!*e)
@@ -1762,21 +1773,8 @@ CudaBackend::runBackwardOnDevice(const DeviceBackward &io,
     return Status::failure("the sm_90a bundle has no backward pass (compile "
                            "it with moe-compile --backward)");
   bool sharded = manifest.expertParallel > 1;
-  if (sharded && transport != abi::Transport::Lsa)
-    return Status::failure(
-        "a sharded layer on device pointers needs the device-initiated "
-        "exchange (NCCL symmetric memory within one node); this "
-        "communicator's transport is " +
-        exchangeTransport());
-  if (sharded && io.tokens == 0)
-    return Status::failure("a rank of a sharded layer on device pointers "
-                           "needs at least one token a pass (its peers "
-                           "wait for its rows)");
-  if (statusPending && driver.streamQuery(stream) == 0) {
-    statusPending = false;
-    if (Status s = checkExchangeStatus("an earlier pass"); !s.ok())
-      return s;
-  }
+  if (Status s = checkDevicePass(io.tokens); !s.ok())
+    return s;
   int64_t tokens = io.tokens;
   if (tokens < 0 || tokens > manifest.maxTokens)
     return Status::failure("a backward pass takes 0 to " +

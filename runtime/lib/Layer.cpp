@@ -1264,6 +1264,18 @@ DType Layer::deviceOutputDType() const {
   return bundle.manifest.outputs[0].dtype;
 }
 
+/// The token count of a pass on device memory, as the bundle takes it.
+static Status checkDeviceTokens(const Manifest &m, int64_t tokens) {
+  if (tokens >= 0 && (!m.staticTokens || tokens == m.staticTokens) &&
+      tokens <= m.maxTokens)
+    return Status::success();
+  return Status::failure(
+      "input 'x' has " + std::to_string(tokens) + " tokens, the bundle takes " +
+      (m.staticTokens
+           ? "exactly " + std::to_string(m.staticTokens)
+           : "at most " + std::to_string(m.maxTokens) + " (--max-tokens)"));
+}
+
 Status Layer::forwardOnDevice(const DeviceForward &io) {
   const Manifest &m = bundle.manifest;
   if (!weightsBound)
@@ -1271,14 +1283,8 @@ Status Layer::forwardOnDevice(const DeviceForward &io) {
                            "random weights first");
   if (Status s = checkCommunicator(); !s.ok())
     return s;
-  if (io.tokens < 0 || (m.staticTokens && io.tokens != m.staticTokens) ||
-      io.tokens > m.maxTokens)
-    return Status::failure(
-        "input 'x' has " + std::to_string(io.tokens) +
-        " tokens, the bundle takes " +
-        (m.staticTokens
-             ? "exactly " + std::to_string(m.staticTokens)
-             : "at most " + std::to_string(m.maxTokens) + " (--max-tokens)"));
+  if (Status s = checkDeviceTokens(m, io.tokens); !s.ok())
+    return s;
   if (io.tokens > 0 && (!io.x || !io.y || !io.topkIds || !io.topkWeights))
     return Status::failure("a device pointer of x or the outputs is null");
   std::vector<const Tensor *> args = {nullptr};
@@ -1297,14 +1303,8 @@ Status Layer::backwardOnDevice(const DeviceBackward &io) {
                            "random weights first");
   if (Status s = checkCommunicator(); !s.ok())
     return s;
-  if (io.tokens < 0 || (m.staticTokens && io.tokens != m.staticTokens) ||
-      io.tokens > m.maxTokens)
-    return Status::failure(
-        "input 'x' has " + std::to_string(io.tokens) +
-        " tokens, the bundle takes " +
-        (m.staticTokens
-             ? "exactly " + std::to_string(m.staticTokens)
-             : "at most " + std::to_string(m.maxTokens) + " (--max-tokens)"));
+  if (Status s = checkDeviceTokens(m, io.tokens); !s.ok())
+    return s;
   size_t outputs = 0;
   for (const TrainArgumentSpec &a : m.backward.arguments)
     outputs += a.output;
