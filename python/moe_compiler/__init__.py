@@ -194,6 +194,23 @@ def _device_array(value, name, what="forward_into"):
     return int(cai["data"][0]), shape, dtype
 
 
+def _device_rows(arrays, what):
+    """(tokens, addresses) of (name, array, dtype, width) device arrays of
+    one pass: each [tokens, width] of its dtype, the same tokens."""
+    tokens, ptrs = None, []
+    for name, value, dtype, width in arrays:
+        ptr, shape, got = _device_array(value, name, what)
+        if got != dtype or len(shape) != 2 or shape[1] != width or \
+                (tokens is not None and shape[0] != tokens):
+            raise ValueError(
+                "%s is a %s array of shape %s, expected %s of shape "
+                "[%s, %d]" % (name, got, list(shape), dtype,
+                              "tokens" if tokens is None else tokens, width))
+        tokens = shape[0]
+        ptrs.append(ptr)
+    return tokens, ptrs
+
+
 def _stream_handle(stream):
     """A CUstream handle from an int or an object with .cuda_stream."""
     stream = getattr(stream, "cuda_stream", stream)
@@ -300,22 +317,11 @@ class Layer:
                                "forward_into needs an sm_90a bundle (this "
                                "one is for the %s target)" % self.target)
         x_dtype, y_dtype = self.device_dtypes
-        tokens, hidden, k = None, self.hidden_size, self.top_k
-        ptrs = []
-        for name, value, dtype, width in (
-                ("x", x, x_dtype, hidden), ("y", y, y_dtype, hidden),
-                ("topk_ids", topk_ids, "i32", k),
-                ("topk_weights", topk_weights, "f32", k)):
-            ptr, shape, got = _device_array(value, name)
-            if got != dtype or len(shape) != 2 or shape[1] != width or \
-                    (tokens is not None and shape[0] != tokens):
-                raise ValueError(
-                    "%s is a %s array of shape %s, expected %s of shape "
-                    "[%s, %d]" % (name, got, list(shape), dtype,
-                                  "tokens" if tokens is None else tokens,
-                                  width))
-            tokens = shape[0]
-            ptrs.append(ptr)
+        hidden, k = self.hidden_size, self.top_k
+        tokens, ptrs = _device_rows(
+            (("x", x, x_dtype, hidden), ("y", y, y_dtype, hidden),
+             ("topk_ids", topk_ids, "i32", k),
+             ("topk_weights", topk_weights, "f32", k)), "forward_into")
         self._core.forward_device(ptrs[0], tokens, ptrs[1], ptrs[2], ptrs[3],
                                   _stream_handle(stream))
 
@@ -342,20 +348,10 @@ class Layer:
                                          type(grads).__name__))
         shapes = {role: tuple(shape) for role, _, shape, _ in
                   self._core.parameter_specs()}
-        hidden, tokens = self.hidden_size, None
-        ptrs = []
-        for name, value, dtype in (("x", x, self.device_dtypes[0]),
-                                   ("dy", dy, "f32")):
-            ptr, shape, got = _device_array(value, name, "backward_into")
-            if got != dtype or len(shape) != 2 or shape[1] != hidden or \
-                    (tokens is not None and shape[0] != tokens):
-                raise ValueError(
-                    "%s is a %s array of shape %s, expected %s of shape "
-                    "[%s, %d]" % (name, got, list(shape), dtype,
-                                  "tokens" if tokens is None else tokens,
-                                  hidden))
-            tokens = shape[0]
-            ptrs.append(ptr)
+        hidden = self.hidden_size
+        tokens, ptrs = _device_rows(
+            (("x", x, self.device_dtypes[0], hidden), ("dy", dy, "f32", hidden)),
+            "backward_into")
         out = []
         for role in roles:
             want = (tokens, hidden) if role == "x" else shapes[role]

@@ -556,6 +556,20 @@ private:
   Status joinCaller(CUstream caller, bool &callerCaptures);
   /// Orders the caller's stream after the pass (`passDone`).
   Status releaseCaller(CUstream caller);
+  /// The token count word set on the device (a pass on device memory).
+  Status setTokensOnDevice(int64_t tokens);
+  /// Runs `steps` of a pass on device memory for `tokens` tokens: the
+  /// graph of `key` (its kind, then what else it depends on; the launched
+  /// bucket is put second) where they can be captured and the caller is
+  /// not capturing, else step by step into the caller's capture.
+  Status launchOnDevice(std::vector<int64_t> key,
+                        const std::vector<GpuStep> &steps,
+                        const SchedulePlan &plan, int64_t tokens,
+                        int64_t capacity, bool callerCaptures, const char *what,
+                        int64_t rowCapacity = -1);
+  /// The end of a pass on device memory: a sharded pass's status words
+  /// to their staging (checked later), the caller's stream after the pass.
+  Status finishDevicePass(CUstream caller);
   /// Recorded on the caller's stream and on this one around a pass on
   /// device memory, so that each stream waits for the other on the
   /// device.
@@ -1627,7 +1641,6 @@ Status CudaBackend::runOnDevice(const DeviceForward &io,
       !outputBuffers[2])
     return Status::failure("the sm_90a bundle has no forward pass (no "
                            "buffers x, y, topk_ids and topk_weights)");
-  bool sharded = manifest.expertParallel > 1;
   if (Status s = checkDevicePass(io.tokens); !s.ok())
     return s;
   int64_t tokens = io.tokens;
@@ -1652,35 +1665,19 @@ Status CudaBackend::runOnDevice(const DeviceForward &io,
     // The token count and x straight into the pass's buffers (device to
     // device), then the kernels (a graph per bucket of token counts, as
     // the host path replays them), then the outputs out of them.
-    if (tokensWord)
-      if (Status s = check(driver.memsetD32Async(deviceOf(*tokensWord),
-                                                 static_cast<unsigned>(tokens),
-                                                 1, stream),
-                           "cannot set the token count");
-          !s.ok())
-        return s;
+    if (Status s = setTokensOnDevice(tokens); !s.ok())
+      return s;
     if (Status s = check(driver.memcpyDtoDAsync(deviceOf(*inputBuffer), io.x,
                                                 inputBytes, stream),
                          "cannot copy x into the pass's input");
         !s.ok())
       return s;
-    if (capturable(build.steps) && !callerCaptures) {
-      int64_t launched = launchTokens(tokens, variantCapacity(*variant));
-      if (Status s = launchGraph(
-              {kDeviceForwardPass, launched, *variant}, "the forward pass",
-              [&] {
-                return launchSteps(build.steps, build.plan, launched,
-                                   /*timed=*/false, /*sameClock=*/false,
-                                   build.rowCapacity);
-              });
-          !s.ok())
-        return s;
-    } else if (Status s = launchSteps(build.steps, build.plan, tokens,
-                                      /*timed=*/false, /*sameClock=*/false,
-                                      build.rowCapacity);
-               !s.ok()) {
+    if (Status s = launchOnDevice({kDeviceForwardPass, *variant}, build.steps,
+                                  build.plan, tokens, variantCapacity(*variant),
+                                  callerCaptures, "the forward pass",
+                                  build.rowCapacity);
+        !s.ok())
       return s;
-    }
     const uint64_t into[3] = {io.y, io.topkIds, io.topkWeights};
     const char *names[3] = {"y", "topk_ids", "topk_weights"};
     for (int o = 0; o < 3; ++o) {
@@ -1693,14 +1690,7 @@ Status CudaBackend::runOnDevice(const DeviceForward &io,
         return s;
     }
   }
-  // Sharded: the exchange's status words come back with the pass (8
-  // bytes), read by a later call once the device is done with them.
-  if (sharded) {
-    if (Status s = enqueueStatusCopy(); !s.ok())
-      return s;
-    statusPending = true;
-  }
-  return releaseCaller(caller);
+  return finishDevicePass(caller);
 }
 
 Status CudaBackend::checkDevicePass(int64_t tokens) {
@@ -1756,6 +1746,41 @@ Status CudaBackend::joinCaller(CUstream caller, bool &callerCaptures) {
                "cannot order the pass after the caller's stream");
 }
 
+Status CudaBackend::setTokensOnDevice(int64_t tokens) {
+  if (!tokensWord)
+    return Status::success();
+  return check(driver.memsetD32Async(deviceOf(*tokensWord),
+                                     static_cast<unsigned>(tokens), 1, stream),
+               "cannot set the token count");
+}
+
+Status CudaBackend::launchOnDevice(std::vector<int64_t> key,
+                                   const std::vector<GpuStep> &steps,
+                                   const SchedulePlan &plan, int64_t tokens,
+                                   int64_t capacity, bool callerCaptures,
+                                   const char *what, int64_t rowCapacity) {
+  if (!capturable(steps) || callerCaptures)
+    return launchSteps(steps, plan, tokens, /*timed=*/false,
+                       /*sameClock=*/false, rowCapacity);
+  int64_t launched = launchTokens(tokens, capacity);
+  key.insert(key.begin() + 1, launched);
+  return launchGraph(key, what, [&] {
+    return launchSteps(steps, plan, launched, /*timed=*/false,
+                       /*sameClock=*/false, rowCapacity);
+  });
+}
+
+Status CudaBackend::finishDevicePass(CUstream caller) {
+  // Sharded: the exchange's status words come back with the pass (8
+  // bytes), read by a later call once the device is done with them.
+  if (manifest.expertParallel > 1) {
+    if (Status s = enqueueStatusCopy(); !s.ok())
+      return s;
+    statusPending = true;
+  }
+  return releaseCaller(caller);
+}
+
 Status CudaBackend::releaseCaller(CUstream caller) {
   if (Status s = check(driver.eventRecord(passDone, stream),
                        "cannot record the pass's end");
@@ -1772,7 +1797,6 @@ CudaBackend::runBackwardOnDevice(const DeviceBackward &io,
   if (spec.entry.empty() || manifest.gpu.backwardSteps.empty())
     return Status::failure("the sm_90a bundle has no backward pass (compile "
                            "it with moe-compile --backward)");
-  bool sharded = manifest.expertParallel > 1;
   if (Status s = checkDevicePass(io.tokens); !s.ok())
     return s;
   int64_t tokens = io.tokens;
@@ -1808,13 +1832,8 @@ CudaBackend::runBackwardOnDevice(const DeviceBackward &io,
     // past the tokens zero: the shared experts' weight gradients reduce
     // over whole blocks of rows), the kernels (a graph per bucket), the
     // gradients out.
-    if (tokensWord)
-      if (Status s = check(driver.memsetD32Async(deviceOf(*tokensWord),
-                                                 static_cast<unsigned>(tokens),
-                                                 1, stream),
-                           "cannot set the token count");
-          !s.ok())
-        return s;
+    if (Status s = setTokensOnDevice(tokens); !s.ok())
+      return s;
     for (auto [i, from] : inputs) {
       const GpuBuffer &b = *backwardArgumentBuffers[i];
       const std::string &name = spec.arguments[i].name;
@@ -1827,22 +1846,11 @@ CudaBackend::runBackwardOnDevice(const DeviceBackward &io,
       if (Status s = clearPast(b, bytes, name); !s.ok())
         return s;
     }
-    const std::vector<GpuStep> &steps = manifest.gpu.backwardSteps;
-    if (capturable(steps) && !callerCaptures) {
-      int64_t launched = launchTokens(tokens, manifest.maxTokens);
-      if (Status s = launchGraph(
-              {kDeviceBackwardPass, launched}, "the backward pass",
-              [&] {
-                return launchSteps(steps, backwardStepPlan, launched,
-                                   /*timed=*/false);
-              });
-          !s.ok())
-        return s;
-    } else if (Status s = launchSteps(steps, backwardStepPlan, tokens,
-                                      /*timed=*/false);
-               !s.ok()) {
+    if (Status s = launchOnDevice(
+            {kDeviceBackwardPass}, manifest.gpu.backwardSteps, backwardStepPlan,
+            tokens, manifest.maxTokens, callerCaptures, "the backward pass");
+        !s.ok())
       return s;
-    }
   }
   for (auto [i, into] : outputs) {
     const GpuBuffer &b = *backwardArgumentBuffers[i];
@@ -1859,12 +1867,7 @@ CudaBackend::runBackwardOnDevice(const DeviceBackward &io,
     if (!s.ok())
       return s;
   }
-  if (sharded) {
-    if (Status s = enqueueStatusCopy(); !s.ok())
-      return s;
-    statusPending = true;
-  }
-  return releaseCaller(caller);
+  return finishDevicePass(caller);
 }
 
 Expected<int> CudaBackend::forwardVariant(int64_t tokens) const {

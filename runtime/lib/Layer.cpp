@@ -1264,8 +1264,13 @@ DType Layer::deviceOutputDType() const {
   return bundle.manifest.outputs[0].dtype;
 }
 
-/// The token count of a pass on device memory, as the bundle takes it.
-static Status checkDeviceTokens(const Manifest &m, int64_t tokens) {
+Status Layer::checkDevicePass(int64_t tokens) const {
+  const Manifest &m = bundle.manifest;
+  if (!weightsBound)
+    return Status::failure("no weights bound: load a weights file or use "
+                           "random weights first");
+  if (Status s = checkCommunicator(); !s.ok())
+    return s;
   if (tokens >= 0 && (!m.staticTokens || tokens == m.staticTokens) &&
       tokens <= m.maxTokens)
     return Status::success();
@@ -1276,21 +1281,19 @@ static Status checkDeviceTokens(const Manifest &m, int64_t tokens) {
            : "at most " + std::to_string(m.maxTokens) + " (--max-tokens)"));
 }
 
-Status Layer::forwardOnDevice(const DeviceForward &io) {
-  const Manifest &m = bundle.manifest;
-  if (!weightsBound)
-    return Status::failure("no weights bound: load a weights file or use "
-                           "random weights first");
-  if (Status s = checkCommunicator(); !s.ok())
-    return s;
-  if (Status s = checkDeviceTokens(m, io.tokens); !s.ok())
-    return s;
-  if (io.tokens > 0 && (!io.x || !io.y || !io.topkIds || !io.topkWeights))
-    return Status::failure("a device pointer of x or the outputs is null");
+std::vector<const Tensor *> Layer::deviceParameters() const {
   std::vector<const Tensor *> args = {nullptr};
   for (size_t i = 0; i < parameters.size(); ++i)
     args.push_back(&param(i));
-  return backend->runOnDevice(io, args);
+  return args;
+}
+
+Status Layer::forwardOnDevice(const DeviceForward &io) {
+  if (Status s = checkDevicePass(io.tokens); !s.ok())
+    return s;
+  if (io.tokens > 0 && (!io.x || !io.y || !io.topkIds || !io.topkWeights))
+    return Status::failure("a device pointer of x or the outputs is null");
+  return backend->runOnDevice(io, deviceParameters());
 }
 
 Status Layer::backwardOnDevice(const DeviceBackward &io) {
@@ -1298,12 +1301,7 @@ Status Layer::backwardOnDevice(const DeviceBackward &io) {
   if (m.backward.entry.empty())
     return Status::failure("the bundle has no backward pass (compile it with "
                            "moe-compile --backward)");
-  if (!weightsBound)
-    return Status::failure("no weights bound: load a weights file or use "
-                           "random weights first");
-  if (Status s = checkCommunicator(); !s.ok())
-    return s;
-  if (Status s = checkDeviceTokens(m, io.tokens); !s.ok())
+  if (Status s = checkDevicePass(io.tokens); !s.ok())
     return s;
   size_t outputs = 0;
   for (const TrainArgumentSpec &a : m.backward.arguments)
@@ -1319,10 +1317,7 @@ Status Layer::backwardOnDevice(const DeviceBackward &io) {
   for (size_t i = 0; i < io.grads.size(); ++i)
     if (!io.grads[i] && (i > 0 || io.tokens > 0))
       return Status::failure("a gradient's device pointer is null");
-  std::vector<const Tensor *> args = {nullptr};
-  for (size_t i = 0; i < parameters.size(); ++i)
-    args.push_back(&param(i));
-  return backend->runBackwardOnDevice(io, args);
+  return backend->runBackwardOnDevice(io, deviceParameters());
 }
 
 Expected<std::map<std::string, Tensor>>

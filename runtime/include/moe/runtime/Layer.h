@@ -295,6 +295,12 @@ private:
   const Tensor &param(size_t i) const {
     return lent[i] ? *lent[i] : parameters[i];
   }
+  /// What a pass on device memory of `tokens` tokens needs of the layer:
+  /// weights, its communicator, a token count the bundle takes.
+  Status checkDevicePass(int64_t tokens) const;
+  /// A pass on device memory's parameter list: null (no host x), then
+  /// each parameter in manifest order.
+  std::vector<const Tensor *> deviceParameters() const;
   std::vector<Tensor> parameters; // manifest order
   /// A trainer's tensor that parameter i is read from, or null.
   std::vector<Tensor *> lent;
