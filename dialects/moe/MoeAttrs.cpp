@@ -79,8 +79,8 @@ LogicalResult LayerConfigAttr::verify(
     bool normTopkProb, llvm::APFloat routedScale, llvm::APFloat routerJitter,
     int64_t ffn, int64_t sharedExperts, int64_t sharedFfn, bool sharedGate,
     bool scaleInput, bool outputBias, bool routerBias, bool expertBias,
-    Activation activation, llvm::APFloat swigluAlpha,
-    llvm::APFloat swigluLimit, Type dtype, Type expertDtype) {
+    Activation activation, llvm::APFloat swigluAlpha, llvm::APFloat swigluLimit,
+    Type dtype, Type expertDtype, Fp8RecipeAttr fp8Recipe) {
   if (failed(checkSize(emitError, "hidden", hidden)) ||
       failed(checkSize(emitError, "experts", experts)) ||
       failed(checkSize(emitError, "ffn", ffn)))
@@ -154,6 +154,19 @@ LogicalResult LayerConfigAttr::verify(
       !isa<Float8E4M3FNType>(expertDtype))
     return emitError() << "expected expert_dtype to be the dtype (" << dtype
                        << ") or f8E4M3FN, got " << expertDtype;
+  if (fp8Recipe && !isa_and_nonnull<Float8E4M3FNType>(expertDtype))
+    return emitError() << "expected fp8_recipe only with expert_dtype = "
+                          "f8E4M3FN";
+  return success();
+}
+
+LogicalResult
+Fp8RecipeAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                      Fp8Scaling scaling, int64_t block) {
+  if (block != 128)
+    return emitError() << "expected block = 128 (the tile of the FP8 "
+                          "kernels), got "
+                       << block;
   return success();
 }
 

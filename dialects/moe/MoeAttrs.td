@@ -43,6 +43,15 @@ def Moe_Activation : I32EnumAttr<"Activation",
   let genSpecializedAttr = 0;
 }
 
+def Moe_Fp8Scaling : I32EnumAttr<"Fp8Scaling",
+    "how an FP8 recipe scales the values it quantizes", [
+      I32EnumAttrCase<"Block", 0, "block">,
+      I32EnumAttrCase<"Tensor", 1, "tensor">
+    ]> {
+  let cppNamespace = "::mlir::moe";
+  let genSpecializedAttr = 0;
+}
+
 def Moe_AllToAllKind : I32EnumAttr<"AllToAllKind",
     "direction of an expert-parallel exchange", [
       I32EnumAttrCase<"Dispatch", 0, "dispatch">,
@@ -95,6 +104,48 @@ class Moe_F64Parameter<string desc, string default>
 }
 
 //===----------------------------------------------------------------------===//
+// #moe.fp8_recipe
+//===----------------------------------------------------------------------===//
+
+def Moe_Fp8RecipeAttr : Moe_Attr<"Fp8Recipe", "fp8_recipe"> {
+  let summary = "How FP8 (e4m3) GEMMs scale their operands";
+  let description = [{
+    Every GEMM of an FP8 layer multiplies e4m3 codes whose scales this
+    recipe picks. A scale maps its tile's largest magnitude `a` (at least
+    1e-4) to 448, e4m3's largest value: the tile's values become
+    `e4m3(v * (448 / a))` (round to nearest even) with the scale `a / 448`,
+    and products sum in f32.
+
+    - `scaling = block` (DeepSeek-V3's recipe, the default): activations
+      and output gradients per token per `block` channels (1 x 128 tiles)
+      where the GEMM reduces over channels (Fprop, Dgrad), per channel per
+      `block` tokens of one expert (128 x 1) where it reduces over tokens
+      (Wgrad); weights per `block` x `block` square.
+    - `scaling = tensor` (Transformer Engine's current scaling): one scale
+      per operand: per activation or gradient tensor, and per expert's
+      weight matrix (stored as that scale in every block).
+
+    Weights are quantized from the f32 master copies at every training
+    step. `block` is 128 (the only size the kernels tile by).
+
+    ```mlir
+    #moe.fp8_recipe<scaling = tensor>
+    ```
+  }];
+  let parameters = (ins
+    Moe_EnumParameter<Moe_Fp8Scaling, "::mlir::moe::Fp8Scaling::Block">:$scaling,
+    DefaultValuedParameter<"int64_t", "128">:$block
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    bool isBlockwise() const {
+      return getScaling() == ::mlir::moe::Fp8Scaling::Block;
+    }
+  }];
+}
+
+//===----------------------------------------------------------------------===//
 // #moe.layer_config
 //===----------------------------------------------------------------------===//
 
@@ -129,6 +180,7 @@ def Moe_LayerConfigAttr : Moe_Attr<"LayerConfig", "layer_config"> {
     | `swiglu_limit` | `clamped_swiglu`'s clamp | `7.0` |
     | `dtype` | element type of activations and weights (f32, bf16, f16) | required |
     | `expert_dtype` | element type of the routed and shared experts' weights: `dtype`, or `f8E4M3FN` (e4m3 with one f32 scale per 128 x 128 block; inputs quantized per token per 128 channels) | `dtype` |
+    | `fp8_recipe` | how the FP8 GEMMs scale their operands (`#moe.fp8_recipe`), only with `expert_dtype = f8E4M3FN` | DeepSeek-V3's blockwise recipe |
 
     Routing: scores are `scoring(x * Wr^T)` in f32. With `groups > 1`, each
     group of `experts / groups` consecutive experts is scored by its best
@@ -189,7 +241,8 @@ def Moe_LayerConfigAttr : Moe_Attr<"LayerConfig", "layer_config"> {
     Moe_F64Parameter<"clamped_swiglu's sigmoid gain", "1.702">:$swiglu_alpha,
     Moe_F64Parameter<"clamped_swiglu's clamp", "7.0">:$swiglu_limit,
     "::mlir::Type":$dtype,
-    OptionalParameter<"::mlir::Type">:$expert_dtype
+    OptionalParameter<"::mlir::Type">:$expert_dtype,
+    OptionalParameter<"::mlir::moe::Fp8RecipeAttr">:$fp8_recipe
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
@@ -223,6 +276,13 @@ def Moe_LayerConfigAttr : Moe_Attr<"LayerConfig", "layer_config"> {
       return getExpertDtype() &&
              ::llvm::isa<::mlir::Float8E4M3FNType>(getExpertDtype());
     }
+    /// The FP8 recipe of an FP8 layer: its own, or DeepSeek-V3's.
+    ::mlir::moe::Fp8RecipeAttr getRecipe() const {
+      if (getFp8Recipe())
+        return getFp8Recipe();
+      return ::mlir::moe::Fp8RecipeAttr::get(
+          getContext(), ::mlir::moe::Fp8Scaling::Block, 128);
+    }
     bool isClamped() const {
       return getActivation() == ::mlir::moe::Activation::ClampedSwiGLU;
     }
@@ -231,8 +291,6 @@ def Moe_LayerConfigAttr : Moe_Attr<"LayerConfig", "layer_config"> {
     std::string getUntrainable() const {
       if (getScoring() == ::mlir::moe::ScoringFunc::Sparsemixer)
         return "it routes by sparsemixer (Phi-3.5-MoE)";
-      if (isFp8())
-        return "its expert weights are fp8 (train in bf16)";
       return "";
     }
   }];

@@ -767,9 +767,54 @@ bool GroupedMatmulDxOp::isCompatibleReturnTypes(TypeRange l, TypeRange r) {
 LogicalResult GroupedMatmulDxOp::verify() {
   if (failed(verifyGroupedGemm(
           *this, "the gradient", asRanked(getGrad()), asRanked(getWeight()), 1,
-          "output size of the gradient", asRanked(getOffsets()))))
+          "output size of the gradient", asRanked(getOffsets()))) ||
+      failed(verifyFp8Weight(getOperation(), "weight", asRanked(getWeight()),
+                             getScale(), "scale")))
     return failure();
   return verifyResultTypes(*this);
+}
+
+//===----------------------------------------------------------------------===//
+// Fp8QuantizeOp, Fp8QuantizeWeightOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+Fp8QuantizeOp::inferReturnTypes(MLIRContext *ctx, std::optional<Location>,
+                                Adaptor adaptor,
+                                SmallVectorImpl<Type> &inferredReturnTypes) {
+  auto input = cast<RankedTensorType>(adaptor.getInput().getType());
+  inferredReturnTypes.push_back(
+      getTensor(input.getShape(), Float32Type::get(ctx)));
+  return success();
+}
+
+bool Fp8QuantizeOp::isCompatibleReturnTypes(TypeRange l, TypeRange r) {
+  return areCompatibleTensorTypes(l, r);
+}
+
+LogicalResult Fp8QuantizeOp::verify() {
+  Operation *op = getOperation();
+  if (failed(requireStaticDims(op, "the input", asRanked(getInput()), {1})))
+    return failure();
+  if (getSegments() &&
+      failed(getExpertsFromOffsets(op, asRanked(getSegments()))))
+    return failure();
+  if (getTransposed() && getRecipe().isBlockwise() && !getSegments())
+    return emitOpError() << "expected segments for 128 x 1 tiles "
+                            "(transposed, scaling = block)";
+  return verifyResultTypes(*this);
+}
+
+LogicalResult Fp8QuantizeWeightOp::verify() {
+  auto weight = asRanked(getWeight());
+  if (weight.getRank() < 2 || !weight.hasStaticShape())
+    return emitOpError() << "expected a static weight of rank 2 or more, got "
+                         << weight;
+  if (failed(expectShape(getOperation(), "codes", getCodes(), weight.getShape(),
+                         getCodes().getType().getElementType())))
+    return failure();
+  return verifyFp8Weight(getOperation(), "codes", asRanked(getCodes()),
+                         getScales(), "scales");
 }
 
 //===----------------------------------------------------------------------===//

@@ -278,7 +278,9 @@ def Moe_GroupedMatmulOp : Moe_InferredOp<"grouped_matmul",
     largest magnitude (at least 1e-4), its values become
     `e4m3(in * (448 / a))` (round to nearest even) with the scale
     `a / 448`. `out[r, n]` sums, block by block, the products of the
-    codes times both blocks' scales.
+    codes times both blocks' scales. `recipe`, when present, says how the
+    input is scaled (`#moe.fp8_recipe`; with `scaling = tensor`, one scale
+    for the whole input); without it, as above.
 
     ```mlir
     %h = moe.grouped_matmul %rows, %w, %offsets
@@ -289,7 +291,8 @@ def Moe_GroupedMatmulOp : Moe_InferredOp<"grouped_matmul",
   let arguments = (ins Moe_Activations:$input, Moe_FfnWeights:$weight,
                        Moe_I32Vector:$offsets,
                        Optional<Moe_Activations>:$bias,
-                       Optional<Moe_BlockScales>:$scale);
+                       Optional<Moe_BlockScales>:$scale,
+                       OptionalAttr<Moe_Fp8RecipeAttr>:$recipe);
   let results = (outs Moe_Activations:$output);
   let assemblyFormat = [{
     $input `,` $weight `,` $offsets (`bias` $bias^)? (`scale` $scale^)?
@@ -354,7 +357,7 @@ def Moe_SharedExpertOp : Moe_InferredOp<"shared_expert",
     `sigmoid(x * g^T)`. Several shared experts of size F act as one of size
     `S = n * F`. With `scales(g, u, d)` the three weights are e4m3 codes
     with f32 block scales, and each projection's input is quantized, as
-    `moe.grouped_matmul`'s `scale` defines.
+    `moe.grouped_matmul`'s `scale` and `recipe` define.
 
     ```mlir
     %s = moe.shared_expert %x, %g, %u, %d
@@ -369,7 +372,8 @@ def Moe_SharedExpertOp : Moe_InferredOp<"shared_expert",
                        Optional<Moe_Activations>:$expert_gate,
                        Optional<Moe_F32Matrix>:$gate_scale,
                        Optional<Moe_F32Matrix>:$up_scale,
-                       Optional<Moe_F32Matrix>:$down_scale);
+                       Optional<Moe_F32Matrix>:$down_scale,
+                       OptionalAttr<Moe_Fp8RecipeAttr>:$recipe);
   let results = (outs Moe_Activations:$output);
   let assemblyFormat = [{
     $input `,` $gate_weight `,` $up_weight `,` $down_weight
@@ -520,7 +524,10 @@ def Moe_GroupedMatmulDxOp : Moe_InferredOp<"grouped_matmul_dx", [Pure]> {
     grad[r, n] * w[e, n, k]` for every row `r` in `[offsets[e],
     offsets[e+1])`; rows past `offsets[E]` are zero. The result is `[R, K]`
     of `grad`'s element type, accumulated in f32: the grouped GEMM of the
-    forward pass with each expert's weight transposed.
+    forward pass with each expert's weight transposed. With `scale` the
+    weight is e4m3 codes with 128 x 128 block scales, as in
+    `moe.grouped_matmul` (FP8 training's Dgrad; its `grad` comes quantized
+    from `moe.fp8_quantize`).
 
     ```mlir
     %dx = moe.grouped_matmul_dx %dy, %w, %offsets
@@ -528,12 +535,14 @@ def Moe_GroupedMatmulDxOp : Moe_InferredOp<"grouped_matmul_dx", [Pure]> {
             -> tensor<?x64xf32>
     ```
   }];
-  let arguments = (ins Moe_Activations:$grad, Moe_ExpertWeights:$weight,
-                       Moe_I32Vector:$offsets);
+  let arguments = (ins Moe_Activations:$grad, Moe_FfnWeights:$weight,
+                       Moe_I32Vector:$offsets,
+                       Optional<Moe_BlockScales>:$scale);
   let results = (outs Moe_Activations:$input_grad);
   let assemblyFormat = [{
-    $grad `,` $weight `,` $offsets attr-dict `:` type($grad) `,`
-    type($weight) `,` type($offsets) `->` type($input_grad)
+    $grad `,` $weight `,` $offsets (`scale` $scale^)? attr-dict `:`
+    type($grad) `,` type($weight) `,` type($offsets)
+    (`scale` type($scale)^)? `->` type($input_grad)
   }];
   let hasVerifier = 1;
 }
@@ -561,6 +570,64 @@ def Moe_GroupedMatmulDwOp : Moe_InferredOp<"grouped_matmul_dw", [Pure]> {
   let assemblyFormat = [{
     $input `,` $grad `,` $offsets attr-dict `:` type($input) `,`
     type($grad) `,` type($offsets) `->` type($weight_grad)
+  }];
+  let hasVerifier = 1;
+}
+
+def Moe_Fp8QuantizeOp : Moe_InferredOp<"fp8_quantize", [Pure]> {
+  let summary = "An operand of an FP8 GEMM as its e4m3 tiles represent it";
+  let description = [{
+    `input` (`[R, K]`) rounded to e4m3 as `recipe` scales it, and returned
+    as the f32 values the codes and scales stand for (`code * scale`): what
+    an FP8 tensor core multiplies. A tile whose largest magnitude is `a`
+    (at least 1e-4) has the scale `a / 448` and codes
+    `e4m3(v * (448 / a))`, rounded to nearest even.
+
+    With `scaling = block` the tiles are 1 x 128 (each row's 128
+    consecutive columns) or, `transposed`, 128 x 1 (each column's 128
+    consecutive rows, counted from the start of each expert's segment
+    `[segments[e], segments[e+1])`, so that no tile mixes two experts'
+    rows: the operands of a k-grouped Wgrad). With `scaling = tensor` the
+    whole input is one tile. Rows outside every segment are zero.
+
+    ```mlir
+    %q = moe.fp8_quantize %dy segments %offsets
+           {recipe = #moe.fp8_recipe<>, transposed}
+           : tensor<?x64xbf16>, tensor<9xi32> -> tensor<?x64xf32>
+    ```
+  }];
+  let arguments = (ins Moe_Activations:$input,
+                       Optional<Moe_I32Vector>:$segments,
+                       Moe_Fp8RecipeAttr:$recipe,
+                       UnitAttr:$transposed);
+  let results = (outs Moe_Activations:$output);
+  let assemblyFormat = [{
+    $input (`segments` $segments^)? attr-dict `:` type($input)
+    (`,` type($segments)^)? `->` type($output)
+  }];
+  let hasVerifier = 1;
+}
+
+def Moe_Fp8QuantizeWeightOp : Moe_Op<"fp8_quantize_weight", [Pure]> {
+  let summary = "A weight as e4m3 codes and block scales";
+  let description = [{
+    The f32 weight `[..., N, K]` (an FP8 layer's master copy) as e4m3
+    codes of the same shape and the f32 scales
+    `[..., ceil(N/128), ceil(K/128)]` of its 128 x 128 blocks, the form
+    `moe.grouped_matmul`'s `scale` takes. With `scaling = block` a block
+    whose largest magnitude is `a` has the scale `a / 448`, or 1 when it
+    is all zeros; with `scaling = tensor` every block of one (expert's)
+    matrix has the scale of the whole matrix.
+
+    ```mlir
+    %codes, %scales = moe.fp8_quantize_weight %w {recipe = #moe.fp8_recipe<>}
+        : tensor<8x32x64xf32> -> tensor<8x32x64xf8E4M3FN>, tensor<8x1x1xf32>
+    ```
+  }];
+  let arguments = (ins TensorOf<[F32]>:$weight, Moe_Fp8RecipeAttr:$recipe);
+  let results = (outs TensorOf<[F8E4M3FN]>:$codes, TensorOf<[F32]>:$scales);
+  let assemblyFormat = [{
+    $weight attr-dict `:` type($weight) `->` type($codes) `,` type($scales)
   }];
   let hasVerifier = 1;
 }

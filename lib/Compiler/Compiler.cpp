@@ -161,6 +161,9 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
       o.dtype != "f16" && o.dtype != "fp8")
     return "unknown --dtype '" + o.dtype +
            "' (expected f32, bf16, f16 or fp8)";
+  if (!o.fp8Recipe.empty() && o.fp8Recipe != "block" && o.fp8Recipe != "tensor")
+    return "unknown --fp8-recipe '" + o.fp8Recipe +
+           "' (expected block or tensor)";
   return "";
 }
 
@@ -506,7 +509,7 @@ static void relaxTokenDimension(LayerOp layer) {
 /// `c` with element type `dtype` and expert weights of `expertDtype` (null:
 /// `dtype`).
 static LayerConfigAttr withDtype(LayerConfigAttr c, Type dtype,
-                                 Type expertDtype) {
+                                 Type expertDtype, Fp8RecipeAttr recipe) {
   return LayerConfigAttr::get(
       c.getContext(), c.getHidden(), c.getExperts(), c.getTopK(), c.getGroups(),
       c.getTopkGroups(), c.getScoring(), c.getGroupScore(), c.getScoreBias(),
@@ -514,7 +517,7 @@ static LayerConfigAttr withDtype(LayerConfigAttr c, Type dtype,
       c.getSharedExperts(), c.getSharedFfn(), c.getSharedGate(),
       c.getScaleInput(), c.getOutputBias(), c.getRouterBias(),
       c.getExpertBias(), c.getActivation(), c.getSwigluAlpha(),
-      c.getSwigluLimit(), dtype, expertDtype);
+      c.getSwigluLimit(), dtype, expertDtype, recipe);
 }
 
 /// Whether `layer`'s function only passes its arguments, in order, to the
@@ -757,12 +760,29 @@ CompileResult mlir::moe::compile(const std::string &input,
       if (auto func = layer->getParentOfType<FunctionOpInterface>())
         partition = func->getAttrOfType<SmPartitionAttr>(
             MoeDialect::getSmPartitionAttrName());
-    module = buildLayerModule(&context, withDtype(config, dtype, expertDtype),
-                              partition);
+    module = buildLayerModule(
+        &context,
+        withDtype(config, dtype, expertDtype,
+                  expertDtype ? config.getFp8Recipe() : Fp8RecipeAttr()),
+        partition);
     Location fileLoc = FileLineColLoc::get(&context, inputName, 1, 1);
     module->walk([&](Operation *op) { op->setLoc(fileLoc); });
     layer = getOnlyLayer(*module, &count);
     config = layer.getConfig();
+  }
+  if (!options.fp8Recipe.empty()) {
+    if (!config.isFp8()) {
+      result.error = "--fp8-recipe=" + options.fp8Recipe +
+                     " applies to a layer with fp8 experts: add --dtype fp8";
+      return result;
+    }
+    auto recipe = Fp8RecipeAttr::get(
+        &context,
+        options.fp8Recipe == "tensor" ? Fp8Scaling::Tensor : Fp8Scaling::Block,
+        128);
+    config =
+        withDtype(config, config.getDtype(), config.getExpertDtype(), recipe);
+    layer.setConfigAttr(config);
   }
   if (options.ep > 1) {
     PassManager pm(&context);

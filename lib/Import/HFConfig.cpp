@@ -310,7 +310,7 @@ mlir::moe::importHFConfig(llvm::StringRef text, llvm::StringRef fileName,
         llvm::APFloat(f.jitter), f.ffn, f.sharedExperts, f.sharedFfn,
         f.sharedGate, f.scaleInput, f.outputBias, f.routerBias, f.expertBias,
         f.activation, llvm::APFloat(f.alpha), llvm::APFloat(f.limit), dtype,
-        expertDtype);
+        expertDtype, Fp8RecipeAttr());
   }
   if (!config) {
     error = r.prefix + ": inconsistent MoE configuration: " + verifyError;

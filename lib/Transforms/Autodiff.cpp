@@ -42,9 +42,54 @@ struct DenseGrads {
   Value expertGate;
 };
 
+/// An FP8 training step's operands of the backward GEMMs, as `recipe`
+/// (null: none) quantizes them: the output gradient of Dgrad per row
+/// (1 x 128 tiles for the blockwise recipe) and both operands of Wgrad per
+/// column within each expert's rows (128 x 1), the f32 values the e4m3
+/// codes and scales stand for.
+struct Fp8Operands {
+  OpBuilder &b;
+  Location loc;
+  Fp8RecipeAttr recipe;
+
+  Value rows(Value v) {
+    return recipe
+               ? Fp8QuantizeOp::create(b, loc, v, Value(), recipe, UnitAttr())
+               : v;
+  }
+  Value columns(Value v, Value offsets) {
+    return recipe ? Fp8QuantizeOp::create(b, loc, v, offsets, recipe,
+                                          b.getUnitAttr())
+                  : v;
+  }
+  /// Dgrad: `grad` quantized per row against the weight's e4m3 codes, the
+  /// result in `grad`'s element type (as without FP8).
+  Value dgrad(Value grad, Value weight, Value offsets, Value scale) {
+    Value dx =
+        GroupedMatmulDxOp::create(b, loc, rows(grad), weight, offsets, scale);
+    Type elt = cast<RankedTensorType>(grad.getType()).getElementType();
+    auto type = cast<RankedTensorType>(dx.getType());
+    if (type.getElementType() == elt)
+      return dx;
+    return arith::TruncFOp::create(
+        b, loc, RankedTensorType::get(type.getShape(), elt), dx);
+  }
+  /// Wgrad: the k-grouped GEMM of both operands quantized per column.
+  Value wgrad(Value input, Value grad, Value offsets) {
+    return GroupedMatmulDwOp::create(b, loc, columns(input, offsets),
+                                     columns(grad, offsets), offsets);
+  }
+};
+
+/// The shared experts' FP8 block scales ([N/128, K/128] each), when FP8.
+struct DenseScales {
+  Value gate, up, down;
+};
+
 DenseGrads denseFfnBackward(OpBuilder &b, Location loc, Value x, Value gate,
-                            Value up, Value down, Value dy,
-                            Value expertGate = Value()) {
+                            Value up, Value down, Value dy, Value expertGate,
+                            DenseScales scales, Fp8RecipeAttr recipe) {
+  Fp8Operands fp8{b, loc, recipe};
   Value rows = tensor::DimOp::create(b, loc, x, 0);
   Value zero = arith::ConstantIntOp::create(b, loc, 0, 32);
   Value end = arith::IndexCastOp::create(b, loc, b.getI32Type(), rows);
@@ -63,9 +108,14 @@ DenseGrads denseFfnBackward(OpBuilder &b, Location loc, Value x, Value gate,
     return tensor::CollapseShapeOp::create(
         b, loc, w, ArrayRef<ReassociationIndices>{{0, 1}, {2}});
   };
+  auto groupOrNull = [&](Value w) { return w ? group(w) : Value(); };
   Value g1 = group(gate), u1 = group(up), d1 = group(down);
-  Value g = GroupedMatmulOp::create(b, loc, x, g1, offsets, Value(), Value());
-  Value u = GroupedMatmulOp::create(b, loc, x, u1, offsets, Value(), Value());
+  Value gs = groupOrNull(scales.gate), us = groupOrNull(scales.up),
+        ds = groupOrNull(scales.down);
+  Value g = GroupedMatmulOp::create(b, loc, x, g1, offsets, Value(), gs,
+                                    gs ? recipe : Fp8RecipeAttr());
+  Value u = GroupedMatmulOp::create(b, loc, x, u1, offsets, Value(), us,
+                                    us ? recipe : Fp8RecipeAttr());
   Value a = SwiGLUOp::create(b, loc, g, u, FloatAttr(), FloatAttr());
   // Qwen2-MoE's gate: the output is s * down(a) with s = sigmoid(x . g^T)
   // per token, a combine of one row per token weighted by s and the
@@ -76,7 +126,8 @@ DenseGrads denseFfnBackward(OpBuilder &b, Location loc, Value x, Value gate,
   if (expertGate) {
     Value scores =
         RouterOp::create(b, loc, x, expertGate, Value(), ScoringFunc::Sigmoid);
-    Value out = GroupedMatmulOp::create(b, loc, a, d1, offsets, Value(), Value());
+    Value out = GroupedMatmulOp::create(b, loc, a, d1, offsets, Value(), ds,
+                                        ds ? recipe : Fp8RecipeAttr());
     auto mapType =
         RankedTensorType::get({ShapedType::kDynamic, 1}, b.getI32Type());
     Value rowMap = tensor::GenerateOp::create(
@@ -93,16 +144,15 @@ DenseGrads denseFfnBackward(OpBuilder &b, Location loc, Value x, Value gate,
     dxGate = router.getInputGrad();
     dExpertGate = router.getWeightGrad();
   }
-  Value da = GroupedMatmulDxOp::create(b, loc, dy, d1, offsets);
-  Value dDown = GroupedMatmulDwOp::create(b, loc, a, dy, offsets);
+  Value da = fp8.dgrad(dy, d1, offsets, ds);
+  Value dDown = fp8.wgrad(a, dy, offsets);
   auto swigluGrad =
       SwiGLUGradOp::create(b, loc, g, u, da, FloatAttr(), FloatAttr());
   Value dg = swigluGrad.getGateGrad(), du = swigluGrad.getUpGrad();
-  Value dx = arith::AddFOp::create(
-      b, loc, GroupedMatmulDxOp::create(b, loc, dg, g1, offsets),
-      GroupedMatmulDxOp::create(b, loc, du, u1, offsets));
-  Value dGate = GroupedMatmulDwOp::create(b, loc, x, dg, offsets);
-  Value dUp = GroupedMatmulDwOp::create(b, loc, x, du, offsets);
+  Value dx = arith::AddFOp::create(b, loc, fp8.dgrad(dg, g1, offsets, gs),
+                                   fp8.dgrad(du, u1, offsets, us));
+  Value dGate = fp8.wgrad(x, dg, offsets);
+  Value dUp = fp8.wgrad(x, du, offsets);
   if (dxGate)
     dx = arith::AddFOp::create(b, loc, dx, dxGate);
   return {dx, ungroup(dGate), ungroup(dUp), ungroup(dDown), dExpertGate};
@@ -186,15 +236,18 @@ LayerGradients mlir::moe::buildLayerBackward(OpBuilder &b, LayerOp layer,
     alpha = b.getF64FloatAttr(config.getSwigluAlphaValue());
     limit = b.getF64FloatAttr(config.getSwigluLimitValue());
   }
+  // FP8 training (DeepSeek-V3's recipe, or the layer's own): the weights
+  // are e4m3 codes with block scales, the other operands quantized here.
+  Fp8RecipeAttr recipe = config.isFp8() ? config.getRecipe() : Fp8RecipeAttr();
+  Fp8Operands fp8{b, loc, recipe};
   SmallVector<Value> dRowsLocal, recvOffsets;
   for (size_t c = 0; c < chunkCount; ++c) {
     const ExpertChunk &chunk = fwd.chunks[c];
     Value dDown = ep > 1 ? finishExchange(b, loc, sent, c) : dDowns[c];
     Value off = chunk.localOffsets;
     Value dAct =
-        GroupedMatmulDxOp::create(b, loc, dDown, copy.getDownWeight(), off);
-    gDown =
-        sum(gDown, GroupedMatmulDwOp::create(b, loc, chunk.act, dDown, off));
+        fp8.dgrad(dDown, copy.getDownWeight(), off, copy.getDownScale());
+    gDown = sum(gDown, fp8.wgrad(chunk.act, dDown, off));
     auto swiglu =
         SwiGLUGradOp::create(b, loc, chunk.gate, chunk.up, dAct, alpha, limit);
     Value dGate = swiglu.getGateGrad(), dUp = swiglu.getUpGrad();
@@ -205,13 +258,11 @@ LayerGradients mlir::moe::buildLayerBackward(OpBuilder &b, LayerOp layer,
     }
     dRowsLocal.push_back(arith::AddFOp::create(
         b, loc,
-        GroupedMatmulDxOp::create(b, loc, dGate, copy.getGateWeight(), off),
-        GroupedMatmulDxOp::create(b, loc, dUp, copy.getUpWeight(), off)));
+        fp8.dgrad(dGate, copy.getGateWeight(), off, copy.getGateScale()),
+        fp8.dgrad(dUp, copy.getUpWeight(), off, copy.getUpScale())));
     recvOffsets.push_back(chunk.recvOffsets);
-    gGate = sum(gGate,
-                GroupedMatmulDwOp::create(b, loc, chunk.localRows, dGate, off));
-    gUp =
-        sum(gUp, GroupedMatmulDwOp::create(b, loc, chunk.localRows, dUp, off));
+    gGate = sum(gGate, fp8.wgrad(chunk.localRows, dGate, off));
+    gUp = sum(gUp, fp8.wgrad(chunk.localRows, dUp, off));
   }
   ExchangeStarts returned;
   if (ep > 1)
@@ -296,7 +347,10 @@ LayerGradients mlir::moe::buildLayerBackward(OpBuilder &b, LayerOp layer,
   if (config.hasSharedExperts()) {
     DenseGrads shared = denseFfnBackward(
         b, loc, x, copy.getSharedGateWeight(), copy.getSharedUpWeight(),
-        copy.getSharedDownWeight(), dy, copy.getSharedExpertGate());
+        copy.getSharedDownWeight(), dy, copy.getSharedExpertGate(),
+        {copy.getSharedGateScale(), copy.getSharedUpScale(),
+         copy.getSharedDownScale()},
+        recipe);
     dx = arith::AddFOp::create(b, loc, dx, shared.dx);
     grads.weights.append({shared.gate, shared.up, shared.down});
     if (shared.expertGate)

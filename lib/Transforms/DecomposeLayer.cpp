@@ -186,14 +186,14 @@ DecomposedLayer mlir::moe::decomposeLayer(OpBuilder &b, LayerOp layer,
     }
     chunk.gate = GroupedMatmulOp::create(
         b, loc, chunk.localRows, layer.getGateWeight(), chunk.localOffsets,
-        layer.getGateBias(), layer.getGateScale());
-    chunk.up = GroupedMatmulOp::create(b, loc, chunk.localRows,
-                                       layer.getUpWeight(), chunk.localOffsets,
-                                       layer.getUpBias(), layer.getUpScale());
+        layer.getGateBias(), layer.getGateScale(), config.getFp8Recipe());
+    chunk.up = GroupedMatmulOp::create(
+        b, loc, chunk.localRows, layer.getUpWeight(), chunk.localOffsets,
+        layer.getUpBias(), layer.getUpScale(), config.getFp8Recipe());
     chunk.act = SwiGLUOp::create(b, loc, chunk.gate, chunk.up, alpha, limit);
     chunk.down = GroupedMatmulOp::create(
         b, loc, chunk.act, layer.getDownWeight(), chunk.localOffsets,
-        layer.getDownBias(), layer.getDownScale());
+        layer.getDownBias(), layer.getDownScale(), config.getFp8Recipe());
     downs.push_back(chunk.down);
     recvOffsets.push_back(chunk.recvOffsets);
   }
@@ -230,7 +230,7 @@ DecomposedLayer mlir::moe::decomposeLayer(OpBuilder &b, LayerOp layer,
         b, loc, x, layer.getSharedGateWeight(), layer.getSharedUpWeight(),
         layer.getSharedDownWeight(), layer.getSharedExpertGate(),
         layer.getSharedGateScale(), layer.getSharedUpScale(),
-        layer.getSharedDownScale());
+        layer.getSharedDownScale(), config.getFp8Recipe());
     out = arith::AddFOp::create(b, loc, out, shared);
   }
   // JetMoE: a bias on every token's output, in the layer's dtype.

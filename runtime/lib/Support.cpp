@@ -221,6 +221,37 @@ bool quantizeFp8Blocks(const float *w, int64_t rows, int64_t cols,
   return true;
 }
 
+Expected<Tensor> dequantizeFp8Blocks(const Tensor &codes,
+                                     const Tensor &scales) {
+  using Result = Expected<Tensor>;
+  size_t rank = codes.shape.size();
+  std::vector<int64_t> blocks = codes.shape;
+  if (rank >= 2)
+    for (size_t d = rank - 2; d < rank; ++d)
+      blocks[d] = fp8Blocks(blocks[d]);
+  if (codes.dtype != DType::F8E4M3 || scales.dtype != DType::F32 || rank < 2 ||
+      scales.shape != blocks)
+    return Result::error("expected e4m3 codes of rank 2 or more and f32 "
+                         "block scales " +
+                         formatShape(blocks) + ", got " +
+                         formatShape(codes.shape) + " and " +
+                         formatShape(scales.shape));
+  int64_t rows = codes.shape[rank - 2], cols = codes.shape[rank - 1];
+  int64_t matrices = codes.numElements() / std::max<int64_t>(1, rows * cols);
+  int64_t blockRows = fp8Blocks(rows), blockCols = fp8Blocks(cols);
+  Tensor out = Tensor::zeros(DType::F32, codes.shape);
+  auto *o = reinterpret_cast<float *>(out.data.data());
+  const auto *s = reinterpret_cast<const float *>(scales.data.data());
+  for (int64_t m = 0; m < matrices; ++m)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        size_t i = static_cast<size_t>((m * rows + r) * cols + c);
+        o[i] = fp8e4m3ToFloat(codes.data[i]) *
+               s[(m * blockRows + r / kFp8Block) * blockCols + c / kFp8Block];
+      }
+  return out;
+}
+
 bool isFloatType(DType d) {
   return d == DType::F32 || d == DType::BF16 || d == DType::F16;
 }

@@ -39,7 +39,8 @@ protected:
         /*shared_gate=*/false, /*scale_input=*/false,
         /*output_bias=*/false, /*router_bias=*/false, /*expert_bias=*/false,
         Activation::SwiGLU, /*swiglu_alpha=*/llvm::APFloat(1.702),
-        /*swiglu_limit=*/llvm::APFloat(7.0), dtype, /*expert_dtype=*/Type());
+        /*swiglu_limit=*/llvm::APFloat(7.0), dtype, /*expert_dtype=*/Type(),
+        /*fp8_recipe=*/Fp8RecipeAttr());
   }
 
   MLIRContext context;
@@ -105,7 +106,7 @@ TEST_F(MoeDialectTest, BadConfigIsADiagnosticNotACrash) {
       false, false, llvm::APFloat(1.0), llvm::APFloat(0.0), int64_t(32),
       int64_t(0), int64_t(0), false, false, false, false, false,
       Activation::SwiGLU, llvm::APFloat(1.702), llvm::APFloat(7.0),
-      Type(Float32Type::get(&context)), Type());
+      Type(Float32Type::get(&context)), Type(), Fp8RecipeAttr());
   EXPECT_FALSE(attr);
   EXPECT_EQ(message, "expected 1 <= top_k <= experts (8), got 9");
 

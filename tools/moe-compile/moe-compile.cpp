@@ -45,6 +45,13 @@ static cl::opt<std::string>
              cl::value_desc("path"), cl::init(""), cl::cat(category));
 static cl::opt<std::string> target("target", cl::desc("Target: host or sm_90a"),
                                    cl::init("host"), cl::cat(category));
+static cl::opt<std::string> fp8Recipe(
+    "fp8-recipe",
+    cl::desc("How an fp8 layer's GEMMs scale their operands: block "
+             "(DeepSeek-V3's: activations and gradients per 1 x 128 tile, "
+             "weights per 128 x 128 block) or tensor (one scale per tensor) "
+             "(default: the layer's own, else block)"),
+    cl::init(""), cl::cat(category));
 static cl::opt<std::string>
     dtype("dtype",
           cl::desc("Element type of the layer: f32, bf16, f16, or fp8 "
@@ -286,6 +293,7 @@ int main(int argc, char **argv) {
   options.target = target;
   options.emit = emit;
   options.dtype = dtype;
+  options.fp8Recipe = fp8Recipe;
   options.maxTokens = maxTokens;
   options.alignment = alignment;
   options.weightNames = weightNames;

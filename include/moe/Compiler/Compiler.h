@@ -25,6 +25,9 @@ struct CompileOptions {
   /// host: mlir | llvm | bundle; sm_90a: mlir | ptx | cubin | bundle.
   std::string emit = "bundle";
   std::string dtype; // f32 | bf16 | f16; "" for the default
+  /// The FP8 layer's recipe: block (DeepSeek-V3's) | tensor; "" keeps the
+  /// layer's own (block when it names none).
+  std::string fp8Recipe;
   int64_t maxTokens = 4096;
   /// Set by compile() when the layer's input has a static token count T:
   /// the bundle then takes exactly T tokens (and maxTokens becomes T).

@@ -16,6 +16,7 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 
 #include <limits>
 #include <numeric>
@@ -67,18 +68,21 @@ Value lowerSharedExpert(Builder &b, SharedExpertOp op,
                         const VectorTarget &target) {
   Type elt = op.getType().getElementType();
   Value x = op.getInput();
-  Value gate = roundTo(
-      b, matmulTransposeB(b, x, op.getGateWeight(), target, op.getGateScale()),
-      elt);
-  Value up = roundTo(
-      b, matmulTransposeB(b, x, op.getUpWeight(), target, op.getUpScale()),
-      elt);
+  bool tensorScaled = op.getRecipe() && !op.getRecipe()->isBlockwise();
+  Value gate = roundTo(b,
+                       matmulTransposeB(b, x, op.getGateWeight(), target,
+                                        op.getGateScale(), tensorScaled),
+                       elt);
+  Value up = roundTo(b,
+                     matmulTransposeB(b, x, op.getUpWeight(), target,
+                                      op.getUpScale(), tensorScaled),
+                     elt);
   Value act =
       elementwise(b, ValueRange{gate, up}, elt, [](Builder &nb, ValueRange v) {
         return arith::MulFOp::create(nb, silu(nb, v[0]), v[1]);
       });
   Value down = matmulTransposeB(b, act, op.getDownWeight(), target,
-                                op.getDownScale());
+                                op.getDownScale(), tensorScaled);
   if (!op.getExpertGate())
     return roundTo(b, down, elt);
   // Qwen2-MoE: the shared output times sigmoid(x * g^T), per token.
@@ -173,7 +177,7 @@ void overExpertBlocks(Builder &b, int64_t experts, Value columns,
 /// of columns. The sizes may be dynamic (`multiples` holds what the code
 /// takes from the static ones).
 void groupedMatmul(Builder &b, Value input, Value weight, Value offsets,
-                   Value bias, Value scales, Value out,
+                   Value bias, Value scales, bool tensorScaled, Value out,
                    const SizeMultiples &multiples, const VectorTarget &target) {
   auto weightType = cast<MemRefType>(weight.getType());
   int64_t experts = weightType.getDimSize(0);
@@ -184,8 +188,9 @@ void groupedMatmul(Builder &b, Value input, Value weight, Value offsets,
   Value rows = dim(b, input, 0);
   // The rows as f32 (quantized for FP8): the kernels then broadcast and
   // load them without converting each use.
-  Value a = scales ? quantizeRowsFp8(b, input, target.width)
-                   : widenRows(b, input, target.width, multiples.depth);
+  Value a = !scales        ? widenRows(b, input, target.width, multiples.depth)
+            : tensorScaled ? quantizeTensorFp8(b, input, target.width)
+                           : quantizeRowsFp8(b, input, target.width);
   zeroUncoveredRows(b, out, offsets, experts, rows);
   overExpertBlocks(
       b, experts, columns, columnBlock, offsets, rows,
@@ -266,9 +271,10 @@ Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op,
   }
   // FP8: the rows quantized per 128 of K, the weight decoded with its block
   // scales.
+  bool tensorScaled = op.getRecipe() && !op.getRecipe()->isBlockwise();
   if (op.getScale()) {
     operands.push_back(op.getScale());
-    kind += "_fp8";
+    kind += tensorScaled ? "_fp8_tensor" : "_fp8";
   }
   Value out =
       alloc(b, MemRefType::get(outType.getShape(), outType.getElementType()),
@@ -296,8 +302,8 @@ Value lowerGroupedMatmul(Builder &b, GroupedMatmulOp op,
       b, target, kind, operands,
       [&](Builder &b, ValueRange args) {
         groupedMatmul(b, args[0], args[1], args[2], hasBias ? args[3] : Value(),
-                      hasScale ? args[3 + hasBias] : Value(), args.back(),
-                      multiples, target);
+                      hasScale ? args[3 + hasBias] : Value(),
+                      hasScale && tensorScaled, args.back(), multiples, target);
       },
       variant);
   return asTensor(b, out);
@@ -361,8 +367,8 @@ std::pair<Value, Value> lowerSwiGLUGrad(Builder &b, SwiGLUGradOp op) {
 /// input_grad[r, k] = sum_n grad[r, n] * w[e, n, k] over expert e's rows;
 /// rows outside every segment are zero. In parallel over experts and blocks
 /// of columns.
-void groupedMatmulDx(Builder &b, Value grad, Value weight, Value offsets,
-                     Value out, const VectorTarget &target) {
+void groupedMatmulDx(Builder &b, Value grad, Value weight, Value scales,
+                     Value offsets, Value out, const VectorTarget &target) {
   auto weightType = cast<MemRefType>(weight.getType());
   int64_t experts = weightType.getDimSize(0), n = weightType.getDimSize(1),
           columns = weightType.getDimSize(2);
@@ -382,8 +388,15 @@ void groupedMatmulDx(Builder &b, Value grad, Value weight, Value offsets,
                          return toF32(b, memref::LoadOp::create(
                                              b, grad, ValueRange{r, p}));
                        },
-                       [&](Builder &b, Value p, Value c, int64_t width) {
-                         return loadVector(b, weight, {e, p, c}, width);
+                       [&](Builder &b, Value p, Value c,
+                           int64_t width) -> Value {
+                         Value w =
+                             loadWeight(b, weight, scales, {e, p, c}, width);
+                         // (One lane of an FP8 weight loads as a scalar.)
+                         if (!isa<VectorType>(w.getType()))
+                           w = vector::BroadcastOp::create(
+                               b, VectorType::get({1}, w.getType()), w);
+                         return w;
                        },
                        [&](Builder &b, Value r, Value c, Value v) {
                          storeVector(b, v, out, {r, c});
@@ -409,10 +422,22 @@ Value lowerGroupedMatmulDx(Builder &b, GroupedMatmulDxOp op,
   Value out =
       alloc(b, MemRefType::get(outType.getShape(), outType.getElementType()),
             dynamicSizes(b, outType, op.getGrad()));
+  // FP8 (Dgrad of a training step): the weight decoded with its block
+  // scales; the gradient comes quantized.
+  if (Value scale = op.getScale()) {
+    callKernel(b, target, "grouped_matmul_dx_fp8",
+               {op.getGrad(), op.getWeight(), scale, op.getOffsets(), out},
+               [&](Builder &b, ValueRange args) {
+                 groupedMatmulDx(b, args[0], args[1], args[2], args[3], args[4],
+                                 target);
+               });
+    return asTensor(b, out);
+  }
   callKernel(b, target, "grouped_matmul_dx",
              {op.getGrad(), op.getWeight(), op.getOffsets(), out},
              [&](Builder &b, ValueRange args) {
-               groupedMatmulDx(b, args[0], args[1], args[2], args[3], target);
+               groupedMatmulDx(b, args[0], args[1], Value(), args[2], args[3],
+                               target);
              });
   return asTensor(b, out);
 }
@@ -465,6 +490,46 @@ Value lowerGroupedMatmulDw(Builder &b, GroupedMatmulDwOp op,
   return asTensor(b, out);
 }
 
+/// An FP8 GEMM operand as its e4m3 tiles represent it.
+Value lowerFp8Quantize(Builder &b, Fp8QuantizeOp op,
+                       const VectorTarget &target) {
+  bool blockwise = op.getRecipe().isBlockwise();
+  bool columns = blockwise && op.getTransposed();
+  SmallVector<Value> operands = {op.getInput()};
+  if (columns)
+    operands.push_back(op.getSegments());
+  std::string kind = !blockwise ? "fp8_quantize_tensor"
+                     : columns  ? "fp8_quantize_columns"
+                                : "fp8_quantize_rows";
+  auto outType = cast<RankedTensorType>(op.getOutput().getType());
+  Value out = alloc(b, MemRefType::get(outType.getShape(), b.getF32Type()),
+                    dynamicSizes(b, outType, op.getInput()));
+  operands.push_back(out);
+  callKernel(b, target, kind, operands, [&](Builder &b, ValueRange args) {
+    if (!blockwise)
+      quantizeTensorFp8(b, args[0], target.width, args.back());
+    else if (columns)
+      quantizeColumnsFp8(b, args[0], args[1], target.width, args.back());
+    else
+      quantizeRowsFp8(b, args[0], target.width, args.back());
+  });
+  return asTensor(b, out);
+}
+
+/// An f32 weight as e4m3 codes and block scales.
+std::pair<Value, Value> lowerFp8QuantizeWeight(Builder &b,
+                                               Fp8QuantizeWeightOp op) {
+  auto codesType = cast<RankedTensorType>(op.getCodes().getType());
+  auto scalesType = cast<RankedTensorType>(op.getScales().getType());
+  Value codes = alloc(
+      b, MemRefType::get(codesType.getShape(), codesType.getElementType()));
+  Value scales =
+      alloc(b, MemRefType::get(scalesType.getShape(), b.getF32Type()));
+  quantizeWeightFp8(b, asBuffer(b, op.getWeight()), codes, scales,
+                    !op.getRecipe().isBlockwise());
+  return {asTensor(b, codes), asTensor(b, scales)};
+}
+
 } // namespace
 
 void mlir::moe::host::populateExpertPatterns(RewritePatternSet &patterns,
@@ -478,6 +543,8 @@ void mlir::moe::host::populateExpertPatterns(RewritePatternSet &patterns,
   addLowering<GroupedMatmulOp>(patterns, with(lowerGroupedMatmul));
   addLowering<GroupedMatmulDxOp>(patterns, with(lowerGroupedMatmulDx));
   addLowering<GroupedMatmulDwOp>(patterns, with(lowerGroupedMatmulDw));
+  addLowering<Fp8QuantizeOp>(patterns, with(lowerFp8Quantize));
+  addLowering<Fp8QuantizeWeightOp>(patterns, lowerFp8QuantizeWeight);
   addLowering<SwiGLUOp>(patterns, lowerSwiGLU);
   addLowering<SwiGLUGradOp>(patterns, lowerSwiGLUGrad);
   addLowering<SharedExpertOp>(patterns, with(lowerSharedExpert));

@@ -117,15 +117,17 @@ Value mlir::moe::host::roundToFp8(Builder &b, Value value) {
   return math::CopySignOp::create(b, rounded, value);
 }
 
-Value mlir::moe::host::quantizeRowsFp8(Builder &b, Value input, int64_t width) {
+Value mlir::moe::host::quantizeRowsFp8(Builder &b, Value input, int64_t width,
+                                       Value out) {
   auto inputType = cast<MemRefType>(input.getType());
   int64_t depth = inputType.getDimSize(1);
   Value rows = dim(b, input, 0);
   SmallVector<Value> sizes;
   if (inputType.isDynamicDim(0))
     sizes.push_back(rows);
-  Value out = alloc(
-      b, MemRefType::get(inputType.getShape(), b.getF32Type()), sizes);
+  if (!out)
+    out =
+        alloc(b, MemRefType::get(inputType.getShape(), b.getF32Type()), sizes);
   auto vectorType = VectorType::get({width}, b.getF32Type());
   // One block of `length` channels from k0: `width` at a time, then the
   // rest one by one.
@@ -243,4 +245,260 @@ Value mlir::moe::host::loadWeight(Builder &b, Value weight, Value scales,
   if (width == 1)
     return toF32(b, memref::LoadOp::create(b, weight, indices));
   return loadVector(b, weight, indices, width);
+}
+
+namespace {
+
+/// The inverse scale 448 / a and the scale a / 448 of a tile whose largest
+/// magnitude is `amax` (at least kFp8MinAmax).
+std::pair<Value, Value> activationScales(Builder &b, Value amax) {
+  amax = arith::MaximumFOp::create(b, amax, f32Const(b, kFp8MinAmax));
+  return {arith::DivFOp::create(b, f32Const(b, kFp8Max), amax),
+          arith::DivFOp::create(b, amax, f32Const(b, kFp8Max))};
+}
+
+/// The largest magnitude of `lanes` (a vector), NaN if one is NaN.
+Value laneMax(Builder &b, Value lanes) {
+  return vector::ReductionOp::create(b, vector::CombiningKind::MAXIMUMF, lanes);
+}
+
+/// `x` (a vector) quantized with `inverse` and dequantized with `scale`.
+Value fakeQuantize(Builder &b, Value x, Value inverse, Value scale) {
+  auto type = cast<VectorType>(x.getType());
+  Value q =
+      roundToFp8(b, arith::MulFOp::create(
+                        b, x, vector::BroadcastOp::create(b, type, inverse)));
+  return arith::MulFOp::create(b, q,
+                               vector::BroadcastOp::create(b, type, scale));
+}
+
+/// Lanes of a row of `depth` channels: `width` when they divide it.
+int64_t lanesFor(int64_t depth, int64_t width) {
+  return depth % width == 0 ? width : 1;
+}
+
+/// An f32 buffer shaped like `input` ([R, K], K static).
+Value f32Like(Builder &b, Value input) {
+  auto type = cast<MemRefType>(input.getType());
+  SmallVector<Value> sizes;
+  if (type.isDynamicDim(0))
+    sizes.push_back(dim(b, input, 0));
+  return alloc(b, MemRefType::get(type.getShape(), b.getF32Type()), sizes);
+}
+
+/// The e4m3 code (i8) of `value`, an f32 that roundToFp8 returned (exactly
+/// an e4m3 value, or NaN).
+Value encodeFp8(Builder &b, Value value) {
+  Type i32 = b.getI32Type();
+  auto c = [&](int64_t v) { return splat(b, i32, static_cast<double>(v)); };
+  Value a = math::AbsFOp::create(b, value);
+  Value bits = asInt(b, a);
+  // Normal: the rebiased exponent and the top 3 bits of the mantissa.
+  Value exponent = arith::SubIOp::create(
+      b, arith::ShRUIOp::create(b, bits, c(23)), c(127 - 7));
+  Value normal = arith::OrIOp::create(
+      b, arith::ShLIOp::create(b, exponent, c(3)),
+      arith::AndIOp::create(b, arith::ShRUIOp::create(b, bits, c(20)), c(7)));
+  // Subnormal (below 2^-6): a multiple of 2^-9, the code its count.
+  Value subnormal = arith::FPToUIOp::create(
+      b, i32, arith::MulFOp::create(b, a, splat(b, b.getF32Type(), 0x1p9)));
+  Value small = arith::CmpFOp::create(b, arith::CmpFPredicate::OLT, a,
+                                      splat(b, b.getF32Type(), 0x1p-6));
+  Value code = arith::SelectOp::create(b, small, subnormal, normal);
+  Value nan = arith::CmpFOp::create(b, arith::CmpFPredicate::UNO, a, a);
+  code = arith::SelectOp::create(b, nan, c(0x7f), code);
+  Value sign = arith::AndIOp::create(
+      b, arith::ShRUIOp::create(b, asInt(b, value), c(24)), c(0x80));
+  return arith::TruncIOp::create(b, b.getI8Type(),
+                                 arith::OrIOp::create(b, code, sign));
+}
+
+} // namespace
+
+Value mlir::moe::host::quantizeTensorFp8(Builder &b, Value input, int64_t width,
+                                         Value out) {
+  int64_t depth = cast<MemRefType>(input.getType()).getDimSize(1);
+  int64_t lanes = lanesFor(depth, width);
+  Value rows = dim(b, input, 0);
+  if (!out)
+    out = f32Like(b, input);
+  auto vectorType = VectorType::get({lanes}, b.getF32Type());
+  Value zero = indexConst(b, 0), end = indexConst(b, depth);
+  // One scale for the whole tensor: its largest magnitude first.
+  Value amax = laneMax(
+      b,
+      forLoopCarrying(
+          b, zero, rows, 1, {splat(b, vectorType, 0.0)},
+          [&](Builder &b, Value r, ValueRange acc) -> SmallVector<Value> {
+            return {forLoopCarrying(
+                b, zero, end, lanes, {acc[0]},
+                [&](Builder &b, Value k, ValueRange acc) -> SmallVector<Value> {
+                  Value x = loadVector(b, input, {r, k}, lanes);
+                  return {arith::MaximumFOp::create(
+                      b, acc[0], math::AbsFOp::create(b, x))};
+                })[0]};
+          })[0]);
+  auto [inverse, scale] = activationScales(b, amax);
+  forTokenBlocks(b, rows, [&](Builder &b, Value r) {
+    forLoopCarrying(b, zero, end, lanes, {},
+                    [&](Builder &b, Value k, ValueRange) -> SmallVector<Value> {
+                      Value x = loadVector(b, input, {r, k}, lanes);
+                      vector::StoreOp::create(
+                          b, fakeQuantize(b, x, inverse, scale), out,
+                          ValueRange{r, k});
+                      return {};
+                    });
+  });
+  return out;
+}
+
+Value mlir::moe::host::quantizeColumnsFp8(Builder &b, Value input,
+                                          Value segments, int64_t width,
+                                          Value out) {
+  int64_t depth = cast<MemRefType>(input.getType()).getDimSize(1);
+  int64_t lanes = lanesFor(depth, width);
+  int64_t experts = cast<MemRefType>(segments.getType()).getDimSize(0) - 1;
+  Value rows = dim(b, input, 0);
+  if (!out)
+    out = f32Like(b, input);
+  // Rows outside every segment (padding) are zero.
+  fillBuffer(b, out, f32Const(b, 0.0));
+  auto vectorType = VectorType::get({lanes}, b.getF32Type());
+  auto rowAt = [&](Builder &b, Value e) -> Value {
+    Value offset = memref::LoadOp::create(b, segments, ValueRange{e});
+    Value row = arith::IndexCastUIOp::create(b, b.getIndexType(), offset);
+    return arith::MinUIOp::create(b, row, rows);
+  };
+  // In parallel over experts and column vectors; per tile of 128 rows of
+  // an expert, the columns' largest magnitudes, then their values.
+  parallelBlocks(
+      b, {indexConst(b, experts), indexConst(b, depth / lanes)},
+      [&](Builder &b, ValueRange block) {
+        Value e = block[0];
+        Value k = arith::MulIOp::create(b, block[1], indexConst(b, lanes));
+        Value lo = rowAt(b, e), hi = rowAt(b, offset(b, e, 1));
+        forLoopCarrying(
+            b, lo, hi, kFp8Block, {},
+            [&](Builder &b, Value t0, ValueRange) -> SmallVector<Value> {
+              Value t1 =
+                  arith::MinUIOp::create(b, offset(b, t0, kFp8Block), hi);
+              Value amax = forLoopCarrying(
+                  b, t0, t1, 1, {splat(b, vectorType, 0.0)},
+                  [&](Builder &b, Value r,
+                      ValueRange acc) -> SmallVector<Value> {
+                    Value x = loadVector(b, input, {r, k}, lanes);
+                    return {arith::MaximumFOp::create(
+                        b, acc[0], math::AbsFOp::create(b, x))};
+                  })[0];
+              amax = arith::MaximumFOp::create(
+                  b, amax, splat(b, vectorType, kFp8MinAmax));
+              Value inverse =
+                  arith::DivFOp::create(b, splat(b, vectorType, kFp8Max), amax);
+              Value scale =
+                  arith::DivFOp::create(b, amax, splat(b, vectorType, kFp8Max));
+              forLoop(b, t0, t1, [&](Builder &b, Value r) {
+                Value x = loadVector(b, input, {r, k}, lanes);
+                Value q = roundToFp8(b, arith::MulFOp::create(b, x, inverse));
+                vector::StoreOp::create(b, arith::MulFOp::create(b, q, scale),
+                                        out, ValueRange{r, k});
+              });
+              return {};
+            });
+      });
+  return out;
+}
+
+void mlir::moe::host::quantizeWeightFp8(Builder &b, Value weight, Value codes,
+                                        Value scales, bool perMatrix) {
+  auto type = cast<MemRefType>(weight.getType());
+  int64_t rank = type.getRank();
+  int64_t rowsPer = type.getDimSize(rank - 2), cols = type.getDimSize(rank - 1);
+  int64_t matrices = type.getNumElements() / (rowsPer * cols);
+  // [..., N, K] as [M, N, K] (the weights are contiguous).
+  auto as3d = [&](Value v, int64_t n, int64_t k) -> Value {
+    auto t = cast<MemRefType>(v.getType());
+    SmallVector<ReassociationIndices> groups;
+    if (t.getRank() == 2)
+      return memref::ExpandShapeOp::create(
+          b, MemRefType::get({1, n, k}, t.getElementType()), v,
+          ArrayRef<ReassociationIndices>{{0, 1}, {2}});
+    ReassociationIndices lead;
+    for (int64_t d = 0; d < t.getRank() - 2; ++d)
+      lead.push_back(d);
+    return memref::CollapseShapeOp::create(
+        b, v,
+        ArrayRef<ReassociationIndices>{
+            lead, {t.getRank() - 2}, {t.getRank() - 1}});
+  };
+  Value w = as3d(weight, rowsPer, cols);
+  Value c = as3d(codes, rowsPer, cols);
+  Value s = as3d(scales, fp8Blocks(rowsPer), fp8Blocks(cols));
+  Type f8 = cast<MemRefType>(codes.getType()).getElementType();
+  // The (un)scaled codes of the block [r0, r1) x [c0, c1) of matrix m.
+  auto quantizeBlock = [&](Builder &b, Value m, Value r0, Value r1, Value c0,
+                           Value c1) {
+    auto overBlock =
+        [&](Builder &b, Value init,
+            function_ref<Value(Builder &, Value, Value, Value)> fn) -> Value {
+      return forLoopCarrying(
+          b, r0, r1, 1, {init},
+          [&](Builder &b, Value r, ValueRange acc) -> SmallVector<Value> {
+            return {forLoopCarrying(
+                b, c0, c1, 1, {acc[0]},
+                [&](Builder &b, Value k, ValueRange acc) -> SmallVector<Value> {
+                  return {fn(b, r, k, acc[0])};
+                })[0]};
+          })[0];
+    };
+    Value amax = overBlock(
+        b, f32Const(b, 0.0), [&](Builder &b, Value r, Value k, Value acc) {
+          Value v = memref::LoadOp::create(b, w, ValueRange{m, r, k});
+          return arith::MaximumFOp::create(b, acc, math::AbsFOp::create(b, v));
+        });
+    // A block of zeros gets the scale 1.
+    Value zero = arith::CmpFOp::create(
+        b, arith::CmpFPredicate::OLT, amax,
+        f32Const(b, static_cast<double>(std::numeric_limits<float>::min())));
+    Value one = f32Const(b, 1.0);
+    Value inverse = arith::SelectOp::create(
+        b, zero, one, arith::DivFOp::create(b, f32Const(b, kFp8Max), amax));
+    Value scale = arith::SelectOp::create(
+        b, zero, one, arith::DivFOp::create(b, amax, f32Const(b, kFp8Max)));
+    overBlock(
+        b, f32Const(b, 0.0), [&](Builder &b, Value r, Value k, Value acc) {
+          Value v = memref::LoadOp::create(b, w, ValueRange{m, r, k});
+          Value code =
+              encodeFp8(b, roundToFp8(b, arith::MulFOp::create(b, v, inverse)));
+          memref::StoreOp::create(b, arith::BitcastOp::create(b, f8, code), c,
+                                  ValueRange{m, r, k});
+          return acc;
+        });
+    return scale;
+  };
+  int64_t rowBlocks = fp8Blocks(rowsPer), colBlocks = fp8Blocks(cols);
+  Value rowsValue = indexConst(b, rowsPer), colsValue = indexConst(b, cols);
+  if (perMatrix) {
+    // One scale per matrix, written into each of its blocks.
+    parallelBlocks(b, {indexConst(b, matrices)}, [&](Builder &b, ValueRange m) {
+      Value scale = quantizeBlock(b, m[0], indexConst(b, 0), rowsValue,
+                                  indexConst(b, 0), colsValue);
+      forLoop(b, rowBlocks, [&](Builder &b, Value i) {
+        forLoop(b, colBlocks, [&](Builder &b, Value j) {
+          memref::StoreOp::create(b, scale, s, ValueRange{m[0], i, j});
+        });
+      });
+    });
+    return;
+  }
+  parallelBlocks(
+      b,
+      {indexConst(b, matrices), indexConst(b, rowBlocks),
+       indexConst(b, colBlocks)},
+      [&](Builder &b, ValueRange block) {
+        auto [r0, r1] = blockRange(b, block[1], kFp8Block, rowsValue);
+        auto [c0, c1] = blockRange(b, block[2], kFp8Block, colsValue);
+        Value scale = quantizeBlock(b, block[0], r0, r1, c0, c1);
+        memref::StoreOp::create(b, scale, s,
+                                ValueRange{block[0], block[1], block[2]});
+      });
 }

@@ -314,12 +314,13 @@ Value withDynamicDims(Builder &b, Value value, ArrayRef<int64_t> dims) {
 /// The body of matmulTransposeB over buffers: out = a w^T. The sizes may be
 /// dynamic (`multiples` holds what the code takes from the static ones).
 static void denseGemm(Builder &b, Value a, Value w, Value scales, Value out,
-                      const SizeMultiples &multiples,
+                      bool tensorScaled, const SizeMultiples &multiples,
                       const VectorTarget &target) {
   auto rhsType = cast<MemRefType>(w.getType());
   // The rows as f32 (quantized for FP8), converted once.
-  a = scales ? quantizeRowsFp8(b, a, target.width)
-             : widenRows(b, a, target.width, multiples.depth);
+  a = !scales        ? widenRows(b, a, target.width, multiples.depth)
+      : tensorScaled ? quantizeTensorFp8(b, a, target.width)
+                     : quantizeRowsFp8(b, a, target.width);
   Value rows = dim(b, a, 0);
   Value columns = dim(b, w, 0), depth = dim(b, w, 1);
   // Many rows: the packed kernel, over blocks of rows large enough to pay
@@ -397,7 +398,8 @@ static void denseGemm(Builder &b, Value a, Value w, Value scales, Value out,
 }
 
 Value matmulTransposeB(Builder &b, Value lhs, Value rhs,
-                       const VectorTarget &target, Value rhsScale) {
+                       const VectorTarget &target, Value rhsScale,
+                       bool tensorScaled) {
   auto lhsType = cast<RankedTensorType>(lhs.getType());
   auto rhsType = cast<RankedTensorType>(rhs.getType());
   auto resultType = MemRefType::get(
@@ -424,10 +426,14 @@ Value matmulTransposeB(Builder &b, Value lhs, Value rhs,
     variant = multiples.key();
   }
   callKernel(
-      b, target, rhsScale ? "dense_gemm_fp8" : "dense_gemm", operands,
+      b, target,
+      !rhsScale      ? "dense_gemm"
+      : tensorScaled ? "dense_gemm_fp8_tensor"
+                     : "dense_gemm_fp8",
+      operands,
       [&](Builder &b, ValueRange args) {
         denseGemm(b, args[0], args[1], rhsScale ? args[2] : Value(),
-                  args.back(), multiples, target);
+                  args.back(), tensorScaled, multiples, target);
       },
       variant);
   return asTensor(b, result);

@@ -157,7 +157,8 @@ void callKernel(Builder &b, const VectorTarget &target, StringRef kind,
 /// With `rhsScale`, rhs holds e4m3 codes with these block scales and lhs is
 /// quantized per row per 128 of K first (quantizeRowsFp8).
 Value matmulTransposeB(Builder &b, Value lhs, Value rhs,
-                       const VectorTarget &target, Value rhsScale = Value());
+                       const VectorTarget &target, Value rhsScale = Value(),
+                       bool tensorScaled = false);
 
 /// Applies `fn` elementwise to same-shaped 2-D tensors `inputs` (any float
 /// types, passed to `fn` as f32) and returns a tensor of `elementType`.
@@ -357,8 +358,27 @@ Value roundToFp8(Builder &b, Value value);
 /// DeepSeek-V3 quantizes activations, and dequantized: per row, per 128
 /// channels, with `a` the block's largest magnitude (at least 1e-4), each
 /// value becomes e4m3(x * (448 / a)) * (a / 448). In parallel over rows,
-/// `width` channels at a time.
-Value quantizeRowsFp8(Builder &b, Value input, int64_t width);
+/// `width` channels at a time. Into `out` when given, else a new buffer.
+Value quantizeRowsFp8(Builder &b, Value input, int64_t width,
+                      Value out = Value());
+
+/// The same with one scale for the whole of `input` (per-tensor current
+/// scaling): `a` is the tensor's largest magnitude.
+Value quantizeTensorFp8(Builder &b, Value input, int64_t width,
+                        Value out = Value());
+
+/// The same in 128 x 1 tiles: per column, per 128 rows counted from the
+/// start of each segment [segments[e], segments[e+1]) ([E + 1] i32); rows
+/// outside every segment are zero. In parallel over segments and columns.
+Value quantizeColumnsFp8(Builder &b, Value input, Value segments, int64_t width,
+                         Value out = Value());
+
+/// Writes the e4m3 `codes` and f32 block `scales` ([..., ceil(N/128),
+/// ceil(K/128)]) of the f32 `weight` ([..., N, K]): per 128 x 128 block,
+/// or with `perMatrix` one scale per [N, K] matrix in each of its blocks.
+/// A block (matrix) of zeros gets the scale 1.
+void quantizeWeightFp8(Builder &b, Value weight, Value codes, Value scales,
+                       bool perMatrix);
 
 /// `input` ([R, K] memref) as f32: itself if it is f32, else a widened
 /// copy (in parallel over rows, `width` at a time), so that GEMMs read

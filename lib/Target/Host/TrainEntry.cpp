@@ -278,11 +278,33 @@ LayerOp cloneOnInputs(StepBuilder &s, LayerOp layer,
                       DecomposedLayer &forward) {
   IRMapping mapping;
   mapping.map(layer.getInput(), in["x"]);
-  for (auto [name, value] : listTrainedWeights(layer))
-    mapping.map(
-        value,
-        s.convert(in[name.str()],
-                  cast<RankedTensorType>(value.getType()).getElementType()));
+  LayerConfigAttr config = layer.getConfig();
+  // An FP8 layer's expert weights: e4m3 codes and block scales quantized
+  // from the f32 masters as the recipe says, at every step.
+  llvm::DenseMap<Value, Value> scaleOf;
+  if (config.isFp8())
+    for (auto [weight, scale] :
+         {std::pair{layer.getGateWeight(), layer.getGateScale()},
+          {layer.getUpWeight(), layer.getUpScale()},
+          {layer.getDownWeight(), layer.getDownScale()},
+          {layer.getSharedGateWeight(), layer.getSharedGateScale()},
+          {layer.getSharedUpWeight(), layer.getSharedUpScale()},
+          {layer.getSharedDownWeight(), layer.getSharedDownScale()}})
+      if (weight)
+        scaleOf[weight] = scale;
+  for (auto [name, value] : listTrainedWeights(layer)) {
+    Value master = in[name.str()];
+    auto type = cast<RankedTensorType>(value.getType());
+    if (auto scale = scaleOf.find(value); scale != scaleOf.end()) {
+      auto quantized =
+          Fp8QuantizeWeightOp::create(s.b, s.loc, type, scale->second.getType(),
+                                      master, config.getRecipe());
+      mapping.map(value, quantized.getCodes());
+      mapping.map(scale->second, quantized.getScales());
+      continue;
+    }
+    mapping.map(value, s.convert(master, type.getElementType()));
+  }
   if (Value bias = layer.getScoreBias())
     mapping.map(bias, in["score_bias"]);
   auto copy = cast<LayerOp>(s.b.clone(*layer, mapping));

@@ -155,6 +155,11 @@ inline int64_t fp8Blocks(int64_t n) { return (n + kFp8Block - 1) / kFp8Block; }
 bool quantizeFp8Blocks(const float *w, int64_t rows, int64_t cols,
                        uint8_t *codes, float *scales);
 
+/// The f32 values of the e4m3 `codes` ([..., N, K]) with their block
+/// `scales` ([..., ceil(N / 128), ceil(K / 128)] f32): code times its
+/// block's scale. Fails on mismatched shapes or dtypes.
+Expected<Tensor> dequantizeFp8Blocks(const Tensor &codes, const Tensor &scales);
+
 /// Largest file readFile takes unless told otherwise (bundles, manifests,
 /// configs, checkpoint markers; weights are memory-mapped instead).
 constexpr uint64_t kMaxReadBytes = 4ull << 30;
