@@ -25,6 +25,11 @@ constexpr double kFp8Max = 448.0;
 /// The smallest block maximum an activation's scale is computed from (an
 /// all-zero block gets a finite scale).
 constexpr double kFp8MinAmax = 1e-4;
+/// The same for the operands of a training step's backward GEMMs
+/// (moe.fp8_quantize): gradients are orders of magnitude below 1e-4, which
+/// would flush them to e4m3's subnormals or zero; 2^-100 only keeps the
+/// inverse scale 448 / a finite.
+constexpr double kFp8MinGradAmax = 0x1p-100;
 
 /// Scale blocks covering `n` rows or columns.
 inline int64_t fp8Blocks(int64_t n) { return (n + kFp8Block - 1) / kFp8Block; }

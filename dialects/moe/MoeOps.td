@@ -280,7 +280,7 @@ def Moe_GroupedMatmulOp : Moe_InferredOp<"grouped_matmul",
     `a / 448`. `out[r, n]` sums, block by block, the products of the
     codes times both blocks' scales. `recipe`, when present, says how the
     input is scaled (`#moe.fp8_recipe`; with `scaling = tensor`, one scale
-    for the whole input); without it, as above.
+    for each expert's rows); without it, as above.
 
     ```mlir
     %h = moe.grouped_matmul %rows, %w, %offsets
@@ -580,15 +580,17 @@ def Moe_Fp8QuantizeOp : Moe_InferredOp<"fp8_quantize", [Pure]> {
     `input` (`[R, K]`) rounded to e4m3 as `recipe` scales it, and returned
     as the f32 values the codes and scales stand for (`code * scale`): what
     an FP8 tensor core multiplies. A tile whose largest magnitude is `a`
-    (at least 1e-4) has the scale `a / 448` and codes
-    `e4m3(v * (448 / a))`, rounded to nearest even.
+    (at least 2^-100: gradients are far below the forward activations'
+    floor of 1e-4) has the scale `a / 448` and codes `e4m3(v * (448 / a))`,
+    rounded to nearest even.
 
     With `scaling = block` the tiles are 1 x 128 (each row's 128
     consecutive columns) or, `transposed`, 128 x 1 (each column's 128
     consecutive rows, counted from the start of each expert's segment
     `[segments[e], segments[e+1])`, so that no tile mixes two experts'
-    rows: the operands of a k-grouped Wgrad). With `scaling = tensor` the
-    whole input is one tile. Rows outside every segment are zero.
+    rows: the operands of a k-grouped Wgrad). With `scaling = tensor` each
+    segment (one GEMM's operand) is one tile, or without segments the whole
+    input. Rows outside every segment are zero.
 
     ```mlir
     %q = moe.fp8_quantize %dy segments %offsets

@@ -784,6 +784,16 @@ CompileResult mlir::moe::compile(const std::string &input,
         withDtype(config, config.getDtype(), config.getExpertDtype(), recipe);
     layer.setConfigAttr(config);
   }
+  if ((options.train || options.backward) && config.isFp8() &&
+      options.target == "sm_90a") {
+    const char *flag = options.train ? "--train" : "--backward";
+    result.error = std::string(flag) +
+                   " of a layer with fp8 experts is built for the host "
+                   "target only so far (sm_90a has no e4m3 backward GEMMs "
+                   "yet): compile it with --target host, or with bf16 "
+                   "experts for sm_90a";
+    return result;
+  }
   if (options.ep > 1) {
     PassManager pm(&context);
     pm.addPass(createMoeExpertParallel(

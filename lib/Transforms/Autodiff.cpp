@@ -52,9 +52,12 @@ struct Fp8Operands {
   Location loc;
   Fp8RecipeAttr recipe;
 
-  Value rows(Value v) {
+  /// (Per-tensor scaling takes one scale per expert's rows: per GEMM.)
+  Value rows(Value v, Value offsets) {
     return recipe
-               ? Fp8QuantizeOp::create(b, loc, v, Value(), recipe, UnitAttr())
+               ? Fp8QuantizeOp::create(b, loc, v,
+                                       recipe.isBlockwise() ? Value() : offsets,
+                                       recipe, UnitAttr())
                : v;
   }
   Value columns(Value v, Value offsets) {
@@ -65,8 +68,8 @@ struct Fp8Operands {
   /// Dgrad: `grad` quantized per row against the weight's e4m3 codes, the
   /// result in `grad`'s element type (as without FP8).
   Value dgrad(Value grad, Value weight, Value offsets, Value scale) {
-    Value dx =
-        GroupedMatmulDxOp::create(b, loc, rows(grad), weight, offsets, scale);
+    Value dx = GroupedMatmulDxOp::create(b, loc, rows(grad, offsets), weight,
+                                         offsets, scale);
     Type elt = cast<RankedTensorType>(grad.getType()).getElementType();
     auto type = cast<RankedTensorType>(dx.getType());
     if (type.getElementType() == elt)

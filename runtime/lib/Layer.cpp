@@ -1127,6 +1127,18 @@ const Tensor *Layer::parameter(const std::string &role) const {
   return nullptr;
 }
 
+Expected<Tensor> Layer::floatParameter(const std::string &role) const {
+  const Tensor *value = parameter(role);
+  if (!value)
+    return Expected<Tensor>::error("the bundle has no parameter '" + role +
+                                   "'");
+  if (value->dtype == DType::F8E4M3 && endsWith(role, "_weight"))
+    if (const Tensor *scale =
+            parameter(role.substr(0, role.size() - 7) + "_scale"))
+      return dequantizeFp8Blocks(*value, *scale);
+  return convertTensor(*value, DType::F32);
+}
+
 Status Layer::lendParameter(const std::string &role, Tensor &to) {
   for (size_t i = 0; i < bundle.manifest.parameters.size(); ++i) {
     if (bundle.manifest.parameters[i].role != role)
@@ -1393,7 +1405,15 @@ Layer::backward(const Tensor &x, const Tensor &dy,
     } else if (a.name == "dy") {
       s = bind(a.name, dy, a.dtype);
     } else if (const Tensor *p = parameter(a.name)) {
-      s = bind(a.name, *p, a.dtype);
+      // An FP8 weight's f32 values (the step quantizes them again).
+      if (p->dtype == DType::F8E4M3 && a.dtype == DType::F32) {
+        Expected<Tensor> values = floatParameter(a.name);
+        if (!values)
+          return Result::error(values.message());
+        args.push_back(&(converted[a.name] = std::move(*values)));
+      } else {
+        s = bind(a.name, *p, a.dtype);
+      }
     } else {
       return Result::error("the backward pass takes '" + a.name +
                            "', which the bundle's parameters lack");

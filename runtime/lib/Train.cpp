@@ -66,13 +66,8 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(Layer &layer) {
     if (m.train.update && value->dtype == DType::F32 && value->shape == a.shape)
       if (layer.lendParameter(a.name, trainer->tensors[a.name]).ok())
         continue;
-    // An FP8 weight's master is its codes times their block scales.
-    const Tensor *scale =
-        value->dtype == DType::F8E4M3 && endsWith(a.name, "_weight")
-            ? layer.parameter(a.name.substr(0, a.name.size() - 7) + "_scale")
-            : nullptr;
-    Expected<Tensor> master = scale ? dequantizeFp8Blocks(*value, *scale)
-                                    : convertTensor(*value, DType::F32);
+    // (An FP8 weight's master is its codes times their block scales.)
+    Expected<Tensor> master = layer.floatParameter(a.name);
     if (!master)
       return Result::error(master.message());
     if (master->shape != a.shape)

@@ -189,7 +189,7 @@ void groupedMatmul(Builder &b, Value input, Value weight, Value offsets,
   // The rows as f32 (quantized for FP8): the kernels then broadcast and
   // load them without converting each use.
   Value a = !scales        ? widenRows(b, input, target.width, multiples.depth)
-            : tensorScaled ? quantizeTensorFp8(b, input, target.width)
+            : tensorScaled ? quantizeTensorFp8(b, input, offsets, target.width)
                            : quantizeRowsFp8(b, input, target.width);
   zeroUncoveredRows(b, out, offsets, experts, rows);
   overExpertBlocks(
@@ -496,9 +496,11 @@ Value lowerFp8Quantize(Builder &b, Fp8QuantizeOp op,
   bool blockwise = op.getRecipe().isBlockwise();
   bool columns = blockwise && op.getTransposed();
   SmallVector<Value> operands = {op.getInput()};
-  if (columns)
+  // Per-tensor scales are per segment when there are segments.
+  if (op.getSegments() && (columns || !blockwise))
     operands.push_back(op.getSegments());
-  std::string kind = !blockwise ? "fp8_quantize_tensor"
+  std::string kind = !blockwise ? (op.getSegments() ? "fp8_quantize_segments"
+                                                    : "fp8_quantize_tensor")
                      : columns  ? "fp8_quantize_columns"
                                 : "fp8_quantize_rows";
   auto outType = cast<RankedTensorType>(op.getOutput().getType());
@@ -506,12 +508,15 @@ Value lowerFp8Quantize(Builder &b, Fp8QuantizeOp op,
                     dynamicSizes(b, outType, op.getInput()));
   operands.push_back(out);
   callKernel(b, target, kind, operands, [&](Builder &b, ValueRange args) {
+    // Gradients are far below an activation's floor of 1e-4.
     if (!blockwise)
-      quantizeTensorFp8(b, args[0], target.width, args.back());
+      quantizeTensorFp8(b, args[0], op.getSegments() ? args[1] : Value(),
+                        target.width, args.back(), kFp8MinGradAmax);
     else if (columns)
-      quantizeColumnsFp8(b, args[0], args[1], target.width, args.back());
+      quantizeColumnsFp8(b, args[0], args[1], target.width, args.back(),
+                         kFp8MinGradAmax);
     else
-      quantizeRowsFp8(b, args[0], target.width, args.back());
+      quantizeRowsFp8(b, args[0], target.width, args.back(), kFp8MinGradAmax);
   });
   return asTensor(b, out);
 }

@@ -118,7 +118,7 @@ Value mlir::moe::host::roundToFp8(Builder &b, Value value) {
 }
 
 Value mlir::moe::host::quantizeRowsFp8(Builder &b, Value input, int64_t width,
-                                       Value out) {
+                                       Value out, double minAmax) {
   auto inputType = cast<MemRefType>(input.getType());
   int64_t depth = inputType.getDimSize(1);
   Value rows = dim(b, input, 0);
@@ -156,7 +156,7 @@ Value mlir::moe::host::quantizeRowsFp8(Builder &b, Value input, int64_t width,
             return {arith::MaximumFOp::create(b, acc[0],
                                               math::AbsFOp::create(b, x))};
           })[0];
-    amax = arith::MaximumFOp::create(b, amax, f32Const(b, kFp8MinAmax));
+    amax = arith::MaximumFOp::create(b, amax, f32Const(b, minAmax));
     Value inverse = arith::DivFOp::create(b, f32Const(b, kFp8Max), amax);
     Value scale = arith::DivFOp::create(b, amax, f32Const(b, kFp8Max));
     if (vectorEnd > 0) {
@@ -250,9 +250,10 @@ Value mlir::moe::host::loadWeight(Builder &b, Value weight, Value scales,
 namespace {
 
 /// The inverse scale 448 / a and the scale a / 448 of a tile whose largest
-/// magnitude is `amax` (at least kFp8MinAmax).
-std::pair<Value, Value> activationScales(Builder &b, Value amax) {
-  amax = arith::MaximumFOp::create(b, amax, f32Const(b, kFp8MinAmax));
+/// magnitude is `amax` (at least `minAmax`).
+std::pair<Value, Value> activationScales(Builder &b, Value amax,
+                                         double minAmax) {
+  amax = arith::MaximumFOp::create(b, amax, f32Const(b, minAmax));
   return {arith::DivFOp::create(b, f32Const(b, kFp8Max), amax),
           arith::DivFOp::create(b, amax, f32Const(b, kFp8Max))};
 }
@@ -315,8 +316,9 @@ Value encodeFp8(Builder &b, Value value) {
 
 } // namespace
 
-Value mlir::moe::host::quantizeTensorFp8(Builder &b, Value input, int64_t width,
-                                         Value out) {
+Value mlir::moe::host::quantizeTensorFp8(Builder &b, Value input,
+                                         Value segments, int64_t width,
+                                         Value out, double minAmax) {
   int64_t depth = cast<MemRefType>(input.getType()).getDimSize(1);
   int64_t lanes = lanesFor(depth, width);
   Value rows = dim(b, input, 0);
@@ -324,37 +326,59 @@ Value mlir::moe::host::quantizeTensorFp8(Builder &b, Value input, int64_t width,
     out = f32Like(b, input);
   auto vectorType = VectorType::get({lanes}, b.getF32Type());
   Value zero = indexConst(b, 0), end = indexConst(b, depth);
-  // One scale for the whole tensor: its largest magnitude first.
-  Value amax = laneMax(
-      b,
-      forLoopCarrying(
-          b, zero, rows, 1, {splat(b, vectorType, 0.0)},
-          [&](Builder &b, Value r, ValueRange acc) -> SmallVector<Value> {
-            return {forLoopCarrying(
-                b, zero, end, lanes, {acc[0]},
-                [&](Builder &b, Value k, ValueRange acc) -> SmallVector<Value> {
-                  Value x = loadVector(b, input, {r, k}, lanes);
-                  return {arith::MaximumFOp::create(
-                      b, acc[0], math::AbsFOp::create(b, x))};
-                })[0]};
-          })[0]);
-  auto [inverse, scale] = activationScales(b, amax);
-  forTokenBlocks(b, rows, [&](Builder &b, Value r) {
-    forLoopCarrying(b, zero, end, lanes, {},
-                    [&](Builder &b, Value k, ValueRange) -> SmallVector<Value> {
+  // The rows [lo, hi) with one scale: their largest magnitude first.
+  auto quantizeRange = [&](Builder &b, Value lo, Value hi) {
+    auto overRows =
+        [&](Builder &b, Value init,
+            function_ref<Value(Builder &, Value, Value, Value)> fn) {
+          return forLoopCarrying(
+              b, lo, hi, 1, {init},
+              [&](Builder &b, Value r, ValueRange acc) -> SmallVector<Value> {
+                return {forLoopCarrying(b, zero, end, lanes, {acc[0]},
+                                        [&](Builder &b, Value k, ValueRange acc)
+                                            -> SmallVector<Value> {
+                                          return {fn(b, r, k, acc[0])};
+                                        })[0]};
+              })[0];
+        };
+    Value amax = laneMax(
+        b, overRows(b, splat(b, vectorType, 0.0),
+                    [&](Builder &b, Value r, Value k, Value acc) -> Value {
                       Value x = loadVector(b, input, {r, k}, lanes);
-                      vector::StoreOp::create(
-                          b, fakeQuantize(b, x, inverse, scale), out,
-                          ValueRange{r, k});
-                      return {};
-                    });
+                      return arith::MaximumFOp::create(
+                          b, acc, math::AbsFOp::create(b, x));
+                    }));
+    auto [inverse, scale] = activationScales(b, amax, minAmax);
+    overRows(b, i32Const(b, 0),
+             [&](Builder &b, Value r, Value k, Value acc) -> Value {
+               Value x = loadVector(b, input, {r, k}, lanes);
+               vector::StoreOp::create(b, fakeQuantize(b, x, inverse, scale),
+                                       out, ValueRange{r, k});
+               return acc;
+             });
+  };
+  if (!segments) {
+    quantizeRange(b, zero, rows);
+    return out;
+  }
+  // Per segment (one expert's rows: one GEMM's operand), in parallel; rows
+  // outside every segment are zero.
+  fillBuffer(b, out, f32Const(b, 0.0));
+  int64_t experts = cast<MemRefType>(segments.getType()).getDimSize(0) - 1;
+  auto rowAt = [&](Builder &b, Value e) -> Value {
+    Value offset = memref::LoadOp::create(b, segments, ValueRange{e});
+    Value row = arith::IndexCastUIOp::create(b, b.getIndexType(), offset);
+    return arith::MinUIOp::create(b, row, rows);
+  };
+  parallelBlocks(b, {indexConst(b, experts)}, [&](Builder &b, ValueRange e) {
+    quantizeRange(b, rowAt(b, e[0]), rowAt(b, offset(b, e[0], 1)));
   });
   return out;
 }
 
 Value mlir::moe::host::quantizeColumnsFp8(Builder &b, Value input,
                                           Value segments, int64_t width,
-                                          Value out) {
+                                          Value out, double minAmax) {
   int64_t depth = cast<MemRefType>(input.getType()).getDimSize(1);
   int64_t lanes = lanesFor(depth, width);
   int64_t experts = cast<MemRefType>(segments.getType()).getDimSize(0) - 1;
@@ -390,8 +414,8 @@ Value mlir::moe::host::quantizeColumnsFp8(Builder &b, Value input,
                     return {arith::MaximumFOp::create(
                         b, acc[0], math::AbsFOp::create(b, x))};
                   })[0];
-              amax = arith::MaximumFOp::create(
-                  b, amax, splat(b, vectorType, kFp8MinAmax));
+              amax = arith::MaximumFOp::create(b, amax,
+                                               splat(b, vectorType, minAmax));
               Value inverse =
                   arith::DivFOp::create(b, splat(b, vectorType, kFp8Max), amax);
               Value scale =

@@ -319,7 +319,7 @@ static void denseGemm(Builder &b, Value a, Value w, Value scales, Value out,
   auto rhsType = cast<MemRefType>(w.getType());
   // The rows as f32 (quantized for FP8), converted once.
   a = !scales        ? widenRows(b, a, target.width, multiples.depth)
-      : tensorScaled ? quantizeTensorFp8(b, a, target.width)
+      : tensorScaled ? quantizeTensorFp8(b, a, Value(), target.width)
                      : quantizeRowsFp8(b, a, target.width);
   Value rows = dim(b, a, 0);
   Value columns = dim(b, w, 0), depth = dim(b, w, 1);

@@ -358,20 +358,23 @@ Value roundToFp8(Builder &b, Value value);
 /// DeepSeek-V3 quantizes activations, and dequantized: per row, per 128
 /// channels, with `a` the block's largest magnitude (at least 1e-4), each
 /// value becomes e4m3(x * (448 / a)) * (a / 448). In parallel over rows,
-/// `width` channels at a time. Into `out` when given, else a new buffer.
+/// `width` channels at a time. Into `out` when given, else a new buffer;
+/// `a` is at least `minAmax`.
 Value quantizeRowsFp8(Builder &b, Value input, int64_t width,
-                      Value out = Value());
+                      Value out = Value(), double minAmax = kFp8MinAmax);
 
-/// The same with one scale for the whole of `input` (per-tensor current
-/// scaling): `a` is the tensor's largest magnitude.
-Value quantizeTensorFp8(Builder &b, Value input, int64_t width,
-                        Value out = Value());
+/// The same with one scale per segment [segments[e], segments[e+1]) (one
+/// expert's rows; [E + 1] i32), rows outside every segment zero, or
+/// without `segments` one scale for the whole of `input` (per-tensor
+/// current scaling): `a` is the segment's or tensor's largest magnitude.
+Value quantizeTensorFp8(Builder &b, Value input, Value segments, int64_t width,
+                        Value out = Value(), double minAmax = kFp8MinAmax);
 
 /// The same in 128 x 1 tiles: per column, per 128 rows counted from the
 /// start of each segment [segments[e], segments[e+1]) ([E + 1] i32); rows
 /// outside every segment are zero. In parallel over segments and columns.
 Value quantizeColumnsFp8(Builder &b, Value input, Value segments, int64_t width,
-                         Value out = Value());
+                         Value out = Value(), double minAmax = kFp8MinAmax);
 
 /// Writes the e4m3 `codes` and f32 block `scales` ([..., ceil(N/128),
 /// ceil(K/128)]) of the f32 `weight` ([..., N, K]): per 128 x 128 block,

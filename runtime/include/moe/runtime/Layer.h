@@ -223,6 +223,10 @@ public:
   checkpointNames(const std::map<std::string, Tensor> &byRole) const;
   /// The bound parameter of `role`, or null.
   const Tensor *parameter(const std::string &role) const;
+  /// The parameter of `role` as f32 values: an FP8 weight's e4m3 codes
+  /// times their block scales (the `X_scale` of `X_weight`), any other
+  /// converted. The master copy a training step starts from.
+  Expected<Tensor> floatParameter(const std::string &role) const;
   /// Replaces the parameter of `role` (converted to its dtype).
   Status setParameter(const std::string &role, const Tensor &value);
   /// Moves the storage of f32 parameter `role` into `to` and reads `to` as
