@@ -590,7 +590,7 @@ nb::bytes compileLayer(const std::string &input, const std::string &kind,
                        int64_t maxTokens, int64_t alignment, int64_t ep,
                        bool train, bool backward,
                        const std::string &weightNames, const std::string &mcpu,
-                       bool useCache) {
+                       bool useCache, const std::string &fp8Recipe) {
   mlir::moe::InputKind inputKind;
   if (kind == "mlir")
     inputKind = mlir::moe::InputKind::Mlir;
@@ -602,6 +602,7 @@ nb::bytes compileLayer(const std::string &input, const std::string &kind,
   options.target = target;
   options.emit = emit;
   options.dtype = dtype;
+  options.fp8Recipe = fp8Recipe;
   options.maxTokens = maxTokens;
   options.alignment = alignment;
   options.ep = ep;
@@ -646,7 +647,7 @@ NB_MODULE(_core, m) {
         nb::arg("name"), nb::arg("target"), nb::arg("emit"), nb::arg("dtype"),
         nb::arg("max_tokens"), nb::arg("alignment"), nb::arg("ep"),
         nb::arg("train"), nb::arg("backward"), nb::arg("weight_names"),
-        nb::arg("mcpu"), nb::arg("use_cache"));
+        nb::arg("mcpu"), nb::arg("use_cache"), nb::arg("fp8_recipe") = "");
   m.def("version", [] { return std::string(mlir::moe::kCompilerVersion); });
   // Outputs as every tool writes them (rt::writeFileAtomically: links
   // followed, devices and FIFOs written in place, files atomically).

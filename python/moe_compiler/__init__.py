@@ -55,7 +55,7 @@ def _config_text(config):
 
 def compile(config, target="host", dtype=None, train=False, ep=1,
             max_tokens=4096, alignment=0, weight_names=None, mcpu="native",
-            cache=True):
+            cache=True, fp8_recipe=None):
     """Compiles one MoE layer into a Bundle.
 
     config: a Hugging Face config.json path or a model's directory (its
@@ -64,8 +64,13 @@ def compile(config, target="host", dtype=None, train=False, ep=1,
     target: "host" (the CPU) or "sm_90a" (Hopper).
     dtype: "f32", "bf16", "f16" or "fp8" (bf16 with FP8 experts; None: the
         config's).
-    train: also compile the layer's backward pass (host or sm_90a), so that
-        Layer.backward and the torch integration's loss.backward() work.
+    train: also compile the layer's backward pass (host or sm_90a; with
+        dtype="fp8" the host only), so that Layer.backward and the torch
+        integration's loss.backward() work.
+    fp8_recipe: with dtype="fp8", how the GEMMs scale their e4m3 operands:
+        "block" (DeepSeek-V3's: 1 x 128 activation and gradient tiles,
+        128 x 128 weight blocks; the default) or "tensor" (one scale per
+        GEMM operand).
     ep: expert-parallel ranks: the bundle holds experts / ep of them per
         rank, loaded with a communicator of ep ranks (Bundle.load;
         moe_compiler.torch's process_group=), or run by mpirun -np N
@@ -85,7 +90,7 @@ def compile(config, target="host", dtype=None, train=False, ep=1,
         max_tokens=int(max_tokens), alignment=int(alignment), ep=int(ep),
         train=False, backward=bool(train), weight_names=weight_names or "",
         mcpu=(mcpu or "") if target == "host" else "",
-        use_cache=bool(cache))
+        use_cache=bool(cache), fp8_recipe=fp8_recipe or "")
     return Bundle(data, target)
 
 
