@@ -1420,3 +1420,69 @@ func.func @f(%x: tensor<?x8xbf16>, %g: tensor<4x8xbf16>, %d: tensor<8x4xbf16>, %
   %y = moe.shared_expert %x, %g, %g, %d scales(%s, %s, %s) : (tensor<?x8xbf16>, tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<8x4xbf16>, tensor<1x1xf32>, tensor<1x1xf32>, tensor<1x1xf32>) -> tensor<?x8xbf16>
   return
 }
+
+// -----
+
+// expected-error @+1 {{expected fp8_recipe only with expert_dtype = f8E4M3FN}}
+func.func private @f() attributes {c = #moe.layer_config<hidden = 8, experts = 4, top_k = 1, ffn = 4, dtype = bf16, fp8_recipe = #moe.fp8_recipe<scaling = tensor>>}
+
+// -----
+
+// expected-error @+1 {{expected block = 128 (the tile of the FP8 kernels), got 32}}
+func.func private @f() attributes {r = #moe.fp8_recipe<block = 32>}
+
+// -----
+
+func.func @f(%d: tensor<?x16xf32>) {
+  // expected-error @+1 {{expected segments for 128 x 1 tiles (transposed, scaling = block)}}
+  %q = moe.fp8_quantize %d {recipe = #moe.fp8_recipe<>, transposed} : tensor<?x16xf32> -> tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @f(%d: tensor<?x?xf32>) {
+  // expected-error @+1 {{expected the input to have a static size in dim 1, got 'tensor<?x?xf32>'}}
+  %q = moe.fp8_quantize %d {recipe = #moe.fp8_recipe<>} : tensor<?x?xf32> -> tensor<?x?xf32>
+  return
+}
+
+// -----
+
+func.func @f(%w: tensor<4x?x8xf32>) {
+  // expected-error @+1 {{expected a static weight of rank 2 or more, got 'tensor<4x?x8xf32>'}}
+  %c, %s = moe.fp8_quantize_weight %w {recipe = #moe.fp8_recipe<>} : tensor<4x?x8xf32> -> tensor<4x16x8xf8E4M3FN>, tensor<4x1x1xf32>
+  return
+}
+
+// -----
+
+func.func @f(%w: tensor<4x16x8xf32>) {
+  // expected-error @+1 {{expected scales of shape [4x1x1], got 'tensor<4x2x1xf32>'}}
+  %c, %s = moe.fp8_quantize_weight %w {recipe = #moe.fp8_recipe<>} : tensor<4x16x8xf32> -> tensor<4x16x8xf8E4M3FN>, tensor<4x2x1xf32>
+  return
+}
+
+// -----
+
+func.func @f(%w: tensor<4x16x8xf32>) {
+  // expected-error @+1 {{expected codes of shape [4x16x8], got 'tensor<4x16x16xf8E4M3FN>'}}
+  %c, %s = moe.fp8_quantize_weight %w {recipe = #moe.fp8_recipe<>} : tensor<4x16x8xf32> -> tensor<4x16x16xf8E4M3FN>, tensor<4x1x1xf32>
+  return
+}
+
+// -----
+
+func.func @f(%d: tensor<?x16xf32>, %w: tensor<4x16x8xf32>, %o: tensor<5xi32>, %s: tensor<4x1x1xf32>) {
+  // expected-error @+1 {{unexpected scale operand: the weight is 'f32', not e4m3}}
+  %dx = moe.grouped_matmul_dx %d, %w, %o scale %s : tensor<?x16xf32>, tensor<4x16x8xf32>, tensor<5xi32> scale tensor<4x1x1xf32> -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%d: tensor<?x16xf32>, %w: tensor<4x16x8xf8E4M3FN>, %o: tensor<5xi32>) {
+  // expected-error @+1 {{expected a scale operand for the e4m3 weight}}
+  %dx = moe.grouped_matmul_dx %d, %w, %o : tensor<?x16xf32>, tensor<4x16x8xf8E4M3FN>, tensor<5xi32> -> tensor<?x8xf32>
+  return
+}

@@ -307,3 +307,24 @@ func.func @fp8_ops(%rows: tensor<?x256xbf16>, %w: tensor<4x192x256xf8E4M3FN>,
          -> tensor<?x256xbf16>
   return %h, %y : tensor<?x192xbf16>, tensor<?x256xbf16>
 }
+
+// FP8 training's ops: the recipe, operands quantized per row, per column
+// within segments and per segment, weights to codes and block scales, and
+// Dgrad against e4m3 codes.
+// CHECK-LABEL: func @fp8_training
+// CHECK: moe.fp8_quantize %{{.*}} {recipe = #moe.fp8_recipe<>} : tensor<?x256xbf16> -> tensor<?x256xf32>
+// CHECK: moe.fp8_quantize %{{.*}} segments %{{.*}} {recipe = #moe.fp8_recipe<>, transposed} : tensor<?x256xbf16>, tensor<5xi32> -> tensor<?x256xf32>
+// CHECK: moe.fp8_quantize %{{.*}} segments %{{.*}} {recipe = #moe.fp8_recipe<scaling = tensor>} : tensor<?x256xbf16>, tensor<5xi32> -> tensor<?x256xf32>
+// CHECK: moe.fp8_quantize_weight %{{.*}} {recipe = #moe.fp8_recipe<>} : tensor<4x256x192xf32> -> tensor<4x256x192xf8E4M3FN>, tensor<4x2x2xf32>
+// CHECK: moe.grouped_matmul_dx %{{.*}}, %{{.*}}, %{{.*}} scale %{{.*}} : tensor<?x256xf32>, tensor<4x256x192xf8E4M3FN>, tensor<5xi32> scale tensor<4x2x2xf32> -> tensor<?x192xf32>
+// CHECK: expert_dtype = f8E4M3FN, fp8_recipe = <scaling = tensor>>
+func.func @fp8_training(%g: tensor<?x256xbf16>, %o: tensor<5xi32>,
+                        %w: tensor<4x256x192xf32>) -> tensor<?x192xf32> {
+  %r = moe.fp8_quantize %g {recipe = #moe.fp8_recipe<scaling = block, block = 128>} : tensor<?x256xbf16> -> tensor<?x256xf32>
+  %c = moe.fp8_quantize %g segments %o {recipe = #moe.fp8_recipe<>, transposed} : tensor<?x256xbf16>, tensor<5xi32> -> tensor<?x256xf32>
+  %t = moe.fp8_quantize %g segments %o {recipe = #moe.fp8_recipe<scaling = tensor>} : tensor<?x256xbf16>, tensor<5xi32> -> tensor<?x256xf32>
+  %codes, %scales = moe.fp8_quantize_weight %w {recipe = #moe.fp8_recipe<>} : tensor<4x256x192xf32> -> tensor<4x256x192xf8E4M3FN>, tensor<4x2x2xf32>
+  %dx = moe.grouped_matmul_dx %r, %codes, %o scale %scales : tensor<?x256xf32>, tensor<4x256x192xf8E4M3FN>, tensor<5xi32> scale tensor<4x2x2xf32> -> tensor<?x192xf32>
+  return %dx : tensor<?x192xf32>
+}
+func.func private @fp8_config() attributes {c = #moe.layer_config<hidden = 8, experts = 4, top_k = 1, ffn = 4, dtype = bf16, expert_dtype = f8E4M3FN, fp8_recipe = #moe.fp8_recipe<scaling = tensor>>}
