@@ -35,13 +35,13 @@ same tolerance then fails, which shows that the check sees the recipe.
 """
 import argparse
 import os
-import subprocess
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference  # noqa: E402
+import train_grad_check  # noqa: E402
 from reference import E4M3, e4m3_codes, sigmoid, silu, softmax  # noqa: E402
 
 # The layer's dtype: bf16 rounds the tensors between the steps (--dtype
@@ -242,20 +242,8 @@ def main():
         else:
             tensors[name] = value.astype(np.float64)
     x = reference.read_safetensors(args.inputs)["x"].astype(np.float64)
-    rng = np.random.default_rng(args.seed)
-    target = rng.uniform(-0.1, 0.1, size=x.shape).astype(np.float32)
-    batch = os.path.join(args.work, "batch.safetensors")
-    grads_path = os.path.join(args.work, "grads.safetensors")
-    reference.write_safetensors(batch, {"x": x.astype(np.float32), "target": target})
-    run = subprocess.run([args.moe_train, args.bundle, "--steps", "1", "--lr", "0",
-                          "--inputs", batch, "--weights", args.weights,
-                          "--dump-grads", grads_path],
-                         capture_output=True, text=True)
-    if run.returncode:
-        sys.exit("moe-train failed:\n" + run.stdout + run.stderr)
-    got = reference.read_safetensors(grads_path)
-    want = step(cfg, tensors, x, target.astype(np.float64),
-                Recipe(args.recipe, args.plain))
+    target, got = train_grad_check.one_step(args, x)
+    want = step(cfg, tensors, x, target, Recipe(args.recipe, args.plain))
     failures, worst, best = 0, 0.0, np.inf
     for name in sorted(want):
         if name not in got:

@@ -25,6 +25,24 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference  # noqa: E402
 
 
+def one_step(args, x, flags=()):
+    """Runs one step of args.moe_train on args.bundle with args.weights, the
+    tokens x and a target drawn from args.seed (in args.work), without an
+    update; returns the target (float64) and the dumped gradients."""
+    rng = np.random.default_rng(args.seed)
+    target = rng.uniform(-0.1, 0.1, size=x.shape).astype(np.float32)
+    batch = os.path.join(args.work, "batch.safetensors")
+    grads_path = os.path.join(args.work, "grads.safetensors")
+    reference.write_safetensors(batch, {"x": x.astype(np.float32), "target": target})
+    run = subprocess.run([args.moe_train, args.bundle, "--steps", "1", "--lr", "0",
+                          "--inputs", batch, "--weights", args.weights,
+                          "--dump-grads", grads_path, *flags],
+                         capture_output=True, text=True)
+    if run.returncode:
+        sys.exit("moe-train failed:\n" + run.stdout + run.stderr)
+    return target.astype(np.float64), reference.read_safetensors(grads_path)
+
+
 def main():
     ap = argparse.ArgumentParser()
     for name in ("config", "weights", "inputs", "bundle", "moe-train", "work"):
@@ -37,19 +55,7 @@ def main():
     cfg = reference.Config(args.config)
     weights = {k: v.astype(np.float64) for k, v in reference.read_safetensors(args.weights).items()}
     x = reference.read_safetensors(args.inputs)["x"].astype(np.float64)
-    rng = np.random.default_rng(args.seed)
-    target = rng.uniform(-0.1, 0.1, size=x.shape).astype(np.float32)
-    batch = os.path.join(args.work, "batch.safetensors")
-    grads_path = os.path.join(args.work, "grads.safetensors")
-    reference.write_safetensors(batch, {"x": x.astype(np.float32), "target": target})
-    run = subprocess.run([args.moe_train, args.bundle, "--steps", "1", "--lr", "0",
-                          "--inputs", batch, "--weights", args.weights,
-                          "--dump-grads", grads_path, "--device", args.device],
-                         capture_output=True, text=True)
-    if run.returncode:
-        sys.exit("moe-train failed:\n" + run.stdout + run.stderr)
-    grads = reference.read_safetensors(grads_path)
-    target = target.astype(np.float64)
+    target, grads = one_step(args, x, ["--device", args.device])
 
     def loss(tensors, xv):
         y = reference.forward(cfg, tensors, "", xv)[0]
