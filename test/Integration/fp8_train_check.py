@@ -242,7 +242,8 @@ def main():
         else:
             tensors[name] = value.astype(np.float64)
     x = reference.read_safetensors(args.inputs)["x"].astype(np.float64)
-    target, got = train_grad_check.one_step(args, x)
+    target, got = train_grad_check.one_step(args, x,
+                                            np.random.default_rng(args.seed))
     want = step(cfg, tensors, x, target, Recipe(args.recipe, args.plain))
     failures, worst, best = 0, 0.0, np.inf
     for name in sorted(want):

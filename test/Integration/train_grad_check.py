@@ -25,11 +25,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference  # noqa: E402
 
 
-def one_step(args, x, flags=()):
+def one_step(args, x, rng, flags=()):
     """Runs one step of args.moe_train on args.bundle with args.weights, the
-    tokens x and a target drawn from args.seed (in args.work), without an
+    tokens x and a target drawn from `rng` (in args.work), without an
     update; returns the target (float64) and the dumped gradients."""
-    rng = np.random.default_rng(args.seed)
     target = rng.uniform(-0.1, 0.1, size=x.shape).astype(np.float32)
     batch = os.path.join(args.work, "batch.safetensors")
     grads_path = os.path.join(args.work, "grads.safetensors")
@@ -55,7 +54,8 @@ def main():
     cfg = reference.Config(args.config)
     weights = {k: v.astype(np.float64) for k, v in reference.read_safetensors(args.weights).items()}
     x = reference.read_safetensors(args.inputs)["x"].astype(np.float64)
-    target, grads = one_step(args, x, ["--device", args.device])
+    rng = np.random.default_rng(args.seed)
+    target, grads = one_step(args, x, rng, ["--device", args.device])
 
     def loss(tensors, xv):
         y = reference.forward(cfg, tensors, "", xv)[0]
