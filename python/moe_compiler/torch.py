@@ -219,6 +219,13 @@ class MoELayer(torch.nn.Module):
         converted = set()
         self._dtypes = {role: dtype for role, _, _, dtype
                         in layer._core.parameter_specs()}
+        fp8 = sorted(r for r in trained if _is_fp8_weight(self, r))
+        if fp8:
+            raise ValueError(
+                "MoELayer does not train fp8 layers yet (%s are e4m3 codes, "
+                "not parameters autograd can update): train=False serves "
+                "the layer, Layer.backward gives its FP8 gradients, or "
+                "compile it with dtype='bf16' to train" % ", ".join(fp8))
         for role, value in layer.parameters().items():
             tensor = torch.from_numpy(value)
             # Float values in the module's dtype (e4m3 codes and their

@@ -95,3 +95,9 @@ def test_errors(tmp_path):
                        r"bundle is for the host target \(compile it with "
                        r"target='sm_90a'"):
         frozen._forward_device(torch.from_numpy(x))
+    # An fp8 layer trains through Layer.backward, not yet as a module.
+    fp8 = moe_compiler.compile(INPUTS + "/deepseek-v3-fp8.json", dtype="fp8",
+                               train=True, max_tokens=16).load(seed=1)
+    with pytest.raises(ValueError, match="MoELayer does not train fp8 layers "
+                       "yet .down_weight, gate_weight, shared_down_weight"):
+        MoELayer(fp8)
