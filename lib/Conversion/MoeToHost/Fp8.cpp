@@ -57,6 +57,15 @@ Value asFloat(Builder &b, Value i32) {
       b, withElement(i32.getType(), b.getF32Type()), i32);
 }
 
+/// The inverse scale 448 / a and the scale a / 448 of tiles whose largest
+/// magnitudes are `amax` (scalar or vector), floored at `minAmax`.
+std::pair<Value, Value> tileScales(Builder &b, Value amax, double minAmax) {
+  Type type = amax.getType();
+  amax = arith::MaximumFOp::create(b, amax, splat(b, type, minAmax));
+  return {arith::DivFOp::create(b, splat(b, type, kFp8Max), amax),
+          arith::DivFOp::create(b, amax, splat(b, type, kFp8Max))};
+}
+
 /// 2^e for an i32 exponent `e` (scalar or vector) within the normal range.
 Value powerOfTwo(Builder &b, Value e) {
   Type type = e.getType();
@@ -156,9 +165,7 @@ Value mlir::moe::host::quantizeRowsFp8(Builder &b, Value input, int64_t width,
             return {arith::MaximumFOp::create(b, acc[0],
                                               math::AbsFOp::create(b, x))};
           })[0];
-    amax = arith::MaximumFOp::create(b, amax, f32Const(b, minAmax));
-    Value inverse = arith::DivFOp::create(b, f32Const(b, kFp8Max), amax);
-    Value scale = arith::DivFOp::create(b, amax, f32Const(b, kFp8Max));
+    auto [inverse, scale] = tileScales(b, amax, minAmax);
     if (vectorEnd > 0) {
       Value inverses = vector::BroadcastOp::create(b, vectorType, inverse);
       Value scales = vector::BroadcastOp::create(b, vectorType, scale);
@@ -249,28 +256,45 @@ Value mlir::moe::host::loadWeight(Builder &b, Value weight, Value scales,
 
 namespace {
 
-/// The inverse scale 448 / a and the scale a / 448 of a tile whose largest
-/// magnitude is `amax` (at least `minAmax`).
-std::pair<Value, Value> activationScales(Builder &b, Value amax,
-                                         double minAmax) {
-  amax = arith::MaximumFOp::create(b, amax, f32Const(b, minAmax));
-  return {arith::DivFOp::create(b, f32Const(b, kFp8Max), amax),
-          arith::DivFOp::create(b, amax, f32Const(b, kFp8Max))};
-}
-
 /// The largest magnitude of `lanes` (a vector), NaN if one is NaN.
 Value laneMax(Builder &b, Value lanes) {
   return vector::ReductionOp::create(b, vector::CombiningKind::MAXIMUMF, lanes);
 }
 
-/// `x` (a vector) quantized with `inverse` and dequantized with `scale`.
+/// `x` (a vector) quantized with `inverse` and dequantized with `scale`
+/// (scalars, broadcast, or vectors of x's lanes).
 Value fakeQuantize(Builder &b, Value x, Value inverse, Value scale) {
   auto type = cast<VectorType>(x.getType());
-  Value q =
-      roundToFp8(b, arith::MulFOp::create(
-                        b, x, vector::BroadcastOp::create(b, type, inverse)));
-  return arith::MulFOp::create(b, q,
-                               vector::BroadcastOp::create(b, type, scale));
+  auto lanes = [&](Value v) -> Value {
+    return isa<VectorType>(v.getType())
+               ? v
+               : Value(vector::BroadcastOp::create(b, type, v));
+  };
+  Value q = roundToFp8(b, arith::MulFOp::create(b, x, lanes(inverse)));
+  return arith::MulFOp::create(b, q, lanes(scale));
+}
+
+/// Row `segments[e]` ([E + 1] i32 offsets) as an index, at most `rows`.
+Value segmentRow(Builder &b, Value segments, Value e, Value rows) {
+  Value offset = memref::LoadOp::create(b, segments, ValueRange{e});
+  Value row = arith::IndexCastUIOp::create(b, b.getIndexType(), offset);
+  return arith::MinUIOp::create(b, row, rows);
+}
+
+/// `fn(r, c, acc)` over rows [r0, r1) and columns [c0, c1) (by
+/// `columnStep`), row-major, carrying one value from `init`.
+Value overRange(Builder &b, Value r0, Value r1, Value c0, Value c1,
+                int64_t columnStep, Value init,
+                function_ref<Value(Builder &, Value, Value, Value)> fn) {
+  return forLoopCarrying(
+      b, r0, r1, 1, {init},
+      [&](Builder &b, Value r, ValueRange acc) -> SmallVector<Value> {
+        return {forLoopCarrying(
+            b, c0, c1, columnStep, {acc[0]},
+            [&](Builder &b, Value c, ValueRange acc) -> SmallVector<Value> {
+              return {fn(b, r, c, acc[0])};
+            })[0]};
+      })[0];
 }
 
 /// Lanes of a row of `depth` channels: `width` when they divide it.
@@ -328,19 +352,10 @@ Value mlir::moe::host::quantizeTensorFp8(Builder &b, Value input,
   Value zero = indexConst(b, 0), end = indexConst(b, depth);
   // The rows [lo, hi) with one scale: their largest magnitude first.
   auto quantizeRange = [&](Builder &b, Value lo, Value hi) {
-    auto overRows =
-        [&](Builder &b, Value init,
-            function_ref<Value(Builder &, Value, Value, Value)> fn) {
-          return forLoopCarrying(
-              b, lo, hi, 1, {init},
-              [&](Builder &b, Value r, ValueRange acc) -> SmallVector<Value> {
-                return {forLoopCarrying(b, zero, end, lanes, {acc[0]},
-                                        [&](Builder &b, Value k, ValueRange acc)
-                                            -> SmallVector<Value> {
-                                          return {fn(b, r, k, acc[0])};
-                                        })[0]};
-              })[0];
-        };
+    auto overRows = [&](Builder &b, Value init,
+                        function_ref<Value(Builder &, Value, Value, Value)> fn) {
+      return overRange(b, lo, hi, zero, end, lanes, init, fn);
+    };
     Value amax = laneMax(
         b, overRows(b, splat(b, vectorType, 0.0),
                     [&](Builder &b, Value r, Value k, Value acc) -> Value {
@@ -348,7 +363,7 @@ Value mlir::moe::host::quantizeTensorFp8(Builder &b, Value input,
                       return arith::MaximumFOp::create(
                           b, acc, math::AbsFOp::create(b, x));
                     }));
-    auto [inverse, scale] = activationScales(b, amax, minAmax);
+    auto [inverse, scale] = tileScales(b, amax, minAmax);
     overRows(b, i32Const(b, 0),
              [&](Builder &b, Value r, Value k, Value acc) -> Value {
                Value x = loadVector(b, input, {r, k}, lanes);
@@ -365,13 +380,9 @@ Value mlir::moe::host::quantizeTensorFp8(Builder &b, Value input,
   // outside every segment are zero.
   fillBuffer(b, out, f32Const(b, 0.0));
   int64_t experts = cast<MemRefType>(segments.getType()).getDimSize(0) - 1;
-  auto rowAt = [&](Builder &b, Value e) -> Value {
-    Value offset = memref::LoadOp::create(b, segments, ValueRange{e});
-    Value row = arith::IndexCastUIOp::create(b, b.getIndexType(), offset);
-    return arith::MinUIOp::create(b, row, rows);
-  };
   parallelBlocks(b, {indexConst(b, experts)}, [&](Builder &b, ValueRange e) {
-    quantizeRange(b, rowAt(b, e[0]), rowAt(b, offset(b, e[0], 1)));
+    quantizeRange(b, segmentRow(b, segments, e[0], rows),
+                  segmentRow(b, segments, offset(b, e[0], 1), rows));
   });
   return out;
 }
@@ -388,11 +399,6 @@ Value mlir::moe::host::quantizeColumnsFp8(Builder &b, Value input,
   // Rows outside every segment (padding) are zero.
   fillBuffer(b, out, f32Const(b, 0.0));
   auto vectorType = VectorType::get({lanes}, b.getF32Type());
-  auto rowAt = [&](Builder &b, Value e) -> Value {
-    Value offset = memref::LoadOp::create(b, segments, ValueRange{e});
-    Value row = arith::IndexCastUIOp::create(b, b.getIndexType(), offset);
-    return arith::MinUIOp::create(b, row, rows);
-  };
   // In parallel over experts and column vectors; per tile of 128 rows of
   // an expert, the columns' largest magnitudes, then their values.
   parallelBlocks(
@@ -400,7 +406,8 @@ Value mlir::moe::host::quantizeColumnsFp8(Builder &b, Value input,
       [&](Builder &b, ValueRange block) {
         Value e = block[0];
         Value k = arith::MulIOp::create(b, block[1], indexConst(b, lanes));
-        Value lo = rowAt(b, e), hi = rowAt(b, offset(b, e, 1));
+        Value lo = segmentRow(b, segments, e, rows),
+              hi = segmentRow(b, segments, offset(b, e, 1), rows);
         forLoopCarrying(
             b, lo, hi, kFp8Block, {},
             [&](Builder &b, Value t0, ValueRange) -> SmallVector<Value> {
@@ -414,16 +421,10 @@ Value mlir::moe::host::quantizeColumnsFp8(Builder &b, Value input,
                     return {arith::MaximumFOp::create(
                         b, acc[0], math::AbsFOp::create(b, x))};
                   })[0];
-              amax = arith::MaximumFOp::create(b, amax,
-                                               splat(b, vectorType, minAmax));
-              Value inverse =
-                  arith::DivFOp::create(b, splat(b, vectorType, kFp8Max), amax);
-              Value scale =
-                  arith::DivFOp::create(b, amax, splat(b, vectorType, kFp8Max));
+              auto [inverse, scale] = tileScales(b, amax, minAmax);
               forLoop(b, t0, t1, [&](Builder &b, Value r) {
                 Value x = loadVector(b, input, {r, k}, lanes);
-                Value q = roundToFp8(b, arith::MulFOp::create(b, x, inverse));
-                vector::StoreOp::create(b, arith::MulFOp::create(b, q, scale),
+                vector::StoreOp::create(b, fakeQuantize(b, x, inverse, scale),
                                         out, ValueRange{r, k});
               });
               return {};
@@ -441,7 +442,6 @@ void mlir::moe::host::quantizeWeightFp8(Builder &b, Value weight, Value codes,
   // [..., N, K] as [M, N, K] (the weights are contiguous).
   auto as3d = [&](Value v, int64_t n, int64_t k) -> Value {
     auto t = cast<MemRefType>(v.getType());
-    SmallVector<ReassociationIndices> groups;
     if (t.getRank() == 2)
       return memref::ExpandShapeOp::create(
           b, MemRefType::get({1, n, k}, t.getElementType()), v,
@@ -461,18 +461,10 @@ void mlir::moe::host::quantizeWeightFp8(Builder &b, Value weight, Value codes,
   // The (un)scaled codes of the block [r0, r1) x [c0, c1) of matrix m.
   auto quantizeBlock = [&](Builder &b, Value m, Value r0, Value r1, Value c0,
                            Value c1) {
-    auto overBlock =
-        [&](Builder &b, Value init,
-            function_ref<Value(Builder &, Value, Value, Value)> fn) -> Value {
-      return forLoopCarrying(
-          b, r0, r1, 1, {init},
-          [&](Builder &b, Value r, ValueRange acc) -> SmallVector<Value> {
-            return {forLoopCarrying(
-                b, c0, c1, 1, {acc[0]},
-                [&](Builder &b, Value k, ValueRange acc) -> SmallVector<Value> {
-                  return {fn(b, r, k, acc[0])};
-                })[0]};
-          })[0];
+    auto overBlock = [&](Builder &b, Value init,
+                         function_ref<Value(Builder &, Value, Value, Value)>
+                             fn) {
+      return overRange(b, r0, r1, c0, c1, 1, init, fn);
     };
     Value amax = overBlock(
         b, f32Const(b, 0.0), [&](Builder &b, Value r, Value k, Value acc) {
