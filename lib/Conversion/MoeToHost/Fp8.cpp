@@ -352,10 +352,11 @@ Value mlir::moe::host::quantizeTensorFp8(Builder &b, Value input,
   Value zero = indexConst(b, 0), end = indexConst(b, depth);
   // The rows [lo, hi) with one scale: their largest magnitude first.
   auto quantizeRange = [&](Builder &b, Value lo, Value hi) {
-    auto overRows = [&](Builder &b, Value init,
-                        function_ref<Value(Builder &, Value, Value, Value)> fn) {
-      return overRange(b, lo, hi, zero, end, lanes, init, fn);
-    };
+    auto overRows =
+        [&](Builder &b, Value init,
+            function_ref<Value(Builder &, Value, Value, Value)> fn) {
+          return overRange(b, lo, hi, zero, end, lanes, init, fn);
+        };
     Value amax = laneMax(
         b, overRows(b, splat(b, vectorType, 0.0),
                     [&](Builder &b, Value r, Value k, Value acc) -> Value {
@@ -461,11 +462,11 @@ void mlir::moe::host::quantizeWeightFp8(Builder &b, Value weight, Value codes,
   // The (un)scaled codes of the block [r0, r1) x [c0, c1) of matrix m.
   auto quantizeBlock = [&](Builder &b, Value m, Value r0, Value r1, Value c0,
                            Value c1) {
-    auto overBlock = [&](Builder &b, Value init,
-                         function_ref<Value(Builder &, Value, Value, Value)>
-                             fn) {
-      return overRange(b, r0, r1, c0, c1, 1, init, fn);
-    };
+    auto overBlock =
+        [&](Builder &b, Value init,
+            function_ref<Value(Builder &, Value, Value, Value)> fn) {
+          return overRange(b, r0, r1, c0, c1, 1, init, fn);
+        };
     Value amax = overBlock(
         b, f32Const(b, 0.0), [&](Builder &b, Value r, Value k, Value acc) {
           Value v = memref::LoadOp::create(b, w, ValueRange{m, r, k});
