@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """FP8 training against bf16 on moe-train's teacher-student task.
 
-Compiles one config three ways for the host (--dtype bf16, --dtype fp8 with
-DeepSeek-V3's blockwise recipe, --dtype fp8 --fp8-recipe tensor), trains
+Compiles one config four ways for the host (--dtype bf16, --dtype fp8 with
+DeepSeek-V3's blockwise recipe, --dtype fp8 --fp8-recipe tensor, and the
+blockwise recipe with AdamW's moments in bf16 as DeepSeek-V3 kept them,
+--optimizer-state bf16), trains
 each with moe-train from the same seed (the same student and teacher draws
 and the same tokens; an fp8 layer's weights are those draws quantized, and
 its teacher computes in fp8 as well), and prints the loss curves side by
@@ -40,11 +42,14 @@ def main():
     args = ap.parse_args()
     runs = {"bf16": ["--dtype", "bf16"],
             "fp8 block": ["--dtype", "fp8"],
-            "fp8 tensor": ["--dtype", "fp8", "--fp8-recipe", "tensor"]}
+            "fp8 tensor": ["--dtype", "fp8", "--fp8-recipe", "tensor"],
+            "fp8 block, bf16 moments": ["--dtype", "fp8",
+                                        "--optimizer-state", "bf16"]}
     curves = {}
     with tempfile.TemporaryDirectory() as work:
         for name, flags in runs.items():
-            bundle = os.path.join(work, name.replace(" ", "-") + ".moeb")
+            bundle = os.path.join(work, name.replace(" ", "-").replace(
+                ",", "") + ".moeb")
             subprocess.run([os.path.join(args.bin, "moe-compile"), "--hf-config",
                             args.config, "--train", "--max-tokens",
                             str(args.tokens), "-o", bundle] + flags, check=True)

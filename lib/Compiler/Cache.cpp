@@ -109,6 +109,7 @@ std::string mlir::moe::cacheKey(const std::string &input, InputKind kind,
   field("emit", o.emit);
   field("dtype", o.dtype);
   field("fp8-recipe", o.fp8Recipe);
+  field("optimizer-state", o.optimizerState);
   field("max-tokens", std::to_string(o.maxTokens));
   field("alignment", std::to_string(alignmentFor(o)));
   field("sm-partition", o.smPartition);

@@ -164,6 +164,17 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
   if (!o.fp8Recipe.empty() && o.fp8Recipe != "block" && o.fp8Recipe != "tensor")
     return "unknown --fp8-recipe '" + o.fp8Recipe +
            "' (expected block or tensor)";
+  if (!o.optimizerState.empty() && o.optimizerState != "f32" &&
+      o.optimizerState != "bf16")
+    return "unknown --optimizer-state '" + o.optimizerState +
+           "' (expected f32 or bf16)";
+  if (!o.optimizerState.empty() && !o.train)
+    return "--optimizer-state=" + o.optimizerState +
+           " is the training step's: add --train";
+  if (o.optimizerState == "bf16" && o.target == "sm_90a")
+    return "--optimizer-state=bf16 is built for the host target only so far "
+           "(sm_90a's AdamW kernels keep f32 moments): compile it with "
+           "--target host, or without the flag for sm_90a";
   return "";
 }
 
@@ -573,8 +584,11 @@ lowerHostCode(LayerOp layer, llvm::StringRef cpu, const CompileOptions &options,
   OwningOpRef<ModuleOp> entry =
       buildHostEntry(layer, alignmentFor(options), arguments);
   if (options.train) {
-    trainArguments = addHostTrainEntry(*entry, layer);
-    updateArguments = addHostTrainUpdateEntry(*entry, layer);
+    Builder b(&context);
+    Type moments =
+        options.optimizerState == "bf16" ? b.getBF16Type() : b.getF32Type();
+    trainArguments = addHostTrainEntry(*entry, layer, moments);
+    updateArguments = addHostTrainUpdateEntry(*entry, layer, moments);
   }
   if (options.backward)
     backwardArguments = addHostBackwardEntry(*entry, layer);

@@ -507,10 +507,13 @@ mlir::moe::listTrainedWeights(LayerOp layer) {
   return weights;
 }
 
-std::vector<TrainArgument> mlir::moe::listTrainArguments(LayerOp layer) {
+std::vector<TrainArgument> mlir::moe::listTrainArguments(LayerOp layer,
+                                                         Type momentType) {
   Builder b(layer.getContext());
   LayerConfigAttr config = layer.getConfig();
   Type f32 = b.getF32Type();
+  if (!momentType)
+    momentType = f32;
   int64_t dyn = ShapedType::kDynamic;
   int64_t hidden = config.getHidden(), experts = config.getExperts();
   auto f32Like = [&](Value v) {
@@ -525,9 +528,13 @@ std::vector<TrainArgument> mlir::moe::listTrainArguments(LayerOp layer) {
   args.push_back({"target", false, RankedTensorType::get({dyn, hidden}, f32)});
   args.push_back({"hyper", false, RankedTensorType::get({kHyperCount}, f32)});
   SmallVector<std::pair<StringRef, Value>> weights = listTrainedWeights(layer);
-  for (auto [name, value] : weights)
-    for (const char *suffix : {"", ".m", ".v"})
-      args.push_back({(name + suffix).str(), false, f32Like(value)});
+  for (auto [name, value] : weights) {
+    args.push_back({name.str(), false, f32Like(value)});
+    auto moment = RankedTensorType::get(
+        cast<RankedTensorType>(value.getType()).getShape(), momentType);
+    for (const char *suffix : {".m", ".v"})
+      args.push_back({(name + suffix).str(), false, moment});
+  }
   Value bias = layer.getScoreBias();
   if (bias)
     args.push_back({"score_bias", false, f32Like(bias)});
@@ -545,16 +552,23 @@ std::vector<TrainArgument> mlir::moe::listTrainArguments(LayerOp layer) {
   return args;
 }
 
-std::vector<TrainArgument> mlir::moe::listTrainUpdateArguments(LayerOp layer) {
+std::vector<TrainArgument>
+mlir::moe::listTrainUpdateArguments(LayerOp layer, Type momentType) {
   Builder b(layer.getContext());
   Type f32 = b.getF32Type();
+  if (!momentType)
+    momentType = f32;
   std::vector<TrainArgument> args;
   args.push_back({"hyper", false, RankedTensorType::get({kHyperCount}, f32)});
   for (auto [name, value] : listTrainedWeights(layer)) {
-    auto type = RankedTensorType::get(
-        cast<RankedTensorType>(value.getType()).getShape(), f32);
-    for (const char *suffix : {"", ".m", ".v", ".grad"})
-      args.push_back({(name + suffix).str(), false, type});
+    ArrayRef<int64_t> shape =
+        cast<RankedTensorType>(value.getType()).getShape();
+    auto type = RankedTensorType::get(shape, f32);
+    auto moment = RankedTensorType::get(shape, momentType);
+    args.push_back({name.str(), false, type});
+    args.push_back({(name + ".m").str(), false, moment});
+    args.push_back({(name + ".v").str(), false, moment});
+    args.push_back({(name + ".grad").str(), false, type});
   }
   return args;
 }

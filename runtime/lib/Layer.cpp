@@ -309,8 +309,8 @@ static Status validateTrainArguments(const Manifest &m) {
     if (!isFloatType(a.dtype))
       return fail("training argument '" + a.name + "' must be a float tensor");
   }
-  // The in-place update takes the hyperparameters, f32 state and weight
-  // gradients of the step, as the step has them.
+  // The in-place update takes the hyperparameters, f32 state (moments
+  // possibly bf16) and weight gradients of the step, as the step has them.
   if (m.train.update)
     for (const TrainArgumentSpec &a : m.train.update->arguments) {
       auto step = std::find_if(
@@ -318,15 +318,16 @@ static Status validateTrainArguments(const Manifest &m) {
           [&](const TrainArgumentSpec &s) { return s.name == a.name; });
       bool state = step != m.train.arguments.end() && !step->output &&
                    a.name != "x" && a.name != "target";
+      bool moment = state && (endsWith(a.name, ".m") || endsWith(a.name, ".v"));
+      bool typed = a.dtype == DType::F32 || (moment && a.dtype == DType::BF16);
       bool known = step != m.train.arguments.end() &&
-                   (state || isWeightGradient(*step)) && !a.output &&
-                   a.dtype == DType::F32 && step->dtype == DType::F32 &&
-                   a.shape == step->shape;
+                   (state || isWeightGradient(*step)) && !a.output && typed &&
+                   step->dtype == a.dtype && a.shape == step->shape;
       if (!known)
         return fail("training update argument '" + a.name + "' (" +
                     mlirName(a.dtype) + " " + formatShape(a.shape) +
                     (a.output ? ", an output" : "") +
-                    ") is none of the training step's f32 state, "
+                    ") is none of the training step's state, "
                     "hyperparameters or weight gradients");
     }
   return Status::success();

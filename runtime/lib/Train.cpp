@@ -51,10 +51,14 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(Layer &layer) {
   for (const TrainArgumentSpec &a : m.train.arguments) {
     if (a.output || a.name == "x" || a.name == "target" || a.name == "hyper")
       continue;
-    if (a.dtype != DType::F32)
-      return Result::error("training state '" + a.name + "' must be f32");
-    if (endsWith(a.name, ".m") || endsWith(a.name, ".v")) {
-      trainer->tensors[a.name] = Tensor::zeros(DType::F32, a.shape);
+    bool moment = endsWith(a.name, ".m") || endsWith(a.name, ".v");
+    // AdamW's moments may be kept in bf16 (moe-compile --optimizer-state).
+    if (a.dtype != DType::F32 && !(moment && a.dtype == DType::BF16))
+      return Result::error("training state '" + a.name + "' is " +
+                           mlirName(a.dtype) + ", expected f32" +
+                           (moment ? " or bf16" : ""));
+    if (moment) {
+      trainer->tensors[a.name] = Tensor::zeros(a.dtype, a.shape);
       continue;
     }
     const Tensor *value = layer.parameter(a.name);
@@ -375,10 +379,11 @@ Status Trainer::restore(const std::map<std::string, Tensor> &state,
     auto it = state.find(name);
     if (it == state.end())
       return Status::failure("the checkpoint has no '" + name + "'");
-    if (it->second.shape != value.shape || it->second.dtype != DType::F32)
-      return Status::failure("checkpoint tensor '" + name + "' has shape " +
-                             formatShape(it->second.shape) + ", expected " +
-                             formatShape(value.shape) + " f32");
+    if (it->second.shape != value.shape || it->second.dtype != value.dtype)
+      return Status::failure(
+          "checkpoint tensor '" + name + "' is " + mlirName(it->second.dtype) +
+          " " + formatShape(it->second.shape) + ", expected " +
+          mlirName(value.dtype) + " " + formatShape(value.shape));
     if (int64_t at = 0; !allFinite(it->second, &at))
       return Status::failure("checkpoint tensor '" + name +
                              "' holds a non-finite value at element " +
@@ -798,6 +803,7 @@ struct CheckpointState {
 static Expected<CheckpointState>
 verifyCheckpoint(const MarkedCheckpoint &checkpoint,
                  const std::map<std::string, std::vector<int64_t>> &shapes,
+                 const std::map<std::string, DType> &dtypes,
                  const Communicator *comm) {
   const std::string &path = checkpoint.path;
   using Result = Expected<CheckpointState>;
@@ -892,11 +898,17 @@ verifyCheckpoint(const MarkedCheckpoint &checkpoint,
     Expected<Tensor> t = parsed->get(name);
     if (!t)
       return Result::error(t.message());
-    if (t->dtype != DType::F32 || t->shape != shape) {
-      // The checksum held: it is another layer's checkpoint.
+    auto typed = dtypes.find(name);
+    DType dtype = typed == dtypes.end() ? DType::F32 : typed->second;
+    if (t->dtype != dtype || t->shape != shape) {
+      // The checksum held: it is another layer's checkpoint (or another
+      // --optimizer-state's).
       state.incompatible = "tensor '" + name + "' is " + mlirName(t->dtype) +
-                           " " + formatShape(t->shape) +
-                           ", the bundle's is f32 " + formatShape(shape);
+                           " " + formatShape(t->shape) + ", the bundle's is " +
+                           mlirName(dtype) + " " + formatShape(shape);
+      if (t->shape == shape && (endsWith(name, ".m") || endsWith(name, ".v")))
+        state.incompatible += " (AdamW's moments of a step compiled with "
+                              "another moe-compile --optimizer-state)";
       return state;
     }
     if (int64_t at = 0; !allFinite(*t, &at))
@@ -919,7 +931,8 @@ verifyCheckpoint(const MarkedCheckpoint &checkpoint,
 Expected<ValidCheckpoint>
 readValidCheckpoint(const std::string &dir,
                     const std::map<std::string, std::vector<int64_t>> &shapes,
-                    Communicator *comm, bool strict) {
+                    Communicator *comm, bool strict,
+                    const std::map<std::string, DType> &dtypes) {
   using Result = Expected<ValidCheckpoint>;
   bool leader = !comm || comm->rank() == 0;
   Expected<std::vector<MarkedCheckpoint>> all = markedCheckpoints(dir);
@@ -932,7 +945,7 @@ readValidCheckpoint(const std::string &dir,
   for (const MarkedCheckpoint &checkpoint : *all) {
     const std::string &path = checkpoint.path;
     Expected<CheckpointState> state =
-        verifyCheckpoint(checkpoint, shapes, comm);
+        verifyCheckpoint(checkpoint, shapes, dtypes, comm);
     // Intact but not for this job: an error, never a fallback.
     Status fits = state && !state->incompatible.empty()
                       ? Status::failure(state->incompatible)
@@ -978,10 +991,13 @@ Expected<ValidCheckpoint> resumeCheckpoint(const std::string &dir,
                                            Trainer &trainer,
                                            Communicator *comm, bool strict) {
   std::map<std::string, std::vector<int64_t>> shapes;
-  for (const auto &[name, value] : trainer.state())
+  std::map<std::string, DType> dtypes;
+  for (const auto &[name, value] : trainer.state()) {
     shapes[name] = value.shape;
+    dtypes[name] = value.dtype;
+  }
   Expected<ValidCheckpoint> valid =
-      readValidCheckpoint(dir, shapes, comm, strict);
+      readValidCheckpoint(dir, shapes, comm, strict, dtypes);
   if (!valid)
     return valid;
   if (Status s = trainer.restore(valid->tensors, valid->step); !s.ok())

@@ -148,6 +148,12 @@ static cl::opt<bool>
                    "forward, MSE loss, backward, AdamW, auxiliary-loss-free "
                    "bias update; run it with moe-train"),
           cl::init(false), cl::cat(category));
+static cl::opt<std::string> optimizerState(
+    "optimizer-state",
+    cl::desc("With --train: the dtype AdamW keeps its moments in, f32 or "
+             "bf16 (DeepSeek-V3's: half the optimizer's memory; host "
+             "target) (default: f32)"),
+    cl::init(""), cl::cat(category));
 static cl::opt<bool> backward(
     "backward",
     cl::desc("Also compile the layer's backward pass (host and sm_90a): "
@@ -314,6 +320,7 @@ int main(int argc, char **argv) {
     options.deviceMemory = *bytes;
   }
   options.train = train;
+  options.optimizerState = optimizerState;
   options.backward = backward;
   options.ep = ep;
   options.epChunks = epChunks;

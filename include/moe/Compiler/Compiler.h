@@ -58,6 +58,10 @@ struct CompileOptions {
   /// Also compile the training step (host): forward, MSE loss, backward,
   /// AdamW and the auxiliary-loss-free bias update.
   bool train = false;
+  /// With train: the dtype AdamW keeps its moments in, f32 or bf16 (as
+  /// DeepSeek-V3 trained: half the optimizer's memory; the update is
+  /// computed in f32 and rounded once per step); "" for f32.
+  std::string optimizerState;
   /// Also compile the layer's backward pass as an entry point of its own
   /// (host): given x and dy = dL/dy, the gradients of x and of every
   /// trained weight, for a framework's autograd (moe_backward). With ep >

@@ -71,8 +71,11 @@ constexpr llvm::StringLiteral kHostTrainPackedEntryName =
 /// one AdamW step on fp32 master weights (bias-corrected moments; compute
 /// copies in the layer's element type), and DeepSeek's auxiliary-loss-free
 /// bias update `bias += gamma * sign(mean load - load)`. Returns its
-/// arguments (listTrainArguments).
-std::vector<TrainArgument> addHostTrainEntry(ModuleOp module, LayerOp layer);
+/// arguments (listTrainArguments); the moments are of `momentType` (f32
+/// when null, or bf16: the check rounds the new moments as the update
+/// stores them).
+std::vector<TrainArgument> addHostTrainEntry(ModuleOp module, LayerOp layer,
+                                             Type momentType = {});
 
 /// Name of the AdamW update built by addHostTrainUpdateEntry, and of its
 /// packed entry point.
@@ -84,9 +87,12 @@ constexpr llvm::StringLiteral kHostTrainUpdatePackedEntryName =
 /// checked, applied in place to the weights and moments from its gradient
 /// outputs (the runtime runs it once the step is known finite, so the
 /// state needs no second copy). Returns its arguments
-/// (listTrainUpdateArguments).
-std::vector<TrainArgument> addHostTrainUpdateEntry(ModuleOp module,
-                                                   LayerOp layer);
+/// (listTrainUpdateArguments, with moments of `momentType`). Moments in
+/// bf16 are widened to f32, the step computed in f32 (the master's update
+/// from the unrounded moments) and the new moments rounded to nearest
+/// even once.
+std::vector<TrainArgument>
+addHostTrainUpdateEntry(ModuleOp module, LayerOp layer, Type momentType = {});
 
 /// Name of the vector-Jacobian product built by addHostBackwardEntry, and
 /// of its packed entry point.

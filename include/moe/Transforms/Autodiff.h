@@ -73,14 +73,18 @@ enum TrainHyper {
 /// The last two outputs hold, per trained weight (in the order of the
 /// `.grad` outputs), `grad_sq`, the sum of its gradient's squares, and
 /// `bad_updates`, how many of its values the update would make
-/// non-finite.
-std::vector<TrainArgument> listTrainArguments(LayerOp layer);
+/// non-finite. AdamW's moments `W.m` and `W.v` are of `momentType` (f32
+/// when null, or bf16); every other state is f32.
+std::vector<TrainArgument> listTrainArguments(LayerOp layer,
+                                              Type momentType = {});
 
 /// The arguments of the host's `moe_train_update`, the AdamW update of a
 /// finite step: `hyper`, then per trained weight W, `W`, `W.m` and `W.v`
 /// (updated in place) and `W.grad` (the step's gradient output). All are
-/// inputs; there are no outputs.
-std::vector<TrainArgument> listTrainUpdateArguments(LayerOp layer);
+/// inputs; there are no outputs. The moments are of `momentType`, as in
+/// listTrainArguments.
+std::vector<TrainArgument> listTrainUpdateArguments(LayerOp layer,
+                                                    Type momentType = {});
 
 /// The arguments of the sm_90a training step, which keeps its state on the
 /// device and updates it in place (a second schedule, "update", run once

@@ -109,7 +109,9 @@ struct AdamHyper {
 ///   gradSq[index] and badUpdates[index]), which the runtime checks before
 ///   it commits the step;
 /// - update: the pass writes p, m and v in place.
-/// Both compute the same values in the same order.
+/// Both compute the same values in the same order. Moments of bf16 are
+/// widened when loaded and the new ones rounded to nearest even when
+/// stored; the check counts the rounded values.
 void emitAdamWPass(OpBuilder &b, Location loc, ArrayRef<Value> buffers,
                    const AdamHyper &h, bool update, Value gradSq = {},
                    Value badUpdates = {}, int64_t index = 0) {
@@ -124,6 +126,7 @@ void emitAdamWPass(OpBuilder &b, Location loc, ArrayRef<Value> buffers,
                                        : Value(memref::CollapseShapeOp::create(
                                              b, loc, buffer, all)));
   Type f32 = b.getF32Type(), f64 = b.getF64Type(), i32 = b.getI32Type();
+  Type momentType = cast<MemRefType>(buffers[1].getType()).getElementType();
   auto idx = [&](int64_t v) -> Value {
     return arith::ConstantIndexOp::create(b, loc, v);
   };
@@ -160,6 +163,12 @@ void emitAdamWPass(OpBuilder &b, Location loc, ArrayRef<Value> buffers,
                 return memref::LoadOp::create(fb, loc, flat[k], ValueRange{i});
               };
               Value p = load(0), m = load(1), v = load(2), g = load(3);
+              // Moments kept in a narrower type are widened here and
+              // rounded once when stored.
+              if (m.getType() != f32) {
+                m = arith::ExtFOp::create(fb, loc, f32, m);
+                v = arith::ExtFOp::create(fb, loc, f32, v);
+              }
               auto mul = [&](Value l, Value r) -> Value {
                 return arith::MulFOp::create(fb, loc, l, r);
               };
@@ -177,6 +186,12 @@ void emitAdamWPass(OpBuilder &b, Location loc, ArrayRef<Value> buffers,
                   div(mHat, add(math::SqrtOp::create(fb, loc, vHat), h.eps)),
                   mul(h.decay, p));
               Value p2 = arith::SubFOp::create(fb, loc, p, mul(h.lr, step));
+              // The moments as stored (the master's step above used them
+              // unrounded).
+              if (momentType != f32) {
+                m2 = arith::TruncFOp::create(fb, loc, momentType, m2);
+                v2 = arith::TruncFOp::create(fb, loc, momentType, v2);
+              }
               if (update) {
                 memref::StoreOp::create(fb, loc, p2, flat[0], ValueRange{i});
                 memref::StoreOp::create(fb, loc, m2, flat[1], ValueRange{i});
@@ -188,6 +203,10 @@ void emitAdamWPass(OpBuilder &b, Location loc, ArrayRef<Value> buffers,
               Value sq = arith::AddFOp::create(
                   fb, loc, acc[0],
                   arith::MulFOp::create(fb, loc, gd, gd, reassoc), reassoc);
+              if (momentType != f32) {
+                m2 = arith::ExtFOp::create(fb, loc, f32, m2);
+                v2 = arith::ExtFOp::create(fb, loc, f32, v2);
+              }
               Value bad = arith::OrIOp::create(
                   fb, loc,
                   arith::OrIOp::create(fb, loc, nonFinite(fb, loc, p2),
@@ -331,8 +350,8 @@ bool isExpertWeight(StringRef name) {
 
 } // namespace
 
-std::vector<TrainArgument> mlir::moe::addHostTrainEntry(ModuleOp module,
-                                                        LayerOp layer) {
+std::vector<TrainArgument>
+mlir::moe::addHostTrainEntry(ModuleOp module, LayerOp layer, Type momentType) {
   MLIRContext *ctx = layer.getContext();
   Location loc = layer.getLoc();
   OpBuilder b(ctx);
@@ -344,7 +363,7 @@ std::vector<TrainArgument> mlir::moe::addHostTrainEntry(ModuleOp module,
   // gradients.
   SmallVector<std::pair<StringRef, Value>> weights = listTrainedWeights(layer);
   Value bias = layer.getScoreBias();
-  std::vector<TrainArgument> args = listTrainArguments(layer);
+  std::vector<TrainArgument> args = listTrainArguments(layer, momentType);
   size_t firstOutput = 0;
   while (!args[firstOutput].output)
     ++firstOutput;
@@ -469,10 +488,11 @@ std::vector<TrainArgument> mlir::moe::addHostTrainEntry(ModuleOp module,
 }
 
 std::vector<TrainArgument> mlir::moe::addHostTrainUpdateEntry(ModuleOp module,
-                                                              LayerOp layer) {
+                                                              LayerOp layer,
+                                                              Type momentType) {
   OpBuilder b(layer.getContext());
   Location loc = layer.getLoc();
-  std::vector<TrainArgument> args = listTrainUpdateArguments(layer);
+  std::vector<TrainArgument> args = listTrainUpdateArguments(layer, momentType);
   SmallVector<Type> argTypes;
   for (const TrainArgument &arg : args)
     argTypes.push_back(

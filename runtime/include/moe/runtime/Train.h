@@ -39,7 +39,8 @@ struct StepResult {
 class Trainer {
 public:
   /// Master weights start as f32 copies of the layer's bound parameters,
-  /// moments at zero. A host step that updates in place
+  /// moments at zero (f32, or bf16 when the bundle's step keeps them so:
+  /// moe-compile --optimizer-state). A host step that updates in place
   /// (TrainSpec::update) instead borrows an f32 layer's parameters as its
   /// masters (Layer::lendParameter): the layer then reads the trained
   /// weights as they are, and gets them back when the trainer goes.
@@ -112,7 +113,8 @@ Status writeCheckpoint(const std::string &dir, Trainer &trainer,
                        int64_t keep = 0);
 
 /// Writes a checkpoint of a training state given as tensors (what
-/// writeCheckpoint does for a trainer): f32 state, `step` in [0, 2^50].
+/// writeCheckpoint does for a trainer): f32 state (bf16 moments),
+/// `step` in [0, 2^50].
 Status writeCheckpointState(const std::string &dir,
                             const std::map<std::string, Tensor> &state,
                             int64_t step, uint64_t stream,
@@ -192,14 +194,15 @@ struct ValidCheckpoint {
 /// Reads the newest checkpoint under `dir` that verifies on every rank:
 /// its marker (format, step matching the name, ranks), each state file's
 /// size and SHA-256, the step and stream record, every tensor of `shapes`
-/// (f32, that shape, finite values). A damaged checkpoint is skipped for
-/// the next older one (with `strict`, it is the error); an intact one
-/// that is not this job's (other ranks, other shapes, an older format) is
-/// an error, never skipped.
+/// (that shape, of its dtype in `dtypes` or else f32, finite values). A
+/// damaged checkpoint is skipped for the next older one (with `strict`, it
+/// is the error); an intact one that is not this job's (other ranks, other
+/// shapes or dtypes, an older format) is an error, never skipped.
 Expected<ValidCheckpoint>
 readValidCheckpoint(const std::string &dir,
                     const std::map<std::string, std::vector<int64_t>> &shapes,
-                    Communicator *comm = nullptr, bool strict = false);
+                    Communicator *comm = nullptr, bool strict = false,
+                    const std::map<std::string, DType> &dtypes = {});
 
 /// readValidCheckpoint for `trainer`'s state, restored into it.
 Expected<ValidCheckpoint> resumeCheckpoint(const std::string &dir,
