@@ -234,8 +234,10 @@ static rt::Manifest buildManifest(LayerConfigAttr config, WeightNaming naming,
   l.swigluAlpha = config.getSwigluAlphaValue();
   l.swigluLimit = config.getSwigluLimitValue();
   llvm::raw_string_ostream(l.dtype) << config.getDtype();
-  if (config.isFp8())
+  if (config.isFp8()) {
     llvm::raw_string_ostream(l.expertDtype) << config.getExpertDtype();
+    l.fp8Scaling = stringifyFp8Scaling(config.getRecipe().getScaling()).str();
+  }
   l.alignment = alignmentFor(o);
   for (const EntryArgument &arg : args) {
     rt::DType dt = *toDType(arg.type.getElementType());

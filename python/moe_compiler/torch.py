@@ -195,7 +195,10 @@ class MoELayer(torch.nn.Module):
     layer: a moe_compiler.Layer with weights bound.
     param_dtype: the dtype of its float parameters and buffers (float32:
         masters for the optimizer; replace_moe_blocks gives the model's
-        own, as transformers' blocks hold them); gradients come in it.
+        own, as transformers' blocks hold them); gradients come in it. An
+        FP8 layer's trained expert weights are float masters too (the
+        codes times their scales to begin with), which the layer
+        quantizes again, by its recipe, whenever they change.
     output: "tensor" returns y; "routing" returns (y, topk_ids,
         topk_weights); "pair" returns (y, topk_weights), the form of the
         GPT-OSS and Llama 4 blocks in transformers (whose decoder layers
@@ -219,15 +222,22 @@ class MoELayer(torch.nn.Module):
         converted = set()
         self._dtypes = {role: dtype for role, _, _, dtype
                         in layer._core.parameter_specs()}
-        fp8 = sorted(r for r in trained if _is_fp8_weight(self, r))
-        if fp8:
-            raise ValueError(
-                "MoELayer does not train fp8 layers yet (%s are e4m3 codes, "
-                "not parameters autograd can update): train=False serves "
-                "the layer, Layer.backward gives its FP8 gradients, or "
-                "compile it with dtype='bf16' to train" % ", ".join(fp8))
-        for role, value in layer.parameters().items():
+        # An FP8 layer's trained expert weights are float masters, as
+        # moe-train keeps them: their e4m3 codes times their block scales
+        # to begin with; the layer quantizes them again (its recipe's
+        # scales) whenever they change, and the backward pass's gradients
+        # are theirs. Their scales are no tensors of the module.
+        self._masters = {r for r in trained if _is_fp8_weight(self, r)}
+        values = layer.parameters()
+        for role, value in values.items():
+            if role.endswith("_scale") and \
+                    role[:-6] + "_weight" in self._masters:
+                continue
             tensor = torch.from_numpy(value)
+            if role in self._masters:
+                tensor = _fp8_dequantize(
+                    tensor, torch.from_numpy(values[role[:-7] + "_scale"]))
+                converted.add(role)
             # Float values in the module's dtype (e4m3 codes and their
             # block scales as they are).
             scales = role.endswith("_scale") and _is_fp8_weight(
@@ -643,9 +653,16 @@ def replace_moe_blocks(model, target=None, dtype=None, train=None,
 
 
 def _is_fp8_weight(module, role):
-    """Whether `role` holds e4m3 codes (an FP8 layer's expert weight, whose
-    block scales are role[:-7] + "_scale")."""
+    """Whether the layer holds `role` as e4m3 codes (an FP8 layer's expert
+    weight, whose block scales are role[:-7] + "_scale")."""
     return module._dtypes.get(role) == "f8E4M3FN"
+
+
+def _holds_codes(module, role):
+    """Whether the module holds `role` as e4m3 codes (an FP8 weight it
+    does not train; a trained one is a float master)."""
+    return _is_fp8_weight(module, role) and \
+        role not in getattr(module, "_masters", ())
 
 
 def _fp8_dequantize(codes, scales):
@@ -727,7 +744,7 @@ def _role_values(module):
     parts = []
     for role in _layout_roles(module):
         tensor = getattr(module, role).detach()
-        if _is_fp8_weight(module, role):
+        if _holds_codes(module, role):
             tensor = _fp8_dequantize(tensor, getattr(
                 module, role[:-7] + "_scale").detach())
         parts.append(tensor.reshape(-1).float())
@@ -762,7 +779,7 @@ def _role_state(model, path, module, values, what):
         current = getattr(module, role)
         value = flat[offset:offset + current.numel()].reshape(current.shape)
         offset += current.numel()
-        if _is_fp8_weight(module, role):
+        if _holds_codes(module, role):
             scale = role[:-7] + "_scale"
             module.layer.set_parameter(role, value)
             out[role] = torch.from_numpy(module.layer._core.parameter(role))

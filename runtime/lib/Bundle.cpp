@@ -64,6 +64,8 @@ std::string serializeManifest(const Manifest &m) {
                 {"alignment", m.layer.alignment}};
   if (!m.layer.expertDtype.empty())
     layer["expert_dtype"] = m.layer.expertDtype;
+  if (!m.layer.fp8Scaling.empty())
+    layer["fp8_scaling"] = m.layer.fp8Scaling;
   json inputs = json::array(), params = json::array(), outputs = json::array();
   for (const TensorSpec &t : m.inputs)
     inputs.push_back(tensorToJson(t));
@@ -582,6 +584,8 @@ Expected<Manifest> parseManifest(const std::string &text) {
     l.dtype = r.str(*layer, "dtype", w);
     if (layer->contains("expert_dtype"))
       l.expertDtype = r.str(*layer, "expert_dtype", w);
+    if (layer->contains("fp8_scaling"))
+      l.fp8Scaling = r.str(*layer, "fp8_scaling", w);
     l.alignment = r.integer(*layer, "alignment", w);
   }
   auto readTensors = [&](const char *key, std::vector<TensorSpec> &out) {

@@ -441,6 +441,10 @@ Status validateManifest(const Manifest &m) {
   if (!l.expertDtype.empty() && !l.isFp8())
     return fail("the layer's expert_dtype '" + l.expertDtype +
                 "' is not f8E4M3FN");
+  if (!l.fp8Scaling.empty() &&
+      (!l.isFp8() || (l.fp8Scaling != "block" && l.fp8Scaling != "tensor")))
+    return fail("the layer's fp8_scaling '" + l.fp8Scaling +
+                "' is not block or tensor of an fp8 layer");
   auto expected = expectedParameters(l, m.expertParallel);
   if (m.parameters.size() != expected.size())
     return fail("the layer takes " + std::to_string(expected.size()) +
@@ -826,10 +830,11 @@ Status Layer::quantizeParameter(size_t i, const Tensor &values) {
   int64_t blocks = fp8Blocks(rows) * fp8Blocks(cols);
   const auto *w = reinterpret_cast<const float *>(values.data.data());
   auto *scales = reinterpret_cast<float *>(parameters[j].data.data());
+  bool perMatrix = m.layer.perTensorFp8();
   for (int64_t k = 0; k < matrices; ++k)
     if (!quantizeFp8Blocks(w + k * rows * cols, rows, cols,
                            parameters[i].data.data() + k * rows * cols,
-                           scales + k * blocks))
+                           scales + k * blocks, perMatrix))
       return Status::failure("parameter '" + p.role + "' holds a NaN or an "
                              "infinity, which e4m3 cannot quantize");
   return Status::success();

@@ -196,20 +196,32 @@ uint8_t floatToFp8e4m3(float value) {
 }
 
 bool quantizeFp8Blocks(const float *w, int64_t rows, int64_t cols,
-                       uint8_t *codes, float *scales) {
+                       uint8_t *codes, float *scales, bool perMatrix) {
   int64_t blockCols = fp8Blocks(cols);
+  // The amax of the rows [r0, r1) and columns [c0, c1); false for a value
+  // that is not finite.
+  auto amaxOf = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                    float &amax) {
+    amax = 0.0f;
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = c0; c < c1; ++c) {
+        float v = w[r * cols + c];
+        if (!std::isfinite(v))
+          return false;
+        amax = std::max(amax, std::fabs(v));
+      }
+    return true;
+  };
+  float matrixAmax = 0.0f;
+  if (perMatrix && !amaxOf(0, rows, 0, cols, matrixAmax))
+    return false;
   for (int64_t r0 = 0; r0 < rows; r0 += kFp8Block)
     for (int64_t c0 = 0; c0 < cols; c0 += kFp8Block) {
       int64_t r1 = std::min(rows, r0 + kFp8Block),
               c1 = std::min(cols, c0 + kFp8Block);
-      float amax = 0.0f;
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t c = c0; c < c1; ++c) {
-          float v = w[r * cols + c];
-          if (!std::isfinite(v))
-            return false;
-          amax = std::max(amax, std::fabs(v));
-        }
+      float amax = matrixAmax;
+      if (!perMatrix && !amaxOf(r0, r1, c0, c1, amax))
+        return false;
       bool zero = amax < std::numeric_limits<float>::min();
       float inverse = zero ? 1.0f : 448.0f / amax;
       scales[(r0 / kFp8Block) * blockCols + c0 / kFp8Block] =

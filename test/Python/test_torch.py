@@ -1,6 +1,8 @@
 """moe_compiler.torch: MoELayer's forward equals the runtime's, and
 loss.backward() gives moe-train's gradients (checked against finite
 differences in Integration/train.test)."""
+import copy
+import os
 import subprocess
 
 import numpy as np
@@ -13,7 +15,7 @@ import moe_compiler  # noqa: E402
 import reference  # noqa: E402
 from conftest import INPUTS  # noqa: E402
 from moe_compiler.torch import MoELayer  # noqa: E402
-from test_package import generate  # noqa: E402
+from test_package import generate, reference_args  # noqa: E402
 
 
 @pytest.mark.parametrize("name", ["deepseek-v3-tiny", "gpt-oss-tiny",
@@ -95,9 +97,95 @@ def test_errors(tmp_path):
                        r"bundle is for the host target \(compile it with "
                        r"target='sm_90a'"):
         frozen._forward_device(torch.from_numpy(x))
-    # An fp8 layer trains through Layer.backward, not yet as a module.
-    fp8 = moe_compiler.compile(INPUTS + "/deepseek-v3-fp8.json", dtype="fp8",
-                               train=True, max_tokens=16).load(seed=1)
-    with pytest.raises(ValueError, match="MoELayer does not train fp8 layers "
-                       "yet .down_weight, gate_weight, shared_down_weight"):
-        MoELayer(fp8)
+
+
+FP8_MASTERS = ("gate_weight", "up_weight", "down_weight", "shared_gate_weight",
+               "shared_up_weight", "shared_down_weight")
+
+
+def test_fp8_module_trains(tmp_path):
+    """An fp8 layer as a module: its trained expert weights are float
+    masters (the published codes times their block scales to begin with),
+    which the layer quantizes again whenever they change. After an
+    optimizer step moved them, loss.backward()'s gradients are DeepSeek-V3's
+    recipe at the new masters: within 3e-2 of fp8_train_check.py's float64
+    model given the module's masters (bf16 rounding that flips an e4m3
+    code, and with it a tile's scale, makes up the difference), and more
+    than 0.1 from the same model at the masters before the step and from
+    the model without quantization."""
+    import fp8_train_check
+    config = os.path.join(INPUTS, "deepseek-v3-fp8.json")
+    weights, inputs = tmp_path / "w.safetensors", tmp_path / "x.safetensors"
+    args = reference_args(config, 48, 7, weights, inputs)
+    args.dtype, args.fp8 = "bf16", True
+    reference.generate(args)
+    module = MoELayer.from_config(config, weights=str(weights), dtype="fp8",
+                                  max_tokens=64)
+    for role in FP8_MASTERS:
+        assert getattr(module, role).dtype == torch.float32, role
+        assert role in dict(module.named_parameters()), role
+    assert not any(n.endswith("_scale") for n, _ in module.named_buffers())
+
+    def by_name():
+        """The module's tensors under the checkpoint's names, float64."""
+        roles = {n: t.detach().numpy().copy()
+                 for n, t in module.named_parameters()}
+        roles.update({n: t.numpy() for n, t in module.named_buffers()})
+        return {n: v.astype(np.float64) for n, v in
+                module.layer.checkpoint_names(roles).items()}
+
+    x = reference.read_safetensors(str(inputs))["x"].copy()
+    target = np.random.default_rng(1).uniform(-0.1, 0.1, x.shape)
+    xt = torch.from_numpy(x).requires_grad_()
+    tt = torch.from_numpy(target.astype(np.float32))
+    before = by_name()
+    opt = torch.optim.Adam(module.parameters(), lr=1e-3)
+    ((module(xt) - tt) ** 2).mean().backward()
+    opt.step()
+    opt.zero_grad()
+    xt.grad = None
+    ((module(xt) - tt) ** 2).mean().backward()
+    got = {n: t.grad.numpy().astype(np.float64)
+           for n, t in module.named_parameters()}
+    got["x"] = xt.grad.numpy().astype(np.float64)
+
+    cfg = reference.Config(config)
+    (eg, eu, ed), (sg, su, sd) = cfg.names()
+    stacked = lambda want, name: np.stack(
+        [want[name.format(e)] for e in range(cfg.experts)])
+    after = by_name()
+    for masters, plain, close in ((after, False, True), (after, True, False),
+                                  (before, False, False)):
+        want = fp8_train_check.step(cfg, masters, x.astype(np.float64), target,
+                                    fp8_train_check.Recipe("block", plain))
+        pairs = {"x": want["x"], "router_weight": want["gate.weight"],
+                 "gate_weight": stacked(want, eg), "up_weight": stacked(want, eu),
+                 "down_weight": stacked(want, ed), "shared_gate_weight": want[sg],
+                 "shared_up_weight": want[su], "shared_down_weight": want[sd]}
+        for name, value in pairs.items():
+            err = np.linalg.norm(got[name] - value) / np.linalg.norm(value)
+            assert (err < 3e-2) if close else (err > 0.1), \
+                (name, plain, masters is before, err)
+    # A copy (the bundle reloaded, the masters quantized again) computes
+    # the same.
+    clone = copy.deepcopy(module)
+    with torch.no_grad():
+        assert torch.equal(clone(xt), module(xt))
+
+
+def test_fp8_module_tensor_recipe_scales():
+    """fp8_recipe="tensor": a master bound to the layer gets one scale per
+    expert's matrix (its largest magnitude over 448, in every block)."""
+    module = MoELayer.from_config(INPUTS + "/deepseek-v3-fp8.json", seed=1,
+                                  dtype="fp8", fp8_recipe="tensor",
+                                  max_tokens=16)
+    with torch.no_grad():
+        module.gate_weight.mul_(1.5)
+        module.gate_weight[0, 0, 0] = 3.0
+    module(torch.zeros(2, module.layer.hidden_size))
+    scales = module.layer._core.parameter("gate_scale")
+    master = module.gate_weight.detach().numpy()
+    for e in range(master.shape[0]):
+        want = np.float32(np.abs(master[e]).max()) / np.float32(448)
+        assert np.all(scales[e] == want), (e, scales[e], want)
+    assert scales[0].flat[0] == np.float32(3.0) / np.float32(448)

@@ -445,6 +445,54 @@ def test_state_dict_bf16_and_fp8():
         assert torch.equal(getattr(moe, role), value), role
 
 
+def test_fp8_training():
+    """replace_moe_blocks(dtype="fp8", train=True): the layers train with
+    FP8 experts. Their expert weights are float masters under the block's
+    names (what transformers holds); the model's gradients follow
+    transformers' f32 ones within what e4m3's 3 mantissa bits allow; an
+    optimizer step changes the masters, and the layer's next pass uses
+    them (its loss changes)."""
+    model = build("qwen3_moe")
+    tokens = torch.randint(0, 100, (2, 9), generator=torch.Generator()
+                           .manual_seed(15))
+    _, want = run(model, tokens)
+    swapped = copy.deepcopy(model)
+    paths = replace_moe_blocks(swapped, train=True, dtype="fp8")
+    moe = swapped.get_submodule(paths[0])
+    assert moe._masters and all(getattr(moe, r).dtype == torch.float32
+                                for r in moe._masters)
+    _, got = run(swapped, tokens)
+
+    def check(got, want, name):
+        if not want.any():  # an expert that saw no token
+            assert not got.any(), name
+            return
+        err = (got - want).norm() / want.norm()
+        assert err < 0.15, "%s: relative error %.3f" % (name, err)
+
+    for name in want:
+        if not any(name.startswith(p + ".") for p in paths):
+            check(got[name], want[name], name)
+    # The blocks' weights under the published checkpoint names.
+    from transformers.core_model_loading import revert_weight_conversion
+    for path in paths:
+        moe = swapped.get_submodule(path)
+        ref = revert_weight_conversion(
+            model, {n: g for n, g in want.items()
+                    if n.startswith(path + ".")})
+        ref = {re.sub(r"^.*?layers\.\d+\.[a-z_]+\.", "", n): g
+               for n, g in ref.items()}
+        ours = moe.layer.checkpoint_names(
+            {role: got[path + "." + role] for role in moe._trained})
+        assert set(ours) == set(ref)
+        for name, value in ref.items():
+            check(torch.from_numpy(ours[name]), value, path + "." + name)
+    assert set(swapped.state_dict()) == set(model.state_dict())
+    first = swapped(tokens, labels=tokens).loss.item()
+    torch.optim.SGD(swapped.parameters(), lr=0.5).step()
+    assert swapped(tokens, labels=tokens).loss.item() < first
+
+
 def test_bf16_training():
     """A bf16 model trained with compiled layers: their parameters and
     gradients are bf16 (an optimizer sees what transformers' blocks would

@@ -100,9 +100,15 @@ struct LayerSpec {
   /// (e4m3 codes with a `ROLE_scale` parameter of f32 scales, one per
   /// 128 x 128 block).
   std::string expertDtype;
+  /// An fp8 layer's recipe (#moe.fp8_recipe): "block" (DeepSeek-V3's; ""
+  /// in bundles written before the field) or "tensor", whose weights
+  /// bound as float values get one scale per expert's matrix (every block
+  /// scale of the matrix the same).
+  std::string fp8Scaling;
   int64_t alignment = 1;
 
   bool isFp8() const { return expertDtype == "f8E4M3FN"; }
+  bool perTensorFp8() const { return fp8Scaling == "tensor"; }
 };
 
 /// A device buffer of an sm_90a program. Shape sizes: -1 is the token

@@ -150,10 +150,12 @@ inline int64_t fp8Blocks(int64_t n) { return (n + kFp8Block - 1) / kFp8Block; }
 /// f32 `scales` entry per 128 x 128 block ([ceil(rows / 128), ceil(cols /
 /// 128)], row-major): with `a` the block's largest magnitude, its values
 /// become e4m3(w * (448 / a)) and its scale a / 448, so w ~ code * scale (a
-/// block of zeros gets scale 1). Returns false if the matrix holds a NaN
-/// or an infinity.
+/// block of zeros gets scale 1). With `perMatrix` (the per-tensor
+/// recipe), `a` is the whole matrix's largest magnitude, and every block
+/// gets the same scale. Returns false if the matrix holds a NaN or an
+/// infinity.
 bool quantizeFp8Blocks(const float *w, int64_t rows, int64_t cols,
-                       uint8_t *codes, float *scales);
+                       uint8_t *codes, float *scales, bool perMatrix = false);
 
 /// The f32 values of the e4m3 `codes` ([..., N, K]) with their block
 /// `scales` ([..., ceil(N / 128), ceil(K / 128)] f32): code times its
