@@ -103,9 +103,28 @@ def run(model, tokens):
                                  if p.grad is not None}
 
 
+def block_grads(model, swapped, path, grads, ref_grads):
+    """The gradients of the replaced block at `path` (grads, by the
+    swapped model's names) and of transformers' (ref_grads, by the
+    original model's), both under the published checkpoint names after
+    the block's name."""
+    from transformers.core_model_loading import revert_weight_conversion
+    moe = swapped.get_submodule(path)
+    ref = revert_weight_conversion(
+        model, {n: g for n, g in ref_grads.items()
+                if n.startswith(path + ".")})
+    ours = moe.layer.checkpoint_names(
+        {role: grads[path + "." + role] for role in moe._trained})
+    # Reverted to the checkpoint's block name (Mixtral's block_sparse_moe
+    # for the module mlp): names after it.
+    ref = {re.sub(r"^.*?layers\.\d+\.[a-z_]+\.", "", n): g
+           for n, g in ref.items()}
+    assert set(ours) == set(ref), (sorted(ours), sorted(ref))
+    return ours, ref
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_replace_moe_blocks(case):
-    from transformers.core_model_loading import revert_weight_conversion
     model = build(case)
     tokens = torch.randint(0, 100, (2, 11), generator=torch.Generator()
                            .manual_seed(1))
@@ -131,20 +150,9 @@ def test_replace_moe_blocks(case):
         close(grads[name], ref_grads[name], name)
     # The blocks' own weights, both under the published checkpoint names.
     for path in paths:
-        moe = swapped.get_submodule(path)
-        ref = revert_weight_conversion(
-            model, {n: g for n, g in ref_grads.items()
-                    if n.startswith(path + ".")})
-        prefix = path + "."
-        ours = moe.layer.checkpoint_names(
-            {role: grads[prefix + role] for role in moe._trained})
-        # Reverted to the checkpoint's block name (Mixtral's
-        # block_sparse_moe for the module mlp): names after it.
-        ref = {re.sub(r"^.*?layers\.\d+\.[a-z_]+\.", "", n): g
-               for n, g in ref.items()}
-        assert set(ours) == set(ref), (sorted(ours), sorted(ref))
+        ours, ref = block_grads(model, swapped, path, grads, ref_grads)
         for name, want in ref.items():
-            close(torch.from_numpy(ours[name]), want, prefix + name)
+            close(torch.from_numpy(ours[name]), want, path + "." + name)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -474,17 +482,8 @@ def test_fp8_training():
         if not any(name.startswith(p + ".") for p in paths):
             check(got[name], want[name], name)
     # The blocks' weights under the published checkpoint names.
-    from transformers.core_model_loading import revert_weight_conversion
     for path in paths:
-        moe = swapped.get_submodule(path)
-        ref = revert_weight_conversion(
-            model, {n: g for n, g in want.items()
-                    if n.startswith(path + ".")})
-        ref = {re.sub(r"^.*?layers\.\d+\.[a-z_]+\.", "", n): g
-               for n, g in ref.items()}
-        ours = moe.layer.checkpoint_names(
-            {role: got[path + "." + role] for role in moe._trained})
-        assert set(ours) == set(ref)
+        ours, ref = block_grads(model, swapped, path, got, want)
         for name, value in ref.items():
             check(torch.from_numpy(ours[name]), value, path + "." + name)
     assert set(swapped.state_dict()) == set(model.state_dict())
