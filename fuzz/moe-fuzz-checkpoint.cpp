@@ -26,8 +26,8 @@ using namespace moe::rt;
 namespace {
 std::string dir;
 std::map<std::string, Tensor> older;
-std::map<std::string, std::vector<int64_t>> shapes = {{"b", {4}},
-                                                      {"w", {2, 3}}};
+std::map<std::string, StateSpec> specs = {{"b", {DType::F32, {4}}},
+                                          {"w", {DType::F32, {2, 3}}}};
 
 void writeAll(const std::string &path, const uint8_t *data, size_t size) {
   FILE *f = std::fopen(path.c_str(), "wb");
@@ -64,8 +64,8 @@ extern "C" int LLVMFuzzerInitialize(int *, char ***) {
     if (std::system(command.c_str()) != 0)
       std::fprintf(stderr, "cannot remove %s\n", dir.c_str());
   });
-  for (const auto &[name, shape] : shapes) {
-    Tensor t = Tensor::zeros(DType::F32, shape);
+  for (const auto &[name, spec] : specs) {
+    Tensor t = Tensor::zeros(spec.dtype, spec.shape);
     for (int64_t i = 0; i < t.numElements(); ++i)
       t.as<float>()[i] = 0.5f * static_cast<float>(i) - 1.0f;
     older[name] = t;
@@ -88,7 +88,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   writeAll(ckpt + "/COMPLETE", data + 4, markerSize);
   writeAll(ckpt + "/state.safetensors", data + 4 + markerSize,
            size - 4 - markerSize);
-  Expected<ValidCheckpoint> read = readValidCheckpoint(dir, shapes);
+  Expected<ValidCheckpoint> read = readValidCheckpoint(dir, specs);
   if (!read)
     return 0;
   if (read->step == 3) {
@@ -97,10 +97,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         __builtin_trap(); // fell back to something else
     return 0;
   }
-  if (read->step != 7 || read->tensors.size() != shapes.size())
+  if (read->step != 7 || read->tensors.size() != specs.size())
     __builtin_trap();
   for (const auto &[name, t] : read->tensors) {
-    if (t.shape != shapes.at(name))
+    if (t.shape != specs.at(name).shape)
       __builtin_trap();
     for (int64_t i = 0; i < t.numElements(); ++i)
       if (!std::isfinite(t.as<float>()[i]))

@@ -503,6 +503,10 @@ bool isWeightGradient(const TrainArgumentSpec &spec) {
          n.compare(n.size() - 5, 5, ".grad") == 0;
 }
 
+bool isAdamMoment(const std::string &name) {
+  return endsWith(name, ".m") || endsWith(name, ".v");
+}
+
 Expected<Manifest> parseManifest(const std::string &text) {
   if (Status s = checkJsonText(text.data(), text.size(), "manifest");
       !s.ok())

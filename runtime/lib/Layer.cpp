@@ -318,7 +318,7 @@ static Status validateTrainArguments(const Manifest &m) {
           [&](const TrainArgumentSpec &s) { return s.name == a.name; });
       bool state = step != m.train.arguments.end() && !step->output &&
                    a.name != "x" && a.name != "target";
-      bool moment = state && (endsWith(a.name, ".m") || endsWith(a.name, ".v"));
+      bool moment = state && isAdamMoment(a.name);
       bool typed = a.dtype == DType::F32 || (moment && a.dtype == DType::BF16);
       bool known = step != m.train.arguments.end() &&
                    (state || isWeightGradient(*step)) && !a.output && typed &&

@@ -87,8 +87,7 @@ GpuMemoryPlan planGpuMemory(const GpuProgram &program, int64_t maxTokens,
       const std::string &name = b.source.role;
       if (endsWith(name, ".grad"))
         plan.gradients += bytes;
-      else if (endsWith(name, ".m") || endsWith(name, ".v") ||
-               endsWith(name, ".next"))
+      else if (isAdamMoment(name) || endsWith(name, ".next"))
         plan.optimizer += bytes;
       else if (name == "x" || name == "target" || name == "hyper" ||
                name == "loss" || name == "load" || name == "grad_sq" ||

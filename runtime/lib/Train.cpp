@@ -51,7 +51,7 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(Layer &layer) {
   for (const TrainArgumentSpec &a : m.train.arguments) {
     if (a.output || a.name == "x" || a.name == "target" || a.name == "hyper")
       continue;
-    bool moment = endsWith(a.name, ".m") || endsWith(a.name, ".v");
+    bool moment = isAdamMoment(a.name);
     // AdamW's moments may be kept in bf16 (moe-compile --optimizer-state).
     if (a.dtype != DType::F32 && !(moment && a.dtype == DType::BF16))
       return Result::error("training state '" + a.name + "' is " +
@@ -361,8 +361,7 @@ Status Trainer::syncLayer() {
   if (Status s = pullState(); !s.ok())
     return s;
   for (const auto &[name, value] : tensors) {
-    if (endsWith(name, ".m") || endsWith(name, ".v") ||
-        layer.parameter(name) == &value)
+    if (isAdamMoment(name) || layer.parameter(name) == &value)
       continue;
     if (Status s = layer.setParameter(name, value); !s.ok())
       return s;
@@ -802,8 +801,7 @@ struct CheckpointState {
 /// stream record.
 static Expected<CheckpointState>
 verifyCheckpoint(const MarkedCheckpoint &checkpoint,
-                 const std::map<std::string, std::vector<int64_t>> &shapes,
-                 const std::map<std::string, DType> &dtypes,
+                 const std::map<std::string, StateSpec> &specs,
                  const Communicator *comm) {
   const std::string &path = checkpoint.path;
   using Result = Expected<CheckpointState>;
@@ -873,8 +871,9 @@ verifyCheckpoint(const MarkedCheckpoint &checkpoint,
   // The state's size follows from the trainer's tensors; a marker that
   // claims much more is damaged (and must not make us allocate it).
   uint64_t expected = 1 << 20;
-  for (const auto &[name, shape] : shapes)
-    expected += static_cast<uint64_t>(elementCount(shape).value_or(0)) * 4 +
+  for (const auto &[name, spec] : specs)
+    expected += static_cast<uint64_t>(elementCount(spec.shape).value_or(0)) *
+                    dtypeSize(spec.dtype) +
                 256;
   if (bytes > expected)
     return Result::error("its marker records " + std::to_string(bytes) +
@@ -894,19 +893,17 @@ verifyCheckpoint(const MarkedCheckpoint &checkpoint,
   Expected<SafetensorsFile> parsed = SafetensorsFile::parse(std::move(*data), file);
   if (!parsed)
     return Result::error(parsed.message());
-  for (const auto &[name, shape] : shapes) {
+  for (const auto &[name, spec] : specs) {
     Expected<Tensor> t = parsed->get(name);
     if (!t)
       return Result::error(t.message());
-    auto typed = dtypes.find(name);
-    DType dtype = typed == dtypes.end() ? DType::F32 : typed->second;
-    if (t->dtype != dtype || t->shape != shape) {
+    if (t->dtype != spec.dtype || t->shape != spec.shape) {
       // The checksum held: it is another layer's checkpoint (or another
       // --optimizer-state's).
       state.incompatible = "tensor '" + name + "' is " + mlirName(t->dtype) +
                            " " + formatShape(t->shape) + ", the bundle's is " +
-                           mlirName(dtype) + " " + formatShape(shape);
-      if (t->shape == shape && (endsWith(name, ".m") || endsWith(name, ".v")))
+                           mlirName(spec.dtype) + " " + formatShape(spec.shape);
+      if (t->shape == spec.shape && isAdamMoment(name))
         state.incompatible += " (AdamW's moments of a step compiled with "
                               "another moe-compile --optimizer-state)";
       return state;
@@ -930,9 +927,8 @@ verifyCheckpoint(const MarkedCheckpoint &checkpoint,
 
 Expected<ValidCheckpoint>
 readValidCheckpoint(const std::string &dir,
-                    const std::map<std::string, std::vector<int64_t>> &shapes,
-                    Communicator *comm, bool strict,
-                    const std::map<std::string, DType> &dtypes) {
+                    const std::map<std::string, StateSpec> &specs,
+                    Communicator *comm, bool strict) {
   using Result = Expected<ValidCheckpoint>;
   bool leader = !comm || comm->rank() == 0;
   Expected<std::vector<MarkedCheckpoint>> all = markedCheckpoints(dir);
@@ -944,8 +940,7 @@ readValidCheckpoint(const std::string &dir,
   ValidCheckpoint valid;
   for (const MarkedCheckpoint &checkpoint : *all) {
     const std::string &path = checkpoint.path;
-    Expected<CheckpointState> state =
-        verifyCheckpoint(checkpoint, shapes, dtypes, comm);
+    Expected<CheckpointState> state = verifyCheckpoint(checkpoint, specs, comm);
     // Intact but not for this job: an error, never a fallback.
     Status fits = state && !state->incompatible.empty()
                       ? Status::failure(state->incompatible)
@@ -987,17 +982,19 @@ readValidCheckpoint(const std::string &dir,
   return Result::error("no valid checkpoint in '" + dir + "'" + reasons);
 }
 
+std::map<std::string, StateSpec>
+stateSpecs(const std::map<std::string, Tensor> &state) {
+  std::map<std::string, StateSpec> specs;
+  for (const auto &[name, value] : state)
+    specs[name] = {value.dtype, value.shape};
+  return specs;
+}
+
 Expected<ValidCheckpoint> resumeCheckpoint(const std::string &dir,
-                                           Trainer &trainer,
-                                           Communicator *comm, bool strict) {
-  std::map<std::string, std::vector<int64_t>> shapes;
-  std::map<std::string, DType> dtypes;
-  for (const auto &[name, value] : trainer.state()) {
-    shapes[name] = value.shape;
-    dtypes[name] = value.dtype;
-  }
+                                           Trainer &trainer, Communicator *comm,
+                                           bool strict) {
   Expected<ValidCheckpoint> valid =
-      readValidCheckpoint(dir, shapes, comm, strict, dtypes);
+      readValidCheckpoint(dir, stateSpecs(trainer.state()), comm, strict);
   if (!valid)
     return valid;
   if (Status s = trainer.restore(valid->tensors, valid->step); !s.ok())

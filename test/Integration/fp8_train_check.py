@@ -215,6 +215,18 @@ def step(cfg, tensors, x, target, recipe):
     return grads
 
 
+def by_role(cfg, grads):
+    """step()'s gradients of a layer with shared experts under the
+    runtime's roles (experts stacked), and x's."""
+    (eg, eu, ed), (sg, su, sd) = cfg.names()
+    stacked = lambda name: np.stack(
+        [grads[name.format(e)] for e in range(cfg.experts)])
+    return {"x": grads["x"], "router_weight": grads[cfg.router_name()],
+            "gate_weight": stacked(eg), "up_weight": stacked(eu),
+            "down_weight": stacked(ed), "shared_gate_weight": grads[sg],
+            "shared_up_weight": grads[su], "shared_down_weight": grads[sd]}
+
+
 def main():
     ap = argparse.ArgumentParser()
     for name in ("config", "weights", "inputs", "bundle", "moe-train", "work"):

@@ -30,25 +30,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference  # noqa: E402
+from saved_vs_state import master  # noqa: E402
 
 # moe-train's (TrainOptions'), as the step gets them: f32 values (1 - b
 # is exact in f32 for b in [0.5, 1]).
 B1, B2, EPS = (float(np.float32(v)) for v in (0.9, 0.999, 1e-8))
-
-# Checkpoint name (DeepSeek naming) -> state name.
-ROLES = {"gate.weight": "router_weight",
-         "gate_proj.weight": "gate_weight", "up_proj.weight": "up_weight",
-         "down_proj.weight": "down_weight"}
-
-
-def role_of(name):
-    """(state name, expert index or None) of a gradient's checkpoint name."""
-    if name.startswith("experts."):
-        _, e, rest = name.split(".", 2)
-        return ROLES[rest], int(e)
-    if name.startswith("shared_experts."):
-        return "shared_" + ROLES[name.split(".", 1)[1]], None
-    return ROLES[name], None
 
 
 def dtypes_of(path):
@@ -112,19 +98,16 @@ def main():
     worst = {"master": 0.0, "moments": 0.0}
     counted = exact = 0
     want_dtype = "BF16" if args.moments == "bf16" else "F32"
+    for key in sorted(k for k in kinds if k.endswith((".m", ".v"))):
+        if kinds[key] != want_dtype:
+            print("FAIL %s is %s, expected %s" % (key, kinds[key], want_dtype))
+            return 1
     for name in sorted(grads):
         if name == "x" or name.endswith("e_score_correction_bias"):
             continue
-        role, expert = role_of(name)
-        for moment in (".m", ".v"):
-            if kinds[role + moment] != want_dtype:
-                print("FAIL %s%s is %s, expected %s"
-                      % (role, moment, kinds[role + moment], want_dtype))
-                return 1
 
         def part(state, suffix=""):
-            value = state[role + suffix].astype(np.float64)
-            return value[expert] if expert is not None else value
+            return master(state, name, suffix).astype(np.float64)
 
         g = grads[name].astype(np.float64)
         p, m, v = part(old), part(old, ".m"), part(old, ".v")

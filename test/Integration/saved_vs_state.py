@@ -21,13 +21,15 @@ ROLES = {"gate.weight": "router_weight",
          "down_proj.weight": "down_weight"}
 
 
-def master(state, name):
+def master(state, name, suffix=""):
+    """The state's tensor of checkpoint name `name` (an expert's slice of
+    the stacked one), or with `suffix` ".m" or ".v" its AdamW moment."""
     if name.startswith("experts."):
         _, e, rest = name.split(".", 2)
-        return state[ROLES[rest]][int(e)]
+        return state[ROLES[rest] + suffix][int(e)]
     if name.startswith("shared_experts."):
-        return state["shared_" + ROLES[name.split(".", 1)[1]]]
-    return state[ROLES[name]]
+        return state["shared_" + ROLES[name.split(".", 1)[1]] + suffix]
+    return state[ROLES[name] + suffix]
 
 
 def main():

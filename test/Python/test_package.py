@@ -512,17 +512,10 @@ def test_fp8_backward_on_the_host(tmp_path):
     masters = {n: reference.dequantize_weight(v, raw[n + "_scale_inv"])
                if n + "_scale_inv" in raw else v.astype(np.float64)
                for n, v in raw.items() if not n.endswith("_scale_inv")}
-    (eg, eu, ed), (sg, su, sd) = cfg.names()
-    stacked = lambda want, name: np.stack(
-        [want[name.format(e)] for e in range(cfg.experts)])
     for plain in (False, True):
         want = fp8_train_check.step(cfg, masters, x.astype(np.float64), target,
                                     fp8_train_check.Recipe(recipe, plain))
-        pairs = {"x": want["x"], "router_weight": want["gate.weight"],
-                 "gate_weight": stacked(want, eg), "up_weight": stacked(want, eu),
-                 "down_weight": stacked(want, ed), "shared_gate_weight": want[sg],
-                 "shared_up_weight": want[su], "shared_down_weight": want[sd]}
-        for name, value in pairs.items():
+        for name, value in fp8_train_check.by_role(cfg, want).items():
             err = (np.linalg.norm(grads[name].astype(np.float64) - value) /
                    np.linalg.norm(value))
             assert (err > 1.5e-2) if plain else (err < 1.5e-2), (name, plain, err)

@@ -150,19 +150,12 @@ def test_fp8_module_trains(tmp_path):
     got["x"] = xt.grad.numpy().astype(np.float64)
 
     cfg = reference.Config(config)
-    (eg, eu, ed), (sg, su, sd) = cfg.names()
-    stacked = lambda want, name: np.stack(
-        [want[name.format(e)] for e in range(cfg.experts)])
     after = by_name()
     for masters, plain, close in ((after, False, True), (after, True, False),
                                   (before, False, False)):
         want = fp8_train_check.step(cfg, masters, x.astype(np.float64), target,
                                     fp8_train_check.Recipe("block", plain))
-        pairs = {"x": want["x"], "router_weight": want["gate.weight"],
-                 "gate_weight": stacked(want, eg), "up_weight": stacked(want, eu),
-                 "down_weight": stacked(want, ed), "shared_gate_weight": want[sg],
-                 "shared_up_weight": want[su], "shared_down_weight": want[sd]}
-        for name, value in pairs.items():
+        for name, value in fp8_train_check.by_role(cfg, want).items():
             err = np.linalg.norm(got[name] - value) / np.linalg.norm(value)
             assert (err < 3e-2) if close else (err > 0.1), \
                 (name, plain, masters is before, err)

@@ -80,14 +80,6 @@ std::map<std::string, Tensor> stateOf(float base) {
   return state;
 }
 
-std::map<std::string, std::vector<int64_t>>
-shapesOf(const std::map<std::string, Tensor> &state) {
-  std::map<std::string, std::vector<int64_t>> shapes;
-  for (const auto &[name, t] : state)
-    shapes[name] = t.shape;
-  return shapes;
-}
-
 bool sameState(const std::map<std::string, Tensor> &a,
                const std::map<std::string, Tensor> &b) {
   if (a.size() != b.size())
@@ -115,7 +107,7 @@ TEST(CheckpointTest, RoundTripAndRefusals) {
   std::string dir = freshDir("roundtrip");
   std::map<std::string, Tensor> state = stateOf(1.0f);
   ASSERT_TRUE(writeCheckpointState(dir, state, 12, 99).ok());
-  Expected<ValidCheckpoint> read = readValidCheckpoint(dir, shapesOf(state));
+  Expected<ValidCheckpoint> read = readValidCheckpoint(dir, stateSpecs(state));
   ASSERT_TRUE(read) << read.message();
   EXPECT_EQ(read->step, 12);
   EXPECT_EQ(read->stream, 99u);
@@ -140,7 +132,7 @@ TEST(CheckpointTest, MutationsNeverResumeIntoOtherState) {
   const std::string files[] = {ckpt + "/state.safetensors",
                                ckpt + "/COMPLETE"};
   std::string original[2] = {readAll(files[0]), readAll(files[1])};
-  auto shapes = shapesOf(newer);
+  auto specs = stateSpecs(newer);
   Random rng(2024);
   int resumedNewer = 0, fellBack = 0, refused = 0;
   for (int round = 0; round < 1000; ++round) {
@@ -164,7 +156,7 @@ TEST(CheckpointTest, MutationsNeverResumeIntoOtherState) {
     else
       bytes.resize(at);
     writeAll(files[which], bytes);
-    Expected<ValidCheckpoint> read = readValidCheckpoint(dir, shapes);
+    Expected<ValidCheckpoint> read = readValidCheckpoint(dir, specs);
     if (!read) {
       // Refusing is allowed: a mutation can make an intact-looking record
       // of another job (other ranks, another format version), which is an
@@ -194,7 +186,7 @@ TEST(CheckpointTest, MutationsNeverResumeIntoOtherState) {
   EXPECT_LT(refused, 50);
   EXPECT_EQ(resumedNewer + fellBack + refused, 1000);
   ASSERT_EQ(std::system(("rm -rf '" + ckpt + "'*").c_str()), 0);
-  Expected<ValidCheckpoint> last = readValidCheckpoint(dir, shapes, nullptr,
+  Expected<ValidCheckpoint> last = readValidCheckpoint(dir, specs, nullptr,
                                                        /*strict=*/true);
   ASSERT_TRUE(last) << last.message();
   EXPECT_EQ(last->step, 5);

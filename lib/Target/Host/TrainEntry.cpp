@@ -165,7 +165,7 @@ void emitAdamWPass(OpBuilder &b, Location loc, ArrayRef<Value> buffers,
               Value p = load(0), m = load(1), v = load(2), g = load(3);
               // Moments kept in a narrower type are widened here and
               // rounded once when stored.
-              if (m.getType() != f32) {
+              if (momentType != f32) {
                 m = arith::ExtFOp::create(fb, loc, f32, m);
                 v = arith::ExtFOp::create(fb, loc, f32, v);
               }

@@ -267,6 +267,10 @@ struct TrainArgumentSpec {
 /// `x.grad`).
 bool isWeightGradient(const TrainArgumentSpec &spec);
 
+/// Whether `name` is one of AdamW's moments of a trained weight (`W.m`,
+/// `W.v`): f32 or bf16 (moe-compile --optimizer-state), zero at first.
+bool isAdamMoment(const std::string &name);
+
 /// Any gradient among a training step's outputs (`W.grad` or `x.grad`):
 /// what a device that keeps the state keeps until asked for.
 bool isGradient(const TrainArgumentSpec &spec);

@@ -191,18 +191,27 @@ struct ValidCheckpoint {
   std::vector<Damaged> damaged;
 };
 
+/// A state tensor as a checkpoint must hold it.
+struct StateSpec {
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+};
+
+/// The dtype and shape of each of `state`'s tensors (a trainer's state()).
+std::map<std::string, StateSpec>
+stateSpecs(const std::map<std::string, Tensor> &state);
+
 /// Reads the newest checkpoint under `dir` that verifies on every rank:
 /// its marker (format, step matching the name, ranks), each state file's
-/// size and SHA-256, the step and stream record, every tensor of `shapes`
-/// (that shape, of its dtype in `dtypes` or else f32, finite values). A
-/// damaged checkpoint is skipped for the next older one (with `strict`, it
-/// is the error); an intact one that is not this job's (other ranks, other
-/// shapes or dtypes, an older format) is an error, never skipped.
+/// size and SHA-256, the step and stream record, every tensor of `specs`
+/// (its dtype and shape, finite values). A damaged checkpoint is skipped
+/// for the next older one (with `strict`, it is the error); an intact one
+/// that is not this job's (other ranks, other dtypes or shapes, an older
+/// format) is an error, never skipped.
 Expected<ValidCheckpoint>
 readValidCheckpoint(const std::string &dir,
-                    const std::map<std::string, std::vector<int64_t>> &shapes,
-                    Communicator *comm = nullptr, bool strict = false,
-                    const std::map<std::string, DType> &dtypes = {});
+                    const std::map<std::string, StateSpec> &specs,
+                    Communicator *comm = nullptr, bool strict = false);
 
 /// readValidCheckpoint for `trainer`'s state, restored into it.
 Expected<ValidCheckpoint> resumeCheckpoint(const std::string &dir,
