@@ -374,7 +374,8 @@ static LogicalResult verifyCopies(Operation *op, ValueRange masters,
 }
 
 /// The weights of an update: as many masters, moments and gradients, each
-/// weight's four f32 of one static shape.
+/// weight's four of one static shape, the master and gradient f32 and the
+/// two moments both f32 or both bf16.
 static LogicalResult verifyWeights(Operation *op, ValueRange params,
                                    ValueRange m, ValueRange v,
                                    ValueRange grads) {
@@ -389,13 +390,19 @@ static LogicalResult verifyWeights(Operation *op, ValueRange params,
     if (!type.hasStaticShape() || !type.getElementType().isF32())
       return op->emitOpError() << "expects master " << i
                                << " to be f32 of static shape, got " << type;
-    for (auto [name, value] : {std::pair<StringRef, Value>{"m", m[i]},
-                               {"v", v[i]},
-                               {"grads", grads[i]}})
-      if (value.getType() != type)
-        return op->emitOpError()
-               << "expects " << name << " " << i << " of its master's type "
-               << type << ", got " << value.getType();
+    if (grads[i].getType() != type)
+      return op->emitOpError()
+             << "expects grads " << i << " of its master's type " << type
+             << ", got " << grads[i].getType();
+    auto moment = cast<MemRefType>(m[i].getType());
+    if (moment.getShape() != type.getShape() ||
+        !(moment.getElementType().isF32() || moment.getElementType().isBF16()))
+      return op->emitOpError()
+             << "expects m " << i << " of its master's shape, f32 or bf16, got "
+             << moment;
+    if (v[i].getType() != moment)
+      return op->emitOpError() << "expects v " << i << " of m's type " << moment
+                               << ", got " << v[i].getType();
   }
   return success();
 }

@@ -615,8 +615,11 @@ def MoeGpu_AdamWOp : MoeGpu_KernelOp<"adamw", [AttrSizedOperandSegments]> {
   let description = [{
     For each weight i: one AdamW step with bias-corrected moments and
     decoupled weight decay on the master `params[i]` and its moments `m[i]`
-    and `v[i]` from its gradient `grads[i]` (all four f32 of one static
-    shape), the hyperparameters (learning rate, step, betas, epsilon,
+    and `v[i]` from its gradient `grads[i]` (all four of one static shape;
+    master and gradient f32, the moments both f32 or both bf16, as
+    DeepSeek-V3 kept them: widened when loaded, rounded to the nearest even
+    once when stored, the master computed from the unrounded moments), the
+    hyperparameters (learning rate, step, betas, epsilon,
     decay) from `hyper`. A grid-stride loop per weight, one after another,
     so that one launch reads each master, moment and gradient once and
     writes each master and moment once (as PyTorch's fused and Apex's

@@ -171,14 +171,18 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
   if (!o.optimizerState.empty() && !o.train)
     return "--optimizer-state=" + o.optimizerState +
            " is the training step's: add --train";
-  if (o.optimizerState == "bf16" && o.target == "sm_90a")
-    return "--optimizer-state=bf16 is built for the host target only so far "
-           "(sm_90a's AdamW kernels keep f32 moments): compile it with "
-           "--target host, or without the flag for sm_90a";
   return "";
 }
 
 /// The runtime's dtype of an element type, by its MLIR name.
+/// AdamW's moments' element type (moe-compile --optimizer-state).
+static Type momentTypeOf(const CompileOptions &options, MLIRContext &context) {
+  Builder b(&context);
+  if (options.optimizerState == "bf16")
+    return b.getBF16Type();
+  return b.getF32Type();
+}
+
 static std::optional<rt::DType> toDType(Type type) {
   std::string name;
   llvm::raw_string_ostream(name) << type;
@@ -342,7 +346,8 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
   // The sm_90a step keeps its state on the device (no `.next` outputs).
   std::vector<TrainArgument> trainArguments, backwardArguments;
   if (options.train)
-    trainArguments = listDeviceTrainArguments(layer);
+    trainArguments = listDeviceTrainArguments(
+        layer, momentTypeOf(options, *module.getContext()));
   if (options.backward)
     backwardArguments = listDeviceBackwardArguments(layer);
   // SMs kept for communication serve the all-to-alls of a sharded layer;
@@ -360,6 +365,8 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
         std::to_string(partition.getSms());
   Sm90Options sm90;
   sm90.train = options.train;
+  sm90.optimizerState =
+      options.optimizerState.empty() ? "f32" : options.optimizerState;
   sm90.backward = options.backward;
   sm90.alignment = alignmentFor(options);
   sm90.maxTokens = options.maxTokens;
@@ -393,6 +400,7 @@ static CompileResult &compileForSm90(ModuleOp module, LayerOp layer,
     small.tileM = 64;
     small.alignment = 64;
     small.train = false;
+    small.optimizerState = "f32";
     TimingScope scope = timing.nest("BLOCK_M 64 forward pass");
     variant = compileSm90(*variantModule, small, scope, result.error);
     if (!variant) {
@@ -586,9 +594,7 @@ lowerHostCode(LayerOp layer, llvm::StringRef cpu, const CompileOptions &options,
   OwningOpRef<ModuleOp> entry =
       buildHostEntry(layer, alignmentFor(options), arguments);
   if (options.train) {
-    Builder b(&context);
-    Type moments =
-        options.optimizerState == "bf16" ? b.getBF16Type() : b.getF32Type();
+    Type moments = momentTypeOf(options, context);
     trainArguments = addHostTrainEntry(*entry, layer, moments);
     updateArguments = addHostTrainUpdateEntry(*entry, layer, moments);
   }

@@ -573,9 +573,10 @@ mlir::moe::listTrainUpdateArguments(LayerOp layer, Type momentType) {
   return args;
 }
 
-std::vector<TrainArgument> mlir::moe::listDeviceTrainArguments(LayerOp layer) {
+std::vector<TrainArgument>
+mlir::moe::listDeviceTrainArguments(LayerOp layer, Type momentType) {
   std::vector<TrainArgument> args;
-  for (TrainArgument &arg : listTrainArguments(layer))
+  for (TrainArgument &arg : listTrainArguments(layer, momentType))
     if (!StringRef(arg.name).ends_with(".next"))
       args.push_back(std::move(arg));
   return args;

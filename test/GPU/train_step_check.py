@@ -12,11 +12,14 @@ auxiliary-loss-free update.
 
   train_step_check.py --config C --bundle SM90.moeb --host-bundle HOST.moeb
                       --moe-train P --work DIR [--tokens T] [--seed S]
-                      [--tol TOL] [--steps N]
+                      [--tol TOL] [--steps N] [--moments f32|bf16]
 
 With --steps N > 1 both run N steps: the last loss, the first step's
 gradients and the final state (masters, moments, bias) are compared with
-the host's.
+the host's. With --moments bf16 (both bundles compiled with
+moe-compile --optimizer-state=bf16) the checkpoint's moments must be bf16,
+the first step's each the nearest bf16 of the f32 update, and the master
+moved by the unrounded moments.
 """
 import argparse
 import glob
@@ -33,6 +36,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "tools", "gpu-check"))
 import reference  # noqa: E402
 from bundle_tool import read_manifest  # noqa: E402
 from train_bench import rel, stacked  # noqa: E402
+from optimizer_state_check import dtypes_of  # noqa: E402
 
 LR, GAMMA, BETA1, BETA2, EPS = 1e-3, 1e-3, 0.9, 0.999, 1e-8
 
@@ -56,7 +60,8 @@ def train(moe_train, bundle, work, weights, batch, device, steps=1):
     state = glob.glob(os.path.join(ckpt, "step-*", "state.safetensors"))
     if len(state) != 1:
         sys.exit("moe-train --device=%s wrote no checkpoint" % device)
-    return loss, reference.read_safetensors(grads), reference.read_safetensors(state[0])
+    return (loss, reference.read_safetensors(grads),
+            reference.read_safetensors(state[0]), dtypes_of(state[0]))
 
 
 def main():
@@ -68,6 +73,7 @@ def main():
     ap.add_argument("--tol", type=float, default=2e-2)
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--steps", type=int, default=1)
+    ap.add_argument("--moments", choices=("f32", "bf16"), default="f32")
     args = ap.parse_args()
     cfg = reference.Config(args.config)
     manifest = read_manifest(args.host_bundle)
@@ -87,10 +93,10 @@ def main():
     reference.write_safetensors(wpath, weights)
     reference.write_safetensors(batch, {"x": x, "target": target})
 
-    host_loss, host_grads, host_state = train(args.moe_train, args.host_bundle,
+    host_loss, host_grads, host_state, _ = train(args.moe_train, args.host_bundle,
                                               args.work, wpath, batch, "host",
                                               args.steps)
-    loss, grads, state = train(args.moe_train, args.bundle, args.work, wpath,
+    loss, grads, state, dtypes = train(args.moe_train, args.bundle, args.work, wpath,
                                batch, "cuda", args.steps)
     failures = []
 
@@ -116,6 +122,10 @@ def main():
     for role, grad in g.items():
         if role == "score_bias" or role + ".m" not in state:
             continue
+        for moment in (role + ".m", role + ".v"):
+            if dtypes[moment] != args.moments.upper():
+                failures.append("%s is %s, expected %s" %
+                                (moment, dtypes[moment], args.moments.upper()))
         if args.steps > 1:
             # After several steps: the host's state, within what bf16
             # gradients move it (squares for v).
@@ -135,9 +145,19 @@ def main():
         grad = grad.astype(np.float64)
         m, v = c1 * grad, c2 * grad * grad
         w = w0[role] - LR * (m / c1) / (np.sqrt(v / c2) + EPS)
+        if args.moments == "bf16":
+            # Kept as the nearest bf16 of the f32 update (f32 products, as
+            # the step computes them from a zero state).
+            g32 = grad.astype(np.float32)
+            m = bf16_round(np.float32(c1) * g32).astype(np.float64)
+            v = bf16_round(np.float32(c2) * (g32 * g32)).astype(np.float64)
         expect(role + ".m", rel(state[role + ".m"], m), 1e-6)
         expect(role + ".v", rel(state[role + ".v"], v), 1e-5)
         expect(role + " (updated)", rel(state[role], w), 1e-6)
+        # The movement alone, which a master computed from rounded bf16
+        # moments would miss by about 1e-3.
+        expect(role + " (moved)", rel(state[role] - w0[role], w - w0[role]),
+               1e-4)
         checked += 1
     if cfg.bias:
         expect("score_bias", float(np.abs(state["score_bias"] -

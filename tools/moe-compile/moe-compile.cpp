@@ -151,8 +151,8 @@ static cl::opt<bool>
 static cl::opt<std::string> optimizerState(
     "optimizer-state",
     cl::desc("With --train: the dtype AdamW keeps its moments in, f32 or "
-             "bf16 (DeepSeek-V3's: half the optimizer's memory; host "
-             "target) (default: f32)"),
+             "bf16 (DeepSeek-V3's: half the optimizer's memory; host and "
+             "sm_90a) (default: f32)"),
     cl::init(""), cl::cat(category));
 static cl::opt<bool> backward(
     "backward",

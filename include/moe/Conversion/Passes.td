@@ -195,7 +195,9 @@ def ConvertMoeToMoeGpu : Pass<"convert-moe-to-moegpu", "::mlir::ModuleOp"> {
     to the compute copies, runs the forward schedule, then the MSE loss,
     the backward pass (the experts' GEMMs on tensor cores, top-k, router
     and input gradients), the expert load, the step's verdict and, in
-    "update", the auxiliary-loss-free bias update and AdamW.
+    "update", the auxiliary-loss-free bias update and AdamW. With
+    `optimizer-state=bf16` (only with `train`) AdamW's moments `arg.<W>.m`
+    and `arg.<W>.v` are bf16 buffers, as DeepSeek-V3 kept them.
 
     With `backward` (not with `train`), the program gets the schedule
     "backward" instead: a framework's vector-Jacobian product with the
@@ -218,7 +220,10 @@ def ConvertMoeToMoeGpu : Pass<"convert-moe-to-moegpu", "::mlir::ModuleOp"> {
     Option<"train", "train", "bool", /*default=*/"false",
            "Also build the training step: the schedules train and update">,
     Option<"backward", "backward", "bool", /*default=*/"false",
-           "Also build the backward pass alone: the schedule backward">
+           "Also build the backward pass alone: the schedule backward">,
+    Option<"optimizerState", "optimizer-state", "std::string",
+           /*default=*/"\"f32\"",
+           "AdamW's moments' element type in the training step: f32 or bf16">
   ];
 }
 

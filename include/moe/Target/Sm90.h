@@ -31,6 +31,8 @@ struct Sm90Options {
   int64_t cluster = 1;
   /// Also build the training step (the program's trainSteps).
   bool train = false;
+  /// AdamW's moments' element type in the training step: "f32" or "bf16".
+  std::string optimizerState = "f32";
   /// Also build the backward pass alone (the program's backwardSteps).
   bool backward = false;
   /// Make a cubin with ptxas (for --emit=cubin, bundles and reports).
@@ -74,8 +76,9 @@ struct Sm90KernelWork {
   /// The elements of the output (a weight's copy, update or gradient; the
   /// masters of an optimizer kernel over several).
   int64_t elements = 0;
-  /// Bytes of the compute copies an optimizer kernel writes.
-  int64_t copyBytes = 0;
+  /// Bytes of the compute copies an optimizer kernel writes, and of an
+  /// element of its moments (f32 or bf16).
+  int64_t copyBytes = 0, momentBytes = 4;
   /// A kernel that does its work only after the host wrote a master (the
   /// compute copies and the full update check, whose flag the update's
   /// verdict sets): next to nothing in a step after the first.

@@ -90,8 +90,10 @@ std::vector<TrainArgument> listTrainUpdateArguments(LayerOp layer,
 /// device and updates it in place (a second schedule, "update", run once
 /// the step is known finite): those of listTrainArguments without
 /// `score_bias.next` (`bad_updates` counts the values the update would
-/// make non-finite).
-std::vector<TrainArgument> listDeviceTrainArguments(LayerOp layer);
+/// make non-finite). The moments are of `momentType`, as in
+/// listTrainArguments.
+std::vector<TrainArgument> listDeviceTrainArguments(LayerOp layer,
+                                                    Type momentType = {});
 
 /// The arguments of the layer's vector-Jacobian product (the host's
 /// `moe_backward`, for frameworks whose autograd calls it): `x` (the

@@ -121,6 +121,19 @@ AdamWValues adamwStep(Emitter &e, const AdamWHyper &a, Value p, Value m,
   return {e.sub(p, e.mul(a.lr, update)), m2, v2};
 }
 
+/// A new moment as `moment` keeps it (rounded to the nearest even bf16
+/// for bf16 moments, as DeepSeek-V3 kept them; the master took the
+/// unrounded value) and the value a later step reads back (widened).
+struct StoredMoment {
+  Value stored, readBack;
+};
+
+StoredMoment storedMoment(Emitter &e, Value moment, Value x) {
+  Type type = cast<MemRefType>(moment.getType()).getElementType();
+  Value stored = e.truncTo(type, x);
+  return {stored, e.toF32(stored)};
+}
+
 /// The order-preserving i32 of a magnitude: the f32 bits of |x| (a NaN
 /// above every number); with `signedInf`, +inf's bits for a negative x
 /// (a second moment below 0 bounds nothing).
@@ -164,8 +177,10 @@ void warpAtomicMax(Emitter &e, Value v, Value memref, ValueRange indices) {
 /// as the step computes it: |m'| <= b1 M + (1 - b1) G, v' <= b2 V + (1 -
 /// b2) G^2, the corrections' quotients, |m^ / (sqrt(v^) + eps)| <= M^ /
 /// eps, |p'| <= P + |lr| (M^ / eps + |wd| P). Every bound below a quarter
-/// of the largest float (room for the f32 rounding of both sides), the
-/// betas in [0, 1] and eps > 0: no value overflows and none is 0/0. A NaN
+/// of the largest float (room for the f32 rounding of both sides, and for
+/// a bf16 moment's rounding, whose largest finite value is above half of
+/// f32's), the betas in [0, 1] and eps > 0: no value overflows and none
+/// is 0/0. A NaN
 /// anywhere fails a comparison: not shown finite.
 Value boundsShowFinite(Emitter &e, const AdamWHyper &a, Value bounds,
                        Value gradMax, int64_t w) {
@@ -742,7 +757,8 @@ static void lowerBiasUpdate(moegpu::BiasUpdateOp op, Emitter &e) {
 /// AdamW on every f32 master, in place, a grid-stride loop per weight:
 /// (hyper, params, m, v, grads[, copies, bounds]), each new master also
 /// rounded into its compute copy, the new values' largest magnitudes
-/// into the bounds.
+/// (the moments' as stored) into the bounds. Moments in bf16 are widened
+/// when loaded and rounded once when stored (StoredMoment).
 static void lowerAdamW(moegpu::AdamWOp op, Emitter &e) {
   unlessRejected(e, op.getRejected(), [&] {
     AdamWHyper hyper = loadAdamWHyper(e, op.getHyper());
@@ -759,20 +775,22 @@ static void lowerAdamW(moegpu::AdamWOp op, Emitter &e) {
           e.gridStride(elements, init, [&](Value i, ValueRange it) {
             SmallVector<Value> at = e.delinearize(i, p);
             Value p0 = e.load(p, at);
-            Value m0 = e.load(m, at);
-            Value v0 = e.load(v, at);
+            Value m0 = e.toF32(e.load(m, at));
+            Value v0 = e.toF32(e.load(v, at));
             Value g = e.load(grad, at);
             AdamWValues next = adamwStep(e, hyper, p0, m0, v0, g);
+            StoredMoment m1 = storedMoment(e, m, next.m);
+            StoredMoment v1 = storedMoment(e, v, next.v);
             e.store(next.p, p, at);
-            e.store(next.m, m, at);
-            e.store(next.v, v, at);
+            e.store(m1.stored, m, at);
+            e.store(v1.stored, v, at);
             if (copy)
               storeCopy(e, copy, layoutOf(*op.getLayouts(), w), i, at, next.p);
             if (!bounds)
               return SmallVector<Value>{};
             Value pb = magnitudeBits(e, next.p);
-            Value mb = magnitudeBits(e, next.m);
-            Value vb = magnitudeBits(e, next.v, /*signedInf=*/true);
+            Value mb = magnitudeBits(e, m1.readBack);
+            Value vb = magnitudeBits(e, v1.readBack, /*signedInf=*/true);
             return SmallVector<Value>{maxBits(e, it[0], pb),
                                       maxBits(e, it[1], mb),
                                       maxBits(e, it[2], vb)};
@@ -867,13 +885,17 @@ static void lowerUpdateCheck(moegpu::UpdateCheckOp op, Emitter &e) {
           e.gridStride(elements, init, [&](Value i, ValueRange it) {
             SmallVector<Value> at = e.delinearize(i, p);
             Value p0 = e.load(p, at);
-            Value m0 = e.load(m, at);
-            Value v0 = e.load(v, at);
+            Value m0 = e.toF32(e.load(m, at));
+            Value v0 = e.toF32(e.load(v, at));
             Value g = e.load(grad, at);
             AdamWValues next = adamwStep(e, hyper, p0, m0, v0, g);
+            // Moments as AdamW would store them: a finite f32 moment may
+            // round to a bf16 infinity.
+            Value m1 = storedMoment(e, m, next.m).readBack;
+            Value v1 = storedMoment(e, v, next.v).readBack;
             Value ok = arith::AndIOp::create(
                 b, finite(next.p),
-                arith::AndIOp::create(b, finite(next.m), finite(next.v)));
+                arith::AndIOp::create(b, finite(m1), finite(v1)));
             Value zero = e.f32(0);
             Value one = e.f32(1.0);
             Value count = arith::SelectOp::create(b, ok, zero, one);

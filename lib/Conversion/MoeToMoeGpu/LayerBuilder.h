@@ -75,11 +75,12 @@ class LayerBuilder {
 public:
   /// Every op is created through builders that notify `listener` (the
   /// conversion's rewriter), so a failed conversion can undo them.
+  /// AdamW's moments are of `momentType` (f32 when null).
   LayerBuilder(LayerOp layer, int64_t alignment, bool train, bool backward,
-               OpBuilder::Listener *listener = nullptr)
+               Type momentType, OpBuilder::Listener *listener = nullptr)
       : layer(layer), config(layer.getConfig()), ctx(layer.getContext()),
         alignment(alignment), train(train), backward(backward),
-        listener(listener) {}
+        momentType(momentType), listener(listener) {}
 
   LogicalResult build(ModuleOp module);
 
@@ -346,6 +347,8 @@ private:
   bool train;
   /// The backward pass alone (a framework's autograd), not a step.
   bool backward;
+  /// AdamW's moments' element type (f32 or bf16; null: f32).
+  Type momentType;
   /// Token chunks of the expert-parallel exchanges (1: not chunked).
   int64_t chunks = 1;
   /// Whether the forward pass has the device-initiated exchange (steps of

@@ -717,15 +717,16 @@ namespace {
 /// them, built through the rewriter; the layer's value becomes poison (the
 /// pass then erases the function around it).
 struct ConvertLayer : OpConversionPattern<LayerOp> {
-  ConvertLayer(MLIRContext *ctx, int64_t alignment, bool train, bool backward)
+  ConvertLayer(MLIRContext *ctx, int64_t alignment, bool train, bool backward,
+               Type momentType)
       : OpConversionPattern(ctx), alignment(alignment), train(train),
-        backward(backward) {}
+        backward(backward), momentType(momentType) {}
 
   LogicalResult
   matchAndRewrite(LayerOp layer, OpAdaptor,
                   ConversionPatternRewriter &rewriter) const override {
     auto module = layer->getParentOfType<ModuleOp>();
-    if (failed(LayerBuilder(layer, alignment, train, backward,
+    if (failed(LayerBuilder(layer, alignment, train, backward, momentType,
                             rewriter.getListener())
                    .build(module)))
       return failure();
@@ -735,6 +736,7 @@ struct ConvertLayer : OpConversionPattern<LayerOp> {
 
   int64_t alignment;
   bool train, backward;
+  Type momentType;
 };
 
 struct ConvertMoeToMoeGpu
@@ -787,7 +789,20 @@ struct ConvertMoeToMoeGpu
                              "step's bundle already has its backward kernels)";
       return signalPassFailure();
     }
-    patterns.add<ConvertLayer>(ctx, alignment, train, backward);
+    if (optimizerState != "f32" && optimizerState != "bf16") {
+      module.emitError() << "convert-moe-to-moegpu: unknown optimizer-state '"
+                         << optimizerState << "' (expected f32 or bf16)";
+      return signalPassFailure();
+    }
+    if (optimizerState == "bf16" && !train) {
+      layer.emitOpError() << "optimizer-state=bf16 is the training step's: "
+                             "add train";
+      return signalPassFailure();
+    }
+    Builder types(ctx);
+    Type moments = optimizerState == "bf16" ? Type(types.getBF16Type())
+                                            : Type(types.getF32Type());
+    patterns.add<ConvertLayer>(ctx, alignment, train, backward, moments);
     if (failed(applyPartialConversion(module, target, std::move(patterns))))
       return signalPassFailure();
 

@@ -27,9 +27,9 @@ void LayerBuilder::buildTraining() {
   // The step's arguments: x and score_bias are the forward pass's own
   // buffers; the others are `arg.<name>`. The backward pass's dy is the
   // step's own buffer (the loss's gradient there).
-  std::vector<TrainArgument> args = backward
-                                        ? listDeviceBackwardArguments(layer)
-                                        : listDeviceTrainArguments(layer);
+  std::vector<TrainArgument> args =
+      backward ? listDeviceBackwardArguments(layer)
+               : listDeviceTrainArguments(layer, momentType);
   for (const TrainArgument &arg : args) {
     if (arg.name == "x" || arg.name == "score_bias" || arg.name == "dy")
       continue;

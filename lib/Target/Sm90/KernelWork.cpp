@@ -168,6 +168,8 @@ Sm90KernelWork mlir::moe::kernelWorkOf(gpu::GPUFuncOp func) {
         w.kind = K::AdamW;
         w.elements = elementsOf(op.getParams());
         w.copyBytes = copyBytesOf(op.getParams(), op.getCopies());
+        if (!op.getM().empty())
+          w.momentBytes = elementBytes(op.getM().front());
       })
       .Case([&](moegpu::ColumnSumOp op) {
         w.kind = K::ColumnSum;

@@ -395,9 +395,11 @@ modelTraining(const Sm90LayerShape &s,
       c.bytes = 12 * E;
       break;
     case K::AdamW:
-      // Read w, m, v, grad; write the next w, m, v (f32) and the new w's
-      // compute copy.
-      c.bytes = 28 * elements + static_cast<double>(w.copyBytes);
+      // Read w, m, v, grad; write the next w, m, v (the masters and
+      // gradients f32, the moments f32 or bf16) and the new w's compute
+      // copy.
+      c.bytes = (12 + 4 * static_cast<double>(w.momentBytes)) * elements +
+                static_cast<double>(w.copyBytes);
       break;
     case K::ComputeCopies:
       // Compute copies of the masters, f32 in; in a step after the first

@@ -369,6 +369,7 @@ std::optional<Sm90Result> mlir::moe::compileSm90(ModuleOp module,
     convert.alignment = options.alignment;
     convert.train = options.train;
     convert.backward = options.backward;
+    convert.optimizerState = options.optimizerState;
     pm.addPass(createConvertMoeToMoeGpu(convert));
     if (failed(pm.run(module))) {
       error = "the sm_90a layer conversion failed";

@@ -505,6 +505,54 @@ gpu.module @k {
 
 // -----
 
+// Moments in bf16 (moe-compile --optimizer-state=bf16): widened when
+// loaded; the master from the unrounded moments, each moment rounded once
+// when stored, and the bounds taken from the stored (rounded) moments.
+// CHECK-LABEL: gpu.func @adamw_bf16_moments
+// CHECK: %[[M0:.*]] = memref.load %arg1[%{{.*}}, %{{.*}}] : memref<8x64xbf16>
+// CHECK: arith.extf %[[M0]] : bf16 to f32
+// CHECK: %[[V0:.*]] = memref.load %arg2[%{{.*}}, %{{.*}}] : memref<8x64xbf16>
+// CHECK: arith.extf %[[V0]] : bf16 to f32
+// CHECK: llvm.call_intrinsic "llvm.nvvm.sqrt.rn.f"
+// CHECK: %[[P:.*]] = arith.subf
+// CHECK: %[[M:.*]] = arith.truncf %{{.*}} : f32 to bf16
+// CHECK: %[[MW:.*]] = arith.extf %[[M]] : bf16 to f32
+// CHECK: %[[V:.*]] = arith.truncf %{{.*}} : f32 to bf16
+// CHECK: %[[VW:.*]] = arith.extf %[[V]] : bf16 to f32
+// CHECK: memref.store %[[P]], %arg0[{{.*}}] : memref<8x64xf32>
+// CHECK: memref.store %[[M]], %arg1[{{.*}}] : memref<8x64xbf16>
+// CHECK: memref.store %[[V]], %arg2[{{.*}}] : memref<8x64xbf16>
+// CHECK: arith.bitcast %[[MW]] : f32 to i32
+// CHECK: arith.cmpf olt, %[[VW]]
+gpu.module @k {
+  gpu.func @adamw_bf16_moments(%p: memref<8x64xf32>, %m: memref<8x64xbf16>, %v: memref<8x64xbf16>, %g: memref<8x64xf32>, %h: memref<16xf32>, %b: memref<1x3xi32>) kernel {
+    moegpu.adamw %h params(%p : memref<8x64xf32>) m(%m : memref<8x64xbf16>) v(%v : memref<8x64xbf16>) grads(%g : memref<8x64xf32>) bounds(%b : memref<1x3xi32>) : memref<16xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+// The check with bf16 moments: the new moments rounded as AdamW would
+// store them before the finiteness test (an f32 moment above bf16's
+// largest finite value rounds to infinity).
+// CHECK-LABEL: gpu.func @update_check_bf16_moments
+// CHECK: arith.extf %{{.*}} : bf16 to f32
+// CHECK: llvm.call_intrinsic "llvm.nvvm.sqrt.rn.f"
+// CHECK: %[[M:.*]] = arith.truncf %{{.*}} : f32 to bf16
+// CHECK: %[[MW:.*]] = arith.extf %[[M]] : bf16 to f32
+// CHECK: arith.subf %[[MW]], %[[MW]] : f32
+// CHECK-NOT: memref.store
+// CHECK: memref.atomic_rmw addf
+gpu.module @k {
+  gpu.func @update_check_bf16_moments(%p: memref<8x64xf32>, %m: memref<8x64xbf16>, %v: memref<8x64xbf16>, %g: memref<8x64xf32>, %h: memref<16xf32>, %gm: memref<1xi32>, %bad: memref<1xf32>) kernel {
+    moegpu.update_check %h, %gm, %bad params(%p : memref<8x64xf32>) m(%m : memref<8x64xbf16>) v(%v : memref<8x64xbf16>) grads(%g : memref<8x64xf32>) : memref<16xf32>, memref<1xi32>, memref<1xf32>
+    gpu.return
+  }
+}
+
+// -----
+
 // With bounds, the copies' kernel (when it makes them) zeroes them first.
 // CHECK-LABEL: gpu.func @compute_copies_bounds
 // CHECK: scf.if

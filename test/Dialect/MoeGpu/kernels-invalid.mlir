@@ -492,7 +492,7 @@ gpu.module @k {
 
 gpu.module @k {
   gpu.func @f(%p: memref<8x64xf32>, %m: memref<64x8xf32>, %h: memref<16xf32>) kernel {
-    // expected-error @+1 {{'moegpu.adamw' op expects m 0 of its master's type 'memref<8x64xf32>', got 'memref<64x8xf32>'}}
+    // expected-error @+1 {{'moegpu.adamw' op expects m 0 of its master's shape, f32 or bf16, got 'memref<64x8xf32>'}}
     moegpu.adamw %h params(%p : memref<8x64xf32>) m(%m : memref<64x8xf32>) v(%p : memref<8x64xf32>) grads(%p : memref<8x64xf32>) : memref<16xf32>
     gpu.return
   }
@@ -754,6 +754,36 @@ gpu.module @k {
     // expected-error @+1 {{'moegpu.ep_wait' op expects slot 1 to be a word of flags ('memref<4xi32>') past the 2 flags of the sizes}}
     moegpu.ep_wait %f, %e, %st, %p {ranks = 2 : i64, slot = 1 : i64, senders = 20 : i64, code = 2 : i64}
       : memref<4xi32>, memref<4xi32>, memref<2xi32>, memref<5xi64>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%p: memref<8x64xf32>, %m: memref<8x64xf16>, %h: memref<16xf32>) kernel {
+    // expected-error @+1 {{'moegpu.adamw' op expects m 0 of its master's shape, f32 or bf16, got 'memref<8x64xf16>'}}
+    moegpu.adamw %h params(%p : memref<8x64xf32>) m(%m : memref<8x64xf16>) v(%m : memref<8x64xf16>) grads(%p : memref<8x64xf32>) : memref<16xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%p: memref<8x64xf32>, %m: memref<8x64xbf16>, %h: memref<16xf32>) kernel {
+    // expected-error @+1 {{'moegpu.adamw' op expects v 0 of m's type 'memref<8x64xbf16>', got 'memref<8x64xf32>'}}
+    moegpu.adamw %h params(%p : memref<8x64xf32>) m(%m : memref<8x64xbf16>) v(%p : memref<8x64xf32>) grads(%p : memref<8x64xf32>) : memref<16xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%p: memref<8x64xf32>, %g: memref<8x64xbf16>, %h: memref<16xf32>) kernel {
+    // expected-error @+1 {{'moegpu.adamw' op expects grads 0 of its master's type 'memref<8x64xf32>', got 'memref<8x64xbf16>'}}
+    moegpu.adamw %h params(%p : memref<8x64xf32>) m(%p : memref<8x64xf32>) v(%p : memref<8x64xf32>) grads(%g : memref<8x64xbf16>) : memref<16xf32>
     gpu.return
   }
 }
