@@ -97,6 +97,14 @@ for name in deepseek-v3-tiny mixtral-tiny; do
     --train --dtype=bf16 --max-tokens=512 --no-cache \
     -o "$out/bundles/train-host/$name.moeb"
 done
+# DeepSeek-V3's step with AdamW's moments in bf16, as it kept them.
+for target in sm_90a host; do
+  dir=train; [[ $target == host ]] && dir=train-host
+  flags=(--target=sm_90a); [[ $target == host ]] && flags=(--dtype=bf16)
+  "$build/bin/moe-compile" --hf-config "$root/test/Integration/Inputs/deepseek-v3-tiny.json" \
+    --train "${flags[@]}" --optimizer-state=bf16 --max-tokens=512 --no-cache \
+    -o "$out/bundles/$dir/deepseek-v3-tiny-bf16m.moeb"
+done
 # The backward pass alone (a framework's autograd) on device memory.
 mkdir -p "$out/bundles/backward"
 "$build/bin/moe-compile" --hf-config "$root/test/Integration/Inputs/deepseek-v3-tiny.json" \

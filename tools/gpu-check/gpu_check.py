@@ -17,7 +17,8 @@ PyTorch computed from that kernel's inputs:
   layer            y vs a float32 PyTorch MoE layer with its own routing
 
 Training: for each bundle under train/ (moe-compile --train, the tiny
-DeepSeek-V3 and Mixtral configs), one `moe-train --device=cuda` step on a
+DeepSeek-V3 and Mixtral configs, and DeepSeek-V3's with AdamW's moments
+in bf16), one `moe-train --device=cuda` step on a
 batch written here; every gradient (--dump-grads) is checked against
 PyTorch autograd of the float32 layer (routed as the device routed, from
 moe-run's topk_ids), and the checkpointed AdamW state and bias against the
@@ -585,15 +586,22 @@ def check_training(args, bundle):
     steps = sorted(os.listdir(ckpt))
     state = {k: v.to(dev) for k, v in read_safetensors(
         os.path.join(ckpt, steps[-1], "state.safetensors")).items()}
-    b1, b2, eps = 0.9, 0.999, 1e-8
+    # The hyperparameters as the step reads them (f32; 1 - b is exact in
+    # f32), and v's product in the step's order: bf16 moments are the
+    # nearest bf16 of exactly these f32 values.
+    b1, b2, eps = (float(torch.tensor(v, dtype=torch.float32))
+                   for v in (0.9, 0.999, 1e-8))
     adam_ok, adam_worst = True, 0.0
     for k in p:
         if k == "score_bias":
             continue
         g = got[k].float()
-        m, v = (1 - b1) * g, (1 - b2) * g * g
+        m, v = (1 - b1) * g, (1 - b2) * (g * g)
         nxt = w0[k] - lr * ((m / (1 - b1)) / ((v / (1 - b2)).sqrt() + eps))
         for key, ref in ((k, nxt), (k + ".m", m), (k + ".v", v)):
+            # Moments kept in bf16 (--optimizer-state=bf16): the nearest
+            # bf16 of the f32 update; the master from the unrounded ones.
+            ref = ref.to(state[key].dtype).float()
             err = rel_error(state[key].float(), ref)
             adam_worst = max(adam_worst, err)
             adam_ok = adam_ok and err < 1e-4
