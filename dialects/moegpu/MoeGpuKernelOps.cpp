@@ -273,6 +273,32 @@ LogicalResult QuantizeOp::verify() {
   return c.result();
 }
 
+LogicalResult QuantizeColumnsOp::verify() {
+  Checker c{*this};
+  c.memref(getIn(), "in", 2, Elt::Half)
+      .isStatic(getIn(), "in", 1)
+      .memref(getOut(), "out", 2, Elt::F8)
+      .memref(getScale(), "scale", 2, Elt::F32)
+      .memref(getOffsets(), "offsets", 1, Elt::I32)
+      .isStatic(getOffsets(), "offsets", 0)
+      .isStatic(getOut(), "out", 0)
+      .isStatic(getScale(), "scale", 0);
+  if (!c.ok)
+    return failure();
+  int64_t columns = dimOf(getIn(), 1), rows = dimOf(getIn(), 0);
+  int64_t blocks =
+      ShapedType::isDynamic(rows) ? ShapedType::kDynamic : (rows + 127) / 128;
+  c.dim(getOut(), "out", 0, columns, "in's columns")
+      .dim(getOut(), "out", 1, rows, "in's rows")
+      .dim(getScale(), "scale", 0, columns, "in's columns")
+      .dim(getScale(), "scale", 1, blocks, "in's blocks of 128 rows");
+  if (c.ok && dimOf(getOffsets(), 0) < 2)
+    return emitOpError() << "expects offsets of at least one group ([G + 1], "
+                            "G >= 1), got "
+                         << getOffsets().getType();
+  return c.result();
+}
+
 LogicalResult CombineOp::verify() {
   if (getSharedScale() && !getSharedOut())
     return emitOpError() << "expects shared_scale only with shared";

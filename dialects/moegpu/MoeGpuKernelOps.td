@@ -240,6 +240,44 @@ def MoeGpu_QuantizeOp : MoeGpu_KernelOp<"quantize"> {
   }];
 }
 
+def MoeGpu_QuantizeColumnsOp : MoeGpu_KernelOp<"quantize_columns"> {
+  let summary = "Columns as e4m3 codes with one scale per 128 rows, "
+                "transposed";
+  let description = [{
+    The 128 x 1 tiles of DeepSeek-V3's weight gradients: a Wgrad GEMM
+    reduces over the rows (tokens), and e4m3 wgmma reads both operands
+    K-major, so each column of `in` (`[R, C]`, 16-bit) becomes a row of
+    `out` (`[C, R]` e4m3 codes), quantized per 128 rows: with `a` the
+    largest magnitude of column c in rows `[128 j, 128 j + 128)` (at
+    least 1e-4), `out[c, r] = e4m3(in[r, c] * 448 / a)`, rounded to
+    nearest even and saturated, and `scale[c, j] = a / 448` (`[C,
+    ceil(R / 128)]` f32). The rows quantized are the groups' `[offsets[0],
+    offsets[G])` (`offsets`: `[G + 1]` i32), whose bounds must be
+    multiples of 128 (the schedule's alignment): a tile never spans two
+    groups, so the tiles restart at each expert's rows, as the recipe's
+    do.
+
+    A CTA of 128 threads takes 128 rows of 32 columns through shared
+    memory: it reads the rows (a warp a row, a lane a column), then writes
+    each column's 128 codes as one 128-byte line (a lane four codes). The
+    grid's CTAs cover ceil(C / 32) column tiles times the row blocks
+    (CTA b: column tile b mod ceil(C / 32), row block b / ceil(C / 32));
+    CTAs past `offsets[G]` do nothing.
+
+    ```mlir
+    moegpu.quantize_columns %dy, %codes_t, %scale_t, %offsets
+      : memref<?x256xbf16>, memref<256x?xf8E4M3FN>, memref<256x?xf32>,
+        memref<9xi32>
+    ```
+  }];
+  let arguments = (ins MoeGpu_In:$in, MoeGpu_Out:$out, MoeGpu_Out:$scale,
+                       MoeGpu_In:$offsets);
+  let assemblyFormat = [{
+    $in `,` $out `,` $scale `,` $offsets attr-dict `:` type($in) `,`
+    type($out) `,` type($scale) `,` type($offsets)
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Combine
 //===----------------------------------------------------------------------===//

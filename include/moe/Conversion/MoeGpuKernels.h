@@ -54,6 +54,10 @@ constexpr int64_t kStrideCtas = 132 * 8;
 constexpr int64_t kRowThreads = 128;
 /// Rows (one warp each) a CTA of the FP8 quantization kernels takes.
 constexpr int64_t kQuantizeWarps = 8;
+/// moegpu.quantize_columns: a CTA of this many threads takes a tile of 128
+/// rows (one FP8 block) and kColumnTile columns.
+constexpr int64_t kColumnThreads = 128;
+constexpr int64_t kColumnTile = 32;
 /// Threads of the one CTA that scans the expert counts.
 constexpr int64_t kScanThreads = 256;
 /// Bytes a thread copies at once in row copies and sums (one 16-byte

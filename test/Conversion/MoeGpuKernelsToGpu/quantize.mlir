@@ -1,4 +1,11 @@
 // RUN: moe-opt %s --convert-moegpu-kernels-to-gpu | FileCheck %s
+// The umbrella pass on kernels alone (it loads the math dialect the
+// quantizations build in): no kernel op is left.
+// RUN: moe-opt %s --moegpu-lower-kernels | FileCheck %s --check-prefix=UMBRELLA
+// UMBRELLA-LABEL: gpu.func @quantize(
+// UMBRELLA-NOT: moegpu.
+// UMBRELLA: gpu.func @quantize_columns(
+// UMBRELLA-NOT: moegpu.
 
 // One warp per row (8 rows a CTA), the rows of the offsets' groups only
 // (from offsets[0] to offsets[G]); per block of 128 channels each lane
@@ -26,6 +33,46 @@
 gpu.module @k {
   gpu.func @quantize(%a: memref<?x256xbf16>, %q: memref<?x256xf8E4M3FN>, %s: memref<?x2xf32>, %o: memref<9xi32>) kernel {
     moegpu.quantize %a, %q, %s offsets(%o : memref<9xi32>) : memref<?x256xbf16>, memref<?x256xf8E4M3FN>, memref<?x2xf32>
+    gpu.return
+  }
+}
+
+// 128 x 1 tiles, transposed: a CTA of 128 threads takes 128 rows (from
+// offsets[0] on, up to offsets[G]) of 32 columns (ceil(72 / 32) = 3 column
+// tiles); warp w reads rows w, w + 4, ... of its lane's column (the last
+// column's index for lanes past 72, their values zeroed) into a padded
+// column-major shared tile (129 floats a column), keeping the column's
+// largest magnitude; after the barrier each warp takes columns w, w + 4,
+// ...: the four warps' maxima floored at 1e-4, and per lane four rows'
+// codes stored as one 4-byte vector into the transposed output, the
+// scale by lane 0 at the block's row / 128.
+// CHECK-LABEL: gpu.func @quantize_columns
+// CHECK-SAME: workgroup(%[[TILE:.*]] : memref<4128xf32, #gpu.address_space<workgroup>>, %[[PART:.*]] : memref<4x32xf32, #gpu.address_space<workgroup>>)
+// CHECK: arith.remui %{{.*}}, %c3{{[_0-9]*}} : index
+// CHECK: %[[FIRST:.*]] = memref.load %{{.*}}[%c0{{[_0-9]*}}] : memref<5xi32>
+// CHECK: %[[LAST:.*]] = memref.load %{{.*}}[%c4{{[_0-9]*}}] : memref<5xi32>
+// CHECK: scf.if
+// CHECK: arith.minui %{{.*}}, %c71{{[_0-9]*}} : index
+// CHECK: scf.for %[[R:.*]] = %{{.*}} to %c128{{[_0-9]*}} step %c4{{[_0-9]*}} iter_args
+// CHECK: memref.load %{{.*}} : memref<?x72xbf16>
+// CHECK: arith.select
+// CHECK: memref.store %{{.*}}, %[[TILE]][%{{.*}}] : memref<4128xf32, #gpu.address_space<workgroup>>
+// CHECK: math.absf
+// CHECK: arith.maximumf
+// CHECK: memref.store %{{.*}}, %[[PART]][%{{.*}}, %{{.*}}] : memref<4x32xf32, #gpu.address_space<workgroup>>
+// CHECK: gpu.barrier
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c32{{[_0-9]*}} step %c4{{[_0-9]*}}
+// CHECK: arith.constant 9.99999974E-5 : f32
+// CHECK-COUNT-4: memref.load %[[PART]]
+// CHECK: arith.divf
+// CHECK-COUNT-4: memref.load %[[TILE]]
+// CHECK: nvvm.convert.f32x2.to.f8x2 {{.*}} {rnd = #nvvm.fp_rnd_mode<rn>, sat = #nvvm.sat_mode<satfinite>}
+// CHECK: nvvm.convert.f32x2.to.f8x2
+// CHECK: vector.store %{{.*}}, %{{.*}} {alignment = 4 : i64} : memref<72x?xf8E4M3FN>, vector<4xf8E4M3FN>
+// CHECK: memref.store %{{.*}} : memref<72x?xf32>
+gpu.module @columns {
+  gpu.func @quantize_columns(%a: memref<?x72xbf16>, %q: memref<72x?xf8E4M3FN>, %s: memref<72x?xf32>, %o: memref<5xi32>) kernel {
+    moegpu.quantize_columns %a, %q, %s, %o : memref<?x72xbf16>, memref<72x?xf8E4M3FN>, memref<72x?xf32>, memref<5xi32>
     gpu.return
   }
 }

@@ -787,3 +787,53 @@ gpu.module @k {
     gpu.return
   }
 }
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%a: memref<?x256xbf16>, %q: memref<128x?xf8E4M3FN>, %s: memref<256x?xf32>, %o: memref<9xi32>) kernel {
+    // expected-error @+1 {{'moegpu.quantize_columns' op expects dimension 0 of out to be 256 (in's columns), got 'memref<128x?xf8E4M3FN>'}}
+    moegpu.quantize_columns %a, %q, %s, %o : memref<?x256xbf16>, memref<128x?xf8E4M3FN>, memref<256x?xf32>, memref<9xi32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%a: memref<384x64xbf16>, %q: memref<64x384xf8E4M3FN>, %s: memref<64x4xf32>, %o: memref<9xi32>) kernel {
+    // expected-error @+1 {{'moegpu.quantize_columns' op expects dimension 1 of scale to be 3 (in's blocks of 128 rows), got 'memref<64x4xf32>'}}
+    moegpu.quantize_columns %a, %q, %s, %o : memref<384x64xbf16>, memref<64x384xf8E4M3FN>, memref<64x4xf32>, memref<9xi32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%a: memref<?x64xf32>, %q: memref<64x?xf8E4M3FN>, %s: memref<64x?xf32>, %o: memref<9xi32>) kernel {
+    // expected-error @+1 {{'moegpu.quantize_columns' op expects in of bf16 or f16, got 'memref<?x64xf32>'}}
+    moegpu.quantize_columns %a, %q, %s, %o : memref<?x64xf32>, memref<64x?xf8E4M3FN>, memref<64x?xf32>, memref<9xi32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%a: memref<?x64xbf16>, %q: memref<64x?xf8E4M3FN>, %s: memref<64x?xf32>, %o: memref<1xi32>) kernel {
+    // expected-error @+1 {{'moegpu.quantize_columns' op expects offsets of at least one group ([G + 1], G >= 1), got 'memref<1xi32>'}}
+    moegpu.quantize_columns %a, %q, %s, %o : memref<?x64xbf16>, memref<64x?xf8E4M3FN>, memref<64x?xf32>, memref<1xi32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%a: memref<?x64xbf16>, %q: memref<?x?xf8E4M3FN>, %s: memref<64x?xf32>, %o: memref<9xi32>) kernel {
+    // expected-error @+1 {{'moegpu.quantize_columns' op expects dimension 0 of out to be static, got 'memref<?x?xf8E4M3FN>'}}
+    moegpu.quantize_columns %a, %q, %s, %o : memref<?x64xbf16>, memref<?x?xf8E4M3FN>, memref<64x?xf32>, memref<9xi32>
+    gpu.return
+  }
+}

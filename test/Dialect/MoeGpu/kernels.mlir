@@ -57,6 +57,12 @@ gpu.module @k {
     moegpu.quantize %a, %q, %s offsets(%o : memref<9xi32>) : memref<?x256xbf16>, memref<?x256xf8E4M3FN>, memref<?x2xf32>
     gpu.return
   }
+  // CHECK-LABEL: gpu.func @quantize_columns
+  // CHECK: moegpu.quantize_columns %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : memref<?x256xbf16>, memref<256x?xf8E4M3FN>, memref<256x?xf32>, memref<9xi32>
+  gpu.func @quantize_columns(%a: memref<?x256xbf16>, %q: memref<256x?xf8E4M3FN>, %s: memref<256x?xf32>, %o: memref<9xi32>) kernel {
+    moegpu.quantize_columns %a, %q, %s, %o : memref<?x256xbf16>, memref<256x?xf8E4M3FN>, memref<256x?xf32>, memref<9xi32>
+    gpu.return
+  }
   // CHECK-LABEL: gpu.func @combine
   // CHECK: moegpu.combine %{{.*}}, %{{.*}}, %{{.*}} : memref<?x64xbf16>, memref<?x2xi32>, memref<?x64xbf16>
   // CHECK: moegpu.combine %{{.*}}, %{{.*}}, %{{.*}} shared(%{{.*}} : memref<?x64xbf16>) shared_scale(%{{.*}} : memref<?xf32>) output_bias(%{{.*}} : memref<64xbf16>) : memref<?x64xbf16>, memref<?x2xi32>, memref<?x64xbf16>

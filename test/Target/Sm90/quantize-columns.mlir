@@ -1,0 +1,25 @@
+// REQUIRES: ptxas
+// RUN: moe-opt %s --moe-sm90-pipeline -o %t.mlir
+// RUN: %python %S/Inputs/gpu_binary.py %t.mlir > %t.ptx
+// RUN: FileCheck %s --check-prefix=PTX < %t.ptx
+// RUN: ptxas -arch=sm_90a -v %t.ptx -o %t.cubin 2>&1 | FileCheck %s
+
+// moegpu.quantize_columns (the 128 x 1 tiles, transposed) as ptxas takes
+// it: no spills, one barrier, the shared tile (128 x 32 values, a column
+// padded to 129) and the four warps' maxima. The rows are read 2 bytes a
+// lane (a warp 64 bytes of a row), each lane's four codes stored in one
+// 4-byte access (a warp a 128-byte line of the transposed output).
+// CHECK: Compiling entry function 'quantize_columns' for 'sm_90a'
+// CHECK: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+// CHECK: used 1 barriers, 17024 bytes smem
+// PTX: .entry quantize_columns(
+// PTX-DAG: ld.global.b16
+// PTX-DAG: cvt.rn.satfinite.e4m3x2.f32
+// PTX-DAG: bar.sync
+// PTX-DAG: st.global.v2.b16
+gpu.module @k {
+  gpu.func @quantize_columns(%a: memref<?x4096xbf16>, %q: memref<4096x?xf8E4M3FN>, %s: memref<4096x?xf32>, %o: memref<9xi32>) kernel {
+    moegpu.quantize_columns %a, %q, %s, %o : memref<?x4096xbf16>, memref<4096x?xf8E4M3FN>, memref<4096x?xf32>, memref<9xi32>
+    gpu.return
+  }
+}
