@@ -299,6 +299,35 @@ LogicalResult QuantizeColumnsOp::verify() {
   return c.result();
 }
 
+LogicalResult QuantizeBlocksOp::verify() {
+  Checker c{*this};
+  c.memref(getIn(), "in", 3, Elt::F32)
+      .memref(getOut(), "out", 3, Elt::F8)
+      .memref(getScale(), "scale", 3, Elt::F32)
+      .memref(getTransposed(), "transposed", 3, Elt::F8);
+  if (!c.ok)
+    return failure();
+  auto type = cast<MemRefType>(getIn().getType());
+  if (!type.hasStaticShape())
+    return emitOpError() << "expects in of a static shape, got " << type;
+  int64_t g = type.getDimSize(0), n = type.getDimSize(1),
+          k = type.getDimSize(2);
+  if (k % 4 != 0 || n % 4 != 0)
+    return emitOpError() << "expects matrices whose rows and columns are "
+                            "multiples of 4 (a lane's four codes), got "
+                         << n << " x " << k;
+  c.dim(getOut(), "out", 0, g, "in's matrices")
+      .dim(getOut(), "out", 1, n, "in's rows")
+      .dim(getOut(), "out", 2, k, "in's columns")
+      .dim(getScale(), "scale", 0, g, "in's matrices")
+      .dim(getScale(), "scale", 1, (n + 127) / 128, "in's blocks of rows")
+      .dim(getScale(), "scale", 2, (k + 127) / 128, "in's blocks of columns")
+      .dim(getTransposed(), "transposed", 0, g, "in's matrices")
+      .dim(getTransposed(), "transposed", 1, k, "in's columns")
+      .dim(getTransposed(), "transposed", 2, n, "in's rows");
+  return c.result();
+}
+
 LogicalResult CombineOp::verify() {
   if (getSharedScale() && !getSharedOut())
     return emitOpError() << "expects shared_scale only with shared";

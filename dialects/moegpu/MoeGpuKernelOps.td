@@ -278,6 +278,44 @@ def MoeGpu_QuantizeColumnsOp : MoeGpu_KernelOp<"quantize_columns"> {
   }];
 }
 
+def MoeGpu_QuantizeBlocksOp : MoeGpu_KernelOp<"quantize_blocks"> {
+  let summary = "f32 weights as e4m3 codes with one scale per 128 x 128 "
+                "block, and optionally transposed";
+  let description = [{
+    The weights' side of DeepSeek-V3's recipe, run after each update: every
+    128 x 128 block of each matrix of `in` (`[G, N, K]` f32 masters) becomes
+    e4m3 codes in `out` (`[G, N, K]`) and one scale in `scale` (`[G,
+    ceil(N / 128), ceil(K / 128)]` f32): with `a` the block's largest
+    magnitude, `e4m3(w * (448 / a))` rounded to nearest even and saturated,
+    and the scale `a / 448`; a block of zeros (a below the smallest normal
+    f32) keeps its values and gets the scale 1, as the host quantizes.
+    With `transposed` the codes are also written as `[G, K, N]` (block (i,
+    j)'s scale is then `scale[g, i, j]` for the transposed block (j, i)):
+    e4m3 wgmma reads both operands K-major, and the input gradient's GEMM
+    reduces over N. K and N are multiples of 4.
+
+    A CTA of 256 threads per block: warp w reads rows w, w + 8, ... (a
+    lane four consecutive values, a warp a 512-byte row), keeping its 64
+    values in registers, the block's maximum from a butterfly and shared
+    memory; each lane stores its four codes of a row in one 4-byte access
+    (a warp a 128-byte row). The transposed codes go through a shared
+    byte tile, read back a column at a time as 128-byte rows.
+
+    ```mlir
+    moegpu.quantize_blocks %w2, %codes, %scales
+      transposed(%codes_t : memref<8x32x64xf8E4M3FN>)
+      : memref<8x64x32xf32>, memref<8x64x32xf8E4M3FN>, memref<8x1x1xf32>
+    ```
+  }];
+  let arguments = (ins MoeGpu_In:$in, MoeGpu_Out:$out, MoeGpu_Out:$scale,
+                       MoeGpu_OptOut:$transposed);
+  let assemblyFormat = [{
+    $in `,` $out `,` $scale (`transposed` `(` $transposed^ `:`
+    type($transposed) `)`)? attr-dict `:` type($in) `,` type($out) `,`
+    type($scale)
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Combine
 //===----------------------------------------------------------------------===//

@@ -58,6 +58,8 @@ constexpr int64_t kQuantizeWarps = 8;
 /// rows (one FP8 block) and kColumnTile columns.
 constexpr int64_t kColumnThreads = 128;
 constexpr int64_t kColumnTile = 32;
+/// moegpu.quantize_blocks: a CTA of this many threads a 128 x 128 block.
+constexpr int64_t kBlockThreads = 256;
 /// Threads of the one CTA that scans the expert counts.
 constexpr int64_t kScanThreads = 256;
 /// Bytes a thread copies at once in row copies and sums (one 16-byte

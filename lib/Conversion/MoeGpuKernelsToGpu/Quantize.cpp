@@ -183,8 +183,144 @@ static void lowerQuantizeColumns(moegpu::QuantizeColumnsOp op, Emitter &e) {
   });
 }
 
+/// 128 x 128 blocks (moegpu.quantize_blocks): CTA b takes block (i, j)
+/// of matrix g, b = (g * row blocks + i) * column blocks + j. Warp w reads
+/// rows 128 i + w + 8 p (p < 16) and lane l its columns 128 j + 4 l ..
+/// + 3 (one 16-byte load; outside the matrix, zeros), 64 values a thread
+/// kept in registers. The block's largest magnitude: the thread's, a
+/// butterfly over the warp, then the eight warps' through shared memory.
+/// Each lane stores its four codes of a row in one access; with
+/// `transposed` they also go into a shared byte tile (`t[c][r]`, 132
+/// bytes a column), which warp w reads back a column (c = w + 8 q) at a
+/// time, a lane four bytes, into the transposed output's rows.
+static void lowerQuantizeBlocks(moegpu::QuantizeBlocksOp op, Emitter &e) {
+  ImplicitLocOpBuilder &b = e.b;
+  Value in = op.getIn(), out = op.getOut(), scale = op.getScale();
+  Value transposed = op.getTransposed();
+  auto type = cast<MemRefType>(in.getType());
+  int64_t rows = type.getDimSize(1), cols = type.getDimSize(2);
+  int64_t rowBlocks = llvm::divideCeil(rows, kFp8Block);
+  int64_t colBlocks = llvm::divideCeil(cols, kFp8Block);
+  constexpr int64_t kWarps = kBlockThreads / 32;
+  constexpr int64_t kPasses = kFp8Block / kWarps;
+  constexpr int64_t kPitch = kFp8Block + 4;
+  Type f32 = b.getF32Type(), i8 = b.getI8Type();
+  Type f8 = cast<MemRefType>(out.getType()).getElementType();
+  auto func = op->getParentOfType<gpu::GPUFuncOp>();
+  auto wg =
+      gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup);
+  Value maxima = func.addWorkgroupAttribution(
+      MemRefType::get({kWarps}, f32, AffineMap(), wg), op.getLoc());
+  Value tile;
+  if (transposed)
+    tile = func.addWorkgroupAttribution(
+        MemRefType::get({kFp8Block * kPitch}, i8, AffineMap(), wg),
+        op.getLoc());
+
+  Value lane = e.remi(e.thread(), e.idx(32));
+  Value warp = e.divi(e.thread(), e.idx(32));
+  Value block = e.block();
+  Value j = e.remi(block, e.idx(colBlocks));
+  Value rest = e.divi(block, e.idx(colBlocks));
+  Value i = e.remi(rest, e.idx(rowBlocks));
+  Value g = e.divi(rest, e.idx(rowBlocks));
+  Value col = e.addi(e.muli(j, e.idx(kFp8Block)), e.muli(lane, e.idx(4)));
+  Value colInside = e.cmp(arith::CmpIPredicate::ult, col, e.idx(cols));
+  Value colAt = arith::MinUIOp::create(b, col, e.idx(cols - 4));
+  Value row0 = e.muli(i, e.idx(kFp8Block));
+  auto vec4 = VectorType::get({4}, f32);
+  Value zeros = arith::ConstantOp::create(
+      b, vec4, DenseElementsAttr::get(vec4, b.getF32FloatAttr(0.0f)));
+  SmallVector<Value> values, inside;
+  Value amax = e.f32(0.0);
+  for (int64_t p = 0; p < kPasses; ++p) {
+    Value row = e.addi(row0, e.addi(warp, e.idx(kWarps * p)));
+    Value rowInside = e.cmp(arith::CmpIPredicate::ult, row, e.idx(rows));
+    Value ok = arith::AndIOp::create(b, rowInside, colInside);
+    Value rowAt = arith::MinUIOp::create(b, row, e.idx(rows - 1));
+    Value v = vector::LoadOp::create(b, vec4, in, ValueRange{g, rowAt, colAt},
+                                     false, b.getI64IntegerAttr(16));
+    v = arith::SelectOp::create(b, ok, v, zeros);
+    Value magnitudes = math::AbsFOp::create(b, v);
+    Value largest = vector::ReductionOp::create(
+        b, vector::CombiningKind::MAXIMUMF, magnitudes);
+    amax = arith::MaximumFOp::create(b, amax, largest);
+    values.push_back(v);
+    inside.push_back(ok);
+  }
+  for (int32_t offset = 16; offset >= 1; offset /= 2)
+    amax = arith::MaximumFOp::create(
+        b, amax,
+        gpu::ShuffleOp::create(b, amax, offset, 32, gpu::ShuffleMode::XOR)
+            .getShuffleResult());
+  e.when(e.cmp(arith::CmpIPredicate::eq, lane, e.idx(0)),
+         [&] { e.store(amax, maxima, {warp}); });
+  gpu::BarrierOp::create(b);
+  amax = e.load(maxima, {e.idx(0)});
+  for (int64_t w = 1; w < kWarps; ++w) {
+    Value other = e.load(maxima, {e.idx(w)});
+    amax = arith::MaximumFOp::create(b, amax, other);
+  }
+  // A block of zeros keeps its values and gets the scale 1.
+  Value zero = arith::CmpFOp::create(
+      b, arith::CmpFPredicate::OLT, amax,
+      e.f32(static_cast<double>(std::numeric_limits<float>::min())));
+  Value one = e.f32(1.0);
+  Value quotient = e.div(e.f32(kFp8Max), amax);
+  Value inverse = arith::SelectOp::create(b, zero, one, quotient);
+  Value blockScale = e.div(amax, e.f32(kFp8Max));
+  blockScale = arith::SelectOp::create(b, zero, one, blockScale);
+  e.when(e.cmp(arith::CmpIPredicate::eq, e.thread(), e.idx(0)), [&] {
+    e.store(blockScale, scale, {g, i, j});
+  });
+  for (int64_t p = 0; p < kPasses; ++p) {
+    SmallVector<Value> v;
+    for (int64_t x = 0; x < 4; ++x)
+      v.push_back(vector::ExtractOp::create(b, values[p], x));
+    Value codes = fourCodes(e, v, inverse, f8);
+    Value r = e.addi(warp, e.idx(kWarps * p));
+    e.when(inside[p], [&] {
+      vector::StoreOp::create(b, codes, out,
+                              ValueRange{g, e.addi(row0, r), col}, false,
+                              b.getI64IntegerAttr(4));
+    });
+    if (!transposed)
+      continue;
+    // t[c][r] for the lane's four columns c (codes of zeros outside).
+    Value bytes = arith::BitcastOp::create(b, VectorType::get({4}, i8), codes);
+    for (int64_t x = 0; x < 4; ++x) {
+      Value c = e.addi(e.muli(lane, e.idx(4)), e.idx(x));
+      Value byte = vector::ExtractOp::create(b, bytes, x);
+      e.store(byte, tile, {e.addi(e.muli(c, e.idx(kPitch)), r)});
+    }
+  }
+  if (!transposed)
+    return;
+  gpu::BarrierOp::create(b);
+  // Warp w: columns w, w + 8, ... of the block, each a 128-byte row of
+  // the transposed codes (lane l its rows 4 l .. 4 l + 3).
+  Value trow = e.addi(row0, e.muli(lane, e.idx(4)));
+  Value trowInside = e.cmp(arith::CmpIPredicate::ult, trow, e.idx(rows));
+  for (int64_t q = 0; q < kPasses; ++q) {
+    Value c = e.addi(warp, e.idx(kWarps * q));
+    Value tcol = e.addi(e.muli(j, e.idx(kFp8Block)), c);
+    Value at = e.addi(e.muli(c, e.idx(kPitch)), e.muli(lane, e.idx(4)));
+    Value bytes =
+        vector::LoadOp::create(b, VectorType::get({4}, i8), tile,
+                               ValueRange{at}, false, b.getI64IntegerAttr(4));
+    Value codes = arith::BitcastOp::create(b, VectorType::get({4}, f8), bytes);
+    Value ok = arith::AndIOp::create(
+        b, trowInside, e.cmp(arith::CmpIPredicate::ult, tcol, e.idx(cols)));
+    e.when(ok, [&] {
+      vector::StoreOp::create(b, codes, transposed, ValueRange{g, tcol, trow},
+                              false, b.getI64IntegerAttr(4));
+    });
+  }
+}
+
 void kernels::populateQuantizePatterns(RewritePatternSet &patterns) {
   patterns.add<LowerKernel<moegpu::QuantizeOp, lowerQuantize>,
-               LowerKernel<moegpu::QuantizeColumnsOp, lowerQuantizeColumns>>(
+               LowerKernel<moegpu::QuantizeColumnsOp, lowerQuantizeColumns>,
+               LowerKernel<moegpu::QuantizeBlocksOp, lowerQuantizeBlocks>>(
       patterns.getContext());
 }

@@ -6,6 +6,8 @@
 // UMBRELLA-NOT: moegpu.
 // UMBRELLA: gpu.func @quantize_columns(
 // UMBRELLA-NOT: moegpu.
+// UMBRELLA: gpu.func @quantize_blocks(
+// UMBRELLA-NOT: moegpu.
 
 // One warp per row (8 rows a CTA), the rows of the offsets' groups only
 // (from offsets[0] to offsets[G]); per block of 128 channels each lane
@@ -73,6 +75,35 @@ gpu.module @k {
 gpu.module @columns {
   gpu.func @quantize_columns(%a: memref<?x72xbf16>, %q: memref<72x?xf8E4M3FN>, %s: memref<72x?xf32>, %o: memref<5xi32>) kernel {
     moegpu.quantize_columns %a, %q, %s, %o : memref<?x72xbf16>, memref<72x?xf8E4M3FN>, memref<72x?xf32>, memref<5xi32>
+    gpu.return
+  }
+}
+
+// 128 x 128 blocks, one CTA of 256 threads each (block index: matrix,
+// row block, column block, the last fastest): sixteen 16-byte loads a
+// thread (rows w + 8 p, columns 4 l .. 4 l + 3; zeros outside), the
+// block's maximum by a vector reduction, a butterfly and the eight warps'
+// through shared memory; a block of zeros gets the scale 1 (and an
+// inverse of 1). Each row's four codes one 4-byte store; with the
+// transposed codes, bytes into a 132-byte-pitch shared tile, a barrier,
+// and 4-byte reads of its columns stored as rows of the transposed output.
+// CHECK-LABEL: gpu.func @quantize_blocks
+// CHECK-SAME: workgroup(%[[MAX:.*]] : memref<8xf32, #gpu.address_space<workgroup>>, %[[T:.*]] : memref<16896xi8, #gpu.address_space<workgroup>>)
+// CHECK-COUNT-16: vector.load %{{.*}} {alignment = 16 : i64} : memref<2x200x136xf32>, vector<4xf32>
+// CHECK: gpu.shuffle xor %{{.*}}, %c16_i32
+// CHECK: memref.store %{{.*}}, %[[MAX]]
+// CHECK: gpu.barrier
+// CHECK: arith.cmpf olt, %{{.*}}, %cst{{.*}} : f32
+// CHECK: memref.store %{{.*}} : memref<2x2x2xf32>
+// CHECK: nvvm.convert.f32x2.to.f8x2
+// CHECK: vector.store %{{.*}} {alignment = 4 : i64} : memref<2x200x136xf8E4M3FN>, vector<4xf8E4M3FN>
+// CHECK: memref.store %{{.*}}, %[[T]]
+// CHECK: gpu.barrier
+// CHECK: vector.load %[[T]]
+// CHECK: vector.store %{{.*}} {alignment = 4 : i64} : memref<2x136x200xf8E4M3FN>, vector<4xf8E4M3FN>
+gpu.module @blocks {
+  gpu.func @quantize_blocks(%w: memref<2x200x136xf32>, %q: memref<2x200x136xf8E4M3FN>, %s: memref<2x2x2xf32>, %t: memref<2x136x200xf8E4M3FN>) kernel {
+    moegpu.quantize_blocks %w, %q, %s transposed(%t : memref<2x136x200xf8E4M3FN>) : memref<2x200x136xf32>, memref<2x200x136xf8E4M3FN>, memref<2x2x2xf32>
     gpu.return
   }
 }

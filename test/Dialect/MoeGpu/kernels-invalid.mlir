@@ -837,3 +837,53 @@ gpu.module @k {
     gpu.return
   }
 }
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%w: memref<8x64x32xf32>, %q: memref<8x64x32xf8E4M3FN>, %s: memref<8x1x2xf32>) kernel {
+    // expected-error @+1 {{'moegpu.quantize_blocks' op expects dimension 2 of scale to be 1 (in's blocks of columns), got 'memref<8x1x2xf32>'}}
+    moegpu.quantize_blocks %w, %q, %s : memref<8x64x32xf32>, memref<8x64x32xf8E4M3FN>, memref<8x1x2xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%w: memref<8x64x32xf32>, %q: memref<8x64x32xf8E4M3FN>, %s: memref<8x1x1xf32>, %t: memref<8x64x32xf8E4M3FN>) kernel {
+    // expected-error @+1 {{'moegpu.quantize_blocks' op expects dimension 1 of transposed to be 32 (in's columns), got 'memref<8x64x32xf8E4M3FN>'}}
+    moegpu.quantize_blocks %w, %q, %s transposed(%t : memref<8x64x32xf8E4M3FN>) : memref<8x64x32xf32>, memref<8x64x32xf8E4M3FN>, memref<8x1x1xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%w: memref<8x64x30xf32>, %q: memref<8x64x30xf8E4M3FN>, %s: memref<8x1x1xf32>) kernel {
+    // expected-error @+1 {{'moegpu.quantize_blocks' op expects matrices whose rows and columns are multiples of 4 (a lane's four codes), got 64 x 30}}
+    moegpu.quantize_blocks %w, %q, %s : memref<8x64x30xf32>, memref<8x64x30xf8E4M3FN>, memref<8x1x1xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%w: memref<8x64x32xbf16>, %q: memref<8x64x32xf8E4M3FN>, %s: memref<8x1x1xf32>) kernel {
+    // expected-error @+1 {{'moegpu.quantize_blocks' op expects in of f32, got 'memref<8x64x32xbf16>'}}
+    moegpu.quantize_blocks %w, %q, %s : memref<8x64x32xbf16>, memref<8x64x32xf8E4M3FN>, memref<8x1x1xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%w: memref<?x64x32xf32>, %q: memref<?x64x32xf8E4M3FN>, %s: memref<?x1x1xf32>) kernel {
+    // expected-error @+1 {{'moegpu.quantize_blocks' op expects in of a static shape, got 'memref<?x64x32xf32>'}}
+    moegpu.quantize_blocks %w, %q, %s : memref<?x64x32xf32>, memref<?x64x32xf8E4M3FN>, memref<?x1x1xf32>
+    gpu.return
+  }
+}

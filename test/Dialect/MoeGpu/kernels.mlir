@@ -63,6 +63,14 @@ gpu.module @k {
     moegpu.quantize_columns %a, %q, %s, %o : memref<?x256xbf16>, memref<256x?xf8E4M3FN>, memref<256x?xf32>, memref<9xi32>
     gpu.return
   }
+  // CHECK-LABEL: gpu.func @quantize_blocks
+  // CHECK: moegpu.quantize_blocks %{{.*}}, %{{.*}}, %{{.*}} : memref<8x64x32xf32>, memref<8x64x32xf8E4M3FN>, memref<8x1x1xf32>
+  // CHECK: moegpu.quantize_blocks %{{.*}}, %{{.*}}, %{{.*}} transposed(%{{.*}} : memref<8x32x64xf8E4M3FN>) : memref<8x64x32xf32>, memref<8x64x32xf8E4M3FN>, memref<8x1x1xf32>
+  gpu.func @quantize_blocks(%w: memref<8x64x32xf32>, %q: memref<8x64x32xf8E4M3FN>, %s: memref<8x1x1xf32>, %t: memref<8x32x64xf8E4M3FN>) kernel {
+    moegpu.quantize_blocks %w, %q, %s : memref<8x64x32xf32>, memref<8x64x32xf8E4M3FN>, memref<8x1x1xf32>
+    moegpu.quantize_blocks %w, %q, %s transposed(%t : memref<8x32x64xf8E4M3FN>) : memref<8x64x32xf32>, memref<8x64x32xf8E4M3FN>, memref<8x1x1xf32>
+    gpu.return
+  }
   // CHECK-LABEL: gpu.func @combine
   // CHECK: moegpu.combine %{{.*}}, %{{.*}}, %{{.*}} : memref<?x64xbf16>, memref<?x2xi32>, memref<?x64xbf16>
   // CHECK: moegpu.combine %{{.*}}, %{{.*}}, %{{.*}} shared(%{{.*}} : memref<?x64xbf16>) shared_scale(%{{.*}} : memref<?xf32>) output_bias(%{{.*}} : memref<64xbf16>) : memref<?x64xbf16>, memref<?x2xi32>, memref<?x64xbf16>

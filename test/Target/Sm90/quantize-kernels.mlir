@@ -23,3 +23,19 @@ gpu.module @k {
     gpu.return
   }
 }
+
+// moegpu.quantize_blocks at DeepSeek-V3's expert shape (2048 x 7168, with
+// the transposed codes): no spills, one barrier, the block's maxima and
+// the transposed byte tile in shared memory; the weights read 16 bytes a
+// lane.
+// RUN: moe-opt %S/Inputs/quantize-blocks.mlir --moe-sm90-pipeline -o %t-b.mlir
+// RUN: %python %S/Inputs/gpu_binary.py %t-b.mlir > %t-b.ptx
+// RUN: FileCheck %s --check-prefix=BPTX < %t-b.ptx
+// RUN: ptxas -arch=sm_90a -v %t-b.ptx -o %t-b.cubin 2>&1 | FileCheck %s --check-prefix=BLOCKS
+// BLOCKS: Compiling entry function 'quantize_blocks' for 'sm_90a'
+// BLOCKS: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+// BLOCKS: used 1 barriers, 16928 bytes smem
+// BPTX: .entry quantize_blocks(
+// BPTX-DAG: ld.global.v4.b32
+// BPTX-DAG: cvt.rn.satfinite.e4m3x2.f32
+// BPTX-DAG: st.shared.b8
