@@ -34,6 +34,17 @@ static Value fourCodes(Emitter &e, ArrayRef<Value> v, Value inverse, Type f8) {
   return arith::BitcastOp::create(b, VectorType::get({4}, f8), codes);
 }
 
+/// The largest of `v` over the warp, in every lane (butterfly shuffles).
+static Value warpMax(Emitter &e, Value v) {
+  for (int32_t offset = 16; offset >= 1; offset /= 2) {
+    Value other =
+        gpu::ShuffleOp::create(e.b, v, offset, 32, gpu::ShuffleMode::XOR)
+            .getShuffleResult();
+    v = arith::MaximumFOp::create(e.b, v, other);
+  }
+  return v;
+}
+
 /// One warp per row of `in` ([R, K], the layer's 16-bit type): each 128
 /// channels become e4m3 codes in `out` and one f32 scale in `scale`
 /// ([R, ceil(K / 128)]), as the host quantizes them (moe.grouped_matmul):
@@ -77,11 +88,7 @@ static void lowerQuantize(moegpu::QuantizeOp op, Emitter &e) {
         v.push_back(x);
         amax = arith::MaximumFOp::create(b, amax, math::AbsFOp::create(b, x));
       }
-      for (int32_t offset = 16; offset >= 1; offset /= 2)
-        amax = arith::MaximumFOp::create(
-            b, amax,
-            gpu::ShuffleOp::create(b, amax, offset, 32, gpu::ShuffleMode::XOR)
-                .getShuffleResult());
+      amax = warpMax(e, amax);
       amax = arith::MaximumFOp::create(b, amax, e.f32(kFp8MinAmax));
       Value inverse = e.div(e.f32(kFp8Max), amax);
       Type f8 = cast<MemRefType>(out.getType()).getElementType();
@@ -248,11 +255,7 @@ static void lowerQuantizeBlocks(moegpu::QuantizeBlocksOp op, Emitter &e) {
     values.push_back(v);
     inside.push_back(ok);
   }
-  for (int32_t offset = 16; offset >= 1; offset /= 2)
-    amax = arith::MaximumFOp::create(
-        b, amax,
-        gpu::ShuffleOp::create(b, amax, offset, 32, gpu::ShuffleMode::XOR)
-            .getShuffleResult());
+  amax = warpMax(e, amax);
   e.when(e.cmp(arith::CmpIPredicate::eq, lane, e.idx(0)),
          [&] { e.store(amax, maxima, {warp}); });
   gpu::BarrierOp::create(b);
