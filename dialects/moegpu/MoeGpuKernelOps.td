@@ -255,7 +255,8 @@ def MoeGpu_QuantizeColumnsOp : MoeGpu_KernelOp<"quantize_columns"> {
     offsets[G])` (`offsets`: `[G + 1]` i32), whose bounds must be
     multiples of 128 (the schedule's alignment): a tile never spans two
     groups, so the tiles restart at each expert's rows, as the recipe's
-    do.
+    do. R (the rows' capacity) is a multiple of 4, so that a lane's four
+    codes are one aligned 4-byte store.
 
     A CTA of 128 threads takes 128 rows of 32 columns through shared
     memory: it reads the rows (a warp a row, a lane a column), then writes
