@@ -174,7 +174,6 @@ std::string mlir::moe::validateOptions(const CompileOptions &o) {
   return "";
 }
 
-/// The runtime's dtype of an element type, by its MLIR name.
 /// AdamW's moments' element type (moe-compile --optimizer-state).
 static Type momentTypeOf(const CompileOptions &options, MLIRContext &context) {
   Builder b(&context);
@@ -183,6 +182,7 @@ static Type momentTypeOf(const CompileOptions &options, MLIRContext &context) {
   return b.getF32Type();
 }
 
+/// The runtime's dtype of an element type, by its MLIR name.
 static std::optional<rt::DType> toDType(Type type) {
   std::string name;
   llvm::raw_string_ostream(name) << type;

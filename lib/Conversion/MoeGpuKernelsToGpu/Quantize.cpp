@@ -63,6 +63,7 @@ static void lowerQuantize(moegpu::QuantizeOp op, Emitter &e) {
   int64_t blocks = llvm::divideCeil(depth, kFp8Block);
   Value lane, row;
   std::tie(lane, row) = e.warpRow(kQuantizeWarps);
+  Value lane4 = e.muli(lane, e.idx(4));
   // Segmented: the rows of offsets' segments, from its first element (a
   // token chunk's received rows start past the chunks before).
   Value rows = e.dim(in, 0);
@@ -75,7 +76,8 @@ static void lowerQuantize(moegpu::QuantizeOp op, Emitter &e) {
   // around the whole warp.
   e.when(e.cmp(arith::CmpIPredicate::ult, row, rows), [&] {
     e.loop(e.idx(0), e.idx(blocks), e.idx(1), {}, [&](Value kb, ValueRange) {
-      Value c0 = e.addi(e.muli(kb, e.idx(kFp8Block)), e.muli(lane, e.idx(4)));
+      Value blockStart = e.muli(kb, e.idx(kFp8Block));
+      Value c0 = e.addi(blockStart, lane4);
       // Lanes past K (a partial last block) load the row's last four
       // channels and count as zeros.
       Value inside = e.cmp(arith::CmpIPredicate::ult, c0, e.idx(depth));
@@ -140,12 +142,16 @@ static void lowerQuantizeColumns(moegpu::QuantizeColumnsOp op, Emitter &e) {
 
   Value lane = e.remi(e.thread(), e.idx(32));
   Value warp = e.divi(e.thread(), e.idx(32));
+  // One emitting call a statement (the IR's order independent of the C++
+  // compiler's order of arguments).
+  Value lane4 = e.muli(lane, e.idx(4));
+  Value laneColumn = e.muli(lane, e.idx(kPitch));
   Value block = e.block();
   Value column0 = e.muli(e.remi(block, e.idx(tiles)), e.idx(kColumnTile));
   Value first = e.index(e.load(offsets, {e.idx(0)}));
   Value end = e.index(e.load(offsets, {e.idx(last)}));
-  Value row0 =
-      e.addi(first, e.muli(e.divi(block, e.idx(tiles)), e.idx(kFp8Block)));
+  Value rowBlock = e.divi(block, e.idx(tiles));
+  Value row0 = e.addi(first, e.muli(rowBlock, e.idx(kFp8Block)));
   // The whole CTA takes the branch: the barriers inside are uniform.
   e.when(e.cmp(arith::CmpIPredicate::ult, row0, end), [&] {
     Value column = e.addi(column0, lane);
@@ -157,7 +163,7 @@ static void lowerQuantizeColumns(moegpu::QuantizeColumnsOp op, Emitter &e) {
                [&](Value r, ValueRange it) {
                  Value x = e.toF32(e.load(in, {e.addi(row0, r), at}));
                  x = arith::SelectOp::create(b, inside, x, e.f32(0.0));
-                 e.store(x, tile, {e.addi(e.muli(lane, e.idx(kPitch)), r)});
+                 e.store(x, tile, {e.addi(laneColumn, r)});
                  Value magnitude = math::AbsFOp::create(b, x);
                  return SmallVector<Value>{
                      arith::MaximumFOp::create(b, it[0], magnitude)};
@@ -170,14 +176,15 @@ static void lowerQuantizeColumns(moegpu::QuantizeColumnsOp op, Emitter &e) {
           for (int64_t w = 0; w < kWarps; ++w)
             a = arith::MaximumFOp::create(b, a, e.load(partial, {e.idx(w), c}));
           Value inverse = e.div(e.f32(kFp8Max), a);
-          Value base = e.addi(e.muli(c, e.idx(kPitch)), e.muli(lane, e.idx(4)));
+          Value columnAt = e.muli(c, e.idx(kPitch));
+          Value base = e.addi(columnAt, lane4);
           SmallVector<Value> v;
           for (int64_t i = 0; i < 4; ++i)
             v.push_back(e.load(tile, {e.addi(base, e.idx(i))}));
           Value codes = fourCodes(e, v, inverse, f8);
           Value col = e.addi(column0, c);
           e.when(e.cmp(arith::CmpIPredicate::ult, col, e.idx(columns)), [&] {
-            Value r = e.addi(row0, e.muli(lane, e.idx(4)));
+            Value r = e.addi(row0, lane4);
             vector::StoreOp::create(b, codes, out, ValueRange{col, r}, false,
                                     b.getI64IntegerAttr(4));
             e.when(e.cmp(arith::CmpIPredicate::eq, lane, e.idx(0)), [&] {
@@ -231,17 +238,23 @@ static void lowerQuantizeBlocks(moegpu::QuantizeBlocksOp op, Emitter &e) {
   Value rest = e.divi(block, e.idx(colBlocks));
   Value i = e.remi(rest, e.idx(rowBlocks));
   Value g = e.divi(rest, e.idx(rowBlocks));
-  Value col = e.addi(e.muli(j, e.idx(kFp8Block)), e.muli(lane, e.idx(4)));
+  // One emitting call a statement, as above.
+  Value lane4 = e.muli(lane, e.idx(4));
+  Value column0 = e.muli(j, e.idx(kFp8Block));
+  Value col = e.addi(column0, lane4);
   Value colInside = e.cmp(arith::CmpIPredicate::ult, col, e.idx(cols));
   Value colAt = arith::MinUIOp::create(b, col, e.idx(cols - 4));
   Value row0 = e.muli(i, e.idx(kFp8Block));
   auto vec4 = VectorType::get({4}, f32);
   Value zeros = arith::ConstantOp::create(
       b, vec4, DenseElementsAttr::get(vec4, b.getF32FloatAttr(0.0f)));
-  SmallVector<Value> values, inside;
+  // Per pass: the values, whether they are in the matrix, and the row
+  // (within the block and within the matrix).
+  SmallVector<Value> values, inside, blockRows, matrixRows;
   Value amax = e.f32(0.0);
   for (int64_t p = 0; p < kPasses; ++p) {
-    Value row = e.addi(row0, e.addi(warp, e.idx(kWarps * p)));
+    Value r = e.addi(warp, e.idx(kWarps * p));
+    Value row = e.addi(row0, r);
     Value rowInside = e.cmp(arith::CmpIPredicate::ult, row, e.idx(rows));
     Value ok = arith::AndIOp::create(b, rowInside, colInside);
     Value rowAt = arith::MinUIOp::create(b, row, e.idx(rows - 1));
@@ -254,6 +267,8 @@ static void lowerQuantizeBlocks(moegpu::QuantizeBlocksOp op, Emitter &e) {
     amax = arith::MaximumFOp::create(b, amax, largest);
     values.push_back(v);
     inside.push_back(ok);
+    blockRows.push_back(r);
+    matrixRows.push_back(row);
   }
   amax = warpMax(e, amax);
   e.when(e.cmp(arith::CmpIPredicate::eq, lane, e.idx(0)),
@@ -281,18 +296,17 @@ static void lowerQuantizeBlocks(moegpu::QuantizeBlocksOp op, Emitter &e) {
     for (int64_t x = 0; x < 4; ++x)
       v.push_back(vector::ExtractOp::create(b, values[p], x));
     Value codes = fourCodes(e, v, inverse, f8);
-    Value r = e.addi(warp, e.idx(kWarps * p));
+    Value r = blockRows[p];
     e.when(inside[p], [&] {
-      vector::StoreOp::create(b, codes, out,
-                              ValueRange{g, e.addi(row0, r), col}, false,
-                              b.getI64IntegerAttr(4));
+      vector::StoreOp::create(b, codes, out, ValueRange{g, matrixRows[p], col},
+                              false, b.getI64IntegerAttr(4));
     });
     if (!transposed)
       continue;
     // t[c][r] for the lane's four columns c (codes of zeros outside).
     Value bytes = arith::BitcastOp::create(b, VectorType::get({4}, i8), codes);
     for (int64_t x = 0; x < 4; ++x) {
-      Value c = e.addi(e.muli(lane, e.idx(4)), e.idx(x));
+      Value c = e.addi(lane4, e.idx(x));
       Value byte = vector::ExtractOp::create(b, bytes, x);
       e.store(byte, tile, {e.addi(e.muli(c, e.idx(kPitch)), r)});
     }
@@ -302,12 +316,13 @@ static void lowerQuantizeBlocks(moegpu::QuantizeBlocksOp op, Emitter &e) {
   gpu::BarrierOp::create(b);
   // Warp w: columns w, w + 8, ... of the block, each a 128-byte row of
   // the transposed codes (lane l its rows 4 l .. 4 l + 3).
-  Value trow = e.addi(row0, e.muli(lane, e.idx(4)));
+  Value trow = e.addi(row0, lane4);
   Value trowInside = e.cmp(arith::CmpIPredicate::ult, trow, e.idx(rows));
   for (int64_t q = 0; q < kPasses; ++q) {
     Value c = e.addi(warp, e.idx(kWarps * q));
-    Value tcol = e.addi(e.muli(j, e.idx(kFp8Block)), c);
-    Value at = e.addi(e.muli(c, e.idx(kPitch)), e.muli(lane, e.idx(4)));
+    Value tcol = e.addi(column0, c);
+    Value columnAt = e.muli(c, e.idx(kPitch));
+    Value at = e.addi(columnAt, lane4);
     Value bytes =
         vector::LoadOp::create(b, VectorType::get({4}, i8), tile,
                                ValueRange{at}, false, b.getI64IntegerAttr(4));

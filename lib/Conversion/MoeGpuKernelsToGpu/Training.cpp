@@ -180,8 +180,7 @@ void warpAtomicMax(Emitter &e, Value v, Value memref, ValueRange indices) {
 /// of the largest float (room for the f32 rounding of both sides, and for
 /// a bf16 moment's rounding, whose largest finite value is above half of
 /// f32's), the betas in [0, 1] and eps > 0: no value overflows and none
-/// is 0/0. A NaN
-/// anywhere fails a comparison: not shown finite.
+/// is 0/0. A NaN anywhere fails a comparison: not shown finite.
 Value boundsShowFinite(Emitter &e, const AdamWHyper &a, Value bounds,
                        Value gradMax, int64_t w) {
   ImplicitLocOpBuilder &b = e.b;
