@@ -219,8 +219,9 @@ def MoeGpu_TensorMapAttr : AttrDef<MoeGpu_Dialect, "TensorMap"> {
   let summary = "A TMA descriptor the runtime encodes for a kernel argument";
   let description = [{
     Kernel parameter `arg` is a pointer to the 128-byte map of the buffer
-    passed as argument `source`, viewed as `view` rows x columns (rows -1:
-    the buffer's), loaded in boxes of `box`, with a `swizzle`-byte swizzle.
+    passed as argument `source`, viewed as `view` rows x columns (rows -1,
+    or columns -1 beside static rows: the buffer's), loaded in boxes of
+    `box`, with a `swizzle`-byte swizzle.
 
     ```mlir
     #moegpu.tensor_map<arg = 4, source = 0, view = [-1, 7168], box = [128, 64], swizzle = 128>

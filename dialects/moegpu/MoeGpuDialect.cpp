@@ -259,13 +259,51 @@ static LogicalResult verifyClamp(Operation *op, Epilogue epilogue,
 
 LogicalResult GroupedGemmOp::verifyBlockScales() {
   MemRefType a = getA().getType(), b = getB().getType();
-  if (getLayout() != GemmLayout::NT || isDense())
+  if (getLayout() == GemmLayout::NN || isDense())
     return emitOpError() << "expects FP8 block scales only on a grouped GEMM "
-                            "of the nt layout";
+                            "of the nt or tn layout";
   // c's element type was checked with the other operands'.
   if (getEpilogue() == Epilogue::Accumulate)
     return emitOpError() << "expects an FP8 GEMM to write a bf16, f16 or f32 "
                             "c without accumulating";
+  auto aScale = cast<MemRefType>(getAScale().getType());
+  auto bScale = cast<MemRefType>(getBScale().getType());
+  if (isKGrouped()) {
+    // The transposed codes, [M, R] and [N, R], and a scale per column of
+    // the untransposed operands per 128 of R.
+    if (ShapedType::isDynamic(a.getDimSize(0)) ||
+        ShapedType::isDynamic(b.getDimSize(0)))
+      return emitOpError() << "expects an FP8 tn GEMM's a and b to be the "
+                              "transposed codes [M, R] and [N, R] with "
+                              "static M and N, got "
+                           << a << " and " << b;
+    int64_t r = a.getDimSize(1);
+    if (!ShapedType::isDynamic(r) && r % 16 != 0)
+      return emitOpError() << "expects an FP8 tn GEMM's R to be a multiple "
+                              "of 16 (16-byte TMA strides of 1-byte "
+                              "elements), got "
+                           << r;
+    int64_t kBlocks =
+        ShapedType::isDynamic(r) ? r : llvm::divideCeil(r, int64_t{128});
+    for (auto [scale, name, rows] : {std::tuple{aScale, "a_scale", getM()},
+                                     std::tuple{bScale, "b_scale", getN()}}) {
+      int64_t blocks = scale.getRank() == 2 ? scale.getDimSize(1) : 0;
+      if (scale.getRank() != 2 || !scale.getElementType().isF32() ||
+          scale.getDimSize(0) != rows ||
+          (!ShapedType::isDynamic(kBlocks) && !ShapedType::isDynamic(blocks) &&
+           blocks != kBlocks)) {
+        InFlightDiagnostic diag = emitOpError()
+                                  << "expects " << name << " to be f32 ["
+                                  << rows << ", ";
+        if (ShapedType::isDynamic(kBlocks))
+          diag << "ceil(R / 128)";
+        else
+          diag << kBlocks;
+        return diag << "] (one scale per column per 128 rows), got " << scale;
+      }
+    }
+    return success();
+  }
   if (!b.hasStaticShape() || ShapedType::isDynamic(a.getDimSize(1)))
     return emitOpError() << "expects an FP8 GEMM's b and a's columns to be "
                             "static";
@@ -278,8 +316,6 @@ LogicalResult GroupedGemmOp::verifyBlockScales() {
   // With swiglu the gate's blocks, then the up's.
   int64_t nBlocks =
       swiglu ? 2 * llvm::divideCeil(n / 2, 128) : llvm::divideCeil(n, 128);
-  auto aScale = cast<MemRefType>(getAScale().getType());
-  auto bScale = cast<MemRefType>(getBScale().getType());
   if (aScale.getRank() != 2 || !aScale.getElementType().isF32() ||
       aScale.getDimSize(1) != kBlocks ||
       (!ShapedType::isDynamic(a.getDimSize(0)) &&
@@ -377,17 +413,19 @@ LogicalResult GroupedGemmOp::verify() {
   if (failed(verifyClamp(*this, getEpilogue(), getAlpha(), getLimit())))
     return failure();
   if (kGrouped) {
-    int64_t m = a.getDimSize(1), n = b.getDimSize(1);
+    // The reduction runs down a's and b's rows, or along the transposed
+    // codes' rows (FP8).
+    int64_t m = getM(), n = getN(), rDim = fp8 ? 1 : 0;
     if (m % 8 != 0 || n % 8 != 0)
-      return emitOpError() << "expects a and b to have multiples of 8 columns "
-                              "(16-byte TMA strides), got "
+      return emitOpError() << "expects M and N to be multiples of 8 (16-byte "
+                              "TMA strides and wgmma's granule), got "
                            << a << " and " << b;
-    if (!ShapedType::isDynamic(a.getDimSize(0)) &&
-        !ShapedType::isDynamic(b.getDimSize(0)) &&
-        a.getDimSize(0) != b.getDimSize(0))
-      return emitOpError() << "expects a and b to have the same rows (the "
-                              "reduction), got "
-                           << a << " and " << b;
+    if (!ShapedType::isDynamic(a.getDimSize(rDim)) &&
+        !ShapedType::isDynamic(b.getDimSize(rDim)) &&
+        a.getDimSize(rDim) != b.getDimSize(rDim))
+      return emitOpError() << "expects a and b to have the same "
+                           << (fp8 ? "columns" : "rows")
+                           << " (the reduction), got " << a << " and " << b;
     if (!c.hasStaticShape())
       return emitOpError() << "expects c to have a static shape, got " << c;
     int64_t groups = getNumExperts();
@@ -556,11 +594,18 @@ LogicalResult PromoteOp::verify() {
     return emitOpError() << "expects a_scale to be a rank-2 f32 memref (rows, "
                             "k blocks), got "
                          << aScale;
-  if (bScale.getRank() != 3 || !bScale.getElementType().isF32() ||
-      ShapedType::isDynamic(bScale.getDimSize(1)))
-    return emitOpError() << "expects b_scale to be a rank-3 f32 memref "
+  bool perColumn = bScale.getRank() == 2;
+  if ((bScale.getRank() != 3 && !perColumn) ||
+      !bScale.getElementType().isF32() ||
+      ShapedType::isDynamic(bScale.getDimSize(perColumn ? 0 : 1)))
+    return emitOpError() << "expects b_scale to be an f32 memref of rank 3 "
                             "(groups, n blocks, k blocks) with static n "
-                            "blocks, got "
+                            "blocks or of rank 2 (columns, k blocks) with "
+                            "static columns, got "
+                         << bScale;
+  if (perColumn && getInterleaved())
+    return emitOpError() << "expects block scales of b (rank 3) with "
+                            "interleaved, got per-column scales "
                          << bScale;
   if (getInterleaved() && bScale.getDimSize(1) % 2 != 0)
     return emitOpError() << "expects an even number of n blocks (gate, then "

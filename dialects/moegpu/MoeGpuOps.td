@@ -65,7 +65,7 @@ def MoeGpu_GroupedGemmOp : MoeGpu_Op<"grouped_gemm",
     partial sum times both scales joins the f32 accumulator (DeepGEMM's
     promotion). With `swiglu`, b's rows interleave gate and up rows in
     blocks of 8 and `b_scale` holds the gate's `ceil(N / 256)` blocks then
-    the up's. The layout is `nt` and `c` is bf16, f16 or f32.
+    the up's. The layout is `nt` (`c` bf16, f16 or f32) or `tn` (below).
 
     `rounded_inputs` (with `swiglu`) rounds the gate and up values to c's
     element type before the SwiGLU, as a framework's 16-bit projections
@@ -98,6 +98,17 @@ def MoeGpu_GroupedGemmOp : MoeGpu_Op<"grouped_gemm",
       gradient `dW_e = dY_e^T . X_e`. Rows of a group past a multiple of
       64 must hold zeros in `a` or `b` (the dispatch's padding rows do);
       an empty group's `c[e]` is zero. The epilogue is `none`.
+
+    `tn` with `block_scales` is the FP8 weight gradient as DeepSeek-V3
+    computes it. e4m3 wgmma reads both operands K-major, so `a` and `b`
+    hold the transposed codes, `a` `[M, R]` and `b` `[N, R]` (what
+    `moegpu.quantize_columns` writes), with `a_scale` `[M, ceil(R / 128)]`
+    and `b_scale` `[N, ceil(R / 128)]`: one scale per column of the
+    untransposed operands per 128 of their rows (the recipe's 128 x 1
+    tiles). The groups' bounds are multiples of 128, so each 128 rows of
+    a group are one block of both operands' scales, and each k block's
+    partial sum joins the accumulator times its row's and its column's
+    scale. `R` is a multiple of 16 (the codes' 16-byte TMA rows).
 
     ```mlir
     moegpu.grouped_gemm %a, %b, %offsets, %c {epilogue = #moegpu.epilogue<swiglu>}
@@ -149,12 +160,19 @@ def MoeGpu_GroupedGemmOp : MoeGpu_Op<"grouped_gemm",
     }
     /// Output rows per group: all of a's rows but with tn, a's columns.
     int64_t getM() {
-      return isKGrouped() ? getA().getType().getDimSize(1)
-                          : ::mlir::ShapedType::kDynamic;
+      if (!isKGrouped())
+        return ::mlir::ShapedType::kDynamic;
+      return getA().getType().getDimSize(isFp8() ? 0 : 1);
     }
     int64_t getN() {
       auto shape = getB().getType().getShape();
-      return getLayout() == GemmLayout::NT ? shape.end()[-2] : shape.back();
+      return getStorageLayout() == GemmLayout::NT ? shape.end()[-2]
+                                                  : shape.back();
+    }
+    /// How the operands are stored: the layout, but an FP8 tn GEMM's
+    /// operands are transposed codes, both K-major (as nt's).
+    GemmLayout getStorageLayout() {
+      return isKGrouped() && isFp8() ? GemmLayout::NT : getLayout();
     }
     /// The reduction's length (dynamic with tn: the group's rows).
     int64_t getK() {
@@ -357,7 +375,10 @@ def MoeGpu_PromoteOp : MoeGpu_Op<"promote",
     up rows of B in blocks of 8, b_scale's gate blocks then its up blocks)
     `c / 256` for a gate column and that plus half of b_scale's blocks for
     an up column. Rows at or past `row_end` read the scale of row
-    `row_end - 1` (they are not stored). `partial` is one k block's
+    `row_end - 1` (they are not stored). A rank-2 `b_scale` (`[N, k
+    blocks]`, the k-grouped weight gradient's) holds one scale per column:
+    b's scale is `b_scale[c, k_block]`, columns past N reading column
+    `N - 1`'s; `group` is then unused. `partial` is one k block's
     `moegpu.mma` (its own wgmma batch, complete). DeepGEMM's promotion: the
     tensor core's FP8 sums keep about 14 bits, the accumulator 24.
   }];

@@ -91,7 +91,9 @@ LogicalResult specialize(GroupedGemmOp op) {
            << "tile " << tile.getM() << "x" << tile.getN() << " leaves "
            << consumerRegs << " registers per consumer thread, too few for "
            << accumulators << " accumulators";
-  if (fp8 && (tile.getK() != 128 || 128 % tile.getN() != 0))
+  // A k-grouped FP8 GEMM scales each column on its own; the others take
+  // one block of b's scales per tile.
+  if (fp8 && (tile.getK() != 128 || (!kGrouped && 128 % tile.getN() != 0)))
     return op.emitOpError()
            << "FP8 tile " << tile.getM() << "x" << tile.getN() << "x"
            << tile.getK()
@@ -114,7 +116,7 @@ LogicalResult specialize(GroupedGemmOp op) {
     rows = memref::DimOp::create(b, loc, op.getA(), 0);
 
   Value pipeline = PipelineCreateOp::create(
-      b, loc, PipelineType::get(ctx, tile, elementType, layout));
+      b, loc, PipelineType::get(ctx, tile, elementType, op.getStorageLayout()));
   auto roles =
       WarpRolesOp::create(b, loc, consumers, kProducerRegisters, consumerRegs);
 
@@ -213,6 +215,12 @@ LogicalResult specialize(GroupedGemmOp op) {
           };
           if (fp8) {
             Value rowEnd = endOfRows();
+            // A k-grouped tile's k blocks count from its group's first row
+            // (a multiple of 128) in the scales.
+            Value firstBlock;
+            if (kGrouped)
+              firstBlock = arith::DivUIOp::create(b, loc, groupStart(b, group),
+                                                  constant(b, 128));
             // Each k block is its own wgmma batch from zero, complete (and
             // its slot released) before its scaled sums join the
             // accumulator.
@@ -224,9 +232,12 @@ LogicalResult specialize(GroupedGemmOp op) {
                   Value partial =
                       MmaOp::create(b, loc, fragmentType, pipeline, iter, zero,
                                     warpgroup, /*pending=*/0, /*first=*/true);
+                  Value block =
+                      firstBlock ? arith::AddIOp::create(b, loc, firstBlock, kb)
+                                 : kb;
                   Value sum = PromoteOp::create(
                       b, loc, fragmentType, acc.front(), partial,
-                      op.getAScale(), op.getBScale(), group, row, col, kb,
+                      op.getAScale(), op.getBScale(), group, row, col, block,
                       warpgroup, rowEnd, op.getEpilogue() == Epilogue::SwiGLU);
                   scf::YieldOp::create(b, loc, sum);
                 });

@@ -851,12 +851,12 @@ Status CudaBackend::encodeTensorMaps(std::vector<TensorMap> &maps) {
     const GpuStep &st = *step;
     for (const GpuTensorMap &t : st.tensorMaps) {
       const GpuBuffer *b = &bufferOf(st.argIds[t.source]);
-      int64_t cols = t.view[1];
-      int64_t rows =
-          t.view[0] >= 0
-              ? t.view[0]
-              : static_cast<int64_t>(capacityBytes(*b) / dtypeSize(b->dtype)) /
-                    cols;
+      // One side of the view may be the buffer's (-1): its elements
+      // over the other.
+      int64_t elements =
+          static_cast<int64_t>(capacityBytes(*b) / dtypeSize(b->dtype));
+      int64_t cols = t.view[1] >= 0 ? t.view[1] : elements / t.view[0];
+      int64_t rows = t.view[0] >= 0 ? t.view[0] : elements / cols;
       unsigned long long dims[2] = {static_cast<unsigned long long>(cols),
                                     static_cast<unsigned long long>(rows)};
       unsigned long long strides[1] = {static_cast<unsigned long long>(cols) *

@@ -141,7 +141,8 @@ static Status validateGpuProgram(const Manifest &m) {
     for (const GpuTensorMap &t : st.tensorMaps) {
       int64_t args = static_cast<int64_t>(st.args.size());
       if (t.source < 0 || t.source >= args || t.arg < args ||
-          t.view.size() != 2 || t.box.size() != 2 || t.view[1] < 1 ||
+          t.view.size() != 2 || t.box.size() != 2 ||
+          (t.view[1] < 1 && !(t.view[1] == -1 && t.view[0] >= 1)) ||
           t.box[0] < 1 || t.box[0] > 256 || t.box[1] < 1 || t.box[1] > 256)
         return fail("kernel '" + st.kernel + "' has an invalid tensor map");
       const GpuBuffer *b = buffers[st.args[t.source]];

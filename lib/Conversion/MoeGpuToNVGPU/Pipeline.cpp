@@ -425,10 +425,12 @@ PromoteLowering::matchAndRewrite(PromoteOp op,
   ImplicitLocOpBuilder b(op.getLoc(), op);
   auto fragmentType = op.getAcc().getType();
   int64_t fragment = fragmentType.getNumElements(), n = 2 * fragment;
+  auto bScaleType = cast<MemRefType>(op.getBScale().getType());
+  bool perColumn = bScaleType.getRank() == 2;
   // One scale of b per (gate or up) column block of the tile: its columns
   // lie in one block of 128 (256 interleaved), as its start is a multiple
   // of its width.
-  if (n > 128 || 128 % n != 0)
+  if (!perColumn && (n > 128 || 128 % n != 0))
     return op.emitOpError() << "needs a tile n that divides 128 (one block "
                                "of b's scales), got "
                             << n;
@@ -453,8 +455,35 @@ PromoteLowering::matchAndRewrite(PromoteOp op,
     aScale[h] = memref::LoadOp::create(b, op.getAScale(),
                                        ValueRange{r, op.getKBlock()});
   }
+  if (perColumn) {
+    // Element 4 * j + 2 * h + v: row half h, column 8 * j + 2 * (lane % 4)
+    // + v, whose scale is its own; columns past N read column N - 1's.
+    Value pair = arith::AddIOp::create(
+        b, op.getCol(),
+        arith::MulIOp::create(b,
+                              arith::RemUIOp::create(b, lane, constIndex(b, 4)),
+                              constIndex(b, 2)));
+    Value lastColumn = constIndex(b, bScaleType.getDimSize(0) - 1);
+    SmallVector<Value> factors(fragment);
+    for (int64_t j = 0; j < fragment / 4; ++j)
+      for (int64_t v = 0; v < 2; ++v) {
+        Value c = arith::MinUIOp::create(
+            b, arith::AddIOp::create(b, pair, constIndex(b, 8 * j + v)),
+            lastColumn);
+        Value scale = memref::LoadOp::create(b, op.getBScale(),
+                                             ValueRange{c, op.getKBlock()});
+        for (int64_t h = 0; h < 2; ++h)
+          factors[4 * j + 2 * h + v] =
+              arith::MulFOp::create(b, aScale[h], scale);
+      }
+    Value scales = vector::FromElementsOp::create(b, fragmentType, factors);
+    rewriter.replaceOp(
+        op, math::FmaOp::create(b, op.getPartial(), scales, op.getAcc())
+                .getResult());
+    return success();
+  }
   bool interleaved = op.getInterleaved();
-  int64_t blocks = cast<MemRefType>(op.getBScale().getType()).getDimSize(1);
+  int64_t blocks = bScaleType.getDimSize(1);
   Value block = arith::DivUIOp::create(b, op.getCol(),
                                        constIndex(b, interleaved ? 256 : 128));
   Value bScale[2];
@@ -583,14 +612,23 @@ FailureOr<Value> tonvgpu::tensorMapFor(Operation *user, Value source,
                   .getResult(0);
 
   // The 2-D view the map describes: leading dimensions folded into rows
-  // (-1: sized by the buffer at run time).
+  // (-1: sized by the buffer at run time), or static rows of a dynamic
+  // length (-1 columns: a transposed buffer of a capacity's rows).
   auto sourceType = cast<MemRefType>(source.getType());
   int64_t rows = 1;
   for (int64_t d : sourceType.getShape().drop_back())
     rows = (ShapedType::isDynamic(d) || rows < 0) ? -1 : rows * d;
+  int64_t cols = sourceType.getShape().back();
+  if (ShapedType::isDynamic(cols)) {
+    if (rows < 0)
+      return user->emitOpError()
+             << "needs a TMA source with at most one dynamic dimension, got "
+             << sourceType;
+    cols = -1;
+  }
   list.push_back(TensorMapAttr::get(ctx, index, arg.getArgNumber(),
-                                    {rows, sourceType.getShape().back()},
-                                    {boxRows, boxCols}, /*swizzle=*/128));
+                                    {rows, cols}, {boxRows, boxCols},
+                                    /*swizzle=*/128));
   func->setAttr(kTensorMapsAttrName, ArrayAttr::get(ctx, list));
   return map;
 }

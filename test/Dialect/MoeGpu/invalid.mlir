@@ -633,7 +633,7 @@ func.func @f(%a: memref<?x256xbf16>, %b: memref<?x64xbf16>, %o: memref<9xi32>, %
 // -----
 
 func.func @f(%a: memref<?x256xbf16>, %b: memref<?x60xbf16>, %o: memref<9xi32>, %c: memref<8x256x60xf32>) {
-  // expected-error @+1 {{'moegpu.grouped_gemm' op expects a and b to have multiples of 8 columns (16-byte TMA strides), got 'memref<?x256xbf16>' and 'memref<?x60xbf16>'}}
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects M and N to be multiples of 8 (16-byte TMA strides and wgmma's granule), got 'memref<?x256xbf16>' and 'memref<?x60xbf16>'}}
   moegpu.grouped_gemm %a, %b, %o, %c {layout = #moegpu.layout<tn>} : memref<?x256xbf16>, memref<?x60xbf16>, memref<9xi32>, memref<8x256x60xf32>
   return
 }
@@ -733,7 +733,7 @@ func.func @f(%a: memref<?x256xf8E4M3FN>, %b: memref<8x64x256xf8E4M3FN>, %o: memr
 // -----
 
 func.func @f(%a: memref<?x256xf8E4M3FN>, %b: memref<8x64x256xf8E4M3FN>, %o: memref<9xi32>, %c: memref<?x256xf32>, %as: memref<?x2xf32>, %bs: memref<8x1x2xf32>) {
-  // expected-error @+1 {{'moegpu.grouped_gemm' op expects FP8 block scales only on a grouped GEMM of the nt layout}}
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects FP8 block scales only on a grouped GEMM of the nt or tn layout}}
   moegpu.grouped_gemm %a, %b, %o, %c block_scales(%as, %bs : memref<?x2xf32>, memref<8x1x2xf32>) {layout = #moegpu.layout<nn>} : memref<?x256xf8E4M3FN>, memref<8x64x256xf8E4M3FN>, memref<9xi32>, memref<?x256xf32>
   return
 }
@@ -772,9 +772,58 @@ func.func @f(%a: memref<?x256xf8E4M3FN>, %b: memref<8x384x256xf8E4M3FN>, %o: mem
 
 // -----
 
+func.func @f(%acc: vector<64xf32>, %as: memref<?x2xf32>, %bs: memref<?x4xf32>, %i: index) {
+  // expected-error @+1 {{'moegpu.promote' op expects b_scale to be an f32 memref of rank 3 (groups, n blocks, k blocks) with static n blocks or of rank 2 (columns, k blocks) with static columns, got 'memref<?x4xf32>'}}
+  %r = moegpu.promote %acc into %acc scales(%as, %bs)[%i, %i, %i, %i], warpgroup %i, row_end %i : vector<64xf32>, memref<?x2xf32>, memref<?x4xf32>
+  return
+}
+
+// -----
+
 func.func @f(%acc: vector<64xf32>, %as: memref<?x2xf32>, %bs: memref<8x4xf32>, %i: index) {
-  // expected-error @+1 {{'moegpu.promote' op expects b_scale to be a rank-3 f32 memref (groups, n blocks, k blocks) with static n blocks, got 'memref<8x4xf32>'}}
-  %r = moegpu.promote %acc into %acc scales(%as, %bs)[%i, %i, %i, %i], warpgroup %i, row_end %i : vector<64xf32>, memref<?x2xf32>, memref<8x4xf32>
+  // expected-error @+1 {{'moegpu.promote' op expects block scales of b (rank 3) with interleaved, got per-column scales 'memref<8x4xf32>'}}
+  %r = moegpu.promote %acc into %acc scales(%as, %bs)[%i, %i, %i, %i], warpgroup %i, row_end %i {interleaved} : vector<64xf32>, memref<?x2xf32>, memref<8x4xf32>
+  return
+}
+
+// -----
+
+// An FP8 weight gradient takes the transposed codes, [M, R] and [N, R].
+func.func @f(%a: memref<?x256xf8E4M3FN>, %b: memref<?x128xf8E4M3FN>, %o: memref<9xi32>, %c: memref<8x256x128xf32>, %as: memref<256x?xf32>, %bs: memref<128x?xf32>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects an FP8 tn GEMM's a and b to be the transposed codes [M, R] and [N, R] with static M and N, got 'memref<?x256xf8E4M3FN>' and 'memref<?x128xf8E4M3FN>'}}
+  moegpu.grouped_gemm %a, %b, %o, %c block_scales(%as, %bs : memref<256x?xf32>, memref<128x?xf32>) {layout = #moegpu.layout<tn>} : memref<?x256xf8E4M3FN>, memref<?x128xf8E4M3FN>, memref<9xi32>, memref<8x256x128xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<256x520xf8E4M3FN>, %b: memref<128x520xf8E4M3FN>, %o: memref<9xi32>, %c: memref<8x256x128xf32>, %as: memref<256x5xf32>, %bs: memref<128x5xf32>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects an FP8 tn GEMM's R to be a multiple of 16 (16-byte TMA strides of 1-byte elements), got 520}}
+  moegpu.grouped_gemm %a, %b, %o, %c block_scales(%as, %bs : memref<256x5xf32>, memref<128x5xf32>) {layout = #moegpu.layout<tn>} : memref<256x520xf8E4M3FN>, memref<128x520xf8E4M3FN>, memref<9xi32>, memref<8x256x128xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<256x512xf8E4M3FN>, %b: memref<128x512xf8E4M3FN>, %o: memref<9xi32>, %c: memref<8x256x128xf32>, %as: memref<256x4xf32>, %bs: memref<128x3xf32>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects b_scale to be f32 [128, 4] (one scale per column per 128 rows), got 'memref<128x3xf32>'}}
+  moegpu.grouped_gemm %a, %b, %o, %c block_scales(%as, %bs : memref<256x4xf32>, memref<128x3xf32>) {layout = #moegpu.layout<tn>} : memref<256x512xf8E4M3FN>, memref<128x512xf8E4M3FN>, memref<9xi32>, memref<8x256x128xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<256x?xf8E4M3FN>, %b: memref<128x?xf8E4M3FN>, %o: memref<9xi32>, %c: memref<8x256x128xf32>, %as: memref<128x?xf32>, %bs: memref<128x?xf32>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects a_scale to be f32 [256, ceil(R / 128)] (one scale per column per 128 rows), got 'memref<128x?xf32>'}}
+  moegpu.grouped_gemm %a, %b, %o, %c block_scales(%as, %bs : memref<128x?xf32>, memref<128x?xf32>) {layout = #moegpu.layout<tn>} : memref<256x?xf8E4M3FN>, memref<128x?xf8E4M3FN>, memref<9xi32>, memref<8x256x128xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<256x512xf8E4M3FN>, %b: memref<128x384xf8E4M3FN>, %o: memref<9xi32>, %c: memref<8x256x128xf32>, %as: memref<256x4xf32>, %bs: memref<128x4xf32>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects a and b to have the same columns (the reduction), got 'memref<256x512xf8E4M3FN>' and 'memref<128x384xf8E4M3FN>'}}
+  moegpu.grouped_gemm %a, %b, %o, %c block_scales(%as, %bs : memref<256x4xf32>, memref<128x4xf32>) {layout = #moegpu.layout<tn>} : memref<256x512xf8E4M3FN>, memref<128x384xf8E4M3FN>, memref<9xi32>, memref<8x256x128xf32>
   return
 }
 

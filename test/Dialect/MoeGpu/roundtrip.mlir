@@ -12,6 +12,7 @@
 // CHECK: moegpu.grouped_gemm %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {layout = #moegpu.layout<nn>} : memref<?x512xbf16>, memref<8x512x256xbf16>, memref<9xi32>, memref<?x256xf32>
 // CHECK: moegpu.grouped_gemm %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {layout = #moegpu.layout<tn>} : memref<?x256xbf16>, memref<?x64xbf16>, memref<9xi32>, memref<8x256x64xf32>
 // CHECK: moegpu.grouped_gemm %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {layout = #moegpu.layout<tn>} : memref<?x256xbf16>, memref<?x64xbf16>, memref<2xi32>, memref<256x64xf32>
+// CHECK: moegpu.grouped_gemm %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} block_scales(%{{.*}}, %{{.*}} : memref<256x?xf32>, memref<64x?xf32>) {layout = #moegpu.layout<tn>} : memref<256x?xf8E4M3FN>, memref<64x?xf8E4M3FN>, memref<9xi32>, memref<8x256x64xf32>
 func.func @grouped_gemm(%a: memref<?x256xbf16>, %b: memref<8x512x256xbf16>,
                         %offsets: memref<9xi32>, %c: memref<?x256xbf16>,
                         %ah: memref<?x256xf16>, %bh: memref<8x64x256xf16>,
@@ -21,7 +22,9 @@ func.func @grouped_gemm(%a: memref<?x256xbf16>, %b: memref<8x512x256xbf16>,
                         %logits: memref<?x60xf32>, %dy: memref<?x512xbf16>,
                         %dx: memref<?x256xf32>, %act: memref<?x64xbf16>,
                         %dw: memref<8x256x64xf32>, %dw1: memref<256x64xf32>,
-                        %partials: memref<4x?x60xf32>, %count: memref<1xi32>) {
+                        %partials: memref<4x?x60xf32>, %count: memref<1xi32>,
+                        %at: memref<256x?xf8E4M3FN>, %bt: memref<64x?xf8E4M3FN>,
+                        %ats: memref<256x?xf32>, %bts: memref<64x?xf32>) {
   moegpu.grouped_gemm %a, %b, %offsets, %c {epilogue = #moegpu.epilogue<swiglu>, tile = #moegpu.tile<m = 128, n = 128, k = 64, stages = 7>, sm_range = #moegpu.sm_range<first = 0, count = 112>} : memref<?x256xbf16>, memref<8x512x256xbf16>, memref<9xi32>, memref<?x256xbf16>
   moegpu.grouped_gemm %ah, %bh, %offsets, %ch scale %scale {epilogue = #moegpu.epilogue<row_scale>} : memref<?x256xf16>, memref<8x64x256xf16>, memref<9xi32>, memref<?x64xf16>, memref<?xf32>
   moegpu.grouped_gemm %a, %b1, %o1, %c1 {epilogue = #moegpu.epilogue<none>} : memref<?x256xbf16>, memref<1x64x256xbf16>, memref<2xi32>, memref<?x64xbf16>
@@ -30,6 +33,7 @@ func.func @grouped_gemm(%a: memref<?x256xbf16>, %b: memref<8x512x256xbf16>,
   moegpu.grouped_gemm %dy, %b, %offsets, %dx {layout = #moegpu.layout<nn>} : memref<?x512xbf16>, memref<8x512x256xbf16>, memref<9xi32>, memref<?x256xf32>
   moegpu.grouped_gemm %a, %act, %offsets, %dw {layout = #moegpu.layout<tn>} : memref<?x256xbf16>, memref<?x64xbf16>, memref<9xi32>, memref<8x256x64xf32>
   moegpu.grouped_gemm %a, %act, %o1, %dw1 {layout = #moegpu.layout<tn>} : memref<?x256xbf16>, memref<?x64xbf16>, memref<2xi32>, memref<256x64xf32>
+  moegpu.grouped_gemm %at, %bt, %offsets, %dw block_scales(%ats, %bts : memref<256x?xf32>, memref<64x?xf32>) {layout = #moegpu.layout<tn>} : memref<256x?xf8E4M3FN>, memref<64x?xf8E4M3FN>, memref<9xi32>, memref<8x256x64xf32>
   return
 }
 

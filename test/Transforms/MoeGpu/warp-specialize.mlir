@@ -143,6 +143,29 @@ func.func @fp8_up(%a: memref<?x256xf8E4M3FN>, %b: memref<8x384x256xf8E4M3FN>, %o
 
 // -----
 
+// The FP8 weight gradient: the transposed codes are K-major (the pipeline
+// of the nt layout), the groups' rows split the reduction, and a tile's k
+// blocks count from its group's first row / 128 in the per-column scales.
+// Its columns take no block of b's scales, so a 192-column tile is one.
+// CHECK-LABEL: func.func @fp8_wgrad
+// CHECK: %[[P:.*]] = moegpu.pipeline.create : <<m = 128, n = 192, k = 128, stages = 4>, f8E4M3FN>
+// CHECK: moegpu.produce %[[P]]
+// CHECK: } consumer {
+// CHECK: %[[START:.*]] = memref.load %{{.*}}[%{{.*}}] : memref<9xi32>
+// CHECK: %[[ROW:.*]] = arith.index_cast %[[START]]
+// CHECK: %[[FIRST:.*]] = arith.divui %[[ROW]], %{{.*}} : index
+// CHECK: scf.for %[[KB:.*]] = {{.*}} iter_args(%[[ACC:.*]] = %{{.*}}) -> (vector<96xf32>)
+// CHECK: %[[PART:.*]] = moegpu.mma %[[P]][%{{.*}}], %{{.*}}, warpgroup %{{.*}} {first} :
+// CHECK: %[[BLOCK:.*]] = arith.addi %[[FIRST]], %[[KB]] : index
+// CHECK: moegpu.promote %[[PART]] into %[[ACC]] scales(%{{.*}}, %{{.*}}) [%{{.*}}, %{{.*}}, %{{.*}}, %[[BLOCK]]], warpgroup %{{.*}}, row_end %{{.*}} : vector<96xf32>, memref<256x?xf32>, memref<192x?xf32>
+// CHECK: moegpu.store_tile
+func.func @fp8_wgrad(%a: memref<256x?xf8E4M3FN>, %b: memref<192x?xf8E4M3FN>, %o: memref<9xi32>, %c: memref<8x256x192xf32>, %as: memref<256x?xf32>, %bs: memref<192x?xf32>) {
+  moegpu.grouped_gemm %a, %b, %o, %c block_scales(%as, %bs : memref<256x?xf32>, memref<192x?xf32>) {layout = #moegpu.layout<tn>, tile = #moegpu.tile<m = 128, n = 192, k = 128, stages = 4>, sm_range = #moegpu.sm_range<first = 0, count = 8>} : memref<256x?xf8E4M3FN>, memref<192x?xf8E4M3FN>, memref<9xi32>, memref<8x256x192xf32>
+  return
+}
+
+// -----
+
 func.func @fp8_wide(%a: memref<?x256xf8E4M3FN>, %b: memref<8x384x256xf8E4M3FN>, %o: memref<9xi32>, %c: memref<?x384xbf16>, %as: memref<?x2xf32>, %bs: memref<8x3x2xf32>) {
   // expected-error @+1 {{'moegpu.grouped_gemm' op FP8 tile 128x192x128 must have k = 128 (one block of scales) and an n that divides 128 (one block of b's scales)}}
   moegpu.grouped_gemm %a, %b, %o, %c block_scales(%as, %bs : memref<?x2xf32>, memref<8x3x2xf32>) {tile = #moegpu.tile<m = 128, n = 192, k = 128, stages = 4>, sm_range = #moegpu.sm_range<first = 0, count = 8>} : memref<?x256xf8E4M3FN>, memref<8x384x256xf8E4M3FN>, memref<9xi32>, memref<?x384xbf16>

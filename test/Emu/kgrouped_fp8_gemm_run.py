@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""Runs the FP8 k-grouped GEMM (moegpu.grouped_gemm tn with block_scales:
+DeepSeek-V3's weight gradient, dW_e = dY_e^T . X_e) on a CUDA driver (a GPU
+or libcuda-emu.so) and checks every element of every group's result
+against float64 numpy over the dequantized operands.
+
+  kgrouped_fp8_gemm_run.py DRIVER --moe-opt PATH [--m M] [--n N]
+      [--groups N,N,...] [--first ROWS] [--seed S] [--tile-n N]
+      [--cluster 1|2]
+
+The operands are quantized here, from the recipe (128 x 1 tiles: one scale
+per column per 128 rows, amax / 448, codes the nearest e4m3 of x * 448 /
+amax), and handed to the kernel transposed, [M, R] and [N, R], as
+moegpu.quantize_columns writes them. Columns span magnitudes 2^-8 to 2^8
+and each 128-row block has its own magnitude too, so a scale read from the
+wrong column, row or k block shows; rows outside the groups hold large
+values that must not be summed, and every group's [M, N] is written (an
+empty group's zeros included). The bound per element is the f32
+accumulation's: 2^-20 of the sum of the products' magnitudes.
+
+The launch (grid, block, shared memory, cluster) and the tensor maps come
+from the kernel's attributes before serialization, as the runtime reads
+them from the bundle's manifest.
+"""
+import argparse
+import ctypes
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "Integration"))
+from ptx_run import Driver, launch_ex  # noqa: E402
+from exchange_run import memref  # noqa: E402
+from reference import e4m3_codes, e4m3_values  # noqa: E402
+
+SENTINEL = 12345.0
+
+
+def module_text(m, n, groups, tile_n, cluster):
+    tile = ""
+    if tile_n:
+        tile = (", tile = #moegpu.tile<m = 128, n = %d, k = 128, stages = 4%s>"
+                % (tile_n, ", cluster = 2" if cluster == 2 else ""))
+    # One group's c is [M, N].
+    c = "%dx%d" % (m, n) if groups == 1 else "%dx%dx%d" % (groups, m, n)
+    types = ("memref<{m}x?xf8E4M3FN>, memref<{n}x?xf8E4M3FN>, "
+             "memref<{g}xi32>, memref<{c}xf32>").format(
+                 m=m, n=n, g=groups + 1, c=c)
+    return """module attributes {{gpu.container_module,
+    moe.sm_partition = #moe.sm_partition<sms = 132, comm = 20>}} {{
+  gpu.module @k {{
+    gpu.func @dw(%a: memref<{m}x?xf8E4M3FN>, %b: memref<{n}x?xf8E4M3FN>,
+        %o: memref<{g}xi32>, %c: memref<{c}xf32>,
+        %as: memref<{m}x?xf32>, %bs: memref<{n}x?xf32>) kernel {{
+      moegpu.grouped_gemm %a, %b, %o, %c block_scales(%as, %bs
+        : memref<{m}x?xf32>, memref<{n}x?xf32>)
+        {{layout = #moegpu.layout<tn>{tile}}} : {types}
+      gpu.return
+    }}
+  }}
+}}
+""".format(m=m, n=n, g=groups + 1, c=c, tile=tile, types=types)
+
+
+def compile_kernel(moe_opt, text):
+    """The PTX and the kernel's launch attributes (printed before the
+    module becomes a binary)."""
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "dw.mlir")
+        with open(src, "w") as f:
+            f.write(text)
+        out = subprocess.run(
+            [moe_opt, src, "--moe-sm90-pipeline",
+             "--mlir-print-ir-before=gpu-module-to-binary"],
+            capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit("moe-opt failed:\n" + out.stderr)
+    found = re.findall(r'assembly = "((?:[^"\\]|\\.)*)"', out.stdout)
+    if len(found) != 1:
+        sys.exit("moe-opt made no PTX")
+    ptx = re.sub(r'\\([0-9A-Fa-f]{2})',
+                 lambda m: chr(int(m.group(1), 16)), found[0])
+    launch = re.search(r"kernel_launch<grid = (\d+), block = (\d+), "
+                       r"smem = (\d+), tile = <[^>]*?(?:cluster = (\d+))?>",
+                       out.stderr)
+    maps = re.findall(r"tensor_map<arg = (\d+), source = (\d+), view = "
+                      r"\[(-?\d+), (-?\d+)\], box = \[(\d+), (\d+)\]",
+                      out.stderr)
+    if not launch:
+        sys.exit("no moegpu.kernel_launch in the lowered kernel")
+    grid, block, smem = (int(launch.group(i)) for i in (1, 2, 3))
+    cluster = int(launch.group(4) or 1)
+    return ptx, grid, block, smem, cluster, [tuple(map(int, t)) for t in maps]
+
+
+def quantize_columns(x):
+    """The recipe's 128 x 1 tiles of x [R, C] (R a multiple of 128): codes
+    [R, C] and scales [C, R / 128]."""
+    rows, cols = x.shape
+    codes = np.zeros((rows, cols), np.uint8)
+    scales = np.zeros((cols, rows // 128), np.float32)
+    for r0 in range(0, rows, 128):
+        tile = x[r0:r0 + 128].astype(np.float32)
+        amax = np.maximum(np.abs(tile).max(axis=0), np.float32(1e-4))
+        codes[r0:r0 + 128] = e4m3_codes(
+            (tile * (np.float32(448) / amax)).astype(np.float32))
+        scales[:, r0 // 128] = amax / np.float32(448)
+    return codes, scales
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("driver")
+    ap.add_argument("--moe-opt", required=True)
+    ap.add_argument("--m", type=int, default=136)
+    ap.add_argument("--n", type=int, default=72)
+    ap.add_argument("--groups", default="128,0,256,128")
+    ap.add_argument("--first", type=int, default=128)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--tile-n", type=int, default=0,
+                    help="the tile's n (default: moe-select-tiles' choice)")
+    ap.add_argument("--cluster", type=int, choices=(1, 2), default=1,
+                    help="with --tile-n: CTA pairs sharing b's tile")
+    a = ap.parse_args()
+    counts = [int(c) for c in a.groups.split(",")]
+    if any(c % 128 for c in counts) or a.first % 128:
+        sys.exit("group rows and --first must be multiples of 128")
+    offsets = np.cumsum([a.first] + counts).astype(np.int32)
+    rows = int(offsets[-1]) + 128  # capacity: a block past the groups
+    m, n, groups = a.m, a.n, len(counts)
+    rng = np.random.default_rng(a.seed)
+
+    def operand(cols):
+        x = rng.standard_normal((rows, cols))
+        x *= 2.0 ** rng.uniform(-8, 8, cols)             # per column
+        x *= 2.0 ** rng.uniform(-4, 4, (rows // 128, 1)).repeat(128, 0)
+        x[:a.first] = 1e4                                 # not summed
+        x[int(offsets[-1]):] = -1e4
+        return x
+
+    x_a, x_b = operand(m), operand(n)
+    codes_a, scale_a = quantize_columns(x_a)
+    codes_b, scale_b = quantize_columns(x_b)
+    table = e4m3_values().astype(np.float64)
+    kb = np.arange(rows) // 128
+    deq_a = table[codes_a] * scale_a.T[kb].astype(np.float64)
+    deq_b = table[codes_b] * scale_b.T[kb].astype(np.float64)
+
+    ptx_text, grid, block, smem, cluster, maps = compile_kernel(
+        a.moe_opt, module_text(m, n, groups, a.tile_n, a.cluster))
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(ptx_text)
+    drv = Driver(a.driver)
+    fn = drv.kernel(f.name, "dw")
+    os.unlink(f.name)
+
+    blocks = rows // 128
+
+    def upload(array):
+        array = np.ascontiguousarray(array)
+        ptr = drv.alloc(array.nbytes)
+        drv.upload(ptr, array.tobytes())
+        return ptr
+
+    d_a, d_b = upload(codes_a.T), upload(codes_b.T)
+    d_off = upload(offsets)
+    d_c = upload(np.full((groups, m, n), SENTINEL, np.float32))
+    d_as, d_bs = upload(scale_a), upload(scale_b)
+    args = [(d_a, (m, rows), "u8"), (d_b, (n, rows), "u8"),
+            (d_off, (groups + 1,), None),
+            (d_c, (groups, m, n) if groups > 1 else (m, n), "f32"),
+            (d_as, (m, blocks), None), (d_bs, (n, blocks), None)]
+    values = []
+    for ptr, shape, _ in args:
+        values += memref(ptr, *shape)
+    # Each tensor-map argument points at its 128-byte map in device memory.
+    for arg, source, view_rows, view_cols, box_rows, box_cols in sorted(maps):
+        ptr, shape, dtype = args[source]
+        total = int(np.prod(shape))
+        cols = view_cols if view_cols >= 0 else total // view_rows
+        r = view_rows if view_rows >= 0 else total // cols
+        tmap = drv.tensor_map(ptr, dtype, [cols, r], [box_cols, box_rows], 3)
+        values.append(upload(np.frombuffer(bytes(tmap), np.uint8)))
+    words = [ctypes.c_uint64(v) for v in values]
+    params = (ctypes.c_void_p * len(words))(
+        *[ctypes.cast(ctypes.pointer(w), ctypes.c_void_p) for w in words])
+    drv.check(drv.cu.cuFuncSetAttribute(fn, 8, smem), "shared memory")
+    grid = grid - grid % cluster
+    rc = launch_ex(drv, fn, (grid, 1, 1), (block, 1, 1), (cluster, 1, 1),
+                   smem, params)
+    drv.check(rc, "launch")
+    got = np.frombuffer(drv.download(d_c, groups * m * n * 4),
+                        np.float32).reshape(groups, m, n).astype(np.float64)
+
+    worst, bad = 0.0, 0
+    for e in range(groups):
+        r0, r1 = int(offsets[e]), int(offsets[e + 1])
+        want = deq_a[r0:r1].T @ deq_b[r0:r1]
+        bound = np.abs(deq_a[r0:r1]).T @ np.abs(deq_b[r0:r1])
+        err = np.abs(got[e] - want)
+        bad += int((err > bound * 2.0 ** -20).sum())
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio = np.where(bound > 0, err / bound, err)
+        worst = max(worst, float(ratio.max()))
+    print("k-grouped fp8 gemm %dx%d over %s rows: %d of %d elements past "
+          "the bound" % (m, n, a.groups, bad, groups * m * n))
+    if bad:
+        print("worst error over the bound's sum: %.3g" % worst)
+        sys.exit(1)
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()
