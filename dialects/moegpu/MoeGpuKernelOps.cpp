@@ -6,6 +6,8 @@
 
 #include "moegpu/MoeGpuDialect.h"
 
+#include "moe/runtime/ScheduleAbi.h"
+
 using namespace mlir;
 using namespace mlir::moegpu;
 
@@ -304,9 +306,12 @@ LogicalResult QuantizeBlocksOp::verify() {
   c.memref(getIn(), "in", 3, Elt::F32)
       .memref(getOut(), "out", 3, Elt::F8)
       .memref(getScale(), "scale", 3, Elt::F32)
-      .memref(getTransposed(), "transposed", 3, Elt::F8);
+      .memref(getTransposed(), "transposed", 3, Elt::F8)
+      .memref(getTransposedScale(), "transposed_scale", 3, Elt::F32);
   if (!c.ok)
     return failure();
+  if (getTransposedScale() && !getTransposed())
+    return emitOpError() << "expects transposed_scale only with transposed";
   auto type = cast<MemRefType>(getIn().getType());
   if (!type.hasStaticShape())
     return emitOpError() << "expects in of a static shape, got " << type;
@@ -316,15 +321,35 @@ LogicalResult QuantizeBlocksOp::verify() {
     return emitOpError() << "expects matrices whose rows and columns are "
                             "multiples of 4 (a lane's four codes), got "
                          << n << " x " << k;
+  // A gate or up half of the packed weight: twice the rows and blocks,
+  // and the transposed halves each from a multiple of 128 columns.
+  bool packed = getLayout() != CopyLayout::Same;
+  using ::moe::abi::kGateUpBlock;
+  if (packed && n % kGateUpBlock != 0)
+    return emitOpError() << "expects a gate or up matrix of a multiple of "
+                         << kGateUpBlock
+                         << " rows (the packed weight's blocks), got " << n;
+  int64_t halves = packed ? 2 : 1;
+  int64_t rowBlocks = (n + 127) / 128, colBlocks = (k + 127) / 128;
+  StringRef rowsWhat = packed ? "twice in's rows: gate and up" : "in's rows";
+  StringRef blocksWhat =
+      packed ? "twice in's blocks of rows: gate and up" : "in's blocks of rows";
   c.dim(getOut(), "out", 0, g, "in's matrices")
-      .dim(getOut(), "out", 1, n, "in's rows")
+      .dim(getOut(), "out", 1, halves * n, rowsWhat)
       .dim(getOut(), "out", 2, k, "in's columns")
       .dim(getScale(), "scale", 0, g, "in's matrices")
-      .dim(getScale(), "scale", 1, (n + 127) / 128, "in's blocks of rows")
-      .dim(getScale(), "scale", 2, (k + 127) / 128, "in's blocks of columns")
+      .dim(getScale(), "scale", 1, halves * rowBlocks, blocksWhat)
+      .dim(getScale(), "scale", 2, colBlocks, "in's blocks of columns")
       .dim(getTransposed(), "transposed", 0, g, "in's matrices")
       .dim(getTransposed(), "transposed", 1, k, "in's columns")
-      .dim(getTransposed(), "transposed", 2, n, "in's rows");
+      .dim(getTransposed(), "transposed", 2, packed ? 2 * 128 * rowBlocks : n,
+           packed ? "gate and up, each in's rows padded to a multiple of 128"
+                  : "in's rows")
+      .dim(getTransposedScale(), "transposed_scale", 0, g, "in's matrices")
+      .dim(getTransposedScale(), "transposed_scale", 1, colBlocks,
+           "in's blocks of columns")
+      .dim(getTransposedScale(), "transposed_scale", 2, halves * rowBlocks,
+           blocksWhat);
   return c.result();
 }
 

@@ -215,6 +215,24 @@ def MoeGpu_DispatchScatterOp : MoeGpu_KernelOp<"dispatch_scatter",
   }];
 }
 
+def MoeGpu_CopyLayout : I32EnumAttr<"CopyLayout",
+    "where a master weight's elements go in its compute copy", [
+      I32EnumAttrCase<"Same", 0, "same">,
+      I32EnumAttrCase<"GateRows", 1, "gate_rows">,
+      I32EnumAttrCase<"UpRows", 2, "up_rows">
+    ]> {
+  let cppNamespace = "::mlir::moegpu";
+  let genSpecializedAttr = 0;
+}
+
+def MoeGpu_CopyLayoutAttr : EnumAttr<MoeGpu_Dialect, MoeGpu_CopyLayout,
+                                     "copy_layout"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
+def MoeGpu_CopyLayoutArrayAttr
+    : TypedArrayAttrBase<MoeGpu_CopyLayoutAttr, "compute-copy layouts">;
+
 def MoeGpu_QuantizeOp : MoeGpu_KernelOp<"quantize"> {
   let summary = "Rows as e4m3 codes with one scale per 128 channels";
   let description = [{
@@ -279,7 +297,8 @@ def MoeGpu_QuantizeColumnsOp : MoeGpu_KernelOp<"quantize_columns"> {
   }];
 }
 
-def MoeGpu_QuantizeBlocksOp : MoeGpu_KernelOp<"quantize_blocks"> {
+def MoeGpu_QuantizeBlocksOp : MoeGpu_KernelOp<"quantize_blocks",
+    [AttrSizedOperandSegments]> {
   let summary = "f32 weights as e4m3 codes with one scale per 128 x 128 "
                 "block, and optionally transposed";
   let description = [{
@@ -290,10 +309,22 @@ def MoeGpu_QuantizeBlocksOp : MoeGpu_KernelOp<"quantize_blocks"> {
     magnitude, `e4m3(w * (448 / a))` rounded to nearest even and saturated,
     and the scale `a / 448`; a block of zeros (a below the smallest normal
     f32) keeps its values and gets the scale 1, as the host quantizes.
-    With `transposed` the codes are also written as `[G, K, N]` (block (i,
-    j)'s scale is then `scale[g, i, j]` for the transposed block (j, i)):
-    e4m3 wgmma reads both operands K-major, and the input gradient's GEMM
-    reduces over N. K and N are multiples of 4.
+    With `transposed` the codes are also written as `[G, K, N]`, and with
+    `transposed_scale` (`[G, ceil(K / 128), ceil(N / 128)]`) block (i, j)'s
+    scale at `[g, j, i]`: e4m3 wgmma reads both operands K-major, and the
+    input gradient's GEMM reduces over N, reading the transposed codes as
+    its B. K and N are multiples of 4.
+
+    `layout` (`same` by default) places a gate or an up matrix in the
+    packed gate/up weight, as `moegpu.compute_copies` does: with
+    `gate_rows` or `up_rows`, `out` is the packed `[G, 2N, K]` (rows in
+    blocks of 8 gate rows then 8 up rows, N a multiple of 8), `scale`
+    `[G, 2 ceil(N / 128), ceil(K / 128)]` (the gate's blocks, then the
+    up's: the forward GEMM's block scales), `transposed` `[G, K, 2 N']`
+    with `N' = 128 ceil(N / 128)` (the gate's columns from 0, the up's
+    from N': a 128-column block of the input gradient's reduction holds
+    one of them, never both; columns N to N' are not written) and
+    `transposed_scale` `[G, ceil(K / 128), 2 ceil(N / 128)]`.
 
     A CTA of 256 threads per block: warp w reads rows w, w + 8, ... (a
     lane four consecutive values, a warp a 512-byte row), keeping its 64
@@ -305,14 +336,21 @@ def MoeGpu_QuantizeBlocksOp : MoeGpu_KernelOp<"quantize_blocks"> {
     ```mlir
     moegpu.quantize_blocks %w2, %codes, %scales
       transposed(%codes_t : memref<8x32x64xf8E4M3FN>)
+      transposed_scale(%scales_t : memref<8x1x1xf32>)
       : memref<8x64x32xf32>, memref<8x64x32xf8E4M3FN>, memref<8x1x1xf32>
+    moegpu.quantize_blocks %gate, %w13, %s13 {layout = #moegpu.copy_layout<gate_rows>}
+      : memref<8x64x32xf32>, memref<8x128x32xf8E4M3FN>, memref<8x2x1xf32>
     ```
   }];
   let arguments = (ins MoeGpu_In:$in, MoeGpu_Out:$out, MoeGpu_Out:$scale,
-                       MoeGpu_OptOut:$transposed);
+                       MoeGpu_OptOut:$transposed,
+                       MoeGpu_OptOut:$transposed_scale,
+                       DefaultValuedAttr<MoeGpu_CopyLayoutAttr,
+                           "::mlir::moegpu::CopyLayout::Same">:$layout);
   let assemblyFormat = [{
     $in `,` $out `,` $scale (`transposed` `(` $transposed^ `:`
-    type($transposed) `)`)? attr-dict `:` type($in) `,` type($out) `,`
+    type($transposed) `)`)? (`transposed_scale` `(` $transposed_scale^ `:`
+    type($transposed_scale) `)`)? attr-dict `:` type($in) `,` type($out) `,`
     type($scale)
   }];
 }
@@ -362,24 +400,6 @@ def MoeGpu_CombineOp : MoeGpu_KernelOp<"combine",
 // compute what the host's training step computes (moe/Transforms/
 // Autodiff.h), whose gradients are checked against finite differences.
 // `hyper` is the step's f32 hyperparameters, indexed by TrainHyper.
-
-def MoeGpu_CopyLayout : I32EnumAttr<"CopyLayout",
-    "where a master weight's elements go in its compute copy", [
-      I32EnumAttrCase<"Same", 0, "same">,
-      I32EnumAttrCase<"GateRows", 1, "gate_rows">,
-      I32EnumAttrCase<"UpRows", 2, "up_rows">
-    ]> {
-  let cppNamespace = "::mlir::moegpu";
-  let genSpecializedAttr = 0;
-}
-
-def MoeGpu_CopyLayoutAttr : EnumAttr<MoeGpu_Dialect, MoeGpu_CopyLayout,
-                                     "copy_layout"> {
-  let assemblyFormat = "`<` $value `>`";
-}
-
-def MoeGpu_CopyLayoutArrayAttr
-    : TypedArrayAttrBase<MoeGpu_CopyLayoutAttr, "compute-copy layouts">;
 
 def MoeGpu_ComputeCopiesOp : MoeGpu_KernelOp<"compute_copies",
     [AttrSizedOperandSegments]> {

@@ -50,6 +50,11 @@ Value chunkOf(Emitter &e, Value token, Value tokens, int64_t chunks);
 void forRowChunks(Emitter &e, Value tid, int64_t hidden, Type element,
                   function_ref<void(Value, Type)> body);
 
+/// Row of the packed [G, 2F, H] gate/up weight that holds gate row `f`
+/// (blocks of kGateUpBlock gate rows, then as many up rows); its up row
+/// is kGateUpBlock further.
+Value gateRow(Emitter &e, Value f);
+
 void populateRoutingPatterns(RewritePatternSet &patterns);
 void populateDispatchPatterns(RewritePatternSet &patterns);
 void populateQuantizePatterns(RewritePatternSet &patterns);

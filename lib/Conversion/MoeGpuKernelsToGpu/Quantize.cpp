@@ -206,11 +206,17 @@ static void lowerQuantizeColumns(moegpu::QuantizeColumnsOp op, Emitter &e) {
 /// Each lane stores its four codes of a row in one access; with
 /// `transposed` they also go into a shared byte tile (`t[c][r]`, 132
 /// bytes a column), which warp w reads back a column (c = w + 8 q) at a
-/// time, a lane four bytes, into the transposed output's rows.
+/// time, a lane four bytes, into the transposed output's rows. A gate or
+/// up half (`layout`) goes to its rows of the packed codes, its blocks of
+/// the scales and its columns of the transposed codes.
 static void lowerQuantizeBlocks(moegpu::QuantizeBlocksOp op, Emitter &e) {
   ImplicitLocOpBuilder &b = e.b;
   Value in = op.getIn(), out = op.getOut(), scale = op.getScale();
   Value transposed = op.getTransposed();
+  Value transposedScale = op.getTransposedScale();
+  moegpu::CopyLayout layout = op.getLayout();
+  bool packed = layout != moegpu::CopyLayout::Same;
+  bool up = layout == moegpu::CopyLayout::UpRows;
   auto type = cast<MemRefType>(in.getType());
   int64_t rows = type.getDimSize(1), cols = type.getDimSize(2);
   int64_t rowBlocks = llvm::divideCeil(rows, kFp8Block);
@@ -288,8 +294,12 @@ static void lowerQuantizeBlocks(moegpu::QuantizeBlocksOp op, Emitter &e) {
   Value inverse = arith::SelectOp::create(b, zero, one, quotient);
   Value blockScale = e.div(amax, e.f32(kFp8Max));
   blockScale = arith::SelectOp::create(b, zero, one, blockScale);
+  // The up half's blocks follow the gate's.
+  Value scaleRow = up ? e.addi(i, e.idx(rowBlocks)) : i;
   e.when(e.cmp(arith::CmpIPredicate::eq, e.thread(), e.idx(0)), [&] {
-    e.store(blockScale, scale, {g, i, j});
+    e.store(blockScale, scale, {g, scaleRow, j});
+    if (transposedScale)
+      e.store(blockScale, transposedScale, {g, j, scaleRow});
   });
   for (int64_t p = 0; p < kPasses; ++p) {
     SmallVector<Value> v;
@@ -297,9 +307,15 @@ static void lowerQuantizeBlocks(moegpu::QuantizeBlocksOp op, Emitter &e) {
       v.push_back(vector::ExtractOp::create(b, values[p], x));
     Value codes = fourCodes(e, v, inverse, f8);
     Value r = blockRows[p];
+    Value outRow = matrixRows[p];
+    if (packed) {
+      outRow = gateRow(e, outRow);
+      if (up)
+        outRow = e.addi(outRow, e.idx(kGateUpBlock));
+    }
     e.when(inside[p], [&] {
-      vector::StoreOp::create(b, codes, out, ValueRange{g, matrixRows[p], col},
-                              false, b.getI64IntegerAttr(4));
+      vector::StoreOp::create(b, codes, out, ValueRange{g, outRow, col}, false,
+                              b.getI64IntegerAttr(4));
     });
     if (!transposed)
       continue;
@@ -318,6 +334,8 @@ static void lowerQuantizeBlocks(moegpu::QuantizeBlocksOp op, Emitter &e) {
   // the transposed codes (lane l its rows 4 l .. 4 l + 3).
   Value trow = e.addi(row0, lane4);
   Value trowInside = e.cmp(arith::CmpIPredicate::ult, trow, e.idx(rows));
+  // The up half's columns start past the gate's, padded to whole blocks.
+  Value tcolumn = up ? e.addi(trow, e.idx(rowBlocks * kFp8Block)) : trow;
   for (int64_t q = 0; q < kPasses; ++q) {
     Value c = e.addi(warp, e.idx(kWarps * q));
     Value tcol = e.addi(column0, c);
@@ -330,8 +348,9 @@ static void lowerQuantizeBlocks(moegpu::QuantizeBlocksOp op, Emitter &e) {
     Value ok = arith::AndIOp::create(
         b, trowInside, e.cmp(arith::CmpIPredicate::ult, tcol, e.idx(cols)));
     e.when(ok, [&] {
-      vector::StoreOp::create(b, codes, transposed, ValueRange{g, tcol, trow},
-                              false, b.getI64IntegerAttr(4));
+      vector::StoreOp::create(b, codes, transposed,
+                              ValueRange{g, tcol, tcolumn}, false,
+                              b.getI64IntegerAttr(4));
     });
   }
 }

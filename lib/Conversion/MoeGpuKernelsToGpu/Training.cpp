@@ -19,10 +19,7 @@ using namespace mlir;
 using namespace mlir::moe;
 using namespace mlir::moe::kernels;
 
-/// Row of the packed [G, 2F, H] gate/up weight that holds gate row `f`
-/// (blocks of kGateUpBlock gate rows, then as many up rows); its up row
-/// is kGateUpBlock further.
-static Value gateRow(Emitter &e, Value f) {
+Value kernels::gateRow(Emitter &e, Value f) {
   Value lo = e.remi(f, e.idx(kGateUpBlock));
   Value hi = e.divi(f, e.idx(kGateUpBlock));
   return e.addi(e.muli(hi, e.idx(2 * kGateUpBlock)), lo);

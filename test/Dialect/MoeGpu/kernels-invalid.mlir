@@ -861,6 +861,56 @@ gpu.module @k {
 // -----
 
 gpu.module @k {
+  gpu.func @f(%w: memref<8x64x32xf32>, %q: memref<8x64x32xf8E4M3FN>, %s: memref<8x1x1xf32>, %st: memref<8x1x1xf32>) kernel {
+    // expected-error @+1 {{'moegpu.quantize_blocks' op expects transposed_scale only with transposed}}
+    moegpu.quantize_blocks %w, %q, %s transposed_scale(%st : memref<8x1x1xf32>) : memref<8x64x32xf32>, memref<8x64x32xf8E4M3FN>, memref<8x1x1xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%w: memref<8x36x32xf32>, %q: memref<8x72x32xf8E4M3FN>, %s: memref<8x2x1xf32>) kernel {
+    // expected-error @+1 {{'moegpu.quantize_blocks' op expects a gate or up matrix of a multiple of 8 rows (the packed weight's blocks), got 36}}
+    moegpu.quantize_blocks %w, %q, %s {layout = #moegpu.copy_layout<gate_rows>} : memref<8x36x32xf32>, memref<8x72x32xf8E4M3FN>, memref<8x2x1xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%w: memref<8x64x32xf32>, %q: memref<8x64x32xf8E4M3FN>, %s: memref<8x2x1xf32>) kernel {
+    // expected-error @+1 {{'moegpu.quantize_blocks' op expects dimension 1 of out to be 128 (twice in's rows: gate and up), got 'memref<8x64x32xf8E4M3FN>'}}
+    moegpu.quantize_blocks %w, %q, %s {layout = #moegpu.copy_layout<up_rows>} : memref<8x64x32xf32>, memref<8x64x32xf8E4M3FN>, memref<8x2x1xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%w: memref<8x64x32xf32>, %q: memref<8x128x32xf8E4M3FN>, %s: memref<8x2x1xf32>, %t: memref<8x32x128xf8E4M3FN>) kernel {
+    // expected-error @+1 {{'moegpu.quantize_blocks' op expects dimension 2 of transposed to be 256 (gate and up, each in's rows padded to a multiple of 128), got 'memref<8x32x128xf8E4M3FN>'}}
+    moegpu.quantize_blocks %w, %q, %s transposed(%t : memref<8x32x128xf8E4M3FN>) {layout = #moegpu.copy_layout<gate_rows>} : memref<8x64x32xf32>, memref<8x128x32xf8E4M3FN>, memref<8x2x1xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%w: memref<8x64x32xf32>, %q: memref<8x128x32xf8E4M3FN>, %s: memref<8x2x1xf32>, %t: memref<8x32x256xf8E4M3FN>, %st: memref<8x1x1xf32>) kernel {
+    // expected-error @+1 {{'moegpu.quantize_blocks' op expects dimension 2 of transposed_scale to be 2 (twice in's blocks of rows: gate and up), got 'memref<8x1x1xf32>'}}
+    moegpu.quantize_blocks %w, %q, %s transposed(%t : memref<8x32x256xf8E4M3FN>) transposed_scale(%st : memref<8x1x1xf32>) {layout = #moegpu.copy_layout<gate_rows>} : memref<8x64x32xf32>, memref<8x128x32xf8E4M3FN>, memref<8x2x1xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
   gpu.func @f(%w: memref<8x64x30xf32>, %q: memref<8x64x30xf8E4M3FN>, %s: memref<8x1x1xf32>) kernel {
     // expected-error @+1 {{'moegpu.quantize_blocks' op expects matrices whose rows and columns are multiples of 4 (a lane's four codes), got 64 x 30}}
     moegpu.quantize_blocks %w, %q, %s : memref<8x64x30xf32>, memref<8x64x30xf8E4M3FN>, memref<8x1x1xf32>

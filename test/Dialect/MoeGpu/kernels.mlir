@@ -66,9 +66,11 @@ gpu.module @k {
   // CHECK-LABEL: gpu.func @quantize_blocks
   // CHECK: moegpu.quantize_blocks %{{.*}}, %{{.*}}, %{{.*}} : memref<8x64x32xf32>, memref<8x64x32xf8E4M3FN>, memref<8x1x1xf32>
   // CHECK: moegpu.quantize_blocks %{{.*}}, %{{.*}}, %{{.*}} transposed(%{{.*}} : memref<8x32x64xf8E4M3FN>) : memref<8x64x32xf32>, memref<8x64x32xf8E4M3FN>, memref<8x1x1xf32>
-  gpu.func @quantize_blocks(%w: memref<8x64x32xf32>, %q: memref<8x64x32xf8E4M3FN>, %s: memref<8x1x1xf32>, %t: memref<8x32x64xf8E4M3FN>) kernel {
+  // CHECK: moegpu.quantize_blocks %{{.*}}, %{{.*}}, %{{.*}} transposed(%{{.*}} : memref<8x32x256xf8E4M3FN>) transposed_scale(%{{.*}} : memref<8x1x2xf32>) {layout = #moegpu.copy_layout<up_rows>} : memref<8x64x32xf32>, memref<8x128x32xf8E4M3FN>, memref<8x2x1xf32>
+  gpu.func @quantize_blocks(%w: memref<8x64x32xf32>, %q: memref<8x64x32xf8E4M3FN>, %s: memref<8x1x1xf32>, %t: memref<8x32x64xf8E4M3FN>, %q13: memref<8x128x32xf8E4M3FN>, %s13: memref<8x2x1xf32>, %t13: memref<8x32x256xf8E4M3FN>, %st13: memref<8x1x2xf32>) kernel {
     moegpu.quantize_blocks %w, %q, %s : memref<8x64x32xf32>, memref<8x64x32xf8E4M3FN>, memref<8x1x1xf32>
     moegpu.quantize_blocks %w, %q, %s transposed(%t : memref<8x32x64xf8E4M3FN>) : memref<8x64x32xf32>, memref<8x64x32xf8E4M3FN>, memref<8x1x1xf32>
+    moegpu.quantize_blocks %w, %q13, %s13 transposed(%t13 : memref<8x32x256xf8E4M3FN>) transposed_scale(%st13 : memref<8x1x2xf32>) {layout = #moegpu.copy_layout<up_rows>} : memref<8x64x32xf32>, memref<8x128x32xf8E4M3FN>, memref<8x2x1xf32>
     gpu.return
   }
   // CHECK-LABEL: gpu.func @combine
