@@ -14,7 +14,7 @@ using namespace mlir::moegpu;
 namespace {
 
 /// What an operand's element type must be.
-enum class Elt { I32, I64, F32, Half, F8, HalfOrF32, Float };
+enum class Elt { I32, I64, F32, Half, F8, HalfOrF32, HalfOrF8, Float };
 
 StringRef describe(Elt e) {
   switch (e) {
@@ -24,6 +24,8 @@ StringRef describe(Elt e) {
   case Elt::Half: return "bf16 or f16";
   case Elt::F8: return "f8E4M3FN";
   case Elt::HalfOrF32: return "bf16, f16 or f32";
+  case Elt::HalfOrF8:
+    return "bf16, f16 or f8E4M3FN";
   case Elt::Float: return "a float type";
   }
   return "";
@@ -37,6 +39,8 @@ bool matches(Elt e, Type t) {
   case Elt::Half: return t.isBF16() || t.isF16();
   case Elt::F8: return isa<Float8E4M3FNType>(t);
   case Elt::HalfOrF32: return t.isBF16() || t.isF16() || t.isF32();
+  case Elt::HalfOrF8:
+    return t.isBF16() || t.isF16() || isa<Float8E4M3FNType>(t);
   case Elt::Float: return isa<FloatType>(t);
   }
   return false;
@@ -277,8 +281,9 @@ LogicalResult QuantizeOp::verify() {
 
 LogicalResult QuantizeColumnsOp::verify() {
   Checker c{*this};
-  c.memref(getIn(), "in", 2, Elt::Half)
+  c.memref(getIn(), "in", 2, Elt::HalfOrF8)
       .isStatic(getIn(), "in", 1)
+      .memref(getInScale(), "in_scale", 2, Elt::F32)
       .memref(getOut(), "out", 2, Elt::F8)
       .memref(getScale(), "scale", 2, Elt::F32)
       .memref(getOffsets(), "offsets", 1, Elt::I32)
@@ -287,10 +292,20 @@ LogicalResult QuantizeColumnsOp::verify() {
       .isStatic(getScale(), "scale", 0);
   if (!c.ok)
     return failure();
+  // e4m3 rows are read with their 1 x 128 scales, and only they are.
+  bool codes = isa<Float8E4M3FNType>(
+      cast<MemRefType>(getIn().getType()).getElementType());
+  if (codes != static_cast<bool>(getInScale()))
+    return emitOpError() << (codes ? "expects in_scale with e4m3 rows (their "
+                                     "scales per 128 columns)"
+                                   : "expects in_scale only with e4m3 rows");
   int64_t columns = dimOf(getIn(), 1), rows = dimOf(getIn(), 0);
   int64_t blocks =
       ShapedType::isDynamic(rows) ? ShapedType::kDynamic : (rows + 127) / 128;
-  c.dim(getOut(), "out", 0, columns, "in's columns")
+  c.dim(getInScale(), "in_scale", 0, rows, "in's rows")
+      .dim(getInScale(), "in_scale", 1, (columns + 127) / 128,
+           "in's blocks of 128 columns")
+      .dim(getOut(), "out", 0, columns, "in's columns")
       .dim(getOut(), "out", 1, rows, "in's rows")
       .dim(getScale(), "scale", 0, columns, "in's columns")
       .dim(getScale(), "scale", 1, blocks, "in's blocks of 128 rows");

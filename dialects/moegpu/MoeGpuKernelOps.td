@@ -264,7 +264,8 @@ def MoeGpu_QuantizeColumnsOp : MoeGpu_KernelOp<"quantize_columns"> {
   let description = [{
     The 128 x 1 tiles of DeepSeek-V3's weight gradients: a Wgrad GEMM
     reduces over the rows (tokens), and e4m3 wgmma reads both operands
-    K-major, so each column of `in` (`[R, C]`, 16-bit) becomes a row of
+    K-major, so each column of `in` (`[R, C]`, 16-bit or e4m3 below)
+    becomes a row of
     `out` (`[C, R]` e4m3 codes), quantized per 128 rows: with `a` the
     largest magnitude of column c in rows `[128 j, 128 j + 128)` (at
     least 1e-4), `out[c, r] = e4m3(in[r, c] * 448 / a)`, rounded to
@@ -283,17 +284,28 @@ def MoeGpu_QuantizeColumnsOp : MoeGpu_KernelOp<"quantize_columns"> {
     (CTA b: column tile b mod ceil(C / 32), row block b / ceil(C / 32));
     CTAs past `offsets[G]` do nothing.
 
+    `in` may hold e4m3 codes with `in_scale` (`[R, ceil(C / 128)]` f32,
+    their scales per row per 128 columns): the rows as the FP8 forward
+    dispatched and kept them (1 x 128 tiles), whose values `code *
+    in_scale[r, c / 128]` the weight gradient takes in 128 x 1 tiles, as
+    DeepSeek-V3 turned its cached activations' tiles around.
+
     ```mlir
     moegpu.quantize_columns %dy, %codes_t, %scale_t, %offsets
       : memref<?x256xbf16>, memref<256x?xf8E4M3FN>, memref<256x?xf32>,
         memref<9xi32>
+    moegpu.quantize_columns %rows, %codes_t, %scale_t, %offsets
+      in_scale(%row_scales : memref<?x2xf32>)
+      : memref<?x256xf8E4M3FN>, memref<256x?xf8E4M3FN>, memref<256x?xf32>,
+        memref<9xi32>
     ```
   }];
   let arguments = (ins MoeGpu_In:$in, MoeGpu_Out:$out, MoeGpu_Out:$scale,
-                       MoeGpu_In:$offsets);
+                       MoeGpu_In:$offsets, MoeGpu_OptIn:$in_scale);
   let assemblyFormat = [{
-    $in `,` $out `,` $scale `,` $offsets attr-dict `:` type($in) `,`
-    type($out) `,` type($scale) `,` type($offsets)
+    $in `,` $out `,` $scale `,` $offsets (`in_scale` `(` $in_scale^ `:`
+    type($in_scale) `)`)? attr-dict `:` type($in) `,` type($out) `,`
+    type($scale) `,` type($offsets)
   }];
 }
 

@@ -28,24 +28,46 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "Integration"))
 from ptx_run import Driver  # noqa: E402
 from exchange_run import compile_ptx, launch, memref  # noqa: E402
-from reference import e4m3_codes  # noqa: E402
+from reference import e4m3_codes, e4m3_values  # noqa: E402
 
 SENTINEL_CODE = 0x7F  # an e4m3 NaN: no quantized value is one
 SENTINEL_SCALE = -1.0
 
 
 def module_text(columns, groups, dtype):
+    # e4m3 rows come with their scales per row per 128 columns.
+    t = "f8E4M3FN" if dtype == "e4m3" else dtype
+    scaled = dtype == "e4m3"
+    blocks = (columns + 127) // 128
+    arg = (", %%rs: memref<?x%dxf32>" % blocks) if scaled else ""
+    use = (" in_scale(%%rs : memref<?x%dxf32>)" % blocks) if scaled else ""
     return """gpu.module @k {{
   gpu.func @quantize_columns(%in: memref<?x{c}x{t}>,
       %out: memref<{c}x?xf8E4M3FN>, %scale: memref<{c}x?xf32>,
-      %offsets: memref<{g}xi32>) kernel {{
-    moegpu.quantize_columns %in, %out, %scale, %offsets
+      %offsets: memref<{g}xi32>{arg}) kernel {{
+    moegpu.quantize_columns %in, %out, %scale, %offsets{use}
       : memref<?x{c}x{t}>, memref<{c}x?xf8E4M3FN>, memref<{c}x?xf32>,
         memref<{g}xi32>
     gpu.return
   }}
 }}
-""".format(c=columns, t=dtype, g=groups + 1)
+""".format(c=columns, t=t, g=groups + 1, arg=arg, use=use)
+
+
+def row_codes(x):
+    """The 1 x 128 tiles of x [R, C]: codes [R, C] and scales [R,
+    ceil(C / 128)] (amax / 448, amax at least 1e-4)."""
+    rows, cols = x.shape
+    codes = np.zeros((rows, cols), np.uint8)
+    scales = np.zeros((rows, (cols + 127) // 128), np.float32)
+    for k in range(0, cols, 128):
+        block = x[:, k:k + 128]
+        amax = np.maximum(np.abs(block).max(axis=1, keepdims=True),
+                          np.float32(1e-4))
+        codes[:, k:k + 128] = e4m3_codes(
+            (block * (np.float32(448) / amax)).astype(np.float32))
+        scales[:, k // 128] = amax[:, 0] / np.float32(448)
+    return codes, scales
 
 
 def to_half_bits(x, dtype):
@@ -70,7 +92,8 @@ def main():
     ap.add_argument("--groups", default="128,0,384,128")
     ap.add_argument("--first", type=int, default=128)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--dtype", choices=("bf16", "f16"), default="bf16")
+    ap.add_argument("--dtype", choices=("bf16", "f16", "e4m3"),
+                    default="bf16")
     a = ap.parse_args()
     counts = [int(n) for n in a.groups.split(",")]
     if any(n % 128 for n in counts) or a.first % 128:
@@ -87,15 +110,24 @@ def main():
         span = 2.0 ** np.linspace(-12, 12, cols)
     x = rng.standard_normal((rows, cols)) * span
     x[:, -1] = 0
-    bits = to_half_bits(x, a.dtype)
-    x = from_half_bits(bits, a.dtype)
+    row_blocks = (cols + 127) // 128
+    if a.dtype == "e4m3":
+        # The rows as the FP8 forward keeps them: codes and a scale per row
+        # per 128 columns, standing for codes * scales.
+        codes_in, row_scales = row_codes(x.astype(np.float32))
+        bits = codes_in
+        x = (e4m3_values()[codes_in].astype(np.float32) *
+             np.repeat(row_scales, 128, axis=1)[:, :cols]).astype(np.float32)
+    else:
+        bits = to_half_bits(x, a.dtype)
+        x = from_half_bits(bits, a.dtype)
 
     ptx = compile_ptx(a.moe_opt, module_text(cols, len(counts), a.dtype))
     drv = Driver(a.driver)
     fn = drv.kernel(ptx, "quantize_columns")
     os.unlink(ptx)
     blocks = (rows + 127) // 128
-    d_in = drv.alloc(rows * cols * 2)
+    d_in = drv.alloc(bits.nbytes)
     d_out = drv.alloc(cols * rows)
     d_scale = drv.alloc(cols * blocks * 4)
     d_off = drv.alloc(offsets.nbytes)
@@ -107,9 +139,13 @@ def main():
     tiles = (cols + 31) // 32
     # Enough CTAs for the capacity (as a schedule launches it); those past
     # the groups' rows return at once.
-    launch(drv, fn, tiles * blocks, 128,
-           memref(d_in, rows, cols) + memref(d_out, cols, rows) +
-           memref(d_scale, cols, blocks) + memref(d_off, len(offsets)))
+    params = (memref(d_in, rows, cols) + memref(d_out, cols, rows) +
+              memref(d_scale, cols, blocks) + memref(d_off, len(offsets)))
+    if a.dtype == "e4m3":
+        d_rs = drv.alloc(row_scales.nbytes)
+        drv.upload(d_rs, np.ascontiguousarray(row_scales).tobytes())
+        params += memref(d_rs, rows, row_blocks)
+    launch(drv, fn, tiles * blocks, 128, params)
     codes = np.frombuffer(drv.download(d_out, cols * rows),
                           np.uint8).reshape(cols, rows)
     scales = np.frombuffer(drv.download(d_scale, cols * blocks * 4),

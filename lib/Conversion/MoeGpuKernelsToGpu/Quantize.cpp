@@ -122,7 +122,7 @@ static void lowerQuantize(moegpu::QuantizeOp op, Emitter &e) {
 static void lowerQuantizeColumns(moegpu::QuantizeColumnsOp op, Emitter &e) {
   ImplicitLocOpBuilder &b = e.b;
   Value in = op.getIn(), out = op.getOut(), scale = op.getScale();
-  Value offsets = op.getOffsets();
+  Value offsets = op.getOffsets(), inScale = op.getInScale();
   int64_t columns = cast<MemRefType>(in.getType()).getDimSize(1);
   int64_t tiles = llvm::divideCeil(columns, kColumnTile);
   int64_t last = cast<MemRefType>(offsets.getType()).getDimSize(0) - 1;
@@ -158,10 +158,28 @@ static void lowerQuantizeColumns(moegpu::QuantizeColumnsOp op, Emitter &e) {
     Value inside = e.cmp(arith::CmpIPredicate::ult, column, e.idx(columns));
     // Lanes past C read the last column and count as zeros.
     Value at = arith::MinUIOp::create(b, column, e.idx(columns - 1));
+    Value block128;
+    if (inScale)
+      block128 = e.divi(at, e.idx(kFp8Block));
     Value amax =
         e.loop(warp, e.idx(kFp8Block), e.idx(kWarps), {e.f32(0.0)},
                [&](Value r, ValueRange it) {
-                 Value x = e.toF32(e.load(in, {e.addi(row0, r), at}));
+                 Value row = e.addi(row0, r);
+                 Value x = e.load(in, {row, at});
+                 if (inScale) {
+                   // code * its row's scale of the column's 128.
+                   Value byte = arith::BitcastOp::create(b, b.getI8Type(), x);
+                   Value pair = vector::BroadcastOp::create(
+                       b, VectorType::get({2}, b.getI8Type()), byte);
+                   Value halves = NVVM::ConvertF8x2ToF16x2Op::create(
+                       b, VectorType::get({2}, b.getF16Type()), pair,
+                       /*relu=*/false, Float8E4M3FNType::get(b.getContext()));
+                   Value value = vector::ExtractOp::create(b, halves, 0);
+                   Value rowScale = e.load(inScale, {row, block128});
+                   x = e.mul(e.toF32(value), rowScale);
+                 } else {
+                   x = e.toF32(x);
+                 }
                  x = arith::SelectOp::create(b, inside, x, e.f32(0.0));
                  e.store(x, tile, {e.addi(laneColumn, r)});
                  Value magnitude = math::AbsFOp::create(b, x);

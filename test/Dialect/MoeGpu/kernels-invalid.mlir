@@ -812,8 +812,38 @@ gpu.module @k {
 
 gpu.module @k {
   gpu.func @f(%a: memref<?x64xf32>, %q: memref<64x?xf8E4M3FN>, %s: memref<64x?xf32>, %o: memref<9xi32>) kernel {
-    // expected-error @+1 {{'moegpu.quantize_columns' op expects in of bf16 or f16, got 'memref<?x64xf32>'}}
+    // expected-error @+1 {{'moegpu.quantize_columns' op expects in of bf16, f16 or f8E4M3FN, got 'memref<?x64xf32>'}}
     moegpu.quantize_columns %a, %q, %s, %o : memref<?x64xf32>, memref<64x?xf8E4M3FN>, memref<64x?xf32>, memref<9xi32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%a: memref<?x256xf8E4M3FN>, %q: memref<256x?xf8E4M3FN>, %s: memref<256x?xf32>, %o: memref<9xi32>) kernel {
+    // expected-error @+1 {{'moegpu.quantize_columns' op expects in_scale with e4m3 rows (their scales per 128 columns)}}
+    moegpu.quantize_columns %a, %q, %s, %o : memref<?x256xf8E4M3FN>, memref<256x?xf8E4M3FN>, memref<256x?xf32>, memref<9xi32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%a: memref<?x256xbf16>, %q: memref<256x?xf8E4M3FN>, %s: memref<256x?xf32>, %o: memref<9xi32>, %rs: memref<?x2xf32>) kernel {
+    // expected-error @+1 {{'moegpu.quantize_columns' op expects in_scale only with e4m3 rows}}
+    moegpu.quantize_columns %a, %q, %s, %o in_scale(%rs : memref<?x2xf32>) : memref<?x256xbf16>, memref<256x?xf8E4M3FN>, memref<256x?xf32>, memref<9xi32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%a: memref<?x256xf8E4M3FN>, %q: memref<256x?xf8E4M3FN>, %s: memref<256x?xf32>, %o: memref<9xi32>, %rs: memref<?x3xf32>) kernel {
+    // expected-error @+1 {{'moegpu.quantize_columns' op expects dimension 1 of in_scale to be 2 (in's blocks of 128 columns), got 'memref<?x3xf32>'}}
+    moegpu.quantize_columns %a, %q, %s, %o in_scale(%rs : memref<?x3xf32>) : memref<?x256xf8E4M3FN>, memref<256x?xf8E4M3FN>, memref<256x?xf32>, memref<9xi32>
     gpu.return
   }
 }

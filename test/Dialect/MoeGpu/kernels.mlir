@@ -59,8 +59,10 @@ gpu.module @k {
   }
   // CHECK-LABEL: gpu.func @quantize_columns
   // CHECK: moegpu.quantize_columns %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : memref<?x256xbf16>, memref<256x?xf8E4M3FN>, memref<256x?xf32>, memref<9xi32>
-  gpu.func @quantize_columns(%a: memref<?x256xbf16>, %q: memref<256x?xf8E4M3FN>, %s: memref<256x?xf32>, %o: memref<9xi32>) kernel {
+  // CHECK: moegpu.quantize_columns %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} in_scale(%{{.*}} : memref<?x2xf32>) : memref<?x256xf8E4M3FN>, memref<256x?xf8E4M3FN>, memref<256x?xf32>, memref<9xi32>
+  gpu.func @quantize_columns(%a: memref<?x256xbf16>, %q: memref<256x?xf8E4M3FN>, %s: memref<256x?xf32>, %o: memref<9xi32>, %c: memref<?x256xf8E4M3FN>, %cs: memref<?x2xf32>) kernel {
     moegpu.quantize_columns %a, %q, %s, %o : memref<?x256xbf16>, memref<256x?xf8E4M3FN>, memref<256x?xf32>, memref<9xi32>
+    moegpu.quantize_columns %c, %q, %s, %o in_scale(%cs : memref<?x2xf32>) : memref<?x256xf8E4M3FN>, memref<256x?xf8E4M3FN>, memref<256x?xf32>, memref<9xi32>
     gpu.return
   }
   // CHECK-LABEL: gpu.func @quantize_blocks

@@ -39,3 +39,18 @@ gpu.module @k {
 // BPTX-DAG: ld.global.v4.b32
 // BPTX-DAG: cvt.rn.satfinite.e4m3x2.f32
 // BPTX-DAG: st.shared.b8
+
+// moegpu.quantize_columns from e4m3 rows and their row scales (DeepSeek-V3's
+// 7168 channels): a code a lane, decoded by cvt to f16 and scaled, the
+// same tile and registers as from 16-bit rows.
+// RUN: moe-opt %S/Inputs/quantize-fp8-columns.mlir --moe-sm90-pipeline -o %t-c.mlir
+// RUN: %python %S/Inputs/gpu_binary.py %t-c.mlir > %t-c.ptx
+// RUN: FileCheck %s --check-prefix=CPTX < %t-c.ptx
+// RUN: ptxas -arch=sm_90a -v %t-c.ptx -o %t-c.cubin 2>&1 | FileCheck %s --check-prefix=CODES
+// CODES: Compiling entry function 'quantize_rows_columns' for 'sm_90a'
+// CODES: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+// CODES: used 1 barriers, 17024 bytes smem
+// CPTX: .entry quantize_rows_columns(
+// CPTX-DAG: ld.global.b8
+// CPTX-DAG: cvt.rn.f16x2.e4m3x2
+// CPTX-DAG: cvt.rn.satfinite.e4m3x2.f32
