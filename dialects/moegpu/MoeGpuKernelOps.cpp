@@ -656,8 +656,12 @@ LogicalResult ActGradOp::verify() {
     return emitOpError() << "expects gu of 2F columns, F a multiple of 8 "
                             "(blocks of 8 gate and 8 up columns), got "
                          << getGu().getType();
+  int64_t padded = 2 * 128 * ((ffn2 / 2 + 127) / 128);
   c.dim(getGs(), "gs", 1, ffn2 / 2, "half of gu's columns")
-      .dim(getDgu(), "dgu", 1, ffn2, "gu's columns")
+      .dim(getDgu(), "dgu", 1, getSplit() ? padded : ffn2,
+           getSplit() ? "gate and up, each half of gu's columns padded to a "
+                        "multiple of 128"
+                      : "gu's columns")
       .sameType(getDg(), "dg", getDu(), "du")
       .dim(getDg(), "dg", 1, ffn2 / 2, "half of gu's columns");
   if (getB2())

@@ -587,6 +587,13 @@ def MoeGpu_ActGradOp : MoeGpu_KernelOp<"act_grad",
     `sum_f act * gs` (plus `dy[r] . b2[e]` with `dy` and `b2`: GPT-OSS's
     down bias, e the row's group) is added to `row_grad[r]`. `alpha` and
     `limit` make it GPT-OSS's clamped SwiGLU. A CTA per row.
+
+    With `split`, `dgu` is `[R, 2 F']` with `F' = 128 ceil(F / 128)`: the
+    gate's gradient in columns `[0, F)` and the up's in `[F', F' + F)`
+    (columns past each are not written), so that each 128 columns of the
+    FP8 input gradient's reduction, quantized per 1 x 128, hold the gate's
+    or the up's, as the transposed weight codes do
+    (`moegpu.quantize_blocks` with a gate or up layout).
   }];
   let arguments = (ins MoeGpu_In:$gu, MoeGpu_In:$gs, MoeGpu_In:$groups,
                        MoeGpu_Out:$dgu, MoeGpu_Out:$dg, MoeGpu_Out:$du,
@@ -595,7 +602,7 @@ def MoeGpu_ActGradOp : MoeGpu_KernelOp<"act_grad",
                            $row_grad,
                        MoeGpu_OptIn:$dy, MoeGpu_OptIn:$b2,
                        OptionalAttr<F64Attr>:$alpha,
-                       OptionalAttr<F64Attr>:$limit);
+                       OptionalAttr<F64Attr>:$limit, UnitAttr:$split);
   let assemblyFormat = [{
     $gu `,` $gs `,` $groups `,` $dgu `,` $dg `,` $du
     (`weight` `(` $weight^ `,` $row_grad `:` type($weight) `,`

@@ -393,8 +393,11 @@ static void lowerActGrad(moegpu::ActGradOp op, Emitter &e) {
   // GPT-OSS: the routed experts' down bias is part of each row's output.
   bool downBias = static_cast<bool>(op.getB2());
   auto dguType = cast<MemRefType>(dgu.getType());
-  int64_t ffn = dguType.getDimSize(1) / 2;
+  int64_t ffn = cast<MemRefType>(gu.getType()).getDimSize(1) / 2;
   Type half = dguType.getElementType();
+  // Split: the gate's columns, then the up's from a multiple of 128.
+  bool split = op.getSplit();
+  int64_t upColumn = llvm::alignTo(ffn, kFp8Block);
   // GPT-OSS's clamped SwiGLU.
   bool clamped = static_cast<bool>(op.getAlpha());
   double alpha = clamped ? op.getAlpha()->convertToDouble() : 1.0;
@@ -431,8 +434,13 @@ static void lowerActGrad(moegpu::ActGradOp op, Emitter &e) {
           }
           Value dg = arith::TruncFOp::create(b, half, dgF);
           Value du = arith::TruncFOp::create(b, half, duF);
-          e.store(dg, dgu, {r, gr});
-          e.store(du, dgu, {r, ur});
+          if (split) {
+            e.store(dg, dgu, {r, f});
+            e.store(du, dgu, {r, e.addi(f, e.idx(upColumn))});
+          } else {
+            e.store(dg, dgu, {r, gr});
+            e.store(du, dgu, {r, ur});
+          }
           e.store(dg, dgOut, {r, f});
           e.store(du, duOut, {r, f});
           return SmallVector<Value>{e.add(it[0], e.mul(e.mul(glu, u), gs))};

@@ -301,6 +301,16 @@ gpu.module @k {
 
 gpu.module @k {
   gpu.func @f(%gu: memref<?x32xf32>, %gs: memref<?x16xf32>, %g: memref<5xi32>, %dgu: memref<?x32xbf16>, %dg: memref<?x16xbf16>, %du: memref<?x16xbf16>) kernel {
+    // expected-error @+1 {{'moegpu.act_grad' op expects dimension 1 of dgu to be 256 (gate and up, each half of gu's columns padded to a multiple of 128), got 'memref<?x32xbf16>'}}
+    moegpu.act_grad %gu, %gs, %g, %dgu, %dg, %du {split} : memref<?x32xf32>, memref<?x16xf32>, memref<5xi32>, memref<?x32xbf16>, memref<?x16xbf16>, memref<?x16xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%gu: memref<?x32xf32>, %gs: memref<?x16xf32>, %g: memref<5xi32>, %dgu: memref<?x32xbf16>, %dg: memref<?x16xbf16>, %du: memref<?x16xbf16>) kernel {
     // expected-error @+1 {{'moegpu.act_grad' op expects alpha and limit together}}
     moegpu.act_grad %gu, %gs, %g, %dgu, %dg, %du {alpha = 1.702 : f64} : memref<?x32xf32>, memref<?x16xf32>, memref<5xi32>, memref<?x32xbf16>, memref<?x16xbf16>, memref<?x16xbf16>
     gpu.return

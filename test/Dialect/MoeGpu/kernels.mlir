@@ -141,8 +141,10 @@ gpu.module @k {
   }
   // CHECK-LABEL: gpu.func @t_act_grad
   // CHECK: moegpu.act_grad {{.*}} weight(%{{.*}}, %{{.*}} : memref<?xf32>, memref<?xf32>) down_bias(%{{.*}}, %{{.*}} : memref<?x64xbf16>, memref<4x64xbf16>) {alpha = 1.702{{.*}} : f64, limit = 7.{{.*}} : f64}
-  gpu.func @t_act_grad(%gu: memref<?x32xf32>, %gs: memref<?x16xf32>, %g: memref<5xi32>, %dgu: memref<?x32xbf16>, %dg: memref<?x16xbf16>, %du: memref<?x16xbf16>, %w: memref<?xf32>, %rg: memref<?xf32>, %dy: memref<?x64xbf16>, %b2: memref<4x64xbf16>) kernel {
+  // CHECK: moegpu.act_grad {{.*}} {split} : {{.*}}, memref<?x256xbf16>,
+  gpu.func @t_act_grad(%gu: memref<?x32xf32>, %gs: memref<?x16xf32>, %g: memref<5xi32>, %dgu: memref<?x32xbf16>, %dg: memref<?x16xbf16>, %du: memref<?x16xbf16>, %w: memref<?xf32>, %rg: memref<?xf32>, %dy: memref<?x64xbf16>, %b2: memref<4x64xbf16>, %dgs: memref<?x256xbf16>) kernel {
     moegpu.act_grad %gu, %gs, %g, %dgu, %dg, %du weight(%w, %rg : memref<?xf32>, memref<?xf32>) down_bias(%dy, %b2 : memref<?x64xbf16>, memref<4x64xbf16>) {alpha = 1.702 : f64, limit = 7.0 : f64} : memref<?x32xf32>, memref<?x16xf32>, memref<5xi32>, memref<?x32xbf16>, memref<?x16xbf16>, memref<?x16xbf16>
+    moegpu.act_grad %gu, %gs, %g, %dgs, %dg, %du {split} : memref<?x32xf32>, memref<?x16xf32>, memref<5xi32>, memref<?x256xbf16>, memref<?x16xbf16>, memref<?x16xbf16>
     gpu.return
   }
   // CHECK-LABEL: gpu.func @t_route_grad
