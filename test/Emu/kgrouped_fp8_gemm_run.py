@@ -19,24 +19,20 @@ empty group's zeros included). The bound per element is the f32
 accumulation's: 2^-20 of the sum of the products' magnitudes.
 
 The launch (grid, block, shared memory, cluster) and the tensor maps come
-from the kernel's attributes before serialization, as the runtime reads
+from the kernel's attributes (lowered_kernels.py), as the runtime reads
 them from the bundle's manifest.
 """
 import argparse
-import ctypes
 import os
-import re
-import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "Integration"))
-from ptx_run import Driver, launch_ex  # noqa: E402
-from exchange_run import memref  # noqa: E402
+from ptx_run import Driver  # noqa: E402
+from lowered_kernels import compile_module, run  # noqa: E402
 from reference import e4m3_codes, e4m3_values  # noqa: E402
 
 SENTINEL = 12345.0
@@ -66,37 +62,6 @@ def module_text(m, n, groups, tile_n, cluster):
   }}
 }}
 """.format(m=m, n=n, g=groups + 1, c=c, tile=tile, types=types)
-
-
-def compile_kernel(moe_opt, text):
-    """The PTX and the kernel's launch attributes (printed before the
-    module becomes a binary)."""
-    with tempfile.TemporaryDirectory() as d:
-        src = os.path.join(d, "dw.mlir")
-        with open(src, "w") as f:
-            f.write(text)
-        out = subprocess.run(
-            [moe_opt, src, "--moe-sm90-pipeline",
-             "--mlir-print-ir-before=gpu-module-to-binary"],
-            capture_output=True, text=True)
-    if out.returncode != 0:
-        sys.exit("moe-opt failed:\n" + out.stderr)
-    found = re.findall(r'assembly = "((?:[^"\\]|\\.)*)"', out.stdout)
-    if len(found) != 1:
-        sys.exit("moe-opt made no PTX")
-    ptx = re.sub(r'\\([0-9A-Fa-f]{2})',
-                 lambda m: chr(int(m.group(1), 16)), found[0])
-    launch = re.search(r"kernel_launch<grid = (\d+), block = (\d+), "
-                       r"smem = (\d+), tile = <[^>]*?(?:cluster = (\d+))?>",
-                       out.stderr)
-    maps = re.findall(r"tensor_map<arg = (\d+), source = (\d+), view = "
-                      r"\[(-?\d+), (-?\d+)\], box = \[(\d+), (\d+)\]",
-                      out.stderr)
-    if not launch:
-        sys.exit("no moegpu.kernel_launch in the lowered kernel")
-    grid, block, smem = (int(launch.group(i)) for i in (1, 2, 3))
-    cluster = int(launch.group(4) or 1)
-    return ptx, grid, block, smem, cluster, [tuple(map(int, t)) for t in maps]
 
 
 def quantize_columns(x):
@@ -152,13 +117,11 @@ def main():
     deq_a = table[codes_a] * scale_a.T[kb].astype(np.float64)
     deq_b = table[codes_b] * scale_b.T[kb].astype(np.float64)
 
-    ptx_text, grid, block, smem, cluster, maps = compile_kernel(
+    ptx, kernels = compile_module(
         a.moe_opt, module_text(m, n, groups, a.tile_n, a.cluster))
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
-        f.write(ptx_text)
     drv = Driver(a.driver)
-    fn = drv.kernel(f.name, "dw")
-    os.unlink(f.name)
+    fn = drv.kernel(ptx, "dw")
+    os.unlink(ptx)
 
     blocks = rows // 128
 
@@ -172,29 +135,11 @@ def main():
     d_off = upload(offsets)
     d_c = upload(np.full((groups, m, n), SENTINEL, np.float32))
     d_as, d_bs = upload(scale_a), upload(scale_b)
-    args = [(d_a, (m, rows), "u8"), (d_b, (n, rows), "u8"),
-            (d_off, (groups + 1,), None),
-            (d_c, (groups, m, n) if groups > 1 else (m, n), "f32"),
-            (d_as, (m, blocks), None), (d_bs, (n, blocks), None)]
-    values = []
-    for ptr, shape, _ in args:
-        values += memref(ptr, *shape)
-    # Each tensor-map argument points at its 128-byte map in device memory.
-    for arg, source, view_rows, view_cols, box_rows, box_cols in sorted(maps):
-        ptr, shape, dtype = args[source]
-        total = int(np.prod(shape))
-        cols = view_cols if view_cols >= 0 else total // view_rows
-        r = view_rows if view_rows >= 0 else total // cols
-        tmap = drv.tensor_map(ptr, dtype, [cols, r], [box_cols, box_rows], 3)
-        values.append(upload(np.frombuffer(bytes(tmap), np.uint8)))
-    words = [ctypes.c_uint64(v) for v in values]
-    params = (ctypes.c_void_p * len(words))(
-        *[ctypes.cast(ctypes.pointer(w), ctypes.c_void_p) for w in words])
-    drv.check(drv.cu.cuFuncSetAttribute(fn, 8, smem), "shared memory")
-    grid = grid - grid % cluster
-    rc = launch_ex(drv, fn, (grid, 1, 1), (block, 1, 1), (cluster, 1, 1),
-                   smem, params)
-    drv.check(rc, "launch")
+    run(drv, fn, kernels["dw"],
+        [(d_a, (m, rows), "u8"), (d_b, (n, rows), "u8"),
+         (d_off, (groups + 1,), None),
+         (d_c, (groups, m, n) if groups > 1 else (m, n), "f32"),
+         (d_as, (m, blocks), None), (d_bs, (n, blocks), None)])
     got = np.frombuffer(drv.download(d_c, groups * m * n * 4),
                         np.float32).reshape(groups, m, n).astype(np.float64)
 
