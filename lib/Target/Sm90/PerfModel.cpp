@@ -148,12 +148,15 @@ void costGemmKernel(Sm90KernelCost &c, const Sm90KernelReport &kr,
   double M = static_cast<double>(w.m), N = static_cast<double>(w.n),
          K = static_cast<double>(w.k);
   if (w.layout == Sm90GemmLayout::TN) {
-    // A weight gradient: every group's M x N over its rows.
+    // A weight gradient: every group's M x N over its rows; FP8 reads a
+    // scale per column of both operands per 128 rows.
     c.flops = 2 * rows * M * N;
-    c.bytes = operand * rows * (M + N) + out * groups * M * N;
+    c.bytes = operand * rows * (M + N) + out * groups * M * N +
+              (fp8 ? 4 * (M + N) * std::ceil(rows / 128) : 0);
     int64_t tiles =
         static_cast<int64_t>(groups) * ceilDiv(w.m, bm) * ceilDiv(w.n, bn);
-    costGemm(c, kr, tiles, byRows ? routed.paddedPerExpert : T, m, operand);
+    costGemm(c, kr, tiles, byRows ? routed.paddedPerExpert : T, m, operand,
+             fp8);
     return;
   }
   // Activations in and out, each busy group's weights once.
