@@ -25,7 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "Integration"))
 from ptx_run import Driver  # noqa: E402
-from exchange_run import compile_ptx, launch, memref  # noqa: E402
+from lowered_kernels import compile_module, launch, memref  # noqa: E402
 
 SENTINEL = 0x7FC1  # a bf16 NaN no gradient is
 
@@ -67,7 +67,7 @@ def main():
     gs = rng.standard_normal((rows, ffn)).astype(np.float32)
     w = rng.uniform(0.1, 1, rows).astype(np.float32)
 
-    ptx = compile_ptx(a.moe_opt, module_text(ffn, dgu_cols, a.split))
+    ptx, _ = compile_module(a.moe_opt, module_text(ffn, dgu_cols, a.split))
     drv = Driver(a.driver)
     fn = drv.kernel(ptx, "act_grad")
     os.unlink(ptx)

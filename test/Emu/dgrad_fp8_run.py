@@ -33,7 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "Integration"))
 from ptx_run import Driver  # noqa: E402
-from lowered_kernels import compile_module, run  # noqa: E402
+from lowered_kernels import compile_module, run, simt  # noqa: E402
 from reference import (dequantize_weight, e4m3_codes,  # noqa: E402
                        e4m3_values, quantize_weight)
 
@@ -152,13 +152,11 @@ def main():
     d_scales = upload(np.zeros((rows, kb), np.float32))
     d_dx = upload(np.zeros((rows, h), np.uint16))
     for name, d_w in (("quantize_gate", d_gate), ("quantize_up", d_up)):
-        run(drv, fns[name], {"grid": e * nb * hb, "block": 256, "smem": 0,
-                             "cluster": 1, "maps": []},
+        run(drv, fns[name], simt(e * nb * hb, 256),
             [(d_w, (e, f, h), None), (d_q13, (e, 2 * f, h), None),
              (d_s13, (e, 2 * nb, hb), None), (d_t13, (e, h, 2 * fp), None),
              (d_st13, (e, hb, kb), None)])
-    run(drv, fns["quantize_rows"], {"grid": (rows + 7) // 8, "block": 256,
-                                    "smem": 0, "cluster": 1, "maps": []},
+    run(drv, fns["quantize_rows"], simt((rows + 7) // 8, 256),
         [(d_dgu, (rows, 2 * fp), None), (d_off, (e + 1,), None),
          (d_codes, (rows, 2 * fp), None), (d_scales, (rows, kb), None)])
     run(drv, fns["dgrad"], kernels["dgrad"],

@@ -6,7 +6,7 @@ against float64 numpy over the dequantized operands.
 
   kgrouped_fp8_gemm_run.py DRIVER --moe-opt PATH [--m M] [--n N]
       [--groups N,N,...] [--first ROWS] [--seed S] [--tile-n N]
-      [--cluster 1|2]
+      [--cluster 1|2] [--compile-only] [--time REPEATS]
 
 The operands are quantized here, from the recipe (128 x 1 tiles: one scale
 per column per 128 rows, amax / 448, codes the nearest e4m3 of x * 448 /
@@ -25,6 +25,7 @@ them from the bundle's manifest.
 import argparse
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -92,6 +93,10 @@ def main():
                     help="the tile's n (default: moe-select-tiles' choice)")
     ap.add_argument("--cluster", type=int, choices=(1, 2), default=1,
                     help="with --tile-n: CTA pairs sharing b's tile")
+    ap.add_argument("--compile-only", action="store_true",
+                    help="compile (into MOE_KERNEL_CACHE) and stop")
+    ap.add_argument("--time", type=int, default=0, metavar="REPEATS",
+                    help="then time REPEATS launches (a GPU's numbers)")
     a = ap.parse_args()
     counts = [int(c) for c in a.groups.split(",")]
     if any(c % 128 for c in counts) or a.first % 128:
@@ -119,6 +124,10 @@ def main():
 
     ptx, kernels = compile_module(
         a.moe_opt, module_text(m, n, groups, a.tile_n, a.cluster))
+    if a.compile_only:
+        os.unlink(ptx)
+        print("compiled")
+        return
     drv = Driver(a.driver)
     fn = drv.kernel(ptx, "dw")
     os.unlink(ptx)
@@ -135,11 +144,11 @@ def main():
     d_off = upload(offsets)
     d_c = upload(np.full((groups, m, n), SENTINEL, np.float32))
     d_as, d_bs = upload(scale_a), upload(scale_b)
-    run(drv, fn, kernels["dw"],
-        [(d_a, (m, rows), "u8"), (d_b, (n, rows), "u8"),
-         (d_off, (groups + 1,), None),
-         (d_c, (groups, m, n) if groups > 1 else (m, n), "f32"),
-         (d_as, (m, blocks), None), (d_bs, (n, blocks), None)])
+    args = [(d_a, (m, rows), "u8"), (d_b, (n, rows), "u8"),
+            (d_off, (groups + 1,), None),
+            (d_c, (groups, m, n) if groups > 1 else (m, n), "f32"),
+            (d_as, (m, blocks), None), (d_bs, (n, blocks), None)]
+    again = run(drv, fn, kernels["dw"], args)
     got = np.frombuffer(drv.download(d_c, groups * m * n * 4),
                         np.float32).reshape(groups, m, n).astype(np.float64)
 
@@ -159,6 +168,19 @@ def main():
         print("worst error over the bound's sum: %.3g" % worst)
         sys.exit(1)
     print("ok")
+    if a.time:
+        # The same launch again, back to back (its parameters and tensor
+        # maps made once).
+        summed = sum(counts)
+        drv.check(drv.cu.cuCtxSynchronize(), "synchronize")
+        start = time.perf_counter()
+        for _ in range(a.time):
+            again()
+        drv.check(drv.cu.cuCtxSynchronize(), "synchronize")
+        seconds = (time.perf_counter() - start) / a.time
+        print("time: %.1f us a launch, %.0f TFLOP/s (2 x %d rows x %d x %d)"
+              % (1e6 * seconds, 2.0 * summed * m * n / seconds / 1e12, summed,
+                 m, n))
 
 
 if __name__ == "__main__":

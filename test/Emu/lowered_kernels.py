@@ -4,10 +4,18 @@ block, shared memory, cluster) and tensor maps are read from its
 attributes before the module becomes a binary (what the bundle's manifest
 carries), and each tensor-map argument points at its 128-byte map in
 device memory.
+
+With MOE_KERNEL_CACHE set to a directory, each module's PTX and launches
+are kept there under a hash of its text (and read from there when
+present), so a machine without moe-opt (a GPU machine of the GPU check)
+runs the kernels compiled here.
 """
 import ctypes
+import hashlib
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -23,9 +31,35 @@ MAP = re.compile(r"tensor_map<arg = (\d+), source = (\d+), view = "
 
 
 def compile_module(moe_opt, text):
-    """Returns the PTX's path and, per kernel, its launch: a dict of grid,
-    block, smem, cluster and maps ((arg, source, view rows, view columns,
-    box rows, box columns) in argument order)."""
+    """Returns the PTX's path (a file of the caller's to delete) and, per
+    kernel, its launch: a dict of grid, block, smem, cluster and maps
+    ((arg, source, view rows, view columns, box rows, box columns) in
+    argument order)."""
+    cache = os.environ.get("MOE_KERNEL_CACHE")
+    key = hashlib.sha256(text.encode()).hexdigest()[:24]
+    if cache and os.path.exists(os.path.join(cache, key + ".json")):
+        with open(os.path.join(cache, key + ".json")) as f:
+            kernels = json.load(f)
+        with open(os.path.join(cache, key + ".ptx")) as f:
+            ptx = f.read()
+    else:
+        ptx, kernels = lower(moe_opt, text)
+        if cache:
+            os.makedirs(cache, exist_ok=True)
+            with open(os.path.join(cache, key + ".ptx"), "w") as f:
+                f.write(ptx)
+            with open(os.path.join(cache, key + ".json"), "w") as f:
+                json.dump(kernels, f)
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(ptx)
+    return f.name, kernels
+
+
+def lower(moe_opt, text):
+    """moe-opt's PTX of `text` and the launches of its kernels."""
+    if not moe_opt or not os.path.exists(moe_opt) and not shutil.which(moe_opt):
+        sys.exit("no compiled kernels for this module in MOE_KERNEL_CACHE, "
+                 "and no moe-opt to compile them")
     with tempfile.TemporaryDirectory() as d:
         src = os.path.join(d, "kernels.mlir")
         with open(src, "w") as f:
@@ -51,10 +85,14 @@ def compile_module(moe_opt, text):
             "grid": int(launch.group(1)), "block": int(launch.group(2)),
             "smem": int(launch.group(3)),
             "cluster": int(launch.group(4) or 1),
-            "maps": sorted(tuple(map(int, t)) for t in MAP.findall(line))}
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
-        f.write(ptx)
-    return f.name, kernels
+            "maps": sorted([int(v) for v in t] for t in MAP.findall(line))}
+    return ptx, kernels
+
+
+def simt(grid, block):
+    """The launch of a SIMT kernel (no shared memory, cluster or maps)."""
+    return {"grid": grid, "block": block, "smem": 0, "cluster": 1,
+            "maps": []}
 
 
 def memref(ptr, *sizes):
@@ -70,7 +108,26 @@ def memref(ptr, *sizes):
 def run(drv, fn, launch, args, grid=None):
     """Launches `fn` on `args` (a (pointer, shape, TMA element type or
     None) per memref argument) with `launch`'s shape (its grid unless
-    `grid` is given) and its tensor maps."""
+    `grid` is given) and its tensor maps; returns a function that launches
+    it again as it is (the maps encoded and uploaded once)."""
+    params = parameters(drv, launch, args)
+    drv.check(drv.cu.cuFuncSetAttribute(fn, 8, launch["smem"]),
+              "shared memory")
+    cluster = launch["cluster"]
+    count = grid if grid is not None else launch["grid"]
+    count -= count % cluster
+
+    def again():
+        rc = launch_ex(drv, fn, (count, 1, 1), (launch["block"], 1, 1),
+                       (cluster, 1, 1), launch["smem"], params)
+        drv.check(rc, "launch")
+    again()
+    return again
+
+
+def parameters(drv, launch, args):
+    """The kernel parameters of `args` and `launch`'s tensor maps (each
+    encoded and put in device memory)."""
     values = []
     for ptr, shape, _ in args:
         values += memref(ptr, *shape)
@@ -87,11 +144,18 @@ def run(drv, fn, launch, args, grid=None):
     words = [ctypes.c_uint64(v) for v in values]
     params = (ctypes.c_void_p * len(words))(
         *[ctypes.cast(ctypes.pointer(w), ctypes.c_void_p) for w in words])
-    drv.check(drv.cu.cuFuncSetAttribute(fn, 8, launch["smem"]),
-              "shared memory")
-    cluster = launch["cluster"]
-    count = grid if grid is not None else launch["grid"]
-    count -= count % cluster
-    rc = launch_ex(drv, fn, (count, 1, 1), (launch["block"], 1, 1),
-                   (cluster, 1, 1), launch["smem"], params)
-    drv.check(rc, "launch")
+    # The words live as long as the array that points at them.
+    params.words = words
+    return params
+
+
+def launch(drv, fn, grid, block, values):
+    """cuLaunchKernel of `fn` on 64-bit parameters `values` (memref
+    descriptors' words), without shared memory."""
+    words = [ctypes.c_uint64(v) for v in values]
+    params = (ctypes.c_void_p * len(words))(
+        *[ctypes.cast(ctypes.pointer(w), ctypes.c_void_p) for w in words])
+    rc = drv.cu.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, None, params,
+                               None)
+    if rc != 0:
+        raise RuntimeError("launch: " + drv.error(rc))

@@ -28,7 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "Integration"))
 from ptx_run import Driver  # noqa: E402
-from exchange_run import compile_ptx, launch, memref  # noqa: E402
+from lowered_kernels import compile_module, launch, memref  # noqa: E402
 from reference import quantize_weight  # noqa: E402
 
 
@@ -83,7 +83,7 @@ def main():
         w[m, 128 * i:128 * i + 128, 128 * j:128 * j + 128] *= np.float32(2.0 ** e)
     w[0, :128, :128] = 0  # a block of zeros
 
-    ptx = compile_ptx(a.moe_opt, module_text(g, n, k, transposed, a.layout))
+    ptx, _ = compile_module(a.moe_opt, module_text(g, n, k, transposed, a.layout))
     drv = Driver(a.driver)
     fn = drv.kernel(ptx, "quantize_blocks")
     os.unlink(ptx)

@@ -27,7 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "Integration"))
 from ptx_run import Driver  # noqa: E402
-from exchange_run import compile_ptx, launch, memref  # noqa: E402
+from lowered_kernels import compile_module, launch, memref  # noqa: E402
 from reference import e4m3_codes, e4m3_values  # noqa: E402
 
 SENTINEL_CODE = 0x7F  # an e4m3 NaN: no quantized value is one
@@ -122,7 +122,7 @@ def main():
         bits = to_half_bits(x, a.dtype)
         x = from_half_bits(bits, a.dtype)
 
-    ptx = compile_ptx(a.moe_opt, module_text(cols, len(counts), a.dtype))
+    ptx, _ = compile_module(a.moe_opt, module_text(cols, len(counts), a.dtype))
     drv = Driver(a.driver)
     fn = drv.kernel(ptx, "quantize_columns")
     os.unlink(ptx)
