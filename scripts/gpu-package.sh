@@ -155,4 +155,38 @@ if [[ $tiny == 0 ]]; then
       2> "$out/fp8/speed-$(basename "$config" .json).report"
   done
 fi
+# Kernels on their own (test/Emu's harnesses: the FP8 step's quantization,
+# weight- and input-gradient kernels, each against numpy), compiled here
+# into kernels/cache (the GPU machine has no moe-opt) by running each on
+# the emulator once; kernels/checks lists what the check runs. But with
+# --tiny, the FP8 weight gradient at DeepSeek-V3's shapes is compiled only
+# and timed there.
+mkdir -p "$out/kernels"
+cp "$root"/test/Emu/{lowered_kernels,ptx_run,kgrouped_fp8_gemm_run,dgrad_fp8_run,quantize_columns_run,quantize_blocks_run,act_grad_run}.py \
+  "$root/test/Integration/reference.py" "$out/kernels/"
+cat > "$out/kernels/checks" <<'CHECKS'
+quantize_columns_run.py
+quantize_columns_run.py --dtype e4m3 --columns 200 --groups 256,128 --first 0
+quantize_blocks_run.py
+quantize_blocks_run.py --layout up_rows
+act_grad_run.py --split
+kgrouped_fp8_gemm_run.py
+kgrouped_fp8_gemm_run.py --tile-n 128 --cluster 2 --m 264 --n 256 --groups 256,128,0,384
+dgrad_fp8_run.py
+CHECKS
+while read -r line; do
+  # shellcheck disable=SC2086
+  MOE_KERNEL_CACHE="$out/kernels/cache" "$python" "$out/kernels/"$line \
+    "$build/lib/libcuda-emu.so" --moe-opt "$build/bin/moe-opt" > /dev/null
+done < "$out/kernels/checks"
+if [[ $tiny == 0 ]]; then
+  groups=1024,1024,1024,1024,1024,1024,1024,1024
+  for shape in "--m 7168 --n 2048" "--m 4096 --n 7168"; do
+    line="kgrouped_fp8_gemm_run.py $shape --groups $groups --first 0 --time 20 --no-check"
+    # shellcheck disable=SC2086
+    MOE_KERNEL_CACHE="$out/kernels/cache" "$python" "$out/kernels/"$line \
+      "$build/lib/libcuda-emu.so" --moe-opt "$build/bin/moe-opt" --compile-only > /dev/null
+    echo "$line" >> "$out/kernels/checks"
+  done
+fi
 echo "gpu-package: $(du -sh "$out" | cut -f1) in $out"

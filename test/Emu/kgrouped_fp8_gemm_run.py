@@ -97,6 +97,9 @@ def main():
                     help="compile (into MOE_KERNEL_CACHE) and stop")
     ap.add_argument("--time", type=int, default=0, metavar="REPEATS",
                     help="then time REPEATS launches (a GPU's numbers)")
+    ap.add_argument("--no-check", action="store_true",
+                    help="with --time: skip the float64 reference (large "
+                         "shapes)")
     a = ap.parse_args()
     counts = [int(c) for c in a.groups.split(",")]
     if any(c % 128 for c in counts) or a.first % 128:
@@ -104,6 +107,12 @@ def main():
     offsets = np.cumsum([a.first] + counts).astype(np.int32)
     rows = int(offsets[-1]) + 128  # capacity: a block past the groups
     m, n, groups = a.m, a.n, len(counts)
+    ptx, kernels = compile_module(
+        a.moe_opt, module_text(m, n, groups, a.tile_n, a.cluster))
+    if a.compile_only:
+        os.unlink(ptx)
+        print("compiled")
+        return
     rng = np.random.default_rng(a.seed)
 
     def operand(cols):
@@ -117,17 +126,12 @@ def main():
     x_a, x_b = operand(m), operand(n)
     codes_a, scale_a = quantize_columns(x_a)
     codes_b, scale_b = quantize_columns(x_b)
-    table = e4m3_values().astype(np.float64)
-    kb = np.arange(rows) // 128
-    deq_a = table[codes_a] * scale_a.T[kb].astype(np.float64)
-    deq_b = table[codes_b] * scale_b.T[kb].astype(np.float64)
+    if not a.no_check:
+        table = e4m3_values().astype(np.float64)
+        kb = np.arange(rows) // 128
+        deq_a = table[codes_a] * scale_a.T[kb].astype(np.float64)
+        deq_b = table[codes_b] * scale_b.T[kb].astype(np.float64)
 
-    ptx, kernels = compile_module(
-        a.moe_opt, module_text(m, n, groups, a.tile_n, a.cluster))
-    if a.compile_only:
-        os.unlink(ptx)
-        print("compiled")
-        return
     drv = Driver(a.driver)
     fn = drv.kernel(ptx, "dw")
     os.unlink(ptx)
@@ -153,7 +157,7 @@ def main():
                         np.float32).reshape(groups, m, n).astype(np.float64)
 
     worst, bad = 0.0, 0
-    for e in range(groups):
+    for e in range(0 if a.no_check else groups):
         r0, r1 = int(offsets[e]), int(offsets[e + 1])
         want = deq_a[r0:r1].T @ deq_b[r0:r1]
         bound = np.abs(deq_a[r0:r1]).T @ np.abs(deq_b[r0:r1])
@@ -162,8 +166,12 @@ def main():
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio = np.where(bound > 0, err / bound, err)
         worst = max(worst, float(ratio.max()))
-    print("k-grouped fp8 gemm %dx%d over %s rows: %d of %d elements past "
-          "the bound" % (m, n, a.groups, bad, groups * m * n))
+    if a.no_check:
+        print("k-grouped fp8 gemm %dx%d over %s rows: not checked"
+              % (m, n, a.groups))
+    else:
+        print("k-grouped fp8 gemm %dx%d over %s rows: %d of %d elements past "
+              "the bound" % (m, n, a.groups, bad, groups * m * n))
     if bad:
         print("worst error over the bound's sum: %.3g" % worst)
         sys.exit(1)

@@ -55,6 +55,7 @@ import json
 import os
 import re
 import struct
+import subprocess
 import sys
 import time
 
@@ -646,6 +647,37 @@ def check_comm(args):
     return ok
 
 
+def check_kernels(args):
+    """The kernels on their own (kernels/checks: test/Emu's harnesses, each
+    against numpy) on this device, from the PTX compiled into
+    kernels/cache when the package was made; a harness run with --time
+    also reports its launches' time."""
+    directory = os.path.join(args.package, "kernels")
+    driver = os.environ.get("MOE_CUDA_DRIVER", "libcuda.so.1")
+    env = dict(os.environ, MOE_KERNEL_CACHE=os.path.join(directory, "cache"))
+    ok = True
+    with open(os.path.join(directory, "checks")) as f:
+        lines = [line.split() for line in f if line.strip()]
+    for words in lines:
+        if args.emulator and "--time" in words:
+            continue
+        run = subprocess.run(
+            [sys.executable, os.path.join(directory, words[0]), driver,
+             "--moe-opt", ""] + words[1:],
+            capture_output=True, text=True, env=env)
+        out = run.stdout.strip().splitlines()
+        passed = run.returncode == 0 and "ok" in out
+        said = out[0] if out else (run.stderr.strip().splitlines() or ["?"])[-1]
+        print(f"  {'PASS' if passed else 'FAIL'} {said}")
+        for line in out:
+            if line.startswith("time:"):
+                print(f"    {line}")
+        if not passed:
+            print(run.stdout + run.stderr)
+        ok = ok and passed
+    return ok
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -765,6 +797,13 @@ def main():
             except Exception as error:
                 print(f"  FAIL device backward: {error!r}")
                 ok = False
+    if os.path.isdir(os.path.join(args.package, "kernels")):
+        print("kernels (the FP8 step's, against numpy)")
+        try:
+            ok = check_kernels(args) and ok
+        except Exception as error:
+            print(f"  FAIL kernels: {error!r}")
+            ok = False
     print("communicator")
     ok = check_comm(args) and ok
     train_dir = os.path.join(args.package, "bundles", "train")
