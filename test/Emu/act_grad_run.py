@@ -25,7 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "Integration"))
 from ptx_run import Driver  # noqa: E402
-from lowered_kernels import compile_module, launch, memref  # noqa: E402
+from lowered_kernels import compile_module, launch, memref, upload  # noqa: E402
 
 SENTINEL = 0x7FC1  # a bf16 NaN no gradient is
 
@@ -72,17 +72,12 @@ def main():
     fn = drv.kernel(ptx, "act_grad")
     os.unlink(ptx)
 
-    def upload(array):
-        array = np.ascontiguousarray(array)
-        ptr = drv.alloc(array.nbytes)
-        drv.upload(ptr, array.tobytes())
-        return ptr
-
-    d_gu, d_gs, d_g, d_w = upload(gu), upload(gs), upload(offsets), upload(w)
-    d_dgu = upload(np.full((rows, dgu_cols), SENTINEL, np.uint16))
-    d_dg = upload(np.full((rows, ffn), SENTINEL, np.uint16))
-    d_du = upload(np.full((rows, ffn), SENTINEL, np.uint16))
-    d_rg = upload(np.zeros(rows, np.float32))
+    d_gu, d_gs = upload(drv, gu), upload(drv, gs)
+    d_g, d_w = upload(drv, offsets), upload(drv, w)
+    d_dgu = upload(drv, np.full((rows, dgu_cols), SENTINEL, np.uint16))
+    d_dg = upload(drv, np.full((rows, ffn), SENTINEL, np.uint16))
+    d_du = upload(drv, np.full((rows, ffn), SENTINEL, np.uint16))
+    d_rg = upload(drv, np.zeros(rows, np.float32))
     launch(drv, fn, rows, 128,
            memref(d_gu, rows, 2 * ffn) + memref(d_gs, rows, ffn) +
            memref(d_g, 3) + memref(d_dgu, rows, dgu_cols) +

@@ -33,7 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "Integration"))
 from ptx_run import Driver  # noqa: E402
-from lowered_kernels import compile_module, run, simt  # noqa: E402
+from lowered_kernels import compile_module, run, simt, upload  # noqa: E402
 from reference import (dequantize_weight, e4m3_codes,  # noqa: E402
                        e4m3_values, quantize_weight)
 
@@ -136,21 +136,15 @@ def main():
            ("quantize_gate", "quantize_up", "quantize_rows", "dgrad")}
     os.unlink(ptx)
 
-    def upload(array):
-        array = np.ascontiguousarray(array)
-        ptr = drv.alloc(array.nbytes)
-        drv.upload(ptr, array.tobytes())
-        return ptr
-
-    d_gate, d_up = upload(gate), upload(up)
-    d_q13 = upload(np.zeros((e, 2 * f, h), np.uint8))
-    d_s13 = upload(np.zeros((e, 2 * nb, hb), np.float32))
-    d_t13 = upload(np.zeros((e, h, 2 * fp), np.uint8))  # padding: zeros
-    d_st13 = upload(np.zeros((e, hb, kb), np.float32))
-    d_dgu, d_off = upload(dgu_bits), upload(offsets)
-    d_codes = upload(np.zeros((rows, 2 * fp), np.uint8))
-    d_scales = upload(np.zeros((rows, kb), np.float32))
-    d_dx = upload(np.zeros((rows, h), np.uint16))
+    d_gate, d_up = upload(drv, gate), upload(drv, up)
+    d_q13 = upload(drv, np.zeros((e, 2 * f, h), np.uint8))
+    d_s13 = upload(drv, np.zeros((e, 2 * nb, hb), np.float32))
+    d_t13 = upload(drv, np.zeros((e, h, 2 * fp), np.uint8))  # padding: zeros
+    d_st13 = upload(drv, np.zeros((e, hb, kb), np.float32))
+    d_dgu, d_off = upload(drv, dgu_bits), upload(drv, offsets)
+    d_codes = upload(drv, np.zeros((rows, 2 * fp), np.uint8))
+    d_scales = upload(drv, np.zeros((rows, kb), np.float32))
+    d_dx = upload(drv, np.zeros((rows, h), np.uint16))
     for name, d_w in (("quantize_gate", d_gate), ("quantize_up", d_up)):
         run(drv, fns[name], simt(e * nb * hb, 256),
             [(d_w, (e, f, h), None), (d_q13, (e, 2 * f, h), None),

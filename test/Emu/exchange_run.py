@@ -29,15 +29,13 @@ import argparse
 import ctypes
 import os
 import random
-import re
 import struct
-import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ptx_run import Driver  # noqa: E402
+from lowered_kernels import compile_module, launch, memref  # noqa: E402
 from peer_run import run_ranks  # noqa: E402
 
 
@@ -103,24 +101,8 @@ def module_text(n, experts, hidden, grid, chunks):
 
 
 def compile_ptx(moe_opt, text):
-    with tempfile.TemporaryDirectory() as d:
-        src = os.path.join(d, "exchange.mlir")
-        with open(src, "w") as f:
-            f.write(text)
-        out = subprocess.run([moe_opt, src, "--moe-sm90-pipeline"],
-                             capture_output=True, text=True)
-        if out.returncode != 0:
-            sys.exit("moe-opt failed:\n" + out.stderr)
-        found = re.findall(r'assembly = "((?:[^"\\]|\\.)*)"', out.stdout)
-        if len(found) != 1:
-            sys.exit("moe-opt made no PTX")
-        ptx = re.sub(r'\\([0-9A-Fa-f]{2})',
-                     lambda m: chr(int(m.group(1), 16)), found[0])
-        path = os.path.join(tempfile.gettempdir(),
-                            "exchange-%d.ptx" % os.getpid())
-        with open(path, "w") as f:
-            f.write(ptx)
-        return path
+    """The PTX file of `text` lowered by moe-opt (lowered_kernels.py)."""
+    return compile_module(moe_opt, text)[0]
 
 
 def routing(a, pass_no, rank):
@@ -151,26 +133,6 @@ def i32s(data):
 
 def f32s(values):
     return struct.pack("<%df" % len(values), *values)
-
-
-def memref(ptr, *sizes):
-    """The descriptor of a contiguous memref as kernel parameters."""
-    strides = []
-    stride = 1
-    for s in reversed(sizes):
-        strides.insert(0, stride)
-        stride *= s
-    return [ptr, ptr, 0] + list(sizes) + strides
-
-
-def launch(drv, fn, grid, block, values):
-    words = [ctypes.c_uint64(v) for v in values]
-    params = (ctypes.c_void_p * len(words))(
-        *[ctypes.cast(ctypes.pointer(w), ctypes.c_void_p) for w in words])
-    rc = drv.cu.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, None, params,
-                               None)
-    if rc != 0:
-        raise RuntimeError("launch: " + drv.error(rc))
 
 
 def rank_main(a, ptx, uid, rank, out):

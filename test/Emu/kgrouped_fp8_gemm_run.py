@@ -33,7 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "Integration"))
 from ptx_run import Driver  # noqa: E402
-from lowered_kernels import compile_module, run  # noqa: E402
+from lowered_kernels import compile_module, run, upload  # noqa: E402
 from reference import e4m3_codes, e4m3_values  # noqa: E402
 
 SENTINEL = 12345.0
@@ -138,16 +138,10 @@ def main():
 
     blocks = rows // 128
 
-    def upload(array):
-        array = np.ascontiguousarray(array)
-        ptr = drv.alloc(array.nbytes)
-        drv.upload(ptr, array.tobytes())
-        return ptr
-
-    d_a, d_b = upload(codes_a.T), upload(codes_b.T)
-    d_off = upload(offsets)
-    d_c = upload(np.full((groups, m, n), SENTINEL, np.float32))
-    d_as, d_bs = upload(scale_a), upload(scale_b)
+    d_a, d_b = upload(drv, codes_a.T), upload(drv, codes_b.T)
+    d_off = upload(drv, offsets)
+    d_c = upload(drv, np.full((groups, m, n), SENTINEL, np.float32))
+    d_as, d_bs = upload(drv, scale_a), upload(drv, scale_b)
     args = [(d_a, (m, rows), "u8"), (d_b, (n, rows), "u8"),
             (d_off, (groups + 1,), None),
             (d_c, (groups, m, n) if groups > 1 else (m, n), "f32"),

@@ -159,3 +159,11 @@ def launch(drv, fn, grid, block, values):
                                None)
     if rc != 0:
         raise RuntimeError("launch: " + drv.error(rc))
+
+
+def upload(drv, array):
+    """A device copy of numpy `array`; returns its address."""
+    array = np.ascontiguousarray(array)
+    ptr = drv.alloc(max(array.nbytes, 1))
+    drv.upload(ptr, array.tobytes())
+    return ptr
