@@ -34,8 +34,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "Integration"))
 from ptx_run import Driver  # noqa: E402
 from lowered_kernels import compile_module, run, simt, upload  # noqa: E402
-from reference import (dequantize_weight, e4m3_codes,  # noqa: E402
-                       e4m3_values, quantize_weight)
+from reference import (dequantize_weight, e4m3_values,  # noqa: E402
+                       quantize_weight, tile_codes)
 
 
 def module_text(e, f, h, fp, rows):
@@ -93,17 +93,10 @@ def from_bf16_bits(h):
 
 def row_tiles(x):
     """x [R, C] per row per 128 columns, dequantized (float64): the
-    recipe's 1 x 128 tiles (amax at least 1e-4)."""
-    table = e4m3_values().astype(np.float64)
-    out = np.zeros(x.shape)
-    for k in range(0, x.shape[1], 128):
-        block = x[:, k:k + 128].astype(np.float32)
-        amax = np.maximum(np.abs(block).max(axis=1, keepdims=True),
-                          np.float32(1e-4))
-        codes = e4m3_codes((block * (np.float32(448) / amax)).astype(
-            np.float32))
-        out[:, k:k + 128] = table[codes] * (amax / np.float32(448))
-    return out
+    recipe's 1 x 128 tiles."""
+    codes, scales = tile_codes(x, axis=1)
+    full = np.repeat(scales.astype(np.float64), 128, axis=1)[:, :x.shape[1]]
+    return e4m3_values().astype(np.float64)[codes] * full
 
 
 def main():

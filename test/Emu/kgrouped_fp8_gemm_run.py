@@ -34,7 +34,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "Integration"))
 from ptx_run import Driver  # noqa: E402
 from lowered_kernels import compile_module, run, upload  # noqa: E402
-from reference import e4m3_codes, e4m3_values  # noqa: E402
+from reference import e4m3_values, tile_codes  # noqa: E402
 
 SENTINEL = 12345.0
 
@@ -63,21 +63,6 @@ def module_text(m, n, groups, tile_n, cluster):
   }}
 }}
 """.format(m=m, n=n, g=groups + 1, c=c, tile=tile, types=types)
-
-
-def quantize_columns(x):
-    """The recipe's 128 x 1 tiles of x [R, C] (R a multiple of 128): codes
-    [R, C] and scales [C, R / 128]."""
-    rows, cols = x.shape
-    codes = np.zeros((rows, cols), np.uint8)
-    scales = np.zeros((cols, rows // 128), np.float32)
-    for r0 in range(0, rows, 128):
-        tile = x[r0:r0 + 128].astype(np.float32)
-        amax = np.maximum(np.abs(tile).max(axis=0), np.float32(1e-4))
-        codes[r0:r0 + 128] = e4m3_codes(
-            (tile * (np.float32(448) / amax)).astype(np.float32))
-        scales[:, r0 // 128] = amax / np.float32(448)
-    return codes, scales
 
 
 def main():
@@ -124,8 +109,11 @@ def main():
         return x
 
     x_a, x_b = operand(m), operand(n)
-    codes_a, scale_a = quantize_columns(x_a)
-    codes_b, scale_b = quantize_columns(x_b)
+    # The 128 x 1 tiles: scales [R / 128, C], transposed as the kernel
+    # takes them.
+    codes_a, scale_a = tile_codes(x_a, axis=0)
+    codes_b, scale_b = tile_codes(x_b, axis=0)
+    scale_a, scale_b = scale_a.T.copy(), scale_b.T.copy()
     if not a.no_check:
         table = e4m3_values().astype(np.float64)
         kb = np.arange(rows) // 128

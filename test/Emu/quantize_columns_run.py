@@ -28,7 +28,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "Integration"))
 from ptx_run import Driver  # noqa: E402
 from lowered_kernels import compile_module, launch, memref  # noqa: E402
-from reference import e4m3_codes, e4m3_values  # noqa: E402
+from reference import e4m3_codes, e4m3_values, tile_codes  # noqa: E402
 
 SENTINEL_CODE = 0x7F  # an e4m3 NaN: no quantized value is one
 SENTINEL_SCALE = -1.0
@@ -52,22 +52,6 @@ def module_text(columns, groups, dtype):
   }}
 }}
 """.format(c=columns, t=t, g=groups + 1, arg=arg, use=use)
-
-
-def row_codes(x):
-    """The 1 x 128 tiles of x [R, C]: codes [R, C] and scales [R,
-    ceil(C / 128)] (amax / 448, amax at least 1e-4)."""
-    rows, cols = x.shape
-    codes = np.zeros((rows, cols), np.uint8)
-    scales = np.zeros((rows, (cols + 127) // 128), np.float32)
-    for k in range(0, cols, 128):
-        block = x[:, k:k + 128]
-        amax = np.maximum(np.abs(block).max(axis=1, keepdims=True),
-                          np.float32(1e-4))
-        codes[:, k:k + 128] = e4m3_codes(
-            (block * (np.float32(448) / amax)).astype(np.float32))
-        scales[:, k // 128] = amax[:, 0] / np.float32(448)
-    return codes, scales
 
 
 def to_half_bits(x, dtype):
@@ -114,7 +98,7 @@ def main():
     if a.dtype == "e4m3":
         # The rows as the FP8 forward keeps them: codes and a scale per row
         # per 128 columns, standing for codes * scales.
-        codes_in, row_scales = row_codes(x.astype(np.float32))
+        codes_in, row_scales = tile_codes(x, axis=1)
         bits = codes_in
         x = (e4m3_values()[codes_in].astype(np.float32) *
              np.repeat(row_scales, 128, axis=1)[:, :cols]).astype(np.float32)

@@ -387,6 +387,30 @@ def dequantize_weight(codes, scales):
     return E4M3[codes] * full[:rows, :cols]
 
 
+def tile_codes(x, axis=1):
+    """The recipe's tiles of x [R, C]: 1 x 128 (axis 1, per row per 128
+    columns) or 128 x 1 (axis 0, per column per 128 rows). Returns the
+    e4m3 codes (x's shape) and the f32 scales a / 448, with a the tile's
+    largest magnitude (at least 1e-4): [R, ceil(C / 128)] or
+    [ceil(R / 128), C]."""
+    x = np.asarray(x, dtype=np.float32)
+    codes = np.empty(x.shape, np.uint8)
+    blocks = -(-x.shape[axis] // 128)
+    shape = list(x.shape)
+    shape[axis] = blocks
+    scales = np.empty(shape, np.float32)
+    for b in range(blocks):
+        at = [slice(None)] * 2
+        at[axis] = slice(128 * b, 128 * b + 128)
+        tile = x[tuple(at)]
+        amax = np.maximum(np.abs(tile).max(axis=axis, keepdims=True),
+                          np.float32(1e-4))
+        codes[tuple(at)] = e4m3_codes(tile * (np.float32(448) / amax))
+        at[axis] = slice(b, b + 1)
+        scales[tuple(at)] = amax / np.float32(448)
+    return codes, scales
+
+
 def quantize_rows(x):
     """Activations [T, K] quantized per token per 128 channels and
     dequantized, in float32: a = max(block max |x|, 1e-4), the values
