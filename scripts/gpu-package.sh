@@ -162,7 +162,7 @@ fi
 # --tiny, the FP8 weight gradient at DeepSeek-V3's shapes is compiled only
 # and timed there.
 mkdir -p "$out/kernels"
-cp "$root"/test/Emu/{lowered_kernels,ptx_run,kgrouped_fp8_gemm_run,dgrad_fp8_run,quantize_columns_run,quantize_blocks_run,act_grad_run}.py \
+cp "$root"/test/Emu/{lowered_kernels,ptx_run,kgrouped_fp8_gemm_run,dgrad_fp8_run,wgrad_fp8_run,quantize_columns_run,quantize_blocks_run,act_grad_run}.py \
   "$root/test/Integration/reference.py" "$out/kernels/"
 cat > "$out/kernels/checks" <<'CHECKS'
 quantize_columns_run.py
@@ -173,6 +173,7 @@ act_grad_run.py --split
 kgrouped_fp8_gemm_run.py
 kgrouped_fp8_gemm_run.py --tile-n 128 --cluster 2 --m 264 --n 256 --groups 256,128,0,384
 dgrad_fp8_run.py
+wgrad_fp8_run.py
 CHECKS
 while read -r line; do
   # shellcheck disable=SC2086
