@@ -25,7 +25,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "Integration"))
 from ptx_run import Driver  # noqa: E402
-from lowered_kernels import compile_module, launch, memref, upload  # noqa: E402
+from lowered_kernels import (compile_module, launch, memref,  # noqa: E402
+                             upload)
 
 SENTINEL = 0x7FC1  # a bf16 NaN no gradient is
 

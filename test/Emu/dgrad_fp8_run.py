@@ -34,8 +34,9 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "Integration"))
 from ptx_run import Driver  # noqa: E402
 from lowered_kernels import compile_module, run, simt, upload  # noqa: E402
-from reference import (dequantize_weight, e4m3_values,  # noqa: E402
-                       quantize_weight, tile_codes)
+from reference import (bf16_to_f32, dequantize_weight,  # noqa: E402
+                       e4m3_values, f32_to_bf16_bits, quantize_weight,
+                       tile_codes)
 
 
 def module_text(e, f, h, fp, rows):
@@ -82,15 +83,6 @@ def module_text(e, f, h, fp, rows):
     return text
 
 
-def to_bf16_bits(x):
-    b = np.asarray(x, np.float32).view(np.uint32)
-    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
-
-
-def from_bf16_bits(h):
-    return (h.astype(np.uint32) << 16).view(np.float32)
-
-
 def row_tiles(x):
     """x [R, C] per row per 128 columns, dequantized (float64): the
     recipe's 1 x 128 tiles."""
@@ -120,8 +112,8 @@ def main():
     du = rng.standard_normal((rows, f)) * 2.0 ** rng.uniform(-6, 6, (rows, 1))
     dgu = np.zeros((rows, 2 * fp), np.float32)
     dgu[:, :f], dgu[:, fp:fp + f] = dg, du
-    dgu_bits = to_bf16_bits(dgu)
-    dgu = from_bf16_bits(dgu_bits)
+    dgu_bits = f32_to_bf16_bits(dgu)
+    dgu = bf16_to_f32(dgu_bits)
 
     ptx, kernels = compile_module(a.moe_opt, module_text(e, f, h, fp, rows))
     drv = Driver(a.driver)
@@ -150,7 +142,7 @@ def main():
         [(d_codes, (rows, 2 * fp), "u8"), (d_t13, (e, h, 2 * fp), "u8"),
          (d_off, (e + 1,), None), (d_dx, (rows, h), "bf16"),
          (d_scales, (rows, kb), None), (d_st13, (e, hb, kb), None)])
-    dx = from_bf16_bits(np.frombuffer(drv.download(d_dx, rows * h * 2),
+    dx = bf16_to_f32(np.frombuffer(drv.download(d_dx, rows * h * 2),
                                       np.uint16).reshape(rows, h))
 
     # The recipe in float64: each weight matrix per 128 x 128 block, dG

@@ -33,7 +33,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "Integration"))
 from ptx_run import Driver  # noqa: E402
-from lowered_kernels import compile_module, run, upload  # noqa: E402
+from lowered_kernels import (compile_module, group_offsets, run,  # noqa: E402
+                             upload)
 from reference import e4m3_values, tile_codes  # noqa: E402
 
 SENTINEL = 12345.0
@@ -86,11 +87,7 @@ def main():
                     help="with --time: skip the float64 reference (large "
                          "shapes)")
     a = ap.parse_args()
-    counts = [int(c) for c in a.groups.split(",")]
-    if any(c % 128 for c in counts) or a.first % 128:
-        sys.exit("group rows and --first must be multiples of 128")
-    offsets = np.cumsum([a.first] + counts).astype(np.int32)
-    rows = int(offsets[-1]) + 128  # capacity: a block past the groups
+    counts, offsets, rows = group_offsets(a.groups, a.first)
     m, n, groups = a.m, a.n, len(counts)
     ptx, kernels = compile_module(
         a.moe_opt, module_text(m, n, groups, a.tile_n, a.cluster))

@@ -57,7 +57,7 @@ def compile_module(moe_opt, text):
 
 def lower(moe_opt, text):
     """moe-opt's PTX of `text` and the launches of its kernels."""
-    if not moe_opt or not os.path.exists(moe_opt) and not shutil.which(moe_opt):
+    if not moe_opt or not (os.path.exists(moe_opt) or shutil.which(moe_opt)):
         sys.exit("no compiled kernels for this module in MOE_KERNEL_CACHE, "
                  "and no moe-opt to compile them")
     with tempfile.TemporaryDirectory() as d:
@@ -167,3 +167,14 @@ def upload(drv, array):
     ptr = drv.alloc(max(array.nbytes, 1))
     drv.upload(ptr, array.tobytes())
     return ptr
+
+
+def group_offsets(text, first=0):
+    """Groups of the row counts in `text` ("N,N,...", each a multiple of
+    128: the schedule's alignment) from row `first`: the counts, the
+    offsets ([G + 1] i32) and a capacity one block of 128 past them."""
+    counts = [int(c) for c in text.split(",")]
+    if any(c % 128 for c in counts) or first % 128:
+        sys.exit("group rows and the first row must be multiples of 128")
+    offsets = np.cumsum([first] + counts).astype(np.int32)
+    return counts, offsets, int(offsets[-1]) + 128

@@ -27,7 +27,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "Integration"))
 from ptx_run import Driver  # noqa: E402
-from lowered_kernels import compile_module, launch, memref  # noqa: E402
+from lowered_kernels import (compile_module, group_offsets,  # noqa: E402
+                             launch, memref)
 from reference import e4m3_codes, e4m3_values, tile_codes  # noqa: E402
 
 SENTINEL_CODE = 0x7F  # an e4m3 NaN: no quantized value is one
@@ -79,11 +80,7 @@ def main():
     ap.add_argument("--dtype", choices=("bf16", "f16", "e4m3"),
                     default="bf16")
     a = ap.parse_args()
-    counts = [int(n) for n in a.groups.split(",")]
-    if any(n % 128 for n in counts) or a.first % 128:
-        sys.exit("group rows and --first must be multiples of 128")
-    offsets = np.cumsum([a.first] + counts).astype(np.int32)
-    rows = int(offsets[-1]) + 128  # capacity: a block past the groups
+    counts, offsets, rows = group_offsets(a.groups, a.first)
     cols = a.columns
     rng = np.random.default_rng(a.seed)
     # Column c's magnitude 2^(-12 + 24 c / C); the last column zero.

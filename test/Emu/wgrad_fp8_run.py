@@ -33,8 +33,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "Integration"))
 from ptx_run import Driver  # noqa: E402
-from lowered_kernels import compile_module, run, simt, upload  # noqa: E402
-from reference import e4m3_values, tile_codes  # noqa: E402
+from lowered_kernels import (compile_module, group_offsets, run,  # noqa: E402
+                             simt, upload)
+from reference import (bf16_to_f32, e4m3_values,  # noqa: E402
+                       f32_to_bf16_bits, tile_codes)
 
 
 def module_text(e, f, h):
@@ -74,15 +76,6 @@ def module_text(e, f, h):
            xs=xs, offsets=offsets, dw=dw)
 
 
-def to_bf16_bits(x):
-    b = np.asarray(x, np.float32).view(np.uint32)
-    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
-
-
-def from_bf16_bits(h):
-    return (h.astype(np.uint32) << 16).view(np.float32)
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("driver")
@@ -93,18 +86,14 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
     f, h = a.ffn, a.hidden
-    counts = [int(c) for c in a.groups.split(",")]
-    if any(c % 128 for c in counts):
-        sys.exit("group rows must be multiples of 128")
+    counts, offsets, rows = group_offsets(a.groups)
     e = len(counts)
-    offsets = np.cumsum([0] + counts).astype(np.int32)
-    rows = int(offsets[-1]) + 128  # capacity: a block past the groups
     blocks, hb = rows // 128, (h + 127) // 128
     rng = np.random.default_rng(a.seed)
     # dG: each column its own magnitude; the rows: each row's (as tokens').
-    dg_bits = to_bf16_bits(rng.standard_normal((rows, f)) *
+    dg_bits = f32_to_bf16_bits(rng.standard_normal((rows, f)) *
                            2.0 ** rng.uniform(-8, 8, f))
-    dg = from_bf16_bits(dg_bits)
+    dg = bf16_to_f32(dg_bits)
     x = rng.standard_normal((rows, h)) * 2.0 ** rng.uniform(-6, 6, (rows, 1))
     row_codes, row_scales = tile_codes(x, axis=1)
     table = e4m3_values().astype(np.float32)

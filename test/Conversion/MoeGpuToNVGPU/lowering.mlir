@@ -162,6 +162,21 @@ module attributes {gpu.container_module} {
 
 // -----
 
+// A TMA map takes the buffer's size for one dimension only.
+module attributes {gpu.container_module} {
+  gpu.module @kernels {
+    gpu.func @both(%a: memref<?x?xbf16>, %b: memref<4x64x64xbf16>) kernel {
+      %p = moegpu.pipeline.create : !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 2>, bf16>
+      %i = arith.constant 0 : index
+      // expected-error @+1 {{'moegpu.produce' op needs a TMA source with at most one dynamic dimension, got 'memref<?x?xbf16>'}}
+      moegpu.produce %p[%i], %a[%i, %i], %b[%i, %i] : !moegpu.pipeline<#moegpu.tile<m = 64, n = 64, k = 64, stages = 2>, bf16>, memref<?x?xbf16>, memref<4x64x64xbf16>
+      gpu.return
+    }
+  }
+}
+
+// -----
+
 module attributes {gpu.container_module} {
   gpu.module @kernels {
     gpu.func @view(%a: memref<?x64xbf16>, %b: memref<4x64x64xbf16>, %o: memref<5xi32>, %c: memref<?x64xbf16>) kernel {
