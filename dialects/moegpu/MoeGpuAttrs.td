@@ -135,12 +135,14 @@ def MoeGpu_GridAttr : AttrDef<MoeGpu_Dialect, "Grid"> {
     `tokens`: `ceil(T / per_block)` CTAs; `assignments`: `ceil(T * k /
     per_block)`; `rows` and `received_rows`: `ceil(capacity / per_block)`
     over the dispatched rows' (or an expert-parallel rank's received rows')
-    capacity, one row per CTA when `per_block` is 0; `one`: a single CTA;
-    `persistent`: the kernel's own grid (its `#moegpu.sm_range`); `fixed`:
-    `size` CTAs.
+    capacity, one row per CTA when `per_block` is 0, and `size` CTAs a
+    block of rows when set (`moegpu.quantize_columns`: a CTA per 32
+    columns of each 128 rows); `one`: a single CTA; `persistent`: the
+    kernel's own grid (its `#moegpu.sm_range`); `fixed`: `size` CTAs.
 
     ```mlir
     #moegpu.grid<tokens, per_block = 4>
+    #moegpu.grid<rows, per_block = 128, size = 56>
     #moegpu.grid<fixed, size = 112>
     ```
   }];
@@ -155,7 +157,9 @@ def MoeGpu_BufferDim : I32EnumAttr<"BufferDim",
     "what a buffer's dynamic dimension stands for", [
       I32EnumAttrCase<"Tokens", 0, "tokens">,
       I32EnumAttrCase<"Rows", 1, "rows">,
-      I32EnumAttrCase<"ReceivedRows", 2, "received_rows">
+      I32EnumAttrCase<"ReceivedRows", 2, "received_rows">,
+      I32EnumAttrCase<"RowBlocks", 3, "row_blocks">,
+      I32EnumAttrCase<"ReceivedRowBlocks", 4, "received_row_blocks">
     ]> {
   let cppNamespace = "::mlir::moegpu";
   let genSpecializedAttr = 0;

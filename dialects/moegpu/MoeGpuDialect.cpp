@@ -312,7 +312,12 @@ LogicalResult GroupedGemmOp::verifyBlockScales() {
     return emitOpError() << "expects an FP8 GEMM's K to be a multiple of 16 "
                             "(16-byte TMA strides of 1-byte elements), got "
                          << k;
-  bool swiglu = getEpilogue() == Epilogue::SwiGLU;
+  bool swiglu = getEpilogue() == Epilogue::SwiGLU || getGateUpScales();
+  if (getGateUpScales() && n % (2 * ::moe::abi::kGateUpBlock) != 0)
+    return emitOpError() << "expects gate_up_scales of a packed gate/up B "
+                            "(blocks of "
+                         << ::moe::abi::kGateUpBlock
+                         << " gate rows then as many up rows), got N = " << n;
   // With swiglu the gate's blocks, then the up's.
   int64_t nBlocks =
       swiglu ? 2 * llvm::divideCeil(n / 2, 128) : llvm::divideCeil(n, 128);
@@ -657,9 +662,13 @@ LogicalResult GridAttr::verify(function_ref<InFlightDiagnostic()> emitError,
       perBlock < 1)
     return emitError() << "a " << stringifyGridKind(kind)
                        << " grid needs per_block >= 1";
-  if (kind == GridKind::Fixed ? size < 1 || size > INT32_MAX : size != 0)
-    return emitError() << "size applies to fixed grids only, in [1, 2^31), "
-                          "got "
+  bool rowsGrid = kind == GridKind::Rows || kind == GridKind::ReceivedRows;
+  if (kind == GridKind::Fixed ? size < 1 || size > INT32_MAX
+      : rowsGrid              ? size < 0 || size > INT32_MAX
+                              : size != 0)
+    return emitError() << "size applies to fixed grids (the CTAs, in [1, "
+                          "2^31)) and rows and received_rows grids (CTAs a "
+                          "block of rows), got "
                        << size << " for a " << stringifyGridKind(kind)
                        << " grid";
   return success();

@@ -316,6 +316,9 @@ LogicalResult QuantizeColumnsOp::verify() {
   return c.result();
 }
 
+static LogicalResult verifyVerdict(Operation *op, Value rejected,
+                                   StringRef name);
+
 LogicalResult QuantizeBlocksOp::verify() {
   Checker c{*this};
   c.memref(getIn(), "in", 3, Elt::F32)
@@ -327,6 +330,8 @@ LogicalResult QuantizeBlocksOp::verify() {
     return failure();
   if (getTransposedScale() && !getTransposed())
     return emitOpError() << "expects transposed_scale only with transposed";
+  if (getUnless() && failed(verifyVerdict(*this, getUnless(), "unless")))
+    return failure();
   auto type = cast<MemRefType>(getIn().getType());
   if (!type.hasStaticShape())
     return emitOpError() << "expects in of a static shape, got " << type;
@@ -634,6 +639,9 @@ LogicalResult ActGradOp::verify() {
   if (getDy() && !getWeight())
     return emitOpError() << "expects the down bias (dy, b2) only with "
                             "weight and row_grad";
+  if (getOutDy() && (!getWeight() || getDy()))
+    return emitOpError() << "expects combine (dy, down) only with weight and "
+                            "row_grad, and not with the down bias";
   if (static_cast<bool>(getAlpha()) != static_cast<bool>(getLimit()))
     return emitOpError() << "expects alpha and limit together";
   Checker c{*this};
@@ -668,6 +676,11 @@ LogicalResult ActGradOp::verify() {
     c.isStatic(getB2(), "b2", 1)
         .dim(getDy(), "dy", 1, dimOf(getB2(), 1), "b2's hidden size")
         .dim(getB2(), "b2", 0, dimOf(getGroups(), 0) - 1, "the groups");
+  if (getOutDy())
+    c.memref(getOutDy(), "dy", 2, Elt::Half)
+        .memref(getDown(), "down", 2, Elt::Half)
+        .isStatic(getDown(), "down", 1)
+        .dim(getOutDy(), "dy", 1, dimOf(getDown(), 1), "down's hidden size");
   return c.result();
 }
 
@@ -796,9 +809,22 @@ LogicalResult AdamWOp::verify() {
   if (getBounds() &&
       failed(verifyBounds(*this, getBounds(), getParams().size())))
     return failure();
-  if (getCopies().empty() && !getLayouts())
+  if (getCopies().empty() && !getLayouts() && !getCopied())
     return success();
-  return verifyCopies(*this, getParams(), getCopies(),
+  SmallVector<Value> masters(getParams());
+  if (std::optional<ArrayRef<int64_t>> copied = getCopied()) {
+    masters.clear();
+    int64_t previous = -1;
+    for (int64_t i : *copied) {
+      if (i <= previous || i >= static_cast<int64_t>(getParams().size()))
+        return emitOpError()
+               << "expects copied to hold ascending indices of params (< "
+               << getParams().size() << "), got " << i;
+      masters.push_back(getParams()[i]);
+      previous = i;
+    }
+  }
+  return verifyCopies(*this, masters, getCopies(),
                       getLayouts().value_or(nullptr));
 }
 

@@ -239,11 +239,13 @@ def MoeGpu_QuantizeOp : MoeGpu_KernelOp<"quantize"> {
     One warp per row of `in` (`[R, K]`, 16-bit): each block of 128 channels
     (the last may be shorter) becomes e4m3 codes in `out` (`[R, K]`) and one
     f32 scale in `scale` (`[R, ceil(K / 128)]`), DeepSeek-V3's fine-grained
-    quantization: with `a` the block's largest magnitude (at least 1e-4),
-    the codes are `e4m3(v * 448 / a)`, rounded to nearest even and
-    saturated, and the scale `a / 448`. With `offsets` (`[G + 1]` i32) only
-    the rows `[offsets[0], offsets[G])` are quantized: a group's rows. K is
-    a multiple of 4.
+    quantization: with `a` the block's largest magnitude (at least
+    `min_amax`, 1e-4 by default: the forward activations'), the codes are
+    `e4m3(v * 448 / a)`, rounded to nearest even and saturated, and the
+    scale `a / 448`. With `offsets` (`[G + 1]` i32) only the rows
+    `[offsets[0], offsets[G])` are quantized: a group's rows. K is a
+    multiple of 4. The backward pass's operands, gradients far below 1e-4,
+    take `min_amax = 2^-100`, as the host's recipe does.
 
     ```mlir
     moegpu.quantize %act, %codes, %scales offsets(%offsets : memref<9xi32>)
@@ -251,7 +253,8 @@ def MoeGpu_QuantizeOp : MoeGpu_KernelOp<"quantize"> {
     ```
   }];
   let arguments = (ins MoeGpu_In:$in, MoeGpu_OptIn:$offsets,
-                       MoeGpu_Out:$out, MoeGpu_Out:$scale);
+                       MoeGpu_Out:$out, MoeGpu_Out:$scale,
+                       DefaultValuedAttr<F64Attr, "1e-4">:$min_amax);
   let assemblyFormat = [{
     $in `,` $out `,` $scale (`offsets` `(` $offsets^ `:` type($offsets) `)`)?
     attr-dict `:` type($in) `,` type($out) `,` type($scale)
@@ -268,14 +271,18 @@ def MoeGpu_QuantizeColumnsOp : MoeGpu_KernelOp<"quantize_columns"> {
     becomes a row of
     `out` (`[C, R]` e4m3 codes), quantized per 128 rows: with `a` the
     largest magnitude of column c in rows `[128 j, 128 j + 128)` (at
-    least 1e-4), `out[c, r] = e4m3(in[r, c] * 448 / a)`, rounded to
+    least `min_amax`, 1e-4 by default; the backward's gradients take
+    2^-100), `out[c, r] = e4m3(in[r, c] * 448 / a)`, rounded to
     nearest even and saturated, and `scale[c, j] = a / 448` (`[C,
     ceil(R / 128)]` f32). The rows quantized are the groups' `[offsets[0],
-    offsets[G])` (`offsets`: `[G + 1]` i32), whose bounds must be
+    offsets[G])` (`offsets`: `[G + 1]` i32), whose starts must be
     multiples of 128 (the schedule's alignment): a tile never spans two
     groups, so the tiles restart at each expert's rows, as the recipe's
-    do. R (the rows' capacity) is a multiple of 4, so that a lane's four
-    codes are one aligned 4-byte store.
+    do. Rows past `offsets[G]` in the last tile count as zeros (a last
+    group that ends inside a tile: the shared experts' tokens), and `out`
+    holds whole tiles (R at least `offsets[G]` rounded up to 128). R (the
+    rows' capacity) is a multiple of 4, so that a lane's four codes are
+    one aligned 4-byte store.
 
     A CTA of 128 threads takes 128 rows of 32 columns through shared
     memory: it reads the rows (a warp a row, a lane a column), then writes
@@ -301,7 +308,8 @@ def MoeGpu_QuantizeColumnsOp : MoeGpu_KernelOp<"quantize_columns"> {
     ```
   }];
   let arguments = (ins MoeGpu_In:$in, MoeGpu_Out:$out, MoeGpu_Out:$scale,
-                       MoeGpu_In:$offsets, MoeGpu_OptIn:$in_scale);
+                       MoeGpu_In:$offsets, MoeGpu_OptIn:$in_scale,
+                       DefaultValuedAttr<F64Attr, "1e-4">:$min_amax);
   let assemblyFormat = [{
     $in `,` $out `,` $scale `,` $offsets (`in_scale` `(` $in_scale^ `:`
     type($in_scale) `)`)? attr-dict `:` type($in) `,` type($out) `,`
@@ -338,6 +346,11 @@ def MoeGpu_QuantizeBlocksOp : MoeGpu_KernelOp<"quantize_blocks",
     one of them, never both; columns N to N' are not written) and
     `transposed_scale` `[G, ceil(K / 128), 2 ceil(N / 128)]`.
 
+    With `unless` (`memref<1xf32>`, the training step's `copies_valid`)
+    nothing is written while it is not 0: the update requantized the
+    masters it wrote, and the step quantizes them only after the host
+    wrote one.
+
     A CTA of 256 threads per block: warp w reads rows w, w + 8, ... (a
     lane four consecutive values, a warp a 512-byte row), keeping its 64
     values in registers, the block's maximum from a butterfly and shared
@@ -357,12 +370,14 @@ def MoeGpu_QuantizeBlocksOp : MoeGpu_KernelOp<"quantize_blocks",
   let arguments = (ins MoeGpu_In:$in, MoeGpu_Out:$out, MoeGpu_Out:$scale,
                        MoeGpu_OptOut:$transposed,
                        MoeGpu_OptOut:$transposed_scale,
+                       MoeGpu_OptIn:$unless,
                        DefaultValuedAttr<MoeGpu_CopyLayoutAttr,
                            "::mlir::moegpu::CopyLayout::Same">:$layout);
   let assemblyFormat = [{
     $in `,` $out `,` $scale (`transposed` `(` $transposed^ `:`
     type($transposed) `)`)? (`transposed_scale` `(` $transposed_scale^ `:`
-    type($transposed_scale) `)`)? attr-dict `:` type($in) `,` type($out) `,`
+    type($transposed_scale) `)`)? (`unless` `(` $unless^ `:`
+    type($unless) `)`)? attr-dict `:` type($in) `,` type($out) `,`
     type($scale)
   }];
 }
@@ -594,6 +609,19 @@ def MoeGpu_ActGradOp : MoeGpu_KernelOp<"act_grad",
     FP8 input gradient's reduction, quantized per 1 x 128, hold the gate's
     or the up's, as the transposed weight codes do
     (`moegpu.quantize_blocks` with a gate or up layout).
+
+    With `combine(dy, down)` (an FP8 step's): `gs` is the gradient of the
+    weighted output, `(w dY) . W2` from the e4m3 codes of w dY (the
+    recipe quantizes the down projection's output gradient, which is w
+    dY), so `d_act = gs`; and the routing weight's gradient is the
+    combine's, `dy[r] . down[r] / w` (`down` the row's output times w, as
+    the forward's down projection stored it; 0 where w is 0), in place of
+    `sum_f act * gs`: the recipe leaves the combine, and so the routing
+    weights' gradients, unquantized. `rounded_inputs` rounds the gate,
+    up and gs values to the compute type first, as the FP8 forward rounds
+    gate and up before its SwiGLU (`moegpu.grouped_gemm`'s
+    `rounded_inputs`) and as a 16-bit framework holds them: the values
+    the recipe quantizes next are then those a bf16 step computes.
   }];
   let arguments = (ins MoeGpu_In:$gu, MoeGpu_In:$gs, MoeGpu_In:$groups,
                        MoeGpu_Out:$dgu, MoeGpu_Out:$dg, MoeGpu_Out:$du,
@@ -601,13 +629,17 @@ def MoeGpu_ActGradOp : MoeGpu_KernelOp<"act_grad",
                        Arg<Optional<AnyMemRef>, "", [MemRead, MemWrite]>:
                            $row_grad,
                        MoeGpu_OptIn:$dy, MoeGpu_OptIn:$b2,
+                       MoeGpu_OptIn:$out_dy, MoeGpu_OptIn:$down,
                        OptionalAttr<F64Attr>:$alpha,
-                       OptionalAttr<F64Attr>:$limit, UnitAttr:$split);
+                       OptionalAttr<F64Attr>:$limit, UnitAttr:$split,
+                       UnitAttr:$rounded_inputs);
   let assemblyFormat = [{
     $gu `,` $gs `,` $groups `,` $dgu `,` $dg `,` $du
     (`weight` `(` $weight^ `,` $row_grad `:` type($weight) `,`
      type($row_grad) `)`)?
     (`down_bias` `(` $dy^ `,` $b2 `:` type($dy) `,` type($b2) `)`)?
+    (`combine` `(` $out_dy^ `,` $down `:` type($out_dy) `,` type($down)
+     `)`)?
     attr-dict `:` type($gu) `,` type($gs) `,` type($groups) `,` type($dgu)
     `,` type($dg) `,` type($du)
   }];
@@ -743,7 +775,10 @@ def MoeGpu_AdamWOp : MoeGpu_KernelOp<"adamw", [AttrSizedOperandSegments]> {
 
     With `copies` (one per weight, `layouts` as `compute_copies`'s): the
     new master is also rounded into its compute copy, the one the next
-    step's GEMMs read, while it is in registers. With `bounds`
+    step's GEMMs read, while it is in registers; with `copied` (indices
+    of `params`, ascending) only those weights have one, in that order
+    (an FP8 expert's master has none: its codes are quantized per block
+    after the update, by `moegpu.quantize_blocks`). With `bounds`
     (`update_check`'s, `[W, 3]` i32): each weight's largest |master|,
     |first moment| and second moment raised to the new values' (one
     atomic max per warp each), so that the next step's check knows them
@@ -765,6 +800,7 @@ def MoeGpu_AdamWOp : MoeGpu_KernelOp<"adamw", [AttrSizedOperandSegments]> {
                        Arg<Variadic<AnyMemRef>, "", [MemRead]>:$grads,
                        Arg<Variadic<AnyMemRef>, "", [MemWrite]>:$copies,
                        OptionalAttr<MoeGpu_CopyLayoutArrayAttr>:$layouts,
+                       OptionalAttr<DenseI64ArrayAttr>:$copied,
                        Arg<Optional<AnyMemRef>, "", [MemRead, MemWrite]>:$bounds,
                        MoeGpu_OptIn:$rejected);
   let assemblyFormat = [{

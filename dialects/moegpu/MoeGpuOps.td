@@ -65,7 +65,9 @@ def MoeGpu_GroupedGemmOp : MoeGpu_Op<"grouped_gemm",
     partial sum times both scales joins the f32 accumulator (DeepGEMM's
     promotion). With `swiglu`, b's rows interleave gate and up rows in
     blocks of 8 and `b_scale` holds the gate's `ceil(N / 256)` blocks then
-    the up's. The layout is `nt` (`c` bf16, f16 or f32) or `tn` (below).
+    the up's; `gate_up_scales` says the same of an FP8 GEMM without the
+    SwiGLU (the training step's pre-activations, kept for the SwiGLU's
+    gradient). The layout is `nt` (`c` bf16, f16 or f32) or `tn` (below).
 
     `rounded_inputs` (with `swiglu`) rounds the gate and up values to c's
     element type before the SwiGLU, as a framework's 16-bit projections
@@ -136,7 +138,8 @@ def MoeGpu_GroupedGemmOp : MoeGpu_Op<"grouped_gemm",
                        OptionalAttr<MoeGpu_SmRangeAttr>:$sm_range,
                        OptionalAttr<F64Attr>:$alpha,
                        OptionalAttr<F64Attr>:$limit,
-                       UnitAttr:$rounded_inputs);
+                       UnitAttr:$rounded_inputs,
+                       UnitAttr:$gate_up_scales);
   let assemblyFormat = [{
     $a `,` $b `,` ($offsets^):(`dense`)? `,` $c (`scale` $scale^)?
     (`bias` `(` $bias^ `:` type($bias) `)`)?

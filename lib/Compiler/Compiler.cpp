@@ -806,15 +806,28 @@ CompileResult mlir::moe::compile(const std::string &input,
         withDtype(config, config.getDtype(), config.getExpertDtype(), recipe);
     layer.setConfigAttr(config);
   }
+  // The sm_90a FP8 step: DeepSeek-V3's block recipe on one rank so far.
   if ((options.train || options.backward) && config.isFp8() &&
       options.target == "sm_90a") {
-    const char *flag = options.train ? "--train" : "--backward";
-    result.error = std::string(flag) +
-                   " of a layer with fp8 experts is built for the host "
-                   "target only so far (sm_90a has no e4m3 backward GEMMs "
-                   "yet): compile it with --target host, or with bf16 "
-                   "experts for sm_90a";
-    return result;
+    std::string why;
+    if (options.backward)
+      why = "--backward of a layer with fp8 experts is built for the host "
+            "target only so far (sm_90a trains fp8 layers in its own "
+            "step, --train)";
+    else if (config.getRecipe().getScaling() != Fp8Scaling::Block)
+      why = "--train --fp8-recipe=tensor is built for the host target only "
+            "(sm_90a's e4m3 GEMMs take the block recipe's 1 x 128, 128 x 1 "
+            "and 128 x 128 scales)";
+    else if (options.ep > 1)
+      why = "--train of a layer with fp8 experts runs on one rank on sm_90a "
+            "so far (--ep " +
+            std::to_string(options.ep) +
+            "): train it with --target host, or with bf16 experts for "
+            "--ep";
+    if (!why.empty()) {
+      result.error = why;
+      return result;
+    }
   }
   if (options.ep > 1) {
     PassManager pm(&context);

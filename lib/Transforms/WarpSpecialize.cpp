@@ -238,7 +238,9 @@ LogicalResult specialize(GroupedGemmOp op) {
                   Value sum = PromoteOp::create(
                       b, loc, fragmentType, acc.front(), partial,
                       op.getAScale(), op.getBScale(), group, row, col, block,
-                      warpgroup, rowEnd, op.getEpilogue() == Epilogue::SwiGLU);
+                      warpgroup, rowEnd,
+                      op.getEpilogue() == Epilogue::SwiGLU ||
+                          op.getGateUpScales());
                   scf::YieldOp::create(b, loc, sum);
                 });
             storeTile(kLoop.getResult(0), rowEnd);

@@ -29,15 +29,7 @@ using namespace cuda;
 /// expert-parallel rank can receive (`received`), or a static size.
 int64_t resolveDim(int64_t d, int64_t tokens, int64_t rows,
                    int64_t received = 0) {
-  switch (static_cast<abi::BufferDim>(d)) {
-  case abi::BufferDim::Tokens:
-    return tokens;
-  case abi::BufferDim::Rows:
-    return rows;
-  case abi::BufferDim::ReceivedRows:
-    return received;
-  }
-  return d;
+  return abi::resolveBufferDim(d, tokens, rows, received);
 }
 
 /// A training step argument that the host gives every step (the rest of
@@ -1479,10 +1471,12 @@ Status CudaBackend::launchSteps(const std::vector<GpuStep> &steps,
       grid = (tokens * k + perBlock - 1) / perBlock;
       break;
     case abi::GridKind::Rows:
-      grid = (rowCapacity + perBlock - 1) / perBlock;
+      grid = (rowCapacity + perBlock - 1) / perBlock *
+             std::max<int64_t>(step.gridSize, 1);
       break;
     case abi::GridKind::ReceivedRows:
-      grid = (receivedRows() + perBlock - 1) / perBlock;
+      grid = (receivedRows() + perBlock - 1) / perBlock *
+             std::max<int64_t>(step.gridSize, 1);
       break;
     case abi::GridKind::One:
       grid = 1;

@@ -60,7 +60,8 @@ static Status validateGpuProgram(const Manifest &m) {
                   "')");
     for (int64_t d : b.shape)
       if (d == 0 || (d < 0 && !abi::isBufferDim(d)) ||
-          (d == static_cast<int64_t>(abi::BufferDim::ReceivedRows) &&
+          ((d == static_cast<int64_t>(abi::BufferDim::ReceivedRows) ||
+            d == static_cast<int64_t>(abi::BufferDim::ReceivedRowBlocks)) &&
            m.expertParallel < 2))
         return fail("gpu buffer '" + b.name + "' has an invalid shape " +
                     formatShape(b.shape));
@@ -123,6 +124,11 @@ static Status validateGpuProgram(const Manifest &m) {
         (st.gridSize < 1 || st.gridSize > abi::kMaxSms))
       return fail("kernel '" + st.kernel + "' has grid_size outside [1, " +
                   std::to_string(abi::kMaxSms) + "]");
+    if ((grid == abi::GridKind::Rows || grid == abi::GridKind::ReceivedRows) &&
+        (st.gridSize < 0 || st.gridSize > INT32_MAX))
+      return fail("kernel '" + st.kernel +
+                  "' has a rows grid_size (CTAs a block of rows) outside "
+                  "[0, 2^31)");
     if (grid == abi::GridKind::Fixed &&
         (st.gridSize < 1 || st.gridSize > INT32_MAX))
       return fail("kernel '" + st.kernel +

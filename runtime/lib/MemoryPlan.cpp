@@ -24,16 +24,11 @@ uint64_t gpuBufferBytes(const GpuProgram &program, const GpuBuffer &buffer,
                         int64_t maxTokens, int64_t ranks) {
   uint64_t n = dtypeSize(buffer.dtype);
   for (int64_t d : buffer.shape) {
-    int64_t size = d;
-    if (abi::isBufferDim(d)) {
-      switch (static_cast<abi::BufferDim>(d)) {
-      case abi::BufferDim::Tokens: size = maxTokens; break;
-      case abi::BufferDim::Rows: size = program.rowCapacity; break;
-      case abi::BufferDim::ReceivedRows:
-        size = gpuReceivedRows(program, ranks);
-        break;
-      }
-    }
+    int64_t size =
+        abi::isBufferDim(d)
+            ? abi::resolveBufferDim(d, maxTokens, program.rowCapacity,
+                                    gpuReceivedRows(program, ranks))
+            : d;
     n *= static_cast<uint64_t>(std::max<int64_t>(size, 0));
   }
   return n;

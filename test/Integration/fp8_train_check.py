@@ -63,8 +63,12 @@ def fake_quant(block_values, amax, floor=np.float32(2.0 ** -100)):
 
 
 class Recipe:
-    def __init__(self, kind, plain):
+    def __init__(self, kind, plain, requantized_rows=False):
         self.kind, self.plain = kind, plain
+        # sm_90a keeps a projection's input as its Fprop codes (1 x 128)
+        # and turns those values into Wgrad's 128 x 1 tiles, as DeepSeek-V3
+        # cached its activations in FP8: the rows are quantized twice.
+        self.requantized_rows = requantized_rows
 
     def rows(self, a, floor=np.float32(2.0 ** -100)):
         """1 x 128 tiles (or the whole tensor)."""
@@ -130,7 +134,7 @@ class Ffn:
         dg = bf16(dh * self.u * s * (1 + self.g * (1 - s)))
         du = bf16(dh * self.g * s)
         da = bf16(bf16(r.rows(dg) @ self.w[0]) + bf16(r.rows(du) @ self.w[1]))
-        qa = r.columns(self.a)
+        qa = r.columns(r.activations(self.a) if r.requantized_rows else self.a)
         return da, r.columns(dg).T @ qa, r.columns(du).T @ qa, g_down
 
 
@@ -237,6 +241,10 @@ def main():
     ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--plain", action="store_true",
                     help="model bf16 training instead (the check must then fail)")
+    ap.add_argument("--device", default="host",
+                    help="moe-train's --device (cuda: an sm_90a bundle)")
+    ap.add_argument("--requantized-rows", action="store_true",
+                    help="Wgrad's rows from their Fprop codes (sm_90a)")
     args = ap.parse_args()
     if args.dtype == "f32":
         global bf16
@@ -255,8 +263,10 @@ def main():
             tensors[name] = value.astype(np.float64)
     x = reference.read_safetensors(args.inputs)["x"].astype(np.float64)
     target, got = train_grad_check.one_step(args, x,
-                                            np.random.default_rng(args.seed))
-    want = step(cfg, tensors, x, target, Recipe(args.recipe, args.plain))
+                                            np.random.default_rng(args.seed),
+                                            ["--device", args.device])
+    want = step(cfg, tensors, x, target,
+                Recipe(args.recipe, args.plain, args.requantized_rows))
     failures, worst, best = 0, 0.0, np.inf
     for name in sorted(want):
         if name not in got:

@@ -84,6 +84,9 @@ static const char kUsage[] =
     "                           allocations, bytes copied each way\n"
     "  --dump-grads=FILE        write the first step's gradients (before its\n"
     "                           update) under checkpoint names, plus x\n"
+    "  --dump-buffers=FILE      cuda: write every device buffer of the\n"
+    "                           schedule after the first step (its\n"
+    "                           intermediates: codes, scales, gradients)\n"
     "  --save-weights=FILE      write the student's weights at the end\n"
     "  --threads=N              host: threads of the compiled code\n"
     "                           ($MOE_NUM_THREADS, else the cores shared\n"
@@ -126,6 +129,7 @@ static void injectFault(const Communicator &c, int64_t step) {
 int main(int argc, char **argv) {
   moe::tools::installOutOfMemoryHandler();
   std::string bundlePath, weights, prefix, inputs, dumpGrads, saveWeights;
+  std::string dumpBuffers;
   std::string checkpointDir, resumeDir, tracePath, device = "host";
   std::string onNonFinite = "stop";
   int64_t steps = -1, tokens = 64, checkpointEvery = 0, keepCheckpoints = 0;
@@ -150,6 +154,7 @@ int main(int argc, char **argv) {
         flag(argc, argv, i, "--weights-prefix", &prefix) ||
         flag(argc, argv, i, "--inputs", &inputs) ||
         flag(argc, argv, i, "--dump-grads", &dumpGrads) ||
+        flag(argc, argv, i, "--dump-buffers", &dumpBuffers) ||
         flag(argc, argv, i, "--save-weights", &saveWeights) ||
         flag(argc, argv, i, "--checkpoint", &checkpointDir) ||
         flag(argc, argv, i, "--resume", &resumeDir) ||
@@ -208,6 +213,8 @@ int main(int argc, char **argv) {
     die("--resume-strict needs --resume=DIR");
   if (activity && device != "cuda")
     die("--activity needs --device=cuda");
+  if (!dumpBuffers.empty() && device != "cuda")
+    die("--dump-buffers needs --device=cuda");
   if (onNonFinite != "stop" && onNonFinite != "skip-step")
     die("unknown --on-nonfinite '" + onNonFinite +
         "' (expected stop or skip-step)");
@@ -402,6 +409,15 @@ int main(int argc, char **argv) {
       if (!grads)
         die(grads.message());
       if (Status s = writeSafetensors(rankPath(dumpGrads, comm), *grads);
+          !s.ok())
+        die(s.error);
+    }
+    if (step == first && !dumpBuffers.empty()) {
+      Expected<std::map<std::string, Tensor>> dumped =
+          (*student)->dumpBuffers();
+      if (!dumped)
+        die(dumped.message());
+      if (Status s = writeSafetensors(rankPath(dumpBuffers, comm), *dumped);
           !s.ok())
         die(s.error);
     }

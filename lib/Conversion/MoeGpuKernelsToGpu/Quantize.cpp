@@ -91,7 +91,8 @@ static void lowerQuantize(moegpu::QuantizeOp op, Emitter &e) {
         amax = arith::MaximumFOp::create(b, amax, math::AbsFOp::create(b, x));
       }
       amax = warpMax(e, amax);
-      amax = arith::MaximumFOp::create(b, amax, e.f32(kFp8MinAmax));
+      amax = arith::MaximumFOp::create(
+          b, amax, e.f32(op.getMinAmax().convertToDouble()));
       Value inverse = e.div(e.f32(kFp8Max), amax);
       Type f8 = cast<MemRefType>(out.getType()).getElementType();
       Value codes = fourCodes(e, v, inverse, f8);
@@ -161,10 +162,17 @@ static void lowerQuantizeColumns(moegpu::QuantizeColumnsOp op, Emitter &e) {
     Value block128;
     if (inScale)
       block128 = e.divi(at, e.idx(kFp8Block));
+    // Rows past the groups' end (a last group that ends inside a tile,
+    // as the shared experts' tokens do) read the last row and count as
+    // zeros.
+    Value lastRow = e.subi(end, e.idx(1));
     Value amax =
         e.loop(warp, e.idx(kFp8Block), e.idx(kWarps), {e.f32(0.0)},
                [&](Value r, ValueRange it) {
-                 Value row = e.addi(row0, r);
+                 Value tileRow = e.addi(row0, r);
+                 Value valid = arith::AndIOp::create(
+                     b, inside, e.cmp(arith::CmpIPredicate::ult, tileRow, end));
+                 Value row = arith::MinUIOp::create(b, tileRow, lastRow);
                  Value x = e.load(in, {row, at});
                  if (inScale) {
                    // code * its row's scale of the column's 128.
@@ -180,7 +188,7 @@ static void lowerQuantizeColumns(moegpu::QuantizeColumnsOp op, Emitter &e) {
                  } else {
                    x = e.toF32(x);
                  }
-                 x = arith::SelectOp::create(b, inside, x, e.f32(0.0));
+                 x = arith::SelectOp::create(b, valid, x, e.f32(0.0));
                  e.store(x, tile, {e.addi(laneColumn, r)});
                  Value magnitude = math::AbsFOp::create(b, x);
                  return SmallVector<Value>{
@@ -190,7 +198,7 @@ static void lowerQuantizeColumns(moegpu::QuantizeColumnsOp op, Emitter &e) {
     gpu::BarrierOp::create(b);
     e.loop(
         warp, e.idx(kColumnTile), e.idx(kWarps), {}, [&](Value c, ValueRange) {
-          Value a = e.f32(kFp8MinAmax);
+          Value a = e.f32(op.getMinAmax().convertToDouble());
           for (int64_t w = 0; w < kWarps; ++w)
             a = arith::MaximumFOp::create(b, a, e.load(partial, {e.idx(w), c}));
           Value inverse = e.div(e.f32(kFp8Max), a);
@@ -255,122 +263,133 @@ static void lowerQuantizeBlocks(moegpu::QuantizeBlocksOp op, Emitter &e) {
         MemRefType::get({kFp8Block * kPitch}, i8, AffineMap(), wg),
         op.getLoc());
 
-  Value lane = e.remi(e.thread(), e.idx(32));
-  Value warp = e.divi(e.thread(), e.idx(32));
-  Value block = e.block();
-  Value j = e.remi(block, e.idx(colBlocks));
-  Value rest = e.divi(block, e.idx(colBlocks));
-  Value i = e.remi(rest, e.idx(rowBlocks));
-  Value g = e.divi(rest, e.idx(rowBlocks));
-  // One emitting call a statement, as above.
-  Value lane4 = e.muli(lane, e.idx(4));
-  Value column0 = e.muli(j, e.idx(kFp8Block));
-  Value col = e.addi(column0, lane4);
-  Value colInside = e.cmp(arith::CmpIPredicate::ult, col, e.idx(cols));
-  Value colAt = arith::MinUIOp::create(b, col, e.idx(cols - 4));
-  Value row0 = e.muli(i, e.idx(kFp8Block));
-  auto vec4 = VectorType::get({4}, f32);
-  Value zeros = arith::ConstantOp::create(
-      b, vec4, DenseElementsAttr::get(vec4, b.getF32FloatAttr(0.0f)));
-  // Per pass: the values, whether they are in the matrix, and the row
-  // (within the block and within the matrix).
-  SmallVector<Value> values, inside, blockRows, matrixRows;
-  Value amax = e.f32(0.0);
-  for (int64_t p = 0; p < kPasses; ++p) {
-    Value r = e.addi(warp, e.idx(kWarps * p));
-    Value row = e.addi(row0, r);
-    Value rowInside = e.cmp(arith::CmpIPredicate::ult, row, e.idx(rows));
-    Value ok = arith::AndIOp::create(b, rowInside, colInside);
-    Value rowAt = arith::MinUIOp::create(b, row, e.idx(rows - 1));
-    Value v = vector::LoadOp::create(b, vec4, in, ValueRange{g, rowAt, colAt},
-                                     false, b.getI64IntegerAttr(16));
-    v = arith::SelectOp::create(b, ok, v, zeros);
-    Value magnitudes = math::AbsFOp::create(b, v);
-    Value largest = vector::ReductionOp::create(
-        b, vector::CombiningKind::MAXIMUMF, magnitudes);
-    amax = arith::MaximumFOp::create(b, amax, largest);
-    values.push_back(v);
-    inside.push_back(ok);
-    blockRows.push_back(r);
-    matrixRows.push_back(row);
-  }
-  amax = warpMax(e, amax);
-  e.when(e.cmp(arith::CmpIPredicate::eq, lane, e.idx(0)),
-         [&] { e.store(amax, maxima, {warp}); });
-  gpu::BarrierOp::create(b);
-  amax = e.load(maxima, {e.idx(0)});
-  for (int64_t w = 1; w < kWarps; ++w) {
-    Value other = e.load(maxima, {e.idx(w)});
-    amax = arith::MaximumFOp::create(b, amax, other);
-  }
-  // A block of zeros keeps its values and gets the scale 1.
-  Value zero = arith::CmpFOp::create(
-      b, arith::CmpFPredicate::OLT, amax,
-      e.f32(static_cast<double>(std::numeric_limits<float>::min())));
-  Value one = e.f32(1.0);
-  Value quotient = e.div(e.f32(kFp8Max), amax);
-  Value inverse = arith::SelectOp::create(b, zero, one, quotient);
-  Value blockScale = e.div(amax, e.f32(kFp8Max));
-  blockScale = arith::SelectOp::create(b, zero, one, blockScale);
-  // The up half's blocks follow the gate's.
-  Value scaleRow = up ? e.addi(i, e.idx(rowBlocks)) : i;
-  e.when(e.cmp(arith::CmpIPredicate::eq, e.thread(), e.idx(0)), [&] {
-    e.store(blockScale, scale, {g, scaleRow, j});
-    if (transposedScale)
-      e.store(blockScale, transposedScale, {g, j, scaleRow});
-  });
-  for (int64_t p = 0; p < kPasses; ++p) {
-    SmallVector<Value> v;
-    for (int64_t x = 0; x < 4; ++x)
-      v.push_back(vector::ExtractOp::create(b, values[p], x));
-    Value codes = fourCodes(e, v, inverse, f8);
-    Value r = blockRows[p];
-    Value outRow = matrixRows[p];
-    if (packed) {
-      outRow = gateRow(e, outRow);
-      if (up)
-        outRow = e.addi(outRow, e.idx(kGateUpBlock));
+  // With `unless`, a CTA does nothing while the flag is set (codes still
+  // valid): the flag is uniform, so are the barriers inside.
+  auto body = [&] {
+    Value lane = e.remi(e.thread(), e.idx(32));
+    Value warp = e.divi(e.thread(), e.idx(32));
+    Value block = e.block();
+    Value j = e.remi(block, e.idx(colBlocks));
+    Value rest = e.divi(block, e.idx(colBlocks));
+    Value i = e.remi(rest, e.idx(rowBlocks));
+    Value g = e.divi(rest, e.idx(rowBlocks));
+    // One emitting call a statement, as above.
+    Value lane4 = e.muli(lane, e.idx(4));
+    Value column0 = e.muli(j, e.idx(kFp8Block));
+    Value col = e.addi(column0, lane4);
+    Value colInside = e.cmp(arith::CmpIPredicate::ult, col, e.idx(cols));
+    Value colAt = arith::MinUIOp::create(b, col, e.idx(cols - 4));
+    Value row0 = e.muli(i, e.idx(kFp8Block));
+    auto vec4 = VectorType::get({4}, f32);
+    Value zeros = arith::ConstantOp::create(
+        b, vec4, DenseElementsAttr::get(vec4, b.getF32FloatAttr(0.0f)));
+    // Per pass: the values, whether they are in the matrix, and the row
+    // (within the block and within the matrix).
+    SmallVector<Value> values, inside, blockRows, matrixRows;
+    Value amax = e.f32(0.0);
+    for (int64_t p = 0; p < kPasses; ++p) {
+      Value r = e.addi(warp, e.idx(kWarps * p));
+      Value row = e.addi(row0, r);
+      Value rowInside = e.cmp(arith::CmpIPredicate::ult, row, e.idx(rows));
+      Value ok = arith::AndIOp::create(b, rowInside, colInside);
+      Value rowAt = arith::MinUIOp::create(b, row, e.idx(rows - 1));
+      Value v = vector::LoadOp::create(b, vec4, in, ValueRange{g, rowAt, colAt},
+                                       false, b.getI64IntegerAttr(16));
+      v = arith::SelectOp::create(b, ok, v, zeros);
+      Value magnitudes = math::AbsFOp::create(b, v);
+      Value largest = vector::ReductionOp::create(
+          b, vector::CombiningKind::MAXIMUMF, magnitudes);
+      amax = arith::MaximumFOp::create(b, amax, largest);
+      values.push_back(v);
+      inside.push_back(ok);
+      blockRows.push_back(r);
+      matrixRows.push_back(row);
     }
-    e.when(inside[p], [&] {
-      vector::StoreOp::create(b, codes, out, ValueRange{g, outRow, col}, false,
-                              b.getI64IntegerAttr(4));
+    amax = warpMax(e, amax);
+    e.when(e.cmp(arith::CmpIPredicate::eq, lane, e.idx(0)),
+           [&] { e.store(amax, maxima, {warp}); });
+    gpu::BarrierOp::create(b);
+    amax = e.load(maxima, {e.idx(0)});
+    for (int64_t w = 1; w < kWarps; ++w) {
+      Value other = e.load(maxima, {e.idx(w)});
+      amax = arith::MaximumFOp::create(b, amax, other);
+    }
+    // A block of zeros keeps its values and gets the scale 1.
+    Value zero = arith::CmpFOp::create(
+        b, arith::CmpFPredicate::OLT, amax,
+        e.f32(static_cast<double>(std::numeric_limits<float>::min())));
+    Value one = e.f32(1.0);
+    Value quotient = e.div(e.f32(kFp8Max), amax);
+    Value inverse = arith::SelectOp::create(b, zero, one, quotient);
+    Value blockScale = e.div(amax, e.f32(kFp8Max));
+    blockScale = arith::SelectOp::create(b, zero, one, blockScale);
+    // The up half's blocks follow the gate's.
+    Value scaleRow = up ? e.addi(i, e.idx(rowBlocks)) : i;
+    e.when(e.cmp(arith::CmpIPredicate::eq, e.thread(), e.idx(0)), [&] {
+      e.store(blockScale, scale, {g, scaleRow, j});
+      if (transposedScale)
+        e.store(blockScale, transposedScale, {g, j, scaleRow});
     });
+    for (int64_t p = 0; p < kPasses; ++p) {
+      SmallVector<Value> v;
+      for (int64_t x = 0; x < 4; ++x)
+        v.push_back(vector::ExtractOp::create(b, values[p], x));
+      Value codes = fourCodes(e, v, inverse, f8);
+      Value r = blockRows[p];
+      Value outRow = matrixRows[p];
+      if (packed) {
+        outRow = gateRow(e, outRow);
+        if (up)
+          outRow = e.addi(outRow, e.idx(kGateUpBlock));
+      }
+      e.when(inside[p], [&] {
+        vector::StoreOp::create(b, codes, out, ValueRange{g, outRow, col},
+                                false, b.getI64IntegerAttr(4));
+      });
+      if (!transposed)
+        continue;
+      // t[c][r] for the lane's four columns c (codes of zeros outside).
+      Value bytes =
+          arith::BitcastOp::create(b, VectorType::get({4}, i8), codes);
+      for (int64_t x = 0; x < 4; ++x) {
+        Value c = e.addi(lane4, e.idx(x));
+        Value byte = vector::ExtractOp::create(b, bytes, x);
+        e.store(byte, tile, {e.addi(e.muli(c, e.idx(kPitch)), r)});
+      }
+    }
     if (!transposed)
-      continue;
-    // t[c][r] for the lane's four columns c (codes of zeros outside).
-    Value bytes = arith::BitcastOp::create(b, VectorType::get({4}, i8), codes);
-    for (int64_t x = 0; x < 4; ++x) {
-      Value c = e.addi(lane4, e.idx(x));
-      Value byte = vector::ExtractOp::create(b, bytes, x);
-      e.store(byte, tile, {e.addi(e.muli(c, e.idx(kPitch)), r)});
+      return;
+    gpu::BarrierOp::create(b);
+    // Warp w: columns w, w + 8, ... of the block, each a 128-byte row of
+    // the transposed codes (lane l its rows 4 l .. 4 l + 3).
+    Value trow = e.addi(row0, lane4);
+    Value trowInside = e.cmp(arith::CmpIPredicate::ult, trow, e.idx(rows));
+    // The up half's columns start past the gate's, padded to whole blocks.
+    Value tcolumn = up ? e.addi(trow, e.idx(rowBlocks * kFp8Block)) : trow;
+    for (int64_t q = 0; q < kPasses; ++q) {
+      Value c = e.addi(warp, e.idx(kWarps * q));
+      Value tcol = e.addi(column0, c);
+      Value columnAt = e.muli(c, e.idx(kPitch));
+      Value at = e.addi(columnAt, lane4);
+      Value bytes =
+          vector::LoadOp::create(b, VectorType::get({4}, i8), tile,
+                                 ValueRange{at}, false, b.getI64IntegerAttr(4));
+      Value codes =
+          arith::BitcastOp::create(b, VectorType::get({4}, f8), bytes);
+      Value ok = arith::AndIOp::create(
+          b, trowInside, e.cmp(arith::CmpIPredicate::ult, tcol, e.idx(cols)));
+      e.when(ok, [&] {
+        vector::StoreOp::create(b, codes, transposed,
+                                ValueRange{g, tcol, tcolumn}, false,
+                                b.getI64IntegerAttr(4));
+      });
     }
-  }
-  if (!transposed)
-    return;
-  gpu::BarrierOp::create(b);
-  // Warp w: columns w, w + 8, ... of the block, each a 128-byte row of
-  // the transposed codes (lane l its rows 4 l .. 4 l + 3).
-  Value trow = e.addi(row0, lane4);
-  Value trowInside = e.cmp(arith::CmpIPredicate::ult, trow, e.idx(rows));
-  // The up half's columns start past the gate's, padded to whole blocks.
-  Value tcolumn = up ? e.addi(trow, e.idx(rowBlocks * kFp8Block)) : trow;
-  for (int64_t q = 0; q < kPasses; ++q) {
-    Value c = e.addi(warp, e.idx(kWarps * q));
-    Value tcol = e.addi(column0, c);
-    Value columnAt = e.muli(c, e.idx(kPitch));
-    Value at = e.addi(columnAt, lane4);
-    Value bytes =
-        vector::LoadOp::create(b, VectorType::get({4}, i8), tile,
-                               ValueRange{at}, false, b.getI64IntegerAttr(4));
-    Value codes = arith::BitcastOp::create(b, VectorType::get({4}, f8), bytes);
-    Value ok = arith::AndIOp::create(
-        b, trowInside, e.cmp(arith::CmpIPredicate::ult, tcol, e.idx(cols)));
-    e.when(ok, [&] {
-      vector::StoreOp::create(b, codes, transposed,
-                              ValueRange{g, tcol, tcolumn}, false,
-                              b.getI64IntegerAttr(4));
-    });
-  }
+  };
+  if (!op.getUnless())
+    return body();
+  Value flag = e.load(op.getUnless(), {e.idx(0)});
+  e.when(arith::CmpFOp::create(b, arith::CmpFPredicate::OEQ, flag, e.f32(0.0)),
+         body);
 }
 
 void kernels::populateQuantizePatterns(RewritePatternSet &patterns) {

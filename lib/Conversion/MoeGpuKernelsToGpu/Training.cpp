@@ -412,6 +412,14 @@ static void lowerActGrad(moegpu::ActGradOp op, Emitter &e) {
           Value ur = e.addi(gr, e.idx(kGateUpBlock));
           Value gate = e.load(gu, {r, gr}), up = e.load(gu, {r, ur});
           Value gs = e.load(gsIn, {r, f});
+          if (op.getRoundedInputs()) {
+            auto round = [&](Value v) {
+              return e.toF32(arith::TruncFOp::create(b, half, v));
+            };
+            gate = round(gate);
+            up = round(up);
+            gs = round(gs);
+          }
           Value one = e.f32(1.0);
           // g' = min(gate, l), u' = clamp(up, -l, l) + 1 (clamped), else
           // gate and up; act = u' * g' * s with s = sigmoid(alpha * g').
@@ -421,7 +429,8 @@ static void lowerActGrad(moegpu::ActGradOp op, Emitter &e) {
           Value ag = clamped ? e.mul(e.f32(alpha), g) : g;
           Value sig = e.sigmoid(ag);
           Value glu = e.mul(g, sig);
-          Value dact = e.mul(weight, gs);
+          // With combine, gs is already the weighted output's gradient.
+          Value dact = op.getOutDy() ? gs : e.mul(weight, gs);
           // d(g * sigmoid(alpha g))/dg = sig * (1 + alpha g * (1 - sig))
           Value dglu = e.mul(sig, e.add(one, e.mul(ag, e.sub(one, sig))));
           Value dgF = e.mul(e.mul(dact, u), dglu);
@@ -443,8 +452,25 @@ static void lowerActGrad(moegpu::ActGradOp op, Emitter &e) {
           }
           e.store(dg, dgOut, {r, f});
           e.store(du, duOut, {r, f});
+          if (op.getOutDy())
+            return SmallVector<Value>{it[0]};
           return SmallVector<Value>{e.add(it[0], e.mul(e.mul(glu, u), gs))};
         })[0];
+    if (Value dy = op.getOutDy()) {
+      // The combine's gradient: dy . (w out) / w (0 for a padding row,
+      // whose weight is 0).
+      Value down = op.getDown();
+      int64_t hidden = cast<MemRefType>(down.getType()).getDimSize(1);
+      partial = e.sum(e.thread(), e.idx(hidden), e.idx(kRowThreads), partial,
+                      [&](Value h) {
+                        return e.mul(e.toF32(e.load(dy, {r, h})),
+                                     e.toF32(e.load(down, {r, h})));
+                      });
+      Value real = arith::CmpFOp::create(b, arith::CmpFPredicate::ONE, weight,
+                                         e.f32(0.0));
+      partial =
+          arith::SelectOp::create(b, real, e.div(partial, weight), e.f32(0.0));
+    }
     if (downBias) {
       // The weight multiplies down(act) + b2[e]: dy . b2[e] joins its
       // gradient.
@@ -766,9 +792,23 @@ static void lowerBiasUpdate(moegpu::BiasUpdateOp op, Emitter &e) {
 static void lowerAdamW(moegpu::AdamWOp op, Emitter &e) {
   unlessRejected(e, op.getRejected(), [&] {
     AdamWHyper hyper = loadAdamWHyper(e, op.getHyper());
+    // Weight w's copy: the copies' w-th, or with `copied` the one at w's
+    // place in it (none where w is not there).
+    std::optional<ArrayRef<int64_t>> copied = op.getCopied();
+    auto copyIndex = [&](size_t w) -> std::optional<size_t> {
+      if (op.getCopies().empty())
+        return std::nullopt;
+      if (!copied)
+        return w;
+      const int64_t *at = llvm::find(*copied, static_cast<int64_t>(w));
+      if (at == copied->end())
+        return std::nullopt;
+      return static_cast<size_t>(at - copied->begin());
+    };
     for (auto [w, p] : llvm::enumerate(op.getParams())) {
       Value m = op.getM()[w], v = op.getV()[w], grad = op.getGrads()[w];
-      Value copy = op.getCopies().empty() ? Value() : op.getCopies()[w];
+      std::optional<size_t> c = copyIndex(w);
+      Value copy = c ? op.getCopies()[*c] : Value();
       int64_t elements = cast<MemRefType>(p.getType()).getNumElements();
       Value bounds = op.getBounds();
       // The new values' largest magnitudes, for the bounds.
@@ -789,7 +829,7 @@ static void lowerAdamW(moegpu::AdamWOp op, Emitter &e) {
             e.store(m1.stored, m, at);
             e.store(v1.stored, v, at);
             if (copy)
-              storeCopy(e, copy, layoutOf(*op.getLayouts(), w), i, at, next.p);
+              storeCopy(e, copy, layoutOf(*op.getLayouts(), *c), i, at, next.p);
             if (!bounds)
               return SmallVector<Value>{};
             Value pb = magnitudeBits(e, next.p);

@@ -53,7 +53,8 @@ void LayerBuilder::launchGemm(StringRef name, const Gemm &gemm,
         moegpu::EpilogueAttr::get(ctx, gemm.epilogue),
         moegpu::GemmLayoutAttr::get(ctx, gemm.layout), moegpu::TileAttr(),
         moegpu::SmRangeAttr(), alpha, limit,
-        rounded ? UnitAttr::get(ctx) : UnitAttr());
+        rounded ? UnitAttr::get(ctx) : UnitAttr(),
+        gemm.gateUp ? UnitAttr::get(ctx) : UnitAttr());
   };
   launchKernel(name, args, gridOf(moegpu::GridKind::Persistent), 0, chunk,
                build);

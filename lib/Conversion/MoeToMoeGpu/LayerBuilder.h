@@ -43,6 +43,12 @@ constexpr int64_t kTokens = static_cast<int64_t>(::moe::abi::BufferDim::Tokens);
 constexpr int64_t kRows = static_cast<int64_t>(::moe::abi::BufferDim::Rows);
 constexpr int64_t kReceivedRows =
     static_cast<int64_t>(::moe::abi::BufferDim::ReceivedRows);
+/// Their blocks of 128 rows (per-column scales of the FP8 weight
+/// gradients' operands).
+constexpr int64_t kRowBlocks =
+    static_cast<int64_t>(::moe::abi::BufferDim::RowBlocks);
+constexpr int64_t kReceivedRowBlocks =
+    static_cast<int64_t>(::moe::abi::BufferDim::ReceivedRowBlocks);
 /// The device-initiated exchange: its sends' CTAs without a partition, and
 /// the most ranks (ep_counts waits for rank t on thread t of 128).
 constexpr int64_t kDefaultCommCtas = 20;
@@ -315,6 +321,12 @@ private:
       expert = true;
       return *this;
     }
+    /// FP8 without the SwiGLU: b is the packed gate/up weight, whose
+    /// scales are the gate's blocks then the up's.
+    Gemm &gateUpScales() {
+      gateUp = true;
+      return *this;
+    }
     /// The kernel's arguments, in the ABI's order: a, b, [offsets], c,
     /// [row scale], [a scale, b scale], [bias], [split count].
     SmallVector<StringRef> args() const;
@@ -323,7 +335,7 @@ private:
     moegpu::Epilogue epilogue;
     moegpu::GemmLayout layout;
     StringRef rowScale, aScale, bScale, bias, splitCount;
-    bool expert = false;
+    bool expert = false, gateUp = false;
   };
   /// Launches GEMM kernel `name` (of token chunk `chunk`) on a persistent
   /// grid; the kernel is made at its first launch.
@@ -331,9 +343,10 @@ private:
                   std::optional<int64_t> chunk = std::nullopt);
   /// FP8 (DeepSeek-V3's fine-grained e4m3): kernel `k`'s body quantizes
   /// buffer `in` into `out` and `scale`, the rows of `offsets`' groups
-  /// (none: all rows).
-  void quantize(const Kernel &k, StringRef in, StringRef offsets,
-                StringRef out, StringRef scale);
+  /// (none: all rows); a block's largest magnitude taken as at least
+  /// `minAmax` (the forward activations', or the gradients' 2^-100).
+  void quantize(const Kernel &k, StringRef in, StringRef offsets, StringRef out,
+                StringRef scale, double minAmax = kFp8MinAmax);
   static moegpu::Scoring scoringOf(ScoringFunc scoring);
 
   /// The training step: its buffers, kernels and schedules; with

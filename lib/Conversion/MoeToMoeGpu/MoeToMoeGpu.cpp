@@ -61,10 +61,10 @@ LayerBuilder::Kernel LayerBuilder::kernelOf(gpu::GPUFuncOp func,
 }
 
 void LayerBuilder::quantize(const Kernel &k, StringRef in, StringRef offsets,
-                            StringRef out, StringRef scale) {
-  kernelOp<moegpu::QuantizeOp>(k, k[in],
-                               offsets.empty() ? Value() : k[offsets], k[out],
-                               k[scale]);
+                            StringRef out, StringRef scale, double minAmax) {
+  kernelOp<moegpu::QuantizeOp>(k, k[in], offsets.empty() ? Value() : k[offsets],
+                               k[out], k[scale],
+                               Builder(ctx).getF64FloatAttr(minAmax));
 }
 
 moegpu::Scoring LayerBuilder::scoringOf(ScoringFunc scoring) {
@@ -102,16 +102,31 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   if (SmPartitionAttr partition = layer.getPartitionAttr();
       partition && partition.getComm() > 0)
     commCtas = partition.getComm();
-  // FP8 experts (DeepSeek-V3's e4m3 with block scales): the forward pass
-  // so far.
+  // FP8 experts (DeepSeek-V3's e4m3 with block scales): the forward pass,
+  // and the training step with the block recipe on one rank.
   bool fp8 = config.isFp8();
-  if (fp8 && (train || backward || config.getExpertBias()))
+  if (fp8 && (backward || config.getExpertBias()))
     return layer.emitOpError()
-           << "has FP8 experts, which sm_90a runs only for the forward pass "
-              "without expert biases so far"
-           << (train      ? " (compile the training step with bf16 experts)"
-               : backward ? " (compile the backward pass with bf16 experts)"
-                          : " (this layer has expert biases)");
+           << "has FP8 experts, which sm_90a runs for the forward pass and "
+              "the training step without expert biases so far"
+           << (backward ? " (compile the backward pass with bf16 experts)"
+                        : " (this layer has expert biases)");
+  if (fp8 && train) {
+    if (config.getRecipe().getScaling() != Fp8Scaling::Block)
+      return layer.emitOpError()
+             << "has FP8 experts with the per-tensor recipe, whose training "
+                "step sm_90a does not build (its e4m3 GEMMs take the block "
+                "recipe's scales)";
+    if (ep > 1)
+      return layer.emitOpError()
+             << "has FP8 experts and ep_size " << ep
+             << ": sm_90a trains FP8 layers on one rank so far";
+    if (alignment % kFp8Block != 0)
+      return layer.emitOpError()
+             << "trains FP8 experts with an alignment of " << alignment
+             << "; the weight gradients' 128 x 1 tiles need a multiple of "
+             << kFp8Block << " (each expert's rows start a tile)";
+  }
   // TMA rows of e4m3 are whole 16-byte units: K of every FP8 GEMM.
   if (fp8)
     for (auto [what, width] :
@@ -492,9 +507,11 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
     for (int64_t d : buf.shape)
       if (d < 0)
         dims.push_back(moegpu::BufferDimAttr::get(
-            ctx, d == kTokens ? moegpu::BufferDim::Tokens
-                 : d == kRows ? moegpu::BufferDim::Rows
-                              : moegpu::BufferDim::ReceivedRows));
+            ctx, d == kTokens         ? moegpu::BufferDim::Tokens
+                 : d == kRows         ? moegpu::BufferDim::Rows
+                 : d == kReceivedRows ? moegpu::BufferDim::ReceivedRows
+                 : d == kRowBlocks    ? moegpu::BufferDim::RowBlocks
+                                      : moegpu::BufferDim::ReceivedRowBlocks));
     moegpu::BufferOp::create(bb, layer.getLoc(), buf.name,
                              memrefType(buf.name), bb.getArrayAttr(dims),
                              buf.source);

@@ -13,9 +13,17 @@
 
 #include "LayerBuilder.h"
 
+#include <deque>
+
 using namespace mlir;
 using namespace mlir::moe;
 using namespace mlir::moe::lowering;
+
+/// The scales of e4m3 codes `codes`: `x_q`'s are `x_scale`, `w13`'s
+/// `w13_scale`.
+static std::string scaleOf(StringRef codes) {
+  return (codes.consume_back("_q") ? codes : codes).str() + "_scale";
+}
 
 void LayerBuilder::buildTraining() {
   int64_t h = config.getHidden(), e = config.getExperts();
@@ -43,7 +51,16 @@ void LayerBuilder::buildTraining() {
   // The dispatched rows' output gradient and input gradient travel (and
   // are kept) in the compute type, as the backward GEMMs read and write
   // them: half the bytes of f32 in the exchanges and in memory.
-  Type half = memrefType("w13").getElementType();
+  Type half = memrefType("x").getElementType();
+  // FP8 (DeepSeek-V3's recipe, the block scaling): every backward GEMM in
+  // e4m3 with f32 promotion per 128 of K. The gate and up gradients go
+  // split at F' = 128 ceil(F / 128) (act_grad `split`), so that each
+  // 128 columns of the input gradient's reduction hold one of them.
+  bool fp8 = config.isFp8();
+  Type f8 = fp8 ? config.getExpertDtype() : Type();
+  int64_t hb = fp8Blocks(h), fb = fp8Blocks(f), sb = fp8Blocks(s);
+  int64_t dguWidth = fp8 ? 2 * fb * kFp8Block : 2 * f;
+  int64_t sharedDguWidth = fp8 ? 2 * sb * kFp8Block : 2 * s;
   addBuffer("dy", f32, {kTokens, h}, backward ? "arg:dy" : "scratch");
   addBuffer("row_token", i32, {kRows}, "scratch");
   addBuffer("row_dy", half, {kRows, h}, "scratch");
@@ -57,7 +74,7 @@ void LayerBuilder::buildTraining() {
     addBuffer("dy_half", half, {kTokens, h}, "scratch");
     addBuffer("shared_gu", f32, {kTokens, 2 * s}, "scratch");
     addBuffer("shared_gs", f32, {kTokens, s}, "scratch");
-    addBuffer("shared_dgu", half, {kTokens, 2 * s}, "scratch");
+    addBuffer("shared_dgu", half, {kTokens, sharedDguWidth}, "scratch");
     addBuffer("shared_dg", half, {kTokens, s}, "scratch");
     addBuffer("shared_du", half, {kTokens, s}, "scratch");
     addBuffer("shared_dx", f32, {kTokens, h}, "scratch");
@@ -83,9 +100,38 @@ void LayerBuilder::buildTraining() {
   addBuffer("dyw", half, {expertRows, h}, "scratch");
   addBuffer("gu", f32, {expertRows, 2 * f}, "scratch");
   addBuffer("gs", f32, {expertRows, f}, "scratch");
-  addBuffer("dgu", half, {expertRows, 2 * f}, "scratch");
+  addBuffer("dgu", half, {expertRows, dguWidth}, "scratch");
   addBuffer("dg", half, {expertRows, f}, "scratch");
   addBuffer("du", half, {expertRows, f}, "scratch");
+  // FP8's operands: the weights' transposed codes and scales (the input
+  // gradients' B, K-major), the 1 x 128 codes of the Dgrad GEMMs' A, and
+  // the 128 x 1 codes of the weight gradients' two operands, transposed
+  // (each column's rows, per 128 rows of an expert): `t_h` holds dY w
+  // then the rows, `t_f` the activation then dG, `t_f2` dU (the shared
+  // experts' `t_s` and `t_s2` theirs of width S).
+  auto addCodes = [&](StringRef name, ArrayRef<int64_t> shape,
+                      ArrayRef<int64_t> scaleShape) {
+    addBuffer(name, f8, shape, "scratch");
+    addBuffer(scaleOf(name), f32, scaleShape, "scratch");
+  };
+  int64_t local = e / ep;
+  if (fp8) {
+    addCodes("w13_t", {local, h, dguWidth}, {local, hb, 2 * fb});
+    addCodes("w2_t", {local, f, h}, {local, fb, hb});
+    addCodes("row_dy_q", {kRows, h}, {kRows, hb});
+    addCodes("dgu_q", {kRows, dguWidth}, {kRows, 2 * fb});
+    addCodes("t_h", {h, kRows}, {h, kRowBlocks});
+    addCodes("t_f", {f, kRows}, {f, kRowBlocks});
+    addCodes("t_f2", {f, kRows}, {f, kRowBlocks});
+    if (shared) {
+      addCodes("ws13_t", {1, h, sharedDguWidth}, {1, hb, 2 * sb});
+      addCodes("ws2_t", {1, s, h}, {1, sb, hb});
+      addCodes("shared_dy_q", {kTokens, h}, {kTokens, hb});
+      addCodes("shared_dgu_q", {kTokens, sharedDguWidth}, {kTokens, 2 * sb});
+      addCodes("t_s", {s, kRows}, {s, kRowBlocks});
+      addCodes("t_s2", {s, kRows}, {s, kRowBlocks});
+    }
+  }
   if (sharded) {
     addBuffer("ep_row_dy", half, {kReceivedRows, h},
               lsa ? "symmetric" : "scratch");
@@ -119,13 +165,33 @@ void LayerBuilder::buildTraining() {
         {gate.str(), packed.str(), moegpu::CopyLayout::GateRows});
     copySpecs.push_back({up.str(), packed.str(), moegpu::CopyLayout::UpRows});
   };
+  // FP8 experts' masters become e4m3 codes per 128 x 128 block instead
+  // (moegpu.quantize_blocks): the forward's codes and scales and the
+  // transposed ones of the input gradients, quantized when the host wrote
+  // a master and after each update.
+  struct BlockSpec {
+    std::string master, codes;
+    moegpu::CopyLayout layout;
+  };
+  SmallVector<BlockSpec> blockSpecs;
+  auto expertWeights = [&](StringRef gate, StringRef up, StringRef down,
+                           StringRef packed, StringRef downCodes) {
+    if (!fp8) {
+      pack(gate, up, packed);
+      convert(down, downCodes);
+      return;
+    }
+    blockSpecs.push_back(
+        {gate.str(), packed.str(), moegpu::CopyLayout::GateRows});
+    blockSpecs.push_back({up.str(), packed.str(), moegpu::CopyLayout::UpRows});
+    blockSpecs.push_back(
+        {down.str(), downCodes.str(), moegpu::CopyLayout::Same});
+  };
   convert("router_weight", "router_weight");
-  pack("gate_weight", "up_weight", "w13");
-  convert("down_weight", "w2");
-  if (shared) {
-    pack("shared_gate_weight", "shared_up_weight", "ws13");
-    convert("shared_down_weight", "ws2");
-  }
+  expertWeights("gate_weight", "up_weight", "down_weight", "w13", "w2");
+  if (shared)
+    expertWeights("shared_gate_weight", "shared_up_weight",
+                  "shared_down_weight", "ws13", "ws2");
   if (gated)
     convert("shared_expert_gate", "shared_expert_gate");
   bool outputBias = config.getOutputBias();
@@ -181,12 +247,54 @@ void LayerBuilder::buildTraining() {
     kernelOp<moegpu::ComputeCopiesOp>(k, from, to, layoutsOf(specs),
                                       k["copies_valid"], k["state_bounds"]);
   }
+  // FP8: each expert master's codes and scales, and the transposed ones,
+  // a CTA per 128 x 128 block; in the step only when the host wrote a
+  // master (`unless` copies_valid), and after each update.
+  auto quantizeMasters = [&](StringRef prefix, bool always) {
+    for (const BlockSpec &spec : blockSpecs) {
+      std::string master = arg(spec.master), codes = spec.codes;
+      std::string scale = scaleOf(codes), transposed = codes + "_t",
+                  transposedScale = scaleOf(transposed);
+      SmallVector<StringRef> names{master, codes, scale, transposed,
+                                   transposedScale};
+      if (!always)
+        names.push_back("copies_valid");
+      // A shared expert's [N, K] master is one matrix of [1, N, K].
+      MemRefType type = memrefType(master);
+      SmallVector<int64_t> shape(type.getShape());
+      if (shape.size() == 2)
+        shape.insert(shape.begin(), 1);
+      int64_t ctas = shape[0] * fp8Blocks(shape[1]) * fp8Blocks(shape[2]);
+      Kernel k = kernel((prefix + spec.master).str(), names, fixedGrid(ctas),
+                        kBlockThreads);
+      Value in = k[master];
+      if (type.getRank() == 2) {
+        OpBuilder b = builderAt(k.func.front().getTerminator());
+        in = memref::ExpandShapeOp::create(
+            b, layer.getLoc(), MemRefType::get(shape, type.getElementType()),
+            in, ArrayRef<ReassociationIndices>{{0, 1}, {2}});
+      }
+      kernelOp<moegpu::QuantizeBlocksOp>(
+          k, in, k[codes], k[scale], k[transposed], k[transposedScale],
+          always ? Value() : k["copies_valid"],
+          moegpu::CopyLayoutAttr::get(ctx, spec.layout));
+    }
+  };
+  if (!backward)
+    quantizeMasters("train_quantize_", /*always=*/false);
   // The forward pass, with the padding rows of the dispatched rows and
   // their weights zeroed: the backward pass sums over whole segments.
   for (Operation &step : forward.getBody().front()) {
     if (auto launch = dyn_cast<moegpu::LaunchOp>(step);
         launch && runs<moegpu::DispatchScatterOp>(launch)) {
-      addMemset("rows");
+      // FP8 tokens dispatch their codes and scales (a padding row's
+      // garbage code could be a NaN, which a zero scale keeps).
+      if (dispatchesCodes()) {
+        addMemset("rows_q");
+        addMemset("rows_scale");
+      } else {
+        addMemset("rows");
+      }
       addMemset("row_weight");
     }
     OpBuilder b = stepBuilder();
@@ -243,6 +351,50 @@ void LayerBuilder::buildTraining() {
                     chunked ? std::optional<int64_t>(c) : std::nullopt);
   auto none = moegpu::Epilogue::None;
   auto nn = moegpu::GemmLayout::NN, tn = moegpu::GemmLayout::TN;
+  // FP8: rows `in` of `groups` as 1 x 128 codes `out` and scales
+  // (`grid`: the rows' kind), and as 128 x 1 codes of each column,
+  // transposed (`in_scale`: e4m3 rows with their 1 x 128 scales).
+  auto quantizeRows = [&](StringRef name, StringRef in, StringRef groups,
+                          StringRef out, moegpu::GridKind grid,
+                          std::optional<int64_t> chunk) {
+    std::string scale = scaleOf(out);
+    SmallVector<StringRef> names{in, groups, out, scale};
+    launchKernel(name, names, gridOf(grid, kQuantizeWarps), kQuantizeWarps * 32,
+                 chunk, [&](gpu::GPUFuncOp f) {
+                   quantize(kernelOf(f, names), in, groups, out, scale,
+                            kFp8MinGradAmax);
+                 });
+  };
+  auto quantizeColumns = [&](StringRef name, StringRef in, StringRef inScale,
+                             StringRef groups, StringRef out,
+                             std::optional<int64_t> chunk) {
+    std::string scale = scaleOf(out);
+    SmallVector<StringRef> names{in, out, scale, groups};
+    if (!inScale.empty())
+      names.push_back(inScale);
+    int64_t columns = memrefType(in).getDimSize(1);
+    auto grid = moegpu::GridAttr::get(
+        ctx, sharded ? moegpu::GridKind::ReceivedRows : moegpu::GridKind::Rows,
+        kFp8Block, llvm::divideCeil(columns, kColumnTile));
+    launchKernel(name, names, grid, kColumnThreads, chunk,
+                 [&](gpu::GPUFuncOp f) {
+                   Kernel k = kernelOf(f, names);
+                   kernelOp<moegpu::QuantizeColumnsOp>(
+                       k, k[in], k[out], k[scale], k[groups], k.get(inScale),
+                       Builder(ctx).getF64FloatAttr(kFp8MinGradAmax));
+                 });
+  };
+  // An e4m3 GEMM: a's and b's codes with their scales (scaleOf).
+  std::deque<std::string> scaleNames;
+  auto fp8Gemm = [&](StringRef a, StringRef b, StringRef groups, StringRef c,
+                     moegpu::Epilogue epilogue = moegpu::Epilogue::None,
+                     moegpu::GemmLayout layout = moegpu::GemmLayout::NT) {
+    Gemm g(a, b, groups, c, epilogue, layout);
+    StringRef aScale = scaleNames.emplace_back(scaleOf(a));
+    StringRef bScale = scaleNames.emplace_back(scaleOf(b));
+    g.blockScales(aScale, bScale);
+    return g;
+  };
   // Shared experts (first: with expert parallelism they run while the
   // rows' dy travel, on the comm SMs or NCCL's stream): one group of every
   // token, weight 1. Their weight gradients reduce over the tokens in blocks of
@@ -272,10 +424,22 @@ void LayerBuilder::buildTraining() {
       kernelOp<moegpu::ScaleRowsOp>(k, k["dy"], k["shared_offsets"],
                                     k["dy_half"], k.get("shared_scale"));
     }
-    launchGemm("train_shared_gate_up",
-               Gemm("x", "ws13", "shared_offsets", "shared_gu"));
-    launchGemm("train_shared_dact",
-               Gemm("dy_half", "ws2", "shared_offsets", "shared_gs", none, nn));
+    // FP8: the pre-activations from the forward's codes of x, and dY
+    // quantized 1 x 128 against the down weight's transposed codes.
+    if (fp8) {
+      launchGemm(
+          "train_shared_gate_up",
+          fp8Gemm("x_q", "ws13", "shared_offsets", "shared_gu").gateUpScales());
+      quantizeRows("train_shared_quantize_dy", "dy_half", "shared_offsets",
+                   "shared_dy_q", moegpu::GridKind::Tokens, std::nullopt);
+      launchGemm("train_shared_dact", fp8Gemm("shared_dy_q", "ws2_t",
+                                              "shared_offsets", "shared_gs"));
+    } else {
+      launchGemm("train_shared_gate_up",
+                 Gemm("x", "ws13", "shared_offsets", "shared_gu"));
+      launchGemm("train_shared_dact", Gemm("dy_half", "ws2", "shared_offsets",
+                                           "shared_gs", none, nn));
+    }
     addMemset("shared_dg");
     addMemset("shared_du");
     {
@@ -283,23 +447,56 @@ void LayerBuilder::buildTraining() {
                         {"shared_gu", "shared_gs", "shared_offsets",
                          "shared_dgu", "shared_dg", "shared_du"},
                         gridOf(moegpu::GridKind::Tokens, 1), kRowThreads);
-      kernelOp<moegpu::ActGradOp>(
+      auto op = kernelOp<moegpu::ActGradOp>(
           k, k["shared_gu"], k["shared_gs"], k["shared_offsets"],
           k["shared_dgu"], k["shared_dg"], k["shared_du"], Value(), Value(),
-          Value(), Value(), FloatAttr(), FloatAttr());
+          Value(), Value(), Value(), Value(), FloatAttr(), FloatAttr());
+      op.setSplit(fp8);
+      op.setRoundedInputs(fp8);
     }
-    launchGemm(
-        "train_shared_rows_grad",
-        Gemm("shared_dgu", "ws13", "shared_offsets", "shared_dx", none, nn));
-    launchGemm("train_shared_down_grad",
-               Gemm("dy_half", "shared_act", "shared_offsets",
-                    arg("shared_down_weight.grad"), none, tn));
-    launchGemm("train_shared_gate_grad",
-               Gemm("shared_dg", "x", "shared_offsets",
-                    arg("shared_gate_weight.grad"), none, tn));
-    launchGemm("train_shared_up_grad",
-               Gemm("shared_du", "x", "shared_offsets",
-                    arg("shared_up_weight.grad"), none, tn));
+    if (fp8) {
+      // dX from the split gradient's 1 x 128 codes against the gate and
+      // up weights' transposed codes; the weight gradients from 128 x 1
+      // codes of dY and the activation, then of x (its forward codes
+      // turned around), dG and dU. The tiles past T count as zeros.
+      quantizeRows("train_shared_quantize_dgu", "shared_dgu", "shared_offsets",
+                   "shared_dgu_q", moegpu::GridKind::Tokens, std::nullopt);
+      launchGemm(
+          "train_shared_rows_grad",
+          fp8Gemm("shared_dgu_q", "ws13_t", "shared_offsets", "shared_dx"));
+      quantizeColumns("train_shared_columns_dy", "dy_half", "",
+                      "shared_offsets", "t_h", std::nullopt);
+      quantizeColumns("train_shared_columns_act", "shared_act", "",
+                      "shared_offsets", "t_s", std::nullopt);
+      launchGemm("train_shared_down_grad",
+                 fp8Gemm("t_h", "t_s", "shared_offsets",
+                         arg("shared_down_weight.grad"), none, tn));
+      quantizeColumns("train_shared_columns_x", "x_q", "x_scale",
+                      "shared_offsets", "t_h", std::nullopt);
+      quantizeColumns("train_shared_columns_dg", "shared_dg", "",
+                      "shared_offsets", "t_s", std::nullopt);
+      quantizeColumns("train_shared_columns_du", "shared_du", "",
+                      "shared_offsets", "t_s2", std::nullopt);
+      launchGemm("train_shared_gate_grad",
+                 fp8Gemm("t_s", "t_h", "shared_offsets",
+                         arg("shared_gate_weight.grad"), none, tn));
+      launchGemm("train_shared_up_grad",
+                 fp8Gemm("t_s2", "t_h", "shared_offsets",
+                         arg("shared_up_weight.grad"), none, tn));
+    } else {
+      launchGemm(
+          "train_shared_rows_grad",
+          Gemm("shared_dgu", "ws13", "shared_offsets", "shared_dx", none, nn));
+      launchGemm("train_shared_down_grad",
+                 Gemm("dy_half", "shared_act", "shared_offsets",
+                      arg("shared_down_weight.grad"), none, tn));
+      launchGemm("train_shared_gate_grad",
+                 Gemm("shared_dg", "x", "shared_offsets",
+                      arg("shared_gate_weight.grad"), none, tn));
+      launchGemm("train_shared_up_grad",
+                 Gemm("shared_du", "x", "shared_offsets",
+                      arg("shared_up_weight.grad"), none, tn));
+    }
   }
   // The routing weights' gradients are summed into (atomics per row).
   addMemset(xWeightGrad);
@@ -325,17 +522,35 @@ void LayerBuilder::buildTraining() {
                    kernelOp<moegpu::ScaleRowsOp>(k, k[xDy], k[groups],
                                                  k["dyw"], k[xWeight]);
                  });
-    // GPT-OSS: the pre-activations with the gate and up biases.
-    launchGemm(
-        "train_expert_gate_up",
-        Gemm(xRows, "w13", groups, "gu").withBias(expertBias ? "b13" : ""),
-        chunk);
-    launchGemm("train_expert_dact", Gemm(xDy, "w2", groups, "gs", none, nn),
-               chunk);
+    // GPT-OSS: the pre-activations with the gate and up biases. FP8: from
+    // the dispatched rows' codes, and dY quantized 1 x 128 against the
+    // down weight's transposed codes.
+    if (fp8) {
+      launchGemm("train_expert_gate_up",
+                 fp8Gemm("rows_q", "w13", groups, "gu").gateUpScales(), chunk);
+      // The down projection's output gradient is w dY (dyw): its codes
+      // give the weighted gs (act_grad's `combine`).
+      quantizeRows("train_expert_quantize_dy", "dyw", groups, "row_dy_q",
+                   moegpu::GridKind::Rows, chunk);
+      launchGemm("train_expert_dact", fp8Gemm("row_dy_q", "w2_t", groups, "gs"),
+                 chunk);
+    } else {
+      launchGemm(
+          "train_expert_gate_up",
+          Gemm(xRows, "w13", groups, "gu").withBias(expertBias ? "b13" : ""),
+          chunk);
+      launchGemm("train_expert_dact", Gemm(xDy, "w2", groups, "gs", none, nn),
+                 chunk);
+    }
     SmallVector<StringRef> actArgs{"gu", "gs", groups,  "dgu",
                                    "dg", "du", xWeight, xWeightGrad};
     if (expertBias)
       actArgs.append({xDy, "b2"});
+    // FP8: the routing weights' gradients from the combine, unquantized
+    // (gs comes from dY's codes).
+    std::string xDown = sharded ? "ep_down" : "down";
+    if (fp8)
+      actArgs.append({xDy, xDown});
     launchKernel("train_expert_act_grad", actArgs, expertGrid, kRowThreads,
                  chunk, [&](gpu::GPUFuncOp f) {
                    Kernel k = kernelOf(f, actArgs);
@@ -348,10 +563,14 @@ void LayerBuilder::buildTraining() {
                      limit = attrs.getF64FloatAttr(
                          config.getSwigluLimitValue());
                    }
-                   kernelOp<moegpu::ActGradOp>(
+                   auto op = kernelOp<moegpu::ActGradOp>(
                        k, k["gu"], k["gs"], k[groups], k["dgu"], k["dg"],
-                       k["du"], k[xWeight], k[xWeightGrad], k.get(xDy),
-                       k.get("b2"), alpha, limit);
+                       k["du"], k[xWeight], k[xWeightGrad],
+                       expertBias ? k[xDy] : Value(), k.get("b2"),
+                       fp8 ? k[xDy] : Value(), fp8 ? k[xDown] : Value(), alpha,
+                       limit);
+                   op.setSplit(fp8);
+                   op.setRoundedInputs(fp8);
                  });
     // With expert parallelism each gradient goes back to its token's rank
     // as soon as it is complete: the exchanges run on the communicator's
@@ -359,8 +578,15 @@ void LayerBuilder::buildTraining() {
     if (sharded)
       addHostExchange(moegpu::ExchangeKind::CombineRows,
                       {"ep_row_weight_grad", "row_weight_grad"}, chunk);
-    launchGemm("train_expert_rows_grad",
-               Gemm("dgu", "w13", groups, xDrows, none, nn), chunk);
+    if (fp8) {
+      quantizeRows("train_expert_quantize_dgu", "dgu", groups, "dgu_q",
+                   moegpu::GridKind::Rows, chunk);
+      launchGemm("train_expert_rows_grad",
+                 fp8Gemm("dgu_q", "w13_t", groups, xDrows), chunk);
+    } else {
+      launchGemm("train_expert_rows_grad",
+                 Gemm("dgu", "w13", groups, xDrows, none, nn), chunk);
+    }
     if (sharded)
       addHostExchange(moegpu::ExchangeKind::CombineRows, {"ep_drows", "drows"},
                       chunk);
@@ -375,12 +601,34 @@ void LayerBuilder::buildTraining() {
     std::string downGrad = arg("down_weight.grad"),
                 gateGrad = arg("gate_weight.grad"),
                 upGrad = arg("up_weight.grad");
-    launchGemm("train_expert_down_grad" + suffix,
-               Gemm("dyw", xAct, groups, downGrad, epilogue, tn), chunk);
-    launchGemm("train_expert_gate_grad" + suffix,
-               Gemm("dg", xRows, groups, gateGrad, epilogue, tn), chunk);
-    launchGemm("train_expert_up_grad" + suffix,
-               Gemm("du", xRows, groups, upGrad, epilogue, tn), chunk);
+    if (fp8) {
+      // The weight gradients from 128 x 1 codes of each expert's rows: dY w
+      // and the activation, then the dispatched rows' codes turned around,
+      // dG and dU.
+      quantizeColumns("train_expert_columns_dyw" + suffix, "dyw", "", groups,
+                      "t_h", chunk);
+      quantizeColumns("train_expert_columns_act" + suffix, xAct, "", groups,
+                      "t_f", chunk);
+      launchGemm("train_expert_down_grad" + suffix,
+                 fp8Gemm("t_h", "t_f", groups, downGrad, epilogue, tn), chunk);
+      quantizeColumns("train_expert_columns_rows" + suffix, "rows_q",
+                      "rows_scale", groups, "t_h", chunk);
+      quantizeColumns("train_expert_columns_dg" + suffix, "dg", "", groups,
+                      "t_f", chunk);
+      quantizeColumns("train_expert_columns_du" + suffix, "du", "", groups,
+                      "t_f2", chunk);
+      launchGemm("train_expert_gate_grad" + suffix,
+                 fp8Gemm("t_f", "t_h", groups, gateGrad, epilogue, tn), chunk);
+      launchGemm("train_expert_up_grad" + suffix,
+                 fp8Gemm("t_f2", "t_h", groups, upGrad, epilogue, tn), chunk);
+    } else {
+      launchGemm("train_expert_down_grad" + suffix,
+                 Gemm("dyw", xAct, groups, downGrad, epilogue, tn), chunk);
+      launchGemm("train_expert_gate_grad" + suffix,
+                 Gemm("dg", xRows, groups, gateGrad, epilogue, tn), chunk);
+      launchGemm("train_expert_up_grad" + suffix,
+                 Gemm("du", xRows, groups, upGrad, epilogue, tn), chunk);
+    }
     // GPT-OSS: each expert's bias gradients, its rows' column sums of the
     // pre-activations' and the (weighted) output's gradients.
     if (expertBias)
@@ -538,17 +786,26 @@ void LayerBuilder::buildTraining() {
   // Every weight's master, moments and gradient, and its compute copy, in
   // the order of `trained` (grad_sq's and bad_updates' entries).
   SmallVector<std::string> masters, moments1, moments2, grads;
+  // The compute copies, of the weights at `copied` (an FP8 expert's
+  // master has codes instead, quantized after the update).
   SmallVector<const CopySpec *> copyOf;
-  for (auto [name, value] : trained) {
-    std::string w = name.str();
+  SmallVector<int64_t> copied;
+  for (auto [i, entry] : llvm::enumerate(trained)) {
+    std::string w = entry.first.str();
     masters.push_back(arg(w));
     moments1.push_back(arg(w + ".m"));
     moments2.push_back(arg(w + ".v"));
     grads.push_back(arg(w + ".grad"));
     const CopySpec *spec = llvm::find_if(
         copySpecs, [&](const CopySpec &c) { return c.master == w; });
-    assert(spec != copySpecs.end() && "a trained weight without a copy");
+    if (spec == copySpecs.end()) {
+      assert(llvm::any_of(blockSpecs,
+                          [&](const BlockSpec &b) { return b.master == w; }) &&
+             "a trained weight without a copy");
+      continue;
+    }
     copyOf.push_back(spec);
+    copied.push_back(static_cast<int64_t>(i));
   }
   int64_t trainedElements = 0;
   for (const std::string &m : masters)
@@ -636,11 +893,15 @@ void LayerBuilder::buildTraining() {
     SmallVector<Value> copies;
     for (const CopySpec *c : copyOf)
       copies.push_back(k[c->copy]);
-    kernelOp<moegpu::AdamWOp>(k, k[hyper], valuesOf(k, masters),
-                              valuesOf(k, moments1), valuesOf(k, moments2),
-                              valuesOf(k, grads), copies, layoutsOf(copyOf),
-                              k["state_bounds"], k["update_rejected"]);
+    bool all = copied.size() == masters.size();
+    kernelOp<moegpu::AdamWOp>(
+        k, k[hyper], valuesOf(k, masters), valuesOf(k, moments1),
+        valuesOf(k, moments2), valuesOf(k, grads), copies, layoutsOf(copyOf),
+        all ? DenseI64ArrayAttr() : DenseI64ArrayAttr::get(ctx, copied),
+        k["state_bounds"], k["update_rejected"]);
   }
+  // FP8: the new masters' codes, which the next forward pass reads.
+  quantizeMasters("update_quantize_", /*always=*/true);
   steps = &forward.getBody().front();
 }
 

@@ -181,7 +181,10 @@ std::string describeGrid(moegpu::GridKind kind, const rt::GpuStep &step) {
   case moegpu::GridKind::Rows:
   case moegpu::GridKind::ReceivedRows: {
     std::string count = kind == moegpu::GridKind::Rows ? "R" : "ep*R";
-    return step.perBlock > 1 ? perBlock(count) : count + " (row capacity)";
+    std::string times =
+        step.gridSize > 1 ? "*" + std::to_string(step.gridSize) : "";
+    return step.perBlock > 1 ? perBlock(count) + times
+                             : count + times + " (row capacity)";
   }
   case moegpu::GridKind::Tokens:
   case moegpu::GridKind::Assignments: {
@@ -221,6 +224,10 @@ abi::BufferDim toAbi(moegpu::BufferDim dim) {
     return abi::BufferDim::Rows;
   case moegpu::BufferDim::ReceivedRows:
     return abi::BufferDim::ReceivedRows;
+  case moegpu::BufferDim::RowBlocks:
+    return abi::BufferDim::RowBlocks;
+  case moegpu::BufferDim::ReceivedRowBlocks:
+    return abi::BufferDim::ReceivedRowBlocks;
   }
   llvm_unreachable("a BufferDim the ABI lacks");
 }

@@ -82,9 +82,36 @@ enum class BufferDim : int64_t {
   Tokens = -1,       ///< the token count of the pass
   Rows = -2,         ///< the dispatched-row capacity
   ReceivedRows = -3, ///< ranks x the dispatched-row capacity
+  /// The blocks of 128 rows of those two (the FP8 weight gradients'
+  /// per-column scales: one a column per 128 rows).
+  RowBlocks = -4,
+  ReceivedRowBlocks = -5,
 };
 
-constexpr bool isBufferDim(int64_t size) { return size >= -3 && size <= -1; }
+constexpr bool isBufferDim(int64_t size) { return size >= -5 && size <= -1; }
+
+/// The rows of a `RowBlocks` dimension's block.
+constexpr int64_t kRowBlock = 128;
+
+/// Dimension `d` of a buffer: a static size, or the token count, the rows
+/// or the received rows (or their blocks of kRowBlock) given.
+constexpr int64_t resolveBufferDim(int64_t d, int64_t tokens, int64_t rows,
+                                   int64_t received) {
+  auto blocks = [](int64_t n) { return (n + kRowBlock - 1) / kRowBlock; };
+  switch (static_cast<BufferDim>(d)) {
+  case BufferDim::Tokens:
+    return tokens;
+  case BufferDim::Rows:
+    return rows;
+  case BufferDim::ReceivedRows:
+    return received;
+  case BufferDim::RowBlocks:
+    return blocks(rows);
+  case BufferDim::ReceivedRowBlocks:
+    return blocks(received);
+  }
+  return d;
+}
 
 /// What a launched kernel computes: the moegpu op its body is (named by
 /// the op's mnemonic). The performance model and the report dispatch on
