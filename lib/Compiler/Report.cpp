@@ -175,13 +175,14 @@ mlir::moe::formatModelProjection(const std::vector<Sm90KernelReport> &kernels,
     case Sm90KernelKind::UpdateVerdict:
     case Sm90KernelKind::AdamW:
     case Sm90KernelKind::BiasUpdate:
+    case Sm90KernelKind::QuantizeBlocks:
       if (k.work.phase != Sm90Phase::Forward)
         optimizerKernels.insert(k.name);
       break;
     default:
       break;
     }
-  double flops = 0, tensor = 0, estimate = 0, optimizer = 0;
+  double flops = 0, tensor = 0, e4m3 = 0, estimate = 0, optimizer = 0;
   for (const Sm90KernelCost &c : modelTraining(shape, kernels, t, machine)) {
     if (optimizerKernels.contains(c.kernel))
       optimizer += c.estimateUs;
@@ -189,19 +190,25 @@ mlir::moe::formatModelProjection(const std::vector<Sm90KernelReport> &kernels,
                         c.kernel, c.engine, c.flops / 1e9, c.bytes / 1e6,
                         c.estimateUs);
     flops += c.flops;
-    if (c.engine == "wgmma")
+    if (c.engine == "wgmma" || c.engine == "e4m3")
       tensor += c.flops;
+    if (c.engine == "e4m3")
+      e4m3 += c.flops;
     estimate += c.estimateUs;
   }
   os << llvm::formatv("{0,-31} {1,-6} {2,10:f2} {3,10} {4,12:f1}  "
-                      "({5:f1}% of the FLOPs on tensor cores)\n",
+                      "({5:f1}% of the FLOPs on tensor cores",
                       "step", "", flops / 1e9, "", estimate,
                       flops > 0 ? 100 * tensor / flops : 0.0);
+  if (e4m3 > 0)
+    os << llvm::formatv(", {0:f1}% in e4m3", 100 * e4m3 / flops);
+  os << ")\n";
   os << llvm::formatv("{0,-31} {1,-6} {2,10} {3,10} {4,12:f1}  "
                       "({5:f1}% of the step: compute copies, gradient "
-                      "statistics, update checks, AdamW, bias update)\n",
+                      "statistics, update checks, AdamW, bias update{6})\n",
                       "of which the optimizer", "", "", "", optimizer,
-                      estimate > 0 ? 100 * optimizer / estimate : 0.0);
+                      estimate > 0 ? 100 * optimizer / estimate : 0.0,
+                      e4m3 > 0 ? ", FP8 requantization" : "");
   return text;
 }
 

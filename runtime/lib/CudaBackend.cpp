@@ -609,9 +609,16 @@ Expected<std::map<std::string, Tensor>> CudaBackend::dumpBuffers() {
   }
   std::map<std::string, Tensor> out;
   for (const GpuBuffer &b : manifest.gpu.buffers) {
+    // Rows in use only where they lead (a transposed [C, rows] buffer's
+    // rows are a stride: its whole capacity).
+    bool inner = false;
+    for (size_t i = 1; i < b.shape.size(); ++i)
+      inner |= abi::isBufferDim(b.shape[i]);
     std::vector<int64_t> shape;
     for (int64_t d : b.shape)
-      shape.push_back(resolveDim(d, lastTokens, rows, receivedRows()));
+      shape.push_back(resolveDim(d, lastTokens,
+                                 inner ? manifest.gpu.rowCapacity : rows,
+                                 receivedRows()));
     Tensor t = Tensor::zeros(b.dtype, shape);
     if (!t.data.empty())
       if (Status s = check(

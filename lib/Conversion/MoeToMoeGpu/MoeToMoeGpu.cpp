@@ -87,6 +87,39 @@ static LogicalResult checkSm90Dtype(LayerOp layer) {
             "--target=sm_90a --dtype=bf16 converts this one)";
 }
 
+/// FP8 experts (DeepSeek-V3's e4m3 with block scales): the forward pass,
+/// and the training step with the block recipe on one rank.
+static LogicalResult checkSm90Fp8(LayerOp layer, bool train, bool backward,
+                                  int64_t alignment) {
+  LayerConfigAttr config = layer.getConfig();
+  if (!config.isFp8())
+    return success();
+  if (backward || config.getExpertBias())
+    return layer.emitOpError()
+           << "has FP8 experts, which sm_90a runs for the forward pass and "
+              "the training step without expert biases so far"
+           << (backward ? " (compile the backward pass with bf16 experts)"
+                        : " (this layer has expert biases)");
+  if (!train)
+    return success();
+  auto ep = static_cast<int64_t>(layer.getEpSize());
+  if (config.getRecipe().getScaling() != Fp8Scaling::Block)
+    return layer.emitOpError()
+           << "has FP8 experts with the per-tensor recipe, whose training "
+              "step sm_90a does not build (its e4m3 GEMMs take the block "
+              "recipe's scales)";
+  if (ep > 1)
+    return layer.emitOpError()
+           << "has FP8 experts and ep_size " << ep
+           << ": sm_90a trains FP8 layers on one rank so far";
+  if (alignment % kFp8Block != 0)
+    return layer.emitOpError()
+           << "trains FP8 experts with an alignment of " << alignment
+           << "; the weight gradients' 128 x 1 tiles need a multiple of "
+           << kFp8Block << " (each expert's rows start a tile)";
+  return success();
+}
+
 LogicalResult LayerBuilder::build(ModuleOp module) {
   if (failed(checkSm90Dtype(layer)))
     return failure();
@@ -102,31 +135,8 @@ LogicalResult LayerBuilder::build(ModuleOp module) {
   if (SmPartitionAttr partition = layer.getPartitionAttr();
       partition && partition.getComm() > 0)
     commCtas = partition.getComm();
-  // FP8 experts (DeepSeek-V3's e4m3 with block scales): the forward pass,
-  // and the training step with the block recipe on one rank.
+  // FP8 experts (DeepSeek-V3's e4m3 with block scales; checkSm90Fp8).
   bool fp8 = config.isFp8();
-  if (fp8 && (backward || config.getExpertBias()))
-    return layer.emitOpError()
-           << "has FP8 experts, which sm_90a runs for the forward pass and "
-              "the training step without expert biases so far"
-           << (backward ? " (compile the backward pass with bf16 experts)"
-                        : " (this layer has expert biases)");
-  if (fp8 && train) {
-    if (config.getRecipe().getScaling() != Fp8Scaling::Block)
-      return layer.emitOpError()
-             << "has FP8 experts with the per-tensor recipe, whose training "
-                "step sm_90a does not build (its e4m3 GEMMs take the block "
-                "recipe's scales)";
-    if (ep > 1)
-      return layer.emitOpError()
-             << "has FP8 experts and ep_size " << ep
-             << ": sm_90a trains FP8 layers on one rank so far";
-    if (alignment % kFp8Block != 0)
-      return layer.emitOpError()
-             << "trains FP8 experts with an alignment of " << alignment
-             << "; the weight gradients' 128 x 1 tiles need a multiple of "
-             << kFp8Block << " (each expert's rows start a tile)";
-  }
   // TMA rows of e4m3 are whole 16-byte units: K of every FP8 GEMM.
   if (fp8)
     for (auto [what, width] :
@@ -790,7 +800,8 @@ struct ConvertMoeToMoeGpu
 
     // Checked before the conversion, so that the error is the only one
     // (a failed pattern would add "failed to legalize").
-    if (failed(checkSm90Dtype(layer)))
+    if (failed(checkSm90Dtype(layer)) ||
+        failed(checkSm90Fp8(layer, train, backward, alignment)))
       return signalPassFailure();
 
     // The layer is the one moe op this conversion takes; any other left in

@@ -120,6 +120,17 @@ Sm90KernelWork mlir::moe::kernelWorkOf(gpu::GPUFuncOp func) {
         w.kind = K::Quantize;
         w.width = columnsOf(op.getIn());
       })
+      .Case([&](moegpu::QuantizeColumnsOp op) {
+        w.kind = K::QuantizeColumns;
+        w.width = columnsOf(op.getIn());
+        w.inBytes = elementBytes(op.getIn());
+      })
+      .Case([&](moegpu::QuantizeBlocksOp op) {
+        w.kind = K::QuantizeBlocks;
+        w.elements = elementsOf(op.getIn());
+        w.codes = static_cast<bool>(op.getTransposed());
+        w.onHostWrite = static_cast<bool>(op.getUnless());
+      })
       .Case([&](moegpu::CombineOp) { w.kind = K::Combine; })
       .Case([&](moegpu::EpCountsOp) { w.kind = K::EpCounts; })
       .Case([&](moegpu::EpSendOp op) {

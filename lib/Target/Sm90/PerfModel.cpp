@@ -57,7 +57,7 @@ void costGemm(Sm90KernelCost &c, const Sm90KernelReport &kr, int64_t tiles,
   double l2 = static_cast<double>(ceilDiv(tiles, ctas)) * tileLoads /
               (m.l2Bandwidth / m.sms);
   double memory = c.bytes / (m.bandwidth * m.memoryEfficiency);
-  c.engine = "wgmma";
+  c.engine = kr.work.blockScaled ? "e4m3" : "wgmma";
   c.bound = compute >= l2 && compute >= memory ? "tensor"
             : l2 >= memory                     ? "L2"
                                                : "memory";
@@ -439,6 +439,23 @@ modelTraining(const Sm90LayerShape &s,
     case K::GroupedColumnSum:
       // Each expert's bias gradient over its rows.
       c.bytes = (static_cast<double>(w.inBytes) * rows + 4 * E) * width;
+      break;
+    case K::Quantize:
+      // FP8 Dgrad: a gradient's 16-bit rows in, codes and a scale per 128
+      // channels out.
+      c.bytes = rows * (e * width + width + 4 * std::ceil(width / 128));
+      break;
+    case K::QuantizeColumns:
+      // FP8 Wgrad: the rows in (16-bit, or e4m3 codes with their 1 x 128
+      // scales), the transposed codes and a scale per 128 rows out.
+      c.bytes = rows * width *
+                (static_cast<double>(w.inBytes) + 1 +
+                 (w.inBytes == 1 ? 4.0 / 128 : 0) + 4.0 / 128);
+      break;
+    case K::QuantizeBlocks:
+      // An FP8 master (f32) in, its codes (and transposed codes) out; in
+      // the step only after the host wrote one (the update requantizes).
+      c.bytes = w.onHostWrite ? 0 : (w.codes ? 6 : 5) * elements;
       break;
     case K::ScaledWeightGrad:
       // Llama 4: a row's gradient dotted with its token's x.

@@ -341,8 +341,13 @@ func.func private @f() attributes {g = #moegpu.grid<tokens>}
 
 // -----
 
-// expected-error @+1 {{size applies to fixed grids only, in [1, 2^31), got 0 for a fixed grid}}
+// expected-error @+1 {{size applies to fixed grids (the CTAs, in [1, 2^31)) and rows and received_rows grids (CTAs a block of rows), got 0 for a fixed grid}}
 func.func private @f() attributes {g = #moegpu.grid<fixed>}
+
+// -----
+
+// expected-error @+1 {{size applies to fixed grids (the CTAs, in [1, 2^31)) and rows and received_rows grids (CTAs a block of rows), got 3 for a tokens grid}}
+func.func private @f() attributes {g = #moegpu.grid<tokens, per_block = 1, size = 3>}
 
 // -----
 
@@ -767,6 +772,24 @@ func.func @f(%a: memref<?x256xf8E4M3FN>, %b: memref<8x64x256xf8E4M3FN>, %o: memr
 func.func @f(%a: memref<?x256xf8E4M3FN>, %b: memref<8x384x256xf8E4M3FN>, %o: memref<9xi32>, %c: memref<?x192xbf16>, %as: memref<?x2xf32>, %bs: memref<8x3x2xf32>) {
   // expected-error @+1 {{'moegpu.grouped_gemm' op expects b_scale to be f32 [8, 4, 2] (one scale per 128 x 128 block, gate blocks then up blocks), got 'memref<8x3x2xf32>'}}
   moegpu.grouped_gemm %a, %b, %o, %c block_scales(%as, %bs : memref<?x2xf32>, memref<8x3x2xf32>) {epilogue = #moegpu.epilogue<swiglu>} : memref<?x256xf8E4M3FN>, memref<8x384x256xf8E4M3FN>, memref<9xi32>, memref<?x192xbf16>
+  return
+}
+
+// -----
+
+// The pre-activations without the SwiGLU (gate_up_scales): the same
+// packed B and its gate blocks then up blocks.
+func.func @f(%a: memref<?x256xf8E4M3FN>, %b: memref<8x384x256xf8E4M3FN>, %o: memref<9xi32>, %c: memref<?x384xf32>, %as: memref<?x2xf32>, %bs: memref<8x3x2xf32>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects b_scale to be f32 [8, 4, 2] (one scale per 128 x 128 block, gate blocks then up blocks), got 'memref<8x3x2xf32>'}}
+  moegpu.grouped_gemm %a, %b, %o, %c block_scales(%as, %bs : memref<?x2xf32>, memref<8x3x2xf32>) {gate_up_scales} : memref<?x256xf8E4M3FN>, memref<8x384x256xf8E4M3FN>, memref<9xi32>, memref<?x384xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<?x256xf8E4M3FN>, %b: memref<8x40x256xf8E4M3FN>, %o: memref<9xi32>, %c: memref<?x40xf32>, %as: memref<?x2xf32>, %bs: memref<8x2x2xf32>) {
+  // expected-error @+1 {{'moegpu.grouped_gemm' op expects gate_up_scales of a packed gate/up B (blocks of 8 gate rows then as many up rows), got N = 40}}
+  moegpu.grouped_gemm %a, %b, %o, %c block_scales(%as, %bs : memref<?x2xf32>, memref<8x2x2xf32>) {gate_up_scales} : memref<?x256xf8E4M3FN>, memref<8x40x256xf8E4M3FN>, memref<9xi32>, memref<?x40xf32>
   return
 }
 

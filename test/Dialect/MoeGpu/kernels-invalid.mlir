@@ -403,7 +403,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @f(%gu: memref<?x32xf32>, %gs: memref<?x16xf32>, %g: memref<5xi32>, %dgu: memref<?x32xbf16>, %dg: memref<?x16xbf16>, %du: memref<?x16xbf16>, %w: memref<?xf32>) kernel {
     // expected-error @+1 {{'moegpu.act_grad' op expects weight and row_grad together}}
-    "moegpu.act_grad"(%gu, %gs, %g, %dgu, %dg, %du, %w) <{operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1, 1, 0, 0, 0>}> : (memref<?x32xf32>, memref<?x16xf32>, memref<5xi32>, memref<?x32xbf16>, memref<?x16xbf16>, memref<?x16xbf16>, memref<?xf32>) -> ()
+    "moegpu.act_grad"(%gu, %gs, %g, %dgu, %dg, %du, %w) <{operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0>}> : (memref<?x32xf32>, memref<?x16xf32>, memref<5xi32>, memref<?x32xbf16>, memref<?x16xbf16>, memref<?x16xbf16>, memref<?xf32>) -> ()
     gpu.return
   }
 }
@@ -974,6 +974,60 @@ gpu.module @k {
   gpu.func @f(%w: memref<?x64x32xf32>, %q: memref<?x64x32xf8E4M3FN>, %s: memref<?x1x1xf32>) kernel {
     // expected-error @+1 {{'moegpu.quantize_blocks' op expects in of a static shape, got 'memref<?x64x32xf32>'}}
     moegpu.quantize_blocks %w, %q, %s : memref<?x64x32xf32>, memref<?x64x32xf8E4M3FN>, memref<?x1x1xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+// AdamW's copies of some weights: `copied` names them, in order.
+gpu.module @k {
+  gpu.func @f(%p: memref<8x64xf32>, %c: memref<8x64xbf16>, %h: memref<16xf32>) kernel {
+    // expected-error @+1 {{'moegpu.adamw' op expects copied to hold ascending indices of params (< 2), got 0}}
+    moegpu.adamw %h params(%p, %p : memref<8x64xf32>, memref<8x64xf32>) m(%p, %p : memref<8x64xf32>, memref<8x64xf32>) v(%p, %p : memref<8x64xf32>, memref<8x64xf32>) grads(%p, %p : memref<8x64xf32>, memref<8x64xf32>) copies(%c : memref<8x64xbf16>) layouts [#moegpu.copy_layout<same>] {copied = array<i64: 1, 0>} : memref<16xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%p: memref<8x64xf32>, %c: memref<8x64xbf16>, %h: memref<16xf32>) kernel {
+    // expected-error @+1 {{'moegpu.adamw' op expects one copy and one layout per master (2), got 1 and 1}}
+    moegpu.adamw %h params(%p, %p : memref<8x64xf32>, memref<8x64xf32>) m(%p, %p : memref<8x64xf32>, memref<8x64xf32>) v(%p, %p : memref<8x64xf32>, memref<8x64xf32>) grads(%p, %p : memref<8x64xf32>, memref<8x64xf32>) copies(%c : memref<8x64xbf16>) layouts [#moegpu.copy_layout<same>] {copied = array<i64: 0, 1>} : memref<16xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+// quantize_blocks' flag is the step's copies_valid.
+gpu.module @k {
+  gpu.func @f(%w: memref<2x128x128xf32>, %q: memref<2x128x128xf8E4M3FN>, %s: memref<2x1x1xf32>, %v: memref<1xi32>) kernel {
+    // expected-error @+1 {{'moegpu.quantize_blocks' op expects unless to be one f32 (memref<1xf32>), got 'memref<1xi32>'}}
+    moegpu.quantize_blocks %w, %q, %s unless(%v : memref<1xi32>) : memref<2x128x128xf32>, memref<2x128x128xf8E4M3FN>, memref<2x1x1xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+// act_grad's combine: the routing weight's gradient from dy and the
+// weighted outputs.
+gpu.module @k {
+  gpu.func @f(%gu: memref<?x32xf32>, %gs: memref<?x16xf32>, %g: memref<5xi32>, %dgu: memref<?x32xbf16>, %dg: memref<?x16xbf16>, %du: memref<?x16xbf16>, %dy: memref<?x64xbf16>, %down: memref<?x64xbf16>) kernel {
+    // expected-error @+1 {{'moegpu.act_grad' op expects combine (dy, down) only with weight and row_grad, and not with the down bias}}
+    moegpu.act_grad %gu, %gs, %g, %dgu, %dg, %du combine(%dy, %down : memref<?x64xbf16>, memref<?x64xbf16>) : memref<?x32xf32>, memref<?x16xf32>, memref<5xi32>, memref<?x32xbf16>, memref<?x16xbf16>, memref<?x16xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @f(%gu: memref<?x32xf32>, %gs: memref<?x16xf32>, %g: memref<5xi32>, %dgu: memref<?x32xbf16>, %dg: memref<?x16xbf16>, %du: memref<?x16xbf16>, %w: memref<?xf32>, %rg: memref<?xf32>, %dy: memref<?x64xbf16>, %down: memref<?x32xbf16>) kernel {
+    // expected-error @+1 {{'moegpu.act_grad' op expects dimension 1 of dy to be 32 (down's hidden size), got 'memref<?x64xbf16>'}}
+    moegpu.act_grad %gu, %gs, %g, %dgu, %dg, %du weight(%w, %rg : memref<?xf32>, memref<?xf32>) combine(%dy, %down : memref<?x64xbf16>, memref<?x32xbf16>) : memref<?x32xf32>, memref<?x16xf32>, memref<5xi32>, memref<?x32xbf16>, memref<?x16xbf16>, memref<?x16xbf16>
     gpu.return
   }
 }

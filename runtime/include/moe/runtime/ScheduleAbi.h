@@ -153,6 +153,8 @@ enum class KernelKind {
   EpCounts,
   EpSend,
   EpWait,
+  QuantizeColumns, ///< FP8 Wgrad operands: 128 x 1 codes, transposed
+  QuantizeBlocks,  ///< FP8 masters: 128 x 128 block codes
 };
 
 inline constexpr std::string_view kKernelKindNames[] = {
@@ -191,7 +193,9 @@ inline constexpr std::string_view kKernelKindNames[] = {
     "grad_stats",
     "ep_counts",
     "ep_send",
-    "ep_wait"};
+    "ep_wait",
+    "quantize_columns",
+    "quantize_blocks"};
 
 constexpr std::string_view kernelKindName(KernelKind kind) {
   return nameOf(kKernelKindNames, kind);
