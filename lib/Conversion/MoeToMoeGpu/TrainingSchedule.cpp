@@ -22,7 +22,8 @@ using namespace mlir::moe::lowering;
 /// The scales of e4m3 codes `codes`: `x_q`'s are `x_scale`, `w13`'s
 /// `w13_scale`.
 static std::string scaleOf(StringRef codes) {
-  return (codes.consume_back("_q") ? codes : codes).str() + "_scale";
+  codes.consume_back("_q");
+  return (codes + "_scale").str();
 }
 
 void LayerBuilder::buildTraining() {
