@@ -83,8 +83,9 @@ struct Sm90KernelWork {
   /// compute copies and the full update check, whose flag the update's
   /// verdict sets): next to nothing in a step after the first.
   bool onHostWrite = false;
-  /// A dispatch moving e4m3 codes and their scales; an input gradient
-  /// that computes the router's part itself (SIMT).
+  /// A dispatch moving e4m3 codes and their scales (a quantize_blocks
+  /// that also writes the transposed codes); an input gradient that
+  /// computes the router's part itself (SIMT).
   bool codes = false, routerPart = false;
   /// A split_k GEMM's most slices and their sum's (1: not split).
   int64_t splits = 1;

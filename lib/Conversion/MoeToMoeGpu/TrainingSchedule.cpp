@@ -396,6 +396,37 @@ void LayerBuilder::buildTraining() {
     g.blockScales(aScale, bScale);
     return g;
   };
+  // FP8 weight gradients of the routed (`expert_`) or shared experts
+  // (`shared_`, their weights' names too): 128 x 1 codes of dY w and the
+  // activation for dW2, then of the rows' Fprop codes, dG and dU for dWg
+  // and dWu (`t_h` holds dY w, then the rows), into k-grouped e4m3 GEMMs.
+  struct Fp8WeightGrads {
+    StringRef dyw, act, rows, rowsScale, dg, du, tF, tF2;
+  };
+  auto fp8WeightGrads = [&](StringRef who, const Fp8WeightGrads &o,
+                            StringRef groups, StringRef suffix,
+                            moegpu::Epilogue epilogue,
+                            std::optional<int64_t> chunk) {
+    std::string prefix = who == "shared" ? "shared_" : "";
+    auto name = [&](StringRef what) {
+      return ("train_" + who + "_" + what + suffix).str();
+    };
+    auto grad = [&](StringRef weight) {
+      return arg(prefix + weight.str() + "_weight.grad");
+    };
+    quantizeColumns(name("columns_dyw"), o.dyw, "", groups, "t_h", chunk);
+    quantizeColumns(name("columns_act"), o.act, "", groups, o.tF, chunk);
+    launchGemm(name("down_grad"),
+               fp8Gemm("t_h", o.tF, groups, grad("down"), epilogue, tn), chunk);
+    quantizeColumns(name("columns_rows"), o.rows, o.rowsScale, groups, "t_h",
+                    chunk);
+    quantizeColumns(name("columns_dg"), o.dg, "", groups, o.tF, chunk);
+    quantizeColumns(name("columns_du"), o.du, "", groups, o.tF2, chunk);
+    launchGemm(name("gate_grad"),
+               fp8Gemm(o.tF, "t_h", groups, grad("gate"), epilogue, tn), chunk);
+    launchGemm(name("up_grad"),
+               fp8Gemm(o.tF2, "t_h", groups, grad("up"), epilogue, tn), chunk);
+  };
   // Shared experts (first: with expert parallelism they run while the
   // rows' dy travel, on the comm SMs or NCCL's stream): one group of every
   // token, weight 1. Their weight gradients reduce over the tokens in blocks of
@@ -457,33 +488,17 @@ void LayerBuilder::buildTraining() {
     }
     if (fp8) {
       // dX from the split gradient's 1 x 128 codes against the gate and
-      // up weights' transposed codes; the weight gradients from 128 x 1
-      // codes of dY and the activation, then of x (its forward codes
-      // turned around), dG and dU. The tiles past T count as zeros.
+      // up weights' transposed codes; the weight gradients with x's
+      // forward codes as the rows. The tiles past T count as zeros.
       quantizeRows("train_shared_quantize_dgu", "shared_dgu", "shared_offsets",
                    "shared_dgu_q", moegpu::GridKind::Tokens, std::nullopt);
       launchGemm(
           "train_shared_rows_grad",
           fp8Gemm("shared_dgu_q", "ws13_t", "shared_offsets", "shared_dx"));
-      quantizeColumns("train_shared_columns_dy", "dy_half", "",
-                      "shared_offsets", "t_h", std::nullopt);
-      quantizeColumns("train_shared_columns_act", "shared_act", "",
-                      "shared_offsets", "t_s", std::nullopt);
-      launchGemm("train_shared_down_grad",
-                 fp8Gemm("t_h", "t_s", "shared_offsets",
-                         arg("shared_down_weight.grad"), none, tn));
-      quantizeColumns("train_shared_columns_x", "x_q", "x_scale",
-                      "shared_offsets", "t_h", std::nullopt);
-      quantizeColumns("train_shared_columns_dg", "shared_dg", "",
-                      "shared_offsets", "t_s", std::nullopt);
-      quantizeColumns("train_shared_columns_du", "shared_du", "",
-                      "shared_offsets", "t_s2", std::nullopt);
-      launchGemm("train_shared_gate_grad",
-                 fp8Gemm("t_s", "t_h", "shared_offsets",
-                         arg("shared_gate_weight.grad"), none, tn));
-      launchGemm("train_shared_up_grad",
-                 fp8Gemm("t_s2", "t_h", "shared_offsets",
-                         arg("shared_up_weight.grad"), none, tn));
+      fp8WeightGrads("shared",
+                     {"dy_half", "shared_act", "x_q", "x_scale", "shared_dg",
+                      "shared_du", "t_s", "t_s2"},
+                     "shared_offsets", "", none, std::nullopt);
     } else {
       launchGemm(
           "train_shared_rows_grad",
@@ -603,25 +618,12 @@ void LayerBuilder::buildTraining() {
                 gateGrad = arg("gate_weight.grad"),
                 upGrad = arg("up_weight.grad");
     if (fp8) {
-      // The weight gradients from 128 x 1 codes of each expert's rows: dY w
-      // and the activation, then the dispatched rows' codes turned around,
-      // dG and dU.
-      quantizeColumns("train_expert_columns_dyw" + suffix, "dyw", "", groups,
-                      "t_h", chunk);
-      quantizeColumns("train_expert_columns_act" + suffix, xAct, "", groups,
-                      "t_f", chunk);
-      launchGemm("train_expert_down_grad" + suffix,
-                 fp8Gemm("t_h", "t_f", groups, downGrad, epilogue, tn), chunk);
-      quantizeColumns("train_expert_columns_rows" + suffix, "rows_q",
-                      "rows_scale", groups, "t_h", chunk);
-      quantizeColumns("train_expert_columns_dg" + suffix, "dg", "", groups,
-                      "t_f", chunk);
-      quantizeColumns("train_expert_columns_du" + suffix, "du", "", groups,
-                      "t_f2", chunk);
-      launchGemm("train_expert_gate_grad" + suffix,
-                 fp8Gemm("t_f", "t_h", groups, gateGrad, epilogue, tn), chunk);
-      launchGemm("train_expert_up_grad" + suffix,
-                 fp8Gemm("t_f2", "t_h", groups, upGrad, epilogue, tn), chunk);
+      // The weight gradients from each expert's rows: the dispatched rows'
+      // codes turned around.
+      fp8WeightGrads("expert",
+                     {"dyw", xAct, "rows_q", "rows_scale", "dg", "du", "t_f",
+                      "t_f2"},
+                     groups, suffix, epilogue, chunk);
     } else {
       launchGemm("train_expert_down_grad" + suffix,
                  Gemm("dyw", xAct, groups, downGrad, epilogue, tn), chunk);
